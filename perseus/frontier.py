@@ -1,0 +1,206 @@
+"""The time-energy frontier: the result of a solve, its queries and its JSON form."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from perseus.errors import InfeasibleError
+from perseus.schedules import Schedule
+
+__all__ = ["Frontier", "FrontierPoint"]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+PlanArray = npt.NDArray[np.uint8]
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    """One plan on the frontier: its true iteration time (s) and energy (J), and the certified
+    lower bound on the energy of any plan that finishes within ``time``."""
+
+    time: float
+    energy: float
+    lower_bound: float
+
+    @property
+    def gap(self) -> float:
+        """Relative optimality gap ``energy / lower_bound - 1``."""
+        return self.energy / self.lower_bound - 1.0
+
+
+@dataclass(frozen=True, eq=False)
+class Frontier:
+    """Pareto-optimal plans by increasing iteration time (and strictly decreasing energy).
+
+    Attributes:
+        schedule: the pipeline schedule the plans are for.
+        blocking_power: watts a waiting GPU draws.
+        max_frequency_time / max_frequency_energy: (T0, E0) of running everything at the
+            highest frequency.
+        times, energies, lower_bounds: ``(k,)`` arrays, one entry per point.
+        plans: ``(k, n)`` option indices (``uint8``) into ``node_freqs``.
+        node_freqs: ``(n, K)`` frequencies (MHz) of each DAG node's options.
+    """
+
+    schedule: Schedule
+    blocking_power: float
+    max_frequency_time: float
+    max_frequency_energy: float
+    times: FloatArray
+    energies: FloatArray
+    lower_bounds: FloatArray
+    plans: PlanArray
+    node_freqs: IntArray
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    @property
+    def points(self) -> list[FrontierPoint]:
+        return [
+            FrontierPoint(float(t), float(e), float(lb))
+            for t, e, lb in zip(self.times, self.energies, self.lower_bounds, strict=True)
+        ]
+
+    def frequencies(self, i: int) -> IntArray:
+        """Frequency (MHz) of every DAG node in plan ``i``."""
+        return self.node_freqs[np.arange(self.node_freqs.shape[0]), self.plans[i].astype(np.int64)]
+
+    def plan_steps(self, i: int) -> list[list[dict[str, Any]]]:
+        """Plan ``i`` as one list per rank of ``{instruction, microbatch, stage, frequency}``."""
+        freqs = self.frequencies(i)
+        out: list[list[dict[str, Any]]] = []
+        k = 0
+        for order in self.schedule.orders:
+            steps = []
+            for op in order:
+                steps.append(
+                    {"instruction": op.kind, "microbatch": op.microbatch, "stage": op.stage, "frequency": int(freqs[k])}
+                )
+                k += 1
+            out.append(steps)
+        return out
+
+    # --- queries -----------------------------------------------------------------------------
+
+    def index_for_deadline(self, deadline: float, *, wait: bool = False) -> int:
+        """The least-energy plan with ``time <= deadline``.
+
+        With ``wait=True`` the iteration is taken to last ``deadline`` whatever the plan (e.g. the
+        pipeline waits for a straggler at the gradient sync), so a faster plan also pays
+        blocking power until the deadline; the plan minimising that total is returned.
+        """
+        if not np.isfinite(deadline):
+            raise InfeasibleError(f"deadline must be a finite number of seconds, got {deadline!r}")
+        ok = np.flatnonzero(self.times <= deadline * (1 + 1e-12))
+        if ok.size == 0:
+            raise InfeasibleError(
+                f"no plan finishes within {deadline:.6g} s; the fastest plan takes {self.times[0]:.6g} s"
+            )
+        if not wait:
+            return int(ok[-1])
+        ranks = self.schedule.ranks
+        total = self.energies[ok] + self.blocking_power * ranks * (deadline - self.times[ok])
+        return int(ok[np.argmin(total)])
+
+    def index_for_slowdown(self, slowdown: float) -> int:
+        """The least-energy plan at most ``slowdown`` (e.g. 0.05 = 5 %) slower than T0."""
+        if not (np.isfinite(slowdown) and slowdown >= 0):
+            raise InfeasibleError(f"slowdown must be a number >= 0, got {slowdown!r}")
+        return self.index_for_deadline(self.max_frequency_time * (1 + slowdown))
+
+    def index_for_energy_budget(self, budget: float) -> int:
+        """The fastest plan whose energy per iteration is at most ``budget`` joules."""
+        ok = np.flatnonzero(self.energies <= budget)
+        if not np.isfinite(budget) or ok.size == 0:
+            raise InfeasibleError(
+                f"no plan uses at most {budget:.6g} J per iteration; the least-energy plan uses {self.energies[-1]:.6g} J"
+            )
+        return int(ok[0])
+
+    def thinned(self, resolution: float) -> Frontier:
+        """Keep points at least ``resolution`` seconds apart, always keeping the first and last."""
+        if resolution <= 0 or len(self) <= 2:
+            return self
+        keep = [0]
+        for i in range(1, len(self) - 1):
+            if self.times[i] - self.times[keep[-1]] >= resolution and self.times[-1] - self.times[i] >= resolution:
+                keep.append(i)
+        keep.append(len(self) - 1)
+        idx = np.asarray(keep)
+        return Frontier(
+            self.schedule, self.blocking_power, self.max_frequency_time, self.max_frequency_energy,
+            self.times[idx], self.energies[idx], self.lower_bounds[idx], self.plans[idx], self.node_freqs,
+        )
+
+    # --- JSON --------------------------------------------------------------------------------
+
+    def to_json(self, *, plans: bool = False, compact: bool = False) -> dict[str, Any]:
+        """The CLI's JSON document.
+
+        ``plans=True`` adds every point's ``plan`` (one list per stage of
+        ``{instruction, microbatch, frequency}``). ``compact=True`` adds what
+        :meth:`from_json` needs to rebuild the frontier exactly (schedule and base64 plans).
+        """
+        sched = self.schedule
+        doc: dict[str, Any] = {
+            "schedule": sched.name,
+            "stages": sched.ranks,
+            "virtual_stages": sched.virtual_stages,
+            "microbatches": sched.microbatches,
+            "blocking_power": self.blocking_power,
+            "max_frequency_time": self.max_frequency_time,
+            "max_frequency_energy": self.max_frequency_energy,
+            "points": [],
+        }
+        for i in range(len(self)):
+            pt: dict[str, Any] = {
+                "time": float(self.times[i]),
+                "energy": float(self.energies[i]),
+                "lower_bound": float(self.lower_bounds[i]),
+            }
+            if plans:
+                pt["plan"] = [
+                    [{k: s[k] for k in ("instruction", "microbatch", "frequency")} for s in rank]
+                    for rank in self.plan_steps(i)
+                ]
+            doc["points"].append(pt)
+        if compact:
+            doc["encoded"] = {
+                "schedule": sched.to_json(),
+                "plans": base64.b64encode(np.ascontiguousarray(self.plans).tobytes()).decode(),
+                "plans_shape": list(self.plans.shape),
+                "node_freqs": base64.b64encode(self.node_freqs.astype("<i4").tobytes()).decode(),
+                "node_freqs_shape": list(self.node_freqs.shape),
+            }
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Frontier:
+        """Rebuild a frontier written by ``to_json(compact=True)``."""
+        enc = doc["encoded"]
+        plans = np.frombuffer(base64.b64decode(enc["plans"]), dtype=np.uint8).reshape(enc["plans_shape"])
+        node_freqs = (
+            np.frombuffer(base64.b64decode(enc["node_freqs"]), dtype="<i4")
+            .reshape(enc["node_freqs_shape"])
+            .astype(np.int64)
+        )
+        pts = doc["points"]
+        return cls(
+            schedule=Schedule.from_json(enc["schedule"]),
+            blocking_power=float(doc["blocking_power"]),
+            max_frequency_time=float(doc["max_frequency_time"]),
+            max_frequency_energy=float(doc["max_frequency_energy"]),
+            times=np.array([p["time"] for p in pts], dtype=np.float64),
+            energies=np.array([p["energy"] for p in pts], dtype=np.float64),
+            lower_bounds=np.array([p["lower_bound"] for p in pts], dtype=np.float64),
+            plans=plans.copy(),
+            node_freqs=node_freqs,
+        )
+

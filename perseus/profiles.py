@@ -1,0 +1,342 @@
+"""Per-stage computation profiles: time and energy of each instruction at each GPU frequency.
+
+The on-disk form is the ``stage,instruction,frequency,time,energy`` CSV used by Zeus and the
+Perseus paper (one row per stage, instruction kind and SM frequency in MHz; time in seconds and
+energy in joules of one microbatch), or the equivalent JSON::
+
+    {"format": "perseus-profile/1",
+     "records": [{"stage": 0, "instruction": "forward", "frequency": 1410,
+                  "time": 0.0501, "energy": 23.8}, ...]}
+
+Everything read is validated; errors are :class:`~perseus.errors.ProfileError` naming the row and
+field at fault.
+
+Which options are worth running is decided on the *effective* cost ``e - P_block * t``: a GPU
+that finishes early waits for its pipeline neighbours and draws the blocking power ``P_block``
+meanwhile, so only the energy above that baseline is a true cost of running an instruction.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from perseus.errors import ProfileError
+
+__all__ = [
+    "INSTRUCTION_KINDS",
+    "InstructionProfile",
+    "Profile",
+    "load_profile",
+    "parse_profile_csv",
+    "parse_profile_json",
+    "pareto_indices",
+    "lower_hull_indices",
+]
+
+#: Instruction kinds a profile may carry. ``backward_input``/``backward_weight`` are the two
+#: halves of a backward pass in zero-bubble schedules.
+INSTRUCTION_KINDS: tuple[str, ...] = ("forward", "backward", "backward_input", "backward_weight")
+_COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, eq=False)
+class InstructionProfile:
+    """Measurements of one (stage, instruction kind), sorted by decreasing frequency."""
+
+    frequencies: IntArray
+    times: FloatArray
+    energies: FloatArray
+
+    @property
+    def max_frequency(self) -> int:
+        return int(self.frequencies[0])
+
+    def effective_costs(self, blocking_power: float) -> FloatArray:
+        """``energy - blocking_power * time`` of every option."""
+        return self.energies - blocking_power * self.times
+
+    def pareto(self, blocking_power: float) -> IntArray:
+        """Indices of the options not dominated in (time, effective cost), by increasing time."""
+        return pareto_indices(self.times, self.effective_costs(blocking_power))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, InstructionProfile):
+            return NotImplemented
+        return (
+            np.array_equal(self.frequencies, other.frequencies)
+            and np.array_equal(self.times, other.times)
+            and np.array_equal(self.energies, other.energies)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def pareto_indices(times: FloatArray, costs: FloatArray) -> IntArray:
+    """Indices of the points no other point beats in both time and cost, by increasing time.
+
+    Of points with equal time only the cheapest is kept; the result has strictly increasing
+    times and strictly decreasing costs.
+    """
+    order = np.lexsort((costs, times))
+    keep: list[int] = []
+    best = math.inf
+    for i in order:
+        if costs[i] < best:
+            if keep and times[keep[-1]] == times[i]:
+                continue
+            keep.append(int(i))
+            best = float(costs[i])
+    return np.asarray(keep, dtype=np.int64)
+
+
+def lower_hull_indices(times: FloatArray, costs: FloatArray) -> IntArray:
+    """Indices (into the given arrays, which must be sorted by time and Pareto-filtered) of the
+    vertices of the lower convex hull, by increasing time (Andrew's monotone chain)."""
+    hull: list[int] = []
+    for i in range(len(times)):
+        while len(hull) >= 2:
+            a, b = hull[-2], hull[-1]
+            # Drop b if it lies on or above segment a-i.
+            cross = (times[b] - times[a]) * (costs[i] - costs[a]) - (costs[b] - costs[a]) * (
+                times[i] - times[a]
+            )
+            if cross <= 0:
+                hull.pop()
+            else:
+                break
+        hull.append(i)
+    return np.asarray(hull, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Validated measurements for every pipeline stage and instruction kind."""
+
+    entries: Mapping[tuple[int, str], InstructionProfile]
+    stages: int = field(init=False)
+    kinds: tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        stages = sorted({s for s, _ in self.entries})
+        kinds = tuple(k for k in INSTRUCTION_KINDS if any(kk == k for _, kk in self.entries))
+        object.__setattr__(self, "stages", len(stages))
+        object.__setattr__(self, "kinds", kinds)
+
+    def __getitem__(self, key: tuple[int, str]) -> InstructionProfile:
+        try:
+            return self.entries[key]
+        except KeyError:
+            raise ProfileError(
+                f"the profile has no measurements for stage {key[0]} instruction {key[1]!r}",
+                field="instruction",
+            ) from None
+
+    def has(self, stage: int, kind: str) -> bool:
+        return (stage, kind) in self.entries
+
+    @property
+    def frequencies(self) -> list[int]:
+        """Every frequency measured anywhere in the profile, decreasing."""
+        freqs: set[int] = set()
+        for p in self.entries.values():
+            freqs.update(int(f) for f in p.frequencies)
+        return sorted(freqs, reverse=True)
+
+    def records(self) -> Iterable[dict[str, Any]]:
+        for (stage, kind), p in sorted(
+            self.entries.items(), key=lambda kv: (kv[0][0], INSTRUCTION_KINDS.index(kv[0][1]))
+        ):
+            for f, t, e in zip(p.frequencies, p.times, p.energies, strict=True):
+                yield {
+                    "stage": stage,
+                    "instruction": kind,
+                    "frequency": int(f),
+                    "time": float(t),
+                    "energy": float(e),
+                }
+
+    def to_csv(self) -> str:
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(_COLUMNS)
+        for r in self.records():
+            writer.writerow([r["stage"], r["instruction"], r["frequency"], repr(r["time"]), repr(r["energy"])])
+        return out.getvalue()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": "perseus-profile/1", "records": list(self.records())}
+
+    def scaled(
+        self, stage: int | None = None, *, time_factor: float = 1.0, energy_factor: float | None = None
+    ) -> Profile:
+        """A copy with one stage's (or every stage's) times multiplied by ``time_factor``.
+
+        Energies scale by ``energy_factor`` (default: the same factor, i.e. the same power for a
+        longer time, which is what a throttled GPU looks like).
+        """
+        if not (time_factor > 0 and math.isfinite(time_factor)):
+            raise ProfileError("must be a positive finite number", field="time_factor")
+        ef = time_factor if energy_factor is None else energy_factor
+        entries = {}
+        for (s, k), p in self.entries.items():
+            if stage is None or s == stage:
+                p = InstructionProfile(p.frequencies, p.times * time_factor, p.energies * ef)
+            entries[(s, k)] = p
+        return Profile(entries)
+
+
+def _parse_records(rows: Iterable[tuple[int, Mapping[str, Any]]]) -> Profile:
+    seen: dict[tuple[int, str, int], int] = {}
+    data: dict[tuple[int, str], list[tuple[int, float, float]]] = {}
+    for rowno, rec in rows:
+        for col in _COLUMNS:
+            if col not in rec or rec[col] is None or (isinstance(rec[col], str) and not rec[col].strip()):
+                raise ProfileError("missing value", field=col, row=rowno)
+        stage = _as_int(rec["stage"], "stage", rowno)
+        if stage < 0:
+            raise ProfileError(f"stage must be >= 0, got {stage}", field="stage", row=rowno)
+        kind = str(rec["instruction"]).strip()
+        if kind not in INSTRUCTION_KINDS:
+            raise ProfileError(
+                f"unknown instruction {kind!r}; expected one of {', '.join(INSTRUCTION_KINDS)}",
+                field="instruction",
+                row=rowno,
+            )
+        freq = _as_int(rec["frequency"], "frequency", rowno)
+        if freq <= 0:
+            raise ProfileError(f"frequency must be positive, got {freq}", field="frequency", row=rowno)
+        time = _as_positive_float(rec["time"], "time", rowno)
+        energy = _as_positive_float(rec["energy"], "energy", rowno)
+        key = (stage, kind, freq)
+        if key in seen:
+            raise ProfileError(
+                f"duplicate measurement of stage {stage} {kind} at {freq} MHz (first on row {seen[key]})",
+                field="frequency",
+                row=rowno,
+            )
+        seen[key] = rowno
+        data.setdefault((stage, kind), []).append((freq, time, energy))
+    if not data:
+        raise ProfileError("the profile is empty: no measurement rows")
+    stages = sorted({s for s, _ in data})
+    if stages != list(range(len(stages))):
+        missing = sorted(set(range(stages[-1] + 1)) - set(stages))
+        raise ProfileError(
+            f"stages must be numbered 0..S-1; stage(s) {missing} missing", field="stage"
+        )
+    for s in stages:
+        has_fwd = (s, "forward") in data
+        has_bwd = (s, "backward") in data or (
+            (s, "backward_input") in data and (s, "backward_weight") in data
+        )
+        if not has_fwd or not has_bwd:
+            which = "forward" if not has_fwd else "backward"
+            raise ProfileError(
+                f"stage {s} has no {which} measurements; every stage needs forward and backward",
+                field="instruction",
+            )
+    entries = {}
+    for key, opts in data.items():
+        opts.sort(key=lambda o: -o[0])
+        entries[key] = InstructionProfile(
+            np.array([o[0] for o in opts], dtype=np.int64),
+            np.array([o[1] for o in opts], dtype=np.float64),
+            np.array([o[2] for o in opts], dtype=np.float64),
+        )
+    return Profile(entries)
+
+
+def _as_int(value: Any, name: str, row: int) -> int:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ProfileError(f"not a number: {value!r}", field=name, row=row) from None
+    if not math.isfinite(f) or f != int(f):
+        raise ProfileError(f"must be an integer, got {value!r}", field=name, row=row)
+    return int(f)
+
+
+def _as_positive_float(value: Any, name: str, row: int) -> float:
+    if isinstance(value, bool):
+        raise ProfileError(f"not a number: {value!r}", field=name, row=row)
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ProfileError(f"not a number: {value!r}", field=name, row=row) from None
+    if math.isnan(f) or math.isinf(f):
+        raise ProfileError(f"must be finite, got {value!r}", field=name, row=row)
+    if f <= 0:
+        raise ProfileError(f"must be positive, got {value!r}", field=name, row=row)
+    return f
+
+
+def parse_profile_csv(text: str) -> Profile:
+    """Parse and validate a ``stage,instruction,frequency,time,energy`` CSV document."""
+    if not text.strip():
+        raise ProfileError("the profile is empty")
+    reader = csv.reader(io.StringIO(text))
+    try:
+        header = [h.strip() for h in next(reader)]
+    except StopIteration:
+        raise ProfileError("the profile is empty") from None
+    missing = [c for c in _COLUMNS if c not in header]
+    if missing:
+        raise ProfileError(
+            f"header must name the columns {','.join(_COLUMNS)}; missing {', '.join(missing)}",
+            row=1,
+        )
+    index = {c: header.index(c) for c in _COLUMNS}
+
+    def rows() -> Iterable[tuple[int, Mapping[str, Any]]]:
+        for lineno, row in enumerate(reader, start=2):
+            if not row or all(not c.strip() for c in row):
+                continue
+            if len(row) != len(header):
+                raise ProfileError(f"expected {len(header)} fields, found {len(row)}", row=lineno)
+            yield lineno, {c: row[i].strip() for c, i in index.items()}
+
+    return _parse_records(rows())
+
+
+def parse_profile_json(obj: Any) -> Profile:
+    """Validate a profile given as JSON (a parsed object, or a string of JSON)."""
+    if isinstance(obj, str | bytes):
+        try:
+            obj = json.loads(obj)
+        except json.JSONDecodeError as e:
+            raise ProfileError(f"not valid JSON: {e}") from None
+    records = obj.get("records") if isinstance(obj, dict) else obj
+    if not isinstance(records, list):
+        raise ProfileError("expected a list of records or an object with a 'records' list", field="records")
+
+    def rows() -> Iterable[tuple[int, Mapping[str, Any]]]:
+        for i, rec in enumerate(records):
+            if not isinstance(rec, dict):
+                raise ProfileError("each record must be an object", field="records", row=i)
+            yield i, rec
+
+    return _parse_records(rows())
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read a profile from a ``.csv`` or ``.json`` file."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ProfileError(f"cannot read {p}: {e.strerror}") from None
+    if p.suffix.lower() == ".json" or text.lstrip().startswith(("{", "[")):
+        return parse_profile_json(text)
+    return parse_profile_csv(text)
