@@ -1,0 +1,148 @@
+"""Perseus hooks for DeepSpeed's ``PipelineEngine`` (``TrainSchedule``, 1F1B).
+
+``PipelineEngine._exec_schedule`` looks every instruction up in ``self._INSTRUCTION_MAP``, a class
+attribute holding the *original* functions, so patching ``PipelineEngine._exec_forward_pass`` has no
+effect. :func:`instrument` gives the engine instance its own copy of the map in which
+``ForwardPass`` and ``BackwardPass`` run inside ``client.instruction(...)``, and wraps the
+instance's ``train_batch`` in ``client.iteration()``. Other engines in the process are untouched.
+
+A ``ForwardPass`` / ``BackwardPass`` carries ``buffer_id``, a pipeline buffer *slot* reused
+round-robin, not a microbatch id. ``TrainSchedule`` runs each stage's forwards, and its backwards,
+in microbatch order, so the hook counts them within the iteration (the k-th forward is microbatch
+k); :func:`export_orders` derives the order the same way from ``TrainSchedule`` and checks that the
+counted microbatches land in the buffer slots the schedule names. Instructions outside
+``train_batch`` (``eval_batch``) are not instrumented.
+
+Usage::
+
+    from perseus_client.integrations import deepspeed as perseus_ds
+
+    engine, _, _, _ = deepspeed.initialize(model=pipeline_module, config=ds_config, ...)
+    orders = perseus_ds.export_orders(engine.micro_batches, engine.num_stages)
+    with perseus_ds.instrument(engine, client):
+        for _ in range(steps):
+            engine.train_batch(data_iter)
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from perseus_client.integrations._base import InstructionClient, Orders, check_orders
+
+__all__ = ["EngineHooks", "instrument", "export_orders", "stage_order"]
+
+
+def stage_order(micro_batches: int, stages: int, stage_id: int) -> list[list[Any]]:
+    """One stage's ``[[kind, microbatch, stage], ...]`` as ``TrainSchedule`` runs it."""
+    from deepspeed.runtime.pipe import schedule as ds_schedule
+
+    if micro_batches < 1 or stages < 1 or not 0 <= stage_id < stages:
+        raise ValueError(
+            f"micro_batches, stages, stage_id: need micro_batches >= 1 and 0 <= stage_id < stages, "
+            f"got {micro_batches}, {stages}, {stage_id}"
+        )
+    sched = ds_schedule.TrainSchedule(micro_batches=micro_batches, stages=stages, stage_id=stage_id)
+    buffers = sched.num_pipe_buffers()
+    order: list[list[Any]] = []
+    counts = {"forward": 0, "backward": 0}
+    for step in sched:
+        for cmd in step:
+            if isinstance(cmd, ds_schedule.ForwardPass):
+                kind = "forward"
+            elif isinstance(cmd, ds_schedule.BackwardPass):
+                kind = "backward"
+            else:
+                continue
+            mb = counts[kind]
+            counts[kind] += 1
+            if cmd.buffer_id != mb % buffers:
+                raise RuntimeError(
+                    f"TrainSchedule: stage {stage_id}'s {kind} #{mb} uses buffer {cmd.buffer_id}, "
+                    f"not {mb % buffers}; its microbatches are not in order"
+                )
+            order.append([kind, mb, stage_id])
+    return order
+
+
+def export_orders(micro_batches: int, stages: int) -> Orders:
+    """Every stage's order under ``TrainSchedule`` (no process group needed)."""
+    return check_orders([stage_order(micro_batches, stages, s) for s in range(stages)])
+
+
+class EngineHooks:
+    """Hooks installed on one ``PipelineEngine``; :meth:`remove` (or leaving ``with``) undoes them."""
+
+    def __init__(self, engine: Any, client: InstructionClient) -> None:
+        self.engine = engine
+        self.client = client
+        self._counts = {"forward": 0, "backward": 0}
+        self._active = False
+        self._saved: dict[str, Any] = {}
+
+    def install(self) -> EngineHooks:
+        from deepspeed.runtime.pipe import schedule as ds_schedule
+
+        engine = self.engine
+        if "_INSTRUCTION_MAP" in vars(engine) or "train_batch" in vars(engine):
+            raise RuntimeError("engine: already instrumented (remove the other hooks first)")
+        table = dict(type(engine)._INSTRUCTION_MAP)
+        stage = int(engine.stage_id)
+        table[ds_schedule.ForwardPass] = self._wrap(
+            table[ds_schedule.ForwardPass], "forward", stage
+        )
+        table[ds_schedule.BackwardPass] = self._wrap(
+            table[ds_schedule.BackwardPass], "backward", stage
+        )
+        train_batch = engine.train_batch
+
+        @functools.wraps(train_batch)
+        def perseus_train_batch(*args: Any, **kwargs: Any) -> Any:
+            self._counts = {"forward": 0, "backward": 0}
+            with self.client.iteration():
+                self._active = True
+                try:
+                    return train_batch(*args, **kwargs)
+                finally:
+                    self._active = False
+
+        engine._INSTRUCTION_MAP = table
+        engine.train_batch = perseus_train_batch
+        self._saved = {"_INSTRUCTION_MAP": table, "train_batch": perseus_train_batch}
+        return self
+
+    def _wrap(self, method: Callable[..., Any], kind: str, stage: int) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def perseus_exec(engine: Any, *args: Any, **kwargs: Any) -> Any:
+            if not self._active:
+                return method(engine, *args, **kwargs)
+            mb = self._counts[kind]
+            self._counts[kind] = mb + 1
+            with self.client.instruction(kind, microbatch=mb, stage=stage):
+                return method(engine, *args, **kwargs)
+
+        return perseus_exec
+
+    def remove(self) -> None:
+        """Give the engine back its class's instruction map and ``train_batch``."""
+        for name, ours in self._saved.items():
+            if vars(self.engine).get(name) is ours:
+                delattr(self.engine, name)
+        self._saved = {}
+
+    def __enter__(self) -> EngineHooks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+def instrument(engine: Any, client: InstructionClient) -> EngineHooks:
+    """Hook ``client`` into a DeepSpeed ``PipelineEngine``; returns the installed hooks."""
+    if not isinstance(client, InstructionClient):
+        raise TypeError("client: needs iteration() and instruction(kind, microbatch=, stage=)")
+    if not hasattr(type(engine), "_INSTRUCTION_MAP"):
+        raise TypeError(f"engine: {type(engine).__name__} is not a DeepSpeed PipelineEngine")
+    return EngineHooks(engine, client).install()

@@ -1,0 +1,274 @@
+"""Perseus hooks for ``torch.distributed.pipelining`` schedules.
+
+Every schedule in ``torch.distributed.pipelining`` (GPipe, 1F1B, Interleaved1F1B, LoopedBFS,
+InterleavedZeroBubble, ZBVZeroBubble, DualPipeV, and custom CSV schedules) runs its computation
+through three methods of the stage objects it holds:
+
+* ``forward_one_chunk(mb, ...)`` — a forward (``forward``);
+* ``backward_one_chunk(mb, ..., full_backward=True)`` — a full backward (``backward``), or with
+  ``full_backward=False`` the input-gradient half of a split backward (``backward_input``);
+* ``backward_weight_one_chunk(mb, ...)`` — the weight-gradient half (``backward_weight``).
+
+:func:`instrument` wraps those methods on the schedule's stage *instances* (the classes are left
+alone, so other pipelines in the process are unaffected) so that each call runs inside
+``client.instruction(kind, microbatch=mb, stage=stage.stage_index)``, and wraps
+``schedule.step`` in ``client.iteration()``. Forward-only calls (``schedule.eval``) are not
+instrumented: they are not part of the training iteration the plan describes.
+
+:func:`export_orders` gives the whole pipeline's per-rank order (every rank computes the same
+result, so any rank may send it when the job is created). Multi-stage schedules run the compute
+actions of ``schedule.pipeline_order_with_comms`` in order, so the export reads those (with
+``OVERLAP_F_B`` actions expanded into their sub-actions). Single-stage GPipe and 1F1B run
+hand-written loops whose order torch's ``pipeline_order`` does not reproduce faithfully (in torch
+2.13 ``Schedule1F1B._get_pipeline_order`` gives the last rank wrong microbatch indices), so their
+orders come from :func:`perseus.schedules.gpipe` / :func:`perseus.schedules.one_f_one_b`, which
+match what the loops execute (the integration tests check this against real runs).
+
+Usage::
+
+    from perseus_client.integrations import torch_pipelining
+
+    schedule = ScheduleInterleaved1F1B(stages, n_microbatches=8, loss_fn=loss_fn)
+    orders = torch_pipelining.export_orders(schedule)   # job's schedule: {"name": "custom", ...}
+    with torch_pipelining.instrument(schedule, client):
+        for batch, target in loader:
+            schedule.step(batch, target=target)
+
+Overhead: one context-manager entry per instruction on the training thread; no synchronisation.
+Custom per-action functions registered through ``register_custom_function`` bypass the stage
+methods and are not seen by these hooks.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from perseus_client.integrations._base import InstructionClient, Orders, check_orders
+
+__all__ = ["PipelineHooks", "instrument", "export_orders", "schedule_stages", "COMPUTATION_KINDS"]
+
+#: torch's compute action types (``_ComputationType`` values) -> Perseus instruction kinds.
+COMPUTATION_KINDS = {
+    "F": "forward",
+    "B": "backward",
+    "I": "backward_input",
+    "W": "backward_weight",
+}
+
+_STAGE_METHODS = ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk")
+
+
+def schedule_stages(schedule: Any) -> list[Any]:
+    """The stage objects a schedule drives on this rank (one for single-stage schedules)."""
+    stages = getattr(schedule, "_stages", None)
+    if stages is None:
+        stage = getattr(schedule, "_stage", None)
+        if stage is None:
+            raise TypeError(
+                f"schedule: {type(schedule).__name__} is not a torch.distributed.pipelining "
+                "schedule (it holds neither _stage nor _stages)"
+            )
+        stages = [stage]
+    return list(stages)
+
+
+def _full_backward(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    # backward_one_chunk(bwd_chunk_id, loss=None, full_backward=True, last_backward=False);
+    # ``args`` here excludes bwd_chunk_id.
+    if "full_backward" in kwargs:
+        return bool(kwargs["full_backward"])
+    return bool(args[1]) if len(args) > 1 else True
+
+
+class PipelineHooks:
+    """Installed hooks on one schedule; :meth:`remove` (or leaving the ``with``) uninstalls them.
+
+    Attributes:
+        schedule: the instrumented schedule.
+        client: the client whose context managers wrap each instruction.
+    """
+
+    def __init__(self, schedule: Any, client: InstructionClient) -> None:
+        self.schedule = schedule
+        self.client = client
+        self._saved: list[tuple[Any, str, Any]] = []
+        self._active = True
+        self._installed = False
+
+    # -- installation ---------------------------------------------------------------------------
+
+    def _patch(self, obj: Any, name: str, replacement: Callable[..., Any]) -> None:
+        # Remember an instance-level attribute if there was one (another wrapper), else restore the
+        # class attribute on removal by deleting ours.
+        self._saved.append((obj, name, obj.__dict__.get(name, _MISSING)))
+        setattr(obj, name, replacement)
+
+    def install(self) -> PipelineHooks:
+        if self._installed:
+            raise RuntimeError("hooks: already installed on this schedule")
+        for stage in schedule_stages(self.schedule):
+            if any(
+                getattr(getattr(stage, m, None), "_perseus_hook", False) for m in _STAGE_METHODS
+            ):
+                raise RuntimeError(
+                    f"schedule: stage {stage.stage_index} already carries Perseus hooks; "
+                    "remove the other instrumentation first"
+                )
+            self._patch(stage, "forward_one_chunk", self._wrap_forward(stage))
+            self._patch(stage, "backward_one_chunk", self._wrap_backward(stage))
+            self._patch(stage, "backward_weight_one_chunk", self._wrap_backward_weight(stage))
+        self._patch(self.schedule, "step", self._wrap_step(self.schedule.step))
+        self._installed = True
+        return self
+
+    def remove(self) -> None:
+        """Restore every patched method; safe to call twice."""
+        while self._saved:
+            obj, name, previous = self._saved.pop()
+            if previous is _MISSING:
+                obj.__dict__.pop(name, None)
+            else:
+                setattr(obj, name, previous)
+        self._installed = False
+
+    def __enter__(self) -> PipelineHooks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    # -- wrappers -------------------------------------------------------------------------------
+
+    def _wrap_step(self, step: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(step)
+        def perseus_step(*args: Any, **kwargs: Any) -> Any:
+            if not getattr(self.schedule, "_has_backward", True):
+                # schedule.eval(): forward only, not the iteration the plan describes.
+                self._active = False
+                try:
+                    return step(*args, **kwargs)
+                finally:
+                    self._active = True
+            with self.client.iteration():
+                return step(*args, **kwargs)
+
+        perseus_step._perseus_hook = True  # type: ignore[attr-defined]
+        return perseus_step
+
+    def _wrap_forward(self, stage: Any) -> Callable[..., Any]:
+        original = stage.forward_one_chunk
+        index = int(stage.stage_index)
+
+        @functools.wraps(original)
+        def forward_one_chunk(fwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+            if not self._active:
+                return original(fwd_chunk_id, *args, **kwargs)
+            with self.client.instruction("forward", microbatch=int(fwd_chunk_id), stage=index):
+                return original(fwd_chunk_id, *args, **kwargs)
+
+        forward_one_chunk._perseus_hook = True  # type: ignore[attr-defined]
+        return forward_one_chunk
+
+    def _wrap_backward(self, stage: Any) -> Callable[..., Any]:
+        original = stage.backward_one_chunk
+        index = int(stage.stage_index)
+
+        @functools.wraps(original)
+        def backward_one_chunk(bwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+            if not self._active:
+                return original(bwd_chunk_id, *args, **kwargs)
+            kind = "backward" if _full_backward(args, kwargs) else "backward_input"
+            with self.client.instruction(kind, microbatch=int(bwd_chunk_id), stage=index):
+                return original(bwd_chunk_id, *args, **kwargs)
+
+        backward_one_chunk._perseus_hook = True  # type: ignore[attr-defined]
+        return backward_one_chunk
+
+    def _wrap_backward_weight(self, stage: Any) -> Callable[..., Any]:
+        original = stage.backward_weight_one_chunk
+        index = int(stage.stage_index)
+
+        @functools.wraps(original)
+        def backward_weight_one_chunk(bwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+            if not self._active:
+                return original(bwd_chunk_id, *args, **kwargs)
+            with self.client.instruction(
+                "backward_weight", microbatch=int(bwd_chunk_id), stage=index
+            ):
+                return original(bwd_chunk_id, *args, **kwargs)
+
+        backward_weight_one_chunk._perseus_hook = True  # type: ignore[attr-defined]
+        return backward_weight_one_chunk
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING = _Missing()
+
+
+def instrument(schedule: Any, client: InstructionClient) -> PipelineHooks:
+    """Hook ``client`` into ``schedule`` (a ``torch.distributed.pipelining`` schedule).
+
+    Returns the installed :class:`PipelineHooks`; use it as a context manager or call
+    :meth:`PipelineHooks.remove` to uninstall.
+    """
+    if not isinstance(client, InstructionClient):
+        raise TypeError("client: needs iteration() and instruction(kind, microbatch=, stage=)")
+    return PipelineHooks(schedule, client).install()
+
+
+def _action_ops(action: Any) -> list[list[Any]]:
+    """The Perseus ops of one torch ``_Action`` (none for communication / resharding actions)."""
+    if action is None:
+        return []
+    subs = getattr(action, "sub_actions", None)
+    if subs:
+        return [op for sub in subs for op in _action_ops(sub)]
+    kind = COMPUTATION_KINDS.get(getattr(action.computation_type, "value", None))
+    if kind is None:
+        return []
+    if action.microbatch_index is None:
+        raise ValueError(f"schedule: compute action {action!r} has no microbatch index")
+    return [[kind, int(action.microbatch_index), int(action.stage_index)]]
+
+
+def export_orders(schedule: Any) -> Orders:
+    """The exact per-rank order ``[[kind, microbatch, stage], ...]`` the schedule executes.
+
+    Works on any rank (every rank computes the whole pipeline's order). Raises ``TypeError`` for a
+    schedule whose order cannot be derived (a single-stage schedule other than GPipe / 1F1B).
+    """
+    from torch.distributed.pipelining.schedules import (
+        PipelineScheduleSingle,
+        Schedule1F1B,
+        ScheduleGPipe,
+    )
+
+    from perseus.schedules import gpipe, one_f_one_b
+
+    if isinstance(schedule, PipelineScheduleSingle):
+        stages = int(schedule._num_stages)
+        microbatches = int(schedule._n_microbatches)
+        if isinstance(schedule, Schedule1F1B):
+            built = one_f_one_b(stages, microbatches)
+        elif isinstance(schedule, ScheduleGPipe):
+            built = gpipe(stages, microbatches)
+        else:
+            raise TypeError(
+                f"schedule: no order known for single-stage schedule {type(schedule).__name__}"
+            )
+        return check_orders(built.to_json()["orders"])  # type: ignore[arg-type]
+    table = getattr(schedule, "pipeline_order_with_comms", None) or getattr(
+        schedule, "pipeline_order", None
+    )
+    if not table:
+        raise TypeError(f"schedule: {type(schedule).__name__} exposes no pipeline_order")
+    orders = [
+        [op for action in table[rank] for op in _action_ops(action)] for rank in sorted(table)
+    ]
+    return check_orders(orders)
