@@ -1,1 +1,67 @@
-"""Perseus."""
+"""Perseus rank client: receives per-instruction GPU frequency plans and applies them.
+
+Public API::
+
+    from perseus_client import PerseusClient, SimulatedGpu, NvmlGpu, RecordingGpu, Plan
+
+    with PerseusClient("localhost:50051", job="job-1", gpu=NvmlGpu(0)) as client:
+        with client.iteration():
+            with client.instruction("forward", microbatch=0):
+                ...
+
+Importing this package is light: it never imports scipy, networkx, fastapi or uvicorn (nor the
+Perseus core modules that do). See :mod:`perseus_client.client` for the guarantees.
+"""
+
+from perseus_client.client import PerseusClient
+from perseus_client.controller import FrequencyController
+from perseus_client.errors import (
+    ClientError,
+    ConfigError,
+    GpuDriverError,
+    GpuError,
+    GpuNotSupportedError,
+    GpuPermissionError,
+    PlanMismatchError,
+    UnsupportedClockError,
+)
+from perseus_client.gpu import (
+    ClockRequest,
+    GpuBackend,
+    InstructionRecord,
+    NvmlGpu,
+    RecordingGpu,
+    SimulatedGpu,
+    read_log,
+    read_profile_csv,
+)
+from perseus_client.measurements import InstructionMeasurement, IterationMeasurement
+from perseus_client.plan import INSTRUCTION_KINDS, Plan, PlanCursor, PlanStep, ProfilingTask
+
+__all__ = [
+    "PerseusClient",
+    "FrequencyController",
+    "GpuBackend",
+    "NvmlGpu",
+    "SimulatedGpu",
+    "RecordingGpu",
+    "ClockRequest",
+    "InstructionRecord",
+    "read_log",
+    "read_profile_csv",
+    "Plan",
+    "PlanStep",
+    "ProfilingTask",
+    "PlanCursor",
+    "INSTRUCTION_KINDS",
+    "InstructionMeasurement",
+    "IterationMeasurement",
+    "ClientError",
+    "ConfigError",
+    "PlanMismatchError",
+    "GpuError",
+    "GpuPermissionError",
+    "GpuNotSupportedError",
+    "GpuDriverError",
+    "UnsupportedClockError",
+]

@@ -1,0 +1,483 @@
+"""``PerseusClient``: one per training rank.
+
+It registers the rank with the Perseus server, keeps the rank's frequency plan up to date in the
+background, locks the SM clock the plan gives before every instruction, and reports iteration
+times. The training loop marks iterations and instructions with two context managers::
+
+    from perseus_client import PerseusClient, SimulatedGpu
+
+    gpu = SimulatedGpu.from_profile_csv("profiles/gpt3-175b_a100-sxm_8stage.csv", stage=0,
+                                        blocking_power=83.64, time_scale=0.05)
+    with PerseusClient("localhost:50051", job="my-job", gpu=gpu, global_rank=0,
+                       pipeline_rank=0, data_rank=0) as client:
+        for step in range(100):
+            with client.iteration():
+                for mb in range(4):
+                    with client.instruction("forward", microbatch=mb):
+                        ...  # forward pass of microbatch mb
+                for mb in range(4):
+                    with client.instruction("backward", microbatch=mb):
+                        ...  # backward pass of microbatch mb
+
+Guarantees:
+
+- **Plan versions swap only at iteration boundaries.** A new plan received mid-iteration is used
+  from the next ``iteration()`` on.
+- **The executed order is checked.** An instruction that is not the plan's next one raises
+  :class:`~perseus_client.errors.PlanMismatchError` naming both (``strict=False``: logged once,
+  and the rest of that iteration runs at the maximum clock).
+- **Training never waits for the network.** Registration, the ``WatchPlan`` stream (reconnected
+  with exponential backoff) and ``ReportIterations`` run in daemon threads. If the server has been
+  unreachable for longer than ``failopen_timeout`` seconds, iterations run at the maximum clock
+  until it is back.
+- **Clocks are always reset**: on ``close()`` / leaving the ``with`` block, on an exception
+  escaping an iteration, on SIGTERM/SIGINT, and at interpreter exit.
+- **Online profiling**: while the server sends a ``ProfilingTask``, every instruction runs at the
+  task's clock; after ``warmup_iterations`` iterations each instruction's time and energy
+  (energy-counter difference, with the device synchronised around it) are reported.
+
+Configuration comes from the arguments or the environment: ``PERSEUS_SERVER`` (``host:port``, or
+``grpcs://host:port`` for TLS), ``PERSEUS_TOKEN`` (bearer token), ``PERSEUS_JOB`` (job id),
+``RANK`` (global rank) and ``LOCAL_RANK`` (NVML index of the default :class:`NvmlGpu`;
+``PERSEUS_DRY_RUN=1`` makes it record clock requests without applying them).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+from types import TracebackType
+from typing import Any
+
+from perseus_client.controller import FrequencyController
+from perseus_client.errors import ClientError, ConfigError, PlanMismatchError
+from perseus_client.gpu.base import GpuBackend
+from perseus_client.measurements import InstructionMeasurement, IterationMeasurement
+from perseus_client.plan import INSTRUCTION_KINDS, Plan, PlanCursor
+from perseus_client.safety import ResetGuard
+
+__all__ = ["PerseusClient"]
+
+log = logging.getLogger("perseus_client")
+_KINDS = frozenset(INSTRUCTION_KINDS)
+
+
+def _env_int(name: str, value: int | None, default: int) -> int:
+    if value is not None:
+        return int(value)
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ConfigError(name, f"must be an integer, got {raw!r}") from exc
+
+
+class _IterationScope:
+    __slots__ = ("_client",)
+
+    def __init__(self, client: PerseusClient) -> None:
+        self._client = client
+
+    def __enter__(self) -> PerseusClient:
+        self._client._begin_iteration()
+        return self._client
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._client._end_iteration(ev)
+
+
+class _InstructionScope:
+    """Reusable instruction context (instructions never nest, so one object per client)."""
+
+    __slots__ = ("_client", "kind", "microbatch", "stage")
+
+    def __init__(self, client: PerseusClient) -> None:
+        self._client = client
+        self.kind = "forward"
+        self.microbatch = 0
+        self.stage: int | None = None
+
+    def __enter__(self) -> None:
+        self._client._begin_instruction(self.kind, self.microbatch, self.stage)
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._client._end_instruction(ev)
+
+
+class PerseusClient:
+    """The Perseus client of one training rank (see the module docstring).
+
+    Args:
+        server: gRPC address ``host:port`` (``grpcs://`` for TLS); default ``$PERSEUS_SERVER``.
+        job: job id; default ``$PERSEUS_JOB``.
+        token: bearer token; default ``$PERSEUS_TOKEN`` (none when unset).
+        gpu: the GPU backend; default ``NvmlGpu($LOCAL_RANK, dry_run=$PERSEUS_DRY_RUN)``.
+        global_rank: default ``$RANK`` or 0.
+        pipeline_rank: this rank's stage index in its pipeline (default 0).
+        data_rank: which data-parallel pipeline (default 0).
+        tensor_rank: tensor-parallel index (default 0).
+        strict: raise on a plan mismatch (else log once and run at max clock).
+        failopen_timeout: seconds of unreachable server after which iterations run at max clock.
+        report_interval: seconds between batched ``ReportIterations`` calls.
+        measure_instructions: report each instruction's time (CUDA events on GPUs).
+        offline: no server at all; plans come from :meth:`use_plan` (tests, benchmarks, replay).
+        handle_signals: install the SIGTERM/SIGINT clock-reset handlers (main thread only).
+        tls_root_certificates: PEM roots for ``grpcs://`` (default: the system's).
+        rpc_timeout, backoff_initial, backoff_max: network tuning (seconds).
+        cuda_events: time instructions and order clock changes with CUDA events (default: when
+            the backend is a real GPU and torch with CUDA is already imported).
+    """
+
+    def __init__(
+        self,
+        server: str | None = None,
+        job: str | None = None,
+        *,
+        token: str | None = None,
+        gpu: GpuBackend | None = None,
+        global_rank: int | None = None,
+        pipeline_rank: int = 0,
+        data_rank: int = 0,
+        tensor_rank: int = 0,
+        strict: bool = True,
+        failopen_timeout: float = 10.0,
+        report_interval: float = 0.5,
+        measure_instructions: bool = True,
+        offline: bool = False,
+        handle_signals: bool = True,
+        tls_root_certificates: bytes | None = None,
+        rpc_timeout: float = 5.0,
+        backoff_initial: float = 0.1,
+        backoff_max: float = 5.0,
+        cuda_events: bool | None = None,
+    ) -> None:
+        server = server if server is not None else os.environ.get("PERSEUS_SERVER")
+        job = job if job is not None else os.environ.get("PERSEUS_JOB")
+        token = token if token is not None else os.environ.get("PERSEUS_TOKEN") or None
+        if not offline:
+            if not server:
+                raise ConfigError("server", "pass server='host:port' or set PERSEUS_SERVER")
+            if not job:
+                raise ConfigError("job", "pass job='<job id>' or set PERSEUS_JOB")
+        if failopen_timeout < 0:
+            raise ConfigError("failopen_timeout", f"must be >= 0 seconds, got {failopen_timeout}")
+        for name, v in (
+            ("pipeline_rank", pipeline_rank),
+            ("data_rank", data_rank),
+            ("tensor_rank", tensor_rank),
+        ):
+            if int(v) < 0:
+                raise ConfigError(name, f"must be >= 0, got {v}")
+        self.global_rank = _env_int("RANK", global_rank, 0)
+        self.pipeline_rank = int(pipeline_rank)
+        self.data_rank = int(data_rank)
+        self.tensor_rank = int(tensor_rank)
+        self.job = job
+        self.strict = strict
+        self.failopen_timeout = float(failopen_timeout)
+        self.measure_instructions = measure_instructions
+
+        self._owns_gpu = gpu is None
+        if gpu is None:
+            from perseus_client.gpu.nvml import NvmlGpu
+
+            gpu = NvmlGpu(
+                _env_int("LOCAL_RANK", None, 0),
+                dry_run=os.environ.get("PERSEUS_DRY_RUN", "") not in ("", "0", "false"),
+            )
+        self.gpu = gpu
+        self.max_clock = gpu.max_clock
+        self._sync_clocks = gpu.synchronous_clocks
+        self._torch: Any = None
+        if cuda_events is None:
+            torch = sys.modules.get("torch")
+            cuda_events = bool(
+                not gpu.synchronous_clocks and torch is not None and torch.cuda.is_available()
+            )
+        if cuda_events:
+            import torch
+
+            self._torch = torch
+        self._cuda_events = bool(cuda_events)
+
+        self.controller = FrequencyController(gpu)
+        self._mismatch_logged = False
+        self._cursor = PlanCursor(self.max_clock, strict=strict, on_mismatch=self._log_mismatch)
+        self._iteration_scope = _IterationScope(self)
+        self._instruction_scope = _InstructionScope(self)
+
+        self._latest: Plan | None = None  # newest plan received (swapped in at a boundary)
+        self._plan: Plan | None = None  # plan of the current / last iteration
+        self._plan_lock = threading.Lock()
+        self.failed_open = False
+        self.iterations = 0
+        self._in_iteration = False
+        self._in_instruction = False
+        self._profile_iter = 0
+        self._measure_energy = False
+        self._record = False
+        self._iter_t0 = 0.0
+        self._iter_e0 = 0
+        self._instr: list[InstructionMeasurement] = []
+        self._events: list[tuple[Any, Any]] = []
+        self._cur_clock = self.max_clock
+        self._cur_t0 = 0.0
+        self._cur_e0 = 0
+        self._cur_start_ev: Any = None
+        self._last_end_ev: Any = None
+        #: The last iteration's measurement (also what was queued for the server).
+        self.last_report: IterationMeasurement | None = None
+        self._closed = False
+
+        self.link: Any = None
+        if not offline:
+            from perseus_client.transport import RankIdentity, ServerLink, parse_target
+
+            target, tls = parse_target(str(server))
+            self.link = ServerLink(
+                target,
+                RankIdentity(
+                    job_id=str(job),
+                    global_rank=self.global_rank,
+                    pipeline_rank=self.pipeline_rank,
+                    data_rank=self.data_rank,
+                    tensor_rank=self.tensor_rank,
+                    gpu_name=gpu.name,
+                    supported_clocks=tuple(gpu.supported_clocks()),
+                    hostname=socket.gethostname(),
+                ),
+                self._receive_plan,
+                token=token,
+                tls=tls or tls_root_certificates is not None,
+                root_certificates=tls_root_certificates,
+                rpc_timeout=rpc_timeout,
+                backoff_initial=backoff_initial,
+                backoff_max=backoff_max,
+                report_interval=report_interval,
+            )
+        self._guard = ResetGuard(self._emergency_reset, signals=handle_signals)
+        if self.link is not None:
+            self.link.start()
+
+    # -- plans ------------------------------------------------------------------------------------
+
+    def _receive_plan(self, plan: Plan) -> None:
+        with self._plan_lock:
+            self._latest = plan
+        log.debug("perseus: received plan version %d (%s)", plan.version, plan.reason)
+
+    def use_plan(self, plan: Plan | None) -> None:
+        """Use ``plan`` from the next iteration on (offline mode; a server plan overrides it)."""
+        self._receive_plan(plan) if plan is not None else setattr(self, "_latest", None)
+
+    @property
+    def plan(self) -> Plan | None:
+        """The plan of the current (or last) iteration; ``None`` while running at max clocks."""
+        return self._plan
+
+    @property
+    def latest_plan(self) -> Plan | None:
+        """The newest plan received (used from the next iteration boundary)."""
+        return self._latest
+
+    @property
+    def plan_version(self) -> int:
+        """Version of the plan in use (0: none, max clocks)."""
+        return self._plan.version if self._plan is not None else 0
+
+    @property
+    def connected(self) -> bool:
+        """True while the plan stream to the server is open."""
+        return self.link is not None and self.link.connected
+
+    @property
+    def rank_id(self) -> str | None:
+        """The rank id the server assigned (``None`` offline or before registering)."""
+        return self.link.rank_id if self.link is not None else None
+
+    def _select_plan(self) -> Plan | None:
+        link = self.link
+        if link is not None and link.unreachable_for() > self.failopen_timeout:
+            if not self.failed_open:
+                self.failed_open = True
+                log.warning(
+                    "perseus: server unreachable for more than %.1f s; running at max clocks",
+                    self.failopen_timeout,
+                )
+            return None
+        if self.failed_open:
+            self.failed_open = False
+            log.info("perseus: server reachable again; resuming the plan")
+        return self._latest
+
+    def _log_mismatch(self, err: PlanMismatchError) -> None:
+        if not self._mismatch_logged:
+            self._mismatch_logged = True
+            log.warning("perseus: %s; running the rest of the iteration at max clock", err)
+
+    # -- iterations -------------------------------------------------------------------------------
+
+    def iteration(self) -> _IterationScope:
+        """Context manager marking one training iteration."""
+        return self._iteration_scope
+
+    def _begin_iteration(self) -> None:
+        if self._in_iteration:
+            raise ClientError("iteration() blocks do not nest")
+        if self._closed:
+            raise ClientError("the client is closed")
+        plan = self._select_plan()
+        if plan is not self._plan:
+            self._plan = plan
+            self._profile_iter = 0
+        self._cursor.start(plan)
+        task = plan.profiling if plan is not None else None
+        if task is not None:
+            k = self._profile_iter
+            self._profile_iter = k + 1
+            self._measure_energy = (
+                task.warmup_iterations <= k < task.warmup_iterations + task.iterations
+            )
+            self._record = self._measure_energy
+        else:
+            self._measure_energy = False
+            self._record = self.measure_instructions
+        self._instr = []
+        self._events = []
+        self._in_iteration = True
+        gpu = self.gpu
+        self._iter_e0 = gpu.energy_mj()
+        self._iter_t0 = gpu.timestamp()
+
+    def _end_iteration(self, exc: BaseException | None) -> None:
+        gpu = self.gpu
+        t1 = gpu.timestamp()
+        e1 = gpu.energy_mj()
+        self._in_iteration = False
+        if self._in_instruction:  # an exception escaped an instruction body
+            self._in_instruction = False
+        if exc is not None:
+            # Training hit an exception: never leave the GPU locked while it unwinds.
+            self.controller.request_reset()
+            self.controller.flush()
+            return
+        index = self.iterations
+        self.iterations = index + 1
+        plan = self._plan
+        record = IterationMeasurement(
+            index,
+            t1 - self._iter_t0,
+            plan.version if plan is not None else 0,
+            (e1 - self._iter_e0) / 1000.0,
+            tuple(self._instr),
+            tuple(self._events),
+        )
+        self.last_report = record
+        if self.link is not None:
+            self.link.submit(record)
+        self._cursor.finish()
+
+    # -- instructions -----------------------------------------------------------------------------
+
+    def instruction(
+        self, kind: str, microbatch: int = 0, stage: int | None = None
+    ) -> _InstructionScope:
+        """Context manager around one instruction (``forward``, ``backward``, ``backward_input``,
+        ``backward_weight``) of ``microbatch``; ``stage`` is the model stage with virtual stages."""
+        if kind not in _KINDS:
+            raise ConfigError(
+                "kind", f"unknown instruction kind {kind!r} (one of {', '.join(INSTRUCTION_KINDS)})"
+            )
+        scope = self._instruction_scope
+        scope.kind = kind
+        scope.microbatch = microbatch
+        scope.stage = stage
+        return scope
+
+    def _begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:
+        if not self._in_iteration:
+            raise ClientError("instruction() must be used inside a client.iteration() block")
+        if self._in_instruction:
+            raise ClientError("instruction() blocks do not nest")
+        mhz = self._cursor.next_clock(kind, microbatch, stage)
+        self._in_instruction = True
+        self._cur_clock = mhz
+        seq = self.controller.request(mhz, self._last_end_ev)
+        gpu = self.gpu
+        if self._sync_clocks:
+            self.controller.flush(seq)
+        if self._measure_energy:
+            gpu.synchronize()
+            self._cur_e0 = gpu.energy_mj()
+        elif self._cuda_events and self._record:
+            ev = self._torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self._cur_start_ev = ev
+        gpu.begin_instruction(kind, microbatch, stage)
+        self._cur_t0 = gpu.timestamp()
+
+    def _end_instruction(self, exc: BaseException | None) -> None:
+        gpu = self.gpu
+        self._in_instruction = False
+        gpu.end_instruction()
+        t1 = gpu.timestamp()
+        if exc is not None:
+            return
+        end_ev = None
+        if self._cuda_events:
+            end_ev = self._torch.cuda.Event(enable_timing=self._record and not self._measure_energy)
+            end_ev.record()
+            self._last_end_ev = end_ev
+        if not self._record:
+            return
+        scope = self._instruction_scope
+        stage = (
+            scope.stage if scope.stage is not None else self._cursor.last_stage(self.pipeline_rank)
+        )
+        if self._measure_energy:
+            gpu.synchronize()
+            t1 = gpu.timestamp()
+            energy = (gpu.energy_mj() - self._cur_e0) / 1000.0
+        else:
+            energy = 0.0
+            if end_ev is not None:
+                self._events.append((self._cur_start_ev, end_ev))
+        self._instr.append(
+            InstructionMeasurement(
+                scope.kind, scope.microbatch, stage, self._cur_clock, t1 - self._cur_t0, energy
+            )
+        )
+
+    # -- shutdown ---------------------------------------------------------------------------------
+
+    def _emergency_reset(self) -> None:
+        self.controller.reset_now()
+
+    def close(self) -> None:
+        """Reset the clocks, send queued reports (bounded wait), stop the background threads."""
+        if self._closed:
+            return
+        self._closed = True
+        self._guard.uninstall()
+        self.controller.close(reset=True)
+        if self.link is not None:
+            self.link.close()
+        if self._owns_gpu:
+            self.gpu.close()
+
+    def __enter__(self) -> PerseusClient:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,77 @@
+"""Exceptions raised by the Perseus rank client.
+
+Everything the client raises derives from :class:`ClientError`, so a training script can catch
+one type. GPU backend failures carry an actionable message (what is wrong and how to fix it).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ClientError",
+    "ConfigError",
+    "PlanMismatchError",
+    "GpuError",
+    "GpuPermissionError",
+    "GpuNotSupportedError",
+    "GpuDriverError",
+    "UnsupportedClockError",
+]
+
+
+class ClientError(Exception):
+    """Base class of every error raised by :mod:`perseus_client`."""
+
+
+class ConfigError(ClientError, ValueError):
+    """A constructor argument or environment variable is missing or invalid.
+
+    ``field`` names the argument (or environment variable) at fault.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class PlanMismatchError(ClientError):
+    """The instruction the training loop executed is not the plan's next instruction.
+
+    ``executed`` and ``expected`` are ``(kind, microbatch, stage)`` tuples (``expected`` is
+    ``None`` when the plan has no instruction left in this iteration; ``executed`` is ``None``
+    when the iteration ended before the plan's instructions were all executed).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        executed: tuple[str, int, int | None] | None,
+        expected: tuple[str, int, int] | None,
+        position: int,
+        plan_version: int,
+    ) -> None:
+        super().__init__(message)
+        self.executed = executed
+        self.expected = expected
+        self.position = position
+        self.plan_version = plan_version
+
+
+class GpuError(ClientError):
+    """A GPU backend could not do what was asked."""
+
+
+class GpuPermissionError(GpuError):
+    """Locking clocks needs root or the CAP_SYS_ADMIN capability."""
+
+
+class GpuNotSupportedError(GpuError):
+    """The GPU or driver does not support the operation (clock locking needs Volta or newer)."""
+
+
+class GpuDriverError(GpuError):
+    """No NVIDIA driver / NVML library could be loaded, or the device does not exist."""
+
+
+class UnsupportedClockError(GpuError, ValueError):
+    """A requested SM clock is not one of the GPU's supported clocks."""

@@ -1,0 +1,22 @@
+"""GPU backends behind one small interface (:class:`GpuBackend`).
+
+- :class:`NvmlGpu`: a real NVIDIA GPU through NVML (``dry_run`` records without applying);
+- :class:`SimulatedGpu`: a DVFS model driven by a Perseus profile (tests, demos);
+- :class:`RecordingGpu`: wraps another backend and records every clock request.
+"""
+
+from perseus_client.gpu.base import GpuBackend
+from perseus_client.gpu.nvml import NvmlGpu
+from perseus_client.gpu.recording import ClockRequest, InstructionRecord, RecordingGpu, read_log
+from perseus_client.gpu.simulated import SimulatedGpu, read_profile_csv
+
+__all__ = [
+    "GpuBackend",
+    "NvmlGpu",
+    "SimulatedGpu",
+    "RecordingGpu",
+    "ClockRequest",
+    "InstructionRecord",
+    "read_log",
+    "read_profile_csv",
+]

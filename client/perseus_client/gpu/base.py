@@ -1,0 +1,68 @@
+"""The one small interface every GPU backend implements.
+
+A backend knows the GPU's supported SM clocks, locks and resets the SM clock, and reads the
+GPU's cumulative energy counter (millijoules, like NVML's ``nvmlDeviceGetTotalEnergyConsumption``).
+
+Two optional hooks let a backend take part in instruction execution: ``begin_instruction`` and
+``end_instruction`` are called by the client on the training thread around each instruction.
+Real GPUs ignore them; :class:`~perseus_client.gpu.simulated.SimulatedGpu` uses them to model
+the instruction's duration and energy at the clock in effect.
+
+``synchronous_clocks`` tells the client that the clock requested for an instruction must be in
+effect *before* ``begin_instruction`` runs (simulated and recording backends: the clock decides
+the modelled duration, and tests check it). For real GPUs the frequency controller applies the
+clock off the training thread and the training thread never waits for it.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+
+__all__ = ["GpuBackend"]
+
+
+class GpuBackend(ABC):
+    """SM clock control and energy reading for one GPU."""
+
+    #: Human-readable device name (``"NVIDIA A100-SXM4-80GB"``, ``"simulated"``...).
+    name: str = "gpu"
+    #: True when the requested clock must be applied before ``begin_instruction`` (see module doc).
+    synchronous_clocks: bool = False
+
+    @abstractmethod
+    def supported_clocks(self) -> tuple[int, ...]:
+        """Supported SM clocks in MHz, highest first."""
+
+    @property
+    def max_clock(self) -> int:
+        """The highest supported SM clock in MHz."""
+        return self.supported_clocks()[0]
+
+    @abstractmethod
+    def set_locked_clocks(self, mhz: int) -> None:
+        """Lock the SM clock at ``mhz`` (must be one of :meth:`supported_clocks`)."""
+
+    @abstractmethod
+    def reset_locked_clocks(self) -> None:
+        """Remove any SM clock lock (the GPU returns to its default clock management)."""
+
+    @abstractmethod
+    def energy_mj(self) -> int:
+        """The cumulative energy counter in millijoules (only differences are meaningful)."""
+
+    def timestamp(self) -> float:
+        """Seconds on the device's time axis (wall time for real GPUs; simulated time otherwise)."""
+        return time.perf_counter()
+
+    def begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:  # noqa: B027
+        """Called on the training thread when an instruction starts (no-op for real GPUs)."""
+
+    def end_instruction(self) -> None:  # noqa: B027
+        """Called on the training thread when an instruction's body returns (no-op for real GPUs)."""
+
+    def synchronize(self) -> None:  # noqa: B027
+        """Wait for the device's queued work (used around measured instructions while profiling)."""
+
+    def close(self) -> None:  # noqa: B027
+        """Release the backend's resources (does not reset clocks; the client does that)."""

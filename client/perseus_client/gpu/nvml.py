@@ -1,0 +1,197 @@
+"""NVIDIA GPUs through NVML (the ``nvidia-ml-py`` distribution, import name ``pynvml``).
+
+Supported clocks come from ``nvmlDeviceGetSupportedMemoryClocks`` (the highest memory clock is
+used) and ``nvmlDeviceGetSupportedGraphicsClocks``; clocks are locked with
+``nvmlDeviceSetGpuLockedClocks(h, f, f)`` and released with ``nvmlDeviceResetGpuLockedClocks``;
+energy is ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since the driver was loaded).
+
+NVML failures become actionable :class:`~perseus_client.errors.GpuError` subclasses: locking
+clocks needs root or CAP_SYS_ADMIN (:class:`GpuPermissionError`), Volta or newer
+(:class:`GpuNotSupportedError`), and a loaded NVIDIA driver (:class:`GpuDriverError`).
+
+``dry_run=True`` reads everything from the GPU but never changes a clock: lock and reset requests
+are only recorded in :attr:`NvmlGpu.requests` (``("set", mhz)`` / ``("reset", None)``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+import threading
+from types import ModuleType
+from typing import Any
+
+from perseus_client.errors import (
+    GpuDriverError,
+    GpuError,
+    GpuNotSupportedError,
+    GpuPermissionError,
+    UnsupportedClockError,
+)
+from perseus_client.gpu.base import GpuBackend
+
+__all__ = ["NvmlGpu"]
+
+_PERMISSION_HINT = (
+    "locking GPU clocks needs root or the CAP_SYS_ADMIN capability: run the training process as "
+    "root, grant it CAP_SYS_ADMIN (e.g. docker run --cap-add SYS_ADMIN), or use NvmlGpu(dry_run=True) "
+    "to record the requested clocks without applying them"
+)
+_NOT_SUPPORTED_HINT = (
+    "this GPU or driver does not support locking SM clocks (it needs a Volta or newer GPU and a "
+    "recent driver); use NvmlGpu(dry_run=True) or SimulatedGpu instead"
+)
+_DRIVER_HINT = (
+    "no NVIDIA driver could be reached through NVML (is the driver installed and loaded, is "
+    "libnvidia-ml.so on the library path, and is the GPU visible in this container?)"
+)
+
+
+class NvmlGpu(GpuBackend):
+    """One NVIDIA GPU controlled through NVML.
+
+    Args:
+        index: NVML device index (NVML does not follow ``CUDA_VISIBLE_DEVICES``).
+        dry_run: record clock requests in :attr:`requests` instead of applying them.
+        nvml: the ``pynvml`` module to use (tests pass a fake); imported lazily by default.
+    """
+
+    def __init__(
+        self, index: int = 0, *, dry_run: bool = False, nvml: ModuleType | Any = None
+    ) -> None:
+        if index < 0:
+            raise ValueError(f"index: must be >= 0, got {index}")
+        if nvml is None:
+            try:
+                nvml = importlib.import_module("pynvml")
+            except ImportError as exc:  # pragma: no cover - dependency is declared
+                raise GpuDriverError(
+                    "the nvidia-ml-py package (import name pynvml) is not installed"
+                ) from exc
+        self._nvml = nvml
+        self.index = index
+        self.dry_run = dry_run
+        #: Every lock/reset request, in order: ``("set", mhz)`` or ``("reset", None)``.
+        self.requests: list[tuple[str, int | None]] = []
+        self._lock = threading.RLock()
+        self._call("initialise NVML", nvml.nvmlInit)
+        self._initialised = True
+        try:
+            self._handle = self._call(f"open GPU {index}", nvml.nvmlDeviceGetHandleByIndex, index)
+            raw_name = self._call("read the GPU name", nvml.nvmlDeviceGetName, self._handle)
+            self.name = raw_name.decode() if isinstance(raw_name, bytes) else str(raw_name)
+            self._clocks = self._read_supported_clocks()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _read_supported_clocks(self) -> tuple[int, ...]:
+        nvml = self._nvml
+        memory = self._call(
+            "list supported memory clocks", nvml.nvmlDeviceGetSupportedMemoryClocks, self._handle
+        )
+        if not memory:
+            raise GpuNotSupportedError(
+                f"GPU {self.index} reports no supported memory clocks; {_NOT_SUPPORTED_HINT}"
+            )
+        graphics = self._call(
+            "list supported graphics clocks",
+            nvml.nvmlDeviceGetSupportedGraphicsClocks,
+            self._handle,
+            max(int(m) for m in memory),
+        )
+        clocks = tuple(sorted({int(g) for g in graphics}, reverse=True))
+        if not clocks:
+            raise GpuNotSupportedError(
+                f"GPU {self.index} reports no supported SM clocks; {_NOT_SUPPORTED_HINT}"
+            )
+        return clocks
+
+    def supported_clocks(self) -> tuple[int, ...]:
+        return self._clocks
+
+    def energy_mj(self) -> int:
+        return int(
+            self._call(
+                "read the energy counter",
+                self._nvml.nvmlDeviceGetTotalEnergyConsumption,
+                self._handle,
+            )
+        )
+
+    # -- control ------------------------------------------------------------------------------
+
+    def set_locked_clocks(self, mhz: int) -> None:
+        mhz = int(mhz)
+        if mhz not in self._clocks:
+            raise UnsupportedClockError(
+                f"frequency_mhz: {mhz} MHz is not a supported SM clock of GPU {self.index} "
+                f"({self.name}); supported: {self._clocks[0]}..{self._clocks[-1]} MHz"
+            )
+        with self._lock:
+            self.requests.append(("set", mhz))
+            if self.dry_run:
+                return
+            self._call(
+                f"lock the SM clock at {mhz} MHz",
+                self._nvml.nvmlDeviceSetGpuLockedClocks,
+                self._handle,
+                mhz,
+                mhz,
+            )
+
+    def reset_locked_clocks(self) -> None:
+        with self._lock:
+            self.requests.append(("reset", None))
+            if self.dry_run:
+                return
+            self._call(
+                "reset the locked SM clocks",
+                self._nvml.nvmlDeviceResetGpuLockedClocks,
+                self._handle,
+            )
+
+    def synchronize(self) -> None:
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+
+    def close(self) -> None:
+        if getattr(self, "_initialised", False):
+            self._initialised = False
+            with contextlib.suppress(Exception):  # shutting down; nothing useful to do
+                self._nvml.nvmlShutdown()
+
+    # -- errors -------------------------------------------------------------------------------
+
+    def _call(self, what: str, fn: Any, *args: Any) -> Any:
+        nvml = self._nvml
+        try:
+            return fn(*args)
+        except nvml.NVMLError as exc:
+            raise self._translate(what, exc) from exc
+
+    def _translate(self, what: str, exc: Any) -> GpuError:
+        nvml = self._nvml
+        code = getattr(exc, "value", None)
+        prefix = f"could not {what} on GPU {self.index}: {exc}"
+        if code == nvml.NVML_ERROR_NO_PERMISSION:
+            return GpuPermissionError(f"{prefix}; {_PERMISSION_HINT}")
+        if code == nvml.NVML_ERROR_NOT_SUPPORTED:
+            return GpuNotSupportedError(f"{prefix}; {_NOT_SUPPORTED_HINT}")
+        if code in (
+            nvml.NVML_ERROR_DRIVER_NOT_LOADED,
+            nvml.NVML_ERROR_LIBRARY_NOT_FOUND,
+            nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
+            nvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH,
+        ):
+            return GpuDriverError(f"{prefix}; {_DRIVER_HINT}")
+        if code in (
+            nvml.NVML_ERROR_INVALID_ARGUMENT,
+            nvml.NVML_ERROR_NOT_FOUND,
+        ) and what.startswith("open GPU"):
+            return GpuDriverError(f"{prefix}; no GPU with NVML index {self.index}")
+        return GpuError(prefix)

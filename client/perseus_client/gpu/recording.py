@@ -1,0 +1,129 @@
+"""A wrapper that records every clock request and the clock each instruction ran at.
+
+``RecordingGpu(inner)`` forwards everything to ``inner`` (a :class:`SimulatedGpu`, or an
+:class:`NvmlGpu` in ``dry_run``) and keeps two logs:
+
+- :attr:`RecordingGpu.requests`: every lock/reset, as :class:`ClockRequest` (``op`` is ``"set"`` or
+  ``"reset"``, ``mhz`` the clock or ``None``);
+- :attr:`RecordingGpu.instructions`: every instruction, as :class:`InstructionRecord` with the
+  clock requested for it (the locked clock in effect when it began).
+
+Clock changes are synchronous for this backend (``synchronous_clocks = True``), so the clock in an
+:class:`InstructionRecord` is exactly the clock the client asked for before that instruction.
+With ``log_path`` set, each record is also appended to a JSON-lines file as it happens (one object
+per line, ``{"event": "set"|"reset"|"instruction", ...}``), so a test can read what a separate
+training process did even if it was killed; :func:`read_log` parses that file.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from perseus_client.gpu.base import GpuBackend
+
+__all__ = ["RecordingGpu", "ClockRequest", "InstructionRecord", "read_log"]
+
+
+@dataclass(frozen=True)
+class ClockRequest:
+    """One lock (``op="set"``, ``mhz`` set) or reset (``op="reset"``, ``mhz=None``)."""
+
+    op: str
+    mhz: int | None
+
+
+@dataclass(frozen=True)
+class InstructionRecord:
+    """An executed instruction and the SM clock it ran at (``None``: unlocked, i.e. max)."""
+
+    kind: str
+    microbatch: int
+    stage: int | None
+    mhz: int | None
+
+
+class RecordingGpu(GpuBackend):
+    """Record every clock request and instruction, forwarding to ``inner``."""
+
+    synchronous_clocks = True
+
+    def __init__(self, inner: GpuBackend, *, log_path: str | Path | None = None) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.requests: list[ClockRequest] = []
+        self.instructions: list[InstructionRecord] = []
+        self._locked: int | None = None
+        self._lock = threading.RLock()
+        self._log: IO[str] | None = open(log_path, "a", buffering=1) if log_path else None  # noqa: SIM115
+
+    def _write(self, doc: dict[str, Any]) -> None:
+        if self._log is not None:
+            self._log.write(json.dumps(doc) + "\n")
+
+    def supported_clocks(self) -> tuple[int, ...]:
+        return self.inner.supported_clocks()
+
+    @property
+    def locked_clock(self) -> int | None:
+        """The last locked clock requested (``None`` after a reset or before any lock)."""
+        return self._locked
+
+    def set_locked_clocks(self, mhz: int) -> None:
+        with self._lock:
+            self.inner.set_locked_clocks(mhz)
+            self._locked = int(mhz)
+            self.requests.append(ClockRequest("set", int(mhz)))
+            self._write({"event": "set", "mhz": int(mhz)})
+
+    def reset_locked_clocks(self) -> None:
+        with self._lock:
+            self.inner.reset_locked_clocks()
+            self._locked = None
+            self.requests.append(ClockRequest("reset", None))
+            self._write({"event": "reset", "mhz": None})
+
+    def energy_mj(self) -> int:
+        return self.inner.energy_mj()
+
+    def timestamp(self) -> float:
+        return self.inner.timestamp()
+
+    def begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:
+        rec = InstructionRecord(kind, microbatch, stage, self._locked)
+        self.instructions.append(rec)
+        if self._log is not None:
+            self._write({"event": "instruction", **asdict(rec)})
+        self.inner.begin_instruction(kind, microbatch, stage)
+
+    def end_instruction(self) -> None:
+        self.inner.end_instruction()
+
+    def synchronize(self) -> None:
+        self.inner.synchronize()
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self.inner.close()
+
+
+def read_log(path: str | Path) -> tuple[list[ClockRequest], list[InstructionRecord]]:
+    """Parse a :class:`RecordingGpu` JSON-lines log into (requests, instructions)."""
+    requests: list[ClockRequest] = []
+    instructions: list[InstructionRecord] = []
+    for line in Path(path).read_text().splitlines():
+        if not line.strip():
+            continue
+        doc = json.loads(line)
+        if doc["event"] == "instruction":
+            instructions.append(
+                InstructionRecord(doc["kind"], doc["microbatch"], doc["stage"], doc["mhz"])
+            )
+        else:
+            requests.append(ClockRequest(doc["event"], doc["mhz"]))
+    return requests, instructions

@@ -1,0 +1,340 @@
+"""A simulated GPU: a DVFS model driven by a Perseus profile.
+
+An instruction run at SM clock ``f`` takes the profile's time at ``f`` (times ``slowdown``) and
+consumes the profile's energy at ``f`` (times ``slowdown``: a throttled GPU draws the same power
+for longer); between instructions the GPU waits and draws ``blocking_power`` watts. The energy
+counter (:meth:`SimulatedGpu.energy_mj`) reads like NVML's: cumulative millijoules.
+
+Time is scaled for demos and tests: with ``time_scale=s`` an instruction modelled to last ``t``
+seconds occupies ``s*t`` seconds of wall time (the client sleeps at the end of the instruction
+until then), and :meth:`SimulatedGpu.timestamp` returns simulated seconds (wall time / ``s``
+between instructions; exactly ``t`` per instruction, the sleep's overshoot is not counted), so
+times reported to the server are on the profile's time axis. Choose ``s`` so that an instruction
+lasts at least ~10 ms of wall time: the OS's sleep overshoot (~0.1 ms), which a neighbouring rank
+still sees as waiting, is then below 1%. With ``time_scale=0`` nothing sleeps and the clock only advances by instruction
+durations (idle time is not modelled), which is what the hook-overhead benchmark uses.
+
+The clock that decides an instruction's duration is the one in effect when
+:meth:`begin_instruction` runs; the client applies the plan's clock before that for this backend
+(``synchronous_clocks = True``). With ``state_path`` set, every lock/reset is persisted to a JSON
+file (``{"locked_clock_mhz": int|null, "sets": n, "resets": n}``) so that another process can check
+that the clocks were reset, e.g. after the training process received SIGTERM.
+
+A straggler is injected at runtime with :meth:`set_slowdown` (thread-safe), e.g.
+``gpu.set_slowdown(1.2)`` makes every following instruction 20% slower.
+
+Build one from a profile CSV (no numpy/scipy needed; the CSV is read with the standard library)::
+
+    gpu = SimulatedGpu.from_profile_csv("profiles/gpt3-175b_a100-sxm_8stage.csv", stage=3,
+                                        blocking_power=83.64, time_scale=0.05)
+
+or from a loaded :class:`perseus.profiles.Profile` with :meth:`SimulatedGpu.from_profile`, or from
+plain dicts ``{(stage, kind): {mhz: (seconds, joules)}}``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import csv
+import io
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from perseus_client.errors import ConfigError, UnsupportedClockError
+from perseus_client.gpu.base import GpuBackend
+
+__all__ = ["SimulatedGpu", "Measurements", "read_profile_csv"]
+
+#: ``{(stage, kind): {frequency_mhz: (time_seconds, energy_joules)}}``
+Measurements = Mapping[tuple[int, str], Mapping[int, tuple[float, float]]]
+
+_COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
+
+
+def read_profile_csv(
+    source: str | Path, *, stages: Iterable[int] | None = None
+) -> dict[tuple[int, str], dict[int, tuple[float, float]]]:
+    """Read a ``stage,instruction,frequency,time,energy`` CSV into plain dicts.
+
+    ``source`` is a path, or the CSV text itself when it contains a newline. Only the rows of
+    ``stages`` are kept (all when ``None``). Rows are validated (positive finite times and
+    energies); errors name the row and column.
+    """
+    text = source if isinstance(source, str) and "\n" in source else Path(source).read_text()
+    wanted = None if stages is None else {int(s) for s in stages}
+    reader = csv.DictReader(io.StringIO(text))
+    missing = [c for c in _COLUMNS if c not in (reader.fieldnames or ())]
+    if missing:
+        raise ConfigError("profile", f"CSV header lacks column(s) {', '.join(missing)}")
+    out: dict[tuple[int, str], dict[int, tuple[float, float]]] = {}
+    for rowno, row in enumerate(reader, start=2):
+        try:
+            stage = int(row["stage"])
+            if wanted is not None and stage not in wanted:
+                continue
+            kind = row["instruction"].strip()
+            freq = int(float(row["frequency"]))
+            t = float(row["time"])
+            e = float(row["energy"])
+        except (TypeError, ValueError) as exc:
+            raise ConfigError("profile", f"row {rowno}: {exc}") from exc
+        for col, v in (("time", t), ("energy", e)):
+            if not (math.isfinite(v) and v > 0):
+                raise ConfigError(
+                    "profile", f"row {rowno}: {col} must be positive and finite, got {v}"
+                )
+        out.setdefault((stage, kind), {})[freq] = (t, e)
+    if not out:
+        raise ConfigError("profile", f"no rows for stage(s) {sorted(wanted) if wanted else 'any'}")
+    return out
+
+
+class _Curve:
+    """Time and energy of one (stage, kind) as functions of frequency (linear interpolation)."""
+
+    __slots__ = ("freqs", "times", "energies", "_cache")
+
+    def __init__(self, points: Mapping[int, tuple[float, float]]) -> None:
+        items = sorted((int(f), float(t), float(e)) for f, (t, e) in points.items())
+        self.freqs = [f for f, _, _ in items]
+        self.times = [t for _, t, _ in items]
+        self.energies = [e for _, _, e in items]
+        self._cache: dict[int, tuple[float, float]] = {}
+
+    def at(self, mhz: int) -> tuple[float, float]:
+        hit = self._cache.get(mhz)
+        if hit is not None:
+            return hit
+        fs = self.freqs
+        i = bisect.bisect_left(fs, mhz)
+        if i < len(fs) and fs[i] == mhz:
+            res = (self.times[i], self.energies[i])
+        elif i == 0:
+            res = (self.times[0], self.energies[0])
+        elif i == len(fs):
+            res = (self.times[-1], self.energies[-1])
+        else:
+            w = (mhz - fs[i - 1]) / (fs[i] - fs[i - 1])
+            res = (
+                self.times[i - 1] + w * (self.times[i] - self.times[i - 1]),
+                self.energies[i - 1] + w * (self.energies[i] - self.energies[i - 1]),
+            )
+        self._cache[mhz] = res
+        return res
+
+
+class SimulatedGpu(GpuBackend):
+    """A GPU whose instruction times and energies follow a profile (see the module docstring).
+
+    Args:
+        measurements: ``{(stage, kind): {mhz: (seconds, joules)}}`` for the stage(s) this GPU runs.
+        stage: the stage used when an instruction names none (default: the lowest stage present).
+        blocking_power: watts drawn while waiting between instructions.
+        time_scale: wall seconds per simulated second (0: never sleep).
+        slowdown: initial slowdown factor (1.0 = as profiled).
+        supported_clocks: the clocks this GPU accepts (default: every profiled frequency).
+        state_path: persist lock/reset state to this JSON file on every change.
+        name: device name reported at registration.
+    """
+
+    synchronous_clocks = True
+
+    def __init__(
+        self,
+        measurements: Measurements,
+        *,
+        stage: int | None = None,
+        blocking_power: float = 0.0,
+        time_scale: float = 1.0,
+        slowdown: float = 1.0,
+        supported_clocks: Sequence[int] | None = None,
+        state_path: str | Path | None = None,
+        name: str = "simulated",
+    ) -> None:
+        if not measurements:
+            raise ConfigError("measurements", "must hold at least one (stage, kind) entry")
+        if not (math.isfinite(blocking_power) and blocking_power >= 0):
+            raise ConfigError("blocking_power", f"must be >= 0 watts, got {blocking_power}")
+        if not (math.isfinite(time_scale) and time_scale >= 0):
+            raise ConfigError("time_scale", f"must be >= 0, got {time_scale}")
+        self._curves = {(int(s), str(k)): _Curve(pts) for (s, k), pts in measurements.items()}
+        stages = sorted({s for s, _ in self._curves})
+        if stage is not None and stage not in stages:
+            raise ConfigError(
+                "stage", f"stage {stage} is not in the profile data (stages {stages})"
+            )
+        self.stage = stages[0] if stage is None else int(stage)
+        self.stages = tuple(stages)
+        self.name = name
+        self.blocking_power = float(blocking_power)
+        self.time_scale = float(time_scale)
+        clocks = supported_clocks or sorted({f for c in self._curves.values() for f in c.freqs})
+        self._clocks = tuple(sorted({int(c) for c in clocks}, reverse=True))
+        self._slowdown = 1.0
+        self.set_slowdown(slowdown)
+        self._state_path = Path(state_path) if state_path is not None else None
+        self._state_lock = threading.RLock()
+        self._locked: int | None = None
+        self.sets = 0
+        self.resets = 0
+        # Time/energy accounting (simulated seconds / joules).
+        self._wall_base = time.perf_counter()  # simulated time = _sim_base + wall since _wall_base
+        self._sim_base = 0.0
+        self._virtual = 0.0  # simulated time when time_scale == 0
+        self._busy = 0.0  # simulated seconds spent in finished instructions
+        self._energy = 0.0  # joules of finished instructions
+        self._pending: tuple[float, float, float, float] | None = None
+        self._persist()
+
+    # -- construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_profile_csv(
+        cls, source: str | Path, *, stage: int, stages: Iterable[int] | None = None, **kwargs: Any
+    ) -> SimulatedGpu:
+        """Build from a profile CSV file (or CSV text): the data of ``stages`` (default ``[stage]``)."""
+        data = read_profile_csv(source, stages=[stage] if stages is None else stages)
+        return cls(data, stage=stage, **kwargs)
+
+    @classmethod
+    def from_profile(
+        cls, profile: Any, *, stage: int, stages: Iterable[int] | None = None, **kwargs: Any
+    ) -> SimulatedGpu:
+        """Build from a :class:`perseus.profiles.Profile` (duck-typed: ``profile.entries``)."""
+        wanted = {stage} if stages is None else set(stages)
+        data: dict[tuple[int, str], dict[int, tuple[float, float]]] = {}
+        for (s, k), p in profile.entries.items():
+            if s in wanted:
+                data[(int(s), str(k))] = {
+                    int(f): (float(t), float(e))
+                    for f, t, e in zip(p.frequencies, p.times, p.energies, strict=True)
+                }
+        if not data:
+            raise ConfigError("stage", f"the profile has no data for stage(s) {sorted(wanted)}")
+        return cls(data, stage=stage, **kwargs)
+
+    # -- GpuBackend -------------------------------------------------------------------------------
+
+    def supported_clocks(self) -> tuple[int, ...]:
+        return self._clocks
+
+    @property
+    def locked_clock(self) -> int | None:
+        """The locked SM clock in MHz, or ``None`` when not locked."""
+        return self._locked
+
+    @property
+    def current_clock(self) -> int:
+        """The clock instructions run at now (the locked clock, else the maximum)."""
+        return self._clocks[0] if self._locked is None else self._locked
+
+    def set_locked_clocks(self, mhz: int) -> None:
+        mhz = int(mhz)
+        if mhz not in self._clocks:
+            raise UnsupportedClockError(
+                f"frequency_mhz: {mhz} MHz is not a supported clock of this simulated GPU "
+                f"({self._clocks[0]}..{self._clocks[-1]} MHz)"
+            )
+        with self._state_lock:
+            self._locked = mhz
+            self.sets += 1
+            self._persist()
+
+    def reset_locked_clocks(self) -> None:
+        with self._state_lock:
+            self._locked = None
+            self.resets += 1
+            self._persist()
+
+    @property
+    def slowdown(self) -> float:
+        """The current slowdown factor (1.0 = as profiled)."""
+        return self._slowdown
+
+    def set_slowdown(self, factor: float) -> None:
+        """Make every following instruction ``factor`` times slower (straggler injection)."""
+        if not (math.isfinite(factor) and factor > 0):
+            raise ConfigError("slowdown", f"must be a positive finite factor, got {factor}")
+        self._slowdown = float(factor)
+
+    def timestamp(self) -> float:
+        if self.time_scale > 0:
+            return self._sim_base + (time.perf_counter() - self._wall_base) / self.time_scale
+        return self._virtual
+
+    def energy_mj(self) -> int:
+        energy = self._energy
+        if self.time_scale > 0 and self.blocking_power > 0:
+            pending = self._pending
+            now = self.timestamp() if pending is None else pending[2]
+            idle = now - self._busy
+            energy += self.blocking_power * max(0.0, idle)
+        return int(energy * 1000.0)
+
+    def instruction_cost(
+        self, kind: str, stage: int | None = None, mhz: int | None = None
+    ) -> tuple[float, float]:
+        """Modelled ``(seconds, joules)`` of one instruction at ``mhz`` (default: current clock)."""
+        key = (self.stage if stage is None else stage, kind)
+        curve = self._curves.get(key)
+        if curve is None:
+            raise ConfigError(
+                "instruction", f"the simulated GPU has no profile data for stage {key[0]} {kind!r}"
+            )
+        t, e = curve.at(self.current_clock if mhz is None else mhz)
+        return t * self._slowdown, e * self._slowdown
+
+    def begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:
+        t, e = self.instruction_cost(kind, stage)
+        if self.time_scale > 0:
+            start_wall = time.perf_counter()
+            start_sim = self._sim_base + (start_wall - self._wall_base) / self.time_scale
+            self._pending = (t, e, start_sim, start_wall)
+        else:
+            self._pending = (t, e, self._virtual, 0.0)
+
+    def end_instruction(self) -> None:
+        pending = self._pending
+        if pending is None:
+            return
+        t, e, start_sim, start_wall = pending
+        scale = self.time_scale
+        if scale > 0:
+            now = time.perf_counter()
+            remaining = start_wall + t * scale - now
+            if remaining > 0:
+                # Sleep out the modelled duration; the sleep's overshoot is not counted.
+                time.sleep(remaining)
+                duration = t
+            else:
+                # The real work inside the instruction took longer than the model: count it.
+                duration = (now - start_wall) / scale
+            self._sim_base = start_sim + duration
+            self._wall_base = time.perf_counter()
+        else:
+            duration = t
+            self._virtual += t
+        self._busy += duration
+        self._energy += e
+        self._pending = None
+
+    # -- state file -----------------------------------------------------------------------------
+
+    def _persist(self) -> None:
+        if self._state_path is None:
+            return
+        doc = {"locked_clock_mhz": self._locked, "sets": self.sets, "resets": self.resets}
+        tmp = self._state_path.with_name(self._state_path.name + ".tmp")
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, self._state_path)
+
+    @staticmethod
+    def read_state(path: str | Path) -> dict[str, Any]:
+        """Read the JSON state a ``state_path`` SimulatedGpu persisted."""
+        return dict(json.loads(Path(path).read_text()))

@@ -1,0 +1,51 @@
+"""What the client measures and reports: per-iteration and per-instruction records.
+
+Times are seconds on the backend's time axis (:meth:`GpuBackend.timestamp`; simulated seconds for
+:class:`~perseus_client.gpu.SimulatedGpu`), energies joules from energy-counter differences.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+__all__ = ["InstructionMeasurement", "IterationMeasurement"]
+
+
+class InstructionMeasurement(NamedTuple):
+    """One executed instruction: its clock, duration and (when measured) energy (0: not measured)."""
+
+    kind: str
+    microbatch: int
+    stage: int
+    frequency_mhz: int
+    time: float
+    energy: float
+
+
+@dataclass(frozen=True)
+class IterationMeasurement:
+    """One iteration as reported to the server over ``ReportIterations``.
+
+    ``cuda_events`` holds ``(start, end)`` CUDA event pairs whose elapsed time replaces the
+    instructions' times when the report is sent (resolved off the training thread).
+    """
+
+    iteration: int
+    iteration_time: float
+    plan_version: int
+    energy: float
+    instructions: tuple[InstructionMeasurement, ...]
+    cuda_events: tuple[tuple[Any, Any], ...] = ()
+
+    def resolved(self) -> IterationMeasurement:
+        """Replace instruction times by CUDA-event elapsed times (blocks until they complete)."""
+        if not self.cuda_events:
+            return self
+        out = []
+        for m, (start, end) in zip(self.instructions, self.cuda_events, strict=True):
+            end.synchronize()
+            out.append(m._replace(time=start.elapsed_time(end) / 1000.0))
+        return IterationMeasurement(
+            self.iteration, self.iteration_time, self.plan_version, self.energy, tuple(out)
+        )

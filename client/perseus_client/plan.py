@@ -1,0 +1,237 @@
+"""Plans as the client sees them, and the cursor that walks one iteration of a plan.
+
+A :class:`Plan` is one rank's ordered instructions with the SM clock of each (a ``PlanUpdate``
+of the gRPC protocol). While a job is profiling, the plan carries a :class:`ProfilingTask`:
+every instruction runs at the task's clock, whatever the steps say.
+
+:class:`PlanCursor` checks that the training loop executes exactly the plan's instructions in
+order and yields the clock of each. In strict mode a mismatch raises
+:class:`~perseus_client.errors.PlanMismatchError` naming both the executed and the expected
+instruction; otherwise the cursor reports the mismatch once through a callback and runs the rest
+of the iteration at the maximum clock (the safe choice: never slower than planned).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from perseus_client.errors import ConfigError, PlanMismatchError
+
+__all__ = ["INSTRUCTION_KINDS", "PlanStep", "ProfilingTask", "Plan", "PlanCursor"]
+
+#: Instruction kinds: full backward, or its input-gradient / weight-gradient halves (zero bubble).
+INSTRUCTION_KINDS: tuple[str, ...] = ("forward", "backward", "backward_input", "backward_weight")
+
+
+@dataclass(frozen=True, slots=True)
+class PlanStep:
+    """One instruction of a rank's plan and the SM clock to run it at."""
+
+    kind: str
+    microbatch: int
+    frequency_mhz: int
+    stage: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ProfilingTask:
+    """Online profiling: run everything at ``frequency_mhz``; measure after the warm-up."""
+
+    frequency_mhz: int
+    warmup_iterations: int
+    iterations: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A versioned per-rank frequency plan (``version`` 0 means "no plan": max clocks)."""
+
+    version: int
+    steps: tuple[PlanStep, ...]
+    reason: str = ""
+    expected_iteration_time: float = 0.0
+    profiling: ProfilingTask | None = None
+
+    @classmethod
+    def from_steps(
+        cls,
+        steps: Iterable[Mapping[str, Any] | PlanStep],
+        *,
+        version: int = 1,
+        reason: str = "",
+        expected_iteration_time: float = 0.0,
+    ) -> Plan:
+        """Build from :class:`PlanStep` objects or ``perseus.frontier.Frontier.plan_steps`` dicts
+        (``{"instruction", "microbatch", "stage", "frequency"}``)."""
+        out: list[PlanStep] = []
+        for i, s in enumerate(steps):
+            if isinstance(s, PlanStep):
+                out.append(s)
+                continue
+            try:
+                out.append(
+                    PlanStep(
+                        str(s["instruction"]),
+                        int(s["microbatch"]),
+                        int(s["frequency"]),
+                        int(s.get("stage", 0)),
+                    )
+                )
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ConfigError(f"steps[{i}]", f"invalid plan step {s!r}: {exc}") from exc
+        for i, st in enumerate(out):
+            if st.kind not in INSTRUCTION_KINDS:
+                raise ConfigError(
+                    f"steps[{i}].instruction", f"unknown instruction kind {st.kind!r}"
+                )
+        return cls(version, tuple(out), reason, expected_iteration_time)
+
+    @classmethod
+    def from_proto(cls, update: Any) -> Plan:
+        """Build from a ``perseus.v1.PlanUpdate`` message."""
+        profiling = None
+        if update.HasField("profiling") and update.profiling.frequency_mhz > 0:
+            p = update.profiling
+            profiling = ProfilingTask(
+                int(p.frequency_mhz), max(0, int(p.warmup_iterations)), max(0, int(p.iterations))
+            )
+        steps = tuple(
+            PlanStep(s.instruction, int(s.microbatch), int(s.frequency_mhz), int(s.stage))
+            for s in update.steps
+        )
+        return cls(
+            int(update.version),
+            steps,
+            update.reason,
+            float(update.expected_iteration_time),
+            profiling,
+        )
+
+
+def _describe(kind: str, microbatch: int, stage: int | None) -> str:
+    where = "" if stage is None else f", stage {stage}"
+    return f"{kind}(microbatch {microbatch}{where})"
+
+
+class PlanCursor:
+    """Walks one iteration of a plan; reusable across iterations via :meth:`start`.
+
+    Args:
+        max_clock: the clock used when there is no plan, or after a mismatch (non-strict).
+        strict: raise on a mismatch instead of falling back to ``max_clock``.
+        on_mismatch: called with the error in non-strict mode (the client logs it once).
+    """
+
+    __slots__ = (
+        "max_clock",
+        "strict",
+        "on_mismatch",
+        "_steps",
+        "_pos",
+        "_plan",
+        "_fixed",
+        "_desynced",
+        "_last_stage",
+    )
+
+    def __init__(
+        self,
+        max_clock: int,
+        *,
+        strict: bool = True,
+        on_mismatch: Callable[[PlanMismatchError], None] | None = None,
+    ) -> None:
+        self.max_clock = max_clock
+        self.strict = strict
+        self.on_mismatch = on_mismatch
+        self._steps: Sequence[tuple[str, int, int, int]] = ()
+        self._plan: Plan | None = None
+        self._pos = 0
+        self._fixed: int | None = max_clock
+        self._desynced = False
+        self._last_stage: int | None = None
+
+    def start(self, plan: Plan | None) -> None:
+        """Begin an iteration of ``plan`` (``None`` or version 0: everything at max clock)."""
+        self._plan = plan
+        self._pos = 0
+        self._desynced = False
+        if plan is None or (not plan.steps and plan.profiling is None):
+            self._steps = ()
+            self._fixed = self.max_clock
+        else:
+            self._steps = [(s.kind, s.microbatch, s.stage, s.frequency_mhz) for s in plan.steps]
+            self._fixed = plan.profiling.frequency_mhz if plan.profiling is not None else None
+
+    @property
+    def position(self) -> int:
+        """How many instructions of this iteration have been executed."""
+        return self._pos
+
+    def next_clock(self, kind: str, microbatch: int, stage: int | None) -> int:
+        """Check the executed instruction against the plan and return its clock."""
+        pos = self._pos
+        self._pos = pos + 1
+        self._last_stage = None
+        steps = self._steps
+        if not steps or self._desynced:
+            return self._fixed if self._fixed is not None else self.max_clock
+        if pos < len(steps):
+            k, m, s, f = steps[pos]
+            if k == kind and m == microbatch and (stage is None or stage == s):
+                self._last_stage = s
+                return self._fixed if self._fixed is not None else f
+            expected: tuple[str, int, int] | None = (k, m, s)
+            msg = (
+                f"executed {_describe(kind, microbatch, stage)} but plan version "
+                f"{self._plan.version if self._plan else 0} expects {_describe(k, m, s)} as "
+                f"instruction #{pos} of this iteration"
+            )
+        else:
+            expected = None
+            msg = (
+                f"executed {_describe(kind, microbatch, stage)} but plan version "
+                f"{self._plan.version if self._plan else 0} has only {len(steps)} instructions "
+                f"per iteration"
+            )
+        self._mismatch(msg, (kind, microbatch, stage), expected, pos)
+        return self.max_clock
+
+    def last_stage(self, default: int) -> int:
+        """The plan's stage of the instruction just matched (``default`` when none matched)."""
+        s = self._last_stage
+        return default if s is None else s
+
+    def finish(self) -> None:
+        """End the iteration: every planned instruction must have been executed."""
+        steps = self._steps
+        if steps and not self._desynced and self._pos < len(steps):
+            k, m, s, _ = steps[self._pos]
+            msg = (
+                f"iteration ended after {self._pos} instructions but plan version "
+                f"{self._plan.version if self._plan else 0} expects {_describe(k, m, s)} next "
+                f"({len(steps)} per iteration)"
+            )
+            self._mismatch(msg, None, (k, m, s), self._pos)
+
+    def _mismatch(
+        self,
+        msg: str,
+        executed: tuple[str, int, int | None] | None,
+        expected: tuple[str, int, int] | None,
+        pos: int,
+    ) -> None:
+        err = PlanMismatchError(
+            msg,
+            executed=executed,
+            expected=expected,
+            position=pos,
+            plan_version=self._plan.version if self._plan else 0,
+        )
+        if self.strict:
+            raise err
+        self._desynced = True
+        if self.on_mismatch is not None:
+            self.on_mismatch(err)

@@ -1,0 +1,321 @@
+"""The client's network side: registration, the WatchPlan stream and batched reports.
+
+:class:`ServerLink` owns one gRPC channel and two daemon threads:
+
+- the *watcher* registers the rank (``RegisterRank``), then holds ``WatchPlan`` open and hands
+  every :class:`~perseus_client.plan.Plan` to a callback. When the stream breaks (server down or
+  restarting) it re-registers and re-subscribes with exponential backoff and jitter
+  (``backoff_initial`` doubling up to ``backoff_max``). :meth:`ServerLink.unreachable_for` says
+  how long the server has been unreachable (0 while the stream is up), which the client compares
+  with its fail-open timeout;
+- the *reporter* sends queued :class:`~perseus_client.measurements.IterationMeasurement` records
+  every ``report_interval`` seconds as one ``ReportIterations`` call. Records that could not be
+  sent stay queued (at most ``max_queued``, oldest dropped first) and are retried.
+
+Nothing here ever blocks the training thread: it only appends to a deque.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from perseus_client.measurements import IterationMeasurement
+from perseus_client.plan import Plan
+from perseus_client.proto import perseus_pb2, perseus_pb2_grpc
+
+__all__ = ["RankIdentity", "ServerLink", "parse_target"]
+
+log = logging.getLogger("perseus_client.transport")
+
+_CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+]
+_BATCH = 256
+
+
+@dataclass(frozen=True)
+class RankIdentity:
+    """What the rank tells the server at registration."""
+
+    job_id: str
+    global_rank: int
+    pipeline_rank: int
+    data_rank: int
+    tensor_rank: int
+    gpu_name: str
+    supported_clocks: tuple[int, ...]
+    hostname: str
+
+
+def parse_target(server: str) -> tuple[str, bool]:
+    """``host:port``, ``grpc://host:port`` or ``grpcs://host:port`` -> (target, tls)."""
+    s = server.strip()
+    for prefix, tls in (
+        ("grpcs://", True),
+        ("grpc://", False),
+        ("https://", True),
+        ("http://", False),
+    ):
+        if s.startswith(prefix):
+            return s[len(prefix) :].rstrip("/"), tls
+    return s, False
+
+
+class ServerLink:
+    """Registration, plan subscription and reporting for one rank (see the module docstring)."""
+
+    def __init__(
+        self,
+        target: str,
+        identity: RankIdentity,
+        on_plan: Callable[[Plan], None],
+        *,
+        token: str | None = None,
+        tls: bool = False,
+        root_certificates: bytes | None = None,
+        rpc_timeout: float = 5.0,
+        backoff_initial: float = 0.1,
+        backoff_max: float = 5.0,
+        report_interval: float = 0.5,
+        max_queued: int = 10_000,
+    ) -> None:
+        self.target = target
+        self.identity = identity
+        self._on_plan = on_plan
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        if tls:
+            creds = grpc.ssl_channel_credentials(root_certificates=root_certificates)
+            self._channel = grpc.secure_channel(target, creds, options=_CHANNEL_OPTIONS)
+        else:
+            self._channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        self._stub = perseus_pb2_grpc.PlanServiceStub(self._channel)
+        self.rpc_timeout = rpc_timeout
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.report_interval = report_interval
+        self._queue: deque[IterationMeasurement] = deque(maxlen=max_queued)
+        self._stop = threading.Event()
+        self._call: Any = None
+        self._lock = threading.Lock()
+        #: rank id the server gave at the last registration (``None`` before the first).
+        self.rank_id: str | None = None
+        self.known_version = 0
+        self._up = False
+        self._down_since = time.monotonic()
+        self.reconnects = 0
+        self.reports_sent = 0
+        self.last_error: str | None = None
+        self._registered = threading.Event()
+        self._watcher = threading.Thread(target=self._watch_loop, name="perseus-watch", daemon=True)
+        self._reporter = threading.Thread(
+            target=self._report_loop, name="perseus-report", daemon=True
+        )
+
+    def start(self) -> None:
+        self._watcher.start()
+        self._reporter.start()
+
+    # -- state --------------------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        """True while the rank is registered and its WatchPlan stream is open."""
+        return self._up
+
+    def unreachable_for(self) -> float:
+        """Seconds since the server was last reachable (0 while connected)."""
+        return 0.0 if self._up else time.monotonic() - self._down_since
+
+    def wait_registered(self, timeout: float) -> bool:
+        """Block until the first successful registration (tests and tools; never the hot path)."""
+        return self._registered.wait(timeout)
+
+    def _set_up(self) -> None:
+        if not self._up:
+            self._up = True
+            log.info("perseus: connected to %s as rank %s", self.target, self.rank_id)
+
+    def _set_down(self, why: str) -> None:
+        if self._up:
+            self._up = False
+            self._down_since = time.monotonic()
+            log.warning(
+                "perseus: lost the plan stream from %s (%s); reconnecting", self.target, why
+            )
+
+    # -- watcher ------------------------------------------------------------------------------------
+
+    def _register(self) -> None:
+        ident = self.identity
+        resp = self._stub.RegisterRank(
+            perseus_pb2.RegisterRankRequest(
+                job_id=ident.job_id,
+                global_rank=ident.global_rank,
+                pipeline_rank=ident.pipeline_rank,
+                data_rank=ident.data_rank,
+                tensor_rank=ident.tensor_rank,
+                gpu_name=ident.gpu_name,
+                supported_clocks_mhz=list(ident.supported_clocks),
+                hostname=ident.hostname,
+            ),
+            timeout=self.rpc_timeout,
+            metadata=self._metadata,
+        )
+        self.rank_id = resp.rank_id
+        self._registered.set()
+
+    def _watch_loop(self) -> None:
+        backoff = self.backoff_initial
+        first = True
+        while not self._stop.is_set():
+            try:
+                self._register()
+                call = self._stub.WatchPlan(
+                    perseus_pb2.WatchPlanRequest(
+                        job_id=self.identity.job_id,
+                        rank_id=self.rank_id or "",
+                        known_version=self.known_version,
+                    ),
+                    metadata=self._metadata,
+                )
+                with self._lock:
+                    self._call = call
+                if self._stop.is_set():
+                    call.cancel()
+                    break
+                self._set_up()
+                if not first:
+                    self.reconnects += 1
+                first = False
+                backoff = self.backoff_initial
+                for update in call:
+                    plan = Plan.from_proto(update)
+                    self.known_version = plan.version
+                    self._on_plan(plan)
+                self._set_down("the server closed the stream")
+            except grpc.RpcError as exc:
+                if self._stop.is_set():
+                    break
+                code = exc.code() if hasattr(exc, "code") else None
+                details = exc.details() if hasattr(exc, "details") else str(exc)
+                self.last_error = f"{getattr(code, 'name', code)}: {details}"
+                if code in (
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    grpc.StatusCode.NOT_FOUND,
+                    grpc.StatusCode.UNAUTHENTICATED,
+                    grpc.StatusCode.PERMISSION_DENIED,
+                ):
+                    log.error(
+                        "perseus: the server refused rank %s: %s",
+                        self.identity.global_rank,
+                        self.last_error,
+                    )
+                self._set_down(self.last_error)
+            except Exception as exc:  # noqa: BLE001 - the watcher must survive anything
+                self.last_error = repr(exc)
+                log.exception("perseus: plan watcher error")
+                self._set_down(self.last_error)
+            finally:
+                with self._lock:
+                    self._call = None
+            if self._stop.wait(backoff * random.uniform(0.5, 1.0)):
+                break
+            backoff = min(backoff * 2.0, self.backoff_max)
+
+    # -- reporter -----------------------------------------------------------------------------------
+
+    def submit(self, record: IterationMeasurement) -> None:
+        """Queue an iteration record (training thread: one deque append)."""
+        self._queue.append(record)
+
+    @property
+    def queued(self) -> int:
+        """Records waiting to be sent."""
+        return len(self._queue)
+
+    def _to_proto(self, rec: IterationMeasurement) -> Any:
+        rec = rec.resolved()
+        return perseus_pb2.IterationReport(
+            job_id=self.identity.job_id,
+            rank_id=self.rank_id or "",
+            iteration=rec.iteration,
+            iteration_time=rec.iteration_time,
+            plan_version=rec.plan_version,
+            energy=rec.energy,
+            instructions=[
+                perseus_pb2.InstructionMeasurement(
+                    instruction=m.kind,
+                    microbatch=m.microbatch,
+                    frequency_mhz=m.frequency_mhz,
+                    time=m.time,
+                    energy=m.energy,
+                    stage=m.stage,
+                )
+                for m in rec.instructions
+            ],
+        )
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Send everything queued now; True when the queue was emptied."""
+        while self._queue and self.rank_id is not None:
+            batch: list[IterationMeasurement] = []
+            while self._queue and len(batch) < _BATCH:
+                batch.append(self._queue.popleft())
+            try:
+                msgs = [self._to_proto(r) for r in batch]
+                self._stub.ReportIterations(
+                    iter(msgs), timeout=timeout or self.rpc_timeout, metadata=self._metadata
+                )
+                self.reports_sent += len(batch)
+            except grpc.RpcError as exc:
+                code = exc.code() if hasattr(exc, "code") else None
+                if code == grpc.StatusCode.INVALID_ARGUMENT:
+                    log.error(
+                        "perseus: the server rejected %d iteration reports: %s",
+                        len(batch),
+                        exc.details(),
+                    )
+                    continue
+                self._queue.extendleft(reversed(batch))
+                return False
+            except Exception:  # noqa: BLE001
+                log.exception("perseus: could not build iteration reports; dropping %d", len(batch))
+        return not self._queue
+
+    def _report_loop(self) -> None:
+        backoff = self.report_interval
+        while not self._stop.wait(backoff):
+            if not self._queue or self.rank_id is None:
+                continue
+            backoff = self.report_interval if self.flush() else min(backoff * 2.0, self.backoff_max)
+
+    # -- shutdown -----------------------------------------------------------------------------------
+
+    def close(self, *, flush_timeout: float = 1.0) -> None:
+        """Send what is queued (bounded by ``flush_timeout``), then stop the threads."""
+        self._stop.set()
+        if self._reporter.is_alive():
+            self._reporter.join(timeout=flush_timeout + 1.0)
+        if self._up and self._queue:
+            self.flush(timeout=flush_timeout)
+        with self._lock:
+            if self._call is not None:
+                self._call.cancel()
+        self._channel.close()
+        if self._watcher.is_alive():
+            self._watcher.join(timeout=2.0)
