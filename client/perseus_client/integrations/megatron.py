@@ -1,0 +1,283 @@
+"""Perseus hooks for Megatron-core's pipeline schedules (megatron-core 0.16).
+
+Megatron's schedule functions (``forward_backward_no_pipelining``,
+``forward_backward_pipelining_without_interleaving``,
+``forward_backward_pipelining_with_interleaving``) call ``forward_step`` and ``backward_step`` by
+their module-global names in ``megatron.core.pipeline_parallel.schedules``, looked up at call
+time. :func:`instrument` replaces those two module attributes with wrappers that run each call
+inside ``client.instruction(...)``; :meth:`MegatronHooks.remove` puts the originals back.
+
+``backward_step`` carries no microbatch id (and ``forward_step`` no model stage without virtual
+stages), so the hooks follow this rank's *order*: the k-th ``forward_step`` call of an iteration is
+the k-th forward of the order, the k-th ``backward_step`` the k-th backward. Where Megatron passes
+``current_microbatch`` / ``vp_stage`` the hook checks them against the order and raises on a
+difference, so a wrong order cannot go unnoticed. :func:`export_orders` builds the orders exactly as
+Megatron schedules them: 1F1B with ``pipeline_parallel_size - rank - 1`` warm-up forwards, and for
+virtual pipelines the table of ``get_schedule_table`` with Megatron's warm-up count; model chunk
+``c`` of pipeline rank ``r`` is model stage ``c * pipeline_parallel_size + r``.
+
+Iterations: :meth:`MegatronHooks.wrap` turns the ``forward_backward_func`` into one that runs inside
+``client.iteration()`` (calls with ``forward_only=True`` pass through uninstrumented).
+
+Usage::
+
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from perseus_client.integrations import megatron as perseus_megatron
+
+    orders = perseus_megatron.export_orders(num_microbatches, pp_size, virtual_pipeline_size=vp)
+    hooks = perseus_megatron.instrument(client, orders[pp_rank])
+    forward_backward = hooks.wrap(get_forward_backward_func())
+    for _ in range(steps):
+        forward_backward(forward_step_func=..., data_iterator=..., model=model, ...)
+
+The patch is process-wide (Megatron's schedules are module functions): one set of hooks at a
+time. Megatron's combined-1F1B (MoE overlap) path schedules its own sub-steps and is not covered.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from perseus_client.integrations._base import InstructionClient, Orders, check_orders
+
+__all__ = ["MegatronHooks", "instrument", "export_orders", "stage_order"]
+
+_MODULE = "megatron.core.pipeline_parallel.schedules"
+
+
+def _schedule_table(num_microbatches: int, chunks: int, group: int) -> list[tuple[int, int]]:
+    from megatron.core.pipeline_parallel.schedules import get_schedule_table
+
+    return [(int(m), int(c)) for m, c in get_schedule_table(num_microbatches, chunks, group)]
+
+
+def stage_order(
+    num_microbatches: int,
+    pipeline_parallel_size: int,
+    pipeline_rank: int,
+    *,
+    virtual_pipeline_size: int | None = None,
+    microbatch_group_size_per_vp_stage: int | None = None,
+) -> list[list[Any]]:
+    """Pipeline rank ``pipeline_rank``'s ``[[kind, microbatch, stage], ...]`` as Megatron runs it."""
+    pp, rank, m = int(pipeline_parallel_size), int(pipeline_rank), int(num_microbatches)
+    if m < 1:
+        raise ValueError(f"num_microbatches: must be >= 1, got {m}")
+    if pp < 1 or not 0 <= rank < pp:
+        raise ValueError(f"pipeline_rank: must be in 0..{pp - 1}, got {rank}")
+    vp = 1 if virtual_pipeline_size is None else int(virtual_pipeline_size)
+    if vp < 1:
+        raise ValueError(f"virtual_pipeline_size: must be >= 1, got {vp}")
+    if virtual_pipeline_size is None or pp == 1:
+        if vp != 1:
+            raise ValueError("virtual_pipeline_size: needs pipeline_parallel_size > 1")
+        # forward_backward_no_pipelining (pp == 1) and ..._without_interleaving: 1F1B.
+        warmup = min(pp - rank - 1, m)
+        order = [["forward", i, rank] for i in range(warmup)]
+        for i in range(m - warmup):
+            order += [["forward", warmup + i, rank], ["backward", i, rank]]
+        order += [["backward", i, rank] for i in range(m - warmup, m)]
+        return order
+    group = (
+        pp
+        if microbatch_group_size_per_vp_stage is None
+        else int(microbatch_group_size_per_vp_stage)
+    )
+    if group < 1:
+        raise ValueError(f"microbatch_group_size_per_vp_stage: must be >= 1, got {group}")
+    table = _schedule_table(m, vp, group)
+    total = m * vp
+    warmup = min((pp - rank - 1) * 2 + (vp - 1) * group, total)
+
+    def forward(k: int) -> list[Any]:
+        mb, chunk = table[k]
+        return ["forward", mb, chunk * pp + rank]
+
+    def backward(k: int) -> list[Any]:
+        mb, chunk = table[k]
+        return ["backward", mb, (vp - chunk - 1) * pp + rank]
+
+    order = [forward(k) for k in range(warmup)]
+    for k in range(total - warmup):
+        order += [forward(warmup + k), backward(k)]
+    order += [backward(k) for k in range(total - warmup, total)]
+    return order
+
+
+def export_orders(
+    num_microbatches: int,
+    pipeline_parallel_size: int,
+    *,
+    virtual_pipeline_size: int | None = None,
+    microbatch_group_size_per_vp_stage: int | None = None,
+) -> Orders:
+    """Every pipeline rank's order (see :func:`stage_order`)."""
+    return check_orders(
+        [
+            stage_order(
+                num_microbatches,
+                pipeline_parallel_size,
+                r,
+                virtual_pipeline_size=virtual_pipeline_size,
+                microbatch_group_size_per_vp_stage=microbatch_group_size_per_vp_stage,
+            )
+            for r in range(int(pipeline_parallel_size))
+        ]
+    )
+
+
+class MegatronHooks:
+    """Megatron's ``forward_step`` / ``backward_step`` replaced by instrumented wrappers.
+
+    Attributes:
+        client: the client driven by the hooks.
+        order: this rank's ``[[kind, microbatch, stage], ...]``.
+        calls: instructions reported this iteration, ``(kind, microbatch, stage)``.
+    """
+
+    def __init__(self, client: InstructionClient, order: Sequence[Sequence[Any]]) -> None:
+        self.client = client
+        self.order = [list(op) for op in order]
+        check_orders([self.order])
+        kinds = {op[0] for op in self.order}
+        if kinds - {"forward", "backward"}:
+            raise ValueError("order: Megatron schedules run only forward and backward instructions")
+        self._forwards = [op for op in self.order if op[0] == "forward"]
+        self._backwards = [op for op in self.order if op[0] == "backward"]
+        # model stage -> model chunk (vp_stage) on this rank.
+        self._chunk = {s: c for c, s in enumerate(sorted({op[2] for op in self.order}))}
+        self._nf = 0
+        self._nb = 0
+        self._active = True
+        self._module: Any = None
+        self._originals: dict[str, Any] = {}
+        self.calls: list[tuple[str, int, int]] = []
+
+    # -- installation ---------------------------------------------------------------------------
+
+    def install(self) -> MegatronHooks:
+        import importlib
+
+        module = importlib.import_module(_MODULE)
+        for name in ("forward_step", "backward_step"):
+            if getattr(getattr(module, name), "_perseus_hook", False):
+                raise RuntimeError(
+                    f"{_MODULE}.{name} already carries Perseus hooks; remove them first"
+                )
+        self._module = module
+        self._originals = {
+            "forward_step": module.forward_step,
+            "backward_step": module.backward_step,
+        }
+        module.forward_step = self._wrap_forward(module.forward_step)
+        module.backward_step = self._wrap_backward(module.backward_step)
+        return self
+
+    def remove(self) -> None:
+        """Put Megatron's original functions back (only if ours are still installed)."""
+        module = self._module
+        if module is None:
+            return
+        for name, original in self._originals.items():
+            if getattr(getattr(module, name), "_perseus_owner", None) is self:
+                setattr(module, name, original)
+        self._module = None
+        self._originals = {}
+
+    def __enter__(self) -> MegatronHooks:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    # -- iterations -----------------------------------------------------------------------------
+
+    def start_iteration(self) -> None:
+        """Restart the counters (done by :meth:`wrap`'s function; call it if you mark iterations
+        with ``client.iteration()`` yourself)."""
+        self._nf = 0
+        self._nb = 0
+        self.calls = []
+
+    def wrap(self, forward_backward_func: Callable[..., Any]) -> Callable[..., Any]:
+        """``forward_backward_func`` running inside ``client.iteration()``."""
+
+        @functools.wraps(forward_backward_func)
+        def perseus_forward_backward(*args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("forward_only", False):
+                self._active = False
+                try:
+                    return forward_backward_func(*args, **kwargs)
+                finally:
+                    self._active = True
+            self.start_iteration()
+            with self.client.iteration():
+                return forward_backward_func(*args, **kwargs)
+
+        return perseus_forward_backward
+
+    # -- wrappers -------------------------------------------------------------------------------
+
+    def _next(self, kind: str) -> list[Any]:
+        ops = self._forwards if kind == "forward" else self._backwards
+        k = self._nf if kind == "forward" else self._nb
+        if k >= len(ops):
+            raise RuntimeError(
+                f"megatron: {kind} call #{k + 1} of this iteration, but the order has only "
+                f"{len(ops)} {kind}s (was the iteration started with hooks.wrap / start_iteration?)"
+            )
+        if kind == "forward":
+            self._nf += 1
+        else:
+            self._nb += 1
+        return ops[k]
+
+    def _wrap_forward(self, forward_step: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(forward_step)
+        def perseus_forward_step(*args: Any, **kwargs: Any) -> Any:
+            if not self._active:
+                return forward_step(*args, **kwargs)
+            _, mb, stage = self._next("forward")
+            current = kwargs.get("current_microbatch")
+            vp_stage = kwargs.get("vp_stage")
+            if current is not None and int(current) != mb:
+                raise RuntimeError(
+                    f"megatron: forward_step runs microbatch {current} where the order has "
+                    f"forward of microbatch {mb} on stage {stage}"
+                )
+            if vp_stage is not None and int(vp_stage) != self._chunk[stage]:
+                raise RuntimeError(
+                    f"megatron: forward_step runs model chunk {vp_stage} where the order has "
+                    f"stage {stage} (chunk {self._chunk[stage]})"
+                )
+            self.calls.append(("forward", mb, stage))
+            with self.client.instruction("forward", microbatch=mb, stage=stage):
+                return forward_step(*args, **kwargs)
+
+        perseus_forward_step._perseus_hook = True  # type: ignore[attr-defined]
+        perseus_forward_step._perseus_owner = self  # type: ignore[attr-defined]
+        return perseus_forward_step
+
+    def _wrap_backward(self, backward_step: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(backward_step)
+        def perseus_backward_step(*args: Any, **kwargs: Any) -> Any:
+            if not self._active:
+                return backward_step(*args, **kwargs)
+            _, mb, stage = self._next("backward")
+            self.calls.append(("backward", mb, stage))
+            with self.client.instruction("backward", microbatch=mb, stage=stage):
+                return backward_step(*args, **kwargs)
+
+        perseus_backward_step._perseus_hook = True  # type: ignore[attr-defined]
+        perseus_backward_step._perseus_owner = self  # type: ignore[attr-defined]
+        return perseus_backward_step
+
+
+def instrument(client: InstructionClient, order: Sequence[Sequence[Any]]) -> MegatronHooks:
+    """Patch Megatron's ``forward_step`` / ``backward_step`` to drive ``client`` along ``order``
+    (this rank's entry of :func:`export_orders`)."""
+    if not isinstance(client, InstructionClient):
+        raise TypeError("client: needs iteration() and instruction(kind, microbatch=, stage=)")
+    return MegatronHooks(client, order).install()
