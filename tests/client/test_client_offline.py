@@ -1,0 +1,178 @@
+"""PerseusClient without a server: plans, boundaries, order checks, profiling, clock resets."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from perseus_client import (
+    ClientError,
+    ConfigError,
+    PerseusClient,
+    Plan,
+    PlanMismatchError,
+    ProfilingTask,
+    RecordingGpu,
+)
+
+STEPS = [("forward", 0, 1200), ("forward", 1, 1000), ("backward", 0, 1410), ("backward", 1, 1200)]
+ORDER = [(k, m) for k, m, _ in STEPS]
+
+
+def run_iteration(client, order=ORDER, stage=None):
+    with client.iteration():
+        for k, m in order:
+            with client.instruction(k, microbatch=m, stage=stage):
+                pass
+
+
+@pytest.fixture
+def rec(sim_gpu):
+    return RecordingGpu(sim_gpu)
+
+
+@pytest.fixture
+def client(rec):
+    c = PerseusClient(offline=True, gpu=rec, handle_signals=False)
+    yield c
+    c.close()
+
+
+def test_clock_in_effect_is_the_plans_for_every_instruction(client, rec, plan_of):
+    client.use_plan(plan_of(1, STEPS))
+    for _ in range(3):
+        run_iteration(client)
+    assert [(i.kind, i.microbatch, i.mhz) for i in rec.instructions] == [
+        (k, m, f) for k, m, f in STEPS
+    ] * 3
+
+
+def test_no_plan_means_max_clock(client, rec):
+    run_iteration(client)
+    assert {i.mhz for i in rec.instructions} == {1410}
+    assert client.plan_version == 0
+
+
+def test_new_plan_swaps_in_only_at_the_iteration_boundary(client, rec, plan_of):
+    client.use_plan(plan_of(1, STEPS))
+    with client.iteration():
+        for n, (k, m) in enumerate(ORDER):
+            if n == 2:  # a new version arrives mid-iteration
+                client.use_plan(plan_of(2, [(k2, m2, 1000) for k2, m2 in ORDER]))
+            with client.instruction(k, microbatch=m):
+                pass
+    assert client.plan_version == 1
+    assert [i.mhz for i in rec.instructions] == [1200, 1000, 1410, 1200]
+    run_iteration(client)
+    assert client.plan_version == 2
+    assert [i.mhz for i in rec.instructions[4:]] == [1000] * 4
+    assert client.last_report.plan_version == 2
+
+
+def test_strict_mismatch_raises_and_resets_clocks(client, rec, plan_of):
+    client.use_plan(plan_of(1, STEPS))
+    with pytest.raises(PlanMismatchError, match=r"executed backward\(microbatch 0\)"):
+        run_iteration(client, [("forward", 0), ("backward", 0)])
+    # The exception escaped the iteration: the GPU was unlocked while it unwinds.
+    assert rec.inner.locked_clock is None
+    # And training can go on with the next iteration.
+    run_iteration(client)
+    assert rec.instructions[-1].mhz == 1200
+
+
+def test_non_strict_mismatch_logs_once_and_runs_at_max(rec, plan_of, caplog):
+    c = PerseusClient(offline=True, gpu=rec, strict=False, handle_signals=False)
+    c.use_plan(plan_of(1, STEPS))
+    with caplog.at_level(logging.WARNING, logger="perseus_client"):
+        for _ in range(2):
+            run_iteration(c, [("forward", 1), ("forward", 0), ("backward", 0), ("backward", 1)])
+    c.close()
+    assert [i.mhz for i in rec.instructions] == [1410] * 8
+    assert sum("expects forward(microbatch 0" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_iteration_report_has_times_energy_and_instructions(client, sim_gpu, plan_of):
+    client.use_plan(plan_of(1, STEPS))
+    run_iteration(client)
+    r = client.last_report
+    assert r.iteration == 0 and r.plan_version == 1
+    # time_scale=0: simulated time advances by exactly the instructions' profile times.
+    assert r.iteration_time == pytest.approx(0.012 + 0.015 + 0.020 + 0.024)
+    assert r.energy == pytest.approx(2.6 + 2.4 + 6.0 + 5.2)
+    assert [(m.kind, m.microbatch, m.stage, m.frequency_mhz) for m in r.instructions] == [
+        (k, m, 0, f) for k, m, f in STEPS
+    ]
+    assert [m.time for m in r.instructions] == pytest.approx([0.012, 0.015, 0.020, 0.024])
+    assert all(m.energy == 0 for m in r.instructions)  # per-instruction energy only when profiling
+
+
+def test_profiling_runs_at_the_task_clock_and_measures_after_warmup(client, rec):
+    client.use_plan(Plan(9, (), profiling=ProfilingTask(1000, warmup_iterations=2, iterations=2)))
+    reports = []
+    for _ in range(5):
+        run_iteration(client)
+        reports.append(client.last_report)
+    assert {i.mhz for i in rec.instructions} == {1000}
+    assert [len(r.instructions) for r in reports] == [0, 0, 4, 4, 0]
+    m = reports[2].instructions
+    assert [(x.kind, x.microbatch, x.frequency_mhz) for x in m] == [
+        (k, mb, 1000) for k, mb in ORDER
+    ]
+    assert [x.time for x in m] == pytest.approx([0.015, 0.015, 0.030, 0.030])
+    assert [x.energy for x in m] == pytest.approx([2.4, 2.4, 4.8, 4.8])
+    assert all(r.plan_version == 9 for r in reports)
+
+
+def test_misuse_is_reported_clearly(client):
+    with (
+        pytest.raises(ClientError, match="inside a client.iteration"),
+        client.instruction("forward", microbatch=0),
+    ):
+        pass
+    with pytest.raises(ConfigError, match="kind: unknown instruction kind 'fwd'"):
+        client.instruction("fwd", microbatch=0)
+    with client.iteration(), pytest.raises(ClientError, match="do not nest"), client.iteration():
+        pass
+
+
+def test_close_resets_clocks_and_is_idempotent(rec, plan_of):
+    c = PerseusClient(offline=True, gpu=rec, handle_signals=False)
+    c.use_plan(plan_of(1, STEPS[:1]))
+    with c.iteration(), c.instruction("forward", microbatch=0):
+        assert rec.inner.locked_clock == 1200
+    with c:
+        pass
+    c.close()
+    assert rec.inner.locked_clock is None
+    assert [r.op for r in rec.requests].count("reset") == 1
+
+
+def test_missing_configuration_names_the_variable(monkeypatch, sim_gpu):
+    monkeypatch.delenv("PERSEUS_SERVER", raising=False)
+    monkeypatch.delenv("PERSEUS_JOB", raising=False)
+    with pytest.raises(ConfigError, match="PERSEUS_SERVER"):
+        PerseusClient(job="j", gpu=sim_gpu, handle_signals=False)
+    with pytest.raises(ConfigError, match="PERSEUS_JOB"):
+        PerseusClient("localhost:1", gpu=sim_gpu, handle_signals=False)
+    monkeypatch.setenv("RANK", "x")
+    with pytest.raises(ConfigError, match="RANK"):
+        PerseusClient(offline=True, gpu=sim_gpu, handle_signals=False)
+
+
+def test_environment_configures_the_default_nvml_gpu_in_dry_run(monkeypatch, fake_nvml):
+    import sys
+    import types
+
+    nvml = fake_nvml()
+    monkeypatch.setitem(sys.modules, "pynvml", types.ModuleType("pynvml"))
+    sys.modules["pynvml"].__dict__.update(vars(nvml))
+    monkeypatch.setenv("PERSEUS_DRY_RUN", "1")
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    c = PerseusClient(offline=True, handle_signals=False)
+    assert c.global_rank == 5 and c.gpu.dry_run
+    with c.iteration(), c.instruction("forward", microbatch=0):
+        c.controller.flush()  # NVML backends apply off the training thread; wait for it here
+    c.close()
+    assert c.gpu.requests == [("set", 1410), ("reset", None)]
+    assert nvml.state["calls"] == []
