@@ -1,0 +1,85 @@
+"""Command line of the server: ``perseus serve ...`` (also ``python -m perseus_server ...``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+from perseus_server.config import ServerConfig
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser(prog: str = "perseus serve") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Serve the Perseus REST API and the gRPC plan push from one process. "
+        "Port 0 picks a free port; the addresses are printed once listening.",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument(
+        "--http-port", type=int, default=8000, help="REST port (default 8000; 0 = any free port)"
+    )
+    p.add_argument(
+        "--grpc-port", type=int, default=50051, help="gRPC port (default 50051; 0 = any free port)"
+    )
+    p.add_argument(
+        "--db", type=Path, default=Path("perseus.db"), help="SQLite database (default ./perseus.db)"
+    )
+    p.add_argument(
+        "--token-file", type=Path, help="file holding the bearer token every call must carry"
+    )
+    p.add_argument(
+        "--tls-cert", type=Path, help="PEM certificate (TLS for REST and gRPC; needs --tls-key)"
+    )
+    p.add_argument("--tls-key", type=Path, help="PEM private key")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run the server until SIGTERM/SIGINT; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for name in ("http_port", "grpc_port"):
+        if not (0 <= getattr(args, name) <= 65535):
+            parser.error(f"--{name.replace('_', '-')} must be between 0 and 65535")
+    if (args.tls_cert is None) != (args.tls_key is None):
+        parser.error("--tls-cert and --tls-key go together")
+    for path in (args.tls_cert, args.tls_key):
+        if path is not None and not path.is_file():
+            parser.error(f"no such file: {path}")
+    token = None
+    if args.token_file is not None:
+        try:
+            token = args.token_file.read_text().strip()
+        except OSError as e:
+            parser.error(f"cannot read --token-file {args.token_file}: {e.strerror}")
+        if not token or any(c.isspace() for c in token):
+            parser.error(f"--token-file {args.token_file} must hold one token without spaces")
+    logging.basicConfig(
+        level=args.log_level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    config = ServerConfig(
+        host=args.host,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        db_path=args.db,
+        token=token,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+    )
+    from perseus_server.server import serve
+
+    try:
+        return asyncio.run(serve(config))
+    except OSError as e:
+        print(f"perseus serve: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

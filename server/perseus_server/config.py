@@ -1,0 +1,58 @@
+"""Server configuration and the documented size limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Limits", "ServerConfig"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on what clients may send; anything larger is refused with a 4xx naming the field.
+
+    Attributes:
+        max_body_bytes: largest REST request body except profile uploads (413 beyond).
+        max_profile_bytes: largest ``PUT /jobs/{id}/profile`` body (413 beyond).
+        max_stages: pipeline ranks per pipeline.
+        max_microbatches: microbatches per iteration.
+        max_virtual_stages: model chunks per rank (interleaved 1F1B).
+        max_data_parallel: data-parallel pipelines per job.
+        max_tensor_parallel: tensor-parallel degree.
+        max_ranks: ``stages * data_parallel * tensor_parallel``.
+        max_instructions: instructions in one pipeline iteration (DAG nodes).
+        max_jobs: jobs stored at once.
+        history_per_rank: iteration reports kept per rank (older ones are dropped).
+        max_concurrent_solves: frontier computations running at once (more wait, ``queued``).
+        max_report_instructions: instruction measurements in one ``IterationReport``.
+    """
+
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_profile_bytes: int = 16 * 1024 * 1024
+    max_stages: int = 128
+    max_microbatches: int = 1024
+    max_virtual_stages: int = 16
+    max_data_parallel: int = 1024
+    max_tensor_parallel: int = 64
+    max_ranks: int = 65536
+    max_instructions: int = 100_000
+    max_jobs: int = 1000
+    history_per_rank: int = 256
+    max_concurrent_solves: int = 4
+    max_report_instructions: int = 100_000
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How ``perseus serve`` runs. Port 0 picks a free port (the real one is printed)."""
+
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 50051
+    db_path: Path = Path("perseus.db")
+    token: str | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    limits: Limits = field(default_factory=Limits)
+    shutdown_grace: float = 2.0

@@ -1,0 +1,68 @@
+"""Errors the service raises on bad requests; REST maps them to problem bodies, gRPC to codes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["ApiError", "BadRequest", "Conflict", "NotFound", "TooLarge", "Unauthorized"]
+
+
+class ApiError(Exception):
+    """A client error: an HTTP status, a short title, a detail and the field at fault."""
+
+    status: int = 400
+    title: str = "Bad request"
+
+    def __init__(self, detail: str, *, field: str | None = None, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.field = field
+        self.extra = extra
+
+    def problem(self) -> dict[str, Any]:
+        """The RFC 9457 problem document of this error."""
+        body: dict[str, Any] = {
+            "type": "about:blank",
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+        }
+        if self.field is not None:
+            body["field"] = self.field
+        body.update(self.extra)
+        return body
+
+
+class BadRequest(ApiError):
+    """The request is malformed or inconsistent (HTTP 422, gRPC INVALID_ARGUMENT)."""
+
+    status = 422
+    title = "Invalid request"
+
+
+class NotFound(ApiError):
+    """The job, rank or resource does not exist (HTTP 404, gRPC NOT_FOUND)."""
+
+    status = 404
+    title = "Not found"
+
+
+class Conflict(ApiError):
+    """The request does not fit the job's current state (HTTP 409, gRPC FAILED_PRECONDITION)."""
+
+    status = 409
+    title = "Conflict"
+
+
+class TooLarge(ApiError):
+    """The request body exceeds its documented limit (HTTP 413)."""
+
+    status = 413
+    title = "Request body too large"
+
+
+class Unauthorized(ApiError):
+    """A bearer token is configured and the request lacks it (HTTP 401, gRPC UNAUTHENTICATED)."""
+
+    status = 401
+    title = "Unauthorized"

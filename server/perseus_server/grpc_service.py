@@ -1,0 +1,121 @@
+"""The gRPC PlanService (``perseus.v1``) over :class:`~perseus_server.service.PerseusService`.
+
+Errors map to status codes: bad fields -> INVALID_ARGUMENT, unknown job -> NOT_FOUND, state
+conflicts (rank not registered, identity clash) -> FAILED_PRECONDITION, missing or wrong bearer
+token -> UNAUTHENTICATED. The detail starts with the field at fault (``"global_rank: ..."``).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import Any, NoReturn
+
+import grpc
+from perseus_client.proto import perseus_pb2 as pb
+from perseus_client.proto import perseus_pb2_grpc as pb_grpc
+
+from perseus_server.errors import ApiError, BadRequest, Conflict, NotFound, Unauthorized
+from perseus_server.service import PerseusService
+
+__all__ = ["PlanServicer", "status_code"]
+
+
+def status_code(err: ApiError) -> grpc.StatusCode:
+    if isinstance(err, NotFound):
+        return grpc.StatusCode.NOT_FOUND
+    if isinstance(err, Conflict):
+        return grpc.StatusCode.FAILED_PRECONDITION
+    if isinstance(err, Unauthorized):
+        return grpc.StatusCode.UNAUTHENTICATED
+    if isinstance(err, BadRequest):
+        return grpc.StatusCode.INVALID_ARGUMENT
+    return grpc.StatusCode.INVALID_ARGUMENT
+
+
+class PlanServicer(pb_grpc.PlanServiceServicer):
+    """RegisterRank, WatchPlan and ReportIterations."""
+
+    def __init__(self, service: PerseusService, token: str | None) -> None:
+        self.service = service
+        self.token = token
+
+    async def _abort(
+        self, context: grpc.aio.ServicerContext, method: str, err: ApiError
+    ) -> NoReturn:
+        code = status_code(err)
+        self.service.metrics.grpc_calls.inc(method=method, code=code.name)
+        detail = f"{err.field}: {err.detail}" if err.field else err.detail
+        await context.abort(code, detail)
+        raise AssertionError("unreachable")
+
+    async def _auth(self, context: grpc.aio.ServicerContext, method: str) -> None:
+        if self.token is None:
+            return
+        for key, value in context.invocation_metadata() or ():
+            if key.lower() == "authorization":
+                scheme, _, given = str(value).partition(" ")
+                if scheme.lower() == "bearer" and secrets.compare_digest(
+                    given.strip().encode(), self.token.encode()
+                ):
+                    return
+        await self._abort(
+            context, method, Unauthorized("missing or wrong bearer token", field="authorization")
+        )
+
+    async def RegisterRank(
+        self, request: pb.RegisterRankRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RegisterRankResponse:  # noqa: N802
+        await self._auth(context, "RegisterRank")
+        try:
+            resp = self.service.register_rank(request)
+        except ApiError as e:
+            await self._abort(context, "RegisterRank", e)
+        self.service.metrics.grpc_calls.inc(method="RegisterRank", code="OK")
+        return resp
+
+    async def WatchPlan(
+        self, request: pb.WatchPlanRequest, context: grpc.aio.ServicerContext
+    ) -> None:  # noqa: N802
+        await self._auth(context, "WatchPlan")
+        try:
+            sub, first = self.service.subscribe(request.job_id, request.rank_id)
+        except ApiError as e:
+            await self._abort(context, "WatchPlan", e)
+        metrics = self.service.metrics
+        try:
+            last = -1
+            if first is not None:
+                sub.latest = None  # the current plan goes out now; don't send it twice
+                await context.write(first)
+                last = first.version
+            while True:
+                msg = await sub.next()
+                if msg is None:
+                    if sub.closed == "deleted":
+                        await self._abort(
+                            context, "WatchPlan", NotFound("the job was deleted", field="job_id")
+                        )
+                    break
+                if msg.version == last:
+                    continue
+                await context.write(msg)
+                last = msg.version
+                metrics.push_latency.observe(time.perf_counter() - sub.published_at)
+        finally:
+            self.service.unsubscribe(sub)
+        metrics.grpc_calls.inc(method="WatchPlan", code="OK")
+
+    async def ReportIterations(
+        self, request_iterator: AsyncIterator[pb.IterationReport], context: Any
+    ) -> pb.ReportAck:  # noqa: N802
+        await self._auth(context, "ReportIterations")
+        accepted = 0
+        async for report in request_iterator:
+            try:
+                accepted += self.service.record_reports([report])
+            except ApiError as e:
+                await self._abort(context, "ReportIterations", e)
+        self.service.metrics.grpc_calls.inc(method="ReportIterations", code="OK")
+        return pb.ReportAck(accepted=accepted)

@@ -1,0 +1,85 @@
+"""Pydantic models of the REST API's request bodies (the API boundary only)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+__all__ = ["JobIn", "ScheduleIn", "PlanSelect", "ProfilingIn", "StragglerIn", "DetectionIn"]
+
+Count = Annotated[StrictInt, Field(ge=1, le=1_000_000)]
+Watts = Annotated[float, Field(ge=0, le=10_000, allow_inf_nan=False)]
+OrderOp = tuple[str, StrictInt, StrictInt]
+
+
+class ScheduleIn(BaseModel):
+    """A named schedule, or an explicit per-rank order (``name: custom`` with ``orders``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: Literal["gpipe", "1f1b", "interleaved-1f1b", "custom"] = "1f1b"
+    virtual_stages: Annotated[StrictInt, Field(ge=1, le=1024)] = 1
+    orders: list[list[OrderOp]] | None = Field(
+        default=None,
+        description="Per rank, the ops it runs in order: [instruction, microbatch, stage].",
+    )
+
+
+class JobIn(BaseModel):
+    """``POST /jobs``."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(default="", max_length=200)
+    stages: Count = Field(description="Pipeline ranks per pipeline.")
+    microbatches: Count
+    schedule: ScheduleIn | Literal["gpipe", "1f1b", "interleaved-1f1b"] = "1f1b"
+    virtual_stages: Annotated[StrictInt, Field(ge=1, le=1024)] | None = None
+    data_parallel: Count = 1
+    tensor_parallel: Count = 1
+    gpu_model: str = Field(default="", max_length=200)
+    blocking_power: Watts = Field(default=0.0, description="Watts a GPU draws while waiting.")
+
+
+class PlanSelect(BaseModel):
+    """``PUT /jobs/{id}/plan``: at most one criterion (none: the fastest plan)."""
+
+    model_config = ConfigDict(extra="forbid")
+    index: Annotated[StrictInt, Field(ge=0)] | None = None
+    deadline: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    slowdown: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
+    energy_budget: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    pipelines: list[StrictInt] | None = Field(
+        default=None,
+        description="Deploy only to these data-parallel pipelines (default: all, as the new default).",
+    )
+
+
+class ProfilingIn(BaseModel):
+    """``POST /jobs/{id}/profiling``."""
+
+    model_config = ConfigDict(extra="forbid")
+    frequencies: list[StrictInt] | None = Field(
+        default=None,
+        description="Clocks to scan (MHz); default: every clock all registered ranks support.",
+    )
+    warmup_iterations: Annotated[StrictInt, Field(ge=0, le=1000)] = 2
+    iterations_per_frequency: Annotated[StrictInt, Field(ge=1, le=1000)] = 5
+    stop_after_rises: Annotated[StrictInt, Field(ge=1, le=1000)] = 3
+
+
+class StragglerIn(BaseModel):
+    """``POST /jobs/{id}/stragglers``: a pipeline known to be slow."""
+
+    model_config = ConfigDict(extra="forbid")
+    pipeline: Annotated[StrictInt, Field(ge=0)]
+    slowdown: Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)] | None = None
+    iteration_time: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+
+
+class DetectionIn(BaseModel):
+    """``PUT /jobs/{id}/straggler-detection``."""
+
+    model_config = ConfigDict(extra="forbid")
+    threshold: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] = 0.05
+    consecutive: Annotated[StrictInt, Field(ge=1, le=1000)] = 3
+    recovery: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = 0.02

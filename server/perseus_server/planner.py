@@ -1,0 +1,149 @@
+"""Plan selection: which frontier point each data-parallel pipeline runs, and why.
+
+The deployed state of a job is one frontier index per data-parallel pipeline. By default every
+pipeline runs the plan its *policy* selects (after a solve: the fastest plan, point 0). When
+pipelines straggle, the others move to the least-energy plan that still finishes within the
+straggler's observed iteration time T' (they would wait for it at the gradient sync anyway);
+the stragglers keep the policy plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from perseus.errors import InfeasibleError
+from perseus.frontier import Frontier
+
+__all__ = ["PlanPolicy", "PipelinePlan", "PlanDecision", "Straggler", "decide", "resolve_policy"]
+
+
+@dataclass(frozen=True)
+class PlanPolicy:
+    """How the default plan is chosen: ``kind`` is ``index`` | ``deadline`` | ``slowdown`` |
+    ``energy_budget`` and ``value`` its argument. The default, ``slowdown 0``, is the fastest plan
+    (point 0)."""
+
+    kind: str = "index"
+    value: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "value": self.value}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any] | None) -> PlanPolicy:
+        if not doc:
+            return cls()
+        return cls(str(doc["kind"]), float(doc["value"]))
+
+    def describe(self) -> str:
+        if self.kind == "index":
+            return (
+                "fastest plan (point 0)" if self.value == 0 else f"frontier point {int(self.value)}"
+            )
+        unit = {"deadline": " s", "slowdown": "", "energy_budget": " J"}[self.kind]
+        return f"{self.kind.replace('_', ' ')} {self.value:g}{unit}"
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A pipeline known to be slow: its observed iteration time (s) and where that came from."""
+
+    pipeline: int
+    time: float
+    source: str  # "detected" | "reported"
+
+
+@dataclass(frozen=True)
+class PipelinePlan:
+    """The frontier point a pipeline runs and the reason it was chosen."""
+
+    index: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class PlanDecision:
+    plans: tuple[PipelinePlan, ...]
+    reason: str
+
+    def indices(self) -> list[int]:
+        return [p.index for p in self.plans]
+
+
+def resolve_policy(frontier: Frontier, policy: PlanPolicy) -> int:
+    """The frontier index the policy selects; raises :class:`InfeasibleError` when none fits."""
+    if policy.kind == "index":
+        i = int(policy.value)
+        if not (0 <= i < len(frontier)):
+            raise InfeasibleError(f"index must be between 0 and {len(frontier) - 1}, got {i}")
+        return i
+    if policy.kind == "deadline":
+        return frontier.index_for_deadline(policy.value)
+    if policy.kind == "slowdown":
+        return frontier.index_for_slowdown(policy.value)
+    if policy.kind == "energy_budget":
+        return frontier.index_for_energy_budget(policy.value)
+    raise InfeasibleError(f"unknown plan policy {policy.kind!r}")
+
+
+def decide(
+    frontier: Frontier,
+    policy: PlanPolicy,
+    pipelines: int,
+    stragglers: Mapping[int, Straggler] | None = None,
+    overrides: Mapping[int, int] | None = None,
+) -> PlanDecision:
+    """One plan per data-parallel pipeline.
+
+    Args:
+        frontier: the job's frontier.
+        policy: the default plan's policy.
+        pipelines: number of data-parallel pipelines.
+        stragglers: slow pipelines by index (their time T' drives the others' plans).
+        overrides: pipelines pinned to an explicit index (``PUT /plan`` with ``pipelines``).
+    """
+    base = resolve_policy(frontier, policy)
+    base_reason = f"default: {policy.describe()}"
+    stragglers = dict(stragglers or {})
+    overrides = dict(overrides or {})
+    if not stragglers:
+        plans = tuple(
+            PipelinePlan(overrides[p], f"selected: frontier point {overrides[p]}")
+            if p in overrides
+            else PipelinePlan(base, base_reason)
+            for p in range(pipelines)
+        )
+        return PlanDecision(plans, base_reason if not overrides else "selected per pipeline")
+    slowest = max(stragglers.values(), key=lambda s: s.time)
+    t_prime = slowest.time
+    try:
+        slow_index = frontier.index_for_deadline(t_prime)
+    except InfeasibleError:
+        slow_index = base
+    slow_index = max(slow_index, base)
+    out = []
+    for p in range(pipelines):
+        if p in stragglers:
+            s = stragglers[p]
+            out.append(
+                PipelinePlan(
+                    base,
+                    f"straggler ({s.source}, {s.time:.4g} s per iteration): keeps the {policy.describe()}",
+                )
+            )
+        elif p in overrides:
+            out.append(PipelinePlan(overrides[p], f"selected: frontier point {overrides[p]}"))
+        else:
+            out.append(
+                PipelinePlan(
+                    slow_index,
+                    f"slowed to match straggler pipeline {slowest.pipeline} (T'={t_prime:.4g} s, "
+                    f"plan takes {frontier.times[slow_index]:.4g} s)",
+                )
+            )
+    names = ", ".join(str(p) for p in sorted(stragglers))
+    return PlanDecision(
+        tuple(out), f"straggler pipeline(s) {names}; others slowed to T'={t_prime:.4g} s"
+    )

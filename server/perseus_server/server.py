@@ -1,0 +1,140 @@
+"""``perseus serve``: FastAPI under uvicorn and a ``grpc.aio`` server on one event loop.
+
+Shutdown on SIGTERM/SIGINT: open WatchPlan streams are ended, gRPC stops with a short grace,
+uvicorn finishes in-flight requests, running solves are stopped (their jobs are marked failed),
+and the SQLite WAL is checkpointed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+from collections.abc import Callable, Iterator
+
+import grpc
+import uvicorn
+from perseus_client.proto import perseus_pb2_grpc as pb_grpc
+
+from perseus_server.config import ServerConfig
+from perseus_server.grpc_service import PlanServicer
+from perseus_server.rest import create_app
+from perseus_server.service import PerseusService
+from perseus_server.store import Store
+
+__all__ = ["serve"]
+
+log = logging.getLogger("perseus.server")
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling (the serve loop owns SIGTERM/SIGINT)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family, type_, proto, _, addr = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, type_, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(addr)
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+def _fmt_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None = None) -> int:
+    """Run the server until SIGTERM/SIGINT; returns the exit status."""
+    say = announce or (lambda line: print(line, flush=True))
+    store = Store.open(config.db_path)
+    service = PerseusService(store, config.limits)
+    service.load()
+    tls = config.tls_cert is not None and config.tls_key is not None
+
+    grpc_server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    pb_grpc.add_PlanServiceServicer_to_server(PlanServicer(service, config.token), grpc_server)
+    grpc_addr = f"{_fmt_host(config.host)}:{config.grpc_port}"
+    if tls:
+        assert config.tls_cert is not None and config.tls_key is not None
+        creds = grpc.ssl_server_credentials(
+            [(config.tls_key.read_bytes(), config.tls_cert.read_bytes())]
+        )
+        grpc_port = grpc_server.add_secure_port(grpc_addr, creds)
+    else:
+        grpc_port = grpc_server.add_insecure_port(grpc_addr)
+    if grpc_port == 0:
+        store.close()
+        raise OSError(f"cannot listen for gRPC on {grpc_addr}")
+
+    sock = _bind(config.host, config.http_port)
+    http_port = sock.getsockname()[1]
+    app = create_app(service, token=config.token)
+    uv = _Uvicorn(
+        uvicorn.Config(
+            app,
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            ssl_certfile=str(config.tls_cert) if tls else None,
+            ssl_keyfile=str(config.tls_key) if tls else None,
+            timeout_graceful_shutdown=max(1, int(config.shutdown_grace)),
+            timeout_keep_alive=30,
+        )
+    )
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    await grpc_server.start()
+    http_task = asyncio.create_task(uv.serve(sockets=[sock]))
+    while not uv.started and not http_task.done():
+        await asyncio.sleep(0.01)
+    if http_task.done():
+        await grpc_server.stop(0)
+        store.close()
+        http_task.result()
+        return 1
+    scheme = "https" if tls else "http"
+    say(f"perseus: REST listening on {scheme}://{_fmt_host(config.host)}:{http_port}")
+    say(f"perseus: gRPC listening on {_fmt_host(config.host)}:{grpc_port}")
+    say(
+        f"perseus: ready (db {config.db_path}, auth {'on' if config.token else 'off'}, tls {'on' if tls else 'off'})"
+    )
+
+    stop_task = asyncio.create_task(stop.wait())
+    await asyncio.wait({http_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+    log.info("shutting down")
+    service.hub.close(None, "shutdown")
+    await grpc_server.stop(config.shutdown_grace)
+    uv.should_exit = True
+    with contextlib.suppress(Exception):
+        await http_task
+    stop_task.cancel()
+    await service.shutdown()
+    store.close()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.remove_signal_handler(sig)
+    say("perseus: stopped")
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,314 @@
+"""The embedded SQLite store (WAL mode): jobs, profiles, frontiers, deployed plans, ranks,
+iteration history and online-profiling sessions.
+
+Every write is one transaction, so a process killed at any moment leaves the database at the
+last committed state. ``synchronous=NORMAL`` with WAL survives a killed process (not a power cut
+of the host, which would lose at most the last transactions, never corrupt the file).
+The store is used from the server's event-loop thread only; each call takes microseconds to a
+few milliseconds (a large frontier document).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from perseus_server.jobs import JobSpec, RankInfo
+
+__all__ = ["Store", "FrontierRow", "JobRow"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY, created REAL NOT NULL, spec TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS profiles (
+    job_id TEXT PRIMARY KEY, csv TEXT NOT NULL, revision INTEGER NOT NULL, updated REAL NOT NULL,
+    source TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS frontiers (
+    job_id TEXT PRIMARY KEY, status TEXT NOT NULL, progress REAL NOT NULL, error TEXT,
+    doc TEXT, profile_revision INTEGER, started REAL, finished REAL, solve_seconds REAL,
+    ready_doc TEXT
+);
+CREATE TABLE IF NOT EXISTS deployments (
+    job_id TEXT PRIMARY KEY, version INTEGER NOT NULL, doc TEXT NOT NULL, updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ranks (
+    job_id TEXT NOT NULL, global_rank INTEGER NOT NULL, rank_id TEXT NOT NULL UNIQUE,
+    info TEXT NOT NULL, registered REAL NOT NULL, PRIMARY KEY (job_id, global_rank)
+);
+CREATE TABLE IF NOT EXISTS iterations (
+    rank_id TEXT NOT NULL, job_id TEXT NOT NULL, iteration INTEGER NOT NULL, time REAL NOT NULL,
+    energy REAL NOT NULL, plan_version INTEGER NOT NULL, received REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS iterations_rank ON iterations (rank_id, received);
+CREATE TABLE IF NOT EXISTS profiling (
+    job_id TEXT PRIMARY KEY, doc TEXT NOT NULL
+);
+"""
+
+
+class JobRow:
+    """A stored job."""
+
+    __slots__ = ("id", "created", "spec")
+
+    def __init__(self, id: str, created: float, spec: JobSpec) -> None:
+        self.id, self.created, self.spec = id, created, spec
+
+
+class FrontierRow:
+    """The frontier state of a job: ``status`` is none | queued | running | done | failed.
+
+    ``doc`` is the last successfully computed frontier (``Frontier.to_json(compact=True)``), kept
+    while a newer computation runs or after one failed.
+    """
+
+    __slots__ = (
+        "status",
+        "progress",
+        "error",
+        "doc",
+        "profile_revision",
+        "started",
+        "finished",
+        "solve_seconds",
+    )
+
+    def __init__(
+        self,
+        status: str = "none",
+        progress: float = 0.0,
+        error: str | None = None,
+        doc: str | None = None,
+        profile_revision: int | None = None,
+        started: float | None = None,
+        finished: float | None = None,
+        solve_seconds: float | None = None,
+    ) -> None:
+        self.status, self.progress, self.error, self.doc = status, progress, error, doc
+        self.profile_revision, self.started, self.finished = profile_revision, started, finished
+        self.solve_seconds = solve_seconds
+
+
+class Store:
+    """SQLite persistence of the server state. Open with :meth:`open`; close with :meth:`close`."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self._db = conn
+        self.path = path
+
+    @classmethod
+    def open(cls, path: str | Path) -> Store:
+        p = Path(path)
+        if str(p) != ":memory:":
+            p.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(p), isolation_level=None, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.executescript(_SCHEMA)
+        return cls(conn, p)
+
+    def close(self) -> None:
+        try:
+            self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # --- jobs ------------------------------------------------------------------------------------
+
+    def add_job(self, job_id: str, spec: JobSpec) -> JobRow:
+        now = time.time()
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO jobs (id, created, spec) VALUES (?, ?, ?)",
+                (job_id, now, json.dumps(spec.to_json())),
+            )
+        return JobRow(job_id, now, spec)
+
+    def jobs(self) -> list[JobRow]:
+        rows = self._db.execute(
+            "SELECT id, created, spec FROM jobs ORDER BY created, id"
+        ).fetchall()
+        return [JobRow(r[0], r[1], JobSpec.from_json(json.loads(r[2]))) for r in rows]
+
+    def count_jobs(self) -> int:
+        return int(self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0])
+
+    def delete_job(self, job_id: str) -> None:
+        with self._tx() as db:
+            for table, col in (
+                ("jobs", "id"),
+                ("profiles", "job_id"),
+                ("frontiers", "job_id"),
+                ("deployments", "job_id"),
+                ("ranks", "job_id"),
+                ("iterations", "job_id"),
+                ("profiling", "job_id"),
+            ):
+                db.execute(f"DELETE FROM {table} WHERE {col} = ?", (job_id,))
+
+    # --- profiles --------------------------------------------------------------------------------
+
+    def put_profile(self, job_id: str, csv_text: str, source: str) -> int:
+        """Store the profile (canonical CSV); returns its new revision number."""
+        with self._tx() as db:
+            row = db.execute("SELECT revision FROM profiles WHERE job_id = ?", (job_id,)).fetchone()
+            rev = (row[0] if row else 0) + 1
+            db.execute(
+                "INSERT OR REPLACE INTO profiles (job_id, csv, revision, updated, source) VALUES (?, ?, ?, ?, ?)",
+                (job_id, csv_text, rev, time.time(), source),
+            )
+        return rev
+
+    def profile(self, job_id: str) -> tuple[str, int, str] | None:
+        """``(csv, revision, source)`` or None."""
+        row = self._db.execute(
+            "SELECT csv, revision, source FROM profiles WHERE job_id = ?", (job_id,)
+        ).fetchone()
+        return None if row is None else (row[0], int(row[1]), row[2])
+
+    # --- frontiers -------------------------------------------------------------------------------
+
+    def frontier(self, job_id: str) -> FrontierRow:
+        row = self._db.execute(
+            "SELECT status, progress, error, doc, profile_revision, started, finished, solve_seconds "
+            "FROM frontiers WHERE job_id = ?",
+            (job_id,),
+        ).fetchone()
+        return FrontierRow() if row is None else FrontierRow(*row)
+
+    def put_frontier(self, job_id: str, row: FrontierRow) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO frontiers (job_id, status, progress, error, doc, profile_revision, "
+                "started, finished, solve_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    job_id,
+                    row.status,
+                    row.progress,
+                    row.error,
+                    row.doc,
+                    row.profile_revision,
+                    row.started,
+                    row.finished,
+                    row.solve_seconds,
+                ),
+            )
+
+    def interrupted_solves(self) -> list[str]:
+        rows = self._db.execute(
+            "SELECT job_id FROM frontiers WHERE status IN ('queued', 'running')"
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    # --- deployments -----------------------------------------------------------------------------
+
+    def deployment(self, job_id: str) -> tuple[int, dict[str, Any]] | None:
+        row = self._db.execute(
+            "SELECT version, doc FROM deployments WHERE job_id = ?", (job_id,)
+        ).fetchone()
+        return None if row is None else (int(row[0]), json.loads(row[1]))
+
+    def put_deployment(self, job_id: str, version: int, doc: dict[str, Any]) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO deployments (job_id, version, doc, updated) VALUES (?, ?, ?, ?)",
+                (job_id, version, json.dumps(doc), time.time()),
+            )
+
+    # --- ranks -----------------------------------------------------------------------------------
+
+    def ranks(self, job_id: str) -> list[RankInfo]:
+        rows = self._db.execute(
+            "SELECT info FROM ranks WHERE job_id = ? ORDER BY global_rank", (job_id,)
+        ).fetchall()
+        return [_rank_from_json(job_id, json.loads(r[0])) for r in rows]
+
+    def put_rank(self, rank: RankInfo) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO ranks (job_id, global_rank, rank_id, info, registered) VALUES (?, ?, ?, ?, ?)",
+                (
+                    rank.job_id,
+                    rank.global_rank,
+                    rank.rank_id,
+                    json.dumps(rank.to_json()),
+                    time.time(),
+                ),
+            )
+
+    # --- iterations ------------------------------------------------------------------------------
+
+    def add_iterations(
+        self, job_id: str, rows: list[tuple[str, int, float, float, int]], keep: int
+    ) -> None:
+        """Append ``(rank_id, iteration, time, energy, plan_version)`` rows; keep the newest ``keep``
+        per rank."""
+        if not rows:
+            return
+        now = time.time()
+        with self._tx() as db:
+            db.executemany(
+                "INSERT INTO iterations (rank_id, job_id, iteration, time, energy, plan_version, received) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(r, job_id, it, t, e, v, now) for r, it, t, e, v in rows],
+            )
+            for rank_id in {r[0] for r in rows}:
+                db.execute(
+                    "DELETE FROM iterations WHERE rank_id = ? AND rowid NOT IN "
+                    "(SELECT rowid FROM iterations WHERE rank_id = ? ORDER BY rowid DESC LIMIT ?)",
+                    (rank_id, rank_id, keep),
+                )
+
+    def iterations(self, rank_id: str, limit: int) -> list[tuple[int, float, float, int]]:
+        """The newest ``limit`` ``(iteration, time, energy, plan_version)`` of a rank, oldest first."""
+        rows = self._db.execute(
+            "SELECT iteration, time, energy, plan_version FROM iterations WHERE rank_id = ? "
+            "ORDER BY rowid DESC LIMIT ?",
+            (rank_id, limit),
+        ).fetchall()
+        return [(int(a), float(b), float(c), int(d)) for a, b, c, d in reversed(rows)]
+
+    # --- profiling sessions ----------------------------------------------------------------------
+
+    def profiling(self, job_id: str) -> dict[str, Any] | None:
+        row = self._db.execute("SELECT doc FROM profiling WHERE job_id = ?", (job_id,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def put_profiling(self, job_id: str, doc: dict[str, Any]) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO profiling (job_id, doc) VALUES (?, ?)",
+                (job_id, json.dumps(doc)),
+            )
+
+
+def _rank_from_json(job_id: str, d: dict[str, Any]) -> RankInfo:
+    return RankInfo(
+        job_id=job_id,
+        rank_id=d["rank_id"],
+        global_rank=int(d["global_rank"]),
+        pipeline_rank=int(d["pipeline_rank"]),
+        data_rank=int(d["data_rank"]),
+        tensor_rank=int(d["tensor_rank"]),
+        gpu_name=d.get("gpu_name", ""),
+        supported_clocks=tuple(int(c) for c in d.get("supported_clocks_mhz", [])),
+        hostname=d.get("hostname", ""),
+    )
