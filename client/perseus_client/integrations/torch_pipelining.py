@@ -47,7 +47,14 @@ from typing import Any
 
 from perseus_client.integrations._base import InstructionClient, Orders, check_orders
 
-__all__ = ["PipelineHooks", "instrument", "export_orders", "schedule_stages", "COMPUTATION_KINDS"]
+__all__ = [
+    "PipelineHooks",
+    "instrument",
+    "export_orders",
+    "orders_for",
+    "schedule_stages",
+    "COMPUTATION_KINDS",
+]
 
 #: torch's compute action types (``_ComputationType`` values) -> Perseus instruction kinds.
 COMPUTATION_KINDS = {
@@ -272,3 +279,35 @@ def export_orders(schedule: Any) -> Orders:
         [op for action in table[rank] for op in _action_ops(action)] for rank in sorted(table)
     ]
     return check_orders(orders)
+
+
+def orders_for(
+    schedule: str | type,
+    ranks: int,
+    microbatches: int,
+    stages_per_rank: int | None = None,
+) -> Orders:
+    """The per-rank order of a schedule class (or name, as ``get_schedule_class`` takes it) without
+    building stages or a process group, e.g. to create the job before launching the ranks.
+
+    Single-stage GPipe / 1F1B come from :mod:`perseus.schedules` (see the module docstring); the
+    others from ``torch.distributed.pipelining._schedule_visualizer.get_schedule_ops`` with the
+    communication lowering the runtime executes. ``stages_per_rank`` defaults to torch's (1 for
+    single-stage schedules, 2 otherwise).
+    """
+    from torch.distributed.pipelining import schedules as tsched
+    from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
+
+    from perseus.schedules import gpipe, one_f_one_b
+
+    cls = tsched.get_schedule_class(schedule) if isinstance(schedule, str) else schedule
+    if issubclass(cls, tsched.PipelineScheduleSingle):
+        if stages_per_rank not in (None, 1):
+            raise ValueError(f"stages_per_rank: {cls.__name__} holds one stage per rank")
+        if issubclass(cls, tsched.Schedule1F1B):
+            return check_orders(one_f_one_b(ranks, microbatches).to_json()["orders"])  # type: ignore[arg-type]
+        if issubclass(cls, tsched.ScheduleGPipe):
+            return check_orders(gpipe(ranks, microbatches).to_json()["orders"])  # type: ignore[arg-type]
+        raise TypeError(f"schedule: no order known for single-stage schedule {cls.__name__}")
+    table = get_schedule_ops(cls, ranks, microbatches, stages_per_rank, with_comms=True)
+    return check_orders([[op for action in rank for op in _action_ops(action)] for rank in table])
