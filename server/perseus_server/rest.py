@@ -120,10 +120,14 @@ class Gate:
         await self.app(scope, replay, send)
 
 
-def _field_of(loc: tuple[Any, ...]) -> str:
+def _field_of(loc: tuple[Any, ...], kind: str = "") -> str:
+    if kind == "json_invalid":
+        return "body"
     parts = [str(p) for p in loc]
     if parts and parts[0] in ("body", "query", "path", "header"):
         parts = parts[1:]
+    # Drop pydantic's union-member tags (``ScheduleIn``, ``literal['a','b']``, ``function-after[...]``).
+    parts = [p for p in parts if not (p[:1].isupper() or "[" in p or "'" in p)]
     return ".".join(parts) or "body"
 
 
@@ -167,7 +171,7 @@ def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
         first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
-        field = _field_of(tuple(first.get("loc", ("body",))))
+        field = _field_of(tuple(first.get("loc", ("body",))), str(first.get("type", "")))
         detail = f"{field}: {first.get('msg', 'invalid')}"
         if len(errors) > 1:
             detail += f" (and {len(errors) - 1} more)"
@@ -175,7 +179,10 @@ def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
             detail,
             field=field,
             errors=[
-                {"field": _field_of(tuple(e.get("loc", ()))), "message": str(e.get("msg", ""))}
+                {
+                    "field": _field_of(tuple(e.get("loc", ())), str(e.get("type", ""))),
+                    "message": str(e.get("msg", "")),
+                }
                 for e in errors[:20]
             ],
         )

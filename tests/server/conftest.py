@@ -1,0 +1,131 @@
+"""Fixtures: a real ``perseus serve`` subprocess on free ports, small profiles, helpers."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+from perseus_client.proto import perseus_pb2 as pb
+from perseus_client.proto import perseus_pb2_grpc as pb_grpc
+from perseus_server import ServerProcess
+
+from perseus.profiles import load_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+A40 = ROOT / "profiles" / "gpt3-175b_a40_8stage.csv"
+BLOCKING_A40 = 70.38
+
+
+def sliced_profile_csv(stages: int = 2, every: int = 10) -> str:
+    """The A40 profile cut to ``stages`` stages and every ``every``-th frequency (6 clocks)."""
+    p = load_profile(A40)
+    keep = set(p.frequencies[::every])
+    rows = [r for r in p.records() if r["stage"] < stages and r["frequency"] in keep]
+    return "stage,instruction,frequency,time,energy\n" + "".join(
+        f"{r['stage']},{r['instruction']},{r['frequency']},{r['time']!r},{r['energy']!r}\n"
+        for r in rows
+    )
+
+
+@pytest.fixture(scope="session")
+def small_csv() -> str:
+    return sliced_profile_csv()
+
+
+@pytest.fixture(scope="session")
+def small_freqs(small_csv: str) -> list[int]:
+    return sorted({int(line.split(",")[2]) for line in small_csv.splitlines()[1:]}, reverse=True)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server (no auth) shared by the tests of a module."""
+    db = tmp_path_factory.mktemp("db") / "perseus.db"
+    with ServerProcess(db) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def http(server: ServerProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.http_url, headers=server.headers, timeout=30.0) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def stub(server: ServerProcess) -> Iterator[pb_grpc.PlanServiceStub]:
+    channel = grpc.insecure_channel(server.grpc_target)
+    yield pb_grpc.PlanServiceStub(channel)
+    channel.close()
+
+
+def make_job(http: httpx.Client, **overrides: Any) -> str:
+    body = {
+        "stages": 2,
+        "microbatches": 4,
+        "schedule": "1f1b",
+        "blocking_power": BLOCKING_A40,
+        "gpu_model": "A40",
+    }
+    body.update(overrides)
+    r = http.post("/jobs", json=body)
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+def wait_frontier(
+    http: httpx.Client,
+    job_id: str,
+    timeout: float = 120.0,
+    until: tuple[str, ...] = ("done", "failed"),
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = http.get(f"/jobs/{job_id}/frontier", params={"points": False}).json()
+        if st["status"] in until:
+            return dict(st)
+        time.sleep(0.1)
+    raise AssertionError(f"frontier of {job_id} not {until} after {timeout} s: {st}")
+
+
+def solved_job(http: httpx.Client, csv_text: str, **overrides: Any) -> str:
+    job_id = make_job(http, **overrides)
+    r = http.put(f"/jobs/{job_id}/profile", content=csv_text, headers={"content-type": "text/csv"})
+    assert r.status_code == 200, r.text
+    assert http.post(f"/jobs/{job_id}/frontier").status_code == 202
+    st = wait_frontier(http, job_id)
+    assert st["status"] == "done", st
+    return job_id
+
+
+def register(
+    stub: pb_grpc.PlanServiceStub,
+    job_id: str,
+    global_rank: int,
+    pipeline_rank: int,
+    data_rank: int = 0,
+    clocks: list[int] | None = None,
+    metadata: Any = (),
+) -> pb.RegisterRankResponse:
+    return stub.RegisterRank(
+        pb.RegisterRankRequest(
+            job_id=job_id,
+            global_rank=global_rank,
+            pipeline_rank=pipeline_rank,
+            data_rank=data_rank,
+            gpu_name="NVIDIA A40",
+            supported_clocks_mhz=clocks or [],
+            hostname="test",
+        ),
+        metadata=metadata,
+        timeout=10,
+    )
+
+
+def problem_field(r: httpx.Response) -> str | None:
+    assert r.headers["content-type"].startswith("application/problem+json"), r.text
+    return r.json().get("field")
