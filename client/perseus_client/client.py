@@ -33,8 +33,9 @@ Guarantees:
 - **Clocks are always reset**: on ``close()`` / leaving the ``with`` block, on an exception
   escaping an iteration, on SIGTERM/SIGINT, and at interpreter exit.
 - **Online profiling**: while the server sends a ``ProfilingTask``, every instruction runs at the
-  task's clock; after ``warmup_iterations`` iterations each instruction's time and energy
-  (energy-counter difference, with the device synchronised around it) are reported.
+  task's clock; after the task's first ``warmup_iterations`` iterations, every iteration reports
+  each instruction's time and energy (energy-counter difference, with the device synchronised
+  around the instruction) until the server sends the next task.
 
 Configuration comes from the arguments or the environment: ``PERSEUS_SERVER`` (``host:port``, or
 ``grpcs://host:port`` for TLS), ``PERSEUS_TOKEN`` (bearer token), ``PERSEUS_JOB`` (job id),
@@ -344,9 +345,9 @@ class PerseusClient:
         if task is not None:
             k = self._profile_iter
             self._profile_iter = k + 1
-            self._measure_energy = (
-                task.warmup_iterations <= k < task.warmup_iterations + task.iterations
-            )
+            # Measure every iteration after the warm-up: the server keeps as many as it needs
+            # (``task.iterations``) and moves on to the next clock when it has them.
+            self._measure_energy = k >= task.warmup_iterations
             self._record = self._measure_energy
         else:
             self._measure_energy = False
@@ -428,10 +429,11 @@ class PerseusClient:
     def _end_instruction(self, exc: BaseException | None) -> None:
         gpu = self.gpu
         self._in_instruction = False
+        if exc is not None:
+            gpu.abort_instruction()
+            return
         gpu.end_instruction()
         t1 = gpu.timestamp()
-        if exc is not None:
-            return
         end_ev = None
         if self._cuda_events:
             end_ev = self._torch.cuda.Event(enable_timing=self._record and not self._measure_energy)

@@ -46,6 +46,7 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 2_000),
 ]
 _BATCH = 256
+_TINY = 1e-9  # the server wants strictly positive times; a clock tick can read 0
 
 
 @dataclass(frozen=True)
@@ -254,16 +255,16 @@ class ServerLink:
             job_id=self.identity.job_id,
             rank_id=self.rank_id or "",
             iteration=rec.iteration,
-            iteration_time=rec.iteration_time,
+            iteration_time=max(rec.iteration_time, _TINY),
             plan_version=rec.plan_version,
-            energy=rec.energy,
+            energy=max(rec.energy, 0.0),
             instructions=[
                 perseus_pb2.InstructionMeasurement(
                     instruction=m.kind,
                     microbatch=m.microbatch,
                     frequency_mhz=m.frequency_mhz,
-                    time=m.time,
-                    energy=m.energy,
+                    time=max(m.time, _TINY),
+                    energy=max(m.energy, 0.0),
                     stage=m.stage,
                 )
                 for m in rec.instructions

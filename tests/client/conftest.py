@@ -156,6 +156,11 @@ def profile_csv(tmp_path: Any) -> Any:
     return path
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def profile_data() -> dict[tuple[int, str], dict[int, tuple[float, float]]]:
     return PROFILE
+
+
+@pytest.fixture(scope="session")
+def profile_text() -> str:
+    return PROFILE_CSV

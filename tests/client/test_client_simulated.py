@@ -159,3 +159,17 @@ def test_recording_gpu_records_requests_and_instruction_clocks(tmp_path, sim_gpu
     requests, instructions = read_log(log)
     assert requests == gpu.requests and instructions == gpu.instructions
     assert sim_gpu.locked_clock is None
+
+
+def test_aborted_instruction_does_not_sleep_out_its_duration(profile_data, monkeypatch):
+    import perseus_client.gpu.simulated as simulated
+
+    sleeps: list[float] = []
+    monkeypatch.setattr(simulated.time, "sleep", sleeps.append)
+    gpu = SimulatedGpu(profile_data, stage=0, time_scale=100.0)  # forward = 1 s of wall time
+    gpu.begin_instruction("forward", 0, None)
+    gpu.abort_instruction()
+    assert sleeps == []
+    gpu.begin_instruction("forward", 0, None)
+    gpu.end_instruction()
+    assert len(sleeps) == 1 and 0 < sleeps[0] <= 1.0

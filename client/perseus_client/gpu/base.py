@@ -61,6 +61,9 @@ class GpuBackend(ABC):
     def end_instruction(self) -> None:  # noqa: B027
         """Called on the training thread when an instruction's body returns (no-op for real GPUs)."""
 
+    def abort_instruction(self) -> None:  # noqa: B027
+        """Called instead of :meth:`end_instruction` when the instruction's body raised."""
+
     def synchronize(self) -> None:  # noqa: B027
         """Wait for the device's queued work (used around measured instructions while profiling)."""
 

@@ -102,6 +102,9 @@ class RecordingGpu(GpuBackend):
     def end_instruction(self) -> None:
         self.inner.end_instruction()
 
+    def abort_instruction(self) -> None:
+        self.inner.abort_instruction()
+
     def synchronize(self) -> None:
         self.inner.synchronize()
 

@@ -324,6 +324,23 @@ class SimulatedGpu(GpuBackend):
         self._energy += e
         self._pending = None
 
+    def abort_instruction(self) -> None:
+        """The instruction's body raised: count the time it ran, do not sleep out the rest."""
+        pending = self._pending
+        if pending is None:
+            return
+        t, e, start_sim, start_wall = pending
+        if self.time_scale > 0:
+            now = time.perf_counter()
+            duration = min(t, (now - start_wall) / self.time_scale)
+            self._sim_base = start_sim + duration
+            self._wall_base = now
+        else:
+            duration = 0.0
+        self._busy += duration
+        self._energy += e * (duration / t if t > 0 else 0.0)
+        self._pending = None
+
     # -- state file -----------------------------------------------------------------------------
 
     def _persist(self) -> None:
