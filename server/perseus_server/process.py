@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -168,7 +169,11 @@ class ServerProcess:
     def _wait_healthy(self, deadline: float) -> None:
         import httpx
 
-        verify: bool | str = str(self.tls_cert) if self.tls_cert is not None else True
+        verify: bool | ssl.SSLContext = (
+            ssl.create_default_context(cafile=str(self.tls_cert))
+            if self.tls_cert is not None
+            else True
+        )
         while time.monotonic() < deadline:
             try:
                 if (

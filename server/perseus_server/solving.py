@@ -100,28 +100,40 @@ class SolveManager:
         blocking_power: float,
         events: SolveEvents,
     ) -> None:
+        outcome: tuple[str, Any, Any] = ("failed", "internal error", None)
         try:
             async with self._sem:
                 if solve.cancel.is_set():
-                    events.on_failed(solve.reason)
-                    return
-                q = self._ctx.Queue()
-                proc = self._ctx.Process(
-                    target=run_solve,
-                    args=(profile_csv, schedule_json, blocking_power, q, solve.cancel),
-                    name=f"perseus-solve-{job_id}",
-                    daemon=True,
-                )
-                proc.start()
-                solve.process = proc
-                events.on_running(proc.pid or 0)
-                await self._watch(solve, proc, q, events)
+                    outcome = ("failed", solve.reason, None)
+                else:
+                    q = self._ctx.Queue()
+                    proc = self._ctx.Process(
+                        target=run_solve,
+                        args=(profile_csv, schedule_json, blocking_power, q, solve.cancel),
+                        name=f"perseus-solve-{job_id}",
+                        daemon=True,
+                    )
+                    proc.start()
+                    solve.process = proc
+                    events.on_running(proc.pid or 0)
+                    outcome = await self._watch(solve, proc, q, events)
+                    await asyncio.get_running_loop().run_in_executor(None, proc.join, 5.0)
+                    if proc.is_alive():
+                        proc.kill()
+                    q.close()
         except Exception as e:  # noqa: BLE001 - the job must learn why
-            events.on_failed(f"internal error while supervising the solve: {e}")
+            outcome = ("failed", f"internal error while supervising the solve: {e}", None)
         finally:
             self._solves.pop(job_id, None)
+        # Report only once the solve is gone, so a new one can start from the callback on.
+        if outcome[0] == "done":
+            events.on_done(outcome[1], float(outcome[2]))
+        else:
+            events.on_failed(str(outcome[1]))
 
-    async def _watch(self, solve: _Solve, proc: Any, q: Any, events: SolveEvents) -> None:
+    async def _watch(
+        self, solve: _Solve, proc: Any, q: Any, events: SolveEvents
+    ) -> tuple[str, Any, Any]:
         cancel_deadline: float | None = None
         loop = asyncio.get_running_loop()
         while True:
@@ -129,15 +141,10 @@ class SolveManager:
             if msg is not None:
                 kind = msg[0]
                 if kind == "done":
-                    events.on_done(msg[1], float(msg[2]))
-                elif kind == "cancelled":
-                    events.on_failed(solve.reason or str(msg[1]))
-                else:
-                    events.on_failed(str(msg[1]))
-                await loop.run_in_executor(None, proc.join, 5.0)
-                if proc.is_alive():
-                    proc.kill()
-                return
+                    return ("done", msg[1], msg[2])
+                if kind == "cancelled":
+                    return ("failed", solve.reason or str(msg[1]), None)
+                return ("failed", str(msg[1]), None)
             if not proc.is_alive():
                 msg = _drain(q, events)
                 if msg is None:
@@ -146,12 +153,9 @@ class SolveManager:
                     if code is not None and code < 0:
                         with contextlib.suppress(ValueError):
                             why = f"killed by signal {signal.Signals(-code).name}"
-                    events.on_failed(
-                        solve.reason
-                        if solve.cancel.is_set() and solve.reason
-                        else f"the solver process died ({why})"
-                    )
-                    return
+                    if solve.cancel.is_set() and solve.reason:
+                        return ("failed", solve.reason, None)
+                    return ("failed", f"the solver process died ({why})", None)
                 continue
             if solve.cancel.is_set():
                 now = loop.time()
