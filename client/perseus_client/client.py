@@ -278,7 +278,8 @@ class PerseusClient:
 
     def use_plan(self, plan: Plan | None) -> None:
         """Use ``plan`` from the next iteration on (offline mode; a server plan overrides it)."""
-        self._receive_plan(plan) if plan is not None else setattr(self, "_latest", None)
+        with self._plan_lock:
+            self._latest = plan
 
     @property
     def plan(self) -> Plan | None:
