@@ -10,6 +10,10 @@ Cases: a plan whose clock changes at every instruction (a controller request per
 and a plan with one clock (every request after the first is a skipped no-op).
 
     .venv/bin/python benchmarks/client.py [--iterations 300] [--microbatches 8] [--json]
+
+``--nvml`` is the read-only GPU check (needs an NVIDIA GPU; never changes a clock): it lists the
+supported SM clocks through :class:`NvmlGpu`, reads the energy counter around a bf16 matmul
+workload, and measures the hooks with ``NvmlGpu(dry_run=True)`` and CUDA events (torch).
 """
 
 from __future__ import annotations
@@ -84,13 +88,66 @@ def bench_client(
     return samples, boundaries
 
 
+def nvml_check(iterations: int, order: list[tuple[str, int]]) -> dict[str, Any]:
+    """Read-only checks on a real GPU (dry run: clock requests are recorded, never applied)."""
+    import torch
+    from perseus_client import NvmlGpu
+
+    gpu = NvmlGpu(0, dry_run=True)
+    clocks = gpu.supported_clocks()
+    out: dict[str, Any] = {
+        "gpu": gpu.name,
+        "clocks": len(clocks),
+        "max_mhz": clocks[0],
+        "min_mhz": clocks[-1],
+    }
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    e0, t0 = gpu.energy_mj(), time.perf_counter()
+    for _ in range(200):
+        a @ a
+    torch.cuda.synchronize()
+    e1, t1 = gpu.energy_mj(), time.perf_counter()
+    out["matmul_seconds"] = t1 - t0
+    out["matmul_joules"] = (e1 - e0) / 1000.0
+    out["matmul_avg_watts"] = (e1 - e0) / 1000.0 / (t1 - t0)
+    out["matmul_tflops"] = 200 * 2 * 8192**3 / (t1 - t0) / 1e12
+    client = PerseusClient(offline=True, gpu=gpu, handle_signals=False)
+    picks = [clocks[0], clocks[len(clocks) // 2], clocks[-1]]
+    client.use_plan(
+        Plan(1, tuple(PlanStep(k, m, picks[i % 3], 0) for i, (k, m) in enumerate(order)))
+    )
+    b = torch.randn(2048, 2048, device="cuda")
+    samples: list[float] = []
+    clock = time.perf_counter_ns
+    for _ in range(iterations):
+        with client.iteration():
+            for k, m in order:
+                t = clock()
+                with client.instruction(k, microbatch=m):
+                    b @ b
+                samples.append((clock() - t) / 1000.0)
+    torch.cuda.synchronize()
+    client.controller.flush()
+    out["hooked_matmul_instruction_median_us"] = statistics.median(samples)
+    out["hooked_matmul_instruction_p99_us"] = pct(samples, 0.99)
+    out["dry_run_requests"] = len(gpu.requests)
+    out["requests_match_plan"] = [f for _, f in gpu.requests[:3]] == picks
+    client.close()
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iterations", type=int, default=300)
     ap.add_argument("--microbatches", type=int, default=8)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--nvml", action="store_true", help="read-only check on a real NVIDIA GPU")
     args = ap.parse_args(argv)
     order = one_f_one_b(args.microbatches)
+    if args.nvml:
+        print(json.dumps(nvml_check(args.iterations, order), indent=2))
+        return 0
     # warm up (imports, caches)
     bench_client(order, 5, [1410, 1200, 1000])
     empty = bench_empty(order, args.iterations)
