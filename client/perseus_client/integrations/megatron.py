@@ -160,7 +160,7 @@ class MegatronHooks:
     def install(self) -> MegatronHooks:
         import importlib
 
-        module = importlib.import_module(_MODULE)
+        module: Any = importlib.import_module(_MODULE)
         for name in ("forward_step", "backward_step"):
             if getattr(getattr(module, name), "_perseus_hook", False):
                 raise RuntimeError(
@@ -171,8 +171,8 @@ class MegatronHooks:
             "forward_step": module.forward_step,
             "backward_step": module.backward_step,
         }
-        module.forward_step = self._wrap_forward(module.forward_step)
-        module.backward_step = self._wrap_backward(module.backward_step)
+        module.forward_step = self._wrap_forward(self._originals["forward_step"])
+        module.backward_step = self._wrap_backward(self._originals["backward_step"])
         return self
 
     def remove(self) -> None:

@@ -236,7 +236,7 @@ def _action_ops(action: Any) -> list[list[Any]]:
     subs = getattr(action, "sub_actions", None)
     if subs:
         return [op for sub in subs for op in _action_ops(sub)]
-    kind = COMPUTATION_KINDS.get(getattr(action.computation_type, "value", None))
+    kind = COMPUTATION_KINDS.get(str(getattr(action.computation_type, "value", "")))
     if kind is None:
         return []
     if action.microbatch_index is None:
