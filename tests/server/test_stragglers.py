@@ -1,0 +1,118 @@
+"""Straggler replanning: explicit reports over REST and detection from ReportIterations."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from perseus_client.proto import perseus_pb2 as pb
+from perseus_client.proto import perseus_pb2_grpc as pb_grpc
+
+from .conftest import problem_field, register, solved_job
+
+
+@pytest.fixture(scope="module")
+def job(http: httpx.Client, small_csv: str) -> str:
+    return solved_job(http, small_csv, data_parallel=2)
+
+
+def _indices(http: httpx.Client, job_id: str) -> list[int]:
+    return [p["index"] for p in http.get(f"/jobs/{job_id}/status").json()["plan"]["pipelines"]]
+
+
+def test_reported_straggler_slows_the_others(http: httpx.Client, job: str) -> None:
+    front = http.get(f"/jobs/{job}/frontier").json()
+    t_base = front["points"][0]["time"]
+    for body, field in (
+        ({"pipeline": 7, "slowdown": 0.2}, "pipeline"),
+        ({"pipeline": 1}, "slowdown"),
+        ({"pipeline": 1, "slowdown": 0.2, "iteration_time": 3.0}, "slowdown"),
+        ({"pipeline": 1, "slowdown": -1}, "slowdown"),
+    ):
+        r = http.post(f"/jobs/{job}/stragglers", json=body)
+        assert r.status_code == 422 and problem_field(r) == field, r.text
+    version = http.get(f"/jobs/{job}/status").json()["plan"]["version"]
+    st = http.post(f"/jobs/{job}/stragglers", json={"pipeline": 1, "slowdown": 0.2}).json()
+    plan = st["plan"]
+    assert plan["version"] == version + 1
+    p0, p1 = plan["pipelines"]
+    assert p1["index"] == 0 and "straggler" in p1["reason"]
+    assert (
+        p0["index"] > 0
+        and p0["time"] <= t_base * 1.2 * (1 + 1e-9)
+        and "straggler pipeline 1" in p0["reason"]
+    )
+    expected = http.get(f"/jobs/{job}/plan", params={"deadline": t_base * 1.2}).json()
+    assert p0["index"] == expected["index"]
+    assert st["pipelines"][1]["straggler"]["source"] == "reported" and st["recent_replans"]
+    assert 'perseus_replans_total{kind="reported"}' in http.get("/metrics").text
+    assert http.delete(f"/jobs/{job}/stragglers", params={"pipeline": 0}).status_code == 404
+    st = http.delete(f"/jobs/{job}/stragglers", params={"pipeline": 1}).json()
+    assert [p["index"] for p in st["plan"]["pipelines"]] == [0, 0] and st["plan"][
+        "version"
+    ] == version + 2
+
+
+def test_detected_straggler_and_recovery(
+    http: httpx.Client, stub: pb_grpc.PlanServiceStub, job: str
+) -> None:
+    leaders = {d: register(stub, job, d * 2, 0, data_rank=d).rank_id for d in (0, 1)}
+    status = http.get(f"/jobs/{job}/status").json()
+    version = status["plan"]["version"]
+    t_plan = status["plan"]["pipelines"][1]["time"]
+
+    def report(d: int, times: list[float], v: int, start: int) -> None:
+        reps = [
+            pb.IterationReport(
+                job_id=job,
+                rank_id=leaders[d],
+                iteration=start + i,
+                iteration_time=t,
+                plan_version=v,
+            )
+            for i, t in enumerate(times)
+        ]
+        stub.ReportIterations(iter(reps), timeout=10)
+
+    report(0, [t_plan] * 3, version, 0)
+    report(1, [t_plan * 1.25] * 2, version, 0)
+    assert _indices(http, job) == [0, 0]  # two slow iterations are not enough
+    report(1, [t_plan * 1.25], version, 2)
+    st = http.get(f"/jobs/{job}/status").json()
+    assert st["plan"]["version"] == version + 1
+    assert st["pipelines"][1]["straggler"] == {
+        "time": pytest.approx(t_plan * 1.25),
+        "source": "detected",
+    }
+    idx = _indices(http, job)
+    assert idx[1] == 0 and idx[0] > 0
+    # Slow iterations under the old version, or in the hysteresis band, change nothing; three
+    # iterations back at the plan's time under the new version restore the default plan.
+    report(1, [t_plan * 1.03] * 3, version + 1, 3)
+    assert _indices(http, job) == idx
+    report(1, [t_plan] * 3, version + 1, 6)
+    st = http.get(f"/jobs/{job}/status").json()
+    assert _indices(http, job) == [0, 0] and st["pipelines"][1]["straggler"] is None
+    assert st["plan"]["version"] == version + 2
+    metrics = http.get("/metrics").text
+    assert (
+        'perseus_replans_total{kind="detected"}' in metrics
+        and 'perseus_replans_total{kind="recovered"}' in metrics
+    )
+
+
+def test_detection_settings(http: httpx.Client, job: str) -> None:
+    r = http.put(
+        f"/jobs/{job}/straggler-detection",
+        json={"threshold": 0.1, "consecutive": 5, "recovery": 0.2},
+    )
+    assert r.status_code == 422 and problem_field(r) == "recovery"
+    r = http.put(
+        f"/jobs/{job}/straggler-detection",
+        json={"threshold": 0.1, "consecutive": 5, "recovery": 0.05},
+    )
+    assert r.status_code == 200
+    assert http.get(f"/jobs/{job}/status").json()["straggler_detection"] == {
+        "threshold": 0.1,
+        "consecutive": 5,
+        "recovery": 0.05,
+    }
