@@ -41,6 +41,7 @@ class PipelineDAG:
         rank, stage, microbatch, kind: per-node arrays (``kind`` holds :data:`KIND_CODES`).
         src, dst: edge lists.
         topo: nodes in a topological order; ``level_ptr`` splits it into levels.
+        pred_ptr/pred_idx, succ_ptr/succ_idx: predecessor and successor lists (CSR).
     """
 
     schedule: Schedule
@@ -54,6 +55,10 @@ class PipelineDAG:
     topo: IntArray
     level_ptr: IntArray
     level_edges: tuple[IntArray, ...]
+    pred_ptr: IntArray
+    pred_idx: IntArray
+    succ_ptr: IntArray
+    succ_idx: IntArray
 
     @property
     def num_nodes(self) -> int:
@@ -111,7 +116,11 @@ class PipelineDAG:
             topo_parts.append(frontier)
             level[frontier] = depth
             starts, ends = out_ptr[frontier], out_ptr[frontier + 1]
-            succ = np.concatenate([out_dst[a:b] for a, b in zip(starts, ends, strict=True)]) if frontier.size else np.empty(0, np.int64)
+            succ = (
+                np.concatenate([out_dst[a:b] for a, b in zip(starts, ends, strict=True)])
+                if frontier.size
+                else np.empty(0, np.int64)
+            )
             np.subtract.at(remaining, succ, 1)
             frontier = np.unique(succ[remaining[succ] == 0])
             depth += 1
@@ -120,7 +129,10 @@ class PipelineDAG:
             stuck = [ops[v] for v in np.flatnonzero(remaining > 0)[:3]]
             raise ScheduleError(
                 "the schedule deadlocks: some instructions wait on each other in a cycle, e.g. "
-                + ", ".join(f"rank {schedule.stage_rank()[o.stage]} {o.kind} mb {o.microbatch}" for o in stuck)
+                + ", ".join(
+                    f"rank {schedule.stage_rank()[o.stage]} {o.kind} mb {o.microbatch}"
+                    for o in stuck
+                )
             )
         level_ptr = np.zeros(depth + 1, dtype=np.int64)
         np.cumsum([len(p) for p in topo_parts], out=level_ptr[1:])
@@ -129,6 +141,9 @@ class PipelineDAG:
         counts = np.bincount(dst_level, minlength=depth)
         bounds = np.concatenate([[0], np.cumsum(counts)])
         level_edges = tuple(by_level[bounds[d] : bounds[d + 1]] for d in range(depth))
+        by_dst = np.argsort(dst_a, kind="stable")
+        pred_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(dst_a, minlength=n), out=pred_ptr[1:])
         return cls(
             schedule=schedule,
             ops=tuple(ops),
@@ -141,6 +156,10 @@ class PipelineDAG:
             topo=topo,
             level_ptr=level_ptr,
             level_edges=level_edges,
+            pred_ptr=pred_ptr,
+            pred_idx=src_a[by_dst],
+            succ_ptr=out_ptr,
+            succ_idx=out_dst,
         )
 
     def earliest_start(self, durations: FloatArray) -> FloatArray:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,14 @@ class FrontierPoint:
 
 @dataclass(frozen=True, eq=False)
 class Frontier:
-    """Pareto-optimal plans by increasing iteration time (and strictly decreasing energy).
+    """Pareto-optimal plans by increasing iteration time.
+
+    A plan is kept unless another is at least as fast and uses no more energy at every deadline
+    both meet, counting the blocking power a faster plan draws while it waits; that is, points
+    have strictly decreasing ``energy - blocking_power * ranks * time``. Energy itself decreases
+    up to the least-energy plan (:attr:`min_energy_index`); the slower points after it use more
+    energy per iteration on their own but less than the least-energy plan *plus waiting* until
+    their time, which is what a pipeline that must wait for a straggler should run.
 
     Attributes:
         schedule: the pipeline schedule the plans are for.
@@ -46,6 +53,8 @@ class Frontier:
         times, energies, lower_bounds: ``(k,)`` arrays, one entry per point.
         plans: ``(k, n)`` option indices (``uint8``) into ``node_freqs``.
         node_freqs: ``(n, K)`` frequencies (MHz) of each DAG node's options.
+        bound_times / bound_energies: breakpoints of the relaxed (lower-bound) frontier, by
+            increasing time; see :meth:`lower_bound_at`.
     """
 
     schedule: Schedule
@@ -57,6 +66,8 @@ class Frontier:
     lower_bounds: FloatArray
     plans: PlanArray
     node_freqs: IntArray
+    bound_times: FloatArray = field(default_factory=lambda: np.empty(0))
+    bound_energies: FloatArray = field(default_factory=lambda: np.empty(0))
 
     def __len__(self) -> int:
         return len(self.times)
@@ -67,6 +78,31 @@ class Frontier:
             FrontierPoint(float(t), float(e), float(lb))
             for t, e, lb in zip(self.times, self.energies, self.lower_bounds, strict=True)
         ]
+
+    @property
+    def min_energy_index(self) -> int:
+        """Index of the plan with the least energy per iteration."""
+        return int(np.argmin(self.energies))
+
+    def lower_bound_at(self, deadline: float) -> float:
+        """Certified lower bound on the energy of one iteration lasting ``deadline`` seconds
+        (any plan, waiting included); ``inf`` below the fastest possible time."""
+        bt, be = self.bound_times, self.bound_energies
+        if bt.size == 0 or deadline < bt[0] * (1 - 1e-12):
+            return float("inf")
+        if deadline >= bt[-1]:
+            # slower than the cheapest plan: it waits, at blocking power, for the rest
+            return float(be[-1] + self.blocking_power * self.schedule.ranks * (deadline - bt[-1]))
+        return float(np.interp(deadline, bt, be))
+
+    def energy_at(self, deadline: float) -> float:
+        """Least energy of an iteration lasting ``deadline`` seconds using a frontier plan
+        (a plan that finishes early waits at blocking power)."""
+        i = self.index_for_deadline(deadline, wait=True)
+        return float(
+            self.energies[i]
+            + self.blocking_power * self.schedule.ranks * (deadline - self.times[i])
+        )
 
     def frequencies(self, i: int) -> IntArray:
         """Frequency (MHz) of every DAG node in plan ``i``."""
@@ -81,7 +117,12 @@ class Frontier:
             steps = []
             for op in order:
                 steps.append(
-                    {"instruction": op.kind, "microbatch": op.microbatch, "stage": op.stage, "frequency": int(freqs[k])}
+                    {
+                        "instruction": op.kind,
+                        "microbatch": op.microbatch,
+                        "stage": op.stage,
+                        "frequency": int(freqs[k]),
+                    }
                 )
                 k += 1
             out.append(steps)
@@ -104,7 +145,7 @@ class Frontier:
                 f"no plan finishes within {deadline:.6g} s; the fastest plan takes {self.times[0]:.6g} s"
             )
         if not wait:
-            return int(ok[-1])
+            return int(ok[np.argmin(self.energies[ok])])
         ranks = self.schedule.ranks
         total = self.energies[ok] + self.blocking_power * ranks * (deadline - self.times[ok])
         return int(ok[np.argmin(total)])
@@ -130,13 +171,19 @@ class Frontier:
             return self
         keep = [0]
         for i in range(1, len(self) - 1):
-            if self.times[i] - self.times[keep[-1]] >= resolution and self.times[-1] - self.times[i] >= resolution:
+            if (
+                self.times[i] - self.times[keep[-1]] >= resolution
+                and self.times[-1] - self.times[i] >= resolution
+            ):
                 keep.append(i)
         keep.append(len(self) - 1)
         idx = np.asarray(keep)
-        return Frontier(
-            self.schedule, self.blocking_power, self.max_frequency_time, self.max_frequency_energy,
-            self.times[idx], self.energies[idx], self.lower_bounds[idx], self.plans[idx], self.node_freqs,
+        return replace(
+            self,
+            times=self.times[idx],
+            energies=self.energies[idx],
+            lower_bounds=self.lower_bounds[idx],
+            plans=self.plans[idx],
         )
 
     # --- JSON --------------------------------------------------------------------------------
@@ -178,6 +225,8 @@ class Frontier:
                 "plans_shape": list(self.plans.shape),
                 "node_freqs": base64.b64encode(self.node_freqs.astype("<i4").tobytes()).decode(),
                 "node_freqs_shape": list(self.node_freqs.shape),
+                "bound_times": self.bound_times.tolist(),
+                "bound_energies": self.bound_energies.tolist(),
             }
         return doc
 
@@ -185,7 +234,9 @@ class Frontier:
     def from_json(cls, doc: dict[str, Any]) -> Frontier:
         """Rebuild a frontier written by ``to_json(compact=True)``."""
         enc = doc["encoded"]
-        plans = np.frombuffer(base64.b64decode(enc["plans"]), dtype=np.uint8).reshape(enc["plans_shape"])
+        plans = np.frombuffer(base64.b64decode(enc["plans"]), dtype=np.uint8).reshape(
+            enc["plans_shape"]
+        )
         node_freqs = (
             np.frombuffer(base64.b64decode(enc["node_freqs"]), dtype="<i4")
             .reshape(enc["node_freqs_shape"])
@@ -202,5 +253,6 @@ class Frontier:
             lower_bounds=np.array([p["lower_bound"] for p in pts], dtype=np.float64),
             plans=plans.copy(),
             node_freqs=node_freqs,
+            bound_times=np.asarray(enc.get("bound_times", []), dtype=np.float64),
+            bound_energies=np.asarray(enc.get("bound_energies", []), dtype=np.float64),
         )
-

@@ -68,7 +68,9 @@ class EnergyProblem:
         stages per rank, each model chunk takes ``1/V`` of its rank's time and energy.
         """
         if not (blocking_power >= 0 and np.isfinite(blocking_power)):
-            raise ProfileError(f"must be a finite number >= 0, got {blocking_power!r}", field="blocking_power")
+            raise ProfileError(
+                f"must be a finite number >= 0, got {blocking_power!r}", field="blocking_power"
+            )
         if profile.stages == schedule.stages:
             scale = 1.0
             entry_stage = {s: s for s in range(schedule.stages)}
@@ -78,7 +80,11 @@ class EnergyProblem:
         else:
             raise ProfileError(
                 f"the profile has {profile.stages} stages but the job has {schedule.ranks} pipeline ranks"
-                + (f" ({schedule.stages} model stages)" if schedule.stages != schedule.ranks else ""),
+                + (
+                    f" ({schedule.stages} model stages)"
+                    if schedule.stages != schedule.ranks
+                    else ""
+                ),
                 field="stages",
             )
         dag = PipelineDAG.from_schedule(schedule)
@@ -104,7 +110,9 @@ class EnergyProblem:
         rows = [options(entry_stage[op.stage], op.kind) for op in dag.ops]
         k = max(len(r[0]) for r in rows)
         if k > 255:
-            raise ProfileError(f"at most 255 frequencies per instruction, got {k}", field="frequency")
+            raise ProfileError(
+                f"at most 255 frequencies per instruction, got {k}", field="frequency"
+            )
         n = len(rows)
         freqs = np.empty((n, k), dtype=np.int64)
         times = np.empty((n, k))

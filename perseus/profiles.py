@@ -172,14 +172,20 @@ class Profile:
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(_COLUMNS)
         for r in self.records():
-            writer.writerow([r["stage"], r["instruction"], r["frequency"], repr(r["time"]), repr(r["energy"])])
+            writer.writerow(
+                [r["stage"], r["instruction"], r["frequency"], repr(r["time"]), repr(r["energy"])]
+            )
         return out.getvalue()
 
     def to_json(self) -> dict[str, Any]:
         return {"format": "perseus-profile/1", "records": list(self.records())}
 
     def scaled(
-        self, stage: int | None = None, *, time_factor: float = 1.0, energy_factor: float | None = None
+        self,
+        stage: int | None = None,
+        *,
+        time_factor: float = 1.0,
+        energy_factor: float | None = None,
     ) -> Profile:
         """A copy with one stage's (or every stage's) times multiplied by ``time_factor``.
 
@@ -202,7 +208,11 @@ def _parse_records(rows: Iterable[tuple[int, Mapping[str, Any]]]) -> Profile:
     data: dict[tuple[int, str], list[tuple[int, float, float]]] = {}
     for rowno, rec in rows:
         for col in _COLUMNS:
-            if col not in rec or rec[col] is None or (isinstance(rec[col], str) and not rec[col].strip()):
+            if (
+                col not in rec
+                or rec[col] is None
+                or (isinstance(rec[col], str) and not rec[col].strip())
+            ):
                 raise ProfileError("missing value", field=col, row=rowno)
         stage = _as_int(rec["stage"], "stage", rowno)
         if stage < 0:
@@ -216,7 +226,9 @@ def _parse_records(rows: Iterable[tuple[int, Mapping[str, Any]]]) -> Profile:
             )
         freq = _as_int(rec["frequency"], "frequency", rowno)
         if freq <= 0:
-            raise ProfileError(f"frequency must be positive, got {freq}", field="frequency", row=rowno)
+            raise ProfileError(
+                f"frequency must be positive, got {freq}", field="frequency", row=rowno
+            )
         time = _as_positive_float(rec["time"], "time", rowno)
         energy = _as_positive_float(rec["energy"], "energy", rowno)
         key = (stage, kind, freq)
@@ -319,7 +331,9 @@ def parse_profile_json(obj: Any) -> Profile:
             raise ProfileError(f"not valid JSON: {e}") from None
     records = obj.get("records") if isinstance(obj, dict) else obj
     if not isinstance(records, list):
-        raise ProfileError("expected a list of records or an object with a 'records' list", field="records")
+        raise ProfileError(
+            "expected a list of records or an object with a 'records' list", field="records"
+        )
 
     def rows() -> Iterable[tuple[int, Mapping[str, Any]]]:
         for i, rec in enumerate(records):

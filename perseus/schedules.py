@@ -85,7 +85,9 @@ class Schedule:
             "ranks": self.ranks,
             "stages": self.stages,
             "microbatches": self.microbatches,
-            "orders": [[[op.kind, op.microbatch, op.stage] for op in order] for order in self.orders],
+            "orders": [
+                [[op.kind, op.microbatch, op.stage] for op in order] for order in self.orders
+            ],
         }
 
     @classmethod
@@ -100,7 +102,11 @@ class Schedule:
             ops = []
             for i, op in enumerate(order):
                 if isinstance(op, dict):
-                    op = [op.get("instruction", op.get("kind")), op.get("microbatch"), op.get("stage", r)]
+                    op = [
+                        op.get("instruction", op.get("kind")),
+                        op.get("microbatch"),
+                        op.get("stage", r),
+                    ]
                 if not isinstance(op, list | tuple) or len(op) not in (2, 3):
                     raise ScheduleError(
                         f"orders[{r}][{i}] must be [instruction, microbatch] or [instruction, microbatch, stage]"
@@ -115,7 +121,9 @@ class Schedule:
         return cls.from_orders(parsed, name=str(name))
 
     @classmethod
-    def from_orders(cls, orders: Sequence[Iterable[Op | tuple[str, int, int]]], *, name: str = "custom") -> Schedule:
+    def from_orders(
+        cls, orders: Sequence[Iterable[Op | tuple[str, int, int]]], *, name: str = "custom"
+    ) -> Schedule:
         """Validate an arbitrary per-rank order.
 
         Every model stage must live on one rank; every (stage, microbatch) must have exactly one
@@ -145,10 +153,14 @@ class Schedule:
                 if op.microbatch < 0 or op.stage < 0:
                     raise ScheduleError(f"rank {r}: negative microbatch or stage in {tuple(op)}")
                 if op in seen:
-                    raise ScheduleError(f"rank {r}: {op.kind} of microbatch {op.microbatch} on stage {op.stage} appears twice")
+                    raise ScheduleError(
+                        f"rank {r}: {op.kind} of microbatch {op.microbatch} on stage {op.stage} appears twice"
+                    )
                 seen.add(op)
                 if stage_rank.setdefault(op.stage, r) != r:
-                    raise ScheduleError(f"stage {op.stage} appears on ranks {stage_rank[op.stage]} and {r}")
+                    raise ScheduleError(
+                        f"stage {op.stage} appears on ranks {stage_rank[op.stage]} and {r}"
+                    )
         stages = max(stage_rank) + 1
         if sorted(stage_rank) != list(range(stages)):
             raise ScheduleError(f"model stages must be numbered 0..{stages - 1}")
@@ -172,7 +184,9 @@ def _check_sizes(stages: int, microbatches: int) -> None:
     if not (1 <= stages <= MAX_RANKS):
         raise ScheduleError(f"stages must be between 1 and {MAX_RANKS}, got {stages}")
     if not (1 <= microbatches <= MAX_MICROBATCHES):
-        raise ScheduleError(f"microbatches must be between 1 and {MAX_MICROBATCHES}, got {microbatches}")
+        raise ScheduleError(
+            f"microbatches must be between 1 and {MAX_MICROBATCHES}, got {microbatches}"
+        )
 
 
 def gpipe(stages: int, microbatches: int) -> Schedule:

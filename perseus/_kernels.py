@@ -1,0 +1,394 @@
+"""Compiled inner loops of the solver (numba, cached on disk after the first compile).
+
+Everything here works on flat integer/float arrays: the DAG as predecessor/successor CSR lists in
+a topological order, and flow networks as arc arrays. No Python objects on the hot path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = [
+    "earliest_start",
+    "latest_finish",
+    "earliest_start_k",
+    "min_cut_lower_bounds",
+    "round_and_reclaim",
+]
+
+
+@njit(cache=True, nogil=True)
+def earliest_start(topo, pred_ptr, pred_idx, d):  # type: ignore[no-untyped-def]
+    """Earliest start of every node (longest path from any source) for durations ``d``."""
+    n = d.shape[0]
+    es = np.zeros(n)
+    for v in topo:
+        best = 0.0
+        for q in range(pred_ptr[v], pred_ptr[v + 1]):
+            u = pred_idx[q]
+            f = es[u] + d[u]
+            if f > best:
+                best = f
+        es[v] = best
+    return es
+
+
+@njit(cache=True, nogil=True)
+def latest_finish(topo, succ_ptr, succ_idx, d, deadline):  # type: ignore[no-untyped-def]
+    """Latest finish of every node so that everything ends by ``deadline``."""
+    n = d.shape[0]
+    lf = np.empty(n)
+    for i in range(n - 1, -1, -1):
+        v = topo[i]
+        best = deadline
+        for q in range(succ_ptr[v], succ_ptr[v + 1]):
+            w = succ_idx[q]
+            s = lf[w] - d[w]
+            if s < best:
+                best = s
+        lf[v] = best
+    return lf
+
+
+@njit(cache=True, nogil=True)
+def earliest_start_k(topo, pred_ptr, pred_idx, d, a, tol):  # type: ignore[no-untyped-def]
+    """Earliest finish of every node and, over the tight (longest) paths into it, the smallest
+    sum of ``a`` along such a path (node itself included)."""
+    n = d.shape[0]
+    ef = np.zeros(n)
+    ka = np.zeros(n)
+    for v in topo:
+        best = 0.0
+        for q in range(pred_ptr[v], pred_ptr[v + 1]):
+            u = pred_idx[q]
+            if ef[u] > best:
+                best = ef[u]
+        kbest = 0.0
+        first = True
+        for q in range(pred_ptr[v], pred_ptr[v + 1]):
+            u = pred_idx[q]
+            if ef[u] >= best - tol and (first or ka[u] < kbest):
+                kbest = ka[u]
+                first = False
+        ef[v] = best + d[v]
+        ka[v] = kbest + a[v]
+    return ef, ka
+
+
+@njit(cache=True, nogil=True)
+def _dinic(nn, ptr, to, cap, rev, frm, s, t, limit):  # type: ignore[no-untyped-def]
+    """Dinic's max-flow on a residual graph given as arc arrays grouped by tail (``ptr``).
+    ``cap`` is updated in place; returns the flow value (stops at ``limit``)."""
+    level = np.empty(nn, np.int64)
+    it = np.empty(nn, np.int64)
+    queue = np.empty(nn, np.int64)
+    path = np.empty(nn + 1, np.int64)
+    flow = 0
+    while flow < limit:
+        level[:] = -1
+        level[s] = 0
+        qh = 0
+        qt = 1
+        queue[0] = s
+        while qh < qt:
+            u = queue[qh]
+            qh += 1
+            for a in range(ptr[u], ptr[u + 1]):
+                v = to[a]
+                if cap[a] > 0 and level[v] < 0:
+                    level[v] = level[u] + 1
+                    queue[qt] = v
+                    qt += 1
+        if level[t] < 0:
+            break
+        for u in range(nn):
+            it[u] = ptr[u]
+        while flow < limit:
+            depth = 0
+            u = s
+            found = False
+            while True:
+                if u == t:
+                    found = True
+                    break
+                advanced = False
+                while it[u] < ptr[u + 1]:
+                    a = it[u]
+                    v = to[a]
+                    if cap[a] > 0 and level[v] == level[u] + 1:
+                        path[depth] = a
+                        depth += 1
+                        u = v
+                        advanced = True
+                        break
+                    it[u] += 1
+                if not advanced:
+                    if depth == 0:
+                        break
+                    level[u] = -1  # dead end for this phase
+                    depth -= 1
+                    u = frm[path[depth]]
+                    it[u] += 1
+            if not found:
+                break
+            b = limit - flow
+            for i in range(depth):
+                c = cap[path[i]]
+                if c < b:
+                    b = c
+            for i in range(depth):
+                a = path[i]
+                cap[a] -= b
+                cap[rev[a]] += b
+            flow += b
+    return flow
+
+
+@njit(cache=True, nogil=True)
+def min_cut_lower_bounds(nn, tail, head, lo, hi, s, t, inf):  # type: ignore[no-untyped-def]
+    """Minimum ``s``-``t`` cut of a network whose arcs carry flow in ``[lo, hi]`` (integers;
+    ``hi == inf`` is unbounded). The value of a cut is ``sum(hi of forward arcs) -
+    sum(lo of backward arcs)``.
+
+    Returns ``(status, side)``: status 0 = found (``side[v]`` is True on the source side),
+    1 = every cut is infinite, 2 = the lower bounds admit no feasible flow.
+    """
+    m = tail.shape[0]
+    ss = nn
+    tt = nn + 1
+    total_nodes = nn + 2
+    # arcs: originals (m), ss->head / tail->tt for positive lo (2 per), t->s return arc; each
+    # with its reverse.
+    npos = 0
+    for i in range(m):
+        if lo[i] > 0:
+            npos += 1
+    narcs = m + 2 * npos + 1
+    atail = np.empty(2 * narcs, np.int64)
+    ahead = np.empty(2 * narcs, np.int64)
+    acap = np.zeros(2 * narcs, np.int64)
+    k = 0
+    need = 0
+    for i in range(m):
+        atail[k] = tail[i]
+        ahead[k] = head[i]
+        acap[k] = hi[i] - lo[i] if hi[i] < inf else inf
+        k += 1
+    for i in range(m):
+        if lo[i] > 0:
+            atail[k] = ss
+            ahead[k] = head[i]
+            acap[k] = lo[i]
+            k += 1
+            atail[k] = tail[i]
+            ahead[k] = tt
+            acap[k] = lo[i]
+            k += 1
+            need += lo[i]
+    ret = k
+    atail[k] = t
+    ahead[k] = s
+    acap[k] = inf
+    k += 1
+    for i in range(narcs):  # reverses
+        atail[narcs + i] = ahead[i]
+        ahead[narcs + i] = atail[i]
+    # group by tail
+    order = np.argsort(atail, kind="mergesort")
+    pos_of = np.empty(2 * narcs, np.int64)
+    for j in range(2 * narcs):
+        pos_of[order[j]] = j
+    ptr = np.zeros(total_nodes + 1, np.int64)
+    for j in range(2 * narcs):
+        ptr[atail[j] + 1] += 1
+    for u in range(total_nodes):
+        ptr[u + 1] += ptr[u]
+    to = np.empty(2 * narcs, np.int64)
+    frm = np.empty(2 * narcs, np.int64)
+    cap = np.empty(2 * narcs, np.int64)
+    rev = np.empty(2 * narcs, np.int64)
+    for j in range(2 * narcs):
+        o = order[j]
+        to[j] = ahead[o]
+        frm[j] = atail[o]
+        cap[j] = acap[o]
+        r = o + narcs if o < narcs else o - narcs
+        rev[j] = pos_of[r]
+    if need > 0:
+        f = _dinic(total_nodes, ptr, to, cap, rev, frm, ss, tt, need)
+        if f < need:
+            return 2, np.zeros(nn, np.bool_)
+    # drop the helper arcs and the return arc (both directions)
+    for j in range(2 * narcs):
+        if frm[j] >= nn or to[j] >= nn:
+            cap[j] = 0
+    rpos = pos_of[ret]
+    cap[rpos] = 0
+    cap[rev[rpos]] = 0
+    f = _dinic(total_nodes, ptr, to, cap, rev, frm, s, t, inf)
+    if f >= inf:
+        return 1, np.zeros(nn, np.bool_)
+    side = np.zeros(nn, np.bool_)
+    queue = np.empty(nn, np.int64)
+    side[s] = True
+    queue[0] = s
+    qh = 0
+    qt = 1
+    while qh < qt:
+        u = queue[qh]
+        qh += 1
+        for a in range(ptr[u], ptr[u + 1]):
+            v = to[a]
+            if v < nn and cap[a] > 0 and not side[v]:
+                side[v] = True
+                queue[qt] = v
+                qt += 1
+    return 0, side
+
+
+@njit(cache=True, nogil=True)
+def _slowest_within(times_row, order_row, nopt, start, limit):  # type: ignore[no-untyped-def]
+    p = start
+    while p + 1 < nopt and times_row[order_row[p + 1]] <= limit:
+        p += 1
+    return p
+
+
+@njit(cache=True, nogil=True)
+def round_and_reclaim(
+    topo,
+    pred_ptr,
+    pred_idx,
+    succ_ptr,
+    succ_idx,
+    times,
+    costs,
+    hull,
+    order,
+    nopt,
+    d,
+    deadline,
+    mode,
+    levels,
+):  # type: ignore[no-untyped-def]
+    """Round relaxed durations ``d`` to measured options within ``deadline``, then reclaim slack.
+
+    ``order[i, :nopt[i]]`` lists node ``i``'s Pareto options by increasing time (hence
+    decreasing effective cost).
+
+    Rounding sweeps the nodes in topological order. The latest finish of every node is computed
+    once from the relaxed durations; since a node's descendants are still relaxed when it is
+    rounded, any option that ends by that latest finish keeps the whole plan within the deadline.
+    Time saved by rounding a node down is thus carried to later nodes, which may round up.
+    ``mode`` 0 rounds each node to its nearest option that fits, 1 always down.
+
+    Reclaiming alternates forward sweeps (latest finishes from the current plan; nodes in
+    topological order) and backward sweeps (earliest starts; reverse order), each moving every
+    node at most one option slower if it fits, until nothing moves. One option at a time spreads
+    the slack over many nodes instead of handing it all to the first in line.
+    Returns the chosen option index per node.
+    """
+    n = d.shape[0]
+    rel = np.empty(n)
+    for i in range(n):
+        rel[i] = d[i]
+    lf = latest_finish(topo, succ_ptr, succ_idx, rel, deadline)
+    pick = np.zeros(n, np.int64)
+    cur = np.empty(n)
+    fin = np.zeros(n)
+    eps = 1e-12 * deadline
+    for v in topo:
+        st = 0.0
+        for q in range(pred_ptr[v], pred_ptr[v + 1]):
+            u = pred_idx[q]
+            if fin[u] > st:
+                st = fin[u]
+        window = lf[v] - st + eps
+        row = times[v]
+        o = order[v]
+        # floor and ceiling among the hull vertices (mixing those is what the relaxation does)
+        p = 0
+        up = -1
+        lim = d[v] * (1 + 1e-12)
+        for j in range(nopt[v]):
+            if hull[v, o[j]]:
+                if row[o[j]] <= lim:
+                    p = j
+                elif up < 0:
+                    up = j
+        if mode == 0 and up >= 0:
+            t_up = row[o[up]]
+            if t_up <= window and t_up - d[v] < d[v] - row[o[p]]:
+                p = up
+        pick[v] = p
+        cur[v] = row[o[p]]
+        fin[v] = st + cur[v]
+    # Marginal saving rate of moving each node one option slower, and the price levels at which
+    # moves are allowed: the steepest savings get the slack first, as in the relaxed optimum.
+    top = 0.0
+    for v in range(n):
+        for j in range(nopt[v] - 1):
+            r = (costs[v, order[v, j]] - costs[v, order[v, j + 1]]) / (
+                times[v, order[v, j + 1]] - times[v, order[v, j]]
+            )
+            if r > top:
+                top = r
+    theta = top
+    for level in range(levels + 1):
+        theta = 0.0 if level == levels else top * 0.7 ** (level + 1)
+        for rnd in range(10_000):
+            moved = 0
+            if rnd % 2 == 0:
+                lf2 = latest_finish(topo, succ_ptr, succ_idx, cur, deadline)
+                for v in topo:
+                    st = 0.0
+                    for q in range(pred_ptr[v], pred_ptr[v + 1]):
+                        u = pred_idx[q]
+                        if fin[u] > st:
+                            st = fin[u]
+                    p = pick[v]
+                    if p + 1 < nopt[v]:
+                        a0 = order[v, p]
+                        a1 = order[v, p + 1]
+                        dt = times[v, a1] - times[v, a0]
+                        if (
+                            times[v, a1] <= lf2[v] - st + eps
+                            and costs[v, a0] - costs[v, a1] >= theta * dt
+                        ):
+                            pick[v] = p + 1
+                            cur[v] = times[v, a1]
+                            moved += 1
+                    fin[v] = st + cur[v]
+            else:
+                es2 = earliest_start(topo, pred_ptr, pred_idx, cur)
+                lst = np.empty(n)
+                for i in range(n - 1, -1, -1):
+                    v = topo[i]
+                    end = deadline
+                    for q in range(succ_ptr[v], succ_ptr[v + 1]):
+                        w = succ_idx[q]
+                        if lst[w] < end:
+                            end = lst[w]
+                    p = pick[v]
+                    if p + 1 < nopt[v]:
+                        a0 = order[v, p]
+                        a1 = order[v, p + 1]
+                        dt = times[v, a1] - times[v, a0]
+                        if (
+                            times[v, a1] <= end - es2[v] + eps
+                            and costs[v, a0] - costs[v, a1] >= theta * dt
+                        ):
+                            pick[v] = p + 1
+                            cur[v] = times[v, a1]
+                            moved += 1
+                    lst[v] = end - cur[v]
+                es3 = earliest_start(topo, pred_ptr, pred_idx, cur)
+                for v in range(n):
+                    fin[v] = es3[v] + cur[v]
+            if moved == 0 and rnd > 0:
+                break
+    out = np.empty(n, np.uint8)
+    for i in range(n):
+        out[i] = order[i, pick[i]]
+    return out
