@@ -1,0 +1,42 @@
+"""Fixtures shared by the core-library tests: the real profiles in ``profiles/`` and a way to
+cut them down to a few stages and frequencies for small, fast instances."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import pytest
+
+from perseus.profiles import Profile, load_profile, parse_profile_csv
+
+ROOT = Path(__file__).resolve().parent.parent
+A100_CSV = ROOT / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"
+#: Blocking power (W) measured with the A100 profile.
+A100_BLOCKING_POWER = 83.64
+
+
+@pytest.fixture(scope="session")
+def a100() -> Profile:
+    """The real GPT-3 175B A100 profile (8 stages, 38 frequencies)."""
+    return load_profile(A100_CSV)
+
+
+@pytest.fixture(scope="session")
+def slice_profile(a100: Profile) -> Callable[[Iterable[int], Iterable[int] | None], Profile]:
+    """``slice_profile(stages, freqs)``: the A100 profile cut to the given stages (renumbered
+    0..k-1 in the given order) and frequencies (``None``: all of them)."""
+
+    def cut(stages: Iterable[int], freqs: Iterable[int] | None = None) -> Profile:
+        renumber = {s: i for i, s in enumerate(stages)}
+        keep = None if freqs is None else set(freqs)
+        lines = ["stage,instruction,frequency,time,energy"]
+        for r in a100.records():
+            if r["stage"] in renumber and (keep is None or r["frequency"] in keep):
+                lines.append(
+                    f"{renumber[r['stage']]},{r['instruction']},{r['frequency']},"
+                    f"{r['time']!r},{r['energy']!r}"
+                )
+        return parse_profile_csv("\n".join(lines) + "\n")
+
+    return cut
