@@ -1,0 +1,440 @@
+"""The frontier solver: exactness against brute force on tiny instances, its lower bound against
+an independent LP, property tests on random profiles and schedules, progress and cancellation.
+
+Plans are re-evaluated here by :func:`simulate`, a plain event simulation of the schedule that
+shares no code with :mod:`perseus.dag`.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from lp_reference import LPRelaxation
+
+from perseus.errors import SolverCancelled
+from perseus.frontier import Frontier
+from perseus.problem import EnergyProblem
+from perseus.profiles import Profile, load_profile, parse_profile_csv, parse_profile_json
+from perseus.schedules import Op, Schedule, make_schedule, one_f_one_b
+from perseus.solver import solve_frontier
+
+P_A100 = 83.64
+A100_CSV = Path(__file__).resolve().parent.parent / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"
+REL = 1e-9
+
+
+# --- an independent evaluator ---------------------------------------------------------------
+
+
+def simulate(
+    profile: Profile, schedule: Schedule, power: float, freq: Callable[[Op], int]
+) -> tuple[float, float]:
+    """(iteration time, energy) of running every op at ``freq(op)`` MHz.
+
+    Each rank runs its ops in order; an op starts once the previous op on its rank and its data
+    dependency (the previous stage's forward, the next stage's backward, or for the last stage
+    its own forward) have finished. A profile with one entry per rank is split evenly over the
+    rank's model chunks. Raises ``KeyError`` for a frequency the profile lacks.
+    """
+    per_model = profile.stages == schedule.stages
+    scale = 1.0 if per_model else 1.0 / schedule.virtual_stages
+    rank_of = {op.stage: r for r, order in enumerate(schedule.orders) for op in order}
+    last = schedule.stages - 1
+
+    def cost(op: Op) -> tuple[float, float]:
+        entry = profile[(op.stage if per_model else rank_of[op.stage], op.kind)]
+        j = entry.frequencies.tolist().index(freq(op))  # ValueError if not measured
+        return float(entry.times[j]) * scale, float(entry.energies[j]) * scale
+
+    def dependency(op: Op) -> Op | None:
+        if op.kind == "forward":
+            return Op("forward", op.microbatch, op.stage - 1) if op.stage > 0 else None
+        if op.stage < last:
+            return Op("backward", op.microbatch, op.stage + 1)
+        return Op("forward", op.microbatch, op.stage)
+
+    finish: dict[Op, float] = {}
+    free = [0.0] * schedule.ranks
+    pos = [0] * schedule.ranks
+    busy = energy = 0.0
+    while any(p < len(o) for p, o in zip(pos, schedule.orders, strict=True)):
+        moved = False
+        for r, order in enumerate(schedule.orders):
+            while pos[r] < len(order):
+                op = order[pos[r]]
+                dep = dependency(op)
+                if dep is not None and dep not in finish:
+                    break
+                t, e = cost(op)
+                start = max(free[r], finish[dep] if dep is not None else 0.0)
+                finish[op] = free[r] = start + t
+                busy += t
+                energy += e
+                pos[r] += 1
+                moved = True
+        assert moved, "deadlock"
+    T = max(finish.values())
+    return T, energy + power * (schedule.ranks * T - busy)
+
+
+def plan_frequencies(frontier: Frontier, i: int) -> dict[Op, int]:
+    return {
+        Op(s["instruction"], s["microbatch"], s["stage"]): s["frequency"]
+        for rank in frontier.plan_steps(i)
+        for s in rank
+    }
+
+
+def waiting_energy(frontier: Frontier) -> np.ndarray:
+    """``energy - P R time``: the quantity the frontier is Pareto-optimal in (with time)."""
+    return frontier.energies - frontier.blocking_power * frontier.schedule.ranks * frontier.times
+
+
+# --- exactness on tiny instances -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tiny:
+    """A tiny instance cut from the real A100 profile, small enough to enumerate every plan."""
+
+    name: str
+    stages: tuple[int, ...]
+    freqs: frozenset[int]
+    schedule: Schedule
+
+
+@dataclass(frozen=True)
+class Enumerated:
+    frontier: Frontier  # the solver's
+    times: np.ndarray  # of every discrete plan
+    energies: np.ndarray
+    wait: np.ndarray  # energy - P R time
+    front: np.ndarray  # indices of the true Pareto frontier in (time, wait), by time
+
+
+TINY = [
+    Tiny("1f1b-2x2-3f", (0, 1), frozenset({1410, 1200, 1020}), one_f_one_b(2, 2)),
+    Tiny("1f1b-2x2-3f-s37", (3, 7), frozenset({1410, 1110, 855}), one_f_one_b(2, 2)),
+    Tiny("gpipe-2x2-3f", (0, 1), frozenset({1410, 1200, 1020}), make_schedule("gpipe", 2, 2)),
+    Tiny("gpipe-2x2-3f-s37", (3, 7), frozenset({1410, 1110, 855}), make_schedule("gpipe", 2, 2)),
+    Tiny("1f1b-2x3-2f", (0, 1), frozenset({1410, 1005}), one_f_one_b(2, 3)),
+    Tiny("1f1b-3x2-2f", (0, 1, 2), frozenset({1410, 1005}), one_f_one_b(3, 2)),
+    Tiny(
+        "interleaved-2x2x2-2f",
+        (0, 1),
+        frozenset({1410, 1005}),
+        make_schedule("interleaved-1f1b", 2, 2, 2),
+    ),
+]
+TINY_IDS = [t.name for t in TINY]
+#: Measured worst relative gap between the solver's energy_at(T) and the true discrete optimum,
+#: over the true frontier's times, per instance: 2.21 %, 3.24 %, 3.49 %, 4.75 %, 3.69 %, 2.01 %,
+#: 2.87 % (the solver's discrete plans are the relaxation's breakpoints rounded, so plans between
+#: breakpoints are missed). Asserted with margin.
+COVERAGE_BOUND = 0.06
+#: Instances where the solver reports a point that an enumerated plan dominates (see the test).
+DOMINATED = {
+    "gpipe-2x2-3f-s37": "point 1 (T=0.460185 s, E=294.024 J, freqs F0@0 1410, F1@0 1410, "
+    "B0@0 1110, rest 1410) is beaten by T=0.459970 s, E=292.825 J (F1@0 and F0@1 at 1110, rest "
+    "1410); 7 of 20 points are dominated, worst by 0.59 % of energy",
+    "1f1b-3x2-2f": "point 3 (T=0.606185 s, E=434.418 J) is beaten by T=0.605110 s, E=433.178 J; "
+    "1 of 12 points dominated, by 0.22 % of energy",
+}
+
+
+@functools.cache
+def enumerated(case: Tiny) -> Enumerated:
+    profile = _slice(case.stages, case.freqs)
+    problem = EnergyProblem.build(profile, case.schedule, P_A100)
+    plans = np.array(
+        list(itertools.product(*[range(int(k)) for k in problem.num_options])), dtype=np.uint8
+    )
+    assert len(plans) == len(case.freqs) ** problem.num_nodes
+    times, energies = problem.evaluate_many(plans)
+    wait = energies - P_A100 * case.schedule.ranks * times
+    front, best = [], np.inf
+    for i in np.lexsort((wait, times)):
+        if wait[i] < best - REL * abs(wait[i]):
+            front.append(i)
+            best = wait[i]
+    fr = solve_frontier(profile, case.schedule, P_A100)
+    return Enumerated(fr, times, energies, wait, np.asarray(front))
+
+
+def _slice(stages: tuple[int, ...], freqs: frozenset[int]) -> Profile:
+    a100 = load_profile(A100_CSV)
+    renumber = {s: i for i, s in enumerate(stages)}
+    records = [
+        {**r, "stage": renumber[r["stage"]]}
+        for r in a100.records()
+        if r["stage"] in renumber and r["frequency"] in freqs
+    ]
+    return parse_profile_json({"records": records})
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(
+            t,
+            marks=[pytest.mark.xfail(strict=True, reason=DOMINATED[t.name])]
+            if t.name in DOMINATED
+            else [],
+        )
+        for t in TINY
+    ],
+    ids=TINY_IDS,
+)
+def test_every_solver_point_is_on_the_true_discrete_frontier(case: Tiny) -> None:
+    en = enumerated(case)
+    fr = en.frontier
+    for i, (t, w) in enumerate(zip(fr.times, waiting_energy(fr), strict=True)):
+        better = (en.times <= t * (1 + REL)) & (en.wait < w - REL * abs(w))
+        assert not better.any(), (case.name, i, t, w, en.times[better][:3], en.wait[better][:3])
+
+
+@pytest.mark.parametrize("case", TINY, ids=TINY_IDS)
+def test_solver_ends_exact_and_covers_the_true_frontier(case: Tiny) -> None:
+    en = enumerated(case)
+    fr = en.frontier
+    fw = waiting_energy(fr)
+    # the ends are exact: the fastest possible time, and the least energy-with-waiting
+    fastest = en.times.min()
+    assert fr.times[0] == pytest.approx(fastest, rel=REL)
+    assert fw[0] == pytest.approx(en.wait[en.times <= fastest * (1 + REL)].min(), rel=REL)
+    assert fw[-1] == pytest.approx(en.wait.min(), rel=REL)
+    # every reported point is a real plan with its true (T, E)
+    assert len(fr) <= len(en.front) + 10  # and not a flood of them
+    # coverage: at each true frontier point's time, how far above it is the solver?
+    gaps = [(fr.energy_at(float(en.times[i])) - en.energies[i]) / en.energies[i] for i in en.front]
+    assert min(gaps) >= -REL  # nothing beats the true optimum
+    assert max(gaps) <= COVERAGE_BOUND, (case.name, max(gaps))
+    # the certified bound holds at every true frontier point
+    for i in en.front:
+        assert fr.lower_bound_at(float(en.times[i])) <= en.energies[i] * (1 + REL)
+
+
+# --- the lower bound against an independent LP ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stages", "freqs", "microbatches"),
+    [
+        ([0, 1, 2, 3], {1410, 1305, 1200, 1095, 990, 855}, 4),
+        (list(range(8)), None, 4),
+    ],
+    ids=["sliced-4x4", "a100-8x4"],
+)
+def test_lower_bound_equals_the_lp_relaxation(
+    slice_profile, stages: list[int], freqs: set[int] | None, microbatches: int
+) -> None:
+    profile = slice_profile(stages, freqs)
+    schedule = one_f_one_b(len(stages), microbatches)
+    fr = solve_frontier(profile, schedule, P_A100)
+    lp = LPRelaxation(EnergyProblem.build(profile, schedule, P_A100))
+    assert fr.times[0] == pytest.approx(lp.min_time, rel=REL)
+    t0 = fr.max_frequency_time
+    deadlines = np.unique(
+        np.concatenate(
+            [
+                np.linspace(fr.times[0], 1.5 * t0, 24),
+                fr.times[:: max(1, len(fr) // 6)],  # at some plans' own times
+                [lp.cheapest_time],
+            ]
+        )
+    )
+    for T in deadlines:
+        ref = lp.solve(float(T)).value
+        assert fr.lower_bound_at(float(T)) == pytest.approx(ref, rel=1e-6), T
+    assert fr.lower_bound_at(fr.times[0] * 0.99) == float("inf")
+    np.testing.assert_allclose(
+        fr.lower_bounds, [fr.lower_bound_at(float(t)) for t in fr.times], rtol=1e-12
+    )
+    assert np.all(fr.lower_bounds <= fr.energies * (1 + REL))
+    # the bound is tight where it matters: every point within 1 % (the slowest exactly)
+    assert np.all(fr.energies <= fr.lower_bounds * 1.01)
+    assert fr.energies[-1] == pytest.approx(fr.lower_bounds[-1], rel=REL)
+
+
+# --- property tests --------------------------------------------------------------------------
+
+
+@st.composite
+def instances(draw: st.DrawFn) -> tuple[Profile, Schedule, float]:
+    name = draw(st.sampled_from(["gpipe", "1f1b", "interleaved-1f1b"]))
+    ranks = draw(st.integers(2, 3))
+    if name == "interleaved-1f1b":
+        virtual = 2
+        microbatches = ranks * draw(st.integers(1, 4 // ranks))
+        profile_stages = draw(st.sampled_from([ranks, ranks * virtual]))
+    else:
+        virtual = 1
+        microbatches = draw(st.integers(1, 4))
+        profile_stages = ranks
+    schedule = make_schedule(name, ranks, microbatches, virtual)
+    nfreq = draw(st.integers(2, 5))
+    freqs = draw(st.lists(st.integers(200, 2000), min_size=nfreq, max_size=nfreq, unique=True))
+    positive = st.floats(0.001, 0.05, allow_nan=False)
+    records = []
+    for s in range(profile_stages):
+        for kind in ("forward", "backward"):
+            # each (stage, kind) measures a non-empty subset of the frequencies
+            mine = sorted(
+                draw(st.lists(st.sampled_from(freqs), min_size=1, max_size=nfreq, unique=True)),
+                reverse=True,
+            )
+            t = draw(st.floats(0.005, 0.1))
+            for j, f in enumerate(mine):
+                if j:
+                    t += draw(positive)  # slower at a lower frequency
+                watts = draw(st.floats(30.0, 400.0))
+                records.append(
+                    {
+                        "stage": s,
+                        "instruction": kind,
+                        "frequency": f,
+                        "time": t,
+                        "energy": t * watts,
+                    }
+                )
+    power = draw(st.floats(0.0, 250.0))
+    return parse_profile_json({"records": records}), schedule, power
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances())
+def test_frontier_properties(instance: tuple[Profile, Schedule, float]) -> None:
+    profile, schedule, power = instance
+    fr = solve_frontier(profile, schedule, power)
+    problem = EnergyProblem.build(profile, schedule, power)
+    assert len(fr) >= 1
+    assert fr.plans.dtype == np.uint8 and fr.plans.shape == (len(fr), schedule.num_instructions)
+    assert np.all(np.diff(fr.times) > 0)
+    assert np.all(np.diff(waiting_energy(fr)) < 0)
+    # (energy is *not* always non-increasing up to min_energy_index: see
+    # test_energy_decreases_up_to_the_least_energy_plan)
+    per_model = profile.stages == schedule.stages
+    rank_of = schedule.stage_rank()
+    for i in range(len(fr)):
+        ev = problem.evaluate(fr.plans[i])
+        assert ev.time == pytest.approx(fr.times[i], rel=REL)
+        assert ev.energy == pytest.approx(fr.energies[i], rel=REL)
+        freq = plan_frequencies(fr, i)
+        assert len(freq) == schedule.num_instructions
+        for op, f in freq.items():
+            entry = profile[(op.stage if per_model else rank_of[op.stage], op.kind)]
+            assert f in entry.frequencies.tolist()
+        t, e = simulate(profile, schedule, power, freq.__getitem__)
+        assert t == pytest.approx(fr.times[i], rel=REL)
+        assert e == pytest.approx(fr.energies[i], rel=REL)
+    assert np.all(fr.lower_bounds <= fr.energies * (1 + REL))
+    assert np.all(np.isfinite(fr.lower_bounds))
+
+    def max_frequency(op: Op) -> int:
+        return profile[(op.stage if per_model else rank_of[op.stage], op.kind)].max_frequency
+
+    t0, e0 = simulate(profile, schedule, power, max_frequency)
+    assert fr.max_frequency_time == pytest.approx(t0, rel=REL)
+    assert fr.max_frequency_energy == pytest.approx(e0, rel=REL)
+    assert fr.times[0] <= t0 * (1 + REL)
+    # nothing at least as fast as T0 beats the all-max-frequency plan waiting until T0
+    i0 = fr.index_for_deadline(t0, wait=True)
+    assert fr.energy_at(t0) <= e0 * (1 + REL)
+    assert fr.times[i0] <= t0 * (1 + REL)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances())
+def test_lower_bound_matches_the_lp_on_random_instances(
+    instance: tuple[Profile, Schedule, float],
+) -> None:
+    profile, schedule, power = instance
+    fr = solve_frontier(profile, schedule, power)
+    lp = LPRelaxation(EnergyProblem.build(profile, schedule, power))
+    for T in np.linspace(fr.times[0], max(fr.times[-1], lp.cheapest_time) * 1.1, 6):
+        assert fr.lower_bound_at(float(T)) == pytest.approx(
+            lp.solve(float(T)).value, rel=1e-6, abs=1e-9
+        )
+
+
+#: What hypothesis shrank the "energy non-increasing up to min_energy_index" property to: a
+#: 3-stage GPipe pipeline with one microbatch is a chain of 6 ops; stage 1's forward has a slower
+#: option at a higher energy that is cheaper in effective cost at 31 W of blocking power.
+RISING_CSV = """stage,instruction,frequency,time,energy
+0,forward,200,0.0625,1.875
+0,backward,203,0.09375,5.71875
+0,backward,202,0.125,3.75
+0,backward,201,0.15625,4.6875
+0,backward,200,0.1875,5.625
+1,forward,201,0.0625,1.875
+1,forward,200,0.078125,2.34375
+1,backward,200,0.0625,1.875
+2,forward,200,0.0625,1.875
+2,backward,200,0.0625,1.875
+"""
+
+
+def rising_frontier() -> Frontier:
+    return solve_frontier(parse_profile_csv(RISING_CSV), make_schedule("gpipe", 3, 1), 31.0)
+
+
+def test_a_slower_costlier_plan_is_kept_when_it_beats_waiting() -> None:
+    fr = rising_frontier()
+    assert fr.times[:3] == pytest.approx([0.40625, 0.421875, 0.4375])
+    assert fr.energies[:3] == pytest.approx([40.28125, 41.71875, 40.25])
+    # at its own time, point 1 beats point 0 plus waiting (41.734375 J)
+    assert fr.index_for_deadline(0.421875, wait=True) == 1
+    assert fr.index_for_deadline(0.421875, wait=False) == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Frontier's docstring (and issue 2's 'non-increasing energy') promise energy "
+    "decreasing up to min_energy_index, but the waiting-energy Pareto rule keeps a slower, "
+    "costlier plan: RISING_CSV, gpipe 3x1, P=31 W gives 40.281, 41.719, 40.250 J at 0.40625, "
+    "0.421875, 0.4375 s",
+)
+def test_energy_decreases_up_to_the_least_energy_plan() -> None:
+    fr = rising_frontier()
+    mi = fr.min_energy_index
+    assert np.all(np.diff(fr.energies[: mi + 1]) <= 0), fr.energies[: mi + 1]
+
+
+# --- progress and cancellation ---------------------------------------------------------------
+
+
+def test_progress_rises_to_one(slice_profile) -> None:
+    profile = slice_profile([0, 1, 2, 3], {1410, 1305, 1200, 1095, 990, 855})
+    seen: list[float] = []
+    fr = solve_frontier(profile, one_f_one_b(4, 4), P_A100, progress=seen.append)
+    assert len(fr) > 1
+    assert len(set(seen)) >= 5
+    assert seen[0] < 0.5
+    assert all(0.0 <= f <= 1.0 for f in seen)
+    assert all(b >= a for a, b in zip(seen, seen[1:], strict=False))
+    assert seen[-1] == 1.0
+
+
+def test_cancel_raises(slice_profile) -> None:
+    profile = slice_profile([0, 1, 2, 3], {1410, 1305, 1200, 1095, 990, 855})
+    with pytest.raises(SolverCancelled):
+        solve_frontier(profile, one_f_one_b(4, 4), P_A100, cancel=lambda: True)
+    calls = []
+
+    def later() -> bool:
+        calls.append(1)
+        return len(calls) > 3
+
+    seen: list[float] = []
+    with pytest.raises(SolverCancelled):
+        solve_frontier(profile, one_f_one_b(4, 4), P_A100, progress=seen.append, cancel=later)
+    assert len(calls) == 4  # polled until it said yes, not after
+    assert 1.0 not in seen
