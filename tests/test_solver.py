@@ -268,8 +268,15 @@ def test_lower_bound_equals_the_lp_relaxation(
 
 
 @st.composite
-def instances(draw: st.DrawFn) -> tuple[Profile, Schedule, float]:
-    name = draw(st.sampled_from(["gpipe", "1f1b", "interleaved-1f1b"]))
+def instances(
+    draw: st.DrawFn,
+    names: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b"),
+    max_microbatches: int = 4,
+    max_freqs: int = 5,
+) -> tuple[Profile, Schedule, float]:
+    """A random profile (2-3 stages, 2-5 frequencies, each (stage, kind) measuring a subset,
+    time increasing as the frequency drops, 30-400 W) and a schedule, and a blocking power."""
+    name = draw(st.sampled_from(names))
     ranks = draw(st.integers(2, 3))
     if name == "interleaved-1f1b":
         virtual = 2
@@ -277,10 +284,10 @@ def instances(draw: st.DrawFn) -> tuple[Profile, Schedule, float]:
         profile_stages = draw(st.sampled_from([ranks, ranks * virtual]))
     else:
         virtual = 1
-        microbatches = draw(st.integers(1, 4))
+        microbatches = draw(st.integers(1, max_microbatches))
         profile_stages = ranks
     schedule = make_schedule(name, ranks, microbatches, virtual)
-    nfreq = draw(st.integers(2, 5))
+    nfreq = draw(st.integers(2, max_freqs))
     freqs = draw(st.lists(st.integers(200, 2000), min_size=nfreq, max_size=nfreq, unique=True))
     positive = st.floats(0.001, 0.05, allow_nan=False)
     records = []
@@ -363,6 +370,77 @@ def test_lower_bound_matches_the_lp_on_random_instances(
         assert fr.lower_bound_at(float(T)) == pytest.approx(
             lp.solve(float(T)).value, rel=1e-6, abs=1e-9
         )
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instances(names=("gpipe", "1f1b"), max_microbatches=2, max_freqs=3))
+def test_random_tiny_instances_against_brute_force(
+    instance: tuple[Profile, Schedule, float],
+) -> None:
+    """Every plan enumerated (at most 3^12): the bound never exceeds a real plan's energy and
+    the ends of the frontier are exact. (Coverage between the ends is not bounded on such coarse
+    random profiles: over 300 generated instances the worst gap of energy_at(T) to the true
+    optimum was 0 % median, 1.1 % at p90, 16 % at p99 and 27 % at worst; see
+    test_plan_between_relaxation_breakpoints_is_missed.)"""
+    profile, schedule, power = instance
+    problem = EnergyProblem.build(profile, schedule, power)
+    plans = np.array(
+        list(itertools.product(*[range(int(k)) for k in problem.num_options])), dtype=np.uint8
+    )
+    times, energies = problem.evaluate_many(plans)
+    wait = energies - power * schedule.ranks * times
+    fr = solve_frontier(profile, schedule, power)
+    fastest = times.min()
+    assert fr.times[0] == pytest.approx(fastest, rel=REL)
+    fw = waiting_energy(fr)
+    scale = np.abs(energies).max()
+    assert fw[0] <= wait[times <= fastest * (1 + REL)].min() + REL * scale
+    assert fw[-1] == pytest.approx(wait.min(), rel=REL, abs=REL * scale)
+    for t in np.unique(times)[:: max(1, len(np.unique(times)) // 25)]:
+        ok = times <= t * (1 + REL)
+        best = float((wait[ok]).min() + power * schedule.ranks * t)
+        assert fr.lower_bound_at(float(t)) <= best + REL * scale
+        assert fr.energy_at(float(t)) >= best - REL * scale
+
+
+#: A 2-stage, 1-microbatch chain (P = 0): stage 0's backward saves 6.2 J for 4.2 ms at 400 MHz,
+#: stage 1's forward 2.0 J for 1 ms. The relaxation shortens the cheaper-per-second backward
+#: first, so its breakpoints are (0.1927 s, 22.2 J), (0.1937 s, 20.2 J) and (0.1979 s, 14.0 J);
+#: the discrete plan with only the backward slowed (0.1969 s, 16.0 J) lies between them.
+KNAPSACK_CSV = """stage,instruction,frequency,time,energy
+0,forward,1800,0.060,1.8
+0,backward,1800,0.0255,8.3
+0,backward,400,0.0297,2.1
+1,forward,1800,0.0246,2.8
+1,forward,400,0.0256,0.8
+1,backward,1800,0.0826,9.3
+"""
+
+
+def knapsack_frontier() -> Frontier:
+    return solve_frontier(parse_profile_csv(KNAPSACK_CSV), one_f_one_b(2, 1), 0.0)
+
+
+def test_gap_between_breakpoints_is_reported_honestly() -> None:
+    fr = knapsack_frontier()
+    assert fr.times == pytest.approx([0.1927, 0.1937, 0.1979])
+    assert fr.energies == pytest.approx([22.2, 20.2, 14.0])
+    best = 16.0  # only stage 0's backward at 400 MHz: 0.1969 s
+    bound = fr.lower_bound_at(0.1969)
+    assert bound == pytest.approx(20.2 - 6.2 * 3.2 / 4.2)
+    assert bound <= best <= fr.energy_at(0.1969)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="solver limitation: discrete plans between relaxation breakpoints are missed. "
+    "KNAPSACK_CSV, 1F1B 2x1, P=0: at T=0.1969 s the best plan uses 16.0 J (stage 0 backward at "
+    "400 MHz) but energy_at gives 20.2 J (+26 %); rounding the midpoint never swaps which node is "
+    "slowed",
+)
+def test_plan_between_relaxation_breakpoints_is_missed() -> None:
+    fr = knapsack_frontier()
+    assert fr.energy_at(0.1969) <= 16.0 * (1 + COVERAGE_BOUND)
 
 
 #: What hypothesis shrank the "energy non-increasing up to min_energy_index" property to: a
