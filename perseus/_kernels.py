@@ -256,6 +256,23 @@ def _slowest_within(times_row, order_row, nopt, start, limit):  # type: ignore[n
 
 
 @njit(cache=True, nogil=True)
+def _best_jump(times_row, costs_row, order_row, nopt, p, limit, theta, jump):  # type: ignore[no-untyped-def]
+    """The slowest option after position ``p`` (only the next one unless ``jump``) that fits in
+    ``limit`` and saves at least ``theta`` per second of extra time (``p`` when none does)."""
+    best = p
+    t0 = times_row[order_row[p]]
+    c0 = costs_row[order_row[p]]
+    last = nopt if jump else min(nopt, p + 2)
+    for j in range(p + 1, last):
+        t = times_row[order_row[j]]
+        if t > limit:
+            break
+        if c0 - costs_row[order_row[j]] >= theta * (t - t0):
+            best = j
+    return best
+
+
+@njit(cache=True, nogil=True)
 def round_and_reclaim(
     topo,
     pred_ptr,
@@ -271,6 +288,8 @@ def round_and_reclaim(
     deadline,
     mode,
     levels,
+    jump,
+    max_rounds,
 ):  # type: ignore[no-untyped-def]
     """Round relaxed durations ``d`` to measured options within ``deadline``, then reclaim slack.
 
@@ -285,8 +304,9 @@ def round_and_reclaim(
 
     Reclaiming alternates forward sweeps (latest finishes from the current plan; nodes in
     topological order) and backward sweeps (earliest starts; reverse order), each moving every
-    node at most one option slower if it fits, until nothing moves. One option at a time spreads
-    the slack over many nodes instead of handing it all to the first in line.
+    node to the slowest option that fits and saves at least the current price per second of
+    extra time, until nothing moves; the price falls geometrically over ``levels`` levels, so the
+    steepest savings get the slack first rather than whichever node comes first.
     Returns the chosen option index per node.
     """
     n = d.shape[0]
@@ -337,7 +357,7 @@ def round_and_reclaim(
     theta = top
     for level in range(levels + 1):
         theta = 0.0 if level == levels else top * 0.7 ** (level + 1)
-        for rnd in range(10_000):
+        for rnd in range(max_rounds):
             moved = 0
             if rnd % 2 == 0:
                 lf2 = latest_finish(topo, succ_ptr, succ_idx, cur, deadline)
@@ -347,18 +367,13 @@ def round_and_reclaim(
                         u = pred_idx[q]
                         if fin[u] > st:
                             st = fin[u]
-                    p = pick[v]
-                    if p + 1 < nopt[v]:
-                        a0 = order[v, p]
-                        a1 = order[v, p + 1]
-                        dt = times[v, a1] - times[v, a0]
-                        if (
-                            times[v, a1] <= lf2[v] - st + eps
-                            and costs[v, a0] - costs[v, a1] >= theta * dt
-                        ):
-                            pick[v] = p + 1
-                            cur[v] = times[v, a1]
-                            moved += 1
+                    p = _best_jump(
+                        times[v], costs[v], order[v], nopt[v], pick[v], lf2[v] - st + eps, theta, jump
+                    )
+                    if p != pick[v]:
+                        pick[v] = p
+                        cur[v] = times[v, order[v, p]]
+                        moved += 1
                     fin[v] = st + cur[v]
             else:
                 es2 = earliest_start(topo, pred_ptr, pred_idx, cur)
@@ -370,18 +385,13 @@ def round_and_reclaim(
                         w = succ_idx[q]
                         if lst[w] < end:
                             end = lst[w]
-                    p = pick[v]
-                    if p + 1 < nopt[v]:
-                        a0 = order[v, p]
-                        a1 = order[v, p + 1]
-                        dt = times[v, a1] - times[v, a0]
-                        if (
-                            times[v, a1] <= end - es2[v] + eps
-                            and costs[v, a0] - costs[v, a1] >= theta * dt
-                        ):
-                            pick[v] = p + 1
-                            cur[v] = times[v, a1]
-                            moved += 1
+                    p = _best_jump(
+                        times[v], costs[v], order[v], nopt[v], pick[v], end - es2[v] + eps, theta, jump
+                    )
+                    if p != pick[v]:
+                        pick[v] = p
+                        cur[v] = times[v, order[v, p]]
+                        moved += 1
                     lst[v] = end - cur[v]
                 es3 = earliest_start(topo, pred_ptr, pred_idx, cur)
                 for v in range(n):

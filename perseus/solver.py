@@ -278,39 +278,36 @@ def relaxed_frontier(
         d = np.clip(d - a * delta, rel.shortest, rel.longest)
 
 
-def _pareto_order(problem: EnergyProblem, rel: Relaxation) -> tuple[IntArray, IntArray]:
-    """Per node, its Pareto options by increasing time (padded) and how many there are."""
-    times = np.where(rel.pareto, problem.times, np.inf)
-    order = np.argsort(times, axis=1, kind="stable")
-    return order.astype(np.int64), rel.pareto.sum(axis=1).astype(np.int64)
+class _Rounder:
+    """Rounds relaxed durations to a measured plan within a deadline (see the module docstring)."""
 
+    def __init__(
+        self, problem: EnergyProblem, rel: Relaxation, levels: int = 12, max_rounds: int = 8
+    ) -> None:
+        times = np.where(rel.pareto, problem.times, np.inf)
+        self.order = np.argsort(times, axis=1, kind="stable").astype(np.int64)
+        self.nopt = rel.pareto.sum(axis=1).astype(np.int64)
+        self.costs = problem.energies - problem.blocking_power * problem.times
+        self.problem = problem
+        self.hull = rel.hull_mask
+        self.levels = levels
+        self.max_rounds = max_rounds
 
-def _effective(problem: EnergyProblem) -> FloatArray:
-    return problem.energies - problem.blocking_power * problem.times
+    def __call__(self, durations: FloatArray, deadline: float, jump: bool = True) -> npt.NDArray[np.uint8]:
+        dag = self.problem.dag
+        plan: npt.NDArray[np.uint8] = K.round_and_reclaim(
+            dag.topo, dag.pred_ptr, dag.pred_idx, dag.succ_ptr, dag.succ_idx,
+            self.problem.times, self.costs, self.hull, self.order, self.nopt,
+            np.asarray(durations, dtype=np.float64), float(deadline), 0, self.levels, jump, self.max_rounds,
+        )  # fmt: skip
+        return plan
 
 
 def round_plan(
     problem: EnergyProblem, rel: Relaxation, durations: FloatArray, deadline: float
 ) -> npt.NDArray[np.uint8]:
     """A measured plan within ``deadline`` from relaxed ``durations`` (see the module docstring)."""
-    dag = problem.dag
-    order, nopt = _pareto_order(problem, rel)
-    return K.round_and_reclaim(
-        dag.topo,
-        dag.pred_ptr,
-        dag.pred_idx,
-        dag.succ_ptr,
-        dag.succ_idx,
-        problem.times,
-        _effective(problem),
-        rel.hull_mask,
-        order,
-        nopt,
-        durations,
-        deadline,
-        0,
-        12,
-    )
+    return _Rounder(problem, rel)(durations, deadline)
 
 
 def solve_problem(
@@ -318,8 +315,14 @@ def solve_problem(
     *,
     progress: Callable[[float], None] | None = None,
     cancel: Callable[[], bool] | None = None,
+    max_candidates: int = 1500,
 ) -> Frontier:
-    """Compute the frontier of an :class:`EnergyProblem` (see the module docstring)."""
+    """Compute the frontier of an :class:`EnergyProblem` (see the module docstring).
+
+    ``max_candidates`` caps how many relaxed points (breakpoints and the midpoints between
+    them) are rounded to measured plans; each is rounded twice (slack handed out in jumps and
+    one option at a time) and the Pareto set of all results is kept.
+    """
     rel = Relaxation.build(problem)
     dag = problem.dag
     t_min = float(dag.iteration_time(rel.shortest))
@@ -338,59 +341,49 @@ def solve_problem(
     for a, b in zip(steps[:-1], steps[1:], strict=True):
         cand_d.append(0.5 * (a.durations + b.durations))
         cand_T.append(0.5 * (a.time + b.time))
-    order, nopt = _pareto_order(problem, rel)
-    eff = _effective(problem)
+    # Round at most `max_candidates` of them, evenly by index (breakpoints crowd where the
+    # frontier bends, so this keeps candidates dense where they matter).
+    if len(cand_T) > max_candidates:
+        by_time = np.argsort(cand_T, kind="stable")
+        pick = by_time[np.unique(np.linspace(0, len(cand_T) - 1, max_candidates).round().astype(int))]
+        cand_d = [cand_d[i] for i in pick]
+        cand_T = [cand_T[i] for i in pick]
+    rounder = _Rounder(problem, rel)
     plans = [problem.max_frequency_plan()]
     for i, (d, T) in enumerate(zip(cand_d, cand_T, strict=True)):
-        if cancel is not None and i % 64 == 0 and cancel():
-            raise SolverCancelled("frontier computation cancelled")
-        plans.append(
-            K.round_and_reclaim(
-                dag.topo,
-                dag.pred_ptr,
-                dag.pred_idx,
-                dag.succ_ptr,
-                dag.succ_idx,
-                problem.times,
-                eff,
-                rel.hull_mask,
-                order,
-                nopt,
-                d,
-                T,
-                0,
-                12,
-            )
-        )
-        if progress is not None and i % 64 == 0:
-            progress(0.9 + 0.1 * i / len(cand_d))
+        if i % 64 == 0:
+            if cancel is not None and cancel():
+                raise SolverCancelled("frontier computation cancelled")
+            if progress is not None:
+                progress(0.9 + 0.1 * i / len(cand_d))
+        plans.append(rounder(d, T, True))
+        plans.append(rounder(d, T, False))
     allp = np.stack(plans)
     allp = np.unique(allp, axis=0)
     times, energies = problem.evaluate_many(allp)
     # Pareto filter on (time, energy - P R time): a plan survives unless another one is at
     # least as fast and uses no more energy at every deadline it meets (waiting included).
     waiting = energies - problem.blocking_power * dag.num_ranks * times
-    order = np.lexsort((waiting, times))
     keep = []
     best = np.inf
-    for i in order:
+    for i in np.lexsort((waiting, times)):
         if waiting[i] < best - 1e-9 * abs(waiting[i]):
             keep.append(i)
             best = waiting[i]
     keep_a = np.array(keep)
-    t0, e0 = (
-        problem.evaluate(problem.max_frequency_plan()).time,
-        problem.evaluate(problem.max_frequency_plan()).energy,
-    )
+    fastest = problem.evaluate(problem.max_frequency_plan())
     ft = times[keep_a]
     lb = np.interp(ft, bp_t, bp_g) + problem.blocking_power * dag.num_ranks * ft
+    # The slowest plan meets its bound exactly; don't let float rounding put the bound above it.
+    fe = energies[keep_a]
+    lb = np.where((lb > fe) & (lb - fe <= 1e-9 * np.abs(fe)), fe, lb)
     if progress is not None:
         progress(1.0)
     return Frontier(
         schedule=dag.schedule,
         blocking_power=problem.blocking_power,
-        max_frequency_time=t0,
-        max_frequency_energy=e0,
+        max_frequency_time=fastest.time,
+        max_frequency_energy=fastest.energy,
         times=ft,
         energies=energies[keep_a],
         lower_bounds=lb,

@@ -1,0 +1,5 @@
+import sys
+
+from perseus.cli import main
+
+sys.exit(main())

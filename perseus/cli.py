@@ -1,0 +1,176 @@
+"""The ``perseus`` command: ``frontier``, ``plot``, ``serve`` and ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+#: Measured blocking power (W) of GPUs whose profiles ship in profiles/ (P2P wait power).
+KNOWN_BLOCKING_POWER = {"a100": 83.64, "a40": 70.38}
+
+
+def _blocking_power_for(profile: Path, given: float | None) -> float:
+    if given is not None:
+        return given
+    name = profile.name.lower()
+    for gpu, watts in sorted(KNOWN_BLOCKING_POWER.items(), key=lambda kv: -len(kv[0])):
+        if gpu in name:
+            print(
+                f"perseus: using the measured blocking power of the {gpu.upper()}: {watts} W",
+                file=sys.stderr,
+            )
+            return watts
+    raise SystemExit(
+        "perseus frontier: --blocking-power is required (watts a GPU draws while waiting)"
+    )
+
+
+class _Progress:
+    """A one-line progress bar on a terminal; silent otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.start = time.perf_counter()
+        self.last = -1
+
+    def __call__(self, fraction: float) -> None:
+        if not self.enabled:
+            return
+        pct = int(fraction * 100)
+        if pct == self.last:
+            return
+        self.last = pct
+        bar = "#" * (pct // 4) + "." * (25 - pct // 4)
+        sys.stderr.write(f"\r[{bar}] {pct:3d}%  {time.perf_counter() - self.start:6.1f} s")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.enabled:
+            sys.stderr.write("\n")
+
+
+def _cmd_frontier(args: argparse.Namespace) -> int:
+    from perseus.profiles import load_profile
+    from perseus.schedules import make_schedule
+    from perseus.solver import solve_frontier
+
+    profile = load_profile(args.profile)
+    schedule = make_schedule(args.schedule, args.stages, args.microbatches, args.virtual_stages)
+    power = _blocking_power_for(Path(args.profile), args.blocking_power)
+    bar = _Progress(sys.stderr.isatty() and not args.quiet)
+    t = time.perf_counter()
+    try:
+        frontier = solve_frontier(profile, schedule, power, progress=bar)
+    finally:
+        bar.done()
+    elapsed = time.perf_counter() - t
+    if args.resolution:
+        frontier = frontier.thinned(args.resolution)
+    doc = frontier.to_json(plans=args.plans)
+    text = json.dumps(doc, indent=1 if args.plans else 2)
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+    else:
+        sys.stdout.write(text + "\n")
+    if args.plot:
+        from perseus.plot import frontier_png
+
+        Path(args.plot).write_bytes(frontier_png(doc))
+    first = frontier.points[0]
+    saving = 100 * (1 - first.energy / frontier.max_frequency_energy)
+    print(
+        f"perseus: {len(frontier)} plans in {elapsed:.2f} s; T0 = {frontier.max_frequency_time:.4f} s, "
+        f"E0 = {frontier.max_frequency_energy:.1f} J; fastest plan saves {saving:.1f} % at "
+        f"T = {first.time:.4f} s (gap to bound {100 * first.gap:.2f} %)"
+        + (f"; wrote {args.output}" if args.output else "")
+        + (f" and {args.plot}" if args.plot else ""),
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from perseus.plot import frontier_png
+
+    doc: dict[str, Any] = json.loads(Path(args.frontier).read_text())
+    if not isinstance(doc, dict) or "points" not in doc:
+        raise SystemExit(f"perseus plot: {args.frontier} is not a frontier JSON (no 'points')")
+    Path(args.output).write_bytes(frontier_png(doc))
+    print(f"perseus: wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="perseus",
+        description="Energy scheduler for pipeline-parallel training: time-energy frontier and GPU frequency plans.",
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+
+    f = sub.add_parser("frontier", help="compute the time-energy frontier of a profile")
+    f.add_argument("profile", help="stage,instruction,frequency,time,energy CSV (or JSON)")
+    f.add_argument("--stages", type=int, required=True, help="pipeline ranks")
+    f.add_argument("--microbatches", type=int, required=True)
+    f.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b", "interleaved-1f1b"])
+    f.add_argument(
+        "--virtual-stages", type=int, default=1, help="model chunks per rank (interleaved-1f1b)"
+    )
+    f.add_argument(
+        "--blocking-power",
+        type=float,
+        help="watts a waiting GPU draws (known for A100/A40 profiles)",
+    )
+    f.add_argument(
+        "--resolution", type=float, default=0.0, help="keep points at least this many seconds apart"
+    )
+    f.add_argument(
+        "--plans", action="store_true", help="include every point's per-stage frequency plan"
+    )
+    f.add_argument("--output", "-o", help="write the JSON here (default: stdout)")
+    f.add_argument("--plot", help="draw the frontier to this PNG")
+    f.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    f.set_defaults(func=_cmd_frontier)
+
+    pl = sub.add_parser("plot", help="draw a frontier JSON as a PNG")
+    pl.add_argument("frontier")
+    pl.add_argument("--output", "-o", required=True)
+    pl.set_defaults(func=_cmd_plot)
+
+    sub.add_parser("serve", help="run the server (see `perseus serve --help`)", add_help=False)
+    sub.add_parser(
+        "demo", help="the whole system on this machine (see `perseus demo --help`)", add_help=False
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "serve":
+        from perseus_server.cli import main as serve_main
+
+        return serve_main(argv[1:])
+    if argv and argv[0] == "demo":
+        from perseus.demo import main as demo_main
+
+        return demo_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    from perseus.errors import PerseusError
+
+    try:
+        return int(args.func(args))
+    except PerseusError as e:
+        print(f"perseus {args.command}: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"perseus {args.command}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

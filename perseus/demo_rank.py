@@ -1,0 +1,255 @@
+"""One training rank of ``perseus demo``: a real ``torch.distributed.pipelining`` stage over gloo
+with a Perseus client on a simulated GPU.
+
+Started by :mod:`perseus.demo` as ``python -m perseus.demo_rank --config CFG`` with ``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` set. Global rank ``g`` is stage
+``g % stages`` of data-parallel pipeline ``g // stages``. Each pipeline has its own process
+group for its point-to-point traffic; each stage's data-parallel peers share a group in which
+their gradients are all-reduced after every step, which is where a fast pipeline waits for a slow
+one (the GPU draws blocking power meanwhile, like a real one in NCCL's all-reduce).
+
+The rank runs the demo's phases back to back:
+
+1. ``max-clocks``: the client has no plan (offline), so every instruction runs at the top clock;
+2. ``perseus``: connected to the server, the deployed plan;
+3. ``straggler``: pipeline 1's simulated GPUs are slowed (``SimulatedGpu.set_slowdown``);
+4. ``recovery``: back to full speed.
+
+After every step (after the gradient all-reduce) it reads its GPU's simulated clock and energy
+counter, and it writes ``rank<g>.json`` with one record per step: phase, step time and energy
+(everything between two gradient syncs, waiting included), the time the client measured for
+the iteration itself, and the plan it ran. It also keeps the per-instruction timeline of the last
+step of each phase (start, end and clock) for the demo's timeline plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TimelineGpu", "main", "PHASES"]
+
+#: The demo's phases, in order.
+PHASES = ("max-clocks", "perseus", "straggler", "recovery")
+
+WIDTH = 16
+
+
+def _timeline_gpu_class() -> Any:
+    from perseus_client.gpu.base import GpuBackend
+
+    class TimelineGpu(GpuBackend):
+        """Forward to a simulated GPU and record each instruction's wall-clock span and clock."""
+
+        synchronous_clocks = True
+
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+            self.name = inner.name
+            self.spans: list[list[Any]] = []
+            self._open: list[Any] | None = None
+
+        def supported_clocks(self) -> tuple[int, ...]:
+            return tuple(self.inner.supported_clocks())
+
+        def set_locked_clocks(self, mhz: int) -> None:
+            self.inner.set_locked_clocks(mhz)
+
+        def reset_locked_clocks(self) -> None:
+            self.inner.reset_locked_clocks()
+
+        def energy_mj(self) -> int:
+            return int(self.inner.energy_mj())
+
+        def timestamp(self) -> float:
+            return float(self.inner.timestamp())
+
+        def begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:
+            self.inner.begin_instruction(kind, microbatch, stage)
+            self._open = [kind, microbatch, stage, self.inner.current_clock, time.perf_counter()]
+
+        def end_instruction(self) -> None:
+            self.inner.end_instruction()
+            if self._open is not None:
+                self.spans.append([*self._open, time.perf_counter()])
+                self._open = None
+
+        def abort_instruction(self) -> None:
+            self.inner.abort_instruction()
+            self._open = None
+
+    return TimelineGpu
+
+
+TimelineGpu: Any = None  # resolved lazily (keeps the module importable without the client)
+
+
+def _build(cfg: dict[str, Any], rank: int) -> tuple[Any, ...]:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import Schedule1F1B
+
+    stages, pipelines = int(cfg["stages"]), int(cfg["pipelines"])
+    pipe, stage = divmod(rank, stages)
+    # Every rank creates every group, in the same order (a torch.distributed requirement).
+    pipe_groups = [
+        dist.new_group(list(range(p * stages, (p + 1) * stages))) for p in range(pipelines)
+    ]
+    dp_groups = [dist.new_group([p * stages + s for p in range(pipelines)]) for s in range(stages)]
+    torch.manual_seed(1234 + stage)  # the same weights in every pipeline (data parallelism)
+    layer = torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh())
+    pstage = PipelineStage(layer, stage, stages, torch.device("cpu"), group=pipe_groups[pipe])
+
+    def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return ((out - target) ** 2).mean()
+
+    schedule = Schedule1F1B(pstage, int(cfg["microbatches"]), loss_fn=loss_fn)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.01)
+    return schedule, layer, opt, dp_groups[stage], pipe, stage
+
+
+def main(argv: list[str] | None = None) -> int:
+    global TimelineGpu
+    warnings.filterwarnings("ignore")
+    ap = argparse.ArgumentParser(prog="python -m perseus.demo_rank")
+    ap.add_argument("--config", type=Path, required=True)
+    args = ap.parse_args(argv)
+    cfg = json.loads(args.config.read_text())
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+    import torch
+    import torch.distributed as dist
+    from perseus_client import PerseusClient, SimulatedGpu
+    from perseus_client.integrations import torch_pipelining
+
+    torch.set_num_threads(1)
+    t_start = time.perf_counter()
+
+    def note(what: str) -> None:
+        print(f"rank {rank}: {what} at {time.perf_counter() - t_start:.1f} s", file=sys.stderr, flush=True)
+
+    TimelineGpu = _timeline_gpu_class()
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    schedule, layer, opt, dp_group, pipe, stage = _build(cfg, rank)
+    stages, microbatches = int(cfg["stages"]), int(cfg["microbatches"])
+    sim = SimulatedGpu.from_profile_csv(
+        cfg["profile_csv"],
+        stage=stage,
+        blocking_power=float(cfg["blocking_power"]),
+        time_scale=float(cfg["time_scale"]),
+        name="simulated A100",
+    )
+    gpu = TimelineGpu(sim)
+    gen = torch.Generator().manual_seed(7 + pipe)
+    steps: list[dict[str, Any]] = []
+    timelines: dict[str, dict[str, Any]] = {}
+    n = int(cfg["iterations"])
+    slow = float(cfg["straggler"])
+    slow_pipe = int(cfg["straggler_pipeline"])
+
+    def train_step(
+        client: Any, phase: str, index: int, last: tuple[float, int]
+    ) -> tuple[float, int]:
+        x = torch.randn(2 * microbatches, WIDTH, generator=gen)
+        target = torch.randn(2 * microbatches, WIDTH, generator=gen)
+        gpu.spans = []
+        opt.zero_grad()
+        kwargs: dict[str, Any] = {}
+        if stage == stages - 1:
+            kwargs["target"] = target
+        if stage == 0:
+            schedule.step(x, **kwargs)
+        else:
+            schedule.step(**kwargs)
+        # Data-parallel gradient sync: the iteration barrier between pipelines.
+        for p in layer.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad, group=dp_group)
+        opt.step()
+        t, e = gpu.timestamp(), gpu.energy_mj()
+        rep = client.last_report
+        plan = client.plan
+        steps.append(
+            {
+                "phase": phase,
+                "index": index,
+                "step_time": t - last[0],
+                "energy": (e - last[1]) / 1000.0,
+                "iteration_time": rep.iteration_time if rep is not None else None,
+                "plan_version": plan.version if plan is not None else 0,
+                "expected_time": plan.expected_iteration_time if plan is not None else None,
+                "reason": plan.reason if plan is not None else "max clocks (no plan)",
+                "slowdown": sim.slowdown,
+            }
+        )
+        timelines[phase] = {"index": index, "spans": list(gpu.spans)}
+        return t, e
+
+    def sync() -> tuple[float, int]:
+        dist.barrier()
+        return gpu.timestamp(), gpu.energy_mj()
+
+    # Phase 1: no Perseus plan, every instruction at the top clock.
+    offline = PerseusClient(offline=True, gpu=gpu, global_rank=rank, handle_signals=False)
+    last = sync()
+    note("phase max-clocks starts")
+    with torch_pipelining.instrument(schedule, offline):
+        for i in range(n):
+            last = train_step(offline, PHASES[0], i, last)
+    offline.close()
+
+    # Phases 2-4: the connected client with the server's plans.
+    client = PerseusClient(
+        cfg["grpc_target"],
+        job=cfg["job"],
+        gpu=gpu,
+        global_rank=rank,
+        pipeline_rank=stage,
+        data_rank=pipe,
+        handle_signals=False,
+        report_interval=0.02,
+    )
+    try:
+        deadline = time.monotonic() + 60.0
+        while client.latest_plan is None or client.latest_plan.version < int(cfg["plan_version"]):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rank {rank} never received plan version {cfg['plan_version']}")
+            time.sleep(0.02)
+        last = sync()
+        with torch_pipelining.instrument(schedule, client):
+            for phase in PHASES[1:]:
+                note(f"phase {phase} starts")
+                if pipe == slow_pipe:
+                    sim.set_slowdown(1.0 + slow if phase == "straggler" else 1.0)
+                for i in range(n):
+                    last = train_step(client, phase, i, last)
+    finally:
+        client.close()
+    dist.barrier()
+    note("done")
+    out = Path(cfg["out_dir"]) / f"rank{rank}.json"
+    doc = {
+        "rank": rank,
+        "pipeline": pipe,
+        "stage": stage,
+        "time_scale": float(cfg["time_scale"]),
+        "steps": steps,
+        "timelines": timelines,
+    }
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc))
+    os.replace(tmp, out)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    sys.exit(main())
