@@ -368,7 +368,14 @@ def round_and_reclaim(
                         if fin[u] > st:
                             st = fin[u]
                     p = _best_jump(
-                        times[v], costs[v], order[v], nopt[v], pick[v], lf2[v] - st + eps, theta, jump
+                        times[v],
+                        costs[v],
+                        order[v],
+                        nopt[v],
+                        pick[v],
+                        lf2[v] - st + eps,
+                        theta,
+                        jump,
                     )
                     if p != pick[v]:
                         pick[v] = p
@@ -386,7 +393,14 @@ def round_and_reclaim(
                         if lst[w] < end:
                             end = lst[w]
                     p = _best_jump(
-                        times[v], costs[v], order[v], nopt[v], pick[v], end - es2[v] + eps, theta, jump
+                        times[v],
+                        costs[v],
+                        order[v],
+                        nopt[v],
+                        pick[v],
+                        end - es2[v] + eps,
+                        theta,
+                        jump,
                     )
                     if p != pick[v]:
                         pick[v] = p

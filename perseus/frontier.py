@@ -40,10 +40,12 @@ class Frontier:
 
     A plan is kept unless another is at least as fast and uses no more energy at every deadline
     both meet, counting the blocking power a faster plan draws while it waits; that is, points
-    have strictly decreasing ``energy - blocking_power * ranks * time``. Energy itself decreases
-    up to the least-energy plan (:attr:`min_energy_index`); the slower points after it use more
-    energy per iteration on their own but less than the least-energy plan *plus waiting* until
-    their time, which is what a pipeline that must wait for a straggler should run.
+    have strictly decreasing ``energy - blocking_power * ranks * time``. Energy itself mostly
+    falls up to the least-energy plan (:attr:`min_energy_index`) and rises after it, but not
+    strictly: a slower point may use more energy on its own than a faster one, as long as it
+    uses less than the faster one *plus waiting* until its time. Those slower points are what a
+    pipeline that must wait (for a straggler, for a deadline) should run;
+    ``index_for_deadline(T)`` still returns the least-energy plan within ``T``.
 
     Attributes:
         schedule: the pipeline schedule the plans are for.
@@ -161,7 +163,7 @@ class Frontier:
         ok = np.flatnonzero(self.energies <= budget)
         if not np.isfinite(budget) or ok.size == 0:
             raise InfeasibleError(
-                f"no plan uses at most {budget:.6g} J per iteration; the least-energy plan uses {self.energies[-1]:.6g} J"
+                f"no plan uses at most {budget:.6g} J per iteration; the least-energy plan uses {self.energies.min():.6g} J"
             )
         return int(ok[0])
 

@@ -293,7 +293,9 @@ class _Rounder:
         self.levels = levels
         self.max_rounds = max_rounds
 
-    def __call__(self, durations: FloatArray, deadline: float, jump: bool = True) -> npt.NDArray[np.uint8]:
+    def __call__(
+        self, durations: FloatArray, deadline: float, jump: bool = True
+    ) -> npt.NDArray[np.uint8]:
         dag = self.problem.dag
         plan: npt.NDArray[np.uint8] = K.round_and_reclaim(
             dag.topo, dag.pred_ptr, dag.pred_idx, dag.succ_ptr, dag.succ_idx,
@@ -345,7 +347,9 @@ def solve_problem(
     # frontier bends, so this keeps candidates dense where they matter).
     if len(cand_T) > max_candidates:
         by_time = np.argsort(cand_T, kind="stable")
-        pick = by_time[np.unique(np.linspace(0, len(cand_T) - 1, max_candidates).round().astype(int))]
+        pick = by_time[
+            np.unique(np.linspace(0, len(cand_T) - 1, max_candidates).round().astype(int))
+        ]
         cand_d = [cand_d[i] for i in pick]
         cand_T = [cand_T[i] for i in pick]
     rounder = _Rounder(problem, rel)

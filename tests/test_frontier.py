@@ -104,12 +104,6 @@ def test_index_for_energy_budget_is_the_fastest_plan_within_it(fr: Frontier) -> 
             fr.index_for_energy_budget(bad)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="index_for_energy_budget's error says 'the least-energy plan uses energies[-1]', but "
-    "the last point is not the least-energy one (A100 8x4 1F1B: energies[-1] = 2685.4 J, "
-    "energies.min() = 2384.6 J at min_energy_index)",
-)
 def test_energy_budget_error_names_the_least_energy(fr: Frontier) -> None:
     least = float(fr.energies.min())
     with pytest.raises(InfeasibleError, match=f"least-energy plan uses {least:.6g} J"):
