@@ -19,7 +19,7 @@ __all__ = [
 
 
 @njit(cache=True, nogil=True)
-def earliest_start(topo, pred_ptr, pred_idx, d):  # type: ignore[no-untyped-def]
+def earliest_start(topo, pred_ptr, pred_idx, d):
     """Earliest start of every node (longest path from any source) for durations ``d``."""
     n = d.shape[0]
     es = np.zeros(n)
@@ -35,7 +35,7 @@ def earliest_start(topo, pred_ptr, pred_idx, d):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def latest_finish(topo, succ_ptr, succ_idx, d, deadline):  # type: ignore[no-untyped-def]
+def latest_finish(topo, succ_ptr, succ_idx, d, deadline):
     """Latest finish of every node so that everything ends by ``deadline``."""
     n = d.shape[0]
     lf = np.empty(n)
@@ -52,7 +52,7 @@ def latest_finish(topo, succ_ptr, succ_idx, d, deadline):  # type: ignore[no-unt
 
 
 @njit(cache=True, nogil=True)
-def earliest_start_k(topo, pred_ptr, pred_idx, d, a, tol):  # type: ignore[no-untyped-def]
+def earliest_start_k(topo, pred_ptr, pred_idx, d, a, tol):
     """Earliest finish of every node and, over the tight (longest) paths into it, the smallest
     sum of ``a`` along such a path (node itself included)."""
     n = d.shape[0]
@@ -77,7 +77,7 @@ def earliest_start_k(topo, pred_ptr, pred_idx, d, a, tol):  # type: ignore[no-un
 
 
 @njit(cache=True, nogil=True)
-def _dinic(nn, ptr, to, cap, rev, frm, s, t, limit):  # type: ignore[no-untyped-def]
+def _dinic(nn, ptr, to, cap, rev, frm, s, t, limit):
     """Dinic's max-flow on a residual graph given as arc arrays grouped by tail (``ptr``).
     ``cap`` is updated in place; returns the flow value (stops at ``limit``)."""
     level = np.empty(nn, np.int64)
@@ -146,7 +146,7 @@ def _dinic(nn, ptr, to, cap, rev, frm, s, t, limit):  # type: ignore[no-untyped-
 
 
 @njit(cache=True, nogil=True)
-def min_cut_lower_bounds(nn, tail, head, lo, hi, s, t, inf):  # type: ignore[no-untyped-def]
+def min_cut_lower_bounds(nn, tail, head, lo, hi, s, t, inf):
     """Minimum ``s``-``t`` cut of a network whose arcs carry flow in ``[lo, hi]`` (integers;
     ``hi == inf`` is unbounded). The value of a cut is ``sum(hi of forward arcs) -
     sum(lo of backward arcs)``.
@@ -248,7 +248,7 @@ def min_cut_lower_bounds(nn, tail, head, lo, hi, s, t, inf):  # type: ignore[no-
 
 
 @njit(cache=True, nogil=True)
-def _slowest_within(times_row, order_row, nopt, start, limit):  # type: ignore[no-untyped-def]
+def _slowest_within(times_row, order_row, nopt, start, limit):
     p = start
     while p + 1 < nopt and times_row[order_row[p + 1]] <= limit:
         p += 1
@@ -256,7 +256,7 @@ def _slowest_within(times_row, order_row, nopt, start, limit):  # type: ignore[n
 
 
 @njit(cache=True, nogil=True)
-def _best_jump(times_row, costs_row, order_row, nopt, p, limit, theta, jump):  # type: ignore[no-untyped-def]
+def _best_jump(times_row, costs_row, order_row, nopt, p, limit, theta, jump):
     """The slowest option after position ``p`` (only the next one unless ``jump``) that fits in
     ``limit`` and saves at least ``theta`` per second of extra time (``p`` when none does)."""
     best = p
@@ -286,11 +286,10 @@ def round_and_reclaim(
     nopt,
     d,
     deadline,
-    mode,
     levels,
     jump,
     max_rounds,
-):  # type: ignore[no-untyped-def]
+):
     """Round relaxed durations ``d`` to measured options within ``deadline``, then reclaim slack.
 
     ``order[i, :nopt[i]]`` lists node ``i``'s Pareto options by increasing time (hence
@@ -300,7 +299,7 @@ def round_and_reclaim(
     once from the relaxed durations; since a node's descendants are still relaxed when it is
     rounded, any option that ends by that latest finish keeps the whole plan within the deadline.
     Time saved by rounding a node down is thus carried to later nodes, which may round up.
-    ``mode`` 0 rounds each node to its nearest option that fits, 1 always down.
+    Each node goes to the nearer of the two hull vertices around its relaxed duration, if it fits.
 
     Reclaiming alternates forward sweeps (latest finishes from the current plan; nodes in
     topological order) and backward sweeps (earliest starts; reverse order), each moving every
@@ -337,7 +336,7 @@ def round_and_reclaim(
                     p = j
                 elif up < 0:
                     up = j
-        if mode == 0 and up >= 0:
+        if up >= 0:
             t_up = row[o[up]]
             if t_up <= window and t_up - d[v] < d[v] - row[o[p]]:
                 p = up

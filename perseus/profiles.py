@@ -259,10 +259,10 @@ def _parse_records(rows: Iterable[tuple[int, Mapping[str, Any]]]) -> Profile:
                 f"stage {s} has no {which} measurements; every stage needs forward and backward",
                 field="instruction",
             )
-    entries = {}
-    for key, opts in data.items():
+    entries: dict[tuple[int, str], InstructionProfile] = {}
+    for sk, opts in data.items():
         opts.sort(key=lambda o: -o[0])
-        entries[key] = InstructionProfile(
+        entries[sk] = InstructionProfile(
             np.array([o[0] for o in opts], dtype=np.int64),
             np.array([o[1] for o in opts], dtype=np.float64),
             np.array([o[2] for o in opts], dtype=np.float64),

@@ -226,8 +226,8 @@ def interleaved_1f1b(stages: int, microbatches: int, virtual_stages: int) -> Sch
     if virtual_stages < 1:
         raise ScheduleError(f"virtual_stages must be >= 1, got {virtual_stages}")
     if virtual_stages == 1:
-        s = one_f_one_b(stages, microbatches)
-        return Schedule("interleaved-1f1b", s.ranks, s.stages, s.microbatches, s.orders)
+        base = one_f_one_b(stages, microbatches)
+        return Schedule("interleaved-1f1b", base.ranks, base.stages, base.microbatches, base.orders)
     if microbatches % stages:
         raise ScheduleError(
             f"interleaved 1F1B needs microbatches to be a multiple of stages ({microbatches} % {stages} != 0)"

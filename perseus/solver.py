@@ -300,7 +300,7 @@ class _Rounder:
         plan: npt.NDArray[np.uint8] = K.round_and_reclaim(
             dag.topo, dag.pred_ptr, dag.pred_idx, dag.succ_ptr, dag.succ_idx,
             self.problem.times, self.costs, self.hull, self.order, self.nopt,
-            np.asarray(durations, dtype=np.float64), float(deadline), 0, self.levels, jump, self.max_rounds,
+            np.asarray(durations, dtype=np.float64), float(deadline), self.levels, jump, self.max_rounds,
         )  # fmt: skip
         return plan
 
