@@ -16,7 +16,8 @@ Perseus client on a :class:`~perseus_client.SimulatedGpu` (profile times scaled 
    finishes at the straggler's time T';
 4. **recovery**: pipeline 1 is back to full speed; the server returns everyone to the default plan.
 
-Energy is read from the simulated GPUs' energy counters over whole steps (from one gradient sync
+Per phase, the tables show the median over its steady steps (robust to the odd step another
+process on the machine delays). Energy is read from the simulated GPUs' energy counters over whole steps (from one gradient sync
 to the next), so the blocking power a GPU draws while it waits for a pipeline neighbour or for the
 other pipeline at the gradient sync is included. "Saving" compares a phase with phase 1's clocks
 at the same step time: ``E1 + P_block * S * (T - T1)`` for a pipeline that runs at full speed
@@ -69,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", type=Path, default=DEFAULT_PROFILE, help="profile CSV")
     p.add_argument("--stages", type=int, default=4, help="pipeline stages (default 4)")
     p.add_argument("--pipelines", type=int, default=2, help="data-parallel pipelines (default 2)")
-    p.add_argument("--microbatches", type=int, default=8, help="microbatches per step (default 8)")
+    p.add_argument("--microbatches", type=int, default=6, help="microbatches per step (default 6)")
     p.add_argument(
         "--iterations", type=int, default=10, help="steps per phase (default 10, at least 8)"
     )
@@ -82,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--time-scale",
         type=float,
-        default=0.5,
-        help="wall seconds per profiled second (default 0.5)",
+        default=0.75,
+        help="wall seconds per profiled second (default 0.75)",
     )
     p.add_argument("--blocking-power", type=float, help="watts a waiting GPU draws")
     p.add_argument(
@@ -264,7 +265,10 @@ def _run_ranks(cfg: dict[str, Any], world: int, rank_dir: Path, timeout: float) 
 
 
 def _mean(xs: list[float]) -> float:
-    return sum(xs) / len(xs) if xs else float("nan")
+    """The median: robust to the odd step another process on the machine delays."""
+    import statistics
+
+    return float(statistics.median(xs)) if xs else float("nan")
 
 
 def _index_of(times: list[float], t: float | None) -> int | None:

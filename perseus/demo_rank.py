@@ -126,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     import torch.distributed as dist
+
     from perseus_client import PerseusClient, SimulatedGpu
     from perseus_client.integrations import torch_pipelining
 
@@ -133,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
 
     def note(what: str) -> None:
-        print(f"rank {rank}: {what} at {time.perf_counter() - t_start:.1f} s", file=sys.stderr, flush=True)
+        print(
+            f"rank {rank}: {what} at {time.perf_counter() - t_start:.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
 
     TimelineGpu = _timeline_gpu_class()
     dist.init_process_group("gloo", rank=rank, world_size=world)

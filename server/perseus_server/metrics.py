@@ -159,6 +159,13 @@ class Metrics:
                 (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
             )
         )  # type: ignore[assignment]
+        self.stage_resolve_seconds: Histogram = r.add(
+            Histogram(
+                "perseus_stage_resolve_seconds",
+                "Solver time of frontiers re-solved for a pipeline with slow stages.",
+                (0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+            )
+        )  # type: ignore[assignment]
         self.deploys: Counter = r.add(
             Counter("perseus_plan_deployments_total", "Plan versions deployed, by cause.")
         )  # type: ignore[assignment]

@@ -4,7 +4,8 @@ The deployed state of a job is one frontier index per data-parallel pipeline. By
 pipeline runs the plan its *policy* selects (after a solve: the fastest plan, point 0). When
 pipelines straggle, the others move to the least-energy plan that still finishes within the
 straggler's observed iteration time T' (they would wait for it at the gradient sync anyway);
-the stragglers keep the policy plan.
+the stragglers keep the policy plan. A pipeline with a slow stage whose frontier was re-solved
+(``resolved``) runs the fastest plan of its own frontier, and its time is the T' of the others.
 """
 
 from __future__ import annotations
@@ -57,10 +58,12 @@ class Straggler:
 
 @dataclass(frozen=True)
 class PipelinePlan:
-    """The frontier point a pipeline runs and the reason it was chosen."""
+    """The frontier point a pipeline runs and the reason it was chosen; ``own``: the index is
+    into the pipeline's own re-solved frontier rather than the job's."""
 
     index: int
     reason: str
+    own: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,7 @@ def decide(
     pipelines: int,
     stragglers: Mapping[int, Straggler] | None = None,
     overrides: Mapping[int, int] | None = None,
+    resolved: Mapping[int, tuple[Frontier, str]] | None = None,
 ) -> PlanDecision:
     """One plan per data-parallel pipeline.
 
@@ -103,11 +107,20 @@ def decide(
         pipelines: number of data-parallel pipelines.
         stragglers: slow pipelines by index (their time T' drives the others' plans).
         overrides: pipelines pinned to an explicit index (``PUT /plan`` with ``pipelines``).
+        resolved: pipelines with a slow stage: their re-solved frontier and a description of the
+            slowdown; they run its fastest plan (point 0), whose time is their T'.
+
+    The others get the plan that uses the least energy over an iteration of T' seconds, waiting
+    included (``Frontier.index_for_deadline(T', wait=True)``): they wait for the straggler at
+    the gradient sync anyway.
     """
     base = resolve_policy(frontier, policy)
     base_reason = f"default: {policy.describe()}"
     stragglers = dict(stragglers or {})
     overrides = dict(overrides or {})
+    resolved = dict(resolved or {})
+    for p, (own, why) in resolved.items():
+        stragglers[p] = Straggler(p, float(own.times[0]), f"slow stage: {why}")
     if not stragglers:
         plans = tuple(
             PipelinePlan(overrides[p], f"selected: frontier point {overrides[p]}")
@@ -119,13 +132,23 @@ def decide(
     slowest = max(stragglers.values(), key=lambda s: s.time)
     t_prime = slowest.time
     try:
-        slow_index = frontier.index_for_deadline(t_prime)
+        slow_index = frontier.index_for_deadline(t_prime, wait=True)
     except InfeasibleError:
         slow_index = base
     slow_index = max(slow_index, base)
     out = []
     for p in range(pipelines):
-        if p in stragglers:
+        if p in resolved:
+            own, why = resolved[p]
+            out.append(
+                PipelinePlan(
+                    0,
+                    f"slow stage ({why}): runs the fastest plan of its re-solved frontier "
+                    f"({float(own.times[0]):.4g} s per iteration)",
+                    own=True,
+                )
+            )
+        elif p in stragglers:
             s = stragglers[p]
             out.append(
                 PipelinePlan(

@@ -19,6 +19,7 @@ import json
 import logging
 import math
 import secrets
+import statistics
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from perseus_server.planner import PlanDecision, PlanPolicy, Straggler, decide, 
 from perseus_server.profiling import Measurement, ProfilingSession
 from perseus_server.solving import SolveEvents, SolveManager
 from perseus_server.store import FrontierRow, JobRow, Store
-from perseus_server.stragglers import DetectorSettings, StragglerDetector
+from perseus_server.stragglers import DetectorSettings, StageDetector, StragglerDetector
 
 __all__ = ["PerseusService", "Deployment"]
 
@@ -64,11 +65,13 @@ class Deployment:
     profiling: dict[str, int] | None = None
     max_clock: int = 0
     deployed_at: float = 0.0
+    own: tuple[int, ...] = ()  # pipelines whose index is into their own re-solved frontier
 
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "reason": self.reason,
+            "own": list(self.own),
             "indices": list(self.indices),
             "reasons": list(self.reasons),
             "profiling": self.profiling,
@@ -87,7 +90,35 @@ class Deployment:
             d.get("profiling"),
             int(d.get("max_clock", 0)),
             float(d.get("deployed_at", 0.0)),
+            tuple(int(p) for p in d.get("own", ())),
         )
+
+
+@dataclass
+class _SlowStages:
+    """A pipeline with slow stages: their factors, and the frontier re-solved for them."""
+
+    factors: dict[int, float]
+    status: str = "solving"  # "solving" | "ready" | "failed"
+    frontier: Frontier | None = None
+    solve_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    error: str | None = None
+    generation: int = 0
+    steps: list[list[dict[str, Any]]] | None = None
+
+    def describe(self) -> str:
+        return ", ".join(f"stage {s} x{f:.3g}" for s, f in sorted(self.factors.items()))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "factors": {str(k): v for k, v in self.factors.items()},
+            "status": self.status,
+            "solve_seconds": self.solve_seconds,
+            "wall_seconds": self.wall_seconds,
+            "error": self.error,
+            "time": None if self.frontier is None else float(self.frontier.times[0]),
+        }
 
 
 @dataclass
@@ -107,6 +138,11 @@ class _Job:
     overrides: dict[int, int] = field(default_factory=dict)
     stragglers: dict[int, Straggler] = field(default_factory=dict)
     detector: StragglerDetector = field(default_factory=StragglerDetector)
+    stage_detector: StageDetector = field(default_factory=StageDetector)
+    slow_stages: dict[int, _SlowStages] = field(default_factory=dict)
+    stage_flags: dict[tuple[int, int], float] = field(default_factory=dict)
+    stage_pending: dict[int, int] = field(default_factory=dict)
+    profile_times: dict[tuple[int, str], dict[int, float]] = field(default_factory=dict)
     ranks: dict[int, RankInfo] = field(default_factory=dict)
     by_id: dict[str, RankInfo] = field(default_factory=dict)
     history: dict[str, deque[tuple[int, float, float, int]]] = field(default_factory=dict)
@@ -137,6 +173,7 @@ class PerseusService:
         self.metrics = Metrics(self._jobs_gauge, self._connected_gauge, self._registered_gauge)
         self._jobs: dict[str, _Job] = {}
         self._started = time.time()
+        self._background: set[asyncio.Task[None]] = set()
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -174,7 +211,20 @@ class PerseusService:
                     int(s["pipeline"]): Straggler(int(s["pipeline"]), float(s["time"]), s["source"])
                     for s in doc.get("stragglers", [])
                 }
-                job.detector = StragglerDetector(DetectorSettings(**doc.get("detector", {})))
+                settings = DetectorSettings(**doc.get("detector", {}))
+                job.detector = StragglerDetector(settings)
+                job.stage_detector = StageDetector(settings)
+                for key, ss in doc.get("slow_stages", {}).items():
+                    state = _SlowStages(
+                        {int(k): float(v) for k, v in ss["factors"].items()},
+                        status="ready",
+                        frontier=Frontier.from_json(ss["frontier"]),
+                        solve_seconds=float(ss.get("solve_seconds", 0.0)),
+                        wall_seconds=float(ss.get("wall_seconds", 0.0)),
+                    )
+                    job.slow_stages[int(key)] = state
+                    for st, f in state.factors.items():
+                        job.stage_flags[(int(key), st)] = f
             for r in self.store.ranks(row.id):
                 job.ranks[r.global_rank] = r
                 job.by_id[r.rank_id] = r
@@ -271,6 +321,8 @@ class PerseusService:
     async def delete_job(self, job_id: str) -> None:
         job = self._job(job_id)
         self.solver.cancel(job_id, "the job was deleted")
+        for p in list(job.slow_stages):
+            self.solver.cancel(self._stage_solve_key(job, p), "the job was deleted")
         self.hub.close(job_id, "deleted")
         del self._jobs[job_id]
         self.store.delete_job(job.id)
@@ -581,17 +633,39 @@ class PerseusService:
     def _deploy_decision(self, job: _Job, cause: str, *, force: bool = False) -> bool:
         """Re-decide every pipeline's plan and push it when it changed (or when ``force``)."""
         assert job.frontier is not None
+        resolved = {
+            p: (st.frontier, st.describe())
+            for p, st in job.slow_stages.items()
+            if st.status == "ready" and st.frontier is not None
+        }
         try:
             decision: PlanDecision = decide(
-                job.frontier, job.policy, job.spec.data_parallel, job.stragglers, job.overrides
+                job.frontier,
+                job.policy,
+                job.spec.data_parallel,
+                job.stragglers,
+                job.overrides,
+                resolved,
             )
         except InfeasibleError:
             job.policy = PlanPolicy()
             decision = decide(
-                job.frontier, job.policy, job.spec.data_parallel, job.stragglers, job.overrides
+                job.frontier,
+                job.policy,
+                job.spec.data_parallel,
+                job.stragglers,
+                job.overrides,
+                resolved,
             )
+        own = tuple(p for p, plan in enumerate(decision.plans) if plan.own)
         dep = job.deployment
-        same = dep is not None and dep.kind == "plan" and list(dep.indices) == decision.indices()
+        same = (
+            dep is not None
+            and dep.kind == "plan"
+            and list(dep.indices) == decision.indices()
+            and dep.own == own
+            and list(dep.reasons) == [p.reason for p in decision.plans]
+        )
         if same and not force:
             return False
         self._publish(
@@ -603,6 +677,7 @@ class PerseusService:
                 indices=tuple(decision.indices()),
                 reasons=tuple(p.reason for p in decision.plans),
                 deployed_at=time.time(),
+                own=own,
             ),
             cause,
         )
@@ -618,6 +693,14 @@ class PerseusService:
                 for s in job.stragglers.values()
             ],
             "detector": job.detector.settings.to_json(),
+            "slow_stages": {
+                str(p): {
+                    **st.to_json(),
+                    "frontier": st.frontier.to_json(compact=True),
+                }
+                for p, st in job.slow_stages.items()
+                if st.status == "ready" and st.frontier is not None
+            },
         }
         if doc["deployment"] is None:
             del doc["deployment"]
@@ -640,19 +723,25 @@ class PerseusService:
         if dep.kind == "plan":
             p = min(rank.data_rank, len(dep.indices) - 1)
             index = dep.indices[p]
-            key: tuple[Any, ...] = (dep.version, index, dep.reasons[p], rank.pipeline_rank)
+            key: tuple[Any, ...] = (
+                dep.version,
+                index,
+                dep.reasons[p],
+                rank.pipeline_rank,
+                p if p in dep.own else -1,
+            )
         else:
             key = (dep.version, rank.pipeline_rank)
         msg = job.msg_cache.get(key)
         if msg is not None:
             return msg
         if dep.kind == "plan":
-            assert job.frontier is not None
-            steps = self._steps(job, index)[rank.pipeline_rank]
+            frontier, all_steps = self._pipeline_plan(job, dep, p)
+            steps = all_steps[rank.pipeline_rank]
             msg = pb.PlanUpdate(
                 version=dep.version,
                 reason=dep.reasons[p],
-                expected_iteration_time=float(job.frontier.times[index]),
+                expected_iteration_time=float(frontier.times[index]),
                 steps=[
                     pb.PlanStep(
                         instruction=s["instruction"],
@@ -690,6 +779,29 @@ class PerseusService:
         job.msg_cache[key] = msg
         return msg
 
+    def _pipeline_frontier(self, job: _Job, dep: Deployment, p: int) -> Frontier:
+        """The frontier pipeline ``p``'s index in ``dep`` refers to."""
+        if p in dep.own:
+            st = job.slow_stages.get(p)
+            if st is not None and st.frontier is not None:
+                return st.frontier
+        assert job.frontier is not None
+        return job.frontier
+
+    def _pipeline_plan(
+        self, job: _Job, dep: Deployment, p: int
+    ) -> tuple[Frontier, list[list[dict[str, Any]]]]:
+        """Pipeline ``p``'s frontier and per-rank plan steps under ``dep``."""
+        index = dep.indices[p]
+        if p in dep.own:
+            st = job.slow_stages.get(p)
+            if st is not None and st.frontier is not None:
+                if st.steps is None:
+                    st.steps = st.frontier.plan_steps(0)
+                return st.frontier, st.steps
+        assert job.frontier is not None
+        return job.frontier, self._steps(job, index)
+
     def deployment_view(self, job_id: str) -> dict[str, Any] | None:
         job = self._job(job_id)
         dep = job.deployment
@@ -703,17 +815,19 @@ class PerseusService:
             "policy": job.policy.to_json(),
         }
         if dep.kind == "plan" and job.frontier is not None:
-            f = job.frontier
-            out["pipelines"] = [
-                {
-                    "pipeline": p,
-                    "index": i,
-                    "time": float(f.times[i]),
-                    "energy": float(f.energies[i]),
-                    "reason": dep.reasons[p],
-                }
-                for p, i in enumerate(dep.indices)
-            ]
+            out["pipelines"] = []
+            for p, i in enumerate(dep.indices):
+                f = self._pipeline_frontier(job, dep, p)
+                out["pipelines"].append(
+                    {
+                        "pipeline": p,
+                        "index": i,
+                        "frontier": "re-solved for its slow stage(s)" if p in dep.own else "job",
+                        "time": float(f.times[i]),
+                        "energy": float(f.energies[i]),
+                        "reason": dep.reasons[p],
+                    }
+                )
         elif dep.kind == "profiling":
             out["profiling"] = dep.profiling
         else:
@@ -758,12 +872,19 @@ class PerseusService:
     def clear_stragglers(self, job_id: str, pipeline: int | None) -> dict[str, Any]:
         job = self._job(job_id)
         self.frontier_of(job_id)
-        if pipeline is not None and pipeline not in job.stragglers:
+        if (
+            pipeline is not None
+            and pipeline not in job.stragglers
+            and pipeline not in job.slow_stages
+        ):
             raise NotFound(f"pipeline {pipeline} is not marked as a straggler", field="pipeline")
         job.stragglers = (
             {} if pipeline is None else {p: s for p, s in job.stragglers.items() if p != pipeline}
         )
         job.detector.reset(pipeline)
+        job.stage_detector.reset(pipeline)
+        for p in list(job.slow_stages) if pipeline is None else [pipeline]:
+            self._drop_slow_stages(job, p)
         self._replan(
             job,
             "straggler(s) cleared" if pipeline is None else f"pipeline {pipeline} cleared",
@@ -785,6 +906,7 @@ class PerseusService:
     def set_detector(self, job_id: str, settings: DetectorSettings) -> None:
         job = self._job(job_id)
         job.detector = StragglerDetector(settings)
+        job.stage_detector = StageDetector(settings)
         if job.deployment is not None or job.frontier is not None:
             self._persist_deployment(job)
 
@@ -798,20 +920,176 @@ class PerseusService:
         leader = min((r.global_rank for r in job.ranks.values() if r.data_rank == p), default=None)
         if rank.global_rank != leader:
             return
-        expected = float(job.frontier.times[dep.indices[p]])
+        expected = float(self._pipeline_frontier(job, dep, p).times[dep.indices[p]])
         current = job.stragglers.get(p)
-        flagged = current is not None
+        flagged = current is not None or p in job.slow_stages
         event, t_prime = job.detector.observe(p, seconds, expected, flagged)
         if event == "slow":
-            job.stragglers = {**job.stragglers, p: Straggler(p, t_prime, "detected")}
+            c = job.detector.calibration()
+            job.stragglers = {**job.stragglers, p: Straggler(p, t_prime / c, "detected")}
             self._replan(
                 job,
-                f"pipeline {p} detected slow: {t_prime:.4g} s per iteration vs {expected:.4g} s planned",
+                f"pipeline {p} detected slow: {t_prime:.4g} s per iteration vs {expected:.4g} s "
+                f"planned (x{c:.3f} common overhead: T'={t_prime / c:.4g} s on the profile's axis)",
                 "detected",
             )
         elif event == "recovered" and current is not None and current.source == "detected":
             job.stragglers = {q: s for q, s in job.stragglers.items() if q != p}
             self._replan(job, f"pipeline {p} recovered", "recovered")
+
+    # --- slow stages ----------------------------------------------------------------------------
+
+    def _profile_time(self, job: _Job, stage: int, kind: str, mhz: int) -> float | None:
+        """The profile's time of ``kind`` on ``stage`` at ``mhz`` (None when not profiled)."""
+        if job.profile is None:
+            return None
+        table = job.profile_times.get((stage, kind))
+        if table is None:
+            entry = job.profile.entries.get((stage, kind))
+            if entry is None:
+                return None
+            table = {int(f): float(t) for f, t in zip(entry.frequencies, entry.times, strict=True)}
+            job.profile_times[(stage, kind)] = table
+        return table.get(int(mhz))
+
+    def _detect_stages(self, job: _Job, rank: RankInfo, instructions: Any) -> None:
+        """Per-stage slowdown factors of one reported iteration (see :mod:`stragglers`)."""
+        dep = job.deployment
+        if dep is None or dep.kind != "plan" or job.frontier is None or job.profile is None:
+            return
+        per_rank = job.profile.stages == job.schedule.ranks
+        ratios: dict[int, list[float]] = {}
+        for m in instructions:
+            stage = rank.pipeline_rank if per_rank else int(m.stage)
+            t = self._profile_time(job, stage, m.instruction, m.frequency_mhz)
+            if t is not None and t > 0:
+                ratios.setdefault(stage, []).append(float(m.time) / t)
+        p = rank.data_rank
+        det = job.stage_detector
+        for stage, rs in ratios.items():
+            factor = statistics.median(rs)
+            current = job.stage_flags.get((p, stage))
+            event, value = det.observe(p, stage, factor, current)
+            if event in ("slow", "changed"):
+                job.stage_flags[(p, stage)] = value
+            elif event == "recovered":
+                job.stage_flags.pop((p, stage), None)
+            if event is not None:
+                # Decide once every stage has reported this iteration too: a uniformly slow
+                # pipeline must not look like one slow stage because its ranks report apart.
+                job.stage_pending[p] = max(job.stage_pending.get(p, 0), det.seen[(p, stage)])
+        pending = job.stage_pending.get(p)
+        if pending is not None and det.caught_up(p, pending):
+            del job.stage_pending[p]
+            self._slow_stages_changed(job, p)
+
+    def _stage_solve_key(self, job: _Job, p: int) -> str:
+        return f"{job.id}:pipeline{p}"
+
+    def _slow_stages_changed(self, job: _Job, p: int) -> None:
+        """Re-solve pipeline ``p``'s frontier for its slow stages, or drop it when none is left.
+
+        When every stage of the pipeline is slow, the pipeline is simply slower (its frontier
+        scales in time); the iteration-time detector handles that without a re-solve.
+        """
+        assert job.profile is not None
+        factors = {s: f for (q, s), f in job.stage_flags.items() if q == p}
+        if not factors or len(factors) >= job.profile.stages:
+            if p in job.slow_stages:
+                why = (
+                    f"pipeline {p}: its stages are back to their profiled speed"
+                    if not factors
+                    else f"pipeline {p}: every stage is slow; handled as a slow pipeline"
+                )
+                self._drop_slow_stages(job, p)
+                self._replan(job, why, "slow_stage_recovered")
+            return
+        old = job.slow_stages.get(p)
+        if old is not None and old.factors == factors:
+            return
+        key = self._stage_solve_key(job, p)
+        self.solver.cancel(key, "superseded by newer slow-stage factors")
+        state = _SlowStages(factors, generation=(old.generation + 1) if old else 1)
+        if old is not None and old.status == "ready":
+            # Keep running the previous re-solved plan until the new one is ready.
+            state.frontier, state.status = old.frontier, "ready"
+            state.solve_seconds, state.wall_seconds = old.solve_seconds, old.wall_seconds
+        job.slow_stages[p] = state
+        profile = job.profile
+        for stage, f in factors.items():
+            profile = profile.scaled(stage, time_factor=f)
+        log.info(
+            "job %s: pipeline %d has slow stage(s) %s; re-solving its frontier",
+            job.id,
+            p,
+            state.describe(),
+        )
+        t0 = time.perf_counter()
+        generation = state.generation
+
+        def on_done(doc: str, seconds: float) -> None:
+            cur = job.slow_stages.get(p)
+            if job.id not in self._jobs or cur is None or cur.generation != generation:
+                return
+            try:
+                cur.frontier = Frontier.from_json(json.loads(doc))
+            except Exception as e:  # noqa: BLE001
+                on_failed(f"the solver returned an unreadable frontier: {e}")
+                return
+            cur.status, cur.steps, cur.error = "ready", None, None
+            cur.solve_seconds, cur.wall_seconds = seconds, time.perf_counter() - t0
+            self.metrics.stage_resolve_seconds.observe(seconds)
+            job.detector.reset(p)
+            job.stragglers = {q: s for q, s in job.stragglers.items() if q != p}
+            self._replan(
+                job,
+                f"pipeline {p} slow stage(s) {cur.describe()}: frontier re-solved in "
+                f"{seconds:.2f} s; its fastest plan takes {float(cur.frontier.times[0]):.4g} s",
+                "slow_stage",
+            )
+
+        def on_failed(reason: str) -> None:
+            cur = job.slow_stages.get(p)
+            if cur is None or cur.generation != generation:
+                return
+            if cur.frontier is None:
+                cur.status = "failed"
+            cur.error = reason
+            log.warning("job %s: re-solving pipeline %d failed: %s", job.id, p, reason)
+
+        def launch() -> None:
+            self.solver.start(
+                key,
+                profile.to_csv(),
+                job.schedule.to_json(),
+                job.spec.blocking_power,
+                SolveEvents(lambda pid: None, lambda f: None, on_done, on_failed),
+            )
+
+        if not self.solver.is_active(key):
+            launch()
+            return
+
+        async def retry() -> None:
+            # The superseded solve holds the key until its worker is reaped.
+            while self.solver.is_active(key):
+                await asyncio.sleep(0.05)
+            cur = job.slow_stages.get(p)
+            if job.id in self._jobs and cur is not None and cur.generation == generation:
+                launch()
+
+        task = asyncio.get_running_loop().create_task(retry())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def _drop_slow_stages(self, job: _Job, p: int) -> None:
+        self.solver.cancel(self._stage_solve_key(job, p), "the slow stage recovered")
+        job.slow_stages.pop(p, None)
+        for key in [k for k in job.stage_flags if k[0] == p]:
+            del job.stage_flags[key]
+        job.stragglers = {
+            q: s for q, s in job.stragglers.items() if q != p or s.source != "slow stage"
+        }
 
     # --- ranks (gRPC) ----------------------------------------------------------------------------
 
@@ -1007,6 +1285,8 @@ class PerseusService:
                 self._detect(
                     job, rank, int(rep.iteration), float(rep.iteration_time), int(rep.plan_version)
                 )
+                if rep.instructions:
+                    self._detect_stages(job, rank, rep.instructions)
         for job_id in touched:
             if job_id in self._jobs:
                 self._profiling_tick(self._jobs[job_id])
@@ -1177,11 +1457,13 @@ class PerseusService:
             times = job.pipeline_times.get(p)
             recent = list(times.items())[-16:] if times else []
             s = job.stragglers.get(p)
+            ss = job.slow_stages.get(p)
             pipelines.append(
                 {
                     "pipeline": p,
                     "recent_iterations": [{"iteration": i, "time": t} for i, t in recent],
                     "straggler": None if s is None else {"time": s.time, "source": s.source},
+                    "slow_stages": None if ss is None else ss.to_json(),
                 }
             )
             if not recent:
@@ -1202,6 +1484,7 @@ class PerseusService:
             "pipelines": pipelines,
             "ranks": ranks if len(ranks) <= 4096 else ranks[:4096],
             "straggler_detection": job.detector.settings.to_json(),
+            "iteration_overhead": job.detector.calibration(),
             "recent_replans": list(job.replans),
             "profiling": prof,
         }

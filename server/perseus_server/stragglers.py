@@ -1,19 +1,36 @@
-"""Straggler detection from reported iteration times, with hysteresis.
+"""Straggler detection from reported iteration times, with hysteresis; slow-stage detection from
+reported per-instruction times.
 
-A data-parallel pipeline is a straggler when its iteration time exceeds the time its deployed
-plan should take by more than ``threshold`` (default 5 %) for ``consecutive`` iterations in a
-row (default 3); its observed time T' is the mean of those iterations. It recovers when its time
-is back within ``recovery`` (default 2 %) of the plan's time for ``consecutive`` iterations.
-Only iterations run under the currently deployed plan version are counted.
+**Pipelines.** Each reported iteration of a data-parallel pipeline gives a ratio ``observed /
+planned`` (the planned time of the plan version the iteration ran). A real run never matches the
+profile exactly (communication, launch overheads), and that overhead is common to every pipeline,
+so ratios are compared against the job's *calibration* ``c``: the smallest, over the pipelines, of
+the median of their last few ratios (the healthiest pipeline's overhead; 1 before any report).
+A pipeline is a straggler when its ratio exceeds ``c * (1 + threshold)`` (default 5 %) for
+``consecutive`` iterations in a row (default 3); its observed time T' is the mean of those
+iterations (``T' / c`` on the profile's time axis). It recovers when ``consecutive`` iterations
+in a row are below the straggler threshold and their mean ratio is within ``c * (1 + recovery)``
+(default 2 %). Only iterations run under the currently deployed plan version are counted.
+If every pipeline slows down alike, none is a straggler: nobody waits for anybody.
+
+**Stages.** Per-instruction times reported by a rank, divided by the profile's time for that
+instruction at the clock it ran at, give each stage's slowdown factor for one iteration (the
+median over its instructions). A stage whose factor exceeds ``1 + threshold`` for
+``consecutive`` iterations is slow with the mean factor of those iterations; it recovers once its
+factor is within ``1 + recovery`` for ``consecutive`` iterations.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DetectorSettings", "StragglerDetector"]
+__all__ = ["DetectorSettings", "StragglerDetector", "StageDetector"]
+
+#: Iterations per pipeline kept for the calibration median.
+CALIBRATION_WINDOW = 5
 
 
 @dataclass(frozen=True)
@@ -36,31 +53,41 @@ class StragglerDetector:
 
     settings: DetectorSettings = field(default_factory=DetectorSettings)
     _slow: dict[int, deque[float]] = field(default_factory=dict)
-    _fast: dict[int, int] = field(default_factory=dict)
+    _fast: dict[int, deque[float]] = field(default_factory=dict)
+    _ratios: dict[int, deque[float]] = field(default_factory=dict)
+
+    def calibration(self) -> float:
+        """The common-mode ratio of observed to planned iteration time (see the module doc)."""
+        medians = [statistics.median(r) for r in self._ratios.values() if r]
+        return min(medians) if medians else 1.0
 
     def observe(
         self, pipeline: int, time: float, expected: float, flagged: bool
     ) -> tuple[str | None, float]:
         """Feed one iteration of ``pipeline``; ``flagged``: whether it is a straggler now.
 
-        Returns the event (or None) and the current estimate of T' (0 when not slow).
+        Returns the event (or None) and the current estimate of T' in observed seconds (0 when
+        not slow); divide by :meth:`calibration` for the profile's time axis.
         """
         s = self.settings
-        slow = self._slow.setdefault(pipeline, deque(maxlen=s.consecutive))
-        if time > expected * (1 + s.threshold):
+        n = max(1, s.consecutive)
+        ratio = time / expected if expected > 0 else 1.0
+        hist = self._ratios.setdefault(pipeline, deque(maxlen=max(CALIBRATION_WINDOW, n)))
+        hist.append(ratio)
+        c = self.calibration()
+        slow = self._slow.setdefault(pipeline, deque(maxlen=n))
+        fast = self._fast.setdefault(pipeline, deque(maxlen=n))
+        if ratio > c * (1 + s.threshold):
             slow.append(time)
-            self._fast[pipeline] = 0
-        elif time <= expected * (1 + s.recovery):
+            fast.clear()
+        else:
             slow.clear()
-            self._fast[pipeline] = self._fast.get(pipeline, 0) + 1
-        else:  # in the hysteresis band: neither slow nor recovered
-            slow.clear()
-            self._fast[pipeline] = 0
+            fast.append(ratio)
         t_prime = sum(slow) / len(slow) if slow else 0.0
-        if not flagged and len(slow) >= s.consecutive:
+        if not flagged and len(slow) >= n:
             return "slow", t_prime
-        if flagged and self._fast.get(pipeline, 0) >= s.consecutive:
-            self._fast[pipeline] = 0
+        if flagged and len(fast) >= n and sum(fast) / len(fast) <= c * (1 + s.recovery):
+            fast.clear()
             return "recovered", 0.0
         return None, t_prime
 
@@ -71,3 +98,57 @@ class StragglerDetector:
         else:
             self._slow.pop(pipeline, None)
             self._fast.pop(pipeline, None)
+
+
+@dataclass
+class StageDetector:
+    """Per (pipeline, stage) slowdown factors from per-instruction times.
+
+    :meth:`observe` takes one iteration's factor of one stage and returns ``("slow", factor)``,
+    ``("recovered", 1.0)``, ``("changed", factor)`` (a slow stage whose factor moved by more than
+    the threshold) or ``(None, factor)``.
+    """
+
+    settings: DetectorSettings = field(default_factory=DetectorSettings)
+    _recent: dict[tuple[int, int], deque[float]] = field(default_factory=dict)
+    #: Iterations observed per (pipeline, stage), to decide once every stage has caught up.
+    seen: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    def observe(
+        self, pipeline: int, stage: int, factor: float, current: float | None
+    ) -> tuple[str | None, float]:
+        """``current``: the factor the stage is known to be slow by (None when it is not)."""
+        s = self.settings
+        n = max(1, s.consecutive)
+        recent = self._recent.setdefault((pipeline, stage), deque(maxlen=n))
+        recent.append(factor)
+        self.seen[(pipeline, stage)] = self.seen.get((pipeline, stage), 0) + 1
+        if len(recent) < n:
+            return None, factor
+        mean = sum(recent) / n
+        if current is None:
+            if all(f > 1 + s.threshold for f in recent):
+                recent.clear()
+                return "slow", mean
+            return None, factor
+        if all(f <= 1 + s.recovery for f in recent):
+            recent.clear()
+            return "recovered", 1.0
+        if all(abs(f / current - 1) > s.threshold for f in recent) and all(
+            f > 1 + s.threshold for f in recent
+        ):
+            recent.clear()
+            return "changed", mean
+        return None, factor
+
+    def reset(self, pipeline: int | None = None) -> None:
+        if pipeline is None:
+            self._recent.clear()
+        else:
+            for key in [k for k in self._recent if k[0] == pipeline]:
+                del self._recent[key]
+
+    def caught_up(self, pipeline: int, count: int) -> bool:
+        """Whether every stage of ``pipeline`` seen so far has observed ``count`` iterations."""
+        counts = [n for (p, _), n in self.seen.items() if p == pipeline]
+        return bool(counts) and min(counts) >= count
