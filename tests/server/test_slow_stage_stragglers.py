@@ -1,0 +1,182 @@
+"""A slow stage inside a pipeline: detected from per-instruction times, that pipeline's frontier
+re-solved with the stage's profile scaled, its fastest plan deployed to it, its new time the T'
+of the others; recovery returns everyone to the default plan."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+
+from perseus.profiles import parse_profile_csv
+from perseus_client.proto import perseus_pb2 as pb
+from perseus_client.proto import perseus_pb2_grpc as pb_grpc
+from perseus_server import ServerProcess
+
+from .conftest import BLOCKING_A40, register, solved_job
+
+MICROBATCHES = 4
+
+
+@pytest.fixture(scope="module")
+def job(http: httpx.Client, small_csv: str) -> str:
+    return solved_job(http, small_csv, data_parallel=2)
+
+
+def _status(http: httpx.Client, job: str) -> dict[str, Any]:
+    return dict(http.get(f"/jobs/{job}/status").json())
+
+
+class _Ranks:
+    """Four registered ranks (2 stages x 2 pipelines) that report per-instruction times."""
+
+    def __init__(self, stub: pb_grpc.PlanServiceStub, job: str, csv_text: str) -> None:
+        self.stub, self.job = stub, job
+        self.profile = parse_profile_csv(csv_text)
+        self.freq = max(self.profile.frequencies)
+        self.ids = {
+            (d, s): register(stub, job, d * 2 + s, s, data_rank=d).rank_id
+            for d in (0, 1)
+            for s in (0, 1)
+        }
+        self.iteration = 0
+
+    def report(self, factors: dict[tuple[int, int], float], version: int, n: int = 1) -> None:
+        """``n`` iterations of every rank; (pipeline, stage) runs ``factors`` times slower."""
+        reps = []
+        for _ in range(n):
+            for (d, s), rank_id in self.ids.items():
+                k = factors.get((d, s), 1.0)
+                ms = []
+                for kind in ("forward", "backward"):
+                    entry = self.profile[(s, kind)]
+                    i = list(entry.frequencies).index(self.freq)
+                    ms += [
+                        pb.InstructionMeasurement(
+                            instruction=kind,
+                            microbatch=m,
+                            frequency_mhz=self.freq,
+                            time=float(entry.times[i]) * k,
+                            stage=s,
+                        )
+                        for m in range(MICROBATCHES)
+                    ]
+                reps.append(
+                    pb.IterationReport(
+                        job_id=self.job,
+                        rank_id=rank_id,
+                        iteration=self.iteration,
+                        iteration_time=1.0,  # the iteration detector is not under test here
+                        plan_version=version,
+                        instructions=ms,
+                    )
+                )
+            self.iteration += 1
+        self.stub.ReportIterations(iter(reps), timeout=10)
+
+
+def _wait(http: httpx.Client, job: str, pred: Any, timeout: float = 60.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        st = _status(http, job)
+        if pred(st):
+            return st
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not reached: {st}")
+        time.sleep(0.1)
+
+
+def test_slow_stage_resolves_and_recovers(
+    http: httpx.Client, stub: pb_grpc.PlanServiceStub, job: str, small_csv: str
+) -> None:
+    # Iteration times are not what this test exercises: make the iteration detector inert.
+    assert (
+        http.put(
+            f"/jobs/{job}/straggler-detection",
+            json={"threshold": 0.05, "consecutive": 3, "recovery": 0.02},
+        ).status_code
+        == 200
+    )
+    ranks = _Ranks(stub, job, small_csv)
+    front = http.get(f"/jobs/{job}/frontier").json()
+    st = _status(http, job)
+    version = st["plan"]["version"]
+    slow = {(1, 1): 1.3}
+    ranks.report(slow, version, n=2)
+    assert _status(http, job)["pipelines"][1]["slow_stages"] is None  # 2 iterations: not yet
+    ranks.report(slow, version)
+    st = _wait(
+        http,
+        job,
+        lambda s: (
+            (s["pipelines"][1]["slow_stages"] or {}).get("status") == "ready"
+            and s["plan"]["version"] > version
+        ),
+    )
+    info = st["pipelines"][1]["slow_stages"]
+    assert info["factors"] == {"1": pytest.approx(1.3)} and info["solve_seconds"] > 0
+    p0, p1 = st["plan"]["pipelines"]
+    assert p1["frontier"] != "job" and p1["index"] == 0 and "slow stage" in p1["reason"]
+    t_new = p1["time"]
+    assert t_new == pytest.approx(info["time"]) and t_new > front["points"][0]["time"]
+    # The healthy pipeline: least energy over an iteration of T' seconds, waiting included.
+    cost = {
+        i: pt["energy"] + BLOCKING_A40 * 2 * (t_new - pt["time"])
+        for i, pt in enumerate(front["points"])
+        if pt["time"] <= t_new * (1 + 1e-12)
+    }
+    assert p0["frontier"] == "job" and p0["index"] == min(cost, key=cost.__getitem__)
+    assert any("slow stage" in r["why"] and "re-solved" in r["why"] for r in st["recent_replans"])
+
+    # The slow rank receives its re-solved plan over WatchPlan.
+    stream = stub.WatchPlan(pb.WatchPlanRequest(job_id=job, rank_id=ranks.ids[(1, 1)]), timeout=10)
+    msg = next(stream)
+    stream.cancel()
+    assert msg.version == st["plan"]["version"]
+    assert msg.expected_iteration_time == pytest.approx(t_new)
+    assert len(msg.steps) == 2 * MICROBATCHES and "slow stage" in msg.reason
+
+    metrics = http.get("/metrics").text
+    assert 'perseus_replans_total{kind="slow_stage"}' in metrics
+    assert "perseus_stage_resolve_seconds_count 1" in metrics
+
+    # Recovery: three iterations at the profiled speed restore the default plan everywhere.
+    version = st["plan"]["version"]
+    ranks.report({}, version, n=3)
+    st = _wait(http, job, lambda s: s["pipelines"][1]["slow_stages"] is None)
+    assert [p["index"] for p in st["plan"]["pipelines"]] == [0, 0]
+    assert all(p["frontier"] == "job" for p in st["plan"]["pipelines"])
+    assert 'perseus_replans_total{kind="slow_stage_recovered"}' in http.get("/metrics").text
+
+    # A pipeline slowed uniformly (every stage) is a slow pipeline, not a slow stage: no re-solve.
+    version = st["plan"]["version"]
+    ranks.report({(1, 0): 1.3, (1, 1): 1.3}, version, n=3)
+    time.sleep(0.5)
+    st = _status(http, job)
+    assert st["pipelines"][1]["slow_stages"] is None
+    assert "perseus_stage_resolve_seconds_count 1" in http.get("/metrics").text
+    ranks.report({}, version, n=3)
+
+
+def test_resolved_plan_survives_a_restart(tmp_path: Any, small_csv: str) -> None:
+    with ServerProcess(tmp_path / "perseus.db") as srv:
+        with httpx.Client(base_url=srv.http_url, timeout=30.0) as http:
+            job = solved_job(http, small_csv, data_parallel=2)
+            channel = grpc.insecure_channel(srv.grpc_target)
+            ranks = _Ranks(pb_grpc.PlanServiceStub(channel), job, small_csv)
+            version = _status(http, job)["plan"]["version"]
+            ranks.report({(0, 0): 1.5}, version, n=3)
+            before = _wait(
+                http, job, lambda s: (s["pipelines"][0]["slow_stages"] or {}).get("time")
+            )["plan"]
+            channel.close()
+        srv.kill()
+        srv.start()
+        with httpx.Client(base_url=srv.http_url, timeout=30.0) as http:
+            after = _status(http, job)
+        assert after["plan"]["version"] == before["version"]
+        assert after["plan"]["pipelines"] == before["pipelines"]
+        assert after["pipelines"][0]["slow_stages"]["factors"] == {"0": pytest.approx(1.5)}
