@@ -287,6 +287,7 @@ def round_and_reclaim(
     d,
     deadline,
     levels,
+    decay,
     jump,
     max_rounds,
 ):
@@ -355,7 +356,7 @@ def round_and_reclaim(
                 top = r
     theta = top
     for level in range(levels + 1):
-        theta = 0.0 if level == levels else top * 0.7 ** (level + 1)
+        theta = 0.0 if level == levels else top * decay ** (level + 1)
         for rnd in range(max_rounds):
             moved = 0
             if rnd % 2 == 0:
@@ -415,3 +416,181 @@ def round_and_reclaim(
     for i in range(n):
         out[i] = order[i, pick[i]]
     return out
+
+
+@njit(cache=True, nogil=True)
+def relaxed_chunk(
+    topo, pred_ptr, pred_idx, succ_ptr, succ_idx, src, dst,
+    tau, cost, slope, nv, shortest, longest, d0, t_min, scale, inf, max_steps,
+):  # fmt: skip
+    """Up to ``max_steps`` steps of the min-cut iteration along the relaxed frontier, starting
+    from relaxed durations ``d0`` (see ``perseus.solver``).
+
+    Returns ``(times, costs, slopes, durations, d_next, done)``: per step the iteration time,
+    the sum of relaxed effective costs, the cut value (``inf`` at the fastest point) and the
+    durations; the durations to continue from; whether the fastest point was reached.
+    """
+    n = d0.shape[0]
+    d = d0.copy()
+    out_t = np.empty(max_steps)
+    out_g = np.empty(max_steps)
+    out_s = np.empty(max_steps)
+    out_d = np.empty((max_steps, n))
+    kv = np.zeros(n, np.int64)
+    on = np.zeros(n, np.bool_)
+    u = np.empty(n)
+    lo = np.empty(n)
+    a = np.zeros(n)
+    local = np.empty(n, np.int64)
+    ne_all = src.shape[0]
+    steps = 0
+    done = False
+    while steps < max_steps:
+        # where every node sits on its hull: vertex index, snapped duration, marginal rates
+        g = 0.0
+        for i in range(n):
+            tolv = 1e-12 * max(1.0, abs(d[i]))
+            k = 0
+            for h in range(nv[i]):
+                if tau[i, h] <= d[i] + tolv:
+                    k = h
+            o = abs(d[i] - tau[i, k]) <= tolv
+            if o:
+                d[i] = tau[i, k]
+            kv[i] = k
+            on[i] = o
+            if k < nv[i] - 1:
+                g += cost[i, k] + slope[i, k] * (d[i] - tau[i, k])
+            else:
+                g += cost[i, k]
+            if o:
+                u[i] = np.inf if k == 0 else -slope[i, k - 1]
+            else:
+                u[i] = -slope[i, k]
+            lo[i] = 0.0 if (o and k == nv[i] - 1) else -slope[i, k]
+        es = earliest_start(topo, pred_ptr, pred_idx, d)
+        T = 0.0
+        for i in range(n):
+            if es[i] + d[i] > T:
+                T = es[i] + d[i]
+        tol = 1e-9 * max(T, 1e-9)
+        out_t[steps] = T
+        out_g[steps] = g
+        out_d[steps, :] = d
+        if T <= t_min + tol:
+            out_s[steps] = np.inf
+            steps += 1
+            done = True
+            break
+        lf = latest_finish(topo, succ_ptr, succ_idx, d, T)
+        m = 0
+        for i in range(n):
+            if lf[i] - (es[i] + d[i]) <= tol:
+                local[i] = m
+                m += 1
+            else:
+                local[i] = -1
+        ntight = 0
+        for e in range(ne_all):
+            s_, t_ = src[e], dst[e]
+            if local[s_] >= 0 and local[t_] >= 0 and es[s_] + d[s_] >= es[t_] - tol:
+                ntight += 1
+        nsrc = 0
+        nsnk = 0
+        for i in range(n):
+            if local[i] >= 0:
+                if es[i] <= tol:
+                    nsrc += 1
+                if es[i] + d[i] >= T - tol:
+                    nsnk += 1
+        narc = m + ntight + nsrc + nsnk
+        tail = np.empty(narc, np.int64)
+        head = np.empty(narc, np.int64)
+        alo = np.zeros(narc, np.int64)
+        ahi = np.full(narc, inf, np.int64)
+        s_node = 2 * m
+        t_node = 2 * m + 1
+        crit = np.empty(m, np.int64)
+        j = 0
+        for i in range(n):
+            if local[i] >= 0:
+                crit[j] = i
+                tail[j] = 2 * j
+                head[j] = 2 * j + 1
+                if np.isfinite(u[i]):
+                    hv = np.ceil(u[i] * scale)
+                    ahi[j] = inf if hv >= inf else np.int64(hv)
+                lv = np.int64(np.floor(lo[i] * scale))
+                alo[j] = lv if lv < ahi[j] else ahi[j]
+                j += 1
+        for e in range(ne_all):
+            s_, t_ = src[e], dst[e]
+            if local[s_] >= 0 and local[t_] >= 0 and es[s_] + d[s_] >= es[t_] - tol:
+                tail[j] = 2 * local[s_] + 1
+                head[j] = 2 * local[t_]
+                j += 1
+        for i in range(n):
+            if local[i] >= 0 and es[i] <= tol:
+                tail[j] = s_node
+                head[j] = 2 * local[i]
+                j += 1
+        for i in range(n):
+            if local[i] >= 0 and es[i] + d[i] >= T - tol:
+                tail[j] = 2 * local[i] + 1
+                head[j] = t_node
+                j += 1
+        status, side = min_cut_lower_bounds(2 * m + 2, tail, head, alo, ahi, s_node, t_node, inf)
+        if status == 2:  # numerically infeasible lower bounds: no lengthening this step
+            status, side = min_cut_lower_bounds(
+                2 * m + 2, tail, head, np.zeros(narc, np.int64), ahi, s_node, t_node, inf
+            )
+        if status == 1:
+            out_s[steps] = np.inf
+            steps += 1
+            done = True
+            break
+        value = 0.0
+        delta = np.inf
+        for i in range(n):
+            a[i] = 0.0
+        for jj in range(m):
+            i = crit[jj]
+            if side[2 * jj] and not side[2 * jj + 1]:  # shortened
+                a[i] = 1.0
+                value += u[i]
+                nxt = tau[i, kv[i] - 1] if on[i] else tau[i, kv[i]]
+                if d[i] - nxt < delta:
+                    delta = d[i] - nxt
+            elif not side[2 * jj] and side[2 * jj + 1]:  # lengthened
+                a[i] = -1.0
+                value -= lo[i]
+                nxt = tau[i, min(kv[i] + 1, nv[i] - 1)]
+                if nxt - d[i] < delta:
+                    delta = nxt - d[i]
+        out_s[steps] = value
+        steps += 1
+        if not (delta > 0 and np.isfinite(delta)):
+            done = True  # degenerate: nothing can move; stop here
+            break
+        # Shrink delta until no other path exceeds the new iteration time (Newton on the convex
+        # longest-path function of the step).
+        trial = np.empty(n)
+        for _ in range(10_000):
+            for i in range(n):
+                trial[i] = d[i] - a[i] * delta
+            ef2, ka = earliest_start_k(topo, pred_ptr, pred_idx, trial, a, tol)
+            jmax = 0
+            for i in range(n):
+                if ef2[i] > ef2[jmax]:
+                    jmax = i
+            excess = ef2[jmax] - (T - delta)
+            if excess <= tol:
+                break
+            sl = 1.0 - ka[jmax]
+            if sl <= 0:
+                break
+            delta -= excess / sl
+        for i in range(n):
+            v = d[i] - a[i] * delta
+            d[i] = min(max(v, shortest[i]), longest[i])
+    return out_t[:steps], out_g[:steps], out_s[:steps], out_d[:steps], d, done

@@ -29,12 +29,15 @@ is exact up to floating point.
 Max-flow with lower bounds is solved with two ``scipy.sparse.csgraph.maximum_flow`` (Dinic) calls
 on integer-scaled capacities: a feasible circulation, then an augmenting max-flow in its residual.
 
-Discrete plans. At every breakpoint the continuous durations are rounded to real, measured
-options: each node takes its slowest Pareto option no longer than its relaxed duration (so the
-plan still meets ``T``), then slack is reclaimed by alternately slowing nodes into their free
-float in the earliest- and latest-start schedules. Every candidate is re-evaluated exactly from
-the measurements and the Pareto set of (time, energy) is kept; each point reports the relaxed
-bound ``G(T) + P R T`` at its own time.
+Discrete plans. Relaxed solutions are rounded to real, measured options: a topological sweep
+puts each node on the nearer of the two hull vertices around its relaxed duration when that
+still fits (time saved by rounding down is carried to later nodes, so the plan still meets
+``T``), then slack is reclaimed by slowing nodes into the idle gaps of the earliest- and
+latest-start schedules, steepest savings first. Candidates are breakpoints spread over the
+frontier, then the relaxed optimum at the deadlines where the best plan found so far is furthest
+above the bound (a few refinement rounds). Every candidate is re-evaluated exactly from the
+measurements and the Pareto set of (time, energy with waiting) is kept; each point reports the
+relaxed bound ``G(T) + P R T`` at its own time.
 
 Complexity: one step costs two max-flows on at most ``2n + 4`` vertices plus ``O(levels)``
 vectorised passes over the DAG, where ``levels`` is the longest chain of instructions.
@@ -42,8 +45,11 @@ vectorised passes over the DAG, where ``levels`` is the longest chain of instruc
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -185,104 +191,33 @@ def relaxed_frontier(
     """
     rel = relaxation or Relaxation.build(problem)
     dag = problem.dag
-    topo, pp, pi, sp_, si = dag.topo, dag.pred_ptr, dag.pred_idx, dag.succ_ptr, dag.succ_idx
-    n = problem.num_nodes
-    rows = np.arange(n)
     d = rel.longest.copy()
-    t_min = float(K.earliest_start(topo, pp, pi, rel.shortest).__add__(rel.shortest).max())
+    t_min = float(dag.iteration_time(rel.shortest))
     scale = min(1e6, 2.0**52 / (np.abs(rel.slope).max(axis=1).sum() + 1.0))
-    src, dst = dag.src, dag.dst
-    is_source = np.zeros(n, dtype=bool)
-    is_source[dag.topo] = pp[dag.topo + 1] == pp[dag.topo]
     while True:
         if cancel is not None and cancel():
             raise SolverCancelled("frontier computation cancelled")
-        es = K.earliest_start(topo, pp, pi, d)
-        ef = es + d
-        T = float(ef.max())
-        tol = 1e-9 * max(T, 1e-9)
-        k, on = rel.locate(d)
-        d = np.where(on, rel.tau[rows, k], d)  # snap onto vertices
-        g = float(rel.costs(d).sum())
-        last = k >= rel.nv - 1
-        seg_hi = np.minimum(k, rel.slope.shape[1] - 1)
-        seg_lo = np.maximum(k - 1, 0)
-        # marginal cost of shortening (left slope) and saving of lengthening (right slope)
-        u = np.where(
-            on, np.where(k == 0, np.inf, -rel.slope[rows, seg_lo]), -rel.slope[rows, seg_hi]
-        )
-        lo = np.where(on & last, 0.0, -rel.slope[rows, seg_hi])
-        if T <= t_min + tol:
-            yield RelaxedStep(T, g, float("inf"), d.copy())
+        times, costs, slopes, durations, d, done = K.relaxed_chunk(
+            dag.topo, dag.pred_ptr, dag.pred_idx, dag.succ_ptr, dag.succ_idx, dag.src, dag.dst,
+            rel.tau, rel.cost, rel.slope, rel.nv, rel.shortest, rel.longest,
+            d, t_min, scale, _INT_INF, 64,
+        )  # fmt: skip
+        for i in range(len(times)):
+            yield RelaxedStep(float(times[i]), float(costs[i]), float(slopes[i]), durations[i])
+        if done:
             return
-        lf = K.latest_finish(topo, sp_, si, d, T)
-        crit_mask = lf - ef <= tol
-        tight = crit_mask[src] & crit_mask[dst] & (ef[src] >= es[dst] - tol)
-        crit = np.flatnonzero(crit_mask)
-        m = len(crit)
-        local = np.full(n, -1, dtype=np.int64)
-        local[crit] = np.arange(m)
-        sources = local[crit[es[crit] <= tol]]
-        sinks = local[crit[ef[crit] >= T - tol]]
-        s_node, t_node = 2 * m, 2 * m + 1
-        ihi = np.where(np.isfinite(u[crit]), np.ceil(np.minimum(u[crit], 1e300) * scale), _INT_INF)
-        ihi = np.minimum(ihi, _INT_INF).astype(np.int64)
-        ilo = np.minimum(np.floor(lo[crit] * scale).astype(np.int64), ihi)
-        ne = int(tight.sum())
-        loc = np.arange(m, dtype=np.int64)
-        tail = np.concatenate(
-            [2 * loc, 2 * local[src[tight]] + 1, np.full(len(sources), s_node), 2 * sinks + 1]
-        )
-        head = np.concatenate(
-            [2 * loc + 1, 2 * local[dst[tight]], 2 * sources, np.full(len(sinks), t_node)]
-        )
-        lo_a = np.concatenate([ilo, np.zeros(ne + len(sources) + len(sinks), np.int64)])
-        hi_a = np.concatenate([ihi, np.full(ne + len(sources) + len(sinks), _INT_INF, np.int64)])
-        status, side = K.min_cut_lower_bounds(
-            2 * m + 2, tail, head, lo_a, hi_a, s_node, t_node, _INT_INF
-        )
-        if status == 2:  # numerically infeasible lower bounds: no lengthening this step
-            status, side = K.min_cut_lower_bounds(
-                2 * m + 2, tail, head, np.zeros_like(lo_a), hi_a, s_node, t_node, _INT_INF
-            )
-        if status == 1:
-            yield RelaxedStep(T, g, float("inf"), d.copy())
-            return
-        sh = crit[side[2 * loc] & ~side[2 * loc + 1]]
-        ln = crit[~side[2 * loc] & side[2 * loc + 1]]
-        value = float(u[sh].sum() - lo[ln].sum())
-        yield RelaxedStep(T, g, value, d.copy())
-        a = np.zeros(n)
-        a[sh] = 1.0
-        a[ln] = -1.0
-        # distance to the next hull vertex for every moving node
-        room_sh = d[sh] - np.where(
-            on[sh], rel.tau[sh, np.maximum(k[sh] - 1, 0)], rel.tau[sh, k[sh]]
-        )
-        room_ln = rel.tau[ln, np.minimum(k[ln] + 1, rel.nv[ln] - 1)] - d[ln]
-        delta = float(min(room_sh.min(initial=np.inf), room_ln.min(initial=np.inf)))
-        if not np.isfinite(delta) or delta <= 0:
-            raise RuntimeError("min-cut step found no room to move; the relaxation is degenerate")
-        # Shrink delta until no other path exceeds the new iteration time (Newton on the convex
-        # longest-path function of the step).
-        for _ in range(10_000):
-            ef2, ka = K.earliest_start_k(topo, pp, pi, d - a * delta, a, tol)
-            j = int(np.argmax(ef2))
-            excess = ef2[j] - (T - delta)
-            if excess <= tol:
-                break
-            slope = 1.0 - ka[j]
-            if slope <= 0:
-                break
-            delta -= excess / slope
-        d = np.clip(d - a * delta, rel.shortest, rel.longest)
 
 
 class _Rounder:
     """Rounds relaxed durations to a measured plan within a deadline (see the module docstring)."""
 
     def __init__(
-        self, problem: EnergyProblem, rel: Relaxation, levels: int = 12, max_rounds: int = 8
+        self,
+        problem: EnergyProblem,
+        rel: Relaxation,
+        levels: int = 12,
+        decay: float = 0.7,
+        max_rounds: int = 8,
     ) -> None:
         times = np.where(rel.pareto, problem.times, np.inf)
         self.order = np.argsort(times, axis=1, kind="stable").astype(np.int64)
@@ -292,6 +227,7 @@ class _Rounder:
         self.hull = rel.hull_mask
         self.levels = levels
         self.max_rounds = max_rounds
+        self.decay = decay
 
     def __call__(
         self, durations: FloatArray, deadline: float, jump: bool = True
@@ -300,7 +236,7 @@ class _Rounder:
         plan: npt.NDArray[np.uint8] = K.round_and_reclaim(
             dag.topo, dag.pred_ptr, dag.pred_idx, dag.succ_ptr, dag.succ_idx,
             self.problem.times, self.costs, self.hull, self.order, self.nopt,
-            np.asarray(durations, dtype=np.float64), float(deadline), self.levels, jump, self.max_rounds,
+            np.asarray(durations, dtype=np.float64), float(deadline), self.levels, self.decay, jump, self.max_rounds,
         )  # fmt: skip
         return plan
 
@@ -312,74 +248,115 @@ def round_plan(
     return _Rounder(problem, rel)(durations, deadline)
 
 
-def solve_problem(
-    problem: EnergyProblem,
-    *,
-    progress: Callable[[float], None] | None = None,
-    cancel: Callable[[], bool] | None = None,
-    max_candidates: int = 1500,
-) -> Frontier:
-    """Compute the frontier of an :class:`EnergyProblem` (see the module docstring).
-
-    ``max_candidates`` caps how many relaxed points (breakpoints and the midpoints between
-    them) are rounded to measured plans; each is rounded twice (slack handed out in jumps and
-    one option at a time) and the Pareto set of all results is kept.
-    """
-    rel = Relaxation.build(problem)
-    dag = problem.dag
-    t_min = float(dag.iteration_time(rel.shortest))
-    t_max = float(dag.iteration_time(rel.longest))
-    steps: list[RelaxedStep] = []
-    for step in relaxed_frontier(problem, rel, cancel=cancel):
-        steps.append(step)
-        if progress is not None and t_max > t_min:
-            progress(0.9 * min(1.0, (t_max - step.time) / (t_max - t_min)))
-    steps.reverse()  # by increasing time
-    bp_t = np.array([s.time for s in steps])
-    bp_g = np.array([s.cost for s in steps])
-    cand_d = [s.durations for s in steps]
-    cand_T = list(bp_t)
-    # midpoints between breakpoints give plans for deadlines between them
-    for a, b in zip(steps[:-1], steps[1:], strict=True):
-        cand_d.append(0.5 * (a.durations + b.durations))
-        cand_T.append(0.5 * (a.time + b.time))
-    # Round at most `max_candidates` of them, evenly by index (breakpoints crowd where the
-    # frontier bends, so this keeps candidates dense where they matter).
-    if len(cand_T) > max_candidates:
-        by_time = np.argsort(cand_T, kind="stable")
-        pick = by_time[
-            np.unique(np.linspace(0, len(cand_T) - 1, max_candidates).round().astype(int))
-        ]
-        cand_d = [cand_d[i] for i in pick]
-        cand_T = [cand_T[i] for i in pick]
-    rounder = _Rounder(problem, rel)
-    plans = [problem.max_frequency_plan()]
-    for i, (d, T) in enumerate(zip(cand_d, cand_T, strict=True)):
-        if i % 64 == 0:
-            if cancel is not None and cancel():
-                raise SolverCancelled("frontier computation cancelled")
-            if progress is not None:
-                progress(0.9 + 0.1 * i / len(cand_d))
-        plans.append(rounder(d, T, True))
-        plans.append(rounder(d, T, False))
-    allp = np.stack(plans)
-    allp = np.unique(allp, axis=0)
-    times, energies = problem.evaluate_many(allp)
-    # Pareto filter on (time, energy - P R time): a plan survives unless another one is at
-    # least as fast and uses no more energy at every deadline it meets (waiting included).
-    waiting = energies - problem.blocking_power * dag.num_ranks * times
+def _pareto(times: FloatArray, waiting: FloatArray) -> IntArray:
+    """Indices, by increasing time, of the points with strictly decreasing ``waiting``."""
     keep = []
     best = np.inf
     for i in np.lexsort((waiting, times)):
         if waiting[i] < best - 1e-9 * abs(waiting[i]):
             keep.append(i)
             best = waiting[i]
-    keep_a = np.array(keep)
+    return np.asarray(keep, dtype=np.int64)
+
+
+def solve_problem(
+    problem: EnergyProblem,
+    *,
+    progress: Callable[[float], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
+    initial_candidates: int = 192,
+    refine_rounds: int = 5,
+    refine_batch: int = 64,
+    target_gap: float = 2e-4,
+    rounding: dict[str, Any] | None = None,
+) -> Frontier:
+    """Compute the frontier of an :class:`EnergyProblem` (see the module docstring).
+
+    Discrete plans come from rounding relaxed solutions: first ``initial_candidates`` relaxed
+    breakpoints spread evenly by index (breakpoints crowd where the frontier bends), then up to
+    ``refine_rounds`` rounds that each round the relaxed optimum at the ``refine_batch``
+    deadlines where the best plan so far is furthest above the lower bound (while that is more
+    than ``target_gap``). Each relaxed point is rounded twice (slack handed out in jumps and one
+    option at a time); the Pareto set of everything found is kept.
+    """
+    rel = Relaxation.build(problem)
+    dag = problem.dag
+    pr = problem.blocking_power * dag.num_ranks
+    t_min = float(dag.iteration_time(rel.shortest))
+    t_max = float(dag.iteration_time(rel.longest))
+    steps: list[RelaxedStep] = []
+    for step in relaxed_frontier(problem, rel, cancel=cancel):
+        steps.append(step)
+        if progress is not None and t_max > t_min:
+            progress(0.6 * min(1.0, (t_max - step.time) / (t_max - t_min)))
+    steps.reverse()  # by increasing time
+    bp_t = np.array([s.time for s in steps])
+    bp_g = np.array([s.cost for s in steps])
+    bp_d = np.stack([s.durations for s in steps])
+
+    def relaxed_at(deadline: float) -> FloatArray:
+        # Between breakpoints the relaxed optimum moves linearly.
+        j = int(np.clip(np.searchsorted(bp_t, deadline, side="right") - 1, 0, len(bp_t) - 1))
+        if j + 1 >= len(bp_t) or deadline <= bp_t[j]:
+            return bp_d[j]
+        w = (deadline - bp_t[j]) / (bp_t[j + 1] - bp_t[j])
+        return (1 - w) * bp_d[j] + w * bp_d[j + 1]
+
+    rounder = _Rounder(problem, rel, **(rounding or {}))
+    found = [problem.max_frequency_plan()[None, :]]
+    # The rounding kernel releases the GIL: round candidates on every core.
+    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
+
+        def round_all(deadlines: list[float], durations: list[FloatArray]) -> None:
+            if cancel is not None and cancel():
+                raise SolverCancelled("frontier computation cancelled")
+            jobs = [
+                (d, t, jump)
+                for d, t in zip(durations, deadlines, strict=True)
+                for jump in (True, False)
+            ]
+            found.append(np.stack(list(pool.map(lambda job: rounder(*job), jobs))))
+
+        pick = np.unique(
+            np.linspace(0, len(bp_t) - 1, min(initial_candidates, len(bp_t))).round().astype(int)
+        )
+        round_all([float(bp_t[i]) for i in pick], [bp_d[i] for i in pick])
+        grid = np.linspace(t_min, t_max, 4096) if t_max > t_min else np.array([t_min])
+        lb_grid = np.interp(grid, bp_t, bp_g) + pr * grid
+        for r in range(refine_rounds + 1):
+            allp = np.unique(np.concatenate(found), axis=0)
+            times, energies = problem.evaluate_many(allp)
+            keep = _pareto(times, energies - pr * times)
+            if progress is not None:
+                progress(0.6 + 0.4 * (r + 1) / (refine_rounds + 1))
+            if r == refine_rounds:
+                break
+            # best energy at each grid deadline (the last kept plan that fits, waiting included)
+            kt, kw = times[keep], (energies - pr * times)[keep]
+            idx = np.searchsorted(kt, grid * (1 + 1e-12), side="right") - 1
+            gap = np.where(idx >= 0, (kw[np.maximum(idx, 0)] + pr * grid) / lb_grid - 1, np.inf)
+            worst = [
+                i
+                for i in np.argsort(-gap, kind="stable")[: refine_batch * 4]
+                if gap[i] > target_gap
+            ]
+            chosen: list[int] = []
+            for i in worst:
+                if all(abs(i - c) > 2 for c in chosen):
+                    chosen.append(int(i))
+                if len(chosen) == refine_batch:
+                    break
+            if not chosen:
+                break
+            round_all(
+                [float(grid[i]) for i in chosen], [relaxed_at(float(grid[i])) for i in chosen]
+            )
+
     fastest = problem.evaluate(problem.max_frequency_plan())
-    ft = times[keep_a]
-    lb = np.interp(ft, bp_t, bp_g) + problem.blocking_power * dag.num_ranks * ft
+    ft = times[keep]
+    fe = energies[keep]
+    lb = np.interp(ft, bp_t, bp_g) + pr * ft
     # The slowest plan meets its bound exactly; don't let float rounding put the bound above it.
-    fe = energies[keep_a]
     lb = np.where((lb > fe) & (lb - fe <= 1e-9 * np.abs(fe)), fe, lb)
     if progress is not None:
         progress(1.0)
@@ -389,12 +366,12 @@ def solve_problem(
         max_frequency_time=fastest.time,
         max_frequency_energy=fastest.energy,
         times=ft,
-        energies=energies[keep_a],
+        energies=fe,
         lower_bounds=lb,
-        plans=allp[keep_a],
+        plans=allp[keep],
         node_freqs=problem.freqs,
         bound_times=bp_t,
-        bound_energies=bp_g + problem.blocking_power * dag.num_ranks * bp_t,
+        bound_energies=bp_g + pr * bp_t,
     )
 
 
