@@ -146,10 +146,14 @@ def _dinic(nn, ptr, to, cap, rev, frm, s, t, limit):
 
 
 @njit(cache=True, nogil=True)
-def min_cut_lower_bounds(nn, tail, head, lo, hi, s, t, inf):
+def min_cut_lower_bounds(nn, tail, head, lo, hi, s, t, inf, flow):
     """Minimum ``s``-``t`` cut of a network whose arcs carry flow in ``[lo, hi]`` (integers;
     ``hi == inf`` is unbounded). The value of a cut is ``sum(hi of forward arcs) -
     sum(lo of backward arcs)``.
+
+    ``flow`` is a starting flow per arc (clamped into ``[lo, hi]``; it need not conserve flow):
+    warm-starting from the previous step's flow leaves little to augment. It is overwritten with
+    a maximum flow.
 
     Returns ``(status, side)``: status 0 = found (``side[v]`` is True on the source side),
     1 = every cut is infinite, 2 = the lower bounds admit no feasible flow.
@@ -158,63 +162,76 @@ def min_cut_lower_bounds(nn, tail, head, lo, hi, s, t, inf):
     ss = nn
     tt = nn + 1
     total_nodes = nn + 2
-    # arcs: originals (m), ss->head / tail->tt for positive lo (2 per), t->s return arc; each
-    # with its reverse.
-    npos = 0
+    g = np.empty(m, np.int64)
+    excess = np.zeros(nn, np.int64)
     for i in range(m):
-        if lo[i] > 0:
-            npos += 1
-    narcs = m + 2 * npos + 1
+        f = flow[i]
+        if f < lo[i]:
+            f = lo[i]
+        if f > hi[i]:
+            f = hi[i]
+        g[i] = f
+        excess[head[i]] += f
+        excess[tail[i]] -= f
+    # s and t are balanced by the return arc t -> s (any s-t flow value is fine)
+    excess[s] += excess[t]
+    excess[t] = 0
+    nimb = 0
+    for v in range(nn):
+        if excess[v] != 0:
+            nimb += 1
+    # arcs: originals, one helper arc per imbalanced vertex, the t -> s return arc; plus reverses
+    narcs = m + nimb + 1
     atail = np.empty(2 * narcs, np.int64)
     ahead = np.empty(2 * narcs, np.int64)
     acap = np.zeros(2 * narcs, np.int64)
-    k = 0
+    for i in range(m):
+        atail[i] = tail[i]
+        ahead[i] = head[i]
+        acap[i] = hi[i] - g[i] if hi[i] < inf else inf
+        acap[narcs + i] = g[i] - lo[i]
+    k = m
     need = 0
-    for i in range(m):
-        atail[k] = tail[i]
-        ahead[k] = head[i]
-        acap[k] = hi[i] - lo[i] if hi[i] < inf else inf
-        k += 1
-    for i in range(m):
-        if lo[i] > 0:
+    for v in range(nn):
+        if excess[v] > 0:
             atail[k] = ss
-            ahead[k] = head[i]
-            acap[k] = lo[i]
+            ahead[k] = v
+            acap[k] = excess[v]
+            need += excess[v]
             k += 1
-            atail[k] = tail[i]
+        elif excess[v] < 0:
+            atail[k] = v
             ahead[k] = tt
-            acap[k] = lo[i]
+            acap[k] = -excess[v]
             k += 1
-            need += lo[i]
     ret = k
     atail[k] = t
     ahead[k] = s
     acap[k] = inf
-    k += 1
     for i in range(narcs):  # reverses
         atail[narcs + i] = ahead[i]
         ahead[narcs + i] = atail[i]
-    # group by tail
-    order = np.argsort(atail, kind="mergesort")
-    pos_of = np.empty(2 * narcs, np.int64)
-    for j in range(2 * narcs):
-        pos_of[order[j]] = j
+    # group arcs by tail (counting sort)
     ptr = np.zeros(total_nodes + 1, np.int64)
     for j in range(2 * narcs):
         ptr[atail[j] + 1] += 1
     for u in range(total_nodes):
         ptr[u + 1] += ptr[u]
+    fill = ptr[:-1].copy()
+    pos_of = np.empty(2 * narcs, np.int64)
+    for j in range(2 * narcs):
+        pos_of[j] = fill[atail[j]]
+        fill[atail[j]] += 1
     to = np.empty(2 * narcs, np.int64)
     frm = np.empty(2 * narcs, np.int64)
     cap = np.empty(2 * narcs, np.int64)
     rev = np.empty(2 * narcs, np.int64)
     for j in range(2 * narcs):
-        o = order[j]
-        to[j] = ahead[o]
-        frm[j] = atail[o]
-        cap[j] = acap[o]
-        r = o + narcs if o < narcs else o - narcs
-        rev[j] = pos_of[r]
+        q = pos_of[j]
+        to[q] = ahead[j]
+        frm[q] = atail[j]
+        cap[q] = acap[j]
+        rev[q] = pos_of[j + narcs] if j < narcs else pos_of[j - narcs]
     if need > 0:
         f = _dinic(total_nodes, ptr, to, cap, rev, frm, ss, tt, need)
         if f < need:
@@ -229,6 +246,8 @@ def min_cut_lower_bounds(nn, tail, head, lo, hi, s, t, inf):
     f = _dinic(total_nodes, ptr, to, cap, rev, frm, s, t, inf)
     if f >= inf:
         return 1, np.zeros(nn, np.bool_)
+    for i in range(m):  # the flow on arc i is lo + its reverse residual
+        flow[i] = lo[i] + cap[pos_of[narcs + i]]
     side = np.zeros(nn, np.bool_)
     queue = np.empty(nn, np.int64)
     side[s] = True
@@ -422,6 +441,7 @@ def round_and_reclaim(
 def relaxed_chunk(
     topo, pred_ptr, pred_idx, succ_ptr, succ_idx, src, dst,
     tau, cost, slope, nv, shortest, longest, d0, t_min, scale, inf, max_steps,
+    node_flow, edge_flow, src_flow, snk_flow,
 ):  # fmt: skip
     """Up to ``max_steps`` steps of the min-cut iteration along the relaxed frontier, starting
     from relaxed durations ``d0`` (see ``perseus.solver``).
@@ -429,6 +449,10 @@ def relaxed_chunk(
     Returns ``(times, costs, slopes, durations, d_next, done)``: per step the iteration time,
     the sum of relaxed effective costs, the cut value (``inf`` at the fastest point) and the
     durations; the durations to continue from; whether the fastest point was reached.
+
+    ``node_flow`` / ``edge_flow`` / ``src_flow`` / ``snk_flow`` hold the maximum flow of the last
+    step (per DAG node, DAG edge, source and sink arc) and are updated in place: each step's
+    max-flow starts from the previous one, which is nearly maximum already.
     """
     n = d0.shape[0]
     d = d0.copy()
@@ -511,12 +535,15 @@ def relaxed_chunk(
         s_node = 2 * m
         t_node = 2 * m + 1
         crit = np.empty(m, np.int64)
+        aflow = np.zeros(narc, np.int64)
+        arc_of = np.empty(narc, np.int64)  # DAG edge of each dependency arc
         j = 0
         for i in range(n):
             if local[i] >= 0:
                 crit[j] = i
                 tail[j] = 2 * j
                 head[j] = 2 * j + 1
+                aflow[j] = node_flow[i]
                 if np.isfinite(u[i]):
                     hv = np.ceil(u[i] * scale)
                     ahi[j] = inf if hv >= inf else np.int64(hv)
@@ -528,22 +555,46 @@ def relaxed_chunk(
             if local[s_] >= 0 and local[t_] >= 0 and es[s_] + d[s_] >= es[t_] - tol:
                 tail[j] = 2 * local[s_] + 1
                 head[j] = 2 * local[t_]
+                aflow[j] = edge_flow[e]
+                arc_of[j] = e
                 j += 1
         for i in range(n):
             if local[i] >= 0 and es[i] <= tol:
                 tail[j] = s_node
                 head[j] = 2 * local[i]
+                aflow[j] = src_flow[i]
+                arc_of[j] = i
                 j += 1
         for i in range(n):
             if local[i] >= 0 and es[i] + d[i] >= T - tol:
                 tail[j] = 2 * local[i] + 1
                 head[j] = t_node
+                aflow[j] = snk_flow[i]
+                arc_of[j] = i
                 j += 1
-        status, side = min_cut_lower_bounds(2 * m + 2, tail, head, alo, ahi, s_node, t_node, inf)
+        start = aflow.copy()
+        status, side = min_cut_lower_bounds(
+            2 * m + 2, tail, head, alo, ahi, s_node, t_node, inf, aflow
+        )
         if status == 2:  # numerically infeasible lower bounds: no lengthening this step
+            aflow[:] = start
             status, side = min_cut_lower_bounds(
-                2 * m + 2, tail, head, np.zeros(narc, np.int64), ahi, s_node, t_node, inf
+                2 * m + 2, tail, head, np.zeros(narc, np.int64), ahi, s_node, t_node, inf, aflow
             )
+        # keep this step's maximum flow for the next one (zero off the critical network)
+        node_flow[:] = 0
+        edge_flow[:] = 0
+        src_flow[:] = 0
+        snk_flow[:] = 0
+        if status == 0:
+            for jj in range(m):
+                node_flow[crit[jj]] = aflow[jj]
+            for jj in range(m, m + ntight):
+                edge_flow[arc_of[jj]] = aflow[jj]
+            for jj in range(m + ntight, m + ntight + nsrc):
+                src_flow[arc_of[jj]] = aflow[jj]
+            for jj in range(m + ntight + nsrc, narc):
+                snk_flow[arc_of[jj]] = aflow[jj]
         if status == 1:
             out_s[steps] = np.inf
             steps += 1

@@ -194,13 +194,20 @@ def relaxed_frontier(
     d = rel.longest.copy()
     t_min = float(dag.iteration_time(rel.shortest))
     scale = min(1e6, 2.0**52 / (np.abs(rel.slope).max(axis=1).sum() + 1.0))
+    n = problem.num_nodes
+    flows = (
+        np.zeros(n, np.int64),
+        np.zeros(len(dag.src), np.int64),
+        np.zeros(n, np.int64),
+        np.zeros(n, np.int64),
+    )
     while True:
         if cancel is not None and cancel():
             raise SolverCancelled("frontier computation cancelled")
         times, costs, slopes, durations, d, done = K.relaxed_chunk(
             dag.topo, dag.pred_ptr, dag.pred_idx, dag.succ_ptr, dag.succ_idx, dag.src, dag.dst,
             rel.tau, rel.cost, rel.slope, rel.nv, rel.shortest, rel.longest,
-            d, t_min, scale, _INT_INF, 64,
+            d, t_min, scale, _INT_INF, 64, *flows,
         )  # fmt: skip
         for i in range(len(times)):
             yield RelaxedStep(float(times[i]), float(costs[i]), float(slopes[i]), durations[i])
