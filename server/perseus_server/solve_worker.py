@@ -8,10 +8,21 @@ seconds)``, ``("cancelled", reason)`` or ``("error", reason)``.
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import threading
 import time
 from typing import Any
 
 __all__ = ["run_solve"]
+
+
+def _exit_with_parent(parent: Any) -> None:
+    """Exit as soon as the server that started us is gone (killed outright, it cannot cancel
+    us, and nothing would read our results: flushing them could block exit forever). Waits on
+    the parent's sentinel, so a parent that died before we started is noticed too."""
+    parent.join()
+    os._exit(1)
 
 
 def run_solve(
@@ -24,6 +35,9 @@ def run_solve(
     from perseus.solver import solve_frontier
 
     last = [-1.0, 0.0]
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
 
     def progress(fraction: float) -> None:
         now = time.monotonic()

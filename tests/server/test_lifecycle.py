@@ -11,11 +11,11 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+
+from perseus.profiles import load_profile
 from perseus_client.proto import perseus_pb2 as pb
 from perseus_client.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
-
-from perseus.profiles import load_profile
 
 from .conftest import A40, make_job, register, solved_job, wait_frontier
 
@@ -29,6 +29,25 @@ def _stages_csv(stages: int) -> str:
         f"{r['stage']},{r['instruction']},{r['frequency']},{r['time']!r},{r['energy']!r}\n"
         for r in rows
     )
+
+
+def _running_worker(http: httpx.Client, job_id: str) -> int:
+    for _ in range(600):
+        st = http.get(f"/jobs/{job_id}/frontier", params={"points": False}).json()
+        if st["status"] == "running" and st.get("worker_pid"):
+            return int(st["worker_pid"])
+        time.sleep(0.05)
+    raise AssertionError(f"the solve of {job_id} never started: {st}")
+
+
+def _wait_gone(pid: int) -> None:
+    for _ in range(600):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"solve worker {pid} outlived its killed server")
 
 
 def test_state_survives_sigkill(tmp_path: Path, small_csv: str) -> None:
@@ -49,6 +68,7 @@ def test_state_survives_sigkill(tmp_path: Path, small_csv: str) -> None:
                 headers={"content-type": "text/csv"},
             )
             http.post(f"/jobs/{pending}/frontier")
+            worker = _running_worker(http, pending)
         with grpc.insecure_channel(srv.grpc_target) as ch:
             stub = pb_grpc.PlanServiceStub(ch)
             rank = register(
@@ -62,6 +82,8 @@ def test_state_survives_sigkill(tmp_path: Path, small_csv: str) -> None:
                 )
             )
         srv.kill()
+        # the orphaned solve worker notices its server is gone and exits
+        _wait_gone(worker)
         srv.start()  # same database, new ports
         with httpx.Client(base_url=srv.http_url, headers=srv.headers, timeout=30) as http:
             assert http.get(f"/jobs/{job_id}").json() == job
