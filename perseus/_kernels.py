@@ -376,6 +376,20 @@ def round_and_reclaim(
     theta = top
     for level in range(levels + 1):
         theta = 0.0 if level == levels else top * decay ** (level + 1)
+        # skip the level when no node has a move that pays this price
+        any_move = False
+        for v in range(n):
+            p = pick[v]
+            t0 = times[v, order[v, p]]
+            c0 = costs[v, order[v, p]]
+            for j in range(p + 1, nopt[v]):
+                if c0 - costs[v, order[v, j]] >= theta * (times[v, order[v, j]] - t0):
+                    any_move = True
+                    break
+            if any_move:
+                break
+        if not any_move:
+            continue
         for rnd in range(max_rounds):
             moved = 0
             if rnd % 2 == 0:
@@ -426,9 +440,7 @@ def round_and_reclaim(
                         cur[v] = times[v, order[v, p]]
                         moved += 1
                     lst[v] = end - cur[v]
-                es3 = earliest_start(topo, pred_ptr, pred_idx, cur)
-                for v in range(n):
-                    fin[v] = es3[v] + cur[v]
+                # the next forward sweep recomputes every finish as it goes
             if moved == 0 and rnd > 0:
                 break
     out = np.empty(n, np.uint8)

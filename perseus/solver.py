@@ -283,8 +283,8 @@ def solve_problem(
     breakpoints spread evenly by index (breakpoints crowd where the frontier bends), then up to
     ``refine_rounds`` rounds that each round the relaxed optimum at the ``refine_batch``
     deadlines where the best plan so far is furthest above the lower bound (while that is more
-    than ``target_gap``). Each relaxed point is rounded twice (slack handed out in jumps and one
-    option at a time); the Pareto set of everything found is kept.
+    than ``target_gap``); those are rounded twice (slack handed out in jumps, and one option at a
+    time). The Pareto set of everything found is kept.
     """
     rel = Relaxation.build(problem)
     dag = problem.dag
@@ -314,20 +314,20 @@ def solve_problem(
     # The rounding kernel releases the GIL: round candidates on every core.
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
 
-        def round_all(deadlines: list[float], durations: list[FloatArray]) -> None:
+        def round_all(
+            deadlines: list[float], durations: list[FloatArray], jumps: tuple[bool, ...]
+        ) -> None:
             if cancel is not None and cancel():
                 raise SolverCancelled("frontier computation cancelled")
             jobs = [
-                (d, t, jump)
-                for d, t in zip(durations, deadlines, strict=True)
-                for jump in (True, False)
+                (d, t, jump) for d, t in zip(durations, deadlines, strict=True) for jump in jumps
             ]
             found.append(np.stack(list(pool.map(lambda job: rounder(*job), jobs))))
 
         pick = np.unique(
             np.linspace(0, len(bp_t) - 1, min(initial_candidates, len(bp_t))).round().astype(int)
         )
-        round_all([float(bp_t[i]) for i in pick], [bp_d[i] for i in pick])
+        round_all([float(bp_t[i]) for i in pick], [bp_d[i] for i in pick], (True,))
         grid = np.linspace(t_min, t_max, 4096) if t_max > t_min else np.array([t_min])
         lb_grid = np.interp(grid, bp_t, bp_g) + pr * grid
         for r in range(refine_rounds + 1):
@@ -356,7 +356,9 @@ def solve_problem(
             if not chosen:
                 break
             round_all(
-                [float(grid[i]) for i in chosen], [relaxed_at(float(grid[i])) for i in chosen]
+                [float(grid[i]) for i in chosen],
+                [relaxed_at(float(grid[i])) for i in chosen],
+                (True, False),
             )
 
     fastest = problem.evaluate(problem.max_frequency_plan())
