@@ -1,0 +1,110 @@
+"""The ``perseus`` command line, run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from perseus.profiles import Profile
+
+PERSEUS = [sys.executable, "-m", "perseus"]
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*PERSEUS, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def profile_csv(tmp_path_factory: pytest.TempPathFactory, slice_profile) -> Path:
+    p: Profile = slice_profile([0, 1, 2, 3], {1410, 1305, 1200, 1095, 990, 855})
+    path = tmp_path_factory.mktemp("cli") / "small.csv"
+    path.write_text(p.to_csv())
+    return path
+
+
+def test_frontier_writes_json_with_plans_and_a_png(profile_csv: Path, tmp_path: Path) -> None:
+    out = run(
+        "frontier", str(profile_csv), "--stages", "4", "--microbatches", "3",
+        "--blocking-power", "83.64", "--plans", "--output", "f.json", "--plot", "f.png",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads((tmp_path / "f.json").read_text())
+    assert doc["schedule"] == "1f1b" and doc["stages"] == 4 and doc["microbatches"] == 3
+    assert doc["blocking_power"] == 83.64
+    pts = doc["points"]
+    times = [p["time"] for p in pts]
+    assert times == sorted(times) and times[0] <= doc["max_frequency_time"]
+    for p in pts:
+        assert p["lower_bound"] <= p["energy"] * (1 + 1e-12)
+        assert len(p["plan"]) == 4  # one list per stage, in that rank's execution order
+        for stage_plan in p["plan"]:
+            assert len(stage_plan) == 2 * 3
+            assert {s["instruction"] for s in stage_plan} == {"forward", "backward"}
+            assert all(s["frequency"] in {1410, 1305, 1200, 1095, 990, 855} for s in stage_plan)
+    # 1F1B on the last stage alternates forward and backward from the start
+    assert [s["instruction"] for s in pts[0]["plan"][3][:2]] == ["forward", "backward"]
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "plans in" in out.stderr  # the summary line
+
+
+def test_resolution_thins_but_keeps_both_ends(profile_csv: Path, tmp_path: Path) -> None:
+    base = [
+        "frontier",
+        str(profile_csv),
+        "--stages",
+        "4",
+        "--microbatches",
+        "3",
+        "--blocking-power",
+        "80",
+    ]
+    full = json.loads(run(*base, cwd=tmp_path).stdout)["points"]
+    span = full[-1]["time"] - full[0]["time"]
+    thin = json.loads(run(*base, "--resolution", str(span / 5), cwd=tmp_path).stdout)["points"]
+    assert 2 <= len(thin) < len(full)
+    assert thin[0] == full[0] and thin[-1] == full[-1]
+    gaps = [b["time"] - a["time"] for a, b in zip(thin, thin[1:], strict=False)]
+    assert min(gaps) >= span / 5 * (1 - 1e-9)
+
+
+def test_plot_redraws_a_saved_frontier(profile_csv: Path, tmp_path: Path) -> None:
+    run("frontier", str(profile_csv), "--stages", "4", "--microbatches", "2", "--blocking-power", "80",
+        "-o", "f.json", cwd=tmp_path)  # fmt: skip
+    out = run("plot", "f.json", "--output", "again.png", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "again.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize(
+    ("body", "args", "needle"),
+    [
+        ("stage,instruction,frequency,time,energy\n0,forward,1410,0.05,20\n0,backward,1410,nan,40\n",
+         ["--stages", "1", "--microbatches", "2"], "row 3, field 'time'"),
+        ("stage,instruction,frequency,time,energy\n0,forward,1410,0.05,20\n0,backward,1410,0.1,40\n",
+         ["--stages", "2", "--microbatches", "2"], "field 'stages'"),
+        ("stage,instruction,frequency,time,energy\n0,forward,1410,0.05,20\n0,backward,1410,0.1,40\n",
+         ["--stages", "1", "--microbatches", "0"], "microbatches"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, body: str, args: list[str], needle: str
+) -> None:
+    (tmp_path / "p.csv").write_text(body)
+    out = run("frontier", "p.csv", *args, "--blocking-power", "80", cwd=tmp_path)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], out.stderr
+    assert out.stdout == ""
+
+
+def test_blocking_power_is_required_for_unknown_gpus(tmp_path: Path) -> None:
+    (tmp_path / "p.csv").write_text(
+        "stage,instruction,frequency,time,energy\n0,forward,1,1,1\n0,backward,1,1,1\n"
+    )
+    out = run("frontier", "p.csv", "--stages", "1", "--microbatches", "1", cwd=tmp_path)
+    assert out.returncode != 0 and "--blocking-power is required" in out.stderr
