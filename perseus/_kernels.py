@@ -376,17 +376,19 @@ def round_and_reclaim(
     theta = top
     for level in range(levels + 1):
         theta = 0.0 if level == levels else top * decay ** (level + 1)
-        # skip the level when no node has a move that pays this price
+        # skip the level when no node has a move that pays this price and fits its total float
+        es0 = earliest_start(topo, pred_ptr, pred_idx, cur)
+        lf0 = latest_finish(topo, succ_ptr, succ_idx, cur, deadline)
         any_move = False
         for v in range(n):
             p = pick[v]
-            t0 = times[v, order[v, p]]
-            c0 = costs[v, order[v, p]]
-            for j in range(p + 1, nopt[v]):
-                if c0 - costs[v, order[v, j]] >= theta * (times[v, order[v, j]] - t0):
-                    any_move = True
-                    break
-            if any_move:
+            if p + 1 >= nopt[v]:
+                continue
+            room = lf0[v] - es0[v] + eps
+            if times[v, order[v, p + 1]] > room:
+                continue
+            if _best_jump(times[v], costs[v], order[v], nopt[v], p, room, theta, True) != p:
+                any_move = True
                 break
         if not any_move:
             continue
