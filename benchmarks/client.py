@@ -91,6 +91,7 @@ def bench_client(
 def nvml_check(iterations: int, order: list[tuple[str, int]]) -> dict[str, Any]:
     """Read-only checks on a real GPU (dry run: clock requests are recorded, never applied)."""
     import torch
+
     from perseus_client import NvmlGpu
 
     gpu = NvmlGpu(0, dry_run=True)

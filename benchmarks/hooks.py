@@ -29,9 +29,10 @@ warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+from torch.distributed.pipelining import PipelineStage, ScheduleInterleaved1F1B  # noqa: E402
+
 from perseus_client import PerseusClient, Plan, PlanStep, RecordingGpu, SimulatedGpu  # noqa: E402
 from perseus_client.integrations import torch_pipelining  # noqa: E402
-from torch.distributed.pipelining import PipelineStage, ScheduleInterleaved1F1B  # noqa: E402
 
 
 def pct(xs: list[float], q: float) -> float:

@@ -127,7 +127,11 @@ def report(gpu: str, m: int, frontier: Frontier, ours: Side, lt: Side | None, lt
         f"{100 * (lt.times.min() / t0 - 1):+.3f} %" if lt else "",
     )
     if lt and lt.fastest_estimate:
-        add("fastest plan: lowtime's own T estimate vs T0", "", f"{100 * (lt.fastest_estimate[0] / t0 - 1):+.3f} %")
+        add(
+            "fastest plan: lowtime's own T estimate vs T0",
+            "",
+            f"{100 * (lt.fastest_estimate[0] / t0 - 1):+.3f} %",
+        )
     paper = PAPER_SAVING[gpu].get(m)
     out["perseus"]["paper_saving_at_T0"] = paper
     for f in DEADLINES:
@@ -139,7 +143,11 @@ def report(gpu: str, m: int, frontier: Frontier, ours: Side, lt: Side | None, lt
         label = f"saving at {f:.2f} T0" + (f" (paper: {paper} %)" if f == 1.0 and paper else "")
         add(label, pct(100 * (1 - eo / base)), pct(100 * (1 - el / base)) if lt else "",
             "misses deadline" if lt and not np.isfinite(el) else "")  # fmt: skip
-        add(f"  gap to lower bound at {f:.2f} T0", pct(100 * (eo / lb - 1)), pct(100 * (el / lb - 1)) if lt else "")
+        add(
+            f"  gap to lower bound at {f:.2f} T0",
+            pct(100 * (eo / lb - 1)),
+            pct(100 * (el / lb - 1)) if lt else "",
+        )
         out["perseus"][f"saving@{f}"] = 100 * (1 - eo / base)
         out["perseus"][f"gap@{f}"] = 100 * (eo / lb - 1)
         if lt:
@@ -169,30 +177,37 @@ def report(gpu: str, m: int, frontier: Frontier, ours: Side, lt: Side | None, lt
 
 def peak_rss_child(gpu: str, m: int) -> float:
     """Peak RSS (MiB) of a fresh process that loads the profile and solves one configuration."""
-    code = (
-        "import resource, sys\n"
-        "sys.path.insert(0, %r)\n"
-        "from benchmarks.solver import GPUS, STAGES\n"
-        "from perseus.problem import EnergyProblem\n"
-        "from perseus.profiles import load_profile\n"
-        "from perseus.schedules import one_f_one_b\n"
-        "from perseus.solver import solve_problem\n"
-        "path, power = GPUS[%r]\n"
-        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
-        "solve_problem(EnergyProblem.build(load_profile(path), one_f_one_b(STAGES, %d), power))\n"
-        "print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
-    ) % (str(ROOT), gpu, m)
+    code = f"""
+import resource, sys
+sys.path.insert(0, {str(ROOT)!r})
+from benchmarks.solver import GPUS, STAGES
+from perseus.problem import EnergyProblem
+from perseus.profiles import load_profile
+from perseus.schedules import one_f_one_b
+from perseus.solver import solve_problem
+path, power = GPUS[{gpu!r}]
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+solve_problem(EnergyProblem.build(load_profile(path), one_f_one_b(STAGES, {m}), power))
+print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     before, after = map(int, out.stdout.split())
     return after / 1024, before / 1024
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--gpu", choices=sorted(GPUS), action="append")
     ap.add_argument("--microbatches", type=int, action="append")
     ap.add_argument("--no-lowtime", action="store_true")
-    ap.add_argument("--lowtime-budget", type=float, default=600.0, help="skip lowtime where it would take longer (s)")
+    ap.add_argument(
+        "--lowtime-budget",
+        type=float,
+        default=600.0,
+        help="skip lowtime where it would take longer (s)",
+    )
     ap.add_argument("--json", help="also write the numbers here")
     args = ap.parse_args(argv)
     gpus = args.gpu or ["a100", "a40"]
@@ -201,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     p, w = GPUS[gpus[0]]
     solve_problem(EnergyProblem.build(load_profile(p), one_f_one_b(STAGES, 2), w))
-    print(f"Perseus kernels loaded (numba cache) in {time.perf_counter() - t:.2f} s (once per process)")
+    print(
+        f"Perseus kernels loaded (numba cache) in {time.perf_counter() - t:.2f} s (once per process)"
+    )
 
     results = []
     for gpu in gpus:
@@ -220,11 +237,15 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 lt = run_lowtime_side(gpu, m)
             results.append(report(gpu, m, frontier, ours, lt, note))
-    big = max(((g, m) for g in gpus for m in mbs), key=lambda gm: gm[1] * (2 if gm[0] == "a40" else 1))
+    big = max(
+        ((g, m) for g in gpus for m in mbs), key=lambda gm: gm[1] * (2 if gm[0] == "a40" else 1)
+    )
     rss, base = peak_rss_child(*big)
     print(f"\nPeak RSS of a fresh process solving {big[0].upper()} 8x{big[1]}: {rss:.0f} MiB "
           f"({base:.0f} MiB after imports, before the solve)")  # fmt: skip
-    print(f"(max RSS of this benchmark process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB)")
+    print(
+        f"(max RSS of this benchmark process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB)"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps({"results": results, "peak_rss_mib": rss}, indent=2))
     return 0

@@ -8,6 +8,7 @@ from typing import Any
 
 import pynvml
 import pytest
+
 from perseus_client import Plan, PlanStep, SimulatedGpu
 
 # A tiny two-stage profile: (stage, kind) -> {MHz: (seconds, joules)}.

@@ -8,6 +8,7 @@ import time
 import types
 
 import pytest
+
 from perseus_client import NvmlGpu, PerseusClient
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from perseus_client import PerseusClient, RecordingGpu, SimulatedGpu
 
 pytestmark = pytest.mark.slow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from perseus_client import (
     GpuDriverError,
     GpuNotSupportedError,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+
 from perseus_client import (
     ClientError,
     ConfigError,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from perseus_client import ConfigError, Plan, PlanCursor, PlanMismatchError, PlanStep, ProfilingTask
 from perseus_client.proto import perseus_pb2
 

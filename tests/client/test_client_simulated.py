@@ -6,6 +6,7 @@ import sys
 import time
 
 import pytest
+
 from perseus_client import (
     ConfigError,
     RecordingGpu,

@@ -31,6 +31,7 @@ from integration_harness import (  # noqa: E402
     wait_for_plan,
     write_result,
 )
+
 from perseus_client import PerseusClient  # noqa: E402
 from perseus_client.integrations import deepspeed as perseus_ds  # noqa: E402
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from perseus_client.integrations import custom_schedule
 
 from perseus.schedules import Schedule
+from perseus_client.integrations import custom_schedule
 
 
 def test_custom_schedule_is_what_the_server_and_core_accept() -> None:

@@ -10,9 +10,8 @@ import pytest
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 pytest.importorskip("deepspeed")
 
-from perseus_client.integrations import deepspeed as perseus_ds  # noqa: E402
-
 from perseus.schedules import Schedule, one_f_one_b  # noqa: E402
+from perseus_client.integrations import deepspeed as perseus_ds  # noqa: E402
 
 
 @pytest.mark.parametrize("stages", [1, 2, 3, 4])

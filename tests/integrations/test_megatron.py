@@ -24,10 +24,10 @@ with warnings.catch_warnings():
 from integration_harness import profile_slice, simulated_gpu  # noqa: E402
 from megatron.core import ModelParallelConfig  # noqa: E402
 from megatron.core.enums import ModelType  # noqa: E402
-from perseus_client import PerseusClient, Plan, PlanStep  # noqa: E402
-from perseus_client.integrations import megatron as perseus_megatron  # noqa: E402
 
 from perseus.schedules import Schedule, interleaved_1f1b, one_f_one_b  # noqa: E402
+from perseus_client import PerseusClient, Plan, PlanStep  # noqa: E402
+from perseus_client.integrations import megatron as perseus_megatron  # noqa: E402
 
 MICROBATCHES = 4
 CLOCKS = [1410, 1005, 900, 1200, 1110, 1305, 1005, 900]

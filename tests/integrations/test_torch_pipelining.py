@@ -15,13 +15,13 @@ torch = pytest.importorskip("torch")
 
 import torch.distributed as dist  # noqa: E402
 from integration_harness import BLOCKING_POWER, profile_slice  # noqa: E402
-from perseus_client.integrations import torch_pipelining as tp  # noqa: E402
 from torch.distributed.pipelining import PipelineStage  # noqa: E402
 from torch.distributed.pipelining import schedules as tsched  # noqa: E402
 
 from perseus.problem import EnergyProblem  # noqa: E402
 from perseus.profiles import parse_profile_csv  # noqa: E402
 from perseus.schedules import Schedule, gpipe, one_f_one_b  # noqa: E402
+from perseus_client.integrations import torch_pipelining as tp  # noqa: E402
 
 ALL = [
     "ScheduleGPipe",
@@ -168,6 +168,7 @@ def test_orders_for_matches_the_live_schedule(group: None) -> None:
 
 def test_real_client_rejects_an_order_that_differs_from_its_plan(group: None) -> None:
     from integration_harness import simulated_gpu
+
     from perseus_client import PerseusClient, Plan, PlanMismatchError, PlanStep
 
     schedule = make("Schedule1F1B", microbatches=2)

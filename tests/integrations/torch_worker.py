@@ -37,10 +37,11 @@ from integration_harness import (  # noqa: E402
     wait_for_plan,
     write_result,
 )
-from perseus_client import PerseusClient  # noqa: E402
-from perseus_client.integrations import torch_pipelining  # noqa: E402
 from torch.distributed.pipelining import PipelineStage  # noqa: E402
 from torch.distributed.pipelining import schedules as tsched  # noqa: E402
+
+from perseus_client import PerseusClient  # noqa: E402
+from perseus_client.integrations import torch_pipelining  # noqa: E402
 
 V_STYLE = ("ScheduleZBVZeroBubble", "ScheduleDualPipeV")
 WIDTH = 8

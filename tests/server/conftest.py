@@ -10,11 +10,11 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+
+from perseus.profiles import load_profile
 from perseus_client.proto import perseus_pb2 as pb
 from perseus_client.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
-
-from perseus.profiles import load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 A40 = ROOT / "profiles" / "gpt3-175b_a40_8stage.csv"

@@ -9,6 +9,7 @@ import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
+
 from perseus_server import ServerProcess
 
 from .conftest import solved_job

@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 import httpx
 import pytest
+
 from perseus_client.proto import perseus_pb2 as pb
 from perseus_client.proto import perseus_pb2_grpc as pb_grpc
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+
 from perseus_client.proto import perseus_pb2 as pb
 from perseus_client.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
