@@ -267,26 +267,18 @@ def min_cut_lower_bounds(nn, tail, head, lo, hi, s, t, inf, flow):
 
 
 @njit(cache=True, nogil=True)
-def _slowest_within(times_row, order_row, nopt, start, limit):
-    p = start
-    while p + 1 < nopt and times_row[order_row[p + 1]] <= limit:
-        p += 1
-    return p
-
-
-@njit(cache=True, nogil=True)
-def _best_jump(times_row, costs_row, order_row, nopt, p, limit, theta, jump):
+def _best_jump(ts_row, cs_row, nopt, p, limit, theta, jump):
     """The slowest option after position ``p`` (only the next one unless ``jump``) that fits in
     ``limit`` and saves at least ``theta`` per second of extra time (``p`` when none does)."""
     best = p
-    t0 = times_row[order_row[p]]
-    c0 = costs_row[order_row[p]]
+    t0 = ts_row[p]
+    c0 = cs_row[p]
     last = nopt if jump else min(nopt, p + 2)
     for j in range(p + 1, last):
-        t = times_row[order_row[j]]
+        t = ts_row[j]
         if t > limit:
             break
-        if c0 - costs_row[order_row[j]] >= theta * (t - t0):
+        if c0 - cs_row[j] >= theta * (t - t0):
             best = j
     return best
 
@@ -298,9 +290,9 @@ def round_and_reclaim(
     pred_idx,
     succ_ptr,
     succ_idx,
-    times,
-    costs,
-    hull,
+    ts,
+    cs,
+    hs,
     order,
     nopt,
     d,
@@ -313,7 +305,8 @@ def round_and_reclaim(
     """Round relaxed durations ``d`` to measured options within ``deadline``, then reclaim slack.
 
     ``order[i, :nopt[i]]`` lists node ``i``'s Pareto options by increasing time (hence
-    decreasing effective cost).
+    decreasing effective cost); ``ts``, ``cs`` and ``hs`` hold their times, effective costs and
+    whether each is a hull vertex, in that order.
 
     Rounding sweeps the nodes in topological order. The latest finish of every node is computed
     once from the relaxed durations; since a node's descendants are still relaxed when it is
@@ -344,33 +337,29 @@ def round_and_reclaim(
             if fin[u] > st:
                 st = fin[u]
         window = lf[v] - st + eps
-        row = times[v]
-        o = order[v]
         # floor and ceiling among the hull vertices (mixing those is what the relaxation does)
         p = 0
         up = -1
         lim = d[v] * (1 + 1e-12)
         for j in range(nopt[v]):
-            if hull[v, o[j]]:
-                if row[o[j]] <= lim:
+            if hs[v, j]:
+                if ts[v, j] <= lim:
                     p = j
                 elif up < 0:
                     up = j
         if up >= 0:
-            t_up = row[o[up]]
-            if t_up <= window and t_up - d[v] < d[v] - row[o[p]]:
+            t_up = ts[v, up]
+            if t_up <= window and t_up - d[v] < d[v] - ts[v, p]:
                 p = up
         pick[v] = p
-        cur[v] = row[o[p]]
+        cur[v] = ts[v, p]
         fin[v] = st + cur[v]
     # Marginal saving rate of moving each node one option slower, and the price levels at which
     # moves are allowed: the steepest savings get the slack first, as in the relaxed optimum.
     top = 0.0
     for v in range(n):
         for j in range(nopt[v] - 1):
-            r = (costs[v, order[v, j]] - costs[v, order[v, j + 1]]) / (
-                times[v, order[v, j + 1]] - times[v, order[v, j]]
-            )
+            r = (cs[v, j] - cs[v, j + 1]) / (ts[v, j + 1] - ts[v, j])
             if r > top:
                 top = r
     theta = top
@@ -385,9 +374,9 @@ def round_and_reclaim(
             if p + 1 >= nopt[v]:
                 continue
             room = lf0[v] - es0[v] + eps
-            if times[v, order[v, p + 1]] > room:
+            if ts[v, p + 1] > room:
                 continue
-            if _best_jump(times[v], costs[v], order[v], nopt[v], p, room, theta, True) != p:
+            if _best_jump(ts[v], cs[v], nopt[v], p, room, theta, True) != p:
                 any_move = True
                 break
         if not any_move:
@@ -403,9 +392,8 @@ def round_and_reclaim(
                         if fin[u] > st:
                             st = fin[u]
                     p = _best_jump(
-                        times[v],
-                        costs[v],
-                        order[v],
+                        ts[v],
+                        cs[v],
                         nopt[v],
                         pick[v],
                         lf2[v] - st + eps,
@@ -414,7 +402,7 @@ def round_and_reclaim(
                     )
                     if p != pick[v]:
                         pick[v] = p
-                        cur[v] = times[v, order[v, p]]
+                        cur[v] = ts[v, p]
                         moved += 1
                     fin[v] = st + cur[v]
             else:
@@ -428,9 +416,8 @@ def round_and_reclaim(
                         if lst[w] < end:
                             end = lst[w]
                     p = _best_jump(
-                        times[v],
-                        costs[v],
-                        order[v],
+                        ts[v],
+                        cs[v],
                         nopt[v],
                         pick[v],
                         end - es2[v] + eps,
@@ -439,7 +426,7 @@ def round_and_reclaim(
                     )
                     if p != pick[v]:
                         pick[v] = p
-                        cur[v] = times[v, order[v, p]]
+                        cur[v] = ts[v, p]
                         moved += 1
                     lst[v] = end - cur[v]
                 # the next forward sweep recomputes every finish as it goes
@@ -659,3 +646,26 @@ def relaxed_chunk(
             v = d[i] - a[i] * delta
             d[i] = min(max(v, shortest[i]), longest[i])
     return out_t[:steps], out_g[:steps], out_s[:steps], out_d[:steps], d, done
+
+
+@njit(cache=True, nogil=True)
+def iteration_times(topo, pred_ptr, pred_idx, durations):
+    """Longest path (iteration time) for each row of ``durations`` ``(k, n)``."""
+    k, n = durations.shape
+    out = np.empty(k)
+    es = np.empty(n)
+    for r in range(k):
+        d = durations[r]
+        best_all = 0.0
+        for v in topo:
+            best = 0.0
+            for q in range(pred_ptr[v], pred_ptr[v + 1]):
+                u = pred_idx[q]
+                f = es[u] + d[u]
+                if f > best:
+                    best = f
+            es[v] = best
+            if best + d[v] > best_all:
+                best_all = best + d[v]
+        out[r] = best_all
+    return out

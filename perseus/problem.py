@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from perseus import _kernels as K
 from perseus.dag import PipelineDAG
 from perseus.errors import ProfileError
 from perseus.profiles import Profile
@@ -148,7 +149,8 @@ class EnergyProblem:
         rows = np.arange(self.num_nodes)[None, :]
         d = self.times[rows, idx]
         e = self.energies[rows, idx]
-        t = np.asarray(self.dag.iteration_time(d), dtype=np.float64)
+        dag = self.dag
+        t = K.iteration_times(dag.topo, dag.pred_ptr, dag.pred_idx, np.ascontiguousarray(d))
         energy = e.sum(axis=1) + self.blocking_power * (self.dag.num_ranks * t - d.sum(axis=1))
         return t, energy
 

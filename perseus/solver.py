@@ -227,11 +227,16 @@ class _Rounder:
         max_rounds: int = 8,
     ) -> None:
         times = np.where(rel.pareto, problem.times, np.inf)
-        self.order = np.argsort(times, axis=1, kind="stable").astype(np.int64)
+        order = np.argsort(times, axis=1, kind="stable")
+        costs = problem.energies - problem.blocking_power * problem.times
+        # Each node's Pareto options by increasing time, with their costs and hull flags
+        # (entries past nopt are padding and never read).
+        self.order = order.astype(np.int64)
         self.nopt = rel.pareto.sum(axis=1).astype(np.int64)
-        self.costs = problem.energies - problem.blocking_power * problem.times
+        self.times = np.ascontiguousarray(np.take_along_axis(problem.times, order, axis=1))
+        self.costs = np.ascontiguousarray(np.take_along_axis(costs, order, axis=1))
+        self.hull = np.ascontiguousarray(np.take_along_axis(rel.hull_mask, order, axis=1))
         self.problem = problem
-        self.hull = rel.hull_mask
         self.levels = levels
         self.max_rounds = max_rounds
         self.decay = decay
@@ -242,7 +247,7 @@ class _Rounder:
         dag = self.problem.dag
         plan: npt.NDArray[np.uint8] = K.round_and_reclaim(
             dag.topo, dag.pred_ptr, dag.pred_idx, dag.succ_ptr, dag.succ_idx,
-            self.problem.times, self.costs, self.hull, self.order, self.nopt,
+            self.times, self.costs, self.hull, self.order, self.nopt,
             np.asarray(durations, dtype=np.float64), float(deadline), self.levels, self.decay, jump, self.max_rounds,
         )  # fmt: skip
         return plan
