@@ -65,7 +65,6 @@ __all__ = [
     "solve_frontier",
     "solve_problem",
     "relaxed_frontier",
-    "round_plan",
     "RelaxedStep",
     "Relaxation",
 ]
@@ -148,23 +147,6 @@ class Relaxation:
     @property
     def longest(self) -> FloatArray:
         return self.tau[np.arange(len(self.nv)), self.nv - 1]
-
-    def locate(self, d: FloatArray) -> tuple[IntArray, BoolArray]:
-        """Index of the hull vertex at or below ``d`` and whether ``d`` sits on it."""
-        tol = 1e-12 * np.maximum(1.0, np.abs(d))
-        k = (self.tau <= (d + tol)[:, None]).sum(axis=1) - 1
-        k = np.clip(k, 0, self.nv - 1)
-        rows = np.arange(len(d))
-        on = np.abs(d - self.tau[rows, k]) <= tol
-        return k, on
-
-    def costs(self, d: FloatArray) -> FloatArray:
-        """Relaxed effective cost of each node at duration ``d``."""
-        k, _ = self.locate(d)
-        rows = np.arange(len(d))
-        seg = np.minimum(k, self.slope.shape[1] - 1)
-        slope = np.where(k < self.nv - 1, self.slope[rows, seg], 0.0)
-        return self.cost[rows, k] + slope * (d - self.tau[rows, k])
 
 
 @dataclass(frozen=True)
@@ -251,13 +233,6 @@ class _Rounder:
             np.asarray(durations, dtype=np.float64), float(deadline), self.levels, self.decay, jump, self.max_rounds,
         )  # fmt: skip
         return plan
-
-
-def round_plan(
-    problem: EnergyProblem, rel: Relaxation, durations: FloatArray, deadline: float
-) -> npt.NDArray[np.uint8]:
-    """A measured plan within ``deadline`` from relaxed ``durations`` (see the module docstring)."""
-    return _Rounder(problem, rel)(durations, deadline)
 
 
 def _pareto(times: FloatArray, waiting: FloatArray) -> IntArray:
