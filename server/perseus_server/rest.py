@@ -18,13 +18,13 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from perseus.plot import frontier_png
 from perseus_server.config import Limits
 from perseus_server.errors import ApiError, BadRequest, TooLarge, Unauthorized
 from perseus_server.jobs import JobSpec
 from perseus_server.metrics import Metrics
 from perseus_server.models import DetectionIn, JobIn, PlanSelect, ProfilingIn, StragglerIn
 from perseus_server.planner import PlanPolicy
-from perseus_server.plotting import frontier_png
 from perseus_server.service import PerseusService
 from perseus_server.stragglers import DetectorSettings
 
@@ -305,7 +305,10 @@ def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
     )
     async def frontier_plot(job_id: str) -> Response:
         frontier, deployed = service.frontier_of(job_id)
-        png = await asyncio.to_thread(frontier_png, frontier, deployed, f"job {job_id}")
+        marked = [(i, f"deployed: point {i}") for i in sorted(set(deployed))]
+        png = await asyncio.to_thread(
+            lambda: frontier_png(frontier.to_json(), marked=marked, title=f"job {job_id}")
+        )
         return Response(png, media_type="image/png")
 
     # --- plans -----------------------------------------------------------------------------------
