@@ -26,8 +26,11 @@ shortened or lengthened node reaching a hull vertex, or a non-critical path beco
 max-flows equals the number of breakpoints of ``G``, not of time quanta, and the relaxed frontier
 is exact up to floating point.
 
-Max-flow with lower bounds is solved with two ``scipy.sparse.csgraph.maximum_flow`` (Dinic) calls
-on integer-scaled capacities: a feasible circulation, then an augmenting max-flow in its residual.
+Max-flow with lower bounds runs on integer-scaled capacities (Dinic, ``perseus._kernels``): the
+previous step's maximum flow is the starting point, its imbalances and violated lower bounds are
+repaired through a helper source and sink, then it is augmented to a maximum flow; the source side
+of the final residual graph is the minimum cut. Between breakpoints only a few bounds change, so
+little is left to augment.
 
 Discrete plans. Relaxed solutions are rounded to real, measured options: a topological sweep
 puts each node on the nearer of the two hull vertices around its relaxed duration when that
@@ -39,8 +42,9 @@ above the bound (a few refinement rounds). Every candidate is re-evaluated exact
 measurements and the Pareto set of (time, energy with waiting) is kept; each point reports the
 relaxed bound ``G(T) + P R T`` at its own time.
 
-Complexity: one step costs two max-flows on at most ``2n + 4`` vertices plus ``O(levels)``
-vectorised passes over the DAG, where ``levels`` is the longest chain of instructions.
+Complexity: one step costs a warm-started max-flow on at most ``2n + 4`` vertices and a few
+``O(n + edges)`` longest-path passes; one rounding costs ``O(levels x (n + edges))``. All of it
+is compiled (numba, cached on disk); Python only orchestrates chunks of steps and candidates.
 """
 
 from __future__ import annotations
