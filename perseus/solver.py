@@ -267,7 +267,7 @@ def solve_problem(
     breakpoints spread evenly by index (breakpoints crowd where the frontier bends), then up to
     ``refine_rounds`` rounds that each round the relaxed optimum at the ``refine_batch``
     deadlines where the best plan so far is furthest above the lower bound (while that is more
-    than ``target_gap``); those are rounded twice (slack handed out in jumps, and one option at a
+    than ``target_gap``, and while a round still lowers the mean gap by more than 1 %); those are rounded twice (slack handed out in jumps, and one option at a
     time). The Pareto set of everything found is kept.
     """
     rel = Relaxation.build(problem)
@@ -314,6 +314,7 @@ def solve_problem(
         round_all([float(bp_t[i]) for i in pick], [bp_d[i] for i in pick], (True,))
         grid = np.linspace(t_min, t_max, 4096) if t_max > t_min else np.array([t_min])
         lb_grid = np.interp(grid, bp_t, bp_g) + pr * grid
+        last_mean = np.inf
         for r in range(refine_rounds + 1):
             allp = np.unique(np.concatenate(found), axis=0)
             times, energies = problem.evaluate_many(allp)
@@ -326,6 +327,11 @@ def solve_problem(
             kt, kw = times[keep], (energies - pr * times)[keep]
             idx = np.searchsorted(kt, grid * (1 + 1e-12), side="right") - 1
             gap = np.where(idx >= 0, (kw[np.maximum(idx, 0)] + pr * grid) / lb_grid - 1, np.inf)
+            # stop once a round no longer lowers the mean gap noticeably
+            mean_gap = float(np.mean(np.minimum(gap, 1.0)))
+            if mean_gap > 0.99 * last_mean:
+                break
+            last_mean = mean_gap
             worst = [
                 i
                 for i in np.argsort(-gap, kind="stable")[: refine_batch * 4]
