@@ -267,8 +267,9 @@ def solve_problem(
     breakpoints spread evenly by index (breakpoints crowd where the frontier bends), then up to
     ``refine_rounds`` rounds that each round the relaxed optimum at the ``refine_batch``
     deadlines where the best plan so far is furthest above the lower bound (while that is more
-    than ``target_gap``, and while a round still lowers the mean gap by more than 1 %); those are rounded twice (slack handed out in jumps, and one option at a
-    time). The Pareto set of everything found is kept.
+    than ``target_gap``, and while a round still lowers the mean gap by more than 1 %); those
+    are rounded twice (slack handed out in jumps, and one option at a time). The Pareto set of
+    everything found is kept.
     """
     rel = Relaxation.build(problem)
     dag = problem.dag
