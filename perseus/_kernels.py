@@ -13,7 +13,9 @@ __all__ = [
     "earliest_start",
     "latest_finish",
     "earliest_start_k",
+    "iteration_times",
     "min_cut_lower_bounds",
+    "relaxed_chunk",
     "round_and_reclaim",
 ]
 
@@ -651,21 +653,9 @@ def relaxed_chunk(
 @njit(cache=True, nogil=True)
 def iteration_times(topo, pred_ptr, pred_idx, durations):
     """Longest path (iteration time) for each row of ``durations`` ``(k, n)``."""
-    k, n = durations.shape
+    k = durations.shape[0]
     out = np.empty(k)
-    es = np.empty(n)
     for r in range(k):
         d = durations[r]
-        best_all = 0.0
-        for v in topo:
-            best = 0.0
-            for q in range(pred_ptr[v], pred_ptr[v + 1]):
-                u = pred_idx[q]
-                f = es[u] + d[u]
-                if f > best:
-                    best = f
-            es[v] = best
-            if best + d[v] > best_all:
-                best_all = best + d[v]
-        out[r] = best_all
+        out[r] = (earliest_start(topo, pred_ptr, pred_idx, d) + d).max()
     return out
