@@ -17,14 +17,28 @@ __all__ = [
     "min_cut_lower_bounds",
     "relaxed_chunk",
     "round_and_reclaim",
+    "reclaim_plans",
 ]
 
 
 @njit(cache=True, nogil=True)
 def earliest_start(topo, pred_ptr, pred_idx, d):
     """Earliest start of every node (longest path from any source) for durations ``d``."""
-    n = d.shape[0]
-    es = np.zeros(n)
+    es = np.empty(d.shape[0])
+    _earliest_start_into(topo, pred_ptr, pred_idx, d, es)
+    return es
+
+
+@njit(cache=True, nogil=True)
+def latest_finish(topo, succ_ptr, succ_idx, d, deadline):
+    """Latest finish of every node so that everything ends by ``deadline``."""
+    lf = np.empty(d.shape[0])
+    _latest_finish_into(topo, succ_ptr, succ_idx, d, deadline, lf)
+    return lf
+
+
+@njit(cache=True, nogil=True)
+def _earliest_start_into(topo, pred_ptr, pred_idx, d, es):
     for v in topo:
         best = 0.0
         for q in range(pred_ptr[v], pred_ptr[v + 1]):
@@ -33,15 +47,11 @@ def earliest_start(topo, pred_ptr, pred_idx, d):
             if f > best:
                 best = f
         es[v] = best
-    return es
 
 
 @njit(cache=True, nogil=True)
-def latest_finish(topo, succ_ptr, succ_idx, d, deadline):
-    """Latest finish of every node so that everything ends by ``deadline``."""
-    n = d.shape[0]
-    lf = np.empty(n)
-    for i in range(n - 1, -1, -1):
+def _latest_finish_into(topo, succ_ptr, succ_idx, d, deadline, lf):
+    for i in range(topo.shape[0] - 1, -1, -1):
         v = topo[i]
         best = deadline
         for q in range(succ_ptr[v], succ_ptr[v + 1]):
@@ -50,7 +60,6 @@ def latest_finish(topo, succ_ptr, succ_idx, d, deadline):
             if s < best:
                 best = s
         lf[v] = best
-    return lf
 
 
 @njit(cache=True, nogil=True)
@@ -269,67 +278,37 @@ def min_cut_lower_bounds(nn, tail, head, lo, hi, s, t, inf, flow):
 
 
 @njit(cache=True, nogil=True)
-def _best_jump(ts_row, cs_row, nopt, p, limit, theta, jump):
-    """The slowest option after position ``p`` (only the next one unless ``jump``) that fits in
-    ``limit`` and saves at least ``theta`` per second of extra time (``p`` when none does)."""
+def _best_jump(ts, cs, v, nopt, p, limit, theta, jump):
+    """The slowest option of node ``v`` after position ``p`` (only the next one unless
+    ``jump``) that fits in ``limit`` and saves at least ``theta`` per second of extra time
+    (``p`` when none does)."""
     best = p
-    t0 = ts_row[p]
-    c0 = cs_row[p]
+    t0 = ts[v, p]
+    c0 = cs[v, p]
     last = nopt if jump else min(nopt, p + 2)
     for j in range(p + 1, last):
-        t = ts_row[j]
+        t = ts[v, j]
         if t > limit:
             break
-        if c0 - cs_row[j] >= theta * (t - t0):
+        if c0 - cs[v, j] >= theta * (t - t0):
             best = j
     return best
 
 
 @njit(cache=True, nogil=True)
-def round_and_reclaim(
-    topo,
-    pred_ptr,
-    pred_idx,
-    succ_ptr,
-    succ_idx,
-    ts,
-    cs,
-    hs,
-    order,
-    nopt,
-    d,
-    deadline,
-    levels,
-    decay,
-    jump,
-    max_rounds,
-):
-    """Round relaxed durations ``d`` to measured options within ``deadline``, then reclaim slack.
+def _round(dag, ts, hs, nopt, d, deadline, pick):
+    """Round relaxed durations ``d`` to measured options within ``deadline`` (into ``pick``).
 
-    ``order[i, :nopt[i]]`` lists node ``i``'s Pareto options by increasing time (hence
-    decreasing effective cost); ``ts``, ``cs`` and ``hs`` hold their times, effective costs and
-    whether each is a hull vertex, in that order.
-
-    Rounding sweeps the nodes in topological order. The latest finish of every node is computed
-    once from the relaxed durations; since a node's descendants are still relaxed when it is
-    rounded, any option that ends by that latest finish keeps the whole plan within the deadline.
-    Time saved by rounding a node down is thus carried to later nodes, which may round up.
-    Each node goes to the nearer of the two hull vertices around its relaxed duration, if it fits.
-
-    Reclaiming alternates forward sweeps (latest finishes from the current plan; nodes in
-    topological order) and backward sweeps (earliest starts; reverse order), each moving every
-    node to the slowest option that fits and saves at least the current price per second of
-    extra time, until nothing moves; the price falls geometrically over ``levels`` levels, so the
-    steepest savings get the slack first rather than whichever node comes first.
-    Returns the chosen option index per node.
+    Sweeps the nodes in topological order. The latest finish of every node is computed once
+    from the relaxed durations; since a node's descendants are still relaxed when it is
+    rounded, any option that ends by that latest finish keeps the whole plan within the
+    deadline. Time saved by rounding a node down is thus carried to later nodes, which may
+    round up. Each node goes to the nearer of the two hull vertices around its relaxed duration
+    (mixing those is what the relaxation does), if it fits.
     """
+    topo, pred_ptr, pred_idx, succ_ptr, succ_idx = dag
     n = d.shape[0]
-    rel = np.empty(n)
-    for i in range(n):
-        rel[i] = d[i]
-    lf = latest_finish(topo, succ_ptr, succ_idx, rel, deadline)
-    pick = np.zeros(n, np.int64)
-    cur = np.empty(n)
+    lf = latest_finish(topo, succ_ptr, succ_idx, d, deadline)
     fin = np.zeros(n)
     eps = 1e-12 * deadline
     for v in topo:
@@ -339,7 +318,6 @@ def round_and_reclaim(
             if fin[u] > st:
                 st = fin[u]
         window = lf[v] - st + eps
-        # floor and ceiling among the hull vertices (mixing those is what the relaxation does)
         p = 0
         up = -1
         lim = d[v] * (1 + 1e-12)
@@ -354,62 +332,83 @@ def round_and_reclaim(
             if t_up <= window and t_up - d[v] < d[v] - ts[v, p]:
                 p = up
         pick[v] = p
-        cur[v] = ts[v, p]
-        fin[v] = st + cur[v]
-    # Marginal saving rate of moving each node one option slower, and the price levels at which
-    # moves are allowed: the steepest savings get the slack first, as in the relaxed optimum.
+        fin[v] = st + ts[v, p]
+
+
+@njit(cache=True, nogil=True)
+def _top_rate(ts, cs, nopt):
+    """The steepest saving per second of moving any node one option slower."""
     top = 0.0
-    for v in range(n):
+    for v in range(nopt.shape[0]):
         for j in range(nopt[v] - 1):
             r = (cs[v, j] - cs[v, j + 1]) / (ts[v, j + 1] - ts[v, j])
             if r > top:
                 top = r
-    theta = top
-    for level in range(levels + 1):
-        theta = 0.0 if level == levels else top * decay ** (level + 1)
-        # skip the level when no node has a move that pays this price and fits its total float
-        es0 = earliest_start(topo, pred_ptr, pred_idx, cur)
-        lf0 = latest_finish(topo, succ_ptr, succ_idx, cur, deadline)
-        any_move = False
+    return top
+
+
+@njit(cache=True, nogil=True)
+def _reclaim(dag, ts, cs, nopt, deadline, levels, decay, jump, max_rounds, top, pick):
+    """Slow the nodes of a plan within ``deadline`` into its idle gaps (``pick`` in place).
+
+    Alternates forward sweeps (latest finishes from the current plan; nodes in topological
+    order) and backward sweeps (earliest starts; reverse order), each moving every node to the
+    slowest option that fits and saves at least the current price per second of extra time,
+    until a sweep moves nothing; the price falls geometrically from ``top`` (see
+    :func:`_top_rate`) over ``levels`` levels, so the steepest savings get the slack first
+    rather than whichever node comes first.
+    """
+    topo, pred_ptr, pred_idx, succ_ptr, succ_idx = dag
+    n = pick.shape[0]
+    cur = np.empty(n)
+    for v in range(n):
+        cur[v] = ts[v, pick[v]]
+    fin = np.zeros(n)
+    lst = np.empty(n)
+    es = np.empty(n)
+    lf = np.empty(n)
+    eps = 1e-12 * deadline
+    level = 0
+    while level <= levels:
+        # The best saving rate any single move could still get within its node's total float:
+        # levels priced above it have nothing to do, so skip straight past them.
+        _earliest_start_into(topo, pred_ptr, pred_idx, cur, es)
+        _latest_finish_into(topo, succ_ptr, succ_idx, cur, deadline, lf)
+        best_rate = -1.0
         for v in range(n):
             p = pick[v]
-            if p + 1 >= nopt[v]:
-                continue
-            room = lf0[v] - es0[v] + eps
-            if ts[v, p + 1] > room:
-                continue
-            if _best_jump(ts[v], cs[v], nopt[v], p, room, theta, True) != p:
-                any_move = True
-                break
-        if not any_move:
-            continue
+            room = lf[v] - es[v] + eps
+            for j in range(p + 1, nopt[v]):
+                if ts[v, j] > room:
+                    break
+                r = (cs[v, p] - cs[v, j]) / (ts[v, j] - ts[v, p])
+                if r > best_rate:
+                    best_rate = r
+        if best_rate < 0.0:
+            break
+        while level < levels and top * decay ** (level + 1) > best_rate:
+            level += 1
+        theta = 0.0 if level == levels else top * decay ** (level + 1)
+        level += 1
         for rnd in range(max_rounds):
             moved = 0
             if rnd % 2 == 0:
-                lf2 = latest_finish(topo, succ_ptr, succ_idx, cur, deadline)
+                if rnd > 0:
+                    _latest_finish_into(topo, succ_ptr, succ_idx, cur, deadline, lf)
                 for v in topo:
                     st = 0.0
                     for q in range(pred_ptr[v], pred_ptr[v + 1]):
                         u = pred_idx[q]
                         if fin[u] > st:
                             st = fin[u]
-                    p = _best_jump(
-                        ts[v],
-                        cs[v],
-                        nopt[v],
-                        pick[v],
-                        lf2[v] - st + eps,
-                        theta,
-                        jump,
-                    )
+                    p = _best_jump(ts, cs, v, nopt[v], pick[v], lf[v] - st + eps, theta, jump)
                     if p != pick[v]:
                         pick[v] = p
                         cur[v] = ts[v, p]
                         moved += 1
                     fin[v] = st + cur[v]
             else:
-                es2 = earliest_start(topo, pred_ptr, pred_idx, cur)
-                lst = np.empty(n)
+                # the forward sweep left every finish current: fin is the earliest finish
                 for i in range(n - 1, -1, -1):
                     v = topo[i]
                     end = deadline
@@ -417,26 +416,53 @@ def round_and_reclaim(
                         w = succ_idx[q]
                         if lst[w] < end:
                             end = lst[w]
-                    p = _best_jump(
-                        ts[v],
-                        cs[v],
-                        nopt[v],
-                        pick[v],
-                        end - es2[v] + eps,
-                        theta,
-                        jump,
-                    )
+                    start = fin[v] - cur[v]
+                    p = _best_jump(ts, cs, v, nopt[v], pick[v], end - start + eps, theta, jump)
                     if p != pick[v]:
                         pick[v] = p
                         cur[v] = ts[v, p]
                         moved += 1
                     lst[v] = end - cur[v]
-                # the next forward sweep recomputes every finish as it goes
-            if moved == 0 and rnd > 0:
+            # a sweep that moves nothing leaves no move at this price anywhere: each node was
+            # offered its whole float
+            if moved == 0:
                 break
-    out = np.empty(n, np.uint8)
-    for i in range(n):
-        out[i] = order[i, pick[i]]
+
+
+@njit(cache=True, nogil=True)
+def round_and_reclaim(
+    dag, ts, cs, hs, nopt, durations, deadlines, jumps, levels, decay, max_rounds, exchange_passes
+):
+    """Discrete plans for rows of relaxed ``durations`` ``(k, n)``, each within its deadline.
+
+    ``ts``, ``cs`` and ``hs`` hold every node's Pareto options by increasing time (hence
+    decreasing effective cost): their times, effective costs and whether each is a hull
+    vertex; ``nopt`` counts them. Each row is rounded (:func:`_round`), its slack reclaimed
+    (:func:`_reclaim`, options skipped over when ``jumps[r]``), then improved by up to
+    ``exchange_passes`` passes of :func:`_exchange`. Returns positions in those sorted options.
+    """
+    k, n = durations.shape
+    out = np.empty((k, n), np.int64)
+    top = _top_rate(ts, cs, nopt)
+    for r in range(k):
+        pick = out[r]
+        _round(dag, ts, hs, nopt, durations[r], deadlines[r], pick)
+        _reclaim(dag, ts, cs, nopt, deadlines[r], levels, decay, jumps[r], max_rounds, top, pick)
+        if exchange_passes > 0:
+            _exchange(dag, ts, cs, nopt, deadlines[r], exchange_passes, pick)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def reclaim_plans(dag, ts, cs, nopt, picks, deadlines, levels, decay, max_rounds, exchange_passes):
+    """Rows of ``picks`` (plans as positions in the sorted options) each given the slack up to
+    its deadline (:func:`_reclaim`) and improved by :func:`_exchange`."""
+    out = picks.copy()
+    top = _top_rate(ts, cs, nopt)
+    for r in range(out.shape[0]):
+        _reclaim(dag, ts, cs, nopt, deadlines[r], levels, decay, True, max_rounds, top, out[r])
+        if exchange_passes > 0:
+            _exchange(dag, ts, cs, nopt, deadlines[r], exchange_passes, out[r])
     return out
 
 
@@ -659,3 +685,68 @@ def iteration_times(topo, pred_ptr, pred_idx, durations):
         d = durations[r]
         out[r] = (earliest_start(topo, pred_ptr, pred_idx, d) + d).max()
     return out
+
+
+@njit(cache=True, nogil=True)
+def _exchange(dag, ts, cs, nopt, deadline, max_passes, pick):
+    """Local search on a plan within ``deadline`` (``pick`` in place): speed one node up by one
+    option, then hand the float that frees to the moves that save most, one at a time; keep the
+    exchange when it saves energy overall, undo it otherwise. Passes over all nodes until one
+    changes nothing. Every kept move fits in the float of the current plan, so the plan still
+    ends by ``deadline``.
+    """
+    topo, pred_ptr, pred_idx, succ_ptr, succ_idx = dag
+    n = pick.shape[0]
+    cur = np.empty(n)
+    for v in range(n):
+        cur[v] = ts[v, pick[v]]
+    eps = 1e-12 * deadline
+    undo_node = np.empty(4 * n + 4, np.int64)
+    undo_pick = np.empty(4 * n + 4, np.int64)
+    for _ in range(max_passes):
+        improved = False
+        for a in range(n):
+            pa = pick[a]
+            if pa == 0:
+                continue
+            nu = 0
+            undo_node[nu] = a
+            undo_pick[nu] = pa
+            nu += 1
+            pick[a] = pa - 1
+            cur[a] = ts[a, pa - 1]
+            gain = cs[a, pa] - cs[a, pa - 1]
+            while nu < undo_node.shape[0]:
+                es = earliest_start(topo, pred_ptr, pred_idx, cur)
+                lf = latest_finish(topo, succ_ptr, succ_idx, cur, deadline)
+                bb = -1
+                bj = -1
+                bs = 0.0
+                for b in range(n):
+                    p = pick[b]
+                    room = lf[b] - es[b] + eps
+                    for j in range(p + 1, nopt[b]):
+                        if ts[b, j] > room:
+                            break
+                        s = cs[b, p] - cs[b, j]
+                        if s > bs:
+                            bs = s
+                            bb = b
+                            bj = j
+                if bb < 0:
+                    break
+                undo_node[nu] = bb
+                undo_pick[nu] = pick[bb]
+                nu += 1
+                pick[bb] = bj
+                cur[bb] = ts[bb, bj]
+                gain += bs
+            if gain > 1e-12 * (abs(cs[a, 0]) + 1.0):
+                improved = True
+            else:
+                for k in range(nu - 1, -1, -1):
+                    v = undo_node[k]
+                    pick[v] = undo_pick[k]
+                    cur[v] = ts[v, pick[v]]
+        if not improved:
+            break

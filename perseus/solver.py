@@ -37,8 +37,9 @@ puts each node on the nearer of the two hull vertices around its relaxed duratio
 still fits (time saved by rounding down is carried to later nodes, so the plan still meets
 ``T``), then slack is reclaimed by slowing nodes into the idle gaps of the earliest- and
 latest-start schedules, steepest savings first. Candidates are breakpoints spread over the
-frontier, then the relaxed optimum at the deadlines where the best plan found so far is furthest
-above the bound (a few refinement rounds). Every candidate is re-evaluated exactly from the
+frontier, then, for a few refinement rounds, the relaxed optimum in the middle of the intervals
+between found plans where the gap to the bound peaks highest, and those intervals' own plans
+given the slack up to there. Every candidate is re-evaluated exactly from the
 measurements and the Pareto set of (time, energy with waiting) is kept; each point reports the
 relaxed bound ``G(T) + P R T`` at its own time.
 
@@ -202,7 +203,9 @@ def relaxed_frontier(
 
 
 class _Rounder:
-    """Rounds relaxed durations to a measured plan within a deadline (see the module docstring)."""
+    """Rounds relaxed durations to measured plans within deadlines, and reclaims the slack of
+    existing plans (see the module docstring). Works on batches, split over a thread pool (the
+    kernels release the GIL)."""
 
     def __init__(
         self,
@@ -211,6 +214,7 @@ class _Rounder:
         levels: int = 12,
         decay: float = 0.7,
         max_rounds: int = 8,
+        exchange_passes: int = 0,
     ) -> None:
         times = np.where(rel.pareto, problem.times, np.inf)
         order = np.argsort(times, axis=1, kind="stable")
@@ -222,21 +226,53 @@ class _Rounder:
         self.times = np.ascontiguousarray(np.take_along_axis(problem.times, order, axis=1))
         self.costs = np.ascontiguousarray(np.take_along_axis(costs, order, axis=1))
         self.hull = np.ascontiguousarray(np.take_along_axis(rel.hull_mask, order, axis=1))
+        # position of each Pareto option in that order (-1: dominated)
+        self.position = np.full(order.shape, -1, dtype=np.int64)
+        cols = np.arange(order.shape[1])[None, :]
+        np.put_along_axis(self.position, order, np.where(cols < self.nopt[:, None], cols, -1), 1)
         self.problem = problem
         self.levels = levels
         self.max_rounds = max_rounds
         self.decay = decay
+        self.exchange_passes = exchange_passes
+        d = problem.dag
+        self.dag = (d.topo, d.pred_ptr, d.pred_idx, d.succ_ptr, d.succ_idx)
+
+    def _options(self, picks: IntArray) -> npt.NDArray[np.uint8]:
+        return self.order[np.arange(picks.shape[1])[None, :], picks].astype(np.uint8)
+
+    def round(
+        self, durations: FloatArray, deadlines: FloatArray, jumps: BoolArray
+    ) -> npt.NDArray[np.uint8]:
+        """Plans (option indices, ``(k, n)``) for rows of relaxed ``durations``."""
+        picks = K.round_and_reclaim(
+            self.dag, self.times, self.costs, self.hull, self.nopt,
+            np.ascontiguousarray(durations, dtype=np.float64),
+            np.asarray(deadlines, dtype=np.float64), np.asarray(jumps, dtype=np.bool_),
+            self.levels, self.decay, self.max_rounds, self.exchange_passes,
+        )  # fmt: skip
+        return self._options(picks)
+
+    def reclaim(self, plans: npt.NDArray[np.uint8], deadlines: FloatArray) -> npt.NDArray[np.uint8]:
+        """``plans`` (option indices) each given the slack up to its deadline and improved by
+        exchanges. Plans using a dominated option are returned unchanged."""
+        picks = self.position[np.arange(plans.shape[1])[None, :], plans]
+        ok = (picks >= 0).all(axis=1)
+        out = plans.copy()
+        if ok.any():
+            better = K.reclaim_plans(
+                self.dag, self.times, self.costs, self.nopt, picks[ok],
+                np.asarray(deadlines, dtype=np.float64)[ok],
+                self.levels, self.decay, self.max_rounds, self.exchange_passes,
+            )  # fmt: skip
+            out[ok] = self._options(better)
+        return out
 
     def __call__(
         self, durations: FloatArray, deadline: float, jump: bool = True
     ) -> npt.NDArray[np.uint8]:
-        dag = self.problem.dag
-        plan: npt.NDArray[np.uint8] = K.round_and_reclaim(
-            dag.topo, dag.pred_ptr, dag.pred_idx, dag.succ_ptr, dag.succ_idx,
-            self.times, self.costs, self.hull, self.order, self.nopt,
-            np.asarray(durations, dtype=np.float64), float(deadline), self.levels, self.decay, jump, self.max_rounds,
-        )  # fmt: skip
-        return plan
+        """One plan for relaxed ``durations`` within ``deadline``."""
+        return self.round(np.asarray(durations)[None, :], np.array([deadline]), np.array([jump]))[0]
 
 
 def _pareto(times: FloatArray, waiting: FloatArray) -> IntArray:
@@ -265,10 +301,12 @@ def solve_problem(
 
     Discrete plans come from rounding relaxed solutions: first ``initial_candidates`` relaxed
     breakpoints spread evenly by index (breakpoints crowd where the frontier bends), then up to
-    ``refine_rounds`` rounds that each round the relaxed optimum at the ``refine_batch``
-    deadlines where the best plan so far is furthest above the lower bound (while that is more
-    than ``target_gap``, and while a round still lowers the mean gap by more than 1 %); those
-    are rounded twice (slack handed out in jumps, and one option at a time). The Pareto set of
+    ``refine_rounds`` refinement rounds. Between two consecutive plans of the frontier the gap
+    to the bound peaks just before the second one's time (the first plan plus waiting is still
+    the best there); each round takes the ``refine_batch`` intervals with the highest peaks
+    (above ``target_gap``) and, at each one's middle, rounds the relaxed optimum twice (slack
+    handed out in jumps, and one option at a time) and gives the interval's own plan the slack
+    up to it. Rounds stop once one no longer lowers the mean gap by 1 %. The Pareto set of
     everything found is kept.
     """
     rel = Relaxation.build(problem)
@@ -295,30 +333,48 @@ def solve_problem(
         return (1 - w) * bp_d[j] + w * bp_d[j + 1]
 
     rounder = _Rounder(problem, rel, **(rounding or {}))
-    found = [problem.max_frequency_plan()[None, :]]
-    # The rounding kernel releases the GIL: round candidates on every core.
-    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
+    # every distinct plan found, with its true time and energy
+    seen: set[bytes] = set()
+    found: list[npt.NDArray[np.uint8]] = []
+    found_t: list[FloatArray] = []
+    found_e: list[FloatArray] = []
 
-        def round_all(
-            deadlines: list[float], durations: list[FloatArray], jumps: tuple[bool, ...]
-        ) -> None:
+    def add(plans: npt.NDArray[np.uint8]) -> None:
+        fresh = []
+        for plan in plans:
+            key = plan.tobytes()
+            if key not in seen:
+                seen.add(key)
+                fresh.append(plan)
+        if fresh:
+            new = np.stack(fresh)
+            t, e = problem.evaluate_many(new)
+            found.append(new)
+            found_t.append(t)
+            found_e.append(e)
+
+    add(problem.max_frequency_plan()[None, :])
+    threads = max(1, min(8, os.cpu_count() or 1))
+    # The kernels release the GIL: split each batch over every core.
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+
+        def batched(fn: Callable[..., npt.NDArray[np.uint8]], *arrays: Any) -> None:
             if cancel is not None and cancel():
                 raise SolverCancelled("frontier computation cancelled")
-            jobs = [
-                (d, t, jump) for d, t in zip(durations, deadlines, strict=True) for jump in jumps
-            ]
-            found.append(np.stack(list(pool.map(lambda job: rounder(*job), jobs))))
+            parts = np.array_split(np.arange(len(arrays[0])), min(threads, len(arrays[0])))
+            for plans in pool.map(lambda rows: fn(*(a[rows] for a in arrays)), parts):
+                add(plans)
 
         pick = np.unique(
             np.linspace(0, len(bp_t) - 1, min(initial_candidates, len(bp_t))).round().astype(int)
         )
-        round_all([float(bp_t[i]) for i in pick], [bp_d[i] for i in pick], (True,))
+        batched(rounder.round, bp_d[pick], bp_t[pick], np.ones(len(pick), dtype=bool))
         grid = np.linspace(t_min, t_max, 4096) if t_max > t_min else np.array([t_min])
         lb_grid = np.interp(grid, bp_t, bp_g) + pr * grid
         last_mean = np.inf
         for r in range(refine_rounds + 1):
-            allp = np.unique(np.concatenate(found), axis=0)
-            times, energies = problem.evaluate_many(allp)
+            allp = np.concatenate(found)
+            times, energies = np.concatenate(found_t), np.concatenate(found_e)
             keep = _pareto(times, energies - pr * times)
             if progress is not None:
                 progress(0.6 + 0.4 * (r + 1) / (refine_rounds + 1))
@@ -333,24 +389,24 @@ def solve_problem(
             if mean_gap > 0.99 * last_mean:
                 break
             last_mean = mean_gap
-            worst = [
-                i
-                for i in np.argsort(-gap, kind="stable")[: refine_batch * 4]
-                if gap[i] > target_gap
-            ]
-            chosen: list[int] = []
-            for i in worst:
-                if all(abs(i - c) > 2 for c in chosen):
-                    chosen.append(int(i))
-                if len(chosen) == refine_batch:
-                    break
-            if not chosen:
+            # The gap peaks just before each kept plan's time, where the previous plan (plus
+            # waiting) is still the best; split the worst of those intervals in the middle.
+            ends = np.r_[kt[1:], t_max] if kt[-1] < t_max else kt[1:]
+            peak = (kw[: len(ends)] + pr * ends) / (np.interp(ends, bp_t, bp_g) + pr * ends) - 1
+            chosen = np.argsort(-peak, kind="stable")[:refine_batch]
+            chosen = chosen[peak[chosen] > target_gap]
+            if len(chosen) == 0:
                 break
-            round_all(
-                [float(grid[i]) for i in chosen],
-                [relaxed_at(float(grid[i])) for i in chosen],
-                (True, False),
+            at = (kt[chosen] + ends[chosen]) / 2
+            relaxed = np.stack([relaxed_at(float(t)) for t in at])
+            batched(
+                rounder.round,
+                np.concatenate([relaxed, relaxed]),
+                np.r_[at, at],
+                np.r_[np.ones(len(at), dtype=bool), np.zeros(len(at), dtype=bool)],
             )
+            # and the interval's own plan, given the slack up to the middle
+            batched(rounder.reclaim, allp[keep[chosen]], at)
 
     fastest = problem.evaluate(problem.max_frequency_plan())
     ft = times[keep]
