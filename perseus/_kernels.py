@@ -296,7 +296,7 @@ def _best_jump(ts, cs, v, nopt, p, limit, theta, jump):
 
 
 @njit(cache=True, nogil=True)
-def _round(dag, ts, hs, nopt, d, deadline, pick):
+def _round(dag, ts, hs, nopt, d, deadline, up_at, pick):
     """Round relaxed durations ``d`` to measured options within ``deadline`` (into ``pick``).
 
     Sweeps the nodes in topological order. The latest finish of every node is computed once
@@ -329,7 +329,7 @@ def _round(dag, ts, hs, nopt, d, deadline, pick):
                     up = j
         if up >= 0:
             t_up = ts[v, up]
-            if t_up <= window and t_up - d[v] < d[v] - ts[v, p]:
+            if t_up <= window and d[v] - ts[v, p] > up_at[v] * (t_up - ts[v, p]):
                 p = up
         pick[v] = p
         fin[v] = st + ts[v, p]
@@ -431,7 +431,19 @@ def _reclaim(dag, ts, cs, nopt, deadline, levels, decay, jump, max_rounds, top, 
 
 @njit(cache=True, nogil=True)
 def round_and_reclaim(
-    dag, ts, cs, hs, nopt, durations, deadlines, jumps, levels, decay, max_rounds, exchange_passes
+    dag,
+    ts,
+    cs,
+    hs,
+    nopt,
+    durations,
+    deadlines,
+    up_at,
+    jumps,
+    levels,
+    decay,
+    max_rounds,
+    exchange_passes,
 ):
     """Discrete plans for rows of relaxed ``durations`` ``(k, n)``, each within its deadline.
 
@@ -446,7 +458,7 @@ def round_and_reclaim(
     top = _top_rate(ts, cs, nopt)
     for r in range(k):
         pick = out[r]
-        _round(dag, ts, hs, nopt, durations[r], deadlines[r], pick)
+        _round(dag, ts, hs, nopt, durations[r], deadlines[r], up_at[r], pick)
         _reclaim(dag, ts, cs, nopt, deadlines[r], levels, decay, jumps[r], max_rounds, top, pick)
         if exchange_passes > 0:
             _exchange(dag, ts, cs, nopt, deadlines[r], exchange_passes, pick)
@@ -689,11 +701,14 @@ def iteration_times(topo, pred_ptr, pred_idx, durations):
 
 @njit(cache=True, nogil=True)
 def _exchange(dag, ts, cs, nopt, deadline, max_passes, pick):
-    """Local search on a plan within ``deadline`` (``pick`` in place): speed one node up by one
-    option, then hand the float that frees to the moves that save most, one at a time; keep the
-    exchange when it saves energy overall, undo it otherwise. Passes over all nodes until one
-    changes nothing. Every kept move fits in the float of the current plan, so the plan still
-    ends by ``deadline``.
+    """Local search on a plan within ``deadline`` (``pick`` in place).
+
+    An exchange speeds one node ``a`` up by one option, then hands the float that frees to the
+    other nodes' moves that save most, one at a time (``a`` itself may not slow back down); it
+    is kept when it saves energy overall and undone otherwise. Passes over all nodes until one
+    keeps nothing. A node is only tried when some other node lacks no more float for its next
+    option than ``a`` would free. Every move fits in the float of the plan at that moment, so
+    the plan still ends by ``deadline``.
     """
     topo, pred_ptr, pred_idx, succ_ptr, succ_idx = dag
     n = pick.shape[0]
@@ -701,13 +716,36 @@ def _exchange(dag, ts, cs, nopt, deadline, max_passes, pick):
     for v in range(n):
         cur[v] = ts[v, pick[v]]
     eps = 1e-12 * deadline
-    undo_node = np.empty(4 * n + 4, np.int64)
-    undo_pick = np.empty(4 * n + 4, np.int64)
+    es = np.empty(n)
+    lf = np.empty(n)
+    undo_node = np.empty(n + 1, np.int64)
+    undo_pick = np.empty(n + 1, np.int64)
+    # what each node lacks in float to move to its next option (inf: no slower option)
+    lack = np.empty(n)
+    stale = True
     for _ in range(max_passes):
         improved = False
         for a in range(n):
+            if stale:
+                _earliest_start_into(topo, pred_ptr, pred_idx, cur, es)
+                _latest_finish_into(topo, succ_ptr, succ_idx, cur, deadline, lf)
+                lo1 = np.inf  # the two smallest lacks and who has the smallest
+                lo2 = np.inf
+                who = -1
+                for v in range(n):
+                    p = pick[v]
+                    lack[v] = np.inf
+                    if p + 1 < nopt[v]:
+                        lack[v] = ts[v, p + 1] - (lf[v] - es[v])
+                    if lack[v] < lo1:
+                        lo2 = lo1
+                        lo1 = lack[v]
+                        who = v
+                    elif lack[v] < lo2:
+                        lo2 = lack[v]
+                stale = False
             pa = pick[a]
-            if pa == 0:
+            if pa == 0 or (lo2 if who == a else lo1) > ts[a, pa] - ts[a, pa - 1] + eps:
                 continue
             nu = 0
             undo_node[nu] = a
@@ -717,20 +755,22 @@ def _exchange(dag, ts, cs, nopt, deadline, max_passes, pick):
             cur[a] = ts[a, pa - 1]
             gain = cs[a, pa] - cs[a, pa - 1]
             while nu < undo_node.shape[0]:
-                es = earliest_start(topo, pred_ptr, pred_idx, cur)
-                lf = latest_finish(topo, succ_ptr, succ_idx, cur, deadline)
+                _earliest_start_into(topo, pred_ptr, pred_idx, cur, es)
+                _latest_finish_into(topo, succ_ptr, succ_idx, cur, deadline, lf)
                 bb = -1
                 bj = -1
                 bs = 0.0
                 for b in range(n):
+                    if b == a:
+                        continue
                     p = pick[b]
                     room = lf[b] - es[b] + eps
                     for j in range(p + 1, nopt[b]):
                         if ts[b, j] > room:
                             break
-                        s = cs[b, p] - cs[b, j]
-                        if s > bs:
-                            bs = s
+                        sv = cs[b, p] - cs[b, j]
+                        if sv > bs:
+                            bs = sv
                             bb = b
                             bj = j
                 if bb < 0:
@@ -748,5 +788,7 @@ def _exchange(dag, ts, cs, nopt, deadline, max_passes, pick):
                     v = undo_node[k]
                     pick[v] = undo_pick[k]
                     cur[v] = ts[v, pick[v]]
+            # es/lf now describe a trial plan (or the kept one): recompute before the next
+            stale = True
         if not improved:
             break

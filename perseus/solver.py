@@ -39,7 +39,10 @@ still fits (time saved by rounding down is carried to later nodes, so the plan s
 latest-start schedules, steepest savings first. Candidates are breakpoints spread over the
 frontier, then, for a few refinement rounds, the relaxed optimum in the middle of the intervals
 between found plans where the gap to the bound peaks highest, and those intervals' own plans
-given the slack up to there. Every candidate is re-evaluated exactly from the
+given the slack up to there. Where the gap stays high, randomised roundings (each node rounded up
+past a random fraction of the way to the slower vertex) and a local search of exchanges (speed
+one node up by one option, hand the float that frees to the moves that save most; keep it if it
+saves overall) search further. Every candidate is re-evaluated exactly from the
 measurements and the Pareto set of (time, energy with waiting) is kept; each point reports the
 relaxed bound ``G(T) + P R T`` at its own time.
 
@@ -242,18 +245,34 @@ class _Rounder:
         return self.order[np.arange(picks.shape[1])[None, :], picks].astype(np.uint8)
 
     def round(
-        self, durations: FloatArray, deadlines: FloatArray, jumps: BoolArray
+        self,
+        durations: FloatArray,
+        deadlines: FloatArray,
+        jumps: BoolArray,
+        up_at: FloatArray | None = None,
     ) -> npt.NDArray[np.uint8]:
-        """Plans (option indices, ``(k, n)``) for rows of relaxed ``durations``."""
+        """Plans (option indices, ``(k, n)``) for rows of relaxed ``durations``.
+
+        A node whose relaxed duration lies between two hull vertices goes to the slower one
+        when it fits and the duration is past ``up_at`` (default one half) of the way there.
+        """
+        durations = np.ascontiguousarray(durations, dtype=np.float64)
+        if up_at is None:
+            up_at = np.full(durations.shape, 0.5)
         picks = K.round_and_reclaim(
-            self.dag, self.times, self.costs, self.hull, self.nopt,
-            np.ascontiguousarray(durations, dtype=np.float64),
-            np.asarray(deadlines, dtype=np.float64), np.asarray(jumps, dtype=np.bool_),
+            self.dag, self.times, self.costs, self.hull, self.nopt, durations,
+            np.asarray(deadlines, dtype=np.float64), np.ascontiguousarray(up_at, dtype=np.float64),
+            np.asarray(jumps, dtype=np.bool_),
             self.levels, self.decay, self.max_rounds, self.exchange_passes,
         )  # fmt: skip
         return self._options(picks)
 
-    def reclaim(self, plans: npt.NDArray[np.uint8], deadlines: FloatArray) -> npt.NDArray[np.uint8]:
+    def reclaim(
+        self,
+        plans: npt.NDArray[np.uint8],
+        deadlines: FloatArray,
+        exchange_passes: int | None = None,
+    ) -> npt.NDArray[np.uint8]:
         """``plans`` (option indices) each given the slack up to its deadline and improved by
         exchanges. Plans using a dominated option are returned unchanged."""
         picks = self.position[np.arange(plans.shape[1])[None, :], plans]
@@ -263,10 +282,17 @@ class _Rounder:
             better = K.reclaim_plans(
                 self.dag, self.times, self.costs, self.nopt, picks[ok],
                 np.asarray(deadlines, dtype=np.float64)[ok],
-                self.levels, self.decay, self.max_rounds, self.exchange_passes,
+                self.levels, self.decay, self.max_rounds,
+                self.exchange_passes if exchange_passes is None else exchange_passes,
             )  # fmt: skip
             out[ok] = self._options(better)
         return out
+
+    def exchange(
+        self, plans: npt.NDArray[np.uint8], deadlines: FloatArray, passes: int = 2
+    ) -> npt.NDArray[np.uint8]:
+        """``plans`` improved by up to ``passes`` passes of exchanges within their deadlines."""
+        return self.reclaim(plans, deadlines, exchange_passes=passes)
 
     def __call__(
         self, durations: FloatArray, deadline: float, jump: bool = True
@@ -295,6 +321,12 @@ def solve_problem(
     refine_rounds: int = 5,
     refine_batch: int = 64,
     target_gap: float = 2e-4,
+    hard_gap: float = 2.5e-3,
+    hard_rounds: int = 3,
+    hard_intervals: int = 8,
+    random_trials: int = 24,
+    polish_plans: int = 16,
+    seed: int = 0,
     rounding: dict[str, Any] | None = None,
 ) -> Frontier:
     """Compute the frontier of an :class:`EnergyProblem` (see the module docstring).
@@ -306,8 +338,14 @@ def solve_problem(
     the best there); each round takes the ``refine_batch`` intervals with the highest peaks
     (above ``target_gap``) and, at each one's middle, rounds the relaxed optimum twice (slack
     handed out in jumps, and one option at a time) and gives the interval's own plan the slack
-    up to it. Rounds stop once one no longer lowers the mean gap by 1 %. The Pareto set of
-    everything found is kept.
+    up to it. Rounds stop once one no longer lowers the mean gap by 1 %.
+
+    Intervals still peaking above ``hard_gap`` then get more effort: up to ``hard_rounds``
+    times, ``random_trials`` randomised roundings in the middle of each of the
+    ``hard_intervals`` worst (reproducible from ``seed``); then the plans of the
+    ``polish_plans`` worst are improved by exchanges (speed one node up to let others slow
+    down) within their own time and within the interval's end. The Pareto set of everything
+    found is kept.
     """
     rel = Relaxation.build(problem)
     dag = problem.dag
@@ -324,15 +362,17 @@ def solve_problem(
     bp_g = np.array([s.cost for s in steps])
     bp_d = np.stack([s.durations for s in steps])
 
-    def relaxed_at(deadline: float) -> FloatArray:
+    def relaxed_at(deadlines: FloatArray) -> FloatArray:
         # Between breakpoints the relaxed optimum moves linearly.
-        j = int(np.clip(np.searchsorted(bp_t, deadline, side="right") - 1, 0, len(bp_t) - 1))
-        if j + 1 >= len(bp_t) or deadline <= bp_t[j]:
-            return bp_d[j]
-        w = (deadline - bp_t[j]) / (bp_t[j + 1] - bp_t[j])
-        return (1 - w) * bp_d[j] + w * bp_d[j + 1]
+        j = np.clip(np.searchsorted(bp_t, deadlines, side="right") - 1, 0, len(bp_t) - 1)
+        k = np.minimum(j + 1, len(bp_t) - 1)
+        span = bp_t[k] - bp_t[j]
+        w = np.where(span > 0, (deadlines - bp_t[j]) / np.where(span > 0, span, 1.0), 0.0)
+        w = np.clip(w, 0.0, 1.0)[:, None]
+        return (1 - w) * bp_d[j] + w * bp_d[k]
 
     rounder = _Rounder(problem, rel, **(rounding or {}))
+    rng = np.random.default_rng(seed)
     # every distinct plan found, with its true time and energy
     seen: set[bytes] = set()
     found: list[npt.NDArray[np.uint8]] = []
@@ -371,34 +411,38 @@ def solve_problem(
         batched(rounder.round, bp_d[pick], bp_t[pick], np.ones(len(pick), dtype=bool))
         grid = np.linspace(t_min, t_max, 4096) if t_max > t_min else np.array([t_min])
         lb_grid = np.interp(grid, bp_t, bp_g) + pr * grid
-        last_mean = np.inf
-        for r in range(refine_rounds + 1):
+
+        def frontier_now() -> tuple[Any, ...]:
+            """All plans, their times and energies, the Pareto ones and each one's interval:
+            its end and the gap at its peak, just before the end (where this plan plus waiting
+            is still the best)."""
             allp = np.concatenate(found)
             times, energies = np.concatenate(found_t), np.concatenate(found_e)
             keep = _pareto(times, energies - pr * times)
-            if progress is not None:
-                progress(0.6 + 0.4 * (r + 1) / (refine_rounds + 1))
-            if r == refine_rounds:
-                break
-            # best energy at each grid deadline (the last kept plan that fits, waiting included)
             kt, kw = times[keep], (energies - pr * times)[keep]
+            ends = np.r_[kt[1:], t_max] if kt[-1] < t_max else kt[1:]
+            peak = (kw[: len(ends)] + pr * ends) / (np.interp(ends, bp_t, bp_g) + pr * ends) - 1
+            return allp, times, energies, keep, kt, kw, ends, peak
+
+        last_mean = np.inf
+        for r in range(refine_rounds):
+            allp, times, energies, keep, kt, kw, ends, peak = frontier_now()
+            if progress is not None:
+                progress(0.6 + 0.35 * r / refine_rounds)
+            # stop once a round no longer lowers the mean gap over a grid noticeably
             idx = np.searchsorted(kt, grid * (1 + 1e-12), side="right") - 1
             gap = np.where(idx >= 0, (kw[np.maximum(idx, 0)] + pr * grid) / lb_grid - 1, np.inf)
-            # stop once a round no longer lowers the mean gap noticeably
             mean_gap = float(np.mean(np.minimum(gap, 1.0)))
             if mean_gap > 0.99 * last_mean:
                 break
             last_mean = mean_gap
-            # The gap peaks just before each kept plan's time, where the previous plan (plus
-            # waiting) is still the best; split the worst of those intervals in the middle.
-            ends = np.r_[kt[1:], t_max] if kt[-1] < t_max else kt[1:]
-            peak = (kw[: len(ends)] + pr * ends) / (np.interp(ends, bp_t, bp_g) + pr * ends) - 1
+            # split the intervals with the highest peaks in the middle
             chosen = np.argsort(-peak, kind="stable")[:refine_batch]
             chosen = chosen[peak[chosen] > target_gap]
             if len(chosen) == 0:
                 break
             at = (kt[chosen] + ends[chosen]) / 2
-            relaxed = np.stack([relaxed_at(float(t)) for t in at])
+            relaxed = relaxed_at(at)
             batched(
                 rounder.round,
                 np.concatenate([relaxed, relaxed]),
@@ -407,6 +451,37 @@ def solve_problem(
             )
             # and the interval's own plan, given the slack up to the middle
             batched(rounder.reclaim, allp[keep[chosen]], at)
+        # Intervals still peaking above hard_gap: randomised roundings in their middles (each
+        # fractional node goes to the slower hull vertex past a random point of the way there,
+        # when it fits), for the worst few at a time.
+        for _ in range(hard_rounds):
+            allp, times, energies, keep, kt, kw, ends, peak = frontier_now()
+            hard = np.argsort(-peak, kind="stable")[:hard_intervals]
+            hard = hard[peak[hard] > hard_gap]
+            if len(hard) == 0 or random_trials == 0:
+                break
+            at = np.repeat((kt[hard] + ends[hard]) / 2, random_trials)
+            batched(
+                rounder.round,
+                relaxed_at(at * (1 - 0.003 * rng.random(len(at)))),
+                at,
+                np.ones(len(at), dtype=bool),
+                rng.random((len(at), problem.num_nodes)),
+            )
+        allp, times, energies, keep, kt, kw, ends, peak = frontier_now()
+        # Polish the plans of the intervals with the highest peaks by exchanges: within their own
+        # times (each kept exchange lowers the energy of the whole interval), and within the
+        # interval's end (a plan that only fits there once another node is sped up).
+        polish = np.argsort(-peak, kind="stable")[:polish_plans]
+        polish = polish[peak[polish] > hard_gap]
+        if len(polish):
+            plans = allp[keep[polish]]
+            batched(
+                rounder.exchange,
+                np.concatenate([plans, plans]),
+                np.r_[kt[polish], ends[polish] * (1 - 1e-9)],
+            )
+            allp, times, energies, keep, kt, kw, ends, peak = frontier_now()
 
     fastest = problem.evaluate(problem.max_frequency_plan())
     ft = times[keep]
