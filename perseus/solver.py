@@ -326,6 +326,7 @@ def solve_problem(
     hard_intervals: int = 8,
     random_trials: int = 24,
     polish_plans: int = 16,
+    polish_nodes: int = 4096,
     seed: int = 0,
     rounding: dict[str, Any] | None = None,
 ) -> Frontier:
@@ -344,8 +345,9 @@ def solve_problem(
     times, ``random_trials`` randomised roundings in the middle of each of the
     ``hard_intervals`` worst (reproducible from ``seed``); then the plans of the
     ``polish_plans`` worst are improved by exchanges (speed one node up to let others slow
-    down) within their own time and within the interval's end. The Pareto set of everything
-    found is kept.
+    down) within their own time and within the interval's end. A pass of exchanges costs
+    ``O(n^2)``, so at most ``polish_nodes // n`` plans are polished (at least one). The Pareto
+    set of everything found is kept.
     """
     rel = Relaxation.build(problem)
     dag = problem.dag
@@ -472,7 +474,9 @@ def solve_problem(
         # Polish the plans of the intervals with the highest peaks by exchanges: within their own
         # times (each kept exchange lowers the energy of the whole interval), and within the
         # interval's end (a plan that only fits there once another node is sped up).
-        polish = np.argsort(-peak, kind="stable")[:polish_plans]
+        # (a pass of exchanges costs O(n^2): fewer plans for larger problems)
+        polish_count = max(1, min(polish_plans, polish_nodes // problem.num_nodes))
+        polish = np.argsort(-peak, kind="stable")[:polish_count]
         polish = polish[peak[polish] > hard_gap]
         if len(polish):
             plans = allp[keep[polish]]
