@@ -348,7 +348,7 @@ def _top_rate(ts, cs, nopt):
 
 
 @njit(cache=True, nogil=True)
-def _reclaim(dag, ts, cs, nopt, deadline, levels, decay, jump, max_rounds, top, pick):
+def _reclaim(dag, ts, cs, nopt, deadline, levels, decay, jump, max_rounds, top, cap, pick):
     """Slow the nodes of a plan within ``deadline`` into its idle gaps (``pick`` in place).
 
     Alternates forward sweeps (latest finishes from the current plan; nodes in topological
@@ -356,7 +356,8 @@ def _reclaim(dag, ts, cs, nopt, deadline, levels, decay, jump, max_rounds, top, 
     slowest option that fits and saves at least the current price per second of extra time,
     until a sweep moves nothing; the price falls geometrically from ``top`` (see
     :func:`_top_rate`) over ``levels`` levels, so the steepest savings get the slack first
-    rather than whichever node comes first.
+    rather than whichever node comes first. No node is moved to an option slower than
+    ``cap[v]``.
     """
     topo, pred_ptr, pred_idx, succ_ptr, succ_idx = dag
     n = pick.shape[0]
@@ -377,7 +378,7 @@ def _reclaim(dag, ts, cs, nopt, deadline, levels, decay, jump, max_rounds, top, 
         best_rate = -1.0
         for v in range(n):
             p = pick[v]
-            room = lf[v] - es[v] + eps
+            room = min(lf[v] - es[v] + eps, cap[v])
             for j in range(p + 1, nopt[v]):
                 if ts[v, j] > room:
                     break
@@ -401,7 +402,8 @@ def _reclaim(dag, ts, cs, nopt, deadline, levels, decay, jump, max_rounds, top, 
                         u = pred_idx[q]
                         if fin[u] > st:
                             st = fin[u]
-                    p = _best_jump(ts, cs, v, nopt[v], pick[v], lf[v] - st + eps, theta, jump)
+                    lim = min(lf[v] - st + eps, cap[v])
+                    p = _best_jump(ts, cs, v, nopt[v], pick[v], lim, theta, jump)
                     if p != pick[v]:
                         pick[v] = p
                         cur[v] = ts[v, p]
@@ -417,7 +419,8 @@ def _reclaim(dag, ts, cs, nopt, deadline, levels, decay, jump, max_rounds, top, 
                         if lst[w] < end:
                             end = lst[w]
                     start = fin[v] - cur[v]
-                    p = _best_jump(ts, cs, v, nopt[v], pick[v], end - start + eps, theta, jump)
+                    lim = min(end - start + eps, cap[v])
+                    p = _best_jump(ts, cs, v, nopt[v], pick[v], lim, theta, jump)
                     if p != pick[v]:
                         pick[v] = p
                         cur[v] = ts[v, p]
@@ -449,17 +452,33 @@ def round_and_reclaim(
 
     ``ts``, ``cs`` and ``hs`` hold every node's Pareto options by increasing time (hence
     decreasing effective cost): their times, effective costs and whether each is a hull
-    vertex; ``nopt`` counts them. Each row is rounded (:func:`_round`), its slack reclaimed
-    (:func:`_reclaim`, options skipped over when ``jumps[r]``), then improved by up to
-    ``exchange_passes`` passes of :func:`_exchange`. Returns positions in those sorted options.
+    vertex; ``nopt`` counts them. Each row is rounded (:func:`_round`) and its slack reclaimed
+    (:func:`_reclaim`, options skipped over when ``jumps[r]``) twice: first no node beyond the
+    hull vertex at or above its relaxed duration (slack goes back where the relaxed optimum
+    spends time), then freely. Up to ``exchange_passes`` passes of :func:`_exchange` follow.
+    Returns positions in those sorted options.
     """
     k, n = durations.shape
     out = np.empty((k, n), np.int64)
     top = _top_rate(ts, cs, nopt)
+    free = np.full(n, np.inf)
+    cap = np.empty(n)
     for r in range(k):
         pick = out[r]
         _round(dag, ts, hs, nopt, durations[r], deadlines[r], up_at[r], pick)
-        _reclaim(dag, ts, cs, nopt, deadlines[r], levels, decay, jumps[r], max_rounds, top, pick)
+        # first only back up to the hull vertex above the relaxed duration, then freely
+        for v in range(n):
+            cap[v] = np.inf
+            for j in range(nopt[v]):
+                if hs[v, j] and ts[v, j] >= durations[r, v] * (1 - 1e-12):
+                    cap[v] = ts[v, j] * (1 + 1e-12)
+                    break
+        _reclaim(
+            dag, ts, cs, nopt, deadlines[r], levels, decay, jumps[r], max_rounds, top, cap, pick
+        )
+        _reclaim(
+            dag, ts, cs, nopt, deadlines[r], levels, decay, jumps[r], max_rounds, top, free, pick
+        )
         if exchange_passes > 0:
             _exchange(dag, ts, cs, nopt, deadlines[r], exchange_passes, pick)
     return out
@@ -471,8 +490,11 @@ def reclaim_plans(dag, ts, cs, nopt, picks, deadlines, levels, decay, max_rounds
     its deadline (:func:`_reclaim`) and improved by :func:`_exchange`."""
     out = picks.copy()
     top = _top_rate(ts, cs, nopt)
+    free = np.full(out.shape[1], np.inf)
     for r in range(out.shape[0]):
-        _reclaim(dag, ts, cs, nopt, deadlines[r], levels, decay, True, max_rounds, top, out[r])
+        _reclaim(
+            dag, ts, cs, nopt, deadlines[r], levels, decay, True, max_rounds, top, free, out[r]
+        )
         if exchange_passes > 0:
             _exchange(dag, ts, cs, nopt, deadlines[r], exchange_passes, out[r])
     return out

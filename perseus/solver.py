@@ -470,12 +470,12 @@ def solve_problem(
                 np.ones(len(at), dtype=bool),
                 rng.random((len(at), problem.num_nodes)),
             )
-        allp, times, energies, keep, kt, kw, ends, peak = frontier_now()
         # Polish the plans of the intervals with the highest peaks by exchanges: within their own
         # times (each kept exchange lowers the energy of the whole interval), and within the
         # interval's end (a plan that only fits there once another node is sped up).
         # (a pass of exchanges costs O(n^2): fewer plans for larger problems)
         polish_count = max(1, min(polish_plans, polish_nodes // problem.num_nodes))
+        allp, times, energies, keep, kt, kw, ends, peak = frontier_now()
         polish = np.argsort(-peak, kind="stable")[:polish_count]
         polish = polish[peak[polish] > hard_gap]
         if len(polish):

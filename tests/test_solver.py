@@ -12,7 +12,6 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -402,8 +401,7 @@ def test_random_tiny_instances_against_brute_force(
 #: A 2-stage, 1-microbatch chain (P = 0): stage 0's backward saves 6.2 J for 4.2 ms at 400 MHz,
 #: stage 1's forward 2.0 J for 1 ms. The relaxation shortens the cheaper-per-second backward
 #: first, so its breakpoints are (0.1927 s, 22.2 J), (0.1937 s, 20.2 J) and (0.1979 s, 14.0 J);
-#: the discrete plan with only the backward slowed (0.1969 s, 16.0 J) lies between them, and no
-#: rounding of a relaxed optimum gives it: it takes swapping which node is slowed.
+#: the discrete plan with only the backward slowed (0.1969 s, 16.0 J) lies between them.
 KNAPSACK_CSV = """stage,instruction,frequency,time,energy
 0,forward,1800,0.060,1.8
 0,backward,1800,0.0255,8.3
@@ -414,29 +412,32 @@ KNAPSACK_CSV = """stage,instruction,frequency,time,energy
 """
 
 
-def knapsack_frontier(**kwargs: Any) -> Frontier:
-    problem = EnergyProblem.build(parse_profile_csv(KNAPSACK_CSV), one_f_one_b(2, 1), 0.0)
-    return solve_problem(problem, **kwargs)
+def knapsack_problem() -> EnergyProblem:
+    return EnergyProblem.build(parse_profile_csv(KNAPSACK_CSV), one_f_one_b(2, 1), 0.0)
 
 
-def test_gap_between_breakpoints_is_reported_honestly() -> None:
-    """Without the exchange polish the plan between the breakpoints is missed; the bound shown
-    at its time is still below it."""
-    fr = knapsack_frontier(polish_plans=0)
-    assert fr.times == pytest.approx([0.1927, 0.1937, 0.1979])
-    assert fr.energies == pytest.approx([22.2, 20.2, 14.0])
-    best = 16.0  # only stage 0's backward at 400 MHz: 0.1969 s
-    bound = fr.lower_bound_at(0.1969)
-    assert bound == pytest.approx(20.2 - 6.2 * 3.2 / 4.2)
-    assert bound <= best <= fr.energy_at(0.1969)
-
-
-def test_exchange_finds_the_plan_between_breakpoints() -> None:
-    """Speeding stage 1's forward up frees the float stage 0's backward needs to slow down."""
-    fr = knapsack_frontier()
+def test_plan_between_breakpoints_is_found_and_its_bound_is_honest() -> None:
+    fr = solve_problem(knapsack_problem())
     assert fr.times == pytest.approx([0.1927, 0.1937, 0.1969, 0.1979])
     assert fr.energies == pytest.approx([22.2, 20.2, 16.0, 14.0])
-    assert fr.energy_at(0.1969) == pytest.approx(16.0)
+    # the bound between the breakpoints interpolates the relaxation, below the plan
+    assert fr.lower_bound_at(0.1969) == pytest.approx(20.2 - 6.2 * 3.2 / 4.2)
+    assert fr.lower_bound_at(0.1969) <= fr.energy_at(0.1969) == pytest.approx(16.0)
+
+
+def test_exchange_swaps_which_node_is_slowed() -> None:
+    """From the 0.1937 s plan (stage 1's forward slowed) with 4.1 ms to spare, slowing stage 0's
+    backward needs 4.2 ms: reclaiming cannot, an exchange (speed the forward back up) can."""
+    problem = knapsack_problem()
+    rounder = _Rounder(problem, Relaxation.build(problem))
+    fr = solve_problem(problem)
+    start = fr.plans[1][None, :]
+    assert problem.evaluate(start[0]).time == pytest.approx(0.1937)
+    deadline = np.array([0.1978])
+    assert np.array_equal(rounder.reclaim(start, deadline), start)
+    swapped = problem.evaluate(rounder.exchange(start, deadline)[0])
+    assert swapped.time == pytest.approx(0.1969)
+    assert swapped.energy == pytest.approx(16.0)
 
 
 #: What hypothesis shrank the "energy non-increasing up to min_energy_index" property to: a
