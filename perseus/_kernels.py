@@ -445,6 +445,8 @@ def round_and_reclaim(
     jumps,
     levels,
     decay,
+    free_levels,
+    free_decay,
     max_rounds,
     exchange_passes,
 ):
@@ -455,7 +457,8 @@ def round_and_reclaim(
     vertex; ``nopt`` counts them. Each row is rounded (:func:`_round`) and its slack reclaimed
     (:func:`_reclaim`, options skipped over when ``jumps[r]``) twice: first no node beyond the
     hull vertex at or above its relaxed duration (slack goes back where the relaxed optimum
-    spends time), then freely. Up to ``exchange_passes`` passes of :func:`_exchange` follow.
+    spends time; ``levels`` price levels falling by ``decay``), then freely (what is left, in
+    ``free_levels`` levels falling by ``free_decay``). Up to ``exchange_passes`` passes of :func:`_exchange` follow.
     Returns positions in those sorted options.
     """
     k, n = durations.shape
@@ -477,8 +480,9 @@ def round_and_reclaim(
             dag, ts, cs, nopt, deadlines[r], levels, decay, jumps[r], max_rounds, top, cap, pick
         )
         _reclaim(
-            dag, ts, cs, nopt, deadlines[r], levels, decay, jumps[r], max_rounds, top, free, pick
-        )
+            dag, ts, cs, nopt, deadlines[r], free_levels, free_decay, jumps[r], max_rounds, top,
+            free, pick,
+        )  # fmt: skip
         if exchange_passes > 0:
             _exchange(dag, ts, cs, nopt, deadlines[r], exchange_passes, pick)
     return out

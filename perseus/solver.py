@@ -218,6 +218,8 @@ class _Rounder:
         decay: float = 0.7,
         max_rounds: int = 8,
         exchange_passes: int = 0,
+        free_levels: int = 2,
+        free_decay: float = 0.2,
     ) -> None:
         times = np.where(rel.pareto, problem.times, np.inf)
         order = np.argsort(times, axis=1, kind="stable")
@@ -238,6 +240,8 @@ class _Rounder:
         self.max_rounds = max_rounds
         self.decay = decay
         self.exchange_passes = exchange_passes
+        self.free_levels = free_levels
+        self.free_decay = free_decay
         d = problem.dag
         self.dag = (d.topo, d.pred_ptr, d.pred_idx, d.succ_ptr, d.succ_idx)
 
@@ -263,7 +267,8 @@ class _Rounder:
             self.dag, self.times, self.costs, self.hull, self.nopt, durations,
             np.asarray(deadlines, dtype=np.float64), np.ascontiguousarray(up_at, dtype=np.float64),
             np.asarray(jumps, dtype=np.bool_),
-            self.levels, self.decay, self.max_rounds, self.exchange_passes,
+            self.levels, self.decay, self.free_levels, self.free_decay, self.max_rounds,
+            self.exchange_passes,
         )  # fmt: skip
         return self._options(picks)
 
@@ -337,9 +342,8 @@ def solve_problem(
     ``refine_rounds`` refinement rounds. Between two consecutive plans of the frontier the gap
     to the bound peaks just before the second one's time (the first plan plus waiting is still
     the best there); each round takes the ``refine_batch`` intervals with the highest peaks
-    (above ``target_gap``) and, at each one's middle, rounds the relaxed optimum twice (slack
-    handed out in jumps, and one option at a time) and gives the interval's own plan the slack
-    up to it. Rounds stop once one no longer lowers the mean gap by 1 %.
+    (above ``target_gap``) and, at each one's middle, rounds the relaxed optimum and gives the
+    interval's own plan the slack up to it. Rounds stop once one no longer lowers the mean gap by 1 %.
 
     Intervals still peaking above ``hard_gap`` then get more effort: up to ``hard_rounds``
     times, ``random_trials`` randomised roundings in the middle of each of the
@@ -444,13 +448,7 @@ def solve_problem(
             if len(chosen) == 0:
                 break
             at = (kt[chosen] + ends[chosen]) / 2
-            relaxed = relaxed_at(at)
-            batched(
-                rounder.round,
-                np.concatenate([relaxed, relaxed]),
-                np.r_[at, at],
-                np.r_[np.ones(len(at), dtype=bool), np.zeros(len(at), dtype=bool)],
-            )
+            batched(rounder.round, relaxed_at(at), at, np.ones(len(at), dtype=bool))
             # and the interval's own plan, given the slack up to the middle
             batched(rounder.reclaim, allp[keep[chosen]], at)
         # Intervals still peaking above hard_gap: randomised roundings in their middles (each
