@@ -34,6 +34,12 @@ TRAINER = textwrap.dedent(
 )
 
 
+def _default_sigint() -> None:
+    # A shell without job control starts background jobs with SIGINT ignored, and children
+    # inherit that; a trainer run from a terminal has the default handler (KeyboardInterrupt).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(mode, tmp_path):
     state = tmp_path / "gpu.json"
     proc = subprocess.Popen(
@@ -41,6 +47,7 @@ def start(mode, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_sigint,
     )
     return proc, state
 
