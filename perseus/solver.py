@@ -47,8 +47,9 @@ measurements and the Pareto set of (time, energy with waiting) is kept; each poi
 relaxed bound ``G(T) + P R T`` at its own time.
 
 Complexity: one step costs a warm-started max-flow on at most ``2n + 4`` vertices and a few
-``O(n + edges)`` longest-path passes; one rounding costs ``O(levels x (n + edges))``. All of it
-is compiled (numba, cached on disk); Python only orchestrates chunks of steps and candidates.
+``O(n + edges)`` longest-path passes; one rounding costs ``O(levels x (n + edges))``, one pass of
+exchanges ``O(n x (n + edges))`` (so only a few plans get them). All of it is compiled (numba,
+cached on disk); Python only orchestrates chunks of steps and batches of candidates.
 """
 
 from __future__ import annotations
