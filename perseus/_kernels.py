@@ -303,8 +303,10 @@ def _round(dag, ts, hs, nopt, d, deadline, up_at, pick):
     from the relaxed durations; since a node's descendants are still relaxed when it is
     rounded, any option that ends by that latest finish keeps the whole plan within the
     deadline. Time saved by rounding a node down is thus carried to later nodes, which may
-    round up. Each node goes to the nearer of the two hull vertices around its relaxed duration
-    (mixing those is what the relaxation does), if it fits.
+    round up. Each node goes to one of the two hull vertices around its relaxed duration
+    (mixing those is what the relaxation does): the slower one if it fits and the duration is
+    more than ``up_at[v]`` of the way to it (0.5: the nearer vertex; random: randomised
+    rounding), else the faster one.
     """
     topo, pred_ptr, pred_idx, succ_ptr, succ_idx = dag
     n = d.shape[0]
