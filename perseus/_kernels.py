@@ -38,6 +38,16 @@ def latest_finish(topo, succ_ptr, succ_idx, d, deadline):
 
 
 @njit(cache=True, nogil=True)
+def _ready(pred_ptr, pred_idx, fin, v):
+    """When node ``v`` can start: the latest finish ``fin`` among its predecessors."""
+    st = 0.0
+    for q in range(pred_ptr[v], pred_ptr[v + 1]):
+        if fin[pred_idx[q]] > st:
+            st = fin[pred_idx[q]]
+    return st
+
+
+@njit(cache=True, nogil=True)
 def _earliest_start_into(topo, pred_ptr, pred_idx, d, es):
     for v in topo:
         best = 0.0
@@ -296,7 +306,7 @@ def _best_jump(ts, cs, v, nopt, p, limit, theta, jump):
 
 
 @njit(cache=True, nogil=True)
-def _round(dag, ts, hs, nopt, d, deadline, up_at, pick):
+def _round(dag, ts, hs, nopt, d, deadline, up_at, pick, cap):
     """Round relaxed durations ``d`` to measured options within ``deadline`` (into ``pick``).
 
     Sweeps the nodes in topological order. The latest finish of every node is computed once
@@ -306,7 +316,8 @@ def _round(dag, ts, hs, nopt, d, deadline, up_at, pick):
     round up. Each node goes to one of the two hull vertices around its relaxed duration
     (mixing those is what the relaxation does): the slower one if it fits and the duration is
     more than ``up_at[v]`` of the way to it (0.5: the nearer vertex; random: randomised
-    rounding), else the faster one.
+    rounding), else the faster one. ``cap[v]`` gets the time of the hull vertex at or above
+    the relaxed duration, for :func:`_reclaim`.
     """
     topo, pred_ptr, pred_idx, succ_ptr, succ_idx = dag
     n = d.shape[0]
@@ -314,11 +325,7 @@ def _round(dag, ts, hs, nopt, d, deadline, up_at, pick):
     fin = np.zeros(n)
     eps = 1e-12 * deadline
     for v in topo:
-        st = 0.0
-        for q in range(pred_ptr[v], pred_ptr[v + 1]):
-            u = pred_idx[q]
-            if fin[u] > st:
-                st = fin[u]
+        st = _ready(pred_ptr, pred_idx, fin, v)
         window = lf[v] - st + eps
         p = 0
         up = -1
@@ -329,6 +336,12 @@ def _round(dag, ts, hs, nopt, d, deadline, up_at, pick):
                     p = j
                 elif up < 0:
                     up = j
+        if ts[v, p] >= d[v] * (1 - 1e-12):
+            cap[v] = ts[v, p] * (1 + 1e-12)  # the relaxed duration is a vertex
+        elif up >= 0:
+            cap[v] = ts[v, up] * (1 + 1e-12)
+        else:
+            cap[v] = np.inf
         if up >= 0:
             t_up = ts[v, up]
             if t_up <= window and d[v] - ts[v, p] > up_at[v] * (t_up - ts[v, p]):
@@ -399,11 +412,7 @@ def _reclaim(dag, ts, cs, nopt, deadline, levels, decay, jump, max_rounds, top, 
                 if rnd > 0:
                     _latest_finish_into(topo, succ_ptr, succ_idx, cur, deadline, lf)
                 for v in topo:
-                    st = 0.0
-                    for q in range(pred_ptr[v], pred_ptr[v + 1]):
-                        u = pred_idx[q]
-                        if fin[u] > st:
-                            st = fin[u]
+                    st = _ready(pred_ptr, pred_idx, fin, v)
                     lim = min(lf[v] - st + eps, cap[v])
                     p = _best_jump(ts, cs, v, nopt[v], pick[v], lim, theta, jump)
                     if p != pick[v]:
@@ -460,8 +469,8 @@ def round_and_reclaim(
     (:func:`_reclaim`, options skipped over when ``jumps[r]``) twice: first no node beyond the
     hull vertex at or above its relaxed duration (slack goes back where the relaxed optimum
     spends time; ``levels`` price levels falling by ``decay``), then freely (what is left, in
-    ``free_levels`` levels falling by ``free_decay``). Up to ``exchange_passes`` passes of :func:`_exchange` follow.
-    Returns positions in those sorted options.
+    ``free_levels`` levels falling by ``free_decay``). Up to ``exchange_passes`` passes of
+    :func:`_exchange` follow. Returns positions in those sorted options.
     """
     k, n = durations.shape
     out = np.empty((k, n), np.int64)
@@ -470,14 +479,8 @@ def round_and_reclaim(
     cap = np.empty(n)
     for r in range(k):
         pick = out[r]
-        _round(dag, ts, hs, nopt, durations[r], deadlines[r], up_at[r], pick)
+        _round(dag, ts, hs, nopt, durations[r], deadlines[r], up_at[r], pick, cap)
         # first only back up to the hull vertex above the relaxed duration, then freely
-        for v in range(n):
-            cap[v] = np.inf
-            for j in range(nopt[v]):
-                if hs[v, j] and ts[v, j] >= durations[r, v] * (1 - 1e-12):
-                    cap[v] = ts[v, j] * (1 + 1e-12)
-                    break
         _reclaim(
             dag, ts, cs, nopt, deadlines[r], levels, decay, jumps[r], max_rounds, top, cap, pick
         )
@@ -748,8 +751,6 @@ def _exchange(dag, ts, cs, nopt, deadline, max_passes, pick):
     lf = np.empty(n)
     undo_node = np.empty(n + 1, np.int64)
     undo_pick = np.empty(n + 1, np.int64)
-    # what each node lacks in float to move to its next option (inf: no slower option)
-    lack = np.empty(n)
     stale = True
     for _ in range(max_passes):
         improved = False
@@ -757,20 +758,21 @@ def _exchange(dag, ts, cs, nopt, deadline, max_passes, pick):
             if stale:
                 _earliest_start_into(topo, pred_ptr, pred_idx, cur, es)
                 _latest_finish_into(topo, succ_ptr, succ_idx, cur, deadline, lf)
-                lo1 = np.inf  # the two smallest lacks and who has the smallest
+                # the two smallest amounts of float a node lacks to move to its next option,
+                # and who lacks the smallest
+                lo1 = np.inf
                 lo2 = np.inf
                 who = -1
                 for v in range(n):
-                    p = pick[v]
-                    lack[v] = np.inf
-                    if p + 1 < nopt[v]:
-                        lack[v] = ts[v, p + 1] - (lf[v] - es[v])
-                    if lack[v] < lo1:
+                    if pick[v] + 1 >= nopt[v]:
+                        continue
+                    lack = ts[v, pick[v] + 1] - (lf[v] - es[v])
+                    if lack < lo1:
                         lo2 = lo1
-                        lo1 = lack[v]
+                        lo1 = lack
                         who = v
-                    elif lack[v] < lo2:
-                        lo2 = lack[v]
+                    elif lack < lo2:
+                        lo2 = lack
                 stale = False
             pa = pick[a]
             if pa == 0 or (lo2 if who == a else lo1) > ts[a, pa] - ts[a, pa - 1] + eps:
@@ -811,12 +813,11 @@ def _exchange(dag, ts, cs, nopt, deadline, max_passes, pick):
                 gain += bs
             if gain > 1e-12 * (abs(cs[a, 0]) + 1.0):
                 improved = True
+                stale = True  # the plan changed: so did every node's float
             else:
                 for k in range(nu - 1, -1, -1):
                     v = undo_node[k]
                     pick[v] = undo_pick[k]
                     cur[v] = ts[v, pick[v]]
-            # es/lf now describe a trial plan (or the kept one): recompute before the next
-            stale = True
         if not improved:
             break

@@ -279,8 +279,9 @@ class _Rounder:
         deadlines: FloatArray,
         exchange_passes: int | None = None,
     ) -> npt.NDArray[np.uint8]:
-        """``plans`` (option indices) each given the slack up to its deadline and improved by
-        exchanges. Plans using a dominated option are returned unchanged."""
+        """``plans`` (option indices) each given the slack up to its deadline, then improved by
+        ``exchange_passes`` passes of exchanges (default: the rounder's, none unless set).
+        Plans using a dominated option are returned unchanged."""
         picks = self.position[np.arange(plans.shape[1])[None, :], plans]
         ok = (picks >= 0).all(axis=1)
         out = plans.copy()
@@ -297,7 +298,8 @@ class _Rounder:
     def exchange(
         self, plans: npt.NDArray[np.uint8], deadlines: FloatArray, passes: int = 2
     ) -> npt.NDArray[np.uint8]:
-        """``plans`` improved by up to ``passes`` passes of exchanges within their deadlines."""
+        """``plans`` given the slack up to their deadlines, then improved by up to ``passes``
+        passes of exchanges within them."""
         return self.reclaim(plans, deadlines, exchange_passes=passes)
 
     def __call__(
