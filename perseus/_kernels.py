@@ -18,6 +18,7 @@ __all__ = [
     "relaxed_chunk",
     "round_and_reclaim",
     "reclaim_plans",
+    "search_plans",
 ]
 
 
@@ -821,3 +822,161 @@ def _exchange(dag, ts, cs, nopt, deadline, max_passes, pick):
                     cur[v] = ts[v, pick[v]]
         if not improved:
             break
+
+
+@njit(cache=True, nogil=True)
+def _repair(dag, ts, cs, deadline, forced, pick, cur, es, lf):
+    """Speed nodes of a plan that overruns ``deadline`` up until it fits (``pick``/``cur`` in
+    place); nodes with ``forced`` set stay as they are. Each step follows one longest path back
+    from its end and, on it, moves the node whose next faster option costs least per second
+    saved, far enough to cover the overrun if it can. Returns whether the plan fits. (``lf`` is
+    scratch space.)"""
+    topo, pred_ptr, pred_idx, succ_ptr, succ_idx = dag
+    n = pick.shape[0]
+    eps = 1e-12 * deadline
+    while True:
+        _earliest_start_into(topo, pred_ptr, pred_idx, cur, es)
+        end = -1
+        t_end = -np.inf
+        for v in range(n):
+            if es[v] + cur[v] > t_end:
+                t_end = es[v] + cur[v]
+                end = v
+        over = t_end - deadline
+        if over <= eps:
+            return True
+        best = -1
+        best_rate = np.inf
+        v = end
+        while v >= 0:
+            p = pick[v]
+            if not forced[v] and p > 0:
+                r = (cs[v, p - 1] - cs[v, p]) / (ts[v, p] - ts[v, p - 1])
+                if r < best_rate:
+                    best_rate = r
+                    best = v
+            # the predecessor this node waited for
+            u = -1
+            for q in range(pred_ptr[v], pred_ptr[v + 1]):
+                w = pred_idx[q]
+                if es[w] + cur[w] >= es[v] - eps:
+                    u = w
+                    break
+            v = u
+        if best < 0:
+            return False
+        p = pick[best] - 1
+        while p > 0 and ts[best, pick[best]] - ts[best, p] < over - eps:
+            p -= 1
+        pick[best] = p
+        cur[best] = ts[best, p]
+
+
+@njit(cache=True, nogil=True)
+def _plan_cost(cs, pick):
+    total = 0.0
+    for v in range(pick.shape[0]):
+        total += cs[v, pick[v]]
+    return total
+
+
+@njit(cache=True, nogil=True)
+def _search(dag, ts, cs, nopt, rank_ptr, deadline, iters, top, pick):
+    """Large-neighbourhood search on a plan within ``deadline`` (``pick`` in place; the caller
+    seeds numba's generator). Each of ``iters`` trials perturbs a copy of the plan, reclaims its
+    slack (:func:`_reclaim`, with a random price schedule) and keeps it when its energy is lower.
+    Half the trials slow instructions down and repair the overrun by speeding up others
+    (:func:`_repair`): 1-4 consecutive instructions of one rank by 1-5 options each, or a band
+    across the pipeline (on every rank, the instruction running at one random moment) by the
+    same 1-5 options. The rest speed instructions up by 1-3 options, freeing time to hand out
+    afresh: those running in a random window of up to 5 % of the deadline, a run on one rank,
+    or a scattered few. ``rank_ptr`` delimits each rank's instructions (numbered rank by rank,
+    in execution order). Returns the plan's total effective cost."""
+    n = pick.shape[0]
+    ranks = rank_ptr.shape[0] - 1
+    free = np.full(n, np.inf)
+    cand = pick.copy()
+    cur = np.empty(n)
+    es = np.empty(n)
+    lf = np.empty(n)
+    forced = np.zeros(n, np.bool_)
+    best = _plan_cost(cs, pick)
+    for _trial in range(iters):
+        cand[:] = pick
+        r = np.random.randint(ranks)
+        a, b = rank_ptr[r], rank_ptr[r + 1]
+        if b == a:
+            continue
+        u = np.random.random()
+        if u < 0.5:
+            if u < 0.25:
+                # a run of 1-4 instructions on one rank
+                w = np.random.randint(1, min(4, b - a) + 1)
+                s = np.random.randint(a, b - w + 1)
+                for v in range(s, s + w):
+                    cand[v] = min(cand[v] + np.random.randint(1, 6), nopt[v] - 1)
+                    forced[v] = True
+            else:
+                # a band across the pipeline: on every rank, what runs at one moment
+                for v in range(n):
+                    cur[v] = ts[v, cand[v]]
+                _earliest_start_into(dag[0], dag[1], dag[2], cur, es)
+                at = deadline * np.random.random()
+                k = np.random.randint(1, 6)
+                q0 = np.random.randint(ranks)
+                q1 = np.random.randint(q0, ranks) + 1
+                for q in range(q0, q1):
+                    for v in range(rank_ptr[q], rank_ptr[q + 1]):
+                        if es[v] + cur[v] > at:
+                            cand[v] = min(cand[v] + k, nopt[v] - 1)
+                            forced[v] = True
+                            break
+            for v in range(n):
+                cur[v] = ts[v, cand[v]]
+            ok = _repair(dag, ts, cs, deadline, forced, cand, cur, es, lf)
+            forced[:] = False
+            if not ok:
+                continue
+        elif u < 0.625:
+            # speed up a band across the pipeline
+            for v in range(n):
+                cur[v] = ts[v, cand[v]]
+            _earliest_start_into(dag[0], dag[1], dag[2], cur, es)
+            at = deadline * np.random.random()
+            span = deadline * 0.05 * np.random.random()
+            for v in range(n):
+                if es[v] + cur[v] > at and es[v] < at + span:
+                    cand[v] = max(cand[v] - np.random.randint(1, 4), 0)
+        elif u < 0.75:
+            w = np.random.randint(2, max(3, (b - a) // 2))
+            s = np.random.randint(a, max(a + 1, b - w + 1))
+            for v in range(s, min(s + w, b)):
+                cand[v] = max(cand[v] - np.random.randint(1, 4), 0)
+        else:
+            for _k in range(np.random.randint(2, max(3, n // 8))):
+                v = np.random.randint(n)
+                cand[v] = max(cand[v] - np.random.randint(1, 4), 0)
+        levels = np.random.randint(4, 16)
+        decay = 0.5 + 0.4 * np.random.random()
+        _reclaim(dag, ts, cs, nopt, deadline, levels, decay, True, 8, top, free, cand)
+        c = _plan_cost(cs, cand)
+        if c < best - 1e-12 * abs(best):
+            best = c
+            pick[:] = cand
+    return best
+
+
+@njit(cache=True, nogil=True)
+def search_plans(dag, ts, cs, nopt, rank_ptr, picks, deadlines, iters, seeds, levels, decay):
+    """Rows of ``picks`` (plans as positions in the sorted options) each given the slack up to
+    its deadline (:func:`_reclaim`) and then improved by :func:`_search` (``iters`` trials,
+    numba's generator seeded with ``seeds[r]`` for row ``r``, so results do not depend on how
+    rows are split over threads)."""
+    out = picks.copy()
+    top = _top_rate(ts, cs, nopt)
+    free = np.full(out.shape[1], np.inf)
+    for r in range(out.shape[0]):
+        _reclaim(dag, ts, cs, nopt, deadlines[r], levels, decay, True, 8, top, free, out[r])
+        np.random.seed(seeds[r])
+        _search(dag, ts, cs, nopt, rank_ptr, deadlines[r], iters, top, out[r])
+    return out

@@ -12,6 +12,7 @@ __all__ = [
     "ProfileError",
     "ScheduleError",
     "InfeasibleError",
+    "OptionError",
     "SolverCancelled",
 ]
 
@@ -46,6 +47,10 @@ class ScheduleError(PerseusError, ValueError):
 
 class InfeasibleError(PerseusError, ValueError):
     """No plan on the frontier meets the requested deadline, slowdown or energy budget."""
+
+
+class OptionError(PerseusError, ValueError):
+    """An option of a computation is out of range (the message names it)."""
 
 
 class SolverCancelled(PerseusError):

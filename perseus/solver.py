@@ -42,8 +42,11 @@ between found plans where the gap to the bound peaks highest, and those interval
 given the slack up to there. Where the gap stays high, randomised roundings (each node rounded up
 past a random fraction of the way to the slower vertex) and a local search of exchanges (speed
 one node up by one option, hand the float that frees to the moves that save most; keep it if it
-saves overall) search further. Every candidate is re-evaluated exactly from the
-measurements and the Pareto set of (time, energy with waiting) is kept; each point reports the
+saves overall) search further. The zero-slowdown plan, if still that far from the bound, gets
+a large-neighbourhood search (ruin and recreate: slow instructions down, on one rank or in a
+band across the pipeline, and repair the overrun along the longest path; or speed some up;
+then reclaim the slack, keeping the result if it saves energy). Every candidate is
+re-evaluated exactly from the measurements and the Pareto set of (time, energy with waiting) is kept; each point reports the
 relaxed bound ``G(T) + P R T`` at its own time.
 
 Complexity: one step costs a warm-started max-flow on at most ``2n + 4`` vertices and a few
@@ -64,7 +67,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perseus import _kernels as K
-from perseus.errors import SolverCancelled
+from perseus.errors import OptionError, SolverCancelled
 from perseus.frontier import Frontier
 from perseus.problem import EnergyProblem
 from perseus.profiles import Profile, lower_hull_indices, pareto_indices
@@ -83,6 +86,9 @@ IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
 _INT_INF = 1 << 60  # "infinite" capacity; all finite capacities together stay below 2**52
+#: Independent searches of the zero-slowdown plan with ``effort > 0`` (a fixed number, so the
+#: result does not depend on the machine's cores).
+SEARCH_STARTS = 2
 
 
 @dataclass(frozen=True, eq=False)
@@ -245,6 +251,8 @@ class _Rounder:
         self.free_decay = free_decay
         d = problem.dag
         self.dag = (d.topo, d.pred_ptr, d.pred_idx, d.succ_ptr, d.succ_idx)
+        # nodes are numbered rank by rank: where each rank's run starts
+        self.rank_ptr = np.searchsorted(d.rank, np.arange(d.num_ranks + 1)).astype(np.int64)
 
     def _options(self, picks: IntArray) -> npt.NDArray[np.uint8]:
         return self.order[np.arange(picks.shape[1])[None, :], picks].astype(np.uint8)
@@ -302,6 +310,24 @@ class _Rounder:
         passes of exchanges within them."""
         return self.reclaim(plans, deadlines, exchange_passes=passes)
 
+    def search(
+        self, plans: npt.NDArray[np.uint8], deadlines: FloatArray, seeds: IntArray, iters: int
+    ) -> npt.NDArray[np.uint8]:
+        """``plans`` given the slack up to their deadlines, then improved by ``iters`` trials of
+        a large-neighbourhood search each (seeded by ``seeds``). Plans using a dominated option
+        are returned unchanged."""
+        picks = self.position[np.arange(plans.shape[1])[None, :], plans]
+        ok = (picks >= 0).all(axis=1)
+        out = plans.copy()
+        if ok.any():
+            better = K.search_plans(
+                self.dag, self.times, self.costs, self.nopt, self.rank_ptr, picks[ok],
+                np.asarray(deadlines, dtype=np.float64)[ok], iters,
+                np.asarray(seeds, dtype=np.int64)[ok], self.levels, self.decay,
+            )  # fmt: skip
+            out[ok] = self._options(better)
+        return out
+
     def __call__(
         self, durations: FloatArray, deadline: float, jump: bool = True
     ) -> npt.NDArray[np.uint8]:
@@ -335,6 +361,9 @@ def solve_problem(
     random_trials: int = 24,
     polish_plans: int = 16,
     polish_nodes: int = 4096,
+    effort: float = 1.0,
+    search_work: int = 400_000,
+    search_intervals: int = 16,
     seed: int = 0,
     rounding: dict[str, Any] | None = None,
 ) -> Frontier:
@@ -355,7 +384,18 @@ def solve_problem(
     down) within their own time and within the interval's end. A pass of exchanges costs
     ``O(n^2)``, so at most ``polish_nodes // n`` plans are polished (at least one). The Pareto
     set of everything found is kept.
+
+    Then, when the fastest plan's own gap is above ``hard_gap`` too, that plan (the
+    zero-slowdown one, what a pipeline without stragglers runs) gets a large-neighbourhood
+    search within its own time: :data:`SEARCH_STARTS` independently seeded searches of
+    ``effort * search_work // n`` trials each. Each whole unit of ``effort`` past 1 adds a round
+    of searches (``search_work // n`` trials each) on the plans of the ``search_intervals``
+    intervals with the highest peaks above ``hard_gap``, within their own times. ``effort=0``
+    skips all searching. On this machine's two cores, the default costs about 0.1 s for 192
+    instructions; each further unit about 1-2 s. Everything stays reproducible from ``seed``.
     """
+    if not (np.isfinite(effort) and effort >= 0):
+        raise OptionError(f"effort: must be a finite number >= 0, got {effort!r}")
     rel = Relaxation.build(problem)
     dag = problem.dag
     pr = problem.blocking_power * dag.num_ranks
@@ -471,6 +511,55 @@ def solve_problem(
                 np.ones(len(at), dtype=bool),
                 rng.random((len(at), problem.num_nodes)),
             )
+        # A large-neighbourhood search on the fastest plan within its own time (the
+        # zero-slowdown plan: what a pipeline without stragglers runs): SEARCH_STARTS
+        # independently seeded searches side by side, in chunks so that cancelling is heard.
+        allp, times, energies, keep, kt, kw, ends, peak = frontier_now()
+        first_gap = (kw[0] + pr * kt[0]) / (np.interp(kt[0], bp_t, bp_g) + pr * kt[0]) - 1
+        if effort > 0 and first_gap > hard_gap:
+            total = max(1, int(effort * search_work) // problem.num_nodes)
+            chunk = max(1, search_work // (2 * problem.num_nodes))
+            plans = np.repeat(allp[keep[:1]], SEARCH_STARTS, axis=0)
+            deadline = np.array([kt[0]])
+            done = 0
+            while done < total:
+                if cancel is not None and cancel():
+                    raise SolverCancelled("frontier computation cancelled")
+                k = min(chunk, total - done)
+                seeds = rng.integers(0, 2**31, SEARCH_STARTS)
+                rows = [slice(i, i + 1) for i in range(SEARCH_STARTS)]
+                runs = pool.map(
+                    rounder.search,
+                    [plans[r] for r in rows],
+                    [deadline] * SEARCH_STARTS,
+                    [seeds[r] for r in rows],
+                    [k] * SEARCH_STARTS,
+                )
+                plans = np.concatenate(list(runs))
+                add(plans)
+                done += k
+                if progress is not None:
+                    progress(0.95 + 0.02 * done / total)
+        # Each whole unit of effort past the first: a round of searches on the plans of the
+        # search_intervals intervals with the highest peaks, each within its own time (a
+        # better plan there lowers its whole interval).
+        rounds = max(0, int(effort) - 1)
+        interval_trials = max(1, search_work // problem.num_nodes)
+
+        def search_intervals_rows(p: Any, d: Any, s: Any) -> npt.NDArray[np.uint8]:
+            return rounder.search(p, d, s, interval_trials)
+
+        for r in range(rounds):
+            if progress is not None:
+                progress(0.97 + 0.02 * r / rounds)
+            allp, times, energies, keep, kt, kw, ends, peak = frontier_now()
+            hard = np.argsort(-peak, kind="stable")[:search_intervals]
+            hard = hard[peak[hard] > hard_gap]
+            if len(hard) == 0:
+                break
+            batched(
+                search_intervals_rows, allp[keep[hard]], kt[hard], rng.integers(0, 2**31, len(hard))
+            )
         # Polish the plans of the intervals with the highest peaks by exchanges: within their own
         # times (each kept exchange lowers the energy of the whole interval), and within the
         # interval's end (a plan that only fits there once another node is sped up).
@@ -518,6 +607,7 @@ def solve_frontier(
     *,
     progress: Callable[[float], None] | None = None,
     cancel: Callable[[], bool] | None = None,
+    effort: float = 1.0,
 ) -> Frontier:
     """The time-energy frontier of ``schedule`` on ``profile`` (see the module docstring).
 
@@ -527,6 +617,8 @@ def solve_frontier(
         blocking_power: watts a GPU draws while waiting on the pipeline.
         progress: called with the fraction done (0..1) now and then.
         cancel: polled between steps; returning ``True`` raises :class:`SolverCancelled`.
+        effort: how hard to search where plans are furthest from the bound (1: the
+            zero-slowdown plan; 0: no search; see :func:`solve_problem`).
     """
     problem = EnergyProblem.build(profile, schedule, blocking_power)
-    return solve_problem(problem, progress=progress, cancel=cancel)
+    return solve_problem(problem, progress=progress, cancel=cancel, effort=effort)

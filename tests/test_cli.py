@@ -89,6 +89,8 @@ def test_plot_redraws_a_saved_frontier(profile_csv: Path, tmp_path: Path) -> Non
          ["--stages", "2", "--microbatches", "2"], "field 'stages'"),
         ("stage,instruction,frequency,time,energy\n0,forward,1410,0.05,20\n0,backward,1410,0.1,40\n",
          ["--stages", "1", "--microbatches", "0"], "microbatches"),
+        ("stage,instruction,frequency,time,energy\n0,forward,1410,0.05,20\n0,backward,1410,0.1,40\n",
+         ["--stages", "1", "--microbatches", "2", "--effort", "-1"], "effort: must be"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2(

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lp_reference import LPRelaxation
 
-from perseus.errors import SolverCancelled
+from perseus.errors import OptionError, SolverCancelled
 from perseus.frontier import Frontier
 from perseus.problem import EnergyProblem
 from perseus.profiles import Profile, load_profile, parse_profile_csv, parse_profile_json
@@ -28,6 +28,8 @@ from perseus.solver import Relaxation, _Rounder, relaxed_frontier, solve_frontie
 
 P_A100 = 83.64
 A100_CSV = Path(__file__).resolve().parent.parent / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"
+A40_CSV = A100_CSV.with_name("gpt3-175b_a40_8stage.csv")
+P_A40 = 70.38
 REL = 1e-9
 
 
@@ -440,6 +442,18 @@ def test_exchange_swaps_which_node_is_slowed() -> None:
     assert swapped.energy == pytest.approx(16.0)
 
 
+def test_search_finds_the_plan_only_an_exchange_reaches() -> None:
+    """The large-neighbourhood search gets there too, from any seed: one of its trials slows
+    stage 0's backward and repairs the overrun by speeding the forward back up."""
+    problem = knapsack_problem()
+    rounder = _Rounder(problem, Relaxation.build(problem))
+    start = solve_problem(problem).plans[1][None, :]
+    for seed in range(4):
+        found = problem.evaluate(rounder.search(start, np.array([0.1978]), np.array([seed]), 50)[0])
+        assert found.time == pytest.approx(0.1969)
+        assert found.energy == pytest.approx(16.0)
+
+
 #: What hypothesis shrank the "energy non-increasing up to min_energy_index" property to: a
 #: 3-stage GPipe pipeline with one microbatch is a chain of 6 ops; stage 1's forward has a slower
 #: option at a higher energy that is cheaper in effective cost at 31 W of blocking power.
@@ -489,8 +503,8 @@ def test_rounding_reclaim_and_exchange_keep_every_plan_within_its_deadline(
     instance: tuple[Profile, Schedule, float], seed: int
 ) -> None:
     """Rounded plans (nearest-vertex and randomised) meet the relaxed optimum's time and use
-    only undominated measured options; giving a plan more slack, or exchanging, never raises
-    its energy at the deadline (waiting included) and keeps it within the deadline."""
+    only undominated measured options; giving a plan more slack, exchanging or searching never
+    raises its energy at the deadline (waiting included) and keeps it within the deadline."""
     profile, schedule, power = instance
     problem = EnergyProblem.build(profile, schedule, power)
     rel = Relaxation.build(problem)
@@ -508,7 +522,12 @@ def test_rounding_reclaim_and_exchange_keep_every_plan_within_its_deadline(
         assert np.all(rel.pareto[nodes, plans])
     later = times * (1 + 0.05 * rng.random(len(times)))
     before = energies + pr * (later - times)
-    for better in (rounder.reclaim(plans, later), rounder.exchange(plans, later)):
+    seeds = rng.integers(0, 2**31, len(plans))
+    for better in (
+        rounder.reclaim(plans, later),
+        rounder.exchange(plans, later),
+        rounder.search(plans, later, seeds, 20),
+    ):
         t2, e2 = problem.evaluate_many(better)
         assert np.all(t2 <= later * (1 + 1e-9))
         assert np.all(e2 + pr * (later - t2) <= before + 1e-9 * np.abs(before))
@@ -522,6 +541,31 @@ def test_solve_is_reproducible(slice_profile) -> None:
     problem = EnergyProblem.build(profile, one_f_one_b(4, 6), P_A100)
     a, b = solve_problem(problem, hard_gap=0.0), solve_problem(problem, hard_gap=0.0)
     assert np.array_equal(a.times, b.times) and np.array_equal(a.plans, b.plans)
+
+
+def test_search_improves_the_zero_slowdown_plan_reproducibly() -> None:
+    """A40, 8 stages x 8 microbatches (rounding leaves the fastest plan 0.32 % above the bound):
+    the default search lowers its energy at the same (no-slowdown) iteration time, more effort
+    lowers it further, and the seeded search gives the same frontier every time."""
+    problem = EnergyProblem.build(load_profile(A40_CSV), one_f_one_b(8, 8), P_A40)
+    plain = solve_problem(problem, effort=0)
+    a, b = solve_problem(problem), solve_problem(problem)
+    harder = solve_problem(problem, effort=3)
+    assert a.times[0] <= a.max_frequency_time * (1 + 1e-12)
+    assert a.lower_bounds[0] == pytest.approx(plain.lower_bounds[0])
+    assert harder.energies[0] <= a.energies[0] < plain.energies[0] - 1.0  # joules, at T0
+    assert np.array_equal(a.plans, b.plans) and np.array_equal(a.energies, b.energies)
+    assert problem.evaluate(a.plans[0]).energy == pytest.approx(a.energies[0])
+    # the extra rounds find better plans for the worst stretches of the frontier, past T0
+    no_rounds = solve_problem(problem, effort=3, search_intervals=0)
+    grid = np.linspace(a.times[0], 1.05 * a.times[0], 400)[1:]
+    assert min(harder.energy_at(t) - no_rounds.energy_at(t) for t in grid) < -1.0
+
+
+@pytest.mark.parametrize("effort", [-1.0, float("nan"), float("inf")])
+def test_bad_effort_is_rejected_by_name(effort: float) -> None:
+    with pytest.raises(OptionError, match="effort"):
+        solve_problem(knapsack_problem(), effort=effort)
 
 
 # --- progress and cancellation ---------------------------------------------------------------
