@@ -7,8 +7,9 @@ profile exactly (communication, launch overheads), and that overhead is common t
 so ratios are compared against the job's *calibration* ``c``: the smallest, over the pipelines, of
 the median of their last few ratios (the healthiest pipeline's overhead; 1 before any report).
 A pipeline is a straggler when its ratio exceeds ``c * (1 + threshold)`` (default 5 %) for
-``consecutive`` iterations in a row (default 3); its observed time T' is the mean of those
-iterations (``T' / c`` on the profile's time axis). It recovers when ``consecutive`` iterations
+``consecutive`` iterations in a row (default 3); its observed time T' is the median of those
+iterations (``T' / c`` on the profile's time axis): the first of them often straddles the moment
+the pipeline slowed down, and the median does not let it drag T' below the new pace. It recovers when ``consecutive`` iterations
 in a row are below the straggler threshold and their mean ratio is within ``c * (1 + recovery)``
 (default 2 %). Only iterations run under the currently deployed plan version are counted.
 If every pipeline slows down alike, none is a straggler: nobody waits for anybody.
@@ -83,7 +84,7 @@ class StragglerDetector:
         else:
             slow.clear()
             fast.append(ratio)
-        t_prime = sum(slow) / len(slow) if slow else 0.0
+        t_prime = statistics.median(slow) if slow else 0.0
         if not flagged and len(slow) >= n:
             return "slow", t_prime
         if flagged and len(fast) >= n and sum(fast) / len(fast) <= c * (1 + s.recovery):

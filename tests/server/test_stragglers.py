@@ -7,6 +7,7 @@ import pytest
 
 from perseus_client.proto import perseus_pb2 as pb
 from perseus_client.proto import perseus_pb2_grpc as pb_grpc
+from perseus_server.stragglers import StragglerDetector
 
 from .conftest import BLOCKING_A40, problem_field, register, solved_job
 
@@ -123,3 +124,16 @@ def test_detection_settings(http: httpx.Client, job: str) -> None:
         "consecutive": 5,
         "recovery": 0.05,
     }
+
+
+def test_t_prime_is_not_dragged_down_by_the_iteration_that_straddles_the_slowdown() -> None:
+    """The first slow iteration often ran partly at the old pace: T' is the straggler's new
+    pace (the median of the slow iterations), not their mean."""
+    det = StragglerDetector()
+    for _ in range(5):
+        assert det.observe(1, 1.0, 1.0, False) == (None, 0.0)
+        det.observe(0, 1.0, 1.0, False)
+    assert det.observe(1, 1.1, 1.0, False)[0] is None
+    assert det.observe(1, 1.25, 1.0, False)[0] is None
+    event, t_prime = det.observe(1, 1.26, 1.0, False)
+    assert event == "slow" and t_prime == pytest.approx(1.25)
