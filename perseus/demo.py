@@ -28,6 +28,14 @@ Prints a table per phase and the server's replanning log; writes ``demo.png`` (t
 the plans each phase ran, and a per-rank timeline of one step of phases 2 and 3 coloured by
 clock), ``results.json`` and the rank logs to ``--output``. ``--json`` prints the results as JSON
 on stdout instead of the tables.
+
+Exits with status 1 when a promise is missed: phase 2 slower than max clocks by over 1 % or its
+saving off the frontier's prediction by over 2 points; no replan in phase 3, or one so late that
+fewer than two steady steps are left to measure; the healthy pipeline over 2 % slower than T';
+no saving while waiting; no return to the default plan in phase 4 in time to measure it. (The
+detector needs ``consecutive`` slow or recovered iterations in a row, 3 by default: one step
+that another process on the machine holds up restarts the count, so how many steps a replan
+takes varies from run to run on a busy machine.)
 """
 
 from __future__ import annotations
@@ -407,19 +415,26 @@ def analyse(
         "phase3_job_energy": p3["energy"],
         "phase3_max_clock_energy": p3["baseline_energy"],
         "phase4_restored_after": restore_at,
+        # the latest step a replan may take effect and still leave two steady steps to measure
+        "latest_change": n - 3,
     }
-    checks["ok"] = bool(
+    promises = {
         # the promise is no slowdown; a faster phase 2 only means phase 1 was held up
-        checks["phase2_time_ratio"] - 1 <= 0.01
-        and p2["saving"] > 0
-        and abs(p2["saving"] - checks["phase2_predicted_saving"]) <= 0.02
-        and replan_at is not None
-        and replan_at <= 5
-        and checks["phase3_healthy_time_ratio"] - 1 <= 0.02
-        and p3["energy"] < p3["baseline_energy"]
-        and restore_at is not None
-        and restore_at <= 5
-    )
+        "phase 2 no more than 1 % slower than max clocks": checks["phase2_time_ratio"] - 1 <= 0.01,
+        "phase 2 saves energy": p2["saving"] > 0,
+        "phase 2 saving within 2 points of the frontier's prediction": abs(
+            p2["saving"] - checks["phase2_predicted_saving"]
+        )
+        <= 0.02,
+        f"phase 3 replanned by step {n - 3}": replan_at is not None and replan_at <= n - 3,
+        "phase 3 healthy pipeline within 2 % of T'": checks["phase3_healthy_time_ratio"] - 1
+        <= 0.02,
+        "phase 3 saves energy while waiting": p3["energy"] < p3["baseline_energy"],
+        f"phase 4 back to the default plan by step {n - 3}": restore_at is not None
+        and restore_at <= n - 3,
+    }
+    checks["missed"] = [name for name, kept in promises.items() if not kept]
+    checks["ok"] = not checks["missed"]
     steps_out = {ph: {str(p): data[ph][p] for p in range(pipelines)} for ph in PHASES}
     return {"phases": phases, "checks": checks, "steps": steps_out}
 
@@ -672,6 +687,8 @@ def _report(res: dict[str, Any]) -> str:
         f"per step vs {c['phase3_max_clock_energy']:.1f} J at max clocks while waiting."
     )
     lines.append(f"Phase 4: back to the default plan after {c['phase4_restored_after']} step(s).")
+    if c["missed"]:
+        lines.append("MISSED: " + "; ".join(c["missed"]) + ".")
     lines.append(
         f"Wall time {res['wall_seconds']['total']:.0f} s. Wrote {res.get('png')} and "
         f"{res['output']}/results.json."

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from perseus.demo import analyse
 from perseus.demo import main as demo_main
 
 
@@ -84,3 +85,54 @@ def test_bad_options_name_the_option(tmp_path: Path, capsys: pytest.CaptureFixtu
     ):
         assert demo_main([*argv, "--output", str(tmp_path)]) == 2
         assert name in capsys.readouterr().err
+
+
+def _records(restore_at: int | None, n: int = 8) -> list[dict[str, Any]]:
+    """Two one-stage pipelines through the four phases. Frontier: point 0 (1.0 s, 90 J, the
+    default) and point 1 (1.2 s, 80 J); pipeline 1 straggles by 20 % in phase 3, pipeline 0
+    moves to point 1 from step 2 and back to point 0 at step ``restore_at`` of phase 4."""
+
+    def step(phase: str, t: float, e: float, expected: float | None) -> dict[str, Any]:
+        return {"phase": phase, "step_time": t, "energy": e, "iteration_time": t,
+                "expected_time": expected, "plan_version": 1, "reason": ""}  # fmt: skip
+
+    out = []
+    for p in (0, 1):
+        steps = [step("max-clocks", 1.0, 100.0, None) for _ in range(n)]
+        steps += [step("perseus", 1.0, 90.0, 1.0) for _ in range(n)]
+        if p == 0:
+            steps += [step("straggler", 1.2, 85.0, 1.0 if i < 2 else 1.2) for i in range(n)]
+            back = n if restore_at is None else restore_at
+            steps += [step("recovery", 1.0, 90.0, 1.2 if i < back else 1.0) for i in range(n)]
+        else:
+            steps += [step("straggler", 1.2, 118.0, 1.0) for _ in range(n)]
+            steps += [step("recovery", 1.0, 90.0, 1.0) for _ in range(n)]
+        out.append({"pipeline": p, "stage": 0, "steps": steps})
+    return out
+
+
+FRONTIER = {
+    "points": [{"time": 1.0, "energy": 90.0}, {"time": 1.2, "energy": 80.0}],
+    "max_frequency_time": 1.0,
+    "max_frequency_energy": 100.0,
+}
+
+
+@pytest.mark.parametrize(
+    ("restore_at", "missed"),
+    [(3, []), (5, []), (6, ["phase 4 back to the default plan by step 5"]),
+     (None, ["phase 4 back to the default plan by step 5"])],
+)  # fmt: skip
+def test_a_missed_promise_is_named_and_fails_the_demo(
+    restore_at: int | None, missed: list[str]
+) -> None:
+    """A replan must take effect with two steady steps of the phase left to measure."""
+    res = analyse(
+        _records(restore_at), FRONTIER, stages=1, pipelines=2, blocking_power=10.0,
+        straggler=0.2, default_index=0,
+    )  # fmt: skip
+    c = res["checks"]
+    assert c["phase3_replanned_after"] == 2 and c["phase4_restored_after"] == restore_at
+    assert c["phase2_saving"] == pytest.approx(0.1) == c["phase2_predicted_saving"]
+    assert c["missed"] == missed
+    assert c["ok"] is (not missed)
