@@ -825,13 +825,13 @@ def _exchange(dag, ts, cs, nopt, deadline, max_passes, pick):
 
 
 @njit(cache=True, nogil=True)
-def _repair(dag, ts, cs, deadline, forced, pick, cur, es, lf):
+def _repair(dag, ts, cs, deadline, forced, pick, cur, es):
     """Speed nodes of a plan that overruns ``deadline`` up until it fits (``pick``/``cur`` in
-    place); nodes with ``forced`` set stay as they are. Each step follows one longest path back
-    from its end and, on it, moves the node whose next faster option costs least per second
-    saved, far enough to cover the overrun if it can. Returns whether the plan fits. (``lf`` is
-    scratch space.)"""
-    topo, pred_ptr, pred_idx, succ_ptr, succ_idx = dag
+    place; ``es`` is scratch space); nodes with ``forced`` set stay as they are. Each step
+    follows one longest path back from its end and, on it, moves the node whose next faster
+    option costs least per second saved, far enough to cover the overrun if it can. Returns
+    whether the plan fits."""
+    topo, pred_ptr, pred_idx = dag[0], dag[1], dag[2]
     n = pick.shape[0]
     eps = 1e-12 * deadline
     while True:
@@ -887,8 +887,8 @@ def _search(dag, ts, cs, nopt, rank_ptr, deadline, iters, top, pick):
     slack (:func:`_reclaim`, with a random price schedule) and keeps it when its energy is lower.
     Half the trials slow instructions down and repair the overrun by speeding up others
     (:func:`_repair`): 1-4 consecutive instructions of one rank by 1-5 options each, or a band
-    across the pipeline (on every rank, the instruction running at one random moment) by the
-    same 1-5 options. The rest speed instructions up by 1-3 options, freeing time to hand out
+    across the pipeline (on each of a random run of ranks, the instruction running at one random
+    moment) by the same 1-5 options. The rest speed instructions up by 1-3 options, freeing time to hand out
     afresh: those running in a random window of up to 5 % of the deadline, a run on one rank,
     or a scattered few. ``rank_ptr`` delimits each rank's instructions (numbered rank by rank,
     in execution order). Returns the plan's total effective cost."""
@@ -898,7 +898,6 @@ def _search(dag, ts, cs, nopt, rank_ptr, deadline, iters, top, pick):
     cand = pick.copy()
     cur = np.empty(n)
     es = np.empty(n)
-    lf = np.empty(n)
     forced = np.zeros(n, np.bool_)
     best = _plan_cost(cs, pick)
     for _trial in range(iters):
@@ -917,7 +916,7 @@ def _search(dag, ts, cs, nopt, rank_ptr, deadline, iters, top, pick):
                     cand[v] = min(cand[v] + np.random.randint(1, 6), nopt[v] - 1)
                     forced[v] = True
             else:
-                # a band across the pipeline: on every rank, what runs at one moment
+                # a band across the pipeline: on each of a run of ranks, what runs at one moment
                 for v in range(n):
                     cur[v] = ts[v, cand[v]]
                 _earliest_start_into(dag[0], dag[1], dag[2], cur, es)
@@ -933,7 +932,7 @@ def _search(dag, ts, cs, nopt, rank_ptr, deadline, iters, top, pick):
                             break
             for v in range(n):
                 cur[v] = ts[v, cand[v]]
-            ok = _repair(dag, ts, cs, deadline, forced, cand, cur, es, lf)
+            ok = _repair(dag, ts, cs, deadline, forced, cand, cur, es)
             forced[:] = False
             if not ok:
                 continue
