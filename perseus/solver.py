@@ -46,12 +46,14 @@ saves overall) search further. The zero-slowdown plan, if still that far from th
 a large-neighbourhood search (ruin and recreate: slow instructions down, on one rank or in a
 band across the pipeline, and repair the overrun along the longest path; or speed some up;
 then reclaim the slack, keeping the result if it saves energy). Every candidate is
-re-evaluated exactly from the measurements and the Pareto set of (time, energy with waiting) is kept; each point reports the
-relaxed bound ``G(T) + P R T`` at its own time.
+re-evaluated exactly from the measurements and the Pareto set of (time, energy with waiting)
+is kept; each point reports the relaxed bound ``G(T) + P R T`` at its own time.
 
 Complexity: one step costs a warm-started max-flow on at most ``2n + 4`` vertices and a few
 ``O(n + edges)`` longest-path passes; one rounding costs ``O(levels x (n + edges))``, one pass of
-exchanges ``O(n x (n + edges))`` (so only a few plans get them). All of it is compiled (numba,
+exchanges ``O(n x (n + edges))`` (so only a few plans get them), one search trial a rounding's
+cost plus, when it slows instructions down, a longest-path pass per instruction it speeds up
+to repair the overrun. All of it is compiled (numba,
 cached on disk); Python only orchestrates chunks of steps and batches of candidates.
 """
 
