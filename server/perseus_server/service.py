@@ -922,16 +922,27 @@ class PerseusService:
         expected = float(self._pipeline_frontier(job, dep, p).times[dep.indices[p]])
         current = job.stragglers.get(p)
         flagged = current is not None or p in job.slow_stages
-        event, t_prime = job.detector.observe(p, seconds, expected, flagged)
-        if event == "slow":
+        known = (
+            current.time * job.detector.calibration()
+            if current is not None and current.source == "detected"
+            else None
+        )
+        event, t_prime = job.detector.observe(p, seconds, expected, flagged, known)
+        if event in ("slow", "changed"):
             c = job.detector.calibration()
+            on_axis = f"T'={t_prime / c:.4g} s on the profile's axis"
+            if event == "slow":
+                why = (
+                    f"pipeline {p} detected slow: {t_prime:.4g} s per iteration vs "
+                    f"{expected:.4g} s planned (x{c:.3f} common overhead: {on_axis})"
+                )
+            else:  # a detected straggler's pace moved: known is its old T'
+                why = (
+                    f"pipeline {p} pace changed: {t_prime:.4g} s per iteration, was "
+                    f"{known:.4g} s ({on_axis})"
+                )
             job.stragglers = {**job.stragglers, p: Straggler(p, t_prime / c, "detected")}
-            self._replan(
-                job,
-                f"pipeline {p} detected slow: {t_prime:.4g} s per iteration vs {expected:.4g} s "
-                f"planned (x{c:.3f} common overhead: T'={t_prime / c:.4g} s on the profile's axis)",
-                "detected",
-            )
+            self._replan(job, why, "detected" if event == "slow" else "pace_changed")
         elif event == "recovered" and current is not None and current.source == "detected":
             job.stragglers = {q: s for q, s in job.stragglers.items() if q != p}
             self._replan(job, f"pipeline {p} recovered", "recovered")

@@ -9,7 +9,9 @@ the median of their last few ratios (the healthiest pipeline's overhead; 1 befor
 A pipeline is a straggler when its ratio exceeds ``c * (1 + threshold)`` (default 5 %) for
 ``consecutive`` iterations in a row (default 3); its observed time T' is the median of those
 iterations (``T' / c`` on the profile's time axis): the first of them often straddles the moment
-the pipeline slowed down, and the median does not let it drag T' below the new pace. It recovers when ``consecutive`` iterations
+the pipeline slowed down, and the median does not let it drag T' below the new pace. While it is
+a straggler, ``consecutive`` slow iterations in a row that all differ from the current T' by more
+than the threshold mean its pace changed: their median is the new T' (as for slow stages). It recovers when ``consecutive`` iterations
 in a row are below the straggler threshold and their mean ratio is within ``c * (1 + recovery)``
 (default 2 %). Only iterations run under the currently deployed plan version are counted.
 If every pipeline slows down alike, none is a straggler: nobody waits for anybody.
@@ -50,7 +52,8 @@ class DetectorSettings:
 
 @dataclass
 class StragglerDetector:
-    """Per-pipeline counters; :meth:`observe` returns ``"slow"`` / ``"recovered"`` / ``None``."""
+    """Per-pipeline counters; :meth:`observe` returns ``"slow"`` / ``"changed"`` /
+    ``"recovered"`` / ``None``."""
 
     settings: DetectorSettings = field(default_factory=DetectorSettings)
     _slow: dict[int, deque[float]] = field(default_factory=dict)
@@ -63,9 +66,16 @@ class StragglerDetector:
         return min(medians) if medians else 1.0
 
     def observe(
-        self, pipeline: int, time: float, expected: float, flagged: bool
+        self,
+        pipeline: int,
+        time: float,
+        expected: float,
+        flagged: bool,
+        current: float | None = None,
     ) -> tuple[str | None, float]:
-        """Feed one iteration of ``pipeline``; ``flagged``: whether it is a straggler now.
+        """Feed one iteration of ``pipeline``; ``flagged``: whether it is a straggler now;
+        ``current``: the T' it is known to run at, in observed seconds (None: not known here,
+        e.g. reported by a cluster monitor; then it is never "changed").
 
         Returns the event (or None) and the current estimate of T' in observed seconds (0 when
         not slow); divide by :meth:`calibration` for the profile's time axis.
@@ -87,6 +97,14 @@ class StragglerDetector:
         t_prime = statistics.median(slow) if slow else 0.0
         if not flagged and len(slow) >= n:
             return "slow", t_prime
+        if (
+            flagged
+            and current
+            and len(slow) >= n
+            and all(abs(t / current - 1) > s.threshold for t in slow)
+        ):
+            slow.clear()
+            return "changed", t_prime
         if flagged and len(fast) >= n and sum(fast) / len(fast) <= c * (1 + s.recovery):
             fast.clear()
             return "recovered", 0.0

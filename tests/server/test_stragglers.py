@@ -108,6 +108,50 @@ def test_detected_straggler_and_recovery(
     )
 
 
+def test_a_detected_stragglers_new_pace_moves_the_others_again(
+    http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str
+) -> None:
+    """A straggler that slows down further (or partly recovers) is re-measured: three slow
+    iterations in a row all more than the threshold away from T' give the new T'; a drift within
+    the threshold changes nothing."""
+    job = solved_job(http, small_csv, data_parallel=2)
+    leaders = {d: register(stub, job, d * 2, 0, data_rank=d).rank_id for d in (0, 1)}
+    status = http.get(f"/jobs/{job}/status").json()
+    version = status["plan"]["version"]
+    t_plan = status["plan"]["pipelines"][1]["time"]
+    it = iter(range(1000))
+
+    def report(d: int, times: list[float], v: int) -> None:
+        stub.ReportIterations(
+            iter(
+                pb.IterationReport(job_id=job, rank_id=leaders[d], iteration=next(it),
+                                   iteration_time=t, plan_version=v)
+                for t in times
+            ),
+            timeout=10,
+        )  # fmt: skip
+
+    def straggler() -> dict:
+        return http.get(f"/jobs/{job}/status").json()["pipelines"][1]["straggler"]
+
+    report(0, [t_plan] * 3, version)
+    report(1, [t_plan * 1.2] * 3, version)
+    assert straggler()["time"] == pytest.approx(t_plan * 1.2)
+    first = _indices(http, job)[0]
+    report(1, [t_plan * 1.22, t_plan * 1.23, t_plan * 1.21], version + 1)  # within 5 %
+    assert straggler()["time"] == pytest.approx(t_plan * 1.2)
+    report(1, [t_plan * 1.45, t_plan * 1.5, t_plan * 1.44], version + 1)
+    st = http.get(f"/jobs/{job}/status").json()
+    assert st["plan"]["version"] == version + 2
+    assert st["pipelines"][1]["straggler"] == {
+        "time": pytest.approx(t_plan * 1.45),
+        "source": "detected",
+    }
+    assert _indices(http, job)[0] > first  # a slower, cheaper plan for the healthy pipeline
+    assert "pace changed" in st["recent_replans"][-1]["why"]
+    assert 'perseus_replans_total{kind="pace_changed"}' in http.get("/metrics").text
+
+
 def test_detection_settings(http: httpx.Client, job: str) -> None:
     r = http.put(
         f"/jobs/{job}/straggler-detection",
@@ -137,3 +181,18 @@ def test_t_prime_is_not_dragged_down_by_the_iteration_that_straddles_the_slowdow
     assert det.observe(1, 1.25, 1.0, False)[0] is None
     event, t_prime = det.observe(1, 1.26, 1.0, False)
     assert event == "slow" and t_prime == pytest.approx(1.25)
+
+
+def test_detector_reports_a_changed_pace_only_when_every_slow_iteration_is_off() -> None:
+    det = StragglerDetector()
+    for _ in range(3):
+        det.observe(0, 1.0, 1.0, False)
+    assert det.observe(1, 1.3, 1.0, True, current=1.2)[0] is None
+    assert det.observe(1, 1.3, 1.0, True, current=1.2)[0] is None
+    assert det.observe(1, 1.24, 1.0, True, current=1.2)[0] is None  # within 5 % of T'
+    assert det.observe(1, 1.35, 1.0, True, current=1.2)[0] is None
+    assert det.observe(1, 1.3, 1.0, True, current=1.2)[0] is None  # 1.24 is still in the window
+    assert det.observe(1, 1.32, 1.0, True, current=1.2) == ("changed", pytest.approx(1.32))
+    # not for a straggler whose T' came from elsewhere (a report)
+    for _ in range(3):
+        assert det.observe(1, 1.5, 1.0, True)[0] is None
