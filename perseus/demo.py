@@ -415,9 +415,8 @@ def analyse(
         "phase3_job_energy": p3["energy"],
         "phase3_max_clock_energy": p3["baseline_energy"],
         "phase4_restored_after": restore_at,
-        # the latest step a replan may take effect and still leave two steady steps to measure
-        "latest_change": n - 3,
     }
+    # a replan must take effect by step n - 3 to leave two steady steps of the phase to measure
     promises = {
         # the promise is no slowdown; a faster phase 2 only means phase 1 was held up
         "phase 2 no more than 1 % slower than max clocks": checks["phase2_time_ratio"] - 1 <= 0.01,

@@ -53,8 +53,8 @@ Complexity: one step costs a warm-started max-flow on at most ``2n + 4`` vertice
 ``O(n + edges)`` longest-path passes; one rounding costs ``O(levels x (n + edges))``, one pass of
 exchanges ``O(n x (n + edges))`` (so only a few plans get them), one search trial a rounding's
 cost plus, when it slows instructions down, a longest-path pass per instruction it speeds up
-to repair the overrun. All of it is compiled (numba,
-cached on disk); Python only orchestrates chunks of steps and batches of candidates.
+to repair the overrun. All of it is compiled (numba, cached on disk); Python only orchestrates
+chunks of steps and batches of candidates.
 """
 
 from __future__ import annotations
@@ -259,6 +259,20 @@ class _Rounder:
     def _options(self, picks: IntArray) -> npt.NDArray[np.uint8]:
         return self.order[np.arange(picks.shape[1])[None, :], picks].astype(np.uint8)
 
+    def _improve(
+        self,
+        plans: npt.NDArray[np.uint8],
+        kernel: Callable[[IntArray, BoolArray], IntArray],
+    ) -> npt.NDArray[np.uint8]:
+        """``plans`` (option indices) passed to ``kernel`` as positions in the sorted options,
+        with the mask of the rows it gets; rows using a dominated option come back unchanged."""
+        picks = self.position[np.arange(plans.shape[1])[None, :], plans]
+        ok: BoolArray = np.asarray((picks >= 0).all(axis=1))
+        out = plans.copy()
+        if ok.any():
+            out[ok] = self._options(kernel(picks[ok], ok))
+        return out
+
     def round(
         self,
         durations: FloatArray,
@@ -292,18 +306,15 @@ class _Rounder:
         """``plans`` (option indices) each given the slack up to its deadline, then improved by
         ``exchange_passes`` passes of exchanges (default: the rounder's, none unless set).
         Plans using a dominated option are returned unchanged."""
-        picks = self.position[np.arange(plans.shape[1])[None, :], plans]
-        ok = (picks >= 0).all(axis=1)
-        out = plans.copy()
-        if ok.any():
-            better = K.reclaim_plans(
-                self.dag, self.times, self.costs, self.nopt, picks[ok],
+        passes = self.exchange_passes if exchange_passes is None else exchange_passes
+        return self._improve(
+            plans,
+            lambda picks, ok: K.reclaim_plans(
+                self.dag, self.times, self.costs, self.nopt, picks,
                 np.asarray(deadlines, dtype=np.float64)[ok],
-                self.levels, self.decay, self.max_rounds,
-                self.exchange_passes if exchange_passes is None else exchange_passes,
-            )  # fmt: skip
-            out[ok] = self._options(better)
-        return out
+                self.levels, self.decay, self.max_rounds, passes,
+            ),
+        )  # fmt: skip
 
     def exchange(
         self, plans: npt.NDArray[np.uint8], deadlines: FloatArray, passes: int = 2
@@ -318,17 +329,14 @@ class _Rounder:
         """``plans`` given the slack up to their deadlines, then improved by ``iters`` trials of
         a large-neighbourhood search each (seeded by ``seeds``). Plans using a dominated option
         are returned unchanged."""
-        picks = self.position[np.arange(plans.shape[1])[None, :], plans]
-        ok = (picks >= 0).all(axis=1)
-        out = plans.copy()
-        if ok.any():
-            better = K.search_plans(
-                self.dag, self.times, self.costs, self.nopt, self.rank_ptr, picks[ok],
+        return self._improve(
+            plans,
+            lambda picks, ok: K.search_plans(
+                self.dag, self.times, self.costs, self.nopt, self.rank_ptr, picks,
                 np.asarray(deadlines, dtype=np.float64)[ok], iters,
                 np.asarray(seeds, dtype=np.int64)[ok], self.levels, self.decay,
-            )  # fmt: skip
-            out[ok] = self._options(better)
-        return out
+            ),
+        )  # fmt: skip
 
     def __call__(
         self, durations: FloatArray, deadline: float, jump: bool = True
@@ -377,15 +385,12 @@ def solve_problem(
     to the bound peaks just before the second one's time (the first plan plus waiting is still
     the best there); each round takes the ``refine_batch`` intervals with the highest peaks
     (above ``target_gap``) and, at each one's middle, rounds the relaxed optimum and gives the
-    interval's own plan the slack up to it. Rounds stop once one no longer lowers the mean gap by 1 %.
+    interval's own plan the slack up to it. Rounds stop once one no longer lowers the mean gap
+    by 1 %.
 
     Intervals still peaking above ``hard_gap`` then get more effort: up to ``hard_rounds``
     times, ``random_trials`` randomised roundings in the middle of each of the
-    ``hard_intervals`` worst (reproducible from ``seed``); then the plans of the
-    ``polish_plans`` worst are improved by exchanges (speed one node up to let others slow
-    down) within their own time and within the interval's end. A pass of exchanges costs
-    ``O(n^2)``, so at most ``polish_nodes // n`` plans are polished (at least one). The Pareto
-    set of everything found is kept.
+    ``hard_intervals`` worst (reproducible from ``seed``).
 
     Then, when the fastest plan's own gap is above ``hard_gap`` too, that plan (the
     zero-slowdown one, what a pipeline without stragglers runs) gets a large-neighbourhood
@@ -394,7 +399,13 @@ def solve_problem(
     of searches (``search_work // n`` trials each) on the plans of the ``search_intervals``
     intervals with the highest peaks above ``hard_gap``, within their own times. ``effort=0``
     skips all searching. On this machine's two cores, the default costs about 0.1 s for 192
-    instructions; each further unit about 1-2 s. Everything stays reproducible from ``seed``.
+    instructions; each further unit about 1-2 s.
+
+    Last, the plans of the ``polish_plans`` intervals with the highest peaks above ``hard_gap``
+    are improved by exchanges (speed one node up to let others slow down) within their own time
+    and within the interval's end. A pass of exchanges costs ``O(n^2)``, so at most
+    ``polish_nodes // n`` plans are polished (at least one). The Pareto set of everything found
+    is kept. Everything stays reproducible from ``seed``.
     """
     if not (np.isfinite(effort) and effort >= 0):
         raise OptionError(f"effort: must be a finite number >= 0, got {effort!r}")

@@ -5,16 +5,17 @@ reported per-instruction times.
 planned`` (the planned time of the plan version the iteration ran). A real run never matches the
 profile exactly (communication, launch overheads), and that overhead is common to every pipeline,
 so ratios are compared against the job's *calibration* ``c``: the smallest, over the pipelines, of
-the median of their last few ratios (the healthiest pipeline's overhead; 1 before any report).
-A pipeline is a straggler when its ratio exceeds ``c * (1 + threshold)`` (default 5 %) for
+the median of their last few ratios (the healthiest pipeline's overhead; 1 before any report). A
+pipeline is a straggler when its ratio exceeds ``c * (1 + threshold)`` (default 5 %) for
 ``consecutive`` iterations in a row (default 3); its observed time T' is the median of those
 iterations (``T' / c`` on the profile's time axis): the first of them often straddles the moment
-the pipeline slowed down, and the median does not let it drag T' below the new pace. While it is
-a straggler, ``consecutive`` slow iterations in a row that all differ from the current T' by more
-than the threshold mean its pace changed: their median is the new T' (as for slow stages). It recovers when ``consecutive`` iterations
-in a row are below the straggler threshold and their mean ratio is within ``c * (1 + recovery)``
-(default 2 %). Only iterations run under the currently deployed plan version are counted.
-If every pipeline slows down alike, none is a straggler: nobody waits for anybody.
+the pipeline slowed down, and the median does not let it drag T' below the new pace. While it is a
+straggler, ``consecutive`` slow iterations in a row that all differ from the current T' by more
+than the threshold mean its pace changed: their median is the new T' (as for slow stages). It
+recovers when ``consecutive`` iterations in a row are below the straggler threshold and their mean
+ratio is within ``c * (1 + recovery)`` (default 2 %). Only iterations run under the currently
+deployed plan version are counted. If every pipeline slows down alike, none is a straggler: nobody
+waits for anybody.
 
 **Stages.** Per-instruction times reported by a rank, divided by the profile's time for that
 instruction at the clock it ran at, give each stage's slowdown factor for one iteration (the
