@@ -207,6 +207,7 @@ def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
 
     @app.post("/jobs", status_code=201, tags=["jobs"])
     async def create_job(body: JobIn) -> dict[str, Any]:
+        name: str
         if isinstance(body.schedule, str):
             name, vs, orders = body.schedule, body.virtual_stages or 1, None
         else:

@@ -179,13 +179,13 @@ class PerseusService:
     def load(self) -> None:
         """Rebuild the in-memory state from the store; solves cut short by a restart are failed."""
         for job_id in self.store.interrupted_solves():
-            row = self.store.frontier(job_id)
-            row.status, row.error, row.finished = (
+            frow = self.store.frontier(job_id)
+            frow.status, frow.error, frow.finished = (
                 "failed",
                 "interrupted: the server restarted during the computation",
                 time.time(),
             )
-            self.store.put_frontier(job_id, row)
+            self.store.put_frontier(job_id, frow)
         for row in self.store.jobs():
             job = _Job(row=row, schedule=row.spec.build_schedule())
             prof = self.store.profile(row.id)
@@ -627,7 +627,9 @@ class PerseusService:
         else:
             job.policy, job.overrides = policy, {}
         self._deploy_decision(job, "selected through PUT /plan", force=True)
-        return self.deployment_view(job_id)
+        view = self.deployment_view(job_id)
+        assert view is not None  # just deployed
+        return view
 
     def _deploy_decision(self, job: _Job, cause: str, *, force: bool = False) -> bool:
         """Re-decide every pipeline's plan and push it when it changed (or when ``force``)."""

@@ -127,7 +127,9 @@ class SolveManager:
             self._solves.pop(job_id, None)
         # Report only once the solve is gone, so a new one can start from the callback on.
         if outcome[0] == "done":
-            events.on_done(outcome[1], float(outcome[2]))
+            seconds = outcome[2]
+            assert seconds is not None  # a done solve reports its time
+            events.on_done(outcome[1], float(seconds))
         else:
             events.on_failed(str(outcome[1]))
 
