@@ -828,9 +828,10 @@ def _exchange(dag, ts, cs, nopt, deadline, max_passes, pick):
 def _repair(dag, ts, cs, deadline, forced, pick, cur, es):
     """Speed nodes of a plan that overruns ``deadline`` up until it fits (``pick``/``cur`` in
     place; ``es`` is scratch space); nodes with ``forced`` set stay as they are. Each step
-    follows one longest path back from its end and, on it, moves the node whose next faster
-    option costs least per second saved, far enough to cover the overrun if it can. Returns
-    whether the plan fits."""
+    follows one longest path back from its end and, on it, makes the speed-up that costs least
+    per second saved, among each node's faster options up to the first that covers the
+    overrun (options between hull vertices lie above the hull: the next faster one alone can
+    look cheap and then leave a costly jump for the rest). Returns whether the plan fits."""
     topo, pred_ptr, pred_idx = dag[0], dag[1], dag[2]
     n = pick.shape[0]
     eps = 1e-12 * deadline
@@ -846,15 +847,20 @@ def _repair(dag, ts, cs, deadline, forced, pick, cur, es):
         if over <= eps:
             return True
         best = -1
+        best_j = -1
         best_rate = np.inf
         v = end
         while v >= 0:
             p = pick[v]
             if not forced[v] and p > 0:
-                r = (cs[v, p - 1] - cs[v, p]) / (ts[v, p] - ts[v, p - 1])
-                if r < best_rate:
-                    best_rate = r
-                    best = v
+                for j in range(p - 1, -1, -1):
+                    r = (cs[v, j] - cs[v, p]) / (ts[v, p] - ts[v, j])
+                    if r < best_rate:
+                        best_rate = r
+                        best = v
+                        best_j = j
+                    if ts[v, p] - ts[v, j] >= over - eps:
+                        break
             # the predecessor this node waited for
             u = -1
             for q in range(pred_ptr[v], pred_ptr[v + 1]):
@@ -865,11 +871,8 @@ def _repair(dag, ts, cs, deadline, forced, pick, cur, es):
             v = u
         if best < 0:
             return False
-        p = pick[best] - 1
-        while p > 0 and ts[best, pick[best]] - ts[best, p] < over - eps:
-            p -= 1
-        pick[best] = p
-        cur[best] = ts[best, p]
+        pick[best] = best_j
+        cur[best] = ts[best, best_j]
 
 
 @njit(cache=True, nogil=True)
@@ -881,17 +884,32 @@ def _plan_cost(cs, pick):
 
 
 @njit(cache=True, nogil=True)
-def _search(dag, ts, cs, nopt, rank_ptr, deadline, iters, top, pick):
+def _next_vertex(hull, nopt, v, p):
+    """Position of node ``v``'s next hull vertex slower than position ``p`` (``p`` itself at
+    the slowest)."""
+    j = p + 1
+    while j < nopt[v] - 1 and not hull[v, j]:
+        j += 1
+    return min(j, nopt[v] - 1)
+
+
+@njit(cache=True, nogil=True)
+def _search(dag, ts, cs, nopt, hull, rank_ptr, deadline, iters, top, pick):
     """Large-neighbourhood search on a plan within ``deadline`` (``pick`` in place; the caller
     seeds numba's generator). Each of ``iters`` trials perturbs a copy of the plan, reclaims its
     slack (:func:`_reclaim`, with a random price schedule) and keeps it when its energy is lower.
     Half the trials slow instructions down and repair the overrun by speeding up others
-    (:func:`_repair`): 1-4 consecutive instructions of one rank by 1-5 options each, or a band
-    across the pipeline (on each of a random run of ranks, the instruction running at one random
-    moment) by the same 1-5 options. The rest speed instructions up by 1-3 options, freeing time to hand out
-    afresh: those running in a random window of up to 5 % of the deadline, a run on one rank,
-    or a scattered few. ``rank_ptr`` delimits each rank's instructions (numbered rank by rank,
-    in execution order). Returns the plan's total effective cost."""
+    (:func:`_repair`): 1-4 consecutive instructions of one rank by 1-5 options each; every
+    instruction, or every other one, of a run of up to 8 on one rank to its next slower hull
+    vertex (``hull``: flags in the sorted options); or a band across the pipeline (on each of
+    a random run of ranks, the instruction running at one random moment), either by the same
+    1-5 options or each to its next slower hull vertex. The jumps to hull vertices cross
+    options that lie above the hull's chord, which no step of a few options would be kept for:
+    on the A40 a last-stage forward's hull goes from 1740 MHz straight to 1320. The rest of the
+    trials speed instructions up by 1-3 options, freeing time to hand out afresh: those
+    running in a random window of up to 5 % of the deadline, a run on one rank, or a scattered
+    few. ``rank_ptr`` delimits each rank's instructions (numbered rank by rank, in execution
+    order). Returns the plan's total effective cost."""
     n = pick.shape[0]
     ranks = rank_ptr.shape[0] - 1
     free = np.full(n, np.inf)
@@ -908,12 +926,22 @@ def _search(dag, ts, cs, nopt, rank_ptr, deadline, iters, top, pick):
             continue
         u = np.random.random()
         if u < 0.5:
-            if u < 0.25:
+            if u < 0.125:
                 # a run of 1-4 instructions on one rank
                 w = np.random.randint(1, min(4, b - a) + 1)
                 s = np.random.randint(a, b - w + 1)
                 for v in range(s, s + w):
                     cand[v] = min(cand[v] + np.random.randint(1, 6), nopt[v] - 1)
+                    forced[v] = True
+            elif u < 0.25:
+                # every instruction, or every other one, of a run of up to 8 on one rank
+                # to its next slower hull vertex: past options above the hull's chord, that
+                # no step of a few options would be kept for
+                w = np.random.randint(1, min(8, b - a) + 1)
+                s = np.random.randint(a, b - w + 1)
+                step = np.random.randint(1, 3)
+                for v in range(s, s + w, step):
+                    cand[v] = _next_vertex(hull, nopt, v, cand[v])
                     forced[v] = True
             else:
                 # a band across the pipeline: on each of a run of ranks, what runs at one moment
@@ -922,12 +950,16 @@ def _search(dag, ts, cs, nopt, rank_ptr, deadline, iters, top, pick):
                 _earliest_start_into(dag[0], dag[1], dag[2], cur, es)
                 at = deadline * np.random.random()
                 k = np.random.randint(1, 6)
+                vertex = np.random.random() < 0.5
                 q0 = np.random.randint(ranks)
                 q1 = np.random.randint(q0, ranks) + 1
                 for q in range(q0, q1):
                     for v in range(rank_ptr[q], rank_ptr[q + 1]):
                         if es[v] + cur[v] > at:
-                            cand[v] = min(cand[v] + k, nopt[v] - 1)
+                            if vertex:
+                                cand[v] = _next_vertex(hull, nopt, v, cand[v])
+                            else:
+                                cand[v] = min(cand[v] + k, nopt[v] - 1)
                             forced[v] = True
                             break
             for v in range(n):
@@ -966,7 +998,7 @@ def _search(dag, ts, cs, nopt, rank_ptr, deadline, iters, top, pick):
 
 
 @njit(cache=True, nogil=True)
-def search_plans(dag, ts, cs, nopt, rank_ptr, picks, deadlines, iters, seeds, levels, decay):
+def search_plans(dag, ts, cs, nopt, hull, rank_ptr, picks, deadlines, iters, seeds, levels, decay):
     """Rows of ``picks`` (plans as positions in the sorted options) each given the slack up to
     its deadline (:func:`_reclaim`) and then improved by :func:`_search` (``iters`` trials,
     numba's generator seeded with ``seeds[r]`` for row ``r``, so results do not depend on how
@@ -977,5 +1009,5 @@ def search_plans(dag, ts, cs, nopt, rank_ptr, picks, deadlines, iters, seeds, le
     for r in range(out.shape[0]):
         _reclaim(dag, ts, cs, nopt, deadlines[r], levels, decay, True, 8, top, free, out[r])
         np.random.seed(seeds[r])
-        _search(dag, ts, cs, nopt, rank_ptr, deadlines[r], iters, top, out[r])
+        _search(dag, ts, cs, nopt, hull, rank_ptr, deadlines[r], iters, top, out[r])
     return out

@@ -332,7 +332,7 @@ class _Rounder:
         return self._improve(
             plans,
             lambda picks, ok: K.search_plans(
-                self.dag, self.times, self.costs, self.nopt, self.rank_ptr, picks,
+                self.dag, self.times, self.costs, self.nopt, self.hull, self.rank_ptr, picks,
                 np.asarray(deadlines, dtype=np.float64)[ok], iters,
                 np.asarray(seeds, dtype=np.int64)[ok], self.levels, self.decay,
             ),
@@ -396,10 +396,12 @@ def solve_problem(
     zero-slowdown one, what a pipeline without stragglers runs) gets a large-neighbourhood
     search within its own time: :data:`SEARCH_STARTS` independently seeded searches of
     ``effort * search_work // n`` trials each. Each whole unit of ``effort`` past 1 adds a round
-    of searches (``search_work // n`` trials each) on the plans of the ``search_intervals``
-    intervals with the highest peaks above ``hard_gap``, within their own times. ``effort=0``
-    skips all searching. On this machine's two cores, the default costs about 0.1 s for 192
-    instructions; each further unit about 1-2 s.
+    of searches (``search_work // n`` trials each) on the ``search_intervals`` intervals with
+    the highest peaks above ``hard_gap``: each from the interval's plan given the slack up to
+    the interval's middle, so that a good plan there splits the interval where its own plan
+    plus waiting is overtaken by the bound. ``effort=0`` skips all searching. On this
+    machine's two cores, the default costs about 0.2 s for 192 instructions; each further unit
+    about 2-3 s.
 
     Last, the plans of the ``polish_plans`` intervals with the highest peaks above ``hard_gap``
     are improved by exchanges (speed one node up to let others slow down) within their own time
@@ -553,9 +555,10 @@ def solve_problem(
                 done += k
                 if progress is not None:
                     progress(0.95 + 0.02 * done / total)
-        # Each whole unit of effort past the first: a round of searches on the plans of the
-        # search_intervals intervals with the highest peaks, each within its own time (a
-        # better plan there lowers its whole interval).
+        # Each whole unit of effort past the first: a round of searches on the search_intervals
+        # intervals with the highest peaks, each from the interval's plan within the interval's
+        # middle (a new plan that splits it; searching within the plan's own time instead lowered
+        # the worst gap far less for the same work: A40 8x12 at effort 4, 0.60 % against 0.42 %).
         rounds = max(0, int(effort) - 1)
         interval_trials = max(1, search_work // problem.num_nodes)
 
@@ -570,9 +573,8 @@ def solve_problem(
             hard = hard[peak[hard] > hard_gap]
             if len(hard) == 0:
                 break
-            batched(
-                search_intervals_rows, allp[keep[hard]], kt[hard], rng.integers(0, 2**31, len(hard))
-            )
+            at = (kt[hard] + ends[hard]) / 2
+            batched(search_intervals_rows, allp[keep[hard]], at, rng.integers(0, 2**31, len(hard)))
         # Polish the plans of the intervals with the highest peaks by exchanges: within their own
         # times (each kept exchange lowers the energy of the whole interval), and within the
         # interval's end (a plan that only fits there once another node is sped up).
