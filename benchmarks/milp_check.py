@@ -2,13 +2,17 @@
 from HiGHS's MILP solver, beside Perseus's plan and the convex-relaxation bound.
 
     python benchmarks/milp_check.py [--gpu a40] [--microbatches 12] [--deadlines 1.0 1.05]
-        [--time-limit 120] [--effort 4]
+        [--time-limit 120] [--effort 4] [--search 50000]
 
 The MILP: a binary per (instruction, Pareto-optimal option), exactly one per instruction;
 start times with the DAG's precedence; every instruction done by the deadline; minimise the sum of
 effective energies (energy - blocking power x time), to which blocking power x ranks x deadline
-is added. With a time limit it reports its best plan (an upper bound on the optimum) and its
-proven dual bound (a lower bound on the optimum, tighter than the convex relaxation's).
+is added. Options that cannot fit are left out beforehand (exactly: an instruction is never
+longer than its fastest duration plus its float with every instruction at its fastest), which
+lets HiGHS find better plans sooner. With a time limit it reports its best plan (an upper bound
+on the optimum) and its proven dual bound (a lower bound on the optimum, tighter than the convex
+relaxation's). ``--search N`` also hands the MILP's plan to Perseus's large-neighbourhood search
+for N trials (the best plan either finds).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import lil_array
 
@@ -28,18 +33,23 @@ from benchmarks.solver import GPUS, STAGES  # noqa: E402
 from perseus.problem import EnergyProblem
 from perseus.profiles import load_profile
 from perseus.schedules import one_f_one_b
-from perseus.solver import Relaxation, solve_problem
+from perseus.solver import Relaxation, _Rounder, solve_problem
 
 
-def milp_energy(
+def milp_plan(
     problem: EnergyProblem, deadline: float, time_limit: float
-) -> tuple[float, float, bool]:
-    """Best plan energy the MILP finds within ``deadline``, its proven lower bound (the branch
-    and bound's dual bound: no plan can do better) and whether the plan is proven optimal."""
+) -> tuple[npt.NDArray[np.uint8] | None, float, bool]:
+    """Best plan the MILP finds within ``deadline`` (option indices; ``None`` if none in time),
+    its proven lower bound on the energy (the branch and bound's dual bound: no plan can do
+    better) and whether the plan is proven optimal."""
     rel = Relaxation.build(problem)
-    n, p, ranks = problem.num_nodes, problem.blocking_power, problem.dag.num_ranks
+    n, p, dag = problem.num_nodes, problem.blocking_power, problem.dag
+    ranks = dag.num_ranks
     eff = problem.energies - p * problem.times
-    opts = [np.flatnonzero(rel.pareto[i]) for i in range(n)]
+    fastest = rel.shortest
+    longest_fit = dag.latest_finish(fastest, deadline) - dag.earliest_start(fastest)
+    fits = rel.pareto & (problem.times <= longest_fit[:, None] * (1 + 1e-12))
+    opts = [np.flatnonzero(fits[i]) for i in range(n)]
     cols = np.cumsum([0] + [len(o) for o in opts])
     nx = int(cols[-1])
     c = np.zeros(nx + n)
@@ -72,8 +82,19 @@ def milp_energy(
     )
     dual = float(res.mip_dual_bound + p * ranks * deadline)
     if res.x is None:
-        return float("nan"), dual, False
-    return float(res.fun + p * ranks * deadline), dual, res.status == 0
+        return None, dual, False
+    x = res.x[:nx]
+    plan = np.array([o[np.argmax(x[cols[i] : cols[i + 1]])] for i, o in enumerate(opts)])
+    return plan.astype(np.uint8), dual, res.status == 0
+
+
+def energy_at(problem: EnergyProblem, plan: npt.NDArray[np.uint8] | None, deadline: float) -> float:
+    """Energy of ``plan`` over an iteration of ``deadline`` seconds (waiting included)."""
+    if plan is None:
+        return float("nan")
+    t, e = problem.evaluate_many(plan[None, :])
+    assert t[0] <= deadline * (1 + 1e-9), "a plan over its deadline"
+    return float(e[0] + problem.blocking_power * problem.dag.num_ranks * (deadline - t[0]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,28 +108,48 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--effort", type=float, default=0.0, help="also show Perseus with this search effort"
     )
+    ap.add_argument(
+        "--search",
+        type=int,
+        default=0,
+        help="also hand the MILP's plan to Perseus's search for this many trials",
+    )
     args = ap.parse_args(argv)
     path, power = GPUS[args.gpu]
     problem = EnergyProblem.build(load_profile(path), one_f_one_b(STAGES, args.microbatches), power)
     frontier = solve_problem(problem)
     harder = solve_problem(problem, effort=args.effort) if args.effort > 0 else None
+    rounder = _Rounder(problem, Relaxation.build(problem))  # the solver's own search
     t0 = frontier.max_frequency_time
     print(f"{args.gpu.upper()} {STAGES}x{args.microbatches}: T0 = {t0:.4f} s")
     print(
         f"{'deadline':>11} {'bound':>11} {'Perseus':>11} {'MILP':>11} {'Perseus/bound':>14} "
         + (f"{f'effort {args.effort:g}/bound':>16} " if harder else "")
-        + f"{'MILP/bound':>11} {'MILP proven/bound':>18}"
+        + f"{'MILP/bound':>11} "
+        + (f"{'MILP+search/bound':>18} " if args.search else "")
+        + f"{'MILP proven/bound':>18}"
     )
     for f in args.deadlines:
         d = f * t0
         t = time.perf_counter()
-        e_milp, dual, optimal = milp_energy(problem, d, args.time_limit)
+        plan, dual, optimal = milp_plan(problem, d, args.time_limit)
+        took = time.perf_counter() - t
+        e_milp = energy_at(problem, plan, d)
         lb, ours = frontier.lower_bound_at(d), frontier.energy_at(d)
         more = f"{100 * (harder.energy_at(d) / lb - 1):>15.2f}% " if harder else ""
+        if args.search:
+            searched = None
+            if plan is not None:
+                searched = rounder.search(plan[None, :], np.array([d]), np.array([0]), args.search)
+            e_s = min(e_milp, energy_at(problem, None if searched is None else searched[0], d))
+            more_s = f"{100 * (e_s / lb - 1):>17.2f}% "
+        else:
+            more_s = ""
         print(
             f"{f:>9.4f}T0 {lb:>11.1f} {ours:>11.1f} {e_milp:>11.1f} {100 * (ours / lb - 1):>13.2f}% "
-            f"{more}{100 * (e_milp / lb - 1):>10.2f}% {100 * (dual / lb - 1):>17.2f}%  "
-            f"({'optimal' if optimal else 'best found'} in {time.perf_counter() - t:.0f} s)"
+            f"{more}{100 * (e_milp / lb - 1):>10.2f}% {more_s}{100 * (dual / lb - 1):>17.2f}%  "
+            f"({'optimal' if optimal else 'best found'} in {took:.0f} s)",
+            flush=True,
         )
     return 0
 
