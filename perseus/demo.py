@@ -29,7 +29,8 @@ the plans each phase ran, and a per-rank timeline of one step of phases 2 and 3 
 clock), ``results.json`` and the rank logs to ``--output``. ``--json`` prints the results as JSON
 on stdout instead of the tables.
 
-Exits with status 1 when a promise is missed: phase 2 slower than max clocks by over 1 % or its
+Exits with status 1 when a promise is missed: phase 2 slower than max clocks by over 2.5 % (the
+step-time noise of 8 simulated ranks on a 2-core machine; see :data:`PHASE2_TIME_TOLERANCE`) or its
 saving off the frontier's prediction by over 2 points; no replan in phase 3, or one so late that
 fewer than two steady steps are left to measure; the healthy pipeline over 2 % slower than T';
 no saving while waiting; no return to the default plan in phase 4 in time to measure it. (The
@@ -58,6 +59,11 @@ from perseus.demo_rank import PHASES
 
 __all__ = ["main", "build_parser", "analyse", "DemoError"]
 
+#: How much slower than max clocks phase 2 may run. Its plan is the zero-slowdown one, so any
+#: difference is the measurement's: with byte-identical plans, runs on a shared 2-core machine
+#: (8 rank processes and the server) measured phase 2 at 0.981-1.019 times the max-clock step
+#: time, phase 1 and phase 2 each a median over 6-7 steps taken some seconds apart.
+PHASE2_TIME_TOLERANCE = 0.025
 DEFAULT_PROFILE = Path(__file__).resolve().parents[1] / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"
 KNOWN_BLOCKING_POWER = {"a100": 83.64, "a40": 70.38}
 
@@ -419,7 +425,8 @@ def analyse(
     # a replan must take effect by step n - 3 to leave two steady steps of the phase to measure
     promises = {
         # the promise is no slowdown; a faster phase 2 only means phase 1 was held up
-        "phase 2 no more than 1 % slower than max clocks": checks["phase2_time_ratio"] - 1 <= 0.01,
+        "phase 2 no more than 2.5 % slower than max clocks": checks["phase2_time_ratio"] - 1
+        <= PHASE2_TIME_TOLERANCE,
         "phase 2 saves energy": p2["saving"] > 0,
         "phase 2 saving within 2 points of the frontier's prediction": abs(
             p2["saving"] - checks["phase2_predicted_saving"]

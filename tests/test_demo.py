@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from perseus.demo import analyse
+from perseus.demo import PHASE2_TIME_TOLERANCE, analyse
 from perseus.demo import main as demo_main
 
 
@@ -33,9 +33,10 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 @pytest.mark.slow
 def test_phase2_saves_what_the_frontier_predicts(demo: dict[str, Any]) -> None:
     c = demo["checks"]
-    # No slowdown. (Not two-sided: on a shared 2-core machine another tenant can hold up the
-    # max-clock reference phase by a few per cent, which makes phase 2 look faster.)
-    assert c["phase2_time_ratio"] - 1 <= 0.01, c
+    # No slowdown, within the measurement's noise. (Not two-sided: on a shared 2-core machine
+    # another tenant can hold up the max-clock reference phase by a few per cent, which makes
+    # phase 2 look faster.)
+    assert c["phase2_time_ratio"] - 1 <= PHASE2_TIME_TOLERANCE, c
     assert c["phase2_saving"] > 0.02
     assert abs(c["phase2_saving"] - c["phase2_predicted_saving"]) <= 0.02, c
     p2 = {ph["phase"]: ph for ph in demo["phases"]}["perseus"]
