@@ -828,9 +828,10 @@ def _exchange(dag, ts, cs, nopt, deadline, max_passes, pick):
 def _repair(dag, ts, cs, deadline, forced, pick, cur, es):
     """Speed nodes of a plan that overruns ``deadline`` up until it fits (``pick``/``cur`` in
     place; ``es`` is scratch space); nodes with ``forced`` set stay as they are. Each step
-    follows one longest path back from its end and, on it, moves the node whose next faster
-    option costs least per second saved, far enough to cover the overrun if it can. Returns
-    whether the plan fits."""
+    follows one longest path back from its end and, on it, makes the speed-up that costs least
+    per second saved, among each node's faster options up to the first that covers the
+    overrun (options between hull vertices lie above the hull: the next faster one alone can
+    look cheap and then leave a costly jump for the rest). Returns whether the plan fits."""
     topo, pred_ptr, pred_idx = dag[0], dag[1], dag[2]
     n = pick.shape[0]
     eps = 1e-12 * deadline
@@ -846,15 +847,20 @@ def _repair(dag, ts, cs, deadline, forced, pick, cur, es):
         if over <= eps:
             return True
         best = -1
+        best_j = -1
         best_rate = np.inf
         v = end
         while v >= 0:
             p = pick[v]
             if not forced[v] and p > 0:
-                r = (cs[v, p - 1] - cs[v, p]) / (ts[v, p] - ts[v, p - 1])
-                if r < best_rate:
-                    best_rate = r
-                    best = v
+                for j in range(p - 1, -1, -1):
+                    r = (cs[v, j] - cs[v, p]) / (ts[v, p] - ts[v, j])
+                    if r < best_rate:
+                        best_rate = r
+                        best = v
+                        best_j = j
+                    if ts[v, p] - ts[v, j] >= over - eps:
+                        break
             # the predecessor this node waited for
             u = -1
             for q in range(pred_ptr[v], pred_ptr[v + 1]):
@@ -865,11 +871,8 @@ def _repair(dag, ts, cs, deadline, forced, pick, cur, es):
             v = u
         if best < 0:
             return False
-        p = pick[best] - 1
-        while p > 0 and ts[best, pick[best]] - ts[best, p] < over - eps:
-            p -= 1
-        pick[best] = p
-        cur[best] = ts[best, p]
+        pick[best] = best_j
+        cur[best] = ts[best, best_j]
 
 
 @njit(cache=True, nogil=True)

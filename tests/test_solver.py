@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lp_reference import LPRelaxation
 
+from perseus import _kernels as K
 from perseus.errors import OptionError, SolverCancelled
 from perseus.frontier import Frontier
 from perseus.problem import EnergyProblem
@@ -454,6 +455,35 @@ def test_search_finds_the_plan_only_an_exchange_reaches() -> None:
         assert found.energy == pytest.approx(16.0)
 
 
+#: A chain of two instructions: the forward's middle option is a cheap step from its slowest
+#: but leaves a costly one to its fastest; the backward has just two options.
+CHAIN_CSV = """stage,instruction,frequency,time,energy
+0,forward,1000,1.0,10.0
+0,forward,900,1.9,5.05
+0,forward,800,2.0,5.0
+0,backward,1000,1.0,7.0
+0,backward,800,2.0,5.0
+"""
+
+
+def test_repair_makes_the_cheapest_speed_up_per_second_that_it_needs() -> None:
+    """Both slowest (4 s) overrun a 3 s deadline by 1 s. The forward's next faster option costs
+    least per second (0.5 J/s) but covers 0.1 s; taking the forward all the way to 1.0 s would
+    cost 5 J/s. The repair takes the cheap step and then speeds the backward up (2 J/s):
+    12.05 J, where taking the forward to its fastest costs 15 J."""
+    problem = EnergyProblem.build(parse_profile_csv(CHAIN_CSV), make_schedule("gpipe", 1, 1), 0.0)
+    rounder = _Rounder(problem, Relaxation.build(problem))
+    pick = rounder.nopt - 1  # positions in each node's options by time: the slowest
+    cur = rounder.times[np.arange(2), pick]
+    fits = K._repair(
+        rounder.dag, rounder.times, rounder.costs, 3.0, np.zeros(2, bool), pick, cur, np.empty(2)
+    )
+    assert fits
+    plan = problem.evaluate(rounder.order[np.arange(2), pick])
+    assert plan.time == pytest.approx(2.9)
+    assert plan.energy == pytest.approx(12.05)
+
+
 #: What hypothesis shrank the "energy non-increasing up to min_energy_index" property to: a
 #: 3-stage GPipe pipeline with one microbatch is a chain of 6 ops; stage 1's forward has a slower
 #: option at a higher energy that is cheaper in effective cost at 31 W of blocking power.
@@ -546,7 +576,7 @@ def test_solve_is_reproducible(slice_profile) -> None:
 def test_search_improves_the_zero_slowdown_plan_reproducibly() -> None:
     """A40, 8 stages x 8 microbatches (rounding leaves the fastest plan 0.32 % above the bound):
     the default search lowers its energy at the same (no-slowdown) iteration time to within
-    0.22 % of the bound (moves of a few options at a time reached 0.25 %: the last stage's
+    0.2 % of the bound (moves of a few options at a time reached 0.25 %: the last stage's
     forwards must jump from 1740 MHz straight to the next hull vertex, 1320), more effort
     lowers it further, and the seeded search gives the same frontier every time."""
     problem = EnergyProblem.build(load_profile(A40_CSV), one_f_one_b(8, 8), P_A40)
@@ -557,7 +587,7 @@ def test_search_improves_the_zero_slowdown_plan_reproducibly() -> None:
     assert a.lower_bounds[0] == pytest.approx(plain.lower_bounds[0])
     assert harder.energies[0] <= a.energies[0] < plain.energies[0] - 1.0  # joules, at T0
     assert plain.energies[0] > 1.003 * plain.lower_bounds[0]
-    assert a.energies[0] < 1.0022 * a.lower_bounds[0]
+    assert a.energies[0] < 1.002 * a.lower_bounds[0]
     assert np.array_equal(a.plans, b.plans) and np.array_equal(a.energies, b.energies)
     assert problem.evaluate(a.plans[0]).energy == pytest.approx(a.energies[0])
     # the extra rounds find better plans for the worst stretches of the frontier, past T0
