@@ -255,6 +255,12 @@ class _Rounder:
         self.dag = (d.topo, d.pred_ptr, d.pred_idx, d.succ_ptr, d.succ_idx)
         # nodes are numbered rank by rank: where each rank's run starts
         self.rank_ptr = np.searchsorted(d.rank, np.arange(d.num_ranks + 1)).astype(np.int64)
+        # the node of each (stage, kind, microbatch), -1 where there is none
+        diag = np.full(
+            (int(d.stage.max()) + 1, int(d.kind.max()) + 1, int(d.microbatch.max()) + 1), -1
+        )
+        diag[d.stage, d.kind, d.microbatch] = np.arange(len(d.stage))
+        self.diag = diag.astype(np.int64)
 
     def _options(self, picks: IntArray) -> npt.NDArray[np.uint8]:
         return self.order[np.arange(picks.shape[1])[None, :], picks].astype(np.uint8)
@@ -332,7 +338,7 @@ class _Rounder:
         return self._improve(
             plans,
             lambda picks, ok: K.search_plans(
-                self.dag, self.times, self.costs, self.nopt, self.hull, self.rank_ptr, picks,
+                self.dag, self.times, self.costs, self.nopt, self.hull, self.rank_ptr, self.diag, picks,
                 np.asarray(deadlines, dtype=np.float64)[ok], iters,
                 np.asarray(seeds, dtype=np.int64)[ok], self.levels, self.decay,
             ),
