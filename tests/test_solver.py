@@ -614,6 +614,26 @@ def test_search_improves_the_zero_slowdown_plan_reproducibly() -> None:
     assert min(harder.energy_at(t) - no_rounds.energy_at(t) for t in grid) < -1.0
 
 
+def test_diagonal_roundings_lower_the_worst_gap_where_the_a40_mixes_vertices() -> None:
+    """A40, 8 stages x 24 microbatches: just past T0 the relaxation runs every rank's backwards
+    between two far-apart hull vertices (1335 and 960 MHz). Rounding by whole microbatches
+    (diagonals) finds plans closer to the bound there than rounding node by node: the worst gap
+    from T0 to 1.1 T0 falls (0.73 % to 0.67 % when measured, without the search)."""
+    problem = EnergyProblem.build(load_profile(A40_CSV), one_f_one_b(8, 24), P_A40)
+    on = solve_problem(problem, effort=0)
+    off = solve_problem(problem, effort=0, diagonal_rounding=False)
+    t0 = on.max_frequency_time
+    grid = np.linspace(t0, 1.1 * t0, 1001)
+
+    def worst(fr: Frontier) -> float:
+        return max(fr.energy_at(t) / fr.lower_bound_at(t) - 1 for t in grid)
+
+    assert worst(on) < worst(off) - 3e-4
+    for fr in (on, off):
+        t, e = problem.evaluate_many(fr.plans)
+        assert np.allclose(t, fr.times) and np.allclose(e, fr.energies)
+
+
 @pytest.mark.parametrize("effort", [-1.0, float("nan"), float("inf")])
 def test_bad_effort_is_rejected_by_name(effort: float) -> None:
     with pytest.raises(OptionError, match="effort"):
