@@ -906,7 +906,7 @@ def _search(dag, ts, cs, nopt, hull, rank_ptr, diag, deadline, iters, top, pick)
     same pass of 1-2 microbatches on a run of consecutive stages, as it travels through the
     pipeline: ``diag[stage, kind, microbatch]`` is its node, -1 for none). Bands and diagonals
     move each instruction by the same 1-5 options or to its next slower hull vertex. A
-    diagonal keeps a microbatch's delay on its own path: on A40 8x96 at 1.01 T0 the search
+    diagonal slows one microbatch's pass as a whole: on A40 8x96 at 1.01 T0 the search
     reached 0.64 % above the bound in 8,000 trials with diagonals, 0.70 % without. The jumps
     to hull vertices cross options that lie above the hull's chord, which no step of a few
     options would be kept for: on the A40 a last-stage forward's hull goes from 1740 MHz

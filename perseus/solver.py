@@ -44,9 +44,10 @@ past a random fraction of the way to the slower vertex) and *diagonal* roundings
 A diagonal rounding gives every instruction of one microbatch and kind the same threshold, on
 every stage, and spreads the thresholds of successive microbatches evenly (golden-ratio steps
 from a random start): it mixes the two hull vertices around the relaxed durations the way the
-relaxation mixes them, by whole microbatches travelling through the pipeline, so that one
-microbatch's delay stays on its own path instead of adding up along paths that zigzag between
-ranks. Then a local search of exchanges (speed one node up by one option, hand the float that
+relaxation mixes them, by whole microbatches travelling through the pipeline, so that the ranks'
+delays line up by microbatch rather than add up independently along paths that zigzag between
+ranks (it lowers the worst gaps measurably, but does not remove that loss: see the README). Then
+a local search of exchanges (speed one node up by one option, hand the float that
 frees to the moves that save most; keep it if it saves overall) polishes a few plans. The
 zero-slowdown plan, if still that far from the bound, gets a large-neighbourhood search (ruin
 and recreate: slow instructions down, on one rank, in a band across the pipeline or along one
