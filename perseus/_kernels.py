@@ -894,6 +894,15 @@ def _next_vertex(hull, nopt, v, p):
 
 
 @njit(cache=True, nogil=True)
+def _slower(hull, nopt, v, p, vertex, k):
+    """Node ``v`` slowed from position ``p``: to its next slower hull vertex, or by ``k``
+    options (both stop at the slowest)."""
+    if vertex:
+        return _next_vertex(hull, nopt, v, p)
+    return min(p + k, nopt[v] - 1)
+
+
+@njit(cache=True, nogil=True)
 def _search(dag, ts, cs, nopt, hull, rank_ptr, diag, deadline, iters, top, pick):
     """Large-neighbourhood search on a plan within ``deadline`` (``pick`` in place; the caller
     seeds numba's generator). Each of ``iters`` trials perturbs a copy of the plan, reclaims its
@@ -910,11 +919,10 @@ def _search(dag, ts, cs, nopt, hull, rank_ptr, diag, deadline, iters, top, pick)
     reached 0.64 % above the bound in 8,000 trials with diagonals, 0.70 % without. The jumps
     to hull vertices cross options that lie above the hull's chord, which no step of a few
     options would be kept for: on the A40 a last-stage forward's hull goes from 1740 MHz
-    straight to 1320. The rest of the
-    trials speed instructions up by 1-3 options, freeing time to hand out afresh: those
-    running in a random window of up to 5 % of the deadline, a run on one rank, or a scattered
-    few. ``rank_ptr`` delimits each rank's instructions (numbered rank by rank, in execution
-    order). Returns the plan's total effective cost."""
+    straight to 1320. The rest of the trials speed instructions up by 1-3 options, freeing
+    time to hand out afresh: those running in a random window of up to 5 % of the deadline, a
+    run on one rank, or a scattered few. ``rank_ptr`` delimits each rank's instructions
+    (numbered rank by rank, in execution order). Returns the plan's total effective cost."""
     n = pick.shape[0]
     ranks = rank_ptr.shape[0] - 1
     free = np.full(n, np.inf)
@@ -948,7 +956,7 @@ def _search(dag, ts, cs, nopt, hull, rank_ptr, diag, deadline, iters, top, pick)
                 for v in range(s, s + w, step):
                     cand[v] = _next_vertex(hull, nopt, v, cand[v])
                     forced[v] = True
-            elif u < 0.375 or diag.shape[2] == 0:
+            elif u < 0.375:
                 # a band across the pipeline: on each of a run of ranks, what runs at one moment
                 for v in range(n):
                     cur[v] = ts[v, cand[v]]
@@ -961,10 +969,7 @@ def _search(dag, ts, cs, nopt, hull, rank_ptr, diag, deadline, iters, top, pick)
                 for q in range(q0, q1):
                     for v in range(rank_ptr[q], rank_ptr[q + 1]):
                         if es[v] + cur[v] > at:
-                            if vertex:
-                                cand[v] = _next_vertex(hull, nopt, v, cand[v])
-                            else:
-                                cand[v] = min(cand[v] + k, nopt[v] - 1)
+                            cand[v] = _slower(hull, nopt, v, cand[v], vertex, k)
                             forced[v] = True
                             break
             else:
@@ -981,10 +986,7 @@ def _search(dag, ts, cs, nopt, hull, rank_ptr, diag, deadline, iters, top, pick)
                     for x in range(mb, min(mb + w, diag.shape[2])):
                         v = diag[q, c, x]
                         if v >= 0:
-                            if vertex:
-                                cand[v] = _next_vertex(hull, nopt, v, cand[v])
-                            else:
-                                cand[v] = min(cand[v] + k, nopt[v] - 1)
+                            cand[v] = _slower(hull, nopt, v, cand[v], vertex, k)
                             forced[v] = True
             for v in range(n):
                 cur[v] = ts[v, cand[v]]
