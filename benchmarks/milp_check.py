@@ -2,7 +2,7 @@
 from HiGHS's MILP solver, beside Perseus's plan and the convex-relaxation bound.
 
     python benchmarks/milp_check.py [--gpu a40] [--microbatches 12] [--deadlines 1.0 1.05]
-        [--time-limit 120] [--effort 4] [--search 50000]
+        [--time-limit 120] [--effort 4] [--search 50000] [--windows 2]
 
 The MILP: a binary per (instruction, Pareto-optimal option), exactly one per instruction;
 start times with the DAG's precedence; every instruction done by the deadline; minimise the sum of
@@ -12,7 +12,16 @@ longer than its fastest duration plus its float with every instruction at its fa
 lets HiGHS find better plans sooner. With a time limit it reports its best plan (an upper bound
 on the optimum) and its proven dual bound (a lower bound on the optimum, tighter than the convex
 relaxation's). ``--search N`` also hands the MILP's plan to Perseus's large-neighbourhood search
-for N trials (the best plan either finds).
+for N trials (the best plan either finds). ``--time-limit 0`` skips the MILP.
+
+``--windows R`` re-optimises Perseus's own plan exactly, a time window at a time: the
+instructions that start within a window of 1.5 of the first stage's forward + backward (in the
+plan's schedule) get the MILP above, every other instruction keeping its option. A path between
+two of them cannot leave the window and come back (it would have to start later than the window
+ends), so the others enter only as release times (what must finish before) and due times (what
+must start after). Two passes of overlapping windows make a round; with ``--search N``, each round
+ends with N search trials (4 seeds, the best kept). It shows how far plans built from Perseus's
+own can get at one deadline, and at what price.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +46,57 @@ from perseus.schedules import one_f_one_b
 from perseus.solver import Relaxation, _Rounder, solve_problem
 
 
+def _milp(
+    problem: EnergyProblem,
+    nodes: npt.NDArray[np.intp],
+    opts: list[npt.NDArray[np.intp]],
+    release: npt.NDArray[np.float64],
+    due: npt.NDArray[np.float64],
+    inner: list[tuple[int, int]],
+    options: dict[str, float],
+) -> tuple[npt.NDArray[np.uint8] | None, Any]:
+    """HiGHS's MILP over ``nodes`` (node ``v`` choosing one of ``opts[v]``): each starts no
+    earlier than its ``release`` and ends by its ``due`` time, ``inner`` (pairs of positions in
+    ``nodes``) orders them, and the sum of effective energies is minimised. Returns each node's
+    option (``None`` if HiGHS found no plan) and HiGHS's result."""
+    eff = problem.energies - problem.blocking_power * problem.times
+    k = len(nodes)
+    cols = np.r_[0, np.cumsum([len(opts[v]) for v in nodes])]
+    nx = int(cols[-1])
+    c = np.zeros(nx + k)
+    a = lil_array((2 * k + len(inner), nx + k))
+    lo: list[float] = []
+    hi: list[float] = []
+    for i, v in enumerate(nodes):
+        c[cols[i] : cols[i + 1]] = eff[v, opts[v]]
+        a[i, cols[i] : cols[i + 1]] = 1  # one option each
+        lo.append(1)
+        hi.append(1)
+    for i, v in enumerate(nodes):  # done by the due time
+        a[k + i, nx + i] = 1
+        a[k + i, cols[i] : cols[i + 1]] = problem.times[v, opts[v]]
+        lo.append(-np.inf)
+        hi.append(due[i])
+    for r, (i, j) in enumerate(inner):  # start_j >= start_i + duration_i
+        a[2 * k + r, nx + j] = 1
+        a[2 * k + r, nx + i] = -1
+        a[2 * k + r, cols[i] : cols[i + 1]] = -problem.times[nodes[i], opts[nodes[i]]]
+        lo.append(0)
+        hi.append(np.inf)
+    res = milp(
+        c,
+        constraints=LinearConstraint(a.tocsr(), lo, hi),
+        integrality=np.r_[np.ones(nx), np.zeros(k)],
+        bounds=Bounds(np.r_[np.zeros(nx), release], np.r_[np.ones(nx), due]),
+        options=options,
+    )
+    if res.x is None:
+        return None, res
+    x = res.x[:nx]
+    chosen = [opts[v][np.argmax(x[cols[i] : cols[i + 1]])] for i, v in enumerate(nodes)]
+    return np.array(chosen, dtype=np.uint8), res
+
+
 def milp_plan(
     problem: EnergyProblem, deadline: float, time_limit: float
 ) -> tuple[npt.NDArray[np.uint8] | None, float, bool]:
@@ -43,49 +104,100 @@ def milp_plan(
     its proven lower bound on the energy (the branch and bound's dual bound: no plan can do
     better) and whether the plan is proven optimal."""
     rel = Relaxation.build(problem)
-    n, p, dag = problem.num_nodes, problem.blocking_power, problem.dag
-    ranks = dag.num_ranks
-    eff = problem.energies - p * problem.times
+    n, dag = problem.num_nodes, problem.dag
     fastest = rel.shortest
     longest_fit = dag.latest_finish(fastest, deadline) - dag.earliest_start(fastest)
     fits = rel.pareto & (problem.times <= longest_fit[:, None] * (1 + 1e-12))
-    opts = [np.flatnonzero(fits[i]) for i in range(n)]
-    cols = np.cumsum([0] + [len(o) for o in opts])
-    nx = int(cols[-1])
-    c = np.zeros(nx + n)
-    for i, o in enumerate(opts):
-        c[cols[i] : cols[i + 1]] = eff[i, o]
-    ne = len(problem.dag.src)
-    a = lil_array((2 * n + ne, nx + n))
-    lo, hi = [], []
-    for i in range(n):  # one option each
-        a[i, cols[i] : cols[i + 1]] = 1
-        lo.append(1)
-        hi.append(1)
-    for k, (u, v) in enumerate(zip(problem.dag.src, problem.dag.dst, strict=True)):
-        a[n + k, nx + v] = 1  # start_v >= start_u + duration_u
-        a[n + k, nx + u] = -1
-        a[n + k, cols[u] : cols[u + 1]] = -problem.times[u, opts[u]]
-        lo.append(0)
-        hi.append(np.inf)
-    for i, o in enumerate(opts):  # done by the deadline
-        a[n + ne + i, nx + i] = 1
-        a[n + ne + i, cols[i] : cols[i + 1]] = problem.times[i, o]
-        lo.append(-np.inf)
-        hi.append(deadline)
-    res = milp(
-        c,
-        constraints=LinearConstraint(a.tocsr(), lo, hi),
-        integrality=np.r_[np.ones(nx), np.zeros(n)],
-        bounds=Bounds(np.zeros(nx + n), np.r_[np.ones(nx), np.full(n, deadline)]),
-        options={"time_limit": time_limit, "mip_rel_gap": 1e-6},
+    plan, res = _milp(
+        problem,
+        np.arange(n),
+        [np.flatnonzero(fits[i]) for i in range(n)],
+        np.zeros(n),
+        np.full(n, deadline),
+        list(zip(dag.src.tolist(), dag.dst.tolist(), strict=True)),
+        {"time_limit": time_limit, "mip_rel_gap": 1e-6},
     )
-    dual = float(res.mip_dual_bound + p * ranks * deadline)
-    if res.x is None:
-        return None, dual, False
-    x = res.x[:nx]
-    plan = np.array([o[np.argmax(x[cols[i] : cols[i + 1]])] for i, o in enumerate(opts)])
-    return plan.astype(np.uint8), dual, res.status == 0
+    dual = float(res.mip_dual_bound + problem.blocking_power * dag.num_ranks * deadline)
+    return plan, dual, plan is not None and res.status == 0
+
+
+def window_milp(
+    problem: EnergyProblem,
+    opts: list[npt.NDArray[np.intp]],
+    plan: npt.NDArray[np.uint8],
+    window: npt.NDArray[np.bool_],
+    deadline: float,
+) -> npt.NDArray[np.uint8] | None:
+    """``plan`` with the instructions in ``window`` given their best options (``opts``) within
+    ``deadline``, the others fixed; ``None`` if HiGHS finds nothing."""
+    n, dag = problem.num_nodes, problem.dag
+    dur = problem.times[np.arange(n), plan]
+    start = dag.earliest_start(dur)
+    late_start = dag.latest_finish(dur, deadline) - dur
+    nodes = np.flatnonzero(window)
+    col = np.full(n, -1)
+    col[nodes] = np.arange(len(nodes))
+    release = np.zeros(len(nodes))
+    due = np.full(len(nodes), deadline)
+    inner = []
+    for u, v in zip(dag.src, dag.dst, strict=True):
+        if col[v] >= 0 and col[u] < 0:
+            release[col[v]] = max(release[col[v]], start[u] + dur[u])
+        elif col[u] >= 0 and col[v] < 0:
+            due[col[u]] = min(due[col[u]], late_start[v])
+        elif col[u] >= 0:
+            inner.append((int(col[u]), int(col[v])))
+    chosen, _ = _milp(problem, nodes, opts, release, due, inner, {"time_limit": 60.0})
+    if chosen is None:
+        return None
+    out = plan.copy()
+    out[nodes] = chosen
+    return out
+
+
+def window_rounds(
+    problem: EnergyProblem,
+    plan: npt.NDArray[np.uint8],
+    deadline: float,
+    rounds: int,
+    search: int,
+    rounder: _Rounder,
+) -> npt.NDArray[np.uint8]:
+    """``plan`` improved by ``rounds`` rounds of two passes of exact window re-optimisation
+    (see the module docstring), each round followed by ``search`` search trials if any."""
+    rel = Relaxation.build(problem)
+    opts = [np.flatnonzero(rel.pareto[v]) for v in range(problem.num_nodes)]
+    dag = problem.dag
+    first = problem.times[dag.stage == 0].min(axis=1)
+    width = 1.5 * 2 * float(np.median(first))
+    best = energy_at(problem, plan, deadline)
+    for _ in range(rounds):
+        for offset in (0.0, width / 4):
+            at = -offset
+            while at < deadline:
+                dur = problem.times[np.arange(problem.num_nodes), plan]
+                start = dag.earliest_start(dur)
+                window = (start >= at) & (start < at + width)
+                if window.sum() > 1:
+                    new = window_milp(problem, opts, plan, window, deadline)
+                    if new is not None:
+                        t, e = problem.evaluate_many(new[None, :])
+                        # HiGHS's tolerances aside: never over the deadline, never worse
+                        if t[0] <= deadline * (1 + 1e-9):
+                            e_at = float(e[0]) + problem.blocking_power * dag.num_ranks * (
+                                deadline - float(t[0])
+                            )
+                            if e_at < best - 1e-9 * abs(best):
+                                plan, best = new, e_at
+                at += width / 2
+        if search:
+            runs = rounder.search(
+                np.repeat(plan[None, :], 4, axis=0), np.full(4, deadline), np.arange(4), search
+            )
+            energies = [energy_at(problem, r, deadline) for r in runs]
+            if min(energies) < best:
+                plan, best = runs[int(np.argmin(energies))], min(energies)
+    return plan
 
 
 def energy_at(problem: EnergyProblem, plan: npt.NDArray[np.uint8] | None, deadline: float) -> float:
@@ -114,6 +226,12 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="also hand the MILP's plan to Perseus's search for this many trials",
     )
+    ap.add_argument(
+        "--windows",
+        type=int,
+        default=0,
+        help="also re-optimise Perseus's plan exactly by time windows, this many rounds",
+    )
     args = ap.parse_args(argv)
     path, power = GPUS[args.gpu]
     problem = EnergyProblem.build(load_profile(path), one_f_one_b(STAGES, args.microbatches), power)
@@ -127,12 +245,16 @@ def main(argv: list[str] | None = None) -> int:
         + (f"{f'effort {args.effort:g}/bound':>16} " if harder else "")
         + f"{'MILP/bound':>11} "
         + (f"{'MILP+search/bound':>18} " if args.search else "")
+        + (f"{'windows/bound':>14} " if args.windows else "")
         + f"{'MILP proven/bound':>18}"
     )
     for f in args.deadlines:
         d = f * t0
         t = time.perf_counter()
-        plan, dual, optimal = milp_plan(problem, d, args.time_limit)
+        if args.time_limit > 0:
+            plan, dual, optimal = milp_plan(problem, d, args.time_limit)
+        else:
+            plan, dual, optimal = None, float("nan"), False
         took = time.perf_counter() - t
         e_milp = energy_at(problem, plan, d)
         lb, ours = frontier.lower_bound_at(d), frontier.energy_at(d)
@@ -145,10 +267,17 @@ def main(argv: list[str] | None = None) -> int:
             more_s = f"{100 * (e_s / lb - 1):>17.2f}% "
         else:
             more_s = ""
+        if args.windows:
+            t = time.perf_counter()
+            own = frontier.plans[frontier.index_for_deadline(d, wait=True)]
+            better = window_rounds(problem, own, d, args.windows, args.search, rounder)
+            win_took = time.perf_counter() - t
+            more_s += f"{100 * (energy_at(problem, better, d) / lb - 1):>13.2f}% "
         print(
             f"{f:>9.4f}T0 {lb:>11.1f} {ours:>11.1f} {e_milp:>11.1f} {100 * (ours / lb - 1):>13.2f}% "
             f"{more}{100 * (e_milp / lb - 1):>10.2f}% {more_s}{100 * (dual / lb - 1):>17.2f}%  "
-            f"({'optimal' if optimal else 'best found'} in {took:.0f} s)",
+            f"({'optimal' if optimal else 'best found'} in {took:.0f} s"
+            + (f"; windows in {win_took:.0f} s)" if args.windows else ")"),
             flush=True,
         )
     return 0
