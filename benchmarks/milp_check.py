@@ -15,7 +15,7 @@ relaxation's). ``--search N`` also hands the MILP's plan to Perseus's large-neig
 for N trials (the best plan either finds). ``--time-limit 0`` skips the MILP.
 
 ``--windows R`` re-optimises Perseus's own plan exactly, a time window at a time: the
-instructions that start within a window of 1.5 of the first stage's forward + backward (in the
+instructions that start within a window of 1.5 times the first stage's forward + backward (in the
 plan's schedule) get the MILP above, every other instruction keeping its option. A path between
 two of them cannot leave the window and come back (it would have to start later than the window
 ends), so the others enter only as release times (what must finish before) and due times (what
@@ -131,7 +131,7 @@ def window_milp(
     """``plan`` with the instructions in ``window`` given their best options (``opts``) within
     ``deadline``, the others fixed; ``None`` if HiGHS finds nothing."""
     n, dag = problem.num_nodes, problem.dag
-    dur = problem.times[np.arange(n), plan]
+    dur = problem.durations(plan)
     start = dag.earliest_start(dur)
     late_start = dag.latest_finish(dur, deadline) - dur
     nodes = np.flatnonzero(window)
@@ -171,24 +171,20 @@ def window_rounds(
     first = problem.times[dag.stage == 0].min(axis=1)
     width = 1.5 * 2 * float(np.median(first))
     best = energy_at(problem, plan, deadline)
+    start = dag.earliest_start(problem.durations(plan))
     for _ in range(rounds):
         for offset in (0.0, width / 4):
             at = -offset
             while at < deadline:
-                dur = problem.times[np.arange(problem.num_nodes), plan]
-                start = dag.earliest_start(dur)
                 window = (start >= at) & (start < at + width)
-                if window.sum() > 1:
-                    new = window_milp(problem, opts, plan, window, deadline)
-                    if new is not None:
-                        t, e = problem.evaluate_many(new[None, :])
-                        # HiGHS's tolerances aside: never over the deadline, never worse
-                        if t[0] <= deadline * (1 + 1e-9):
-                            e_at = float(e[0]) + problem.blocking_power * dag.num_ranks * (
-                                deadline - float(t[0])
-                            )
-                            if e_at < best - 1e-9 * abs(best):
-                                plan, best = new, e_at
+                new = (
+                    window_milp(problem, opts, plan, window, deadline) if window.sum() > 1 else None
+                )
+                # HiGHS's tolerances aside: never over the deadline, never worse
+                e = np.inf if new is None else _fit_energy(problem, new, deadline)
+                if new is not None and e < best - 1e-9 * abs(best):
+                    plan, best = new, e
+                    start = dag.earliest_start(problem.durations(plan))
                 at += width / 2
         if search:
             runs = rounder.search(
@@ -197,16 +193,26 @@ def window_rounds(
             energies = [energy_at(problem, r, deadline) for r in runs]
             if min(energies) < best:
                 plan, best = runs[int(np.argmin(energies))], min(energies)
+                start = dag.earliest_start(problem.durations(plan))
     return plan
+
+
+def _fit_energy(problem: EnergyProblem, plan: npt.NDArray[np.uint8], deadline: float) -> float:
+    """Energy of ``plan`` over an iteration of ``deadline`` seconds (waiting included), or
+    infinity if it does not fit."""
+    t, e = problem.evaluate_many(plan[None, :])
+    if t[0] > deadline * (1 + 1e-9):
+        return float("inf")
+    return float(e[0] + problem.blocking_power * problem.dag.num_ranks * (deadline - t[0]))
 
 
 def energy_at(problem: EnergyProblem, plan: npt.NDArray[np.uint8] | None, deadline: float) -> float:
     """Energy of ``plan`` over an iteration of ``deadline`` seconds (waiting included)."""
     if plan is None:
         return float("nan")
-    t, e = problem.evaluate_many(plan[None, :])
-    assert t[0] <= deadline * (1 + 1e-9), "a plan over its deadline"
-    return float(e[0] + problem.blocking_power * problem.dag.num_ranks * (deadline - t[0]))
+    e = _fit_energy(problem, plan, deadline)
+    assert np.isfinite(e), "a plan over its deadline"
+    return e
 
 
 def main(argv: list[str] | None = None) -> int:
