@@ -59,8 +59,8 @@ def _query_load(url: str, job_id: str, seconds: float, concurrency: int, out: An
 def _watchers(target: str, job_id: str, ranks: list[tuple[int, int, int]], conn: Any) -> None:
     import grpc
 
-    from perseus_client.proto import perseus_pb2 as pb
-    from perseus_client.proto import perseus_pb2_grpc as pb_grpc
+    from perseus_common.proto import perseus_pb2 as pb
+    from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 
     async def main() -> None:
         channels = [grpc.aio.insecure_channel(target) for _ in range(4)]

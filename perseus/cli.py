@@ -11,21 +11,19 @@ from typing import Any
 
 __all__ = ["main"]
 
-#: Measured blocking power (W) of GPUs whose profiles ship in profiles/ (P2P wait power).
-KNOWN_BLOCKING_POWER = {"a100": 83.64, "a40": 70.38}
-
-
 def _blocking_power_for(profile: Path, given: float | None) -> float:
+    from perseus_common.gpus import known_gpu_for
+
     if given is not None:
         return given
-    name = profile.name.lower()
-    for gpu, watts in sorted(KNOWN_BLOCKING_POWER.items(), key=lambda kv: -len(kv[0])):
-        if gpu in name:
-            print(
-                f"perseus: using the measured blocking power of the {gpu.upper()}: {watts} W",
-                file=sys.stderr,
-            )
-            return watts
+    gpu = known_gpu_for(profile.name)
+    if gpu is not None:
+        print(
+            f"perseus: using the measured blocking power of the {gpu.key.upper()}: "
+            f"{gpu.blocking_power} W",
+            file=sys.stderr,
+        )
+        return gpu.blocking_power
     raise SystemExit(
         "perseus frontier: --blocking-power is required (watts a GPU draws while waiting)"
     )

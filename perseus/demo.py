@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 from perseus.demo_rank import PHASES
+from perseus_common.gpus import known_gpu_for
 
 __all__ = ["main", "build_parser", "analyse", "DemoError"]
 
@@ -65,7 +66,6 @@ __all__ = ["main", "build_parser", "analyse", "DemoError"]
 #: time, phase 1 and phase 2 each a median over 6-7 steps taken some seconds apart.
 PHASE2_TIME_TOLERANCE = 0.025
 DEFAULT_PROFILE = Path(__file__).resolve().parents[1] / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"
-KNOWN_BLOCKING_POWER = {"a100": 83.64, "a40": 70.38}
 
 
 class DemoError(RuntimeError):
@@ -136,10 +136,9 @@ def _blocking_power(profile: Path, given: float | None) -> float:
         if not (given >= 0):
             raise DemoError("--blocking-power: must be >= 0 watts")
         return float(given)
-    name = profile.name.lower()
-    for gpu, watts in KNOWN_BLOCKING_POWER.items():
-        if gpu in name:
-            return watts
+    gpu = known_gpu_for(profile.name)
+    if gpu is not None:
+        return gpu.blocking_power
     raise DemoError("--blocking-power: required for this profile (watts a waiting GPU draws)")
 
 

@@ -31,6 +31,8 @@ import numpy as np
 import numpy.typing as npt
 
 from perseus.errors import ProfileError
+from perseus_common import profile_csv
+from perseus_common.kinds import INSTRUCTION_KINDS
 
 __all__ = [
     "INSTRUCTION_KINDS",
@@ -43,10 +45,7 @@ __all__ = [
     "lower_hull_indices",
 ]
 
-#: Instruction kinds a profile may carry. ``backward_input``/``backward_weight`` are the two
-#: halves of a backward pass in zero-bubble schedules.
-INSTRUCTION_KINDS: tuple[str, ...] = ("forward", "backward", "backward_input", "backward_weight")
-_COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
+_COLUMNS = profile_csv.COLUMNS
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
@@ -204,64 +203,13 @@ class Profile:
 
 
 def _parse_records(rows: Iterable[tuple[int, Mapping[str, Any]]]) -> Profile:
-    seen: dict[tuple[int, str, int], int] = {}
-    data: dict[tuple[int, str], list[tuple[int, float, float]]] = {}
-    for rowno, rec in rows:
-        for col in _COLUMNS:
-            if (
-                col not in rec
-                or rec[col] is None
-                or (isinstance(rec[col], str) and not rec[col].strip())
-            ):
-                raise ProfileError("missing value", field=col, row=rowno)
-        stage = _as_int(rec["stage"], "stage", rowno)
-        if stage < 0:
-            raise ProfileError(f"stage must be >= 0, got {stage}", field="stage", row=rowno)
-        kind = str(rec["instruction"]).strip()
-        if kind not in INSTRUCTION_KINDS:
-            raise ProfileError(
-                f"unknown instruction {kind!r}; expected one of {', '.join(INSTRUCTION_KINDS)}",
-                field="instruction",
-                row=rowno,
-            )
-        freq = _as_int(rec["frequency"], "frequency", rowno)
-        if freq <= 0:
-            raise ProfileError(
-                f"frequency must be positive, got {freq}", field="frequency", row=rowno
-            )
-        time = _as_positive_float(rec["time"], "time", rowno)
-        energy = _as_positive_float(rec["energy"], "energy", rowno)
-        key = (stage, kind, freq)
-        if key in seen:
-            raise ProfileError(
-                f"duplicate measurement of stage {stage} {kind} at {freq} MHz (first on row {seen[key]})",
-                field="frequency",
-                row=rowno,
-            )
-        seen[key] = rowno
-        data.setdefault((stage, kind), []).append((freq, time, energy))
-    if not data:
-        raise ProfileError("the profile is empty: no measurement rows")
-    stages = sorted({s for s, _ in data})
-    if stages != list(range(len(stages))):
-        missing = sorted(set(range(stages[-1] + 1)) - set(stages))
-        raise ProfileError(
-            f"stages must be numbered 0..S-1; stage(s) {missing} missing", field="stage"
-        )
-    for s in stages:
-        has_fwd = (s, "forward") in data
-        has_bwd = (s, "backward") in data or (
-            (s, "backward_input") in data and (s, "backward_weight") in data
-        )
-        if not has_fwd or not has_bwd:
-            which = "forward" if not has_fwd else "backward"
-            raise ProfileError(
-                f"stage {s} has no {which} measurements; every stage needs forward and backward",
-                field="instruction",
-            )
+    try:
+        data = profile_csv.parse_rows(rows)
+        profile_csv.check_complete(data)
+    except profile_csv.ProfileFormatError as e:
+        raise ProfileError(e.detail, field=e.field, row=e.row) from None
     entries: dict[tuple[int, str], InstructionProfile] = {}
     for sk, opts in data.items():
-        opts.sort(key=lambda o: -o[0])
         entries[sk] = InstructionProfile(
             np.array([o[0] for o in opts], dtype=np.int64),
             np.array([o[1] for o in opts], dtype=np.float64),
@@ -270,56 +218,12 @@ def _parse_records(rows: Iterable[tuple[int, Mapping[str, Any]]]) -> Profile:
     return Profile(entries)
 
 
-def _as_int(value: Any, name: str, row: int) -> int:
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise ProfileError(f"not a number: {value!r}", field=name, row=row) from None
-    if not math.isfinite(f) or f != int(f):
-        raise ProfileError(f"must be an integer, got {value!r}", field=name, row=row)
-    return int(f)
-
-
-def _as_positive_float(value: Any, name: str, row: int) -> float:
-    if isinstance(value, bool):
-        raise ProfileError(f"not a number: {value!r}", field=name, row=row)
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise ProfileError(f"not a number: {value!r}", field=name, row=row) from None
-    if math.isnan(f) or math.isinf(f):
-        raise ProfileError(f"must be finite, got {value!r}", field=name, row=row)
-    if f <= 0:
-        raise ProfileError(f"must be positive, got {value!r}", field=name, row=row)
-    return f
-
-
 def parse_profile_csv(text: str) -> Profile:
     """Parse and validate a ``stage,instruction,frequency,time,energy`` CSV document."""
-    if not text.strip():
-        raise ProfileError("the profile is empty")
-    reader = csv.reader(io.StringIO(text))
     try:
-        header = [h.strip() for h in next(reader)]
-    except StopIteration:
-        raise ProfileError("the profile is empty") from None
-    missing = [c for c in _COLUMNS if c not in header]
-    if missing:
-        raise ProfileError(
-            f"header must name the columns {','.join(_COLUMNS)}; missing {', '.join(missing)}",
-            row=1,
-        )
-    index = {c: header.index(c) for c in _COLUMNS}
-
-    def rows() -> Iterable[tuple[int, Mapping[str, Any]]]:
-        for lineno, row in enumerate(reader, start=2):
-            if not row or all(not c.strip() for c in row):
-                continue
-            if len(row) != len(header):
-                raise ProfileError(f"expected {len(header)} fields, found {len(row)}", row=lineno)
-            yield lineno, {c: row[i].strip() for c, i in index.items()}
-
-    return _parse_records(rows())
+        return _parse_records(profile_csv.csv_rows(text))
+    except profile_csv.ProfileFormatError as e:
+        raise ProfileError(e.detail, field=e.field, row=e.row) from None
 
 
 def parse_profile_json(obj: Any) -> Profile:

@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from perseus.errors import ScheduleError
-from perseus.profiles import INSTRUCTION_KINDS
+from perseus_common.kinds import INSTRUCTION_KINDS
+from perseus_common.orders import (
+    Orders,
+    gpipe_orders,
+    interleaved_1f1b_orders,
+    one_f_one_b_orders,
+)
 
 __all__ = [
     "Op",
@@ -192,27 +198,13 @@ def _check_sizes(stages: int, microbatches: int) -> None:
 def gpipe(stages: int, microbatches: int) -> Schedule:
     """GPipe: all forwards, then all backwards (in microbatch order, as torch's ScheduleGPipe)."""
     _check_sizes(stages, microbatches)
-    orders = tuple(
-        tuple(Op("forward", m, s) for m in range(microbatches))
-        + tuple(Op("backward", m, s) for m in range(microbatches))
-        for s in range(stages)
-    )
-    return Schedule("gpipe", stages, stages, microbatches, orders)
+    return _built("gpipe", stages, stages, microbatches, gpipe_orders(stages, microbatches))
 
 
 def one_f_one_b(stages: int, microbatches: int) -> Schedule:
     """1F1B (PipeDream-Flush) as Megatron-LM and DeepSpeed run it."""
     _check_sizes(stages, microbatches)
-    orders = []
-    for s in range(stages):
-        warmup = min(stages - s - 1, microbatches)
-        order = [Op("forward", m, s) for m in range(warmup)]
-        for i in range(microbatches - warmup):
-            order.append(Op("forward", warmup + i, s))
-            order.append(Op("backward", i, s))
-        order += [Op("backward", m, s) for m in range(microbatches - warmup, microbatches)]
-        orders.append(tuple(order))
-    return Schedule("1f1b", stages, stages, microbatches, tuple(orders))
+    return _built("1f1b", stages, stages, microbatches, one_f_one_b_orders(stages, microbatches))
 
 
 def interleaved_1f1b(stages: int, microbatches: int, virtual_stages: int) -> Schedule:
@@ -225,35 +217,18 @@ def interleaved_1f1b(stages: int, microbatches: int, virtual_stages: int) -> Sch
     _check_sizes(stages, microbatches)
     if virtual_stages < 1:
         raise ScheduleError(f"virtual_stages must be >= 1, got {virtual_stages}")
-    if virtual_stages == 1:
-        base = one_f_one_b(stages, microbatches)
-        return Schedule("interleaved-1f1b", base.ranks, base.stages, base.microbatches, base.orders)
-    if microbatches % stages:
+    if virtual_stages > 1 and microbatches % stages:
         raise ScheduleError(
             f"interleaved 1F1B needs microbatches to be a multiple of stages ({microbatches} % {stages} != 0)"
         )
-    V, S = virtual_stages, stages
-    total = microbatches * V
-    group = S * V
+    orders = interleaved_1f1b_orders(stages, microbatches, virtual_stages)
+    return _built("interleaved-1f1b", stages, stages * virtual_stages, microbatches, orders)
 
-    def op(k: int, forward: bool, rank: int) -> Op:
-        in_group = k % group
-        chunk = in_group // S
-        if not forward:
-            chunk = V - chunk - 1
-        mb = (k // group) * S + in_group % S
-        return Op("forward" if forward else "backward", mb, chunk * S + rank)
 
-    orders = []
-    for s in range(S):
-        warmup = min((S - s - 1) * 2 + (V - 1) * S, total)
-        order = [op(k, True, s) for k in range(warmup)]
-        for i in range(total - warmup):
-            order.append(op(warmup + i, True, s))
-            order.append(op(i, False, s))
-        order += [op(k, False, s) for k in range(total - warmup, total)]
-        orders.append(tuple(order))
-    return Schedule("interleaved-1f1b", S, S * V, microbatches, tuple(orders))
+def _built(name: str, ranks: int, stages: int, microbatches: int, orders: Orders) -> Schedule:
+    return Schedule(
+        name, ranks, stages, microbatches, tuple(tuple(Op(*op) for op in o) for o in orders)
+    )
 
 
 def make_schedule(name: str, stages: int, microbatches: int, virtual_stages: int = 1) -> Schedule:

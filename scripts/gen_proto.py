@@ -1,12 +1,12 @@
-"""Regenerate the gRPC Python stubs from ``client/perseus_client/proto/perseus.proto``.
+"""Regenerate the gRPC Python stubs from ``common/perseus_common/proto/perseus.proto``.
 
 Usage::
 
     python scripts/gen_proto.py            # write next to the .proto (the committed stubs)
-    python scripts/gen_proto.py --out DIR  # write DIR/perseus_pb2.py and DIR/perseus_pb2_grpc.py
+    python scripts/gen_proto.py --out DIR  # write DIR/perseus_pb2.py, its .pyi and DIR/perseus_pb2_grpc.py
 
-The .proto is compiled with ``client/`` as the include root, so the generated gRPC module imports
-its messages as ``from perseus_client.proto import perseus_pb2`` and works from any directory.
+The .proto is compiled with ``common/`` as the include root, so the generated gRPC module imports
+its messages as ``from perseus_common.proto import perseus_pb2`` and works from any directory.
 ``tests/test_proto.py`` checks that the committed stubs match a fresh generation.
 """
 
@@ -21,25 +21,26 @@ from pathlib import Path
 __all__ = ["PROTO", "generate", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
-CLIENT = ROOT / "client"
-PROTO = CLIENT / "perseus_client" / "proto" / "perseus.proto"
-OUTPUTS = ("perseus_pb2.py", "perseus_pb2_grpc.py")
+COMMON = ROOT / "common"
+PROTO = COMMON / "perseus_common" / "proto" / "perseus.proto"
+OUTPUTS = ("perseus_pb2.py", "perseus_pb2.pyi", "perseus_pb2_grpc.py")
 
 
 def generate(out_dir: Path) -> list[Path]:
-    """Compile the .proto and write the two stub modules into ``out_dir``; return their paths."""
+    """Compile the .proto and write the stub modules (and the messages' type stub) into ``out_dir``; return their paths."""
     from grpc_tools import protoc  # dev-time dependency only
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    rel = PROTO.relative_to(CLIENT).as_posix()
+    rel = PROTO.relative_to(COMMON).as_posix()
     with tempfile.TemporaryDirectory() as tmp:
         include = Path(protoc.__file__).parent / "_proto"
         rc = protoc.main(
             [
                 "grpc_tools.protoc",
-                f"-I{CLIENT}",
+                f"-I{COMMON}",
                 f"-I{include}",
                 f"--python_out={tmp}",
+                f"--pyi_out={tmp}",
                 f"--grpc_python_out={tmp}",
                 rel,
             ]
@@ -49,7 +50,7 @@ def generate(out_dir: Path) -> list[Path]:
         written = []
         for name in OUTPUTS:
             dst = out_dir / name
-            shutil.copyfile(Path(tmp) / PROTO.parent.relative_to(CLIENT) / name, dst)
+            shutil.copyfile(Path(tmp) / PROTO.parent.relative_to(COMMON) / name, dst)
             written.append(dst)
     return written
 

@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STUBS = ROOT / "client" / "perseus_client" / "proto"
+STUBS = ROOT / "common" / "perseus_common" / "proto"
 
 
 def _load_generator():
@@ -19,7 +19,7 @@ def _load_generator():
 
 def test_committed_stubs_are_current(tmp_path: Path) -> None:
     written = _load_generator().generate(tmp_path)
-    assert {p.name for p in written} == {"perseus_pb2.py", "perseus_pb2_grpc.py"}
+    assert {p.name for p in written} == {"perseus_pb2.py", "perseus_pb2.pyi", "perseus_pb2_grpc.py"}
     for path in written:
         committed = STUBS / path.name
         assert committed.read_text() == path.read_text(), (
@@ -28,7 +28,7 @@ def test_committed_stubs_are_current(tmp_path: Path) -> None:
 
 
 def test_stubs_import_and_round_trip() -> None:
-    from perseus_client.proto import perseus_pb2, perseus_pb2_grpc
+    from perseus_common.proto import perseus_pb2, perseus_pb2_grpc
 
     update = perseus_pb2.PlanUpdate(version=3, reason="default")
     update.steps.add(instruction="forward", microbatch=1, frequency_mhz=1410, stage=0)

@@ -18,11 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from perseus_client.errors import ConfigError, PlanMismatchError
+from perseus_common.kinds import INSTRUCTION_KINDS
 
 __all__ = ["INSTRUCTION_KINDS", "PlanStep", "ProfilingTask", "Plan", "PlanCursor"]
-
-#: Instruction kinds: full backward, or its input-gradient / weight-gradient halves (zero bubble).
-INSTRUCTION_KINDS: tuple[str, ...] = ("forward", "backward", "backward_input", "backward_weight")
 
 
 @dataclass(frozen=True, slots=True)

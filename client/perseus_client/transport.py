@@ -30,7 +30,7 @@ import grpc
 
 from perseus_client.measurements import IterationMeasurement
 from perseus_client.plan import Plan
-from perseus_client.proto import perseus_pb2, perseus_pb2_grpc
+from perseus_common.proto import perseus_pb2, perseus_pb2_grpc
 
 __all__ = ["RankIdentity", "ServerLink", "parse_target"]
 

@@ -14,8 +14,8 @@ from typing import Any, NoReturn
 
 import grpc
 
-from perseus_client.proto import perseus_pb2 as pb
-from perseus_client.proto import perseus_pb2_grpc as pb_grpc
+from perseus_common.proto import perseus_pb2 as pb
+from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server.errors import ApiError, BadRequest, Conflict, NotFound, Unauthorized
 from perseus_server.service import PerseusService
 

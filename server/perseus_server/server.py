@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import grpc
 import uvicorn
 
-from perseus_client.proto import perseus_pb2_grpc as pb_grpc
+from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server.config import ServerConfig
 from perseus_server.grpc_service import PlanServicer
 from perseus_server.rest import create_app

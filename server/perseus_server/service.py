@@ -30,7 +30,7 @@ from perseus.frontier import Frontier
 from perseus.problem import EnergyProblem
 from perseus.profiles import INSTRUCTION_KINDS, Profile, parse_profile_csv, parse_profile_json
 from perseus.schedules import Schedule
-from perseus_client.proto import perseus_pb2 as pb
+from perseus_common.proto import perseus_pb2 as pb
 from perseus_server.config import Limits
 from perseus_server.errors import BadRequest, Conflict, NotFound
 from perseus_server.hub import PlanHub, Subscriber

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from perseus_client import ConfigError, Plan, PlanCursor, PlanMismatchError, PlanStep, ProfilingTask
-from perseus_client.proto import perseus_pb2
+from perseus_common.proto import perseus_pb2
 
 STEPS = [("forward", 0, 1200), ("forward", 1, 1000), ("backward", 0, 1410), ("backward", 1, 1200)]
 

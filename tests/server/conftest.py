@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from perseus.profiles import load_profile
-from perseus_client.proto import perseus_pb2 as pb
-from perseus_client.proto import perseus_pb2_grpc as pb_grpc
+from perseus_common.proto import perseus_pb2 as pb
+from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[2]

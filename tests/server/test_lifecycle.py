@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from perseus.profiles import load_profile
-from perseus_client.proto import perseus_pb2 as pb
-from perseus_client.proto import perseus_pb2_grpc as pb_grpc
+from perseus_common.proto import perseus_pb2 as pb
+from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 
 from .conftest import A40, make_job, register, solved_job, wait_frontier

@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from perseus.profiles import parse_profile_csv
-from perseus_client.proto import perseus_pb2 as pb
-from perseus_client.proto import perseus_pb2_grpc as pb_grpc
+from perseus_common.proto import perseus_pb2 as pb
+from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 
 from .conftest import make_job, problem_field, register, wait_frontier
 

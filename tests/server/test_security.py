@@ -12,8 +12,8 @@ import grpc
 import httpx
 import pytest
 
-from perseus_client.proto import perseus_pb2 as pb
-from perseus_client.proto import perseus_pb2_grpc as pb_grpc
+from perseus_common.proto import perseus_pb2 as pb
+from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 
 TOKEN = "t0k-" + "x" * 28

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from perseus.profiles import parse_profile_csv
-from perseus_client.proto import perseus_pb2 as pb
-from perseus_client.proto import perseus_pb2_grpc as pb_grpc
+from perseus_common.proto import perseus_pb2 as pb
+from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 
 from .conftest import BLOCKING_A40, register, solved_job

@@ -35,8 +35,6 @@ plain dicts ``{(stage, kind): {mhz: (seconds, joules)}}``.
 from __future__ import annotations
 
 import bisect
-import csv
-import io
 import json
 import math
 import os
@@ -48,13 +46,12 @@ from typing import Any
 
 from perseus_client.errors import ConfigError, UnsupportedClockError
 from perseus_client.gpu.base import GpuBackend
+from perseus_common import profile_csv
 
 __all__ = ["SimulatedGpu", "Measurements", "read_profile_csv"]
 
 #: ``{(stage, kind): {frequency_mhz: (time_seconds, energy_joules)}}``
 Measurements = Mapping[tuple[int, str], Mapping[int, tuple[float, float]]]
-
-_COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
 
 
 def read_profile_csv(
@@ -63,36 +60,17 @@ def read_profile_csv(
     """Read a ``stage,instruction,frequency,time,energy`` CSV into plain dicts.
 
     ``source`` is a path, or the CSV text itself when it contains a newline. Only the rows of
-    ``stages`` are kept (all when ``None``). Rows are validated (positive finite times and
-    energies); errors name the row and column.
+    ``stages`` are kept (all when ``None``). Every row is validated by the project's one profile
+    reader (:mod:`perseus_common.profile_csv`); errors name the row and column.
     """
     text = source if isinstance(source, str) and "\n" in source else Path(source).read_text()
-    wanted = None if stages is None else {int(s) for s in stages}
-    reader = csv.DictReader(io.StringIO(text))
-    missing = [c for c in _COLUMNS if c not in (reader.fieldnames or ())]
-    if missing:
-        raise ConfigError("profile", f"CSV header lacks column(s) {', '.join(missing)}")
-    out: dict[tuple[int, str], dict[int, tuple[float, float]]] = {}
-    for rowno, row in enumerate(reader, start=2):
-        try:
-            stage = int(row["stage"])
-            if wanted is not None and stage not in wanted:
-                continue
-            kind = row["instruction"].strip()
-            freq = int(float(row["frequency"]))
-            t = float(row["time"])
-            e = float(row["energy"])
-        except (TypeError, ValueError) as exc:
-            raise ConfigError("profile", f"row {rowno}: {exc}") from exc
-        for col, v in (("time", t), ("energy", e)):
-            if not (math.isfinite(v) and v > 0):
-                raise ConfigError(
-                    "profile", f"row {rowno}: {col} must be positive and finite, got {v}"
-                )
-        out.setdefault((stage, kind), {})[freq] = (t, e)
-    if not out:
-        raise ConfigError("profile", f"no rows for stage(s) {sorted(wanted) if wanted else 'any'}")
-    return out
+    try:
+        data = profile_csv.read_csv(text, stages=stages)
+    except profile_csv.ProfileFormatError as exc:
+        where = f"row {exc.row}: " if exc.row is not None else ""
+        what = f"{exc.field} " if exc.field is not None else ""
+        raise ConfigError("profile", f"{where}{what}{exc.detail}") from None
+    return {key: {f: (t, e) for f, t, e in opts} for key, opts in data.items()}
 
 
 class _Curve:

@@ -5,10 +5,9 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["INSTRUCTION_KINDS", "InstructionClient", "Orders", "custom_schedule", "check_orders"]
+from perseus_common.kinds import INSTRUCTION_KINDS
 
-#: The instruction kinds a plan names.
-INSTRUCTION_KINDS = ("forward", "backward", "backward_input", "backward_weight")
+__all__ = ["INSTRUCTION_KINDS", "InstructionClient", "Orders", "custom_schedule", "check_orders"]
 
 #: Per-rank instruction orders: ``orders[rank] == [[kind, microbatch, stage], ...]``.
 Orders = list[list[list[Any]]]

@@ -21,7 +21,7 @@ actions of ``schedule.pipeline_order_with_comms`` in order, so the export reads 
 ``OVERLAP_F_B`` actions expanded into their sub-actions). Single-stage GPipe and 1F1B run
 hand-written loops whose order torch's ``pipeline_order`` does not reproduce faithfully (in torch
 2.13 ``Schedule1F1B._get_pipeline_order`` gives the last rank wrong microbatch indices), so their
-orders come from :func:`perseus.schedules.gpipe` / :func:`perseus.schedules.one_f_one_b`, which
+orders come from :func:`perseus_common.orders.gpipe_orders` / :func:`~perseus_common.orders.one_f_one_b_orders`, which
 match what the loops execute (the integration tests check this against real runs).
 
 Usage::
@@ -46,6 +46,7 @@ from collections.abc import Callable
 from typing import Any
 
 from perseus_client.integrations._base import InstructionClient, Orders, check_orders
+from perseus_common.orders import gpipe_orders, one_f_one_b_orders
 
 __all__ = [
     "PipelineHooks",
@@ -256,20 +257,18 @@ def export_orders(schedule: Any) -> Orders:
         ScheduleGPipe,
     )
 
-    from perseus.schedules import gpipe, one_f_one_b
-
     if isinstance(schedule, PipelineScheduleSingle):
         stages = int(schedule._num_stages)
         microbatches = int(schedule._n_microbatches)
         if isinstance(schedule, Schedule1F1B):
-            built = one_f_one_b(stages, microbatches)
+            built = one_f_one_b_orders(stages, microbatches)
         elif isinstance(schedule, ScheduleGPipe):
-            built = gpipe(stages, microbatches)
+            built = gpipe_orders(stages, microbatches)
         else:
             raise TypeError(
                 f"schedule: no order known for single-stage schedule {type(schedule).__name__}"
             )
-        return check_orders(built.to_json()["orders"])  # type: ignore[arg-type]
+        return check_orders(_lists(built))
     table = getattr(schedule, "pipeline_order_with_comms", None) or getattr(
         schedule, "pipeline_order", None
     )
@@ -290,7 +289,7 @@ def orders_for(
     """The per-rank order of a schedule class (or name, as ``get_schedule_class`` takes it) without
     building stages or a process group, e.g. to create the job before launching the ranks.
 
-    Single-stage GPipe / 1F1B come from :mod:`perseus.schedules` (see the module docstring); the
+    Single-stage GPipe / 1F1B come from :mod:`perseus_common.orders` (see the module docstring); the
     others from ``torch.distributed.pipelining._schedule_visualizer.get_schedule_ops`` with the
     communication lowering the runtime executes. ``stages_per_rank`` defaults to torch's (1 for
     single-stage schedules, 2 otherwise).
@@ -298,16 +297,18 @@ def orders_for(
     from torch.distributed.pipelining import schedules as tsched
     from torch.distributed.pipelining._schedule_visualizer import get_schedule_ops
 
-    from perseus.schedules import gpipe, one_f_one_b
-
     cls = tsched.get_schedule_class(schedule) if isinstance(schedule, str) else schedule
     if issubclass(cls, tsched.PipelineScheduleSingle):
         if stages_per_rank not in (None, 1):
             raise ValueError(f"stages_per_rank: {cls.__name__} holds one stage per rank")
         if issubclass(cls, tsched.Schedule1F1B):
-            return check_orders(one_f_one_b(ranks, microbatches).to_json()["orders"])  # type: ignore[arg-type]
+            return check_orders(_lists(one_f_one_b_orders(ranks, microbatches)))
         if issubclass(cls, tsched.ScheduleGPipe):
-            return check_orders(gpipe(ranks, microbatches).to_json()["orders"])  # type: ignore[arg-type]
+            return check_orders(_lists(gpipe_orders(ranks, microbatches)))
         raise TypeError(f"schedule: no order known for single-stage schedule {cls.__name__}")
     table = get_schedule_ops(cls, ranks, microbatches, stages_per_rank, with_comms=True)
     return check_orders([[op for action in rank for op in _action_ops(action)] for rank in table])
+
+
+def _lists(orders: list[list[tuple[str, int, int]]]) -> Orders:
+    return [[list(op) for op in order] for order in orders]

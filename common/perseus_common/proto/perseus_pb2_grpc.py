@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from perseus_client.proto import perseus_pb2 as perseus__client_dot_proto_dot_perseus__pb2
+from perseus_common.proto import perseus_pb2 as perseus__common_dot_proto_dot_perseus__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in perseus_client/proto/perseus_pb2_grpc.py depends on'
+        + ' but the generated code in perseus_common/proto/perseus_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,18 +36,18 @@ class PlanServiceStub:
         """
         self.RegisterRank = channel.unary_unary(
                 '/perseus.v1.PlanService/RegisterRank',
-                request_serializer=perseus__client_dot_proto_dot_perseus__pb2.RegisterRankRequest.SerializeToString,
-                response_deserializer=perseus__client_dot_proto_dot_perseus__pb2.RegisterRankResponse.FromString,
+                request_serializer=perseus__common_dot_proto_dot_perseus__pb2.RegisterRankRequest.SerializeToString,
+                response_deserializer=perseus__common_dot_proto_dot_perseus__pb2.RegisterRankResponse.FromString,
                 _registered_method=True)
         self.WatchPlan = channel.unary_stream(
                 '/perseus.v1.PlanService/WatchPlan',
-                request_serializer=perseus__client_dot_proto_dot_perseus__pb2.WatchPlanRequest.SerializeToString,
-                response_deserializer=perseus__client_dot_proto_dot_perseus__pb2.PlanUpdate.FromString,
+                request_serializer=perseus__common_dot_proto_dot_perseus__pb2.WatchPlanRequest.SerializeToString,
+                response_deserializer=perseus__common_dot_proto_dot_perseus__pb2.PlanUpdate.FromString,
                 _registered_method=True)
         self.ReportIterations = channel.stream_unary(
                 '/perseus.v1.PlanService/ReportIterations',
-                request_serializer=perseus__client_dot_proto_dot_perseus__pb2.IterationReport.SerializeToString,
-                response_deserializer=perseus__client_dot_proto_dot_perseus__pb2.ReportAck.FromString,
+                request_serializer=perseus__common_dot_proto_dot_perseus__pb2.IterationReport.SerializeToString,
+                response_deserializer=perseus__common_dot_proto_dot_perseus__pb2.ReportAck.FromString,
                 _registered_method=True)
 
 
@@ -81,18 +81,18 @@ def add_PlanServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'RegisterRank': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterRank,
-                    request_deserializer=perseus__client_dot_proto_dot_perseus__pb2.RegisterRankRequest.FromString,
-                    response_serializer=perseus__client_dot_proto_dot_perseus__pb2.RegisterRankResponse.SerializeToString,
+                    request_deserializer=perseus__common_dot_proto_dot_perseus__pb2.RegisterRankRequest.FromString,
+                    response_serializer=perseus__common_dot_proto_dot_perseus__pb2.RegisterRankResponse.SerializeToString,
             ),
             'WatchPlan': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchPlan,
-                    request_deserializer=perseus__client_dot_proto_dot_perseus__pb2.WatchPlanRequest.FromString,
-                    response_serializer=perseus__client_dot_proto_dot_perseus__pb2.PlanUpdate.SerializeToString,
+                    request_deserializer=perseus__common_dot_proto_dot_perseus__pb2.WatchPlanRequest.FromString,
+                    response_serializer=perseus__common_dot_proto_dot_perseus__pb2.PlanUpdate.SerializeToString,
             ),
             'ReportIterations': grpc.stream_unary_rpc_method_handler(
                     servicer.ReportIterations,
-                    request_deserializer=perseus__client_dot_proto_dot_perseus__pb2.IterationReport.FromString,
-                    response_serializer=perseus__client_dot_proto_dot_perseus__pb2.ReportAck.SerializeToString,
+                    request_deserializer=perseus__common_dot_proto_dot_perseus__pb2.IterationReport.FromString,
+                    response_serializer=perseus__common_dot_proto_dot_perseus__pb2.ReportAck.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -120,8 +120,8 @@ class PlanService:
             request,
             target,
             '/perseus.v1.PlanService/RegisterRank',
-            perseus__client_dot_proto_dot_perseus__pb2.RegisterRankRequest.SerializeToString,
-            perseus__client_dot_proto_dot_perseus__pb2.RegisterRankResponse.FromString,
+            perseus__common_dot_proto_dot_perseus__pb2.RegisterRankRequest.SerializeToString,
+            perseus__common_dot_proto_dot_perseus__pb2.RegisterRankResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -147,8 +147,8 @@ class PlanService:
             request,
             target,
             '/perseus.v1.PlanService/WatchPlan',
-            perseus__client_dot_proto_dot_perseus__pb2.WatchPlanRequest.SerializeToString,
-            perseus__client_dot_proto_dot_perseus__pb2.PlanUpdate.FromString,
+            perseus__common_dot_proto_dot_perseus__pb2.WatchPlanRequest.SerializeToString,
+            perseus__common_dot_proto_dot_perseus__pb2.PlanUpdate.FromString,
             options,
             channel_credentials,
             insecure,
@@ -174,8 +174,8 @@ class PlanService:
             request_iterator,
             target,
             '/perseus.v1.PlanService/ReportIterations',
-            perseus__client_dot_proto_dot_perseus__pb2.IterationReport.SerializeToString,
-            perseus__client_dot_proto_dot_perseus__pb2.ReportAck.FromString,
+            perseus__common_dot_proto_dot_perseus__pb2.IterationReport.SerializeToString,
+            perseus__common_dot_proto_dot_perseus__pb2.ReportAck.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,53 @@
+"""GPUs whose blocking power has been measured: the one table every part of Perseus consults.
+
+The blocking power is what a GPU draws while it waits on a pipeline neighbour (point-to-point
+wait): a plan's energy charges it for every second a GPU is not computing. The values are those
+measured with the profiles shipped in ``profiles/`` (GPT-3 175B on A100 SXM and A40, from the
+Perseus paper's artifact; see ``profiles/README.md``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["KnownGpu", "KNOWN_GPUS", "known_gpu_for"]
+
+
+@dataclass(frozen=True)
+class KnownGpu:
+    """One GPU model with a measured blocking power.
+
+    Attributes:
+        key: the lower-case tag that names the GPU in a profile's file name (``"a100"``).
+        name: the GPU's marketing name.
+        blocking_power: watts the GPU draws while it waits on a pipeline neighbour.
+    """
+
+    key: str
+    name: str
+    blocking_power: float
+
+
+#: Every GPU with a measured blocking power.
+KNOWN_GPUS: tuple[KnownGpu, ...] = (
+    KnownGpu("a100", "NVIDIA A100 SXM", 83.64),
+    KnownGpu("a40", "NVIDIA A40", 70.38),
+)
+
+
+def known_gpu_for(profile_name: str) -> KnownGpu | None:
+    """The known GPU a profile's file name names, or ``None``.
+
+    The name matches a GPU when it contains the GPU's key as a word of its own (delimited by
+    anything but a letter or digit), so ``gpt3_a100-sxm.csv`` is an A100 and ``ma400.csv`` is no
+    GPU at all. When several keys occur, the longest wins, then the earliest in the name.
+    """
+    import re
+
+    name = profile_name.lower()
+    found: list[tuple[int, int, KnownGpu]] = []
+    for gpu in KNOWN_GPUS:
+        m = re.search(rf"(?<![a-z0-9]){re.escape(gpu.key)}(?![a-z0-9])", name)
+        if m:
+            found.append((-len(gpu.key), m.start(), gpu))
+    return min(found, key=lambda f: (f[0], f[1]))[2] if found else None

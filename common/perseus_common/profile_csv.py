@@ -1,0 +1,192 @@
+"""The one reader of Perseus profiles: ``stage,instruction,frequency,time,energy`` rows.
+
+A profile holds, for each pipeline stage, instruction kind and SM frequency (MHz), the time
+(seconds) and energy (joules) of one microbatch: the CSV format of Zeus and the Perseus paper, or
+the same records as JSON objects. This module validates rows and groups them, in plain Python so
+that the light rank client can use it; :mod:`perseus.profiles` wraps the result in numpy arrays.
+
+Errors are :class:`ProfileFormatError` naming the row and the field at fault.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from perseus_common.kinds import INSTRUCTION_KINDS
+
+__all__ = [
+    "COLUMNS",
+    "ProfileFormatError",
+    "Measurements",
+    "csv_rows",
+    "parse_rows",
+    "check_complete",
+    "read_csv",
+]
+
+#: The columns of a profile, in their canonical order.
+COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
+
+#: ``{(stage, kind): [(frequency, time, energy), ...]}``, options by decreasing frequency.
+Measurements = dict[tuple[int, str], list[tuple[int, float, float]]]
+
+
+class ProfileFormatError(ValueError):
+    """A profile row or the profile as a whole is malformed.
+
+    Attributes:
+        detail: what is wrong, without the location.
+        field: the column or key at fault (``"time"``, ``"stage"``...), when there is one.
+        row: the 1-based line of the CSV file (header is line 1) or the index of the JSON record.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None, row: int | None = None) -> None:
+        where = []
+        if row is not None:
+            where.append(f"row {row}")
+        if field is not None:
+            where.append(f"field {field!r}")
+        prefix = (", ".join(where) + ": ") if where else ""
+        super().__init__(prefix + message)
+        self.detail = message
+        self.field = field
+        self.row = row
+
+
+def csv_rows(text: str) -> Iterator[tuple[int, dict[str, str]]]:
+    """``(line number, {column: text})`` of each non-blank data row of a profile CSV."""
+    if not text.strip():
+        raise ProfileFormatError("the profile is empty")
+    reader = csv.reader(io.StringIO(text))
+    try:
+        header = [h.strip() for h in next(reader)]
+    except StopIteration:
+        raise ProfileFormatError("the profile is empty") from None
+    missing = [c for c in COLUMNS if c not in header]
+    if missing:
+        raise ProfileFormatError(
+            f"header must name the columns {','.join(COLUMNS)}; missing {', '.join(missing)}",
+            row=1,
+        )
+    index = {c: header.index(c) for c in COLUMNS}
+    for lineno, row in enumerate(reader, start=2):
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) != len(header):
+            raise ProfileFormatError(f"expected {len(header)} fields, found {len(row)}", row=lineno)
+        yield lineno, {c: row[i].strip() for c, i in index.items()}
+
+
+def parse_rows(
+    rows: Iterable[tuple[int, Mapping[str, Any]]], *, stages: Iterable[int] | None = None
+) -> Measurements:
+    """Validate each row and group the options by (stage, kind), by decreasing frequency.
+
+    Rows need every column; stages are integers >= 0, frequencies positive integers, times and
+    energies positive and finite; a (stage, kind, frequency) may occur once. With ``stages``, only
+    those stages' rows are kept (the others are still validated).
+    """
+    wanted = None if stages is None else {int(s) for s in stages}
+    seen: dict[tuple[int, str, int], int] = {}
+    data: Measurements = {}
+    for rowno, rec in rows:
+        for col in COLUMNS:
+            if (
+                col not in rec
+                or rec[col] is None
+                or (isinstance(rec[col], str) and not rec[col].strip())
+            ):
+                raise ProfileFormatError("missing value", field=col, row=rowno)
+        stage = _as_int(rec["stage"], "stage", rowno)
+        if stage < 0:
+            raise ProfileFormatError(f"stage must be >= 0, got {stage}", field="stage", row=rowno)
+        kind = str(rec["instruction"]).strip()
+        if kind not in INSTRUCTION_KINDS:
+            raise ProfileFormatError(
+                f"unknown instruction {kind!r}; expected one of {', '.join(INSTRUCTION_KINDS)}",
+                field="instruction",
+                row=rowno,
+            )
+        freq = _as_int(rec["frequency"], "frequency", rowno)
+        if freq <= 0:
+            raise ProfileFormatError(
+                f"frequency must be positive, got {freq}", field="frequency", row=rowno
+            )
+        time = _as_positive_float(rec["time"], "time", rowno)
+        energy = _as_positive_float(rec["energy"], "energy", rowno)
+        key = (stage, kind, freq)
+        if key in seen:
+            raise ProfileFormatError(
+                f"duplicate measurement of stage {stage} {kind} at {freq} MHz (first on row {seen[key]})",
+                field="frequency",
+                row=rowno,
+            )
+        seen[key] = rowno
+        if wanted is None or stage in wanted:
+            data.setdefault((stage, kind), []).append((freq, time, energy))
+    if not data:
+        if wanted is not None:
+            raise ProfileFormatError(f"no rows for stage(s) {sorted(wanted)}", field="stage")
+        raise ProfileFormatError("the profile is empty: no measurement rows")
+    for opts in data.values():
+        opts.sort(key=lambda o: -o[0])
+    return data
+
+
+def check_complete(data: Measurements) -> None:
+    """Check that stages are numbered ``0..S-1`` and each has a forward and a backward.
+
+    A backward is either ``backward`` or both halves ``backward_input`` and ``backward_weight``.
+    """
+    stages = sorted({s for s, _ in data})
+    if stages != list(range(len(stages))):
+        missing = sorted(set(range(stages[-1] + 1)) - set(stages))
+        raise ProfileFormatError(
+            f"stages must be numbered 0..S-1; stage(s) {missing} missing", field="stage"
+        )
+    for s in stages:
+        has_fwd = (s, "forward") in data
+        has_bwd = (s, "backward") in data or (
+            (s, "backward_input") in data and (s, "backward_weight") in data
+        )
+        if not has_fwd or not has_bwd:
+            which = "forward" if not has_fwd else "backward"
+            raise ProfileFormatError(
+                f"stage {s} has no {which} measurements; every stage needs forward and backward",
+                field="instruction",
+            )
+
+
+def read_csv(text: str, *, stages: Iterable[int] | None = None) -> Measurements:
+    """Validate a whole profile CSV document and return its measurements (see :func:`parse_rows`)."""
+    return parse_rows(csv_rows(text), stages=stages)
+
+
+def _as_int(value: Any, name: str, row: int) -> int:
+    if isinstance(value, bool):
+        raise ProfileFormatError(f"not a number: {value!r}", field=name, row=row)
+    try:
+        f = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ProfileFormatError(f"not a number: {value!r}", field=name, row=row) from None
+    if not math.isfinite(f) or f != int(f):
+        raise ProfileFormatError(f"must be an integer, got {value!r}", field=name, row=row)
+    return int(f)
+
+
+def _as_positive_float(value: Any, name: str, row: int) -> float:
+    if isinstance(value, bool):
+        raise ProfileFormatError(f"not a number: {value!r}", field=name, row=row)
+    try:
+        f = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ProfileFormatError(f"not a number: {value!r}", field=name, row=row) from None
+    if math.isnan(f) or math.isinf(f):
+        raise ProfileFormatError(f"must be finite, got {value!r}", field=name, row=row)
+    if f <= 0:
+        raise ProfileFormatError(f"must be positive, got {value!r}", field=name, row=row)
+    return f

@@ -1,0 +1,127 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class RegisterRankRequest(_message.Message):
+    __slots__ = ("job_id", "global_rank", "pipeline_rank", "data_rank", "tensor_rank", "gpu_name", "supported_clocks_mhz", "hostname")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    GLOBAL_RANK_FIELD_NUMBER: _ClassVar[int]
+    PIPELINE_RANK_FIELD_NUMBER: _ClassVar[int]
+    DATA_RANK_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_RANK_FIELD_NUMBER: _ClassVar[int]
+    GPU_NAME_FIELD_NUMBER: _ClassVar[int]
+    SUPPORTED_CLOCKS_MHZ_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    global_rank: int
+    pipeline_rank: int
+    data_rank: int
+    tensor_rank: int
+    gpu_name: str
+    supported_clocks_mhz: _containers.RepeatedScalarFieldContainer[int]
+    hostname: str
+    def __init__(self, job_id: _Optional[str] = ..., global_rank: _Optional[int] = ..., pipeline_rank: _Optional[int] = ..., data_rank: _Optional[int] = ..., tensor_rank: _Optional[int] = ..., gpu_name: _Optional[str] = ..., supported_clocks_mhz: _Optional[_Iterable[int]] = ..., hostname: _Optional[str] = ...) -> None: ...
+
+class RegisterRankResponse(_message.Message):
+    __slots__ = ("rank_id", "plan_version", "stages", "microbatches", "max_clock_mhz")
+    RANK_ID_FIELD_NUMBER: _ClassVar[int]
+    PLAN_VERSION_FIELD_NUMBER: _ClassVar[int]
+    STAGES_FIELD_NUMBER: _ClassVar[int]
+    MICROBATCHES_FIELD_NUMBER: _ClassVar[int]
+    MAX_CLOCK_MHZ_FIELD_NUMBER: _ClassVar[int]
+    rank_id: str
+    plan_version: int
+    stages: int
+    microbatches: int
+    max_clock_mhz: int
+    def __init__(self, rank_id: _Optional[str] = ..., plan_version: _Optional[int] = ..., stages: _Optional[int] = ..., microbatches: _Optional[int] = ..., max_clock_mhz: _Optional[int] = ...) -> None: ...
+
+class WatchPlanRequest(_message.Message):
+    __slots__ = ("job_id", "rank_id", "known_version")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RANK_ID_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_VERSION_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    rank_id: str
+    known_version: int
+    def __init__(self, job_id: _Optional[str] = ..., rank_id: _Optional[str] = ..., known_version: _Optional[int] = ...) -> None: ...
+
+class PlanStep(_message.Message):
+    __slots__ = ("instruction", "microbatch", "frequency_mhz", "stage")
+    INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
+    MICROBATCH_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCY_MHZ_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    instruction: str
+    microbatch: int
+    frequency_mhz: int
+    stage: int
+    def __init__(self, instruction: _Optional[str] = ..., microbatch: _Optional[int] = ..., frequency_mhz: _Optional[int] = ..., stage: _Optional[int] = ...) -> None: ...
+
+class ProfilingTask(_message.Message):
+    __slots__ = ("frequency_mhz", "warmup_iterations", "iterations")
+    FREQUENCY_MHZ_FIELD_NUMBER: _ClassVar[int]
+    WARMUP_ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    ITERATIONS_FIELD_NUMBER: _ClassVar[int]
+    frequency_mhz: int
+    warmup_iterations: int
+    iterations: int
+    def __init__(self, frequency_mhz: _Optional[int] = ..., warmup_iterations: _Optional[int] = ..., iterations: _Optional[int] = ...) -> None: ...
+
+class PlanUpdate(_message.Message):
+    __slots__ = ("version", "steps", "reason", "expected_iteration_time", "profiling")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_ITERATION_TIME_FIELD_NUMBER: _ClassVar[int]
+    PROFILING_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    steps: _containers.RepeatedCompositeFieldContainer[PlanStep]
+    reason: str
+    expected_iteration_time: float
+    profiling: ProfilingTask
+    def __init__(self, version: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ..., reason: _Optional[str] = ..., expected_iteration_time: _Optional[float] = ..., profiling: _Optional[_Union[ProfilingTask, _Mapping]] = ...) -> None: ...
+
+class InstructionMeasurement(_message.Message):
+    __slots__ = ("instruction", "microbatch", "frequency_mhz", "time", "energy", "stage")
+    INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
+    MICROBATCH_FIELD_NUMBER: _ClassVar[int]
+    FREQUENCY_MHZ_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    ENERGY_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    instruction: str
+    microbatch: int
+    frequency_mhz: int
+    time: float
+    energy: float
+    stage: int
+    def __init__(self, instruction: _Optional[str] = ..., microbatch: _Optional[int] = ..., frequency_mhz: _Optional[int] = ..., time: _Optional[float] = ..., energy: _Optional[float] = ..., stage: _Optional[int] = ...) -> None: ...
+
+class IterationReport(_message.Message):
+    __slots__ = ("job_id", "rank_id", "iteration", "iteration_time", "plan_version", "instructions", "energy")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RANK_ID_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_FIELD_NUMBER: _ClassVar[int]
+    ITERATION_TIME_FIELD_NUMBER: _ClassVar[int]
+    PLAN_VERSION_FIELD_NUMBER: _ClassVar[int]
+    INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
+    ENERGY_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    rank_id: str
+    iteration: int
+    iteration_time: float
+    plan_version: int
+    instructions: _containers.RepeatedCompositeFieldContainer[InstructionMeasurement]
+    energy: float
+    def __init__(self, job_id: _Optional[str] = ..., rank_id: _Optional[str] = ..., iteration: _Optional[int] = ..., iteration_time: _Optional[float] = ..., plan_version: _Optional[int] = ..., instructions: _Optional[_Iterable[_Union[InstructionMeasurement, _Mapping]]] = ..., energy: _Optional[float] = ...) -> None: ...
+
+class ReportAck(_message.Message):
+    __slots__ = ("accepted",)
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    accepted: int
+    def __init__(self, accepted: _Optional[int] = ...) -> None: ...
