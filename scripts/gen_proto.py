@@ -23,12 +23,16 @@ __all__ = ["PROTO", "generate", "main"]
 ROOT = Path(__file__).resolve().parent.parent
 COMMON = ROOT / "common"
 PROTO = COMMON / "perseus_common" / "proto" / "perseus.proto"
-OUTPUTS = ("perseus_pb2.py", "perseus_pb2.pyi", "perseus_pb2_grpc.py")
+OUTPUTS = ("perseus_pb2.py", "perseus_pb2.pyi", "perseus_pb2_grpc.py", "perseus_pb2_grpc.pyi")
 
 
 def generate(out_dir: Path) -> list[Path]:
     """Compile the .proto and write the stub modules (and the messages' type stub) into ``out_dir``; return their paths."""
-    from grpc_tools import protoc  # dev-time dependency only
+    from grpc_tools import protoc  # dev-time dependencies only: grpcio-tools, mypy-protobuf
+
+    plugin = shutil.which("protoc-gen-mypy_grpc", path=str(Path(sys.executable).parent))
+    if plugin is None:
+        raise RuntimeError("protoc-gen-mypy_grpc not found: install the dev extra (mypy-protobuf)")
 
     out_dir.mkdir(parents=True, exist_ok=True)
     rel = PROTO.relative_to(COMMON).as_posix()
@@ -42,6 +46,8 @@ def generate(out_dir: Path) -> list[Path]:
                 f"--python_out={tmp}",
                 f"--pyi_out={tmp}",
                 f"--grpc_python_out={tmp}",
+                f"--plugin=protoc-gen-mypy_grpc={plugin}",
+                f"--mypy_grpc_out={tmp}",
                 rel,
             ]
         )

@@ -8,6 +8,7 @@ Perseus paper's artifact; see ``profiles/README.md``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 __all__ = ["KnownGpu", "KNOWN_GPUS", "known_gpu_for"]
@@ -38,16 +39,15 @@ KNOWN_GPUS: tuple[KnownGpu, ...] = (
 def known_gpu_for(profile_name: str) -> KnownGpu | None:
     """The known GPU a profile's file name names, or ``None``.
 
-    The name matches a GPU when it contains the GPU's key as a word of its own (delimited by
-    anything but a letter or digit), so ``gpt3_a100-sxm.csv`` is an A100 and ``ma400.csv`` is no
-    GPU at all. When several keys occur, the longest wins, then the earliest in the name.
+    A name names a GPU when it contains the GPU's key as a word of its own (delimited by anything
+    but a letter or digit), so ``gpt3_a100-sxm.csv`` is an A100 while ``ma400.csv`` and
+    ``a1000.csv`` name no known GPU. A name that names two GPUs (``a40_vs_a100.csv``) is
+    ambiguous and gives ``None`` too: the caller must then be told the blocking power.
     """
-    import re
-
     name = profile_name.lower()
-    found: list[tuple[int, int, KnownGpu]] = []
-    for gpu in KNOWN_GPUS:
-        m = re.search(rf"(?<![a-z0-9]){re.escape(gpu.key)}(?![a-z0-9])", name)
-        if m:
-            found.append((-len(gpu.key), m.start(), gpu))
-    return min(found, key=lambda f: (f[0], f[1]))[2] if found else None
+    found = [
+        gpu
+        for gpu in KNOWN_GPUS
+        if re.search(rf"(?<![a-z0-9]){re.escape(gpu.key)}(?![a-z0-9])", name) is not None
+    ]
+    return found[0] if len(found) == 1 else None

@@ -1,0 +1,87 @@
+"""A plain install of Perseus (no extras) is the light rank client, and nothing more.
+
+Builds the project's wheel, installs it without extras into a fresh virtual environment and runs
+an offline plan on a simulated GPU there; the scheduler's dependencies must not be installed.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+#: What a training rank never needs: the scheduler's stack.
+SCHEDULER_ONLY = ("numba", "scipy", "networkx", "fastapi", "uvicorn", "matplotlib", "pydantic")
+
+RANK_PROGRAM = r"""
+import json, sys
+from perseus_client import PerseusClient, Plan, PlanStep, RecordingGpu, SimulatedGpu
+
+csv = "stage,instruction,frequency,time,energy\n" + "\n".join(
+    f"0,{k},{f},{t},{e}"
+    for k, rows in {"forward": [(1410, 0.010, 3.0), (1000, 0.014, 2.4)],
+                    "backward": [(1410, 0.020, 6.0), (1000, 0.028, 4.8)]}.items()
+    for f, t, e in rows
+) + "\n"
+gpu = RecordingGpu(SimulatedGpu.from_profile_csv(csv, stage=0, blocking_power=50.0, time_scale=0))
+steps = [("forward", 0, 1000), ("forward", 1, 1410), ("backward", 0, 1000), ("backward", 1, 1410)]
+plan = Plan(1, tuple(PlanStep(k, m, f, 0) for k, m, f in steps))
+with PerseusClient(offline=True, gpu=gpu, handle_signals=False) as client:
+    client.use_plan(plan)
+    for _ in range(2):
+        with client.iteration():
+            for k, m, _f in steps:
+                with client.instruction(k, microbatch=m):
+                    pass
+print(json.dumps({
+    "clocks": [i.mhz for i in gpu.instructions],
+    "locked_after_close": gpu.locked_clock,
+    "modules": sorted(m.split(".")[0] for m in sys.modules),
+}))
+"""
+
+
+@pytest.mark.slow
+def test_plain_install_is_the_light_rank_client(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(wheels),
+            str(ROOT),
+        ],
+        check=True,
+        cwd=tmp_path,
+    )
+    (wheel,) = wheels.glob("perseus-*.whl")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    py = env_dir / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel)], check=True, cwd=tmp_path)
+
+    listed = subprocess.run(
+        [str(py), "-m", "pip", "list", "--format=json"], check=True, capture_output=True, text=True
+    )
+    installed = {p["name"].lower().replace("_", "-") for p in json.loads(listed.stdout)}
+    assert {"grpcio", "protobuf", "nvidia-ml-py", "perseus"} <= installed
+    assert not installed & set(SCHEDULER_ONLY), installed & set(SCHEDULER_ONLY)
+
+    run = subprocess.run(
+        [str(py), "-c", RANK_PROGRAM], check=True, capture_output=True, text=True, cwd=tmp_path
+    )
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["clocks"] == [1000, 1410, 1000, 1410] * 2
+    assert out["locked_after_close"] is None
+    assert not set(out["modules"]) & {"perseus", "perseus_server", "numpy", *SCHEDULER_ONLY}
