@@ -19,7 +19,12 @@ def _load_generator():
 
 def test_committed_stubs_are_current(tmp_path: Path) -> None:
     written = _load_generator().generate(tmp_path)
-    assert {p.name for p in written} == {"perseus_pb2.py", "perseus_pb2.pyi", "perseus_pb2_grpc.py", "perseus_pb2_grpc.pyi"}
+    assert {p.name for p in written} == {
+        "perseus_pb2.py",
+        "perseus_pb2.pyi",
+        "perseus_pb2_grpc.py",
+        "perseus_pb2_grpc.pyi",
+    }
     for path in written:
         committed = STUBS / path.name
         assert committed.read_text() == path.read_text(), (
