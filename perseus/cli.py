@@ -1,4 +1,9 @@
-"""The ``perseus`` command: ``frontier``, ``plot``, ``serve`` and ``demo``."""
+"""The ``perseus`` command: ``frontier``, ``plot``, ``serve`` and ``demo``, and ``--version``.
+
+The entry point of the core library that also starts the applications: ``serve`` dispatches to
+:mod:`perseus_server.cli` and ``demo`` to :mod:`perseus_demo.cli`, each imported only when its
+command runs, so the core itself imports neither.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["main", "version"]
+
+
+def version() -> str:
+    """The installed distribution's version, or ``0+unknown`` when it is not installed."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("perseus")
+    except PackageNotFoundError:
+        return "0+unknown"
+
 
 def _blocking_power_for(profile: Path, given: float | None) -> float:
     from perseus_common.gpus import known_gpu_for
@@ -109,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="perseus",
         description="Energy scheduler for pipeline-parallel training: time-energy frontier and GPU frequency plans.",
     )
+    p.add_argument("--version", action="version", version=f"perseus {version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     f = sub.add_parser("frontier", help="compute the time-energy frontier of a profile")
@@ -162,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return serve_main(argv[1:])
     if argv and argv[0] == "demo":
-        from perseus.demo import main as demo_main
+        from perseus_demo.cli import main as demo_main
 
         return demo_main(argv[1:])
     args = build_parser().parse_args(argv)

@@ -110,3 +110,23 @@ def test_blocking_power_is_required_for_unknown_gpus(tmp_path: Path) -> None:
     )
     out = run("frontier", "p.csv", "--stages", "1", "--microbatches", "1", cwd=tmp_path)
     assert out.returncode != 0 and "--blocking-power is required" in out.stderr
+
+
+def test_version_names_the_installed_distribution(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    out = run("--version", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"perseus {version('perseus')}"
+
+
+def test_version_without_an_installed_distribution(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.metadata
+
+    from perseus import cli
+
+    def missing(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert cli.version() == "0+unknown"

@@ -10,16 +10,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from perseus_demo import PHASE2_TIME_TOLERANCE, DemoError, DemoOptions, analyse
+from perseus_demo import main as demo_main
+from perseus_demo.options import parse_options
+from perseus_demo.profile import DEFAULT_PROFILE, blocking_power_for, profile_path, sample_profile
 
-from perseus.demo import PHASE2_TIME_TOLERANCE, analyse
-from perseus.demo import main as demo_main
+from perseus.cli import _blocking_power_for as cli_blocking_power
+from perseus_common.gpus import KNOWN_GPUS
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("demo")
     proc = subprocess.run(
-        [sys.executable, "-m", "perseus.demo", "--json", "--iterations", "8", "--output", str(out)],
+        [sys.executable, "-m", "perseus_demo", "--json", "--iterations", "8", "--output", str(out)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -137,3 +143,110 @@ def test_a_missed_promise_is_named_and_fails_the_demo(
     assert c["phase2_saving"] == pytest.approx(0.1) == c["phase2_predicted_saving"]
     assert c["missed"] == missed
     assert c["ok"] is (not missed)
+
+
+def test_the_parser_defaults_are_the_options_defaults() -> None:
+    assert parse_options([]) == DemoOptions()
+    opts = parse_options(["--stages", "3", "--profile", "p.csv", "--json"])
+    assert (opts.stages, opts.profile, opts.json, opts.world) == (3, Path("p.csv"), True, 6)
+
+
+def test_the_default_profile_is_the_shipped_sample() -> None:
+    """The sample profiles are package data (a link to ``profiles/``), found through
+    importlib.resources rather than a path relative to the checkout."""
+    source = ROOT / "profiles" / DEFAULT_PROFILE
+    assert sample_profile().read_bytes() == source.read_bytes()
+    assert sample_profile("gpt3-175b_a40_8stage.csv").is_file()
+    with profile_path(None) as path:
+        assert path.name == DEFAULT_PROFILE and path.read_bytes() == source.read_bytes()
+    with pytest.raises(DemoError, match="--profile"), profile_path(ROOT / "missing.csv"):
+        pass
+
+
+#: Profile names and the GPU (key) whose blocking power they get; ``None``: none is known.
+PROFILE_NAMES = {
+    "gpt3-175b_a100-sxm_8stage.csv": "a100",
+    "gpt3-175b_a40_8stage.csv": "a40",
+    "gpt3_a100-sxm.csv": "a100",
+    "A100.csv": "a100",
+    "bert_a40.csv": "a40",
+    "a40_vs_a100.csv": "a100",  # both named: the longest key wins
+    "ma400.csv": None,  # "a40" inside a word is no GPU
+    "a400.csv": None,
+    "a1000.csv": None,
+    "xa100.csv": None,
+    "h100.csv": None,
+    "profile.csv": None,
+}
+
+
+@pytest.mark.parametrize(("name", "key"), sorted(PROFILE_NAMES.items()))
+def test_the_demo_and_the_cli_agree_on_blocking_power(
+    name: str, key: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both look the GPU up in perseus_common.gpus (they once had two tables and two lookups
+    that disagreed)."""
+    try:
+        demo: float | None = blocking_power_for(name, None)
+    except DemoError as e:
+        assert "--blocking-power" in str(e)
+        demo = None
+    try:
+        cli: float | None = cli_blocking_power(Path(name), None)
+    except SystemExit as e:
+        assert "--blocking-power is required" in str(e)
+        cli = None
+    expected = next((g.blocking_power for g in KNOWN_GPUS if g.key == key), None)
+    assert key is None or expected is not None
+    assert demo == cli == expected
+    if key is not None:
+        assert key.upper() in capsys.readouterr().err  # the CLI says which GPU it assumed
+    # A given power wins over the name, in both.
+    assert blocking_power_for(name, 50.0) == cli_blocking_power(Path(name), 50.0) == 50.0
+
+
+@pytest.mark.slow
+def test_an_installed_wheel_ships_the_sample_profiles(tmp_path: Path) -> None:
+    """Built as a (non-editable) wheel, the demo finds its default profile without the
+    checkout."""
+    import shutil
+    import zipfile
+
+    setuptools = pytest.importorskip("setuptools")
+    if int(setuptools.__version__.split(".")[0]) < 68:
+        pytest.skip(f"building needs setuptools >= 68, not {setuptools.__version__}")
+    src = tmp_path / "src"
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    for name in ("perseus", "server", "client", "common", "demo", "profiles"):
+        shutil.copytree(ROOT / name, src / name, symlinks=True, ignore=ignore)
+    wheels = tmp_path / "wheels"
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(wheels), str(src)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr[-3000:]
+    (wheel,) = wheels.glob("perseus-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        z.extractall(tmp_path / "site")
+    shipped = {p.name for p in (ROOT / "profiles").iterdir()}
+    assert {f"perseus_demo/profiles/{n}" for n in shipped} <= names
+    assert "perseus_demo/rank.py" in names and "perseus/demo.py" not in names
+    probe = (
+        "import perseus_demo, perseus_demo.profile as p\n"
+        "with p.profile_path(None) as path:\n"
+        "    print(perseus_demo.__file__, path, p.blocking_power_for(path.name, None))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+        cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "site"), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    init, path, power = out.stdout.split()
+    assert Path(init).is_relative_to(tmp_path / "site")
+    assert Path(path).read_bytes() == (ROOT / "profiles" / DEFAULT_PROFILE).read_bytes()
+    assert float(power) == next(g.blocking_power for g in KNOWN_GPUS if g.key == "a100")

@@ -1,7 +1,7 @@
 """One training rank of ``perseus demo``: a real ``torch.distributed.pipelining`` stage over gloo
 with a Perseus client on a simulated GPU.
 
-Started by :mod:`perseus.demo` as ``python -m perseus.demo_rank --config CFG`` with ``RANK``,
+Started by :mod:`perseus_demo.orchestration` as ``python -m perseus_demo.rank --config CFG`` with ``RANK``,
 ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` set. Global rank ``g`` is stage
 ``g % stages`` of data-parallel pipeline ``g // stages``. Each pipeline has its own process
 group for its point-to-point traffic; each stage's data-parallel peers share a group in which
@@ -33,61 +33,15 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TimelineGpu", "main", "PHASES"]
+from perseus_client import PerseusClient, SimulatedGpu
+from perseus_client.integrations import torch_pipelining
+from perseus_demo.phases import PHASES
+from perseus_demo.timeline import TimelineGpu
 
-#: The demo's phases, in order.
-PHASES = ("max-clocks", "perseus", "straggler", "recovery")
+__all__ = ["main"]
 
+#: The width of each stage's one linear layer.
 WIDTH = 16
-
-
-def _timeline_gpu_class() -> Any:
-    from perseus_client.gpu.base import GpuBackend
-
-    class TimelineGpu(GpuBackend):
-        """Forward to a simulated GPU and record each instruction's wall-clock span and clock."""
-
-        synchronous_clocks = True
-
-        def __init__(self, inner: Any) -> None:
-            self.inner = inner
-            self.name = inner.name
-            self.spans: list[list[Any]] = []
-            self._open: list[Any] | None = None
-
-        def supported_clocks(self) -> tuple[int, ...]:
-            return tuple(self.inner.supported_clocks())
-
-        def set_locked_clocks(self, mhz: int) -> None:
-            self.inner.set_locked_clocks(mhz)
-
-        def reset_locked_clocks(self) -> None:
-            self.inner.reset_locked_clocks()
-
-        def energy_mj(self) -> int:
-            return int(self.inner.energy_mj())
-
-        def timestamp(self) -> float:
-            return float(self.inner.timestamp())
-
-        def begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:
-            self.inner.begin_instruction(kind, microbatch, stage)
-            self._open = [kind, microbatch, stage, self.inner.current_clock, time.perf_counter()]
-
-        def end_instruction(self) -> None:
-            self.inner.end_instruction()
-            if self._open is not None:
-                self.spans.append([*self._open, time.perf_counter()])
-                self._open = None
-
-        def abort_instruction(self) -> None:
-            self.inner.abort_instruction()
-            self._open = None
-
-    return TimelineGpu
-
-
-TimelineGpu: Any = None  # resolved lazily (keeps the module importable without the client)
 
 
 def _build(cfg: dict[str, Any], rank: int) -> tuple[Any, ...]:
@@ -116,9 +70,8 @@ def _build(cfg: dict[str, Any], rank: int) -> tuple[Any, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global TimelineGpu
     warnings.filterwarnings("ignore")
-    ap = argparse.ArgumentParser(prog="python -m perseus.demo_rank")
+    ap = argparse.ArgumentParser(prog="python -m perseus_demo.rank")
     ap.add_argument("--config", type=Path, required=True)
     args = ap.parse_args(argv)
     cfg = json.loads(args.config.read_text())
@@ -126,9 +79,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     import torch.distributed as dist
-
-    from perseus_client import PerseusClient, SimulatedGpu
-    from perseus_client.integrations import torch_pipelining
 
     torch.set_num_threads(1)
     t_start = time.perf_counter()
@@ -140,7 +90,6 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
 
-    TimelineGpu = _timeline_gpu_class()
     dist.init_process_group("gloo", rank=rank, world_size=world)
     schedule, layer, opt, dp_group, pipe, stage = _build(cfg, rank)
     stages, microbatches = int(cfg["stages"]), int(cfg["microbatches"])

@@ -1,0 +1,260 @@
+"""The demo's orchestration: a real server, one job, the rank processes, the results.
+
+:func:`run` starts ``perseus serve`` on a temporary database (:class:`perseus_server.ServerProcess`),
+registers a job through the REST API, uploads the profile and computes the frontier, then
+starts every rank as a process ``python -m perseus_demo.rank`` that connects to the server's
+gRPC endpoint through the client, like a training job's ranks would. When the ranks are done it
+reads their step records, asks :func:`~perseus_demo.analysis.analyse` for the tables and
+checks, draws ``demo.png`` and writes ``results.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from perseus_demo.analysis import analyse
+from perseus_demo.errors import DemoError
+from perseus_demo.options import DemoOptions, check_options
+from perseus_demo.phases import PHASES
+from perseus_demo.profile import blocking_power_for, profile_path, slice_profile
+
+__all__ = ["RANK_MODULE", "run", "run_ranks"]
+
+#: The module every rank process runs (``python -m RANK_MODULE --config CFG``).
+RANK_MODULE = "perseus_demo.rank"
+
+
+class _Api:
+    """The server's REST API, as any user would call it (httpx)."""
+
+    def __init__(self, base: str) -> None:
+        import httpx
+
+        self.http = httpx.Client(base_url=base, timeout=60.0)
+
+    def __call__(self, method: str, path: str, **kw: Any) -> Any:
+        r = self.http.request(method, path, **kw)
+        if r.status_code >= 400:
+            raise DemoError(f"{method} {path}: {r.status_code} {r.text}")
+        return r.json() if r.content and "json" in r.headers.get("content-type", "") else r.text
+
+    def close(self) -> None:
+        self.http.close()
+
+
+def _setup_job(api: _Api, opts: DemoOptions, csv_text: str, power: float) -> dict[str, Any]:
+    """Register the job, upload its profile, compute its frontier; the job and its first plan."""
+    job = api(
+        "POST",
+        "/jobs",
+        json={
+            "name": "perseus demo",
+            "stages": opts.stages,
+            "microbatches": opts.microbatches,
+            "schedule": "1f1b",
+            "data_parallel": opts.pipelines,
+            "gpu_model": "A100 SXM (simulated)",
+            "blocking_power": power,
+        },
+    )["id"]
+    api(
+        "PUT",
+        f"/jobs/{job}/profile",
+        content=csv_text.encode(),
+        headers={"Content-Type": "text/csv"},
+    )
+    t = time.perf_counter()
+    api("POST", f"/jobs/{job}/frontier")
+    while True:
+        st = api("GET", f"/jobs/{job}/frontier", params={"points": False})
+        if st["status"] == "done":
+            break
+        if st["status"] == "failed":
+            raise DemoError(f"the frontier computation failed: {st['error']}")
+        time.sleep(0.1)
+    solve_wall = time.perf_counter() - t
+    frontier = api("GET", f"/jobs/{job}/frontier")
+    status = api("GET", f"/jobs/{job}/status")
+    return {
+        "job": job,
+        "frontier": frontier,
+        "solve_seconds": frontier.get("solve_seconds"),
+        "solve_wall_seconds": solve_wall,
+        "plan_version": status["plan"]["version"],
+        "default_index": status["plan"]["pipelines"][0]["index"],
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_ranks(cfg: dict[str, Any], world: int, rank_dir: Path, timeout: float) -> None:
+    """Run ``world`` rank processes of :data:`RANK_MODULE` on ``cfg`` (written to
+    ``rank_dir/config.json``; each rank logs to ``rank_dir/rank<g>.log``) until all exit 0.
+
+    Raises :class:`DemoError` with the log's tail when a rank fails, or when they are not done
+    within ``timeout`` seconds; every rank still running is killed on the way out.
+    """
+    cfg_path = rank_dir / "config.json"
+    cfg_path.write_text(json.dumps(cfg))
+    env = dict(os.environ)
+    env.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(_free_port()),
+        WORLD_SIZE=str(world),
+        OMP_NUM_THREADS="1",
+        CUDA_VISIBLE_DEVICES="",
+        PYTHONWARNINGS="ignore",
+        PYTHONUNBUFFERED="1",
+    )
+    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+    try:
+        for r in range(world):
+            log = rank_dir / f"rank{r}.log"
+            with open(log, "wb") as fh:
+                p = subprocess.Popen(
+                    [sys.executable, "-m", RANK_MODULE, "--config", str(cfg_path)],
+                    env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                )
+            procs.append((p, log))
+        deadline = time.monotonic() + timeout
+        while True:
+            codes = [p.poll() for p, _ in procs]
+            failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                i = failed[0]
+                tail = procs[i][1].read_text(errors="replace")[-3000:]
+                raise DemoError(f"rank {i} exited with status {codes[i]}:\n{tail}")
+            if all(c == 0 for c in codes):
+                return
+            if time.monotonic() > deadline:
+                raise DemoError(f"the ranks did not finish within {timeout:.0f} s")
+            time.sleep(0.2)
+    finally:
+        for p, _ in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def run(opts: DemoOptions, log: Callable[[str], None]) -> dict[str, Any]:
+    """Run the demo; its results (what ``results.json`` holds). ``log`` gets progress lines."""
+    with profile_path(opts.profile) as path:
+        power = blocking_power_for(path.name, opts.blocking_power)
+        from perseus.errors import ProfileError
+
+        try:
+            csv_text, profile_stages = slice_profile(path, opts.stages)
+        except ProfileError as e:
+            raise DemoError(f"--profile: {e}") from None
+    check_options(opts, profile_stages)
+    from perseus_server import ServerProcess
+
+    out = opts.output
+    out.mkdir(parents=True, exist_ok=True)
+    rank_dir = out / "ranks"
+    rank_dir.mkdir(exist_ok=True)
+    for old in rank_dir.glob("rank*.json"):
+        old.unlink()
+    (out / "profile.csv").write_text(csv_text)
+    world = opts.world
+    t_start = time.perf_counter()
+    with (
+        tempfile.TemporaryDirectory(prefix="perseus-demo-") as tmp,
+        ServerProcess(Path(tmp) / "perseus.db", log_path=out / "server.log") as srv,
+    ):
+        log(f"perseus demo: server at {srv.http_url} (REST) and {srv.grpc_target} (gRPC)")
+        api = _Api(srv.http_url)
+        try:
+            job = _setup_job(api, opts, csv_text, power)
+            fr = job["frontier"]
+            log(
+                f"perseus demo: job {job['job']}: {opts.stages} stages x {opts.microbatches} "
+                f"microbatches (1F1B), {opts.pipelines} pipelines; frontier of {len(fr['points'])} plans "
+                f"in {job['solve_seconds']:.2f} s; T0 = {fr['max_frequency_time']:.4f} s; "
+                f"deployed point {job['default_index']} (plan version {job['plan_version']})"
+            )
+            log(
+                f"perseus demo: launching {world} ranks (torch.distributed.pipelining over gloo, "
+                f"simulated GPUs at time scale {opts.time_scale}); {len(PHASES)} phases of "
+                f"{opts.iterations} steps"
+            )
+            cfg = {
+                "stages": opts.stages,
+                "pipelines": opts.pipelines,
+                "microbatches": opts.microbatches,
+                "iterations": opts.iterations,
+                "straggler": opts.straggler,
+                "straggler_pipeline": 1,
+                "time_scale": opts.time_scale,
+                "blocking_power": power,
+                "profile_csv": str((out / "profile.csv").resolve()),
+                "grpc_target": srv.grpc_target,
+                "job": job["job"],
+                "plan_version": job["plan_version"],
+                "out_dir": str(rank_dir.resolve()),
+            }
+            t_ranks = time.perf_counter()
+            run_ranks(cfg, world, rank_dir, opts.timeout)
+            rank_seconds = time.perf_counter() - t_ranks
+            status = api("GET", f"/jobs/{job['job']}/status")
+            metrics = api("GET", "/metrics")
+        finally:
+            api.close()
+    ranks = [json.loads((rank_dir / f"rank{r}.json").read_text()) for r in range(world)]
+    res = analyse(
+        ranks,
+        fr,
+        stages=opts.stages,
+        pipelines=opts.pipelines,
+        blocking_power=power,
+        straggler=opts.straggler,
+        default_index=job["default_index"],
+    )
+    replan_metrics = [
+        line for line in str(metrics).splitlines() if line.startswith("perseus_replans_total")
+    ]
+    res.update(
+        job=job["job"],
+        config={k: v for k, v in cfg.items() if k not in ("grpc_target", "out_dir")},
+        frontier={
+            "points": len(fr["points"]),
+            "max_frequency_time": fr["max_frequency_time"],
+            "max_frequency_energy": fr["max_frequency_energy"],
+            "default_index": job["default_index"],
+            "default_time": fr["points"][job["default_index"]]["time"],
+            "default_energy": fr["points"][job["default_index"]]["energy"],
+            "solve_seconds": job["solve_seconds"],
+        },
+        replans=status["recent_replans"],
+        replan_metrics=replan_metrics,
+        final_plan=status["plan"],
+        wall_seconds={"ranks": rank_seconds, "total": time.perf_counter() - t_start},
+        output=str(out.resolve()),
+    )
+    png = out / "demo.png"
+    try:
+        from perseus_demo.plotting import demo_png
+
+        demo_png(png, res, fr, ranks, stages=opts.stages)
+        res["png"] = str(png.resolve())
+    except Exception as e:  # noqa: BLE001 - a plotting problem must not hide the results
+        log(f"perseus demo: could not draw {png}: {e}")
+        res["png"] = None
+    (out / "results.json").write_text(json.dumps(res, indent=1))
+    return res

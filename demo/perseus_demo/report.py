@@ -1,0 +1,59 @@
+"""The demo's text report: a table per phase, the server's replanning log, the checks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perseus_demo.phases import PHASE_TITLES
+
+__all__ = ["phase_tables", "report"]
+
+
+def phase_tables(res: dict[str, Any]) -> str:
+    """One table per phase of :func:`~perseus_demo.analysis.analyse`'s results."""
+    lines = []
+    for ph in res["phases"]:
+        lines.append(
+            f"{PHASE_TITLES[ph['phase']]}  (steady steps {ph['window'][0]}-{ph['window'][1]}; "
+            f"step {ph['step_time']:.4f} s, job {ph['energy']:.1f} J/step, saving {100 * ph['saving']:.1f} %)"
+        )
+        lines.append(
+            "  pipeline  iteration(s)  step(s)   energy(J)  max-clock(J)  saving   plan(s)  reason"
+        )
+        for r in ph["pipelines"]:
+            plans = ",".join(str(i) for i in r["plans"]) or "-"
+            lines.append(
+                f"  {r['pipeline']:>8}  {r['iteration_time']:>12.4f}  {r['step_time']:>7.4f}  "
+                f"{r['energy']:>10.1f}  {r['baseline_energy']:>12.1f}  {100 * r['saving']:>5.1f} %  "
+                f"{plans:>7}  {r['reason'][:70]}"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def report(res: dict[str, Any]) -> str:
+    """The report of a finished run: tables, replanning log, metrics, checks, wall time."""
+    c = res["checks"]
+    lines = [phase_tables(res), "Replanning decisions (server log, newest last):"]
+    for r in res["replans"]:
+        lines.append(f"  v{r['version']}: {r['why']}" + ("" if r["changed"] else " (no change)"))
+    lines += ["Metrics: " + "; ".join(res["replan_metrics"]), ""]
+    lines.append(
+        f"Phase 2: step time {100 * (c['phase2_time_ratio'] - 1):+.2f} % vs max clocks; saving "
+        f"{100 * c['phase2_saving']:.2f} % measured vs {100 * c['phase2_predicted_saving']:.2f} % "
+        "predicted by the frontier."
+    )
+    lines.append(
+        f"Phase 3: healthy pipeline replanned after {c['phase3_replanned_after']} step(s); "
+        f"T' = {c['phase3_t_prime']:.4f} s, healthy iteration time within "
+        f"{100 * (c['phase3_healthy_time_ratio'] - 1):.2f} % of it; job {c['phase3_job_energy']:.1f} J "
+        f"per step vs {c['phase3_max_clock_energy']:.1f} J at max clocks while waiting."
+    )
+    lines.append(f"Phase 4: back to the default plan after {c['phase4_restored_after']} step(s).")
+    if c["missed"]:
+        lines.append("MISSED: " + "; ".join(c["missed"]) + ".")
+    lines.append(
+        f"Wall time {res['wall_seconds']['total']:.0f} s. Wrote {res.get('png')} and "
+        f"{res['output']}/results.json."
+    )
+    return "\n".join(lines)

@@ -1,0 +1,251 @@
+"""The import layering: who may import whom.
+
+- the core library (``perseus``, minus its CLI entry point) -> the shared vocabulary only: it
+  imports none of the apps, not even lazily inside a function;
+- the CLI entry point (``perseus.cli``, ``perseus.__main__``) -> the apps, lazily only;
+- the shared vocabulary (``perseus_common``) -> nothing of ours, nothing heavy;
+- the rank client (``perseus_client``) -> the shared vocabulary only, and none of the
+  scheduler's dependencies (its framework integrations alone may import the frameworks);
+- the server -> the core and the shared vocabulary, not the client or the demo;
+- the demo -> anything (it is an application, using the server and the client as a user would).
+
+Static checks read every module's imports with :mod:`ast` (module level and inside functions,
+``importlib.import_module("...")`` too); one dynamic check imports the whole core in a fresh
+interpreter and looks at ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CORE = ROOT / "perseus"
+COMMON = ROOT / "common" / "perseus_common"
+CLIENT = ROOT / "client" / "perseus_client"
+SERVER = ROOT / "server" / "perseus_server"
+DEMO = ROOT / "demo" / "perseus_demo"
+
+#: Our top-level packages.
+OURS = frozenset({"perseus", "perseus_common", "perseus_client", "perseus_server", "perseus_demo"})
+#: The applications built on the core.
+APPS = frozenset({"perseus_server", "perseus_client", "perseus_demo"})
+#: The core's modules that start the apps (and may import them, lazily).
+ENTRY_POINTS = frozenset({"cli.py", "__main__.py"})
+#: What a training rank must never need: the scheduler's dependencies.
+SCHEDULER_DEPENDENCIES = frozenset(
+    {"numba", "scipy", "networkx", "fastapi", "uvicorn", "matplotlib", "starlette", "httpx"}
+)
+#: The training frameworks: only the client's integrations import them at module level.
+FRAMEWORKS = frozenset({"torch", "deepspeed", "megatron"})
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import in a source file: the absolute module name, where, and whether it runs only
+    when a function is called (``lazy``)."""
+
+    module: str
+    path: Path
+    line: int
+    lazy: bool
+
+    @property
+    def top(self) -> str:
+        return self.module.split(".")[0]
+
+    def __str__(self) -> str:
+        where = "inside a function" if self.lazy else "at module level"
+        return f"{self.path.relative_to(ROOT)}:{self.line}: {self.module} ({where})"
+
+
+def _package_of(path: Path) -> str:
+    """The dotted package a source file is in (for resolving relative imports)."""
+    parts: list[str] = []
+    d = path.parent
+    while (d / "__init__.py").is_file():
+        parts.insert(0, d.name)
+        d = d.parent
+    return ".".join(parts)
+
+
+def imports_of(path: Path) -> list[Import]:
+    """Every import in ``path``: ``import``, ``from ... import`` (relative ones resolved) and
+    ``importlib.import_module`` / ``__import__`` of a string constant."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = _package_of(path)
+    found: list[Import] = []
+
+    def visit(node: ast.AST, lazy: bool) -> None:
+        if isinstance(node, ast.Import):
+            found.extend(Import(a.name, path, node.lineno, lazy) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                module = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                module = node.module or ""
+            found.append(Import(module, path, node.lineno, lazy))
+        elif isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            args = node.args
+            if (
+                name in ("import_module", "__import__")
+                and args
+                and isinstance(args[0], ast.Constant)
+                and isinstance(args[0].value, str)
+            ):
+                found.append(Import(args[0].value, path, node.lineno, lazy))
+        inner = lazy or isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        for child in ast.iter_child_nodes(node):
+            visit(child, inner)
+
+    visit(tree, False)
+    return found
+
+
+def sources(root: Path, *, skip: frozenset[str] = frozenset()) -> Iterator[Path]:
+    """The package's Python files (generated gRPC stubs included), minus top-level ``skip``."""
+    for path in sorted(root.rglob("*.py")):
+        if path.parent == root and path.name in skip:
+            continue
+        yield path
+
+
+def imports_in(root: Path, *, skip: frozenset[str] = frozenset()) -> list[Import]:
+    return [i for path in sources(root, skip=skip) for i in imports_of(path)]
+
+
+# --- the scanner itself ----------------------------------------------------------------------
+
+
+def test_the_scanner_sees_every_kind_of_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg" / "sub"
+    pkg.mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mod.py").write_text(
+        "import os, perseus_server.cli\n"
+        "from . import sibling\n"
+        "from ..other import thing\n"
+        "def f():\n"
+        "    from perseus_demo import main\n"
+        "    import importlib\n"
+        "    return importlib.import_module('perseus_client'), __import__('scipy')\n"
+        "class C:\n"
+        "    def m(self):\n"
+        "        import numba\n"
+    )
+    got = {(i.module, i.lazy) for i in imports_of(pkg / "mod.py")}
+    assert got == {
+        ("os", False), ("perseus_server.cli", False), ("pkg.sub", False), ("pkg.other", False),
+        ("perseus_demo", True), ("importlib", True), ("perseus_client", True), ("scipy", True),
+        ("numba", True),
+    }  # fmt: skip
+
+
+# --- the core --------------------------------------------------------------------------------
+
+
+def test_importing_the_core_imports_none_of_the_apps() -> None:
+    """Import every core module (found with pkgutil, the CLI entry point aside) in a fresh
+    interpreter: none of the apps ends up in ``sys.modules``."""
+    probe = f"""
+import importlib, json, pkgutil, sys
+import perseus
+skip = {{"perseus.cli", "perseus.__main__"}}
+names = ["perseus"] + [
+    m.name for m in pkgutil.walk_packages(perseus.__path__, "perseus.") if m.name not in skip
+]
+for name in names:
+    importlib.import_module(name)
+apps = {sorted(APPS)!r}
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in apps)
+print(json.dumps({{"file": perseus.__file__, "names": names, "loaded": loaded}}))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    doc = json.loads(out.stdout)
+    assert Path(doc["file"]).is_relative_to(CORE), doc["file"]  # this checkout's core
+    modules = {n.removeprefix("perseus.") for n in doc["names"]}
+    expected = {"profiles", "schedules", "dag", "problem", "frontier", "solver", "plot", "errors"}
+    assert expected <= modules, sorted(modules)
+    assert not modules & {"cli", "__main__", "demo", "demo_rank"}
+    assert doc["loaded"] == []
+
+
+def test_the_core_imports_nothing_above_it() -> None:
+    """Not the apps, not even lazily inside a function: of ours, only itself and the shared
+    vocabulary."""
+    bad = [
+        str(i)
+        for i in imports_in(CORE, skip=ENTRY_POINTS)
+        if i.top in OURS and i.top not in ("perseus", "perseus_common")
+    ]
+    assert bad == []
+
+
+def test_the_cli_starts_the_apps_lazily() -> None:
+    mods = [i for name in sorted(ENTRY_POINTS) for i in imports_of(CORE / name)]
+    assert not [str(i) for i in mods if i.top in APPS and not i.lazy]
+    dispatched = {i.module for i in mods if i.top in APPS}
+    assert {"perseus_server.cli", "perseus_demo.cli"} <= dispatched
+
+
+# --- the shared vocabulary and the client ----------------------------------------------------
+
+
+def test_the_shared_vocabulary_imports_nothing_of_ours_and_nothing_heavy() -> None:
+    """Pure Python plus the wire protocol's runtime (grpc, protobuf), so the client can use it."""
+    allowed = set(sys.stdlib_module_names) | {"perseus_common", "grpc", "google"}
+    assert [str(i) for i in imports_in(COMMON) if i.top not in allowed] == []
+
+
+def test_the_client_imports_only_the_shared_vocabulary() -> None:
+    """A training rank installs the light client: nothing of the core, the server or the demo,
+    none of the scheduler's dependencies, anywhere (lazily included)."""
+    forbidden = {"perseus", "perseus_server", "perseus_demo"} | SCHEDULER_DEPENDENCIES
+    assert [str(i) for i in imports_in(CLIENT) if i.top in forbidden] == []
+
+
+def test_only_the_clients_integrations_import_the_frameworks() -> None:
+    """Outside ``integrations/``, the client may use torch only lazily (CUDA events when it is
+    already there) and never DeepSpeed or Megatron."""
+    integrations = CLIENT / "integrations"
+    bad = [
+        str(i)
+        for i in imports_in(CLIENT)
+        if i.top in FRAMEWORKS
+        and not i.path.is_relative_to(integrations)
+        and (i.top != "torch" or not i.lazy)
+    ]
+    assert bad == []
+
+
+# --- the apps --------------------------------------------------------------------------------
+
+
+def test_the_server_imports_neither_the_client_nor_the_demo() -> None:
+    bad = [str(i) for i in imports_in(SERVER) if i.top in ("perseus_client", "perseus_demo")]
+    assert bad == []
+
+
+def test_the_demo_is_a_package_of_its_own() -> None:
+    """The demo lives in ``demo/perseus_demo``, the core has no demo module, and the rank
+    processes run the demo's rank program."""
+    import importlib.util
+
+    from perseus_demo.orchestration import RANK_MODULE
+
+    assert not (CORE / "demo.py").exists() and not (CORE / "demo_rank.py").exists()
+    spec = importlib.util.find_spec(RANK_MODULE)
+    assert spec is not None and spec.origin is not None
+    assert Path(spec.origin) == DEMO / "rank.py"
