@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from perseus.cli import _blocking_power_for as cli_blocking_power
+from perseus_common.gpus import KNOWN_GPUS
 from perseus_demo import PHASE2_TIME_TOLERANCE, DemoError, DemoOptions, analyse
 from perseus_demo import main as demo_main
 from perseus_demo.options import parse_options
 from perseus_demo.profile import DEFAULT_PROFILE, blocking_power_for, profile_path, sample_profile
-
-from perseus.cli import _blocking_power_for as cli_blocking_power
-from perseus_common.gpus import KNOWN_GPUS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -170,7 +170,7 @@ PROFILE_NAMES = {
     "gpt3_a100-sxm.csv": "a100",
     "A100.csv": "a100",
     "bert_a40.csv": "a40",
-    "a40_vs_a100.csv": "a100",  # both named: the longest key wins
+    "a40_vs_a100.csv": None,  # both named: ambiguous, the user must say
     "ma400.csv": None,  # "a40" inside a word is no GPU
     "a400.csv": None,
     "a1000.csv": None,
