@@ -173,8 +173,38 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: What the scheduler's commands import that a plain (rank-client) install lacks.
+_SCHEDULER_DEPENDENCIES = frozenset(
+    {
+        "numpy",
+        "scipy",
+        "numba",
+        "matplotlib",
+        "fastapi",
+        "starlette",
+        "uvicorn",
+        "httpx",
+        "pydantic",
+    }
+)
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Run the ``perseus`` command; returns the exit status."""
+    try:
+        return _dispatch(list(sys.argv[1:] if argv is None else argv))
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] not in _SCHEDULER_DEPENDENCIES:
+            raise
+        print(
+            f"perseus: this command needs the scheduler, and {e.name!r} is not installed; "
+            "install it with: pip install 'perseus[server]'",
+            file=sys.stderr,
+        )
+        return 2
+
+
+def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] == "serve":
         from perseus_server.cli import main as serve_main
 

@@ -82,6 +82,26 @@ def test_plain_install_is_the_light_rank_client(tmp_path: Path) -> None:
         [str(py), "-c", RANK_PROGRAM], check=True, capture_output=True, text=True, cwd=tmp_path
     )
     out = json.loads(run.stdout.strip().splitlines()[-1])
+    # The scheduler's commands say what to install instead of a traceback.
+    cli = subprocess.run(
+        [
+            str(env_dir / "bin" / "perseus"),
+            "frontier",
+            str(ROOT / "profiles" / "x.csv"),
+            "--stages",
+            "1",
+            "--microbatches",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert cli.returncode == 2 and "pip install 'perseus[server]'" in cli.stderr, cli.stderr
+    version = subprocess.run(
+        [str(env_dir / "bin" / "perseus"), "--version"], capture_output=True, text=True
+    )
+    assert version.returncode == 0 and version.stdout.startswith("perseus "), version.stderr
     assert out["clocks"] == [1000, 1410, 1000, 1410] * 2
     assert out["locked_after_close"] is None
     assert not set(out["modules"]) & {"perseus", "perseus_server", "numpy", *SCHEDULER_ONLY}
