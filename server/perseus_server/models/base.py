@@ -1,0 +1,33 @@
+"""What every response model shares: a closed schema, and fields that may be left out.
+
+A response model is complete: ``extra="forbid"`` makes its JSON schema say
+``additionalProperties: false``, so a key the service adds without declaring it fails response
+validation (and the OpenAPI conformance test) instead of being dropped or documented nowhere.
+
+The REST layer serialises with ``exclude_unset``: a key is on the wire exactly when the service
+put it there. :func:`omitted` declares a key that some responses leave out (it is never ``null``
+when present); a field whose value may be ``null`` is declared ``T | None`` without a default.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["ResponseModel", "omitted"]
+
+
+class ResponseModel(BaseModel):
+    """Base of the response models: unknown keys are an error, never silently dropped."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def _drop_default(schema: dict[str, Any]) -> None:
+    schema.pop("default", None)
+
+
+def omitted(description: str) -> Any:
+    """A field that is absent from some responses (the schema shows no default for it)."""
+    return Field(default=None, description=description, json_schema_extra=_drop_default)

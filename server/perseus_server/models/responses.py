@@ -1,0 +1,299 @@
+"""Response models of the REST API: jobs, profiles, frontiers, plans and deployments.
+
+Each model is the exact shape of a JSON body the service returns (same keys, in the same
+order); see :mod:`perseus_server.models.base` for how optional keys are declared. Units: times
+in seconds, energies in joules (per iteration), powers in watts, clocks in MHz, timestamps in
+seconds since the Unix epoch.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from perseus_server.models.base import ResponseModel, omitted
+
+__all__ = [
+    "Health",
+    "NamedScheduleView",
+    "CustomScheduleView",
+    "ProfileRef",
+    "JobView",
+    "JobList",
+    "ProfileSummary",
+    "ProfileRecord",
+    "ProfileDocument",
+    "FrontierPoint",
+    "FrontierSummary",
+    "FrontierStatus",
+    "PlanStep",
+    "PlanDoc",
+    "PlanPolicyView",
+    "PipelineDeployment",
+    "PlanDeployment",
+    "ProfilingStepView",
+    "ProfilingDeployment",
+    "MaxClockDeployment",
+    "DeploymentView",
+    "JobState",
+    "FrontierState",
+]
+
+JobState = Literal["created", "profiled", "profiling", "solving", "ready", "failed"]
+FrontierState = Literal["none", "queued", "running", "done", "failed"]
+Timestamp = Annotated[float, Field(description="Seconds since the Unix epoch.")]
+OptTimestamp = Annotated[float | None, Field(description="Seconds since the Unix epoch, or null.")]
+
+
+class Health(ResponseModel):
+    """``GET /healthz``."""
+
+    status: Literal["ok"] = Field(description="Always ``ok`` while the server answers.")
+    jobs: int = Field(description="Jobs the server holds.")
+    uptime_seconds: float = Field(description="Seconds since the server started.")
+
+
+# --- jobs ----------------------------------------------------------------------------------------
+
+
+class NamedScheduleView(ResponseModel):
+    """A built-in schedule."""
+
+    name: Literal["gpipe", "1f1b", "interleaved-1f1b"]
+    virtual_stages: int = Field(description="Model chunks per rank (interleaved schedules).")
+
+
+class CustomScheduleView(ResponseModel):
+    """An explicit per-rank order."""
+
+    name: Literal["custom"]
+    orders: list[list[tuple[str, int, int]]] = Field(
+        description="Per rank, the ops it runs in order: [instruction, microbatch, stage]."
+    )
+
+
+class ProfileRef(ResponseModel):
+    """Which profile a job holds."""
+
+    revision: int = Field(description="Increases with every stored profile of the job.")
+    source: str = Field(description="``upload`` or ``online profiling``.")
+
+
+class JobView(ResponseModel):
+    """A job: its description and where it stands."""
+
+    id: str = Field(description="The job's ID (path parameter ``job_id``).")
+    created: Timestamp
+    state: JobState = Field(
+        description="created -> profiled (profile stored) -> solving -> ready (frontier computed); "
+        "profiling while an online scan runs; failed when the last computation failed."
+    )
+    name: str
+    stages: int = Field(description="Pipeline ranks per pipeline.")
+    microbatches: int = Field(description="Microbatches per iteration.")
+    schedule: NamedScheduleView | CustomScheduleView
+    data_parallel: int = Field(description="Data-parallel pipelines.")
+    tensor_parallel: int = Field(description="GPUs per pipeline rank.")
+    gpu_model: str
+    blocking_power: float = Field(description="Watts a GPU draws while waiting.")
+    instructions: int = Field(description="Instructions per pipeline and iteration.")
+    world_size: int = Field(description="stages x data_parallel x tensor_parallel ranks.")
+    profile: ProfileRef | None = Field(description="The stored profile, or null.")
+    frontier_status: FrontierState
+    plan_version: int = Field(description="The deployed plan version (0: nothing deployed).")
+
+
+class JobList(ResponseModel):
+    """``GET /jobs``."""
+
+    jobs: list[JobView]
+
+
+# --- profiles ------------------------------------------------------------------------------------
+
+
+class ProfileSummary(ResponseModel):
+    """A stored profile, summarised."""
+
+    revision: int = Field(description="Increases with every stored profile of the job.")
+    source: str = Field(description="``upload`` or ``online profiling``.")
+    stages: int = Field(description="Stages the profile covers.")
+    instructions: list[str] = Field(description="Instruction kinds the profile covers.")
+    frequencies: list[int] = Field(description="Every measured SM clock (MHz), decreasing.")
+    rows: int = Field(description="Measurements: (stage, instruction, frequency) rows.")
+
+
+class ProfileRecord(ResponseModel):
+    """One measurement of a profile."""
+
+    stage: int
+    instruction: str
+    frequency: int = Field(description="SM clock (MHz).")
+    time: float = Field(description="Seconds the instruction takes at this clock.")
+    energy: float = Field(description="Joules the instruction uses at this clock.")
+
+
+class ProfileDocument(ResponseModel):
+    """A profile as JSON (``GET /jobs/{id}/profile?format=json``)."""
+
+    format: Literal["perseus-profile/1"]
+    records: list[ProfileRecord]
+
+
+# --- frontier ------------------------------------------------------------------------------------
+
+
+class FrontierPoint(ResponseModel):
+    """One plan of the time-energy frontier."""
+
+    index: int = Field(description="The point's index (0: the fastest plan).")
+    time: float = Field(description="Iteration time (s), recomputed from the profile.")
+    energy: float = Field(
+        description="Energy per iteration (J), waiting at blocking power included."
+    )
+    lower_bound: float = Field(description="Certified lower bound on the energy at this time (J).")
+
+
+_Stale = Annotated[
+    bool, Field(description="The frontier was computed from an older profile revision.")
+]
+_NumPoints = Annotated[int, omitted("Points of the frontier (absent before the first solve).")]
+_MaxTime = Annotated[
+    float, omitted("Iteration time (s) with every instruction at its maximum clock.")
+]
+_MaxEnergy = Annotated[
+    float, omitted("Energy per iteration (J) with every instruction at its maximum clock.")
+]
+
+
+class FrontierSummary(ResponseModel):
+    """The frontier computation's state (inside a job's status)."""
+
+    status: FrontierState
+    progress: float = Field(description="Fraction of the computation done, 0..1.")
+    error: str | None = Field(description="Why the last computation failed, or null.")
+    started: OptTimestamp
+    finished: OptTimestamp
+    solve_seconds: float | None = Field(description="Seconds the last solve took, or null.")
+    stale: _Stale
+    num_points: _NumPoints
+    max_frequency_time: _MaxTime
+    max_frequency_energy: _MaxEnergy
+
+
+class FrontierStatus(ResponseModel):
+    """``GET /jobs/{id}/frontier``: the computation's state and, once computed, the frontier."""
+
+    status: FrontierState
+    progress: float = Field(description="Fraction of the computation done, 0..1.")
+    error: str | None = Field(description="Why the last computation failed, or null.")
+    started: OptTimestamp
+    finished: OptTimestamp
+    solve_seconds: float | None = Field(description="Seconds the last solve took, or null.")
+    worker_pid: int | None = Field(description="The solver process while it runs, or null.")
+    stale: _Stale
+    num_points: _NumPoints
+    max_frequency_time: _MaxTime
+    max_frequency_energy: _MaxEnergy
+    points: list[FrontierPoint] = omitted(
+        "Every point, fastest first (present once computed, unless ``points=false``)."
+    )
+
+
+# --- plans ---------------------------------------------------------------------------------------
+
+
+class PlanStep(ResponseModel):
+    """One instruction of a rank's plan."""
+
+    instruction: str = Field(description="forward, backward (or its input/weight halves).")
+    microbatch: int
+    stage: int = Field(description="The model stage (virtual stage for interleaved schedules).")
+    frequency: int = Field(description="SM clock (MHz) to run it at.")
+
+
+class PlanDoc(ResponseModel):
+    """``GET /jobs/{id}/plan``: the frontier point a query selects."""
+
+    index: int = Field(description="The frontier point.")
+    time: float = Field(description="Iteration time (s).")
+    energy: float = Field(description="Energy per iteration (J).")
+    lower_bound: float = Field(description="Certified lower bound on the energy (J).")
+    max_frequency_time: float = Field(description="Iteration time (s) at maximum clocks.")
+    max_frequency_energy: float = Field(description="Energy per iteration (J) at maximum clocks.")
+    slowdown: float = Field(description="time / max_frequency_time - 1 (0.05 = 5 % slower).")
+    energy_savings: float = Field(description="1 - energy / max_frequency_energy.")
+    frequencies: list[list[int]] = Field(
+        description="Per pipeline rank, the SM clock (MHz) of each instruction in order."
+    )
+    steps: list[list[PlanStep]] = omitted("Per pipeline rank, its instructions (``steps=true``).")
+
+
+# --- deployments ---------------------------------------------------------------------------------
+
+
+class PlanPolicyView(ResponseModel):
+    """How the default plan is chosen."""
+
+    kind: Literal["index", "deadline", "slowdown", "energy_budget"]
+    value: float = Field(
+        description="The index, the deadline (s), the slowdown (0.05 = 5 %) or the energy "
+        "budget (J)."
+    )
+
+
+class PipelineDeployment(ResponseModel):
+    """The plan one data-parallel pipeline runs."""
+
+    pipeline: int
+    index: int = Field(description="The frontier point (of the frontier named by ``frontier``).")
+    frontier: Literal["job", "re-solved for its slow stage(s)"] = Field(
+        description="``job``: the job's frontier; otherwise the pipeline's own, re-solved for "
+        "its slow stages."
+    )
+    time: float = Field(description="The plan's iteration time (s).")
+    energy: float = Field(description="The plan's energy per iteration (J).")
+    reason: str = Field(description="Why this pipeline runs this plan.")
+
+
+class _DeploymentBase(ResponseModel):
+    version: int = Field(description="The plan version the ranks receive.")
+    kind: str = Field(description="plan, profiling or max_clock.")
+    reason: str
+    deployed_at: Timestamp
+    policy: PlanPolicyView
+
+
+class PlanDeployment(_DeploymentBase):
+    """Frontier plans, one per data-parallel pipeline."""
+
+    kind: Literal["plan"]
+    pipelines: list[PipelineDeployment]
+
+
+class ProfilingStepView(ResponseModel):
+    """The frequency an online profiling scan measures now."""
+
+    frequency: int = Field(description="SM clock (MHz) every instruction runs at.")
+    warmup_iterations: int
+    iterations: int = Field(description="Measured iterations per rank at this clock.")
+
+
+class ProfilingDeployment(_DeploymentBase):
+    """One step of an online profiling scan."""
+
+    kind: Literal["profiling"]
+    profiling: ProfilingStepView
+
+
+class MaxClockDeployment(_DeploymentBase):
+    """Every instruction at one clock (while a measured profile is solved)."""
+
+    kind: Literal["max_clock"]
+    frequency: int = Field(description="SM clock (MHz).")
+
+
+DeploymentView = Annotated[
+    PlanDeployment | ProfilingDeployment | MaxClockDeployment, Field(discriminator="kind")
+]

@@ -1,0 +1,164 @@
+"""Response models of a job's live state: status, ranks, stragglers, online profiling.
+
+Units: times in seconds, energies in joules (per iteration), clocks in MHz, timestamps in
+seconds since the Unix epoch.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from perseus_server.models.base import ResponseModel
+from perseus_server.models.responses import DeploymentView, FrontierSummary, JobState
+
+__all__ = [
+    "DetectionSettings",
+    "EnergyStep",
+    "ProfilingProgress",
+    "ProfilingStatus",
+    "RecentIteration",
+    "StragglerView",
+    "SlowStagesView",
+    "PipelineStatus",
+    "RankStatus",
+    "Replan",
+    "JobStatus",
+]
+
+ProfilingState = Literal["running", "solving", "done", "failed", "aborted"]
+
+
+class DetectionSettings(ResponseModel):
+    """Straggler detection: when a pipeline counts as slow, and when as recovered."""
+
+    threshold: float = Field(
+        description="Slow when an iteration takes this fraction longer than planned (0.05 = 5 %)."
+    )
+    consecutive: int = Field(description="Iterations in a row it takes to change state.")
+    recovery: float = Field(
+        description="Recovered when within this fraction of the plan (below threshold)."
+    )
+
+
+class EnergyStep(ResponseModel):
+    """The job's measured energy per iteration at one scanned clock."""
+
+    frequency: int = Field(description="SM clock (MHz).")
+    energy: float = Field(description="Energy per iteration (J), summed over the ranks.")
+
+
+class ProfilingProgress(ResponseModel):
+    """An online profiling scan: where it is and what it measured."""
+
+    status: ProfilingState
+    error: str | None = Field(description="Why the scan failed or was aborted, or null.")
+    frequencies: list[int] = Field(description="Clocks to scan (MHz), highest first.")
+    step: int = Field(description="Index into ``frequencies`` of the clock being measured.")
+    current_frequency: int | None = Field(
+        description="The clock being measured (MHz); null unless running."
+    )
+    plan_version: int = Field(description="The plan version of the current step.")
+    warmup_iterations: int
+    iterations_per_frequency: int
+    stop_after_rises: int = Field(
+        description="The scan stops after the energy rose at this many clocks in a row."
+    )
+    measured_iterations: dict[str, int] = Field(
+        description="Per rank ID, iterations measured at the current clock."
+    )
+    energy_per_iteration: list[EnergyStep] = Field(description="One per finished clock.")
+    consecutive_rises: int
+
+
+class ProfilingStatus(ProfilingProgress):
+    """``GET /jobs/{id}/profiling``."""
+
+    ranks: int = Field(description="Registered ranks.")
+
+
+class RecentIteration(ResponseModel):
+    """A pipeline's iteration: the slowest of its ranks' reported times."""
+
+    iteration: int
+    time: float = Field(description="Iteration time (s).")
+
+
+class StragglerView(ResponseModel):
+    """A pipeline known to be slow."""
+
+    time: float = Field(description="Its iteration time T' (s) on the profile's time axis.")
+    source: Literal["detected", "reported"] = Field(
+        description="Detected from iteration reports, or reported through the REST API."
+    )
+
+
+class SlowStagesView(ResponseModel):
+    """A pipeline with slow stages, and its frontier re-solved for them."""
+
+    factors: dict[str, float] = Field(
+        description="Per stage (as a string key), how many times slower than profiled it runs."
+    )
+    status: Literal["solving", "ready", "failed"]
+    solve_seconds: float = Field(description="Seconds the re-solve took (0 until done).")
+    wall_seconds: float = Field(description="Seconds from detection to the re-solved frontier.")
+    error: str | None = Field(description="Why the last re-solve failed, or null.")
+    time: float | None = Field(
+        description="The re-solved frontier's fastest iteration time (s), or null."
+    )
+
+
+class PipelineStatus(ResponseModel):
+    """One data-parallel pipeline."""
+
+    pipeline: int
+    recent_iterations: list[RecentIteration] = Field(description="Up to the 16 latest.")
+    straggler: StragglerView | None
+    slow_stages: SlowStagesView | None
+
+
+class RankStatus(ResponseModel):
+    """A registered rank."""
+
+    rank_id: str
+    global_rank: int
+    pipeline_rank: int
+    data_rank: int
+    tensor_rank: int
+    gpu_name: str
+    supported_clocks_mhz: list[int] = Field(description="SM clocks (MHz) it supports, decreasing.")
+    hostname: str
+    connected: bool = Field(description="It holds a WatchPlan stream open.")
+    last_iteration: int | None
+    last_iteration_time: float | None = Field(description="Seconds, or null.")
+    last_plan_version: int | None
+
+
+class Replan(ResponseModel):
+    """A re-decision of the job's plans (a straggler, a recovery, a re-solve)."""
+
+    time: float = Field(description="Seconds since the Unix epoch.")
+    why: str
+    version: int = Field(description="The plan version after it.")
+    changed: bool = Field(description="It deployed a new plan version.")
+
+
+class JobStatus(ResponseModel):
+    """``GET /jobs/{id}/status``: ranks, deployment, pipelines, stragglers, profiling."""
+
+    job_id: str
+    state: JobState
+    expected_ranks: int = Field(description="The job's world size.")
+    registered_ranks: int
+    connected_ranks: int
+    plan: DeploymentView | None = Field(description="What the ranks run now, or null.")
+    frontier: FrontierSummary
+    pipelines: list[PipelineStatus]
+    ranks: list[RankStatus] = Field(description="The registered ranks (the first 4096).")
+    straggler_detection: DetectionSettings
+    iteration_overhead: float = Field(
+        description="Common-mode ratio of observed to planned iteration time (1: none)."
+    )
+    recent_replans: list[Replan] = Field(description="Up to the 20 latest.")
+    profiling: ProfilingProgress | None = Field(description="The last online profiling scan.")

@@ -1,0 +1,114 @@
+"""How each REST operation is documented in OpenAPI: its response model, its error answers, the
+media types of its bodies.
+
+:func:`operation` builds the keyword arguments of a route decorator: the response model
+(serialised with ``exclude_unset``, so a key is on the wire exactly when the service set it),
+a summary, the 2xx description and the problem documents of the errors it can answer.
+:func:`install_openapi` files those problems under ``application/problem+json`` (what the
+handlers send) and removes FastAPI's default validation-error schema, which this API never sends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from perseus_server.models import Problem
+from perseus_server.rest.problems import PROBLEM
+
+__all__ = ["ERRORS", "operation", "install_openapi"]
+
+#: When each error status is answered (the body is always a :class:`Problem`).
+ERRORS: dict[int, str] = {
+    401: "A bearer token is configured and the request lacks it (or it is wrong).",
+    404: "The job, or the resource ``field`` names, does not exist.",
+    409: "The request does not fit the job's current state; ``field`` names what is in the way.",
+    413: "The body exceeds its limit (``limit``, bytes).",
+    422: "The request is invalid; ``field`` names the input at fault.",
+}
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The ``responses`` entries of these error statuses."""
+    return {c: {"model": Problem, "description": ERRORS[c]} for c in sorted(codes)}
+
+
+def operation(
+    model: Any,
+    summary: str,
+    returns: str,
+    *codes: int,
+    status: int = 200,
+    public: bool = False,
+    content: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Route-decorator keywords.
+
+    ``model`` documents the ``status`` body (and, when the endpoint returns a dict, validates
+    and serialises it), ``returns`` describes it, ``codes`` are the error statuses it can answer
+    (401 is added unless ``public``) and ``content`` adds other media types of that body.
+    """
+    ok: dict[str, Any] = {"description": returns}
+    if content:
+        ok["content"] = content
+    return {
+        "status_code": status,
+        "response_model": model,
+        "response_model_exclude_unset": True,
+        "summary": summary,
+        "response_description": returns,
+        "responses": {status: ok, **errors(*codes, *(() if public else (401,)))},
+    }
+
+
+def _refs(node: Any) -> set[str]:
+    """Every component name ``node`` refers to (``$ref: #/components/schemas/<name>``)."""
+    if isinstance(node, dict):
+        out = {str(node["$ref"]).rsplit("/", 1)[-1]} if "$ref" in node else set()
+        for v in node.values():
+            out |= _refs(v)
+        return out
+    if isinstance(node, list):
+        return set().union(*(_refs(v) for v in node)) if node else set()
+    return set()
+
+
+def _tidy(schema: dict[str, Any]) -> None:
+    """Problems under their media type; no FastAPI default 422 (our 422 is a problem too)."""
+    for ops in schema.get("paths", {}).values():
+        for op in ops.values():
+            responses = op.get("responses", {})
+            for code, resp in list(responses.items()):
+                body = resp.get("content", {})
+                if "HTTPValidationError" in _refs(body):
+                    del responses[code]
+                elif code.startswith("4"):
+                    # FastAPI files the model under the route's media type (JSON, PNG, text).
+                    schemas = [v for v in body.values() if "schema" in v]
+                    resp["content"] = {PROBLEM: schemas[0]} if schemas else {}
+    comps = schema.get("components", {}).get("schemas", {})
+    used = _refs(schema.get("paths", {}))
+    for name in ("HTTPValidationError", "ValidationError"):
+        if name not in used:
+            comps.pop(name, None)
+
+
+def install_openapi(app: FastAPI) -> None:
+    """Serve the tidied schema at ``/openapi.json`` (built once, on first request)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+                tags=app.openapi_tags,
+            )
+            _tidy(schema)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

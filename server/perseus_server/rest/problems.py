@@ -1,0 +1,69 @@
+"""Errors as RFC 9457 problem documents: the service's :class:`ApiError`, request validation
+and routing errors (404, 405) all answer ``application/problem+json`` with the field at fault."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from perseus_server.errors import ApiError, BadRequest
+
+__all__ = ["PROBLEM", "problem_response", "install_error_handlers"]
+
+PROBLEM = "application/problem+json"
+
+
+def problem_response(err: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
+    """``err`` as a problem document with its status."""
+    return JSONResponse(err.problem(), status_code=err.status, media_type=PROBLEM, headers=headers)
+
+
+def _field_of(loc: tuple[Any, ...], kind: str = "") -> str:
+    if kind == "json_invalid":
+        return "body"
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        parts = parts[1:]
+    # Drop pydantic's union-member tags (``ScheduleIn``, ``literal['a','b']``, ``function-after[...]``).
+    parts = [p for p in parts if not (p[:1].isupper() or "[" in p or "'" in p)]
+    return ".".join(parts) or "body"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Render every client error of ``app`` as a problem document."""
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return problem_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+        first = errors[0] if errors else {"loc": ("body",), "msg": "invalid request"}
+        field = _field_of(tuple(first.get("loc", ("body",))), str(first.get("type", "")))
+        detail = f"{field}: {first.get('msg', 'invalid')}"
+        if len(errors) > 1:
+            detail += f" (and {len(errors) - 1} more)"
+        err = BadRequest(
+            detail,
+            field=field,
+            errors=[
+                {
+                    "field": _field_of(tuple(e.get("loc", ())), str(e.get("type", ""))),
+                    "message": str(e.get("msg", "")),
+                }
+                for e in errors[:20]
+            ],
+        )
+        return problem_response(err)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        err = ApiError(str(exc.detail), field="path" if exc.status_code == 404 else None)
+        err.status = exc.status_code
+        err.title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "Error")
+        return problem_response(err, dict(exc.headers or {}))
