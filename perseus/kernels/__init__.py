@@ -23,9 +23,34 @@ it, or :func:`perseus.solver.solve_problem`, rather than these.
 
 from __future__ import annotations
 
-from perseus.kernels.exchange import exchange
-from perseus.kernels.flow import dinic, min_cut_lower_bounds
-from perseus.kernels.longest_paths import (
+from pathlib import Path
+
+
+def drop_stale_caches(package: Path) -> int:
+    """Delete numba's cache files in ``package/__pycache__`` older than any ``*.py`` beside them;
+    returns how many. numba keys each function's cache on its own source file only, so a
+    kernel compiled with a callee from another module would otherwise keep the old callee
+    after that module changes. Run once, before the kernels are imported."""
+    sources = [p.stat().st_mtime for p in package.glob("*.py")]
+    if not sources:
+        return 0
+    newest = max(sources)
+    dropped = 0
+    for f in (package / "__pycache__").glob("*.nb[ic]"):
+        try:
+            if f.stat().st_mtime < newest:
+                f.unlink()
+                dropped += 1
+        except OSError:  # another process got there first, or the directory is read-only
+            pass
+    return dropped
+
+
+drop_stale_caches(Path(__file__).resolve().parent)
+
+from perseus.kernels.exchange import exchange  # noqa: E402
+from perseus.kernels.flow import dinic, min_cut_lower_bounds  # noqa: E402
+from perseus.kernels.longest_paths import (  # noqa: E402
     earliest_start,
     earliest_start_into,
     earliest_start_k,
@@ -34,12 +59,13 @@ from perseus.kernels.longest_paths import (
     latest_finish_into,
     ready_time,
 )
-from perseus.kernels.relaxed import relaxed_chunk
-from perseus.kernels.rounding import reclaim, reclaim_plans, round_and_reclaim, top_rate
-from perseus.kernels.search import repair, search_plans
+from perseus.kernels.relaxed import relaxed_chunk  # noqa: E402
+from perseus.kernels.rounding import reclaim, reclaim_plans, round_and_reclaim, top_rate  # noqa: E402
+from perseus.kernels.search import repair, search_plans  # noqa: E402
 
 __all__ = [
     "dinic",
+    "drop_stale_caches",
     "earliest_start",
     "earliest_start_into",
     "earliest_start_k",

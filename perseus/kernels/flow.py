@@ -35,8 +35,12 @@ __all__ = ["dinic", "min_cut_lower_bounds"]
 
 @njit(cache=True, nogil=True)
 def dinic(nn, ptr, to, cap, rev, frm, s, t, limit):
-    """Dinic's max-flow on a residual graph given as arc arrays grouped by tail (``ptr``).
-    ``cap`` is updated in place; returns the flow value (stops at ``limit``)."""
+    """Dinic's max-flow from ``s`` to ``t`` on a residual graph of ``nn`` vertices.
+
+    Arcs are grouped by tail: vertex ``u``'s are ``ptr[u]:ptr[u + 1]``; arc ``a`` runs from
+    ``frm[a]`` to ``to[a]`` with residual capacity ``cap[a]``, and ``rev[a]`` is its reverse.
+    ``cap`` is updated in place (so the residual graph of the result is left behind); returns
+    the flow value pushed, stopping at ``limit``."""
     level = np.empty(nn, np.int64)
     it = np.empty(nn, np.int64)
     queue = np.empty(nn, np.int64)
@@ -110,10 +114,17 @@ def min_cut_lower_bounds(nn, tail, head, lo, hi, s, t, inf, flow):
 
     ``flow`` is a starting flow per arc (clamped into ``[lo, hi]``; it need not conserve flow):
     warm-starting from the previous step's flow leaves little to augment. It is overwritten with
-    a maximum flow.
+    a maximum flow. The repair never lowers the flow's value below the start's net inflow into
+    ``t`` (the imbalance at ``t`` is sent back to ``s`` along the return arc, which is not
+    undone), so a start is only repaired when the bounds admit a flow at least that large;
+    from a zero start, every feasible flow of value ``>= 0`` qualifies. Finite capacities must
+    sum to far less than ``inf``.
 
     Returns ``(status, side)``: status 0 = found (``side[v]`` is True on the source side),
-    1 = every cut is infinite, 2 = the lower bounds admit no feasible flow.
+    1 = every cut is infinite (``t`` is reachable from ``s`` along unbounded arcs), 2 = the
+    lower bounds admit no flow the start can be repaired into (see above). In the time-cost
+    trade-off the slope only grows as ``T`` falls, so the previous step's flow fits; where
+    integer rounding says otherwise, the caller retries without lower bounds.
     """
     m = tail.shape[0]
     ss = nn
@@ -201,7 +212,9 @@ def min_cut_lower_bounds(nn, tail, head, lo, hi, s, t, inf, flow):
     cap[rpos] = 0
     cap[rev[rpos]] = 0
     f = dinic(total_nodes, ptr, to, cap, rev, frm, s, t, inf)
-    if f >= inf:
+    # an unbounded arc's residual may have lost up to ``need`` to the repair: any flow that
+    # large ran along a path of unbounded arcs (finite capacities sum to far less)
+    if f >= inf - need:
         return 1, np.zeros(nn, np.bool_)
     for i in range(m):  # the flow on arc i is lo + its reverse residual
         flow[i] = lo[i] + cap[pos_of[narcs + i]]

@@ -27,13 +27,10 @@ def _number(
     owner: object, name: str, low: float, high: float = math.inf, *, open_low: bool = False
 ) -> None:
     value = getattr(owner, name)
-    ok = (
-        not isinstance(value, bool)
-        and isinstance(value, numbers.Real)
-        and math.isfinite(value)
-        and (value > low if open_low else value >= low)
-        and value <= high
-    )
+    ok = not isinstance(value, bool) and isinstance(value, numbers.Real)
+    if ok:
+        x = float(value)
+        ok = math.isfinite(x) and (x > low if open_low else x >= low) and x <= high
     if not ok:
         what = f"> {low:g}" if open_low else f">= {low:g}"
         if math.isfinite(high):
