@@ -43,7 +43,7 @@ from benchmarks.solver import GPUS, STAGES  # noqa: E402
 from perseus.problem import EnergyProblem
 from perseus.profiles import load_profile
 from perseus.schedules import one_f_one_b
-from perseus.solver import Relaxation, _Rounder, solve_problem
+from perseus.solver import Relaxation, Rounder, SolverOptions, solve_problem
 
 
 def _milp(
@@ -161,7 +161,7 @@ def window_rounds(
     deadline: float,
     rounds: int,
     search: int,
-    rounder: _Rounder,
+    rounder: Rounder,
 ) -> npt.NDArray[np.uint8]:
     """``plan`` improved by ``rounds`` rounds of two passes of exact window re-optimisation
     (see the module docstring), each round followed by ``search`` search trials if any."""
@@ -242,8 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     path, power = GPUS[args.gpu]
     problem = EnergyProblem.build(load_profile(path), one_f_one_b(STAGES, args.microbatches), power)
     frontier = solve_problem(problem)
-    harder = solve_problem(problem, effort=args.effort) if args.effort > 0 else None
-    rounder = _Rounder(problem, Relaxation.build(problem))  # the solver's own search
+    harder = solve_problem(problem, SolverOptions(effort=args.effort)) if args.effort > 0 else None
+    rounder = Rounder(problem, Relaxation.build(problem))  # the solver's own search
     t0 = frontier.max_frequency_time
     print(f"{args.gpu.upper()} {STAGES}x{args.microbatches}: T0 = {t0:.4f} s")
     print(

@@ -41,7 +41,7 @@ from perseus.frontier import Frontier
 from perseus.problem import EnergyProblem
 from perseus.profiles import load_profile
 from perseus.schedules import one_f_one_b
-from perseus.solver import solve_problem
+from perseus.solver import SolverOptions, solve_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUS = {
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             harder = None
             if args.effort > 0:
                 t = time.perf_counter()
-                fh = solve_problem(problem, effort=args.effort)
+                fh = solve_problem(problem, SolverOptions(effort=args.effort))
                 harder = (args.effort, Side(time.perf_counter() - t, fh.times, fh.energies))
             results.append(report(gpu, m, frontier, ours, lt, note, harder))
     big = max(

@@ -50,7 +50,15 @@ class InfeasibleError(PerseusError, ValueError):
 
 
 class OptionError(PerseusError, ValueError):
-    """An option of a computation is out of range (the message names it)."""
+    """An option of a computation is out of range (the message names it).
+
+    Attributes:
+        field: the option at fault (``"effort"``...), when there is one.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class SolverCancelled(PerseusError):

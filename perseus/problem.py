@@ -18,9 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from perseus import _kernels as K
 from perseus.dag import PipelineDAG
 from perseus.errors import ProfileError
+from perseus.kernels.longest_paths import iteration_times
 from perseus.profiles import Profile
 from perseus.schedules import Schedule
 
@@ -150,7 +150,7 @@ class EnergyProblem:
         d = self.times[rows, idx]
         e = self.energies[rows, idx]
         dag = self.dag
-        t = K.iteration_times(dag.topo, dag.pred_ptr, dag.pred_idx, np.ascontiguousarray(d))
+        t = iteration_times(dag.topo, dag.pred_ptr, dag.pred_idx, np.ascontiguousarray(d))
         energy = e.sum(axis=1) + self.blocking_power * (self.dag.num_ranks * t - d.sum(axis=1))
         return t, energy
 

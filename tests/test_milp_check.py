@@ -12,7 +12,7 @@ import pytest
 from benchmarks.milp_check import energy_at, milp_plan, window_milp, window_rounds
 from perseus.problem import EnergyProblem
 from perseus.schedules import one_f_one_b
-from perseus.solver import Relaxation, _Rounder, solve_problem
+from perseus.solver import Relaxation, Rounder, SolverOptions, solve_problem
 
 FREQS = (1410, 1200, 1020)
 A100_BLOCKING_POWER = 83.64  # W, measured with the A100 profile
@@ -63,7 +63,7 @@ def test_a_window_milp_is_the_problem_restricted_to_the_window(
     rng = np.random.default_rng(seed)
     t0 = tiny.evaluate(tiny.max_frequency_plan()).time
     deadline = (1.02 + 0.06 * rng.random()) * t0
-    frontier = solve_problem(tiny, effort=0)
+    frontier = solve_problem(tiny, SolverOptions(effort=0))
     plan = frontier.plans[frontier.index_for_deadline(deadline, wait=True)]
     start = tiny.dag.earliest_start(tiny.durations(plan))
     # a window: every instruction starting between the k-th and the (k + 3..5)-th start
@@ -84,10 +84,10 @@ def test_window_rounds_only_improve_and_keep_the_deadline(slice_profile) -> None
     problem = EnergyProblem.build(
         slice_profile(range(4), None), one_f_one_b(4, 6), A100_BLOCKING_POWER
     )
-    frontier = solve_problem(problem, effort=0)
+    frontier = solve_problem(problem, SolverOptions(effort=0))
     deadline = 1.01 * frontier.max_frequency_time
     plan = frontier.plans[frontier.index_for_deadline(deadline, wait=True)]
-    rounder = _Rounder(problem, Relaxation.build(problem))
+    rounder = Rounder(problem, Relaxation.build(problem))
     better = window_rounds(problem, plan, deadline, rounds=1, search=0, rounder=rounder)
     assert problem.evaluate(better).time <= deadline * (1 + 1e-9)
     assert energy_at(problem, better, deadline) <= energy_at(problem, plan, deadline)

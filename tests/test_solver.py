@@ -19,13 +19,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lp_reference import LPRelaxation
 
-from perseus import _kernels as K
 from perseus.errors import OptionError, SolverCancelled
 from perseus.frontier import Frontier
+from perseus.kernels import repair
 from perseus.problem import EnergyProblem
 from perseus.profiles import Profile, load_profile, parse_profile_csv, parse_profile_json
 from perseus.schedules import Op, Schedule, make_schedule, one_f_one_b
-from perseus.solver import Relaxation, _Rounder, relaxed_frontier, solve_frontier, solve_problem
+from perseus.solver import (
+    Relaxation,
+    Rounder,
+    SolverOptions,
+    relaxed_frontier,
+    solve_frontier,
+    solve_problem,
+)
 
 P_A100 = 83.64
 A100_CSV = Path(__file__).resolve().parent.parent / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"
@@ -432,7 +439,7 @@ def test_exchange_swaps_which_node_is_slowed() -> None:
     """From the 0.1937 s plan (stage 1's forward slowed) with 4.1 ms to spare, slowing stage 0's
     backward needs 4.2 ms: reclaiming cannot, an exchange (speed the forward back up) can."""
     problem = knapsack_problem()
-    rounder = _Rounder(problem, Relaxation.build(problem))
+    rounder = Rounder(problem, Relaxation.build(problem))
     fr = solve_problem(problem)
     start = fr.plans[1][None, :]
     assert problem.evaluate(start[0]).time == pytest.approx(0.1937)
@@ -447,7 +454,7 @@ def test_search_finds_the_plan_only_an_exchange_reaches() -> None:
     """The large-neighbourhood search gets there too, from any seed: one of its trials slows
     stage 0's backward and repairs the overrun by speeding the forward back up."""
     problem = knapsack_problem()
-    rounder = _Rounder(problem, Relaxation.build(problem))
+    rounder = Rounder(problem, Relaxation.build(problem))
     start = solve_problem(problem).plans[1][None, :]
     for seed in range(4):
         found = problem.evaluate(rounder.search(start, np.array([0.1978]), np.array([seed]), 50)[0])
@@ -472,10 +479,10 @@ def test_repair_makes_the_cheapest_speed_up_per_second_that_it_needs() -> None:
     cost 5 J/s. The repair takes the cheap step and then speeds the backward up (2 J/s):
     12.05 J, where taking the forward to its fastest costs 15 J."""
     problem = EnergyProblem.build(parse_profile_csv(CHAIN_CSV), make_schedule("gpipe", 1, 1), 0.0)
-    rounder = _Rounder(problem, Relaxation.build(problem))
+    rounder = Rounder(problem, Relaxation.build(problem))
     pick = rounder.nopt - 1  # positions in each node's options by time: the slowest
     cur = rounder.times[np.arange(2), pick]
-    fits = K._repair(
+    fits = repair(
         rounder.dag, rounder.times, rounder.costs, 3.0, np.zeros(2, bool), pick, cur, np.empty(2)
     )
     assert fits
@@ -541,7 +548,7 @@ def test_rounding_reclaim_and_exchange_keep_every_plan_within_its_deadline(
     steps = list(relaxed_frontier(problem, rel))
     durations = np.stack([step.durations for step in steps])
     deadlines = np.array([step.time for step in steps])
-    rounder = _Rounder(problem, rel)
+    rounder = Rounder(problem, rel)
     rng = np.random.default_rng(seed)
     nodes = np.arange(problem.num_nodes)
     pr = power * schedule.ranks
@@ -574,7 +581,7 @@ def test_diagonals_follow_each_pass_through_the_stages(slice_profile, schedule: 
     node exactly once, at its own op's place, and nothing else."""
     profile = slice_profile(list(range(schedule.ranks)), {1410, 1200, 990})
     problem = EnergyProblem.build(profile, schedule, P_A100)
-    diag = _Rounder(problem, Relaxation.build(problem)).diag
+    diag = Rounder(problem, Relaxation.build(problem)).diag
     dag = problem.dag
     assert sorted(diag[diag >= 0].tolist()) == list(range(problem.num_nodes))
     assert np.array_equal(diag[dag.stage, dag.kind, dag.microbatch], np.arange(problem.num_nodes))
@@ -586,7 +593,10 @@ def test_solve_is_reproducible(slice_profile) -> None:
     frontier, plans included."""
     profile = slice_profile([0, 1, 2, 3], {1410, 1305, 1200, 1095, 990, 855})
     problem = EnergyProblem.build(profile, one_f_one_b(4, 6), P_A100)
-    a, b = solve_problem(problem, hard_gap=0.0), solve_problem(problem, hard_gap=0.0)
+    a, b = (
+        solve_problem(problem, SolverOptions(hard_gap=0.0)),
+        solve_problem(problem, SolverOptions(hard_gap=0.0)),
+    )
     assert np.array_equal(a.times, b.times) and np.array_equal(a.plans, b.plans)
 
 
@@ -598,9 +608,9 @@ def test_search_improves_the_zero_slowdown_plan_reproducibly() -> None:
     vertex, 1320), more effort
     lowers it further, and the seeded search gives the same frontier every time."""
     problem = EnergyProblem.build(load_profile(A40_CSV), one_f_one_b(8, 8), P_A40)
-    plain = solve_problem(problem, effort=0)
+    plain = solve_problem(problem, SolverOptions(effort=0))
     a, b = solve_problem(problem), solve_problem(problem)
-    harder = solve_problem(problem, effort=3)
+    harder = solve_problem(problem, SolverOptions(effort=3))
     assert a.times[0] <= a.max_frequency_time * (1 + 1e-12)
     assert a.lower_bounds[0] == pytest.approx(plain.lower_bounds[0])
     assert harder.energies[0] <= a.energies[0] < plain.energies[0] - 1.0  # joules, at T0
@@ -609,7 +619,7 @@ def test_search_improves_the_zero_slowdown_plan_reproducibly() -> None:
     assert np.array_equal(a.plans, b.plans) and np.array_equal(a.energies, b.energies)
     assert problem.evaluate(a.plans[0]).energy == pytest.approx(a.energies[0])
     # the extra rounds find better plans for the worst stretches of the frontier, past T0
-    no_rounds = solve_problem(problem, effort=3, search_intervals=0)
+    no_rounds = solve_problem(problem, SolverOptions(effort=3, search_intervals=0))
     grid = np.linspace(a.times[0], 1.05 * a.times[0], 400)[1:]
     assert min(harder.energy_at(t) - no_rounds.energy_at(t) for t in grid) < -1.0
 
@@ -620,8 +630,8 @@ def test_diagonal_roundings_lower_the_worst_gap_where_the_a40_mixes_vertices() -
     (diagonals) finds plans closer to the bound there than rounding node by node: the worst gap
     from T0 to 1.1 T0 falls (0.73 % to 0.67 % when measured, without the search)."""
     problem = EnergyProblem.build(load_profile(A40_CSV), one_f_one_b(8, 24), P_A40)
-    on = solve_problem(problem, effort=0)
-    off = solve_problem(problem, effort=0, diagonal_rounding=False)
+    on = solve_problem(problem, SolverOptions(effort=0))
+    off = solve_problem(problem, SolverOptions(effort=0, diagonal_rounding=False))
     t0 = on.max_frequency_time
     grid = np.linspace(t0, 1.1 * t0, 1001)
 
@@ -637,7 +647,7 @@ def test_diagonal_roundings_lower_the_worst_gap_where_the_a40_mixes_vertices() -
 @pytest.mark.parametrize("effort", [-1.0, float("nan"), float("inf")])
 def test_bad_effort_is_rejected_by_name(effort: float) -> None:
     with pytest.raises(OptionError, match="effort"):
-        solve_problem(knapsack_problem(), effort=effort)
+        solve_problem(knapsack_problem(), SolverOptions(effort=effort))
 
 
 # --- progress and cancellation ---------------------------------------------------------------

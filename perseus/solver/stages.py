@@ -1,0 +1,302 @@
+"""The stages of a solve, in the order :func:`perseus.solver.solve_problem` runs them.
+
+relax -> seed candidates -> refine -> search -> polish -> assemble. Every stage after the first
+works on one :class:`Run`: it reads the :class:`~perseus.solver.candidates.CandidatePool`'s
+snapshot, decides where the frontier is furthest from the bound, and adds the plans it makes
+there. Randomness comes from the run's seeded generator only, in a fixed order, so a solve is
+reproducible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from perseus.frontier import Frontier
+from perseus.problem import EnergyProblem
+from perseus.solver.candidates import CandidatePool, Snapshot
+from perseus.solver.options import SolverOptions
+from perseus.solver.relaxation import Relaxation, RelaxedFrontier, RelaxedStep, relaxed_frontier
+from perseus.solver.rounder import Rounder
+
+__all__ = [
+    "SEARCH_STARTS",
+    "Run",
+    "relax",
+    "seed_candidates",
+    "refine",
+    "search",
+    "polish",
+    "assemble",
+    "diagonal_up_at",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+PlanArray = npt.NDArray[np.uint8]
+Progress = Callable[[float], None] | None
+
+#: Independent searches of the zero-slowdown plan with ``effort > 0`` (a fixed number, so the
+#: result does not depend on the machine's cores).
+SEARCH_STARTS = 2
+_GOLDEN = (np.sqrt(5.0) - 1) / 2
+#: Deadlines over which the refinement's mean gap is measured.
+_GRID_POINTS = 4096
+
+
+@dataclass(frozen=True, eq=False)
+class Run:
+    """What the stages after :func:`relax` share: the problem, its relaxed frontier, the
+    rounder, the candidates found so far, the options, the seeded generator and the progress
+    callback."""
+
+    problem: EnergyProblem
+    relaxed: RelaxedFrontier
+    rounder: Rounder
+    pool: CandidatePool
+    options: SolverOptions
+    rng: np.random.Generator
+    progress: Progress = None
+
+    def report(self, fraction: float) -> None:
+        if self.progress is not None:
+            self.progress(fraction)
+
+
+def relax(
+    problem: EnergyProblem,
+    *,
+    progress: Progress = None,
+    cancel: Callable[[], bool] | None = None,
+) -> RelaxedFrontier:
+    """Every breakpoint of the relaxed frontier (progress runs to 0.6 as ``T`` falls)."""
+    rel = Relaxation.build(problem)
+    dag = problem.dag
+    t_min = float(dag.iteration_time(rel.shortest))
+    t_max = float(dag.iteration_time(rel.longest))
+    steps: list[RelaxedStep] = []
+    for step in relaxed_frontier(problem, rel, cancel=cancel):
+        steps.append(step)
+        if progress is not None and t_max > t_min:
+            progress(0.6 * min(1.0, (t_max - step.time) / (t_max - t_min)))
+    return RelaxedFrontier.from_steps(problem, rel, steps)
+
+
+def diagonal_up_at(problem: EnergyProblem, offsets: FloatArray) -> FloatArray:
+    """Rounding thresholds (one row per offset) shared by a microbatch's instructions of one
+    kind on every stage; successive microbatches' thresholds a golden-ratio step apart (evenly
+    spread for any run of them), each kind's half a turn from the forwards'."""
+    dag = problem.dag
+    out: FloatArray = (
+        dag.microbatch[None, :] * _GOLDEN + 0.5 * dag.kind[None, :] + offsets[:, None]
+    ) % 1.0
+    return out
+
+
+def seed_candidates(run: Run) -> None:
+    """The all-max-frequency plan, and ``initial_candidates`` relaxed breakpoints (spread
+    evenly by index) rounded."""
+    run.pool.add(run.problem.max_frequency_plan()[None, :])
+    bp_t = run.relaxed.times
+    count = min(run.options.initial_candidates, len(bp_t))
+    pick = np.unique(np.linspace(0, len(bp_t) - 1, count).round().astype(int))
+    run.pool.batched(
+        run.rounder.round, run.relaxed.durations[pick], bp_t[pick], np.ones(len(pick), dtype=bool)
+    )
+
+
+def refine(run: Run) -> None:
+    """Split the intervals whose gap peaks highest, round after round, then give the hard ones
+    randomised roundings (progress runs from 0.6 to 0.95)."""
+    _split_rounds(run)
+    _randomised_rounds(run)
+
+
+def _split_rounds(run: Run) -> None:
+    """Up to ``refine_rounds`` rounds of :func:`_split`, stopping once a round no longer
+    lowers the mean gap over a grid of deadlines by 1 %."""
+    rf = run.relaxed
+    if rf.t_max > rf.t_min:
+        grid = np.linspace(rf.t_min, rf.t_max, _GRID_POINTS)
+    else:
+        grid = np.array([rf.t_min])
+    lb_grid = rf.bound(grid)
+    rounds = run.options.refine_rounds
+    last_mean = np.inf
+    for r in range(rounds):
+        snap = run.pool.snapshot()
+        run.report(0.6 + 0.35 * r / rounds)
+        mean_gap = _mean_gap(snap, grid, lb_grid, rf.ranks_power)
+        if mean_gap > 0.99 * last_mean:
+            break
+        last_mean = mean_gap
+        if not _split(run, snap):
+            break
+
+
+def _mean_gap(snap: Snapshot, grid: FloatArray, lb_grid: FloatArray, pr: float) -> float:
+    """The mean over ``grid`` of the gap of the best found plan (waiting included) to the
+    bound ``lb_grid``, each capped at 1."""
+    kt, kw = snap.kept_times, snap.kept_waiting
+    idx = np.searchsorted(kt, grid * (1 + 1e-12), side="right") - 1
+    gap = np.where(idx >= 0, (kw[np.maximum(idx, 0)] + pr * grid) / lb_grid - 1, np.inf)
+    return float(np.mean(np.minimum(gap, 1.0)))
+
+
+def _split(run: Run, snap: Snapshot) -> bool:
+    """At the middle of each of the ``refine_batch`` intervals peaking highest (above
+    ``target_gap``): the relaxed optimum rounded, a diagonal rounding too where the peak is
+    above ``hard_gap``, and the interval's own plan given the slack up to there. Returns
+    whether any interval was split."""
+    o = run.options
+    chosen = snap.worst(o.refine_batch, o.target_gap)
+    if len(chosen) == 0:
+        return False
+    rf, rounder, pool = run.relaxed, run.rounder, run.pool
+    at = snap.middles(chosen)
+    pool.batched(rounder.round, rf.durations_at(at), at, np.ones(len(at), dtype=bool))
+    high = at[snap.peak[chosen] > o.hard_gap]
+    if o.diagonal_rounding and len(high):
+        pool.batched(
+            rounder.round, rf.durations_at(high), high, np.ones(len(high), dtype=bool),
+            diagonal_up_at(run.problem, run.rng.random(len(high))),
+        )  # fmt: skip
+    pool.batched(rounder.reclaim, snap.kept_plans(chosen), at)
+    return True
+
+
+def _randomised_rounds(run: Run) -> None:
+    """Intervals still peaking above ``hard_gap``: up to ``hard_rounds`` times,
+    ``random_trials`` randomised roundings in the middle of each of the ``hard_intervals``
+    worst (each fractional node goes to the slower hull vertex past a random point of the way
+    there, when it fits; every other rounding diagonal)."""
+    o, rng = run.options, run.rng
+    for _ in range(o.hard_rounds):
+        snap = run.pool.snapshot()
+        hard = snap.worst(o.hard_intervals, o.hard_gap)
+        if len(hard) == 0 or o.random_trials == 0:
+            break
+        at = np.repeat(snap.middles(hard), o.random_trials)
+        run.pool.batched(
+            run.rounder.round,
+            run.relaxed.durations_at(at * (1 - 0.003 * rng.random(len(at)))),
+            at,
+            np.ones(len(at), dtype=bool),
+            np.where(
+                (np.arange(len(at)) % 2 == 1)[:, None] & o.diagonal_rounding,
+                diagonal_up_at(run.problem, rng.random(len(at))),
+                rng.random((len(at), run.problem.num_nodes)),
+            ),
+        )
+
+
+def search(run: Run) -> None:
+    """Large-neighbourhood searches: the zero-slowdown plan's, then one round on the worst
+    intervals per whole unit of ``effort`` past 1 (progress runs from 0.95 to 0.99)."""
+    _search_fastest(run)
+    _search_intervals(run)
+
+
+def _search_fastest(run: Run) -> None:
+    """When ``effort > 0`` and the fastest plan (the zero-slowdown one: what a pipeline without
+    stragglers runs) is above ``hard_gap``: :data:`SEARCH_STARTS` independently seeded searches
+    within its own time, side by side, in chunks so that cancelling is heard."""
+    o, pool = run.options, run.pool
+    snap = pool.snapshot()
+    kt, kw = snap.kept_times, snap.kept_waiting
+    first_gap = (kw[0] + run.relaxed.ranks_power * kt[0]) / run.relaxed.bound(kt[0]) - 1
+    if not (o.effort > 0 and first_gap > o.hard_gap):
+        return
+    n = run.problem.num_nodes
+    total = max(1, int(o.effort * o.search_work) // n)
+    chunk = max(1, o.search_work // (2 * n))
+    plans = np.repeat(snap.plans[snap.keep[:1]], SEARCH_STARTS, axis=0)
+    deadline = np.array([kt[0]])
+    rows = [slice(i, i + 1) for i in range(SEARCH_STARTS)]
+    done = 0
+    while done < total:
+        pool.check_cancel()
+        k = min(chunk, total - done)
+        seeds = run.rng.integers(0, 2**31, SEARCH_STARTS)
+        runs = pool.map(
+            run.rounder.search,
+            [plans[r] for r in rows],
+            [deadline] * SEARCH_STARTS,
+            [seeds[r] for r in rows],
+            [k] * SEARCH_STARTS,
+        )
+        plans = np.concatenate(runs)
+        pool.add(plans)
+        done += k
+        run.report(0.95 + 0.02 * done / total)
+
+
+def _search_intervals(run: Run) -> None:
+    """Each whole unit of ``effort`` past 1: a round of searches on the ``search_intervals``
+    intervals with the highest peaks above ``hard_gap``, each from the interval's plan within
+    the interval's middle (a new plan there splits the interval)."""
+    o = run.options
+    rounds = max(0, int(o.effort) - 1)
+    trials = max(1, o.search_work // run.problem.num_nodes)
+
+    def search_rows(plans: PlanArray, deadlines: FloatArray, seeds: IntArray) -> PlanArray:
+        return run.rounder.search(plans, deadlines, seeds, trials)
+
+    for r in range(rounds):
+        run.report(0.97 + 0.02 * r / rounds)
+        snap = run.pool.snapshot()
+        hard = snap.worst(o.search_intervals, o.hard_gap)
+        if len(hard) == 0:
+            break
+        seeds = run.rng.integers(0, 2**31, len(hard))
+        run.pool.batched(search_rows, snap.kept_plans(hard), snap.middles(hard), seeds)
+
+
+def polish(run: Run) -> None:
+    """The plans of the ``polish_plans`` intervals peaking highest above ``hard_gap`` improved
+    by exchanges: within their own times (each kept exchange lowers the energy of the whole
+    interval), and within the interval's end (a plan that only fits there once another node is
+    sped up). A pass of exchanges costs ``O(n^2)``: at most ``polish_nodes // n`` plans."""
+    o = run.options
+    count = max(1, min(o.polish_plans, o.polish_nodes // run.problem.num_nodes))
+    snap = run.pool.snapshot()
+    chosen = snap.worst(count, o.hard_gap)
+    if len(chosen):
+        plans = snap.kept_plans(chosen)
+        run.pool.batched(
+            run.rounder.exchange,
+            np.concatenate([plans, plans]),
+            np.r_[snap.kept_times[chosen], snap.ends[chosen] * (1 - 1e-9)],
+        )
+
+
+def assemble(
+    problem: EnergyProblem, relaxed: RelaxedFrontier, found: Snapshot, progress: Progress = None
+) -> Frontier:
+    """The :class:`~perseus.frontier.Frontier` of the Pareto plans found, each with the bound
+    at its own time (progress reaches 1)."""
+    fastest = problem.evaluate(problem.max_frequency_plan())
+    ft = found.times[found.keep]
+    fe = found.energies[found.keep]
+    lb = relaxed.bound(ft)
+    # The slowest plan meets its bound exactly; don't let float rounding put the bound above it.
+    lb = np.where((lb > fe) & (lb - fe <= 1e-9 * np.abs(fe)), fe, lb)
+    if progress is not None:
+        progress(1.0)
+    pr = relaxed.ranks_power
+    return Frontier(
+        schedule=problem.dag.schedule,
+        blocking_power=problem.blocking_power,
+        max_frequency_time=fastest.time,
+        max_frequency_energy=fastest.energy,
+        times=ft,
+        energies=fe,
+        lower_bounds=lb,
+        plans=found.plans[found.keep],
+        node_freqs=problem.freqs,
+        bound_times=relaxed.times,
+        bound_energies=relaxed.costs + pr * relaxed.times,
+    )
