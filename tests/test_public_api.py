@@ -100,3 +100,4 @@ def test_the_readme_example_runs() -> None:
 
 def test_the_readme_example_is_what_docs_show() -> None:
     assert EXAMPLE in (ROOT / "docs" / "solver.md").read_text()
+    assert EXAMPLE in (ROOT / "README.md").read_text()
