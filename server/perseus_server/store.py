@@ -116,6 +116,8 @@ def migrate(
             f"the database has schema version {found}, newer than this server's {target}; "
             "use a newer server or another database"
         )
+    if int(db.execute("PRAGMA user_version").fetchone()[0]) != found:
+        db.execute(f"PRAGMA user_version = {found}")  # a first-release database says so now
     for version in range(found, target):
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -125,8 +127,6 @@ def migrate(
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
-    if int(db.execute("PRAGMA user_version").fetchone()[0]) != target:
-        db.execute(f"PRAGMA user_version = {target}")  # a first-release database says so now
     return found
 
 
