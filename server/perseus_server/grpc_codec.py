@@ -103,7 +103,7 @@ def encode_plan(update: PlanUpdate) -> pb.PlanUpdate:
 class PlanEncoder:
     """:func:`encode_plan` with a bounded cache per plan object (identity)."""
 
-    def __init__(self, size: int = 1024) -> None:
+    def __init__(self, size: int = 256) -> None:
         self._size = size
         # id -> (the value, kept alive so that its id stays its own; its encoding)
         self._cache: OrderedDict[int, tuple[PlanUpdate, pb.PlanUpdate]] = OrderedDict()

@@ -31,6 +31,8 @@ from perseus_server.states import StreamEnd
 
 __all__ = ["PlanServicer", "status_code"]
 
+_Context = grpc.aio.ServicerContext[Any, Any]
+
 
 def status_code(err: ApiError) -> grpc.StatusCode:
     if isinstance(err, NotFound):
@@ -53,7 +55,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         self.encode_plan = PlanEncoder()
 
     async def _abort(
-        self, context: grpc.aio.ServicerContext, method: str, err: ApiError
+        self, context: _Context, method: str, err: ApiError
     ) -> NoReturn:
         code = status_code(err)
         self.service.metrics.grpc_calls.inc(method=method, code=code.name)
@@ -61,7 +63,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         await context.abort(code, detail)
         raise AssertionError("unreachable")
 
-    async def _auth(self, context: grpc.aio.ServicerContext, method: str) -> None:
+    async def _auth(self, context: _Context, method: str) -> None:
         if self.token is None:
             return
         for key, value in context.invocation_metadata() or ():
@@ -76,7 +78,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         )
 
     async def RegisterRank(
-        self, request: pb.RegisterRankRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RegisterRankRequest, context: _Context
     ) -> pb.RegisterRankResponse:  # noqa: N802
         await self._auth(context, "RegisterRank")
         try:
@@ -87,7 +89,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         return encode_registered(resp)
 
     async def WatchPlan(
-        self, request: pb.WatchPlanRequest, context: grpc.aio.ServicerContext
+        self, request: pb.WatchPlanRequest, context: _Context
     ) -> None:  # noqa: N802
         await self._auth(context, "WatchPlan")
         try:
@@ -119,7 +121,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         metrics.grpc_calls.inc(method="WatchPlan", code="OK")
 
     async def ReportIterations(
-        self, request_iterator: AsyncIterator[pb.IterationReport], context: Any
+        self, request_iterator: AsyncIterator[pb.IterationReport], context: _Context
     ) -> pb.ReportAck:  # noqa: N802
         await self._auth(context, "ReportIterations")
         accepted = 0
