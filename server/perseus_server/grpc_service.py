@@ -54,9 +54,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         self.token = token
         self.encode_plan = PlanEncoder()
 
-    async def _abort(
-        self, context: _Context, method: str, err: ApiError
-    ) -> NoReturn:
+    async def _abort(self, context: _Context, method: str, err: ApiError) -> NoReturn:
         code = status_code(err)
         self.service.metrics.grpc_calls.inc(method=method, code=code.name)
         detail = f"{err.field}: {err.detail}" if err.field else err.detail
@@ -88,9 +86,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         self.service.metrics.grpc_calls.inc(method="RegisterRank", code="OK")
         return encode_registered(resp)
 
-    async def WatchPlan(
-        self, request: pb.WatchPlanRequest, context: _Context
-    ) -> None:  # noqa: N802
+    async def WatchPlan(self, request: pb.WatchPlanRequest, context: _Context) -> None:  # noqa: N802
         await self._auth(context, "WatchPlan")
         try:
             sub, first = self.service.subscribe(request.job_id, request.rank_id)
