@@ -1,5 +1,8 @@
 """The gRPC PlanService (``perseus.v1``) over :class:`~perseus_server.service.PerseusService`.
 
+Requests are decoded into the service's plain values and its answers encoded back by
+:mod:`perseus_server.grpc_codec`; the service itself never sees a protobuf message.
+
 Errors map to status codes: bad fields -> INVALID_ARGUMENT, unknown job -> NOT_FOUND, state
 conflicts (rank not registered, identity clash) -> FAILED_PRECONDITION, missing or wrong bearer
 token -> UNAUTHENTICATED. The detail starts with the field at fault (``"global_rank: ..."``).
@@ -17,9 +20,18 @@ import grpc
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server.errors import ApiError, BadRequest, Conflict, NotFound, Unauthorized
+from perseus_server.grpc_codec import (
+    PlanEncoder,
+    decode_registration,
+    decode_report,
+    encode_registered,
+)
 from perseus_server.service import PerseusService
+from perseus_server.states import StreamEnd
 
 __all__ = ["PlanServicer", "status_code"]
+
+_Context = grpc.aio.ServicerContext[Any, Any]
 
 
 def status_code(err: ApiError) -> grpc.StatusCode:
@@ -40,17 +52,16 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
     def __init__(self, service: PerseusService, token: str | None) -> None:
         self.service = service
         self.token = token
+        self.encode_plan = PlanEncoder()
 
-    async def _abort(
-        self, context: grpc.aio.ServicerContext, method: str, err: ApiError
-    ) -> NoReturn:
+    async def _abort(self, context: _Context, method: str, err: ApiError) -> NoReturn:
         code = status_code(err)
         self.service.metrics.grpc_calls.inc(method=method, code=code.name)
         detail = f"{err.field}: {err.detail}" if err.field else err.detail
         await context.abort(code, detail)
         raise AssertionError("unreachable")
 
-    async def _auth(self, context: grpc.aio.ServicerContext, method: str) -> None:
+    async def _auth(self, context: _Context, method: str) -> None:
         if self.token is None:
             return
         for key, value in context.invocation_metadata() or ():
@@ -65,19 +76,17 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         )
 
     async def RegisterRank(
-        self, request: pb.RegisterRankRequest, context: grpc.aio.ServicerContext
+        self, request: pb.RegisterRankRequest, context: _Context
     ) -> pb.RegisterRankResponse:  # noqa: N802
         await self._auth(context, "RegisterRank")
         try:
-            resp = self.service.register_rank(request)
+            resp = self.service.register_rank(decode_registration(request))
         except ApiError as e:
             await self._abort(context, "RegisterRank", e)
         self.service.metrics.grpc_calls.inc(method="RegisterRank", code="OK")
-        return resp
+        return encode_registered(resp)
 
-    async def WatchPlan(
-        self, request: pb.WatchPlanRequest, context: grpc.aio.ServicerContext
-    ) -> None:  # noqa: N802
+    async def WatchPlan(self, request: pb.WatchPlanRequest, context: _Context) -> None:  # noqa: N802
         await self._auth(context, "WatchPlan")
         try:
             sub, first = self.service.subscribe(request.job_id, request.rank_id)
@@ -88,19 +97,19 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
             last = -1
             if first is not None:
                 sub.latest = None  # the current plan goes out now; don't send it twice
-                await context.write(first)
+                await context.write(self.encode_plan(first))
                 last = first.version
             while True:
                 msg = await sub.next()
                 if msg is None:
-                    if sub.closed == "deleted":
+                    if sub.closed is StreamEnd.DELETED:
                         await self._abort(
                             context, "WatchPlan", NotFound("the job was deleted", field="job_id")
                         )
                     break
                 if msg.version == last:
                     continue
-                await context.write(msg)
+                await context.write(self.encode_plan(msg))
                 last = msg.version
                 metrics.push_latency.observe(time.perf_counter() - sub.published_at)
         finally:
@@ -108,13 +117,13 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         metrics.grpc_calls.inc(method="WatchPlan", code="OK")
 
     async def ReportIterations(
-        self, request_iterator: AsyncIterator[pb.IterationReport], context: Any
+        self, request_iterator: AsyncIterator[pb.IterationReport], context: _Context
     ) -> pb.ReportAck:  # noqa: N802
         await self._auth(context, "ReportIterations")
         accepted = 0
         async for report in request_iterator:
             try:
-                accepted += self.service.record_reports([report])
+                accepted += self.service.record_reports([decode_report(report)])
             except ApiError as e:
                 await self._abort(context, "ReportIterations", e)
         self.service.metrics.grpc_calls.inc(method="ReportIterations", code="OK")

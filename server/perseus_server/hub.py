@@ -1,5 +1,7 @@
 """Plan fan-out: every open ``WatchPlan`` stream is a subscriber that always holds the newest
-message for its rank (older undelivered versions are simply replaced)."""
+plan for its rank (older undelivered versions are simply replaced). Plans travel as the
+service's plain :class:`~perseus_server.service.values.PlanUpdate`; the gRPC adapter encodes
+them."""
 
 from __future__ import annotations
 
@@ -7,9 +9,13 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from perseus_server.jobs import RankInfo
+from perseus_server.states import StreamEnd
+
+if TYPE_CHECKING:  # the service package imports this module
+    from perseus_server.service.values import PlanUpdate
 
 __all__ = ["PlanHub", "Subscriber"]
 
@@ -20,11 +26,11 @@ class Subscriber:
 
     rank: RankInfo
     event: asyncio.Event = field(default_factory=asyncio.Event)
-    latest: Any = None
+    latest: PlanUpdate | None = None
     published_at: float = 0.0
-    closed: str | None = None  # why the stream must end ("shutdown", "deleted")
+    closed: StreamEnd | None = None  # why the stream must end
 
-    async def next(self) -> Any:
+    async def next(self) -> PlanUpdate | None:
         """Wait for a message (or for the stream to be closed: then return None)."""
         while True:
             if self.closed is not None:
@@ -54,7 +60,7 @@ class PlanHub:
             if not subs:
                 del self._subs[sub.rank.job_id]
 
-    def publish(self, job_id: str, build: Callable[[RankInfo], Any]) -> int:
+    def publish(self, job_id: str, build: Callable[[RankInfo], PlanUpdate | None]) -> int:
         """Give every subscriber of ``job_id`` its rank's message; returns how many."""
         now = time.perf_counter()
         subs = self._subs.get(job_id, ())
@@ -66,7 +72,7 @@ class PlanHub:
                 sub.event.set()
         return len(subs)
 
-    def close(self, job_id: str | None, why: str) -> None:
+    def close(self, job_id: str | None, why: StreamEnd) -> None:
         """End the streams of one job (or of every job)."""
         groups = (
             [self._subs.get(job_id, set())] if job_id is not None else list(self._subs.values())

@@ -16,6 +16,7 @@ from typing import Any
 
 from perseus.errors import InfeasibleError
 from perseus.frontier import Frontier
+from perseus_server.states import StragglerSource
 
 __all__ = ["PlanPolicy", "PipelinePlan", "PlanDecision", "Straggler", "decide", "resolve_policy"]
 
@@ -49,11 +50,13 @@ class PlanPolicy:
 
 @dataclass(frozen=True)
 class Straggler:
-    """A pipeline known to be slow: its observed iteration time (s) and where that came from."""
+    """A pipeline known to be slow: its observed iteration time (s), where that came from and,
+    for a slow stage, which stages and by how much (``detail``)."""
 
     pipeline: int
     time: float
-    source: str  # "detected" | "reported"
+    source: StragglerSource
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ def decide(
     overrides = dict(overrides or {})
     resolved = dict(resolved or {})
     for p, (own, why) in resolved.items():
-        stragglers[p] = Straggler(p, float(own.times[0]), f"slow stage: {why}")
+        stragglers[p] = Straggler(p, float(own.times[0]), StragglerSource.SLOW_STAGE, why)
     if not stragglers:
         plans = tuple(
             PipelinePlan(overrides[p], f"selected: frontier point {overrides[p]}")

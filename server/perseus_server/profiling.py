@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from perseus_server.states import ProfilingStatus
+
 __all__ = ["ProfilingSession", "Measurement"]
 
 
@@ -39,7 +41,7 @@ class ProfilingSession:
     stop_after_rises: int
     step: int = 0
     step_version: int = 0
-    status: str = "running"  # running | solving | done | failed | aborted
+    status: ProfilingStatus = ProfilingStatus.RUNNING
     error: str | None = None
     energies: list[float] = field(default_factory=list)  # job energy / iteration per finished step
     rises: int = 0
@@ -64,7 +66,7 @@ class ProfilingSession:
         measurements: list[Measurement],
     ) -> bool:
         """Account one report; returns True when it was kept as a measured iteration."""
-        if self.status != "running" or plan_version != self.step_version:
+        if self.status is not ProfilingStatus.RUNNING or plan_version != self.step_version:
             return False
         self.seen[rank_id] = self.seen.get(rank_id, 0) + 1
         if (
@@ -89,7 +91,7 @@ class ProfilingSession:
         return True
 
     def step_complete(self, ranks: set[str], stages: int) -> bool:
-        if self.status != "running" or not ranks:
+        if self.status is not ProfilingStatus.RUNNING or not ranks:
             return False
         if any(self.measured.get(r, 0) < self.iterations for r in ranks):
             return False
@@ -127,7 +129,7 @@ class ProfilingSession:
             "error": self.error,
             "frequencies": self.frequencies,
             "step": self.step,
-            "current_frequency": self.frequency if self.status == "running" else None,
+            "current_frequency": self.frequency if self.status is ProfilingStatus.RUNNING else None,
             "plan_version": self.step_version,
             "warmup_iterations": self.warmup_iterations,
             "iterations_per_frequency": self.iterations,
@@ -164,7 +166,7 @@ class ProfilingSession:
             stop_after_rises=int(doc["stop_after_rises"]),
             step=int(doc["step"]),
             step_version=int(doc["step_version"]),
-            status=str(doc["status"]),
+            status=ProfilingStatus(doc["status"]),
             error=doc.get("error"),
             energies=[float(e) for e in doc["energies"]],
             rises=int(doc["rises"]),

@@ -23,6 +23,7 @@ from perseus_server.config import ServerConfig
 from perseus_server.grpc_service import PlanServicer
 from perseus_server.rest import create_app
 from perseus_server.service import PerseusService
+from perseus_server.states import StreamEnd
 from perseus_server.store import Store
 
 __all__ = ["serve"]
@@ -125,7 +126,7 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     stop_task = asyncio.create_task(stop.wait())
     await asyncio.wait({http_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
     log.info("shutting down")
-    service.hub.close(None, "shutdown")
+    service.hub.close(None, StreamEnd.SHUTDOWN)
     await grpc_server.stop(config.shutdown_grace)
     uv.should_exit = True
     with contextlib.suppress(Exception):

@@ -181,4 +181,4 @@ def _drain(q: Any, events: SolveEvents) -> tuple[Any, ...] | None:
         if msg[0] == "progress":
             events.on_progress(float(msg[1]))
             continue
-        return msg
+        return tuple(msg)

@@ -6,6 +6,10 @@ last committed state. ``synchronous=NORMAL`` with WAL survives a killed process 
 of the host, which would lose at most the last transactions, never corrupt the file).
 The store is used from the server's event-loop thread only; each call takes microseconds to a
 few milliseconds (a large frontier document).
+
+Schema versions: the database's ``PRAGMA user_version`` is its schema version, and
+:meth:`Store.open` applies the missing :data:`MIGRATIONS` in order (a database of the first
+release, which set no version, is version 1). A change of what is stored appends a migration.
 """
 
 from __future__ import annotations
@@ -13,16 +17,28 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from perseus_server.jobs import JobSpec, RankInfo
+from perseus_server.states import SolveStatus
 
-__all__ = ["Store", "FrontierRow", "JobRow"]
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "FrontierRow",
+    "JobRow",
+    "Store",
+    "StoreError",
+    "migrate",
+    "schema_version",
+]
 
-_SCHEMA = """
+#: Schema version 1: the tables of the first release. A database without ``user_version`` that
+#: holds a ``jobs`` table was written by that release and is version 1.
+_V1_DDL = """
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, created REAL NOT NULL, spec TEXT NOT NULL
 );
@@ -53,6 +69,67 @@ CREATE TABLE IF NOT EXISTS profiling (
 """
 
 
+def _v1_initial(db: sqlite3.Connection) -> None:
+    """Version 1: the first release's tables."""
+    for statement in _V1_DDL.split(";"):
+        if statement.strip():
+            db.execute(statement)
+
+
+#: The ordered schema migrations: ``MIGRATIONS[k]`` takes a database at version ``k`` to
+#: ``k + 1``. A later change of what is stored appends a function here (never edits one that
+#: shipped); :meth:`Store.open` applies the missing ones, each in its own transaction.
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1_initial,)
+
+#: The schema version this code reads and writes.
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+class StoreError(RuntimeError):
+    """The database cannot be used by this server (written by a newer one)."""
+
+
+def schema_version(db: sqlite3.Connection) -> int:
+    """The database's schema version: ``PRAGMA user_version``, or 1 for a database of the first
+    release (which set no version but has the ``jobs`` table), or 0 for an empty one."""
+    version = int(db.execute("PRAGMA user_version").fetchone()[0])
+    if (
+        version == 0
+        and db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'jobs'"
+        ).fetchone()
+    ):
+        return 1
+    return version
+
+
+def migrate(
+    db: sqlite3.Connection,
+    migrations: tuple[Callable[[sqlite3.Connection], None], ...] = MIGRATIONS,
+) -> int:
+    """Bring ``db`` to version ``len(migrations)``, one transaction per step; returns the version
+    it had. Raises :class:`StoreError` when the database is newer than ``migrations`` knows."""
+    found = schema_version(db)
+    target = len(migrations)
+    if found > target:
+        raise StoreError(
+            f"the database has schema version {found}, newer than this server's {target}; "
+            "use a newer server or another database"
+        )
+    if int(db.execute("PRAGMA user_version").fetchone()[0]) != found:
+        db.execute(f"PRAGMA user_version = {found}")  # a first-release database says so now
+    for version in range(found, target):
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            migrations[version](db)
+            db.execute(f"PRAGMA user_version = {version + 1}")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+    return found
+
+
 class JobRow:
     """A stored job."""
 
@@ -63,7 +140,7 @@ class JobRow:
 
 
 class FrontierRow:
-    """The frontier state of a job: ``status`` is none | queued | running | done | failed.
+    """The frontier state of a job (``status``: see :class:`SolveStatus`).
 
     ``doc`` is the last successfully computed frontier (``Frontier.to_json(compact=True)``), kept
     while a newer computation runs or after one failed.
@@ -82,7 +159,7 @@ class FrontierRow:
 
     def __init__(
         self,
-        status: str = "none",
+        status: SolveStatus = SolveStatus.NONE,
         progress: float = 0.0,
         error: str | None = None,
         doc: str | None = None,
@@ -91,7 +168,8 @@ class FrontierRow:
         finished: float | None = None,
         solve_seconds: float | None = None,
     ) -> None:
-        self.status, self.progress, self.error, self.doc = status, progress, error, doc
+        self.status = SolveStatus(status)
+        self.progress, self.error, self.doc = progress, error, doc
         self.profile_revision, self.started, self.finished = profile_revision, started, finished
         self.solve_seconds = solve_seconds
 
@@ -112,7 +190,11 @@ class Store:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
-        conn.executescript(_SCHEMA)
+        try:
+            migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
         return cls(conn, p)
 
     def close(self) -> None:
@@ -214,7 +296,8 @@ class Store:
 
     def interrupted_solves(self) -> list[str]:
         rows = self._db.execute(
-            "SELECT job_id FROM frontiers WHERE status IN ('queued', 'running')"
+            "SELECT job_id FROM frontiers WHERE status IN (?, ?)",
+            (SolveStatus.QUEUED.value, SolveStatus.RUNNING.value),
         ).fetchall()
         return [r[0] for r in rows]
 

@@ -31,6 +31,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from perseus_server.states import DetectorEvent
+
 __all__ = ["DetectorSettings", "StragglerDetector", "StageDetector"]
 
 #: Iterations per pipeline kept for the calibration median.
@@ -53,8 +55,8 @@ class DetectorSettings:
 
 @dataclass
 class StragglerDetector:
-    """Per-pipeline counters; :meth:`observe` returns ``"slow"`` / ``"changed"`` /
-    ``"recovered"`` / ``None``."""
+    """Per-pipeline counters; :meth:`observe` returns a :class:`DetectorEvent` (``slow`` /
+    ``changed`` / ``recovered``) or ``None``."""
 
     settings: DetectorSettings = field(default_factory=DetectorSettings)
     _slow: dict[int, deque[float]] = field(default_factory=dict)
@@ -73,7 +75,7 @@ class StragglerDetector:
         expected: float,
         flagged: bool,
         current: float | None = None,
-    ) -> tuple[str | None, float]:
+    ) -> tuple[DetectorEvent | None, float]:
         """Feed one iteration of ``pipeline``; ``flagged``: whether it is a straggler now;
         ``current``: the T' it is known to run at, in observed seconds (None: not known here,
         e.g. reported by a cluster monitor; then it is never "changed").
@@ -97,7 +99,7 @@ class StragglerDetector:
             fast.append(ratio)
         t_prime = statistics.median(slow) if slow else 0.0
         if not flagged and len(slow) >= n:
-            return "slow", t_prime
+            return DetectorEvent.SLOW, t_prime
         if (
             flagged
             and current
@@ -105,10 +107,10 @@ class StragglerDetector:
             and all(abs(t / current - 1) > s.threshold for t in slow)
         ):
             slow.clear()
-            return "changed", t_prime
+            return DetectorEvent.CHANGED, t_prime
         if flagged and len(fast) >= n and sum(fast) / len(fast) <= c * (1 + s.recovery):
             fast.clear()
-            return "recovered", 0.0
+            return DetectorEvent.RECOVERED, 0.0
         return None, t_prime
 
     def reset(self, pipeline: int | None = None) -> None:
@@ -136,7 +138,7 @@ class StageDetector:
 
     def observe(
         self, pipeline: int, stage: int, factor: float, current: float | None
-    ) -> tuple[str | None, float]:
+    ) -> tuple[DetectorEvent | None, float]:
         """``current``: the factor the stage is known to be slow by (None when it is not)."""
         s = self.settings
         n = max(1, s.consecutive)
@@ -149,16 +151,16 @@ class StageDetector:
         if current is None:
             if all(f > 1 + s.threshold for f in recent):
                 recent.clear()
-                return "slow", mean
+                return DetectorEvent.SLOW, mean
             return None, factor
         if all(f <= 1 + s.recovery for f in recent):
             recent.clear()
-            return "recovered", 1.0
+            return DetectorEvent.RECOVERED, 1.0
         if all(abs(f / current - 1) > s.threshold for f in recent) and all(
             f > 1 + s.threshold for f in recent
         ):
             recent.clear()
-            return "changed", mean
+            return DetectorEvent.CHANGED, mean
         return None, factor
 
     def reset(self, pipeline: int | None = None) -> None:

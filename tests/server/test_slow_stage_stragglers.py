@@ -180,3 +180,56 @@ def test_resolved_plan_survives_a_restart(tmp_path: Any, small_csv: str) -> None
         assert after["plan"]["version"] == before["version"]
         assert after["plan"]["pipelines"] == before["pipelines"]
         assert after["pipelines"][0]["slow_stages"]["factors"] == {"0": pytest.approx(1.5)}
+
+
+def test_slow_stage_straggler_is_dropped_on_recovery_and_others_stay(
+    tmp_path: Any, small_csv: str
+) -> None:
+    """A re-solved slow stage makes its pipeline a straggler of source ``slow stage``; the stage's
+    recovery drops that straggler, while a straggler of another source on the pipeline stays."""
+    with (
+        ServerProcess(tmp_path / "perseus.db") as srv,
+        httpx.Client(base_url=srv.http_url, timeout=30.0) as http,
+    ):
+        job = solved_job(http, small_csv, data_parallel=2)
+        channel = grpc.insecure_channel(srv.grpc_target)
+        ranks = _Ranks(pb_grpc.PlanServiceStub(channel), job, small_csv)
+
+        def slow_stage_ready(version: int) -> dict[str, Any]:
+            ranks.report({(1, 1): 1.3}, version, n=3)
+            return _wait(
+                http,
+                job,
+                lambda s: (
+                    (s["pipelines"][1]["slow_stages"] or {}).get("status") == "ready"
+                    and s["plan"]["version"] > version
+                ),
+            )
+
+        st = slow_stage_ready(_status(http, job)["plan"]["version"])
+        own = st["pipelines"][1]["slow_stages"]["time"]
+        assert st["pipelines"][1]["straggler"] == {
+            "time": pytest.approx(own),
+            "source": "slow stage",
+        }
+        assert st["pipelines"][0]["straggler"] is None
+
+        # Recovery drops the slow stage and its straggler: everyone back to the default plan.
+        ranks.report({}, st["plan"]["version"], n=3)
+        st = _wait(http, job, lambda s: s["pipelines"][1]["slow_stages"] is None)
+        assert st["pipelines"][1]["straggler"] is None
+        assert [p["index"] for p in st["plan"]["pipelines"]] == [0, 0]
+
+        # Slow again, and reported slow by a cluster monitor meanwhile: the report replaces
+        # the slow-stage straggler, and outlives the stage's recovery.
+        st = slow_stage_ready(st["plan"]["version"])
+        r = http.post(f"/jobs/{job}/stragglers", json={"pipeline": 1, "slowdown": 0.5})
+        assert r.status_code == 200, r.text
+        reported = r.json()["pipelines"][1]["straggler"]
+        assert reported["source"] == "reported"
+        ranks.report({}, r.json()["plan"]["version"], n=3)
+        st = _wait(http, job, lambda s: s["pipelines"][1]["slow_stages"] is None)
+        assert st["pipelines"][1]["straggler"] == reported
+        p1 = st["plan"]["pipelines"][1]
+        assert p1["frontier"] == "job" and p1["index"] == 0 and "reported" in p1["reason"]
+        channel.close()

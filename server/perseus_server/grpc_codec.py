@@ -1,0 +1,121 @@
+"""Protobuf (``perseus.v1``) to and from the service's plain values
+(:mod:`perseus_server.service.values`): the one place the server builds or reads wire messages.
+
+Plan messages are encoded once per :class:`~perseus_server.service.values.PlanUpdate` object
+(the service hands one object to every stream of the same plan), so a push to many streams
+builds the protobuf message once.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from perseus_common.proto import perseus_pb2 as pb
+from perseus_server.service.values import (
+    InstructionReport,
+    IterationReport,
+    PlanUpdate,
+    RankRegistration,
+    RegisteredRank,
+)
+
+__all__ = [
+    "PlanEncoder",
+    "decode_registration",
+    "decode_report",
+    "encode_plan",
+    "encode_registered",
+]
+
+
+def decode_registration(req: pb.RegisterRankRequest) -> RankRegistration:
+    return RankRegistration(
+        job_id=req.job_id,
+        global_rank=req.global_rank,
+        pipeline_rank=req.pipeline_rank,
+        data_rank=req.data_rank,
+        tensor_rank=req.tensor_rank,
+        gpu_name=req.gpu_name,
+        supported_clocks_mhz=tuple(req.supported_clocks_mhz),
+        hostname=req.hostname,
+    )
+
+
+def encode_registered(resp: RegisteredRank) -> pb.RegisterRankResponse:
+    return pb.RegisterRankResponse(
+        rank_id=resp.rank_id,
+        plan_version=resp.plan_version,
+        stages=resp.stages,
+        microbatches=resp.microbatches,
+        max_clock_mhz=resp.max_clock_mhz,
+    )
+
+
+def decode_report(rep: pb.IterationReport) -> IterationReport:
+    return IterationReport(
+        job_id=rep.job_id,
+        rank_id=rep.rank_id,
+        iteration=rep.iteration,
+        iteration_time=rep.iteration_time,
+        plan_version=rep.plan_version,
+        instructions=tuple(
+            InstructionReport(
+                instruction=m.instruction,
+                microbatch=m.microbatch,
+                frequency_mhz=m.frequency_mhz,
+                time=m.time,
+                energy=m.energy,
+                stage=m.stage,
+            )
+            for m in rep.instructions
+        ),
+        energy=rep.energy,
+    )
+
+
+def encode_plan(update: PlanUpdate) -> pb.PlanUpdate:
+    msg = pb.PlanUpdate(
+        version=update.version,
+        reason=update.reason,
+        expected_iteration_time=update.expected_iteration_time,
+        steps=[
+            pb.PlanStep(
+                instruction=s.instruction,
+                microbatch=s.microbatch,
+                frequency_mhz=s.frequency_mhz,
+                stage=s.stage,
+            )
+            for s in update.steps
+        ],
+    )
+    if update.profiling is not None:
+        t = update.profiling
+        msg.profiling.CopyFrom(
+            pb.ProfilingTask(
+                frequency_mhz=t.frequency_mhz,
+                warmup_iterations=t.warmup_iterations,
+                iterations=t.iterations,
+            )
+        )
+    return msg
+
+
+class PlanEncoder:
+    """:func:`encode_plan` with a bounded cache per plan object (identity)."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._size = size
+        # id -> (the value, kept alive so that its id stays its own; its encoding)
+        self._cache: OrderedDict[int, tuple[PlanUpdate, pb.PlanUpdate]] = OrderedDict()
+
+    def __call__(self, update: PlanUpdate) -> pb.PlanUpdate:
+        key = id(update)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] is update:
+            self._cache.move_to_end(key)
+            return hit[1]
+        msg = encode_plan(update)
+        self._cache[key] = (update, msg)
+        if len(self._cache) > self._size:
+            self._cache.popitem(last=False)
+        return msg

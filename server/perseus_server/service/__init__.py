@@ -1,0 +1,35 @@
+"""The Perseus service: jobs, profiles, frontier computations, plan deployment, ranks and
+iteration reports. REST and gRPC are thin adapters over :class:`PerseusService`.
+
+One module per concern: :mod:`.state` (the jobs' in-memory state, in parts),
+:mod:`.persistence` (to and from the store), :mod:`.profiles`, :mod:`.solves` (frontier
+computations), :mod:`.plans` (plan queries), :mod:`.deployment` (deciding, publishing and
+building each rank's plan), :mod:`.reports` (iteration reports), :mod:`.straggling` and
+:mod:`.slow_stages`, :mod:`.registration`, :mod:`.online_profiling`, :mod:`.views`; the facade
+:mod:`.facade` composes them. :mod:`.values` holds the plain values exchanged with the ranks
+(only the gRPC adapter speaks protobuf).
+"""
+
+from perseus_server.service.facade import PerseusService
+from perseus_server.service.state import Deployment
+from perseus_server.service.values import (
+    InstructionReport,
+    IterationReport,
+    PlanStep,
+    PlanUpdate,
+    ProfilingTask,
+    RankRegistration,
+    RegisteredRank,
+)
+
+__all__ = [
+    "Deployment",
+    "InstructionReport",
+    "IterationReport",
+    "PerseusService",
+    "PlanStep",
+    "PlanUpdate",
+    "ProfilingTask",
+    "RankRegistration",
+    "RegisteredRank",
+]

@@ -1,0 +1,254 @@
+"""Deployment: deciding what every pipeline runs, publishing it as the job's next plan version,
+and building each rank's :class:`~perseus_server.service.values.PlanUpdate`.
+
+Plan versions: each job has one version counter. Every deployment (a plan per data-parallel
+pipeline, a profiling frequency step, or the max-clock plan while the profile of an online
+profiling run is being solved) takes the next version and is pushed to every open stream.
+A rank whose job has no deployment yet receives nothing until there is one (it runs at its
+default clocks meanwhile).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from perseus.errors import InfeasibleError
+from perseus.frontier import Frontier
+from perseus_server.errors import BadRequest, Conflict
+from perseus_server.jobs import RankInfo
+from perseus_server.planner import PlanDecision, PlanPolicy, decide, resolve_policy
+from perseus_server.service.context import ServiceContext
+from perseus_server.service.persistence import persist_deployment
+from perseus_server.service.state import Deployment, Job, PlanSteps
+from perseus_server.service.values import PlanStep, PlanUpdate, ProfilingTask
+from perseus_server.states import DeploymentKind, ProfilingStatus, ReplanKind
+
+__all__ = ["Deployer", "require_frontier"]
+
+log = logging.getLogger("perseus.server")
+
+
+def require_frontier(job: Job) -> Frontier:
+    """The job's frontier; raises :class:`Conflict` when it has none yet."""
+    if job.frontier.current is None:
+        raise Conflict(
+            "the job has no frontier yet; POST /jobs/{id}/frontier first", field="frontier"
+        )
+    return job.frontier.current
+
+
+class Deployer:
+    """Decides, publishes and describes a job's deployed plans."""
+
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+
+    # --- deciding --------------------------------------------------------------------------------
+
+    def deploy(
+        self, job_id: str, policy: PlanPolicy, pipelines: list[int] | None
+    ) -> dict[str, Any]:
+        """``PUT /jobs/{id}/plan``: set the default policy (or pin some pipelines) and push."""
+        job = self.ctx.jobs.get(job_id)
+        frontier = require_frontier(job)
+        if job.profiling_is(ProfilingStatus.RUNNING):
+            raise Conflict(
+                "online profiling is running; abort it (DELETE /jobs/{id}/profiling) first",
+                field="profiling",
+            )
+        try:
+            index = resolve_policy(frontier, policy)
+        except InfeasibleError as e:
+            raise BadRequest(str(e), field=policy.kind) from None
+        dep = job.deployment
+        if pipelines is not None:
+            n = job.spec.data_parallel
+            if not pipelines or any(not (0 <= p < n) for p in pipelines):
+                raise BadRequest(
+                    f"pipelines must be a non-empty list of indices in 0..{n - 1}",
+                    field="pipelines",
+                )
+            dep.overrides = {**dep.overrides, **{p: index for p in pipelines}}
+        else:
+            dep.policy, dep.overrides = policy, {}
+        self.decide(job, "selected through PUT /plan", force=True)
+        view = self.view(job)
+        assert view is not None  # just deployed
+        return view
+
+    def decide(self, job: Job, cause: str, *, force: bool = False) -> bool:
+        """Re-decide every pipeline's plan and push it when it changed (or when ``force``)."""
+        frontier = job.frontier.current
+        assert frontier is not None
+        dep = job.deployment
+        resolved = {
+            p: (st.frontier, st.describe())
+            for p, st in job.stragglers.slow_stages.items()
+            if st.ready and st.frontier is not None
+        }
+        args = (job.spec.data_parallel, job.stragglers.stragglers, dep.overrides, resolved)
+        try:
+            decision: PlanDecision = decide(frontier, dep.policy, *args)
+        except InfeasibleError:
+            dep.policy = PlanPolicy()
+            decision = decide(frontier, dep.policy, *args)
+        own = tuple(p for p, plan in enumerate(decision.plans) if plan.own)
+        cur = dep.plan
+        same = (
+            cur is not None
+            and list(cur.indices) == decision.indices()
+            and cur.own == own
+            and list(cur.reasons) == [p.reason for p in decision.plans]
+        )
+        if same and not force:
+            return False
+        self.publish(
+            job,
+            Deployment(
+                version=dep.version + 1,
+                kind=DeploymentKind.PLAN,
+                reason=decision.reason,
+                indices=tuple(decision.indices()),
+                reasons=tuple(p.reason for p in decision.plans),
+                deployed_at=time.time(),
+                own=own,
+            ),
+            cause,
+        )
+        return True
+
+    def replan(self, job: Job, why: str, kind: ReplanKind) -> None:
+        """Re-decide after a straggler or slow-stage event; record it among the recent replans."""
+        changed = self.decide(job, why)
+        if not changed:
+            persist_deployment(self.ctx.store, job)
+        self.ctx.metrics.replans.inc(kind=kind)
+        replans = job.stragglers.replans
+        replans.append(
+            {"time": time.time(), "why": why, "version": job.deployment.version, "changed": changed}
+        )
+        del replans[:-20]
+        log.info("job %s: replan (%s): %s", job.id, kind, why)
+
+    # --- publishing ------------------------------------------------------------------------------
+
+    def publish(self, job: Job, dep: Deployment, cause: str) -> None:
+        """Make ``dep`` the job's deployment (stored first), then push it to every stream."""
+        state = job.deployment
+        state.version = dep.version
+        state.current = dep
+        state.messages.clear()
+        persist_deployment(self.ctx.store, job)
+        self.ctx.metrics.deploys.inc(kind=dep.kind)
+        log.info("job %s: plan version %d (%s): %s", job.id, dep.version, cause, dep.reason)
+        self.ctx.hub.publish(job.id, lambda rank: self.message(job, rank))
+
+    def message(self, job: Job, rank: RankInfo) -> PlanUpdate | None:
+        """The newest plan for ``rank`` (cached per version, pipeline plan and stage)."""
+        dep = job.deployment.current
+        if dep is None:
+            return None
+        p = 0
+        if dep.kind is DeploymentKind.PLAN:
+            p = min(rank.data_rank, len(dep.indices) - 1)
+            index = dep.indices[p]
+            key: tuple[Any, ...] = (
+                dep.version,
+                index,
+                dep.reasons[p],
+                rank.pipeline_rank,
+                p if p in dep.own else -1,
+            )
+        else:
+            key = (dep.version, rank.pipeline_rank)
+        cache = job.deployment.messages
+        msg = cache.get(key)
+        if msg is None:
+            msg = self._build_message(job, dep, rank, p)
+            cache[key] = msg
+        return msg
+
+    def _build_message(self, job: Job, dep: Deployment, rank: RankInfo, p: int) -> PlanUpdate:
+        if dep.kind is DeploymentKind.PLAN:
+            frontier, all_steps = self.pipeline_plan(job, dep, p)
+            return PlanUpdate(
+                version=dep.version,
+                reason=dep.reasons[p],
+                expected_iteration_time=float(frontier.times[dep.indices[p]]),
+                steps=tuple(
+                    PlanStep(s["instruction"], s["microbatch"], s["frequency"], s["stage"])
+                    for s in all_steps[rank.pipeline_rank]
+                ),
+            )
+        prof = dep.profiling or {}
+        freq = prof.get("frequency", dep.max_clock)
+        return PlanUpdate(
+            version=dep.version,
+            reason=dep.reason,
+            steps=tuple(
+                PlanStep(op.kind, op.microbatch, freq, op.stage)
+                for op in job.schedule.orders[rank.pipeline_rank]
+            ),
+            profiling=ProfilingTask(freq, prof["warmup_iterations"], prof["iterations"])
+            if dep.kind is DeploymentKind.PROFILING
+            else None,
+        )
+
+    # --- pipelines -------------------------------------------------------------------------------
+
+    def pipeline_frontier(self, job: Job, dep: Deployment, p: int) -> Frontier:
+        """The frontier pipeline ``p``'s index in ``dep`` refers to."""
+        if p in dep.own:
+            st = job.stragglers.slow_stages.get(p)
+            if st is not None and st.frontier is not None:
+                return st.frontier
+        assert job.frontier.current is not None
+        return job.frontier.current
+
+    def pipeline_plan(self, job: Job, dep: Deployment, p: int) -> tuple[Frontier, PlanSteps]:
+        """Pipeline ``p``'s frontier and per-rank plan steps under ``dep``."""
+        if p in dep.own:
+            st = job.stragglers.slow_stages.get(p)
+            if st is not None and st.frontier is not None:
+                if st.steps is None:
+                    st.steps = st.frontier.plan_steps(0)
+                return st.frontier, st.steps
+        assert job.frontier.current is not None
+        return job.frontier.current, job.frontier.steps(dep.indices[p])
+
+    # --- views -----------------------------------------------------------------------------------
+
+    def view(self, job: Job) -> dict[str, Any] | None:
+        """What is deployed, as ``GET /jobs/{id}/status`` ``plan`` shows it (None: nothing)."""
+        dep = job.deployment.current
+        if dep is None:
+            return None
+        out: dict[str, Any] = {
+            "version": dep.version,
+            "kind": dep.kind,
+            "reason": dep.reason,
+            "deployed_at": dep.deployed_at,
+            "policy": job.deployment.policy.to_json(),
+        }
+        if dep.kind is DeploymentKind.PLAN and job.frontier.current is not None:
+            pipelines = []
+            for p, i in enumerate(dep.indices):
+                f = self.pipeline_frontier(job, dep, p)
+                pipelines.append(
+                    {
+                        "pipeline": p,
+                        "index": i,
+                        "frontier": "re-solved for its slow stage(s)" if p in dep.own else "job",
+                        "time": float(f.times[i]),
+                        "energy": float(f.energies[i]),
+                        "reason": dep.reasons[p],
+                    }
+                )
+            out["pipelines"] = pipelines
+        elif dep.kind is DeploymentKind.PROFILING:
+            out["profiling"] = dep.profiling
+        else:
+            out["frequency"] = dep.max_clock
+        return out

@@ -1,0 +1,223 @@
+"""The service's facade: :class:`PerseusService` composes the parts and offers the operations
+the REST and gRPC adapters call. It takes and returns plain values (dicts shaped as the REST
+API answers, and the frozen values of :mod:`perseus_server.service.values` for the ranks).
+
+Everything runs on the server's event loop; solves run in worker processes (see
+:mod:`perseus_server.solving`). State is written through to the :class:`Store` before a change
+is acknowledged, so it survives a killed process.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from perseus.frontier import Frontier
+from perseus.profiles import Profile
+from perseus_server.config import Limits
+from perseus_server.errors import Conflict
+from perseus_server.hub import PlanHub, Subscriber
+from perseus_server.jobs import JobSpec
+from perseus_server.metrics import Labels, Metrics
+from perseus_server.planner import PlanPolicy
+from perseus_server.service.context import ServiceContext
+from perseus_server.service.deployment import Deployer
+from perseus_server.service.online_profiling import OnlineProfiling
+from perseus_server.service.persistence import load_jobs
+from perseus_server.service.plans import PlanQueries
+from perseus_server.service.profiles import Profiles
+from perseus_server.service.registration import Registration
+from perseus_server.service.reports import Reports
+from perseus_server.service.slow_stages import SlowStageResolver, stage_solve_key
+from perseus_server.service.solves import Solves
+from perseus_server.service.state import Job, JobTable
+from perseus_server.service.straggling import Stragglers
+from perseus_server.service.values import (
+    IterationReport,
+    PlanUpdate,
+    RankRegistration,
+    RegisteredRank,
+)
+from perseus_server.service.views import Views
+from perseus_server.solving import SolveManager
+from perseus_server.states import JobState, StreamEnd
+from perseus_server.store import Store
+from perseus_server.stragglers import DetectorSettings
+
+__all__ = ["PerseusService"]
+
+
+class PerseusService:
+    """The server's state and operations (see the module docstring)."""
+
+    def __init__(self, store: Store, limits: Limits) -> None:
+        self.store = store
+        self.limits = limits
+        self.hub = PlanHub()
+        self.solver = SolveManager(limits.max_concurrent_solves)
+        self.jobs = JobTable()
+        self.metrics = Metrics(self._jobs_gauge, self._connected_gauge, self._registered_gauge)
+        ctx = ServiceContext(store, limits, self.jobs, self.hub, self.solver, self.metrics)
+        self.ctx = ctx
+        self.deployer = Deployer(ctx)
+        self.profiles = Profiles(ctx)
+        self.solves = Solves(ctx, self.deployer)
+        self.plans = PlanQueries(ctx)
+        self.slow_stages = SlowStageResolver(ctx, self.deployer)
+        self.stragglers = Stragglers(ctx, self.deployer, self.slow_stages)
+        self.profiling = OnlineProfiling(ctx, self.deployer, self.profiles, self.solves)
+        self.reports = Reports(ctx, self.stragglers, self.slow_stages, self.profiling)
+        self.registration = Registration(ctx, self.deployer)
+        self.views = Views(ctx, self.deployer, self.solves, time.time())
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Rebuild the in-memory state from the store; solves cut short by a restart are failed."""
+        load_jobs(self.store, self.jobs)
+
+    async def shutdown(self) -> None:
+        self.hub.close(None, StreamEnd.SHUTDOWN)
+        await self.solver.shutdown()
+
+    # --- metrics ---------------------------------------------------------------------------------
+
+    def _jobs_gauge(self) -> dict[Labels, float]:
+        counts: dict[Labels, float] = {}
+        for job in self.jobs:
+            key = (("state", str(job.state())),)
+            counts[key] = counts.get(key, 0) + 1
+        return counts or {(("state", str(JobState.CREATED)),): 0}
+
+    def _connected_gauge(self) -> dict[Labels, float]:
+        return {(("job", j),): float(n) for j, n in self.hub.connected_counts().items()}
+
+    def _registered_gauge(self) -> dict[Labels, float]:
+        return {
+            (("job", j.id),): float(len(j.ranks.by_global)) for j in self.jobs if j.ranks.by_global
+        }
+
+    # --- jobs ------------------------------------------------------------------------------------
+
+    def create_job(self, spec: JobSpec) -> dict[str, Any]:
+        if len(self.jobs) >= self.limits.max_jobs:
+            raise Conflict(
+                f"the server holds its maximum of {self.limits.max_jobs} jobs; delete one first",
+                field="job_id",
+            )
+        schedule = spec.validate(self.limits)
+        job_id = secrets.token_hex(8)
+        row = self.store.add_job(job_id, spec)
+        self.jobs.add(Job(row=row, schedule=schedule))
+        return self.job_view(job_id)
+
+    def list_jobs(self) -> list[dict[str, Any]]:
+        return self.views.jobs()
+
+    def job_view(self, job_id: str) -> dict[str, Any]:
+        return self.views.job(job_id)
+
+    async def delete_job(self, job_id: str) -> None:
+        job = self.jobs.get(job_id)
+        self.solver.cancel(job_id, "the job was deleted")
+        for p in list(job.stragglers.slow_stages):
+            self.solver.cancel(stage_solve_key(job, p), "the job was deleted")
+        self.hub.close(job_id, StreamEnd.DELETED)
+        self.jobs.remove(job_id)
+        self.store.delete_job(job.id)
+
+    # --- profiles and frontiers ------------------------------------------------------------------
+
+    async def put_profile(self, job_id: str, body: bytes, content_type: str) -> dict[str, Any]:
+        return await self.profiles.put(job_id, body, content_type)
+
+    def profile_summary(self, job_id: str) -> dict[str, Any]:
+        return self.profiles.summary(job_id)
+
+    def get_profile(self, job_id: str) -> Profile:
+        return self.profiles.get(job_id)
+
+    def start_frontier(self, job_id: str) -> dict[str, Any]:
+        return self.solves.start(job_id)
+
+    def cancel_frontier(self, job_id: str) -> dict[str, Any]:
+        return self.solves.cancel(job_id)
+
+    def frontier_status(self, job_id: str, *, points: bool = True) -> dict[str, Any]:
+        return self.solves.status(job_id, points=points)
+
+    def frontier_of(self, job_id: str) -> tuple[Frontier, list[int]]:
+        return self.solves.frontier_of(job_id)
+
+    # --- plans -----------------------------------------------------------------------------------
+
+    def query_plan(self, job_id: str, policy: PlanPolicy, *, steps: bool = False) -> bytes:
+        """The plan ``policy`` selects as a JSON document (bytes, cached per frontier point)."""
+        return self.plans.query(job_id, policy, steps=steps)
+
+    def deploy(
+        self, job_id: str, policy: PlanPolicy, pipelines: list[int] | None
+    ) -> dict[str, Any]:
+        """``PUT /jobs/{id}/plan``: set the default policy (or pin some pipelines) and push."""
+        return self.deployer.deploy(job_id, policy, pipelines)
+
+    def deployment_view(self, job_id: str) -> dict[str, Any] | None:
+        return self.deployer.view(self.jobs.get(job_id))
+
+    # --- stragglers ------------------------------------------------------------------------------
+
+    def report_straggler(
+        self, job_id: str, pipeline: int, slowdown: float | None, iteration_time: float | None
+    ) -> dict[str, Any]:
+        self.stragglers.report(job_id, pipeline, slowdown, iteration_time)
+        return self.status(job_id)
+
+    def clear_stragglers(self, job_id: str, pipeline: int | None) -> dict[str, Any]:
+        self.stragglers.clear(job_id, pipeline)
+        return self.status(job_id)
+
+    def set_detector(self, job_id: str, settings: DetectorSettings) -> None:
+        self.stragglers.set_detector(job_id, settings)
+
+    # --- ranks -----------------------------------------------------------------------------------
+
+    def register_rank(self, req: RankRegistration) -> RegisteredRank:
+        return self.registration.register(req)
+
+    def subscribe(self, job_id: str, rank_id: str) -> tuple[Subscriber, PlanUpdate | None]:
+        return self.registration.subscribe(job_id, rank_id)
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        self.registration.unsubscribe(sub)
+
+    def record_reports(self, reports: Sequence[IterationReport]) -> int:
+        """Validate and store a batch of iteration reports (all or nothing); returns how many."""
+        return self.reports.record(reports)
+
+    # --- online profiling ------------------------------------------------------------------------
+
+    def start_profiling(
+        self,
+        job_id: str,
+        frequencies: list[int] | None,
+        warmup: int,
+        iterations: int,
+        stop_after_rises: int,
+    ) -> dict[str, Any]:
+        return self.profiling.start(job_id, frequencies, warmup, iterations, stop_after_rises)
+
+    def abort_profiling(self, job_id: str) -> dict[str, Any]:
+        return self.profiling.abort(job_id)
+
+    def profiling_status(self, job_id: str) -> dict[str, Any]:
+        return self.profiling.status(job_id)
+
+    # --- status ----------------------------------------------------------------------------------
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        return self.views.status(job_id)
+
+    def health(self) -> dict[str, Any]:
+        return self.views.health()

@@ -1,0 +1,174 @@
+"""Online profiling of a job: the frequency scan of :class:`~perseus_server.profiling.ProfilingSession`
+deployed one clock step at a time, its measured profile stored and solved at the end (max clocks
+meanwhile), or the previous plan restored when it fails or is aborted."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from perseus.errors import ProfileError
+from perseus.problem import EnergyProblem
+from perseus.profiles import parse_profile_csv
+from perseus_server.errors import BadRequest, Conflict, NotFound
+from perseus_server.profiling import ProfilingSession
+from perseus_server.service.context import ServiceContext
+from perseus_server.service.deployment import Deployer
+from perseus_server.service.profiles import Profiles
+from perseus_server.service.solves import Solves
+from perseus_server.service.state import Deployment, Job
+from perseus_server.states import DeploymentKind, ProfilingStatus
+
+__all__ = ["OnlineProfiling"]
+
+
+def _frequencies(job: Job, given: list[int] | None) -> list[int]:
+    """The clocks to scan, fastest first: ``given`` (checked against the ranks' supported
+    clocks) or every clock all registered ranks support."""
+    ranks = list(job.ranks.by_global.values())
+    if given is None:
+        if not ranks or any(not r.supported_clocks for r in ranks):
+            raise Conflict(
+                "no registered rank reported its supported clocks; give frequencies",
+                field="frequencies",
+            )
+        common = set(ranks[0].supported_clocks)
+        for r in ranks[1:]:
+            common &= set(r.supported_clocks)
+        if not common:
+            raise Conflict(
+                "the registered ranks share no supported clock; give frequencies",
+                field="frequencies",
+            )
+        return sorted(common, reverse=True)
+    if not given or len(given) > 255 or len(set(given)) != len(given):
+        raise BadRequest("must be 1..255 distinct frequencies", field="frequencies")
+    if any(f <= 0 for f in given):
+        raise BadRequest("frequencies must be positive MHz values", field="frequencies")
+    for r in ranks:
+        bad = sorted(set(given) - set(r.supported_clocks)) if r.supported_clocks else []
+        if bad:
+            raise BadRequest(
+                f"rank {r.global_rank} does not support {bad[:5]} MHz", field="frequencies"
+            )
+    return sorted(given, reverse=True)
+
+
+class OnlineProfiling:
+    """``/jobs/{id}/profiling``: start, follow and abort frequency scans."""
+
+    def __init__(
+        self, ctx: ServiceContext, deployer: Deployer, profiles: Profiles, solves: Solves
+    ) -> None:
+        self.ctx = ctx
+        self.deployer = deployer
+        self.profiles = profiles
+        self.solves = solves
+
+    def start(
+        self,
+        job_id: str,
+        frequencies: list[int] | None,
+        warmup: int,
+        iterations: int,
+        stop_after_rises: int,
+    ) -> dict[str, Any]:
+        job = self.ctx.jobs.get(job_id)
+        if self.ctx.solver.is_active(job_id):
+            raise Conflict("a frontier computation is running; cancel it first", field="profiling")
+        if job.profiling_is(ProfilingStatus.RUNNING, ProfilingStatus.SOLVING):
+            raise Conflict("online profiling is already running for this job", field="profiling")
+        freqs = _frequencies(job, frequencies)
+        for name, v, lo in (
+            ("warmup_iterations", warmup, 0),
+            ("iterations_per_frequency", iterations, 1),
+            ("stop_after_rises", stop_after_rises, 1),
+        ):
+            if not (lo <= v <= 1000):
+                raise BadRequest(f"must be between {lo} and 1000, got {v}", field=name)
+        job.profiling = ProfilingSession(freqs, warmup, iterations, stop_after_rises)
+        self._step(job)
+        return self.status(job_id)
+
+    def _step(self, job: Job) -> None:
+        s = job.profiling
+        assert s is not None
+        version = job.deployment.version + 1
+        s.step_version = version
+        self.ctx.store.put_profiling(job.id, s.to_json())
+        self.deployer.publish(
+            job,
+            Deployment(
+                version=version,
+                kind=DeploymentKind.PROFILING,
+                reason=f"online profiling: {s.frequency} MHz "
+                f"({s.step + 1} of at most {len(s.frequencies)})",
+                profiling={
+                    "frequency": s.frequency,
+                    "warmup_iterations": s.warmup_iterations,
+                    "iterations": s.iterations,
+                },
+                deployed_at=time.time(),
+            ),
+            "profiling",
+        )
+
+    def tick(self, job: Job) -> None:
+        """After measured reports: next clock step, or store and solve the measured profile."""
+        s = job.profiling
+        if s is None or not s.step_complete(set(job.ranks.by_id), job.schedule.stages):
+            return
+        if not s.advance():
+            self._step(job)
+            return
+        try:
+            profile = parse_profile_csv(s.profile_csv())
+            EnergyProblem.build(profile, job.schedule, job.spec.blocking_power)
+        except ProfileError as e:
+            s.status, s.error = ProfilingStatus.FAILED, f"the measured profile is unusable: {e}"
+            self.ctx.store.put_profiling(job.id, s.to_json())
+            self._leave(job)
+            return
+        self.profiles.store(job, profile, "online profiling")
+        s.status = ProfilingStatus.SOLVING
+        self.ctx.store.put_profiling(job.id, s.to_json())
+        self._leave(job)
+        self.solves.launch(job)
+
+    def _leave(self, job: Job) -> None:
+        """Leave the profiling plan: the previous frontier's plan, or max clocks meanwhile."""
+        s = job.profiling
+        solving = s is not None and s.status is ProfilingStatus.SOLVING
+        if job.frontier.current is not None and not solving:
+            self.deployer.decide(job, "profiling ended", force=True)
+            return
+        self.deployer.publish(
+            job,
+            Deployment(
+                version=job.deployment.version + 1,
+                kind=DeploymentKind.MAX_CLOCK,
+                reason="online profiling finished; computing the frontier (max clocks meanwhile)"
+                if solving
+                else "profiling ended: max clocks",
+                max_clock=s.frequencies[0] if s is not None else 0,
+                deployed_at=time.time(),
+            ),
+            "profiling",
+        )
+
+    def abort(self, job_id: str) -> dict[str, Any]:
+        job = self.ctx.jobs.get(job_id)
+        if job.profiling is None or job.profiling.status is not ProfilingStatus.RUNNING:
+            raise Conflict("no online profiling is running for this job", field="profiling")
+        job.profiling.status, job.profiling.error = ProfilingStatus.ABORTED, "aborted by request"
+        self.ctx.store.put_profiling(job.id, job.profiling.to_json())
+        self._leave(job)
+        return self.status(job_id)
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        job = self.ctx.jobs.get(job_id)
+        if job.profiling is None:
+            raise NotFound("online profiling was never started for this job", field="profiling")
+        out = job.profiling.progress()
+        out["ranks"] = len(job.ranks.by_id)
+        return out

@@ -1,0 +1,62 @@
+"""Plan queries: the frontier point a policy selects, as a JSON document (cached per point)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from perseus.errors import InfeasibleError
+from perseus_server.errors import BadRequest
+from perseus_server.planner import PlanPolicy, resolve_policy
+from perseus_server.service.context import ServiceContext
+from perseus_server.service.deployment import require_frontier
+from perseus_server.service.state import Job
+
+__all__ = ["PlanQueries", "plan_doc"]
+
+
+def plan_doc(job: Job, index: int, *, steps: bool) -> dict[str, Any]:
+    """Frontier point ``index`` of ``job``: its time, energy, bound, savings and frequencies."""
+    f = job.frontier.current
+    assert f is not None
+    plan = job.frontier.steps(index)
+    doc: dict[str, Any] = {
+        "index": index,
+        "time": float(f.times[index]),
+        "energy": float(f.energies[index]),
+        "lower_bound": float(f.lower_bounds[index]),
+        "max_frequency_time": f.max_frequency_time,
+        "max_frequency_energy": f.max_frequency_energy,
+        "slowdown": float(f.times[index]) / f.max_frequency_time - 1.0,
+        "energy_savings": 1.0 - float(f.energies[index]) / f.max_frequency_energy,
+        "frequencies": [[s["frequency"] for s in rank] for rank in plan],
+    }
+    if steps:
+        doc["steps"] = plan
+    return doc
+
+
+class PlanQueries:
+    """``GET /jobs/{id}/plan``."""
+
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+
+    def query(self, job_id: str, policy: PlanPolicy, *, steps: bool = False) -> bytes:
+        """The plan ``policy`` selects as a JSON document (bytes, cached per frontier point)."""
+        job = self.ctx.jobs.get(job_id)
+        frontier = require_frontier(job)
+        try:
+            index = resolve_policy(frontier, policy)
+        except InfeasibleError as e:
+            raise BadRequest(str(e), field=policy.kind) from None
+        cache = job.frontier.query_cache
+        key = (index, steps)
+        cached = cache.get(key)
+        if cached is not None:
+            return cached
+        body = json.dumps(plan_doc(job, index, steps=steps)).encode()
+        cache[key] = body
+        if len(cache) > 256:
+            cache.popitem(last=False)
+        return body

@@ -1,0 +1,111 @@
+"""A job's profile: uploaded (CSV or JSON) or measured online, validated against the job's
+schedule and its ranks' supported clocks, stored with a revision number."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from perseus.errors import ProfileError
+from perseus.problem import EnergyProblem
+from perseus.profiles import Profile, parse_profile_csv, parse_profile_json
+from perseus_server.errors import BadRequest, Conflict, NotFound
+from perseus_server.jobs import RankInfo
+from perseus_server.service.context import ServiceContext
+from perseus_server.service.state import Job
+from perseus_server.states import ProfilingStatus
+
+__all__ = ["Profiles", "check_clocks"]
+
+_NO_PROFILE = "the job has no profile yet; PUT /jobs/{id}/profile or run online profiling"
+
+
+def rank_stages(job: Job, profile: Profile, pipeline_rank: int) -> set[int]:
+    """Profile stages a rank runs (model stages, or the rank itself for a per-rank profile)."""
+    if profile.stages == job.schedule.ranks:
+        return {pipeline_rank}
+    return {op.stage for op in job.schedule.orders[pipeline_rank]}
+
+
+def check_clocks(job: Job, profile: Profile, ranks: list[RankInfo]) -> None:
+    """Every frequency the profile uses on a rank's stages must be one the rank supports."""
+    for r in ranks:
+        if not r.supported_clocks:
+            continue
+        supported = set(r.supported_clocks)
+        stages = rank_stages(job, profile, r.pipeline_rank)
+        for (s, _), p in profile.entries.items():
+            if s in stages:
+                bad = sorted({int(f) for f in p.frequencies} - supported)
+                if bad:
+                    raise BadRequest(
+                        f"stage {s} uses {bad[:5]} MHz, which rank {r.global_rank} "
+                        f"({r.gpu_name or 'its GPU'}) does not support",
+                        field="profile.frequency",
+                    )
+
+
+class Profiles:
+    """Upload, storage and summary of job profiles."""
+
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+
+    async def put(self, job_id: str, body: bytes, content_type: str) -> dict[str, Any]:
+        job = self.ctx.jobs.get(job_id)
+        if self.ctx.solver.is_active(job_id):
+            raise Conflict(
+                "a frontier computation is running; cancel it (DELETE /jobs/{id}/frontier) first",
+                field="profile",
+            )
+        if job.profiling_is(ProfilingStatus.RUNNING, ProfilingStatus.SOLVING):
+            raise Conflict(
+                "online profiling is running; it will store the profile itself", field="profile"
+            )
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadRequest("the body is not UTF-8 text", field="profile") from None
+        is_json = "json" in content_type or text.lstrip().startswith(("{", "["))
+        schedule, bp = job.schedule, job.spec.blocking_power
+
+        def parse() -> Profile:
+            prof = parse_profile_json(text) if is_json else parse_profile_csv(text)
+            EnergyProblem.build(prof, schedule, bp)  # the profile must cover the job's schedule
+            return prof
+
+        try:
+            profile = await asyncio.to_thread(parse)
+        except ProfileError as e:
+            extra = {"row": e.row} if e.row is not None else {}
+            raise BadRequest(
+                str(e), field=f"profile.{e.field}" if e.field else "profile", **extra
+            ) from None
+        check_clocks(job, profile, list(job.ranks.by_global.values()))
+        return self.store(job, profile, "upload")
+
+    def store(self, job: Job, profile: Profile, source: str) -> dict[str, Any]:
+        """Store ``profile`` as the job's new revision; returns its summary."""
+        rev = self.ctx.store.put_profile(job.id, profile.to_csv(), source)
+        job.profile.set(profile, rev, source)
+        return self.summary(job.id)
+
+    def summary(self, job_id: str) -> dict[str, Any]:
+        job = self.ctx.jobs.get(job_id)
+        profile = job.profile.current
+        if profile is None:
+            raise NotFound(_NO_PROFILE, field="profile")
+        return {
+            "revision": job.profile.revision,
+            "source": job.profile.source,
+            "stages": profile.stages,
+            "instructions": list(profile.kinds),
+            "frequencies": profile.frequencies,
+            "rows": sum(1 for _ in profile.records()),
+        }
+
+    def get(self, job_id: str) -> Profile:
+        profile = self.ctx.jobs.get(job_id).profile.current
+        if profile is None:
+            raise NotFound(_NO_PROFILE, field="profile")
+        return profile

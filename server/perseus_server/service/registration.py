@@ -1,0 +1,126 @@
+"""Ranks joining their job (``RegisterRank``) and watching its plans (``WatchPlan``).
+
+Registering the same ``(job, global_rank)`` again returns the same identity; a rank's
+position (pipeline, data, tensor rank) is fixed once registered and no two ranks share one.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from perseus_server.errors import BadRequest, Conflict
+from perseus_server.hub import Subscriber
+from perseus_server.jobs import RankInfo
+from perseus_server.service.context import ServiceContext
+from perseus_server.service.deployment import Deployer
+from perseus_server.service.profiles import check_clocks
+from perseus_server.service.state import Job
+from perseus_server.service.values import PlanUpdate, RankRegistration, RegisteredRank
+
+__all__ = ["Registration"]
+
+
+def _validate(job: Job, req: RankRegistration) -> tuple[int, ...]:
+    """Check the request's fields against the job; returns its clocks, fastest first."""
+    spec = job.spec
+    checks = (
+        ("global_rank", req.global_rank, spec.world_size),
+        ("pipeline_rank", req.pipeline_rank, spec.stages),
+        ("data_rank", req.data_rank, spec.data_parallel),
+        ("tensor_rank", req.tensor_rank, spec.tensor_parallel),
+    )
+    for name, value, n in checks:
+        if not (0 <= value < n):
+            raise BadRequest(f"must be between 0 and {n - 1} for this job, got {value}", field=name)
+    clocks = tuple(sorted({int(c) for c in req.supported_clocks_mhz}, reverse=True))
+    if any(c <= 0 or c > 100_000 for c in clocks) or len(clocks) > 1024:
+        raise BadRequest("clocks must be 1..1024 positive MHz values", field="supported_clocks_mhz")
+    if len(req.gpu_name) > 256 or len(req.hostname) > 256:
+        raise BadRequest(
+            "at most 256 characters",
+            field="gpu_name" if len(req.gpu_name) > 256 else "hostname",
+        )
+    return clocks
+
+
+def _check_slot(job: Job, req: RankRegistration, existing: RankInfo | None) -> None:
+    slot = (req.pipeline_rank, req.data_rank, req.tensor_rank)
+    if (
+        existing is not None
+        and (existing.pipeline_rank, existing.data_rank, existing.tensor_rank) != slot
+    ):
+        raise Conflict(
+            f"global_rank {req.global_rank} is registered as "
+            f"pipeline_rank={existing.pipeline_rank} "
+            f"data_rank={existing.data_rank} tensor_rank={existing.tensor_rank}",
+            field="global_rank",
+        )
+    for r in job.ranks.by_global.values():
+        if (
+            r.global_rank != req.global_rank
+            and (r.pipeline_rank, r.data_rank, r.tensor_rank) == slot
+        ):
+            raise Conflict(
+                f"pipeline_rank/data_rank/tensor_rank {slot} is taken by "
+                f"global_rank {r.global_rank}",
+                field="global_rank",
+            )
+
+
+class Registration:
+    """Rank registration and plan subscriptions."""
+
+    def __init__(self, ctx: ServiceContext, deployer: Deployer) -> None:
+        self.ctx = ctx
+        self.deployer = deployer
+
+    def register(self, req: RankRegistration) -> RegisteredRank:
+        job = self.ctx.jobs.get(req.job_id)
+        clocks = _validate(job, req)
+        existing = job.ranks.by_global.get(req.global_rank)
+        _check_slot(job, req, existing)
+        rank = RankInfo(
+            job_id=job.id,
+            rank_id=existing.rank_id
+            if existing
+            else f"{job.id}-{req.global_rank}-{secrets.token_hex(4)}",
+            global_rank=req.global_rank,
+            pipeline_rank=req.pipeline_rank,
+            data_rank=req.data_rank,
+            tensor_rank=req.tensor_rank,
+            gpu_name=req.gpu_name,
+            supported_clocks=clocks,
+            hostname=req.hostname,
+        )
+        profile = job.profile.current
+        if profile is not None and clocks:
+            try:
+                check_clocks(job, profile, [rank])
+            except BadRequest as e:
+                raise BadRequest(e.detail, field="supported_clocks_mhz") from None
+        if rank != existing:
+            self.ctx.store.put_rank(rank)
+        job.ranks.add(rank)
+        max_clock = clocks[0] if clocks else (profile.frequencies[0] if profile is not None else 0)
+        return RegisteredRank(
+            rank_id=rank.rank_id,
+            plan_version=job.deployment.version if job.deployment.current is not None else 0,
+            stages=job.spec.stages,
+            microbatches=job.spec.microbatches,
+            max_clock_mhz=max_clock,
+        )
+
+    def subscribe(self, job_id: str, rank_id: str) -> tuple[Subscriber, PlanUpdate | None]:
+        """Open a plan stream for the rank; returns it and the current plan (None: none yet)."""
+        job = self.ctx.jobs.get(job_id)
+        rank = job.ranks.by_id.get(rank_id)
+        if rank is None:
+            raise Conflict(
+                f"rank {rank_id!r} is not registered in job {job_id}; call RegisterRank first",
+                field="rank_id",
+            )
+        sub = self.ctx.hub.subscribe(rank)
+        return sub, self.deployer.message(job, rank)
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        self.ctx.hub.unsubscribe(sub)

@@ -1,0 +1,158 @@
+"""Iteration reports from the ranks: validated (a batch is taken whole or not at all), stored,
+and fed to online profiling or to the straggler and slow-stage detectors."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+
+from perseus.profiles import INSTRUCTION_KINDS
+from perseus_server.config import Limits
+from perseus_server.errors import BadRequest, Conflict
+from perseus_server.jobs import RankInfo
+from perseus_server.profiling import Measurement
+from perseus_server.service.context import ServiceContext
+from perseus_server.service.online_profiling import OnlineProfiling
+from perseus_server.service.slow_stages import SlowStageResolver
+from perseus_server.service.state import Job, JobTable
+from perseus_server.service.straggling import Stragglers
+from perseus_server.service.values import IterationReport
+from perseus_server.states import ProfilingStatus
+
+__all__ = ["Reports", "validate_report"]
+
+
+def validate_report(i: int, rep: IterationReport, job: Job, limits: Limits) -> None:
+    """Raise :class:`BadRequest` naming the field when report ``i`` of a batch is malformed."""
+    if not (math.isfinite(rep.iteration_time) and rep.iteration_time > 0):
+        raise BadRequest(
+            f"report {i}: must be a positive number of seconds, got {rep.iteration_time!r}",
+            field="iteration_time",
+        )
+    if not (math.isfinite(rep.energy) and rep.energy >= 0):
+        raise BadRequest(
+            f"report {i}: must be a finite number of joules >= 0, got {rep.energy!r}",
+            field="energy",
+        )
+    if rep.iteration < 0:
+        raise BadRequest(f"report {i}: must be >= 0, got {rep.iteration}", field="iteration")
+    if len(rep.instructions) > limits.max_report_instructions:
+        raise BadRequest(
+            f"report {i}: at most {limits.max_report_instructions} measurements",
+            field="instructions",
+        )
+    for j, m in enumerate(rep.instructions):
+        where = f"report {i} instructions[{j}]"
+        if m.instruction not in INSTRUCTION_KINDS:
+            raise BadRequest(
+                f"{where}: unknown instruction {m.instruction!r}",
+                field="instructions.instruction",
+            )
+        if not (math.isfinite(m.time) and m.time > 0):
+            raise BadRequest(
+                f"{where}: time must be a positive number, got {m.time!r}",
+                field="instructions.time",
+            )
+        if not (math.isfinite(m.energy) and m.energy >= 0):
+            raise BadRequest(
+                f"{where}: energy must be finite and >= 0, got {m.energy!r}",
+                field="instructions.energy",
+            )
+        if not (0 <= m.stage < job.schedule.stages) or not (
+            0 <= m.microbatch < job.spec.microbatches
+        ):
+            raise BadRequest(
+                f"{where}: stage or microbatch out of range", field="instructions.stage"
+            )
+        if m.frequency_mhz < 0:
+            raise BadRequest(f"{where}: frequency must be >= 0", field="instructions.frequency_mhz")
+
+
+def _reporter(jobs: JobTable, i: int, rep: IterationReport) -> tuple[Job, RankInfo]:
+    job = jobs.get(rep.job_id)
+    rank = job.ranks.by_id.get(rep.rank_id)
+    if rank is None:
+        raise Conflict(
+            f"report {i}: rank {rep.rank_id!r} is not registered in job {rep.job_id}",
+            field="rank_id",
+        )
+    return job, rank
+
+
+class Reports:
+    """``ReportIterations``."""
+
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        stragglers: Stragglers,
+        slow_stages: SlowStageResolver,
+        profiling: OnlineProfiling,
+    ) -> None:
+        self.ctx = ctx
+        self.stragglers = stragglers
+        self.slow_stages = slow_stages
+        self.profiling = profiling
+
+    def record(self, reports: Sequence[IterationReport]) -> int:
+        """Validate and store a batch of iteration reports (all or nothing); returns how many."""
+        if not reports:
+            return 0
+        ctx = self.ctx
+        rows_by_job: dict[str, list[tuple[str, int, float, float, int]]] = {}
+        checked: list[tuple[Job, RankInfo, IterationReport]] = []
+        for i, rep in enumerate(reports):
+            job, rank = _reporter(ctx.jobs, i, rep)
+            validate_report(i, rep, job, ctx.limits)
+            checked.append((job, rank, rep))
+            rows_by_job.setdefault(job.id, []).append(
+                (
+                    rank.rank_id,
+                    int(rep.iteration),
+                    float(rep.iteration_time),
+                    float(rep.energy),
+                    int(rep.plan_version),
+                )
+            )
+        for job_id, rows in rows_by_job.items():
+            ctx.store.add_iterations(job_id, rows, ctx.limits.history_per_rank)
+        touched: set[str] = set()
+        for job, rank, rep in checked:
+            self._account(job, rank, rep)
+            if job.profiling_is(ProfilingStatus.RUNNING):
+                assert job.profiling is not None
+                ms = [
+                    Measurement(m.instruction, m.stage, m.frequency_mhz, m.time, m.energy)
+                    for m in rep.instructions
+                ]
+                if ms:
+                    job.profiling.record(rank.rank_id, int(rep.plan_version), float(rep.energy), ms)
+                    touched.add(job.id)
+            else:
+                self.stragglers.observe(job, rank, float(rep.iteration_time), int(rep.plan_version))
+                if rep.instructions:
+                    self.slow_stages.observe(job, rank, rep.instructions)
+        for job_id in touched:
+            if job_id in ctx.jobs:
+                self.profiling.tick(ctx.jobs.get(job_id))
+        ctx.metrics.reports.inc(len(checked))
+        return len(checked)
+
+    @staticmethod
+    def _account(job: Job, rank: RankInfo, rep: IterationReport) -> None:
+        """The rank's recent iterations, and its pipeline's iteration time (its slowest rank)."""
+        ranks = job.ranks
+        ranks.history.setdefault(rank.rank_id, deque(maxlen=32)).append(
+            (
+                int(rep.iteration),
+                float(rep.iteration_time),
+                float(rep.energy),
+                int(rep.plan_version),
+            )
+        )
+        times = ranks.pipeline_times.setdefault(rank.data_rank, OrderedDict())
+        it = int(rep.iteration)
+        times[it] = max(times.get(it, 0.0), float(rep.iteration_time))
+        while len(times) > 64:
+            times.popitem(last=False)

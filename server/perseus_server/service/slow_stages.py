@@ -1,0 +1,198 @@
+"""Slow stages: a stage of one pipeline that runs slower than its profile (from reported
+per-instruction times, see :class:`~perseus_server.stragglers.StageDetector`). That pipeline's
+frontier is re-solved with the stage's profile scaled; once ready, the pipeline runs its fastest
+plan and counts as a straggler of source ``slow stage`` (the others slow down to its time). When
+its stages are back to their profiled speed, the re-solved frontier and that straggler are
+dropped; a straggler of another source stays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import statistics
+import time
+from collections.abc import Iterable
+
+from perseus.frontier import Frontier
+from perseus_server.jobs import RankInfo
+from perseus_server.planner import Straggler
+from perseus_server.service.context import ServiceContext
+from perseus_server.service.deployment import Deployer
+from perseus_server.service.state import Job, SlowStages
+from perseus_server.service.values import InstructionReport
+from perseus_server.solving import SolveEvents
+from perseus_server.states import DetectorEvent, ReplanKind, SlowStageStatus, StragglerSource
+
+__all__ = ["SlowStageResolver", "drop_slow_stage_straggler", "stage_solve_key"]
+
+log = logging.getLogger("perseus.server")
+
+
+def stage_solve_key(job: Job, p: int) -> str:
+    """The solve manager's key of pipeline ``p``'s re-solve."""
+    return f"{job.id}:pipeline{p}"
+
+
+def drop_slow_stage_straggler(stragglers: dict[int, Straggler], p: int) -> dict[int, Straggler]:
+    """``stragglers`` without pipeline ``p``'s slow-stage straggler (others are kept)."""
+    return {
+        q: s for q, s in stragglers.items() if q != p or s.source is not StragglerSource.SLOW_STAGE
+    }
+
+
+class SlowStageResolver:
+    """Detects slow stages and re-solves their pipelines' frontiers."""
+
+    def __init__(self, ctx: ServiceContext, deployer: Deployer) -> None:
+        self.ctx = ctx
+        self.deployer = deployer
+
+    def observe(self, job: Job, rank: RankInfo, instructions: Iterable[InstructionReport]) -> None:
+        """Per-stage slowdown factors of one reported iteration (see :mod:`stragglers`)."""
+        profile = job.profile.current
+        if job.deployment.plan is None or job.frontier.current is None or profile is None:
+            return
+        per_rank = profile.stages == job.schedule.ranks
+        ratios: dict[int, list[float]] = {}
+        for m in instructions:
+            stage = rank.pipeline_rank if per_rank else int(m.stage)
+            t = job.profile.time_of(stage, m.instruction, m.frequency_mhz)
+            if t is not None and t > 0:
+                ratios.setdefault(stage, []).append(float(m.time) / t)
+        p = rank.data_rank
+        slow = job.stragglers
+        det = slow.stage_detector
+        for stage, rs in ratios.items():
+            factor = statistics.median(rs)
+            current = slow.stage_flags.get((p, stage))
+            event, value = det.observe(p, stage, factor, current)
+            if event in (DetectorEvent.SLOW, DetectorEvent.CHANGED):
+                slow.stage_flags[(p, stage)] = value
+            elif event is DetectorEvent.RECOVERED:
+                slow.stage_flags.pop((p, stage), None)
+            if event is not None:
+                # Decide once every stage has reported this iteration too: a uniformly slow
+                # pipeline must not look like one slow stage because its ranks report apart.
+                slow.stage_pending[p] = max(slow.stage_pending.get(p, 0), det.seen[(p, stage)])
+        pending = slow.stage_pending.get(p)
+        if pending is not None and det.caught_up(p, pending):
+            del slow.stage_pending[p]
+            self.changed(job, p)
+
+    def changed(self, job: Job, p: int) -> None:
+        """Re-solve pipeline ``p``'s frontier for its slow stages, or drop it when none is left.
+
+        When every stage of the pipeline is slow, the pipeline is simply slower (its frontier
+        scales in time); the iteration-time detector handles that without a re-solve.
+        """
+        profile = job.profile.current
+        assert profile is not None
+        slow = job.stragglers
+        factors = {s: f for (q, s), f in slow.stage_flags.items() if q == p}
+        if not factors or len(factors) >= profile.stages:
+            if p in slow.slow_stages:
+                why = (
+                    f"pipeline {p}: its stages are back to their profiled speed"
+                    if not factors
+                    else f"pipeline {p}: every stage is slow; handled as a slow pipeline"
+                )
+                self.drop(job, p)
+                self.deployer.replan(job, why, ReplanKind.SLOW_STAGE_RECOVERED)
+            return
+        old = slow.slow_stages.get(p)
+        if old is not None and old.factors == factors:
+            return
+        key = stage_solve_key(job, p)
+        self.ctx.solver.cancel(key, "superseded by newer slow-stage factors")
+        state = SlowStages(factors, generation=(old.generation + 1) if old else 1)
+        if old is not None and old.status is SlowStageStatus.READY:
+            # Keep running the previous re-solved plan until the new one is ready.
+            state.frontier, state.status = old.frontier, SlowStageStatus.READY
+            state.solve_seconds, state.wall_seconds = old.solve_seconds, old.wall_seconds
+        slow.slow_stages[p] = state
+        for stage, f in factors.items():
+            profile = profile.scaled(stage, time_factor=f)
+        log.info(
+            "job %s: pipeline %d has slow stage(s) %s; re-solving its frontier",
+            job.id,
+            p,
+            state.describe(),
+        )
+        self._solve(job, p, state.generation, profile.to_csv())
+
+    def _solve(self, job: Job, p: int, generation: int, profile_csv: str) -> None:
+        ctx, key = self.ctx, stage_solve_key(job, p)
+        slow = job.stragglers
+        t0 = time.perf_counter()
+
+        def current() -> SlowStages | None:
+            cur = slow.slow_stages.get(p)
+            return cur if cur is not None and cur.generation == generation else None
+
+        def on_done(doc: str, seconds: float) -> None:
+            cur = current()
+            if job.id not in ctx.jobs or cur is None:
+                return
+            try:
+                frontier = Frontier.from_json(json.loads(doc))
+            except Exception as e:  # noqa: BLE001
+                on_failed(f"the solver returned an unreadable frontier: {e}")
+                return
+            cur.frontier = frontier
+            cur.status, cur.steps, cur.error = SlowStageStatus.READY, None, None
+            cur.solve_seconds, cur.wall_seconds = seconds, time.perf_counter() - t0
+            ctx.metrics.stage_resolve_seconds.observe(seconds)
+            slow.detector.reset(p)
+            own_time = float(frontier.times[0])
+            slow.stragglers = {
+                **{q: s for q, s in slow.stragglers.items() if q != p},
+                p: Straggler(p, own_time, StragglerSource.SLOW_STAGE, cur.describe()),
+            }
+            self.deployer.replan(
+                job,
+                f"pipeline {p} slow stage(s) {cur.describe()}: frontier re-solved in "
+                f"{seconds:.2f} s; its fastest plan takes {own_time:.4g} s",
+                ReplanKind.SLOW_STAGE,
+            )
+
+        def on_failed(reason: str) -> None:
+            cur = current()
+            if cur is None:
+                return
+            if cur.frontier is None:
+                cur.status = SlowStageStatus.FAILED
+            cur.error = reason
+            log.warning("job %s: re-solving pipeline %d failed: %s", job.id, p, reason)
+
+        def launch() -> None:
+            ctx.solver.start(
+                key,
+                profile_csv,
+                job.schedule.to_json(),
+                job.spec.blocking_power,
+                SolveEvents(lambda pid: None, lambda f: None, on_done, on_failed),
+            )
+
+        if not ctx.solver.is_active(key):
+            launch()
+            return
+
+        async def retry() -> None:
+            # The superseded solve holds the key until its worker is reaped.
+            while ctx.solver.is_active(key):
+                await asyncio.sleep(0.05)
+            if job.id in ctx.jobs and current() is not None:
+                launch()
+
+        ctx.spawn(retry())
+
+    def drop(self, job: Job, p: int) -> None:
+        """Forget pipeline ``p``'s slow stages, their re-solve and their straggler."""
+        slow = job.stragglers
+        self.ctx.solver.cancel(stage_solve_key(job, p), "the slow stage recovered")
+        slow.slow_stages.pop(p, None)
+        for key in [k for k in slow.stage_flags if k[0] == p]:
+            del slow.stage_flags[key]
+        slow.stragglers = drop_slow_stage_straggler(slow.stragglers, p)

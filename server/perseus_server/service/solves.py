@@ -1,0 +1,152 @@
+"""A job's frontier computation: started in a worker process (see
+:mod:`perseus_server.solving`), followed, cancelled, and deployed when it is done."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from perseus.frontier import Frontier
+from perseus_server.errors import Conflict
+from perseus_server.planner import PlanPolicy
+from perseus_server.service.context import ServiceContext
+from perseus_server.service.deployment import Deployer, require_frontier
+from perseus_server.service.state import Job
+from perseus_server.solving import SolveEvents
+from perseus_server.states import ProfilingStatus, SolveStatus
+
+__all__ = ["Solves"]
+
+log = logging.getLogger("perseus.server")
+
+
+class Solves:
+    """Frontier computations of jobs' profiles."""
+
+    def __init__(self, ctx: ServiceContext, deployer: Deployer) -> None:
+        self.ctx = ctx
+        self.deployer = deployer
+
+    def start(self, job_id: str) -> dict[str, Any]:
+        job = self.ctx.jobs.get(job_id)
+        if job.profile.current is None:
+            raise Conflict(
+                "the job has no profile yet; PUT /jobs/{id}/profile first", field="profile"
+            )
+        if self.ctx.solver.is_active(job_id):
+            raise Conflict(
+                "a frontier computation is already running for this job", field="frontier"
+            )
+        if job.profiling_is(ProfilingStatus.RUNNING):
+            raise Conflict(
+                "online profiling is running; the frontier is computed when it ends",
+                field="frontier",
+            )
+        self.launch(job)
+        return self.status(job_id, points=False)
+
+    def launch(self, job: Job) -> None:
+        """Solve the job's current profile; deploy the fastest plan when it is done."""
+        profile = job.profile.current
+        assert profile is not None
+        ctx, row = self.ctx, job.frontier.row
+        row.status, row.progress, row.error = SolveStatus.QUEUED, 0.0, None
+        row.started, row.finished, row.profile_revision = time.time(), None, job.profile.revision
+        ctx.store.put_frontier(job.id, row)
+        revision = job.profile.revision
+        t0 = time.perf_counter()
+
+        def alive() -> bool:
+            return job.id in ctx.jobs
+
+        def on_running(pid: int) -> None:
+            if alive():
+                row.status = SolveStatus.RUNNING
+                ctx.store.put_frontier(job.id, row)
+
+        def on_progress(fraction: float) -> None:
+            row.progress = max(row.progress, min(1.0, fraction))  # stored at the end
+
+        def on_done(doc: str, seconds: float) -> None:
+            if not alive():
+                return
+            try:
+                frontier = Frontier.from_json(json.loads(doc))
+            except Exception as e:  # noqa: BLE001
+                on_failed(f"the solver returned an unreadable frontier: {e}")
+                return
+            row.status, row.progress, row.error, row.doc = SolveStatus.DONE, 1.0, None, doc
+            row.finished, row.solve_seconds, row.profile_revision = time.time(), seconds, revision
+            ctx.store.put_frontier(job.id, row)
+            job.frontier.set(frontier)
+            ctx.metrics.solves.inc(outcome="done")
+            ctx.metrics.solve_seconds.observe(time.perf_counter() - t0)
+            if job.profiling is not None and job.profiling.status is ProfilingStatus.SOLVING:
+                job.profiling.status = ProfilingStatus.DONE
+                ctx.store.put_profiling(job.id, job.profiling.to_json())
+            # Default policy after a solve: the fastest plan (point 0), deployed at once.
+            job.deployment.policy, job.deployment.overrides = PlanPolicy(), {}
+            self.deployer.decide(job, "frontier computed")
+
+        def on_failed(reason: str) -> None:
+            if not alive():
+                return
+            row.status, row.error, row.finished = SolveStatus.FAILED, reason, time.time()
+            ctx.store.put_frontier(job.id, row)
+            ctx.metrics.solves.inc(outcome="cancelled" if "cancel" in reason else "failed")
+            log.warning("job %s: frontier computation failed: %s", job.id, reason)
+            if job.profiling is not None and job.profiling.status is ProfilingStatus.SOLVING:
+                job.profiling.status = ProfilingStatus.FAILED
+                job.profiling.error = f"solving the measured profile failed: {reason}"
+                ctx.store.put_profiling(job.id, job.profiling.to_json())
+
+        ctx.solver.start(
+            job.id,
+            profile.to_csv(),
+            job.schedule.to_json(),
+            job.spec.blocking_power,
+            SolveEvents(on_running, on_progress, on_done, on_failed),
+        )
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        self.ctx.jobs.get(job_id)
+        if not self.ctx.solver.cancel(job_id, "cancelled by request"):
+            raise Conflict("no frontier computation is running for this job", field="frontier")
+        return self.status(job_id, points=False)
+
+    def status(self, job_id: str, *, points: bool = True) -> dict[str, Any]:
+        job = self.ctx.jobs.get(job_id)
+        row, f = job.frontier.row, job.frontier.current
+        out: dict[str, Any] = {
+            "status": row.status,
+            "progress": row.progress,
+            "error": row.error,
+            "started": row.started,
+            "finished": row.finished,
+            "solve_seconds": row.solve_seconds,
+            "worker_pid": self.ctx.solver.worker_pid(job_id),
+            "stale": f is not None and row.profile_revision != job.profile.revision,
+        }
+        if f is not None:
+            out.update(
+                num_points=len(f),
+                max_frequency_time=f.max_frequency_time,
+                max_frequency_energy=f.max_frequency_energy,
+            )
+            if points:
+                out["points"] = [
+                    {"index": i, "time": float(t), "energy": float(e), "lower_bound": float(lb)}
+                    for i, (t, e, lb) in enumerate(
+                        zip(f.times, f.energies, f.lower_bounds, strict=True)
+                    )
+                ]
+        return out
+
+    def frontier_of(self, job_id: str) -> tuple[Frontier, list[int]]:
+        """The job's frontier and the indices its pipelines run (none unless plans run)."""
+        job = self.ctx.jobs.get(job_id)
+        frontier = require_frontier(job)
+        dep = job.deployment.plan
+        return frontier, list(dep.indices) if dep is not None else []

@@ -1,0 +1,295 @@
+"""The in-memory state of the jobs (the store holds the durable copy), one part per concern.
+
+A :class:`Job` is its stored row and schedule plus five parts: its profile, its frontier
+computation, what is deployed, its stragglers and slow stages, and its ranks; and the online
+profiling session when one ran. :class:`JobTable` holds the jobs by id.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from perseus.frontier import Frontier
+from perseus.profiles import Profile
+from perseus.schedules import Schedule
+from perseus_server.errors import NotFound
+from perseus_server.jobs import JobSpec, RankInfo
+from perseus_server.planner import PlanPolicy, Straggler
+from perseus_server.profiling import ProfilingSession
+from perseus_server.service.values import PlanUpdate
+from perseus_server.states import (
+    DeploymentKind,
+    JobState,
+    ProfilingStatus,
+    SlowStageStatus,
+    SolveStatus,
+)
+from perseus_server.store import FrontierRow, JobRow
+from perseus_server.stragglers import StageDetector, StragglerDetector
+
+__all__ = [
+    "Deployment",
+    "DeploymentState",
+    "FrontierState",
+    "Job",
+    "JobTable",
+    "PlanSteps",
+    "ProfileState",
+    "RankState",
+    "SlowStages",
+    "StragglerState",
+]
+
+#: Per rank, its plan: ``{"instruction", "microbatch", "stage", "frequency"}`` per step.
+PlanSteps = list[list[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What a job's ranks run now.
+
+    ``kind``: ``plan`` (frontier point ``indices[p]`` for pipeline ``p``), ``profiling`` (every
+    instruction at ``profiling["frequency"]``) or ``max_clock`` (every instruction at
+    ``max_clock``).
+    """
+
+    version: int
+    kind: DeploymentKind
+    reason: str
+    indices: tuple[int, ...] = ()
+    reasons: tuple[str, ...] = ()
+    profiling: dict[str, int] | None = None
+    max_clock: int = 0
+    deployed_at: float = 0.0
+    own: tuple[int, ...] = ()  # pipelines whose index is into their own re-solved frontier
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "reason": self.reason,
+            "own": list(self.own),
+            "indices": list(self.indices),
+            "reasons": list(self.reasons),
+            "profiling": self.profiling,
+            "max_clock": self.max_clock,
+            "deployed_at": self.deployed_at,
+        }
+
+    @classmethod
+    def from_json(cls, version: int, d: dict[str, Any]) -> Deployment:
+        return cls(
+            version,
+            DeploymentKind(d["kind"]),
+            d["reason"],
+            tuple(d.get("indices", ())),
+            tuple(d.get("reasons", ())),
+            d.get("profiling"),
+            int(d.get("max_clock", 0)),
+            float(d.get("deployed_at", 0.0)),
+            tuple(int(p) for p in d.get("own", ())),
+        )
+
+
+@dataclass
+class SlowStages:
+    """A pipeline with slow stages: their factors, and the frontier re-solved for them."""
+
+    factors: dict[int, float]
+    status: SlowStageStatus = SlowStageStatus.SOLVING
+    frontier: Frontier | None = None
+    solve_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    error: str | None = None
+    generation: int = 0
+    steps: PlanSteps | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.status is SlowStageStatus.READY and self.frontier is not None
+
+    def describe(self) -> str:
+        return ", ".join(f"stage {s} x{f:.3g}" for s, f in sorted(self.factors.items()))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "factors": {str(k): v for k, v in self.factors.items()},
+            "status": self.status,
+            "solve_seconds": self.solve_seconds,
+            "wall_seconds": self.wall_seconds,
+            "error": self.error,
+            "time": None if self.frontier is None else float(self.frontier.times[0]),
+        }
+
+
+@dataclass
+class ProfileState:
+    """The job's profile, its revision and source, and a lookup of its times."""
+
+    current: Profile | None = None
+    revision: int = 0
+    source: str = ""
+    _times: dict[tuple[int, str], dict[int, float]] = field(default_factory=dict)
+
+    def set(self, profile: Profile, revision: int, source: str) -> None:
+        self.current, self.revision, self.source = profile, revision, source
+        self._times.clear()
+
+    def time_of(self, stage: int, kind: str, mhz: int) -> float | None:
+        """The profile's time of ``kind`` on ``stage`` at ``mhz`` (None when not profiled)."""
+        if self.current is None:
+            return None
+        table = self._times.get((stage, kind))
+        if table is None:
+            entry = self.current.entries.get((stage, kind))
+            if entry is None:
+                return None
+            table = {int(f): float(t) for f, t in zip(entry.frequencies, entry.times, strict=True)}
+            self._times[(stage, kind)] = table
+        return table.get(int(mhz))
+
+
+@dataclass
+class FrontierState:
+    """The frontier computation's row, the last computed frontier, and caches of its plans."""
+
+    row: FrontierRow = field(default_factory=FrontierRow)
+    current: Frontier | None = None
+    steps_cache: dict[int, PlanSteps] = field(default_factory=dict)
+    query_cache: OrderedDict[tuple[int, bool], bytes] = field(default_factory=OrderedDict)
+
+    def set(self, frontier: Frontier) -> None:
+        self.current = frontier
+        self.steps_cache.clear()
+        self.query_cache.clear()
+
+    def steps(self, index: int) -> PlanSteps:
+        """Every rank's plan at frontier point ``index`` (cached)."""
+        steps = self.steps_cache.get(index)
+        if steps is None:
+            assert self.current is not None
+            steps = self.current.plan_steps(index)
+            if len(self.steps_cache) > 64:
+                self.steps_cache.clear()
+            self.steps_cache[index] = steps
+        return steps
+
+
+@dataclass
+class DeploymentState:
+    """The version counter, what is deployed, the policy and pins behind it, and the messages
+    built for the ranks (per version)."""
+
+    version: int = 0
+    current: Deployment | None = None
+    policy: PlanPolicy = field(default_factory=PlanPolicy)
+    overrides: dict[int, int] = field(default_factory=dict)
+    messages: dict[tuple[Any, ...], PlanUpdate] = field(default_factory=dict)
+
+    @property
+    def plan(self) -> Deployment | None:
+        """The deployment when it runs frontier plans (not profiling, not max clocks)."""
+        dep = self.current
+        return dep if dep is not None and dep.kind is DeploymentKind.PLAN else None
+
+
+@dataclass
+class StragglerState:
+    """Slow pipelines, their detectors, slow stages and their re-solves, recent replans."""
+
+    stragglers: dict[int, Straggler] = field(default_factory=dict)
+    detector: StragglerDetector = field(default_factory=StragglerDetector)
+    stage_detector: StageDetector = field(default_factory=StageDetector)
+    slow_stages: dict[int, SlowStages] = field(default_factory=dict)
+    stage_flags: dict[tuple[int, int], float] = field(default_factory=dict)
+    stage_pending: dict[int, int] = field(default_factory=dict)
+    replans: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class RankState:
+    """Registered ranks (by global rank and by id), their recent iterations, and each
+    pipeline's recent iteration times (the slowest of its ranks)."""
+
+    by_global: dict[int, RankInfo] = field(default_factory=dict)
+    by_id: dict[str, RankInfo] = field(default_factory=dict)
+    history: dict[str, deque[tuple[int, float, float, int]]] = field(default_factory=dict)
+    pipeline_times: dict[int, OrderedDict[int, float]] = field(default_factory=dict)
+
+    def add(self, rank: RankInfo) -> None:
+        self.by_global[rank.global_rank] = rank
+        self.by_id[rank.rank_id] = rank
+        self.history.setdefault(rank.rank_id, deque(maxlen=32))
+
+
+@dataclass
+class Job:
+    """One job's in-memory state."""
+
+    row: JobRow
+    schedule: Schedule
+    profile: ProfileState = field(default_factory=ProfileState)
+    frontier: FrontierState = field(default_factory=FrontierState)
+    deployment: DeploymentState = field(default_factory=DeploymentState)
+    stragglers: StragglerState = field(default_factory=StragglerState)
+    ranks: RankState = field(default_factory=RankState)
+    profiling: ProfilingSession | None = None
+
+    @property
+    def spec(self) -> JobSpec:
+        return self.row.spec
+
+    @property
+    def id(self) -> str:
+        return self.row.id
+
+    def profiling_is(self, *statuses: ProfilingStatus) -> bool:
+        return self.profiling is not None and self.profiling.status in statuses
+
+    def state(self) -> JobState:
+        if self.profiling_is(ProfilingStatus.RUNNING):
+            return JobState.PROFILING
+        st = self.frontier.row.status
+        if st.active:
+            return JobState.SOLVING
+        if st is SolveStatus.FAILED:
+            return JobState.FAILED
+        if self.frontier.current is not None:
+            return JobState.READY
+        if self.profile.current is not None:
+            return JobState.PROFILED
+        return JobState.CREATED
+
+
+class JobTable:
+    """The jobs by id."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, Job] = {}
+
+    def get(self, job_id: str) -> Job:
+        """The job; raises :class:`NotFound` naming ``job_id``."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise NotFound(f"no job with id {job_id!r}", field="job_id")
+        return job
+
+    def add(self, job: Job) -> None:
+        self._jobs[job.id] = job
+
+    def remove(self, job_id: str) -> None:
+        del self._jobs[job_id]
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._jobs
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter(list(self._jobs.values()))
+
+    def ids(self) -> list[str]:
+        return list(self._jobs)

@@ -1,0 +1,112 @@
+"""Read-only views of the state: a job, its status (ranks, pipelines, plan, frontier,
+stragglers, profiling) and the server's health, as the REST API returns them."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from perseus_server.service.context import ServiceContext
+from perseus_server.service.deployment import Deployer
+from perseus_server.service.solves import Solves
+from perseus_server.service.state import Job
+
+__all__ = ["Views"]
+
+#: At most this many ranks are listed in a status document.
+MAX_STATUS_RANKS = 4096
+
+
+class Views:
+    """Job, status and health documents."""
+
+    def __init__(
+        self, ctx: ServiceContext, deployer: Deployer, solves: Solves, started: float
+    ) -> None:
+        self.ctx = ctx
+        self.deployer = deployer
+        self.solves = solves
+        self.started = started
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        job = self.ctx.jobs.get(job_id)
+        return {
+            "id": job.id,
+            "created": job.row.created,
+            "state": job.state(),
+            **job.spec.to_json(),
+            "instructions": job.schedule.num_instructions,
+            "world_size": job.spec.world_size,
+            "profile": None
+            if job.profile.current is None
+            else {"revision": job.profile.revision, "source": job.profile.source},
+            "frontier_status": job.frontier.row.status,
+            "plan_version": job.deployment.version if job.deployment.current is not None else 0,
+        }
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return [self.job(j) for j in self.ctx.jobs.ids()]
+
+    def _ranks(self, job: Job, connected: set[str]) -> list[dict[str, Any]]:
+        ranks = []
+        for r in sorted(job.ranks.by_global.values(), key=lambda r: r.global_rank):
+            hist = job.ranks.history.get(r.rank_id)
+            last = hist[-1] if hist else None
+            ranks.append(
+                {
+                    **r.to_json(),
+                    "connected": r.rank_id in connected,
+                    "last_iteration": last[0] if last else None,
+                    "last_iteration_time": last[1] if last else None,
+                    "last_plan_version": last[3] if last else None,
+                }
+            )
+        return ranks[:MAX_STATUS_RANKS]
+
+    def _pipelines(self, job: Job) -> list[dict[str, Any]]:
+        pipelines = []
+        for p in range(job.spec.data_parallel):
+            times = job.ranks.pipeline_times.get(p)
+            recent = list(times.items())[-16:] if times else []
+            s = job.stragglers.stragglers.get(p)
+            ss = job.stragglers.slow_stages.get(p)
+            pipelines.append(
+                {
+                    "pipeline": p,
+                    "recent_iterations": [{"iteration": i, "time": t} for i, t in recent],
+                    "straggler": None if s is None else {"time": s.time, "source": s.source},
+                    "slow_stages": None if ss is None else ss.to_json(),
+                }
+            )
+        return pipelines
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        job = self.ctx.jobs.get(job_id)
+        connected = self.ctx.hub.connected(job_id)
+        slow = job.stragglers
+        return {
+            "job_id": job.id,
+            "state": job.state(),
+            "expected_ranks": job.spec.world_size,
+            "registered_ranks": len(job.ranks.by_global),
+            "connected_ranks": len(connected),
+            "plan": self.deployer.view(job),
+            "frontier": {
+                k: v
+                for k, v in self.solves.status(job_id, points=False).items()
+                if k != "worker_pid"
+            },
+            "pipelines": self._pipelines(job),
+            "ranks": self._ranks(job, connected),
+            "straggler_detection": slow.detector.settings.to_json(),
+            "iteration_overhead": slow.detector.calibration(),
+            "recent_replans": list(slow.replans),
+            "profiling": job.profiling.progress() if job.profiling is not None else None,
+        }
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "status": "ok",
+            "jobs": len(self.ctx.jobs),
+            "uptime_seconds": time.time() - self.started,
+        }

@@ -1,0 +1,113 @@
+"""The server's states, kinds and sources as string-valued enums.
+
+Each is a :class:`enum.StrEnum`: a member *is* its string, so what the store holds, what the
+REST API returns and what the metrics label with stay the plain strings they always were, while
+mypy checks every comparison and assignment against the enum.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = [
+    "DeploymentKind",
+    "DetectorEvent",
+    "JobState",
+    "ProfilingStatus",
+    "ReplanKind",
+    "SlowStageStatus",
+    "SolveStatus",
+    "StragglerSource",
+    "StreamEnd",
+]
+
+
+class JobState(StrEnum):
+    """Where a job stands (``GET /jobs/{id}`` ``state``), derived from its parts."""
+
+    CREATED = "created"
+    PROFILED = "profiled"
+    PROFILING = "profiling"
+    SOLVING = "solving"
+    READY = "ready"
+    FAILED = "failed"
+
+
+class SolveStatus(StrEnum):
+    """A job's frontier computation (``frontier_status``; stored in the ``frontiers`` table)."""
+
+    NONE = "none"
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+    @property
+    def active(self) -> bool:
+        return self in (SolveStatus.QUEUED, SolveStatus.RUNNING)
+
+
+class SlowStageStatus(StrEnum):
+    """A pipeline's frontier re-solved for its slow stages."""
+
+    SOLVING = "solving"
+    READY = "ready"
+    FAILED = "failed"
+
+
+class ProfilingStatus(StrEnum):
+    """An online-profiling session (its frequency scan, then the solve of what it measured)."""
+
+    RUNNING = "running"
+    SOLVING = "solving"
+    DONE = "done"
+    FAILED = "failed"
+    ABORTED = "aborted"
+
+
+class DeploymentKind(StrEnum):
+    """What a deployment runs: frontier plans, a profiling clock step, or max clocks."""
+
+    PLAN = "plan"
+    PROFILING = "profiling"
+    MAX_CLOCK = "max_clock"
+
+
+class StragglerSource(StrEnum):
+    """Why a pipeline counts as a straggler.
+
+    ``detected``: its reported iteration times; ``reported``: ``POST /jobs/{id}/stragglers``;
+    ``slow stage``: one of its stages is slow and its frontier was re-solved for it (the straggler
+    is dropped when the stage recovers).
+    """
+
+    DETECTED = "detected"
+    REPORTED = "reported"
+    SLOW_STAGE = "slow stage"
+
+
+class ReplanKind(StrEnum):
+    """Why the plans were re-decided (the ``kind`` label of ``perseus_replans_total``)."""
+
+    REPORTED = "reported"
+    CLEARED = "cleared"
+    DETECTED = "detected"
+    PACE_CHANGED = "pace_changed"
+    RECOVERED = "recovered"
+    SLOW_STAGE = "slow_stage"
+    SLOW_STAGE_RECOVERED = "slow_stage_recovered"
+
+
+class DetectorEvent(StrEnum):
+    """What a straggler or stage detector concluded from one observation."""
+
+    SLOW = "slow"
+    CHANGED = "changed"
+    RECOVERED = "recovered"
+
+
+class StreamEnd(StrEnum):
+    """Why the server ends a plan stream."""
+
+    SHUTDOWN = "shutdown"
+    DELETED = "deleted"
