@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import NOBODY, NOGROUP, Daemon, Trainer, child_env, wait_for, with_signal
+from gpud_harness import NOBODY, NOGROUP, Daemon, Trainer, child_env, wait_for, with_signal
 
 from perseus_client import DaemonGpu
 from perseus_client.gpud import GpudLeaseHeldError

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import Daemon, wait_for
+from gpud_harness import Daemon, wait_for
 
 from perseus_client import DaemonGpu, PerseusClient
 from perseus_client.gpud import GpudConnection, GpudRefusedError, GpudUnavailableError
