@@ -1,15 +1,21 @@
-"""Helpers of the node-daemon tests: real ``perseus gpud --simulate`` subprocesses on temporary
-sockets, trainer processes (``trainer.py``) that can run as an unprivileged user, and a launcher
-for torch rank processes. (A module of its own name: every test directory has a ``conftest``.)"""
+"""Helpers and fixtures of the node-daemon tests: real ``perseus gpud --simulate`` subprocesses
+on temporary sockets, trainer processes (``trainer.py``) that can run as an unprivileged user, and
+a launcher for torch rank processes.
+
+The fixtures live here, imported by the test modules, rather than in a ``conftest.py``: other test
+directories import helpers with ``from conftest import ...``, which a third ``conftest`` module
+would shadow."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +25,7 @@ from perseus_client.gpud import GpudUnavailableError
 from perseus_client.gpud.cli import status_rows
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "integrations"))  # integration_harness (torch e2e)
 REPO = HERE.parents[1]
 NOBODY = 65534
 NOGROUP = 65534
@@ -192,3 +199,42 @@ def run_ranks(
             for r in range(world)
         )
         pytest.fail(f"{script} ranks failed:\n{tails}")
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A directory an unprivileged user can traverse (pytest's tmp_path is root-only)."""
+    path = Path(tempfile.mkdtemp(prefix="perseus-gpud-", dir="/tmp"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def start_daemon(workdir: Path) -> Iterator[Callable[..., Daemon]]:
+    started: list[Daemon] = []
+
+    def start(*args: str) -> Daemon:
+        daemon = Daemon(workdir, list(args)).start()
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.kill()
+
+
+@pytest.fixture
+def start_trainer(workdir: Path) -> Iterator[Callable[..., Trainer]]:
+    started: list[Trainer] = []
+
+    def start(name: str, socket: str, *args: str) -> Trainer:
+        trainer = Trainer(workdir, name, socket, list(args))
+        started.append(trainer)
+        return trainer
+
+    yield start
+    for trainer in started:
+        trainer.kill()

@@ -14,12 +14,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import gpud_harness
 import pytest
 from gpud_harness import NOBODY, NOGROUP, Daemon, Trainer, child_env, wait_for, with_signal
 
 from perseus_client import DaemonGpu
 from perseus_client.gpud import GpudLeaseHeldError
 from perseus_client.gpud.simnvml import SimulatedNvml
+
+# The shared fixtures (see gpud_harness for why they are not in a conftest.py).
+workdir = gpud_harness.workdir
+start_daemon = gpud_harness.start_daemon
+start_trainer = gpud_harness.start_trainer
 
 pytestmark = [
     pytest.mark.slow,

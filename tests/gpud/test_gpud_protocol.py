@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import gpud_harness
 import pytest
 from gpud_harness import Daemon, wait_for
 
@@ -21,6 +22,10 @@ from perseus_client.gpud.cli import main as gpud_main
 from perseus_client.gpud.protocol import MAX_FRAME, encode_frame, read_frame
 from perseus_client.gpud.simnvml import SimulatedNvml
 from perseus_common.proto import gpud_pb2
+
+# The shared fixtures (see gpud_harness for why they are not in a conftest.py).
+start_daemon = gpud_harness.start_daemon
+workdir = gpud_harness.workdir
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="starts a root daemon")
 

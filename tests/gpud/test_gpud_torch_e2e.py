@@ -13,11 +13,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import gpud_harness
 import pytest
 from gpud_harness import Daemon, run_ranks
 from integration_harness import read_results
 
 pytest.importorskip("torch")
+
+# The shared fixtures (see gpud_harness for why they are not in a conftest.py).
+start_daemon = gpud_harness.start_daemon
+workdir = gpud_harness.workdir
 
 pytestmark = pytest.mark.slow
 
