@@ -11,6 +11,13 @@ and a plan with one clock (every request after the first is a skipped no-op).
 
     .venv/bin/python benchmarks/client.py [--iterations 300] [--microbatches 8] [--json]
 
+``--gpud`` measures the node daemon (as root; it starts ``perseus gpud --simulate 1`` on a
+temporary socket): the clock-change latency through the daemon (``DaemonGpu.set_locked_clocks``
+issued until the daemon answers that the lock is applied, p50/p99) against the in-process backend
+(``NvmlGpu`` over the same NVML stand-in), the time from a holder's SIGKILL to the reset (polling
+``status``), and the training-thread cost per instruction with ``DaemonGpu`` (clock changes at
+every instruction; the round trips run on the controller thread).
+
 ``--nvml`` is the read-only GPU check (needs an NVIDIA GPU; never changes a clock): it lists the
 supported SM clocks through :class:`NvmlGpu`, reads the energy counter around a bf16 matmul
 workload, and measures the hooks with ``NvmlGpu(dry_run=True)`` and CUDA events (torch).
@@ -138,14 +145,127 @@ def nvml_check(iterations: int, order: list[tuple[str, int]]) -> dict[str, Any]:
     return out
 
 
+def _latencies(fn: Any, values: list[int], repeats: int) -> list[float]:
+    out = []
+    clock = time.perf_counter_ns
+    for i in range(repeats):
+        t0 = clock()
+        fn(values[i % len(values)])
+        out.append((clock() - t0) / 1000.0)
+    return out
+
+
+def gpud_check(
+    iterations: int, order: list[tuple[str, int]], repeats: int = 2000
+) -> dict[str, Any]:
+    """The node daemon's latencies (see the module docstring); needs root."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from perseus_client import DaemonGpu, NvmlGpu
+    from perseus_client.gpud import GpudConnection, GpudUnavailableError
+    from perseus_client.gpud.simnvml import SimulatedNvml
+    from perseus_common.proto import gpud_pb2
+
+    clocks = [1410, 1200, 1005]
+    tmp = Path(tempfile.mkdtemp(prefix="perseus-gpud-bench-"))
+    sock = str(tmp / "gpud.sock")
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "perseus_client.gpud",
+            "--socket",
+            sock,
+            "--simulate",
+            "1",
+            "--log-level",
+            "WARNING",
+        ],
+    )
+    out: dict[str, Any] = {}
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                GpudConnection(sock).close()
+                break
+            except GpudUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        inproc = NvmlGpu(0, nvml=SimulatedNvml(1))
+        local = _latencies(inproc.set_locked_clocks, clocks, repeats)
+        gpu = DaemonGpu(0, socket=sock)
+        remote = _latencies(gpu.set_locked_clocks, clocks, repeats)
+        out["clock_change_in_process_p50_us"] = statistics.median(local)
+        out["clock_change_in_process_p99_us"] = pct(local, 0.99)
+        out["clock_change_daemon_p50_us"] = statistics.median(remote)
+        out["clock_change_daemon_p99_us"] = pct(remote, 0.99)
+
+        client = PerseusClient(offline=True, gpu=gpu, handle_signals=False)
+        steps = tuple(PlanStep(k, m, clocks[i % 3], 0) for i, (k, m) in enumerate(order))
+        client.use_plan(Plan(1, steps))
+        samples: list[float] = []
+        clock = time.perf_counter_ns
+        for _ in range(iterations):
+            with client.iteration():
+                for k, m in order:
+                    t0 = clock()
+                    with client.instruction(k, microbatch=m):
+                        pass
+                    samples.append((clock() - t0) / 1000.0)
+        client.close()
+        gpu.close()
+        out["daemon_instruction_median_us"] = statistics.median(samples)
+        out["daemon_instruction_p99_us"] = pct(samples, 0.99)
+
+        holder_code = (
+            "import sys, time\n"
+            "from perseus_client import DaemonGpu\n"
+            "g = DaemonGpu(0, socket=sys.argv[1]); g.set_locked_clocks(1005)\n"
+            "print('locked', flush=True); time.sleep(60)\n"
+        )
+        kills: list[float] = []
+        with GpudConnection(sock) as conn:
+            for _ in range(5):
+                holder = subprocess.Popen(
+                    [sys.executable, "-c", holder_code, sock], stdout=subprocess.PIPE, text=True
+                )
+                assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+                t0 = time.perf_counter()
+                os.kill(holder.pid, signal.SIGKILL)
+                while True:
+                    g = conn.call(status=gpud_pb2.Empty()).status.gpus[0]
+                    if not g.HasField("holder") and not g.HasField("locked_mhz"):
+                        break
+                    time.sleep(0.0005)
+                kills.append((time.perf_counter() - t0) * 1000.0)
+                holder.wait()
+        out["sigkill_to_reset_median_ms"] = statistics.median(kills)
+        out["sigkill_to_reset_max_ms"] = max(kills)
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=10)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iterations", type=int, default=300)
     ap.add_argument("--microbatches", type=int, default=8)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--nvml", action="store_true", help="read-only check on a real NVIDIA GPU")
+    ap.add_argument("--gpud", action="store_true", help="latencies through the node daemon (root)")
     args = ap.parse_args(argv)
     order = one_f_one_b(args.microbatches)
+    if args.gpud:
+        print(json.dumps(gpud_check(args.iterations, order), indent=2))
+        return 0
     if args.nvml:
         print(json.dumps(nvml_check(args.iterations, order), indent=2))
         return 0

@@ -1,12 +1,15 @@
-"""Regenerate the gRPC Python stubs from ``common/perseus_common/proto/perseus.proto``.
+"""Regenerate the Python stubs from the .proto files in ``common/perseus_common/proto/``.
 
 Usage::
 
-    python scripts/gen_proto.py            # write next to the .proto (the committed stubs)
-    python scripts/gen_proto.py --out DIR  # write DIR/perseus_pb2.py, its .pyi and DIR/perseus_pb2_grpc.py
+    python scripts/gen_proto.py            # write next to the .proto files (the committed stubs)
+    python scripts/gen_proto.py --out DIR  # write them into DIR
 
-The .proto is compiled with ``common/`` as the include root, so the generated gRPC module imports
-its messages as ``from perseus_common.proto import perseus_pb2`` and works from any directory.
+``perseus.proto`` (the plan-push gRPC protocol) gives ``perseus_pb2.py``, its ``.pyi``,
+``perseus_pb2_grpc.py`` and its ``.pyi``; ``gpud.proto`` (the node daemon's messages, no service)
+gives ``gpud_pb2.py`` and its ``.pyi``. The .proto files are compiled with ``common/`` as the
+include root, so the generated gRPC module imports its messages as
+``from perseus_common.proto import perseus_pb2`` and works from any directory.
 ``tests/test_proto.py`` checks that the committed stubs match a fresh generation.
 """
 
@@ -18,16 +21,22 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["PROTO", "generate", "main"]
+__all__ = ["PROTO", "GPUD_PROTO", "OUTPUTS", "generate", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMON = ROOT / "common"
 PROTO = COMMON / "perseus_common" / "proto" / "perseus.proto"
-OUTPUTS = ("perseus_pb2.py", "perseus_pb2.pyi", "perseus_pb2_grpc.py", "perseus_pb2_grpc.pyi")
+GPUD_PROTO = PROTO.with_name("gpud.proto")
+#: What each .proto compiles to (file names in the proto directory).
+OUTPUTS = {
+    PROTO: ("perseus_pb2.py", "perseus_pb2.pyi", "perseus_pb2_grpc.py", "perseus_pb2_grpc.pyi"),
+    GPUD_PROTO: ("gpud_pb2.py", "gpud_pb2.pyi"),
+}
 
 
 def generate(out_dir: Path) -> list[Path]:
-    """Compile the .proto and write the stub modules (and the messages' type stub) into ``out_dir``; return their paths."""
+    """Compile every .proto of :data:`OUTPUTS` and write its modules and type stubs into
+    ``out_dir``; return their paths."""
     from grpc_tools import protoc  # dev-time dependencies only: grpcio-tools, mypy-protobuf
 
     plugin = shutil.which("protoc-gen-mypy_grpc", path=str(Path(sys.executable).parent))
@@ -35,29 +44,31 @@ def generate(out_dir: Path) -> list[Path]:
         raise RuntimeError("protoc-gen-mypy_grpc not found: install the dev extra (mypy-protobuf)")
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    rel = PROTO.relative_to(COMMON).as_posix()
-    with tempfile.TemporaryDirectory() as tmp:
-        include = Path(protoc.__file__).parent / "_proto"
-        rc = protoc.main(
-            [
+    include = Path(protoc.__file__).parent / "_proto"
+    written = []
+    for proto, names in OUTPUTS.items():
+        grpc = any(name.endswith("_grpc.py") for name in names)
+        with tempfile.TemporaryDirectory() as tmp:
+            args = [
                 "grpc_tools.protoc",
                 f"-I{COMMON}",
                 f"-I{include}",
                 f"--python_out={tmp}",
                 f"--pyi_out={tmp}",
-                f"--grpc_python_out={tmp}",
-                f"--plugin=protoc-gen-mypy_grpc={plugin}",
-                f"--mypy_grpc_out={tmp}",
-                rel,
             ]
-        )
-        if rc != 0:
-            raise RuntimeError(f"protoc failed with exit status {rc}")
-        written = []
-        for name in OUTPUTS:
-            dst = out_dir / name
-            shutil.copyfile(Path(tmp) / PROTO.parent.relative_to(COMMON) / name, dst)
-            written.append(dst)
+            if grpc:
+                args += [
+                    f"--grpc_python_out={tmp}",
+                    f"--plugin=protoc-gen-mypy_grpc={plugin}",
+                    f"--mypy_grpc_out={tmp}",
+                ]
+            rc = protoc.main([*args, proto.relative_to(COMMON).as_posix()])
+            if rc != 0:
+                raise RuntimeError(f"protoc failed on {proto.name} with exit status {rc}")
+            for name in names:
+                dst = out_dir / name
+                shutil.copyfile(Path(tmp) / proto.parent.relative_to(COMMON) / name, dst)
+                written.append(dst)
     return written
 
 

@@ -1,4 +1,4 @@
-"""The committed gRPC stubs are exactly what ``scripts/gen_proto.py`` generates from the .proto."""
+"""The committed stubs (gRPC and the node daemon's messages) are exactly what ``scripts/gen_proto.py`` generates from the .proto."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ def test_committed_stubs_are_current(tmp_path: Path) -> None:
         "perseus_pb2.pyi",
         "perseus_pb2_grpc.py",
         "perseus_pb2_grpc.pyi",
+        "gpud_pb2.py",
+        "gpud_pb2.pyi",
     }
     for path in written:
         committed = STUBS / path.name
@@ -41,3 +43,18 @@ def test_stubs_import_and_round_trip() -> None:
     assert again.version == 3 and again.steps[0].frequency_mhz == 1410
     assert not again.HasField("profiling")
     assert hasattr(perseus_pb2_grpc, "PlanServiceStub")
+
+
+def test_gpud_messages_round_trip() -> None:
+    from perseus_common.proto import gpud_pb2
+
+    request = gpud_pb2.Request(id=7, set_clock=gpud_pb2.SetClock(index=1, mhz=1200))
+    again = gpud_pb2.Request.FromString(request.SerializeToString())
+    assert again.id == 7 and again.WhichOneof("call") == "set_clock"
+    assert again.set_clock.index == 1 and again.set_clock.mhz == 1200
+    state = gpud_pb2.ClockState(index=1)
+    assert not gpud_pb2.ClockState.FromString(state.SerializeToString()).HasField("locked_mhz")
+    refused = gpud_pb2.Response(id=7, error=gpud_pb2.Error(code=gpud_pb2.LEASE_HELD, message="x"))
+    back = gpud_pb2.Response.FromString(refused.SerializeToString())
+    assert back.HasField("error") and back.error.code == gpud_pb2.LEASE_HELD
+    assert back.WhichOneof("result") is None

@@ -2,7 +2,7 @@
 
 Public API::
 
-    from perseus_client import PerseusClient, SimulatedGpu, NvmlGpu, RecordingGpu, Plan
+    from perseus_client import PerseusClient, SimulatedGpu, NvmlGpu, DaemonGpu, RecordingGpu, Plan
 
     with PerseusClient("localhost:50051", job="job-1", gpu=NvmlGpu(0)) as client:
         with client.iteration():
@@ -26,10 +26,13 @@ from perseus_client.errors import (
     UnsupportedClockError,
 )
 from perseus_client.gpu import (
+    AppliedClockReport,
     ClockRequest,
+    DaemonGpu,
     GpuBackend,
     InstructionRecord,
     NvmlGpu,
+    OffPlanInstruction,
     RecordingGpu,
     SimulatedGpu,
     read_log,
@@ -43,6 +46,9 @@ __all__ = [
     "FrequencyController",
     "GpuBackend",
     "NvmlGpu",
+    "DaemonGpu",
+    "AppliedClockReport",
+    "OffPlanInstruction",
     "SimulatedGpu",
     "RecordingGpu",
     "ClockRequest",

@@ -39,8 +39,11 @@ Guarantees:
 
 Configuration comes from the arguments or the environment: ``PERSEUS_SERVER`` (``host:port``, or
 ``grpcs://host:port`` for TLS), ``PERSEUS_TOKEN`` (bearer token), ``PERSEUS_JOB`` (job id),
-``RANK`` (global rank) and ``LOCAL_RANK`` (NVML index of the default :class:`NvmlGpu`;
-``PERSEUS_DRY_RUN=1`` makes it record clock requests without applying them).
+``RANK`` (global rank) and ``LOCAL_RANK`` (NVML index of the default GPU backend). The default
+backend is :class:`DaemonGpu` (through the node daemon ``perseus gpud``, no privileges needed)
+when ``PERSEUS_GPUD_SOCKET`` is set or the default socket ``/run/perseus/gpud.sock`` exists, else
+:class:`NvmlGpu`; ``PERSEUS_DRY_RUN=1`` selects ``NvmlGpu(dry_run=True)``, which records clock
+requests without applying them.
 """
 
 from __future__ import annotations
@@ -76,6 +79,21 @@ def _env_int(name: str, value: int | None, default: int) -> int:
         return int(raw)
     except ValueError as exc:
         raise ConfigError(name, f"must be an integer, got {raw!r}") from exc
+
+
+def _default_gpu() -> GpuBackend:
+    """The node daemon's GPU when a daemon socket is configured or present, else NVML's."""
+    from perseus_client.gpud.protocol import DEFAULT_SOCKET, SOCKET_ENV
+
+    index = _env_int("LOCAL_RANK", None, 0)
+    dry_run = os.environ.get("PERSEUS_DRY_RUN", "") not in ("", "0", "false")
+    if not dry_run and (os.environ.get(SOCKET_ENV) or os.path.exists(DEFAULT_SOCKET)):
+        from perseus_client.gpu.daemon import DaemonGpu
+
+        return DaemonGpu(index)
+    from perseus_client.gpu.nvml import NvmlGpu
+
+    return NvmlGpu(index, dry_run=dry_run)
 
 
 class _IterationScope:
@@ -121,7 +139,8 @@ class PerseusClient:
         server: gRPC address ``host:port`` (``grpcs://`` for TLS); default ``$PERSEUS_SERVER``.
         job: job id; default ``$PERSEUS_JOB``.
         token: bearer token; default ``$PERSEUS_TOKEN`` (none when unset).
-        gpu: the GPU backend; default ``NvmlGpu($LOCAL_RANK, dry_run=$PERSEUS_DRY_RUN)``.
+        gpu: the GPU backend; default ``DaemonGpu($LOCAL_RANK)`` when a node daemon socket is
+            configured or exists, else ``NvmlGpu($LOCAL_RANK, dry_run=$PERSEUS_DRY_RUN)``.
         global_rank: default ``$RANK`` or 0.
         pipeline_rank: this rank's stage index in its pipeline (default 0).
         data_rank: which data-parallel pipeline (default 0).
@@ -189,12 +208,7 @@ class PerseusClient:
 
         self._owns_gpu = gpu is None
         if gpu is None:
-            from perseus_client.gpu.nvml import NvmlGpu
-
-            gpu = NvmlGpu(
-                _env_int("LOCAL_RANK", None, 0),
-                dry_run=os.environ.get("PERSEUS_DRY_RUN", "") not in ("", "0", "false"),
-            )
+            gpu = _default_gpu()
         self.gpu = gpu
         self.max_clock = gpu.max_clock
         self._sync_clocks = gpu.synchronous_clocks

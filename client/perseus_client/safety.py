@@ -8,8 +8,13 @@ with the exit status supervisors expect). It also registers an ``atexit`` hook f
 interpreter exit without ``client.close()``.
 
 Python runs signal handlers on the main thread between bytecodes; a main thread stuck inside a
-long C call (a collective that never returns) runs the handler only when that call returns.
-SIGKILL cannot be caught by anyone: use ``nvidia-smi -rgc`` in the job's epilogue for that case.
+long C call (a collective that never returns) runs the handler only when that call returns, and
+SIGKILL, the OOM killer, a segfault or a container stop cannot be caught by the process at all.
+For those, run the node daemon ``perseus gpud`` and let the client use
+:class:`~perseus_client.gpu.daemon.DaemonGpu` (the default when the daemon's socket exists): the
+daemon resets a GPU as soon as its holder's connection closes, whatever killed the holder, or
+when the holder stops heartbeating (see ``docs/gpud.md``). Without the daemon, put
+``nvidia-smi -rgc`` in the job's epilogue.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """GPU backends behind one small interface (:class:`GpuBackend`).
 
 - :class:`NvmlGpu`: a real NVIDIA GPU through NVML (``dry_run`` records without applying);
+- :class:`DaemonGpu`: a GPU through the node daemon ``perseus gpud`` (no privileges needed);
 - :class:`SimulatedGpu`: a DVFS model driven by a Perseus profile (tests, demos);
 - :class:`RecordingGpu`: wraps another backend and records every clock request.
 """
 
 from perseus_client.gpu.base import GpuBackend
+from perseus_client.gpu.daemon import AppliedClockReport, DaemonGpu, OffPlanInstruction
 from perseus_client.gpu.nvml import NvmlGpu
 from perseus_client.gpu.recording import ClockRequest, InstructionRecord, RecordingGpu, read_log
 from perseus_client.gpu.simulated import SimulatedGpu, read_profile_csv
@@ -13,6 +15,9 @@ from perseus_client.gpu.simulated import SimulatedGpu, read_profile_csv
 __all__ = [
     "GpuBackend",
     "NvmlGpu",
+    "DaemonGpu",
+    "AppliedClockReport",
+    "OffPlanInstruction",
     "SimulatedGpu",
     "RecordingGpu",
     "ClockRequest",

@@ -3,7 +3,10 @@
 Supported clocks come from ``nvmlDeviceGetSupportedMemoryClocks`` (the highest memory clock is
 used) and ``nvmlDeviceGetSupportedGraphicsClocks``; clocks are locked with
 ``nvmlDeviceSetGpuLockedClocks(h, f, f)`` and released with ``nvmlDeviceResetGpuLockedClocks``;
-energy is ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since the driver was loaded).
+energy is ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since the driver was loaded). Two read-only
+helpers tell what the GPU runs at: :meth:`NvmlGpu.current_sm_clock` (``nvmlDeviceGetClockInfo``)
+and :meth:`NvmlGpu.clock_event_reasons` (``nvmlDeviceGetCurrentClocksEventReasons``, the
+throttle reasons; names in :data:`CLOCK_EVENT_REASONS`).
 
 NVML failures become actionable :class:`~perseus_client.errors.GpuError` subclasses: locking
 clocks needs root or CAP_SYS_ADMIN (:class:`GpuPermissionError`), Volta or newer
@@ -31,7 +34,32 @@ from perseus_client.errors import (
 )
 from perseus_client.gpu.base import GpuBackend
 
-__all__ = ["NvmlGpu"]
+__all__ = ["NvmlGpu", "CLOCK_EVENT_REASONS", "reason_names"]
+
+#: NVML's clock-event (throttle) reason bits and the names Perseus reports them by.
+CLOCK_EVENT_REASONS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+
+
+def reason_names(mask: int) -> tuple[str, ...]:
+    """The names of the reason bits set in ``mask`` (unknown bits as ``"0x..."``), lowest first."""
+    names = []
+    bit = 1
+    while bit <= mask:
+        if mask & bit:
+            names.append(CLOCK_EVENT_REASONS.get(bit, f"{bit:#x}"))
+        bit <<= 1
+    return tuple(names)
+
 
 _PERMISSION_HINT = (
     "locking GPU clocks needs root or the CAP_SYS_ADMIN capability: run the training process as "
@@ -121,6 +149,23 @@ class NvmlGpu(GpuBackend):
                 self._handle,
             )
         )
+
+    def current_sm_clock(self) -> int:
+        """The SM clock the GPU runs at now, in MHz (read-only)."""
+        nvml = self._nvml
+        return int(
+            self._call(
+                "read the SM clock", nvml.nvmlDeviceGetClockInfo, self._handle, nvml.NVML_CLOCK_SM
+            )
+        )
+
+    def clock_event_reasons(self) -> int:
+        """NVML's current clock-event (throttle) reason bits (read-only; see :func:`reason_names`)."""
+        nvml = self._nvml
+        fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        if fn is None:  # older nvidia-ml-py
+            fn = nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+        return int(self._call("read the clock-event reasons", fn, self._handle))
 
     # -- control ------------------------------------------------------------------------------
 

@@ -1,0 +1,352 @@
+"""A GPU controlled through the node daemon ``perseus gpud`` (no privileges needed).
+
+``DaemonGpu(index)`` connects to the daemon's Unix socket (``socket=``, else
+``$PERSEUS_GPUD_SOCKET``, else ``/run/perseus/gpud.sock``), leases GPU ``index`` on that
+connection and asks the daemon to lock and reset its SM clock and to read its energy counter. The
+daemon resets the GPU as soon as the connection closes, so the GPU is reset whatever kills the
+trainer.
+
+**Threads.** Clock changes come from the client's frequency controller thread (off the training
+thread, as with :class:`~perseus_client.gpu.nvml.NvmlGpu`). A thread of this backend's own
+sends a sample request every ``sample_interval`` seconds (at least four per lease timeout): that
+is the heartbeat that keeps the lease, and it samples the applied clock. It never waits on the
+clock thread, which may itself be waiting on a CUDA event through a long collective, so a busy
+trainer keeps its lease and a stopped one (SIGSTOP) loses it.
+
+**Fail-open.** If the daemon goes away mid-run, training goes on: the backend logs one warning,
+clock requests are remembered but not applied, energy reads return the last value, and the
+background thread reconnects with exponential backoff; when the daemon is back it re-leases the
+GPU, applies the clock last requested and logs once more. Refusals (a clock not supported, a
+lease held by another process, a uid the daemon does not allow) raise
+:class:`~perseus_client.gpud.protocol.GpudRefusedError` subclasses, which are
+:class:`~perseus_client.errors.GpuError` s. Construction waits up to ``connect_timeout`` seconds
+for the daemon and raises :class:`~perseus_client.gpud.protocol.GpudUnavailableError` after.
+
+**Applied clocks.** While an instruction runs (between the client's ``begin_instruction`` and
+``end_instruction`` hooks, which only store a tuple on the training thread) and a lock is in
+effect, each sample compares the SM clock the GPU runs at with the clock the daemon locked.
+:meth:`DaemonGpu.take_applied_clocks` returns what was seen since the last call as an
+:class:`AppliedClockReport`: how many samples, the instructions that ran off-plan (sampled clock
+more than one supported step from the locked one) with the NVML clock-event reasons seen
+(``sw_power_cap``, ``hw_thermal_slowdown``, ...), and every reason seen. On real GPUs the CPU
+side of an instruction runs ahead of the GPU, so the attribution to an instruction is
+approximate; the comparison with the lock is exact.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from perseus_client.errors import UnsupportedClockError
+from perseus_client.gpu.base import GpuBackend
+from perseus_client.gpud.connection import GpudConnection
+from perseus_client.gpud.protocol import (
+    GpudError,
+    GpudRefusedError,
+    GpudUnavailableError,
+    socket_path,
+)
+from perseus_common.proto import gpud_pb2
+
+__all__ = ["DaemonGpu", "AppliedClockReport", "OffPlanInstruction"]
+
+log = logging.getLogger("perseus_client.gpu.daemon")
+
+Instruction = tuple[str, int, "int | None"]
+
+
+@dataclass(frozen=True)
+class OffPlanInstruction:
+    """An instruction during which the GPU ran more than one step away from its locked clock.
+
+    ``sampled_mhz`` is the sampled clock farthest from ``locked_mhz``; ``reasons`` the NVML
+    clock-event reasons seen in this instruction's off-plan samples; ``samples`` their number.
+    """
+
+    kind: str
+    microbatch: int
+    stage: int | None
+    locked_mhz: int
+    sampled_mhz: int
+    reasons: tuple[str, ...]
+    samples: int
+
+
+@dataclass
+class _Tally:
+    sampled_mhz: int
+    reasons: set[str]
+    samples: int
+
+
+@dataclass(frozen=True)
+class AppliedClockReport:
+    """What the applied-clock samples showed since the previous report."""
+
+    #: Samples taken while an instruction ran with a lock in effect.
+    samples: int
+    #: The instructions that ran off-plan, in the order first seen.
+    off_plan: tuple[OffPlanInstruction, ...]
+    #: Every clock-event reason seen in those samples, sorted.
+    reasons: tuple[str, ...]
+
+
+class DaemonGpu(GpuBackend):
+    """GPU ``index`` through the node daemon (see the module docstring).
+
+    Args:
+        index: the GPU's NVML index on this node.
+        socket: the daemon's socket (default ``$PERSEUS_GPUD_SOCKET`` or ``/run/perseus/gpud.sock``).
+        timeout: seconds one call may take before the daemon is considered gone.
+        connect_timeout: seconds construction waits for the daemon to be reachable.
+        sample_interval: seconds between samples (heartbeats; at most a quarter of the lease timeout).
+        retry_initial, retry_max: reconnection backoff bounds (seconds).
+    """
+
+    synchronous_clocks = False
+
+    def __init__(
+        self,
+        index: int = 0,
+        *,
+        socket: str | None = None,
+        timeout: float = 2.0,
+        connect_timeout: float = 5.0,
+        sample_interval: float = 0.05,
+        retry_initial: float = 0.05,
+        retry_max: float = 1.0,
+    ) -> None:
+        if index < 0:
+            raise ValueError(f"index: must be >= 0, got {index}")
+        self.index = int(index)
+        self.socket = socket_path(socket)
+        self.timeout = float(timeout)
+        self._retry_initial = float(retry_initial)
+        self._retry_max = float(retry_max)
+        self._op_lock = threading.RLock()  # orders lock/reset/re-lease; guards _conn, _desired
+        self._desired: int | None = None  # the clock last requested (None: reset)
+        self._current: Instruction | None = None  # the instruction running now
+        self._last_energy = 0
+        self._outage = False
+        #: How many times the GPU was leased again after losing the daemon.
+        self.reconnects = 0
+        self._samples = 0
+        self._sample_lock = threading.Lock()
+        self._off_plan: dict[tuple[Instruction, int], _Tally] = {}
+        self._reasons: set[str] = set()
+        self._closing = threading.Event()
+
+        deadline = time.monotonic() + float(connect_timeout)
+        delay = self._retry_initial
+        while True:
+            try:
+                conn, lease = self._lease()
+                break
+            except GpudUnavailableError:
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(2 * delay, self._retry_max)
+        self._conn: GpudConnection | None = conn
+        self.name = lease.gpu.name
+        self._clocks = tuple(int(c) for c in lease.gpu.supported_clocks_mhz)
+        self._ascending = sorted(self._clocks)
+        #: True when the daemon runs ``--read-only`` (it never applies a clock).
+        self.read_only = bool(lease.read_only)
+        #: The daemon's lease timeout, seconds.
+        self.lease_timeout = float(lease.lease_timeout_s)
+        self.sample_interval = min(float(sample_interval), self.lease_timeout / 4)
+        self._energy_now(conn)
+        self._thread = threading.Thread(
+            target=self._run, name=f"perseus-gpud-{self.index}", daemon=True
+        )
+        self._thread.start()
+
+    # -- connection -------------------------------------------------------------------------------
+
+    def _lease(self) -> tuple[GpudConnection, gpud_pb2.Lease]:
+        conn = GpudConnection(self.socket, timeout=self.timeout)
+        try:
+            return conn, conn.call(lease=gpud_pb2.GpuRef(index=self.index)).lease
+        except BaseException:
+            conn.close()
+            raise
+
+    @property
+    def connected(self) -> bool:
+        """True while the GPU is leased on a live connection to the daemon."""
+        return self._conn is not None
+
+    def _lost(self, conn: GpudConnection, exc: BaseException) -> None:
+        with self._op_lock:
+            if self._conn is conn:
+                self._conn = None
+            conn.close()
+            if not self._outage:
+                self._outage = True
+                log.warning(
+                    "perseus: lost the node daemon at %s (%s); training goes on without clock "
+                    "changes, and GPU %d will be leased again when the daemon is back",
+                    self.socket,
+                    exc,
+                    self.index,
+                )
+
+    def _reconnect(self) -> bool:
+        try:
+            conn, _ = self._lease()
+        except GpudError as exc:
+            log.debug("perseus: node daemon not back yet: %s", exc)
+            return False
+        try:
+            with self._op_lock:
+                if self._desired is not None:
+                    conn.call(set_clock=gpud_pb2.SetClock(index=self.index, mhz=self._desired))
+                self._conn = conn
+        except GpudError as exc:
+            conn.close()
+            log.debug("perseus: could not restore the clock after re-leasing: %s", exc)
+            return False
+        self.reconnects += 1
+        self._outage = False
+        log.warning("perseus: the node daemon is back; GPU %d leased again", self.index)
+        return True
+
+    def _run(self) -> None:
+        delay = self._retry_initial
+        wait = self.sample_interval
+        while not self._closing.wait(wait):
+            conn = self._conn
+            if conn is None:
+                if self._reconnect():
+                    delay, wait = self._retry_initial, self.sample_interval
+                else:
+                    wait, delay = delay, min(2 * delay, self._retry_max)
+                continue
+            wait = self.sample_interval
+            try:
+                self._record(conn.call(sample=gpud_pb2.GpuRef(index=self.index)).sample)
+            except GpudUnavailableError as exc:
+                self._lost(conn, exc)
+                wait = 0.0
+            except GpudRefusedError as exc:  # pragma: no cover - a sample needs no lease
+                log.debug("perseus: sample refused: %s", exc)
+
+    # -- GpuBackend -------------------------------------------------------------------------------
+
+    def supported_clocks(self) -> tuple[int, ...]:
+        return self._clocks
+
+    def set_locked_clocks(self, mhz: int) -> None:
+        mhz = int(mhz)
+        if mhz not in self._clocks:
+            raise UnsupportedClockError(
+                f"frequency_mhz: {mhz} MHz is not a supported SM clock of GPU {self.index} "
+                f"({self.name}); supported: {self._clocks[0]}..{self._clocks[-1]} MHz"
+            )
+        self._apply(mhz, gpud_pb2.Request(set_clock=gpud_pb2.SetClock(index=self.index, mhz=mhz)))
+
+    def reset_locked_clocks(self) -> None:
+        self._apply(None, gpud_pb2.Request(reset_clock=gpud_pb2.GpuRef(index=self.index)))
+
+    def _apply(self, mhz: int | None, request: gpud_pb2.Request) -> None:
+        call = request.WhichOneof("call")
+        assert call is not None
+        with self._op_lock:
+            self._desired = mhz
+            conn = self._conn
+            if conn is None:
+                return  # applied when the daemon is back
+            try:
+                conn.call(**{call: getattr(request, call)})
+            except GpudUnavailableError as exc:
+                self._lost(conn, exc)
+
+    def energy_mj(self) -> int:
+        conn = self._conn
+        if conn is not None:
+            self._energy_now(conn)
+        return self._last_energy
+
+    def _energy_now(self, conn: GpudConnection) -> None:
+        try:
+            self._last_energy = int(
+                conn.call(energy=gpud_pb2.GpuRef(index=self.index)).energy.energy_mj
+            )
+        except GpudUnavailableError as exc:
+            self._lost(conn, exc)
+
+    def begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:
+        self._current = (kind, microbatch, stage)
+
+    def end_instruction(self) -> None:
+        self._current = None
+
+    def abort_instruction(self) -> None:
+        self._current = None
+
+    def close(self) -> None:
+        """Stop the heartbeat thread and close the connection (the daemon resets the GPU)."""
+        self._closing.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=self.timeout + 1.0)
+        with self._op_lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    # -- applied clocks ---------------------------------------------------------------------------
+
+    def _steps_apart(self, a: int, b: int) -> int:
+        clocks = self._ascending
+
+        def position(mhz: int) -> int:
+            i = bisect.bisect_left(clocks, mhz)
+            if i == len(clocks) or (i > 0 and mhz - clocks[i - 1] < clocks[i] - mhz):
+                i -= 1
+            return i
+
+        return abs(position(a) - position(b))
+
+    def _record(self, sample: gpud_pb2.Sample) -> None:
+        instruction = self._current
+        if instruction is None or not sample.HasField("locked_mhz"):
+            return
+        names = tuple(sample.reason_names)
+        if "gpu_idle" in names:
+            return  # between kernels: nothing to verify
+        locked, sm = int(sample.locked_mhz), int(sample.sm_mhz)
+        with self._sample_lock:
+            self._samples += 1
+            self._reasons.update(names)
+            if self._steps_apart(sm, locked) <= 1:
+                return
+            tally = self._off_plan.get((instruction, locked))
+            if tally is None:
+                self._off_plan[(instruction, locked)] = _Tally(sm, set(names), 1)
+                return
+            if abs(sm - locked) > abs(tally.sampled_mhz - locked):
+                tally.sampled_mhz = sm
+            tally.reasons.update(names)
+            tally.samples += 1
+
+    def take_applied_clocks(self) -> AppliedClockReport:
+        """What the applied-clock samples showed since the previous call (see the module doc)."""
+        with self._sample_lock:
+            off_plan, self._off_plan = self._off_plan, {}
+            samples, self._samples = self._samples, 0
+            reasons, self._reasons = self._reasons, set()
+        return AppliedClockReport(
+            samples,
+            tuple(
+                OffPlanInstruction(
+                    kind, mb, stage, locked, t.sampled_mhz, tuple(sorted(t.reasons)), t.samples
+                )
+                for ((kind, mb, stage), locked), t in off_plan.items()
+            ),
+            tuple(sorted(reasons)),
+        )

@@ -1,0 +1,240 @@
+"""Helpers and fixtures of the node-daemon tests: real ``perseus gpud --simulate`` subprocesses
+on temporary sockets, trainer processes (``trainer.py``) that can run as an unprivileged user, and
+a launcher for torch rank processes.
+
+The fixtures live here, imported by the test modules, rather than in a ``conftest.py``: other test
+directories import helpers with ``from conftest import ...``, which a third ``conftest`` module
+would shadow."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perseus_client.gpud import GpudUnavailableError
+from perseus_client.gpud.cli import status_rows
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "integrations"))  # integration_harness (torch e2e)
+REPO = HERE.parents[1]
+NOBODY = 65534
+NOGROUP = 65534
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    paths = [str(REPO / p) for p in ("", "client", "common", "server")]
+    env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")])
+    return env
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, step: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(step)
+
+
+class Daemon:
+    """One ``python -m perseus_client.gpud`` subprocess."""
+
+    def __init__(self, workdir: Path, args: list[str]) -> None:
+        self.workdir = workdir
+        self.socket = str(workdir / "gpud.sock")
+        self.args = args
+        self.log_path = workdir / "gpud.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Daemon:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "perseus_client.gpud", "--socket", self.socket, *self.args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=child_env(),
+            )
+        wait_for(self._ready, 20.0, f"the daemon to serve on {self.socket}:\n{self.log()}")
+        return self
+
+    def _ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            pytest.fail(f"the daemon exited with {self.proc.returncode}:\n{self.log()}")
+        try:
+            status_rows(self.socket, timeout=1.0)
+        except GpudUnavailableError:
+            return False
+        return True
+
+    def status(self) -> list[dict[str, Any]]:
+        return status_rows(self.socket, timeout=5.0)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return int(self.proc.returncode)
+
+
+class Trainer:
+    """One ``trainer.py`` subprocess (see its docstring)."""
+
+    def __init__(self, workdir: Path, name: str, socket: str, args: list[str]) -> None:
+        self.progress = workdir / f"{name}.progress"
+        self.log_path = workdir / f"{name}.log"
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "trainer.py"),
+                "--socket",
+                socket,
+                "--progress",
+                str(self.progress),
+                "--log",
+                str(self.log_path),
+                *args,
+            ],
+            env=child_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=open(workdir / f"{name}.stderr", "wb"),  # noqa: SIM115
+        )
+        self.pid = self.proc.pid
+
+    def iterations(self) -> int:
+        return len(self.progress.read_text().splitlines()) if self.progress.exists() else 0
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            with_signal(self.proc, signal.SIGCONT)
+            self.proc.kill()
+        self.proc.wait()
+
+
+def with_signal(proc: subprocess.Popen[bytes], sig: int) -> None:
+    if proc.poll() is None:
+        os.kill(proc.pid, sig)
+
+
+def run_ranks(
+    script: str, world: int, config: dict[str, Any], out: Path, timeout: float = 240.0
+) -> None:
+    """Run ``world`` copies of ``script`` (``--rank r --world w --config --out``) over gloo."""
+    import json
+
+    from integration_harness import free_port, rank_environment
+
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = out / "config.json"
+    cfg.write_text(json.dumps(config))
+    env = rank_environment(free_port())
+    env["PYTHONPATH"] = os.pathsep.join([child_env()["PYTHONPATH"], env["PYTHONPATH"]])
+    logs = [out / f"rank{r}.log" for r in range(world)]
+    procs = []
+    for r in range(world):
+        with open(logs[r], "wb") as log:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        str(HERE / script),
+                        "--rank",
+                        str(r),
+                        "--world",
+                        str(world),
+                        "--config",
+                        str(cfg),
+                        "--out",
+                        str(out),
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=str(HERE),
+                )
+            )
+    try:
+        codes = [p.wait(timeout=timeout) for p in procs]
+    except subprocess.TimeoutExpired:
+        codes = []
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    if codes != [0] * world:
+        tails = "\n".join(
+            f"--- rank {r} (exit {procs[r].returncode}) ---\n"
+            + logs[r].read_text(errors="replace")[-4000:]
+            for r in range(world)
+        )
+        pytest.fail(f"{script} ranks failed:\n{tails}")
+
+
+@pytest.fixture
+def workdir() -> Iterator[Path]:
+    """A directory an unprivileged user can traverse (pytest's tmp_path is root-only)."""
+    path = Path(tempfile.mkdtemp(prefix="perseus-gpud-", dir="/tmp"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def start_daemon(workdir: Path) -> Iterator[Callable[..., Daemon]]:
+    started: list[Daemon] = []
+
+    def start(*args: str) -> Daemon:
+        daemon = Daemon(workdir, list(args)).start()
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.kill()
+
+
+@pytest.fixture
+def start_trainer(workdir: Path) -> Iterator[Callable[..., Trainer]]:
+    started: list[Trainer] = []
+
+    def start(name: str, socket: str, *args: str) -> Trainer:
+        trainer = Trainer(workdir, name, socket, list(args))
+        started.append(trainer)
+        return trainer
+
+    yield start
+    for trainer in started:
+        trainer.kill()
