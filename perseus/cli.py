@@ -1,8 +1,9 @@
-"""The ``perseus`` command: ``frontier``, ``plot``, ``serve`` and ``demo``, and ``--version``.
+"""The ``perseus`` command: ``frontier``, ``plot``, ``serve``, ``demo``, ``gpud`` and ``--version``.
 
 The entry point of the core library that also starts the applications: ``serve`` dispatches to
-:mod:`perseus_server.cli` and ``demo`` to :mod:`perseus_demo.cli`, each imported only when its
-command runs, so the core itself imports neither.
+:mod:`perseus_server.cli`, ``demo`` to :mod:`perseus_demo.cli` and ``gpud`` (the node daemon) to
+:mod:`perseus_client.gpud.cli`, each imported only when its command runs, so the core itself
+imports none of them. ``gpud`` and ``--version`` work on a plain (rank-client) install.
 """
 
 from __future__ import annotations
@@ -170,6 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "demo", help="the whole system on this machine (see `perseus demo --help`)", add_help=False
     )
+    sub.add_parser(
+        "gpud",
+        help="the node daemon: clock control for unprivileged trainers (see `perseus gpud --help`)",
+        add_help=False,
+    )
     return p
 
 
@@ -213,6 +219,10 @@ def _dispatch(argv: list[str]) -> int:
         from perseus_demo.cli import main as demo_main
 
         return demo_main(argv[1:])
+    if argv and argv[0] == "gpud":
+        from perseus_client.gpud.cli import main as gpud_main
+
+        return gpud_main(argv[1:])
     args = build_parser().parse_args(argv)
     from perseus.errors import PerseusError
 

@@ -86,7 +86,11 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         self.service.metrics.grpc_calls.inc(method="RegisterRank", code="OK")
         return encode_registered(resp)
 
-    async def WatchPlan(self, request: pb.WatchPlanRequest, context: _Context) -> None:  # noqa: N802
+    # Streams through ``context.write`` (grpc.aio allows it), which the generated stub's
+    # iterator-returning signature does not describe.
+    async def WatchPlan(  # type: ignore[override]  # noqa: N802
+        self, request: pb.WatchPlanRequest, context: _Context
+    ) -> None:
         await self._auth(context, "WatchPlan")
         try:
             sub, first = self.service.subscribe(request.job_id, request.rank_id)

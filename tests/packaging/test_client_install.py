@@ -102,6 +102,11 @@ def test_plain_install_is_the_light_rank_client(tmp_path: Path) -> None:
         [str(env_dir / "bin" / "perseus"), "--version"], capture_output=True, text=True
     )
     assert version.returncode == 0 and version.stdout.startswith("perseus "), version.stderr
+    # The node daemon needs only what the rank client has.
+    gpud = subprocess.run(
+        [str(env_dir / "bin" / "perseus"), "gpud", "--help"], capture_output=True, text=True
+    )
+    assert gpud.returncode == 0 and "--socket" in gpud.stdout, gpud.stderr
     assert out["clocks"] == [1000, 1410, 1000, 1410] * 2
     assert out["locked_after_close"] is None
     assert not set(out["modules"]) & {"perseus", "perseus_server", "numpy", *SCHEDULER_ONLY}

@@ -128,12 +128,12 @@ async def read_frame_async(reader: asyncio.StreamReader) -> bytes:
     return await reader.readexactly(size) if size else b""
 
 
-def _error(req_id: int, code: int, message: str) -> gpud_pb2.Response:
+def _error(req_id: int, code: gpud_pb2.ErrorCode, message: str) -> gpud_pb2.Response:
     return gpud_pb2.Response(id=req_id, error=gpud_pb2.Error(code=code, message=message))
 
 
 class _Refused(Exception):
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: gpud_pb2.ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
 

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from perseus_server.models.base import ResponseModel, omitted
+from perseus_server.states import DeploymentKind, JobState, SolveStatus
 
 __all__ = [
     "Health",
@@ -40,8 +41,7 @@ __all__ = [
     "FrontierState",
 ]
 
-JobState = Literal["created", "profiled", "profiling", "solving", "ready", "failed"]
-FrontierState = Literal["none", "queued", "running", "done", "failed"]
+FrontierState = SolveStatus
 Timestamp = Annotated[float, Field(description="Seconds since the Unix epoch.")]
 OptTimestamp = Annotated[float | None, Field(description="Seconds since the Unix epoch, or null.")]
 
@@ -268,7 +268,7 @@ class _DeploymentBase(ResponseModel):
 class PlanDeployment(_DeploymentBase):
     """Frontier plans, one per data-parallel pipeline."""
 
-    kind: Literal["plan"]
+    kind: Literal[DeploymentKind.PLAN]
     pipelines: list[PipelineDeployment]
 
 
@@ -283,14 +283,14 @@ class ProfilingStepView(ResponseModel):
 class ProfilingDeployment(_DeploymentBase):
     """One step of an online profiling scan."""
 
-    kind: Literal["profiling"]
+    kind: Literal[DeploymentKind.PROFILING]
     profiling: ProfilingStepView
 
 
 class MaxClockDeployment(_DeploymentBase):
     """Every instruction at one clock (while a measured profile is solved)."""
 
-    kind: Literal["max_clock"]
+    kind: Literal[DeploymentKind.MAX_CLOCK]
     frequency: int = Field(description="SM clock (MHz).")
 
 

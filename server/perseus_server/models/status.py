@@ -6,12 +6,12 @@ seconds since the Unix epoch.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import Field
 
+from perseus_server import states
 from perseus_server.models.base import ResponseModel
 from perseus_server.models.responses import DeploymentView, FrontierSummary, JobState
+from perseus_server.states import SlowStageStatus, StragglerSource
 
 __all__ = [
     "DetectionSettings",
@@ -27,7 +27,7 @@ __all__ = [
     "JobStatus",
 ]
 
-ProfilingState = Literal["running", "solving", "done", "failed", "aborted"]
+ProfilingState = states.ProfilingStatus
 
 
 class DetectionSettings(ResponseModel):
@@ -89,8 +89,9 @@ class StragglerView(ResponseModel):
     """A pipeline known to be slow."""
 
     time: float = Field(description="Its iteration time T' (s) on the profile's time axis.")
-    source: Literal["detected", "reported"] = Field(
-        description="Detected from iteration reports, or reported through the REST API."
+    source: StragglerSource = Field(
+        description="``detected`` from iteration reports, ``reported`` through the REST API, or "
+        "``slow stage``: one of its stages runs slow and its frontier was re-solved for it."
     )
 
 
@@ -100,7 +101,7 @@ class SlowStagesView(ResponseModel):
     factors: dict[str, float] = Field(
         description="Per stage (as a string key), how many times slower than profiled it runs."
     )
-    status: Literal["solving", "ready", "failed"]
+    status: SlowStageStatus
     solve_seconds: float = Field(description="Seconds the re-solve took (0 until done).")
     wall_seconds: float = Field(description="Seconds from detection to the re-solved frontier.")
     error: str | None = Field(description="Why the last re-solve failed, or null.")
