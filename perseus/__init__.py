@@ -12,8 +12,10 @@ looked up::
     frontier = perseus.solve_frontier(profile, perseus.one_f_one_b(8, 12), 83.64)
     fastest = frontier.points[0]  # the zero-slowdown plan
     plan = frontier.plan_steps(frontier.index_for_deadline(1.1 * frontier.max_frequency_time))
+    capped = perseus.plan_for_power_budget(frontier, 2200.0)  # the fastest plan within 2.2 kW
 
-See ``docs/solver.md`` for the problem, the algorithm and :class:`SolverOptions`.
+See ``docs/solver.md`` for the problem, the algorithm and :class:`SolverOptions`, and
+``docs/power.md`` for power budgets (:mod:`perseus.power`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,14 @@ if TYPE_CHECKING:
         SolverCancelled,
     )
     from perseus.frontier import Frontier, FrontierPoint
+    from perseus.power import (
+        Allocation,
+        PowerBudgetError,
+        PowerJob,
+        PowerPlan,
+        allocate_power,
+        plan_for_power_budget,
+    )
     from perseus.problem import EnergyProblem, PlanEvaluation
     from perseus.profiles import (
         InstructionProfile,
@@ -76,6 +86,13 @@ _EXPORTS: dict[str, str] = {
     "RoundingOptions": "perseus.solver",
     "Frontier": "perseus.frontier",
     "FrontierPoint": "perseus.frontier",
+    # power budgets: one job's fastest plan under a cap, one cap over several jobs
+    "plan_for_power_budget": "perseus.power",
+    "PowerPlan": "perseus.power",
+    "PowerJob": "perseus.power",
+    "allocate_power": "perseus.power",
+    "Allocation": "perseus.power",
+    "PowerBudgetError": "perseus.power",
     # errors
     "PerseusError": "perseus.errors",
     "ProfileError": "perseus.errors",
@@ -106,6 +123,12 @@ __all__ = [
     "RoundingOptions",
     "Frontier",
     "FrontierPoint",
+    "plan_for_power_budget",
+    "PowerPlan",
+    "PowerJob",
+    "allocate_power",
+    "Allocation",
+    "PowerBudgetError",
     "PerseusError",
     "ProfileError",
     "ScheduleError",

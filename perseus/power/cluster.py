@@ -8,22 +8,28 @@ or the time a straggler imposes, if later). Subject to ``sum_j p_jk <= W``:
 * ``throughput`` minimises ``sum_j g_j s_jk``, the GPU-time lost (GPUs idle-equivalent);
 * ``fair`` minimises ``max_j s_jk``, then the GPU-time lost among the allocations that reach it.
 
-Algorithm. ``throughput`` is solved as a 0-1 integer program (one binary per choice, one
-equality per job, one budget row) by HiGHS's branch and bound (``scipy.optimize.milp``) to a
-zero relative gap; HiGHS's dual bound is reported as the certificate (``bound``, ``gap``). The
-budget row is tightened by a relative ``1e-9`` and the rounded solution is checked in exact
-arithmetic; should rounding still exceed the budget, the job whose next choice costs least
-slowdown per watt saved steps down until it fits (the gap then says what that cost). ``fair``
-is exact by bisection over the distinct slowdowns: at a threshold ``s`` each job takes its
-least-power choice with ``s_jk <= s`` (powers fall along a frontier), feasible iff their sum fits;
-the least feasible threshold is then the constraint of a ``throughput`` solve.
+Algorithm. Both are exact. ``throughput``: a dynamic programme over the jobs that keeps only
+the Pareto-optimal partial allocations in (power, GPU-time lost) (Nemhauser and Ullmann's
+method for knapsacks): job by job, every kept state is extended by every choice, states that
+cannot fit even with the remaining jobs at their lowest power are dropped, and of the rest only
+those that no other state beats in both power and cost survive (a sort and a running minimum).
+The last state costs least (ties: least power); backtracking gives each job's choice. Partial
+sums are compared with the budget in floating point (to a relative ``1e-12``); the answer is the
+cheapest final state whose exactly rounded sum fits, so it never exceeds the budget. ``fair``:
+bisection over the distinct slowdowns; at a threshold ``s`` each job takes its least-power
+choice with ``s_jk <= s`` (powers fall along a frontier), feasible iff their sum fits; the least
+feasible threshold then restricts the choices of a ``throughput`` solve (the least GPU-time
+lost among the fairest allocations).
 
-Complexity: ``fair``'s bisection is ``O(N log N)`` for ``N`` choices in all; the integer program
-has ``N`` binaries and ``J + 1`` rows (its LP relaxation, the convex-hull greedy of Sinha and
-Zoltners, has at most two fractional variables, so branch and bound stays shallow).
+Complexity: ``fair``'s bisection is ``O(N log N)`` for ``N`` choices in all; the programme costs
+``O(sum_j S_j k_j log(S_j k_j))`` for ``S_j`` Pareto states before job ``j`` with ``k_j``
+choices. ``S_j`` is at most the number of distinct power sums, in practice far fewer; it is
+expanded in chunks so memory stays bounded. Thinning frontiers (:meth:`Frontier.thinned`)
+bounds the work for many jobs.
 
-Reference: P. Sinha and A. A. Zoltners, "The multiple-choice knapsack problem", Operations
-Research 27(3) (1979).
+Reference: G. L. Nemhauser and Z. Ullmann, "Discrete dynamic programming and capital
+allocation", Management Science 15(9) (1969); the problem: P. Sinha and A. A. Zoltners, "The
+multiple-choice knapsack problem", Operations Research 27(3) (1979).
 """
 
 from __future__ import annotations
@@ -46,8 +52,8 @@ IntArray = npt.NDArray[np.int64]
 Policy = Literal["throughput", "fair"]
 #: The allocation policies.
 POLICIES: tuple[str, ...] = ("throughput", "fair")
-#: Relative tightening of the budget row handed to the integer program.
-_TIGHTEN = 1e-9
+#: Candidate states expanded at once by the dynamic programme (bounds its memory).
+_CHUNK = 1 << 21
 
 
 @dataclass(frozen=True, eq=False)
@@ -145,20 +151,14 @@ class Allocation:
         watts: the budget (W).
         policy: ``throughput`` or ``fair``.
         jobs: one share per job, in the order given.
-        objective: the policy's value (GPU-time lost, or the largest slowdown).
-        bound: a certified lower bound on the objective of any allocation within the budget.
-        gap: ``objective - bound`` (0 when proven optimal).
+        objective: the policy's value (GPU-time lost, or the largest slowdown); optimal, so
+            it is also the certified bound on any allocation within the budget (gap 0).
     """
 
     watts: float
     policy: str
     jobs: tuple[JobAllocation, ...]
     objective: float
-    bound: float
-
-    @property
-    def gap(self) -> float:
-        return max(0.0, self.objective - self.bound)
 
     @property
     def allocated_watts(self) -> float:
@@ -181,7 +181,6 @@ class Allocation:
             "allocated_watts": self.allocated_watts,
             "feasible": True,
             "jobs": [j.to_json() for j in self.jobs],
-            "gap": self.gap,
         }
 
 
@@ -190,7 +189,6 @@ def allocate_power(
     watts: float,
     *,
     policy: str = "throughput",
-    time_limit: float = 10.0,
 ) -> Allocation:
     """The allocation of ``watts`` over ``jobs`` that is best for ``policy`` (module docstring).
 
@@ -216,11 +214,10 @@ def allocate_power(
             lowest_power=lowest,
         )
     masks = [np.ones(len(j.times), dtype=bool) for j in jobs]
-    fair_value = -math.inf
     if policy == "fair":
         fair_value = _least_max_slowdown(jobs, w)
         masks = [j.slowdowns <= fair_value for j in jobs]
-    choice, bound = _min_gpu_time_lost(jobs, masks, w, time_limit)
+    choice = _min_gpu_time_lost(jobs, masks, w)
     shares = tuple(
         JobAllocation(
             j.name,
@@ -233,10 +230,8 @@ def allocate_power(
         for j, k in zip(jobs, choice, strict=True)
     )
     if policy == "fair":
-        value = max(s.slowdown for s in shares)
-        return Allocation(w, policy, shares, value, min(value, fair_value))
-    lost = math.fsum(s.gpus * s.slowdown for s in shares)
-    return Allocation(w, policy, shares, lost, min(lost, bound))
+        return Allocation(w, policy, shares, max(s.slowdown for s in shares))
+    return Allocation(w, policy, shares, math.fsum(s.gpus * s.slowdown for s in shares))
 
 
 def _least_max_slowdown(jobs: Sequence[PowerJob], w: float) -> float:
@@ -261,61 +256,58 @@ def _least_max_slowdown(jobs: Sequence[PowerJob], w: float) -> float:
 
 
 def _min_gpu_time_lost(
-    jobs: Sequence[PowerJob], masks: Sequence[npt.NDArray[np.bool_]], w: float, time_limit: float
-) -> tuple[list[int], float]:
-    """Each job's choice minimising ``sum g_j s_jk`` within ``w`` among the allowed choices
-    (``masks``), and HiGHS's certified lower bound on that minimum."""
-    from scipy.optimize import Bounds, LinearConstraint, milp
-
-    allowed = [np.flatnonzero(m) for m in masks]
-    cost = np.concatenate([j.gpus * j.slowdowns[a] for j, a in zip(jobs, allowed, strict=True)])
-    power = np.concatenate([j.powers[a] / w for j, a in zip(jobs, allowed, strict=True)])
-    n = cost.size
-    rows = np.zeros((len(jobs) + 1, n))
-    start = 0
-    for r, a in enumerate(allowed):
-        rows[r, start : start + a.size] = 1.0
-        start += a.size
-    rows[-1] = power
-    lower = np.concatenate([np.ones(len(jobs)), [-np.inf]])
-    upper = np.concatenate([np.ones(len(jobs)), [1.0 - _TIGHTEN]])
-    res = milp(
-        cost,
-        integrality=np.ones(n),
-        bounds=Bounds(0, 1),
-        constraints=LinearConstraint(rows, lower, upper),
-        options={"mip_rel_gap": 0.0, "time_limit": float(time_limit), "presolve": True},
-    )
-    if res.x is None:
-        # the tightening alone made it infeasible: every job at its least-power allowed choice
-        choice = [int(a[np.argmin(j.powers[a])]) for j, a in zip(jobs, allowed, strict=True)]
-        return choice, -math.inf
-    choice = []
-    start = 0
-    for a in allowed:
-        choice.append(int(a[np.argmax(res.x[start : start + a.size])]))
-        start += a.size
-    choice = _repair(jobs, allowed, choice, w)
-    bound = float(res.mip_dual_bound) if res.mip_dual_bound is not None else -math.inf
-    return choice, bound
-
-
-def _repair(
-    jobs: Sequence[PowerJob], allowed: Sequence[IntArray], choice: list[int], w: float
+    jobs: Sequence[PowerJob], masks: Sequence[npt.NDArray[np.bool_]], w: float
 ) -> list[int]:
-    """Step jobs down to lower-power choices, least slowdown per watt first, until the exact
-    sum of powers fits ``w`` (only ever needed for rounding in the integer program)."""
-    choice = list(choice)
-    while math.fsum(float(j.powers[k]) for j, k in zip(jobs, choice, strict=True)) > w:
-        best: tuple[float, int, int] | None = None
-        for r, (j, a) in enumerate(zip(jobs, allowed, strict=True)):
-            k = choice[r]
-            cheaper = a[j.powers[a] < j.powers[k]]
-            for c in cheaper:
-                rate = j.gpus * (j.slowdowns[c] - j.slowdowns[k]) / (j.powers[k] - j.powers[c])
-                if best is None or rate < best[0]:
-                    best = (float(rate), r, int(c))
-        if best is None:  # cannot happen: the least-power choices fit (checked by the caller)
-            break
-        choice[best[1]] = best[2]
-    return choice
+    """Each job's choice minimising ``sum g_j s_jk`` within ``w`` among the allowed choices
+    (``masks``); ties: the least power. Exact: the Pareto dynamic programme of the module
+    docstring."""
+    allowed = [np.flatnonzero(m) for m in masks]
+    floor = [float(j.powers[a].min()) for j, a in zip(jobs, allowed, strict=True)]
+    rest = [math.fsum(floor[r + 1 :]) for r in range(len(jobs))]  # least power of later jobs
+    slack = w * (1 + 1e-12)
+    power = np.zeros(1)
+    cost = np.zeros(1)
+    levels: list[tuple[IntArray, IntArray]] = []
+    for r, (j, a) in enumerate(zip(jobs, allowed, strict=True)):
+        pj = j.powers[a]
+        cj = j.gpus * j.slowdowns[a]
+        step = max(1, _CHUNK // a.size)
+        parts = []
+        for lo in range(0, power.size, step):
+            hi = min(power.size, lo + step)
+            np_ = (power[lo:hi, None] + pj[None, :]).ravel()
+            nc = (cost[lo:hi, None] + cj[None, :]).ravel()
+            parent = np.repeat(np.arange(lo, hi, dtype=np.int64), a.size)
+            choice = np.tile(a.astype(np.int64), hi - lo)
+            fits = np_ + rest[r] <= slack  # rounding aside; checked exactly at the end
+            parts.append(_pareto(np_[fits], nc[fits], parent[fits], choice[fits]))
+        merged = [np.concatenate(x) for x in zip(*parts, strict=True)]
+        power, cost, parent, choice = _pareto(*merged)
+        levels.append((parent, choice))
+    # the Pareto set is by increasing power and strictly decreasing cost: the last state costs
+    # least; step back only should the exactly rounded sum exceed the budget by a rounding
+    for state in range(power.size - 1, -1, -1):
+        picks = _backtrack(levels, state)
+        if math.fsum(float(j.powers[k]) for j, k in zip(jobs, picks, strict=True)) <= w:
+            return picks
+    return [int(a[np.argmin(j.powers[a])]) for j, a in zip(jobs, allowed, strict=True)]
+
+
+def _pareto(
+    power: FloatArray, cost: FloatArray, parent: IntArray, choice: IntArray
+) -> tuple[FloatArray, FloatArray, IntArray, IntArray]:
+    """The states no other state beats in both power and cost (ties: the first), by increasing
+    power."""
+    order = np.lexsort((cost, power))
+    c = cost[order]
+    before = np.concatenate([[np.inf], np.minimum.accumulate(c)[:-1]])
+    keep = order[c < before]
+    return power[keep], cost[keep], parent[keep], choice[keep]
+
+
+def _backtrack(levels: Sequence[tuple[IntArray, IntArray]], state: int) -> list[int]:
+    picks = []
+    for parent, choice in reversed(levels):
+        picks.append(int(choice[state]))
+        state = int(parent[state])
+    return picks[::-1]
