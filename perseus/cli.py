@@ -76,6 +76,10 @@ def _cmd_frontier(args: argparse.Namespace) -> int:
     from perseus.schedules import make_schedule
     from perseus.solver import solve_frontier
 
+    if args.power_budget is not None:
+        from perseus.power.plans import check_budget
+
+        check_budget(args.power_budget)  # before the solve: a bad budget fails at once
     profile = load_profile(args.profile)
     schedule = make_schedule(args.schedule, args.stages, args.microbatches, args.virtual_stages)
     power = _blocking_power_for(Path(args.profile), args.blocking_power)
@@ -89,6 +93,15 @@ def _cmd_frontier(args: argparse.Namespace) -> int:
     if args.resolution:
         frontier = frontier.thinned(args.resolution)
     doc = frontier.to_json(plans=args.plans)
+    budget_line = ""
+    if args.power_budget is not None:
+        doc["power_budget"] = _power_budget_doc(frontier, profile, power, args.power_budget)
+        b = doc["power_budget"]
+        budget_line = (
+            f"perseus: within {b['watts']:g} W: point {b['point']}, T = {b['time']:.4f} s "
+            f"({100 * b['slowdown']:+.2f} % against T0), E = {b['energy']:.1f} J, "
+            f"average power {b['average_power']:.1f} W, peak {b['peak_power']:.1f} W per GPU"
+        )
     text = json.dumps(doc, indent=1 if args.plans else 2)
     if args.output:
         Path(args.output).write_text(text + "\n")
@@ -108,7 +121,28 @@ def _cmd_frontier(args: argparse.Namespace) -> int:
         + (f" and {args.plot}" if args.plot else ""),
         file=sys.stderr,
     )
+    if budget_line:
+        print(budget_line, file=sys.stderr)
     return 0
+
+
+def _power_budget_doc(frontier: Any, profile: Any, blocking: float, watts: float) -> dict[str, Any]:
+    """The fastest plan of ``frontier`` within ``watts`` (one pipeline) as the JSON's
+    ``power_budget`` entry; raises :class:`~perseus.power.PowerBudgetError` when none is."""
+    from perseus.power import peak_power, plan_for_power_budget
+    from perseus.problem import EnergyProblem
+
+    plan = plan_for_power_budget(frontier, watts)
+    problem = EnergyProblem.build(profile, frontier.schedule, blocking)
+    return {
+        "watts": float(watts),
+        "point": plan.index,
+        "time": plan.time,
+        "energy": plan.energy,
+        "average_power": plan.average_power,
+        "peak_power": peak_power(problem, frontier.plans[plan.index]),
+        "slowdown": plan.slowdown,
+    }
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
@@ -156,6 +190,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="how hard to search where plans are furthest from the lower bound: 1 (default) "
         "searches the zero-slowdown plan, each unit more also the 16 worst stretches of the "
         "frontier (about 1-2 s each for 192 instructions); 0 for no search",
+    )
+    f.add_argument(
+        "--power-budget",
+        type=float,
+        metavar="W",
+        help="also pick the fastest plan whose average power (this one pipeline, all its ranks) "
+        "is at most W watts: its time, energy and power go to stderr and to the JSON's "
+        "'power_budget'; exit status 2 when no plan meets it",
     )
     f.add_argument("--output", "-o", help="write the JSON here (default: stdout)")
     f.add_argument("--plot", help="draw the frontier to this PNG")

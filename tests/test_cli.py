@@ -130,3 +130,37 @@ def test_version_without_an_installed_distribution(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(importlib.metadata, "version", missing)
     assert cli.version() == "0+unknown"
+
+
+def test_power_budget_picks_the_fastest_plan_within_it(profile_csv: Path, tmp_path: Path) -> None:
+    base = ["frontier", str(profile_csv), "--stages", "4", "--microbatches", "3",
+            "--blocking-power", "83.64"]  # fmt: skip
+    doc = json.loads(run(*base, cwd=tmp_path).stdout)
+    powers = [p["energy"] / p["time"] for p in doc["points"]]
+    watts = 0.5 * (powers[0] + powers[-1])
+    out = run(*base, "--power-budget", str(watts), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["points"] == doc["points"]
+    b = got["power_budget"]
+    best = min(i for i, p in enumerate(powers) if p <= watts)
+    assert b["point"] == best and b["watts"] == watts
+    assert b["time"] == doc["points"][best]["time"] and b["energy"] == doc["points"][best]["energy"]
+    assert b["average_power"] == pytest.approx(powers[best]) and b["average_power"] <= watts
+    assert b["peak_power"] >= b["average_power"] / 4  # per GPU, the hottest instruction
+    assert f"within {watts:g} W: point {best}, T = {b['time']:.4f} s" in out.stderr
+    assert f"average power {b['average_power']:.1f} W" in out.stderr
+
+
+@pytest.mark.parametrize("watts", ["10", "-5", "nan"])
+def test_an_unmet_power_budget_exits_2_naming_the_lowest_power(
+    profile_csv: Path, tmp_path: Path, watts: str
+) -> None:
+    out = run("frontier", str(profile_csv), "--stages", "4", "--microbatches", "3",
+              "--blocking-power", "83.64", "--power-budget", watts, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 2
+    assert out.stdout == ""
+    if watts == "10":
+        assert "no plan draws at most 10 W on average; the lowest achievable is" in out.stderr
+    else:
+        assert "power budget must be a finite number of watts > 0" in out.stderr
