@@ -240,6 +240,22 @@ def test_the_allocation_is_optimal_on_small_instances(seed: int, policy: str) ->
             assert s.watts == j.powers[k] and s.time == j.times[k]
 
 
+@pytest.mark.parametrize("policy", ["throughput", "fair"])
+def test_the_allocation_of_real_frontiers_is_optimal(frontier, policy: str) -> None:
+    f = frontier.thinned((frontier.times[-1] - frontier.times[0]) / 12)
+    jobs = [
+        PowerJob.from_frontier("a", f, pipelines=4),
+        PowerJob.from_frontier("b", f, tensor_parallel=2),
+        PowerJob.from_frontier("c", f, min_time=float(f.times[2]) * 1.0001),
+    ]
+    low = math.fsum(j.lowest_power for j in jobs)
+    high = math.fsum(j.max_power for j in jobs)
+    for w in np.linspace(low, high, 9)[1:]:
+        a = allocate_power(jobs, float(w), policy=policy)
+        assert a.allocated_watts <= w
+        assert a.objective == pytest.approx(brute(jobs, float(w), policy)[0], abs=1e-9)
+
+
 def test_fair_and_throughput_differ_where_they_should() -> None:
     # a big job and a small one, same curves: throughput slows the small one, fair both alike
     t = np.array([1.0, 1.1, 1.2])

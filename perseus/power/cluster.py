@@ -12,8 +12,9 @@ Algorithm. Both are exact. ``throughput``: a dynamic programme over the jobs tha
 the Pareto-optimal partial allocations in (power, GPU-time lost) (Nemhauser and Ullmann's
 method for knapsacks): job by job, every kept state is extended by every choice, states that
 cannot fit even with the remaining jobs at their lowest power are dropped, and of the rest only
-those that no other state beats in both power and cost survive (a sort and a running minimum).
-The last state costs least (ties: least power); backtracking gives each job's choice. Partial
+those that no other state beats in both power and cost survive (a sort and a running minimum);
+states that cannot beat a known allocation (the ``fair`` one below) are dropped too. The last
+state costs least (ties: least power); backtracking gives each job's choice. Partial
 sums are compared with the budget in floating point (to a relative ``1e-12``); the answer is the
 cheapest final state whose exactly rounded sum fits, so it never exceeds the budget. ``fair``:
 bisection over the distinct slowdowns; at a threshold ``s`` each job takes its least-power
@@ -213,11 +214,15 @@ def allocate_power(
             budget=w,
             lowest_power=lowest,
         )
-    masks = [np.ones(len(j.times), dtype=bool) for j in jobs]
-    if policy == "fair":
-        fair_value = _least_max_slowdown(jobs, w)
-        masks = [j.slowdowns <= fair_value for j in jobs]
-    choice = _min_gpu_time_lost(jobs, masks, w)
+    fair_value = _least_max_slowdown(jobs, w)
+    fairest = [j.slowdowns <= fair_value for j in jobs]
+    # an allocation within the budget, whose cost bounds the programme's from above
+    upper = math.fsum(
+        j.gpus * float(j.slowdowns[np.flatnonzero(m)[np.argmin(j.powers[m])]])
+        for j, m in zip(jobs, fairest, strict=True)
+    )
+    masks = fairest if policy == "fair" else [np.ones(len(j.times), dtype=bool) for j in jobs]
+    choice = _min_gpu_time_lost(jobs, masks, w, upper)
     shares = tuple(
         JobAllocation(
             j.name,
@@ -256,15 +261,19 @@ def _least_max_slowdown(jobs: Sequence[PowerJob], w: float) -> float:
 
 
 def _min_gpu_time_lost(
-    jobs: Sequence[PowerJob], masks: Sequence[npt.NDArray[np.bool_]], w: float
+    jobs: Sequence[PowerJob], masks: Sequence[npt.NDArray[np.bool_]], w: float, upper: float
 ) -> list[int]:
     """Each job's choice minimising ``sum g_j s_jk`` within ``w`` among the allowed choices
     (``masks``); ties: the least power. Exact: the Pareto dynamic programme of the module
-    docstring."""
+    docstring; ``upper``, the cost of an allocation known to fit, prunes states that cannot
+    beat it."""
     allowed = [np.flatnonzero(m) for m in masks]
     floor = [float(j.powers[a].min()) for j, a in zip(jobs, allowed, strict=True)]
     rest = [math.fsum(floor[r + 1 :]) for r in range(len(jobs))]  # least power of later jobs
+    least = [float((j.gpus * j.slowdowns[a]).min()) for j, a in zip(jobs, allowed, strict=True)]
+    rest_cost = [math.fsum(least[r + 1 :]) for r in range(len(jobs))]
     slack = w * (1 + 1e-12)
+    ceiling = upper + 1e-9 * (1 + abs(upper))
     power = np.zeros(1)
     cost = np.zeros(1)
     levels: list[tuple[IntArray, IntArray]] = []
@@ -280,6 +289,7 @@ def _min_gpu_time_lost(
             parent = np.repeat(np.arange(lo, hi, dtype=np.int64), a.size)
             choice = np.tile(a.astype(np.int64), hi - lo)
             fits = np_ + rest[r] <= slack  # rounding aside; checked exactly at the end
+            fits &= nc + rest_cost[r] <= ceiling
             parts.append(_pareto(np_[fits], nc[fits], parent[fits], choice[fits]))
         merged = [np.concatenate(x) for x in zip(*parts, strict=True)]
         power, cost, parent, choice = _pareto(*merged)
