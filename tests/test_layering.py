@@ -176,7 +176,17 @@ print(json.dumps({{"file": perseus.__file__, "names": names, "loaded": loaded}})
     doc = json.loads(out.stdout)
     assert Path(doc["file"]).is_relative_to(CORE), doc["file"]  # this checkout's core
     modules = {n.removeprefix("perseus.") for n in doc["names"]}
-    expected = {"profiles", "schedules", "dag", "problem", "frontier", "solver", "plot", "errors", "power"}
+    expected = {
+        "profiles",
+        "schedules",
+        "dag",
+        "problem",
+        "frontier",
+        "solver",
+        "plot",
+        "errors",
+        "power",
+    }
     assert expected <= modules, sorted(modules)
     assert not modules & {"cli", "__main__", "demo", "demo_rank"}
     assert doc["loaded"] == []
