@@ -31,7 +31,9 @@ Guarantees:
   unreachable for longer than ``failopen_timeout`` seconds, iterations run at the maximum clock
   until it is back.
 - **Clocks are always reset**: on ``close()`` / leaving the ``with`` block, on an exception
-  escaping an iteration, on SIGTERM/SIGINT, and at interpreter exit.
+  escaping an iteration, on SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT and SIGUSR1/SIGUSR2 (see
+  :mod:`perseus_client.safety`), and at interpreter exit, without waiting for a clock thread stuck
+  on a hung GPU. A refused clock falls back to the maximum clock.
 - **Online profiling**: while the server sends a ``ProfilingTask``, every instruction runs at the
   task's clock; after the task's first ``warmup_iterations`` iterations, every iteration reports
   each instruction's time and energy (energy-counter difference, with the device synchronised
@@ -150,7 +152,8 @@ class PerseusClient:
         report_interval: seconds between batched ``ReportIterations`` calls.
         measure_instructions: report each instruction's time (CUDA events on GPUs).
         offline: no server at all; plans come from :meth:`use_plan` (tests, benchmarks, replay).
-        handle_signals: install the SIGTERM/SIGINT clock-reset handlers (main thread only).
+        handle_signals: install the clock-reset signal handlers (main thread only; see
+            :mod:`perseus_client.safety`).
         tls_root_certificates: PEM roots for ``grpcs://`` (default: the system's).
         rpc_timeout, backoff_initial, backoff_max: network tuning (seconds).
         cuda_events: time instructions and order clock changes with CUDA events (default: when
@@ -279,7 +282,9 @@ class PerseusClient:
                 backoff_max=backoff_max,
                 report_interval=report_interval,
             )
-        self._guard = ResetGuard(self._emergency_reset, signals=handle_signals)
+        self._guard = ResetGuard(
+            self._emergency_reset, resume=self._resume_after_signal, signals=handle_signals
+        )
         if self.link is not None:
             self.link.start()
 
@@ -382,9 +387,9 @@ class PerseusClient:
         if self._in_instruction:  # an exception escaped an instruction body
             self._in_instruction = False
         if exc is not None:
-            # Training hit an exception: never leave the GPU locked while it unwinds.
-            self.controller.request_reset()
-            self.controller.flush()
+            # Training hit an exception: never leave the GPU locked while it unwinds, and never
+            # wait for the clock thread (the exception may come from a hung collective).
+            self.controller.reset_now(close=False)
             return
         index = self.iterations
         self.iterations = index + 1
@@ -478,6 +483,10 @@ class PerseusClient:
 
     def _emergency_reset(self) -> None:
         self.controller.reset_now()
+
+    def _resume_after_signal(self) -> None:
+        if not self._closed:
+            self.controller.reopen()
 
     def close(self) -> None:
         """Reset the clocks, send queued reports (bounded wait), stop the background threads."""

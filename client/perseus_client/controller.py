@@ -19,8 +19,20 @@ whatever is still queued itself (under the same lock, so order is kept) right be
 instruction begins. So the clock in effect when a simulated instruction begins is always the
 clock requested for it, without a thread hand-off on the hot path.
 
-Errors from the backend (no permission, unsupported clock) are logged once at ERROR level and
-kept in :attr:`FrequencyController.last_error`; they never propagate into training.
+**Failures fall back to max clocks.** When the backend refuses a clock (no permission, an
+unsupported clock, a driver error), the controller locks the maximum clock instead, and resets the
+lock if even that fails, so a GPU never stays at the previous instruction's (lower) clock. Errors
+are logged once at ERROR level and kept in :attr:`FrequencyController.last_error`; they never
+propagate into training.
+
+**Resets never wait on the controller thread.** That thread holds the apply lock while it waits
+on a CUDA event, and an event of a hung GPU or collective never completes. So
+:meth:`FrequencyController.reset_now` (signal handlers, ``close``, an exception escaping an
+iteration) takes no lock of the controller: it drops the queue, bumps a reset epoch and calls the
+backend's reset directly (backends' resets are safe to call concurrently, see
+:mod:`perseus_client.gpu.base`). A lock that the controller thread was applying at that moment
+may land after the reset; the thread sees the epoch changed when the backend call returns and
+resets again, so a reset always has the last word over the requests it dropped.
 """
 
 from __future__ import annotations
@@ -44,18 +56,21 @@ class FrequencyController:
 
     def __init__(self, gpu: GpuBackend, *, thread_name: str = "perseus-clock") -> None:
         self.gpu = gpu
-        self._pending: deque[tuple[int, int, Any]] = deque()
-        self._apply_lock = threading.RLock()
+        self._max = gpu.max_clock
+        self._pending: deque[tuple[int, int, Any, int]] = deque()  # seq, mhz, after, epoch
+        self._apply_lock = threading.RLock()  # orders the controller thread and flush()
         self._wake = threading.Event()
         self._requested: int | None = None  # last requested clock (_RESET after a reset)
         self._seq = 0
         self._applied_seq = 0
         self._applied: int | None = None  # clock last applied to the backend (_RESET: reset)
+        self._epoch = 0  # bumped by every reset_now(); see the module docstring
         self._closed = False
         self._stopping = False
         #: The last error the backend raised while applying a clock (``None``: none so far).
         self.last_error: BaseException | None = None
         self._error_logged = False
+        self._fallback_logged = False
         self._thread = threading.Thread(target=self._run, name=thread_name, daemon=True)
         self._thread.start()
 
@@ -67,6 +82,12 @@ class FrequencyController:
         r = self._requested
         return None if r is None or r == _RESET else r
 
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`reset_now` (or :meth:`close`): requests are ignored until
+        :meth:`reopen`."""
+        return self._closed
+
     def request(self, mhz: int, after: Any = None) -> int:
         """Ask for ``mhz`` to be locked once ``after`` (a CUDA event, optional) has completed.
 
@@ -76,7 +97,7 @@ class FrequencyController:
             return self._seq
         self._requested = mhz
         self._seq += 1
-        self._pending.append((self._seq, mhz, after))
+        self._pending.append((self._seq, mhz, after, self._epoch))
         self._wake.set()
         return self._seq
 
@@ -86,13 +107,13 @@ class FrequencyController:
             return self._seq
         self._requested = _RESET
         self._seq += 1
-        self._pending.append((self._seq, _RESET, None))
+        self._pending.append((self._seq, _RESET, None, self._epoch))
         self._wake.set()
         return self._seq
 
     def flush(self, upto: int | None = None) -> None:
         """Apply queued requests up to sequence ``upto`` (all when ``None``) in this thread."""
-        if self._applied_seq >= (self._seq if upto is None else upto):
+        if self._closed or self._applied_seq >= (self._seq if upto is None else upto):
             return
         self._drain(upto)
 
@@ -114,53 +135,113 @@ class FrequencyController:
     def _drain(self, upto: int | None) -> None:
         with self._apply_lock:
             pending = self._pending
-            while pending:
-                seq, mhz, after = pending[0]
-                if upto is not None and seq > upto:
+            while True:
+                try:
+                    item = pending.popleft()
+                except IndexError:
                     break
-                pending.popleft()
+                seq, mhz, after, epoch = item
+                if upto is not None and seq > upto:
+                    pending.appendleft(item)  # only this lock's holder pops: order is kept
+                    break
+                if epoch != self._epoch:
+                    continue  # queued before a reset_now(): dropped
                 if after is not None:
                     try:
                         after.synchronize()
                     except Exception as exc:  # noqa: BLE001 - never fail training
                         self._record_error(exc)
-                if mhz != self._applied and not self._closed:
-                    try:
-                        if mhz == _RESET:
-                            self.gpu.reset_locked_clocks()
-                        else:
-                            self.gpu.set_locked_clocks(mhz)
-                        self._applied = mhz
-                    except Exception as exc:  # noqa: BLE001 - never fail training
-                        self._applied = None
-                        self._record_error(exc)
-                self._applied_seq = seq
+                self._apply(mhz, epoch)
+                self._applied_seq = max(self._applied_seq, seq)
+
+    def _apply(self, mhz: int, epoch: int) -> None:
+        if mhz == self._applied or self._closed or epoch != self._epoch:
+            return
+        gpu = self.gpu
+        try:
+            if mhz == _RESET:
+                gpu.reset_locked_clocks()
+            else:
+                gpu.set_locked_clocks(mhz)
+            self._applied = mhz
+        except Exception as exc:  # noqa: BLE001 - never fail training
+            self._applied = None
+            self._record_error(exc)
+            if mhz != _RESET:
+                self._fall_back(mhz)
+        if mhz != _RESET and self._epoch != epoch:
+            # A reset ran while this lock (or its fallback) was in flight and may have landed
+            # before it at the backend: reset again so that the reset has the last word.
+            self._reset_backend()
+
+    def _fall_back(self, failed: int) -> None:
+        """After ``failed`` was refused: lock the maximum clock, else reset the lock."""
+        gpu = self.gpu
+        if failed != self._max:
+            try:
+                gpu.set_locked_clocks(self._max)
+                self._applied = self._max
+                return
+            except Exception as exc:  # noqa: BLE001
+                self._log_fallback(exc)
+        try:
+            gpu.reset_locked_clocks()
+            self._applied = _RESET
+        except Exception as exc:  # noqa: BLE001
+            self._log_fallback(exc)
 
     def _record_error(self, exc: BaseException) -> None:
         self.last_error = exc
         if not self._error_logged:
             self._error_logged = True
-            log.error("perseus: could not apply a GPU clock change (training continues): %s", exc)
+            log.error(
+                "perseus: could not apply a GPU clock change (training continues at max clocks): "
+                "%s",
+                exc,
+            )
 
-    # -- shutdown ---------------------------------------------------------------------------------
+    def _log_fallback(self, exc: BaseException) -> None:
+        if not self._fallback_logged:
+            self._fallback_logged = True
+            log.error("perseus: could not fall back to max clocks either: %s", exc)
 
-    def reset_now(self) -> None:
-        """Drop queued requests and reset the locked clocks immediately, in the calling thread.
+    # -- resets and shutdown ----------------------------------------------------------------------
 
-        Safe to call from a signal handler on a thread that is inside :meth:`flush`.
+    def _reset_backend(self) -> None:
+        try:
+            self.gpu.reset_locked_clocks()
+            self._applied = _RESET
+        except Exception as exc:  # noqa: BLE001
+            self._applied = None
+            self._record_error(exc)
+
+    def reset_now(self, *, close: bool = True) -> None:
+        """Drop queued requests and reset the locked clocks now, in the calling thread.
+
+        Takes no lock the controller thread can hold (see the module docstring), so it returns
+        even while that thread waits forever on a CUDA event; safe from a signal handler. With
+        ``close`` (default) later requests are ignored until :meth:`reopen`; without it they are
+        applied again (an exception escaping an iteration that training may survive).
         """
-        with self._apply_lock:
-            self._pending.clear()
+        self._epoch += 1
+        if close:
             self._closed = True
-            self._applied_seq = self._seq
-            try:
-                self.gpu.reset_locked_clocks()
-                self._applied = _RESET
-            except Exception as exc:  # noqa: BLE001
-                self._record_error(exc)
+        self._pending.clear()
+        self._requested = _RESET
+        self._applied_seq = self._seq
+        self._reset_backend()
+
+    def reopen(self) -> None:
+        """Accept requests again after :meth:`reset_now` (the next request is applied)."""
+        if not self._stopping:
+            self._requested = _RESET
+            self._closed = False
 
     def close(self, *, reset: bool = True) -> None:
-        """Stop the thread; with ``reset`` (default) release the clock lock first."""
+        """Stop the thread; with ``reset`` (default) release the clock lock first.
+
+        Never waits more than a few seconds for a controller thread stuck on a CUDA event.
+        """
         if reset and not self._closed:
             self.reset_now()
         self._closed = True

@@ -13,10 +13,16 @@
   sent stay queued (at most ``max_queued``, oldest dropped first) and are retried.
 
 Nothing here ever blocks the training thread: it only appends to a deque.
+
+A bearer token sent without TLS to an address other than loopback can be read by anyone on the
+path: :class:`ServerLink` logs one warning when it is created that way
+(:func:`credential_in_clear`; names other than ``localhost`` are not resolved, so a host name of
+this machine also warns).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import random
 import threading
@@ -32,7 +38,13 @@ from perseus_client.measurements import IterationMeasurement
 from perseus_client.plan import Plan
 from perseus_common.proto import perseus_pb2, perseus_pb2_grpc
 
-__all__ = ["RankIdentity", "ServerLink", "parse_target"]
+__all__ = [
+    "RankIdentity",
+    "ServerLink",
+    "parse_target",
+    "is_loopback_target",
+    "credential_in_clear",
+]
 
 log = logging.getLogger("perseus_client.transport")
 
@@ -77,6 +89,39 @@ def parse_target(server: str) -> tuple[str, bool]:
     return s, False
 
 
+def is_loopback_target(target: str) -> bool:
+    """True when the gRPC ``target`` (``host:port``, ``[v6]:port``, ``unix:path``...) is local.
+
+    Loopback means ``localhost`` (or a ``.localhost`` name), a loopback IP (127.0.0.0/8, ::1) or
+    a Unix socket; any other name is not resolved and counts as remote.
+    """
+    t = target.strip()
+    if t.startswith(("unix:", "unix-abstract:")):
+        return True
+    for scheme in ("dns:///", "dns:", "ipv4:", "ipv6:"):
+        if t.startswith(scheme):
+            t = t[len(scheme) :]
+            break
+    if t.startswith("["):
+        host = t[1 : t.find("]")] if "]" in t else t[1:]
+    elif t.count(":") == 1:
+        host = t.rsplit(":", 1)[0]
+    else:
+        host = t  # no port, or a bare IPv6 address
+    host = host.strip().rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def credential_in_clear(target: str, *, tls: bool, token: str | None) -> bool:
+    """True when a token would travel without TLS to a non-loopback ``target``."""
+    return bool(token) and not tls and not is_loopback_target(target)
+
+
 class ServerLink:
     """Registration, plan subscription and reporting for one rank (see the module docstring)."""
 
@@ -99,6 +144,13 @@ class ServerLink:
         self.identity = identity
         self._on_plan = on_plan
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        if credential_in_clear(target, tls=tls, token=token):
+            log.warning(
+                "perseus: sending the token to %s without TLS: anyone on the network path can "
+                "read it (use grpcs://%s, or a loopback address)",
+                target,
+                target,
+            )
         if tls:
             creds = grpc.ssl_channel_credentials(root_certificates=root_certificates)
             self._channel = grpc.secure_channel(target, creds, options=_CHANNEL_OPTIONS)

@@ -12,14 +12,44 @@ the instruction's duration and energy at the clock in effect.
 effect *before* ``begin_instruction`` runs (simulated and recording backends: the clock decides
 the modelled duration, and tests check it). For real GPUs the frequency controller applies the
 clock off the training thread and the training thread never waits for it.
+
+**Resets are safe to call concurrently.** ``reset_locked_clocks`` is also the emergency path: the
+client calls it from a signal handler (which may have interrupted this backend on the same
+thread) while the frequency controller's thread may be inside ``set_locked_clocks`` or stuck on a
+CUDA event. So a backend's reset waits at most briefly for its own lock (:func:`hold_briefly`)
+and then goes ahead without it; the controller undoes a lock that lands after a reset.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-__all__ = ["GpuBackend"]
+__all__ = ["GpuBackend", "hold_briefly", "RESET_LOCK_WAIT_S"]
+
+#: Seconds a reset waits for a backend's own lock before it goes ahead without it.
+RESET_LOCK_WAIT_S = 0.25
+
+
+@contextmanager
+def hold_briefly(
+    lock: threading.Lock | threading.RLock, timeout: float = RESET_LOCK_WAIT_S
+) -> Iterator[bool]:
+    """Hold ``lock`` if it can be had within ``timeout`` seconds; yield whether it is held.
+
+    Used by resets (see the module docstring): a thread stuck while holding the lock, or a
+    non-reentrant lock held by the very thread a signal handler interrupted, delays the reset by
+    at most ``timeout`` instead of forever.
+    """
+    held = lock.acquire(timeout=timeout)
+    try:
+        yield held
+    finally:
+        if held:
+            lock.release()
 
 
 class GpuBackend(ABC):
@@ -45,7 +75,11 @@ class GpuBackend(ABC):
 
     @abstractmethod
     def reset_locked_clocks(self) -> None:
-        """Remove any SM clock lock (the GPU returns to its default clock management)."""
+        """Remove any SM clock lock (the GPU returns to its default clock management).
+
+        Must be safe to call concurrently with :meth:`set_locked_clocks` and from a signal
+        handler: wait at most briefly for any lock another thread may hold (module docstring).
+        """
 
     @abstractmethod
     def energy_mj(self) -> int:

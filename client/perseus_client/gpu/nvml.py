@@ -32,7 +32,7 @@ from perseus_client.errors import (
     GpuPermissionError,
     UnsupportedClockError,
 )
-from perseus_client.gpu.base import GpuBackend
+from perseus_client.gpu.base import GpuBackend, hold_briefly
 
 __all__ = ["NvmlGpu", "CLOCK_EVENT_REASONS", "reason_names"]
 
@@ -189,7 +189,9 @@ class NvmlGpu(GpuBackend):
             )
 
     def reset_locked_clocks(self) -> None:
-        with self._lock:
+        # NVML is thread-safe; the lock only orders this backend's calls, so a reset waits for it
+        # only briefly (a set stuck in the driver must not keep the GPU locked; see base).
+        with hold_briefly(self._lock):
             self.requests.append(("reset", None))
             if self.dry_run:
                 return

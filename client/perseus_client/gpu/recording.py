@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from perseus_client.gpu.base import GpuBackend
+from perseus_client.gpu.base import GpuBackend, hold_briefly
 
 __all__ = ["RecordingGpu", "ClockRequest", "InstructionRecord", "read_log"]
 
@@ -80,7 +80,7 @@ class RecordingGpu(GpuBackend):
             self._write({"event": "set", "mhz": int(mhz)})
 
     def reset_locked_clocks(self) -> None:
-        with self._lock:
+        with hold_briefly(self._lock):  # safe concurrently and from a signal handler (see base)
             self.inner.reset_locked_clocks()
             self._locked = None
             self.requests.append(ClockRequest("reset", None))

@@ -35,6 +35,7 @@ plain dicts ``{(stage, kind): {mhz: (seconds, joules)}}``.
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import math
 import os
@@ -45,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from perseus_client.errors import ConfigError, UnsupportedClockError
-from perseus_client.gpu.base import GpuBackend
+from perseus_client.gpu.base import GpuBackend, hold_briefly
 from perseus_common import profile_csv
 
 __all__ = ["SimulatedGpu", "Measurements", "read_profile_csv"]
@@ -158,6 +159,7 @@ class SimulatedGpu(GpuBackend):
         self.set_slowdown(slowdown)
         self._state_path = Path(state_path) if state_path is not None else None
         self._state_lock = threading.RLock()
+        self._writes = itertools.count()
         self._locked: int | None = None
         self.sets = 0
         self.resets = 0
@@ -225,7 +227,7 @@ class SimulatedGpu(GpuBackend):
             self._persist()
 
     def reset_locked_clocks(self) -> None:
-        with self._state_lock:
+        with hold_briefly(self._state_lock):  # safe concurrently and from a signal handler
             self._locked = None
             self.resets += 1
             self._persist()
@@ -325,7 +327,11 @@ class SimulatedGpu(GpuBackend):
         if self._state_path is None:
             return
         doc = {"locked_clock_mhz": self._locked, "sets": self.sets, "resets": self.resets}
-        tmp = self._state_path.with_name(self._state_path.name + ".tmp")
+        # A temporary file of its own per write: a reset may run while another write (on another
+        # thread, or the one a signal handler interrupted) is between its write and its rename.
+        tmp = self._state_path.with_name(
+            f"{self._state_path.name}.{os.getpid()}.{threading.get_ident()}.{next(self._writes)}.tmp"
+        )
         tmp.write_text(json.dumps(doc))
         os.replace(tmp, self._state_path)
 
