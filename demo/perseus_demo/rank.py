@@ -12,7 +12,7 @@ The rank runs the demo's phases back to back:
 
 1. ``max-clocks``: the client has no plan (offline), so every instruction runs at the top clock;
 2. ``perseus``: connected to the server, the deployed plan;
-3. ``straggler``: pipeline 1's simulated GPUs are slowed (``SimulatedGpu.set_slowdown``);
+3. ``straggler``: pipeline 1's simulated GPUs are slowed (``SimulatedGpu.set_time_factor``);
 4. ``recovery``: back to full speed.
 
 After every step (after the gradient all-reduce) it reads its GPU's simulated clock and energy
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                 "plan_version": plan.version if plan is not None else 0,
                 "expected_time": plan.expected_iteration_time if plan is not None else None,
                 "reason": plan.reason if plan is not None else "max clocks (no plan)",
-                "slowdown": sim.slowdown,
+                "slowdown": sim.time_factor,
             }
         )
         timelines[phase] = {"index": index, "spans": list(gpu.spans)}
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             for phase in PHASES[1:]:
                 note(f"phase {phase} starts")
                 if pipe == slow_pipe:
-                    sim.set_slowdown(1.0 + slow if phase == "straggler" else 1.0)
+                    sim.set_time_factor(1.0 + slow if phase == "straggler" else 1.0)
                 for i in range(n):
                     last = train_step(client, phase, i, last)
     finally:

@@ -174,3 +174,38 @@ def test_aborted_instruction_does_not_sleep_out_its_duration(profile_data, monke
     gpu.begin_instruction("forward", 0, None)
     gpu.end_instruction()
     assert len(sleeps) == 1 and 0 < sleeps[0] <= 1.0
+
+
+def test_time_factor_is_the_factor_and_slowdown_its_deprecated_name(profile_data):
+    gpu = SimulatedGpu(profile_data, stage=0, time_scale=0, time_factor=1.5)
+    assert gpu.time_factor == 1.5
+    t0 = gpu.timestamp()
+    run(gpu)
+    assert gpu.timestamp() - t0 == pytest.approx(0.015)
+    with pytest.raises(ConfigError, match="time_factor"):
+        gpu.set_time_factor(float("nan"))
+    with pytest.warns(DeprecationWarning, match="time_factor"):
+        gpu.set_slowdown(2.0)
+    assert gpu.time_factor == 2.0
+    with pytest.warns(DeprecationWarning):
+        old = SimulatedGpu(profile_data, stage=0, time_scale=0, slowdown=1.2)
+    assert old.time_factor == 1.2
+
+
+def test_real_work_longer_than_the_scaled_time_is_reported_once(profile_data, caplog):
+    # forward at 1410 MHz: 0.01 s modelled, x 0.05 = 0.5 ms of wall time; the work takes ~20 ms.
+    gpu = SimulatedGpu(profile_data, stage=0, time_scale=0.05)
+    with caplog.at_level("WARNING", logger="perseus_client.gpu"):
+        for mb in range(3):
+            gpu.begin_instruction("forward", mb, 0)
+            time.sleep(0.02)
+            gpu.end_instruction()
+    assert gpu.overruns == 3
+    warned = [r for r in caplog.records if "longer than its scaled time" in r.getMessage()]
+    assert len(warned) == 1
+    assert "forward of microbatch 0 on stage 0" in warned[0].getMessage()
+    # Within the scaled time, nothing is reported.
+    calm = SimulatedGpu(profile_data, stage=0, time_scale=1.0)
+    calm.begin_instruction("forward", 0, 0)
+    calm.end_instruction()
+    assert calm.overruns == 0

@@ -8,11 +8,19 @@ counter (:meth:`SimulatedGpu.energy_mj`) reads like NVML's: cumulative millijoul
 Time is scaled for demos and tests: with ``time_scale=s`` an instruction modelled to last ``t``
 seconds occupies ``s*t`` seconds of wall time (the client sleeps at the end of the instruction
 until then), and :meth:`SimulatedGpu.timestamp` returns simulated seconds (wall time / ``s``
-between instructions; exactly ``t`` per instruction, the sleep's overshoot is not counted), so
-times reported to the server are on the profile's time axis. Choose ``s`` so that an instruction
-lasts at least ~10 ms of wall time: the OS's sleep overshoot (~0.1 ms), which a neighbouring rank
-still sees as waiting, is then below 1%. With ``time_scale=0`` nothing sleeps and the clock only advances by instruction
-durations (idle time is not modelled), which is what the hook-overhead benchmark uses.
+between instructions; ``t`` per instruction, the sleep's overshoot is not counted), so times
+reported to the server are on the profile's time axis.
+
+That holds only while the real work inside an instruction (the training step's own Python and
+torch code) takes less than its scaled time ``s*t``. When it takes longer, the instruction lasts
+what it really took (divided by ``s``), so measured times rise above the model; the GPU then
+warns once, naming the instruction and both times, and counts such instructions in
+:attr:`SimulatedGpu.overruns`. **Choosing** ``time_scale``: make ``s * t_min`` (``t_min``: the
+shortest instruction time in the profile, at the highest clock) at least a few times the real
+work of one instruction, and at least ~10 ms, so that the OS's sleep overshoot (~0.1 ms, which a
+neighbouring rank still sees as waiting) stays below 1 %. With ``time_scale=0`` nothing sleeps and
+the clock only advances by instruction durations (idle time is not modelled), which is what the
+hook-overhead benchmark uses.
 
 The clock that decides an instruction's duration is the one in effect when
 :meth:`begin_instruction` runs; the client applies the plan's clock before that for this backend
@@ -20,8 +28,11 @@ The clock that decides an instruction's duration is the one in effect when
 file (``{"locked_clock_mhz": int|null, "sets": n, "resets": n}``) so that another process can check
 that the clocks were reset, e.g. after the training process received SIGTERM.
 
-A straggler is injected at runtime with :meth:`set_slowdown` (thread-safe), e.g.
-``gpu.set_slowdown(1.2)`` makes every following instruction 20% slower.
+A straggler is injected at runtime with :meth:`set_time_factor` (thread-safe), e.g.
+``gpu.set_time_factor(1.2)`` makes every following instruction take 1.2 times as long (20 %
+slower). Throughout Perseus a *slowdown* is a fraction (``0.2`` = 20 % slower, as in the REST
+API); a factor is called a *time factor*. ``set_slowdown(factor)`` and the ``slowdown=``
+argument, which took a factor, still work and warn that they are deprecated.
 
 Build one from a profile CSV (no numpy/scipy needed; the CSV is read with the standard library)::
 
@@ -37,10 +48,12 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+import logging
 import math
 import os
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +61,8 @@ from typing import Any
 from perseus_client.errors import ConfigError, UnsupportedClockError
 from perseus_client.gpu.base import GpuBackend, hold_briefly
 from perseus_common import profile_csv
+
+log = logging.getLogger("perseus_client.gpu")
 
 __all__ = ["SimulatedGpu", "Measurements", "read_profile_csv"]
 
@@ -108,6 +123,15 @@ class _Curve:
         return res
 
 
+def _deprecated_slowdown() -> None:
+    warnings.warn(
+        "SimulatedGpu's slowdown (a factor) is deprecated: use time_factor / set_time_factor; "
+        "elsewhere in Perseus a slowdown is a fraction (0.2 = 20 % slower)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
 class SimulatedGpu(GpuBackend):
     """A GPU whose instruction times and energies follow a profile (see the module docstring).
 
@@ -116,7 +140,9 @@ class SimulatedGpu(GpuBackend):
         stage: the stage used when an instruction names none (default: the lowest stage present).
         blocking_power: watts drawn while waiting between instructions.
         time_scale: wall seconds per simulated second (0: never sleep).
-        slowdown: initial slowdown factor (1.0 = as profiled).
+        time_factor: how many times longer than profiled each instruction takes (1.0 = as
+            profiled; 1.2 = 20 % slower).
+        slowdown: deprecated name of ``time_factor`` (it took a factor, not a fraction).
         supported_clocks: the clocks this GPU accepts (default: every profiled frequency).
         state_path: persist lock/reset state to this JSON file on every change.
         name: device name reported at registration.
@@ -131,7 +157,8 @@ class SimulatedGpu(GpuBackend):
         stage: int | None = None,
         blocking_power: float = 0.0,
         time_scale: float = 1.0,
-        slowdown: float = 1.0,
+        time_factor: float = 1.0,
+        slowdown: float | None = None,
         supported_clocks: Sequence[int] | None = None,
         state_path: str | Path | None = None,
         name: str = "simulated",
@@ -155,8 +182,13 @@ class SimulatedGpu(GpuBackend):
         self.time_scale = float(time_scale)
         clocks = supported_clocks or sorted({f for c in self._curves.values() for f in c.freqs})
         self._clocks = tuple(sorted({int(c) for c in clocks}, reverse=True))
-        self._slowdown = 1.0
-        self.set_slowdown(slowdown)
+        self._time_factor = 1.0
+        if slowdown is not None:
+            _deprecated_slowdown()
+            time_factor = slowdown
+        self.set_time_factor(time_factor)
+        #: Instructions whose real work took longer than their scaled time (see the module doc).
+        self.overruns = 0
         self._state_path = Path(state_path) if state_path is not None else None
         self._state_lock = threading.RLock()
         self._writes = itertools.count()
@@ -170,6 +202,7 @@ class SimulatedGpu(GpuBackend):
         self._busy = 0.0  # simulated seconds spent in finished instructions
         self._energy = 0.0  # joules of finished instructions
         self._pending: tuple[float, float, float, float] | None = None
+        self._pending_what: tuple[str, int, int | None] = ("", 0, None)
         self._persist()
 
     # -- construction ---------------------------------------------------------------------------
@@ -233,15 +266,30 @@ class SimulatedGpu(GpuBackend):
             self._persist()
 
     @property
+    def time_factor(self) -> float:
+        """How many times longer than profiled each instruction takes now (1.0 = as profiled)."""
+        return self._time_factor
+
+    def set_time_factor(self, factor: float) -> None:
+        """Make every following instruction take ``factor`` times its profiled time and energy
+        (straggler injection; ``1.2`` is 20 % slower)."""
+        if not (math.isfinite(factor) and factor > 0):
+            raise ConfigError("time_factor", f"must be a positive finite factor, got {factor}")
+        self._time_factor = float(factor)
+
+    @property
     def slowdown(self) -> float:
-        """The current slowdown factor (1.0 = as profiled)."""
-        return self._slowdown
+        """Deprecated: the :attr:`time_factor` (a factor, not the fraction "slowdown" means
+        elsewhere in Perseus)."""
+        _deprecated_slowdown()
+        return self._time_factor
 
     def set_slowdown(self, factor: float) -> None:
-        """Make every following instruction ``factor`` times slower (straggler injection)."""
+        """Deprecated: :meth:`set_time_factor` (it takes the same factor)."""
+        _deprecated_slowdown()
         if not (math.isfinite(factor) and factor > 0):
             raise ConfigError("slowdown", f"must be a positive finite factor, got {factor}")
-        self._slowdown = float(factor)
+        self.set_time_factor(factor)
 
     def timestamp(self) -> float:
         if self.time_scale > 0:
@@ -268,10 +316,11 @@ class SimulatedGpu(GpuBackend):
                 "instruction", f"the simulated GPU has no profile data for stage {key[0]} {kind!r}"
             )
         t, e = curve.at(self.current_clock if mhz is None else mhz)
-        return t * self._slowdown, e * self._slowdown
+        return t * self._time_factor, e * self._time_factor
 
     def begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:
         t, e = self.instruction_cost(kind, stage)
+        self._pending_what = (kind, microbatch, stage)
         if self.time_scale > 0:
             start_wall = time.perf_counter()
             start_sim = self._sim_base + (start_wall - self._wall_base) / self.time_scale
@@ -295,6 +344,7 @@ class SimulatedGpu(GpuBackend):
             else:
                 # The real work inside the instruction took longer than the model: count it.
                 duration = (now - start_wall) / scale
+                self._overran(t, now - start_wall)
             self._sim_base = start_sim + duration
             self._wall_base = time.perf_counter()
         else:
@@ -320,6 +370,27 @@ class SimulatedGpu(GpuBackend):
         self._busy += duration
         self._energy += e * (duration / t if t > 0 else 0.0)
         self._pending = None
+
+    def _overran(self, modelled: float, real_wall: float) -> None:
+        self.overruns += 1
+        if self.overruns > 1:
+            return
+        kind, microbatch, stage = self._pending_what
+        stage = self.stage if stage is None else stage
+        log.warning(
+            "SimulatedGpu: %s of microbatch %d on stage %d took %.4f s of real work, longer than "
+            "its scaled time %.4f s (%.4f s modelled x time_scale %g): its measured time is %.4f s, "
+            "above the model; raise time_scale so that every instruction's scaled time exceeds "
+            "its real work (reported once; SimulatedGpu.overruns counts them)",
+            kind,
+            microbatch,
+            stage,
+            real_wall,
+            modelled * self.time_scale,
+            modelled,
+            self.time_scale,
+            real_wall / self.time_scale,
+        )
 
     # -- state file -----------------------------------------------------------------------------
 
