@@ -72,6 +72,7 @@ class _Progress:
 
 
 def _cmd_frontier(args: argparse.Namespace) -> int:
+    from perseus.errors import ProfileError
     from perseus.profiles import load_profile
     from perseus.schedules import make_schedule
     from perseus.solver import solve_frontier
@@ -82,6 +83,17 @@ def _cmd_frontier(args: argparse.Namespace) -> int:
         check_budget(args.power_budget)  # before the solve: a bad budget fails at once
     profile = load_profile(args.profile)
     schedule = make_schedule(args.schedule, args.stages, args.microbatches, args.virtual_stages)
+    if args.profile_stages is not None:
+        from perseus.profiles import parse_stage_list
+
+        profile = profile.select_stages(parse_stage_list(args.profile_stages))
+    elif profile.stages > schedule.stages:
+        raise ProfileError(
+            f"the profile has {profile.stages} stages but the job {schedule.stages}; choose which "
+            f"to use with --profile-stages (e.g. --profile-stages 0-{schedule.stages - 1} for its "
+            f"first {schedule.stages})",
+            field="stages",
+        )
     power = _blocking_power_for(Path(args.profile), args.blocking_power)
     bar = _Progress(sys.stderr.isatty() and not args.quiet)
     t = time.perf_counter()
@@ -171,6 +183,12 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b", "interleaved-1f1b"])
     f.add_argument(
         "--virtual-stages", type=int, default=1, help="model chunks per rank (interleaved-1f1b)"
+    )
+    f.add_argument(
+        "--profile-stages",
+        metavar="LIST",
+        help="use these stages of the profile, in this order, e.g. 0-3 or 0,2,4,6 (for a "
+        "profile with more stages than the job; default: all of them)",
     )
     f.add_argument(
         "--blocking-power",

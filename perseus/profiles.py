@@ -41,6 +41,7 @@ __all__ = [
     "load_profile",
     "parse_profile_csv",
     "parse_profile_json",
+    "parse_stage_list",
     "pareto_indices",
     "lower_hull_indices",
 ]
@@ -145,6 +146,32 @@ class Profile:
     def has(self, stage: int, kind: str) -> bool:
         return (stage, kind) in self.entries
 
+    def select_stages(self, stages: Iterable[int]) -> Profile:
+        """A profile of ``stages`` only, renumbered ``0..k-1`` in the order given.
+
+        For a job with fewer stages than the profile: ``profile.select_stages(range(4))`` keeps
+        an eight-stage profile's first four stages (what ``perseus frontier --profile-stages 0-3``
+        and ``perseus demo --stages 4`` use). Raises :class:`ProfileError` (field ``stages``) for
+        an empty selection, a stage the profile lacks, or a stage named twice.
+        """
+        chosen = list(stages)
+        if not chosen:
+            raise ProfileError("select at least one stage", field="stages")
+        seen: set[int] = set()
+        for s in chosen:
+            if isinstance(s, bool) or not isinstance(s, int | np.integer):
+                raise ProfileError(f"stage {s!r} is not an integer", field="stages")
+            if not (0 <= s < self.stages):
+                raise ProfileError(
+                    f"stage {s} is not in the profile (it has stages 0..{self.stages - 1})",
+                    field="stages",
+                )
+            if s in seen:
+                raise ProfileError(f"stage {s} is selected twice", field="stages")
+            seen.add(int(s))
+        renumber = {int(old): new for new, old in enumerate(chosen)}
+        return Profile({(renumber[s], k): p for (s, k), p in self.entries.items() if s in renumber})
+
     @property
     def frequencies(self) -> list[int]:
         """Every frequency measured anywhere in the profile, decreasing."""
@@ -246,6 +273,28 @@ def parse_profile_json(obj: Any) -> Profile:
             yield i, rec
 
     return _parse_records(rows())
+
+
+def parse_stage_list(text: str) -> list[int]:
+    """Stages from a list such as ``"0-3"``, ``"0,2,4"`` or ``"4-7,0"`` (ranges inclusive), in
+    the order written; :class:`ProfileError` (field ``stages``) names what is malformed."""
+    out: list[int] = []
+    for part in text.split(","):
+        item = part.strip()
+        lo, sep, hi = item.partition("-")
+        try:
+            first = int(lo)
+            last = int(hi) if sep else first
+        except ValueError:
+            raise ProfileError(
+                f"{item!r} is not a stage or a range of stages like 0-3", field="stages"
+            ) from None
+        if first < 0 or last < first:
+            raise ProfileError(f"{item!r} is not a range of stages like 0-3", field="stages")
+        if last - first >= 100_000:
+            raise ProfileError(f"{item!r} names too many stages", field="stages")
+        out.extend(range(first, last + 1))
+    return out
 
 
 def load_profile(path: str | Path) -> Profile:

@@ -316,3 +316,41 @@ def test_effective_cost_changes_the_frontier_plans() -> None:
     assert high.times[-1] == pytest.approx(4.0)
     assert high.energies[-1] == pytest.approx(300.0)
     assert high.energy_at(4.0) == pytest.approx(300.0)
+
+
+def test_select_stages_keeps_and_renumbers_the_chosen_stages() -> None:
+    from perseus.profiles import load_profile
+
+    full = load_profile(
+        Path(__file__).resolve().parent.parent / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"
+    )
+    first = full.select_stages(range(4))
+    assert first.stages == 4 and first.kinds == full.kinds
+    assert first[(3, "forward")] == full[(3, "forward")]
+    picked = full.select_stages([6, 1])
+    assert picked.stages == 2
+    assert picked[(0, "backward")] == full[(6, "backward")]
+    assert picked[(1, "backward")] == full[(1, "backward")]
+    for bad, match in (([], "at least one"), ([8], "not in the profile"), ([1, 1], "twice")):
+        with pytest.raises(ProfileError, match=match) as err:
+            full.select_stages(bad)
+        assert err.value.field == "stages"
+
+
+@pytest.mark.parametrize(
+    ("text", "stages"),
+    [("0-3", [0, 1, 2, 3]), ("0,2,4", [0, 2, 4]), ("4-5, 0", [4, 5, 0]), ("7", [7])],
+)
+def test_parse_stage_list(text: str, stages: list[int]) -> None:
+    from perseus.profiles import parse_stage_list
+
+    assert parse_stage_list(text) == stages
+
+
+@pytest.mark.parametrize("text", ["", "a", "3-1", "-2", "0-", "1,,2", "0-999999999"])
+def test_parse_stage_list_refuses_what_is_not_a_list_of_stages(text: str) -> None:
+    from perseus.profiles import parse_stage_list
+
+    with pytest.raises(ProfileError) as err:
+        parse_stage_list(text)
+    assert err.value.field == "stages"

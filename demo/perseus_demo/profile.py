@@ -8,8 +8,6 @@ this package as ``perseus_demo/profiles/`` (package data), so that the default r
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 from collections.abc import Iterator
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -66,16 +64,10 @@ def blocking_power_for(profile_name: str, given: float | None) -> float:
 
 
 def slice_profile(path: Path, stages: int) -> tuple[str, int]:
-    """CSV text of the first ``stages`` stages of the profile, and how many stages it has."""
+    """CSV text of the first ``stages`` stages of the profile (all of them when it has fewer:
+    the caller checks), and how many stages it has; :meth:`perseus.profiles.Profile.select_stages`
+    does the selecting, as ``perseus frontier --profile-stages`` does."""
     from perseus.profiles import load_profile
 
     prof = load_profile(path)
-    out = io.StringIO()
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow(["stage", "instruction", "frequency", "time", "energy"])
-    for r in prof.records():
-        if r["stage"] < stages:
-            w.writerow(
-                [r["stage"], r["instruction"], r["frequency"], repr(r["time"]), repr(r["energy"])]
-            )
-    return out.getvalue(), prof.stages
+    return prof.select_stages(range(min(stages, prof.stages))).to_csv(), prof.stages
