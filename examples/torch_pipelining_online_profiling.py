@@ -18,8 +18,8 @@ on real GPUs drop ``gpu=`` and the client locks clocks through NVML (or the node
 
 Run it (one command; it launches two ranks over gloo itself, like ``torchrun`` would)::
 
-    python examples/torch_pipelining_online_profiling.py --short   # 4 clocks, about half a minute
-    python examples/torch_pipelining_online_profiling.py           # the default scan: minutes
+    python examples/torch_pipelining_online_profiling.py --short   # 4 clocks (what CI runs)
+    python examples/torch_pipelining_online_profiling.py           # the default scan: every clock, longer
 
 or against a running server (``perseus serve``)::
 
@@ -56,7 +56,7 @@ BLOCKING_POWER = 83.64
 STAGES, MICROBATCHES, WIDTH = 2, 4, 32
 #: Wall seconds per simulated second. The shortest instruction of this profile (a forward at
 #: 1410 MHz, 50 ms) then lasts 12.5 ms of wall time, far more than the real work inside it (this
-#: toy stage's forward takes well under a millisecond on a CPU). The rule: the real work inside
+#: toy stage's forward is one 32 x 32 layer on a CPU). The rule: the real work inside
 #: an instruction must take less than its scaled time, or the simulated GPU counts the real work
 #: and every measured time comes out longer than the model.
 TIME_SCALE = 0.25
