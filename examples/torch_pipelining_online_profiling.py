@@ -19,7 +19,7 @@ on real GPUs drop ``gpu=`` and the client locks clocks through NVML (or the node
 Run it (one command; it launches two ranks over gloo itself, like ``torchrun`` would)::
 
     python examples/torch_pipelining_online_profiling.py --short   # 4 clocks (what CI runs)
-    python examples/torch_pipelining_online_profiling.py           # the default scan: every clock, longer
+    python examples/torch_pipelining_online_profiling.py           # the default scan (longer)
 
 or against a running server (``perseus serve``)::
 
