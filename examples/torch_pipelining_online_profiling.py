@@ -138,20 +138,32 @@ def _without_options(argv: list[str], names: tuple[str, ...]) -> list[str]:
 
 
 class Rest:
-    """The server's REST API through httpx (raises on any error, with the server's answer)."""
+    """The server's REST API through the standard library (raises on any error, with the
+    server's answer), so that a rank needs nothing beyond the light client and torch."""
 
     def __init__(self, base: str) -> None:
-        import httpx
-
+        self.base = base.rstrip("/")
         token = os.environ.get("PERSEUS_TOKEN")  # the same token the client reads
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=base, headers=headers, timeout=30.0)
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
 
-    def __call__(self, method: str, path: str, **kw: Any) -> Any:
-        r = self.http.request(method, path, **kw)
-        if r.status_code >= 400:
-            raise RuntimeError(f"{method} {path}: {r.status_code} {r.text}")
-        return r.json() if "json" in r.headers.get("content-type", "") else r.text
+    def __call__(
+        self, method: str, path: str, *, json: Any = None, params: dict[str, str] | None = None
+    ) -> Any:
+        import json as json_
+        import urllib.error
+        import urllib.parse
+        import urllib.request
+
+        url = self.base + path + ("?" + urllib.parse.urlencode(params) if params else "")
+        data = None if json is None else json_.dumps(json).encode()
+        headers = {**self.headers, **({"Content-Type": "application/json"} if data else {})}
+        req = urllib.request.Request(url, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                body, kind = r.read().decode(), r.headers.get("Content-Type", "")
+        except urllib.error.HTTPError as e:
+            raise RuntimeError(f"{method} {path}: {e.code} {e.read().decode()}") from None
+        return json_.loads(body) if "json" in kind else body
 
 
 def rank_main(args: argparse.Namespace) -> int:
