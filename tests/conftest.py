@@ -3,6 +3,9 @@ cut them down to a few stages and frequencies for small, fast instances."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -40,3 +43,29 @@ def slice_profile(a100: Profile) -> Callable[[Iterable[int], Iterable[int] | Non
         return parse_profile_csv("\n".join(lines) + "\n")
 
     return cut
+
+
+@pytest.fixture(scope="session")
+def project_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project built as a wheel, from a clean copy of the tree (a build in the checkout
+    would reuse whatever an earlier build left in ``build/``)."""
+    setuptools = pytest.importorskip("setuptools")
+    if int(setuptools.__version__.split(".")[0]) < 68:
+        pytest.skip(f"building needs setuptools >= 68, not {setuptools.__version__}")
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    src.mkdir()
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    for name in ("perseus", "server", "client", "common", "demo", "profiles"):
+        shutil.copytree(ROOT / name, src / name, symlinks=True, ignore=ignore)
+    wheels = tmp / "wheels"
+    build = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(wheels), str(src)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr[-3000:]
+    (wheel,) = wheels.glob("perseus-*.whl")
+    return wheel

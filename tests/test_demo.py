@@ -206,30 +206,12 @@ def test_the_demo_and_the_cli_agree_on_blocking_power(
 
 
 @pytest.mark.slow
-def test_an_installed_wheel_ships_the_sample_profiles(tmp_path: Path) -> None:
+def test_an_installed_wheel_ships_the_sample_profiles(tmp_path: Path, project_wheel: Path) -> None:
     """Built as a (non-editable) wheel, the demo finds its default profile without the
     checkout."""
-    import shutil
     import zipfile
 
-    setuptools = pytest.importorskip("setuptools")
-    if int(setuptools.__version__.split(".")[0]) < 68:
-        pytest.skip(f"building needs setuptools >= 68, not {setuptools.__version__}")
-    src = tmp_path / "src"
-    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(ROOT / name, src / name)
-    for name in ("perseus", "server", "client", "common", "demo", "profiles"):
-        shutil.copytree(ROOT / name, src / name, symlinks=True, ignore=ignore)
-    wheels = tmp_path / "wheels"
-    build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-         "-w", str(wheels), str(src)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert build.returncode == 0, build.stderr[-3000:]
-    (wheel,) = wheels.glob("perseus-*.whl")
+    wheel = project_wheel
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         z.extractall(tmp_path / "site")
