@@ -18,35 +18,20 @@ hot path), each releasing the GIL (``nogil``) so that batches can be split over 
   repair of a plan that overruns its deadline.
 
 :class:`perseus.solver.Rounder` wraps the plan kernels for Python callers; most code should use
-it, or :func:`perseus.solver.solve_problem`, rather than these.
+it, or :func:`perseus.solver.solve_problem`, rather than these. :mod:`~perseus.kernels.cache`
+says where the compiled kernels are kept; ``python -m perseus.kernels.warm`` compiles them ahead
+of time.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from perseus.kernels.cache import NO_KERNELS, configure_cache, drop_stale_caches
 
-def drop_stale_caches(package: Path) -> int:
-    """Delete numba's cache files in ``package/__pycache__`` older than any ``*.py`` beside them;
-    returns how many. numba keys each function's cache on its own source file only, so a
-    kernel compiled with a callee from another module would otherwise keep the old callee
-    after that module changes. Run once, before the kernels are imported."""
-    sources = [p.stat().st_mtime for p in package.glob("*.py")]
-    if not sources:
-        return 0
-    newest = max(sources)
-    dropped = 0
-    for f in (package / "__pycache__").glob("*.nb[ic]"):
-        try:
-            if f.stat().st_mtime < newest:
-                f.unlink()
-                dropped += 1
-        except OSError:  # another process got there first, or the directory is read-only
-            pass
-    return dropped
-
-
-drop_stale_caches(Path(__file__).resolve().parent)
+_HERE = Path(__file__).resolve().parent
+drop_stale_caches(_HERE, exclude=NO_KERNELS)
+configure_cache(_HERE)
 
 from perseus.kernels.exchange import exchange  # noqa: E402
 from perseus.kernels.flow import dinic, min_cut_lower_bounds  # noqa: E402
@@ -64,6 +49,7 @@ from perseus.kernels.rounding import reclaim, reclaim_plans, round_and_reclaim, 
 from perseus.kernels.search import repair, search_plans  # noqa: E402
 
 __all__ = [
+    "configure_cache",
     "dinic",
     "drop_stale_caches",
     "earliest_start",

@@ -45,14 +45,23 @@ __all__ = ["relaxed_chunk"]
 def relaxed_chunk(
     topo, pred_ptr, pred_idx, succ_ptr, succ_idx, src, dst,
     tau, cost, slope, nv, shortest, longest, d0, t_min, scale, inf, max_steps,
-    node_flow, edge_flow, src_flow, snk_flow,
+    node_flow, edge_flow, src_flow, snk_flow, kv, keep,
 ):  # fmt: skip
     """Up to ``max_steps`` steps of the min-cut iteration along the relaxed frontier, starting
     from relaxed durations ``d0`` (see ``perseus.solver``).
 
-    Returns ``(times, costs, slopes, durations, d_next, done)``: per step the iteration time,
-    the sum of relaxed effective costs, the cut value (``inf`` at the fastest point) and the
-    durations; the durations to continue from; whether the fastest point was reached.
+    Returns ``(times, costs, slopes, kept, durations, d_next, done)``: per step the iteration
+    time, the sum of relaxed effective costs, the cut value (``inf`` at the fastest point) and
+    whether its durations were kept; the kept steps' durations (one row each, in order); the
+    durations to continue from; whether the fastest point was reached.
+
+    ``keep = (first, stride, t_top, cells_per_second, last_cell)`` says which steps' durations
+    are kept (so that memory grows with what is kept, not with the number of steps): step
+    ``first + j`` (its index since the sweep began) when it is a multiple of ``stride``, when
+    its time falls in a new cell of a grid of ``cells_per_second`` cells per second counted down
+    from ``t_top`` (``last_cell``: the cell of the last step kept that way; updated in place),
+    and the fastest point. ``kv`` holds each node's hull segment (updated in place, so that
+    finding where a node sits costs ``O(1)`` amortised rather than ``O(H)``).
 
     ``node_flow`` / ``edge_flow`` / ``src_flow`` / ``snk_flow`` hold the maximum flow of the last
     step (per DAG node, DAG edge, source and sink arc) and are updated in place: each step's
@@ -64,7 +73,12 @@ def relaxed_chunk(
     out_g = np.empty(max_steps)
     out_s = np.empty(max_steps)
     out_d = np.empty((max_steps, n))
-    kv = np.zeros(n, np.int64)
+    out_k = np.zeros(max_steps, np.bool_)
+    first = np.int64(keep[0])
+    stride = np.int64(keep[1])
+    t_top = keep[2]
+    cells = keep[3]
+    nkept = 0
     on = np.zeros(n, np.bool_)
     u = np.empty(n)
     lo = np.empty(n)
@@ -78,10 +92,12 @@ def relaxed_chunk(
         g = 0.0
         for i in range(n):
             tolv = 1e-12 * max(1.0, abs(d[i]))
-            k = 0
-            for h in range(nv[i]):
-                if tau[i, h] <= d[i] + tolv:
-                    k = h
+            # the last vertex at or below d[i]: d only moves by a segment or so between steps
+            k = min(max(kv[i], 0), nv[i] - 1)
+            while k > 0 and tau[i, k] > d[i] + tolv:
+                k -= 1
+            while k < nv[i] - 1 and tau[i, k + 1] <= d[i] + tolv:
+                k += 1
             o = abs(d[i] - tau[i, k]) <= tolv
             if o:
                 d[i] = tau[i, k]
@@ -104,8 +120,15 @@ def relaxed_chunk(
         tol = 1e-9 * max(T, 1e-9)
         out_t[steps] = T
         out_g[steps] = g
-        out_d[steps, :] = d
-        if T <= t_min + tol:
+        cell = np.floor((t_top - T) * cells)
+        fastest = T <= t_min + tol
+        if (first + steps) % stride == 0 or cell != keep[4] or fastest:
+            if cell != keep[4]:
+                keep[4] = cell
+            out_k[steps] = True
+            out_d[nkept, :] = d
+            nkept += 1
+        if fastest:
             out_s[steps] = np.inf
             steps += 1
             done = True
@@ -248,4 +271,4 @@ def relaxed_chunk(
         for i in range(n):
             v = d[i] - a[i] * delta
             d[i] = min(max(v, shortest[i]), longest[i])
-    return out_t[:steps], out_g[:steps], out_s[:steps], out_d[:steps], d, done
+    return out_t[:steps], out_g[:steps], out_s[:steps], out_k[:steps], out_d[:nkept], d, done

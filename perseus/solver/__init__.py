@@ -70,12 +70,14 @@ from __future__ import annotations
 from perseus.solver.options import RoundingOptions, SolverOptions
 from perseus.solver.relaxation import Relaxation, RelaxedFrontier, RelaxedStep, relaxed_frontier
 from perseus.solver.rounder import Rounder
-from perseus.solver.solve import solve_frontier, solve_problem
+from perseus.solver.solve import FirstPlan, first_plan, solve_frontier, solve_problem
 from perseus.solver.stages import SEARCH_STARTS
 
 __all__ = [
     "solve_frontier",
     "solve_problem",
+    "first_plan",
+    "FirstPlan",
     "SolverOptions",
     "RoundingOptions",
     "Rounder",

@@ -108,6 +108,11 @@ class SolverOptions:
         polish_nodes: a pass of exchanges costs ``O(n^2)``, so at most ``polish_nodes // n``
             plans are polished (at least one).
 
+    Memory:
+        relaxed_memory: bytes of relaxed durations kept from the sweep along the relaxed
+            frontier (``n`` floats per kept breakpoint, at least 64 breakpoints): roundings
+            between kept breakpoints interpolate. Below it, every breakpoint is kept.
+
     seed: the generator behind randomised roundings and searches; the same input and options
     give the same frontier. ``rounding``: how slack is reclaimed (:class:`RoundingOptions`).
     """
@@ -126,6 +131,7 @@ class SolverOptions:
     search_work: int = 400_000
     search_intervals: int = 16
     diagonal_rounding: bool = True
+    relaxed_memory: int = 128 * 2**20
     seed: int = 0
     rounding: RoundingOptions = field(default_factory=RoundingOptions)
 
@@ -141,6 +147,7 @@ class SolverOptions:
             "polish_nodes",
             "search_work",
             "search_intervals",
+            "relaxed_memory",
             "seed",
         ):
             _integer(self, name, 0)

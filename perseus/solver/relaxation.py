@@ -23,7 +23,7 @@ from perseus.kernels.relaxed import relaxed_chunk
 from perseus.problem import EnergyProblem
 from perseus.profiles import lower_hull_indices, pareto_indices
 
-__all__ = ["Relaxation", "RelaxedStep", "RelaxedFrontier", "relaxed_frontier"]
+__all__ = ["Relaxation", "RelaxedStep", "RelaxedFrontier", "relaxed_frontier", "path_bound"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -130,12 +130,35 @@ def relaxed_frontier(
 
     Each step's ``slope`` is the marginal energy cost of shortening the iteration further
     (``inf`` at the fastest point). ``cancel`` is polled between chunks of steps; returning
-    ``True`` raises :class:`~perseus.errors.SolverCancelled`.
+    ``True`` raises :class:`~perseus.errors.SolverCancelled`. Every step carries its durations
+    (``n`` floats): a caller that keeps them all holds ``O(n x steps)``;
+    :meth:`RelaxedFrontier.sweep` keeps a bounded number.
     """
-    rel = relaxation or Relaxation.build(problem)
+    for chunk in _sweep(problem, relaxation or Relaxation.build(problem), 1, cancel):
+        times, costs, slopes, _, durations, _ = chunk
+        for i in range(len(times)):
+            yield RelaxedStep(float(times[i]), float(costs[i]), float(slopes[i]), durations[i])
+
+
+_Chunk = tuple[FloatArray, FloatArray, FloatArray, BoolArray, FloatArray, bool]
+
+
+def _sweep(
+    problem: EnergyProblem,
+    rel: Relaxation,
+    stride: int | Callable[[], int],
+    cancel: Callable[[], bool] | None,
+    cells: int = 0,
+) -> Iterator[_Chunk]:
+    """The min-cut iteration in chunks of steps, ``(times, costs, slopes, kept, durations,
+    done)`` each, ``durations`` holding the rows of the steps with ``kept`` set: every
+    ``stride``-th step by index since the start (``stride`` read before each chunk), the first
+    step in each of ``cells`` equal cells of time between the slowest and the fastest point,
+    and the last step."""
     dag = problem.dag
     d = rel.longest.copy()
     t_min = float(dag.iteration_time(rel.shortest))
+    t_max = float(dag.iteration_time(d))
     scale = min(1e6, 2.0**52 / (np.abs(rel.slope).max(axis=1).sum() + 1.0))
     n = problem.num_nodes
     flows = (
@@ -144,28 +167,41 @@ def relaxed_frontier(
         np.zeros(n, np.int64),
         np.zeros(n, np.int64),
     )
+    kv = rel.nv - 1
+    per_second = cells / (t_max - t_min) if cells > 0 and t_max > t_min else 0.0
+    keep = np.array([0.0, 1.0, t_max, per_second, -1.0])
     while True:
         if cancel is not None and cancel():
             raise SolverCancelled("frontier computation cancelled")
-        times, costs, slopes, durations, d, done = relaxed_chunk(
+        keep[1] = stride() if callable(stride) else stride
+        times, costs, slopes, kept, durations, d, done = relaxed_chunk(
             dag.topo, dag.pred_ptr, dag.pred_idx, dag.succ_ptr, dag.succ_idx, dag.src, dag.dst,
             rel.tau, rel.cost, rel.slope, rel.nv, rel.shortest, rel.longest,
-            d, t_min, scale, _INT_INF, _STEPS_PER_CHUNK, *flows,
+            d, t_min, scale, _INT_INF, _STEPS_PER_CHUNK, *flows, kv, keep,
         )  # fmt: skip
-        for i in range(len(times)):
-            yield RelaxedStep(float(times[i]), float(costs[i]), float(slopes[i]), durations[i])
+        keep[0] += len(times)
+        if done and not kept[-1]:  # the last step: the durations the sweep stopped at
+            kept[-1] = True
+            durations = np.concatenate([durations, d[None, :]])
+        yield times, costs, slopes, kept, durations, done
         if done:
             return
 
 
 @dataclass(frozen=True, eq=False)
 class RelaxedFrontier:
-    """Every breakpoint of the relaxed frontier, by increasing time, and the bound they give.
+    """Every breakpoint of the relaxed frontier, by increasing time, the bound they give, and
+    the relaxed optimum's durations at some of them.
 
     Attributes:
         relaxation: the hulls the breakpoints come from.
         times, costs: ``(b,)`` iteration times and ``G(T)`` at the breakpoints.
-        durations: ``(b, n)`` the relaxed optimum's durations at each breakpoint.
+        kept_times, kept_durations: ``(k,)`` and ``(k, n)``: the breakpoints whose durations
+            are kept (the slowest and the fastest among them) and those durations. Between two
+            kept breakpoints :meth:`durations_at` interpolates: a convex combination of feasible
+            durations is feasible for the same combination of times (the longest path is
+            convex in the durations), so it is a relaxed solution within its deadline, the
+            optimum itself wherever no breakpoint lies between.
         t_min, t_max: the fastest iteration time, and that of the longest durations.
         ranks_power: blocking power times ranks (``P R``), what an idle second of the whole
             pipeline costs.
@@ -174,7 +210,8 @@ class RelaxedFrontier:
     relaxation: Relaxation
     times: FloatArray
     costs: FloatArray
-    durations: FloatArray
+    kept_times: FloatArray
+    kept_durations: FloatArray
     t_min: float
     t_max: float
     ranks_power: float
@@ -183,23 +220,104 @@ class RelaxedFrontier:
     def from_steps(
         cls, problem: EnergyProblem, relaxation: Relaxation, steps: list[RelaxedStep]
     ) -> RelaxedFrontier:
-        """The frontier of ``steps`` as :func:`relaxed_frontier` yields them (slowest first)."""
-        dag = problem.dag
+        """The frontier of ``steps`` as :func:`relaxed_frontier` yields them (slowest first),
+        every step's durations kept."""
         ordered = steps[::-1]  # by increasing time
+        times = np.array([s.time for s in ordered])
+        return cls._make(
+            problem,
+            relaxation,
+            times,
+            np.array([s.cost for s in ordered]),
+            times,
+            np.stack([s.durations for s in ordered]),
+        )
+
+    @classmethod
+    def sweep(
+        cls,
+        problem: EnergyProblem,
+        relaxation: Relaxation,
+        *,
+        memory: int,
+        cancel: Callable[[], bool] | None = None,
+        progress: Callable[[float], None] | None = None,
+    ) -> RelaxedFrontier:
+        """Every breakpoint (:func:`relaxed_frontier`), keeping the durations of at most about
+        ``memory`` bytes' worth of them (at least 64): a quarter the first breakpoint in each
+        of as many equal cells of time, the rest spread evenly by index (breakpoints crowd
+        where the frontier bends), thinned by half whenever they overflow; the slowest and
+        the fastest always. ``progress`` gets the fraction of the time range swept.
+
+        Memory: ``O(b + memory)`` for ``b`` breakpoints, whatever ``b`` is; time as
+        :func:`relaxed_frontier`.
+        """
+        n = problem.num_nodes
+        budget = max(64, memory // (8 * max(n, 1)))
+        cells = budget // 4
+        cap = budget - cells
+        stride = [1]
+        by_index: dict[int, FloatArray] = {}
+        by_time: dict[int, FloatArray] = {}
+        times: list[FloatArray] = []
+        costs: list[FloatArray] = []
+        g = 0
+        t_lo = float(problem.dag.iteration_time(relaxation.shortest))
+        t_hi = float(problem.dag.iteration_time(relaxation.longest))
+        chunks = _sweep(problem, relaxation, lambda: stride[0], cancel, cells)
+        for t, c, _, kept, rows, done in chunks:
+            st = stride[0]
+            for r, j in enumerate(np.flatnonzero(kept)):
+                last = done and j == len(t) - 1
+                row = rows[r].copy()  # not a view: that would keep the whole chunk
+                (by_index if (g + j) % st == 0 and not last else by_time)[g + int(j)] = row
+            g += len(t)
+            times.append(t)
+            costs.append(c)
+            while len(by_index) > cap:
+                stride[0] *= 2
+                by_index = {i: v for i, v in by_index.items() if i % stride[0] == 0}
+            if progress is not None and t_hi > t_lo:
+                for x in np.minimum(1.0, (t_hi - t) / (t_hi - t_lo)):
+                    progress(float(x))
+        kept_rows = by_index | by_time  # the slowest (index 0) and the last step among them
+        order = sorted(kept_rows, reverse=True)  # by increasing time
+        all_t = np.concatenate(times)[::-1]
+        return cls._make(
+            problem,
+            relaxation,
+            all_t,
+            np.concatenate(costs)[::-1],
+            np.concatenate(times)[np.array(order)],
+            np.stack([kept_rows[i] for i in order]),
+        )
+
+    @classmethod
+    def _make(
+        cls,
+        problem: EnergyProblem,
+        relaxation: Relaxation,
+        times: FloatArray,
+        costs: FloatArray,
+        kept_times: FloatArray,
+        kept_durations: FloatArray,
+    ) -> RelaxedFrontier:
+        dag = problem.dag
         return cls(
             relaxation=relaxation,
-            times=np.array([s.time for s in ordered]),
-            costs=np.array([s.cost for s in ordered]),
-            durations=np.stack([s.durations for s in ordered]),
+            times=times,
+            costs=costs,
+            kept_times=kept_times,
+            kept_durations=kept_durations,
             t_min=float(dag.iteration_time(relaxation.shortest)),
             t_max=float(dag.iteration_time(relaxation.longest)),
             ranks_power=problem.blocking_power * dag.num_ranks,
         )
 
     def durations_at(self, deadlines: FloatArray) -> FloatArray:
-        """The relaxed optimum's durations at each of ``deadlines`` (``(k, n)``): between
-        breakpoints it moves linearly."""
-        bp_t, bp_d = self.times, self.durations
+        """The relaxed durations at each of ``deadlines`` (``(k, n)``), interpolated between
+        the kept breakpoints (the relaxed optimum between two consecutive breakpoints)."""
+        bp_t, bp_d = self.kept_times, self.kept_durations
         j = np.clip(np.searchsorted(bp_t, deadlines, side="right") - 1, 0, len(bp_t) - 1)
         k = np.minimum(j + 1, len(bp_t) - 1)
         span = bp_t[k] - bp_t[j]
@@ -213,3 +331,52 @@ class RelaxedFrontier:
         breakpoints' range)."""
         out: FloatArray = np.interp(times, self.times, self.costs) + self.ranks_power * times
         return out
+
+
+def path_bound(
+    problem: EnergyProblem, relaxation: Relaxation, deadline: float
+) -> tuple[float, float]:
+    """A certified lower bound on ``G`` that needs no sweep: ``(a, F)`` with
+    ``G(T) >= a - F T`` for every ``T``, tightest at ``deadline``.
+
+    Lagrangian duality: for any flow ``f`` through the DAG of value ``F`` (node throughputs
+    ``f_i``), every schedule within ``T`` has ``sum_i f_i d_i <= F T`` (decompose ``f`` into
+    paths, each no longer than ``T``), so ``G(T) >= sum_i min_d (c_i(d) + f_i d) - F T``. Here
+    ``f`` is ``phi`` along one longest path of the shortest durations (a critical path at the
+    fastest time), ``phi`` maximising the bound at ``deadline`` (a concave function of ``phi``,
+    by golden-section search). Cost ``O(n H)`` per evaluation, a few dozen evaluations.
+    """
+    dag = problem.dag
+    d = relaxation.shortest
+    es = np.asarray(dag.earliest_start(d), dtype=np.float64)
+    fin = es + d
+    v = int(np.argmax(fin))
+    path = [v]
+    tol = 1e-12 * max(float(fin[v]), 1.0)
+    while es[v] > tol:
+        preds = dag.pred_idx[dag.pred_ptr[v] : dag.pred_ptr[v + 1]]
+        v = int(preds[np.argmax(fin[preds])])
+        path.append(v)
+    on = np.zeros(problem.num_nodes, dtype=bool)
+    on[path] = True
+    rel = relaxation
+    valid = np.arange(rel.tau.shape[1])[None, :] < rel.nv[:, None]
+    base = float(np.where(valid, rel.cost, np.inf).min(axis=1)[~on].sum())
+    tau = np.where(valid[on], rel.tau[on], 0.0)
+    cost = np.where(valid[on], rel.cost[on], np.inf)
+
+    def q(phi: float) -> float:
+        return base + float((cost + phi * tau).min(axis=1).sum()) - phi * deadline
+
+    lo, hi = 0.0, float(np.abs(rel.slope[on]).max()) + 1.0
+    g = (np.sqrt(5.0) - 1) / 2
+    for _ in range(60):
+        a_, b_ = hi - g * (hi - lo), lo + g * (hi - lo)
+        if q(a_) < q(b_):
+            lo = a_
+        else:
+            hi = b_
+    phi = max(0.0, (lo + hi) / 2)
+    if q(phi) < q(0.0):
+        phi = 0.0
+    return q(phi) + phi * deadline, phi

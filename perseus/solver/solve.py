@@ -15,10 +15,52 @@ from perseus.profiles import Profile
 from perseus.schedules import Schedule
 from perseus.solver.candidates import CandidatePool
 from perseus.solver.options import SolverOptions
+from perseus.solver.relaxation import Relaxation, path_bound
 from perseus.solver.rounder import Rounder
 from perseus.solver.stages import Run, assemble, polish, refine, relax, search, seed_candidates
 
-__all__ = ["solve_problem", "solve_frontier"]
+__all__ = ["solve_problem", "solve_frontier", "first_plan", "FirstPlan"]
+
+#: Called once, early in a solve, with a frontier of one point: the zero-slowdown plan.
+FirstPlan = Callable[[Frontier], None]
+
+
+def first_plan(problem: EnergyProblem, relaxation: Relaxation, rounder: Rounder) -> Frontier:
+    """A deployable zero-slowdown plan before any relaxed sweep: the all-max-frequency plan
+    given the slack up to its own time (:meth:`Rounder.reclaim`), truly evaluated and kept only
+    when it finishes within ``T0`` (else the all-max-frequency plan itself), as a frontier of
+    one point.
+
+    Its bound is :func:`~perseus.solver.relaxation.path_bound` at ``T0`` (certified but looser
+    than the full solve's, so its gap reads higher); ``bound_times`` holds ``T0`` and the
+    slowest relaxed time, so :meth:`~perseus.frontier.Frontier.lower_bound_at` stays
+    certified at every deadline. Cost: one reclaim, ``O(levels x rounds x (nK + m))``.
+    """
+    fastest = problem.max_frequency_plan()
+    t0 = problem.evaluate(fastest)
+    plan = rounder.reclaim(fastest[None, :], np.array([t0.time]))
+    t, e = problem.evaluate_many(plan)
+    if not (t[0] <= t0.time * (1 + 1e-12) and e[0] <= t0.energy):
+        plan, t, e = fastest[None, :], np.array([t0.time]), np.array([t0.energy])
+    pr = problem.blocking_power * problem.dag.num_ranks
+    a, flow = path_bound(problem, relaxation, t0.time)
+    t_max = max(float(problem.dag.iteration_time(relaxation.longest)), t0.time)
+    bt = np.array([t0.time, t_max]) if t_max > t0.time else np.array([t0.time])
+    be = a - flow * bt + pr * bt
+    lb = float(np.interp(t[0], bt, be))
+    return Frontier(
+        schedule=problem.dag.schedule,
+        blocking_power=problem.blocking_power,
+        max_frequency_time=t0.time,
+        max_frequency_energy=t0.energy,
+        times=t,
+        energies=e,
+        lower_bounds=np.array([min(lb, float(e[0]))]),
+        plans=plan,
+        node_freqs=problem.freqs,
+        bound_times=bt,
+        bound_energies=be,
+    )
 
 
 def solve_problem(
@@ -27,6 +69,7 @@ def solve_problem(
     *,
     progress: Callable[[float], None] | None = None,
     cancel: Callable[[], bool] | None = None,
+    on_first_plan: FirstPlan | None = None,
 ) -> Frontier:
     """The time-energy frontier of ``problem`` (see :mod:`perseus.solver`).
 
@@ -36,6 +79,11 @@ def solve_problem(
         progress: called with the fraction done (0..1) now and then, never decreasing; 1 last.
         cancel: polled between steps; returning ``True`` raises
             :class:`~perseus.errors.SolverCancelled`.
+        on_first_plan: called once, before the relaxed sweep (the bulk of the work), with a
+            frontier of one point: a verified zero-slowdown plan (true time at most ``T0``;
+            see :func:`first_plan`), deployable while the rest is solved. The final frontier's
+            fastest plan is at least as good (the first plan is among its candidates). An
+            exception it raises ends the solve.
 
     Every point of the result is a real plan with its true (time, energy), and carries the
     certified lower bound at its own time. The same problem and options give the same frontier.
@@ -45,10 +93,17 @@ def solve_problem(
         raise OptionError(
             f"options: must be a SolverOptions, got {type(opts).__name__}", field="options"
         )
-    relaxed = relax(problem, progress=progress, cancel=cancel)
-    rounder = Rounder(problem, relaxed.relaxation, opts.rounding)
+    rel = Relaxation.build(problem)
+    rounder = Rounder(problem, rel, opts.rounding)
+    early = first_plan(problem, rel, rounder)  # cheap; a candidate whether or not it is asked for
+    if on_first_plan is not None:
+        on_first_plan(early)
+    relaxed = relax(
+        problem, memory=opts.relaxed_memory, progress=progress, cancel=cancel, relaxation=rel
+    )
     with CandidatePool(problem, relaxed, cancel) as pool:
         run = Run(problem, relaxed, rounder, pool, opts, np.random.default_rng(opts.seed), progress)
+        pool.add(early.plans)
         seed_candidates(run)
         refine(run)
         search(run)
@@ -66,6 +121,7 @@ def solve_frontier(
     cancel: Callable[[], bool] | None = None,
     effort: float | None = None,
     options: SolverOptions | None = None,
+    on_first_plan: FirstPlan | None = None,
 ) -> Frontier:
     """The time-energy frontier of ``schedule`` on ``profile`` (see :mod:`perseus.solver`).
 
@@ -80,6 +136,7 @@ def solve_frontier(
             zero-slowdown plan; 0: no search; see :class:`SolverOptions`); when given, it
             replaces ``options.effort``.
         options: every other knob (default :class:`SolverOptions()`).
+        on_first_plan: the early zero-slowdown plan, as in :func:`solve_problem`.
 
     Raises:
         ProfileError: the profile does not fit the schedule, or ``blocking_power`` is bad.
@@ -89,4 +146,6 @@ def solve_frontier(
     if effort is not None:
         opts = replace(opts, effort=effort)  # validated again
     problem = EnergyProblem.build(profile, schedule, blocking_power)
-    return solve_problem(problem, opts, progress=progress, cancel=cancel)
+    return solve_problem(
+        problem, opts, progress=progress, cancel=cancel, on_first_plan=on_first_plan
+    )

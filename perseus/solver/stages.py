@@ -19,7 +19,7 @@ from perseus.frontier import Frontier
 from perseus.problem import EnergyProblem
 from perseus.solver.candidates import CandidatePool, Snapshot
 from perseus.solver.options import SolverOptions
-from perseus.solver.relaxation import Relaxation, RelaxedFrontier, RelaxedStep, relaxed_frontier
+from perseus.solver.relaxation import Relaxation, RelaxedFrontier
 from perseus.solver.rounder import Rounder
 
 __all__ = [
@@ -69,20 +69,21 @@ class Run:
 def relax(
     problem: EnergyProblem,
     *,
+    memory: int = 128 * 2**20,
     progress: Progress = None,
     cancel: Callable[[], bool] | None = None,
+    relaxation: Relaxation | None = None,
 ) -> RelaxedFrontier:
-    """Every breakpoint of the relaxed frontier (progress runs to 0.6 as ``T`` falls)."""
-    rel = Relaxation.build(problem)
-    dag = problem.dag
-    t_min = float(dag.iteration_time(rel.shortest))
-    t_max = float(dag.iteration_time(rel.longest))
-    steps: list[RelaxedStep] = []
-    for step in relaxed_frontier(problem, rel, cancel=cancel):
-        steps.append(step)
-        if progress is not None and t_max > t_min:
-            progress(0.6 * min(1.0, (t_max - step.time) / (t_max - t_min)))
-    return RelaxedFrontier.from_steps(problem, rel, steps)
+    """Every breakpoint of the relaxed frontier, the durations of about ``memory`` bytes'
+    worth of them kept (progress runs to 0.6 as ``T`` falls)."""
+    rel = Relaxation.build(problem) if relaxation is None else relaxation
+    return RelaxedFrontier.sweep(
+        problem,
+        rel,
+        memory=memory,
+        cancel=cancel,
+        progress=None if progress is None else (lambda f: progress(0.6 * f)),
+    )
 
 
 def diagonal_up_at(problem: EnergyProblem, offsets: FloatArray) -> FloatArray:
@@ -104,7 +105,10 @@ def seed_candidates(run: Run) -> None:
     count = min(run.options.initial_candidates, len(bp_t))
     pick = np.unique(np.linspace(0, len(bp_t) - 1, count).round().astype(int))
     run.pool.batched(
-        run.rounder.round, run.relaxed.durations[pick], bp_t[pick], np.ones(len(pick), dtype=bool)
+        run.rounder.round,
+        run.relaxed.durations_at(bp_t[pick]),
+        bp_t[pick],
+        np.ones(len(pick), dtype=bool),
     )
 
 

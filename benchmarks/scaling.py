@@ -1,0 +1,275 @@
+"""How the frontier solver's time and memory grow with the pipeline: deep pipelines, many
+microbatches, fine-grained clocks.
+
+Inputs (built here, nothing to download):
+
+* ``a100``: the shipped GPT-3 175B A100 SXM profile (8 stages) tiled across the stages: stage
+  ``s`` gets the measurements of shipped stage ``s % 8``.
+* ``smooth``: a synthetic DVFS profile with ``--clocks`` SM clocks (default 64) from 1980 MHz
+  down in 15 MHz steps, every stage and kind from the same model (see :func:`smooth_profile`):
+  time ``t(f) = t_mem + t_comp * fmax / f`` and power ``p(f) = p_static + p_dyn * (f / fmax)^k``
+  (``k = 3``: voltage scales with frequency, dynamic power with ``f V^2``), energy ``p t``.
+  Such a profile is smooth: (nearly) every clock is a vertex of its lower convex hull, the
+  hardest case for the relaxation.
+
+Configurations: 1F1B from 8 x 12 to 32 x 512 and interleaved 1F1B (V = 2, 4) up to the same
+32,768 instructions. Each configuration is solved in its own child process (default solver
+options), so its peak RSS is its own; the parent kills a child whose RSS passes
+``--max-rss-gb`` or that runs past ``--timeout``. Per configuration it prints: instructions, hull
+vertices per instruction, wall time until the verified zero-slowdown plan is known and of the
+whole frontier, peak RSS, frontier points, the fastest plan's true time against T0, the worst gap
+to the bound at T0, 1.02 T0 and 1.1 T0, and the log-log growth slope of time and peak RSS from the
+previous size of the same family.
+
+    python benchmarks/scaling.py                        # everything (tens of minutes)
+    python benchmarks/scaling.py --quick                # up to 8,192 instructions
+    python benchmarks/scaling.py --max-instructions 4096 --profile smooth
+    python benchmarks/scaling.py --only 16x256 --profile smooth
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+A100 = (ROOT / "profiles" / "gpt3-175b_a100-sxm_8stage.csv", 83.64)
+#: Blocking power (W) used with the synthetic profile.
+SMOOTH_BLOCKING_POWER = 80.0
+DEADLINES = (1.0, 1.02, 1.1)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One input: profile kind, ranks, microbatches, model chunks per rank."""
+
+    profile: str
+    stages: int
+    microbatches: int
+    virtual: int = 1
+
+    @property
+    def instructions(self) -> int:
+        return 2 * self.stages * self.microbatches * self.virtual
+
+    @property
+    def family(self) -> str:
+        return f"{self.profile} {'1f1b' if self.virtual == 1 else f'V={self.virtual}'}"
+
+    @property
+    def label(self) -> str:
+        v = "" if self.virtual == 1 else f" V={self.virtual}"
+        return f"{self.profile:6} {self.stages:2d} x {self.microbatches:3d}{v}"
+
+
+#: 1F1B (stages, microbatches) and interleaved (stages, microbatches, V), by size.
+ONE_F_ONE_B = [(8, 12), (8, 96), (16, 64), (16, 128), (16, 256), (32, 256), (32, 512)]
+INTERLEAVED = [(16, 64, 2), (16, 128, 2), (16, 256, 2), (32, 256, 2), (16, 64, 4), (16, 128, 4),
+               (16, 256, 4)]  # fmt: skip
+
+
+def configs(profiles: list[str]) -> list[Config]:
+    out = []
+    for p in profiles:
+        out += [Config(p, s, m) for s, m in ONE_F_ONE_B]
+        out += [Config(p, s, m, v) for s, m, v in INTERLEAVED]
+    return out
+
+
+def tiled_profile(path: Path, stages: int):  # -> Profile
+    """The profile at ``path`` repeated across ``stages`` stages (stage ``s`` takes shipped
+    stage ``s % shipped``)."""
+    from perseus.profiles import Profile, load_profile
+
+    base = load_profile(path)
+    return Profile({(s, k): base[(s % base.stages, k)] for s in range(stages) for k in base.kinds})
+
+
+def smooth_profile(stages: int, clocks: int = 64, fmax: int = 1980, step: int = 15):  # -> Profile
+    """A synthetic profile from a DVFS model, the same for every stage up to a small
+    deterministic per-stage factor (first and last stages heavier, as with embeddings/loss).
+
+    ``t(f) = t_mem + t_comp * fmax / f``; ``p(f) = p_static + p_dyn * (f / fmax)^3``; energy
+    ``p(f) t(f)``. Forward: ``t_comp = 40 ms``, ``t_mem = 8 ms``; backward twice that;
+    ``p_static = 90 W``, ``p_dyn = 310 W``.
+    """
+    from perseus.profiles import InstructionProfile, Profile
+
+    f = fmax - step * np.arange(clocks)
+    x = f / fmax
+    entries = {}
+    for s in range(stages):
+        w = 1.0 + (0.12 if s in (0, stages - 1) else 0.0) + 0.01 * ((s * 7) % 5)
+        for kind, mult in (("forward", 1.0), ("backward", 2.0)):
+            t = mult * w * (0.008 + 0.040 / x)
+            p = 90.0 + 310.0 * x**3
+            entries[(s, kind)] = InstructionProfile(f.astype(np.int64), t, p * t)
+    return Profile(entries)
+
+
+def build_problem(cfg: Config):  # -> EnergyProblem
+    from perseus.problem import EnergyProblem
+    from perseus.schedules import interleaved_1f1b, one_f_one_b
+
+    if cfg.profile == "a100":
+        profile, power = tiled_profile(A100[0], cfg.stages), A100[1]
+    elif cfg.profile == "smooth":
+        profile, power = smooth_profile(cfg.stages), SMOOTH_BLOCKING_POWER
+    else:
+        raise ValueError(cfg.profile)
+    if cfg.virtual == 1:
+        schedule = one_f_one_b(cfg.stages, cfg.microbatches)
+    else:
+        schedule = interleaved_1f1b(cfg.stages, cfg.microbatches, cfg.virtual)
+    return EnergyProblem.build(profile, schedule, power)
+
+
+def _peak_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def child(cfg: Config) -> dict:
+    """Solve ``cfg`` in this process and measure it."""
+    from perseus.solver import solve_problem
+    from perseus.solver.relaxation import Relaxation
+
+    problem = build_problem(cfg)
+    tiny = build_problem(Config(cfg.profile, 2, 2))
+    solve_problem(tiny)  # kernels loaded (or compiled) before timing
+    base_rss = _peak_rss_mib()
+    hull = float(Relaxation.build(problem).nv.mean())
+    first: list[float] = []
+    t = time.perf_counter()
+    kwargs = {}
+    import inspect
+
+    if "on_first_plan" in inspect.signature(solve_problem).parameters:
+        kwargs["on_first_plan"] = lambda fr: first.append(time.perf_counter() - t)
+    frontier = solve_problem(problem, **kwargs)
+    wall = time.perf_counter() - t
+    t0 = frontier.max_frequency_time
+    out = {
+        "instructions": problem.num_nodes,
+        "hull": hull,
+        "first": first[0] if first else None,
+        "wall": wall,
+        "rss": _peak_rss_mib(),
+        "base_rss": base_rss,
+        "points": len(frontier),
+        "bound_points": len(frontier.bound_times),
+        "fastest": float(frontier.times[0] / t0 - 1),
+    }
+    for f in DEADLINES:
+        # the sweep stops within 1e-9 (relative) of the fastest time, so the bound's first
+        # breakpoint may lie that far past T0 (where lower_bound_at is inf)
+        d = max(f * t0, float(frontier.bound_times[0]))
+        out[f"gap@{f}"] = frontier.energy_at(d) / frontier.lower_bound_at(d) - 1
+    return out
+
+
+def run_child(cfg: Config, timeout: float, max_rss_gb: float) -> dict:
+    """:func:`child` in a fresh process, killed past ``timeout`` s or ``max_rss_gb`` GB."""
+    arg = json.dumps([cfg.profile, cfg.stages, cfg.microbatches, cfg.virtual])
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--child", arg],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    start = time.monotonic()
+    why = None
+    while proc.poll() is None:
+        time.sleep(0.2)
+        try:
+            with open(f"/proc/{proc.pid}/status") as fh:
+                rss = next(int(x.split()[1]) for x in fh if x.startswith("VmRSS"))
+        except (OSError, StopIteration):
+            rss = 0
+        if rss > max_rss_gb * 1024**2:
+            why = f"killed at {rss / 1024**2:.1f} GB"
+        elif time.monotonic() - start > timeout:
+            why = f"killed at {timeout:.0f} s"
+        if why:
+            proc.kill()
+            proc.wait()
+            return {"error": why}
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        return {"error": f"exit {proc.returncode}: {err.strip().splitlines()[-1:]}"}
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _slope(prev: dict | None, cur: dict, key: str) -> str:
+    if not prev or "error" in prev or "error" in cur or not prev.get(key) or not cur.get(key):
+        return "   "
+    s = math.log(cur[key] / prev[key]) / math.log(cur["instructions"] / prev["instructions"])
+    return f"{s:4.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--profile", choices=["a100", "smooth"], action="append")
+    ap.add_argument("--max-instructions", type=int, default=32768)
+    ap.add_argument("--quick", action="store_true", help="up to 8,192 instructions")
+    ap.add_argument("--only", action="append", help="SxM or SxMxV, e.g. 16x256 or 16x256x4")
+    ap.add_argument("--timeout", type=float, default=600.0, help="per configuration (s)")
+    ap.add_argument("--max-rss-gb", type=float, default=6.0, help="kill a child past this")
+    ap.add_argument("--json", help="also write the numbers here")
+    args = ap.parse_args(argv)
+    if args.child:
+        p, s, m, v = json.loads(args.child)
+        print(json.dumps(child(Config(p, s, m, v))))
+        return 0
+    limit = min(args.max_instructions, 8192 if args.quick else 32768)
+    todo = [c for c in configs(args.profile or ["smooth", "a100"]) if c.instructions <= limit]
+    if args.only:
+        want = {tuple(int(x) for x in o.split("x")) for o in args.only}
+        todo = [c for c in todo if (c.stages, c.microbatches) in want
+                or (c.stages, c.microbatches, c.virtual) in want]  # fmt: skip
+    head = (f"{'input':20} {'instr':>6} {'hull':>5} {'first':>7} {'whole':>7} {'RSS MiB':>8} "
+            f"{'pts':>5} {'T/T0-1':>8} {'gap T0':>7} {'1.02':>6} {'1.1':>6} {'slope t':>7} "
+            f"{'slope m':>7}")  # fmt: skip
+    print(head)
+    print("-" * len(head))
+    results = []
+    prev: dict[str, dict] = {}
+    for cfg in todo:
+        r = run_child(cfg, args.timeout, args.max_rss_gb)
+        r["config"] = [cfg.profile, cfg.stages, cfg.microbatches, cfg.virtual]
+        results.append(r)
+        if "error" in r:
+            print(f"{cfg.label:20} {cfg.instructions:6d}  {r['error']}", flush=True)
+        else:
+            first = f"{r['first']:6.2f}s" if r["first"] is not None else "    n/a"
+            rss = dict(r, rss=r["rss"])
+            p = prev.get(cfg.family)
+            print(f"{cfg.label:20} {r['instructions']:6d} {r['hull']:5.1f} {first} "
+                  f"{r['wall']:6.2f}s {r['rss']:8.0f} {r['points']:5d} {100 * r['fastest']:+7.3f}% "
+                  f"{100 * r['gap@1.0']:6.2f}% {100 * r['gap@1.02']:5.2f}% "
+                  f"{100 * r['gap@1.1']:5.2f}% {_slope(p, r, 'wall'):>7} "
+                  f"{_slope(p, rss, 'rss'):>7}", flush=True)  # fmt: skip
+        prev[cfg.family] = r
+    print("\nslope: log-log growth from the previous size of the same family (time: whole "
+          "frontier; memory: peak RSS)")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""The solver at scale: bounded relaxed memory, the early zero-slowdown plan, deep pipelines, and
+kernels compiled ahead of time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from lp_reference import lp_lower_bound
+
+from perseus.frontier import Frontier
+from perseus.kernels.cache import cache_dir_for, configure_cache
+from perseus.problem import EnergyProblem
+from perseus.profiles import InstructionProfile, Profile
+from perseus.schedules import interleaved_1f1b, one_f_one_b
+from perseus.solver import (
+    Relaxation,
+    RelaxedFrontier,
+    SolverOptions,
+    first_plan,
+    relaxed_frontier,
+    solve_problem,
+)
+from perseus.solver.relaxation import path_bound
+from perseus.solver.rounder import Rounder
+
+REL = 1e-9
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def smooth(stages: int, clocks: int, seed: int = 0) -> Profile:
+    """A DVFS-model profile (time = memory part + compute part x fmax/f, power = static +
+    dynamic x (f/fmax)^3), stages a little different from each other."""
+    rng = np.random.default_rng(seed)
+    f = 1980 - 15 * np.arange(clocks)
+    x = f / f[0]
+    entries = {}
+    for s in range(stages):
+        w = 1 + 0.1 * rng.random()
+        for kind, mult in (("forward", 1.0), ("backward", 2.0)):
+            t = mult * w * (0.008 + 0.04 / x)
+            e = (90 + 310 * x ** (2.5 + rng.random())) * t
+            entries[(s, kind)] = InstructionProfile(f.astype(np.int64), t, e)
+    return Profile(entries)
+
+
+def check_frontier(problem: EnergyProblem, fr: Frontier) -> None:
+    t, e = problem.evaluate_many(fr.plans)
+    assert np.allclose(t, fr.times, rtol=REL) and np.allclose(e, fr.energies, rtol=REL)
+    assert fr.times[0] <= fr.max_frequency_time * (1 + REL)
+    assert np.all(fr.lower_bounds <= fr.energies * (1 + REL))
+    assert fr.plans.dtype == np.uint8
+
+
+# --- bounded relaxed memory ------------------------------------------------------------------
+
+
+def test_the_sweep_keeps_a_bounded_number_of_durations_and_interpolates_feasibly() -> None:
+    """With room for 64 breakpoints' durations, the sweep keeps at most that many (the slowest
+    and the fastest among them), every breakpoint's time and cost, exact durations at the kept
+    ones, and interpolations within their deadlines everywhere."""
+    problem = EnergyProblem.build(smooth(4, 24), one_f_one_b(4, 8), 80.0)
+    rel = Relaxation.build(problem)
+    steps = list(relaxed_frontier(problem, rel))[::-1]
+    assert len(steps) > 200
+    full_t = np.array([s.time for s in steps])
+    n = problem.num_nodes
+    rf = RelaxedFrontier.sweep(problem, rel, memory=64 * 8 * n)
+    assert len(rf.kept_times) <= 64 + 2
+    assert np.array_equal(rf.times, full_t)
+    assert np.array_equal(rf.costs, [s.cost for s in steps])
+    assert rf.kept_times[0] == full_t[0] and rf.kept_times[-1] == full_t[-1]
+    index = {t: i for i, t in enumerate(full_t)}
+    for t, d in zip(rf.kept_times, rf.kept_durations, strict=True):
+        assert np.array_equal(d, steps[index[t]].durations)
+    deadlines = np.linspace(full_t[0], full_t[-1], 301)
+    d = rf.durations_at(deadlines)
+    assert np.all(problem.dag.iteration_time(d) <= deadlines * (1 + 1e-9))
+    big = RelaxedFrontier.sweep(problem, rel, memory=1 << 30)
+    assert np.array_equal(big.kept_times, full_t)  # room for all: all are kept
+
+
+def test_a_small_relaxed_memory_keeps_the_bound_and_valid_plans() -> None:
+    problem = EnergyProblem.build(smooth(4, 32), one_f_one_b(4, 12), 80.0)
+    small = solve_problem(problem, SolverOptions(relaxed_memory=1))
+    full = solve_problem(problem)
+    check_frontier(problem, small)
+    assert np.array_equal(small.bound_times, full.bound_times)
+    t0 = full.max_frequency_time
+    for f in (1.0, 1.02, 1.1):
+        assert small.energy_at(f * t0) <= full.energy_at(f * t0) * 1.01
+
+
+# --- the early zero-slowdown plan -----------------------------------------------------------
+
+
+def test_the_first_plan_comes_before_the_sweep_and_is_certified() -> None:
+    """One call, before any progress of the sweep, with one verified zero-slowdown point whose
+    bound is below the exact relaxed bound at every deadline; the final frontier's fastest plan
+    is at least as good."""
+    problem = EnergyProblem.build(smooth(4, 16), one_f_one_b(4, 8), 80.0)
+    progress: list[float] = []
+    got: list[tuple[int, Frontier]] = []
+    fr = solve_problem(
+        problem,
+        progress=progress.append,
+        on_first_plan=lambda f: got.append((len(progress), f)),
+    )
+    assert len(got) == 1
+    seen, early = got[0]
+    assert seen == 0
+    assert len(early) == 1 and early.plans.shape == (1, problem.num_nodes)
+    check_frontier(problem, early)
+    assert early.times[0] <= early.max_frequency_time * (1 + REL)
+    assert early.energies[0] < early.max_frequency_energy
+    assert early.lower_bounds[0] == pytest.approx(early.lower_bound_at(float(early.times[0])))
+    t0 = fr.max_frequency_time
+    for f in np.linspace(1.0, 3.0, 41):
+        assert early.lower_bound_at(f * t0) <= fr.lower_bound_at(f * t0) * (1 + REL)
+    assert fr.energy_at(t0) <= early.energy_at(t0) * (1 + REL)
+    again = Frontier.from_json(early.to_json(compact=True))
+    assert np.array_equal(again.plans, early.plans)
+
+
+def test_the_path_bound_is_below_the_relaxed_frontier() -> None:
+    problem = EnergyProblem.build(smooth(3, 12), one_f_one_b(3, 6), 80.0)
+    rel = Relaxation.build(problem)
+    rf = RelaxedFrontier.sweep(problem, rel, memory=1 << 20)
+    for deadline in (rf.t_min, (rf.t_min + rf.t_max) / 2):
+        a, flow = path_bound(problem, rel, deadline)
+        assert flow >= 0
+        assert np.all(a - flow * rf.times <= rf.costs + 1e-9 * np.abs(rf.costs))
+
+
+def test_first_plan_falls_back_to_max_frequency_when_nothing_can_slow() -> None:
+    """A single option per node: the first plan is the all-max-frequency plan."""
+    f = np.array([1410], dtype=np.int64)
+    prof = Profile(
+        {(s, k): InstructionProfile(f, np.array([0.01]), np.array([1.0]))
+         for s in range(2) for k in ("forward", "backward")}
+    )  # fmt: skip
+    problem = EnergyProblem.build(prof, one_f_one_b(2, 2), 50.0)
+    rel = Relaxation.build(problem)
+    early = first_plan(problem, rel, Rounder(problem, rel))
+    assert np.array_equal(early.plans[0], problem.max_frequency_plan())
+    assert early.lower_bounds[0] <= early.energies[0] * (1 + REL)
+
+
+# --- deep pipelines --------------------------------------------------------------------------
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.integers(16, 32),
+    st.integers(1, 3),
+    st.integers(3, 12),
+    st.floats(0.0, 150.0),
+    st.integers(0, 2**16),
+)
+def test_deep_pipelines(stages: int, microbatches: int, clocks: int, power: float, seed: int):
+    """16-32 stages, few microbatches: plans are truly evaluated, the fastest within T0, every
+    point above its bound, and the bound equal to an independent LP's at T0 and 1.1 T0."""
+    problem = EnergyProblem.build(
+        smooth(stages, clocks, seed), one_f_one_b(stages, microbatches), power
+    )
+    fr = solve_problem(problem, SolverOptions(effort=0.0))
+    check_frontier(problem, fr)
+    for f in (1.0, 1.1):
+        d = f * fr.max_frequency_time
+        assert fr.lower_bound_at(d) == pytest.approx(lp_lower_bound(problem, d).value, rel=1e-6)
+
+
+def test_deep_interleaved_pipeline() -> None:
+    problem = EnergyProblem.build(smooth(16, 8), interleaved_1f1b(16, 16, 2), 80.0)
+    fr = solve_problem(problem, SolverOptions(effort=0.0))
+    check_frontier(problem, fr)
+    t0 = fr.max_frequency_time
+    assert fr.energy_at(t0) / fr.lower_bound_at(t0) - 1 < 0.02
+
+
+# --- kernels compiled ahead of time ----------------------------------------------------------
+
+
+def test_a_read_only_install_gets_a_seeded_writable_cache(tmp_path: Path) -> None:
+    """When the package's ``__pycache__`` cannot be written, numba's cache goes to the first
+    writable root, seeded with the up-to-date compiled kernels (stale ones are not copied)."""
+    from numba.core import config
+
+    pkg = tmp_path / "pkg"
+    (pkg / "__pycache__").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "k.py").write_text("")
+    fresh = pkg / "__pycache__" / "k.f-1.py311.nbi"
+    stale = pkg / "__pycache__" / "k.g-1.py311.nbi"
+    fresh.write_text("index")
+    stale.write_text("old")
+    import os
+
+    os.utime(pkg / "k.py", (2_000, 2_000))
+    os.utime(stale, (1_000, 1_000))
+    bad, good = tmp_path / "bad", tmp_path / "good"
+    before = config.CACHE_DIR
+    try:
+        root = configure_cache(pkg, writable=lambda p: p == good, roots=[bad, good])
+        assert root == good and config.CACHE_DIR == str(good)
+        target = cache_dir_for(pkg, good)
+        assert (target / fresh.name).read_text() == "index"
+        assert not (target / stale.name).exists()
+        config.CACHE_DIR = before
+        assert configure_cache(pkg, writable=lambda p: True) is None  # in-tree: unchanged
+        assert config.CACHE_DIR == before
+    finally:
+        config.CACHE_DIR = before
+
+
+def test_warm_leaves_nothing_to_compile() -> None:
+    """After ``python -m perseus.kernels.warm`` (the tests' own process has run the kernels
+    already), a fresh process compiles nothing."""
+    for args in ([], ["--check"]):  # the first compiles whatever a cold cache lacks
+        out = subprocess.run(
+            [sys.executable, "-m", "perseus.kernels.warm", *args],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    assert out.returncode == 0, out.stderr
+    assert " 0 compiled now" in out.stdout
