@@ -7,8 +7,8 @@ an offline plan on a simulated GPU there; the scheduler's dependencies must not 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
@@ -47,39 +47,35 @@ print(json.dumps({
 
 
 @pytest.mark.slow
-def test_plain_install_is_the_light_rank_client(tmp_path: Path) -> None:
-    wheels = tmp_path / "wheels"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            str(wheels),
-            str(ROOT),
-        ],
-        check=True,
-        cwd=tmp_path,
-    )
-    (wheel,) = wheels.glob("perseus-*.whl")
+def test_plain_install_is_the_light_rank_client(tmp_path: Path, project_wheel: Path) -> None:
+    wheel = project_wheel
+    # The fresh environment must see only what it installed, not this checkout's sources.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
     py = env_dir / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", str(wheel)], check=True, cwd=tmp_path)
+    subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", str(wheel)], check=True, cwd=tmp_path, env=env
+    )
 
     listed = subprocess.run(
-        [str(py), "-m", "pip", "list", "--format=json"], check=True, capture_output=True, text=True
+        [str(py), "-m", "pip", "list", "--format=json"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
     )
     installed = {p["name"].lower().replace("_", "-") for p in json.loads(listed.stdout)}
     assert {"grpcio", "protobuf", "nvidia-ml-py", "perseus"} <= installed
     assert not installed & set(SCHEDULER_ONLY), installed & set(SCHEDULER_ONLY)
 
     run = subprocess.run(
-        [str(py), "-c", RANK_PROGRAM], check=True, capture_output=True, text=True, cwd=tmp_path
+        [str(py), "-c", RANK_PROGRAM],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
     )
     out = json.loads(run.stdout.strip().splitlines()[-1])
     # The scheduler's commands say what to install instead of a traceback.
@@ -96,15 +92,19 @@ def test_plain_install_is_the_light_rank_client(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         cwd=tmp_path,
+        env=env,
     )
     assert cli.returncode == 2 and "pip install 'perseus[server]'" in cli.stderr, cli.stderr
     version = subprocess.run(
-        [str(env_dir / "bin" / "perseus"), "--version"], capture_output=True, text=True
+        [str(env_dir / "bin" / "perseus"), "--version"], capture_output=True, text=True, env=env
     )
     assert version.returncode == 0 and version.stdout.startswith("perseus "), version.stderr
     # The node daemon needs only what the rank client has.
     gpud = subprocess.run(
-        [str(env_dir / "bin" / "perseus"), "gpud", "--help"], capture_output=True, text=True
+        [str(env_dir / "bin" / "perseus"), "gpud", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert gpud.returncode == 0 and "--socket" in gpud.stdout, gpud.stderr
     assert out["clocks"] == [1000, 1410, 1000, 1410] * 2
