@@ -218,13 +218,14 @@ class ProfilingSession:
         self.measured[rank_id] = self.measured.get(rank_id, 0) + 1
         for m in kept:
             acc = self.current.setdefault((m.stage, m.instruction), [0.0] * 6)
-            acc[_T] += m.time
-            acc[_E] += m.energy
+            t, e = float(m.time), float(m.energy)
+            acc[_T] += t
+            acc[_E] += e
             acc[_N] += 1
-            acc[_TT] += m.time * m.time
-            acc[_EE] += m.energy * m.energy
-            acc[_TE] += m.time * m.energy
-        busy_e = sum(m.energy for m in kept)
+            acc[_TT] += t * t
+            acc[_EE] += e * e
+            acc[_TE] += t * e
+        busy_e = sum(float(m.energy) for m in kept)
         e = iteration_energy if iteration_energy > 0 else busy_e
         re = self.rank_energy.setdefault(rank_id, [0.0, 0.0])
         re[0] += e
@@ -235,7 +236,7 @@ class ProfilingSession:
             and len(kept) == len(measurements)
             and all(m.energy > 0 for m in kept)
         ):
-            wait = iteration_time - sum(m.time for m in kept)
+            wait = iteration_time - sum(float(m.time) for m in kept)
             if wait > 0:
                 self.current_wait[0] += iteration_energy - busy_e
                 self.current_wait[1] += wait
