@@ -34,6 +34,13 @@ slower). Throughout Perseus a *slowdown* is a fraction (``0.2`` = 20 % slower, a
 API); a factor is called a *time factor*. ``set_slowdown(factor)`` and the ``slowdown=``
 argument, which took a factor, still work and warn that they are deprecated.
 
+Measurement noise: with ``noise=r`` (a relative standard deviation, e.g. ``0.015``) every
+executed instruction's time and energy are each multiplied by an independent draw of
+``max(0, 1 + r * N(0, 1))``, from a generator seeded with ``seed`` (the same seed gives the same
+draws); ``energy_noise`` gives the energy a standard deviation of its own (energy counters are
+typically noisier than instruction timings). :meth:`instruction_cost` stays the noiseless model.
+``noise=0`` (the default) is exact.
+
 Build one from a profile CSV (no numpy/scipy needed; the CSV is read with the standard library)::
 
     gpu = SimulatedGpu.from_profile_csv("profiles/gpt3-175b_a100-sxm_8stage.csv", stage=3,
@@ -51,6 +58,7 @@ import json
 import logging
 import math
 import os
+import random
 import threading
 import time
 import warnings
@@ -146,6 +154,10 @@ class SimulatedGpu(GpuBackend):
         supported_clocks: the clocks this GPU accepts (default: every profiled frequency).
         state_path: persist lock/reset state to this JSON file on every change.
         name: device name reported at registration.
+        noise: relative standard deviation of each executed instruction's time and energy
+            (0: exact; see the module docstring).
+        energy_noise: relative standard deviation of the energy (default: ``noise``).
+        seed: seed of the noise's random generator (``None``: unseeded).
     """
 
     synchronous_clocks = True
@@ -162,6 +174,9 @@ class SimulatedGpu(GpuBackend):
         supported_clocks: Sequence[int] | None = None,
         state_path: str | Path | None = None,
         name: str = "simulated",
+        noise: float = 0.0,
+        energy_noise: float | None = None,
+        seed: int | None = None,
     ) -> None:
         if not measurements:
             raise ConfigError("measurements", "must hold at least one (stage, kind) entry")
@@ -169,6 +184,14 @@ class SimulatedGpu(GpuBackend):
             raise ConfigError("blocking_power", f"must be >= 0 watts, got {blocking_power}")
         if not (math.isfinite(time_scale) and time_scale >= 0):
             raise ConfigError("time_scale", f"must be >= 0, got {time_scale}")
+        for what, value in (("noise", noise), ("energy_noise", energy_noise)):
+            if value is not None and not (math.isfinite(value) and 0 <= value < 1):
+                raise ConfigError(
+                    what, f"must be a relative standard deviation in [0, 1), got {value}"
+                )
+        self.noise = float(noise)
+        self.energy_noise = self.noise if energy_noise is None else float(energy_noise)
+        self._rng = random.Random(seed)
         self._curves = {(int(s), str(k)): _Curve(pts) for (s, k), pts in measurements.items()}
         stages = sorted({s for s, _ in self._curves})
         if stage is not None and stage not in stages:
@@ -320,6 +343,10 @@ class SimulatedGpu(GpuBackend):
 
     def begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:
         t, e = self.instruction_cost(kind, stage)
+        if self.noise > 0:
+            t *= max(0.0, 1.0 + self.noise * self._rng.gauss(0.0, 1.0))
+        if self.energy_noise > 0:
+            e *= max(0.0, 1.0 + self.energy_noise * self._rng.gauss(0.0, 1.0))
         self._pending_what = (kind, microbatch, stage)
         if self.time_scale > 0:
             start_wall = time.perf_counter()

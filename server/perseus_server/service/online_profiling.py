@@ -86,7 +86,9 @@ class OnlineProfiling:
         ):
             if not (lo <= v <= 1000):
                 raise BadRequest(f"must be between {lo} and 1000, got {v}", field=name)
-        job.profiling = ProfilingSession(freqs, warmup, iterations, stop_after_rises)
+        job.profiling = ProfilingSession(
+            freqs, warmup, iterations, stop_after_rises, blocking_power=job.spec.blocking_power
+        )
         self._step(job)
         return self.status(job_id)
 

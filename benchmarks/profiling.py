@@ -1,0 +1,317 @@
+"""Online profiling: the frontier of an online-measured profile against the true one.
+
+For each job (the shipped GPT-3 175B profiles on A100 SXM and A40, sliced to their first 2-4
+stages with ``Profile.select_stages``, 1F1B, one rank per stage) this drives
+:class:`perseus_server.profiling.ProfilingSession` offline, no server: at every clock of the
+scan each rank runs its instructions on a noisy :class:`perseus_client.gpu.SimulatedGpu` that
+follows the true profile (``noise`` relative standard deviation on every instruction's time and
+energy), the iteration lasts the longest path through the pipeline of those noisy durations, and
+each rank reports its instructions plus its iteration's time and energy (its instructions' energy
+plus the blocking power, itself noisy, over the time it waited), exactly what the client sends.
+Warm-up iterations are generated and discarded by the session like any other, and counted.
+
+Two scans of the same job, side by side:
+
+* **old**: the rule earlier versions stopped on (the job's energy per iteration rose
+  ``stop_after_rises`` clocks in a row) with ``iterations_per_frequency`` measured iterations at
+  every clock;
+* **new**: the session's rule (every instruction's effective cost past its valley beyond the
+  noise; repeats stop once the means are known within ``tolerance``).
+
+From each measured profile the frontier is solved with the job's blocking power (the
+``perseus_common.gpus`` value, as the server does). At T0, 1.05, 1.1 and 1.2 T0 the plan the
+server would deploy (against the measured T0) is re-evaluated on the true profile
+(``EnergyProblem.evaluate``) and its energy saving against all-max-clock over the same time
+(a plan that finishes early waits at blocking power; T0/E0 of the true profile) is compared with
+the true profile's frontier. Reported per job and rule: both savings, the largest difference in
+points (goal: within 0.1), how late the plan truly runs, the largest shortfall against the true
+frontier over the plan's own time (``loss@t``), the lowest clock measured, the iterations spent
+and the blocking power measured. Time noise defaults to 0.5 % (instruction timings), energy
+noise to 1.5 % (energy counters).
+
+    python benchmarks/profiling.py                           # A100 and A40, 2/3/4 stages
+    python benchmarks/profiling.py --gpu a40 --stages 2 --noise 0.015 --energy-noise 0.02
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from perseus.frontier import Frontier
+from perseus.problem import EnergyProblem
+from perseus.profiles import Profile, load_profile, parse_profile_csv
+from perseus.schedules import Schedule, one_f_one_b
+from perseus.solver import solve_problem
+from perseus_client.gpu import SimulatedGpu
+from perseus_common.gpus import known_gpu_for
+from perseus_server.profiling import Measurement, ProfilingSession
+
+ROOT = Path(__file__).resolve().parent.parent
+PROFILES = {
+    "a100": ROOT / "profiles" / "gpt3-175b_a100-sxm_8stage.csv",
+    "a40": ROOT / "profiles" / "gpt3-175b_a40_8stage.csv",
+}
+DEADLINES = (1.0, 1.05, 1.1, 1.2)
+GOAL_POINTS = 0.1
+
+
+@dataclass(frozen=True)
+class Scan:
+    """One online scan of a job and what it measured."""
+
+    rule: str
+    profile: Profile
+    lowest_clock: int
+    clocks: int
+    iterations: int
+    blocking_power: float | None
+
+
+def simulate_scan(
+    true: Profile,
+    schedule: Schedule,
+    blocking_power: float,
+    session: ProfilingSession,
+    *,
+    noise: float,
+    energy_noise: float,
+    seed: int,
+    old_rule: bool,
+) -> Scan:
+    """Drive ``session`` with the reports of noisy simulated ranks until it (or, for the old
+    rule, the job's energy) says stop."""
+    dag = EnergyProblem.build(true, schedule, blocking_power).dag
+    ranks = [f"rank-{r}" for r in range(schedule.ranks)]
+    nodes = [np.flatnonzero(dag.rank == r) for r in range(schedule.ranks)]
+    gpus = [
+        SimulatedGpu.from_profile(
+            true,
+            stage=r,
+            blocking_power=blocking_power,
+            time_scale=0,
+            noise=noise,
+            energy_noise=energy_noise,
+            seed=seed * 1000 + r,
+        )
+        for r in range(schedule.ranks)
+    ]
+    rng = np.random.default_rng(seed)
+    d = np.empty(dag.num_nodes)
+    e = np.empty(dag.num_nodes)
+    version = 0
+    while True:
+        version += 1
+        session.step_version = version
+        f = session.frequency
+        for g in gpus:
+            g.set_locked_clocks(f)
+        while not session.step_complete(set(ranks), schedule.stages):
+            for r, g in enumerate(gpus):
+                for i in nodes[r]:
+                    op = dag.ops[i]
+                    t0, e0 = g.timestamp(), g.energy_mj()
+                    g.begin_instruction(op.kind, op.microbatch, op.stage)
+                    g.end_instruction()
+                    d[i], e[i] = g.timestamp() - t0, (g.energy_mj() - e0) / 1000.0
+            t_iter = float(dag.iteration_time(d))
+            for r, rank in enumerate(ranks):
+                idx = nodes[r]
+                idle = t_iter - float(d[idx].sum())
+                p_wait = blocking_power * (1.0 + energy_noise * rng.standard_normal())
+                ms = [
+                    Measurement(dag.ops[i].kind, dag.ops[i].stage, f, float(d[i]), float(e[i]))
+                    for i in idx
+                ]
+                session.record(
+                    rank, version, float(e[idx].sum()) + p_wait * idle, ms, iteration_time=t_iter
+                )
+        done = session.advance()
+        if done or (old_rule and session.rises >= session.stop_after_rises):
+            break
+    measured = parse_profile_csv(session.profile_csv())
+    return Scan(
+        rule="old" if old_rule else "new",
+        profile=measured,
+        lowest_clock=min(measured.frequencies),
+        clocks=len(session.energies),
+        iterations=session.iterations_spent,
+        blocking_power=session.measured_blocking_power,
+    )
+
+
+@dataclass(frozen=True)
+class Savings:
+    """One frontier's plans at each deadline factor, truly evaluated.
+
+    ``points``: energy saved (%) against all max clock; ``best``: what the true frontier saves
+    over the same iteration time; ``late``: how much later than the deadline the plan truly
+    finishes (%).
+    """
+
+    points: tuple[float, ...]
+    best: tuple[float, ...]
+    late: tuple[float, ...]
+
+    @property
+    def loss(self) -> float:
+        """The largest shortfall (points) against the true frontier at the same time."""
+        return max(b - p for p, b in zip(self.points, self.best, strict=True))
+
+
+def deployed_savings(
+    frontier: Frontier, true_problem: EnergyProblem, true_frontier: Frontier
+) -> Savings:
+    """What the server would deploy at each of ``DEADLINES`` x T0, truly evaluated.
+
+    At ``x``, the plan is ``frontier.index_for_deadline(x * T0', wait=True)`` with ``T0'`` the
+    frontier's own all-max-clock time (for a measured frontier: the measured one). It is mapped
+    by clock onto the true profile's options (a measured profile's clocks are a subset) and
+    evaluated there: true time ``t`` and energy ``e``. The iteration lasts ``D = max(x T0, t)``
+    (true ``T0``, ``E0``); the saving is ``1 - (e + P_b R (D - t)) / (E0 + P_b R (D - T0))``
+    (the baseline: max clocks over the same time, waiting), and the true frontier's saving
+    over the same ``D`` (``true_frontier.energy_at(D)``) is what it could have been.
+    """
+    pb, r = true_problem.blocking_power, true_problem.dag.num_ranks
+    top = true_problem.evaluate(true_problem.max_frequency_plan())
+    t0, e0 = top.time, top.energy
+    n = true_problem.num_nodes
+    points, best, late = [], [], []
+    for x in DEADLINES:
+        k = frontier.index_for_deadline(x * frontier.max_frequency_time, wait=True)
+        freqs = frontier.frequencies(k)
+        plan = np.empty(n, dtype=np.uint8)
+        for i in range(n):
+            row = true_problem.freqs[i, : true_problem.num_options[i]]
+            plan[i] = int(np.flatnonzero(row == freqs[i])[0])
+        ev = true_problem.evaluate(plan)
+        span = max(x * t0, ev.time)
+        base = e0 + pb * r * (span - t0)
+        points.append(100 * (1 - (ev.energy + pb * r * (span - ev.time)) / base))
+        best.append(100 * (1 - true_frontier.energy_at(span) / base))
+        late.append(100 * max(0.0, ev.time / (x * t0) - 1))
+    return Savings(tuple(points), tuple(best), tuple(late))
+
+
+def run_job(
+    gpu: str,
+    stages: int,
+    microbatches: int,
+    *,
+    noise: float,
+    energy_noise: float,
+    seed: int,
+    tolerance: float,
+) -> tuple[str, Savings, dict[str, tuple[Scan, Savings]]]:
+    """Both rules' scans of one job, and the true frontier's savings."""
+    full = load_profile(PROFILES[gpu])
+    known = known_gpu_for(PROFILES[gpu].name)
+    assert known is not None
+    pb = known.blocking_power
+    true = full.select_stages(range(stages))
+    schedule = one_f_one_b(stages, microbatches)
+    true_problem = EnergyProblem.build(true, schedule, pb)
+    true_frontier = solve_problem(true_problem)
+    ref = deployed_savings(true_frontier, true_problem, true_frontier)
+    out: dict[str, tuple[Scan, Savings]] = {}
+    for old in (True, False):
+        session = ProfilingSession(
+            true.frequencies,
+            warmup_iterations=2,
+            iterations=5,
+            stop_after_rises=3,
+            blocking_power=pb,
+            tolerance=0.0 if old else tolerance,
+            noise_sigmas=math.inf if old else 3.0,
+        )
+        scan = simulate_scan(
+            true,
+            schedule,
+            pb,
+            session,
+            noise=noise,
+            energy_noise=energy_noise,
+            seed=seed,
+            old_rule=old,
+        )
+        frontier = solve_problem(EnergyProblem.build(scan.profile, schedule, pb))
+        out[scan.rule] = (scan, deployed_savings(frontier, true_problem, true_frontier))
+    return f"{gpu.upper()} {stages}x{microbatches}", ref, out
+
+
+def fmt_savings(points: tuple[float, ...]) -> str:
+    return " / ".join(f"{x:5.2f}" for x in points)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--gpu", choices=sorted(PROFILES), action="append")
+    ap.add_argument("--stages", type=int, action="append", help="2..4 (default: 2, 3, 4)")
+    ap.add_argument("--microbatches", type=int, default=6)
+    ap.add_argument("--noise", type=float, default=0.005, help="time's relative std-dev")
+    ap.add_argument("--energy-noise", type=float, default=0.015, help="energy's relative std-dev")
+    ap.add_argument("--tolerance", type=float, default=0.005, help="new rule's relative SE")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args()
+    gpus = args.gpu or ["a100", "a40"]
+    stage_counts = args.stages or [2, 3, 4]
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    print(
+        f"commit {commit}; noise: time {args.noise:.3g}, energy {args.energy_noise:.3g} "
+        f"(relative std-dev); seed {args.seed}; 1F1B x{args.microbatches}; warm-up 2, at most 5 "
+        f"iterations per clock, stop after 3; new rule's tolerance {args.tolerance:.3g}"
+    )
+    print(
+        f"savings (%) at {' / '.join(f'{x:g}' for x in DEADLINES)} T0; diff: largest |points| "
+        f"against the true frontier; late: largest % beyond the deadline; loss@t: largest "
+        f"shortfall (points) against the true frontier over the plan's own time"
+    )
+    header = (
+        f"{'job':<10} {'rule':<4} {'savings, measured profile':<29} "
+        f"{'savings, true profile':<29} {'diff':>5} {'late':>5} {'loss@t':>6} {'lowest':>6} "
+        f"{'clocks':>6} {'iters':>5} {'P_b meas.':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    worst = {"old": [0.0, 0.0, 0.0], "new": [0.0, 0.0, 0.0]}
+    t_start = time.perf_counter()
+    for gpu in gpus:
+        for k in stage_counts:
+            job, ref, res = run_job(
+                gpu,
+                k,
+                args.microbatches,
+                noise=args.noise,
+                energy_noise=args.energy_noise,
+                seed=args.seed,
+                tolerance=args.tolerance,
+            )
+            for rule in ("old", "new"):
+                scan, got = res[rule]
+                diff = max(abs(a - b) for a, b in zip(got.points, ref.points, strict=True))
+                row = (diff, max(got.late), got.loss)
+                worst[rule] = [max(a, b) for a, b in zip(worst[rule], row, strict=True)]
+                pbm = "-" if scan.blocking_power is None else f"{scan.blocking_power:.2f} W"
+                print(
+                    f"{job:<10} {rule:<4} {fmt_savings(got.points):<29} "
+                    f"{fmt_savings(ref.points):<29} {row[0]:5.2f} {row[1]:5.2f} {row[2]:6.2f} "
+                    f"{scan.lowest_clock:>6} {scan.clocks:>6} {scan.iterations:>5} {pbm:>9}"
+                )
+    for rule, (diff, late, loss) in worst.items():
+        print(
+            f"{rule} rule: largest diff {diff:.3f} points (goal {GOAL_POINTS}), late {late:.3f} %, "
+            f"loss@t {loss:.3f} points"
+        )
+    print(f"wall time {time.perf_counter() - t_start:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
