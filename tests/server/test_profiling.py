@@ -142,3 +142,37 @@ def test_abort_profiling(
     assert not after.HasField("profiling") and after.steps[0].frequency_mhz == small_freqs[0]
     time.sleep(0)
     stream.cancel()
+
+
+def test_the_clients_warm_up_iterations_count_once(
+    http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str, small_freqs: list[int]
+) -> None:
+    """A real client reports its warm-up iterations without measurements; they are the warm-up,
+    and the next ``iterations`` measured reports finish the clock (no second warm-up)."""
+    job_id = make_job(http)
+    ranks = [register(stub, job_id, p, p, clocks=small_freqs).rank_id for p in (0, 1)]
+    streams = [
+        stub.WatchPlan(pb.WatchPlanRequest(job_id=job_id, rank_id=rid), timeout=60) for rid in ranks
+    ]
+    st = http.post(
+        f"/jobs/{job_id}/profiling",
+        json={
+            "frequencies": small_freqs[:2],
+            "warmup_iterations": 1,
+            "iterations_per_frequency": 2,
+        },
+    )
+    assert st.status_code == 202, st.text
+    firsts = [next(s) for s in streams]
+    assert firsts[0].profiling.frequency_mhz == small_freqs[0]
+    for rid, m in zip(ranks, firsts, strict=True):
+        reports = _reports(job_id, rid, m, 3, small_csv, small_freqs)
+        del reports[0].instructions[:]  # the client's warm-up iteration: nothing measured
+        for rep in reports[1:]:  # +-5 % noise, so that one measured iteration is not enough
+            for i, ins in enumerate(rep.instructions):
+                ins.time *= 1.05 if i % 2 else 0.95
+        assert stub.ReportIterations(iter(reports), timeout=10).accepted == 3
+    assert next(streams[0]).profiling.frequency_mhz == small_freqs[1]
+    assert http.get(f"/jobs/{job_id}/profiling").json()["step"] == 1
+    for s in streams:
+        s.cancel()

@@ -126,8 +126,16 @@ class Reports:
                     Measurement(m.instruction, m.stage, m.frequency_mhz, m.time, m.energy)
                     for m in rep.instructions
                 ]
+                # Every report counts, the client's warm-up iterations (which carry no
+                # measurements) included: the warm-up is counted once, here.
+                job.profiling.record(
+                    rank.rank_id,
+                    int(rep.plan_version),
+                    float(rep.energy),
+                    ms,
+                    iteration_time=float(rep.iteration_time),
+                )
                 if ms:
-                    job.profiling.record(rank.rank_id, int(rep.plan_version), float(rep.energy), ms)
                     touched.add(job.id)
             else:
                 self.stragglers.observe(job, rank, float(rep.iteration_time), int(rep.plan_version))
