@@ -26,7 +26,7 @@ from perseus.solver import (
     relaxed_frontier,
     solve_problem,
 )
-from perseus.solver.relaxation import path_bound
+from perseus.solver.relaxation import THIN_MIN_VERTICES, path_bound, thin_hull
 from perseus.solver.rounder import Rounder
 
 REL = 1e-9
@@ -230,3 +230,60 @@ def test_warm_leaves_nothing_to_compile() -> None:
         )
     assert out.returncode == 0, out.stderr
     assert " 0 compiled now" in out.stdout
+
+
+# --- fewer hull pieces for the sweep ---------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(0.01, 1.0), min_size=2, max_size=40),
+    st.lists(st.floats(0.01, 5.0), min_size=2, max_size=40),
+    st.floats(0.0, 0.05),
+)
+def test_thin_hull_lies_below_within_tolerance(widths, bends, tol: float):
+    """The thinned function is convex, below the original everywhere by at most ``tol``,
+    exact at both ends, and has no more pieces."""
+    k = min(len(widths), len(bends))
+    tau = np.concatenate([[0.1], 0.1 + np.cumsum(widths[:k])])
+    slopes = -np.cumsum(bends[:k])[::-1]  # increasing, negative
+    cost = np.concatenate([[0.0], np.cumsum(slopes * np.diff(tau))])
+    t2, c2 = thin_hull(tau, cost, tol)
+    assert len(t2) <= len(tau)
+    assert t2[0] == tau[0] and t2[-1] == tau[-1]
+    assert c2[0] == cost[0] and c2[-1] == cost[-1]
+    assert np.all(np.diff(t2) >= 0)
+    s2 = np.diff(c2) / np.where(np.diff(t2) > 0, np.diff(t2), 1.0)
+    assert np.all(np.diff(s2[np.diff(t2) > 1e-12]) >= -1e-9)  # convex
+    x = np.linspace(tau[0], tau[-1], 4001)
+    below = np.interp(x, tau, cost) - np.interp(x, t2, c2)
+    scale = 1.0 + np.abs(cost).max()
+    assert below.min() >= -1e-9 * scale
+    assert below.max() <= tol + 1e-9 * scale
+
+
+def test_coarse_hulls_are_swept_exactly():
+    """Hulls of fewer than THIN_MIN_VERTICES vertices are not thinned."""
+    problem = EnergyProblem.build(smooth(4, THIN_MIN_VERTICES - 1), one_f_one_b(4, 4), 80.0)
+    rel = Relaxation.build(problem)
+    assert rel.under_estimate(np.ones(problem.num_nodes), 0.05) is rel
+    assert rel.under_estimate(np.ones(problem.num_nodes), 0.0) is rel
+
+
+def test_thinned_sweep_bound_is_certified_and_close():
+    """On a fine-grained profile the sweep on thinned hulls visits fewer breakpoints; its bound
+    lies below the independent LP's (on the exact hulls) and within ``hull_tolerance`` of the
+    energy of it; with ``hull_tolerance=0`` it equals the LP's."""
+    problem = EnergyProblem.build(smooth(4, 48, seed=3), one_f_one_b(4, 6), 80.0)
+    tol = 2e-3
+    thin = solve_problem(problem, SolverOptions(effort=0.0, hull_tolerance=tol))
+    exact = solve_problem(problem, SolverOptions(effort=0.0, hull_tolerance=0.0))
+    check_frontier(problem, thin)
+    assert len(thin.bound_times) < 0.8 * len(exact.bound_times)
+    floor = problem.energies.min(axis=1).sum()  # every option is valid in this profile
+    for f in (1.0, 1.02, 1.1, 1.3):
+        d = f * thin.max_frequency_time
+        ref = lp_lower_bound(problem, d).value
+        assert exact.lower_bound_at(d) == pytest.approx(ref, rel=1e-6)
+        assert thin.lower_bound_at(d) <= ref * (1 + 1e-9)
+        assert thin.lower_bound_at(d) >= ref - tol * floor - 1e-9 * ref

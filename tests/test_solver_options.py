@@ -59,6 +59,8 @@ BAD_SOLVER = [
     ("effort", math.nan),
     ("effort", math.inf),
     ("effort", "1"),
+    ("hull_tolerance", -1e-4),
+    ("hull_tolerance", math.nan),
     ("diagonal_rounding", 1),
     ("rounding", {"levels": 3}),
 ]
@@ -102,7 +104,7 @@ def test_defaults_are_the_solvers() -> None:
         initial_candidates=192, refine_rounds=5, refine_batch=64, target_gap=2e-4,
         hard_gap=2.5e-3, hard_rounds=3, hard_intervals=8, random_trials=24, polish_plans=16,
         polish_nodes=4096, effort=1.0, search_work=400_000, search_intervals=16,
-        diagonal_rounding=True, seed=0,
+        diagonal_rounding=True, seed=0, hull_tolerance=5e-4,
         rounding=RoundingOptions(levels=12, decay=0.7, max_rounds=8, exchange_passes=0,
                                  free_levels=2, free_decay=0.2),
     )  # fmt: skip

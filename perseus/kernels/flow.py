@@ -34,14 +34,15 @@ __all__ = ["dinic", "min_cut_lower_bounds"]
 
 
 @njit(cache=True, nogil=True)
-def dinic(nn, ptr, to, cap, rev, frm, s, t, limit):
+def dinic(nn, ptr, to, cap, rev, frm, s, t, limit, level):
     """Dinic's max-flow from ``s`` to ``t`` on a residual graph of ``nn`` vertices.
 
     Arcs are grouped by tail: vertex ``u``'s are ``ptr[u]:ptr[u + 1]``; arc ``a`` runs from
     ``frm[a]`` to ``to[a]`` with residual capacity ``cap[a]``, and ``rev[a]`` is its reverse.
     ``cap`` is updated in place (so the residual graph of the result is left behind); returns
-    the flow value pushed, stopping at ``limit``."""
-    level = np.empty(nn, np.int64)
+    the flow value pushed, stopping at ``limit``. ``level`` (``nn`` integers, overwritten):
+    when the flow stopped below ``limit``, ``level[v] >= 0`` exactly for the vertices the last
+    residual graph reaches from ``s`` (the source side of a minimum cut)."""
     it = np.empty(nn, np.int64)
     queue = np.empty(nn, np.int64)
     path = np.empty(nn + 1, np.int64)
@@ -201,7 +202,8 @@ def min_cut_lower_bounds(nn, tail, head, lo, hi, s, t, inf, flow):
         cap[q] = acap[j]
         rev[q] = pos_of[j + narcs] if j < narcs else pos_of[j - narcs]
     if need > 0:
-        f = dinic(total_nodes, ptr, to, cap, rev, frm, ss, tt, need)
+        level = np.empty(total_nodes, np.int64)
+        f = dinic(total_nodes, ptr, to, cap, rev, frm, ss, tt, need, level)
         if f < need:
             return 2, np.zeros(nn, np.bool_)
     # drop the helper arcs and the return arc (both directions)
@@ -211,26 +213,16 @@ def min_cut_lower_bounds(nn, tail, head, lo, hi, s, t, inf, flow):
     rpos = pos_of[ret]
     cap[rpos] = 0
     cap[rev[rpos]] = 0
-    f = dinic(total_nodes, ptr, to, cap, rev, frm, s, t, inf)
+    level = np.empty(total_nodes, np.int64)
+    f = dinic(total_nodes, ptr, to, cap, rev, frm, s, t, inf, level)
     # an unbounded arc's residual may have lost up to ``need`` to the repair: any flow that
     # large ran along a path of unbounded arcs (finite capacities sum to far less)
     if f >= inf - need:
         return 1, np.zeros(nn, np.bool_)
     for i in range(m):  # the flow on arc i is lo + its reverse residual
         flow[i] = lo[i] + cap[pos_of[narcs + i]]
+    # the source side: what the last phase's search reached (the helpers are cut off)
     side = np.zeros(nn, np.bool_)
-    queue = np.empty(nn, np.int64)
-    side[s] = True
-    queue[0] = s
-    qh = 0
-    qt = 1
-    while qh < qt:
-        u = queue[qh]
-        qh += 1
-        for a in range(ptr[u], ptr[u + 1]):
-            v = to[a]
-            if v < nn and cap[a] > 0 and not side[v]:
-                side[v] = True
-                queue[qt] = v
-                qt += 1
+    for v in range(nn):
+        side[v] = level[v] >= 0
     return 0, side

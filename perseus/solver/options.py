@@ -113,6 +113,13 @@ class SolverOptions:
             frontier (``n`` floats per kept breakpoint, at least 64 breakpoints): roundings
             between kept breakpoints interpolate. Below it, every breakpoint is kept.
 
+    Relaxation:
+        hull_tolerance: the sweep may run on hulls with fewer pieces (for hulls of at least
+            ``THIN_MIN_VERTICES`` vertices: fine-grained clocks), each below its node's hull
+            by at most this share of the node's least energy: the bound stays certified,
+            looser by at most this share of the energy, with fewer breakpoints to visit
+            (``0``: the exact hulls).
+
     seed: the generator behind randomised roundings and searches; the same input and options
     give the same frontier. ``rounding``: how slack is reclaimed (:class:`RoundingOptions`).
     """
@@ -132,6 +139,7 @@ class SolverOptions:
     search_intervals: int = 16
     diagonal_rounding: bool = True
     relaxed_memory: int = 128 * 2**20
+    hull_tolerance: float = 5e-4
     seed: int = 0
     rounding: RoundingOptions = field(default_factory=RoundingOptions)
 
@@ -151,7 +159,7 @@ class SolverOptions:
             "seed",
         ):
             _integer(self, name, 0)
-        for name in ("target_gap", "hard_gap", "effort"):
+        for name in ("target_gap", "hard_gap", "effort", "hull_tolerance"):
             _number(self, name, 0.0)
         if not isinstance(self.diagonal_rounding, bool):
             raise OptionError(

@@ -23,7 +23,14 @@ from perseus.kernels.relaxed import relaxed_chunk
 from perseus.problem import EnergyProblem
 from perseus.profiles import lower_hull_indices, pareto_indices
 
-__all__ = ["Relaxation", "RelaxedStep", "RelaxedFrontier", "relaxed_frontier", "path_bound"]
+__all__ = [
+    "Relaxation",
+    "RelaxedStep",
+    "RelaxedFrontier",
+    "relaxed_frontier",
+    "path_bound",
+    "thin_hull",
+]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -31,6 +38,8 @@ BoolArray = npt.NDArray[np.bool_]
 
 _INT_INF = 1 << 60  # "infinite" capacity; all finite capacities together stay below 2**52
 _STEPS_PER_CHUNK = 64  # relaxed steps per compiled call (cancelling is heard between calls)
+#: Hulls with fewer vertices than this are swept exactly (see :meth:`Relaxation.under_estimate`).
+THIN_MIN_VERTICES = 16
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,6 +116,105 @@ class Relaxation:
     def longest(self) -> FloatArray:
         """Each node's longest duration (its last hull vertex)."""
         return self.tau[np.arange(len(self.nv)), self.nv - 1]
+
+    def under_estimate(
+        self, floor: FloatArray, tolerance: float, min_vertices: int = THIN_MIN_VERTICES
+    ) -> Relaxation:
+        """Hulls with fewer pieces, each below the original by at most ``tolerance x
+        floor[i]``, for the sweep; hulls of fewer than ``min_vertices`` vertices are kept.
+
+        Each new hull is the maximum of a subset of the original segments' lines (those of the
+        first and the last segment always), chosen greedily by :func:`thin_hull`. A convex
+        function's segment lines lie below it, so the result is a convex, decreasing
+        under-estimator, equal to the original at both ends of its domain: the relaxed
+        frontier it gives is a lower bound on the original one (still certified), looser by
+        at most ``tolerance x sum(floor)``, with fewer breakpoints. ``pareto`` and
+        ``hull_mask`` are the original's (rounding uses the original hulls). ``tolerance ==
+        0`` (or no hull long enough) returns ``self``. Cost ``O(H^2)`` per distinct hull.
+        """
+        if tolerance <= 0 or not (self.nv >= max(min_vertices, 3)).any():
+            return self
+        rows = np.concatenate(
+            [self.tau, self.cost, self.nv[:, None].astype(np.float64), floor[:, None]], axis=1
+        )
+        _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        hulls = []
+        for i in first:
+            m = int(self.nv[i])
+            t, c = self.tau[i, :m], self.cost[i, :m]
+            if m >= max(min_vertices, 3):
+                t, c = thin_hull(t, c, tolerance * float(floor[i]))
+            hulls.append((t, c))
+        width = self.tau.shape[1]
+        tau_u = np.full((len(hulls), width), np.inf)
+        cost_u = np.zeros((len(hulls), width))
+        slope_u = np.zeros((len(hulls), max(width - 1, 1)))
+        nv_u = np.empty(len(hulls), dtype=np.int64)
+        for r, (t, c) in enumerate(hulls):
+            tau_u[r, : len(t)] = t
+            cost_u[r, : len(t)] = c
+            cost_u[r, len(t) :] = c[-1]
+            if len(t) > 1:
+                slope_u[r, : len(t) - 1] = np.diff(c) / np.diff(t)
+            nv_u[r] = len(t)
+        return Relaxation(
+            tau_u[inverse],
+            cost_u[inverse],
+            slope_u[inverse],
+            nv_u[inverse],
+            self.pareto,
+            self.hull_mask,
+        )
+
+
+def thin_hull(tau: FloatArray, cost: FloatArray, tolerance: float) -> tuple[FloatArray, FloatArray]:
+    """A convex piecewise-linear function with fewer pieces below the convex piecewise-linear
+    one through ``(tau, cost)`` (increasing ``tau``, increasing slopes), by at most
+    ``tolerance`` anywhere on ``[tau[0], tau[-1]]``: the vertices ``(durations, costs)`` of the
+    maximum of some of its segments' lines.
+
+    Greedy: from a kept segment ``k``, keep next the farthest segment ``k2`` whose line meets
+    ``k``'s at most ``tolerance`` below the function (the largest difference between the
+    function and the two lines lies at one of the original vertices between them or at where
+    the lines cross); the first and the last segment are always kept, so both end points are
+    exact, and so is every kept segment. Cost ``O(H^2)`` for ``H`` vertices.
+    """
+    m = len(tau)
+    if m <= 2:
+        return tau, cost
+    sl = np.diff(cost) / np.diff(tau)
+    off = cost[:-1] - sl * tau[:-1]  # line k: sl[k] * d + off[k]
+
+    def cross(k: int, k2: int) -> float:
+        return float((off[k] - off[k2]) / (sl[k2] - sl[k]))
+
+    def error(k: int, k2: int) -> float:
+        if not sl[k2] > sl[k]:
+            return np.inf
+        x = cross(k, k2)
+        js = np.arange(k + 1, k2 + 1)
+        below = cost[js] - np.maximum(sl[k] * tau[js] + off[k], sl[k2] * tau[js] + off[k2])
+        at_x = float(np.interp(x, tau, cost)) - (sl[k] * x + off[k])
+        return max(float(below.max()), at_x)
+
+    kept = [0]
+    k = 0
+    while k < m - 2:
+        k2 = k + 1
+        while k2 + 1 <= m - 2 and error(k, k2 + 1) <= tolerance:
+            k2 += 1
+        kept.append(k2)
+        k = k2
+    ts = [float(tau[0])]
+    cs = [float(cost[0])]
+    for a, b in zip(kept[:-1], kept[1:], strict=True):
+        x = min(max(cross(a, b), float(tau[a + 1])), float(tau[b]))
+        ts.append(x)
+        cs.append(min(sl[a] * x + off[a], sl[b] * x + off[b]))
+    ts.append(float(tau[-1]))
+    cs.append(float(cost[-1]))
+    return np.array(ts), np.array(cs)
 
 
 @dataclass(frozen=True)
@@ -242,12 +350,16 @@ class RelaxedFrontier:
         memory: int,
         cancel: Callable[[], bool] | None = None,
         progress: Callable[[float], None] | None = None,
+        hulls: Relaxation | None = None,
     ) -> RelaxedFrontier:
         """Every breakpoint (:func:`relaxed_frontier`), keeping the durations of at most about
         ``memory`` bytes' worth of them (at least 64): a quarter the first breakpoint in each
         of as many equal cells of time, the rest spread evenly by index (breakpoints crowd
         where the frontier bends), thinned by half whenever they overflow; the slowest and
         the fastest always. ``progress`` gets the fraction of the time range swept.
+        ``hulls`` (default ``relaxation``): the hulls swept, e.g. an
+        :meth:`Relaxation.under_estimate` of ``relaxation`` (the bound is then its frontier's);
+        ``relaxation`` stays the frontier's, for rounding.
 
         Memory: ``O(b + memory)`` for ``b`` breakpoints, whatever ``b`` is; time as
         :func:`relaxed_frontier`.
@@ -264,7 +376,8 @@ class RelaxedFrontier:
         g = 0
         t_lo = float(problem.dag.iteration_time(relaxation.shortest))
         t_hi = float(problem.dag.iteration_time(relaxation.longest))
-        chunks = _sweep(problem, relaxation, lambda: stride[0], cancel, cells)
+        swept = relaxation if hulls is None else hulls
+        chunks = _sweep(problem, swept, lambda: stride[0], cancel, cells)
         for t, c, _, kept, rows, done in chunks:
             st = stride[0]
             for r, j in enumerate(np.flatnonzero(kept)):

@@ -99,7 +99,12 @@ def solve_problem(
     if on_first_plan is not None:
         on_first_plan(early)
     relaxed = relax(
-        problem, memory=opts.relaxed_memory, progress=progress, cancel=cancel, relaxation=rel
+        problem,
+        memory=opts.relaxed_memory,
+        progress=progress,
+        cancel=cancel,
+        relaxation=rel,
+        hull_tolerance=opts.hull_tolerance,
     )
     with CandidatePool(problem, relaxed, cancel) as pool:
         run = Run(problem, relaxed, rounder, pool, opts, np.random.default_rng(opts.seed), progress)
