@@ -300,3 +300,33 @@ def test_a_restart_keeps_the_budget_and_its_plans(tmp_path: Path, small_csv: str
         assert {j: http.get(f"/jobs/{j}").json()["plan_version"] for j in (a, b)} == versions
         assert {j: _deployed(http, j) for j in (a, b)} == plans
         assert http.get(f"/jobs/{a}/status").json()["plan"]["constraint"] == "power budget"
+
+
+def exercise_power_budget(c: Any, job_id: str) -> None:
+    """``/power-budget``'s documented answers through a :class:`Contract` (each body checked
+    against the published schema): for ``test_openapi_lifecycle`` to call with a solved job."""
+    c.call("GET", "/power-budget", 404)
+    body = c.call("PUT", "/power-budget", 200, json={"watts": 1e5, "jobs": [job_id]}).json()
+    assert body["feasible"] and [j["id"] for j in body["jobs"]] == [job_id]
+    c.call("GET", "/power-budget", 200)
+    c.call("GET", "/jobs/{job_id}/status", 200, path={"job_id": job_id})
+    c.call("GET", "/jobs/{job_id}/frontier", 200, path={"job_id": job_id})
+    c.call("PUT", "/power-budget", 422, json={"watts": -1})
+    c.call("DELETE", "/power-budget", 204)
+    c.call("DELETE", "/power-budget", 404)
+
+
+def test_power_budget_answers_match_the_published_schema(
+    http: httpx.Client, two_pipelines: str
+) -> None:
+    from .test_openapi import Contract
+
+    c = Contract(http)
+    exercise_power_budget(c, two_pipelines)
+    c.call("GET", "/jobs/{job_id}/plan", 200, path={"job_id": two_pipelines},
+           params={"power_budget": 1e5})  # fmt: skip
+    assert {(m, t) for m, t, s, _ in c.seen if s < 300} >= {
+        ("PUT", "/power-budget"),
+        ("GET", "/power-budget"),
+        ("DELETE", "/power-budget"),
+    }
