@@ -16,6 +16,7 @@ from typing import Any
 
 from perseus.errors import InfeasibleError
 from perseus.frontier import Frontier
+from perseus.power import index_for_power_budget
 from perseus_server.states import StragglerSource
 
 __all__ = ["PlanPolicy", "PipelinePlan", "PlanDecision", "Straggler", "decide", "resolve_policy"]
@@ -24,27 +25,33 @@ __all__ = ["PlanPolicy", "PipelinePlan", "PlanDecision", "Straggler", "decide", 
 @dataclass(frozen=True)
 class PlanPolicy:
     """How the default plan is chosen: ``kind`` is ``index`` | ``deadline`` | ``slowdown`` |
-    ``energy_budget`` and ``value`` its argument. The default, ``slowdown 0``, is the fastest plan
-    (point 0)."""
+    ``energy_budget`` | ``power_budget`` and ``value`` its argument. The default, ``slowdown 0``,
+    is the fastest plan (point 0). ``copies``: for ``power_budget`` (watts, whole job), the
+    job's ``data_parallel x tensor_parallel`` copies of one pipeline."""
 
     kind: str = "index"
     value: float = 0.0
+    copies: int = 1
 
     def to_json(self) -> dict[str, Any]:
+        if self.kind == "power_budget":
+            return {"kind": self.kind, "value": self.value, "copies": self.copies}
         return {"kind": self.kind, "value": self.value}
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any] | None) -> PlanPolicy:
         if not doc:
             return cls()
-        return cls(str(doc["kind"]), float(doc["value"]))
+        return cls(str(doc["kind"]), float(doc["value"]), int(doc.get("copies", 1)))
 
     def describe(self) -> str:
         if self.kind == "index":
             return (
                 "fastest plan (point 0)" if self.value == 0 else f"frontier point {int(self.value)}"
             )
-        unit = {"deadline": " s", "slowdown": "", "energy_budget": " J"}[self.kind]
+        unit = {"deadline": " s", "slowdown": "", "energy_budget": " J", "power_budget": " W"}[
+            self.kind
+        ]
         return f"{self.kind.replace('_', ' ')} {self.value:g}{unit}"
 
 
@@ -91,6 +98,8 @@ def resolve_policy(frontier: Frontier, policy: PlanPolicy) -> int:
         return frontier.index_for_slowdown(policy.value)
     if policy.kind == "energy_budget":
         return frontier.index_for_energy_budget(policy.value)
+    if policy.kind == "power_budget":  # raises PowerBudgetError (an InfeasibleError)
+        return index_for_power_budget(frontier, policy.value, pipelines=policy.copies)
     raise InfeasibleError(f"unknown plan policy {policy.kind!r}")
 
 

@@ -76,10 +76,18 @@ def _v1_initial(db: sqlite3.Connection) -> None:
             db.execute(statement)
 
 
+def _power_budget_table(db: sqlite3.Connection) -> None:
+    """The cluster power budget (one row at most: ``PUT /power-budget``'s settings)."""
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS power_budget ("
+        "id INTEGER PRIMARY KEY CHECK (id = 1), doc TEXT NOT NULL, updated REAL NOT NULL)"
+    )
+
+
 #: The ordered schema migrations: ``MIGRATIONS[k]`` takes a database at version ``k`` to
 #: ``k + 1``. A later change of what is stored appends a function here (never edits one that
 #: shipped); :meth:`Store.open` applies the missing ones, each in its own transaction.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1_initial,)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1_initial, _power_budget_table)
 
 #: The schema version this code reads and writes.
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -381,6 +389,23 @@ class Store:
                 "INSERT OR REPLACE INTO profiling (job_id, doc) VALUES (?, ?)",
                 (job_id, json.dumps(doc)),
             )
+
+    # --- the cluster power budget ----------------------------------------------------------------
+
+    def power_budget(self) -> dict[str, Any] | None:
+        row = self._db.execute("SELECT doc FROM power_budget WHERE id = 1").fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def put_power_budget(self, doc: dict[str, Any] | None) -> None:
+        """Store the budget's settings (``None``: remove it)."""
+        with self._tx() as db:
+            if doc is None:
+                db.execute("DELETE FROM power_budget")
+            else:
+                db.execute(
+                    "INSERT OR REPLACE INTO power_budget (id, doc, updated) VALUES (1, ?, ?)",
+                    (json.dumps(doc), time.time()),
+                )
 
 
 def _rank_from_json(job_id: str, d: dict[str, Any]) -> RankInfo:

@@ -1,6 +1,12 @@
 """Pydantic models of the REST API (the API boundary only): request bodies, response bodies and
 the problem document of errors."""
 
+from perseus_server.models.power import (
+    JobPowerBudget,
+    PowerBudgetIn,
+    PowerBudgetView,
+    PowerShareView,
+)
 from perseus_server.models.problems import FieldError, Problem
 from perseus_server.models.requests import (
     DetectionIn,
@@ -95,4 +101,9 @@ __all__ = [
     "Replan",
     "SlowStagesView",
     "StragglerView",
+    # the power budget
+    "JobPowerBudget",
+    "PowerBudgetIn",
+    "PowerBudgetView",
+    "PowerShareView",
 ]

@@ -48,6 +48,9 @@ class PlanSelect(BaseModel):
     deadline: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     slowdown: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     energy_budget: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    power_budget: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        default=None, description="Average power limit (W, whole job): the fastest plan within it."
+    )
     pipelines: list[StrictInt] | None = Field(
         default=None,
         description="Deploy only to these data-parallel pipelines (default: all, as the new default).",

@@ -42,6 +42,14 @@ __all__ = [
 ]
 
 FrontierState = SolveStatus
+_AVERAGE_POWER = (
+    "Average power (W) of the whole job running this plan: data_parallel x tensor_parallel x "
+    "energy / time."
+)
+_PEAK_POWER = (
+    "Per GPU, the highest power (W) of any instruction's option in the plan (what a per-GPU "
+    "power limit sees); null when the stored profile no longer matches the frontier's clocks."
+)
 Timestamp = Annotated[float, Field(description="Seconds since the Unix epoch.")]
 OptTimestamp = Annotated[float | None, Field(description="Seconds since the Unix epoch, or null.")]
 
@@ -153,6 +161,8 @@ class FrontierPoint(ResponseModel):
         description="Energy per iteration (J), waiting at blocking power included."
     )
     lower_bound: float = Field(description="Certified lower bound on the energy at this time (J).")
+    average_power: float = Field(description=_AVERAGE_POWER)
+    peak_power: float | None = Field(description=_PEAK_POWER)
 
 
 _Stale = Annotated[
@@ -227,6 +237,8 @@ class PlanDoc(ResponseModel):
     frequencies: list[list[int]] = Field(
         description="Per pipeline rank, the SM clock (MHz) of each instruction in order."
     )
+    average_power: float = Field(description=_AVERAGE_POWER)
+    peak_power: float | None = Field(description=_PEAK_POWER)
     steps: list[list[PlanStep]] = omitted("Per pipeline rank, its instructions (``steps=true``).")
 
 
@@ -236,10 +248,13 @@ class PlanDoc(ResponseModel):
 class PlanPolicyView(ResponseModel):
     """How the default plan is chosen."""
 
-    kind: Literal["index", "deadline", "slowdown", "energy_budget"]
+    kind: Literal["index", "deadline", "slowdown", "energy_budget", "power_budget"]
     value: float = Field(
-        description="The index, the deadline (s), the slowdown (0.05 = 5 %) or the energy "
-        "budget (J)."
+        description="The index, the deadline (s), the slowdown (0.05 = 5 %), the energy "
+        "budget (J) or the power budget (W, whole job)."
+    )
+    copies: int = omitted(
+        "``power_budget``: the job's data_parallel x tensor_parallel copies of one pipeline."
     )
 
 
@@ -255,6 +270,11 @@ class PipelineDeployment(ResponseModel):
     time: float = Field(description="The plan's iteration time (s).")
     energy: float = Field(description="The plan's energy per iteration (J).")
     reason: str = Field(description="Why this pipeline runs this plan.")
+    average_power: float = Field(
+        description="Average power (W) of this pipeline's tensor_parallel x ranks GPUs running "
+        "its plan at its own time: tensor_parallel x energy / time."
+    )
+    peak_power: float | None = Field(description=_PEAK_POWER)
 
 
 class _DeploymentBase(ResponseModel):
@@ -270,6 +290,19 @@ class PlanDeployment(_DeploymentBase):
 
     kind: Literal[DeploymentKind.PLAN]
     pipelines: list[PipelineDeployment]
+    average_power: float = Field(
+        description="Average power (W) of the whole job: every pipeline waits for the slowest "
+        "at blocking power (perseus.power.deployment_power)."
+    )
+    peak_power: float | None = Field(
+        description="Per GPU, the highest power (W) of any instruction option any pipeline runs."
+    )
+    constraint: Literal["own policy", "power budget", "straggler", "power budget and straggler"] = (
+        Field(
+            description="What set the plans: the job's own policy, the cluster power budget, "
+            "stragglers (the others slowed to them), or the budget with stragglers."
+        )
+    )
 
 
 class ProfilingStepView(ResponseModel):

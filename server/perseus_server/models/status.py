@@ -10,6 +10,7 @@ from pydantic import Field
 
 from perseus_server import states
 from perseus_server.models.base import ResponseModel
+from perseus_server.models.power import JobPowerBudget
 from perseus_server.models.responses import DeploymentView, FrontierSummary, JobState
 from perseus_server.states import SlowStageStatus, StragglerSource
 
@@ -163,3 +164,6 @@ class JobStatus(ResponseModel):
     )
     recent_replans: list[Replan] = Field(description="Up to the 20 latest.")
     profiling: ProfilingProgress | None = Field(description="The last online profiling scan.")
+    power_budget: JobPowerBudget | None = Field(
+        description="The job's share of the cluster power budget, or null: not covered."
+    )

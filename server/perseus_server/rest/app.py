@@ -38,6 +38,8 @@ from perseus_server.models import (
 from perseus_server.planner import PlanPolicy
 from perseus_server.rest.docs import install_openapi, operation
 from perseus_server.rest.gate import Gate
+from perseus_server.rest.power import TAG as POWER_TAG
+from perseus_server.rest.power import power_router
 from perseus_server.rest.problems import install_error_handlers
 from perseus_server.service import PerseusService
 from perseus_server.stragglers import DetectorSettings
@@ -52,6 +54,7 @@ TAGS = [
     {"name": "plans", "description": "Plans by deadline, slowdown or energy budget; deployment."},
     {"name": "profiling", "description": "Online profiling: a scan of the SM clocks."},
     {"name": "stragglers", "description": "Slow pipelines: reports, detection, replanning."},
+    POWER_TAG,
 ]
 
 
@@ -62,7 +65,11 @@ class PrometheusText(PlainTextResponse):
 
 
 def _policy(
-    index: int | None, deadline: float | None, slowdown: float | None, energy_budget: float | None
+    index: int | None,
+    deadline: float | None,
+    slowdown: float | None,
+    energy_budget: float | None,
+    power_budget: float | None = None,
 ) -> PlanPolicy:
     given = [
         (k, v)
@@ -71,12 +78,14 @@ def _policy(
             ("deadline", deadline),
             ("slowdown", slowdown),
             ("energy_budget", energy_budget),
+            ("power_budget", power_budget),
         )
         if v is not None
     ]
     if len(given) > 1:
         raise BadRequest(
-            "give at most one of index, deadline, slowdown, energy_budget", field=given[1][0]
+            "give at most one of index, deadline, slowdown, energy_budget, power_budget",
+            field=given[1][0],
         )
     if not given:
         return PlanPolicy()
@@ -299,18 +308,27 @@ def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
             None, gt=0, allow_inf_nan=False, description="Energy per iteration limit (J)."
         ),
         index: int | None = Query(None, ge=0, description="A frontier point by index."),
+        power_budget: float | None = Query(
+            None,
+            gt=0,
+            allow_inf_nan=False,
+            description="Average power limit (W, whole job): the fastest plan within it.",
+        ),
         steps: bool = Query(
             False,
             description="Include every rank's (instruction, microbatch, stage, frequency) list.",
         ),
     ) -> Response:
-        """The least-energy plan within a deadline, a slowdown or an energy budget, or a point
-        by index (give exactly one); 422 when none fits. Deploys nothing."""
-        if all(v is None for v in (deadline, slowdown, energy_budget, index)):
+        """The least-energy plan within a deadline, a slowdown or an energy budget, the fastest
+        plan within a power budget (W, whole job; ties: least energy), or a point by index
+        (give exactly one); 422 when none fits (a power budget's names ``lowest_power``, W).
+        Deploys nothing."""
+        if all(v is None for v in (deadline, slowdown, energy_budget, index, power_budget)):
             raise BadRequest(
-                "give one of deadline, slowdown, energy_budget, index", field="deadline"
+                "give one of deadline, slowdown, energy_budget, power_budget, index",
+                field="deadline",
             )
-        policy = _policy(index, deadline, slowdown, energy_budget)
+        policy = _policy(index, deadline, slowdown, energy_budget, power_budget)
         # The service's cached bytes, sent as they are (the hot path; PlanDoc documents them).
         return Response(
             service.query_plan(job_id, policy, steps=steps), media_type="application/json"
@@ -324,7 +342,9 @@ def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
     async def put_plan(job_id: str, body: PlanSelect) -> dict[str, Any] | None:
         """Sets the job's default policy (at most one criterion; none: the fastest plan), or
         pins the given ``pipelines`` to the selected point, and pushes the plans to the ranks."""
-        policy = _policy(body.index, body.deadline, body.slowdown, body.energy_budget)
+        policy = _policy(
+            body.index, body.deadline, body.slowdown, body.energy_budget, body.power_budget
+        )
         return service.deploy(job_id, policy, body.pipelines)
 
     @app.get(
@@ -422,4 +442,5 @@ def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
         service.set_detector(job_id, settings)
         return settings.to_json()
 
+    app.include_router(power_router(service))
     return app

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from perseus.errors import InfeasibleError
@@ -44,6 +45,13 @@ class Deployer:
 
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
+        # Hooks of the power budget (service/power_budget.py, set by the service): the policy a
+        # cluster budget imposes on a job (None: its own), what to do when a job's stragglers
+        # change (returns whether it re-deployed the job), and the powers of a deployment.
+        self.budget_policy: Callable[[Job], PlanPolicy | None] = lambda job: None
+        self.stragglers_changed: Callable[[Job], bool] = lambda job: False
+        self.deployment_power: Callable[[Job, Deployment, list[Frontier]], dict[str, Any]] | None
+        self.deployment_power = None
 
     # --- deciding --------------------------------------------------------------------------------
 
@@ -58,10 +66,18 @@ class Deployer:
                 "online profiling is running; abort it (DELETE /jobs/{id}/profiling) first",
                 field="profiling",
             )
+        if self.budget_policy(job) is not None:
+            raise Conflict(
+                "the cluster power budget sets this job's plan; DELETE /power-budget (or leave "
+                "the job out of its jobs) first",
+                field="power_budget",
+            )
         try:
             index = resolve_policy(frontier, policy)
         except InfeasibleError as e:
-            raise BadRequest(str(e), field=policy.kind) from None
+            lowest = getattr(e, "lowest_power", None)
+            extra = {"lowest_power": lowest} if policy.kind == "power_budget" else {}
+            raise BadRequest(str(e), field=policy.kind, **extra) from None
         dep = job.deployment
         if pipelines is not None:
             n = job.spec.data_parallel
@@ -88,9 +104,13 @@ class Deployer:
             for p, st in job.stragglers.slow_stages.items()
             if st.ready and st.frontier is not None
         }
-        args = (job.spec.data_parallel, job.stragglers.stragglers, dep.overrides, resolved)
+        budget = self.budget_policy(job)  # a cluster budget's share replaces policy and pins
+        overrides = dep.overrides if budget is None else {}
+        args = (job.spec.data_parallel, job.stragglers.stragglers, overrides, resolved)
         try:
-            decision: PlanDecision = decide(frontier, dep.policy, *args)
+            decision: PlanDecision = decide(
+                frontier, budget if budget is not None else dep.policy, *args
+            )
         except InfeasibleError:
             dep.policy = PlanPolicy()
             decision = decide(frontier, dep.policy, *args)
@@ -121,7 +141,8 @@ class Deployer:
 
     def replan(self, job: Job, why: str, kind: ReplanKind) -> None:
         """Re-decide after a straggler or slow-stage event; record it among the recent replans."""
-        changed = self.decide(job, why)
+        budgeted = self.stragglers_changed(job)
+        changed = self.decide(job, why) or budgeted
         if not changed:
             persist_deployment(self.ctx.store, job)
         self.ctx.metrics.replans.inc(kind=kind)
@@ -247,6 +268,12 @@ class Deployer:
                     }
                 )
             out["pipelines"] = pipelines
+            if self.deployment_power is not None:
+                frontiers = [self.pipeline_frontier(job, dep, p) for p in range(len(dep.indices))]
+                power = self.deployment_power(job, dep, frontiers)
+                for doc, per in zip(pipelines, power.pop("pipelines"), strict=True):
+                    doc.update(per)
+                out.update(power)
         elif dep.kind is DeploymentKind.PROFILING:
             out["profiling"] = dep.profiling
         else:

@@ -27,6 +27,8 @@ from perseus_server.service.deployment import Deployer
 from perseus_server.service.online_profiling import OnlineProfiling
 from perseus_server.service.persistence import load_jobs
 from perseus_server.service.plans import PlanQueries
+from perseus_server.service.power import PlanPowers
+from perseus_server.service.power_budget import PowerBudget
 from perseus_server.service.profiles import Profiles
 from perseus_server.service.registration import Registration
 from perseus_server.service.reports import Reports
@@ -64,19 +66,26 @@ class PerseusService:
         self.deployer = Deployer(ctx)
         self.profiles = Profiles(ctx)
         self.solves = Solves(ctx, self.deployer)
-        self.plans = PlanQueries(ctx)
+        self.powers = PlanPowers()
+        self.plans = PlanQueries(ctx, self.powers)
+        self.power_budget = PowerBudget(ctx, self.deployer, self.powers)
+        self.deployer.budget_policy = self.power_budget.policy_for
+        self.deployer.stragglers_changed = self.power_budget.stragglers_changed
+        self.deployer.deployment_power = self.power_budget.deployment_power
         self.slow_stages = SlowStageResolver(ctx, self.deployer)
         self.stragglers = Stragglers(ctx, self.deployer, self.slow_stages)
         self.profiling = OnlineProfiling(ctx, self.deployer, self.profiles, self.solves)
         self.reports = Reports(ctx, self.stragglers, self.slow_stages, self.profiling)
         self.registration = Registration(ctx, self.deployer)
         self.views = Views(ctx, self.deployer, self.solves, time.time())
+        self.views.power_share = self.power_budget.job_share
 
     # --- lifecycle -------------------------------------------------------------------------------
 
     def load(self) -> None:
         """Rebuild the in-memory state from the store; solves cut short by a restart are failed."""
         load_jobs(self.store, self.jobs)
+        self.power_budget.load()
 
     async def shutdown(self) -> None:
         self.hub.close(None, StreamEnd.SHUTDOWN)
@@ -127,6 +136,8 @@ class PerseusService:
         self.hub.close(job_id, StreamEnd.DELETED)
         self.jobs.remove(job_id)
         self.store.delete_job(job.id)
+        self.powers.forget(job.id)
+        self.power_budget.job_removed(job.id)
 
     # --- profiles and frontiers ------------------------------------------------------------------
 
@@ -146,7 +157,8 @@ class PerseusService:
         return self.solves.cancel(job_id)
 
     def frontier_status(self, job_id: str, *, points: bool = True) -> dict[str, Any]:
-        return self.solves.status(job_id, points=points)
+        out = self.solves.status(job_id, points=points)
+        return self.powers.annotate_points(self.jobs.get(job_id), out)
 
     def frontier_of(self, job_id: str) -> tuple[Frontier, list[int]]:
         return self.solves.frontier_of(job_id)
@@ -155,13 +167,31 @@ class PerseusService:
 
     def query_plan(self, job_id: str, policy: PlanPolicy, *, steps: bool = False) -> bytes:
         """The plan ``policy`` selects as a JSON document (bytes, cached per frontier point)."""
-        return self.plans.query(job_id, policy, steps=steps)
+        return self.plans.query(job_id, self._shaped(job_id, policy), steps=steps)
 
     def deploy(
         self, job_id: str, policy: PlanPolicy, pipelines: list[int] | None
     ) -> dict[str, Any]:
         """``PUT /jobs/{id}/plan``: set the default policy (or pin some pipelines) and push."""
-        return self.deployer.deploy(job_id, policy, pipelines)
+        return self.deployer.deploy(job_id, self._shaped(job_id, policy), pipelines)
+
+    def _shaped(self, job_id: str, policy: PlanPolicy) -> PlanPolicy:
+        """A ``power_budget`` policy (watts, whole job) for the job's pipeline copies."""
+        if policy.kind != "power_budget":
+            return policy
+        spec = self.jobs.get(job_id).spec
+        return PlanPolicy(policy.kind, policy.value, spec.data_parallel * spec.tensor_parallel)
+
+    # --- the cluster power budget ----------------------------------------------------------------
+
+    def put_power_budget(self, watts: float, policy: str, jobs: list[str] | None) -> dict[str, Any]:
+        return self.power_budget.put(watts, policy, jobs)
+
+    def power_budget_view(self) -> dict[str, Any]:
+        return self.power_budget.view()
+
+    def delete_power_budget(self) -> None:
+        self.power_budget.delete()
 
     def deployment_view(self, job_id: str) -> dict[str, Any] | None:
         return self.deployer.view(self.jobs.get(job_id))

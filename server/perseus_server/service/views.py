@@ -4,6 +4,7 @@ stragglers, profiling) and the server's health, as the REST API returns them."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from perseus_server.service.context import ServiceContext
@@ -27,6 +28,8 @@ class Views:
         self.deployer = deployer
         self.solves = solves
         self.started = started
+        #: The job's share of the cluster power budget (set by the service).
+        self.power_share: Callable[[Job], dict[str, Any] | None] = lambda job: None
 
     def job(self, job_id: str) -> dict[str, Any]:
         job = self.ctx.jobs.get(job_id)
@@ -102,6 +105,7 @@ class Views:
             "iteration_overhead": slow.detector.calibration(),
             "recent_replans": list(slow.replans),
             "profiling": job.profiling.progress() if job.profiling is not None else None,
+            "power_budget": self.power_share(job),
         }
 
     def health(self) -> dict[str, Any]:

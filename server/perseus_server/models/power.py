@@ -1,0 +1,78 @@
+"""Models of the cluster power budget (``/power-budget``) and of a job's share of it.
+
+Units: powers in watts, slowdowns as fractions (0.05 = 5 % slower), times in seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from perseus_server.models.base import ResponseModel
+
+__all__ = ["PowerBudgetIn", "PowerShareView", "PowerBudgetView", "JobPowerBudget"]
+
+JobId = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class PowerBudgetIn(BaseModel):
+    """``PUT /power-budget``: one cap (W) over several jobs."""
+
+    model_config = ConfigDict(extra="forbid")
+    watts: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        description="The budget (W), all covered jobs' average power together."
+    )
+    policy: Literal["throughput", "fair"] = Field(
+        default="throughput",
+        description="``throughput``: least GPU-time lost (slowdown x GPUs, summed); ``fair``: "
+        "least largest slowdown.",
+    )
+    jobs: list[JobId] | None = Field(
+        default=None,
+        max_length=10_000,
+        description="The jobs it covers; default: every job with a frontier, later ones included.",
+    )
+
+
+class PowerShareView(ResponseModel):
+    """One job's share of the budget."""
+
+    id: str = Field(description="The job's ID.")
+    watts: float = Field(description="Its average power (W, whole job) at its point.")
+    slowdown: float = Field(
+        description="Its slowdown against max clocks, or against its straggler's time (0.05 = 5 %)."
+    )
+    point: int = Field(description="The frontier point it runs.")
+    time: float = Field(description="Its iteration time (s) at that point.")
+
+
+class PowerBudgetView(ResponseModel):
+    """``GET /power-budget``: the budget and its allocation."""
+
+    watts: float = Field(description="The budget (W).")
+    policy: Literal["throughput", "fair"]
+    allocated_watts: float = Field(
+        description="The shares' sum (W), at most the budget if feasible."
+    )
+    feasible: bool = Field(
+        description="false when the covered jobs cannot get under the budget (a job joined "
+        "after it was set): every job then runs its least-power plan."
+    )
+    lowest_power: float = Field(description="The least the covered jobs can draw together (W).")
+    covers: list[str] | None = Field(description="The jobs it was set for, or null: every job.")
+    gap: float | None = Field(
+        description="The allocation's distance from the optimum (0: exact), null when infeasible."
+    )
+    jobs: list[PowerShareView] = Field(description="One share per covered job.")
+
+
+class JobPowerBudget(ResponseModel):
+    """A job's share of the cluster power budget (in its status)."""
+
+    budget: float = Field(description="The cluster budget (W).")
+    policy: Literal["throughput", "fair"]
+    watts: float = Field(description="This job's share (W, average power of the whole job).")
+    slowdown: float = Field(description="Its slowdown under the budget (0.05 = 5 %).")
+    point: int = Field(description="The frontier point it runs.")
+    feasible: bool = Field(description="Whether the budget is met.")

@@ -1,0 +1,57 @@
+"""``/power-budget``: one power cap (W) over several jobs, each job's plan deployed from its
+share (see :mod:`perseus_server.service.power_budget`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+
+from perseus_server.models import PowerBudgetIn, PowerBudgetView
+from perseus_server.rest.docs import operation
+from perseus_server.service import PerseusService
+
+__all__ = ["TAG", "power_router"]
+
+TAG = {"name": "power", "description": "A power budget (W) shared by several jobs."}
+
+
+def power_router(service: PerseusService) -> APIRouter:
+    """The routes of the cluster power budget over ``service``."""
+    router = APIRouter(tags=["power"])
+
+    @router.put(
+        "/power-budget",
+        **operation(
+            PowerBudgetView, "Set the power budget", "The budget and its allocation.", 413, 422
+        ),
+    )
+    async def put_power_budget(body: PowerBudgetIn) -> dict[str, Any]:
+        """Shares ``watts`` (W) between the covered jobs (``jobs``, or every job with a
+        frontier) by ``policy`` and deploys each job's plan. A budget that is not a finite
+        number > 0, names an unknown job or one without a frontier, or is below the lowest
+        power the jobs can reach (``lowest_power``, W) is refused with 422 and changes
+        nothing."""
+        return service.put_power_budget(body.watts, body.policy, body.jobs)
+
+    @router.get(
+        "/power-budget",
+        **operation(PowerBudgetView, "Get the power budget", "The budget and its allocation.", 404),
+    )
+    async def get_power_budget() -> dict[str, Any]:
+        """The budget (W), the allocated watts and each job's share: watts, slowdown and
+        frontier point (404 when none is set)."""
+        return service.power_budget_view()
+
+    @router.delete(
+        "/power-budget",
+        response_class=Response,
+        **operation(None, "Remove the power budget", "Removed.", 404, status=204),
+    )
+    async def delete_power_budget() -> Response:
+        """Every covered job goes back to its own plan policy (404 when none is set)."""
+        service.delete_power_budget()
+        return Response(status_code=204)
+
+    return router
