@@ -151,7 +151,7 @@ def test_first_release_database_is_version_1_and_kept(tmp_path: Path) -> None:
     assert [r.rank_id for r in store.ranks(JOB)] == [RANK]
     assert [it[0] for it in store.iterations(RANK, 10)] == [7, 8]
     store.close()
-    assert _user_version(path) == 1
+    assert _user_version(path) == SCHEMA_VERSION  # recorded as version 1, then migrated
 
 
 def test_newer_database_is_refused(tmp_path: Path) -> None:
@@ -175,9 +175,9 @@ def test_an_appended_migration_runs_once_in_order(tmp_path: Path) -> None:
     migrations = (*MIGRATIONS, v2_add_note)
     conn = sqlite3.connect(path, isolation_level=None)
     assert migrate(conn, migrations) == 1
-    assert migrate(conn, migrations) == 2  # already there: nothing runs again
+    assert migrate(conn, migrations) == len(migrations)  # already there: nothing runs again
     assert runs == [2]
-    assert int(conn.execute("PRAGMA user_version").fetchone()[0]) == 2
+    assert int(conn.execute("PRAGMA user_version").fetchone()[0]) == len(migrations)
     assert conn.execute("SELECT id, note FROM jobs").fetchall() == [(JOB, "")]
     conn.close()
 
@@ -193,7 +193,8 @@ def test_a_failing_migration_changes_nothing(tmp_path: Path) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     with pytest.raises(RuntimeError, match="boom"):
         migrate(conn, (*MIGRATIONS, v2_broken))
-    assert int(conn.execute("PRAGMA user_version").fetchone()[0]) == 1
+    # The migrations before it stand; the broken one left nothing behind.
+    assert int(conn.execute("PRAGMA user_version").fetchone()[0]) == len(MIGRATIONS)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "half_done" not in tables and "jobs" in tables
     conn.close()
@@ -239,4 +240,4 @@ def test_server_serves_a_job_written_by_the_first_release(tmp_path: Path, small_
         channel.close()
         assert msg.version == VERSION and len(msg.steps) == 2 * 4
         assert msg.expected_iteration_time == pytest.approx(float(frontier.times[1]))
-    assert _user_version(path) == 1
+    assert _user_version(path) == SCHEMA_VERSION

@@ -31,3 +31,6 @@ class Problem(ResponseModel):
     row: int = omitted("Profile errors: the 1-based CSV line (header: 1) or JSON record index.")
     limit: int = omitted("413: the body limit (bytes).")
     errors: list[FieldError] = omitted("422 from request validation: each invalid input (<= 20).")
+    lowest_power: float = omitted(
+        "Power budgets: the lowest achievable average power (W) of the job or jobs."
+    )
