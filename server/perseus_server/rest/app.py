@@ -35,6 +35,7 @@ from perseus_server.models import (
     ProfilingStatus,
     StragglerIn,
 )
+from perseus_server.models.requests import INT32_MAX
 from perseus_server.planner import PlanPolicy
 from perseus_server.rest.docs import install_openapi, operation
 from perseus_server.rest.gate import Gate
@@ -298,7 +299,9 @@ def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
         energy_budget: float | None = Query(
             None, gt=0, allow_inf_nan=False, description="Energy per iteration limit (J)."
         ),
-        index: int | None = Query(None, ge=0, description="A frontier point by index."),
+        index: int | None = Query(
+            None, ge=0, le=INT32_MAX, description="A frontier point by index."
+        ),
         steps: bool = Query(
             False,
             description="Include every rank's (instruction, microbatch, stage, frequency) list.",
@@ -403,7 +406,7 @@ def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
         ),
     )
     async def clear_stragglers(
-        job_id: str, pipeline: int | None = Query(None, ge=0)
+        job_id: str, pipeline: int | None = Query(None, ge=0, le=INT32_MAX)
     ) -> dict[str, Any]:
         """Forgets one pipeline's (or every) straggler and slow stages, and replans."""
         return service.clear_stragglers(job_id, pipeline)

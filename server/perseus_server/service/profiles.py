@@ -9,6 +9,7 @@ from typing import Any
 from perseus.errors import ProfileError
 from perseus.problem import EnergyProblem
 from perseus.profiles import Profile, parse_profile_csv, parse_profile_json
+from perseus_common.profile_csv import ProfileFormatError, load_json
 from perseus_server.errors import BadRequest, Conflict, NotFound
 from perseus_server.jobs import RankInfo
 from perseus_server.service.context import ServiceContext
@@ -70,12 +71,18 @@ class Profiles:
         schedule, bp = job.schedule, job.spec.blocking_power
 
         def parse() -> Profile:
-            prof = parse_profile_json(text) if is_json else parse_profile_csv(text)
+            # JSON is parsed here with bounded depth and integer length, then validated.
+            prof = parse_profile_json(load_json(text)) if is_json else parse_profile_csv(text)
             EnergyProblem.build(prof, schedule, bp)  # the profile must cover the job's schedule
             return prof
 
         try:
             profile = await asyncio.to_thread(parse)
+        except ProfileFormatError as e:
+            extra = {"row": e.row} if e.row is not None else {}
+            raise BadRequest(
+                str(e), field=f"profile.{e.field}" if e.field else "profile", **extra
+            ) from None
         except ProfileError as e:
             extra = {"row": e.row} if e.row is not None else {}
             raise BadRequest(

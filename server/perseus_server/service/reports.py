@@ -8,6 +8,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 
 from perseus.profiles import INSTRUCTION_KINDS
+from perseus_common.profile_csv import MAX_FREQUENCY_MHZ
 from perseus_server.config import Limits
 from perseus_server.errors import BadRequest, Conflict
 from perseus_server.jobs import RankInfo
@@ -65,8 +66,11 @@ def validate_report(i: int, rep: IterationReport, job: Job, limits: Limits) -> N
             raise BadRequest(
                 f"{where}: stage or microbatch out of range", field="instructions.stage"
             )
-        if m.frequency_mhz < 0:
-            raise BadRequest(f"{where}: frequency must be >= 0", field="instructions.frequency_mhz")
+        if not 0 <= m.frequency_mhz <= MAX_FREQUENCY_MHZ:
+            raise BadRequest(
+                f"{where}: frequency must be between 0 and {MAX_FREQUENCY_MHZ} MHz",
+                field="instructions.frequency_mhz",
+            )
 
 
 def _reporter(jobs: JobTable, i: int, rep: IterationReport) -> tuple[Job, RankInfo]:
