@@ -6,9 +6,10 @@ import argparse
 import asyncio
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from perseus_server.config import ServerConfig
+from perseus_server.config import Limits, ServerConfig
 
 __all__ = ["main", "build_parser"]
 
@@ -37,6 +38,25 @@ def build_parser(prog: str = "perseus serve") -> argparse.ArgumentParser:
     )
     p.add_argument("--tls-key", type=Path, help="PEM private key")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    d = Limits()
+    p.add_argument(
+        "--solve-memory-mib",
+        type=int,
+        default=d.solve_memory_bytes // 2**20,
+        help="resident memory one frontier computation may use (MiB; default %(default)s)",
+    )
+    p.add_argument(
+        "--solve-time-limit",
+        type=float,
+        default=d.solve_seconds,
+        help="wall time one frontier computation may take (s; default %(default)s)",
+    )
+    p.add_argument(
+        "--max-queued-solves",
+        type=int,
+        default=d.max_queued_solves,
+        help="frontier computations waiting for a worker at once (default %(default)s)",
+    )
     return p
 
 
@@ -47,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("http_port", "grpc_port"):
         if not (0 <= getattr(args, name) <= 65535):
             parser.error(f"--{name.replace('_', '-')} must be between 0 and 65535")
+    if args.solve_memory_mib < 1 or not args.solve_time_limit > 0 or args.max_queued_solves < 1:
+        parser.error(
+            "--solve-memory-mib, --solve-time-limit and --max-queued-solves must be positive"
+        )
     if (args.tls_cert is None) != (args.tls_key is None):
         parser.error("--tls-cert and --tls-key go together")
     for path in (args.tls_cert, args.tls_key):
@@ -73,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
         token=token,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
+        limits=replace(
+            Limits(),
+            solve_memory_bytes=args.solve_memory_mib * 2**20,
+            solve_seconds=args.solve_time_limit,
+            max_queued_solves=args.max_queued_solves,
+        ),
     )
     from perseus_server.server import serve
 

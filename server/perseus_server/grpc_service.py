@@ -10,6 +10,7 @@ token -> UNAUTHENTICATED. The detail starts with the field at fault (``"global_r
 
 from __future__ import annotations
 
+import functools
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -127,7 +128,9 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         accepted = 0
         async for report in request_iterator:
             try:
-                accepted += self.service.record_reports([decode_report(report)])
+                accepted += await self.service.ingest_report(
+                    functools.partial(decode_report, report), len(report.instructions)
+                )
             except ApiError as e:
                 await self._abort(context, "ReportIterations", e)
         self.service.metrics.grpc_calls.inc(method="ReportIterations", code="OK")

@@ -11,6 +11,7 @@ from perseus_server.models.requests import (
     StragglerIn,
 )
 from perseus_server.models.responses import (
+    CustomScheduleSummary,
     CustomScheduleView,
     DeploymentView,
     FrontierPoint,
@@ -20,6 +21,7 @@ from perseus_server.models.responses import (
     Health,
     JobList,
     JobState,
+    JobSummary,
     JobView,
     MaxClockDeployment,
     NamedScheduleView,
@@ -71,6 +73,8 @@ __all__ = [
     "FrontierSummary",
     "Health",
     "JobList",
+    "JobSummary",
+    "CustomScheduleSummary",
     "JobState",
     "JobStatus",
     "JobView",

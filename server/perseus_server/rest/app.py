@@ -152,10 +152,18 @@ def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
         ``microbatches``; 409 when the server holds its maximum number of jobs."""
         return service.create_job(_spec(body))
 
-    @app.get("/jobs", tags=["jobs"], **operation(JobList, "List jobs", "Every job."))
-    async def list_jobs() -> dict[str, Any]:
-        """Every job the server holds."""
-        return {"jobs": service.list_jobs()}
+    @app.get("/jobs", tags=["jobs"], **operation(JobList, "List jobs", "A page of jobs.", 422))
+    async def list_jobs(
+        limit: int = Query(
+            100, ge=1, le=service.limits.max_jobs_page, description="Jobs per page."
+        ),
+        after: str | None = Query(
+            None, max_length=64, description="The ``next`` cursor of the previous page."
+        ),
+    ) -> dict[str, Any]:
+        """The jobs, oldest first, a page at a time (``next`` is present when more follow);
+        custom schedules are summarised by name, their orders are on ``GET /jobs/{id}``."""
+        return service.jobs_page(limit, after)
 
     @app.get("/jobs/{job_id}", tags=["jobs"], **operation(JobView, "Get a job", "The job.", 404))
     async def get_job(job_id: str) -> dict[str, Any]:

@@ -57,6 +57,4 @@ class PlanQueries:
             return cached
         body = json.dumps(plan_doc(job, index, steps=steps)).encode()
         cache[key] = body
-        if len(cache) > 256:
-            cache.popitem(last=False)
         return body

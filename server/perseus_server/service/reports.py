@@ -6,8 +6,9 @@ from __future__ import annotations
 import math
 from collections import OrderedDict, deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from perseus.profiles import INSTRUCTION_KINDS
+from perseus.profiles import INSTRUCTION_KINDS, Profile
 from perseus_common.profile_csv import MAX_FREQUENCY_MHZ
 from perseus_server.config import Limits
 from perseus_server.errors import BadRequest, Conflict
@@ -15,13 +16,13 @@ from perseus_server.jobs import RankInfo
 from perseus_server.profiling import Measurement
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.online_profiling import OnlineProfiling
-from perseus_server.service.slow_stages import SlowStageResolver
+from perseus_server.service.slow_stages import SlowStageResolver, stage_factors
 from perseus_server.service.state import Job, JobTable
 from perseus_server.service.straggling import Stragglers
 from perseus_server.service.values import IterationReport
 from perseus_server.states import ProfilingStatus
 
-__all__ = ["Reports", "validate_report"]
+__all__ = ["CheckedReport", "Reports", "validate_report"]
 
 
 def validate_report(i: int, rep: IterationReport, job: Job, limits: Limits) -> None:
@@ -84,6 +85,18 @@ def _reporter(jobs: JobTable, i: int, rep: IterationReport) -> tuple[Job, RankIn
     return job, rank
 
 
+@dataclass(frozen=True)
+class CheckedReport:
+    """A validated report with its job, rank and (computed ahead) per-stage factors."""
+
+    index: int
+    job: Job
+    rank: RankInfo
+    report: IterationReport
+    profile: Profile | None
+    factors: dict[int, float] | None
+
+
 class Reports:
     """``ReportIterations``."""
 
@@ -99,17 +112,31 @@ class Reports:
         self.slow_stages = slow_stages
         self.profiling = profiling
 
+    def check(self, i: int, rep: IterationReport) -> CheckedReport:
+        """Validate report ``i`` of a batch and measure its stages (linear in its length, no
+        change to the state: large reports run this off the event loop)."""
+        job, rank = _reporter(self.ctx.jobs, i, rep)
+        validate_report(i, rep, job, self.ctx.limits)
+        profile = job.profile.current
+        factors = stage_factors(job, rank, rep.instructions) if rep.instructions else None
+        return CheckedReport(i, job, rank, rep, profile, factors)
+
     def record(self, reports: Sequence[IterationReport]) -> int:
         """Validate and store a batch of iteration reports (all or nothing); returns how many."""
-        if not reports:
+        return self.record_checked([self.check(i, rep) for i, rep in enumerate(reports)])
+
+    def record_checked(self, batch: Sequence[CheckedReport]) -> int:
+        """Store reports :meth:`check` accepted (all or nothing); returns how many."""
+        if not batch:
             return 0
         ctx = self.ctx
         rows_by_job: dict[str, list[tuple[str, int, float, float, int]]] = {}
-        checked: list[tuple[Job, RankInfo, IterationReport]] = []
-        for i, rep in enumerate(reports):
-            job, rank = _reporter(ctx.jobs, i, rep)
-            validate_report(i, rep, job, ctx.limits)
-            checked.append((job, rank, rep))
+        checked: list[tuple[Job, RankInfo, IterationReport, CheckedReport]] = []
+        for c in batch:
+            if c.job.id not in ctx.jobs or ctx.jobs.get(c.job.id) is not c.job:
+                c = self.check(c.index, c.report)  # the job changed meanwhile: check again
+            job, rank, rep = c.job, c.rank, c.report
+            checked.append((job, rank, rep, c))
             rows_by_job.setdefault(job.id, []).append(
                 (
                     rank.rank_id,
@@ -122,7 +149,7 @@ class Reports:
         for job_id, rows in rows_by_job.items():
             ctx.store.add_iterations(job_id, rows, ctx.limits.history_per_rank)
         touched: set[str] = set()
-        for job, rank, rep in checked:
+        for job, rank, rep, c in checked:
             self._account(job, rank, rep)
             if job.profiling_is(ProfilingStatus.RUNNING):
                 assert job.profiling is not None
@@ -136,7 +163,11 @@ class Reports:
             else:
                 self.stragglers.observe(job, rank, float(rep.iteration_time), int(rep.plan_version))
                 if rep.instructions:
-                    self.slow_stages.observe(job, rank, rep.instructions)
+                    if c.profile is job.profile.current:
+                        if c.factors is not None:
+                            self.slow_stages.apply(job, rank, c.factors)
+                    else:  # the profile changed since the check: measure again
+                        self.slow_stages.observe(job, rank, rep.instructions)
         for job_id in touched:
             if job_id in ctx.jobs:
                 self.profiling.tick(ctx.jobs.get(job_id))

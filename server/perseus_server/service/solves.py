@@ -17,9 +17,14 @@ from perseus_server.service.state import Job
 from perseus_server.solving import SolveEvents
 from perseus_server.states import ProfilingStatus, SolveStatus
 
-__all__ = ["Solves"]
+__all__ = ["Solves", "decode_frontier"]
 
 log = logging.getLogger("perseus.server")
+
+
+def decode_frontier(doc: str) -> Frontier:
+    """A solver's result document as a frontier (run off the event loop, see ``SolveEvents``)."""
+    return Frontier.from_json(json.loads(doc))
 
 
 class Solves:
@@ -42,6 +47,12 @@ class Solves:
         if job.profiling_is(ProfilingStatus.RUNNING):
             raise Conflict(
                 "online profiling is running; the frontier is computed when it ends",
+                field="frontier",
+            )
+        if self.ctx.solver.queue_full():
+            raise Conflict(
+                f"{self.ctx.solver.limits.max_queued} frontier computations are already waiting "
+                "for a worker (max_queued_solves); retry later",
                 field="frontier",
             )
         self.launch(job)
@@ -69,13 +80,8 @@ class Solves:
         def on_progress(fraction: float) -> None:
             row.progress = max(row.progress, min(1.0, fraction))  # stored at the end
 
-        def on_done(doc: str, seconds: float) -> None:
+        def on_done(doc: str, seconds: float, frontier: Frontier) -> None:
             if not alive():
-                return
-            try:
-                frontier = Frontier.from_json(json.loads(doc))
-            except Exception as e:  # noqa: BLE001
-                on_failed(f"the solver returned an unreadable frontier: {e}")
                 return
             row.status, row.progress, row.error, row.doc = SolveStatus.DONE, 1.0, None, doc
             row.finished, row.solve_seconds, row.profile_revision = time.time(), seconds, revision
@@ -107,7 +113,7 @@ class Solves:
             profile.to_csv(),
             job.schedule.to_json(),
             job.spec.blocking_power,
-            SolveEvents(on_running, on_progress, on_done, on_failed),
+            SolveEvents(on_running, on_progress, on_done, on_failed, decode_frontier),
         )
 
     def cancel(self, job_id: str) -> dict[str, Any]:
