@@ -65,3 +65,7 @@ class ServerConfig:
     tls_key: Path | None = None
     limits: Limits = field(default_factory=Limits)
     shutdown_grace: float = 2.0
+    #: Seconds a connection may take to send its request headers (HTTP) or handshake (gRPC).
+    header_timeout: float = 10.0
+    #: Open connections per protocol at most (also bounded by the file-descriptor limit).
+    max_connections: int = 8192

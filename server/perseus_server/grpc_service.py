@@ -11,7 +11,6 @@ token -> UNAUTHENTICATED. The detail starts with the field at fault (``"global_r
 from __future__ import annotations
 
 import functools
-import secrets
 import time
 from collections.abc import AsyncIterator
 from typing import Any, NoReturn
@@ -27,6 +26,7 @@ from perseus_server.grpc_codec import (
     decode_report,
     encode_registered,
 )
+from perseus_server.grpc_gate import TooLargeMessage, token_matches
 from perseus_server.service import PerseusService
 from perseus_server.states import StreamEnd
 
@@ -63,23 +63,26 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         raise AssertionError("unreachable")
 
     async def _auth(self, context: _Context, method: str) -> None:
-        if self.token is None:
+        """The token again (the interceptor checks it first, before any body is read)."""
+        if self.token is None or token_matches(context.invocation_metadata(), self.token):
             return
-        for key, value in context.invocation_metadata() or ():
-            if key.lower() == "authorization":
-                scheme, _, given = str(value).partition(" ")
-                if scheme.lower() == "bearer" and secrets.compare_digest(
-                    given.strip().encode(), self.token.encode()
-                ):
-                    return
         await self._abort(
             context, method, Unauthorized("missing or wrong bearer token", field="authorization")
         )
+
+    async def _size(self, context: _Context, method: str, request: Any) -> None:
+        if isinstance(request, TooLargeMessage):
+            code = grpc.StatusCode.RESOURCE_EXHAUSTED
+            self.service.metrics.grpc_calls.inc(method=method, code=code.name)
+            await context.abort(
+                code, f"request: {request.size} bytes exceed this method's {request.limit}"
+            )
 
     async def RegisterRank(
         self, request: pb.RegisterRankRequest, context: _Context
     ) -> pb.RegisterRankResponse:  # noqa: N802
         await self._auth(context, "RegisterRank")
+        await self._size(context, "RegisterRank", request)
         try:
             resp = self.service.register_rank(decode_registration(request))
         except ApiError as e:
@@ -93,6 +96,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         self, request: pb.WatchPlanRequest, context: _Context
     ) -> None:
         await self._auth(context, "WatchPlan")
+        await self._size(context, "WatchPlan", request)
         try:
             sub, first = self.service.subscribe(request.job_id, request.rank_id)
         except ApiError as e:
