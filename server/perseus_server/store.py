@@ -180,6 +180,8 @@ class Store:
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self._db = conn
         self.path = path
+        self._depth = 0
+        self._after: list[Callable[[], object]] = []
 
     @classmethod
     def open(cls, path: str | Path) -> Store:
@@ -204,14 +206,43 @@ class Store:
             self._db.close()
 
     @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One transaction around every write inside (they nest: inner ones join the outer);
+        callbacks given to :meth:`after_commit` meanwhile run once it has committed."""
+        with self._tx():
+            yield
+
+    def after_commit(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` once the current transaction commits (now, outside of one); dropped on
+        rollback."""
+        if self._depth == 0:
+            fn()
+        else:
+            self._after.append(fn)
+
+    @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
+        if self._depth > 0:
+            self._depth += 1
+            try:
+                yield self._db
+            finally:
+                self._depth -= 1
+            return
         self._db.execute("BEGIN IMMEDIATE")
+        self._depth = 1
         try:
             yield self._db
         except BaseException:
+            self._depth = 0
+            self._after.clear()
             self._db.execute("ROLLBACK")
             raise
+        self._depth = 0
         self._db.execute("COMMIT")
+        after, self._after = self._after, []
+        for fn in after:
+            fn()
 
     # --- jobs ------------------------------------------------------------------------------------
 
@@ -224,11 +255,21 @@ class Store:
             )
         return JobRow(job_id, now, spec)
 
-    def jobs(self) -> list[JobRow]:
+    def jobs(self, on_error: Callable[[str, Exception], None] | None = None) -> list[JobRow]:
+        """Every job whose description can be read; ``on_error(id, exc)`` hears of the others
+        (without it, an unreadable row raises)."""
         rows = self._db.execute(
             "SELECT id, created, spec FROM jobs ORDER BY created, id"
         ).fetchall()
-        return [JobRow(r[0], r[1], JobSpec.from_json(json.loads(r[2]))) for r in rows]
+        out = []
+        for r in rows:
+            try:
+                out.append(JobRow(r[0], r[1], JobSpec.from_json(json.loads(r[2]))))
+            except Exception as e:
+                if on_error is None:
+                    raise
+                on_error(str(r[0]), e)
+        return out
 
     def count_jobs(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0])

@@ -10,6 +10,7 @@ from typing import Any
 
 from perseus.frontier import Frontier
 from perseus_server.errors import Conflict
+from perseus_server.faults import fault_point
 from perseus_server.planner import PlanPolicy
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer, require_frontier
@@ -83,18 +84,24 @@ class Solves:
         def on_done(doc: str, seconds: float, frontier: Frontier) -> None:
             if not alive():
                 return
-            row.status, row.progress, row.error, row.doc = SolveStatus.DONE, 1.0, None, doc
-            row.finished, row.solve_seconds, row.profile_revision = time.time(), seconds, revision
-            ctx.store.put_frontier(job.id, row)
-            job.frontier.set(frontier)
+            # Frontier, profiling state and the deployment they lead to: one transaction, so a
+            # crash leaves either none of them or all (never a deployment past the frontier).
+            with ctx.store.transaction():
+                row.status, row.progress, row.error, row.doc = SolveStatus.DONE, 1.0, None, doc
+                row.finished, row.solve_seconds = time.time(), seconds
+                row.profile_revision = revision
+                ctx.store.put_frontier(job.id, row)
+                fault_point("after_frontier_store")
+                job.frontier.set(frontier)
+                if job.profiling is not None and job.profiling.status is ProfilingStatus.SOLVING:
+                    job.profiling.status = ProfilingStatus.DONE
+                    ctx.store.put_profiling(job.id, job.profiling.to_json())
+                # Default policy after a solve: the fastest plan (point 0), deployed at once.
+                job.deployment.policy, job.deployment.overrides = PlanPolicy(), {}
+                self.deployer.decide(job, "frontier computed")
+            fault_point("after_solve_commit")
             ctx.metrics.solves.inc(outcome="done")
             ctx.metrics.solve_seconds.observe(time.perf_counter() - t0)
-            if job.profiling is not None and job.profiling.status is ProfilingStatus.SOLVING:
-                job.profiling.status = ProfilingStatus.DONE
-                ctx.store.put_profiling(job.id, job.profiling.to_json())
-            # Default policy after a solve: the fastest plan (point 0), deployed at once.
-            job.deployment.policy, job.deployment.overrides = PlanPolicy(), {}
-            self.deployer.decide(job, "frontier computed")
 
         def on_failed(reason: str) -> None:
             if not alive():
