@@ -129,13 +129,14 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         self, request_iterator: AsyncIterator[pb.IterationReport], context: _Context
     ) -> pb.ReportAck:  # noqa: N802
         await self._auth(context, "ReportIterations")
-        accepted = 0
+        accepted = duplicates = 0
         async for report in request_iterator:
             try:
-                accepted += await self.service.ingest_report(
+                new, dup = await self.service.ingest_report(
                     functools.partial(decode_report, report), len(report.instructions)
                 )
+                accepted, duplicates = accepted + new + dup, duplicates + dup
             except ApiError as e:
                 await self._abort(context, "ReportIterations", e)
         self.service.metrics.grpc_calls.inc(method="ReportIterations", code="OK")
-        return pb.ReportAck(accepted=accepted)
+        return pb.ReportAck(accepted=accepted, duplicates=duplicates)

@@ -79,7 +79,18 @@ def _v1_initial(db: sqlite3.Connection) -> None:
 #: The ordered schema migrations: ``MIGRATIONS[k]`` takes a database at version ``k`` to
 #: ``k + 1``. A later change of what is stored appends a function here (never edits one that
 #: shipped); :meth:`Store.open` applies the missing ones, each in its own transaction.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1_initial,)
+def _v2_report_sequences(db: sqlite3.Connection) -> None:
+    """Version 2: the highest report sequence accepted per rank (idempotent reports)."""
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS report_sequences ("
+        "rank_id TEXT PRIMARY KEY, job_id TEXT NOT NULL, last INTEGER NOT NULL)"
+    )
+
+
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
+    _v1_initial,
+    _v2_report_sequences,
+)
 
 #: The schema version this code reads and writes.
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -284,6 +295,7 @@ class Store:
                 ("ranks", "job_id"),
                 ("iterations", "job_id"),
                 ("profiling", "job_id"),
+                ("report_sequences", "job_id"),
             ):
                 db.execute(f"DELETE FROM {table} WHERE {col} = ?", (job_id,))
 
@@ -381,14 +393,25 @@ class Store:
     # --- iterations ------------------------------------------------------------------------------
 
     def add_iterations(
-        self, job_id: str, rows: list[tuple[str, int, float, float, int]], keep: int
+        self,
+        job_id: str,
+        rows: list[tuple[str, int, float, float, int]],
+        keep: int,
+        sequences: dict[str, int] | None = None,
     ) -> None:
         """Append ``(rank_id, iteration, time, energy, plan_version)`` rows; keep the newest ``keep``
-        per rank."""
+        per rank; record each rank's highest accepted report ``sequences`` in the same
+        transaction."""
         if not rows:
             return
         now = time.time()
         with self._tx() as db:
+            if sequences:
+                db.executemany(
+                    "INSERT INTO report_sequences (rank_id, job_id, last) VALUES (?, ?, ?) "
+                    "ON CONFLICT(rank_id) DO UPDATE SET last = MAX(last, excluded.last)",
+                    [(r, job_id, int(s)) for r, s in sequences.items()],
+                )
             db.executemany(
                 "INSERT INTO iterations (rank_id, job_id, iteration, time, energy, plan_version, received) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -400,6 +423,13 @@ class Store:
                     "(SELECT rowid FROM iterations WHERE rank_id = ? ORDER BY rowid DESC LIMIT ?)",
                     (rank_id, rank_id, keep),
                 )
+
+    def report_sequences(self, job_id: str) -> dict[str, int]:
+        """The highest accepted report sequence of each rank of the job."""
+        rows = self._db.execute(
+            "SELECT rank_id, last FROM report_sequences WHERE job_id = ?", (job_id,)
+        ).fetchall()
+        return {str(r[0]): int(r[1]) for r in rows}
 
     def iterations(self, rank_id: str, limit: int) -> list[tuple[int, float, float, int]]:
         """The newest ``limit`` ``(iteration, time, energy, plan_version)`` of a rank, oldest first."""

@@ -214,14 +214,17 @@ class PerseusService:
         """Validate and store a batch of iteration reports (all or nothing); returns how many."""
         return self.reports.record(reports)
 
-    async def ingest_report(self, decode: Callable[[], IterationReport], size: int) -> int:
+    async def ingest_report(
+        self, decode: Callable[[], IterationReport], size: int
+    ) -> tuple[int, int]:
         """Decode, validate and store one report; one of more than ``OFFLOAD_INSTRUCTIONS``
-        measurements (``size``) is decoded and checked on a worker thread, off the loop."""
+        measurements (``size``) is decoded and checked on a worker thread, off the loop.
+        Returns (new, duplicates): a re-sent report is acknowledged and dropped."""
         if size > OFFLOAD_INSTRUCTIONS:
             checked = await asyncio.to_thread(lambda: self.reports.check(0, decode()))
         else:
             checked = self.reports.check(0, decode())
-        return self.reports.record_checked([checked])
+        return self.reports.record_counted([checked])
 
     # --- online profiling ------------------------------------------------------------------------
 

@@ -37,6 +37,8 @@ def validate_report(i: int, rep: IterationReport, job: Job, limits: Limits) -> N
             f"report {i}: must be a finite number of joules >= 0, got {rep.energy!r}",
             field="energy",
         )
+    if rep.sequence < 0:
+        raise BadRequest(f"report {i}: must be >= 0, got {rep.sequence}", field="sequence")
     if rep.iteration < 0:
         raise BadRequest(f"report {i}: must be >= 0, got {rep.iteration}", field="iteration")
     if len(rep.instructions) > limits.max_report_instructions:
@@ -126,16 +128,35 @@ class Reports:
         return self.record_checked([self.check(i, rep) for i, rep in enumerate(reports)])
 
     def record_checked(self, batch: Sequence[CheckedReport]) -> int:
-        """Store reports :meth:`check` accepted (all or nothing); returns how many."""
+        """Store reports :meth:`check` accepted (all or nothing); returns how many were
+        acknowledged (re-sent ones included: see :meth:`record_counted`)."""
+        return sum(self.record_counted(batch))
+
+    def record_counted(self, batch: Sequence[CheckedReport]) -> tuple[int, int]:
+        """Store reports :meth:`check` accepted; returns (new, duplicates).
+
+        A report whose ``sequence`` is not above the last one accepted from its rank is a
+        re-sent one: acknowledged, counted as a duplicate, and dropped (never stored, never
+        measured twice by online profiling or the detectors).
+        """
         if not batch:
-            return 0
+            return 0, 0
         ctx = self.ctx
         rows_by_job: dict[str, list[tuple[str, int, float, float, int]]] = {}
+        seqs_by_job: dict[str, dict[str, int]] = {}
         checked: list[tuple[Job, RankInfo, IterationReport, CheckedReport]] = []
+        duplicates = 0
         for c in batch:
             if c.job.id not in ctx.jobs or ctx.jobs.get(c.job.id) is not c.job:
                 c = self.check(c.index, c.report)  # the job changed meanwhile: check again
             job, rank, rep = c.job, c.rank, c.report
+            if rep.sequence > 0:
+                seqs = seqs_by_job.setdefault(job.id, {})
+                last = seqs.get(rank.rank_id, job.ranks.last_sequence.get(rank.rank_id, 0))
+                if rep.sequence <= last:
+                    duplicates += 1
+                    continue
+                seqs[rank.rank_id] = rep.sequence
             checked.append((job, rank, rep, c))
             rows_by_job.setdefault(job.id, []).append(
                 (
@@ -147,7 +168,12 @@ class Reports:
                 )
             )
         for job_id, rows in rows_by_job.items():
-            ctx.store.add_iterations(job_id, rows, ctx.limits.history_per_rank)
+            job_seqs = seqs_by_job.get(job_id)
+            ctx.store.add_iterations(job_id, rows, ctx.limits.history_per_rank, job_seqs)
+            if job_seqs:
+                ctx.jobs.get(job_id).ranks.last_sequence.update(job_seqs)
+        if duplicates:
+            ctx.metrics.duplicate_reports.inc(duplicates)
         touched: set[str] = set()
         for job, rank, rep, c in checked:
             self._account(job, rank, rep)
@@ -172,7 +198,7 @@ class Reports:
             if job_id in ctx.jobs:
                 self.profiling.tick(ctx.jobs.get(job_id))
         ctx.metrics.reports.inc(len(checked))
-        return len(checked)
+        return len(checked), duplicates
 
     @staticmethod
     def _account(job: Job, rank: RankInfo, rep: IterationReport) -> None:

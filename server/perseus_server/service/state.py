@@ -232,6 +232,8 @@ class RankState:
     by_id: dict[str, RankInfo] = field(default_factory=dict)
     history: dict[str, deque[tuple[int, float, float, int]]] = field(default_factory=dict)
     pipeline_times: dict[int, OrderedDict[int, float]] = field(default_factory=dict)
+    #: The highest report sequence accepted from each rank (re-sent reports are not above it).
+    last_sequence: dict[str, int] = field(default_factory=dict)
 
     def add(self, rank: RankInfo) -> None:
         self.by_global[rank.global_rank] = rank
