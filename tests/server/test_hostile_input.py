@@ -257,3 +257,27 @@ def test_an_unexpected_exception_is_a_500_problem(tmp_path: Path) -> None:
         assert "perseus_internal_errors_total 1" in service.metrics.render()
     finally:
         store.close()
+
+
+def test_large_profiles_are_parsed_in_a_worker_process(http: httpx.Client, small_csv: str) -> None:
+    """Documents over the process threshold go to the parse worker: same answers."""
+    from perseus_server.parse_pool import PROCESS_THRESHOLD
+
+    job_id = make_job(http)
+    rec = '{"stage":0,"instruction":"forward","frequency":1740,"time":0.1,"energy":1}'
+    body = '{"records":[' + ",".join([rec] * (PROCESS_THRESHOLD // len(rec) + 10)) + "]}"
+    assert len(body) > PROCESS_THRESHOLD
+    r = http.put(
+        f"/jobs/{job_id}/profile", content=body, headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 422, r.text[:300]
+    assert problem_field(r) == "profile.frequency" and r.json()["row"] == 1  # the duplicate
+    nested = "[" * (PROCESS_THRESHOLD + 1) + "]" * (PROCESS_THRESHOLD + 1)
+    r = http.put(
+        f"/jobs/{job_id}/profile", content=nested, headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 422 and "nested" in r.json()["detail"]
+    padded = small_csv + "\n" * (PROCESS_THRESHOLD + 1)  # blank lines: a valid, large document
+    r = http.put(f"/jobs/{job_id}/profile", content=padded, headers={"content-type": "text/csv"})
+    assert r.status_code == 200, r.text[:300]
+    assert r.json()["rows"] == len(small_csv.strip().splitlines()) - 1

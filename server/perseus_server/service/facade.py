@@ -90,6 +90,7 @@ class PerseusService:
     async def shutdown(self) -> None:
         self.hub.close(None, StreamEnd.SHUTDOWN)
         await self.solver.shutdown()
+        self.profiles.pool.close()
 
     # --- metrics ---------------------------------------------------------------------------------
 
