@@ -11,6 +11,12 @@
    once every stream holds the current version, ``PUT /jobs/{id}/plan`` deploys a new plan; the
    time from just before the PUT until the last stream received the new version is reported
    (median and max over ``--rounds`` deployments).
+
+``--healthz-under-load SECONDS`` measures instead how free the event loop stays: a probe
+process polls ``/healthz`` every 10 ms (p50/p99/max) while, at once, profiles of the 16 MiB
+upload limit are uploaded (a valid A40 profile and a malformed 15 MB JSON one in turn), reports of 100,000
+instruction measurements stream in over gRPC, and frontier computations of a 4-stage x
+32-microbatch job complete and deploy one after another.
 """
 
 from __future__ import annotations
@@ -103,6 +109,120 @@ def _watchers(target: str, job_id: str, ranks: list[tuple[int, int, int]], conn:
     asyncio.run(main())
 
 
+def _probe(url: str, stop: Any, out: Any) -> None:
+    import httpx
+
+    lat: list[float] = []
+    errors = 0
+    with httpx.Client(base_url=url, timeout=30) as c:
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            try:
+                ok = c.get("/healthz").status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            lat.append(time.perf_counter() - t0)
+            errors += not ok
+            time.sleep(0.01)
+    out.send((lat, errors))
+
+
+def _reporter(target: str, job_id: str, stop: Any, out: Any) -> None:
+    import grpc
+
+    from perseus_common.proto import perseus_pb2 as pb
+    from perseus_common.proto import perseus_pb2_grpc as pb_grpc
+
+    with grpc.insecure_channel(target) as ch:
+        stub = pb_grpc.PlanServiceStub(ch)
+        rank = stub.RegisterRank(
+            pb.RegisterRankRequest(job_id=job_id, global_rank=0, pipeline_rank=0)
+        ).rank_id
+        ops = [
+            pb.InstructionMeasurement(
+                instruction="forward", microbatch=i % 32, frequency_mhz=1740, time=0.01, stage=0
+            )
+            for i in range(100_000)
+        ]
+        sent = 0
+        while not stop.is_set():
+            rep = pb.IterationReport(
+                job_id=job_id, rank_id=rank, iteration=sent, iteration_time=1.0,
+                plan_version=1, instructions=ops, sequence=sent + 1,
+            )  # fmt: skip
+            stub.ReportIterations(iter([rep]), timeout=120)
+            sent += 1
+    out.send(sent)
+
+
+def healthz_under_load(seconds: float) -> list[tuple[str, str]]:
+    """``/healthz`` latency while uploads, large reports and solve completions run."""
+    import json
+
+    import httpx
+
+    from perseus_server import ServerProcess
+
+    ctx = mp.get_context("spawn")
+    rows: list[tuple[str, str]] = []
+    lines = PROFILE.read_text().splitlines()
+    body = "\n".join(lines)
+    stages = 4
+    small = "\n".join([lines[0]] + [x for x in lines[1:] if int(x.split(",")[0]) < stages])
+    record = {"stage": 0, "instruction": "forward", "frequency": 1740, "time": 0.1, "energy": 1}
+    bad_json = json.dumps({"records": [record] * 180_000})  # ~15 MB; duplicates: a 422
+    with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp) / "bench.db") as srv:
+        http = httpx.Client(base_url=srv.http_url, timeout=600)
+        spec = {"stages": stages, "microbatches": 32, "blocking_power": 70.38}
+        solve_job = http.post("/jobs", json=spec).json()["id"]
+        http.put(f"/jobs/{solve_job}/profile", content=small).raise_for_status()
+        upload_job = http.post("/jobs", json={**spec, "stages": 8}).json()["id"]
+        stop = ctx.Event()
+        pa, pb_ = ctx.Pipe()
+        ra, rb = ctx.Pipe()
+        probe = ctx.Process(target=_probe, args=(srv.http_url, stop, pb_), daemon=True)
+        rep = ctx.Process(
+            target=_reporter, args=(srv.grpc_target, solve_job, stop, rb), daemon=True
+        )
+        probe.start()
+        rep.start()
+        uploads = solves = 0
+        end = time.perf_counter() + seconds
+        try:
+            http.post(f"/jobs/{solve_job}/frontier").raise_for_status()
+            while time.perf_counter() < end:
+                assert http.put(f"/jobs/{upload_job}/profile", content=body).status_code == 200
+                r = http.put(
+                    f"/jobs/{upload_job}/profile",
+                    content=bad_json,
+                    headers={"content-type": "application/json"},
+                )
+                assert r.status_code == 422, r.text[:200]
+                uploads += 2
+                st = http.get(f"/jobs/{solve_job}/frontier", params={"points": False}).json()
+                if st["status"] in ("done", "failed"):
+                    solves += st["status"] == "done"
+                    http.post(f"/jobs/{solve_job}/frontier").raise_for_status()
+        finally:
+            stop.set()
+        lat, errors = pa.recv()
+        reports = ra.recv()
+        probe.join(30)
+        rep.join(30)
+        http.close()
+    ms = sorted(x * 1000 for x in lat)
+    rows.append(
+        (
+            f"/healthz under load ({seconds:g} s: {uploads} uploads, a 52 KB CSV and a 15 MB "
+            f"malformed JSON in turn, {reports} "
+            f"reports of 100k measurements, {solves} solve completions)",
+            f"p50 {ms[len(ms) // 2]:.1f} ms, p99 {ms[int(len(ms) * 0.99)]:.1f} ms, "
+            f"max {ms[-1]:.1f} ms over {len(ms)} probes, {errors} failed",
+        )
+    )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=10.0)
@@ -110,7 +230,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--streams", type=int, nargs="+", default=[256, 1024])
     ap.add_argument("--procs", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument(
+        "--healthz-under-load",
+        type=float,
+        metavar="SECONDS",
+        help="measure /healthz latency under upload, report and solve load instead",
+    )
     args = ap.parse_args(argv)
+    if args.healthz_under_load:
+        rows = healthz_under_load(args.healthz_under_load)
+        for a, b in rows:
+            print(f"{a}\n  {b}")
+        return 0
 
     import httpx
 

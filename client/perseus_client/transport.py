@@ -23,6 +23,7 @@ this machine also warns).
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import logging
 import random
 import threading
@@ -161,7 +162,11 @@ class ServerLink:
         self.backoff_initial = backoff_initial
         self.backoff_max = backoff_max
         self.report_interval = report_interval
-        self._queue: deque[IterationMeasurement] = deque(maxlen=max_queued)
+        # (sequence, record): the sequence is the report's idempotency key, fixed when queued so
+        # a re-sent report carries the same one; it starts at the clock in microseconds, so it
+        # also increases across restarts of the rank.
+        self._queue: deque[tuple[int, IterationMeasurement]] = deque(maxlen=max_queued)
+        self._sequence = itertools.count(time.time_ns() // 1000)
         self._stop = threading.Event()
         self._call: Any = None
         self._lock = threading.Lock()
@@ -294,15 +299,15 @@ class ServerLink:
 
     def submit(self, record: IterationMeasurement) -> None:
         """Queue an iteration record (training thread: one deque append)."""
-        self._queue.append(record)
+        self._queue.append((next(self._sequence), record))
 
     @property
     def queued(self) -> int:
         """Records waiting to be sent."""
         return len(self._queue)
 
-    def _to_proto(self, rec: IterationMeasurement) -> Any:
-        rec = rec.resolved()
+    def _to_proto(self, item: tuple[int, IterationMeasurement]) -> Any:
+        sequence, rec = item[0], item[1].resolved()
         return perseus_pb2.IterationReport(
             job_id=self.identity.job_id,
             rank_id=self.rank_id or "",
@@ -310,6 +315,7 @@ class ServerLink:
             iteration_time=max(rec.iteration_time, _TINY),
             plan_version=rec.plan_version,
             energy=max(rec.energy, 0.0),
+            sequence=sequence,
             instructions=[
                 perseus_pb2.InstructionMeasurement(
                     instruction=m.kind,
@@ -326,7 +332,7 @@ class ServerLink:
     def flush(self, timeout: float | None = None) -> bool:
         """Send everything queued now; True when the queue was emptied."""
         while self._queue and self.rank_id is not None:
-            batch: list[IterationMeasurement] = []
+            batch: list[tuple[int, IterationMeasurement]] = []
             while self._queue and len(batch) < _BATCH:
                 batch.append(self._queue.popleft())
             try:

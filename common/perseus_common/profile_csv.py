@@ -5,14 +5,19 @@ A profile holds, for each pipeline stage, instruction kind and SM frequency (MHz
 the same records as JSON objects. This module validates rows and groups them, in plain Python so
 that the light rank client can use it; :mod:`perseus.profiles` wraps the result in numpy arrays.
 
-Errors are :class:`ProfileFormatError` naming the row and the field at fault.
+Errors are :class:`ProfileFormatError` naming the row and the field at fault. Every field is
+bounded (:data:`MAX_FIELD_CHARS` characters, stages and frequencies within what the wire's int32
+fields and a GPU clock can be), and :func:`load_json` parses JSON with a bounded nesting depth and
+integer length, so hostile input costs time proportional to its size and never more.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import math
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -26,10 +31,26 @@ __all__ = [
     "parse_rows",
     "check_complete",
     "read_csv",
+    "load_json",
+    "MAX_FIELD_CHARS",
+    "MAX_STAGE",
+    "MAX_FREQUENCY_MHZ",
+    "MAX_JSON_DEPTH",
 ]
 
 #: The columns of a profile, in their canonical order.
 COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
+
+#: Longest field of a row, in characters (a number or an instruction name is far shorter).
+MAX_FIELD_CHARS = 64
+#: Largest stage index (stages travel as int32 on the wire; a job has far fewer).
+MAX_STAGE = 2**31 - 1
+#: Largest SM clock in MHz (the bound rank registration uses; far below int32).
+MAX_FREQUENCY_MHZ = 100_000
+#: Deepest JSON nesting :func:`load_json` accepts (a profile needs 3: object, list, record).
+MAX_JSON_DEPTH = 8
+#: Longest integer literal :func:`load_json` accepts, in digits.
+MAX_JSON_INT_DIGITS = 32
 
 #: ``{(stage, kind): [(frequency, time, energy), ...]}``, options by decreasing frequency.
 Measurements = dict[tuple[int, str], list[tuple[int, float, float]]]
@@ -66,6 +87,12 @@ def csv_rows(text: str) -> Iterator[tuple[int, dict[str, str]]]:
         header = [h.strip() for h in next(reader)]
     except StopIteration:
         raise ProfileFormatError("the profile is empty") from None
+    except csv.Error as e:
+        raise ProfileFormatError(f"not valid CSV: {e}", row=1) from None
+    if len(header) > 64 or any(len(h) > MAX_FIELD_CHARS for h in header):
+        raise ProfileFormatError(
+            f"at most 64 columns of at most {MAX_FIELD_CHARS} characters", row=1
+        )
     missing = [c for c in COLUMNS if c not in header]
     if missing:
         raise ProfileFormatError(
@@ -73,11 +100,25 @@ def csv_rows(text: str) -> Iterator[tuple[int, dict[str, str]]]:
             row=1,
         )
     index = {c: header.index(c) for c in COLUMNS}
-    for lineno, row in enumerate(reader, start=2):
+    lineno = 1
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            # The csv module refuses over-long fields and stray line breaks in unquoted fields.
+            raise ProfileFormatError(f"not valid CSV: {e}", row=reader.line_num) from None
+        lineno += 1
         if not row or all(not c.strip() for c in row):
             continue
         if len(row) != len(header):
             raise ProfileFormatError(f"expected {len(header)} fields, found {len(row)}", row=lineno)
+        for c, i in index.items():
+            if len(row[i]) > MAX_FIELD_CHARS:
+                raise ProfileFormatError(
+                    f"at most {MAX_FIELD_CHARS} characters, got {len(row[i])}", field=c, row=lineno
+                )
         yield lineno, {c: row[i].strip() for c, i in index.items()}
 
 
@@ -104,6 +145,14 @@ def parse_rows(
         stage = _as_int(rec["stage"], "stage", rowno)
         if stage < 0:
             raise ProfileFormatError(f"stage must be >= 0, got {stage}", field="stage", row=rowno)
+        if stage > MAX_STAGE:
+            raise ProfileFormatError(
+                f"stage must be at most {MAX_STAGE}, got {stage}", field="stage", row=rowno
+            )
+        if isinstance(rec["instruction"], str) and len(rec["instruction"]) > MAX_FIELD_CHARS:
+            raise ProfileFormatError(
+                f"at most {MAX_FIELD_CHARS} characters", field="instruction", row=rowno
+            )
         kind = str(rec["instruction"]).strip()
         if kind not in INSTRUCTION_KINDS:
             raise ProfileFormatError(
@@ -115,6 +164,12 @@ def parse_rows(
         if freq <= 0:
             raise ProfileFormatError(
                 f"frequency must be positive, got {freq}", field="frequency", row=rowno
+            )
+        if freq > MAX_FREQUENCY_MHZ:
+            raise ProfileFormatError(
+                f"frequency must be at most {MAX_FREQUENCY_MHZ} MHz, got {freq}",
+                field="frequency",
+                row=rowno,
             )
         time = _as_positive_float(rec["time"], "time", rowno)
         energy = _as_positive_float(rec["energy"], "energy", rowno)
@@ -144,7 +199,9 @@ def check_complete(data: Measurements) -> None:
     """
     stages = sorted({s for s, _ in data})
     if stages != list(range(len(stages))):
-        missing = sorted(set(range(stages[-1] + 1)) - set(stages))
+        # The first few gaps, found in O(S log S) however large a stage number is.
+        present = set(stages)
+        missing = [i for i in range(min(len(stages) + 1, stages[-1])) if i not in present][:10]
         raise ProfileFormatError(
             f"stages must be numbered 0..S-1; stage(s) {missing} missing", field="stage"
         )
@@ -166,9 +223,51 @@ def read_csv(text: str, *, stages: Iterable[int] | None = None) -> Measurements:
     return parse_rows(csv_rows(text), stages=stages)
 
 
+def load_json(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """Parse a JSON profile document with bounded nesting and integer length.
+
+    Linear in the size of ``text``: the depth is measured on the text (strings removed) before
+    ``json.loads`` runs, so a deeply nested document never reaches the recursive parser.
+    Raises :class:`ProfileFormatError` on invalid JSON, nesting deeper than ``max_depth`` or an
+    integer literal longer than :data:`MAX_JSON_INT_DIGITS` digits.
+    """
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProfileFormatError("the profile is not UTF-8 text") from None
+    depth = deepest = 0
+    for bracket in _BRACKETS.findall(_STRINGS.sub('""', text)):
+        depth += 1 if bracket in "[{" else -1
+        if depth > deepest:
+            deepest = depth
+            if deepest > max_depth:
+                raise ProfileFormatError(f"JSON nested deeper than {max_depth} levels")
+    try:
+        return json.loads(text, parse_int=_bounded_int)
+    except ProfileFormatError:
+        raise
+    except (ValueError, RecursionError) as e:
+        raise ProfileFormatError(f"not valid JSON: {e}") from None
+
+
+_STRINGS = re.compile(r'"(?:[^"\\]|\\.)*"')
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _bounded_int(literal: str) -> int:
+    if len(literal.lstrip("-")) > MAX_JSON_INT_DIGITS:
+        raise ProfileFormatError(f"integer literal of {len(literal)} digits is too long")
+    return int(literal)
+
+
 def _as_int(value: Any, name: str, row: int) -> int:
     if isinstance(value, bool):
         raise ProfileFormatError(f"not a number: {value!r}", field=name, row=row)
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
+        raise ProfileFormatError(f"at most {MAX_FIELD_CHARS} characters", field=name, row=row)
     try:
         f = float(value)
     except (TypeError, ValueError, OverflowError):
@@ -181,6 +280,8 @@ def _as_int(value: Any, name: str, row: int) -> int:
 def _as_positive_float(value: Any, name: str, row: int) -> float:
     if isinstance(value, bool):
         raise ProfileFormatError(f"not a number: {value!r}", field=name, row=row)
+    if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
+        raise ProfileFormatError(f"at most {MAX_FIELD_CHARS} characters", field=name, row=row)
     try:
         f = float(value)
     except (TypeError, ValueError, OverflowError):

@@ -4,13 +4,27 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
+import socket
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from perseus_server.config import ServerConfig
+from perseus_server.config import Limits, ServerConfig
+from perseus_server.logs import install_rate_limit
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "is_loopback"]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` resolves to is a loopback one."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    addrs = {str(info[4][0]) for info in infos}
+    return bool(addrs) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs)
 
 
 def build_parser(prog: str = "perseus serve") -> argparse.ArgumentParser:
@@ -36,7 +50,45 @@ def build_parser(prog: str = "perseus serve") -> argparse.ArgumentParser:
         "--tls-cert", type=Path, help="PEM certificate (TLS for REST and gRPC; needs --tls-key)"
     )
     p.add_argument("--tls-key", type=Path, help="PEM private key")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow listening on a non-loopback address without --token-file",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    d = Limits()
+    p.add_argument(
+        "--solve-memory-mib",
+        type=int,
+        default=d.solve_memory_bytes // 2**20,
+        help="resident memory one frontier computation may use (MiB; default %(default)s)",
+    )
+    p.add_argument(
+        "--solve-time-limit",
+        type=float,
+        default=d.solve_seconds,
+        help="wall time one frontier computation may take (s; default %(default)s)",
+    )
+    p.add_argument(
+        "--max-queued-solves",
+        type=int,
+        default=d.max_queued_solves,
+        help="frontier computations waiting for a worker at once (default %(default)s)",
+    )
+    c = ServerConfig()
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        default=c.header_timeout,
+        help="seconds a connection may take to send a request's headers (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=c.max_connections,
+        help="open connections per protocol at most (default %(default)s; also bounded by "
+        "the file-descriptor limit)",
+    )
     return p
 
 
@@ -47,6 +99,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("http_port", "grpc_port"):
         if not (0 <= getattr(args, name) <= 65535):
             parser.error(f"--{name.replace('_', '-')} must be between 0 and 65535")
+    if args.solve_memory_mib < 1 or not args.solve_time_limit > 0 or args.max_queued_solves < 1:
+        parser.error(
+            "--solve-memory-mib, --solve-time-limit and --max-queued-solves must be positive"
+        )
+    if not args.header_timeout > 0 or args.max_connections < 1:
+        parser.error("--header-timeout and --max-connections must be positive")
     if (args.tls_cert is None) != (args.tls_key is None):
         parser.error("--tls-cert and --tls-key go together")
     for path in (args.tls_cert, args.tls_key):
@@ -60,11 +118,23 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"cannot read --token-file {args.token_file}: {e.strerror}")
         if not token or any(c.isspace() for c in token):
             parser.error(f"--token-file {args.token_file} must hold one token without spaces")
+        mode = args.token_file.stat().st_mode
+        if mode & 0o077:
+            parser.error(
+                f"--token-file {args.token_file} is accessible to other users "
+                f"(mode {mode & 0o777:o}); chmod 600 it"
+            )
+    if token is None and not args.insecure and not is_loopback(args.host):
+        parser.error(
+            f"--host {args.host} is not a loopback address: give --token-file "
+            "(or --insecure to serve it without authentication)"
+        )
     logging.basicConfig(
         level=args.log_level,
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    install_rate_limit()
     config = ServerConfig(
         host=args.host,
         http_port=args.http_port,
@@ -73,6 +143,14 @@ def main(argv: list[str] | None = None) -> int:
         token=token,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
+        header_timeout=args.header_timeout,
+        max_connections=args.max_connections,
+        limits=replace(
+            Limits(),
+            solve_memory_bytes=args.solve_memory_mib * 2**20,
+            solve_seconds=args.solve_time_limit,
+            max_queued_solves=args.max_queued_solves,
+        ),
     )
     from perseus_server.server import serve
 

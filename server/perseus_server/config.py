@@ -26,6 +26,11 @@ class Limits:
         history_per_rank: iteration reports kept per rank (older ones are dropped).
         max_concurrent_solves: frontier computations running at once (more wait, ``queued``).
         max_report_instructions: instruction measurements in one ``IterationReport``.
+        solve_memory_bytes: resident memory one frontier computation may use; over it, the
+            computation fails naming this limit (the server and other solves go on).
+        solve_seconds: wall time one frontier computation may take (idem).
+        max_queued_solves: computations waiting for a worker at once (409 beyond; one per job).
+        max_jobs_page: most jobs one ``GET /jobs`` page lists.
     """
 
     max_body_bytes: int = 4 * 1024 * 1024
@@ -41,6 +46,10 @@ class Limits:
     history_per_rank: int = 256
     max_concurrent_solves: int = 4
     max_report_instructions: int = 100_000
+    solve_memory_bytes: int = 8 * 1024**3
+    solve_seconds: float = 3600.0
+    max_queued_solves: int = 64
+    max_jobs_page: int = 1000
 
 
 @dataclass(frozen=True)
@@ -56,3 +65,7 @@ class ServerConfig:
     tls_key: Path | None = None
     limits: Limits = field(default_factory=Limits)
     shutdown_grace: float = 2.0
+    #: Seconds a connection may take to send its request headers (HTTP) or handshake (gRPC).
+    header_timeout: float = 10.0
+    #: Open connections per protocol at most (also bounded by the file-descriptor limit).
+    max_connections: int = 8192

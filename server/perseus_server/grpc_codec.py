@@ -70,6 +70,7 @@ def decode_report(rep: pb.IterationReport) -> IterationReport:
             for m in rep.instructions
         ),
         energy=rep.energy,
+        sequence=rep.sequence,
     )
 
 

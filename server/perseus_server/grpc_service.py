@@ -10,7 +10,7 @@ token -> UNAUTHENTICATED. The detail starts with the field at fault (``"global_r
 
 from __future__ import annotations
 
-import secrets
+import functools
 import time
 from collections.abc import AsyncIterator
 from typing import Any, NoReturn
@@ -26,6 +26,7 @@ from perseus_server.grpc_codec import (
     decode_report,
     encode_registered,
 )
+from perseus_server.grpc_gate import TooLargeMessage, token_matches
 from perseus_server.service import PerseusService
 from perseus_server.states import StreamEnd
 
@@ -62,23 +63,26 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         raise AssertionError("unreachable")
 
     async def _auth(self, context: _Context, method: str) -> None:
-        if self.token is None:
+        """The token again (the interceptor checks it first, before any body is read)."""
+        if self.token is None or token_matches(context.invocation_metadata(), self.token):
             return
-        for key, value in context.invocation_metadata() or ():
-            if key.lower() == "authorization":
-                scheme, _, given = str(value).partition(" ")
-                if scheme.lower() == "bearer" and secrets.compare_digest(
-                    given.strip().encode(), self.token.encode()
-                ):
-                    return
         await self._abort(
             context, method, Unauthorized("missing or wrong bearer token", field="authorization")
         )
+
+    async def _size(self, context: _Context, method: str, request: Any) -> None:
+        if isinstance(request, TooLargeMessage):
+            code = grpc.StatusCode.RESOURCE_EXHAUSTED
+            self.service.metrics.grpc_calls.inc(method=method, code=code.name)
+            await context.abort(
+                code, f"request: {request.size} bytes exceed this method's {request.limit}"
+            )
 
     async def RegisterRank(
         self, request: pb.RegisterRankRequest, context: _Context
     ) -> pb.RegisterRankResponse:  # noqa: N802
         await self._auth(context, "RegisterRank")
+        await self._size(context, "RegisterRank", request)
         try:
             resp = self.service.register_rank(decode_registration(request))
         except ApiError as e:
@@ -92,6 +96,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         self, request: pb.WatchPlanRequest, context: _Context
     ) -> None:
         await self._auth(context, "WatchPlan")
+        await self._size(context, "WatchPlan", request)
         try:
             sub, first = self.service.subscribe(request.job_id, request.rank_id)
         except ApiError as e:
@@ -124,11 +129,14 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         self, request_iterator: AsyncIterator[pb.IterationReport], context: _Context
     ) -> pb.ReportAck:  # noqa: N802
         await self._auth(context, "ReportIterations")
-        accepted = 0
+        accepted = duplicates = 0
         async for report in request_iterator:
             try:
-                accepted += self.service.record_reports([decode_report(report)])
+                new, dup = await self.service.ingest_report(
+                    functools.partial(decode_report, report), len(report.instructions)
+                )
+                accepted, duplicates = accepted + new + dup, duplicates + dup
             except ApiError as e:
                 await self._abort(context, "ReportIterations", e)
         self.service.metrics.grpc_calls.inc(method="ReportIterations", code="OK")
-        return pb.ReportAck(accepted=accepted)
+        return pb.ReportAck(accepted=accepted, duplicates=duplicates)

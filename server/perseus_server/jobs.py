@@ -8,6 +8,7 @@ from typing import Any
 
 from perseus.errors import ScheduleError
 from perseus.schedules import Schedule, make_schedule
+from perseus_common.kinds import INSTRUCTION_KINDS
 from perseus_server.config import Limits
 from perseus_server.errors import BadRequest
 
@@ -87,18 +88,54 @@ class JobSpec:
                 field="blocking_power",
             )
         if self.orders is not None:
-            total = sum(len(o) for o in self.orders)
-            if total > limits.max_instructions:
-                raise BadRequest(
-                    f"at most {limits.max_instructions} instructions, got {total}",
-                    field="schedule.orders",
-                )
+            self._check_orders(limits)
         elif self.stages * self.microbatches * 2 * self.virtual_stages > limits.max_instructions:
             raise BadRequest(
                 f"stages * microbatches * 2 * virtual_stages exceeds {limits.max_instructions} instructions",
                 field="microbatches",
             )
         return self.build_schedule()
+
+    def _check_orders(self, limits: Limits) -> None:
+        """Bound an explicit order by the job's own numbers before anything is allocated.
+
+        Linear in the order's length: every microbatch must be below ``microbatches``, every
+        model stage below ``stages * max_virtual_stages``, so a short request naming a huge stage
+        or microbatch number is refused instead of sizing the schedule by it.
+        """
+        assert self.orders is not None
+        total = sum(len(o) for o in self.orders)
+        if total > limits.max_instructions:
+            raise BadRequest(
+                f"at most {limits.max_instructions} instructions, got {total}",
+                field="schedule.orders",
+            )
+        if len(self.orders) != self.stages:
+            raise BadRequest(
+                f"the explicit order has {len(self.orders)} ranks but the job has "
+                f"stages={self.stages}",
+                field="schedule.orders",
+            )
+        max_stage = self.stages * limits.max_virtual_stages
+        for r, order in enumerate(self.orders):
+            for i, (kind, mb, stage) in enumerate(order):
+                if kind not in INSTRUCTION_KINDS:
+                    raise BadRequest(
+                        f"orders[{r}][{i}]: unknown instruction {kind[:64]!r}",
+                        field="schedule.orders",
+                    )
+                if not 0 <= mb < self.microbatches:
+                    raise BadRequest(
+                        f"orders[{r}][{i}]: microbatch must be between 0 and "
+                        f"{self.microbatches - 1}, got {mb}",
+                        field="schedule.orders",
+                    )
+                if not 0 <= stage < max_stage:
+                    raise BadRequest(
+                        f"orders[{r}][{i}]: model stage must be between 0 and {max_stage - 1} "
+                        f"(stages * max_virtual_stages), got {stage}",
+                        field="schedule.orders",
+                    )
 
     def to_json(self) -> dict[str, Any]:
         sched: dict[str, Any] = {"name": self.schedule}

@@ -195,6 +195,18 @@ class Metrics:
         self.grpc_calls: Counter = r.add(
             Counter("perseus_grpc_calls_total", "gRPC calls, by method and code.")
         )  # type: ignore[assignment]
+        self.internal_errors: Counter = r.add(
+            Counter(
+                "perseus_internal_errors_total",
+                "Unexpected exceptions answered as 500 problem bodies (a bug when nonzero).",
+            )
+        )  # type: ignore[assignment]
+        self.duplicate_reports: Counter = r.add(
+            Counter(
+                "perseus_duplicate_reports_total",
+                "Iteration reports acknowledged and dropped as re-sent (same rank and sequence).",
+            )
+        )  # type: ignore[assignment]
 
     def render(self) -> str:
         return self.registry.render()

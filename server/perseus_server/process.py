@@ -9,7 +9,8 @@ Example::
 Stable API:
 
 * ``ServerProcess(db_path, *, token=None, host="127.0.0.1", http_port=0, grpc_port=0,
-  tls_cert=None, tls_key=None, startup_timeout=60.0, log_path=None, env=None)``
+  tls_cert=None, tls_key=None, startup_timeout=60.0, log_path=None, env=None, extra_args=())``
+  (``extra_args``: more ``perseus serve`` options, e.g. ``["--solve-time-limit", "60"]``)
 * ``.start() -> ServerProcess`` (also ``__enter__``): launches ``python -m perseus_server``,
   waits until it printed its addresses and ``/healthz`` answers. Raises ``RuntimeError`` (with
   the server's output) if it exits or times out first.
@@ -34,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -59,6 +61,7 @@ class ServerProcess:
         startup_timeout: float = 60.0,
         log_path: str | Path | None = None,
         env: dict[str, str] | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.db_path = Path(db_path)
         self.token = token
@@ -68,6 +71,7 @@ class ServerProcess:
         self.tls_key = None if tls_key is None else Path(tls_key)
         self.startup_timeout = startup_timeout
         self.env = env
+        self.extra_args = list(extra_args)
         self._tmp = tempfile.TemporaryDirectory(prefix="perseus-server-")
         self.log_path = (
             Path(log_path) if log_path is not None else Path(self._tmp.name) / "server.log"
@@ -127,7 +131,7 @@ class ServerProcess:
             cmd += ["--token-file", str(token_file)]
         if self.tls_cert is not None and self.tls_key is not None:
             cmd += ["--tls-cert", str(self.tls_cert), "--tls-key", str(self.tls_key)]
-        return cmd
+        return cmd + self.extra_args
 
     def start(self) -> ServerProcess:
         if self._proc is not None and self._proc.poll() is None:

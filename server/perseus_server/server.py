@@ -20,7 +20,9 @@ import uvicorn
 
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server.config import ServerConfig
+from perseus_server.grpc_gate import AuthInterceptor
 from perseus_server.grpc_service import PlanServicer
+from perseus_server.limits import GRPC_MAX_MESSAGE, guarded_h11, raise_fd_limit
 from perseus_server.rest import create_app
 from perseus_server.service import PerseusService
 from perseus_server.states import StreamEnd
@@ -63,14 +65,26 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     service.load()
     tls = config.tls_cert is not None and config.tls_key is not None
 
+    fds = raise_fd_limit()
+    max_connections = max(16, min(config.max_connections, (fds - 512) // 2))
     grpc_server = grpc.aio.server(
+        interceptors=[
+            AuthInterceptor(
+                config.token,
+                lambda m: service.metrics.grpc_calls.inc(method=m, code="UNAUTHENTICATED"),
+            )
+        ],
         options=[
-            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE),
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_ping_interval_without_data_ms", 5000),
             ("grpc.so_reuseport", 0),
-        ]
+            ("grpc.server_handshake_timeout_ms", int(config.header_timeout * 1000)),
+            ("grpc.max_connection_idle_ms", 600_000),
+            ("grpc.max_concurrent_streams", 1024),
+            ("grpc.max_allowed_incoming_connections", max_connections),
+        ],
     )
     pb_grpc.add_PlanServiceServicer_to_server(PlanServicer(service, config.token), grpc_server)
     grpc_addr = f"{_fmt_host(config.host)}:{config.grpc_port}"
@@ -92,13 +106,14 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     uv = _Uvicorn(
         uvicorn.Config(
             app,
+            http=guarded_h11(max_connections, config.header_timeout),
             lifespan="off",
             log_level="warning",
             access_log=False,
             ssl_certfile=str(config.tls_cert) if tls else None,
             ssl_keyfile=str(config.tls_key) if tls else None,
             timeout_graceful_shutdown=max(1, int(config.shutdown_grace)),
-            timeout_keep_alive=30,
+            timeout_keep_alive=5,
         )
     )
 

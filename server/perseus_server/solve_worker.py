@@ -1,8 +1,10 @@
 """The body of a frontier computation, run in a separate (spawned) process.
 
 Kept free of the web stack so the worker imports only numpy/scipy and the Perseus core.
-Messages put on ``queue``: ``("progress", fraction)``, then one of ``("done", frontier_json,
-seconds)``, ``("cancelled", reason)`` or ``("error", reason)``.
+Messages sent on ``conn`` (the write end of a one-way pipe): ``("progress", fraction)``, then
+one of ``("done", frontier_json, seconds)``, ``("cancelled", reason)`` or ``("error", reason)``.
+Once the solver is imported, the worker's address space is capped at what it uses plus its
+memory budget, so an allocation beyond the budget fails here (``MemoryError``) at once.
 """
 
 from __future__ import annotations
@@ -25,14 +27,43 @@ def _exit_with_parent(parent: Any) -> None:
     os._exit(1)
 
 
+def _cap_address_space(budget: int) -> None:
+    """RLIMIT_AS = what the process maps now + ``budget`` (soft limit; the hard one is kept)."""
+    try:
+        import resource
+
+        with open("/proc/self/statm", "rb") as f:
+            mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        soft = mapped + budget
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    except (ImportError, OSError, ValueError):
+        pass  # not Linux: the parent's resident-set polling still enforces the budget
+
+
 def run_solve(
-    profile_csv: str, schedule_json: dict[str, Any], blocking_power: float, queue: Any, cancel: Any
+    profile_csv: str,
+    schedule_json: dict[str, Any],
+    blocking_power: float,
+    conn: Any,
+    cancel: Any,
+    memory_bytes: int | None = None,
 ) -> None:
-    """Solve and report through ``queue``; ``cancel`` is a multiprocessing Event."""
+    """Solve and report through ``conn``; ``cancel`` is a multiprocessing Event."""
     from perseus.errors import PerseusError, SolverCancelled
     from perseus.profiles import parse_profile_csv
     from perseus.schedules import Schedule
     from perseus.solver import solve_frontier
+
+    if memory_bytes is not None:
+        _cap_address_space(memory_bytes)
+    lock = threading.Lock()
+
+    def send(msg: tuple[Any, ...]) -> None:
+        with lock:
+            conn.send(msg)
 
     last = [-1.0, 0.0]
     parent = multiprocessing.parent_process()
@@ -43,7 +74,7 @@ def run_solve(
         now = time.monotonic()
         if fraction - last[0] >= 0.01 or now - last[1] >= 0.25 or fraction >= 1.0:
             last[0], last[1] = fraction, now
-            queue.put(("progress", float(fraction)))
+            send(("progress", float(fraction)))
 
     try:
         if cancel.is_set():
@@ -54,12 +85,15 @@ def run_solve(
         frontier = solve_frontier(
             profile, schedule, blocking_power, progress=progress, cancel=cancel.is_set
         )
-        queue.put(("done", json.dumps(frontier.to_json(compact=True)), time.perf_counter() - t0))
+        send(("done", json.dumps(frontier.to_json(compact=True)), time.perf_counter() - t0))
     except SolverCancelled as e:
-        queue.put(("cancelled", str(e) or "cancelled"))
+        send(("cancelled", str(e) or "cancelled"))
     except PerseusError as e:
-        queue.put(("error", f"{type(e).__name__}: {e}"))
+        send(("error", f"{type(e).__name__}: {e}"))
     except MemoryError:
-        queue.put(("error", "the solver ran out of memory"))
+        budget = "" if memory_bytes is None else f" of {memory_bytes // 2**20} MiB"
+        send(("error", f"the computation exceeded its memory budget{budget} (solve memory limit)"))
     except Exception as e:  # noqa: BLE001 - any solver bug must reach the job as a failure reason
-        queue.put(("error", f"solver error: {type(e).__name__}: {e}"))
+        send(("error", f"solver error: {type(e).__name__}: {e}"))
+    finally:
+        conn.close()

@@ -1,8 +1,15 @@
 """Frontier computations in worker processes: started, watched, cancelled, and reported back.
 
 Each solve runs in its own spawned process (a crash or a kill of one never affects the server
-or another solve); at most ``max_concurrent`` run at once, the others wait ``queued``. The
-server's event loop polls the worker's queue, so it is never blocked by a solve.
+or another solve); at most ``max_concurrent`` run at once, the others wait ``queued`` (at most
+``max_queued``, one per key). Every worker has a memory budget (its resident set, polled, and an
+address-space limit set in the worker) and a time limit; a solve over either fails with a reason
+naming the limit, and the others go on.
+
+Results come back over a one-way pipe whose write end the parent closes once the worker has
+started, read by a thread: a worker that dies halfway through a message makes that read end
+(EOF) instead of blocking anything, and the event loop never reads the pipe itself. The
+``prepare`` callback (decoding a frontier) runs on that thread too, off the loop.
 """
 
 from __future__ import annotations
@@ -10,25 +17,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing as mp
-import queue as queue_mod
+import os
 import signal
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from perseus_server.solve_worker import run_solve
 
-__all__ = ["SolveEvents", "SolveManager"]
+__all__ = ["SolveEvents", "SolveLimits", "SolveManager", "rss_bytes"]
+
+
+@dataclass(frozen=True)
+class SolveLimits:
+    """Per-solve bounds: ``memory_bytes`` of resident memory, ``seconds`` of wall time, and
+    ``max_queued`` solves waiting for a worker slot (``start`` refuses more)."""
+
+    memory_bytes: int = 8 * 1024**3
+    seconds: float = 3600.0
+    max_queued: int = 64
 
 
 @dataclass(frozen=True)
 class SolveEvents:
-    """Callbacks (run on the event loop) for one solve."""
+    """Callbacks (run on the event loop) for one solve; ``prepare`` runs on a worker thread
+    with the result document before ``on_done`` gets both."""
 
     on_running: Callable[[int], None]
     on_progress: Callable[[float], None]
-    on_done: Callable[[str, float], None]
+    on_done: Callable[[str, float, Any], None]
     on_failed: Callable[[str], None]
+    prepare: Callable[[str], Any] = field(default=lambda doc: None)
 
 
 @dataclass
@@ -37,19 +58,83 @@ class _Solve:
     task: asyncio.Task[None] | None = None
     process: Any = None
     reason: str = field(default="")
+    running: bool = False
+
+
+def rss_bytes(pid: int) -> int | None:
+    """Resident set size of process ``pid`` (Linux ``/proc``; None when unknown)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _read_all(conn: Any, events: SolveEvents, loop: asyncio.AbstractEventLoop) -> tuple[Any, ...]:
+    """Thread body: read messages until a final one or EOF; progress goes to the loop."""
+    try:
+        while True:
+            msg = conn.recv()
+            if msg[0] == "progress":
+                loop.call_soon_threadsafe(events.on_progress, float(msg[1]))
+                continue
+            if msg[0] == "done":
+                try:
+                    prepared = events.prepare(msg[1])
+                except Exception as e:  # noqa: BLE001 - an unreadable result fails the job
+                    return ("error", f"the solver returned an unreadable frontier: {e}")
+                return ("done", msg[1], msg[2], prepared)
+            return tuple(msg)
+    except (EOFError, OSError):
+        return ("eof",)
+    finally:
+        with contextlib.suppress(OSError):
+            conn.close()
+
+
+def _reader_thread(conn: Any, events: SolveEvents, name: str) -> asyncio.Future[tuple[Any, ...]]:
+    """Read ``conn`` on a thread of its own (a solve holds it for its whole run, so the
+    loop's shared executor is never tied up); the future resolves with the final message."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[tuple[Any, ...]] = loop.create_future()
+
+    def deliver(msg: tuple[Any, ...]) -> None:
+        if not fut.done():
+            fut.set_result(msg)
+
+    def run() -> None:
+        msg = _read_all(conn, events, loop)
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
+            loop.call_soon_threadsafe(deliver, msg)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return fut
 
 
 class SolveManager:
     """Runs frontier computations in spawned worker processes."""
 
-    def __init__(self, max_concurrent: int, poll_interval: float = 0.05) -> None:
+    def __init__(
+        self,
+        max_concurrent: int,
+        poll_interval: float = 0.05,
+        limits: SolveLimits | None = None,
+    ) -> None:
         self._ctx = mp.get_context("spawn")
         self._sem = asyncio.Semaphore(max_concurrent)
         self._poll = poll_interval
         self._solves: dict[str, _Solve] = {}
+        self.limits = limits or SolveLimits()
 
     def is_active(self, job_id: str) -> bool:
         return job_id in self._solves
+
+    def queued(self) -> int:
+        """Solves waiting for a worker slot."""
+        return sum(1 for s in self._solves.values() if not s.running)
+
+    def queue_full(self) -> bool:
+        return self.queued() >= self.limits.max_queued
 
     def worker_pid(self, job_id: str) -> int | None:
         s = self._solves.get(job_id)
@@ -100,27 +185,40 @@ class SolveManager:
         blocking_power: float,
         events: SolveEvents,
     ) -> None:
-        outcome: tuple[str, Any, Any] = ("failed", "internal error", None)
+        outcome: tuple[Any, ...] = ("failed", "internal error", None)
         try:
             async with self._sem:
                 if solve.cancel.is_set():
                     outcome = ("failed", solve.reason, None)
                 else:
-                    q = self._ctx.Queue()
+                    solve.running = True
+                    reader, writer = self._ctx.Pipe(duplex=False)
                     proc = self._ctx.Process(
                         target=run_solve,
-                        args=(profile_csv, schedule_json, blocking_power, q, solve.cancel),
+                        args=(
+                            profile_csv,
+                            schedule_json,
+                            blocking_power,
+                            writer,
+                            solve.cancel,
+                            self.limits.memory_bytes,
+                        ),
                         name=f"perseus-solve-{job_id}",
                         daemon=True,
                     )
-                    proc.start()
+                    try:
+                        proc.start()
+                    finally:
+                        writer.close()  # only the worker writes: its death ends our reads
                     solve.process = proc
                     events.on_running(proc.pid or 0)
-                    outcome = await self._watch(solve, proc, q, events)
-                    await asyncio.get_running_loop().run_in_executor(None, proc.join, 5.0)
+                    result = _reader_thread(reader, events, f"perseus-solve-reader-{job_id}")
+                    outcome = await self._watch(solve, proc, result)
+                    await asyncio.to_thread(proc.join, 5.0)
                     if proc.is_alive():
                         proc.kill()
-                    q.close()
+                        await asyncio.to_thread(proc.join, 5.0)
+
         except Exception as e:  # noqa: BLE001 - the job must learn why
             outcome = ("failed", f"internal error while supervising the solve: {e}", None)
         finally:
@@ -129,56 +227,60 @@ class SolveManager:
         if outcome[0] == "done":
             seconds = outcome[2]
             assert seconds is not None  # a done solve reports its time
-            events.on_done(outcome[1], float(seconds))
+            events.on_done(outcome[1], float(seconds), outcome[3] if len(outcome) > 3 else None)
         else:
             events.on_failed(str(outcome[1]))
 
     async def _watch(
-        self, solve: _Solve, proc: Any, q: Any, events: SolveEvents
-    ) -> tuple[str, Any, Any]:
+        self, solve: _Solve, proc: Any, result: asyncio.Future[tuple[Any, ...]]
+    ) -> tuple[Any, ...]:
         cancel_deadline: float | None = None
         loop = asyncio.get_running_loop()
+        started = time.monotonic()
+        limits = self.limits
+        over: str | None = None
         while True:
-            msg = _drain(q, events)
-            if msg is not None:
+            if result.done():
+                msg = result.result()
                 kind = msg[0]
                 if kind == "done":
-                    return ("done", msg[1], msg[2])
+                    return msg
                 if kind == "cancelled":
-                    return ("failed", solve.reason or str(msg[1]), None)
-                return ("failed", str(msg[1]), None)
-            if not proc.is_alive():
-                msg = _drain(q, events)
-                if msg is None:
-                    code = proc.exitcode
-                    why = f"exited with status {code}"
-                    if code is not None and code < 0:
-                        with contextlib.suppress(ValueError):
-                            why = f"killed by signal {signal.Signals(-code).name}"
-                    if solve.cancel.is_set() and solve.reason:
-                        return ("failed", solve.reason, None)
-                    return ("failed", f"the solver process died ({why})", None)
-                continue
+                    return ("failed", over or solve.reason or str(msg[1]), None)
+                if kind == "error":
+                    return ("failed", over or str(msg[1]), None)
+                # EOF: the worker exited (or died) without a final message.
+                await asyncio.to_thread(proc.join, 5.0)
+                code = proc.exitcode
+                why = f"exited with status {code}"
+                if code is not None and code < 0:
+                    with contextlib.suppress(ValueError):
+                        why = f"killed by signal {signal.Signals(-code).name}"
+                if over is not None:
+                    return ("failed", over, None)
+                if solve.cancel.is_set() and solve.reason:
+                    return ("failed", solve.reason, None)
+                return ("failed", f"the solver process died ({why})", None)
+            if over is None and proc.pid is not None:
+                rss = rss_bytes(proc.pid)
+                if rss is not None and rss > limits.memory_bytes:
+                    over = (
+                        f"the computation exceeded its memory budget of "
+                        f"{limits.memory_bytes // 2**20} MiB (solve memory limit)"
+                    )
+                    proc.kill()
+                elif time.monotonic() - started > limits.seconds:
+                    over = (
+                        f"the computation exceeded its time limit of {limits.seconds:g} s "
+                        "(solve time limit)"
+                    )
+                    solve.cancel.set()
+                    cancel_deadline = loop.time() + 3.0
             if solve.cancel.is_set():
                 now = loop.time()
                 if cancel_deadline is None:
                     cancel_deadline = now + 3.0
                 elif now > cancel_deadline:
-                    proc.terminate()
+                    proc.kill() if over is not None else proc.terminate()
                     cancel_deadline = now + 3.0
-            await asyncio.sleep(self._poll)
-
-
-def _drain(q: Any, events: SolveEvents) -> tuple[Any, ...] | None:
-    """Deliver queued progress messages; return the first final message, if any."""
-    while True:
-        try:
-            msg = q.get_nowait()
-        except queue_mod.Empty:
-            return None
-        except (EOFError, OSError):
-            return None
-        if msg[0] == "progress":
-            events.on_progress(float(msg[1]))
-            continue
-        return tuple(msg)
+            await asyncio.wait({result}, timeout=self._poll)

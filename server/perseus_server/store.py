@@ -76,18 +76,30 @@ def _v1_initial(db: sqlite3.Connection) -> None:
             db.execute(statement)
 
 
-def _power_budget_table(db: sqlite3.Connection) -> None:
-    """The cluster power budget (one row at most: ``PUT /power-budget``'s settings)."""
+def _v3_power_budget(db: sqlite3.Connection) -> None:
+    """Version 3: the cluster power budget (one row at most: ``PUT /power-budget``'s settings)."""
     db.execute(
         "CREATE TABLE IF NOT EXISTS power_budget ("
         "id INTEGER PRIMARY KEY CHECK (id = 1), doc TEXT NOT NULL, updated REAL NOT NULL)"
     )
 
 
+def _v2_report_sequences(db: sqlite3.Connection) -> None:
+    """Version 2: the highest report sequence accepted per rank (idempotent reports)."""
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS report_sequences ("
+        "rank_id TEXT PRIMARY KEY, job_id TEXT NOT NULL, last INTEGER NOT NULL)"
+    )
+
+
 #: The ordered schema migrations: ``MIGRATIONS[k]`` takes a database at version ``k`` to
 #: ``k + 1``. A later change of what is stored appends a function here (never edits one that
 #: shipped); :meth:`Store.open` applies the missing ones, each in its own transaction.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1_initial, _power_budget_table)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
+    _v1_initial,
+    _v2_report_sequences,
+    _v3_power_budget,
+)
 
 #: The schema version this code reads and writes.
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -188,6 +200,8 @@ class Store:
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self._db = conn
         self.path = path
+        self._depth = 0
+        self._after: list[Callable[[], object]] = []
 
     @classmethod
     def open(cls, path: str | Path) -> Store:
@@ -212,14 +226,43 @@ class Store:
             self._db.close()
 
     @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One transaction around every write inside (they nest: inner ones join the outer);
+        callbacks given to :meth:`after_commit` meanwhile run once it has committed."""
+        with self._tx():
+            yield
+
+    def after_commit(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` once the current transaction commits (now, outside of one); dropped on
+        rollback."""
+        if self._depth == 0:
+            fn()
+        else:
+            self._after.append(fn)
+
+    @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
+        if self._depth > 0:
+            self._depth += 1
+            try:
+                yield self._db
+            finally:
+                self._depth -= 1
+            return
         self._db.execute("BEGIN IMMEDIATE")
+        self._depth = 1
         try:
             yield self._db
         except BaseException:
+            self._depth = 0
+            self._after.clear()
             self._db.execute("ROLLBACK")
             raise
+        self._depth = 0
         self._db.execute("COMMIT")
+        after, self._after = self._after, []
+        for fn in after:
+            fn()
 
     # --- jobs ------------------------------------------------------------------------------------
 
@@ -232,11 +275,21 @@ class Store:
             )
         return JobRow(job_id, now, spec)
 
-    def jobs(self) -> list[JobRow]:
+    def jobs(self, on_error: Callable[[str, Exception], None] | None = None) -> list[JobRow]:
+        """Every job whose description can be read; ``on_error(id, exc)`` hears of the others
+        (without it, an unreadable row raises)."""
         rows = self._db.execute(
             "SELECT id, created, spec FROM jobs ORDER BY created, id"
         ).fetchall()
-        return [JobRow(r[0], r[1], JobSpec.from_json(json.loads(r[2]))) for r in rows]
+        out = []
+        for r in rows:
+            try:
+                out.append(JobRow(r[0], r[1], JobSpec.from_json(json.loads(r[2]))))
+            except Exception as e:
+                if on_error is None:
+                    raise
+                on_error(str(r[0]), e)
+        return out
 
     def count_jobs(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0])
@@ -251,6 +304,7 @@ class Store:
                 ("ranks", "job_id"),
                 ("iterations", "job_id"),
                 ("profiling", "job_id"),
+                ("report_sequences", "job_id"),
             ):
                 db.execute(f"DELETE FROM {table} WHERE {col} = ?", (job_id,))
 
@@ -348,14 +402,25 @@ class Store:
     # --- iterations ------------------------------------------------------------------------------
 
     def add_iterations(
-        self, job_id: str, rows: list[tuple[str, int, float, float, int]], keep: int
+        self,
+        job_id: str,
+        rows: list[tuple[str, int, float, float, int]],
+        keep: int,
+        sequences: dict[str, int] | None = None,
     ) -> None:
         """Append ``(rank_id, iteration, time, energy, plan_version)`` rows; keep the newest ``keep``
-        per rank."""
+        per rank; record each rank's highest accepted report ``sequences`` in the same
+        transaction."""
         if not rows:
             return
         now = time.time()
         with self._tx() as db:
+            if sequences:
+                db.executemany(
+                    "INSERT INTO report_sequences (rank_id, job_id, last) VALUES (?, ?, ?) "
+                    "ON CONFLICT(rank_id) DO UPDATE SET last = MAX(last, excluded.last)",
+                    [(r, job_id, int(s)) for r, s in sequences.items()],
+                )
             db.executemany(
                 "INSERT INTO iterations (rank_id, job_id, iteration, time, energy, plan_version, received) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -367,6 +432,13 @@ class Store:
                     "(SELECT rowid FROM iterations WHERE rank_id = ? ORDER BY rowid DESC LIMIT ?)",
                     (rank_id, rank_id, keep),
                 )
+
+    def report_sequences(self, job_id: str) -> dict[str, int]:
+        """The highest accepted report sequence of each rank of the job."""
+        rows = self._db.execute(
+            "SELECT rank_id, last FROM report_sequences WHERE job_id = ?", (job_id,)
+        ).fetchall()
+        return {str(r[0]): int(r[1]) for r in rows}
 
     def iterations(self, rank_id: str, limit: int) -> list[tuple[int, float, float, int]]:
         """The newest ``limit`` ``(iteration, time, energy, plan_version)`` of a rank, oldest first."""

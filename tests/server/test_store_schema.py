@@ -150,8 +150,10 @@ def test_first_release_database_is_version_1_and_kept(tmp_path: Path) -> None:
     assert [j.id for j in store.jobs()] == [JOB]
     assert [r.rank_id for r in store.ranks(JOB)] == [RANK]
     assert [it[0] for it in store.iterations(RANK, 10)] == [7, 8]
+    assert store.report_sequences(JOB) == {}  # version 2: no sequence seen yet
     store.close()
-    assert _user_version(path) == SCHEMA_VERSION  # recorded as version 1, then migrated
+    # Recognised as version 1 (its data kept), then migrated to the current version.
+    assert _user_version(path) == SCHEMA_VERSION >= 2
 
 
 def test_newer_database_is_refused(tmp_path: Path) -> None:
@@ -193,7 +195,7 @@ def test_a_failing_migration_changes_nothing(tmp_path: Path) -> None:
     conn = sqlite3.connect(path, isolation_level=None)
     with pytest.raises(RuntimeError, match="boom"):
         migrate(conn, (*MIGRATIONS, v2_broken))
-    # The migrations before it stand; the broken one left nothing behind.
+    # The steps before it are committed, the failing one changed nothing.
     assert int(conn.execute("PRAGMA user_version").fetchone()[0]) == len(MIGRATIONS)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "half_done" not in tables and "jobs" in tables
@@ -240,4 +242,4 @@ def test_server_serves_a_job_written_by_the_first_release(tmp_path: Path, small_
         channel.close()
         assert msg.version == VERSION and len(msg.steps) == 2 * 4
         assert msg.expected_iteration_time == pytest.approx(float(frontier.times[1]))
-    assert _user_version(path) == SCHEMA_VERSION
+    assert _user_version(path) == SCHEMA_VERSION  # migrated, and served

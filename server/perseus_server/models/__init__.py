@@ -17,6 +17,7 @@ from perseus_server.models.requests import (
     StragglerIn,
 )
 from perseus_server.models.responses import (
+    CustomScheduleSummary,
     CustomScheduleView,
     DeploymentView,
     FrontierPoint,
@@ -26,6 +27,7 @@ from perseus_server.models.responses import (
     Health,
     JobList,
     JobState,
+    JobSummary,
     JobView,
     MaxClockDeployment,
     NamedScheduleView,
@@ -77,6 +79,8 @@ __all__ = [
     "FrontierSummary",
     "Health",
     "JobList",
+    "JobSummary",
+    "CustomScheduleSummary",
     "JobState",
     "JobStatus",
     "JobView",

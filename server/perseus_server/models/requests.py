@@ -6,11 +6,27 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-__all__ = ["JobIn", "ScheduleIn", "PlanSelect", "ProfilingIn", "StragglerIn", "DetectionIn"]
+__all__ = [
+    "INT32_MAX",
+    "MAX_CLOCK_MHZ",
+    "JobIn",
+    "ScheduleIn",
+    "PlanSelect",
+    "ProfilingIn",
+    "StragglerIn",
+    "DetectionIn",
+]
+
+#: Largest value of an int32 wire field: indices beyond it could not travel to a rank.
+INT32_MAX = 2**31 - 1
+#: Largest SM clock accepted anywhere (MHz), as rank registration and profiles bound it.
+MAX_CLOCK_MHZ = 100_000
 
 Count = Annotated[StrictInt, Field(ge=1, le=1_000_000)]
 Watts = Annotated[float, Field(ge=0, le=10_000, allow_inf_nan=False)]
-OrderOp = tuple[str, StrictInt, StrictInt]
+Index = Annotated[StrictInt, Field(ge=0, le=INT32_MAX)]
+Clock = Annotated[StrictInt, Field(ge=1, le=MAX_CLOCK_MHZ)]
+OrderOp = tuple[Annotated[str, Field(max_length=64)], Index, Index]
 
 
 class ScheduleIn(BaseModel):
@@ -44,15 +60,16 @@ class PlanSelect(BaseModel):
     """``PUT /jobs/{id}/plan``: at most one criterion (none: the fastest plan)."""
 
     model_config = ConfigDict(extra="forbid")
-    index: Annotated[StrictInt, Field(ge=0)] | None = None
+    index: Index | None = None
     deadline: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     slowdown: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     energy_budget: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
     power_budget: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
         default=None, description="Average power limit (W, whole job): the fastest plan within it."
     )
-    pipelines: list[StrictInt] | None = Field(
+    pipelines: list[Index] | None = Field(
         default=None,
+        max_length=1_000_000,
         description="Deploy only to these data-parallel pipelines (default: all, as the new default).",
     )
 
@@ -61,8 +78,9 @@ class ProfilingIn(BaseModel):
     """``POST /jobs/{id}/profiling``."""
 
     model_config = ConfigDict(extra="forbid")
-    frequencies: list[StrictInt] | None = Field(
+    frequencies: list[Clock] | None = Field(
         default=None,
+        max_length=1024,
         description="Clocks to scan (MHz); default: every clock all registered ranks support.",
     )
     warmup_iterations: Annotated[StrictInt, Field(ge=0, le=1000)] = 2
@@ -74,7 +92,7 @@ class StragglerIn(BaseModel):
     """``POST /jobs/{id}/stragglers``: a pipeline known to be slow."""
 
     model_config = ConfigDict(extra="forbid")
-    pipeline: Annotated[StrictInt, Field(ge=0)]
+    pipeline: Index
     slowdown: Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)] | None = None
     iteration_time: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
 

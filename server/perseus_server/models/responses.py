@@ -22,6 +22,8 @@ __all__ = [
     "ProfileRef",
     "JobView",
     "JobList",
+    "JobSummary",
+    "CustomScheduleSummary",
     "ProfileSummary",
     "ProfileRecord",
     "ProfileDocument",
@@ -81,6 +83,12 @@ class CustomScheduleView(ResponseModel):
     )
 
 
+class CustomScheduleSummary(ResponseModel):
+    """An explicit per-rank order, summarised (``GET /jobs/{id}`` has the orders)."""
+
+    name: Literal["custom"]
+
+
 class ProfileRef(ResponseModel):
     """Which profile a job holds."""
 
@@ -112,10 +120,32 @@ class JobView(ResponseModel):
     plan_version: int = Field(description="The deployed plan version (0: nothing deployed).")
 
 
-class JobList(ResponseModel):
-    """``GET /jobs``."""
+class JobSummary(ResponseModel):
+    """A job in the list: :class:`JobView` without a custom schedule's orders."""
 
-    jobs: list[JobView]
+    id: str = Field(description="The job's ID (path parameter ``job_id``).")
+    created: Timestamp
+    state: JobState
+    name: str
+    stages: int
+    microbatches: int
+    schedule: NamedScheduleView | CustomScheduleSummary
+    data_parallel: int
+    tensor_parallel: int
+    gpu_model: str
+    blocking_power: float
+    instructions: int
+    world_size: int
+    profile: ProfileRef | None
+    frontier_status: FrontierState
+    plan_version: int
+
+
+class JobList(ResponseModel):
+    """``GET /jobs``: a page of jobs, oldest first."""
+
+    jobs: list[JobSummary]
+    next: str = omitted("Present when more jobs follow: pass it as ``after`` to get the next page.")
 
 
 # --- profiles ------------------------------------------------------------------------------------

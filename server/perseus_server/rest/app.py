@@ -35,6 +35,7 @@ from perseus_server.models import (
     ProfilingStatus,
     StragglerIn,
 )
+from perseus_server.models.requests import INT32_MAX
 from perseus_server.planner import PlanPolicy
 from perseus_server.rest.docs import install_openapi, operation
 from perseus_server.rest.gate import Gate
@@ -160,10 +161,18 @@ def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
         ``microbatches``; 409 when the server holds its maximum number of jobs."""
         return service.create_job(_spec(body))
 
-    @app.get("/jobs", tags=["jobs"], **operation(JobList, "List jobs", "Every job."))
-    async def list_jobs() -> dict[str, Any]:
-        """Every job the server holds."""
-        return {"jobs": service.list_jobs()}
+    @app.get("/jobs", tags=["jobs"], **operation(JobList, "List jobs", "A page of jobs.", 422))
+    async def list_jobs(
+        limit: int = Query(
+            100, ge=1, le=service.limits.max_jobs_page, description="Jobs per page."
+        ),
+        after: str | None = Query(
+            None, max_length=64, description="The ``next`` cursor of the previous page."
+        ),
+    ) -> dict[str, Any]:
+        """The jobs, oldest first, a page at a time (``next`` is present when more follow);
+        custom schedules are summarised by name, their orders are on ``GET /jobs/{id}``."""
+        return service.jobs_page(limit, after)
 
     @app.get("/jobs/{job_id}", tags=["jobs"], **operation(JobView, "Get a job", "The job.", 404))
     async def get_job(job_id: str) -> dict[str, Any]:
@@ -307,7 +316,9 @@ def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
         energy_budget: float | None = Query(
             None, gt=0, allow_inf_nan=False, description="Energy per iteration limit (J)."
         ),
-        index: int | None = Query(None, ge=0, description="A frontier point by index."),
+        index: int | None = Query(
+            None, ge=0, le=INT32_MAX, description="A frontier point by index."
+        ),
         power_budget: float | None = Query(
             None,
             gt=0,
@@ -423,7 +434,7 @@ def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
         ),
     )
     async def clear_stragglers(
-        job_id: str, pipeline: int | None = Query(None, ge=0)
+        job_id: str, pipeline: int | None = Query(None, ge=0, le=INT32_MAX)
     ) -> dict[str, Any]:
         """Forgets one pipeline's (or every) straggler and slow stages, and replans."""
         return service.clear_stragglers(job_id, pipeline)

@@ -1,4 +1,5 @@
-"""Pure ASGI middleware in front of the REST app: bearer token, body-size cap, request metrics."""
+"""Pure ASGI middleware in front of the REST app: bearer token, body-size cap, request metrics,
+and the catch-all that turns an unexpected exception into a logged 500 problem body."""
 
 from __future__ import annotations
 
@@ -8,11 +9,18 @@ import time
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from perseus_server.config import Limits
-from perseus_server.errors import TooLarge, Unauthorized
+from perseus_server.errors import ApiError, TooLarge, Unauthorized
 from perseus_server.metrics import Metrics
 from perseus_server.rest.problems import problem_response
 
-__all__ = ["Gate"]
+__all__ = ["Gate", "internal_error"]
+
+
+def internal_error() -> ApiError:
+    """The problem body of an unexpected server error (the details go to the log only)."""
+    err = ApiError("an unexpected error occurred; it has been logged")
+    err.status, err.title = 500, "Internal server error"
+    return err
 
 
 class Gate:
@@ -29,14 +37,23 @@ class Gate:
             return
         t0 = time.perf_counter()
         status = [500]
+        started = [False]
 
         async def send_wrapper(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
+                started[0] = True
             await send(message)
 
         try:
             await self._handle(scope, receive, send_wrapper)
+        except Exception:
+            # Answer a problem body, then let the exception go on to the server, which logs it
+            # with its traceback (as Starlette's own error middleware does).
+            self.metrics.internal_errors.inc()
+            if not started[0]:
+                await problem_response(internal_error())(scope, receive, send_wrapper)
+            raise
         finally:
             route = scope.get("route")
             path = getattr(route, "path", None) or "unmatched"

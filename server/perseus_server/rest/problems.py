@@ -63,7 +63,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        err = ApiError(str(exc.detail), field="path" if exc.status_code == 404 else None)
+        field = {404: "path", 400: "body"}.get(exc.status_code)
+        err = ApiError(str(exc.detail), field=field)
         err.status = exc.status_code
-        err.title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "Error")
+        err.title = {400: "Bad request", 404: "Not found", 405: "Method not allowed"}.get(
+            exc.status_code, "Error"
+        )
         return problem_response(err, dict(exc.headers or {}))

@@ -18,6 +18,7 @@ from typing import Any
 from perseus.errors import InfeasibleError
 from perseus.frontier import Frontier
 from perseus_server.errors import BadRequest, Conflict
+from perseus_server.faults import fault_point
 from perseus_server.jobs import RankInfo
 from perseus_server.planner import PlanDecision, PlanPolicy, decide, resolve_policy
 from perseus_server.service.context import ServiceContext
@@ -161,10 +162,14 @@ class Deployer:
         state.version = dep.version
         state.current = dep
         state.messages.clear()
-        persist_deployment(self.ctx.store, job)
+        store = self.ctx.store
+        with store.transaction():
+            persist_deployment(store, job)
+            fault_point("after_deployment_store")
         self.ctx.metrics.deploys.inc(kind=dep.kind)
         log.info("job %s: plan version %d (%s): %s", job.id, dep.version, cause, dep.reason)
-        self.ctx.hub.publish(job.id, lambda rank: self.message(job, rank))
+        # Ranks hear of a version only once it is stored (inside a larger update: committed).
+        store.after_commit(lambda: self.ctx.hub.publish(job.id, lambda r: self.message(job, r)))
 
     def message(self, job: Job, rank: RankInfo) -> PlanUpdate | None:
         """The newest plan for ``rank`` (cached per version, pipeline plan and stage)."""

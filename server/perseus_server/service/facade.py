@@ -9,9 +9,10 @@ is acknowledged, so it survives a killed process.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from perseus.frontier import Frontier
@@ -43,12 +44,15 @@ from perseus_server.service.values import (
     RegisteredRank,
 )
 from perseus_server.service.views import Views
-from perseus_server.solving import SolveManager
+from perseus_server.solving import SolveLimits, SolveManager
 from perseus_server.states import JobState, StreamEnd
 from perseus_server.store import Store
 from perseus_server.stragglers import DetectorSettings
 
-__all__ = ["PerseusService"]
+__all__ = ["PerseusService", "OFFLOAD_INSTRUCTIONS"]
+
+#: Reports with more instruction measurements than this are checked off the event loop.
+OFFLOAD_INSTRUCTIONS = 512
 
 
 class PerseusService:
@@ -58,7 +62,12 @@ class PerseusService:
         self.store = store
         self.limits = limits
         self.hub = PlanHub()
-        self.solver = SolveManager(limits.max_concurrent_solves)
+        self.solver = SolveManager(
+            limits.max_concurrent_solves,
+            limits=SolveLimits(
+                limits.solve_memory_bytes, limits.solve_seconds, limits.max_queued_solves
+            ),
+        )
         self.jobs = JobTable()
         self.metrics = Metrics(self._jobs_gauge, self._connected_gauge, self._registered_gauge)
         ctx = ServiceContext(store, limits, self.jobs, self.hub, self.solver, self.metrics)
@@ -90,6 +99,7 @@ class PerseusService:
     async def shutdown(self) -> None:
         self.hub.close(None, StreamEnd.SHUTDOWN)
         await self.solver.shutdown()
+        self.profiles.pool.close()
 
     # --- metrics ---------------------------------------------------------------------------------
 
@@ -122,8 +132,17 @@ class PerseusService:
         self.jobs.add(Job(row=row, schedule=schedule))
         return self.job_view(job_id)
 
-    def list_jobs(self) -> list[dict[str, Any]]:
-        return self.views.jobs()
+    def list_jobs(self, limit: int = 100, after: str | None = None) -> list[dict[str, Any]]:
+        """A page of job summaries (see :meth:`jobs_page`)."""
+        return self.views.jobs(limit, after)[0]
+
+    def jobs_page(self, limit: int = 100, after: str | None = None) -> dict[str, Any]:
+        """``GET /jobs``: at most ``limit`` summaries after job ``after``, and ``next``."""
+        jobs, cursor = self.views.jobs(limit, after)
+        page: dict[str, Any] = {"jobs": jobs}
+        if cursor is not None:
+            page["next"] = cursor
+        return page
 
     def job_view(self, job_id: str) -> dict[str, Any]:
         return self.views.job(job_id)
@@ -225,6 +244,18 @@ class PerseusService:
     def record_reports(self, reports: Sequence[IterationReport]) -> int:
         """Validate and store a batch of iteration reports (all or nothing); returns how many."""
         return self.reports.record(reports)
+
+    async def ingest_report(
+        self, decode: Callable[[], IterationReport], size: int
+    ) -> tuple[int, int]:
+        """Decode, validate and store one report; one of more than ``OFFLOAD_INSTRUCTIONS``
+        measurements (``size``) is decoded and checked on a worker thread, off the loop.
+        Returns (new, duplicates): a re-sent report is acknowledged and dropped."""
+        if size > OFFLOAD_INSTRUCTIONS:
+            checked = await asyncio.to_thread(lambda: self.reports.check(0, decode()))
+        else:
+            checked = self.reports.check(0, decode())
+        return self.reports.record_counted([checked])
 
     # --- online profiling ------------------------------------------------------------------------
 

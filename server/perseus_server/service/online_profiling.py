@@ -11,6 +11,7 @@ from perseus.errors import ProfileError
 from perseus.problem import EnergyProblem
 from perseus.profiles import parse_profile_csv
 from perseus_server.errors import BadRequest, Conflict, NotFound
+from perseus_server.faults import fault_point
 from perseus_server.profiling import ProfilingSession
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
@@ -131,11 +132,16 @@ class OnlineProfiling:
             self.ctx.store.put_profiling(job.id, s.to_json())
             self._leave(job)
             return
-        self.profiles.store(job, profile, "online profiling")
-        s.status = ProfilingStatus.SOLVING
-        self.ctx.store.put_profiling(job.id, s.to_json())
-        self._leave(job)
-        self.solves.launch(job)
+        # Profile, profiling state, the max-clock deployment and the queued solve: one
+        # transaction (a crash leaves the scan's last step or all of the finish).
+        with self.ctx.store.transaction():
+            self.profiles.store(job, profile, "online profiling")
+            fault_point("after_profile_store")
+            s.status = ProfilingStatus.SOLVING
+            self.ctx.store.put_profiling(job.id, s.to_json())
+            self._leave(job)
+            self.solves.launch(job)
+        fault_point("after_profiling_commit")
 
     def _leave(self, job: Job) -> None:
         """Leave the profiling plan: the previous frontier's plan, or max clocks meanwhile."""

@@ -5,6 +5,7 @@ written whenever it changes."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections import deque
 from typing import Any
@@ -19,6 +20,8 @@ from perseus_server.store import Store
 from perseus_server.stragglers import DetectorSettings, StageDetector, StragglerDetector
 
 __all__ = ["deployment_doc", "load_jobs", "persist_deployment"]
+
+log = logging.getLogger("perseus.server")
 
 
 def deployment_doc(job: Job) -> dict[str, Any]:
@@ -81,34 +84,96 @@ def _restore_deployment(job: Job, version: int, doc: dict[str, Any]) -> None:
             slow.stage_flags[(int(key), st)] = f
 
 
+def _unreadable(what: str, e: Exception) -> str:
+    return f"the stored {what} of this job cannot be read ({type(e).__name__}: {str(e)[:200]})"
+
+
+def _load_job(store: Store, job: Job) -> str | None:
+    """Fill ``job`` from the store piece by piece; returns why a piece could not be read (the
+    pieces after a bad frontier, which refer to it, are left out too), or None."""
+    row = job.row
+    try:
+        prof = store.profile(row.id)
+        if prof is not None:
+            job.profile.set(parse_profile_csv(prof[0]), prof[1], prof[2])
+    except Exception as e:  # noqa: BLE001 - any unreadable row: the job fails, the server starts
+        return _unreadable("profile", e)
+    try:
+        job.frontier.row = store.frontier(row.id)
+        if job.frontier.row.doc:
+            job.frontier.current = Frontier.from_json(json.loads(job.frontier.row.doc))
+    except Exception as e:  # noqa: BLE001
+        job.frontier.current = None
+        return _unreadable("frontier", e)
+    try:
+        dep = store.deployment(row.id)
+        if dep is not None:
+            _restore_deployment(job, *dep)
+            _check_deployment(job)
+    except Exception as e:  # noqa: BLE001
+        job.deployment = type(job.deployment)()
+        job.stragglers = type(job.stragglers)()
+        return _unreadable("deployment", e)
+    try:
+        for r in store.ranks(row.id):
+            job.ranks.by_global[r.global_rank] = r
+            job.ranks.by_id[r.rank_id] = r
+            job.ranks.history[r.rank_id] = deque(store.iterations(r.rank_id, 32), maxlen=32)
+        job.ranks.last_sequence = store.report_sequences(row.id)
+        prof_doc = store.profiling(row.id)
+        if prof_doc is not None:
+            job.profiling = ProfilingSession.from_json(prof_doc)
+    except Exception as e:  # noqa: BLE001
+        job.profiling = None
+        return _unreadable("ranks or profiling state", e)
+    return None
+
+
+def _check_deployment(job: Job) -> None:
+    """A plan deployment must point into the frontier it was made from."""
+    dep, frontier = job.deployment.plan, job.frontier.current
+    if dep is None:
+        return
+    if frontier is None or any(not 0 <= i < len(frontier) for i in dep.indices):
+        raise ValueError("the deployed plan points past the stored frontier")
+
+
 def load_jobs(store: Store, jobs: JobTable) -> None:
-    """Rebuild every job from the store; solves cut short by a restart are marked failed."""
+    """Rebuild every job from the store; solves cut short by a restart are marked failed.
+
+    A job whose stored state cannot be read is marked failed with the reason (its frontier
+    row says why) and the server starts anyway; one whose description itself is unreadable
+    is left out with an error in the log.
+    """
     for job_id in store.interrupted_solves():
-        frow = store.frontier(job_id)
+        try:
+            frow = store.frontier(job_id)
+        except Exception:  # noqa: BLE001 - handled per job below
+            continue
         frow.status, frow.error, frow.finished = (
             SolveStatus.FAILED,
             "interrupted: the server restarted during the computation",
             time.time(),
         )
         store.put_frontier(job_id, frow)
-    for row in store.jobs():
-        job = Job(row=row, schedule=row.spec.build_schedule())
-        prof = store.profile(row.id)
-        if prof is not None:
-            job.profile.set(parse_profile_csv(prof[0]), prof[1], prof[2])
-        job.frontier.row = store.frontier(row.id)
-        if job.frontier.row.doc:
-            job.frontier.current = Frontier.from_json(json.loads(job.frontier.row.doc))
-        dep = store.deployment(row.id)
-        if dep is not None:
-            _restore_deployment(job, *dep)
-        for r in store.ranks(row.id):
-            job.ranks.by_global[r.global_rank] = r
-            job.ranks.by_id[r.rank_id] = r
-            job.ranks.history[r.rank_id] = deque(store.iterations(r.rank_id, 32), maxlen=32)
-        prof_doc = store.profiling(row.id)
-        if prof_doc is not None:
-            job.profiling = ProfilingSession.from_json(prof_doc)
+
+    def skipped(job_id: str, e: Exception) -> None:
+        log.error("job %s: %s; the job is not served", job_id, _unreadable("description", e))
+
+    for row in store.jobs(on_error=skipped):
+        try:
+            schedule = row.spec.build_schedule()
+        except Exception as e:  # noqa: BLE001
+            skipped(row.id, e)
+            continue
+        job = Job(row=row, schedule=schedule)
+        reason = _load_job(store, job)
+        if reason is not None:
+            log.error("job %s: %s; marked failed", row.id, reason)
+            frow = job.frontier.row
+            frow.status, frow.error, frow.finished = SolveStatus.FAILED, reason, time.time()
+            frow.doc = frow.doc if job.frontier.current is not None else None
+            store.put_frontier(row.id, frow)
         jobs.add(job)
     for job in jobs:
         if (

@@ -71,6 +71,4 @@ class PlanQueries:
             return cached
         body = json.dumps(plan_doc(job, index, steps=steps, powers=self.powers)).encode()
         cache[key] = body
-        if len(cache) > 256:
-            cache.popitem(last=False)
         return body

@@ -3,14 +3,12 @@ schedule and its ranks' supported clocks, stored with a revision number."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
-from perseus.errors import ProfileError
-from perseus.problem import EnergyProblem
-from perseus.profiles import Profile, parse_profile_csv, parse_profile_json
+from perseus.profiles import Profile
 from perseus_server.errors import BadRequest, Conflict, NotFound
 from perseus_server.jobs import RankInfo
+from perseus_server.parse_pool import ParsePool
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.state import Job
 from perseus_server.states import ProfilingStatus
@@ -50,6 +48,7 @@ class Profiles:
 
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
+        self.pool = ParsePool()
 
     async def put(self, job_id: str, body: bytes, content_type: str) -> dict[str, Any]:
         job = self.ctx.jobs.get(job_id)
@@ -67,26 +66,29 @@ class Profiles:
         except UnicodeDecodeError:
             raise BadRequest("the body is not UTF-8 text", field="profile") from None
         is_json = "json" in content_type or text.lstrip().startswith(("{", "["))
-        schedule, bp = job.schedule, job.spec.blocking_power
-
-        def parse() -> Profile:
-            prof = parse_profile_json(text) if is_json else parse_profile_csv(text)
-            EnergyProblem.build(prof, schedule, bp)  # the profile must cover the job's schedule
-            return prof
-
-        try:
-            profile = await asyncio.to_thread(parse)
-        except ProfileError as e:
-            extra = {"row": e.row} if e.row is not None else {}
+        # Parsed (JSON with bounded depth and integer length) and checked against the job's
+        # schedule off the loop: on a thread, or in a worker process for large documents.
+        result = await self.pool.parse(
+            text, is_json, job.schedule.to_json(), job.spec.blocking_power
+        )
+        if result[0] == "error":
+            _, detail, field, row = result
+            extra = {"row": row} if row is not None else {}
             raise BadRequest(
-                str(e), field=f"profile.{e.field}" if e.field else "profile", **extra
+                detail, field=f"profile.{field}" if field else "profile", **extra
             ) from None
+        _, profile, csv_text = result
+        job = self.ctx.jobs.get(job_id)  # (still there: deleted meanwhile is a 404)
         check_clocks(job, profile, list(job.ranks.by_global.values()))
-        return self.store(job, profile, "upload")
+        return self.store(job, profile, "upload", csv_text)
 
-    def store(self, job: Job, profile: Profile, source: str) -> dict[str, Any]:
-        """Store ``profile`` as the job's new revision; returns its summary."""
-        rev = self.ctx.store.put_profile(job.id, profile.to_csv(), source)
+    def store(
+        self, job: Job, profile: Profile, source: str, csv_text: str | None = None
+    ) -> dict[str, Any]:
+        """Store ``profile`` (its canonical CSV, when already made) as the job's new revision;
+        returns its summary."""
+        csv_text = profile.to_csv() if csv_text is None else csv_text
+        rev = self.ctx.store.put_profile(job.id, csv_text, source)
         job.profile.set(profile, rev, source)
         return self.summary(job.id)
 
@@ -101,7 +103,7 @@ class Profiles:
             "stages": profile.stages,
             "instructions": list(profile.kinds),
             "frequencies": profile.frequencies,
-            "rows": sum(1 for _ in profile.records()),
+            "rows": sum(len(p.frequencies) for p in profile.entries.values()),
         }
 
     def get(self, job_id: str) -> Profile:

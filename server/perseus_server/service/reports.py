@@ -6,21 +6,23 @@ from __future__ import annotations
 import math
 from collections import OrderedDict, deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from perseus.profiles import INSTRUCTION_KINDS
+from perseus.profiles import INSTRUCTION_KINDS, Profile
+from perseus_common.profile_csv import MAX_FREQUENCY_MHZ
 from perseus_server.config import Limits
 from perseus_server.errors import BadRequest, Conflict
 from perseus_server.jobs import RankInfo
 from perseus_server.profiling import Measurement
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.online_profiling import OnlineProfiling
-from perseus_server.service.slow_stages import SlowStageResolver
+from perseus_server.service.slow_stages import SlowStageResolver, stage_factors
 from perseus_server.service.state import Job, JobTable
 from perseus_server.service.straggling import Stragglers
 from perseus_server.service.values import IterationReport
 from perseus_server.states import ProfilingStatus
 
-__all__ = ["Reports", "validate_report"]
+__all__ = ["CheckedReport", "Reports", "validate_report"]
 
 
 def validate_report(i: int, rep: IterationReport, job: Job, limits: Limits) -> None:
@@ -35,6 +37,8 @@ def validate_report(i: int, rep: IterationReport, job: Job, limits: Limits) -> N
             f"report {i}: must be a finite number of joules >= 0, got {rep.energy!r}",
             field="energy",
         )
+    if rep.sequence < 0:
+        raise BadRequest(f"report {i}: must be >= 0, got {rep.sequence}", field="sequence")
     if rep.iteration < 0:
         raise BadRequest(f"report {i}: must be >= 0, got {rep.iteration}", field="iteration")
     if len(rep.instructions) > limits.max_report_instructions:
@@ -65,8 +69,11 @@ def validate_report(i: int, rep: IterationReport, job: Job, limits: Limits) -> N
             raise BadRequest(
                 f"{where}: stage or microbatch out of range", field="instructions.stage"
             )
-        if m.frequency_mhz < 0:
-            raise BadRequest(f"{where}: frequency must be >= 0", field="instructions.frequency_mhz")
+        if not 0 <= m.frequency_mhz <= MAX_FREQUENCY_MHZ:
+            raise BadRequest(
+                f"{where}: frequency must be between 0 and {MAX_FREQUENCY_MHZ} MHz",
+                field="instructions.frequency_mhz",
+            )
 
 
 def _reporter(jobs: JobTable, i: int, rep: IterationReport) -> tuple[Job, RankInfo]:
@@ -78,6 +85,18 @@ def _reporter(jobs: JobTable, i: int, rep: IterationReport) -> tuple[Job, RankIn
             field="rank_id",
         )
     return job, rank
+
+
+@dataclass(frozen=True)
+class CheckedReport:
+    """A validated report with its job, rank and (computed ahead) per-stage factors."""
+
+    index: int
+    job: Job
+    rank: RankInfo
+    report: IterationReport
+    profile: Profile | None
+    factors: dict[int, float] | None
 
 
 class Reports:
@@ -95,17 +114,50 @@ class Reports:
         self.slow_stages = slow_stages
         self.profiling = profiling
 
+    def check(self, i: int, rep: IterationReport) -> CheckedReport:
+        """Validate report ``i`` of a batch and measure its stages (linear in its length, no
+        change to the state: large reports run this off the event loop)."""
+        job, rank = _reporter(self.ctx.jobs, i, rep)
+        validate_report(i, rep, job, self.ctx.limits)
+        profile = job.profile.current
+        factors = stage_factors(job, rank, rep.instructions) if rep.instructions else None
+        return CheckedReport(i, job, rank, rep, profile, factors)
+
     def record(self, reports: Sequence[IterationReport]) -> int:
         """Validate and store a batch of iteration reports (all or nothing); returns how many."""
-        if not reports:
-            return 0
+        return self.record_checked([self.check(i, rep) for i, rep in enumerate(reports)])
+
+    def record_checked(self, batch: Sequence[CheckedReport]) -> int:
+        """Store reports :meth:`check` accepted (all or nothing); returns how many were
+        acknowledged (re-sent ones included: see :meth:`record_counted`)."""
+        return sum(self.record_counted(batch))
+
+    def record_counted(self, batch: Sequence[CheckedReport]) -> tuple[int, int]:
+        """Store reports :meth:`check` accepted; returns (new, duplicates).
+
+        A report whose ``sequence`` is not above the last one accepted from its rank is a
+        re-sent one: acknowledged, counted as a duplicate, and dropped (never stored, never
+        measured twice by online profiling or the detectors).
+        """
+        if not batch:
+            return 0, 0
         ctx = self.ctx
         rows_by_job: dict[str, list[tuple[str, int, float, float, int]]] = {}
-        checked: list[tuple[Job, RankInfo, IterationReport]] = []
-        for i, rep in enumerate(reports):
-            job, rank = _reporter(ctx.jobs, i, rep)
-            validate_report(i, rep, job, ctx.limits)
-            checked.append((job, rank, rep))
+        seqs_by_job: dict[str, dict[str, int]] = {}
+        checked: list[tuple[Job, RankInfo, IterationReport, CheckedReport]] = []
+        duplicates = 0
+        for c in batch:
+            if c.job.id not in ctx.jobs or ctx.jobs.get(c.job.id) is not c.job:
+                c = self.check(c.index, c.report)  # the job changed meanwhile: check again
+            job, rank, rep = c.job, c.rank, c.report
+            if rep.sequence > 0:
+                seqs = seqs_by_job.setdefault(job.id, {})
+                last = seqs.get(rank.rank_id, job.ranks.last_sequence.get(rank.rank_id, 0))
+                if rep.sequence <= last:
+                    duplicates += 1
+                    continue
+                seqs[rank.rank_id] = rep.sequence
+            checked.append((job, rank, rep, c))
             rows_by_job.setdefault(job.id, []).append(
                 (
                     rank.rank_id,
@@ -116,9 +168,14 @@ class Reports:
                 )
             )
         for job_id, rows in rows_by_job.items():
-            ctx.store.add_iterations(job_id, rows, ctx.limits.history_per_rank)
+            job_seqs = seqs_by_job.get(job_id)
+            ctx.store.add_iterations(job_id, rows, ctx.limits.history_per_rank, job_seqs)
+            if job_seqs:
+                ctx.jobs.get(job_id).ranks.last_sequence.update(job_seqs)
+        if duplicates:
+            ctx.metrics.duplicate_reports.inc(duplicates)
         touched: set[str] = set()
-        for job, rank, rep in checked:
+        for job, rank, rep, c in checked:
             self._account(job, rank, rep)
             if job.profiling_is(ProfilingStatus.RUNNING):
                 assert job.profiling is not None
@@ -140,12 +197,16 @@ class Reports:
             else:
                 self.stragglers.observe(job, rank, float(rep.iteration_time), int(rep.plan_version))
                 if rep.instructions:
-                    self.slow_stages.observe(job, rank, rep.instructions)
+                    if c.profile is job.profile.current:
+                        if c.factors is not None:
+                            self.slow_stages.apply(job, rank, c.factors)
+                    else:  # the profile changed since the check: measure again
+                        self.slow_stages.observe(job, rank, rep.instructions)
         for job_id in touched:
             if job_id in ctx.jobs:
                 self.profiling.tick(ctx.jobs.get(job_id))
         ctx.metrics.reports.inc(len(checked))
-        return len(checked)
+        return len(checked), duplicates
 
     @staticmethod
     def _account(job: Job, rank: RankInfo, rep: IterationReport) -> None:

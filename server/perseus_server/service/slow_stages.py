@@ -9,7 +9,6 @@ dropped; a straggler of another source stays.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import statistics
 import time
@@ -20,12 +19,13 @@ from perseus_server.jobs import RankInfo
 from perseus_server.planner import Straggler
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
+from perseus_server.service.solves import decode_frontier
 from perseus_server.service.state import Job, SlowStages
 from perseus_server.service.values import InstructionReport
 from perseus_server.solving import SolveEvents
 from perseus_server.states import DetectorEvent, ReplanKind, SlowStageStatus, StragglerSource
 
-__all__ = ["SlowStageResolver", "drop_slow_stage_straggler", "stage_solve_key"]
+__all__ = ["stage_factors", "SlowStageResolver", "drop_slow_stage_straggler", "stage_solve_key"]
 
 log = logging.getLogger("perseus.server")
 
@@ -42,6 +42,27 @@ def drop_slow_stage_straggler(stragglers: dict[int, Straggler], p: int) -> dict[
     }
 
 
+def stage_factors(
+    job: Job, rank: RankInfo, instructions: Iterable[InstructionReport]
+) -> dict[int, float] | None:
+    """Median measured/profiled time per stage of one report (None when no plan runs).
+
+    Linear in the report's length and free of side effects on the job beyond the profile's
+    lookup tables, so a large report can be measured off the event loop.
+    """
+    profile = job.profile.current
+    if job.deployment.plan is None or job.frontier.current is None or profile is None:
+        return None
+    per_rank = profile.stages == job.schedule.ranks
+    ratios: dict[int, list[float]] = {}
+    for m in instructions:
+        stage = rank.pipeline_rank if per_rank else int(m.stage)
+        t = job.profile.time_of(stage, m.instruction, m.frequency_mhz)
+        if t is not None and t > 0:
+            ratios.setdefault(stage, []).append(float(m.time) / t)
+    return {stage: statistics.median(rs) for stage, rs in ratios.items()}
+
+
 class SlowStageResolver:
     """Detects slow stages and re-solves their pipelines' frontiers."""
 
@@ -51,21 +72,16 @@ class SlowStageResolver:
 
     def observe(self, job: Job, rank: RankInfo, instructions: Iterable[InstructionReport]) -> None:
         """Per-stage slowdown factors of one reported iteration (see :mod:`stragglers`)."""
-        profile = job.profile.current
-        if job.deployment.plan is None or job.frontier.current is None or profile is None:
-            return
-        per_rank = profile.stages == job.schedule.ranks
-        ratios: dict[int, list[float]] = {}
-        for m in instructions:
-            stage = rank.pipeline_rank if per_rank else int(m.stage)
-            t = job.profile.time_of(stage, m.instruction, m.frequency_mhz)
-            if t is not None and t > 0:
-                ratios.setdefault(stage, []).append(float(m.time) / t)
+        factors = stage_factors(job, rank, instructions)
+        if factors is not None:
+            self.apply(job, rank, factors)
+
+    def apply(self, job: Job, rank: RankInfo, factors: dict[int, float]) -> None:
+        """Feed one iteration's per-stage factors (:func:`stage_factors`) to the detector."""
         p = rank.data_rank
         slow = job.stragglers
         det = slow.stage_detector
-        for stage, rs in ratios.items():
-            factor = statistics.median(rs)
+        for stage, factor in factors.items():
             current = slow.stage_flags.get((p, stage))
             event, value = det.observe(p, stage, factor, current)
             if event in (DetectorEvent.SLOW, DetectorEvent.CHANGED):
@@ -131,14 +147,9 @@ class SlowStageResolver:
             cur = slow.slow_stages.get(p)
             return cur if cur is not None and cur.generation == generation else None
 
-        def on_done(doc: str, seconds: float) -> None:
+        def on_done(doc: str, seconds: float, frontier: Frontier) -> None:
             cur = current()
             if job.id not in ctx.jobs or cur is None:
-                return
-            try:
-                frontier = Frontier.from_json(json.loads(doc))
-            except Exception as e:  # noqa: BLE001
-                on_failed(f"the solver returned an unreadable frontier: {e}")
                 return
             cur.frontier = frontier
             cur.status, cur.steps, cur.error = SlowStageStatus.READY, None, None
@@ -172,7 +183,7 @@ class SlowStageResolver:
                 profile_csv,
                 job.schedule.to_json(),
                 job.spec.blocking_power,
-                SolveEvents(lambda pid: None, lambda f: None, on_done, on_failed),
+                SolveEvents(lambda pid: None, lambda f: None, on_done, on_failed, decode_frontier),
             )
 
         if not ctx.solver.is_active(key):

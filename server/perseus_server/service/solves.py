@@ -10,6 +10,7 @@ from typing import Any
 
 from perseus.frontier import Frontier
 from perseus_server.errors import Conflict
+from perseus_server.faults import fault_point
 from perseus_server.planner import PlanPolicy
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer, require_frontier
@@ -17,9 +18,14 @@ from perseus_server.service.state import Job
 from perseus_server.solving import SolveEvents
 from perseus_server.states import ProfilingStatus, SolveStatus
 
-__all__ = ["Solves"]
+__all__ = ["Solves", "decode_frontier"]
 
 log = logging.getLogger("perseus.server")
+
+
+def decode_frontier(doc: str) -> Frontier:
+    """A solver's result document as a frontier (run off the event loop, see ``SolveEvents``)."""
+    return Frontier.from_json(json.loads(doc))
 
 
 class Solves:
@@ -42,6 +48,12 @@ class Solves:
         if job.profiling_is(ProfilingStatus.RUNNING):
             raise Conflict(
                 "online profiling is running; the frontier is computed when it ends",
+                field="frontier",
+            )
+        if self.ctx.solver.queue_full():
+            raise Conflict(
+                f"{self.ctx.solver.limits.max_queued} frontier computations are already waiting "
+                "for a worker (max_queued_solves); retry later",
                 field="frontier",
             )
         self.launch(job)
@@ -69,26 +81,27 @@ class Solves:
         def on_progress(fraction: float) -> None:
             row.progress = max(row.progress, min(1.0, fraction))  # stored at the end
 
-        def on_done(doc: str, seconds: float) -> None:
+        def on_done(doc: str, seconds: float, frontier: Frontier) -> None:
             if not alive():
                 return
-            try:
-                frontier = Frontier.from_json(json.loads(doc))
-            except Exception as e:  # noqa: BLE001
-                on_failed(f"the solver returned an unreadable frontier: {e}")
-                return
-            row.status, row.progress, row.error, row.doc = SolveStatus.DONE, 1.0, None, doc
-            row.finished, row.solve_seconds, row.profile_revision = time.time(), seconds, revision
-            ctx.store.put_frontier(job.id, row)
-            job.frontier.set(frontier)
+            # Frontier, profiling state and the deployment they lead to: one transaction, so a
+            # crash leaves either none of them or all (never a deployment past the frontier).
+            with ctx.store.transaction():
+                row.status, row.progress, row.error, row.doc = SolveStatus.DONE, 1.0, None, doc
+                row.finished, row.solve_seconds = time.time(), seconds
+                row.profile_revision = revision
+                ctx.store.put_frontier(job.id, row)
+                fault_point("after_frontier_store")
+                job.frontier.set(frontier)
+                if job.profiling is not None and job.profiling.status is ProfilingStatus.SOLVING:
+                    job.profiling.status = ProfilingStatus.DONE
+                    ctx.store.put_profiling(job.id, job.profiling.to_json())
+                # Default policy after a solve: the fastest plan (point 0), deployed at once.
+                job.deployment.policy, job.deployment.overrides = PlanPolicy(), {}
+                self.deployer.decide(job, "frontier computed")
+            fault_point("after_solve_commit")
             ctx.metrics.solves.inc(outcome="done")
             ctx.metrics.solve_seconds.observe(time.perf_counter() - t0)
-            if job.profiling is not None and job.profiling.status is ProfilingStatus.SOLVING:
-                job.profiling.status = ProfilingStatus.DONE
-                ctx.store.put_profiling(job.id, job.profiling.to_json())
-            # Default policy after a solve: the fastest plan (point 0), deployed at once.
-            job.deployment.policy, job.deployment.overrides = PlanPolicy(), {}
-            self.deployer.decide(job, "frontier computed")
 
         def on_failed(reason: str) -> None:
             if not alive():
@@ -107,7 +120,7 @@ class Solves:
             profile.to_csv(),
             job.schedule.to_json(),
             job.spec.blocking_power,
-            SolveEvents(on_running, on_progress, on_done, on_failed),
+            SolveEvents(on_running, on_progress, on_done, on_failed, decode_frontier),
         )
 
     def cancel(self, job_id: str) -> dict[str, Any]:

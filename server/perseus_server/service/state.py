@@ -15,6 +15,7 @@ from typing import Any
 from perseus.frontier import Frontier
 from perseus.profiles import Profile
 from perseus.schedules import Schedule
+from perseus_server.cache import ByteBoundedCache
 from perseus_server.errors import NotFound
 from perseus_server.jobs import JobSpec, RankInfo
 from perseus_server.planner import PlanPolicy, Straggler
@@ -151,14 +152,30 @@ class ProfileState:
         return table.get(int(mhz))
 
 
+#: Bytes of encoded plan documents cached per job (``GET /jobs/{id}/plan``).
+QUERY_CACHE_BYTES = 32 * 1024 * 1024
+#: Estimated bytes of per-rank plan steps cached per job.
+STEPS_CACHE_BYTES = 64 * 1024 * 1024
+#: Estimated size of one cached plan step (a dict of four keys).
+_STEP_BYTES = 400
+
+
+def _steps_bytes(steps: PlanSteps) -> int:
+    return _STEP_BYTES * sum(len(rank) for rank in steps)
+
+
 @dataclass
 class FrontierState:
     """The frontier computation's row, the last computed frontier, and caches of its plans."""
 
     row: FrontierRow = field(default_factory=FrontierRow)
     current: Frontier | None = None
-    steps_cache: dict[int, PlanSteps] = field(default_factory=dict)
-    query_cache: OrderedDict[tuple[int, bool], bytes] = field(default_factory=OrderedDict)
+    steps_cache: ByteBoundedCache[int, PlanSteps] = field(
+        default_factory=lambda: ByteBoundedCache(STEPS_CACHE_BYTES, _steps_bytes, max_entries=64)
+    )
+    query_cache: ByteBoundedCache[tuple[int, bool], bytes] = field(
+        default_factory=lambda: ByteBoundedCache(QUERY_CACHE_BYTES, len, max_entries=256)
+    )
 
     def set(self, frontier: Frontier) -> None:
         self.current = frontier
@@ -171,8 +188,6 @@ class FrontierState:
         if steps is None:
             assert self.current is not None
             steps = self.current.plan_steps(index)
-            if len(self.steps_cache) > 64:
-                self.steps_cache.clear()
             self.steps_cache[index] = steps
         return steps
 
@@ -217,6 +232,8 @@ class RankState:
     by_id: dict[str, RankInfo] = field(default_factory=dict)
     history: dict[str, deque[tuple[int, float, float, int]]] = field(default_factory=dict)
     pipeline_times: dict[int, OrderedDict[int, float]] = field(default_factory=dict)
+    #: The highest report sequence accepted from each rank (re-sent reports are not above it).
+    last_sequence: dict[str, int] = field(default_factory=dict)
 
     def add(self, rank: RankInfo) -> None:
         self.by_global[rank.global_rank] = rank

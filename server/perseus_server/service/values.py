@@ -103,3 +103,5 @@ class IterationReport:
     plan_version: int
     instructions: tuple[InstructionReport, ...] = ()
     energy: float = 0.0
+    #: The rank's idempotency key (increasing; the same when re-sent); 0: none.
+    sequence: int = 0

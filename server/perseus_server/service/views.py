@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from perseus_server.errors import BadRequest
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.solves import Solves
@@ -47,8 +48,26 @@ class Views:
             "plan_version": job.deployment.version if job.deployment.current is not None else 0,
         }
 
-    def jobs(self) -> list[dict[str, Any]]:
-        return [self.job(j) for j in self.ctx.jobs.ids()]
+    def jobs(self, limit: int, after: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+        """A page of at most ``limit`` job summaries after job ``after`` (creation order), and
+        the cursor of the next page (None: the last page). Custom orders are left out: the
+        page's size follows ``limit``, not the jobs' schedules."""
+        ids = self.ctx.jobs.ids()
+        start = 0
+        if after is not None:
+            if after not in self.ctx.jobs:
+                raise BadRequest(f"no job with id {after[:64]!r}", field="after")
+            start = ids.index(after) + 1
+        page = ids[start : start + limit]
+        more = start + limit < len(ids)
+        return [self.summary(j) for j in page], (page[-1] if more and page else None)
+
+    def summary(self, job_id: str) -> dict[str, Any]:
+        """:meth:`job` without a custom schedule's orders."""
+        doc = self.job(job_id)
+        if doc["schedule"].get("orders") is not None:
+            doc["schedule"] = {"name": doc["schedule"]["name"]}
+        return doc
 
     def _ranks(self, job: Job, connected: set[str]) -> list[dict[str, Any]]:
         ranks = []

@@ -1,0 +1,70 @@
+"""Profile parsing in a worker process, for uploads large enough to hold the GIL for long.
+
+Parsing runs in C for long stretches (``json.loads``, the regular expressions of the depth
+check) that keep the GIL, so a worker *thread* would still stall the event loop; a worker
+process does not. Small documents are parsed on a thread (no round trip). The pool is created on
+first use (spawned: it imports only the core), holds one process, and outlives any one upload.
+
+:func:`parse_profile_doc` returns plain values (the profile and its canonical CSV, or the error's
+detail, field and row), since the errors' keyword fields do not survive pickling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+__all__ = ["ParsePool", "parse_profile_doc", "PROCESS_THRESHOLD"]
+
+#: Documents larger than this (bytes) are parsed in the worker process.
+PROCESS_THRESHOLD = 1024 * 1024
+
+
+def parse_profile_doc(
+    text: str, is_json: bool, schedule_json: dict[str, Any], blocking_power: float
+) -> tuple[Any, ...]:
+    """Parse and check a profile against the schedule: ``("ok", profile, csv_text)`` or
+    ``("error", detail, field, row)``."""
+    from perseus.errors import ProfileError
+    from perseus.problem import EnergyProblem
+    from perseus.profiles import parse_profile_csv, parse_profile_json
+    from perseus.schedules import Schedule
+    from perseus_common.profile_csv import ProfileFormatError, load_json
+
+    try:
+        prof = parse_profile_json(load_json(text)) if is_json else parse_profile_csv(text)
+        EnergyProblem.build(prof, Schedule.from_json(schedule_json), blocking_power)
+    except (ProfileError, ProfileFormatError) as e:
+        return ("error", str(e), e.field, e.row)
+    return ("ok", prof, prof.to_csv())
+
+
+class ParsePool:
+    """One spawned worker process for large profile documents (see the module docstring)."""
+
+    def __init__(self, threshold: int = PROCESS_THRESHOLD) -> None:
+        self.threshold = threshold
+        self._pool: ProcessPoolExecutor | None = None
+
+    async def parse(
+        self, text: str, is_json: bool, schedule_json: dict[str, Any], blocking_power: float
+    ) -> tuple[Any, ...]:
+        args = (text, is_json, schedule_json, blocking_power)
+        if len(text) <= self.threshold:
+            return await asyncio.to_thread(parse_profile_doc, *args)
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"))
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, parse_profile_doc, *args)
+        except Exception:  # the worker died (killed, out of memory): a fresh one next time
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+            raise
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
