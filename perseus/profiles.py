@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -254,12 +253,13 @@ def parse_profile_csv(text: str) -> Profile:
 
 
 def parse_profile_json(obj: Any) -> Profile:
-    """Validate a profile given as JSON (a parsed object, or a string of JSON)."""
+    """Validate a profile given as JSON (a parsed object, or a string of JSON, parsed with the
+    shared reader's bounds on nesting and integer length)."""
     if isinstance(obj, str | bytes):
         try:
-            obj = json.loads(obj)
-        except json.JSONDecodeError as e:
-            raise ProfileError(f"not valid JSON: {e}") from None
+            obj = profile_csv.load_json(obj)
+        except profile_csv.ProfileFormatError as e:
+            raise ProfileError(e.detail, field=e.field, row=e.row) from None
     records = obj.get("records") if isinstance(obj, dict) else obj
     if not isinstance(records, list):
         raise ProfileError(

@@ -354,3 +354,9 @@ def test_parse_stage_list_refuses_what_is_not_a_list_of_stages(text: str) -> Non
     with pytest.raises(ProfileError) as err:
         parse_stage_list(text)
     assert err.value.field == "stages"
+
+
+def test_json_profiles_are_parsed_with_bounded_depth() -> None:
+    deep = '{"records": ' + "[" * 5000 + "]" * 5000 + "}"
+    with pytest.raises(ProfileError):
+        parse_profile_json(deep)

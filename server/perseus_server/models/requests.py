@@ -83,9 +83,19 @@ class ProfilingIn(BaseModel):
         max_length=1024,
         description="Clocks to scan (MHz); default: every clock all registered ranks support.",
     )
-    warmup_iterations: Annotated[StrictInt, Field(ge=0, le=1000)] = 2
-    iterations_per_frequency: Annotated[StrictInt, Field(ge=1, le=1000)] = 5
-    stop_after_rises: Annotated[StrictInt, Field(ge=1, le=1000)] = 3
+    warmup_iterations: Annotated[StrictInt, Field(ge=0, le=1000)] = Field(
+        default=2, description="Iterations at each new clock that are not measured."
+    )
+    iterations_per_frequency: Annotated[StrictInt, Field(ge=1, le=1000)] = Field(
+        default=5,
+        description="The most measured iterations per rank at a clock (fewer once every "
+        "instruction's mean is known within 1 %).",
+    )
+    stop_after_rises: Annotated[StrictInt, Field(ge=1, le=1000)] = Field(
+        default=3,
+        description="Per instruction: how many clocks in a row its effective cost must rise "
+        "beyond the noise, after its lowest point, before the scan may stop.",
+    )
 
 
 class StragglerIn(BaseModel):

@@ -64,13 +64,18 @@ class ProfilingProgress(ResponseModel):
     warmup_iterations: int
     iterations_per_frequency: int
     stop_after_rises: int = Field(
-        description="The scan stops after the energy rose at this many clocks in a row."
+        description="Consecutive clocks at which every instruction's effective cost (energy - "
+        "blocking power x time) rose beyond the measurement noise after its lowest point; the "
+        "scan then stops."
     )
     measured_iterations: dict[str, int] = Field(
         description="Per rank ID, iterations measured at the current clock."
     )
     energy_per_iteration: list[EnergyStep] = Field(description="One per finished clock.")
-    consecutive_rises: int
+    consecutive_rises: int = Field(
+        description="The fewest such rises (in a row, after its lowest point) of any "
+        "instruction so far."
+    )
 
 
 class ProfilingStatus(ProfilingProgress):
