@@ -86,18 +86,7 @@ class Relaxation:
             hm = np.zeros(k, dtype=bool)
             hm[h] = True
             hmasks.append(hm)
-        width = max(len(t) for t, _ in hulls)
-        tau_u = np.full((len(hulls), width), np.inf)
-        cost_u = np.zeros((len(hulls), width))
-        slope_u = np.zeros((len(hulls), max(width - 1, 1)))
-        nv_u = np.empty(len(hulls), dtype=np.int64)
-        for r, (t, c) in enumerate(hulls):
-            tau_u[r, : len(t)] = t
-            cost_u[r, : len(t)] = c
-            cost_u[r, len(t) :] = c[-1]
-            if len(t) > 1:
-                slope_u[r, : len(t) - 1] = np.diff(c) / np.diff(t)
-            nv_u[r] = len(t)
+        tau_u, cost_u, slope_u, nv_u = _hull_table(hulls, max(len(t) for t, _ in hulls))
         return cls(
             tau_u[inverse],
             cost_u[inverse],
@@ -146,18 +135,7 @@ class Relaxation:
             if m >= max(min_vertices, 3):
                 t, c = thin_hull(t, c, tolerance * float(floor[i]))
             hulls.append((t, c))
-        width = self.tau.shape[1]
-        tau_u = np.full((len(hulls), width), np.inf)
-        cost_u = np.zeros((len(hulls), width))
-        slope_u = np.zeros((len(hulls), max(width - 1, 1)))
-        nv_u = np.empty(len(hulls), dtype=np.int64)
-        for r, (t, c) in enumerate(hulls):
-            tau_u[r, : len(t)] = t
-            cost_u[r, : len(t)] = c
-            cost_u[r, len(t) :] = c[-1]
-            if len(t) > 1:
-                slope_u[r, : len(t) - 1] = np.diff(c) / np.diff(t)
-            nv_u[r] = len(t)
+        tau_u, cost_u, slope_u, nv_u = _hull_table(hulls, self.tau.shape[1])
         return Relaxation(
             tau_u[inverse],
             cost_u[inverse],
@@ -493,3 +471,22 @@ def path_bound(
     if q(phi) < q(0.0):
         phi = 0.0
     return q(phi) + phi * deadline, phi
+
+
+def _hull_table(
+    hulls: list[tuple[FloatArray, FloatArray]], width: int
+) -> tuple[FloatArray, FloatArray, FloatArray, IntArray]:
+    """Hull vertices padded to ``width`` columns: times (``inf`` past the last vertex), costs
+    (the last one repeated), segment slopes, and each hull's vertex count."""
+    tau = np.full((len(hulls), width), np.inf)
+    cost = np.zeros((len(hulls), width))
+    slope = np.zeros((len(hulls), max(width - 1, 1)))
+    nv = np.empty(len(hulls), dtype=np.int64)
+    for r, (t, c) in enumerate(hulls):
+        tau[r, : len(t)] = t
+        cost[r, : len(t)] = c
+        cost[r, len(t) :] = c[-1]
+        if len(t) > 1:
+            slope[r, : len(t) - 1] = np.diff(c) / np.diff(t)
+        nv[r] = len(t)
+    return tau, cost, slope, nv
