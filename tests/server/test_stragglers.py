@@ -196,3 +196,19 @@ def test_detector_reports_a_changed_pace_only_when_every_slow_iteration_is_off()
     # not for a straggler whose T' came from elsewhere (a report)
     for _ in range(3):
         assert det.observe(1, 1.5, 1.0, True)[0] is None
+
+
+def test_a_straggler_report_needs_another_pipeline_and_a_slower_time(
+    http: httpx.Client, job: str, small_csv: str
+) -> None:
+    single = solved_job(http, small_csv, data_parallel=1)
+    r = http.post(f"/jobs/{single}/stragglers", json={"pipeline": 0, "slowdown": 0.2})
+    assert r.status_code == 409 and problem_field(r) == "pipeline", r.text
+    assert "one pipeline" in r.json()["detail"]
+    t_plan = http.get(f"/jobs/{job}/plan", params={"slowdown": 0}).json()["time"]
+    version = http.get(f"/jobs/{job}/status").json()["plan"]["version"]
+    r = http.post(f"/jobs/{job}/stragglers", json={"pipeline": 1, "iteration_time": 0.5 * t_plan})
+    assert r.status_code == 422 and problem_field(r) == "iteration_time", r.text
+    assert http.get(f"/jobs/{job}/status").json()["plan"]["version"] == version  # nothing changed
+    r = http.post(f"/jobs/{job}/stragglers", json={"pipeline": 9, "slowdown": 0.2})
+    assert r.status_code == 422 and "data_parallel" in r.json()["detail"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from perseus_server.errors import BadRequest, NotFound
+from perseus_server.errors import BadRequest, Conflict, NotFound
 from perseus_server.jobs import RankInfo
 from perseus_server.planner import Straggler, resolve_policy
 from perseus_server.service.context import ServiceContext
@@ -38,7 +38,14 @@ class Stragglers:
         frontier = require_frontier(job)
         if not (0 <= pipeline < job.spec.data_parallel):
             raise BadRequest(
-                f"must be between 0 and {job.spec.data_parallel - 1}, got {pipeline}",
+                f"must be between 0 and {job.spec.data_parallel - 1} (the job's data_parallel "
+                f"is {job.spec.data_parallel}), got {pipeline}",
+                field="pipeline",
+            )
+        if job.spec.data_parallel == 1:
+            raise Conflict(
+                "the job has one pipeline (data_parallel 1): a slow pipeline makes no other one "
+                "wait, so there is nothing to replan",
                 field="pipeline",
             )
         if (slowdown is None) == (iteration_time is None):
@@ -55,6 +62,13 @@ class Stragglers:
             if not (math.isfinite(iteration_time) and 0 < iteration_time <= 1e6):
                 raise BadRequest(
                     f"must be a positive number of seconds, got {iteration_time!r}",
+                    field="iteration_time",
+                )
+            planned = float(frontier.times[resolve_policy(frontier, job.deployment.policy)])
+            if iteration_time < planned:
+                raise BadRequest(
+                    f"{iteration_time!r} s is faster than the plan's own iteration time "
+                    f"({planned:.6g} s): a straggler is slower than its plan",
                     field="iteration_time",
                 )
             t = iteration_time
