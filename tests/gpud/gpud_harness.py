@@ -150,55 +150,9 @@ def run_ranks(
     script: str, world: int, config: dict[str, Any], out: Path, timeout: float = 240.0
 ) -> None:
     """Run ``world`` copies of ``script`` (``--rank r --world w --config --out``) over gloo."""
-    import json
+    from integration_harness import launch_ranks
 
-    from integration_harness import free_port, rank_environment
-
-    out.mkdir(parents=True, exist_ok=True)
-    cfg = out / "config.json"
-    cfg.write_text(json.dumps(config))
-    env = rank_environment(free_port())
-    env["PYTHONPATH"] = os.pathsep.join([child_env()["PYTHONPATH"], env["PYTHONPATH"]])
-    logs = [out / f"rank{r}.log" for r in range(world)]
-    procs = []
-    for r in range(world):
-        with open(logs[r], "wb") as log:
-            procs.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        str(HERE / script),
-                        "--rank",
-                        str(r),
-                        "--world",
-                        str(world),
-                        "--config",
-                        str(cfg),
-                        "--out",
-                        str(out),
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    cwd=str(HERE),
-                )
-            )
-    try:
-        codes = [p.wait(timeout=timeout) for p in procs]
-    except subprocess.TimeoutExpired:
-        codes = []
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    if codes != [0] * world:
-        tails = "\n".join(
-            f"--- rank {r} (exit {procs[r].returncode}) ---\n"
-            + logs[r].read_text(errors="replace")[-4000:]
-            for r in range(world)
-        )
-        pytest.fail(f"{script} ranks failed:\n{tails}")
+    launch_ranks(HERE / script, world, config, out, timeout, child_env()["PYTHONPATH"])
 
 
 @pytest.fixture

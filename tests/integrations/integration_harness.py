@@ -173,3 +173,58 @@ def executed(gpu: Any) -> list[list[Any]]:
 
 if __name__ == "__main__":  # pragma: no cover - manual inspection
     sys.stdout.write(profile_slice(int(sys.argv[1]) if len(sys.argv) > 1 else 2))
+
+
+def launch_ranks(
+    script: Path,
+    world: int,
+    config: dict[str, Any],
+    out: Path,
+    timeout: float = 240.0,
+    pythonpath: str | None = None,
+) -> None:
+    """Run ``world`` copies of ``script`` (``--rank r --world w --config --out``) over gloo to
+    completion, from the script's directory; ``pythonpath`` goes before the ranks' own path.
+    Fails the calling test with every rank's output tail."""
+    import subprocess
+
+    import pytest
+
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = out / "config.json"
+    cfg.write_text(json.dumps(config))
+    env = rank_environment(free_port())
+    if pythonpath:
+        env["PYTHONPATH"] = os.pathsep.join([pythonpath, env["PYTHONPATH"]])
+    logs = [out / f"rank{r}.log" for r in range(world)]
+    procs = []
+    for r in range(world):
+        argv = [sys.executable, str(script), "--rank", str(r), "--world", str(world)]
+        with open(logs[r], "wb") as log:
+            procs.append(
+                subprocess.Popen(
+                    [*argv, "--config", str(cfg), "--out", str(out)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=str(script.parent),
+                )
+            )
+    codes = []
+    try:
+        for proc in procs:
+            codes.append(proc.wait(timeout=timeout))
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    if codes != [0] * world:
+        tails = "\n".join(
+            f"--- rank {r} (exit {procs[r].returncode}) ---\n"
+            + logs[r].read_text(errors="replace")[-4000:]
+            for r in range(world)
+        )
+        pytest.fail(f"{script.name} ranks failed:\n{tails}")
