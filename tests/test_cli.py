@@ -169,47 +169,15 @@ def test_an_unmet_power_budget_exits_2_naming_the_lowest_power(
 def test_a_profile_with_more_stages_than_the_job_needs_profile_stages(
     profile_csv: Path, tmp_path: Path
 ) -> None:
-    refused = run(
-        "frontier",
-        str(profile_csv),
-        "--stages",
-        "2",
-        "--microbatches",
-        "2",
-        "--blocking-power",
-        "83.64",
-        cwd=tmp_path,
-    )
+    def frontier(*extra: str) -> subprocess.CompletedProcess[str]:
+        job = ("--stages", "2", "--microbatches", "2", "--blocking-power", "83.64")
+        return run("frontier", str(profile_csv), *job, *extra, cwd=tmp_path)
+
+    refused = frontier()
     assert refused.returncode == 2
     assert "--profile-stages 0-1" in refused.stderr and "4 stages" in refused.stderr
-    chosen = run(
-        "frontier",
-        str(profile_csv),
-        "--stages",
-        "2",
-        "--microbatches",
-        "2",
-        "--blocking-power",
-        "83.64",
-        "--profile-stages",
-        "2-3",
-        "--output",
-        "f.json",
-        cwd=tmp_path,
-    )
+    chosen = frontier("--profile-stages", "2-3", "--output", "f.json")
     assert chosen.returncode == 0, chosen.stderr
     assert json.loads((tmp_path / "f.json").read_text())["points"]
-    bad = run(
-        "frontier",
-        str(profile_csv),
-        "--stages",
-        "2",
-        "--microbatches",
-        "2",
-        "--blocking-power",
-        "83.64",
-        "--profile-stages",
-        "3-9",
-        cwd=tmp_path,
-    )
+    bad = frontier("--profile-stages", "3-9")
     assert bad.returncode == 2 and "stage 4 is not in the profile" in bad.stderr
