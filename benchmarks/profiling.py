@@ -51,7 +51,7 @@ from perseus.schedules import Schedule, one_f_one_b
 from perseus.solver import solve_problem
 from perseus_client.gpu import SimulatedGpu
 from perseus_common.gpus import known_gpu_for
-from perseus_server.profiling import Measurement, ProfilingSession
+from perseus_server.profiling import DEFAULT_MAX_REVISITS, Measurement, ProfilingSession
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = {
@@ -229,6 +229,8 @@ def run_job(
             blocking_power=pb,
             tolerance=0.0 if old else tolerance,
             noise_sigmas=math.inf if old else 3.0,
+            smooth=not old,
+            max_revisits=0 if old else DEFAULT_MAX_REVISITS,
         )
         scan = simulate_scan(
             true,
