@@ -10,15 +10,14 @@ their neighbours), and pooling across such a feature would bias the value by far
 noise.
 
 **Method.** Local polynomial regression (degree ``degree`` in the clock, weights ``1/se^2``)
-with an adaptive window chosen per point by Lepski's rule (Lepski, "Asymptotically minimax
-adaptive estimation", Theory Probab. Appl. 36, 1991; for local polynomials see Katkovnik's
-"intersection of confidence intervals"): at point ``j`` the window grows one clock on each side
-at a time (``h = 0`` is the point's own mean), and a wider window is accepted only while its
-estimate lies within ``sigmas`` standard errors of the estimate of *every* narrower accepted
-window. A window stops growing at the first one whose estimate departs from a narrower one by
-more than the noise explains, i.e. where the curve stops looking like one polynomial: a point
-next to a real feature keeps its own mean (or a narrow window), a point on a smooth stretch
-pools many clocks. With no noise estimate (a ``se`` of zero: one sample, or no spread) the
+with an adaptive window chosen per point by the intersection of confidence intervals rule
+(Katkovnik, "A new method for varying adaptive bandwidth selection", IEEE Trans. Signal
+Process. 47, 1999; a form of Lepski's method): at point ``j`` the window grows one clock on each
+side at a time (``h = 0`` is the point's own mean), and a wider window is accepted only while
+the intervals ``estimate +- sigmas * standard error`` of every window so far still intersect.
+A window stops growing at the first one whose estimate departs from the narrower ones by more
+than the noise explains, i.e. where the curve stops looking like one polynomial: a point next
+to a real feature keeps its own mean (or a narrow window), a point on a smooth stretch pools many clocks. With no noise estimate (a ``se`` of zero: one sample, or no spread) the
 curve is returned as measured.
 
 **Complexity.** ``O(m * H * d^3)`` for ``m`` clocks, at most ``H`` half-widths and degree ``d``.
@@ -51,8 +50,7 @@ def smooth_curve(
         frequencies: the clocks (any order; estimates are per point).
         means: the measured mean at each clock.
         standard_errors: each mean's standard error (all positive, else no smoothing).
-        sigmas: how many standard errors a wider window's estimate may depart from a
-            narrower one's.
+        sigmas: the half-width of each window's confidence interval, in standard errors.
         degree: the local polynomial's degree (a window of ``w`` points fits at most
             ``w - 2``, so every accepted fit has residual degrees of freedom).
         max_half_width: the widest window, in clocks on each side.
@@ -75,6 +73,7 @@ def smooth_curve(
     out, out_se = ys.copy(), ss.copy()
     for j in range(m):
         accepted = [(ys[j], ss[j])]
+        lo_bound, hi_bound = ys[j] - sigmas * ss[j], ys[j] + sigmas * ss[j]
         for h in range(1, max_half_width + 1):
             lo, hi = max(0, j - h), min(m, j + h + 1)
             d = min(degree, hi - lo - 2)
@@ -90,7 +89,9 @@ def smooth_curve(
                 break
             beta = cov @ (basis.T @ (ww * ys[lo:hi]))
             est, est_se = float(beta[0]), math.sqrt(max(float(cov[0, 0]), 0.0))
-            if any(abs(est - a) > sigmas * s for a, s in accepted):
+            lo_bound = max(lo_bound, est - sigmas * est_se)
+            hi_bound = min(hi_bound, est + sigmas * est_se)
+            if lo_bound > hi_bound:
                 break
             accepted.append((est, est_se))
             if lo == 0 and hi == m:

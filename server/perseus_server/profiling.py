@@ -38,7 +38,8 @@ larger ``P_b`` moves every valley to a lower clock, so the scan only goes furthe
 is covered, and either every rank has ``iterations`` measured iterations, or every
 (stage, instruction)'s mean time and energy are known within ``tolerance`` (relative standard
 error, from at least two samples): stable measurements are not repeated. ``tolerance=0``
-measures ``iterations`` iterations at every clock. :attr:`ProfilingSession.iterations_spent`
+measures ``iterations`` iterations at every clock (and a revisit, below, always does).
+:attr:`ProfilingSession.iterations_spent`
 counts the job's iterations over the finished clocks (the most reports of any one rank at each,
 warm-up included).
 
@@ -297,9 +298,13 @@ class ProfilingSession:
             return False
         if all(self.measured.get(r, 0) >= self.iterations for r in ranks):
             return True
-        return self.tolerance > 0 and all(
-            InstructionStats.of(acc, 0.0).known_within(self.tolerance)
-            for acc in self.current.values()
+        return (
+            self.revisit is None
+            and self.tolerance > 0
+            and all(
+                InstructionStats.of(acc, 0.0).known_within(self.tolerance)
+                for acc in self.current.values()
+            )
         )
 
     def advance(self) -> bool:
