@@ -51,7 +51,7 @@ from perseus.schedules import Schedule, one_f_one_b
 from perseus.solver import solve_problem
 from perseus_client.gpu import SimulatedGpu
 from perseus_common.gpus import known_gpu_for
-from perseus_server.profiling import Measurement, ProfilingSession
+from perseus_server.profiling import DEFAULT_MAX_REVISITS, Measurement, ProfilingSession
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = {
@@ -208,8 +208,9 @@ def run_job(
     energy_noise: float,
     seed: int,
     tolerance: float,
+    rules: tuple[str, ...] = ("old", "new"),
 ) -> tuple[str, Savings, dict[str, tuple[Scan, Savings]]]:
-    """Both rules' scans of one job, and the true frontier's savings."""
+    """The scans of one job by each of ``rules``, and the true frontier's savings."""
     full = load_profile(PROFILES[gpu])
     known = known_gpu_for(PROFILES[gpu].name)
     assert known is not None
@@ -220,7 +221,7 @@ def run_job(
     true_frontier = solve_problem(true_problem)
     ref = deployed_savings(true_frontier, true_problem, true_frontier)
     out: dict[str, tuple[Scan, Savings]] = {}
-    for old in (True, False):
+    for old in (r == "old" for r in rules):
         session = ProfilingSession(
             true.frequencies,
             warmup_iterations=2,
@@ -229,6 +230,8 @@ def run_job(
             blocking_power=pb,
             tolerance=0.0 if old else tolerance,
             noise_sigmas=math.inf if old else 3.0,
+            smooth=not old,
+            max_revisits=0 if old else DEFAULT_MAX_REVISITS,
         )
         scan = simulate_scan(
             true,

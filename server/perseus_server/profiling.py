@@ -38,9 +38,29 @@ larger ``P_b`` moves every valley to a lower clock, so the scan only goes furthe
 is covered, and either every rank has ``iterations`` measured iterations, or every
 (stage, instruction)'s mean time and energy are known within ``tolerance`` (relative standard
 error, from at least two samples): stable measurements are not repeated. ``tolerance=0``
-measures ``iterations`` iterations at every clock. :attr:`ProfilingSession.iterations_spent`
+measures ``iterations`` iterations at every clock (and a revisit, below, always does).
+:attr:`ProfilingSession.iterations_spent`
 counts the job's iterations over the finished clocks (the most reports of any one rank at each,
 warm-up included).
+
+**The fastest clocks.** The zero-slowdown plan runs the critical path at the highest clock
+and gives a critical instruction a lower clock only where that clock is as fast: a clock whose
+mean time reads, by noise, no slower than the highest clock's while it draws less energy is
+taken, and the plan is truly late. The scan therefore ends by measuring the fastest clocks
+again (at most ``max_revisits`` revisits, ``iterations`` iterations each after the warm-up):
+per (stage, instruction), the highest clock while its time's standard error exceeds
+``top_tolerance`` of its time, and every clock that draws less energy and whose time is within
+``noise_sigmas`` combined standard errors of the highest clock's while that combined error
+exceeds ``top_tolerance`` of it (the less certain of the two is measured again). The clock
+that most (stage, instruction)s need is revisited next (the higher on a tie); its samples add
+to the scan's. ``tolerance=0`` or ``top_tolerance=0`` measures nothing again.
+
+**Smoothing.** :meth:`ProfilingSession.profile_csv` gives mean energies, and mean times smoothed
+across clocks by :func:`perseus_server.profile_fit.smooth_curve` (adaptive local quadratic fits
+that pool neighbouring clocks only while their estimates agree within the noise; a curve
+without a noise estimate is left as measured); the same smoothed times and their standard
+errors decide the revisits. Energies are not smoothed: an energy curve's clock-to-clock
+features are what a frontier exploits, and pooling them loses more than the noise it removes.
 
 **Blocking power.** A report that carries its rank's iteration time and energy (and the energy
 of every instruction) tells how much energy the rank drew outside its instructions and for how
@@ -60,9 +80,23 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from perseus_server.profile_fit import smooth_curve
 from perseus_server.states import ProfilingStatus
 
-__all__ = ["ProfilingSession", "Measurement", "InstructionStats"]
+__all__ = [
+    "ProfilingSession",
+    "Measurement",
+    "InstructionStats",
+    "DEFAULT_TOLERANCE",
+    "DEFAULT_MAX_REVISITS",
+]
+
+#: The relative standard error at which a clock's means are known (the REST default).
+DEFAULT_TOLERANCE = 0.01
+#: The most clocks the server measures again after the scan (see *The fastest clocks*).
+DEFAULT_MAX_REVISITS = 12
 
 #: Accumulator layout: sum t, sum e, n, sum t^2, sum e^2, sum t*e.
 _T, _E, _N, _TT, _EE, _TE = range(6)
@@ -156,6 +190,10 @@ class ProfilingSession:
         tolerance: relative standard error at which a clock's means are known (0: always
             measure ``iterations``).
         noise_sigmas: how many standard errors a rise must exceed to be real.
+        top_tolerance: relative standard error to which the fastest clocks' times are
+            measured (see the module docstring, *The fastest clocks*; 0: no re-measuring).
+        max_revisits: the most clocks measured again after the scan.
+        smooth: whether :meth:`profile_csv` gives the times smoothed across clocks.
     """
 
     frequencies: list[int]
@@ -172,11 +210,18 @@ class ProfilingSession:
         default_factory=dict
     )  # -> [t, e, n, tt, ee, te] (or [t, e, n] from sessions stored before the squares were)
     blocking_power: float = 0.0
-    tolerance: float = 0.01
+    tolerance: float = DEFAULT_TOLERANCE
     noise_sigmas: float = 3.0
     #: per finished step: [energy outside instructions (J), time outside instructions (s)]
     waits: list[list[float]] = field(default_factory=list)
     iterations_spent: int = 0
+    top_tolerance: float = 0.001
+    max_revisits: int = 0
+    smooth: bool = True
+    #: the clock being measured again after the scan (``None``: scanning ``frequencies``)
+    revisit: int | None = None
+    #: the clocks measured again so far, in order
+    revisited: list[int] = field(default_factory=list)
     # current step (not persisted: a restarted server measures the current frequency again)
     seen: dict[str, int] = field(default_factory=dict)
     measured: dict[str, int] = field(default_factory=dict)
@@ -186,7 +231,8 @@ class ProfilingSession:
 
     @property
     def frequency(self) -> int:
-        return self.frequencies[self.step]
+        """The clock being measured."""
+        return self.revisit if self.revisit is not None else self.frequencies[self.step]
 
     # -- measurements -----------------------------------------------------------------------------
 
@@ -252,14 +298,33 @@ class ProfilingSession:
             return False
         if all(self.measured.get(r, 0) >= self.iterations for r in ranks):
             return True
-        return self.tolerance > 0 and all(
-            InstructionStats.of(acc, 0.0).known_within(self.tolerance)
-            for acc in self.current.values()
+        return (
+            self.revisit is None
+            and self.tolerance > 0
+            and all(
+                InstructionStats.of(acc, 0.0).known_within(self.tolerance)
+                for acc in self.current.values()
+            )
         )
 
     def advance(self) -> bool:
-        """Close the current frequency; returns True when the scan is over."""
+        """Close the current clock; returns True when the scan is over (the descending scan
+        and then the re-measuring of the fastest clocks, see the module docstring)."""
         f = self.frequency
+        self.iterations_spent += max(self.seen.values(), default=0)
+        if self.revisit is not None:
+            for (stage, kind), acc in self.current.items():
+                old = self.sums.get((stage, kind, f))
+                if old is None or len(old) <= _TE:
+                    self.sums[(stage, kind, f)] = list(acc) if old is None else old
+                else:
+                    self.sums[(stage, kind, f)] = [a + b for a, b in zip(old, acc, strict=True)]
+            w = self.waits[self.frequencies.index(f)]
+            w[0] += self.current_wait[0]
+            w[1] += self.current_wait[1]
+            self.revisited.append(f)
+            self._reset_step()
+            return self._start_revisit()
         energy = sum(s / n for s, n in self.rank_energy.values() if n)
         if self.energies and energy > self.energies[-1]:
             self.rises += 1
@@ -267,18 +332,51 @@ class ProfilingSession:
             self.rises = 0
         self.energies.append(energy)
         self.waits.append(list(self.current_wait))
-        self.iterations_spent += max(self.seen.values(), default=0)
         for (stage, kind), acc in self.current.items():
             self.sums[(stage, kind, f)] = list(acc)
-        self.seen, self.measured, self.current, self.rank_energy = {}, {}, {}, {}
-        self.current_wait = [0.0, 0.0]
+        self._reset_step()
         if self.step + 1 >= len(self.frequencies):
-            return True
+            return self._start_revisit()
         rises = self.instruction_rises()
         if rises and min(rises.values()) >= self.stop_after_rises:
-            return True
+            return self._start_revisit()
         self.step += 1
         return False
+
+    def _reset_step(self) -> None:
+        self.seen, self.measured, self.current, self.rank_energy = {}, {}, {}, {}
+        self.current_wait = [0.0, 0.0]
+
+    def _start_revisit(self) -> bool:
+        """Pick the next clock to measure again; True when there is none (the scan is over)."""
+        self.revisit = None
+        if self.tolerance <= 0 or self.top_tolerance <= 0:
+            return True
+        if len(self.revisited) >= self.max_revisits:
+            return True
+        unresolved = self.unresolved_clocks()
+        if not unresolved:
+            return True
+        self.revisit = max(unresolved, key=lambda f: (unresolved[f], f))
+        return False
+
+    def unresolved_clocks(self) -> dict[int, int]:
+        """Per clock, how many (stage, instruction)s still need it measured to tell the
+        zero-slowdown plan (see the module docstring, *The fastest clocks*)."""
+        out: dict[int, int] = {}
+        for freqs, t, t_se, e in self._curves(smooth=self.smooth).values():
+            if len(freqs) < 2 or not np.all(t_se > 0):
+                continue
+            top_se, bar = t_se[0], self.top_tolerance * t[0]
+            need = {int(freqs[0])} if top_se > bar else set()
+            for j in range(1, len(freqs)):
+                sd = math.hypot(t_se[j], top_se)
+                if e[j] < e[0] and t[j] - t[0] <= self.noise_sigmas * sd and sd > bar:
+                    # the less certain of the two is measured again
+                    need.add(int(freqs[j] if t_se[j] >= top_se else freqs[0]))
+            for f in need:
+                out[f] = out.get(f, 0) + 1
+        return out
 
     # -- what was measured ------------------------------------------------------------------------
 
@@ -319,14 +417,33 @@ class ProfilingSession:
             for key, points in self.stats().items()
         }
 
-    def profile_csv(self) -> str:
-        """The measured profile as ``stage,instruction,frequency,time,energy`` CSV."""
+    def _curves(
+        self, *, smooth: bool
+    ) -> dict[tuple[int, str], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """Per (stage, instruction): clocks (highest first), times, their standard errors and
+        energies over every finished clock; times smoothed across clocks when ``smooth``."""
+        out = {}
+        for key, points in self.stats().items():
+            points = sorted(points, key=lambda p: -p[0])
+            freqs = np.array([f for f, _ in points], dtype=np.int64)
+            t = np.array([p.time for _, p in points])
+            t_se = np.array([p.time_se for _, p in points])
+            e = np.array([p.energy for _, p in points])
+            if smooth:
+                t, t_se = smooth_curve(freqs, t, t_se)
+            out[key] = (freqs, t, t_se, e)
+        return out
+
+    def profile_csv(self, *, raw: bool = False) -> str:
+        """The measured profile as ``stage,instruction,frequency,time,energy`` CSV: mean
+        energies, and mean times smoothed across clocks (unless ``raw`` or the session's
+        ``smooth`` is off; see :mod:`perseus_server.profile_fit`)."""
         lines = ["stage,instruction,frequency,time,energy"]
-        for (stage, kind, f), acc in sorted(
-            self.sums.items(), key=lambda kv: (kv[0][0], kv[0][1], -kv[0][2])
+        for (stage, kind), (freqs, t, _, e) in sorted(
+            self._curves(smooth=self.smooth and not raw).items()
         ):
-            t, e, n = acc[_T], acc[_E], acc[_N]
-            lines.append(f"{stage},{kind},{f},{t / n!r},{e / n!r}")
+            for f, ti, ei in zip(freqs, t, e, strict=True):
+                lines.append(f"{stage},{kind},{int(f)},{float(ti)!r},{float(ei)!r}")
         return "\n".join(lines) + "\n"
 
     def progress(self) -> dict[str, Any]:
@@ -338,7 +455,7 @@ class ProfilingSession:
             "status": self.status,
             "error": self.error,
             "frequencies": self.frequencies,
-            "step": self.step,
+            "step": self.frequencies.index(self.frequency),
             "current_frequency": self.frequency if self.status is ProfilingStatus.RUNNING else None,
             "plan_version": self.step_version,
             "warmup_iterations": self.warmup_iterations,
@@ -373,6 +490,11 @@ class ProfilingSession:
             "waits": self.waits,
             "measured_blocking_power": self.measured_blocking_power,
             "iterations_spent": self.iterations_spent,
+            "top_tolerance": self.top_tolerance,
+            "max_revisits": self.max_revisits,
+            "smooth": self.smooth,
+            "revisit": self.revisit,
+            "revisited": self.revisited,
         }
 
     @classmethod
@@ -399,4 +521,10 @@ class ProfilingSession:
             noise_sigmas=float(doc.get("noise_sigmas", 3.0)),
             waits=waits,
             iterations_spent=int(doc.get("iterations_spent", 0)),
+            # sessions stored before re-measuring and smoothing: neither
+            top_tolerance=float(doc.get("top_tolerance", 0.0)),
+            max_revisits=int(doc.get("max_revisits", 0)),
+            smooth=bool(doc.get("smooth", False)),
+            revisit=None if doc.get("revisit") is None else int(doc["revisit"]),
+            revisited=[int(f) for f in doc.get("revisited", [])],
         )

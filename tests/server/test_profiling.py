@@ -176,3 +176,38 @@ def test_the_clients_warm_up_iterations_count_once(
     assert http.get(f"/jobs/{job_id}/profiling").json()["step"] == 1
     for s in streams:
         s.cancel()
+
+
+def test_the_tolerance_parameter(
+    http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str, small_freqs: list[int]
+) -> None:
+    """``tolerance`` is a relative standard error in [0, 0.5] (422 naming it outside); a loose
+    one finishes a clock after one measured iteration that the default would repeat."""
+    job_id = make_job(http)
+    ranks = [register(stub, job_id, p, p, clocks=small_freqs).rank_id for p in (0, 1)]
+    for bad in (-0.001, 0.51, "x", True):
+        r = http.post(f"/jobs/{job_id}/profiling", json={"tolerance": bad})
+        assert r.status_code == 422 and problem_field(r) == "tolerance", r.text
+    streams = [
+        stub.WatchPlan(pb.WatchPlanRequest(job_id=job_id, rank_id=rid), timeout=60) for rid in ranks
+    ]
+    st = http.post(
+        f"/jobs/{job_id}/profiling",
+        json={"frequencies": small_freqs[:2], "warmup_iterations": 0, "tolerance": 0.5},
+    )
+    assert st.status_code == 202, st.text
+    for rid, m in zip(ranks, [next(s) for s in streams], strict=True):
+        reports = _reports(job_id, rid, m, 1, small_csv, small_freqs)
+        for i, ins in enumerate(reports[0].instructions):  # +-5 %: the default 1 % repeats
+            ins.time *= 1.05 if i % 2 else 0.95
+        assert stub.ReportIterations(iter(reports), timeout=10).accepted == 1
+    assert next(streams[0]).profiling.frequency_mhz == small_freqs[1]
+    assert http.delete(f"/jobs/{job_id}/profiling").json()["status"] == "aborted"
+    for edge in (0, 0.5):
+        r = http.post(
+            f"/jobs/{job_id}/profiling", json={"frequencies": small_freqs[:2], "tolerance": edge}
+        )
+        assert r.status_code == 202, r.text
+        assert http.delete(f"/jobs/{job_id}/profiling").status_code == 200
+    for s in streams:
+        s.cancel()

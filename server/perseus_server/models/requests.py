@@ -89,12 +89,20 @@ class ProfilingIn(BaseModel):
     iterations_per_frequency: Annotated[StrictInt, Field(ge=1, le=1000)] = Field(
         default=5,
         description="The most measured iterations per rank at a clock (fewer once every "
-        "instruction's mean is known within 1 %).",
+        "instruction's mean time and energy are known within ``tolerance``).",
     )
     stop_after_rises: Annotated[StrictInt, Field(ge=1, le=1000)] = Field(
         default=3,
         description="Per instruction: how many clocks in a row its effective cost must rise "
         "beyond the noise, after its lowest point, before the scan may stop.",
+    )
+    tolerance: Annotated[float, Field(ge=0, le=0.5, allow_inf_nan=False)] = Field(
+        default=0.01,
+        description="Relative standard error at which a clock's means are known: a clock is "
+        "finished once every instruction's mean time and energy are known within it (from at "
+        "least two samples), else after ``iterations_per_frequency``. 0: always measure "
+        "``iterations_per_frequency`` iterations and do not measure the fastest clocks again "
+        "after the scan.",
     )
 
 

@@ -380,12 +380,13 @@ def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
     async def start_profiling(job_id: str, body: ProfilingIn) -> dict[str, Any]:
         """Scans the SM clocks from the highest down, one plan version per clock, measuring the
         job's own profile from its ranks' reports; then computes and deploys its frontier."""
-        return service.start_profiling(
+        return service.profiling.start(
             job_id,
             body.frequencies,
             body.warmup_iterations,
             body.iterations_per_frequency,
             body.stop_after_rises,
+            body.tolerance,
         )
 
     @app.get(

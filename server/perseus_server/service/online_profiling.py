@@ -12,7 +12,7 @@ from perseus.problem import EnergyProblem
 from perseus.profiles import parse_profile_csv
 from perseus_server.errors import BadRequest, Conflict, NotFound
 from perseus_server.faults import fault_point
-from perseus_server.profiling import ProfilingSession
+from perseus_server.profiling import DEFAULT_MAX_REVISITS, DEFAULT_TOLERANCE, ProfilingSession
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.profiles import Profiles
@@ -73,7 +73,9 @@ class OnlineProfiling:
         warmup: int,
         iterations: int,
         stop_after_rises: int,
+        tolerance: float = DEFAULT_TOLERANCE,
     ) -> dict[str, Any]:
+        """Start a scan (see :class:`ProfilingSession` for what each setting does)."""
         job = self.ctx.jobs.get(job_id)
         if self.ctx.solver.is_active(job_id):
             raise Conflict("a frontier computation is running; cancel it first", field="profiling")
@@ -87,8 +89,16 @@ class OnlineProfiling:
         ):
             if not (lo <= v <= 1000):
                 raise BadRequest(f"must be between {lo} and 1000, got {v}", field=name)
+        if not (0.0 <= tolerance <= 0.5):
+            raise BadRequest(f"must be between 0 and 0.5, got {tolerance!r}", field="tolerance")
         job.profiling = ProfilingSession(
-            freqs, warmup, iterations, stop_after_rises, blocking_power=job.spec.blocking_power
+            freqs,
+            warmup,
+            iterations,
+            stop_after_rises,
+            blocking_power=job.spec.blocking_power,
+            tolerance=tolerance,
+            max_revisits=DEFAULT_MAX_REVISITS,
         )
         self._step(job)
         return self.status(job_id)
@@ -105,7 +115,12 @@ class OnlineProfiling:
                 version=version,
                 kind=DeploymentKind.PROFILING,
                 reason=f"online profiling: {s.frequency} MHz "
-                f"({s.step + 1} of at most {len(s.frequencies)})",
+                + (
+                    f"again (the fastest clocks' times, {len(s.revisited) + 1} of at most "
+                    f"{s.max_revisits})"
+                    if s.revisit is not None
+                    else f"({s.step + 1} of at most {len(s.frequencies)})"
+                ),
                 profiling={
                     "frequency": s.frequency,
                     "warmup_iterations": s.warmup_iterations,
