@@ -380,7 +380,7 @@ def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
     async def start_profiling(job_id: str, body: ProfilingIn) -> dict[str, Any]:
         """Scans the SM clocks from the highest down, one plan version per clock, measuring the
         job's own profile from its ranks' reports; then computes and deploys its frontier."""
-        return service.profiling.start(
+        return service.start_profiling(
             job_id,
             body.frequencies,
             body.warmup_iterations,

@@ -23,6 +23,7 @@ from perseus_server.hub import PlanHub, Subscriber
 from perseus_server.jobs import JobSpec
 from perseus_server.metrics import Labels, Metrics
 from perseus_server.planner import PlanPolicy
+from perseus_server.profiling import DEFAULT_TOLERANCE
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.online_profiling import OnlineProfiling
@@ -266,8 +267,11 @@ class PerseusService:
         warmup: int,
         iterations: int,
         stop_after_rises: int,
+        tolerance: float = DEFAULT_TOLERANCE,
     ) -> dict[str, Any]:
-        return self.profiling.start(job_id, frequencies, warmup, iterations, stop_after_rises)
+        return self.profiling.start(
+            job_id, frequencies, warmup, iterations, stop_after_rises, tolerance
+        )
 
     def abort_profiling(self, job_id: str) -> dict[str, Any]:
         return self.profiling.abort(job_id)
