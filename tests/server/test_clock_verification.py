@@ -20,6 +20,7 @@ from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 
 from .conftest import register, solved_job
+from .test_openapi import Contract
 
 THERMAL = "sw_thermal_slowdown"
 
@@ -92,7 +93,8 @@ def test_an_off_plan_rank_shows_up_and_makes_its_pipeline_a_straggler(
         report(3, t_plan * 1.3, [_off_plan(), _off_plan(None, ())], version)
         if i < 2:
             assert http.get(f"/jobs/{job}/status").json()["plan"]["version"] == version
-    st = http.get(f"/jobs/{job}/status").json()
+    # The status with the new fields, checked against the OpenAPI document (closed models).
+    st = Contract(http).call("GET", "/jobs/{job_id}/status", 200, path={"job_id": job}).json()
     assert st["plan"]["version"] == version + 1
     p1 = st["pipelines"][1]
     assert p1["off_plan_ranks"] == [3]
