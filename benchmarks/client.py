@@ -7,7 +7,11 @@ individually with ``perf_counter_ns``; the table gives median and p99 in microse
 overhead (hooked minus empty, medians). Iteration-boundary cost is reported per iteration.
 
 Cases: a plan whose clock changes at every instruction (a controller request per instruction)
-and a plan with one clock (every request after the first is a skipped no-op).
+and a plan with one clock (every request after the first is a skipped no-op), both with the
+client's applied-clock sampler at its default interval (50 ms; its thread, not the training
+thread, reads the clock); then the same clock-changing plan without the sampler and with a
+sampler every 1 ms (what the sampler thread costs the training thread through the GIL), and the
+cost of one sample on the sampler thread (``ClockSampler.sample``, SimulatedGpu).
 
     .venv/bin/python benchmarks/client.py [--iterations 300] [--microbatches 8] [--json]
 
@@ -68,10 +72,12 @@ def bench_empty(order: list[tuple[str, int]], iterations: int) -> list[float]:
 
 
 def bench_client(
-    order: list[tuple[str, int]], iterations: int, clocks: list[int]
+    order: list[tuple[str, int]], iterations: int, clocks: list[int], sample_interval: float = 0.05
 ) -> tuple[list[float], list[float]]:
     gpu = SimulatedGpu(PROFILE, time_scale=0.0)
-    client = PerseusClient(offline=True, gpu=gpu, handle_signals=False)
+    client = PerseusClient(
+        offline=True, gpu=gpu, handle_signals=False, clock_sample_interval=sample_interval
+    )
     steps = tuple(PlanStep(k, m, clocks[i % len(clocks)], 0) for i, (k, m) in enumerate(order))
     client.use_plan(Plan(1, steps))
     samples: list[float] = []
@@ -93,6 +99,25 @@ def bench_client(
         boundaries[-1] += (clock() - b1) / 1000.0
     client.close()
     return samples, boundaries
+
+
+def bench_sample(repeats: int) -> list[float]:
+    """Microseconds of one applied-clock sample (on the sampler's thread) during an instruction."""
+    from perseus_client.gpu.applied import ClockSampler
+
+    gpu = SimulatedGpu(PROFILE, time_scale=0.0)
+    gpu.set_locked_clocks(1410)
+    gpu.throttle(1000)  # every sample off-plan: the costlier path
+    sampler = ClockSampler(gpu, lambda: 1410, interval=3600.0)
+    gpu.begin_instruction("forward", 0, 0)
+    clock = time.perf_counter_ns
+    out = []
+    for _ in range(repeats):
+        t0 = clock()
+        sampler.sample()
+        out.append((clock() - t0) / 1000.0)
+    sampler.close()
+    return out
 
 
 def nvml_check(iterations: int, order: list[tuple[str, int]]) -> dict[str, Any]:
@@ -276,11 +301,13 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = [
         {"case": "empty loop", "median_us": base, "p99_us": pct(empty, 0.99), "overhead_us": 0.0}
     ]
-    for name, clocks in (
-        ("clock changes every instruction", [1410, 1200, 1000]),
-        ("one clock (no-op requests)", [1200]),
+    for name, clocks, interval in (
+        ("clock changes every instruction", [1410, 1200, 1000], 0.05),
+        ("one clock (no-op requests)", [1200], 0.05),
+        ("clock changes, no clock sampler", [1410, 1200, 1000], 0.0),
+        ("clock changes, sampler every 1 ms", [1410, 1200, 1000], 0.001),
     ):
-        s, b = bench_client(order, args.iterations, clocks)
+        s, b = bench_client(order, args.iterations, clocks, interval)
         med = statistics.median(s)
         rows.append(
             {
@@ -291,6 +318,15 @@ def main(argv: list[str] | None = None) -> int:
                 "iteration_boundary_median_us": statistics.median(b),
             }
         )
+    one = bench_sample(max(1000, args.iterations * 10))
+    rows.append(
+        {
+            "case": "one clock sample (sampler thread)",
+            "median_us": statistics.median(one),
+            "p99_us": pct(one, 0.99),
+            "overhead_us": 0.0,
+        }
+    )
     if args.json:
         print(
             json.dumps(

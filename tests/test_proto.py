@@ -58,3 +58,32 @@ def test_gpud_messages_round_trip() -> None:
     back = gpud_pb2.Response.FromString(refused.SerializeToString())
     assert back.HasField("error") and back.error.code == gpud_pb2.LEASE_HELD
     assert back.WhichOneof("result") is None
+
+
+def test_off_plan_instructions_round_trip_and_old_reports_have_none() -> None:
+    from perseus_common.proto import perseus_pb2
+
+    report = perseus_pb2.IterationReport(job_id="j", iteration=4, clock_samples=12)
+    report.clock_event_reasons.append("hw_thermal_slowdown")
+    report.off_plan.add(
+        instruction="backward",
+        microbatch=2,
+        locked_mhz=1410,
+        sampled_mhz=1005,
+        reasons=["hw_thermal_slowdown"],
+        samples=3,
+    )
+    again = perseus_pb2.IterationReport.FromString(report.SerializeToString())
+    [off] = again.off_plan
+    assert (off.instruction, off.microbatch, off.locked_mhz, off.sampled_mhz) == (
+        "backward",
+        2,
+        1410,
+        1005,
+    )
+    assert not off.HasField("stage") and list(off.reasons) == ["hw_thermal_slowdown"]
+    assert again.clock_samples == 12 and list(again.clock_event_reasons) == ["hw_thermal_slowdown"]
+    old = perseus_pb2.IterationReport.FromString(
+        perseus_pb2.IterationReport(job_id="j", iteration=1).SerializeToString()
+    )
+    assert list(old.off_plan) == [] and old.clock_samples == 0

@@ -34,6 +34,9 @@ Guarantees:
   escaping an iteration, on SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT and SIGUSR1/SIGUSR2 (see
   :mod:`perseus_client.safety`), and at interpreter exit, without waiting for a clock thread stuck
   on a hung GPU. A refused clock falls back to the maximum clock.
+- **Applied clocks are verified**: a thread of the client's own samples the clock the GPU runs at
+  (and NVML's throttle reasons); each report names the instructions that ran off-plan (see
+  :mod:`perseus_client.gpu.applied`).
 - **Online profiling**: while the server sends a ``ProfilingTask``, every instruction runs at the
   task's clock; after the task's first ``warmup_iterations`` iterations, every iteration reports
   each instruction's time and energy (energy-counter difference, with the device synchronised
@@ -60,6 +63,7 @@ from typing import Any
 
 from perseus_client.controller import FrequencyController
 from perseus_client.errors import ClientError, ConfigError, PlanMismatchError
+from perseus_client.gpu.applied import ClockSampler
 from perseus_client.gpu.base import GpuBackend
 from perseus_client.measurements import InstructionMeasurement, IterationMeasurement
 from perseus_client.plan import INSTRUCTION_KINDS, Plan, PlanCursor
@@ -158,6 +162,9 @@ class PerseusClient:
         rpc_timeout, backoff_initial, backoff_max: network tuning (seconds).
         cuda_events: time instructions and order clock changes with CUDA events (default: when
             the backend is a real GPU and torch with CUDA is already imported).
+        clock_sample_interval: seconds between applied-clock samples taken off the training
+            thread (0: none; see :mod:`perseus_client.gpu.applied`); off-plan instructions
+            travel with the iteration reports.
     """
 
     def __init__(
@@ -182,6 +189,7 @@ class PerseusClient:
         backoff_initial: float = 0.1,
         backoff_max: float = 5.0,
         cuda_events: bool | None = None,
+        clock_sample_interval: float = 0.05,
     ) -> None:
         server = server if server is not None else os.environ.get("PERSEUS_SERVER")
         job = job if job is not None else os.environ.get("PERSEUS_JOB")
@@ -228,6 +236,11 @@ class PerseusClient:
         self._cuda_events = bool(cuda_events)
 
         self.controller = FrequencyController(gpu)
+        controller = self.controller
+        #: Samples the applied clock (``None``: the backend samples itself, or nobody can).
+        self.clock_sampler = ClockSampler.for_backend(
+            gpu, lambda: controller.applied_clock, clock_sample_interval
+        )
         self._mismatch_logged = False
         self._cursor = PlanCursor(self.max_clock, strict=strict, on_mismatch=self._log_mismatch)
         self._iteration_scope = _IterationScope(self)
@@ -394,6 +407,7 @@ class PerseusClient:
         index = self.iterations
         self.iterations = index + 1
         plan = self._plan
+        sampler = self.clock_sampler
         record = IterationMeasurement(
             index,
             t1 - self._iter_t0,
@@ -401,6 +415,7 @@ class PerseusClient:
             (e1 - self._iter_e0) / 1000.0,
             tuple(self._instr),
             tuple(self._events),
+            sampler.take() if sampler is not None else gpu.take_applied_clocks(),
         )
         self.last_report = record
         if self.link is not None:
@@ -495,6 +510,8 @@ class PerseusClient:
         self._closed = True
         self._guard.uninstall()
         self.controller.close(reset=True)
+        if self.clock_sampler is not None:
+            self.clock_sampler.close()
         if self.link is not None:
             self.link.close()
         if self._owns_gpu:

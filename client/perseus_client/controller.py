@@ -118,6 +118,13 @@ class FrequencyController:
         self._drain(upto)
 
     @property
+    def applied_clock(self) -> int | None:
+        """The clock the backend last locked (the max clock after a fallback); ``None`` when
+        reset or not known. Read by the applied-clock sampler thread."""
+        a = self._applied
+        return None if a is None or a == _RESET else a
+
+    @property
     def applied_seq(self) -> int:
         """Sequence number of the last request applied (or skipped after an error)."""
         return self._applied_seq

@@ -6,8 +6,10 @@ Times are seconds on the backend's time axis (:meth:`GpuBackend.timestamp`; simu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
+
+from perseus_client.gpu.applied import AppliedClockReport
 
 __all__ = ["InstructionMeasurement", "IterationMeasurement"]
 
@@ -29,6 +31,8 @@ class IterationMeasurement:
 
     ``cuda_events`` holds ``(start, end)`` CUDA event pairs whose elapsed time replaces the
     instructions' times when the report is sent (resolved off the training thread).
+    ``applied_clocks`` is what the applied-clock samples showed during the iteration (``None``:
+    nobody sampled; see :mod:`perseus_client.gpu.applied`).
     """
 
     iteration: int
@@ -37,6 +41,7 @@ class IterationMeasurement:
     energy: float
     instructions: tuple[InstructionMeasurement, ...]
     cuda_events: tuple[tuple[Any, Any], ...] = ()
+    applied_clocks: AppliedClockReport | None = None
 
     def resolved(self) -> IterationMeasurement:
         """Replace instruction times by CUDA-event elapsed times (blocks until they complete)."""
@@ -46,6 +51,4 @@ class IterationMeasurement:
         for m, (start, end) in zip(self.instructions, self.cuda_events, strict=True):
             end.synchronize()
             out.append(m._replace(time=start.elapsed_time(end) / 1000.0))
-        return IterationMeasurement(
-            self.iteration, self.iteration_time, self.plan_version, self.energy, tuple(out)
-        )
+        return replace(self, instructions=tuple(out), cuda_events=())

@@ -123,6 +123,29 @@ def credential_in_clear(target: str, *, tls: bool, token: str | None) -> bool:
     return bool(token) and not tls and not is_loopback_target(target)
 
 
+def _applied_clock_fields(rec: IterationMeasurement) -> dict[str, Any]:
+    """The report's applied-clock fields (none when nobody sampled)."""
+    applied = rec.applied_clocks
+    if applied is None or not applied.samples:
+        return {}
+    return {
+        "clock_samples": applied.samples,
+        "clock_event_reasons": list(applied.reasons),
+        "off_plan": [
+            perseus_pb2.OffPlanInstruction(
+                instruction=o.kind,
+                microbatch=o.microbatch,
+                stage=o.stage,
+                locked_mhz=o.locked_mhz,
+                sampled_mhz=o.sampled_mhz,
+                reasons=list(o.reasons),
+                samples=o.samples,
+            )
+            for o in applied.off_plan
+        ],
+    }
+
+
 class ServerLink:
     """Registration, plan subscription and reporting for one rank (see the module docstring)."""
 
@@ -327,6 +350,7 @@ class ServerLink:
                 )
                 for m in rec.instructions
             ],
+            **_applied_clock_fields(rec),
         )
 
     def flush(self, timeout: float | None = None) -> bool:

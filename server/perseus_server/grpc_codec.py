@@ -14,6 +14,7 @@ from perseus_common.proto import perseus_pb2 as pb
 from perseus_server.service.values import (
     InstructionReport,
     IterationReport,
+    OffPlanReport,
     PlanUpdate,
     RankRegistration,
     RegisteredRank,
@@ -71,6 +72,20 @@ def decode_report(rep: pb.IterationReport) -> IterationReport:
         ),
         energy=rep.energy,
         sequence=rep.sequence,
+        off_plan=tuple(
+            OffPlanReport(
+                instruction=o.instruction,
+                microbatch=o.microbatch,
+                stage=o.stage if o.HasField("stage") else None,
+                locked_mhz=o.locked_mhz,
+                sampled_mhz=o.sampled_mhz,
+                reasons=tuple(o.reasons),
+                samples=o.samples,
+            )
+            for o in rep.off_plan
+        ),
+        clock_samples=rep.clock_samples,
+        clock_event_reasons=tuple(rep.clock_event_reasons),
     )
 
 

@@ -208,5 +208,13 @@ class Metrics:
             )
         )  # type: ignore[assignment]
 
+        self.off_plan_instructions: Counter = r.add(
+            Counter(
+                "perseus_off_plan_instructions_total",
+                "Instructions that ran more than one clock step below their locked clock, by job, "
+                "global rank and clock-event reasons (joined by +; none: no reason given).",
+            )
+        )  # type: ignore[assignment]
+
     def render(self) -> str:
         return self.registry.render()

@@ -17,6 +17,16 @@ ratio is within ``c * (1 + recovery)`` (default 2 %). Only iterations run under 
 deployed plan version are counted. If every pipeline slows down alike, none is a straggler: nobody
 waits for anybody.
 
+**Off-plan clocks.** A rank whose GPU ran instructions more than one supported clock step below
+their locked clock in any of its last :data:`OFF_PLAN_WINDOW` reported iterations (throttling; see
+:mod:`perseus_server.service.clock_verification`) runs *off-plan*, and its measured times are
+what they are: while a pipeline has an off-plan rank, the lowest-ranked one of them (not the
+pipeline's leader) feeds the iteration detector, so its slower iterations make the pipeline a
+straggler by the rule above (they are never discarded as noise, nor diluted by a leader that
+does not wait for it), and the status names ``off-plan clocks`` as the straggler's cause. Once
+no rank of the pipeline ran off-plan for a window, the leader feeds the detector again and the
+pipeline recovers by the rule above.
+
 **Stages.** Per-instruction times reported by a rank, divided by the profile's time for that
 instruction at the clock it ran at, give each stage's slowdown factor for one iteration (the
 median over its instructions). A stage whose factor exceeds ``1 + threshold`` for
@@ -33,10 +43,36 @@ from typing import Any
 
 from perseus_server.states import DetectorEvent
 
-__all__ = ["DetectorSettings", "StragglerDetector", "StageDetector"]
+__all__ = [
+    "DetectorSettings",
+    "OFF_PLAN_WINDOW",
+    "RankClocks",
+    "StragglerDetector",
+    "StageDetector",
+]
 
 #: Iterations per pipeline kept for the calibration median.
 CALIBRATION_WINDOW = 5
+#: A rank's latest reported iterations in which an off-plan instruction makes it off-plan.
+OFF_PLAN_WINDOW = 16
+
+
+@dataclass
+class RankClocks:
+    """A rank's applied-clock record: per iteration of the window ``(iteration, off-plan
+    instructions, reasons seen in them, samples)``, the all-time count, and the latest off-plan
+    instruction (a JSON-ready dict with its iteration)."""
+
+    recent: deque[tuple[int, int, frozenset[str], int]] = field(
+        default_factory=lambda: deque(maxlen=OFF_PLAN_WINDOW)
+    )
+    total: int = 0
+    last: dict[str, Any] | None = None
+
+    @property
+    def off_plan(self) -> bool:
+        """Whether an iteration of the window had an off-plan instruction."""
+        return any(count for _, count, _, _ in self.recent)
 
 
 @dataclass(frozen=True)
@@ -59,6 +95,8 @@ class StragglerDetector:
     ``changed`` / ``recovered``) or ``None``."""
 
     settings: DetectorSettings = field(default_factory=DetectorSettings)
+    #: Per rank id, its applied-clock record (see the module docstring).
+    clocks: dict[str, RankClocks] = field(default_factory=dict)
     _slow: dict[int, deque[float]] = field(default_factory=dict)
     _fast: dict[int, deque[float]] = field(default_factory=dict)
     _ratios: dict[int, deque[float]] = field(default_factory=dict)

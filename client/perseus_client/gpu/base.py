@@ -18,6 +18,13 @@ client calls it from a signal handler (which may have interrupted this backend o
 thread) while the frequency controller's thread may be inside ``set_locked_clocks`` or stuck on a
 CUDA event. So a backend's reset waits at most briefly for its own lock (:func:`hold_briefly`)
 and then goes ahead without it; the controller undoes a lock that lands after a reset.
+
+**Applied clocks** (optional, read-only; see :mod:`perseus_client.gpu.applied`). A backend whose
+``sample_applied_clock`` answers (the SM clock it runs at now and NVML's clock-event reason
+names) and whose ``running_instruction`` tells the instruction between ``begin_instruction`` and
+``end_instruction`` is sampled by the client's :class:`~perseus_client.gpu.applied.ClockSampler`
+thread. A backend that samples itself (the node daemon's) answers ``take_applied_clocks``
+instead. Both default to "cannot tell": the client then reports no samples.
 """
 
 from __future__ import annotations
@@ -27,6 +34,10 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from perseus_client.gpu.applied import AppliedClockReport, Instruction
 
 __all__ = ["GpuBackend", "hold_briefly", "RESET_LOCK_WAIT_S"]
 
@@ -97,6 +108,24 @@ class GpuBackend(ABC):
 
     def abort_instruction(self) -> None:  # noqa: B027
         """Called instead of :meth:`end_instruction` when the instruction's body raised."""
+
+    def sample_applied_clock(self) -> tuple[int, frozenset[str]] | None:
+        """The SM clock (MHz) the GPU runs at now and the names of NVML's clock-event reasons
+        (``sw_power_cap``, ``hw_thermal_slowdown``, ...); ``None``: this backend cannot tell.
+
+        Called from the client's sampler thread, never from the training thread; read-only.
+        """
+        return None
+
+    def running_instruction(self) -> Instruction | None:
+        """The instruction between ``begin_instruction`` and ``end_instruction`` (``None``: none,
+        or this backend does not track it); read from the sampler thread."""
+        return None
+
+    def take_applied_clocks(self) -> AppliedClockReport | None:
+        """For backends that sample their applied clocks themselves: what was seen since the
+        previous call; ``None`` (the default): the client samples, or nobody does."""
+        return None
 
     def synchronize(self) -> None:  # noqa: B027
         """Wait for the device's queued work (used around measured instructions while profiling)."""

@@ -27,7 +27,8 @@ for the daemon and raises :class:`~perseus_client.gpud.protocol.GpudUnavailableE
 effect, each sample compares the SM clock the GPU runs at with the clock the daemon locked.
 :meth:`DaemonGpu.take_applied_clocks` returns what was seen since the last call as an
 :class:`AppliedClockReport`: how many samples, the instructions that ran off-plan (sampled clock
-more than one supported step from the locked one) with the NVML clock-event reasons seen
+more than one supported step below the locked one: :mod:`perseus_client.gpu.applied`) with the
+NVML clock-event reasons seen
 (``sw_power_cap``, ``hw_thermal_slowdown``, ...), and every reason seen. On real GPUs the CPU
 side of an instruction runs ahead of the GPU, so the attribution to an instruction is
 approximate; the comparison with the lock is exact.
@@ -35,13 +36,17 @@ approximate; the comparison with the lock is exact.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import threading
 import time
-from dataclasses import dataclass
 
 from perseus_client.errors import UnsupportedClockError
+from perseus_client.gpu.applied import (
+    AppliedClockReport,
+    AppliedClockTally,
+    Instruction,
+    OffPlanInstruction,
+)
 from perseus_client.gpu.base import GpuBackend
 from perseus_client.gpud.connection import GpudConnection
 from perseus_client.gpud.protocol import (
@@ -55,44 +60,6 @@ from perseus_common.proto import gpud_pb2
 __all__ = ["DaemonGpu", "AppliedClockReport", "OffPlanInstruction"]
 
 log = logging.getLogger("perseus_client.gpu.daemon")
-
-Instruction = tuple[str, int, "int | None"]
-
-
-@dataclass(frozen=True)
-class OffPlanInstruction:
-    """An instruction during which the GPU ran more than one step away from its locked clock.
-
-    ``sampled_mhz`` is the sampled clock farthest from ``locked_mhz``; ``reasons`` the NVML
-    clock-event reasons seen in this instruction's off-plan samples; ``samples`` their number.
-    """
-
-    kind: str
-    microbatch: int
-    stage: int | None
-    locked_mhz: int
-    sampled_mhz: int
-    reasons: tuple[str, ...]
-    samples: int
-
-
-@dataclass
-class _Tally:
-    sampled_mhz: int
-    reasons: set[str]
-    samples: int
-
-
-@dataclass(frozen=True)
-class AppliedClockReport:
-    """What the applied-clock samples showed since the previous report."""
-
-    #: Samples taken while an instruction ran with a lock in effect.
-    samples: int
-    #: The instructions that ran off-plan, in the order first seen.
-    off_plan: tuple[OffPlanInstruction, ...]
-    #: Every clock-event reason seen in those samples, sorted.
-    reasons: tuple[str, ...]
 
 
 class DaemonGpu(GpuBackend):
@@ -134,10 +101,6 @@ class DaemonGpu(GpuBackend):
         self._outage = False
         #: How many times the GPU was leased again after losing the daemon.
         self.reconnects = 0
-        self._samples = 0
-        self._sample_lock = threading.Lock()
-        self._off_plan: dict[tuple[Instruction, int], _Tally] = {}
-        self._reasons: set[str] = set()
         self._closing = threading.Event()
 
         deadline = time.monotonic() + float(connect_timeout)
@@ -154,7 +117,7 @@ class DaemonGpu(GpuBackend):
         self._conn: GpudConnection | None = conn
         self.name = lease.gpu.name
         self._clocks = tuple(int(c) for c in lease.gpu.supported_clocks_mhz)
-        self._ascending = sorted(self._clocks)
+        self._tally = AppliedClockTally(self._clocks)
         #: True when the daemon runs ``--read-only`` (it never applies a clock).
         self.read_only = bool(lease.read_only)
         #: The daemon's lease timeout, seconds.
@@ -301,52 +264,14 @@ class DaemonGpu(GpuBackend):
 
     # -- applied clocks ---------------------------------------------------------------------------
 
-    def _steps_apart(self, a: int, b: int) -> int:
-        clocks = self._ascending
-
-        def position(mhz: int) -> int:
-            i = bisect.bisect_left(clocks, mhz)
-            if i == len(clocks) or (i > 0 and mhz - clocks[i - 1] < clocks[i] - mhz):
-                i -= 1
-            return i
-
-        return abs(position(a) - position(b))
-
     def _record(self, sample: gpud_pb2.Sample) -> None:
         instruction = self._current
         if instruction is None or not sample.HasField("locked_mhz"):
             return
-        names = tuple(sample.reason_names)
-        if "gpu_idle" in names:
-            return  # between kernels: nothing to verify
-        locked, sm = int(sample.locked_mhz), int(sample.sm_mhz)
-        with self._sample_lock:
-            self._samples += 1
-            self._reasons.update(names)
-            if self._steps_apart(sm, locked) <= 1:
-                return
-            tally = self._off_plan.get((instruction, locked))
-            if tally is None:
-                self._off_plan[(instruction, locked)] = _Tally(sm, set(names), 1)
-                return
-            if abs(sm - locked) > abs(tally.sampled_mhz - locked):
-                tally.sampled_mhz = sm
-            tally.reasons.update(names)
-            tally.samples += 1
+        self._tally.record(
+            instruction, int(sample.locked_mhz), int(sample.sm_mhz), sample.reason_names
+        )
 
     def take_applied_clocks(self) -> AppliedClockReport:
         """What the applied-clock samples showed since the previous call (see the module doc)."""
-        with self._sample_lock:
-            off_plan, self._off_plan = self._off_plan, {}
-            samples, self._samples = self._samples, 0
-            reasons, self._reasons = self._reasons, set()
-        return AppliedClockReport(
-            samples,
-            tuple(
-                OffPlanInstruction(
-                    kind, mb, stage, locked, t.sampled_mhz, tuple(sorted(t.reasons)), t.samples
-                )
-                for ((kind, mb, stage), locked), t in off_plan.items()
-            ),
-            tuple(sorted(reasons)),
-        )
+        return self._tally.take()

@@ -6,7 +6,9 @@ used) and ``nvmlDeviceGetSupportedGraphicsClocks``; clocks are locked with
 energy is ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since the driver was loaded). Two read-only
 helpers tell what the GPU runs at: :meth:`NvmlGpu.current_sm_clock` (``nvmlDeviceGetClockInfo``)
 and :meth:`NvmlGpu.clock_event_reasons` (``nvmlDeviceGetCurrentClocksEventReasons``, the
-throttle reasons; names in :data:`CLOCK_EVENT_REASONS`).
+throttle reasons; names in :data:`CLOCK_EVENT_REASONS`). :meth:`NvmlGpu.sample_applied_clock`
+combines them for the client's applied-clock sampler (see :mod:`perseus_client.gpu.applied`);
+it answers ``None`` in ``dry_run`` (no clock was locked, so there is nothing to verify).
 
 NVML failures become actionable :class:`~perseus_client.errors.GpuError` subclasses: locking
 clocks needs root or CAP_SYS_ADMIN (:class:`GpuPermissionError`), Volta or newer
@@ -103,6 +105,7 @@ class NvmlGpu(GpuBackend):
         #: Every lock/reset request, in order: ``("set", mhz)`` or ``("reset", None)``.
         self.requests: list[tuple[str, int | None]] = []
         self._lock = threading.RLock()
+        self._running: tuple[str, int, int | None] | None = None
         self._call("initialise NVML", nvml.nvmlInit)
         self._initialised = True
         try:
@@ -166,6 +169,23 @@ class NvmlGpu(GpuBackend):
         if fn is None:  # older nvidia-ml-py
             fn = nvml.nvmlDeviceGetCurrentClocksThrottleReasons
         return int(self._call("read the clock-event reasons", fn, self._handle))
+
+    def sample_applied_clock(self) -> tuple[int, frozenset[str]] | None:
+        if self.dry_run:
+            return None
+        return self.current_sm_clock(), frozenset(reason_names(self.clock_event_reasons()))
+
+    def running_instruction(self) -> tuple[str, int, int | None] | None:
+        return self._running
+
+    def begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:
+        self._running = (kind, microbatch, stage)
+
+    def end_instruction(self) -> None:
+        self._running = None
+
+    def abort_instruction(self) -> None:
+        self._running = None
 
     # -- control ------------------------------------------------------------------------------
 

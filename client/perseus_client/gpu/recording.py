@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from perseus_client.gpu.applied import AppliedClockReport
 from perseus_client.gpu.base import GpuBackend, hold_briefly
 
 __all__ = ["RecordingGpu", "ClockRequest", "InstructionRecord", "read_log"]
@@ -107,6 +108,15 @@ class RecordingGpu(GpuBackend):
 
     def synchronize(self) -> None:
         self.inner.synchronize()
+
+    def sample_applied_clock(self) -> tuple[int, frozenset[str]] | None:
+        return self.inner.sample_applied_clock()
+
+    def running_instruction(self) -> tuple[str, int, int | None] | None:
+        return self.inner.running_instruction()
+
+    def take_applied_clocks(self) -> AppliedClockReport | None:
+        return self.inner.take_applied_clocks()
 
     def close(self) -> None:
         if self._log is not None:

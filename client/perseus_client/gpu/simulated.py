@@ -34,6 +34,13 @@ slower). Throughout Perseus a *slowdown* is a fraction (``0.2`` = 20 % slower, a
 API); a factor is called a *time factor*. ``set_slowdown(factor)`` and the ``slowdown=``
 argument, which took a factor, still work and warn that they are deprecated.
 
+Throttling: :meth:`SimulatedGpu.throttle` caps the clock the GPU applies, as a power cap or a
+thermal slowdown caps a real one: ``gpu.throttle(1005, reasons=("sw_thermal_slowdown",))`` makes
+every following instruction run at ``min(locked clock, 1005 MHz)`` (its time and energy follow
+that clock) and makes :meth:`sample_applied_clock` report it with those NVML clock-event reasons
+(while the cap binds); ``gpu.throttle(None)`` lifts it. The client's applied-clock sampler sees
+such instructions as off-plan (see :mod:`perseus_client.gpu.applied`).
+
 Measurement noise: with ``noise=r`` (a relative standard deviation, e.g. ``0.015``) every
 executed instruction's time and energy are each multiplied by an independent draw of
 ``max(0, 1 + r * N(0, 1))``, from a generator seeded with ``seed`` (the same seed gives the same
@@ -68,6 +75,7 @@ from typing import Any
 
 from perseus_client.errors import ConfigError, UnsupportedClockError
 from perseus_client.gpu.base import GpuBackend, hold_briefly
+from perseus_client.gpu.nvml import CLOCK_EVENT_REASONS
 from perseus_common import profile_csv
 
 log = logging.getLogger("perseus_client.gpu")
@@ -216,6 +224,7 @@ class SimulatedGpu(GpuBackend):
         self._state_lock = threading.RLock()
         self._writes = itertools.count()
         self._locked: int | None = None
+        self._cap: tuple[int, frozenset[str]] | None = None  # see throttle()
         self.sets = 0
         self.resets = 0
         # Time/energy accounting (simulated seconds / joules).
@@ -226,6 +235,7 @@ class SimulatedGpu(GpuBackend):
         self._energy = 0.0  # joules of finished instructions
         self._pending: tuple[float, float, float, float] | None = None
         self._pending_what: tuple[str, int, int | None] = ("", 0, None)
+        self._pending_applied: tuple[int, frozenset[str]] | None = None
         self._persist()
 
     # -- construction ---------------------------------------------------------------------------
@@ -267,8 +277,50 @@ class SimulatedGpu(GpuBackend):
 
     @property
     def current_clock(self) -> int:
-        """The clock instructions run at now (the locked clock, else the maximum)."""
-        return self._clocks[0] if self._locked is None else self._locked
+        """The clock instructions run at now: the locked clock (else the maximum), capped by
+        :meth:`throttle`."""
+        clock = self._clocks[0] if self._locked is None else self._locked
+        cap = self._cap
+        return clock if cap is None else min(clock, cap[0])
+
+    def throttle(
+        self, max_mhz: int | None, reasons: Iterable[str] = ("sw_thermal_slowdown",)
+    ) -> None:
+        """Cap the applied clock at ``max_mhz`` MHz, reported with NVML clock-event ``reasons``
+        (names of :data:`~perseus_client.gpu.nvml.CLOCK_EVENT_REASONS`); ``None`` lifts the cap.
+        Thread-safe; takes effect from the next instruction."""
+        if max_mhz is None:
+            self._cap = None
+            return
+        names = frozenset(str(r) for r in reasons)
+        unknown = sorted(names - set(CLOCK_EVENT_REASONS.values()))
+        if unknown:
+            raise ConfigError(
+                "reasons",
+                f"unknown clock-event reason(s) {unknown}; known: "
+                f"{', '.join(CLOCK_EVENT_REASONS.values())}",
+            )
+        if not (isinstance(max_mhz, int) and max_mhz > 0):
+            raise ConfigError("max_mhz", f"must be a positive number of MHz, got {max_mhz!r}")
+        self._cap = (max_mhz, names)
+
+    def sample_applied_clock(self) -> tuple[int, frozenset[str]] | None:
+        """The clock the running instruction was modelled at (else the clock now), with the
+        throttle's reasons while its cap binds."""
+        applied = self._pending_applied
+        if applied is not None and self._pending is not None:
+            return applied
+        return self._applied_now()
+
+    def _applied_now(self) -> tuple[int, frozenset[str]]:
+        locked = self._clocks[0] if self._locked is None else self._locked
+        cap = self._cap
+        if cap is None or cap[0] >= locked:
+            return locked, frozenset()
+        return cap[0], cap[1]
+
+    def running_instruction(self) -> tuple[str, int, int | None] | None:
+        return self._pending_what if self._pending is not None else None
 
     def set_locked_clocks(self, mhz: int) -> None:
         mhz = int(mhz)
@@ -348,6 +400,7 @@ class SimulatedGpu(GpuBackend):
         if self.energy_noise > 0:
             e *= max(0.0, 1.0 + self.energy_noise * self._rng.gauss(0.0, 1.0))
         self._pending_what = (kind, microbatch, stage)
+        self._pending_applied = None if self._cap is None else self._applied_now()
         if self.time_scale > 0:
             start_wall = time.perf_counter()
             start_sim = self._sim_base + (start_wall - self._wall_base) / self.time_scale

@@ -103,7 +103,7 @@ class InstructionMeasurement(_message.Message):
     def __init__(self, instruction: _Optional[str] = ..., microbatch: _Optional[int] = ..., frequency_mhz: _Optional[int] = ..., time: _Optional[float] = ..., energy: _Optional[float] = ..., stage: _Optional[int] = ...) -> None: ...
 
 class IterationReport(_message.Message):
-    __slots__ = ("job_id", "rank_id", "iteration", "iteration_time", "plan_version", "instructions", "energy", "sequence")
+    __slots__ = ("job_id", "rank_id", "iteration", "iteration_time", "plan_version", "instructions", "energy", "sequence", "off_plan", "clock_samples", "clock_event_reasons")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RANK_ID_FIELD_NUMBER: _ClassVar[int]
     ITERATION_FIELD_NUMBER: _ClassVar[int]
@@ -112,6 +112,9 @@ class IterationReport(_message.Message):
     INSTRUCTIONS_FIELD_NUMBER: _ClassVar[int]
     ENERGY_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    OFF_PLAN_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_EVENT_REASONS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     rank_id: str
     iteration: int
@@ -120,7 +123,28 @@ class IterationReport(_message.Message):
     instructions: _containers.RepeatedCompositeFieldContainer[InstructionMeasurement]
     energy: float
     sequence: int
-    def __init__(self, job_id: _Optional[str] = ..., rank_id: _Optional[str] = ..., iteration: _Optional[int] = ..., iteration_time: _Optional[float] = ..., plan_version: _Optional[int] = ..., instructions: _Optional[_Iterable[_Union[InstructionMeasurement, _Mapping]]] = ..., energy: _Optional[float] = ..., sequence: _Optional[int] = ...) -> None: ...
+    off_plan: _containers.RepeatedCompositeFieldContainer[OffPlanInstruction]
+    clock_samples: int
+    clock_event_reasons: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., rank_id: _Optional[str] = ..., iteration: _Optional[int] = ..., iteration_time: _Optional[float] = ..., plan_version: _Optional[int] = ..., instructions: _Optional[_Iterable[_Union[InstructionMeasurement, _Mapping]]] = ..., energy: _Optional[float] = ..., sequence: _Optional[int] = ..., off_plan: _Optional[_Iterable[_Union[OffPlanInstruction, _Mapping]]] = ..., clock_samples: _Optional[int] = ..., clock_event_reasons: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class OffPlanInstruction(_message.Message):
+    __slots__ = ("instruction", "microbatch", "stage", "locked_mhz", "sampled_mhz", "reasons", "samples")
+    INSTRUCTION_FIELD_NUMBER: _ClassVar[int]
+    MICROBATCH_FIELD_NUMBER: _ClassVar[int]
+    STAGE_FIELD_NUMBER: _ClassVar[int]
+    LOCKED_MHZ_FIELD_NUMBER: _ClassVar[int]
+    SAMPLED_MHZ_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    instruction: str
+    microbatch: int
+    stage: int
+    locked_mhz: int
+    sampled_mhz: int
+    reasons: _containers.RepeatedScalarFieldContainer[str]
+    samples: int
+    def __init__(self, instruction: _Optional[str] = ..., microbatch: _Optional[int] = ..., stage: _Optional[int] = ..., locked_mhz: _Optional[int] = ..., sampled_mhz: _Optional[int] = ..., reasons: _Optional[_Iterable[str]] = ..., samples: _Optional[int] = ...) -> None: ...
 
 class ReportAck(_message.Message):
     __slots__ = ("accepted", "duplicates")

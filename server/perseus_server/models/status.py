@@ -24,6 +24,8 @@ __all__ = [
     "SlowStagesView",
     "PipelineStatus",
     "RankStatus",
+    "AppliedClocks",
+    "OffPlanInstructionView",
     "Replan",
     "JobStatus",
 ]
@@ -99,6 +101,12 @@ class StragglerView(ResponseModel):
         description="``detected`` from iteration reports, ``reported`` through the REST API, or "
         "``slow stage``: one of its stages runs slow and its frontier was re-solved for it."
     )
+    cause: str | None = Field(
+        default=None,
+        description="``off-plan clocks`` while a rank of the pipeline runs off-plan (its GPU "
+        "applied a clock more than one step below the plan's: power cap, thermal or hardware "
+        "slowdown), else null.",
+    )
 
 
 class SlowStagesView(ResponseModel):
@@ -123,6 +131,42 @@ class PipelineStatus(ResponseModel):
     recent_iterations: list[RecentIteration] = Field(description="Up to the 16 latest.")
     straggler: StragglerView | None
     slow_stages: SlowStagesView | None
+    off_plan_ranks: list[int] = Field(
+        default_factory=list,
+        description="Global ranks of the pipeline that ran instructions off-plan in their "
+        "latest iterations (see the ranks' ``applied_clocks``).",
+    )
+
+
+class OffPlanInstructionView(ResponseModel):
+    """The latest off-plan instruction of a rank (the one farthest below its lock)."""
+
+    iteration: int
+    instruction: str
+    microbatch: int
+    stage: int
+    locked_mhz: int = Field(description="The clock locked for it (MHz), the plan's.")
+    sampled_mhz: int = Field(description="The lowest SM clock sampled while it ran (MHz).")
+    reasons: list[str] = Field(description="NVML clock-event reasons seen while it ran off-plan.")
+
+
+class AppliedClocks(ResponseModel):
+    """A rank's applied-clock verification over its latest reported iterations."""
+
+    off_plan: bool = Field(description="An instruction ran off-plan within the window.")
+    window_iterations: int = Field(description="Reported iterations in the window (at most 16).")
+    samples: int = Field(description="Applied-clock samples taken in the window.")
+    off_plan_instructions: int = Field(
+        description="Instructions in the window whose sampled SM clock was more than one "
+        "supported step below the locked clock."
+    )
+    off_plan_iterations: int = Field(description="Iterations of the window with one or more.")
+    reasons: list[str] = Field(
+        description="NVML clock-event reasons seen in the window's off-plan instructions "
+        "(sw_power_cap, hw_slowdown, sw_thermal_slowdown, hw_thermal_slowdown, ...)."
+    )
+    total_off_plan_instructions: int = Field(description="Since the server started.")
+    last_off_plan: OffPlanInstructionView | None
 
 
 class RankStatus(ResponseModel):
@@ -140,6 +184,10 @@ class RankStatus(ResponseModel):
     last_iteration: int | None
     last_iteration_time: float | None = Field(description="Seconds, or null.")
     last_plan_version: int | None
+    applied_clocks: AppliedClocks | None = Field(
+        default=None,
+        description="Applied-clock verification, or null: the rank reports no clock samples.",
+    )
 
 
 class Replan(ResponseModel):

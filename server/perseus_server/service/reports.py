@@ -14,6 +14,7 @@ from perseus_server.config import Limits
 from perseus_server.errors import BadRequest, Conflict
 from perseus_server.jobs import RankInfo
 from perseus_server.profiling import Measurement
+from perseus_server.service.clock_verification import ClockVerification, validate_applied_clocks
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.online_profiling import OnlineProfiling
 from perseus_server.service.slow_stages import SlowStageResolver, stage_factors
@@ -74,6 +75,7 @@ def validate_report(i: int, rep: IterationReport, job: Job, limits: Limits) -> N
                 f"{where}: frequency must be between 0 and {MAX_FREQUENCY_MHZ} MHz",
                 field="instructions.frequency_mhz",
             )
+    validate_applied_clocks(i, rep, job, limits)
 
 
 def _reporter(jobs: JobTable, i: int, rep: IterationReport) -> tuple[Job, RankInfo]:
@@ -113,6 +115,7 @@ class Reports:
         self.stragglers = stragglers
         self.slow_stages = slow_stages
         self.profiling = profiling
+        self.clocks = ClockVerification(ctx.metrics.off_plan_instructions)
 
     def check(self, i: int, rep: IterationReport) -> CheckedReport:
         """Validate report ``i`` of a batch and measure its stages (linear in its length, no
@@ -177,6 +180,7 @@ class Reports:
         touched: set[str] = set()
         for job, rank, rep, c in checked:
             self._account(job, rank, rep)
+            self.clocks.observe(job, rank, rep)
             if job.profiling_is(ProfilingStatus.RUNNING):
                 assert job.profiling is not None
                 ms = [

@@ -9,6 +9,7 @@ import math
 from perseus_server.errors import BadRequest, Conflict, NotFound
 from perseus_server.jobs import RankInfo
 from perseus_server.planner import Straggler, resolve_policy
+from perseus_server.service.clock_verification import CAUSE, detector_feeder, off_plan_ranks
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer, require_frontier
 from perseus_server.service.persistence import persist_deployment
@@ -107,7 +108,8 @@ class Stragglers:
 
     def set_detector(self, job_id: str, settings: DetectorSettings) -> None:
         job = self.ctx.jobs.get(job_id)
-        job.stragglers.detector = StragglerDetector(settings)
+        clocks = job.stragglers.detector.clocks  # the ranks' applied-clock records stay
+        job.stragglers.detector = StragglerDetector(settings, clocks)
         job.stragglers.stage_detector = StageDetector(settings)
         if job.deployment.current is not None or job.frontier.current is not None:
             persist_deployment(self.ctx.store, job)
@@ -118,11 +120,9 @@ class Stragglers:
         if dep is None or version != dep.version or job.frontier.current is None:
             return
         p = rank.data_rank
-        leader = min(
-            (r.global_rank for r in job.ranks.by_global.values() if r.data_rank == p),
-            default=None,
-        )
-        if rank.global_rank != leader:
+        # The leader feeds the detector, or the pipeline's off-plan rank while there is one
+        # (its measured times are what they are; see perseus_server.stragglers).
+        if rank.global_rank != detector_feeder(job, p):
             return
         slow = job.stragglers
         expected = float(self.deployer.pipeline_frontier(job, dep, p).times[dep.indices[p]])
@@ -144,6 +144,9 @@ class Stragglers:
                     f"pipeline {p} pace changed: {t_prime:.4g} s per iteration, was "
                     f"{known:.4g} s ({on_axis})"
                 )
+            off = off_plan_ranks(job, p)
+            if off:
+                why += f"; {CAUSE} on rank(s) {', '.join(str(r.global_rank) for r in off)}"
             slow.stragglers = {
                 **slow.stragglers,
                 p: Straggler(p, t_prime / c, StragglerSource.DETECTED),

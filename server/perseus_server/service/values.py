@@ -12,6 +12,7 @@ from dataclasses import dataclass
 __all__ = [
     "InstructionReport",
     "IterationReport",
+    "OffPlanReport",
     "PlanStep",
     "PlanUpdate",
     "ProfilingTask",
@@ -93,6 +94,20 @@ class InstructionReport:
 
 
 @dataclass(frozen=True)
+class OffPlanReport:
+    """An instruction that ran more than one supported step below its locked clock
+    (``OffPlanInstruction``; ``stage`` None: the rank's pipeline_rank)."""
+
+    instruction: str
+    microbatch: int
+    stage: int | None
+    locked_mhz: int
+    sampled_mhz: int
+    reasons: tuple[str, ...]
+    samples: int
+
+
+@dataclass(frozen=True)
 class IterationReport:
     """One iteration a rank ran (``IterationReport``)."""
 
@@ -105,3 +120,7 @@ class IterationReport:
     energy: float = 0.0
     #: The rank's idempotency key (increasing; the same when re-sent); 0: none.
     sequence: int = 0
+    #: Applied-clock verification: off-plan instructions, samples taken, reasons seen.
+    off_plan: tuple[OffPlanReport, ...] = ()
+    clock_samples: int = 0
+    clock_event_reasons: tuple[str, ...] = ()

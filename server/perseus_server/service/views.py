@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from perseus_server.errors import BadRequest
+from perseus_server.service.clock_verification import CAUSE, off_plan_ranks, rank_view
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.solves import Solves
@@ -83,6 +84,9 @@ class Views:
                     "last_plan_version": last[3] if last else None,
                 }
             )
+            clocks = rank_view(job, r.rank_id)
+            if clocks is not None:  # additive: only for ranks that verify their clocks
+                ranks[-1]["applied_clocks"] = clocks
         return ranks[:MAX_STATUS_RANKS]
 
     def _pipelines(self, job: Job) -> list[dict[str, Any]]:
@@ -92,14 +96,19 @@ class Views:
             recent = list(times.items())[-16:] if times else []
             s = job.stragglers.stragglers.get(p)
             ss = job.stragglers.slow_stages.get(p)
-            pipelines.append(
-                {
-                    "pipeline": p,
-                    "recent_iterations": [{"iteration": i, "time": t} for i, t in recent],
-                    "straggler": None if s is None else {"time": s.time, "source": s.source},
-                    "slow_stages": None if ss is None else ss.to_json(),
-                }
-            )
+            off = [r.global_rank for r in off_plan_ranks(job, p)]
+            straggler = None if s is None else {"time": s.time, "source": s.source}
+            doc: dict[str, Any] = {
+                "pipeline": p,
+                "recent_iterations": [{"iteration": i, "time": t} for i, t in recent],
+                "straggler": straggler,
+                "slow_stages": None if ss is None else ss.to_json(),
+            }
+            if off:  # additive fields, present while a rank of the pipeline runs off-plan
+                doc["off_plan_ranks"] = off
+                if straggler is not None:
+                    straggler["cause"] = CAUSE
+            pipelines.append(doc)
         return pipelines
 
     def status(self, job_id: str) -> dict[str, Any]:
