@@ -15,6 +15,7 @@ from perseus_server.errors import BadRequest, Conflict
 from perseus_server.jobs import RankInfo
 from perseus_server.profiling import Measurement
 from perseus_server.service.context import ServiceContext
+from perseus_server.service.measured_power import MeasuredPower
 from perseus_server.service.online_profiling import OnlineProfiling
 from perseus_server.service.slow_stages import SlowStageResolver, stage_factors
 from perseus_server.service.state import Job, JobTable
@@ -113,6 +114,7 @@ class Reports:
         self.stragglers = stragglers
         self.slow_stages = slow_stages
         self.profiling = profiling
+        self.measured = MeasuredPower.shared(ctx)
 
     def check(self, i: int, rep: IterationReport) -> CheckedReport:
         """Validate report ``i`` of a batch and measure its stages (linear in its length, no
@@ -177,6 +179,7 @@ class Reports:
         touched: set[str] = set()
         for job, rank, rep, c in checked:
             self._account(job, rank, rep)
+            self.measured.observe(job, rank, rep)
             if job.profiling_is(ProfilingStatus.RUNNING):
                 assert job.profiling is not None
                 ms = [
