@@ -13,10 +13,24 @@ import pytest
 
 from perseus.cli import _blocking_power_for as cli_blocking_power
 from perseus_common.gpus import KNOWN_GPUS
-from perseus_demo import PHASE2_TIME_TOLERANCE, DemoError, DemoOptions, analyse
+from perseus_demo import (
+    PHASE2_TIME_TOLERANCE,
+    PHASE5_POWER_TOLERANCE,
+    DemoError,
+    DemoOptions,
+    analyse,
+)
 from perseus_demo import main as demo_main
+from perseus_demo.analysis import uniform_power_limit_phase
 from perseus_demo.options import parse_options
-from perseus_demo.profile import DEFAULT_PROFILE, blocking_power_for, profile_path, sample_profile
+from perseus_demo.profile import (
+    DEFAULT_PROFILE,
+    blocking_power_for,
+    profile_path,
+    sample_profile,
+    slice_profile,
+)
+from perseus_demo.report import phase5_lines, report
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -82,22 +96,55 @@ def test_replanning_is_logged_and_counted(demo: dict[str, Any]) -> None:
     assert Path(demo["output"], "results.json").is_file()
 
 
+@pytest.mark.slow
+def test_phase5_runs_the_servers_plan_under_the_power_budget(demo: dict[str, Any]) -> None:
+    c = demo["checks"]["phase5"]
+    fr = demo["frontier"]
+    max_power = 2 * fr["max_frequency_energy"] / fr["max_frequency_time"]  # two pipelines
+    assert c["fraction"] == 0.85 and c["max_clock_power"] == pytest.approx(max_power)
+    assert c["budget_watts"] == pytest.approx(0.85 * max_power)
+    # the server's plan under the budget, and every pipeline ran it
+    assert c["plan_power"] <= c["budget_watts"] and c["plan_index"] > 0
+    assert c["plans_in_window"] == [c["plan_index"]] * 2
+    p5 = {ph["phase"]: ph for ph in demo["phases"]}["power-budget"]
+    assert all(r["plans"] == [c["plan_index"]] for r in p5["pipelines"])
+    assert all("power budget" in r["reason"] for r in p5["pipelines"])
+    # measured within the budget; the server measured it too, from the ranks' reports
+    assert c["measured_power"] <= c["budget_watts"] * (1 + PHASE5_POWER_TOLERANCE)
+    assert c["server_measured_power"] == pytest.approx(c["plan_power"], rel=0.03)
+    assert c["server_energy_saved"] > 0
+    # against a uniform power limit with the same average power: slower, and more energy
+    assert c["uniform_limit"] > 0 and c["uniform_power"] <= c["budget_watts"] * (1 + 1e-9)
+    assert c["uniform_slowdown"] > 0.02
+    assert c["time_ratio"] - 1 <= c["uniform_slowdown"] + PHASE2_TIME_TOLERANCE
+    assert c["energy_ratio"] < c["uniform_energy_ratio"] < 1
+    assert not [m for m in demo["checks"]["missed"] if m.startswith("phase 5")]
+    text = report(demo)
+    assert "Phase 5: power budget" in text and "uniform" in text and "Perseus (measured)" in text
+    assert f"deployed point {c['plan_index']}" in text
+
+
 def test_bad_options_name_the_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     for argv, name in (
         (["--stages", "9"], "--stages"),
         (["--pipelines", "1"], "--pipelines"),
         (["--iterations", "3"], "--iterations"),
         (["--straggler", "0"], "--straggler"),
+        (["--power-fraction", "0.1"], "--power-fraction"),
+        (["--power-fraction", "nan"], "--power-fraction"),
         (["--profile", str(tmp_path / "missing.csv")], "--profile"),
     ):
         assert demo_main([*argv, "--output", str(tmp_path)]) == 2
         assert name in capsys.readouterr().err
 
 
-def _records(restore_at: int | None, n: int = 8) -> list[dict[str, Any]]:
+def _records(
+    restore_at: int | None, n: int = 8, budget: tuple[float, float] | None = None
+) -> list[dict[str, Any]]:
     """Two one-stage pipelines through the four phases. Frontier: point 0 (1.0 s, 90 J, the
     default) and point 1 (1.2 s, 80 J); pipeline 1 straggles by 20 % in phase 3, pipeline 0
-    moves to point 1 from step 2 and back to point 0 at step ``restore_at`` of phase 4."""
+    moves to point 1 from step 2 and back to point 0 at step ``restore_at`` of phase 4.
+    ``budget``: phase 5 too, both pipelines at point 1 with these (step time, energy)."""
 
     def step(phase: str, t: float, e: float, expected: float | None) -> dict[str, Any]:
         return {"phase": phase, "step_time": t, "energy": e, "iteration_time": t,
@@ -114,6 +161,8 @@ def _records(restore_at: int | None, n: int = 8) -> list[dict[str, Any]]:
         else:
             steps += [step("straggler", 1.2, 118.0, 1.0) for _ in range(n)]
             steps += [step("recovery", 1.0, 90.0, 1.0) for _ in range(n)]
+        if budget is not None:
+            steps += [step("power-budget", *budget, 1.2) for _ in range(n)]
         out.append({"pipeline": p, "stage": 0, "steps": steps})
     return out
 
@@ -143,6 +192,66 @@ def test_a_missed_promise_is_named_and_fails_the_demo(
     assert c["phase2_saving"] == pytest.approx(0.1) == c["phase2_predicted_saving"]
     assert c["missed"] == missed
     assert c["ok"] is (not missed)
+
+
+def _budget(uniform_slowdown: float, point: int) -> dict[str, Any]:
+    """Phase 5 at 80 % of the max-clock 200 W; the server's plan is ``point`` (the ranks run
+    point 1, 2 x 80 J / 1.2 s)."""
+    return {
+        "fraction": 0.8, "max_clock_power": 200.0, "watts": 160.0,
+        "plan": {"index": point, "time": 1.2, "energy": 80.0, "average_power": 133.3},
+        "uniform": {"limit": 70.0, "slowdown": uniform_slowdown, "energy_ratio": 0.9,
+                    "average_power": 159.0},
+        "server_measured": {"average_power": 133.0, "energy_saved": 500.0},
+        "constraint": "own policy",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("step", "uniform_slowdown", "server_point", "missed"),
+    [((1.2, 80.0), 0.25, 1, []),
+     ((1.2, 100.0), 0.25, 1, ["phase 5 within the power budget"]),  # 2 x 100 J / 1.2 s > 160 W
+     ((1.2, 80.0), 0.15, 1, ["phase 5 no slower than a uniform power limit"]),
+     ((1.2, 80.0), 0.25, 0, ["phase 5 runs the server's power-budget plan"])],
+)  # fmt: skip
+def test_phase5_promises(
+    step: tuple[float, float], uniform_slowdown: float, server_point: int, missed: list[str]
+) -> None:
+    """Phase 5 must run the server's plan, stay within the budget, and be no slower than a
+    uniform power limit with the same average power (its measured figures against phase 1)."""
+    res = analyse(
+        _records(3, budget=step), FRONTIER, stages=1, pipelines=2, blocking_power=10.0,
+        straggler=0.2, default_index=0, power_budget=_budget(uniform_slowdown, server_point),
+    )  # fmt: skip
+    c = res["checks"]
+    p5 = c["phase5"]
+    assert p5["measured_power"] == pytest.approx(2 * step[1] / step[0])
+    assert p5["time_ratio"] == pytest.approx(step[0]) and p5["energy_ratio"] == pytest.approx(
+        2 * step[1] / 200.0
+    )
+    assert p5["uniform_step_time"] == pytest.approx(1 + uniform_slowdown)
+    assert p5["uniform_energy"] == pytest.approx(0.9 * 200.0)
+    assert c["missed"] == missed and c["ok"] is (not missed)
+    assert "Phase 5: power budget 160 W (80 % of the max-clock 200 W)" in "\n".join(
+        phase5_lines(p5)
+    )
+
+
+def test_the_uniform_power_limit_phase_meets_the_budget() -> None:
+    with profile_path(None) as path:
+        csv_text, _ = slice_profile(path, 4)
+        power = blocking_power_for(path.name, None)
+    top = uniform_power_limit_phase(csv_text, stages=4, microbatches=6, pipelines=2,
+                                    blocking_power=power, watts=1e9)  # fmt: skip
+    assert top["slowdown"] == pytest.approx(0.0, abs=1e-12) and top["energy_ratio"] == 1.0
+    w = 0.85 * top["average_power"]
+    u = uniform_power_limit_phase(csv_text, stages=4, microbatches=6, pipelines=2,
+                                  blocking_power=power, watts=w)  # fmt: skip
+    assert u["average_power"] <= w * (1 + 1e-12) and u["slowdown"] > 0.02
+    assert u["energy_ratio"] < 1
+    low = uniform_power_limit_phase(csv_text, stages=4, microbatches=6, pipelines=2,
+                                    blocking_power=power, watts=1.0)  # fmt: skip
+    assert low["limit"] is None and "no uniform power limit" in low["error"]
 
 
 def test_the_parser_defaults_are_the_options_defaults() -> None:

@@ -6,7 +6,7 @@ data-parallel pipelines, 1F1B), computes its time-energy frontier, and launches 
 real process (:mod:`perseus_demo.rank`) running ``torch.distributed.pipelining`` over gloo with a
 Perseus client on a :class:`~perseus_client.SimulatedGpu` (profile times scaled by
 ``--time-scale``, so that a run takes minutes rather than the profile's hours). The ranks run
-the four phases of :data:`~perseus_demo.phases.PHASES`, ``--iterations`` steps each:
+the five phases of :data:`~perseus_demo.phases.PHASES`, ``--iterations`` steps each:
 
 1. **max-clocks**: no plan, every instruction at the top clock (what training does without
    Perseus);
@@ -14,7 +14,11 @@ the four phases of :data:`~perseus_demo.phases.PHASES`, ``--iterations`` steps e
 3. **straggler**: pipeline 1's GPUs are ``--straggler`` (20 %) slower; the server detects it
    from the reported iteration times and moves the healthy pipelines to the frontier plan that
    finishes at the straggler's time T';
-4. **recovery**: pipeline 1 is back to full speed; the server returns everyone to the default plan.
+4. **recovery**: pipeline 1 is back to full speed; the server returns everyone to the default plan;
+5. **power-budget**: the job's power budget is set through the server to ``--power-fraction``
+   (0.85) of its max-clock average power; the ranks run the plan the server picks, and the demo
+   compares its measured power, step time and energy with what a uniform per-GPU power limit
+   with the same average power would give (predicted from the profile).
 
 The demo is an application of Perseus, not part of it: it drives the server over its REST API
 and the ranks through the client, like any user would. Its modules, one job each:
@@ -31,7 +35,7 @@ and the ranks through the client, like any user would. Its modules, one job each
 
 from __future__ import annotations
 
-from perseus_demo.analysis import PHASE2_TIME_TOLERANCE, analyse
+from perseus_demo.analysis import PHASE2_TIME_TOLERANCE, PHASE5_POWER_TOLERANCE, analyse
 from perseus_demo.cli import main
 from perseus_demo.errors import DemoError
 from perseus_demo.options import DemoOptions, build_parser
@@ -40,6 +44,7 @@ from perseus_demo.phases import PHASES
 __all__ = [
     "PHASES",
     "PHASE2_TIME_TOLERANCE",
+    "PHASE5_POWER_TOLERANCE",
     "DemoError",
     "DemoOptions",
     "analyse",

@@ -13,7 +13,10 @@ The demo fails (exit status 1) when a promise is missed: phase 2 slower than max
 :data:`PHASE2_TIME_TOLERANCE` or its saving off the frontier's prediction by over 2 points; no
 replan in phase 3, or one so late that fewer than two steady steps are left to measure; the
 healthy pipeline over 2 % slower than T'; no saving while waiting; no return to the default plan
-in phase 4 in time to measure it. (The server's detector needs ``consecutive`` slow or recovered
+in phase 4 in time to measure it; in phase 5, not the server's power-budget plan, a measured
+power over :data:`PHASE5_POWER_TOLERANCE` above the budget, or a slowdown more than
+:data:`PHASE2_TIME_TOLERANCE` beyond what a uniform per-GPU power limit with the same average
+power gives (predicted from the profile, :func:`uniform_power_limit_phase`). (The server's detector needs ``consecutive`` slow or recovered
 iterations in a row, 3 by default: one step that another process on the machine holds up
 restarts the count, so how many steps a replan takes varies from run to run on a busy machine.)
 
@@ -25,15 +28,60 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+import numpy as np
+
 from perseus_demo.phases import PHASES
 
-__all__ = ["PHASE2_TIME_TOLERANCE", "analyse"]
+__all__ = [
+    "PHASE2_TIME_TOLERANCE",
+    "PHASE5_POWER_TOLERANCE",
+    "analyse",
+    "uniform_power_limit_phase",
+]
 
 #: How much slower than max clocks phase 2 may run. Its plan is the zero-slowdown one, so any
 #: difference is the measurement's: the step-time noise of 8 simulated ranks and the server
 #: sharing a small machine, phase 1 and phase 2 each a median over a few steps taken some
 #: seconds apart.
 PHASE2_TIME_TOLERANCE = 0.025
+
+#: How far above the budget phase 5's measured power may be (the step-time noise again: a
+#: step held up by another process shortens the measured time of the next).
+PHASE5_POWER_TOLERANCE = 0.02
+
+
+def uniform_power_limit_phase(
+    profile_csv: str,
+    *,
+    stages: int,
+    microbatches: int,
+    pipelines: int,
+    blocking_power: float,
+    watts: float,
+) -> dict[str, Any]:
+    """What a uniform per-GPU power limit whose job-wide average power is ``watts`` gives, from
+    the profile (:func:`perseus.power.uniform_power_limit`, one pipeline at ``watts /
+    pipelines``): the limit (W per GPU), the slowdown and energy ratio against max clocks, and
+    the average power (W, whole job)."""
+    from perseus.power import PowerBudgetError, uniform_power_limit
+    from perseus.problem import EnergyProblem
+    from perseus.profiles import parse_profile_csv
+    from perseus.schedules import one_f_one_b
+
+    problem = EnergyProblem.build(
+        parse_profile_csv(profile_csv), one_f_one_b(stages, microbatches), blocking_power
+    )
+    top = problem.evaluate(np.zeros(problem.num_nodes, dtype=np.uint8))
+    try:
+        u = uniform_power_limit(problem, watts / pipelines)
+    except PowerBudgetError as e:
+        return {"limit": None, "error": str(e)}
+    return {
+        "limit": u.setting,
+        "slowdown": u.time / top.time - 1.0,
+        "energy_ratio": u.energy / top.energy,
+        "average_power": pipelines * u.average_power,
+    }
 
 
 def _median(xs: list[float]) -> float:
@@ -58,8 +106,14 @@ def analyse(
     blocking_power: float,
     straggler: float,
     default_index: int,
+    power_budget: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Per-phase tables and the checks the demo makes, from the ranks' step records."""
+    """Per-phase tables and the checks the demo makes, from the ranks' step records.
+
+    ``power_budget``: phase 5's budget as the orchestrator set it (``watts``, ``fraction``,
+    ``plan``: the server's plan under it, ``uniform``: :func:`uniform_power_limit_phase`,
+    ``server_measured``: the status's ``measured``); without it phase 5 is not checked.
+    """
     pts = frontier["points"]
     times = [p["time"] for p in pts]
     t0, e0 = frontier["max_frequency_time"], frontier["max_frequency_energy"]
@@ -90,6 +144,8 @@ def analyse(
         return out
 
     data = {ph: {p: series(p, ph) for p in range(pipelines)} for ph in PHASES}
+    # the phases the ranks ran (records of a run before phase 5 existed have four)
+    ran = [ph for ph in PHASES if all(data[ph][p] for p in range(pipelines))]
     n = len(data[PHASES[0]][0])
     healthy = [p for p in range(pipelines) if p != 1]
 
@@ -106,6 +162,7 @@ def analyse(
         "perseus": range(1, n),
         "straggler": range((replan_at if replan_at is not None else n - 3) + 1, n),
         "recovery": range((restore_at if restore_at is not None else n - 3) + 1, n),
+        "power-budget": range(1, n),
     }
     # Phase 1: the reference energy and step time per pipeline.
     ref = {
@@ -116,7 +173,7 @@ def analyse(
         for p in range(pipelines)
     }
     phases: list[dict[str, Any]] = []
-    for ph in PHASES:
+    for ph in ran:
         w = list(windows[ph]) or [n - 1]
         rows = []
         for p in range(pipelines):
@@ -196,7 +253,57 @@ def analyse(
         f"phase 4 back to the default plan by step {n - 3}": restore_at is not None
         and restore_at <= n - 3,
     }
+    if power_budget is not None and "power-budget" in by:
+        checks["phase5"] = _phase5(by, power_budget)
+        promises.update(_phase5_promises(checks["phase5"]))
     checks["missed"] = [name for name, kept in promises.items() if not kept]
     checks["ok"] = not checks["missed"]
-    steps_out = {ph: {str(p): data[ph][p] for p in range(pipelines)} for ph in PHASES}
+    steps_out = {ph: {str(p): data[ph][p] for p in range(pipelines)} for ph in ran}
     return {"phases": phases, "checks": checks, "steps": steps_out}
+
+
+def _phase5(by: dict[str, dict[str, Any]], budget: dict[str, Any]) -> dict[str, Any]:
+    """Phase 5 against phase 1 and against a uniform power limit with the same average power:
+    measured power (the job's energy per step over the step time, waiting included), step time
+    and energy; the uniform limit's predicted from the profile, relative to max clocks, applied
+    to phase 1's measured step time and energy."""
+    p1, p5 = by["max-clocks"], by["power-budget"]
+    u = budget["uniform"]
+    plan = budget["plan"]
+    server = budget.get("server_measured") or {}
+    has_u = u.get("limit") is not None
+    return {
+        "fraction": budget["fraction"],
+        "budget_watts": budget["watts"],
+        "max_clock_power": budget["max_clock_power"],
+        "plan_index": plan["index"],
+        "plan_power": plan["average_power"],
+        "plans_in_window": [r["plan_in_window"] for r in p5["pipelines"]],
+        "constraint": budget.get("constraint"),
+        "measured_power": p5["energy"] / p5["step_time"],
+        "server_measured_power": server.get("average_power"),
+        "server_energy_saved": server.get("energy_saved"),
+        "step_time": p5["step_time"],
+        "time_ratio": p5["step_time"] / p1["step_time"],
+        "energy": p5["energy"],
+        "energy_ratio": p5["energy"] / p1["energy"],
+        "uniform_limit": u.get("limit"),
+        "uniform_power": u.get("average_power"),
+        "uniform_slowdown": u.get("slowdown"),
+        "uniform_energy_ratio": u.get("energy_ratio"),
+        "uniform_step_time": p1["step_time"] * (1 + u["slowdown"]) if has_u else None,
+        "uniform_energy": p1["energy"] * u["energy_ratio"] if has_u else None,
+    }
+
+
+def _phase5_promises(c: dict[str, Any]) -> dict[str, bool]:
+    slower = c["uniform_slowdown"]
+    return {
+        "phase 5 runs the server's power-budget plan": all(
+            i == c["plan_index"] for i in c["plans_in_window"]
+        ),
+        "phase 5 within the power budget": c["measured_power"]
+        <= c["budget_watts"] * (1 + PHASE5_POWER_TOLERANCE),
+        "phase 5 no slower than a uniform power limit": slower is None
+        or c["time_ratio"] - 1 <= slower + PHASE2_TIME_TOLERANCE,
+    }

@@ -27,6 +27,8 @@ class DemoOptions:
         output: the directory the results, plot and logs go to.
         json: print the results as JSON on stdout instead of the report.
         timeout: seconds after which the ranks are given up on.
+        power_fraction: phase 5's power budget, as a fraction of the job's max-clock average
+            power (``pipelines x E0 / T0``).
     """
 
     profile: Path | None = None
@@ -40,6 +42,7 @@ class DemoOptions:
     output: Path = Path("perseus-demo")
     json: bool = False
     timeout: float = 600.0
+    power_fraction: float = 0.85
 
     @property
     def world(self) -> int:
@@ -92,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--timeout", type=float, default=d.timeout, help="give up after this many seconds"
     )
+    p.add_argument(
+        "--power-fraction",
+        type=float,
+        default=d.power_fraction,
+        help="phase 5's power budget as a fraction of the max-clock average power (default 0.85)",
+    )
     return p
 
 
@@ -110,6 +119,7 @@ def parse_options(argv: list[str] | None = None) -> DemoOptions:
         output=a.output,
         json=a.json,
         timeout=a.timeout,
+        power_fraction=a.power_fraction,
     )
 
 
@@ -136,3 +146,5 @@ def check_options(opts: DemoOptions, profile_stages: int) -> None:
         bad("straggler", "must be a slowdown in (0, 3], e.g. 0.2")
     if not (0.01 <= opts.time_scale <= 100):
         bad("time-scale", "must be between 0.01 and 100")
+    if not (0.3 <= opts.power_fraction <= 1.0):
+        bad("power-fraction", "must be between 0.3 and 1, e.g. 0.85")

@@ -1,8 +1,9 @@
 """The demo's orchestration: a real server, one job, the rank processes, the results.
 
 :func:`run` starts ``perseus serve`` on a temporary database (:class:`perseus_server.ServerProcess`),
-registers a job through the REST API, uploads the profile and computes the frontier, then
-starts every rank as a process ``python -m perseus_demo.rank`` that connects to the server's
+registers a job through the REST API, uploads the profile and computes the frontier, works out
+phase 5's power budget (``--power-fraction`` of the max-clock average power, checked against the
+server: ``GET /jobs/{id}/plan?power_budget=W``), then starts every rank as a process ``python -m perseus_demo.rank`` that connects to the server's
 gRPC endpoint through the client, like a training job's ranks would. When the ranks are done it
 reads their step records, asks :func:`~perseus_demo.analysis.analyse` for the tables and
 checks, draws ``demo.png`` and writes ``results.json``.
@@ -21,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perseus_demo.analysis import analyse
+from perseus_demo.analysis import analyse, uniform_power_limit_phase
 from perseus_demo.errors import DemoError
 from perseus_demo.options import DemoOptions, check_options
 from perseus_demo.phases import PHASES
@@ -91,6 +92,31 @@ def _setup_job(api: _Api, opts: DemoOptions, csv_text: str, power: float) -> dic
         "solve_wall_seconds": solve_wall,
         "plan_version": status["plan"]["version"],
         "default_index": status["plan"]["pipelines"][0]["index"],
+    }
+
+
+def _power_budget(api: _Api, opts: DemoOptions, job: dict[str, Any]) -> dict[str, Any]:
+    """Phase 5's budget: ``--power-fraction`` of the job's max-clock average power (W, whole
+    job), and the plan the server picks under it; a budget no plan meets is a :class:`DemoError`
+    naming the lowest power the job can reach."""
+    fr = job["frontier"]
+    max_power = opts.pipelines * fr["max_frequency_energy"] / fr["max_frequency_time"]
+    watts = opts.power_fraction * max_power
+    r = api.http.get(f"/jobs/{job['job']}/plan", params={"power_budget": watts})
+    if r.status_code == 422 and "lowest_power" in r.json():
+        low = float(r.json()["lowest_power"])
+        raise DemoError(
+            f"--power-fraction: {opts.power_fraction:g} x {max_power:.0f} W = {watts:.0f} W is "
+            f"below the lowest power of any plan, {low:.0f} W ({low / max_power:.3f} of max clocks)"
+        )
+    if r.status_code >= 400:
+        raise DemoError(f"GET /jobs/{job['job']}/plan?power_budget: {r.status_code} {r.text}")
+    plan = r.json()
+    return {
+        "fraction": opts.power_fraction,
+        "max_clock_power": max_power,
+        "watts": watts,
+        "plan": {k: plan[k] for k in ("index", "time", "energy", "average_power", "peak_power")},
     }
 
 
@@ -189,6 +215,13 @@ def run(opts: DemoOptions, log: Callable[[str], None]) -> dict[str, Any]:
                 f"in {job['solve_seconds']:.2f} s; T0 = {fr['max_frequency_time']:.4f} s; "
                 f"deployed point {job['default_index']} (plan version {job['plan_version']})"
             )
+            budget = _power_budget(api, opts, job)
+            log(
+                f"perseus demo: phase 5 budget {budget['watts']:.0f} W "
+                f"({100 * opts.power_fraction:.0f} % of the max-clock {budget['max_clock_power']:.0f} W): "
+                f"the server's plan is point {budget['plan']['index']} "
+                f"({budget['plan']['average_power']:.0f} W)"
+            )
             log(
                 f"perseus demo: launching {world} ranks (torch.distributed.pipelining over gloo, "
                 f"simulated GPUs at time scale {opts.time_scale}); {len(PHASES)} phases of "
@@ -205,6 +238,8 @@ def run(opts: DemoOptions, log: Callable[[str], None]) -> dict[str, Any]:
                 "blocking_power": power,
                 "profile_csv": str((out / "profile.csv").resolve()),
                 "grpc_target": srv.grpc_target,
+                "http_url": srv.http_url,
+                "power_budget": budget["watts"],
                 "job": job["job"],
                 "plan_version": job["plan_version"],
                 "out_dir": str(rank_dir.resolve()),
@@ -217,6 +252,16 @@ def run(opts: DemoOptions, log: Callable[[str], None]) -> dict[str, Any]:
         finally:
             api.close()
     ranks = [json.loads((rank_dir / f"rank{r}.json").read_text()) for r in range(world)]
+    budget["uniform"] = uniform_power_limit_phase(
+        csv_text,
+        stages=opts.stages,
+        microbatches=opts.microbatches,
+        pipelines=opts.pipelines,
+        blocking_power=power,
+        watts=budget["watts"],
+    )
+    budget["server_measured"] = status.get("measured")
+    budget["constraint"] = (status.get("plan") or {}).get("constraint")
     res = analyse(
         ranks,
         fr,
@@ -225,13 +270,14 @@ def run(opts: DemoOptions, log: Callable[[str], None]) -> dict[str, Any]:
         blocking_power=power,
         straggler=opts.straggler,
         default_index=job["default_index"],
+        power_budget=budget,
     )
     replan_metrics = [
         line for line in str(metrics).splitlines() if line.startswith("perseus_replans_total")
     ]
     res.update(
         job=job["job"],
-        config={k: v for k, v in cfg.items() if k not in ("grpc_target", "out_dir")},
+        config={k: v for k, v in cfg.items() if k not in ("grpc_target", "http_url", "out_dir")},
         frontier={
             "points": len(fr["points"]),
             "max_frequency_time": fr["max_frequency_time"],

@@ -13,7 +13,10 @@ The rank runs the demo's phases back to back:
 1. ``max-clocks``: the client has no plan (offline), so every instruction runs at the top clock;
 2. ``perseus``: connected to the server, the deployed plan;
 3. ``straggler``: pipeline 1's simulated GPUs are slowed (``SimulatedGpu.set_time_factor``);
-4. ``recovery``: back to full speed.
+4. ``recovery``: back to full speed;
+5. ``power-budget``: once every rank is done with phase 4, rank 0 sets the job's power budget
+   through the server's REST API (``PUT /jobs/{id}/plan`` with ``power_budget``, the watts the
+   orchestrator worked out) and every rank waits for the plan the server picks under it.
 
 After every step (after the gradient all-reduce) it reads its GPU's simulated clock and energy
 counter, and it writes ``rank<g>.json`` with one record per step: phase, step time and energy
@@ -159,7 +162,29 @@ def main(argv: list[str] | None = None) -> int:
             last = train_step(offline, PHASES[0], i, last)
     offline.close()
 
-    # Phases 2-4: the connected client with the server's plans.
+    def enter_power_budget(client: Any) -> None:
+        """Phase 5's start: rank 0 sets the budget, every rank waits for the server's plan."""
+        dist.barrier()  # nobody is still running phase 4 under the old plan
+        box = [0]
+        if rank == 0:
+            import httpx
+
+            r = httpx.put(
+                f"{cfg['http_url']}/jobs/{cfg['job']}/plan",
+                json={"power_budget": float(cfg["power_budget"])},
+                timeout=60.0,
+            )
+            if r.status_code >= 400:
+                raise RuntimeError(f"PUT /jobs/{cfg['job']}/plan: {r.status_code} {r.text}")
+            box[0] = int(r.json()["version"])
+        dist.broadcast_object_list(box, src=0)
+        deadline = time.monotonic() + 60.0
+        while client.latest_plan is None or client.latest_plan.version < box[0]:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rank {rank} never received plan version {box[0]}")
+            time.sleep(0.02)
+
+    # Phases 2-5: the connected client with the server's plans.
     client = PerseusClient(
         cfg["grpc_target"],
         job=cfg["job"],
@@ -179,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
         last = sync()
         with torch_pipelining.instrument(schedule, client):
             for phase in PHASES[1:]:
+                if phase == "power-budget":
+                    enter_power_budget(client)
+                    last = sync()
                 note(f"phase {phase} starts")
                 if pipe == slow_pipe:
                     sim.set_time_factor(1.0 + slow if phase == "straggler" else 1.0)

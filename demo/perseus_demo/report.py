@@ -6,7 +6,7 @@ from typing import Any
 
 from perseus_demo.phases import PHASE_TITLES
 
-__all__ = ["phase_tables", "report"]
+__all__ = ["phase5_lines", "phase_tables", "report"]
 
 
 def phase_tables(res: dict[str, Any]) -> str:
@@ -31,6 +31,38 @@ def phase_tables(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _opt(x: float | None, fmt: str, scale: float = 1.0) -> str:
+    return "-" if x is None else format(scale * x, fmt)
+
+
+def phase5_lines(p: dict[str, Any]) -> list[str]:
+    """Phase 5 against a uniform per-GPU power limit with the same average power."""
+    server = p["server_measured_power"]
+    lines = [
+        f"Phase 5: power budget {p['budget_watts']:.0f} W ({100 * p['fraction']:.0f} % of the "
+        f"max-clock {p['max_clock_power']:.0f} W); the server deployed point {p['plan_index']} "
+        f"({p['plan_power']:.0f} W predicted; {p['constraint']}).",
+        "                    power(W)  step(s)  vs max clocks  energy(J/step)  vs max clocks",
+        f"  Perseus (measured) {p['measured_power']:>8.0f}  {p['step_time']:>7.4f}  "
+        f"{100 * (p['time_ratio'] - 1):>+12.2f} %  {p['energy']:>14.1f}  "
+        f"{100 * (p['energy_ratio'] - 1):>+12.2f} %",
+    ]
+    if p["uniform_limit"] is None:
+        lines.append("  uniform power limit: none meets the budget")
+    else:
+        lines.append(
+            f"  uniform {p['uniform_limit']:.0f} W/GPU  {p['uniform_power']:>8.0f}  "
+            f"{p['uniform_step_time']:>7.4f}  {100 * p['uniform_slowdown']:>+12.2f} %  "
+            f"{p['uniform_energy']:>14.1f}  {100 * (p['uniform_energy_ratio'] - 1):>+12.2f} %"
+            "   (predicted from the profile)"
+        )
+    lines.append(
+        f"  server: measured {_opt(server, '.0f')} W (the ranks' reports, current plan), energy "
+        f"saved {_opt(p['server_energy_saved'], '.0f')} J against max clocks so far."
+    )
+    return lines
+
+
 def report(res: dict[str, Any]) -> str:
     """The report of a finished run: tables, replanning log, metrics, checks, wall time."""
     c = res["checks"]
@@ -50,6 +82,8 @@ def report(res: dict[str, Any]) -> str:
         f"per step vs {c['phase3_max_clock_energy']:.1f} J at max clocks while waiting."
     )
     lines.append(f"Phase 4: back to the default plan after {c['phase4_restored_after']} step(s).")
+    if "phase5" in c:
+        lines += phase5_lines(c["phase5"])
     if c["missed"]:
         lines.append("MISSED: " + "; ".join(c["missed"]) + ".")
     lines.append(

@@ -8,10 +8,20 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
-__all__ = ["Counter", "Gauge", "Histogram", "Metrics", "Registry"]
+__all__ = ["Counter", "Gauge", "Histogram", "JobEnergySource", "Metrics", "Registry"]
 
 Labels = tuple[tuple[str, str], ...]
+
+
+class JobEnergySource(Protocol):
+    """What exports the jobs' measured power and energy saved (the service's measured-power
+    part, :class:`perseus_server.service.measured_power.MeasuredPower`)."""
+
+    def powers(self) -> dict[Labels, float]: ...
+
+    def savings(self) -> dict[Labels, float]: ...
 
 
 def _fmt_labels(labels: Labels, extra: Labels = ()) -> str:
@@ -207,6 +217,23 @@ class Metrics:
                 "Iteration reports acknowledged and dropped as re-sent (same rank and sequence).",
             )
         )  # type: ignore[assignment]
+        #: Set by the service's measured-power part on first use; read at every scrape.
+        self.job_energy: JobEnergySource | None = None
+        r.add(
+            Gauge(
+                "perseus_job_power_watts",
+                "Measured average power of the job's current plan version (W, whole job).",
+                lambda: self.job_energy.powers() if self.job_energy is not None else {},
+            )
+        )
+        r.add(
+            Gauge(
+                "perseus_energy_saved_joules_total",
+                "Energy saved against the same iterations at max clocks (J, whole job, net; "
+                "since the server started).",
+                lambda: self.job_energy.savings() if self.job_energy is not None else {},
+            )
+        )
 
         self.off_plan_instructions: Counter = r.add(
             Counter(

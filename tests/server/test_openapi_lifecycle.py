@@ -177,7 +177,7 @@ def _stragglers(c: Contract, stub: pb_grpc.PlanServiceStub, job_id: str, small_c
             reps.append(
                 pb.IterationReport(
                     job_id=job_id, rank_id=rank_id, iteration=next(iteration),
-                    iteration_time=times.get(d, t_plan), plan_version=v,
+                    iteration_time=times.get(d, t_plan), plan_version=v, energy=50.0,
                     instructions=_measurements(profile, s, freq, k) if k else [],
                 )
             )  # fmt: skip
@@ -187,6 +187,7 @@ def _stragglers(c: Contract, stub: pb_grpc.PlanServiceStub, job_id: str, small_c
         report({}, {1: t_plan * 1.25}, version)
     st = c.call("GET", JOB + "/status", 200, path=p).json()
     assert st["pipelines"][1]["straggler"]["source"] == "detected"
+    assert st["measured"]["iterations"] == 3 and st["measured"]["average_power"] > 0
     assert st["ranks"][0]["last_iteration"] is not None and st["pipelines"][1]["recent_iterations"]
     c.call("DELETE", JOB + "/stragglers", 200, path=p)
 

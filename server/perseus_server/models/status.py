@@ -28,6 +28,7 @@ __all__ = [
     "OffPlanInstructionView",
     "Replan",
     "JobStatus",
+    "MeasuredPowerView",
 ]
 
 ProfilingState = states.ProfilingStatus
@@ -199,6 +200,33 @@ class Replan(ResponseModel):
     changed: bool = Field(description="It deployed a new plan version.")
 
 
+class MeasuredPowerView(ResponseModel):
+    """The job's power and energy as its ranks measured them (``docs/power.md``)."""
+
+    average_power: float | None = Field(
+        description="Measured average power (W, whole job) of the newest plan version any rank "
+        "reported: the reporting ranks' energy / time, scaled to the job's world size."
+    )
+    plan_version: int = Field(description="The plan version ``average_power`` is of.")
+    power_ranks: int = Field(description="Ranks whose reports of that version it averages.")
+    power_iterations: int = Field(
+        description="The fewest reports of that version from any of those ranks."
+    )
+    energy: float = Field(
+        description="Measured energy (J, whole job) of the counted reports (every report with an "
+        "energy reading, none from online profiling, since the server started)."
+    )
+    max_clock_energy: float = Field(
+        description="What the same iterations, each as long as it was, would have taken at max "
+        "clocks (J, whole job): every instruction at the top clock, waiting at blocking power."
+    )
+    energy_saved: float = Field(
+        description="``max_clock_energy - energy`` (J, net: may be negative)."
+    )
+    iterations: int = Field(description="The most reports counted from any one rank.")
+    ranks: int = Field(description="Ranks with counted reports.")
+
+
 class JobStatus(ResponseModel):
     """``GET /jobs/{id}/status``: ranks, deployment, pipelines, stragglers, profiling."""
 
@@ -219,4 +247,7 @@ class JobStatus(ResponseModel):
     profiling: ProfilingProgress | None = Field(description="The last online profiling scan.")
     power_budget: JobPowerBudget | None = Field(
         description="The job's share of the cluster power budget, or null: not covered."
+    )
+    measured: MeasuredPowerView | None = Field(
+        description="Measured power and energy saved, or null until a rank reported energy.",
     )

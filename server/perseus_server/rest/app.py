@@ -42,6 +42,7 @@ from perseus_server.rest.gate import Gate
 from perseus_server.rest.power import TAG as POWER_TAG
 from perseus_server.rest.power import power_router
 from perseus_server.rest.problems import install_error_handlers
+from perseus_server.rest.ui import install_ui
 from perseus_server.service import PerseusService
 from perseus_server.stragglers import DetectorSettings
 
@@ -455,4 +456,5 @@ def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
         return settings.to_json()
 
     app.include_router(power_router(service))
+    install_ui(app, auth=token is not None)
     return app

@@ -16,6 +16,7 @@ from perseus_server.jobs import RankInfo
 from perseus_server.profiling import Measurement
 from perseus_server.service.clock_verification import ClockVerification, validate_applied_clocks
 from perseus_server.service.context import ServiceContext
+from perseus_server.service.measured_power import MeasuredPower
 from perseus_server.service.online_profiling import OnlineProfiling
 from perseus_server.service.slow_stages import SlowStageResolver, stage_factors
 from perseus_server.service.state import Job, JobTable
@@ -116,6 +117,7 @@ class Reports:
         self.slow_stages = slow_stages
         self.profiling = profiling
         self.clocks = ClockVerification(ctx.metrics.off_plan_instructions)
+        self.measured = MeasuredPower.shared(ctx)
 
     def check(self, i: int, rep: IterationReport) -> CheckedReport:
         """Validate report ``i`` of a batch and measure its stages (linear in its length, no
@@ -181,6 +183,7 @@ class Reports:
         for job, rank, rep, c in checked:
             self._account(job, rank, rep)
             self.clocks.observe(job, rank, rep)
+            self.measured.observe(job, rank, rep)
             if job.profiling_is(ProfilingStatus.RUNNING):
                 assert job.profiling is not None
                 ms = [

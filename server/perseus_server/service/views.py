@@ -11,6 +11,7 @@ from perseus_server.errors import BadRequest
 from perseus_server.service.clock_verification import CAUSE, off_plan_ranks, rank_view
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
+from perseus_server.service.measured_power import MeasuredPower
 from perseus_server.service.solves import Solves
 from perseus_server.service.state import Job
 
@@ -32,6 +33,7 @@ class Views:
         self.started = started
         #: The job's share of the cluster power budget (set by the service).
         self.power_share: Callable[[Job], dict[str, Any] | None] = lambda job: None
+        self.measured = MeasuredPower.shared(ctx)
 
     def job(self, job_id: str) -> dict[str, Any]:
         job = self.ctx.jobs.get(job_id)
@@ -134,6 +136,7 @@ class Views:
             "recent_replans": list(slow.replans),
             "profiling": job.profiling.progress() if job.profiling is not None else None,
             "power_budget": self.power_share(job),
+            "measured": self.measured.view(job),
         }
 
     def health(self) -> dict[str, Any]:

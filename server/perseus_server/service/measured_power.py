@@ -1,0 +1,211 @@
+"""Measured power and energy saved per job, from the ranks' iteration reports
+(``docs/power.md``, "Measured power and energy saved").
+
+Every report that carries an energy reading (``energy > 0``; the client sends 0 when it did not
+measure) and does not come from an online profiling scan counts. Per rank ``r`` the server keeps:
+
+* for the plan version of its latest report, the sums ``E_r`` (J) and ``T_r`` (s) of its
+  reports' energies and iteration times: its measured power ``p_r = E_r / T_r``;
+* over every report counted since the server started, the measured energy and the energy the
+  same iterations would have taken at max clocks (below), and how many reports.
+
+**Measured average power** (W, whole job): over the ranks whose latest plan version is the
+newest any rank reported (``R`` of them, the job's world size ``W = pipelines x ranks x
+tensor-parallel``), ``W / R * sum_r p_r``: the sum of what the ranks report when every rank
+reports, scaled to the whole job like a plan's ``average_power`` when only some do.
+
+**Max-clock energy** of an iteration a rank ran in ``t`` seconds: what the rank's GPU would
+have drawn in those ``t`` seconds running every instruction at the top clock, then waiting at
+blocking power ``P_b``: ``C_r + P_b * (t - B_r)``, where ``C_r`` and ``B_r`` are the energy and
+the busy time of the rank's instructions at the top clock (the profile's first option, as the
+frontier's max-clock point ``(T0, E0)`` uses them: summed over one pipeline's ranks at
+``t = T0`` this is ``E0``). So a pipeline held up by a straggler is compared with max clocks held
+up the same way, and time the profile does not cover (the optimizer step, data loading) counts
+as waiting in the baseline.
+
+**Energy saved** (J, whole job): ``W / R' * sum_r (max-clock energy - measured energy)`` over
+the counted reports, ``R'`` the ranks that reported energy. It is a net figure (a report may save
+less than nothing, e.g. max clocks measured with noise), so ``perseus_energy_saved_joules_total``
+is exported as a gauge; it counts from the server's start (not stored).
+
+Cost: ``O(1)`` per report (the per-rank constants are computed once per profile and frontier,
+``O(n)`` for ``n`` instructions); a view or a scrape is ``O(ranks)`` per job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from perseus.frontier import Frontier
+from perseus.problem import EnergyProblem
+from perseus.profiles import Profile
+from perseus_server.jobs import RankInfo
+from perseus_server.metrics import Labels
+from perseus_server.service.context import ServiceContext
+from perseus_server.service.state import Job
+from perseus_server.service.values import IterationReport
+from perseus_server.states import ProfilingStatus
+
+__all__ = ["MaxClockBaseline", "MeasuredPower", "max_clock_baseline"]
+
+
+@dataclass(frozen=True)
+class MaxClockBaseline:
+    """Per pipeline rank, the energy ``compute[r]`` (J) and busy time ``busy[r]`` (s) of its
+    instructions at the top clock; ``blocking_power`` (W) for the rest of an iteration."""
+
+    compute: tuple[float, ...]
+    busy: tuple[float, ...]
+    blocking_power: float
+
+    def energy(self, rank: int, seconds: float) -> float:
+        """The max-clock energy (J) of one GPU of pipeline rank ``rank`` over an iteration of
+        ``seconds``: its instructions at the top clock, waiting at blocking power otherwise."""
+        return self.compute[rank] + self.blocking_power * (seconds - self.busy[rank])
+
+
+def max_clock_baseline(profile: Profile, frontier: Frontier) -> MaxClockBaseline | None:
+    """The baseline of ``frontier``'s schedule on ``profile`` (None when they do not match)."""
+    try:
+        problem = EnergyProblem.build(profile, frontier.schedule, frontier.blocking_power)
+    except ValueError:
+        return None
+    rank_of = frontier.schedule.stage_rank()
+    ranks = np.array([rank_of[op.stage] for op in problem.dag.ops], dtype=np.int64)
+    n = frontier.schedule.ranks
+    compute = np.bincount(ranks, weights=problem.energies[:, 0], minlength=n)
+    busy = np.bincount(ranks, weights=problem.times[:, 0], minlength=n)
+    return MaxClockBaseline(
+        tuple(float(x) for x in compute), tuple(float(x) for x in busy), frontier.blocking_power
+    )
+
+
+@dataclass
+class _RankEnergy:
+    """One rank's sums (see the module docstring)."""
+
+    version: int = -1
+    energy: float = 0.0
+    time: float = 0.0
+    reports: int = 0
+    measured: float = 0.0
+    max_clock: float = 0.0
+    counted: int = 0
+
+
+@dataclass
+class _JobEnergy:
+    ranks: dict[str, _RankEnergy] = field(default_factory=dict)
+    baseline_of: tuple[int, int] = (0, 0)  # ids of the (profile, frontier) it was computed for
+    baseline: MaxClockBaseline | None = None
+
+
+class MeasuredPower:
+    """The measured power and energy saved of every job (one per service: :meth:`shared`)."""
+
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+        self._jobs: dict[str, _JobEnergy] = {}
+
+    @classmethod
+    def shared(cls, ctx: ServiceContext) -> MeasuredPower:
+        """The service's instance: the one ``ctx.metrics`` exports, made on first use (the
+        report ingestion and the status view share it through the service's metrics)."""
+        src = ctx.metrics.job_energy
+        if isinstance(src, MeasuredPower) and src.ctx is ctx:
+            return src
+        made = cls(ctx)
+        ctx.metrics.job_energy = made
+        return made
+
+    # --- ingestion -------------------------------------------------------------------------------
+
+    def observe(self, job: Job, rank: RankInfo, rep: IterationReport) -> None:
+        """Count one accepted report (see the module docstring for which count)."""
+        energy, seconds = float(rep.energy), float(rep.iteration_time)
+        if energy <= 0 or job.profiling_is(ProfilingStatus.RUNNING):
+            return
+        je = self._jobs.get(job.id)
+        if je is None:
+            self._prune()
+            je = self._jobs[job.id] = _JobEnergy()
+        r = je.ranks.get(rank.rank_id)
+        if r is None:
+            r = je.ranks[rank.rank_id] = _RankEnergy()
+        version = int(rep.plan_version)
+        if version != r.version:
+            r.version, r.energy, r.time, r.reports = version, 0.0, 0.0, 0
+        r.energy += energy
+        r.time += seconds
+        r.reports += 1
+        base = self._baseline(job, je)
+        if base is not None and 0 <= rank.pipeline_rank < len(base.compute):
+            r.measured += energy
+            r.max_clock += base.energy(rank.pipeline_rank, seconds)
+            r.counted += 1
+
+    def _baseline(self, job: Job, je: _JobEnergy) -> MaxClockBaseline | None:
+        profile, frontier = job.profile.current, job.frontier.current
+        if profile is None or frontier is None:
+            return None
+        key = (id(profile), id(frontier))
+        if je.baseline_of != key:
+            je.baseline_of, je.baseline = key, max_clock_baseline(profile, frontier)
+        return je.baseline
+
+    def _prune(self) -> None:
+        for job_id in [j for j in self._jobs if j not in self.ctx.jobs]:
+            del self._jobs[job_id]
+
+    # --- views -----------------------------------------------------------------------------------
+
+    def view(self, job: Job) -> dict[str, Any] | None:
+        """``GET /jobs/{id}/status``'s ``measured``; None until the job reported energy."""
+        je = self._jobs.get(job.id)
+        if je is None or not je.ranks:
+            return None
+        world = job.spec.world_size
+        newest = max(r.version for r in je.ranks.values())
+        now = [r for r in je.ranks.values() if r.version == newest and r.time > 0]
+        power = world / len(now) * sum(r.energy / r.time for r in now) if now else None
+        counted = [r for r in je.ranks.values() if r.counted]
+        scale = world / len(counted) if counted else 0.0
+        measured = scale * sum(r.measured for r in counted)
+        max_clock = scale * sum(r.max_clock for r in counted)
+        return {
+            "average_power": power,
+            "plan_version": newest,
+            "power_ranks": len(now),
+            "power_iterations": min((r.reports for r in now), default=0),
+            "energy": measured,
+            "max_clock_energy": max_clock,
+            "energy_saved": max_clock - measured,
+            "iterations": max((r.counted for r in counted), default=0),
+            "ranks": len(counted),
+        }
+
+    def _views(self) -> dict[str, dict[str, Any]]:
+        self._prune()
+        out = {}
+        for job_id in self._jobs:
+            v = self.view(self.ctx.jobs.get(job_id))
+            if v is not None:
+                out[job_id] = v
+        return out
+
+    def powers(self) -> dict[Labels, float]:
+        """``perseus_job_power_watts`` by job."""
+        return {
+            (("job", j),): float(v["average_power"])
+            for j, v in self._views().items()
+            if v["average_power"] is not None
+        }
+
+    def savings(self) -> dict[Labels, float]:
+        """``perseus_energy_saved_joules_total`` by job (jobs with a max-clock baseline)."""
+        return {
+            (("job", j),): float(v["energy_saved"]) for j, v in self._views().items() if v["ranks"]
+        }
