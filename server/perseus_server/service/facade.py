@@ -26,6 +26,7 @@ from perseus_server.planner import PlanPolicy
 from perseus_server.profiling import DEFAULT_TOLERANCE
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
+from perseus_server.service.measured_power import MeasuredPower
 from perseus_server.service.online_profiling import OnlineProfiling
 from perseus_server.service.persistence import load_jobs
 from perseus_server.service.plans import PlanQueries
@@ -85,9 +86,12 @@ class PerseusService:
         self.slow_stages = SlowStageResolver(ctx, self.deployer)
         self.stragglers = Stragglers(ctx, self.deployer, self.slow_stages)
         self.profiling = OnlineProfiling(ctx, self.deployer, self.profiles, self.solves)
-        self.reports = Reports(ctx, self.stragglers, self.slow_stages, self.profiling)
+        # One measured-power account: reports feed it, the status view and /metrics read it.
+        measured = MeasuredPower(ctx)
+        ctx.metrics.job_energy = measured
+        self.reports = Reports(ctx, self.stragglers, self.slow_stages, self.profiling, measured)
         self.registration = Registration(ctx, self.deployer)
-        self.views = Views(ctx, self.deployer, self.solves, time.time())
+        self.views = Views(ctx, self.deployer, self.solves, measured, time.time())
         self.views.power_share = self.power_budget.job_share
 
     # --- lifecycle -------------------------------------------------------------------------------

@@ -104,22 +104,11 @@ class _JobEnergy:
 
 
 class MeasuredPower:
-    """The measured power and energy saved of every job (one per service: :meth:`shared`)."""
+    """The measured power and energy saved of every job (one per service, made by its facade)."""
 
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self._jobs: dict[str, _JobEnergy] = {}
-
-    @classmethod
-    def shared(cls, ctx: ServiceContext) -> MeasuredPower:
-        """The service's instance: the one ``ctx.metrics`` exports, made on first use (the
-        report ingestion and the status view share it through the service's metrics)."""
-        src = ctx.metrics.job_energy
-        if isinstance(src, MeasuredPower) and src.ctx is ctx:
-            return src
-        made = cls(ctx)
-        ctx.metrics.job_energy = made
-        return made
 
     # --- ingestion -------------------------------------------------------------------------------
 

@@ -111,13 +111,14 @@ class Reports:
         stragglers: Stragglers,
         slow_stages: SlowStageResolver,
         profiling: OnlineProfiling,
+        measured: MeasuredPower,
     ) -> None:
         self.ctx = ctx
         self.stragglers = stragglers
         self.slow_stages = slow_stages
         self.profiling = profiling
         self.clocks = ClockVerification(ctx.metrics.off_plan_instructions)
-        self.measured = MeasuredPower.shared(ctx)
+        self.measured = measured
 
     def check(self, i: int, rep: IterationReport) -> CheckedReport:
         """Validate report ``i`` of a batch and measure its stages (linear in its length, no

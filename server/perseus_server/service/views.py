@@ -25,7 +25,12 @@ class Views:
     """Job, status and health documents."""
 
     def __init__(
-        self, ctx: ServiceContext, deployer: Deployer, solves: Solves, started: float
+        self,
+        ctx: ServiceContext,
+        deployer: Deployer,
+        solves: Solves,
+        measured: MeasuredPower,
+        started: float,
     ) -> None:
         self.ctx = ctx
         self.deployer = deployer
@@ -33,7 +38,7 @@ class Views:
         self.started = started
         #: The job's share of the cluster power budget (set by the service).
         self.power_share: Callable[[Job], dict[str, Any] | None] = lambda job: None
-        self.measured = MeasuredPower.shared(ctx)
+        self.measured = measured
 
     def job(self, job_id: str) -> dict[str, Any]:
         job = self.ctx.jobs.get(job_id)
