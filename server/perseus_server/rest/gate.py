@@ -124,14 +124,16 @@ class Gate:
         if self.credentials.enabled and scope["path"] not in PUBLIC_PATHS:
             who = self.credentials.from_header(headers.get("authorization", ""))
             if who is None:
-                err = Unauthorized("missing or wrong bearer token", field="Authorization")
-                await problem_response(err, {"WWW-Authenticate": "Bearer"})(scope, receive, send)
+                refused = Unauthorized("missing or wrong bearer token", field="Authorization")
+                headers_401 = {"WWW-Authenticate": "Bearer"}
+                await problem_response(refused, headers_401)(scope, receive, send)
                 return
             method = str(scope.get("method", ""))
             needed = CredentialScope.READ if method in READ_METHODS else CredentialScope.ADMIN
             if not who.allows(needed):
-                err = _forbidden(who, needed, method, scope["path"])
-                await problem_response(err)(scope, receive, send)
+                await problem_response(_forbidden(who, needed, method, scope["path"]))(
+                    scope, receive, send
+                )
                 return
             scope.setdefault("state", {})[_STATE_KEY] = who
         is_profile = scope.get("method") == "PUT" and scope["path"].endswith("/profile")
