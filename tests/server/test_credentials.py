@@ -29,6 +29,22 @@ from .test_scopes import read_token_args
 ADMIN = "admin-" + "a" * 26
 
 
+def exercise_credentials(c: Any, job_id: str) -> None:
+    """Every credential route's documented success through ``c`` (a ``test_openapi.Contract``:
+    each answer is checked against the published schema); for the lifecycle test."""
+    issued = c.call("POST", "/credentials", 201, json={"scope": "read"}).json()
+    assert issued["scope"] == "read" and issued["credential"]
+    listed = c.call("GET", "/credentials", 200).json()["credentials"]
+    assert issued["id"] in {x["id"] for x in listed}
+    c.call("DELETE", "/credentials/{credential_id}", 204, path={"credential_id": issued["id"]})
+    c.call("DELETE", "/credentials/{credential_id}", 404, path={"credential_id": issued["id"]})
+    rotated = c.call("POST", "/jobs/{job_id}/credentials/rotate", 200, path={"job_id": job_id})
+    assert rotated.json()["job_id"] == job_id and rotated.json()["scope"] == "rank"
+    c.call("DELETE", "/jobs/{job_id}/credentials", 204, path={"job_id": job_id})
+    c.call("DELETE", "/jobs/{job_id}/credentials", 404, path={"job_id": job_id})
+    c.call("POST", "/jobs/{job_id}/credentials/rotate", 200, path={"job_id": job_id})
+
+
 @pytest.fixture()
 def srv(tmp_path: Path) -> Iterator[ServerProcess]:
     with ServerProcess(tmp_path / "perseus.db", token=ADMIN) as s:
