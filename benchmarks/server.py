@@ -161,15 +161,17 @@ def _reporter(target: str, job_id: str, stop: Any, out: Any) -> None:
 
 
 _SLOW = re.compile(r"Executing (<.*?>) took (\d+\.\d+) seconds")
+_CORO = re.compile(r"coro=<([\w.]+)\(")
 
 
 def slow_callbacks(log: str, top: int = 8) -> list[tuple[str, str]]:
-    """asyncio debug mode's slow-callback lines of a server log, grouped by callback
-    (addresses and line numbers of the handle blanked), the longest total first."""
+    """asyncio debug mode's slow-callback lines of a server log, grouped by the task's
+    coroutine (or the handle, its addresses blanked), the longest total first."""
     groups: dict[str, list[float]] = {}
     for m in _SLOW.finditer(log):
-        name = re.sub(r" at 0x[0-9a-f]+| created at \S+| cb=\[.*?\]", "", m.group(1))
-        groups.setdefault(name[:160], []).append(float(m.group(2)))
+        coro = _CORO.search(m.group(1))
+        name = coro.group(1) if coro else re.sub(r" at 0x[0-9a-f]+", "", m.group(1))[:120]
+        groups.setdefault(name, []).append(float(m.group(2)))
     ranked = sorted(groups.items(), key=lambda kv: -sum(kv[1]))[:top]
     return [
         (
