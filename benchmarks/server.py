@@ -16,7 +16,11 @@
 process polls ``/healthz`` every 10 ms (p50/p99/max) while, at once, profiles of the 16 MiB
 upload limit are uploaded (a valid A40 profile and a malformed 15 MB JSON one in turn), reports of 100,000
 instruction measurements stream in over gRPC, and frontier computations of a 4-stage x
-32-microbatch job complete and deploy one after another.
+32-microbatch job complete and deploy one after another. With ``--loop-trace`` the server runs
+in asyncio debug mode (``PYTHONASYNCIODEBUG=1``), which logs every event-loop callback that
+runs over 100 ms; the benchmark then lists them by callback (count, total and longest), which
+says what holds the loop during the slow probes (debug mode itself slows the server a little:
+compare the latencies of a run without it).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing as mp
+import re
 import statistics
 import sys
 import tempfile
@@ -155,7 +160,29 @@ def _reporter(target: str, job_id: str, stop: Any, out: Any) -> None:
     out.send(sent)
 
 
-def healthz_under_load(seconds: float) -> list[tuple[str, str]]:
+_SLOW = re.compile(r"Executing (<.*?>) took (\d+\.\d+) seconds")
+_CORO = re.compile(r"coro=<([\w.]+)\(")
+
+
+def slow_callbacks(log: str, top: int = 8) -> list[tuple[str, str]]:
+    """asyncio debug mode's slow-callback lines of a server log, grouped by the task's
+    coroutine (or the handle, its addresses blanked), the longest total first."""
+    groups: dict[str, list[float]] = {}
+    for m in _SLOW.finditer(log):
+        coro = _CORO.search(m.group(1))
+        name = coro.group(1) if coro else re.sub(r" at 0x[0-9a-f]+", "", m.group(1))[:120]
+        groups.setdefault(name, []).append(float(m.group(2)))
+    ranked = sorted(groups.items(), key=lambda kv: -sum(kv[1]))[:top]
+    return [
+        (
+            f"  slow callback {name}",
+            f"{len(v)} times, {sum(v) * 1000:.0f} ms in all, longest {max(v) * 1000:.0f} ms",
+        )
+        for name, v in ranked
+    ]
+
+
+def healthz_under_load(seconds: float, *, loop_trace: bool = False) -> list[tuple[str, str]]:
     """``/healthz`` latency while uploads, large reports and solve completions run."""
     import json
 
@@ -171,7 +198,11 @@ def healthz_under_load(seconds: float) -> list[tuple[str, str]]:
     small = "\n".join([lines[0]] + [x for x in lines[1:] if int(x.split(",")[0]) < stages])
     record = {"stage": 0, "instruction": "forward", "frequency": 1740, "time": 0.1, "energy": 1}
     bad_json = json.dumps({"records": [record] * 180_000})  # ~15 MB; duplicates: a 422
-    with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp) / "bench.db") as srv:
+    env = {"PYTHONASYNCIODEBUG": "1"} if loop_trace else None
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        ServerProcess(Path(tmp) / "bench.db", env=env) as srv,
+    ):
         http = httpx.Client(base_url=srv.http_url, timeout=600)
         spec = {"stages": stages, "microbatches": 32, "blocking_power": 70.38}
         solve_job = http.post("/jobs", json=spec).json()["id"]
@@ -210,6 +241,7 @@ def healthz_under_load(seconds: float) -> list[tuple[str, str]]:
         probe.join(30)
         rep.join(30)
         http.close()
+        log = srv.output()
     ms = sorted(x * 1000 for x in lat)
     rows.append(
         (
@@ -220,6 +252,8 @@ def healthz_under_load(seconds: float) -> list[tuple[str, str]]:
             f"max {ms[-1]:.1f} ms over {len(ms)} probes, {errors} failed",
         )
     )
+    if loop_trace:
+        rows += slow_callbacks(log) or [("  slow callbacks", "none over 100 ms")]
     return rows
 
 
@@ -236,9 +270,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help="measure /healthz latency under upload, report and solve load instead",
     )
+    ap.add_argument(
+        "--loop-trace",
+        action="store_true",
+        help="with --healthz-under-load: list the event-loop callbacks that ran over 100 ms",
+    )
     args = ap.parse_args(argv)
     if args.healthz_under_load:
-        rows = healthz_under_load(args.healthz_under_load)
+        rows = healthz_under_load(args.healthz_under_load, loop_trace=args.loop_trace)
         for a, b in rows:
             print(f"{a}\n  {b}")
         return 0

@@ -47,6 +47,11 @@ def build_parser(prog: str = "perseus serve") -> argparse.ArgumentParser:
         "--token-file", type=Path, help="file holding the bearer token every call must carry"
     )
     p.add_argument(
+        "--read-token-file",
+        type=Path,
+        help="file holding a read-only bearer token (REST GET routes only; needs --token-file)",
+    )
+    p.add_argument(
         "--tls-cert", type=Path, help="PEM certificate (TLS for REST and gRPC; needs --tls-key)"
     )
     p.add_argument("--tls-key", type=Path, help="PEM private key")
@@ -92,6 +97,25 @@ def build_parser(prog: str = "perseus serve") -> argparse.ArgumentParser:
     return p
 
 
+def _read_token(parser: argparse.ArgumentParser, flag: str, path: Path | None) -> str | None:
+    """The token in ``path`` (None without one); refuses an empty file, a token with spaces,
+    and a file other users can read."""
+    if path is None:
+        return None
+    try:
+        token = path.read_text().strip()
+    except OSError as e:
+        parser.error(f"cannot read {flag} {path}: {e.strerror}")
+    if not token or any(c.isspace() for c in token):
+        parser.error(f"{flag} {path} must hold one token without spaces")
+    mode = path.stat().st_mode
+    if mode & 0o077:
+        parser.error(
+            f"{flag} {path} is accessible to other users (mode {mode & 0o777:o}); chmod 600 it"
+        )
+    return token
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the server until SIGTERM/SIGINT; returns the exit status."""
     parser = build_parser()
@@ -110,20 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     for path in (args.tls_cert, args.tls_key):
         if path is not None and not path.is_file():
             parser.error(f"no such file: {path}")
-    token = None
-    if args.token_file is not None:
-        try:
-            token = args.token_file.read_text().strip()
-        except OSError as e:
-            parser.error(f"cannot read --token-file {args.token_file}: {e.strerror}")
-        if not token or any(c.isspace() for c in token):
-            parser.error(f"--token-file {args.token_file} must hold one token without spaces")
-        mode = args.token_file.stat().st_mode
-        if mode & 0o077:
-            parser.error(
-                f"--token-file {args.token_file} is accessible to other users "
-                f"(mode {mode & 0o777:o}); chmod 600 it"
-            )
+    token = _read_token(parser, "--token-file", args.token_file)
+    read_token = _read_token(parser, "--read-token-file", args.read_token_file)
+    if read_token is not None and token is None:
+        parser.error("--read-token-file needs --token-file (the admin token)")
+    if read_token is not None and read_token == token:
+        parser.error("--read-token-file must hold another token than --token-file")
     if token is None and not args.insecure and not is_loopback(args.host):
         parser.error(
             f"--host {args.host} is not a loopback address: give --token-file "
@@ -141,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         grpc_port=args.grpc_port,
         db_path=args.db,
         token=token,
+        read_token=read_token,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         header_timeout=args.header_timeout,

@@ -61,6 +61,8 @@ class ServerConfig:
     grpc_port: int = 50051
     db_path: Path = Path("perseus.db")
     token: str | None = None
+    #: A read-only credential (needs ``token``): REST ``GET``/``HEAD`` routes only.
+    read_token: str | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None
     limits: Limits = field(default_factory=Limits)

@@ -1,21 +1,29 @@
-"""What the gRPC server checks before it reads a request: the bearer token from the call's
-metadata, and each method's request size.
+"""What the gRPC server checks before it reads a request: the credential from the call's
+metadata, and each method's request size; and, for a rank credential, what the request is about.
 
-:class:`AuthInterceptor` runs when a call's headers arrive. Without the token, it answers
+:class:`AuthInterceptor` runs when a call's headers arrive. Without a valid credential, it answers
 UNAUTHENTICATED through a request-streaming handler that never reads a message, so an
-unauthenticated body is neither parsed nor kept (a unary handler would receive it first).
-With the token, the method's own handler runs, its deserializer refusing a message over the
-method's limit (:data:`METHOD_LIMITS`) before parsing it: a registration is small, a report
-batch message is bounded by ``max_report_instructions``.
+unauthenticated body is neither parsed nor kept (a unary handler would receive it first); a read
+credential gets PERMISSION_DENIED the same way. Otherwise the method's own handler runs, its
+deserializer refusing a message over the method's limit (:data:`METHOD_LIMITS`) before parsing
+it: a registration is small, a report batch message is bounded by ``max_report_instructions``.
+
+A rank credential (see :mod:`perseus_server.credentials`) opens its own job's ``RegisterRank``,
+``WatchPlan`` and ``ReportIterations`` only: the handler is wrapped so that each request (each
+report of a stream) naming another job, or a rank identity bound to another credential, is
+refused with PERMISSION_DENIED before the servicer sees it, and a registration binds the identity.
 """
 
 from __future__ import annotations
 
+import inspect
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
+
+from perseus_server.credentials import Credentials, Principal, Scope
 
 __all__ = ["AuthInterceptor", "METHOD_LIMITS", "TooLargeMessage", "token_matches"]
 
@@ -35,8 +43,11 @@ class TooLargeMessage:
         self.size, self.limit = size, limit
 
 
-def token_matches(metadata: Any, token: str) -> bool:
-    """Whether ``metadata`` carries ``authorization: Bearer <token>`` (constant-time compare)."""
+def token_matches(metadata: Any, token: str | Credentials) -> bool:
+    """Whether ``metadata`` carries ``authorization: Bearer <token>`` (constant-time compare);
+    given :class:`Credentials`, whether it carries any credential they accept."""
+    if isinstance(token, Credentials):
+        return token.from_metadata(metadata) is not None
     for key, value in metadata or ():
         if str(key).lower() == "authorization":
             scheme, _, given = str(value).partition(" ")
@@ -62,12 +73,36 @@ def _sized(deserialize: Callable[[bytes], Any] | None, limit: int) -> Callable[[
     return check
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):
-    """Token and per-method size checks ahead of the servicer (see the module docstring)."""
+async def _deny(context: grpc.aio.ServicerContext[Any, Any], why: str) -> None:
+    await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
 
-    def __init__(self, token: str | None, on_refused: Callable[[str], None] | None = None) -> None:
-        self.token = token
-        self.on_refused = on_refused or (lambda method: None)
+
+def _denier(why: str) -> Callable[..., Awaitable[None]]:
+    async def deny(request_iterator: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        await _deny(context, why)
+
+    return deny
+
+
+Refused = Callable[[str, str], None]
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    """Credential and per-method size checks ahead of the servicer (see the module docstring).
+
+    ``credentials``: the :class:`Credentials` (or just the admin token; None: open server).
+    ``on_refused(method, code)`` hears of every call refused here (for the metrics).
+    """
+
+    def __init__(
+        self,
+        credentials: Credentials | str | None,
+        on_refused: Callable[..., None] | None = None,
+    ) -> None:
+        if not isinstance(credentials, Credentials):
+            credentials = Credentials(None, admin=credentials)
+        self.credentials = credentials
+        self.on_refused: Refused = on_refused or (lambda method, code="": None)
 
     async def intercept_service(
         self,
@@ -75,13 +110,100 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> Any:
         method = handler_call_details.method
-        if self.token is not None and not token_matches(
-            handler_call_details.invocation_metadata, self.token
-        ):
-            self.on_refused(method.rsplit("/", 1)[-1])
+        name = method.rsplit("/", 1)[-1]
+        who = self.credentials.from_metadata(handler_call_details.invocation_metadata)
+        if who is None:
+            self.on_refused(name, "UNAUTHENTICATED")
             return grpc.stream_unary_rpc_method_handler(_refuse)
+        if who.scope is Scope.READ or (who.scope is Scope.RANK and name not in _RANK_METHODS):
+            self.on_refused(name, "PERMISSION_DENIED")
+            return grpc.stream_unary_rpc_method_handler(
+                _denier(f"a {who.scope} credential cannot call {name}")
+            )
         handler = await continuation(handler_call_details)
-        limit = METHOD_LIMITS.get(method)
-        if handler is None or limit is None:
+        if handler is None:
             return handler
-        return handler._replace(request_deserializer=_sized(handler.request_deserializer, limit))
+        limit = METHOD_LIMITS.get(method)
+        if limit is not None:
+            handler = handler._replace(
+                request_deserializer=_sized(handler.request_deserializer, limit)
+            )
+        if who.scope is Scope.RANK:
+            handler = _RANK_METHODS[name](self, handler, who)
+        return handler
+
+    # --- a rank credential's own job and identities ----------------------------------------------
+
+    def _refused(self, method: str) -> None:
+        self.on_refused(method, "PERMISSION_DENIED")
+
+    def _register(self, handler: Any, who: Principal) -> Any:
+        behavior, creds = handler.unary_unary, self.credentials
+
+        async def register(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            if isinstance(request, TooLargeMessage):
+                return await behavior(request, context)
+            why = creds.register_refusal(who, request.job_id, request.global_rank)
+            if why is not None:
+                self._refused("RegisterRank")
+                await _deny(context, why)
+            response = await behavior(request, context)
+            why = creds.bind(who, response.rank_id, request.job_id, request.global_rank)
+            if why is not None:
+                self._refused("RegisterRank")
+                await _deny(context, why)
+            return response
+
+        return handler._replace(unary_unary=register)
+
+    def _watch(self, handler: Any, who: Principal) -> Any:
+        behavior, creds = handler.unary_stream, self.credentials
+
+        async def check(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+            if isinstance(request, TooLargeMessage):
+                return
+            why = creds.rank_refusal(who, request.job_id, request.rank_id)
+            if why is not None:
+                self._refused("WatchPlan")
+                await _deny(context, why)
+
+        if inspect.isasyncgenfunction(behavior):
+
+            async def watch_gen(request: Any, context: Any) -> AsyncIterator[Any]:
+                await check(request, context)
+                async for msg in behavior(request, context):
+                    yield msg
+
+            return handler._replace(unary_stream=watch_gen)
+
+        async def watch(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            await check(request, context)
+            return await behavior(request, context)
+
+        return handler._replace(unary_stream=watch)
+
+    def _reports(self, handler: Any, who: Principal) -> Any:
+        behavior, creds = handler.stream_unary, self.credentials
+
+        async def reports(
+            request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
+        ) -> Any:
+            async def checked() -> AsyncIterator[Any]:
+                async for report in request_iterator:
+                    why = creds.rank_refusal(who, report.job_id, report.rank_id)
+                    if why is not None:
+                        self._refused("ReportIterations")
+                        await _deny(context, why)
+                    yield report
+
+            return await behavior(checked(), context)
+
+        return handler._replace(stream_unary=reports)
+
+
+#: The methods a rank credential opens, each with the wrapper that checks its requests.
+_RANK_METHODS: dict[str, Callable[[AuthInterceptor, Any, Principal], Any]] = {
+    "RegisterRank": AuthInterceptor._register,
+    "WatchPlan": AuthInterceptor._watch,
+    "ReportIterations": AuthInterceptor._reports,
+}

@@ -19,6 +19,7 @@ import grpc
 
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
+from perseus_server.credentials import Credentials
 from perseus_server.errors import ApiError, BadRequest, Conflict, NotFound, Unauthorized
 from perseus_server.grpc_codec import (
     PlanEncoder,
@@ -50,7 +51,7 @@ def status_code(err: ApiError) -> grpc.StatusCode:
 class PlanServicer(pb_grpc.PlanServiceServicer):
     """RegisterRank, WatchPlan and ReportIterations."""
 
-    def __init__(self, service: PerseusService, token: str | None) -> None:
+    def __init__(self, service: PerseusService, token: str | Credentials | None) -> None:
         self.service = service
         self.token = token
         self.encode_plan = PlanEncoder()
@@ -63,7 +64,8 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         raise AssertionError("unreachable")
 
     async def _auth(self, context: _Context, method: str) -> None:
-        """The token again (the interceptor checks it first, before any body is read)."""
+        """The credential again (the interceptor checks it and its scope first, before any
+        body is read)."""
         if self.token is None or token_matches(context.invocation_metadata(), self.token):
             return
         await self._abort(

@@ -20,6 +20,7 @@ import uvicorn
 
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server.config import ServerConfig
+from perseus_server.credentials import Credentials
 from perseus_server.grpc_gate import AuthInterceptor
 from perseus_server.grpc_service import PlanServicer
 from perseus_server.limits import GRPC_MAX_MESSAGE, guarded_h11, raise_fd_limit
@@ -64,14 +65,17 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     service = PerseusService(store, config.limits)
     service.load()
     tls = config.tls_cert is not None and config.tls_key is not None
+    credentials = Credentials(
+        store, admin=config.token, read=() if config.read_token is None else (config.read_token,)
+    )
 
     fds = raise_fd_limit()
     max_connections = max(16, min(config.max_connections, (fds - 512) // 2))
     grpc_server = grpc.aio.server(
         interceptors=[
             AuthInterceptor(
-                config.token,
-                lambda m: service.metrics.grpc_calls.inc(method=m, code="UNAUTHENTICATED"),
+                credentials,
+                lambda m, code: service.metrics.grpc_calls.inc(method=m, code=code),
             )
         ],
         options=[
@@ -86,7 +90,9 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
             ("grpc.max_allowed_incoming_connections", max_connections),
         ],
     )
-    pb_grpc.add_PlanServiceServicer_to_server(PlanServicer(service, config.token), grpc_server)
+    pb_grpc.add_PlanServiceServicer_to_server(
+        PlanServicer(service, credentials if credentials.enabled else None), grpc_server
+    )
     grpc_addr = f"{_fmt_host(config.host)}:{config.grpc_port}"
     if tls:
         assert config.tls_cert is not None and config.tls_key is not None
@@ -102,7 +108,7 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
 
     sock = _bind(config.host, config.http_port)
     http_port = sock.getsockname()[1]
-    app = create_app(service, token=config.token)
+    app = create_app(service, token=config.token, credentials=credentials)
     uv = _Uvicorn(
         uvicorn.Config(
             app,

@@ -28,6 +28,7 @@ from perseus_server.states import SolveStatus
 __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "CredentialRow",
     "FrontierRow",
     "JobRow",
     "Store",
@@ -92,6 +93,22 @@ def _v2_report_sequences(db: sqlite3.Connection) -> None:
     )
 
 
+def _v4_credentials(db: sqlite3.Connection) -> None:
+    """Version 4: scoped credentials (their SHA-256 digests, never the secrets) and the rank
+    identities bound to the credential that registered them."""
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS credentials ("
+        "id TEXT PRIMARY KEY, scope TEXT NOT NULL, job_id TEXT, hash TEXT NOT NULL UNIQUE, "
+        "created REAL NOT NULL, rotated REAL, revoked REAL)"
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS credentials_job ON credentials (job_id)")
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS rank_bindings ("
+        "rank_id TEXT PRIMARY KEY, job_id TEXT NOT NULL, global_rank INTEGER NOT NULL, "
+        "credential_id TEXT NOT NULL, UNIQUE (job_id, global_rank))"
+    )
+
+
 #: The ordered schema migrations: ``MIGRATIONS[k]`` takes a database at version ``k`` to
 #: ``k + 1``. A later change of what is stored appends a function here (never edits one that
 #: shipped); :meth:`Store.open` applies the missing ones, each in its own transaction.
@@ -99,6 +116,7 @@ MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
     _v1_initial,
     _v2_report_sequences,
     _v3_power_budget,
+    _v4_credentials,
 )
 
 #: The schema version this code reads and writes.
@@ -192,6 +210,29 @@ class FrontierRow:
         self.progress, self.error, self.doc = progress, error, doc
         self.profile_revision, self.started, self.finished = profile_revision, started, finished
         self.solve_seconds = solve_seconds
+
+
+class CredentialRow:
+    """A stored credential: its ``scope`` (``read`` or ``rank``), job (rank credentials), the
+    SHA-256 digest of its secret, and when it was created, last rotated and revoked."""
+
+    __slots__ = ("id", "scope", "job_id", "hash", "created", "rotated", "revoked")
+
+    def __init__(
+        self,
+        id: str,
+        scope: str,
+        job_id: str | None,
+        hash: str,
+        created: float,
+        rotated: float | None,
+        revoked: float | None,
+    ) -> None:
+        self.id, self.scope, self.job_id, self.hash = id, scope, job_id, hash
+        self.created, self.rotated, self.revoked = created, rotated, revoked
+
+
+_CREDENTIAL_COLUMNS = "id, scope, job_id, hash, created, rotated, revoked"
 
 
 class Store:
@@ -305,6 +346,8 @@ class Store:
                 ("iterations", "job_id"),
                 ("profiling", "job_id"),
                 ("report_sequences", "job_id"),
+                ("credentials", "job_id"),
+                ("rank_bindings", "job_id"),
             ):
                 db.execute(f"DELETE FROM {table} WHERE {col} = ?", (job_id,))
 
@@ -461,6 +504,88 @@ class Store:
                 "INSERT OR REPLACE INTO profiling (job_id, doc) VALUES (?, ?)",
                 (job_id, json.dumps(doc)),
             )
+
+    # --- credentials ------------------------------------------------------------------------------
+
+    def add_credential(
+        self, credential_id: str, scope: str, job_id: str | None, digest: str
+    ) -> CredentialRow:
+        now = time.time()
+        with self._tx() as db:
+            db.execute(
+                f"INSERT INTO credentials ({_CREDENTIAL_COLUMNS}) VALUES (?, ?, ?, ?, ?, NULL, NULL)",
+                (credential_id, scope, job_id, digest, now),
+            )
+        return CredentialRow(credential_id, scope, job_id, digest, now, None, None)
+
+    def credential_by_hash(self, digest: str) -> CredentialRow | None:
+        """The credential whose secret has this digest, revoked or not."""
+        row = self._db.execute(
+            f"SELECT {_CREDENTIAL_COLUMNS} FROM credentials WHERE hash = ?", (digest,)
+        ).fetchone()
+        return None if row is None else CredentialRow(*row)
+
+    def credential(self, credential_id: str) -> CredentialRow | None:
+        row = self._db.execute(
+            f"SELECT {_CREDENTIAL_COLUMNS} FROM credentials WHERE id = ?", (credential_id,)
+        ).fetchone()
+        return None if row is None else CredentialRow(*row)
+
+    def credentials(self, job_id: str | None = None) -> list[CredentialRow]:
+        """Every stored credential (of one job when ``job_id`` is given), oldest first."""
+        where, args = ("WHERE job_id = ?", (job_id,)) if job_id is not None else ("", ())
+        rows = self._db.execute(
+            f"SELECT {_CREDENTIAL_COLUMNS} FROM credentials {where} ORDER BY created, id", args
+        ).fetchall()
+        return [CredentialRow(*r) for r in rows]
+
+    def rotate_credential(self, credential_id: str, digest: str) -> None:
+        """A new secret digest for the credential (the old secret stops working); un-revokes."""
+        with self._tx() as db:
+            db.execute(
+                "UPDATE credentials SET hash = ?, rotated = ?, revoked = NULL WHERE id = ?",
+                (digest, time.time(), credential_id),
+            )
+
+    def revoke_credential(self, credential_id: str) -> bool:
+        """Mark the credential revoked; False when it is unknown or was revoked already."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE credentials SET revoked = ? WHERE id = ? AND revoked IS NULL",
+                (time.time(), credential_id),
+            )
+        return cur.rowcount > 0
+
+    def bind_rank(self, rank_id: str, job_id: str, global_rank: int, credential_id: str) -> str:
+        """Bind a rank identity to a credential unless it is bound already; returns the
+        credential it is bound to (``credential_id`` or the earlier one)."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO rank_bindings (rank_id, job_id, global_rank, credential_id) "
+                "VALUES (?, ?, ?, ?)",
+                (rank_id, job_id, global_rank, credential_id),
+            )
+            row = db.execute(
+                "SELECT credential_id FROM rank_bindings WHERE rank_id = ? "
+                "OR (job_id = ? AND global_rank = ?)",
+                (rank_id, job_id, global_rank),
+            ).fetchone()
+        return str(row[0])
+
+    def slot_binding(self, job_id: str, global_rank: int) -> str | None:
+        """The credential the job's rank ``global_rank`` is bound to (None: unbound)."""
+        row = self._db.execute(
+            "SELECT credential_id FROM rank_bindings WHERE job_id = ? AND global_rank = ?",
+            (job_id, global_rank),
+        ).fetchone()
+        return None if row is None else str(row[0])
+
+    def rank_binding(self, rank_id: str) -> tuple[str, str] | None:
+        """``(job_id, credential_id)`` the rank identity is bound to (None: unbound)."""
+        row = self._db.execute(
+            "SELECT job_id, credential_id FROM rank_bindings WHERE rank_id = ?", (rank_id,)
+        ).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]))
 
     # --- the cluster power budget ----------------------------------------------------------------
 

@@ -23,6 +23,7 @@ from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 
 from .conftest import A40, BLOCKING_A40, register
+from .test_credentials import exercise_credentials
 from .test_openapi import Contract
 from .test_power_budget import exercise_power_budget
 
@@ -274,6 +275,7 @@ def test_real_responses_match_the_published_schema(
     _errors(c, small_csv)
     job_id = _main_job(c, small_csv)
     exercise_power_budget(c, job_id)
+    exercise_credentials(c, job_id)
     _stragglers(c, stub, job_id, small_csv)
     _profiling(c, stub, small_freqs)
     _cancelled(c)

@@ -30,6 +30,7 @@ class Problem(ResponseModel):
     field: str = omitted("The input at fault: a body field, a query or path parameter, a header.")
     row: int = omitted("Profile errors: the 1-based CSV line (header: 1) or JSON record index.")
     limit: int = omitted("413: the body limit (bytes).")
+    scope: str = omitted("403: the scope the operation needs (``admin`` or ``read``).")
     errors: list[FieldError] = omitted("422 from request validation: each invalid input (<= 20).")
     lowest_power: float = omitted(
         "Power budgets: the lowest achievable average power (W) of the job or jobs."

@@ -15,6 +15,7 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from perseus.plot import frontier_png
+from perseus_server.credentials import Credentials
 from perseus_server.errors import BadRequest
 from perseus_server.jobs import JobSpec
 from perseus_server.models import (
@@ -35,8 +36,11 @@ from perseus_server.models import (
     ProfilingStatus,
     StragglerIn,
 )
+from perseus_server.models.credentials import JobCreated
 from perseus_server.models.requests import INT32_MAX
 from perseus_server.planner import PlanPolicy
+from perseus_server.rest.credentials import TAG as CREDENTIALS_TAG
+from perseus_server.rest.credentials import create_job_with_credential, credentials_router
 from perseus_server.rest.docs import install_openapi, operation
 from perseus_server.rest.gate import Gate
 from perseus_server.rest.power import TAG as POWER_TAG
@@ -57,6 +61,7 @@ TAGS = [
     {"name": "profiling", "description": "Online profiling: a scan of the SM clocks."},
     {"name": "stragglers", "description": "Slow pipelines: reports, detection, replanning."},
     POWER_TAG,
+    CREDENTIALS_TAG,
 ]
 
 
@@ -119,8 +124,12 @@ def _spec(body: JobIn) -> JobSpec:
     )
 
 
-def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
-    """The REST application over ``service`` (state is passed explicitly, no globals)."""
+def create_app(
+    service: PerseusService, *, token: str | None = None, credentials: Credentials | None = None
+) -> FastAPI:
+    """The REST application over ``service`` (state is passed explicitly, no globals);
+    ``credentials`` (default: just the admin ``token``, issued ones in ``service.store``)."""
+    credentials = credentials or Credentials(service.store, admin=token)
     app = FastAPI(
         title="Perseus",
         version="0.1.0",
@@ -128,10 +137,13 @@ def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
         "per-instruction GPU frequency plans. Times are in seconds, energies in joules per "
         "iteration, powers in watts, clocks in MHz. Errors are RFC 9457 problem documents "
         "(`application/problem+json`) whose `field` names the input at fault. With a token "
-        "configured, every route except `/healthz` needs `Authorization: Bearer <token>`.",
+        "configured, every route except `/healthz` needs `Authorization: Bearer <credential>`: "
+        "the admin token opens everything, a read credential only GET routes (403 otherwise).",
         openapi_tags=TAGS,
     )
-    app.add_middleware(Gate, token=token, limits=service.limits, metrics=service.metrics)
+    app.add_middleware(
+        Gate, credentials=credentials, limits=service.limits, metrics=service.metrics
+    )
     install_error_handlers(app)
     install_openapi(app)
 
@@ -155,12 +167,12 @@ def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
     @app.post(
         "/jobs",
         tags=["jobs"],
-        **operation(JobView, "Create a job", "The new job.", 409, 413, 422, status=201),
+        **operation(JobCreated, "Create a job", "The new job.", 409, 413, 422, status=201),
     )
     async def create_job(body: JobIn) -> dict[str, Any]:
         """A training job: pipelines of ``stages`` ranks running ``schedule`` over
         ``microbatches``; 409 when the server holds its maximum number of jobs."""
-        return service.create_job(_spec(body))
+        return create_job_with_credential(service, credentials, _spec(body))
 
     @app.get("/jobs", tags=["jobs"], **operation(JobList, "List jobs", "A page of jobs.", 422))
     async def list_jobs(
@@ -456,5 +468,6 @@ def create_app(service: PerseusService, *, token: str | None = None) -> FastAPI:
         return settings.to_json()
 
     app.include_router(power_router(service))
-    install_ui(app, auth=token is not None)
+    app.include_router(credentials_router(service, credentials))
+    install_ui(app, auth=credentials.enabled)  # the page's own middleware: keep it added last
     return app

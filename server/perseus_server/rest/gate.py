@@ -1,19 +1,63 @@
-"""Pure ASGI middleware in front of the REST app: bearer token, body-size cap, request metrics,
-and the catch-all that turns an unexpected exception into a logged 500 problem body."""
+"""Pure ASGI middleware in front of the REST app: credentials and their scope, body-size cap,
+request metrics, and the catch-all that turns an unexpected exception into a logged 500 problem
+body.
+
+Scopes on REST (see :mod:`perseus_server.credentials`): the admin token opens every route; a
+read credential opens ``GET`` and ``HEAD`` (:data:`READ_METHODS`) and gets 403 on every other
+method; a rank credential opens no REST route (its business is gRPC). ``/healthz`` needs nothing.
+The Gate decides before the body is read, and leaves the caller's :class:`Principal` in the
+request state: a route reads it with the :func:`caller` dependency, or demands a scope with
+``dependencies=[Depends(requires(Scope.ADMIN))]`` (e.g. a ``GET`` that would reveal a secret).
+"""
 
 from __future__ import annotations
 
-import secrets
 import time
+from collections.abc import Callable
 
+from fastapi import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from perseus_server.config import Limits
+from perseus_server.credentials import ADMIN, Credentials, Forbidden, Principal
+from perseus_server.credentials import Scope as CredentialScope
 from perseus_server.errors import ApiError, TooLarge, Unauthorized
 from perseus_server.metrics import Metrics
 from perseus_server.rest.problems import problem_response
 
-__all__ = ["Gate", "internal_error"]
+__all__ = ["Gate", "READ_METHODS", "PUBLIC_PATHS", "caller", "internal_error", "requires"]
+
+#: The HTTP methods a read credential may use.
+READ_METHODS = frozenset({"GET", "HEAD"})
+#: Paths that need no credential.
+PUBLIC_PATHS = frozenset({"/healthz"})
+_STATE_KEY = "perseus_principal"
+
+
+def caller(request: Request) -> Principal:
+    """FastAPI dependency: who sent the request (the admin principal on an open server)."""
+    found = request.scope.get("state", {}).get(_STATE_KEY)
+    return found if isinstance(found, Principal) else ADMIN
+
+
+def requires(scope: CredentialScope) -> Callable[[Request], Principal]:
+    """FastAPI dependency factory: 403 unless the caller's scope allows ``scope``."""
+
+    def check(request: Request) -> Principal:
+        who = caller(request)
+        if not who.allows(scope):
+            raise _forbidden(who, scope, request.method, request.url.path)
+        return who
+
+    return check
+
+
+def _forbidden(who: Principal, needed: CredentialScope, method: str, path: str) -> Forbidden:
+    return Forbidden(
+        f"a {who.scope} credential may not {method} {path}: it needs the {needed} scope",
+        field="Authorization",
+        scope=needed.value,
+    )
 
 
 def internal_error() -> ApiError:
@@ -24,12 +68,22 @@ def internal_error() -> ApiError:
 
 
 class Gate:
-    """Pure ASGI middleware: bearer-token check, body-size cap, request metrics."""
+    """Pure ASGI middleware: credentials and scopes, body-size cap, request metrics.
+
+    ``credentials``: the :class:`Credentials` (``token``: just an admin token; neither: open).
+    """
 
     def __init__(
-        self, app: ASGIApp, *, token: str | None, limits: Limits, metrics: Metrics
+        self,
+        app: ASGIApp,
+        *,
+        limits: Limits,
+        metrics: Metrics,
+        credentials: Credentials | None = None,
+        token: str | None = None,
     ) -> None:
-        self.app, self.token, self.limits, self.metrics = app, token, limits, metrics
+        self.app, self.limits, self.metrics = app, limits, metrics
+        self.credentials = credentials or Credentials(None, admin=token)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -67,15 +121,21 @@ class Gate:
         headers = {
             k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
         }
-        if self.token is not None and scope["path"] != "/healthz":
-            auth = headers.get("authorization", "")
-            scheme, _, given = auth.partition(" ")
-            if scheme.lower() != "bearer" or not secrets.compare_digest(
-                given.strip().encode(), self.token.encode()
-            ):
-                err = Unauthorized("missing or wrong bearer token", field="Authorization")
-                await problem_response(err, {"WWW-Authenticate": "Bearer"})(scope, receive, send)
+        if self.credentials.enabled and scope["path"] not in PUBLIC_PATHS:
+            who = self.credentials.from_header(headers.get("authorization", ""))
+            if who is None:
+                refused = Unauthorized("missing or wrong bearer token", field="Authorization")
+                headers_401 = {"WWW-Authenticate": "Bearer"}
+                await problem_response(refused, headers_401)(scope, receive, send)
                 return
+            method = str(scope.get("method", ""))
+            needed = CredentialScope.READ if method in READ_METHODS else CredentialScope.ADMIN
+            if not who.allows(needed):
+                await problem_response(_forbidden(who, needed, method, scope["path"]))(
+                    scope, receive, send
+                )
+                return
+            scope.setdefault("state", {})[_STATE_KEY] = who
         is_profile = scope.get("method") == "PUT" and scope["path"].endswith("/profile")
         limit = self.limits.max_profile_bytes if is_profile else self.limits.max_body_bytes
         length = headers.get("content-length")

@@ -1,0 +1,112 @@
+"""Credential routes: a job's rank credential (rotate, revoke), read credentials (issue, list,
+revoke), and the issuing of a job's rank credential when it is created
+(:func:`create_job_with_credential`). Scopes: see :mod:`perseus_server.credentials`; every
+route here but the ``GET`` needs the admin token, which the Gate enforces."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+
+from perseus_server.credentials import Credentials, Scope
+from perseus_server.errors import NotFound
+from perseus_server.jobs import JobSpec
+from perseus_server.models import Problem
+from perseus_server.models.credentials import CredentialIn, CredentialList, IssuedCredentialView
+from perseus_server.rest.docs import operation
+from perseus_server.service import PerseusService
+
+__all__ = ["TAG", "create_job_with_credential", "credentials_router"]
+
+TAG = {
+    "name": "credentials",
+    "description": "Scoped credentials: read-only ones for monitoring, rank ones per job.",
+}
+
+_FORBIDDEN = {
+    "model": Problem,
+    "description": "The credential is valid but its scope does not allow this (``scope`` names "
+    "the one needed).",
+}
+
+
+def _op(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """:func:`operation` with the 403 of a credential whose scope is too small."""
+    out = operation(*args, **kwargs)
+    out["responses"][403] = _FORBIDDEN
+    return out
+
+
+def create_job_with_credential(
+    service: PerseusService, credentials: Credentials, spec: JobSpec
+) -> dict[str, Any]:
+    """``POST /jobs``: the job and, when a token is configured, its rank credential, stored in
+    one transaction (the secret is in the answer only)."""
+    if not credentials.enabled:
+        return service.create_job(spec)
+    with service.store.transaction():
+        view = service.create_job(spec)
+        issued = credentials.issue(Scope.RANK, str(view["id"]))
+    return {**view, "rank_credential": issued.secret}
+
+
+def credentials_router(service: PerseusService, credentials: Credentials) -> APIRouter:
+    """The credential routes over ``service``'s jobs and ``credentials``."""
+    router = APIRouter(tags=["credentials"])
+
+    @router.post(
+        "/jobs/{job_id}/credentials/rotate",
+        **_op(IssuedCredentialView, "Rotate a job's rank credential", "The new credential.", 404),
+    )
+    async def rotate_rank_credential(job_id: str) -> dict[str, Any]:
+        """A new secret for the job's rank credential (issued if it has none, in force again
+        if it was revoked): the old secret stops working at once; the rank identities
+        registered with the credential stay bound to it. The secret is shown only here."""
+        service.jobs.get(job_id)
+        return credentials.rotate_rank(job_id).to_json()
+
+    @router.delete(
+        "/jobs/{job_id}/credentials",
+        response_class=Response,
+        **_op(None, "Revoke a job's rank credential", "Revoked.", 404, status=204),
+    )
+    async def revoke_rank_credential(job_id: str) -> Response:
+        """The job's rank credential stops working (its ranks' calls are refused) until it is
+        rotated; 404 when the job has none in force."""
+        service.jobs.get(job_id)
+        if not credentials.revoke_rank(job_id):
+            raise NotFound(f"job {job_id} has no rank credential in force", field="job_id")
+        return Response(status_code=204)
+
+    @router.post(
+        "/credentials",
+        **_op(IssuedCredentialView, "Issue a credential", "The new credential.", 422, status=201),
+    )
+    async def issue_credential(body: CredentialIn) -> dict[str, Any]:
+        """A read credential: REST ``GET``/``HEAD`` routes only (monitoring, the operator's
+        page). The secret is shown only here; the server keeps its SHA-256."""
+        return credentials.issue(Scope(body.scope)).to_json()
+
+    @router.get(
+        "/credentials",
+        **_op(CredentialList, "List credentials", "The issued credentials, without secrets."),
+    )
+    async def list_credentials() -> dict[str, Any]:
+        """Every issued credential (read and rank): id, scope, job, when it was issued,
+        rotated and revoked. Secrets are never shown again."""
+        return {"credentials": credentials.listing()}
+
+    @router.delete(
+        "/credentials/{credential_id}",
+        response_class=Response,
+        **_op(None, "Revoke a credential", "Revoked.", 404, status=204),
+    )
+    async def revoke_credential(credential_id: str) -> Response:
+        """The credential stops working at once (404 when unknown or revoked already)."""
+        if not credentials.revoke(credential_id):
+            raise NotFound(f"no credential {credential_id!r} in force", field="credential_id")
+        return Response(status_code=204)
+
+    return router
