@@ -91,7 +91,7 @@ def _read_all(
     conn: Any,
     events: SolveEvents,
     loop: asyncio.AbstractEventLoop,
-    on_first: Callable[[str, Any], None],
+    on_first: Callable[[str, Any], None] | None = None,
 ) -> tuple[Any, ...]:
     """Thread body: read messages until a final one or EOF; progress and the first plan (made
     ready by ``prepare`` here) go to the loop."""
@@ -102,6 +102,8 @@ def _read_all(
                 loop.call_soon_threadsafe(events.on_progress, float(msg[1]))
                 continue
             if msg[0] == "first":
+                if on_first is None:
+                    continue
                 try:
                     prepared = events.prepare(msg[1])
                 except Exception:  # noqa: BLE001 - an unreadable first plan is not used
