@@ -286,3 +286,30 @@ def test_the_warm_up_can_be_skipped(tmp_path: Path) -> None:
         httpx.Client(base_url=srv.http_url, timeout=30.0) as http,
     ):
         assert http.get("/healthz").json()["kernels"] == "skipped"
+
+
+def test_a_held_solve_stays_queued_and_a_cancel_does_not_wait_for_the_warm_up() -> None:
+    async def main() -> None:
+        manager = SolveManager(1, poll_interval=0.01)
+        warm: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        manager.hold_until(warm)
+        seen: list[str] = []
+        events = SolveEvents(
+            lambda pid: seen.append("running"),
+            lambda f: None,
+            lambda *a: seen.append("done"),
+            lambda why: seen.append(f"failed: {why}"),
+        )
+        manager.start("a", "", {}, 0.0, events)
+        await asyncio.sleep(0.2)
+        assert manager.holding and manager.queued() == 1 and seen == []
+        manager.cancel("a", "cancelled by request")
+        for _ in range(100):
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+        assert seen == ["failed: cancelled by request"] and not warm.done()
+        warm.set_result(None)
+        assert not manager.holding
+
+    asyncio.run(main())
