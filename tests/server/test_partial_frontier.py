@@ -32,6 +32,7 @@ from perseus_server import ServerProcess
 from perseus_server.faults import TEST_SOLVE_DELAY_ENV, TEST_WARM_DELAY_ENV
 from perseus_server.service.solves import decode_frontier
 from perseus_server.solving import SolveEvents, SolveLimits, SolveManager
+from perseus_server.warmup import WARM_ENV
 
 from .conftest import BLOCKING_A40, make_job, register, wait_frontier
 
@@ -258,7 +259,7 @@ def test_a_slow_solve_hands_over_its_verified_first_plan_first(small_csv: str) -
 def test_solves_wait_for_the_kernel_warm_up_and_healthz_says_so(
     tmp_path: Path, small_csv: str
 ) -> None:
-    env = {TEST_WARM_DELAY_ENV: "4"}
+    env = {TEST_WARM_DELAY_ENV: "4", WARM_ENV: "1"}
     with (
         ServerProcess(tmp_path / "perseus.db", env=env) as srv,
         httpx.Client(base_url=srv.http_url, timeout=30.0) as http,
@@ -282,7 +283,7 @@ def test_solves_wait_for_the_kernel_warm_up_and_healthz_says_so(
 
 def test_the_warm_up_can_be_skipped(tmp_path: Path) -> None:
     with (
-        ServerProcess(tmp_path / "perseus.db", env={"PERSEUS_WARM_KERNELS": "0"}) as srv,
+        ServerProcess(tmp_path / "perseus.db", env={WARM_ENV: "0"}) as srv,
         httpx.Client(base_url=srv.http_url, timeout=30.0) as http,
     ):
         assert http.get("/healthz").json()["kernels"] == "skipped"
