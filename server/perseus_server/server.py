@@ -1,5 +1,9 @@
 """``perseus serve``: FastAPI under uvicorn and a ``grpc.aio`` server on one event loop.
 
+At start, before it listens, the server begins warming the solver's kernels in a child process
+(:mod:`perseus_server.warmup`): ``/healthz`` says ``"kernels": "warming"`` and solves wait
+``queued`` until it is done.
+
 Shutdown on SIGTERM/SIGINT: open WatchPlan streams are ended, gRPC stops with a short grace,
 uvicorn finishes in-flight requests, running solves are stopped (their jobs are marked failed),
 and the SQLite WAL is checkpointed.
@@ -28,6 +32,7 @@ from perseus_server.rest import create_app
 from perseus_server.service import PerseusService
 from perseus_server.states import StreamEnd
 from perseus_server.store import Store
+from perseus_server.warmup import warm_kernels
 
 __all__ = ["serve"]
 
@@ -64,6 +69,7 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     store = Store.open(config.db_path)
     service = PerseusService(store, config.limits)
     service.load()
+    warming = warm_kernels(service.solver)
     tls = config.tls_cert is not None and config.tls_key is not None
     credentials = Credentials(
         store, admin=config.token, read=() if config.read_token is None else (config.read_token,)
@@ -103,6 +109,8 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     else:
         grpc_port = grpc_server.add_insecure_port(grpc_addr)
     if grpc_port == 0:
+        if warming is not None:
+            warming.cancel()
         store.close()
         raise OSError(f"cannot listen for gRPC on {grpc_addr}")
 
@@ -133,6 +141,8 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     while not uv.started and not http_task.done():
         await asyncio.sleep(0.01)
     if http_task.done():
+        if warming is not None:
+            warming.cancel()
         await grpc_server.stop(0)
         store.close()
         http_task.result()
@@ -153,6 +163,10 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     with contextlib.suppress(Exception):
         await http_task
     stop_task.cancel()
+    if warming is not None and not warming.done():
+        warming.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await warming
     await service.shutdown()
     store.close()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -1,8 +1,10 @@
 """The body of a frontier computation, run in a separate (spawned) process.
 
 Kept free of the web stack so the worker imports only numpy/scipy and the Perseus core.
-Messages sent on ``conn`` (the write end of a one-way pipe): ``("progress", fraction)``, then
-one of ``("done", frontier_json, seconds)``, ``("cancelled", reason)`` or ``("error", reason)``.
+Messages sent on ``conn`` (the write end of a one-way pipe): ``("progress", fraction)``, at most
+one ``("first", frontier_json)`` (with ``first_plan``: the solver's verified zero-slowdown plan
+as a frontier of one point, sent before the bulk of the work), then one of
+``("done", frontier_json, seconds)``, ``("cancelled", reason)`` or ``("error", reason)``.
 Once the solver is imported, the worker's address space is capped at what it uses plus its
 memory budget, so an allocation beyond the budget fails here (``MemoryError``) at once.
 """
@@ -15,6 +17,8 @@ import os
 import threading
 import time
 from typing import Any
+
+from perseus_server.faults import TEST_SOLVE_DELAY_ENV, test_delay
 
 __all__ = ["run_solve"]
 
@@ -50,9 +54,12 @@ def run_solve(
     conn: Any,
     cancel: Any,
     memory_bytes: int | None = None,
+    first_plan: bool = False,
 ) -> None:
-    """Solve and report through ``conn``; ``cancel`` is a multiprocessing Event."""
+    """Solve and report through ``conn``; ``cancel`` is a multiprocessing Event; with
+    ``first_plan``, the early zero-slowdown plan is sent as soon as the solver has it."""
     from perseus.errors import PerseusError, SolverCancelled
+    from perseus.frontier import Frontier
     from perseus.profiles import parse_profile_csv
     from perseus.schedules import Schedule
     from perseus.solver import solve_frontier
@@ -76,6 +83,13 @@ def run_solve(
             last[0], last[1] = fraction, now
             send(("progress", float(fraction)))
 
+    def on_first_plan(early: Frontier) -> None:
+        send(("first", json.dumps(early.to_json(compact=True))))
+        deadline = time.monotonic() + test_delay(TEST_SOLVE_DELAY_ENV)
+        while time.monotonic() < deadline:  # test-only: a partial phase long enough to watch
+            if cancel.wait(0.05):
+                raise SolverCancelled("frontier computation cancelled")
+
     try:
         if cancel.is_set():
             raise SolverCancelled("frontier computation cancelled")
@@ -83,7 +97,12 @@ def run_solve(
         profile = parse_profile_csv(profile_csv)
         schedule = Schedule.from_json(schedule_json)
         frontier = solve_frontier(
-            profile, schedule, blocking_power, progress=progress, cancel=cancel.is_set
+            profile,
+            schedule,
+            blocking_power,
+            progress=progress,
+            cancel=cancel.is_set,
+            on_first_plan=on_first_plan if first_plan else None,
         )
         send(("done", json.dumps(frontier.to_json(compact=True)), time.perf_counter() - t0))
     except SolverCancelled as e:

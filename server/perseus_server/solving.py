@@ -10,6 +10,15 @@ Results come back over a one-way pipe whose write end the parent closes once the
 started, read by a thread: a worker that dies halfway through a message makes that read end
 (EOF) instead of blocking anything, and the event loop never reads the pipe itself. The
 ``prepare`` callback (decoding a frontier) runs on that thread too, off the loop.
+
+The first plan: a solve whose events take ``on_first_plan`` sends the solver's early
+zero-slowdown plan (a frontier of one point) before the bulk of the work. It is handed on once
+the solve has gone on for ``first_plan_after`` seconds since and is neither done nor cancelled:
+a solve that ends sooner reports only its whole frontier (its ranks get one new plan, not two
+in quick succession).
+
+Warming: :meth:`SolveManager.hold_until` makes solves wait (``queued``) until a task ends (the
+server's kernel warm-up at start), so no worker compiles the kernels a warm-up is compiling.
 """
 
 from __future__ import annotations
@@ -33,23 +42,29 @@ __all__ = ["SolveEvents", "SolveLimits", "SolveManager", "rss_bytes"]
 @dataclass(frozen=True)
 class SolveLimits:
     """Per-solve bounds: ``memory_bytes`` of resident memory, ``seconds`` of wall time, and
-    ``max_queued`` solves waiting for a worker slot (``start`` refuses more)."""
+    ``max_queued`` solves waiting for a worker slot (``start`` refuses more); and how long a
+    first plan waits before it is handed on (``first_plan_after``, see the module docstring)."""
 
     memory_bytes: int = 8 * 1024**3
     seconds: float = 3600.0
     max_queued: int = 64
+    #: Seconds a solve must still be running after its first plan for that plan to be used.
+    first_plan_after: float = 1.0
 
 
 @dataclass(frozen=True)
 class SolveEvents:
     """Callbacks (run on the event loop) for one solve; ``prepare`` runs on a worker thread
-    with the result document before ``on_done`` gets both."""
+    with the result document before ``on_done`` gets both. With ``on_first_plan``, the worker
+    sends its first plan too, and ``on_first_plan`` gets its document and what ``prepare``
+    made of it (at most once, before ``on_done``/``on_failed``; never after a cancel)."""
 
     on_running: Callable[[int], None]
     on_progress: Callable[[float], None]
     on_done: Callable[[str, float, Any], None]
     on_failed: Callable[[str], None]
     prepare: Callable[[str], Any] = field(default=lambda doc: None)
+    on_first_plan: Callable[[str, Any], None] | None = None
 
 
 @dataclass
@@ -59,6 +74,8 @@ class _Solve:
     process: Any = None
     reason: str = field(default="")
     running: bool = False
+    first: asyncio.TimerHandle | None = None  # the pending hand-over of the first plan
+    ended: bool = False  # the final message has arrived
 
 
 def rss_bytes(pid: int) -> int | None:
@@ -70,13 +87,28 @@ def rss_bytes(pid: int) -> int | None:
         return None
 
 
-def _read_all(conn: Any, events: SolveEvents, loop: asyncio.AbstractEventLoop) -> tuple[Any, ...]:
-    """Thread body: read messages until a final one or EOF; progress goes to the loop."""
+def _read_all(
+    conn: Any,
+    events: SolveEvents,
+    loop: asyncio.AbstractEventLoop,
+    on_first: Callable[[str, Any], None] | None = None,
+) -> tuple[Any, ...]:
+    """Thread body: read messages until a final one or EOF; progress and the first plan (made
+    ready by ``prepare`` here) go to the loop."""
     try:
         while True:
             msg = conn.recv()
             if msg[0] == "progress":
                 loop.call_soon_threadsafe(events.on_progress, float(msg[1]))
+                continue
+            if msg[0] == "first":
+                if on_first is None:
+                    continue
+                try:
+                    prepared = events.prepare(msg[1])
+                except Exception:  # noqa: BLE001 - an unreadable first plan is not used
+                    continue
+                loop.call_soon_threadsafe(on_first, msg[1], prepared)
                 continue
             if msg[0] == "done":
                 try:
@@ -92,7 +124,9 @@ def _read_all(conn: Any, events: SolveEvents, loop: asyncio.AbstractEventLoop) -
             conn.close()
 
 
-def _reader_thread(conn: Any, events: SolveEvents, name: str) -> asyncio.Future[tuple[Any, ...]]:
+def _reader_thread(
+    conn: Any, events: SolveEvents, name: str, on_first: Callable[[str, Any], None]
+) -> asyncio.Future[tuple[Any, ...]]:
     """Read ``conn`` on a thread of its own (a solve holds it for its whole run, so the
     loop's shared executor is never tied up); the future resolves with the final message."""
     loop = asyncio.get_running_loop()
@@ -103,7 +137,7 @@ def _reader_thread(conn: Any, events: SolveEvents, name: str) -> asyncio.Future[
             fut.set_result(msg)
 
     def run() -> None:
-        msg = _read_all(conn, events, loop)
+        msg = _read_all(conn, events, loop, on_first)
         with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
             loop.call_soon_threadsafe(deliver, msg)
 
@@ -125,6 +159,18 @@ class SolveManager:
         self._poll = poll_interval
         self._solves: dict[str, _Solve] = {}
         self.limits = limits or SolveLimits()
+        self._hold: asyncio.Future[Any] | None = None
+        #: The kernels' warm-up state (see :mod:`perseus_server.warmup`; ``skipped``: none ran).
+        self.kernels: str = "skipped"
+
+    def hold_until(self, task: asyncio.Future[Any]) -> None:
+        """Let no worker start before ``task`` ends (however it ends)."""
+        self._hold = task
+
+    @property
+    def holding(self) -> bool:
+        """Whether solves are held back (see :meth:`hold_until`)."""
+        return self._hold is not None and not self._hold.done()
 
     def is_active(self, job_id: str) -> bool:
         return job_id in self._solves
@@ -187,6 +233,8 @@ class SolveManager:
     ) -> None:
         outcome: tuple[Any, ...] = ("failed", "internal error", None)
         try:
+            while self._hold is not None and not self._hold.done() and not solve.cancel.is_set():
+                await asyncio.wait({self._hold}, timeout=self._poll)  # held: stays queued
             async with self._sem:
                 if solve.cancel.is_set():
                     outcome = ("failed", solve.reason, None)
@@ -202,6 +250,7 @@ class SolveManager:
                             writer,
                             solve.cancel,
                             self.limits.memory_bytes,
+                            events.on_first_plan is not None,
                         ),
                         name=f"perseus-solve-{job_id}",
                         daemon=True,
@@ -212,8 +261,16 @@ class SolveManager:
                         writer.close()  # only the worker writes: its death ends our reads
                     solve.process = proc
                     events.on_running(proc.pid or 0)
-                    result = _reader_thread(reader, events, f"perseus-solve-reader-{job_id}")
+                    result = _reader_thread(
+                        reader,
+                        events,
+                        f"perseus-solve-reader-{job_id}",
+                        lambda doc, prepared: self._first_arrived(solve, events, doc, prepared),
+                    )
                     outcome = await self._watch(solve, proc, result)
+                    solve.ended = True
+                    if solve.first is not None:
+                        solve.first.cancel()
                     await asyncio.to_thread(proc.join, 5.0)
                     if proc.is_alive():
                         proc.kill()
@@ -230,6 +287,20 @@ class SolveManager:
             events.on_done(outcome[1], float(seconds), outcome[3] if len(outcome) > 3 else None)
         else:
             events.on_failed(str(outcome[1]))
+
+    def _first_arrived(self, solve: _Solve, events: SolveEvents, doc: str, prepared: Any) -> None:
+        """The first plan is here: hand it on in ``first_plan_after`` s unless the solve has
+        ended or been cancelled by then."""
+        on_first = events.on_first_plan
+        if on_first is None or solve.ended or solve.cancel.is_set():
+            return
+
+        def hand_on() -> None:
+            solve.first = None
+            if not solve.ended and not solve.cancel.is_set():
+                on_first(doc, prepared)
+
+        solve.first = asyncio.get_running_loop().call_later(self.limits.first_plan_after, hand_on)
 
     async def _watch(
         self, solve: _Solve, proc: Any, result: asyncio.Future[tuple[Any, ...]]

@@ -39,12 +39,14 @@ class SolveStatus(StrEnum):
     NONE = "none"
     QUEUED = "queued"
     RUNNING = "running"
+    #: Running, with the first plan stored and deployed as a frontier of one point.
+    PARTIAL = "partial"
     DONE = "done"
     FAILED = "failed"
 
     @property
     def active(self) -> bool:
-        return self in (SolveStatus.QUEUED, SolveStatus.RUNNING)
+        return self in (SolveStatus.QUEUED, SolveStatus.RUNNING, SolveStatus.PARTIAL)
 
 
 class SlowStageStatus(StrEnum):

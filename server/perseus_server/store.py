@@ -109,6 +109,12 @@ def _v4_credentials(db: sqlite3.Connection) -> None:
     )
 
 
+def _v5_partial_frontiers(db: sqlite3.Connection) -> None:
+    """Version 5: whether a job's stored frontier is partial (the first plan of a solve, stored
+    and deployed while the rest is computed; a solve cut short leaves it so)."""
+    db.execute("ALTER TABLE frontiers ADD COLUMN partial INTEGER NOT NULL DEFAULT 0")
+
+
 #: The ordered schema migrations: ``MIGRATIONS[k]`` takes a database at version ``k`` to
 #: ``k + 1``. A later change of what is stored appends a function here (never edits one that
 #: shipped); :meth:`Store.open` applies the missing ones, each in its own transaction.
@@ -117,6 +123,7 @@ MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
     _v2_report_sequences,
     _v3_power_budget,
     _v4_credentials,
+    _v5_partial_frontiers,
 )
 
 #: The schema version this code reads and writes.
@@ -181,7 +188,9 @@ class FrontierRow:
     """The frontier state of a job (``status``: see :class:`SolveStatus`).
 
     ``doc`` is the last successfully computed frontier (``Frontier.to_json(compact=True)``), kept
-    while a newer computation runs or after one failed.
+    while a newer computation runs or after one failed; ``partial``: it is only the first plan
+    of a computation (one point), the rest not computed (yet: status ``partial``; or ever: the
+    computation failed or was cancelled after it).
     """
 
     __slots__ = (
@@ -193,6 +202,7 @@ class FrontierRow:
         "started",
         "finished",
         "solve_seconds",
+        "partial",
     )
 
     def __init__(
@@ -205,8 +215,10 @@ class FrontierRow:
         started: float | None = None,
         finished: float | None = None,
         solve_seconds: float | None = None,
+        partial: bool = False,
     ) -> None:
         self.status = SolveStatus(status)
+        self.partial = bool(partial)
         self.progress, self.error, self.doc = progress, error, doc
         self.profile_revision, self.started, self.finished = profile_revision, started, finished
         self.solve_seconds = solve_seconds
@@ -375,8 +387,8 @@ class Store:
 
     def frontier(self, job_id: str) -> FrontierRow:
         row = self._db.execute(
-            "SELECT status, progress, error, doc, profile_revision, started, finished, solve_seconds "
-            "FROM frontiers WHERE job_id = ?",
+            "SELECT status, progress, error, doc, profile_revision, started, finished, solve_seconds, "
+            "partial FROM frontiers WHERE job_id = ?",
             (job_id,),
         ).fetchone()
         return FrontierRow() if row is None else FrontierRow(*row)
@@ -385,7 +397,7 @@ class Store:
         with self._tx() as db:
             db.execute(
                 "INSERT OR REPLACE INTO frontiers (job_id, status, progress, error, doc, profile_revision, "
-                "started, finished, solve_seconds) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "started, finished, solve_seconds, partial) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     job_id,
                     row.status,
@@ -396,13 +408,14 @@ class Store:
                     row.started,
                     row.finished,
                     row.solve_seconds,
+                    int(row.partial),
                 ),
             )
 
     def interrupted_solves(self) -> list[str]:
         rows = self._db.execute(
-            "SELECT job_id FROM frontiers WHERE status IN (?, ?)",
-            (SolveStatus.QUEUED.value, SolveStatus.RUNNING.value),
+            "SELECT job_id FROM frontiers WHERE status IN (?, ?, ?)",
+            (SolveStatus.QUEUED.value, SolveStatus.RUNNING.value, SolveStatus.PARTIAL.value),
         ).fetchall()
         return [r[0] for r in rows]
 

@@ -17,7 +17,7 @@ import pytest
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
-from perseus_server.faults import FAULT_ENV, FAULT_EXIT_CODE
+from perseus_server.faults import FAULT_ENV, FAULT_EXIT_CODE, POINTS, TEST_SOLVE_DELAY_ENV
 
 from .conftest import make_job, register, solved_job, wait_frontier
 from .test_hostile_input import app_routes
@@ -92,6 +92,53 @@ def test_a_crash_during_solve_completion(tmp_path: Path, small_csv: str, point: 
             assert state["status"]["plan"]["kind"] == "plan"
     finally:
         srv.stop()
+
+
+@pytest.mark.parametrize("point", ["after_partial_store", "after_partial_commit"])
+def test_a_crash_during_the_partial_frontier(tmp_path: Path, small_csv: str, point: str) -> None:
+    """A crash while the first plan is stored, or after it while the rest is computed."""
+    srv = ServerProcess(tmp_path / "perseus.db", env={FAULT_ENV: point, TEST_SOLVE_DELAY_ENV: "30"})
+    srv.start()
+    try:
+        with httpx.Client(base_url=srv.http_url, timeout=30.0) as http:
+            job_id = make_job(http)
+            r = http.put(
+                f"/jobs/{job_id}/profile", content=small_csv, headers={"content-type": "text/csv"}
+            )
+            assert r.status_code == 200
+            with grpc.insecure_channel(srv.grpc_target) as ch:
+                register(pb_grpc.PlanServiceStub(ch), job_id, 0, 0)
+            assert http.post(f"/jobs/{job_id}/frontier").status_code == 202
+        assert wait_exit(srv) == FAULT_EXIT_CODE
+        restart(srv)
+        state = check_everything_answers(tmp_path, srv, job_id)
+        frontier, plan = state["frontier"], state["status"]["plan"]
+        assert frontier["status"] == "failed" and "interrupted" in frontier["error"]
+        if point == "after_partial_store":  # before: nothing of the first plan was committed
+            assert plan is None and "points" not in frontier
+        else:  # after: the first plan stored as a partial frontier, and deployed
+            assert frontier["partial"] is True and len(frontier["points"]) == 1
+            assert plan["version"] == 1 and plan["partial"] is True
+            with httpx.Client(base_url=srv.http_url, timeout=30.0) as http:
+                assert http.post(f"/jobs/{job_id}/frontier").status_code == 202
+                assert wait_frontier(http, job_id)["status"] == "done"
+            state = check_everything_answers(tmp_path, srv, job_id)
+            assert "partial" not in state["frontier"] and state["status"]["plan"]["version"] == 2
+    finally:
+        srv.stop()
+
+
+def test_every_fault_point_is_tested() -> None:
+    tested = {
+        "after_frontier_store",
+        "after_solve_commit",
+        "after_partial_store",
+        "after_partial_commit",
+        "after_deployment_store",
+        "after_profile_store",
+        "after_profiling_commit",
+    }
+    assert set(POINTS) == tested
 
 
 def test_a_crash_during_deployment(tmp_path: Path, small_csv: str) -> None:

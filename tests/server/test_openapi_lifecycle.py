@@ -6,13 +6,16 @@ with custom and interleaved schedules; the frontier before, during and after a s
 without points, stale; plans by deadline, slowdown, energy budget and index (with steps);
 deployments of every kind (plan, profiling step, max clocks); stragglers reported and
 detected, a slow stage re-solved; online profiling started, in progress and aborted; the
-problem documents of 404, 409, 413 and 422.
+problem documents of 404, 409, 413 and 422. And the partial frontier (a solve's first plan,
+deployed while the rest is computed, on a server whose solves are slowed for it): the job,
+its frontier, status, plan queries and a deployment during that phase, then after it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,6 +24,8 @@ import pytest
 from perseus.profiles import parse_profile_csv
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
+from perseus_server import ServerProcess
+from perseus_server.faults import TEST_SOLVE_DELAY_ENV
 
 from .conftest import A40, BLOCKING_A40, register
 from .test_credentials import exercise_credentials
@@ -297,3 +302,34 @@ def test_real_responses_match_the_published_schema(
     assert not missing, f"documented responses never exercised: {sorted(missing)}"
     errors = {status for _, _, status, _ in c.seen if status >= 400}
     assert errors >= {404, 409, 413, 422}
+
+
+def test_partial_frontier_responses_match_the_published_schema(
+    tmp_path: Path, small_csv: str
+) -> None:
+    env = {TEST_SOLVE_DELAY_ENV: "4"}
+    with (
+        ServerProcess(tmp_path / "perseus.db", env=env) as srv,
+        httpx.Client(base_url=srv.http_url, timeout=30.0) as http,
+    ):
+        c = Contract(http)
+        job_id = _job(c, data_parallel=2)
+        p = {"job_id": job_id}
+        c.call("PUT", JOB + "/profile", 200, path=p, content=small_csv,
+               headers={"content-type": "text/csv"})  # fmt: skip
+        c.call("POST", JOB + "/frontier", 202, path=p)
+        st = _until(c, JOB + "/frontier", job_id, lambda b: b["status"] == "partial")
+        assert st["partial"] is True and len(st["points"]) == 1
+        assert c.call("GET", JOB, 200, path=p).json()["frontier_status"] == "partial"
+        status = c.call("GET", JOB + "/status", 200, path=p).json()
+        assert status["frontier"]["partial"] is True and status["plan"]["partial"] is True
+        c.call("GET", JOB + "/frontier", 200, path=p, params={"points": False})
+        for params in ({"index": 0, "steps": True}, {"slowdown": 0.05}):
+            assert c.call("GET", JOB + "/plan", 200, path=p, params=params).json()["partial"]
+        assert c.call("PUT", JOB + "/plan", 200, path=p, json={}).json()["partial"] is True
+        c.call("GET", JOB + "/frontier.png", 200, path=p)
+        st = _until(c, JOB + "/frontier", job_id, lambda b: b["status"] == "done")
+        assert "partial" not in st and len(st["points"]) >= 2
+        assert "partial" not in c.call("GET", JOB + "/status", 200, path=p).json()["plan"]
+        health = c.call("GET", "/healthz", 200).json()
+        assert health["kernels"] in ("warming", "ready")

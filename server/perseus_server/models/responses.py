@@ -62,6 +62,11 @@ class Health(ResponseModel):
     status: Literal["ok"] = Field(description="Always ``ok`` while the server answers.")
     jobs: int = Field(description="Jobs the server holds.")
     uptime_seconds: float = Field(description="Seconds since the server started.")
+    kernels: Literal["warming", "ready", "failed", "skipped"] = Field(
+        description="The solver kernels' warm-up at start: ``warming`` (every other request is "
+        "served; solves wait ``queued`` until it ends), ``ready`` (compiled or loaded), "
+        "``failed`` (solves compile what they lack), ``skipped`` (``PERSEUS_WARM_KERNELS=0``)."
+    )
 
 
 # --- jobs ----------------------------------------------------------------------------------------
@@ -199,6 +204,14 @@ _Stale = Annotated[
     bool, Field(description="The frontier was computed from an older profile revision.")
 ]
 _NumPoints = Annotated[int, omitted("Points of the frontier (absent before the first solve).")]
+_Partial = Annotated[
+    bool,
+    omitted(
+        "Present (true) when the stored frontier is only a solve's first plan (one point, a "
+        "verified zero-slowdown plan): while status is ``partial`` the rest is being computed "
+        "and replaces it; after a failed or cancelled solve it stays."
+    ),
+]
 _MaxTime = Annotated[
     float, omitted("Iteration time (s) with every instruction at its maximum clock.")
 ]
@@ -220,6 +233,7 @@ class FrontierSummary(ResponseModel):
     num_points: _NumPoints
     max_frequency_time: _MaxTime
     max_frequency_energy: _MaxEnergy
+    partial: _Partial
 
 
 class FrontierStatus(ResponseModel):
@@ -236,6 +250,7 @@ class FrontierStatus(ResponseModel):
     num_points: _NumPoints
     max_frequency_time: _MaxTime
     max_frequency_energy: _MaxEnergy
+    partial: _Partial
     points: list[FrontierPoint] = omitted(
         "Every point, fastest first (present once computed, unless ``points=false``)."
     )
@@ -269,6 +284,10 @@ class PlanDoc(ResponseModel):
     )
     average_power: float = Field(description=_AVERAGE_POWER)
     peak_power: float | None = Field(description=_PEAK_POWER)
+    partial: bool = omitted(
+        "Present (true) when the job's frontier is only a solve's first plan: the query was "
+        "answered from that one point (see ``GET /jobs/{id}/frontier``)."
+    )
     steps: list[list[PlanStep]] = omitted("Per pipeline rank, its instructions (``steps=true``).")
 
 
@@ -320,6 +339,10 @@ class PlanDeployment(_DeploymentBase):
 
     kind: Literal[DeploymentKind.PLAN]
     pipelines: list[PipelineDeployment]
+    partial: bool = omitted(
+        "Present (true) when the job's frontier is only a solve's first plan: the pipelines run "
+        "it until the whole frontier replaces it (a new version)."
+    )
     average_power: float = Field(
         description="Average power (W) of the whole job: every pipeline waits for the slowest "
         "at blocking power (perseus.power.deployment_power)."

@@ -273,6 +273,8 @@ class Deployer:
                     }
                 )
             out["pipelines"] = pipelines
+            if job.frontier.row.partial:
+                out["partial"] = True
             if self.deployment_power is not None:
                 frontiers = [self.pipeline_frontier(job, dep, p) for p in range(len(dep.indices))]
                 power = self.deployment_power(job, dep, frontiers)

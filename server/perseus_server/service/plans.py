@@ -27,7 +27,8 @@ def policy_error(e: InfeasibleError, policy: PlanPolicy) -> BadRequest:
 def plan_doc(
     job: Job, index: int, *, steps: bool, powers: PlanPowers | None = None
 ) -> dict[str, Any]:
-    """Frontier point ``index`` of ``job``: its time, energy, bound, savings and frequencies."""
+    """Frontier point ``index`` of ``job``: its time, energy, bound, savings and frequencies;
+    ``partial`` when the job's frontier is only a first plan (the answer is from what exists)."""
     f = job.frontier.current
     assert f is not None
     plan = job.frontier.steps(index)
@@ -44,6 +45,8 @@ def plan_doc(
     }
     if powers is not None:
         doc.update(powers.point(job, index))
+    if job.frontier.row.partial:
+        doc["partial"] = True
     if steps:
         doc["steps"] = plan
     return doc

@@ -1,5 +1,15 @@
 """A job's frontier computation: started in a worker process (see
-:mod:`perseus_server.solving`), followed, cancelled, and deployed when it is done."""
+:mod:`perseus_server.solving`), followed, cancelled, and deployed when it is done.
+
+The partial frontier: when the job has no frontier of the profile revision being solved, the
+solver's first plan (a verified zero-slowdown plan) is stored as the job's frontier, one point,
+status ``partial``, and deployed (a plan version), in one transaction, while the rest is
+computed; plan queries are answered from it (marked ``partial``). The whole frontier then
+replaces it and the deployment is re-decided on it in one transaction (the policy and pins set
+meanwhile are kept), so no deployment points past the stored frontier. A solve that fails or is
+cancelled after its first plan leaves that plan stored and deployed (it is a real plan, no
+slower than all maximum clocks): the frontier stays ``partial`` with the failure as its error.
+"""
 
 from __future__ import annotations
 
@@ -64,11 +74,14 @@ class Solves:
         profile = job.profile.current
         assert profile is not None
         ctx, row = self.ctx, job.frontier.row
-        row.status, row.progress, row.error = SolveStatus.QUEUED, 0.0, None
-        row.started, row.finished, row.profile_revision = time.time(), None, job.profile.revision
-        ctx.store.put_frontier(job.id, row)
         revision = job.profile.revision
+        # A first plan helps only where no frontier of this profile revision is stored yet.
+        wants_first = job.frontier.current is None or row.profile_revision != revision
+        row.status, row.progress, row.error = SolveStatus.QUEUED, 0.0, None
+        row.started, row.finished = time.time(), None
+        ctx.store.put_frontier(job.id, row)
         t0 = time.perf_counter()
+        first: list[bool] = [False]  # this solve's first plan is stored and deployed
 
         def alive() -> bool:
             return job.id in ctx.jobs
@@ -81,6 +94,24 @@ class Solves:
         def on_progress(fraction: float) -> None:
             row.progress = max(row.progress, min(1.0, fraction))  # stored at the end
 
+        def on_first_plan(doc: str, frontier: Frontier) -> None:
+            if not alive() or row.status is not SolveStatus.RUNNING:
+                return
+            # The partial frontier and its deployment: one transaction, as on completion.
+            with ctx.store.transaction():
+                row.status, row.doc, row.partial = SolveStatus.PARTIAL, doc, True
+                row.profile_revision = revision
+                ctx.store.put_frontier(job.id, row)
+                fault_point("after_partial_store")
+                job.frontier.set(frontier)
+                job.deployment.policy, job.deployment.overrides = PlanPolicy(), {}
+                self.deployer.decide(
+                    job, "first plan (the rest of the frontier is being computed)", force=True
+                )
+            first[0] = True
+            fault_point("after_partial_commit")
+            log.info("job %s: first plan deployed; the rest of the frontier follows", job.id)
+
         def on_done(doc: str, seconds: float, frontier: Frontier) -> None:
             if not alive():
                 return
@@ -89,16 +120,22 @@ class Solves:
             with ctx.store.transaction():
                 row.status, row.progress, row.error, row.doc = SolveStatus.DONE, 1.0, None, doc
                 row.finished, row.solve_seconds = time.time(), seconds
-                row.profile_revision = revision
+                row.profile_revision, row.partial = revision, False
                 ctx.store.put_frontier(job.id, row)
                 fault_point("after_frontier_store")
                 job.frontier.set(frontier)
                 if job.profiling is not None and job.profiling.status is ProfilingStatus.SOLVING:
                     job.profiling.status = ProfilingStatus.DONE
                     ctx.store.put_profiling(job.id, job.profiling.to_json())
-                # Default policy after a solve: the fastest plan (point 0), deployed at once.
-                job.deployment.policy, job.deployment.overrides = PlanPolicy(), {}
-                self.deployer.decide(job, "frontier computed")
+                if not first[0]:
+                    # Default policy after a solve: the fastest plan (point 0), deployed at once.
+                    job.deployment.policy, job.deployment.overrides = PlanPolicy(), {}
+                # After a first plan, the policy and pins of the partial phase are kept (a pin
+                # there is to point 0, the fastest plan here too) and re-decided on the whole
+                # frontier. Always a new version, even with the same indices: the plans behind
+                # them changed with the frontier.
+                cause = "frontier computed" + (" (replaces the first plan)" if first[0] else "")
+                self.deployer.decide(job, cause, force=True)
             fault_point("after_solve_commit")
             ctx.metrics.solves.inc(outcome="done")
             ctx.metrics.solve_seconds.observe(time.perf_counter() - t0)
@@ -120,7 +157,14 @@ class Solves:
             profile.to_csv(),
             job.schedule.to_json(),
             job.spec.blocking_power,
-            SolveEvents(on_running, on_progress, on_done, on_failed, decode_frontier),
+            SolveEvents(
+                on_running,
+                on_progress,
+                on_done,
+                on_failed,
+                decode_frontier,
+                on_first_plan if wants_first else None,
+            ),
         )
 
     def cancel(self, job_id: str) -> dict[str, Any]:
@@ -148,6 +192,8 @@ class Solves:
                 max_frequency_time=f.max_frequency_time,
                 max_frequency_energy=f.max_frequency_energy,
             )
+            if row.partial:
+                out["partial"] = True
             if points:
                 out["points"] = [
                     {"index": i, "time": float(t), "energy": float(e), "lower_bound": float(lb)}

@@ -149,4 +149,5 @@ class Views:
             "status": "ok",
             "jobs": len(self.ctx.jobs),
             "uptime_seconds": time.time() - self.started,
+            "kernels": self.ctx.solver.kernels,
         }
