@@ -3,6 +3,7 @@ cut them down to a few stages and frequencies for small, fast instances."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -12,6 +13,10 @@ from pathlib import Path
 import pytest
 
 from perseus.profiles import Profile, load_profile, parse_profile_csv
+
+# Servers the tests start skip warming the solver kernels (setup compiled them already; the
+# warm-up test turns it on itself): a test that solves at once then does not wait for it.
+os.environ.setdefault("PERSEUS_WARM_KERNELS", "0")
 
 ROOT = Path(__file__).resolve().parent.parent
 A100_CSV = ROOT / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"

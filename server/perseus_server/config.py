@@ -46,7 +46,7 @@ class Limits:
     history_per_rank: int = 256
     max_concurrent_solves: int = 4
     max_report_instructions: int = 100_000
-    solve_memory_bytes: int = 8 * 1024**3
+    solve_memory_bytes: int = 2 * 1024**3
     solve_seconds: float = 3600.0
     max_queued_solves: int = 64
     max_jobs_page: int = 1000
