@@ -31,11 +31,13 @@ noise to 1.5 % (energy counters).
 
     python benchmarks/profiling.py                           # A100 and A40, 2/3/4 stages
     python benchmarks/profiling.py --gpu a40 --stages 2 --noise 0.015 --energy-noise 0.02
+    python benchmarks/profiling.py --budgets 1 1.5 2 3 --seeds 1 2 3   # difference vs iterations
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import subprocess
 import time
@@ -199,6 +201,23 @@ def deployed_savings(
     return Savings(tuple(points), tuple(best), tuple(late))
 
 
+@functools.lru_cache(maxsize=None)
+def _truth(
+    gpu: str, stages: int, microbatches: int
+) -> tuple[Profile, Schedule, float, EnergyProblem, Frontier, Savings]:
+    """A job's true profile, schedule, blocking power, problem, frontier and savings."""
+    full = load_profile(PROFILES[gpu])
+    known = known_gpu_for(PROFILES[gpu].name)
+    assert known is not None
+    pb = known.blocking_power
+    true = full.select_stages(range(stages))
+    schedule = one_f_one_b(stages, microbatches)
+    true_problem = EnergyProblem.build(true, schedule, pb)
+    true_frontier = solve_problem(true_problem)
+    ref = deployed_savings(true_frontier, true_problem, true_frontier)
+    return true, schedule, pb, true_problem, true_frontier, ref
+
+
 def run_job(
     gpu: str,
     stages: int,
@@ -209,26 +228,23 @@ def run_job(
     seed: int,
     tolerance: float,
     rules: tuple[str, ...] = ("old", "new"),
+    budget: float = 1.0,
 ) -> tuple[str, Savings, dict[str, tuple[Scan, Savings]]]:
-    """The scans of one job by each of ``rules``, and the true frontier's savings."""
-    full = load_profile(PROFILES[gpu])
-    known = known_gpu_for(PROFILES[gpu].name)
-    assert known is not None
-    pb = known.blocking_power
-    true = full.select_stages(range(stages))
-    schedule = one_f_one_b(stages, microbatches)
-    true_problem = EnergyProblem.build(true, schedule, pb)
-    true_frontier = solve_problem(true_problem)
-    ref = deployed_savings(true_frontier, true_problem, true_frontier)
+    """The scans of one job by each of ``rules``, and the true frontier's savings.
+
+    ``budget`` scales the measuring: ``ceil(5 * budget)`` iterations at most per clock and the
+    new rule's ``tolerance / sqrt(budget)`` (about ``budget`` times the samples per clock).
+    """
+    true, schedule, pb, true_problem, true_frontier, ref = _truth(gpu, stages, microbatches)
     out: dict[str, tuple[Scan, Savings]] = {}
     for old in (r == "old" for r in rules):
         session = ProfilingSession(
             true.frequencies,
             warmup_iterations=2,
-            iterations=5,
+            iterations=math.ceil(5 * budget),
             stop_after_rises=3,
             blocking_power=pb,
-            tolerance=0.0 if old else tolerance,
+            tolerance=0.0 if old else tolerance / math.sqrt(budget),
             noise_sigmas=math.inf if old else 3.0,
             smooth=not old,
             max_revisits=0 if old else DEFAULT_MAX_REVISITS,
@@ -252,6 +268,57 @@ def fmt_savings(points: tuple[float, ...]) -> str:
     return " / ".join(f"{x:5.2f}" for x in points)
 
 
+def budget_table(
+    gpus: list[str],
+    stage_counts: list[int],
+    microbatches: int,
+    budgets: list[float],
+    seeds: list[int],
+    *,
+    noise: float,
+    energy_noise: float,
+    tolerance: float,
+) -> None:
+    """The new rule's largest difference against the true frontier, and its iterations, as the
+    measuring budget scales (see :func:`run_job`), over ``seeds``."""
+    print(
+        f"new rule, budget scaling over seeds {seeds}: per job the iterations spent (mean over "
+        f"seeds) and the largest |points| difference over the deadlines (max over seeds; at T0 "
+        f"in brackets)"
+    )
+    print(f"{'budget':>6} {'job':<10} {'iters':>6} {'diff':>5} {'(T0)':>6}  per seed")
+    for b in budgets:
+        overall = [0.0, 0.0]
+        for gpu in gpus:
+            for k in stage_counts:
+                iters, diffs, at_t0 = [], [], []
+                for seed in seeds:
+                    job, ref, res = run_job(
+                        gpu,
+                        k,
+                        microbatches,
+                        noise=noise,
+                        energy_noise=energy_noise,
+                        seed=seed,
+                        tolerance=tolerance,
+                        rules=("new",),
+                        budget=b,
+                    )
+                    scan, got = res["new"]
+                    iters.append(scan.iterations)
+                    diffs.append(
+                        max(abs(x - y) for x, y in zip(got.points, ref.points, strict=True))
+                    )
+                    at_t0.append(abs(got.points[0] - ref.points[0]))
+                overall = [max(overall[0], max(diffs)), max(overall[1], max(at_t0))]
+                print(
+                    f"{b:6.2g} {job:<10} {np.mean(iters):6.0f} {max(diffs):5.2f} "
+                    f"({max(at_t0):4.2f})  " + " ".join(f"{d:.2f}" for d in diffs),
+                    flush=True,
+                )
+        print(f"{b:6.2g} {'all':<10} {'':>6} {overall[0]:5.2f} ({overall[1]:4.2f})", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--gpu", choices=sorted(PROFILES), action="append")
@@ -261,9 +328,29 @@ def main() -> None:
     ap.add_argument("--energy-noise", type=float, default=0.015, help="energy's relative std-dev")
     ap.add_argument("--tolerance", type=float, default=0.005, help="new rule's relative SE")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--budgets",
+        type=float,
+        nargs="+",
+        help="instead: the new rule's difference against iterations as the measuring budget "
+        "scales by these factors (over --seeds)",
+    )
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     args = ap.parse_args()
     gpus = args.gpu or ["a100", "a40"]
     stage_counts = args.stages or [2, 3, 4]
+    if args.budgets:
+        budget_table(
+            gpus,
+            stage_counts,
+            args.microbatches,
+            args.budgets,
+            args.seeds,
+            noise=args.noise,
+            energy_noise=args.energy_noise,
+            tolerance=args.tolerance,
+        )
+        return
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
     ).stdout.strip()
