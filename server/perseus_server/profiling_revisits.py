@@ -17,20 +17,22 @@ the valley, or far above the curve's lower hull) is not.
   standard error exceeds ``top_tolerance`` of its time, and every clock that draws less energy
   and whose time is within ``sigmas`` combined standard errors of the highest's while that
   combined error exceeds ``top_tolerance`` of it (the less certain of the two);
-* *effective cost* (:func:`cost_needs`): for each price ``lambda`` at a vertex of the lower
-  convex hull of ``(t, c)`` (and ``lambda = 0``), the clock ``k`` with the least
-  ``c + lambda t`` and every clock ``j`` within ``sigmas`` combined standard errors of it
-  (``sqrt(se_c[j]^2 + se_c[k]^2)``) while that combined error exceeds ``cost_tolerance`` of
-  ``|e[k]|``: the less certain of ``j`` and ``k`` is needed. The gap ``c_j + lambda t_j -
-  min_k(c_k + lambda t_k)`` is convex in ``lambda`` (linear minus concave), so its minimum over
-  ``lambda >= 0`` is at ``0`` or at a hull vertex's slope: these prices find every clock any
-  price makes competitive.
+* *effective cost* (:func:`cost_needs`): clock ``j``'s *margin* is the most, over prices
+  ``lambda >= 0``, by which ``c_j + lambda t_j`` beats every other clock's (negative: by how
+  little it loses at its best price). A margin beyond ``sigmas`` combined standard errors
+  (``sqrt(se_c[j]^2 + se_c[k]^2)``, ``k`` the best other clock at that price) either way is
+  told apart: the clock surely is, or surely is not, some price's choice. Within them, while
+  that combined error exceeds ``cost_tolerance`` of ``|e[k]|``, the less certain of ``j`` and
+  ``k`` is needed. The margin is the lower envelope of the others' lines minus ``j``'s line:
+  concave and piecewise linear in ``lambda``, so its maximum is at ``0`` or at a price where
+  two clocks tie; those prices are tried. The fastest clock wins at a high enough price
+  whatever its cost: it is left to the time needs.
 
 **Choice.** :func:`next_revisit` counts, per clock, the (stage, instruction)s that need it (a
 revisit measures every instruction at that clock) and picks the clock with the most time needs,
 then the most cost needs, then the highest.
 
-**Complexity.** ``O(m h)`` per curve of ``m`` clocks and ``h`` hull vertices.
+**Complexity.** ``O(m^3)`` per curve of ``m`` clocks (``O(m^2)`` prices).
 """
 
 from __future__ import annotations
@@ -40,8 +42,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-
-from perseus.profiles import lower_hull_indices, pareto_indices
 
 __all__ = ["Curve", "time_needs", "cost_needs", "next_revisit"]
 
@@ -81,21 +81,28 @@ def cost_needs(curve: Curve, *, sigmas: float, cost_tolerance: float) -> set[int
     """The clocks to measure again so that the frontier's close choices between clocks are
     told apart (see the module docstring)."""
     freqs, t, c, se = curve.frequencies, curve.time, curve.cost, curve.cost_se
-    if cost_tolerance <= 0 or len(freqs) < 2 or not np.all(se > 0):
+    m = len(freqs)
+    if cost_tolerance <= 0 or m < 2 or not np.all(se > 0):
         return set()
-    front = pareto_indices(t, c)
-    hull = front[lower_hull_indices(t[front], c[front])]
-    prices = [0.0]
-    for a, b in zip(hull[:-1], hull[1:], strict=True):
-        prices.append(float((c[a] - c[b]) / (t[b] - t[a])))
+    dt = t[None, :] - t[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slopes = (c[:, None] - c[None, :]) / dt
+    prices = np.concatenate(([0.0], slopes[(dt > 0) & (slopes > 0)]))
+    v = c[None, :] + prices[:, None] * t[None, :]
+    order = np.argsort(v, axis=1)[:, :2]
+    rows = np.arange(len(prices))
+    fastest = int(np.argmin(t))
     need: set[int] = set()
-    for lam in prices:
-        v = c + lam * t
-        k = int(np.argmin(v))
-        sd = np.hypot(se, se[k])
-        close = (v - v[k] <= sigmas * sd) & (sd > cost_tolerance * abs(curve.energy[k]))
-        close[k] = False
-        for j in np.flatnonzero(close):
+    for j in range(m):
+        if j == fastest and np.count_nonzero(t <= t[j]) == 1:
+            continue  # a high enough price makes it every other clock's better: times decide
+        # the best other clock at each price, and how much j beats it there
+        other = np.where(order[:, 0] == j, order[:, 1], order[:, 0])
+        margin = v[rows, other] - v[:, j]
+        best = int(np.argmax(margin))
+        k = int(other[best])
+        sd = math.hypot(se[j], se[k])
+        if abs(margin[best]) <= sigmas * sd and sd > cost_tolerance * abs(curve.energy[k]):
             need.add(int(freqs[j] if se[j] >= se[k] else freqs[k]))
     return need
 
