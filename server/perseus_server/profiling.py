@@ -46,14 +46,12 @@ warm-up included).
 **The fastest clocks.** The zero-slowdown plan runs the critical path at the highest clock
 and gives a critical instruction a lower clock only where that clock is as fast: a clock whose
 mean time reads, by noise, no slower than the highest clock's while it draws less energy is
-taken, and the plan is truly late. The scan therefore ends by measuring the fastest clocks
-again (at most ``max_revisits`` revisits, ``iterations`` iterations each after the warm-up):
-per (stage, instruction), the highest clock while its time's standard error exceeds
-``top_tolerance`` of its time, and every clock that draws less energy and whose time is within
-``noise_sigmas`` combined standard errors of the highest clock's while that combined error
-exceeds ``top_tolerance`` of it (the less certain of the two is measured again). The clock
-that most (stage, instruction)s need is revisited next (the higher on a tie); its samples add
-to the scan's. ``tolerance=0`` or ``top_tolerance=0`` measures nothing again.
+taken, and the plan is truly late. The scan therefore ends by measuring clocks again (at most
+``max_revisits`` revisits, ``iterations`` iterations each after the warm-up), chosen by
+:func:`perseus_server.profiling_revisits.next_revisit`: the fastest clocks while their times
+cannot be told apart within ``top_tolerance``, and, with a ``cost_tolerance`` (off unless
+given), every clock whose effective cost is within the noise of being some price's choice. Its
+samples add to the scan's. ``tolerance=0`` measures nothing again.
 
 **Smoothing.** :meth:`ProfilingSession.profile_csv` gives mean energies, and mean times smoothed
 across clocks by :func:`perseus_server.profile_fit.smooth_curve` (adaptive local quadratic fits
@@ -192,7 +190,7 @@ class ProfilingSession:
             measure ``iterations``).
         noise_sigmas: how many standard errors a rise must exceed to be real.
         top_tolerance: relative standard error to which the fastest clocks' times are
-            measured (see the module docstring, *The fastest clocks*; 0: no re-measuring).
+            measured (see the module docstring, *The fastest clocks*; 0: times not measured again).
         max_revisits: the most clocks measured again after the scan.
         smooth: whether :meth:`profile_csv` gives the times smoothed across clocks.
         cost_tolerance: standard error, relative to the energy, below which two clocks' close
