@@ -31,11 +31,13 @@ noise to 1.5 % (energy counters).
 
     python benchmarks/profiling.py                           # A100 and A40, 2/3/4 stages
     python benchmarks/profiling.py --gpu a40 --stages 2 --noise 0.015 --energy-noise 0.02
+    python benchmarks/profiling.py --budgets 1 1.5 2 3 --seeds 1 2 3   # difference vs iterations
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import subprocess
 import time
@@ -152,12 +154,14 @@ class Savings:
 
     ``points``: energy saved (%) against all max clock; ``best``: what the true frontier saves
     over the same iteration time; ``late``: how much later than the deadline the plan truly
-    finishes (%).
+    finishes (%); ``offset``: the plan's true time against its deadline (%, signed: negative
+    when it finishes early and waits).
     """
 
     points: tuple[float, ...]
     best: tuple[float, ...]
     late: tuple[float, ...]
+    offset: tuple[float, ...] = ()
 
     @property
     def loss(self) -> float:
@@ -182,7 +186,7 @@ def deployed_savings(
     top = true_problem.evaluate(true_problem.max_frequency_plan())
     t0, e0 = top.time, top.energy
     n = true_problem.num_nodes
-    points, best, late = [], [], []
+    points, best, late, offset = [], [], [], []
     for x in DEADLINES:
         k = frontier.index_for_deadline(x * frontier.max_frequency_time, wait=True)
         freqs = frontier.frequencies(k)
@@ -196,7 +200,25 @@ def deployed_savings(
         points.append(100 * (1 - (ev.energy + pb * r * (span - ev.time)) / base))
         best.append(100 * (1 - true_frontier.energy_at(span) / base))
         late.append(100 * max(0.0, ev.time / (x * t0) - 1))
-    return Savings(tuple(points), tuple(best), tuple(late))
+        offset.append(100 * (ev.time / (x * t0) - 1))
+    return Savings(tuple(points), tuple(best), tuple(late), tuple(offset))
+
+
+@functools.cache
+def _truth(
+    gpu: str, stages: int, microbatches: int
+) -> tuple[Profile, Schedule, float, EnergyProblem, Frontier, Savings]:
+    """A job's true profile, schedule, blocking power, problem, frontier and savings."""
+    full = load_profile(PROFILES[gpu])
+    known = known_gpu_for(PROFILES[gpu].name)
+    assert known is not None
+    pb = known.blocking_power
+    true = full.select_stages(range(stages))
+    schedule = one_f_one_b(stages, microbatches)
+    true_problem = EnergyProblem.build(true, schedule, pb)
+    true_frontier = solve_problem(true_problem)
+    ref = deployed_savings(true_frontier, true_problem, true_frontier)
+    return true, schedule, pb, true_problem, true_frontier, ref
 
 
 def run_job(
@@ -209,29 +231,29 @@ def run_job(
     seed: int,
     tolerance: float,
     rules: tuple[str, ...] = ("old", "new"),
+    budget: float = 1.0,
+    cost_tolerance: float = 0.0,
 ) -> tuple[str, Savings, dict[str, tuple[Scan, Savings]]]:
-    """The scans of one job by each of ``rules``, and the true frontier's savings."""
-    full = load_profile(PROFILES[gpu])
-    known = known_gpu_for(PROFILES[gpu].name)
-    assert known is not None
-    pb = known.blocking_power
-    true = full.select_stages(range(stages))
-    schedule = one_f_one_b(stages, microbatches)
-    true_problem = EnergyProblem.build(true, schedule, pb)
-    true_frontier = solve_problem(true_problem)
-    ref = deployed_savings(true_frontier, true_problem, true_frontier)
+    """The scans of one job by each of ``rules``, and the true frontier's savings.
+
+    ``budget`` scales the measuring: ``ceil(5 * budget)`` iterations at most per clock and the
+    new rule's ``tolerance / sqrt(budget)`` (about ``budget`` times the samples per clock).
+    ``cost_tolerance``: the new rule's plan-aware revisits of close effective costs (0: none).
+    """
+    true, schedule, pb, true_problem, true_frontier, ref = _truth(gpu, stages, microbatches)
     out: dict[str, tuple[Scan, Savings]] = {}
     for old in (r == "old" for r in rules):
         session = ProfilingSession(
             true.frequencies,
             warmup_iterations=2,
-            iterations=5,
+            iterations=math.ceil(5 * budget),
             stop_after_rises=3,
             blocking_power=pb,
-            tolerance=0.0 if old else tolerance,
+            tolerance=0.0 if old else tolerance / math.sqrt(budget),
             noise_sigmas=math.inf if old else 3.0,
             smooth=not old,
             max_revisits=0 if old else DEFAULT_MAX_REVISITS,
+            cost_tolerance=0.0 if old else cost_tolerance,
         )
         scan = simulate_scan(
             true,
@@ -252,6 +274,72 @@ def fmt_savings(points: tuple[float, ...]) -> str:
     return " / ".join(f"{x:5.2f}" for x in points)
 
 
+def budget_table(
+    gpus: list[str],
+    stage_counts: list[int],
+    microbatches: int,
+    budgets: list[float],
+    seeds: list[int],
+    *,
+    noise: float,
+    energy_noise: float,
+    tolerance: float,
+    cost_tolerance: float = 0.0,
+) -> None:
+    """The new rule's difference against the true frontier, and its iterations, as the
+    measuring budget scales (see :func:`run_job`), over ``seeds``."""
+    print(
+        f"new rule (cost tolerance {cost_tolerance:g}), budget scaling over seeds {seeds}: per "
+        f"job the iterations spent (mean over seeds), the largest |points| difference over the "
+        f"deadlines (max and mean over seeds; at T0: max), and the largest |offset| of a plan's "
+        f"true time from its deadline (%, max over seeds and deadlines)"
+    )
+    print(
+        f"{'budget':>6} {'job':<10} {'iters':>6} {'diff':>5} {'mean':>5} {'at T0':>5} "
+        f"{'offset':>6}  per seed"
+    )
+    for b in budgets:
+        every: list[float] = []
+        worst_t0 = worst_offset = 0.0
+        for gpu in gpus:
+            for k in stage_counts:
+                iters, diffs, at_t0, offsets = [], [], [], []
+                for seed in seeds:
+                    job, ref, res = run_job(
+                        gpu,
+                        k,
+                        microbatches,
+                        noise=noise,
+                        energy_noise=energy_noise,
+                        seed=seed,
+                        tolerance=tolerance,
+                        rules=("new",),
+                        budget=b,
+                        cost_tolerance=cost_tolerance,
+                    )
+                    scan, got = res["new"]
+                    iters.append(scan.iterations)
+                    diffs.append(
+                        max(abs(x - y) for x, y in zip(got.points, ref.points, strict=True))
+                    )
+                    at_t0.append(abs(got.points[0] - ref.points[0]))
+                    offsets.append(max(abs(o) for o in got.offset))
+                every += diffs
+                worst_t0 = max(worst_t0, *at_t0)
+                worst_offset = max(worst_offset, *offsets)
+                print(
+                    f"{b:6.2g} {job:<10} {np.mean(iters):6.0f} {max(diffs):5.2f} "
+                    f"{np.mean(diffs):5.2f} {max(at_t0):5.2f} {max(offsets):6.3f}  "
+                    + " ".join(f"{d:.2f}" for d in diffs),
+                    flush=True,
+                )
+        print(
+            f"{b:6.2g} {'all':<10} {'':>6} {max(every):5.2f} {np.mean(every):5.2f} "
+            f"{worst_t0:5.2f} {worst_offset:6.3f}",
+            flush=True,
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--gpu", choices=sorted(PROFILES), action="append")
@@ -261,9 +349,37 @@ def main() -> None:
     ap.add_argument("--energy-noise", type=float, default=0.015, help="energy's relative std-dev")
     ap.add_argument("--tolerance", type=float, default=0.005, help="new rule's relative SE")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--budgets",
+        type=float,
+        nargs="+",
+        help="instead: the new rule's difference against iterations as the measuring budget "
+        "scales by these factors (over --seeds)",
+    )
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument(
+        "--cost-tolerance",
+        type=float,
+        default=0.0,
+        help="new rule: measure close effective costs again down to this relative error "
+        "(0: off, the server's default)",
+    )
     args = ap.parse_args()
     gpus = args.gpu or ["a100", "a40"]
     stage_counts = args.stages or [2, 3, 4]
+    if args.budgets:
+        budget_table(
+            gpus,
+            stage_counts,
+            args.microbatches,
+            args.budgets,
+            args.seeds,
+            noise=args.noise,
+            energy_noise=args.energy_noise,
+            tolerance=args.tolerance,
+            cost_tolerance=args.cost_tolerance,
+        )
+        return
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
     ).stdout.strip()
@@ -296,6 +412,7 @@ def main() -> None:
                 energy_noise=args.energy_noise,
                 seed=args.seed,
                 tolerance=args.tolerance,
+                cost_tolerance=args.cost_tolerance,
             )
             for rule in ("old", "new"):
                 scan, got = res[rule]

@@ -46,14 +46,12 @@ warm-up included).
 **The fastest clocks.** The zero-slowdown plan runs the critical path at the highest clock
 and gives a critical instruction a lower clock only where that clock is as fast: a clock whose
 mean time reads, by noise, no slower than the highest clock's while it draws less energy is
-taken, and the plan is truly late. The scan therefore ends by measuring the fastest clocks
-again (at most ``max_revisits`` revisits, ``iterations`` iterations each after the warm-up):
-per (stage, instruction), the highest clock while its time's standard error exceeds
-``top_tolerance`` of its time, and every clock that draws less energy and whose time is within
-``noise_sigmas`` combined standard errors of the highest clock's while that combined error
-exceeds ``top_tolerance`` of it (the less certain of the two is measured again). The clock
-that most (stage, instruction)s need is revisited next (the higher on a tie); its samples add
-to the scan's. ``tolerance=0`` or ``top_tolerance=0`` measures nothing again.
+taken, and the plan is truly late. The scan therefore ends by measuring clocks again (at most
+``max_revisits`` revisits, ``iterations`` iterations each after the warm-up), chosen by
+:func:`perseus_server.profiling_revisits.next_revisit`: the fastest clocks while their times
+cannot be told apart within ``top_tolerance``, and, with a ``cost_tolerance`` (off unless
+given), every clock whose effective cost is within the noise of being some price's choice. Its
+samples add to the scan's. ``tolerance=0`` measures nothing again.
 
 **Smoothing.** :meth:`ProfilingSession.profile_csv` gives mean energies, and mean times smoothed
 across clocks by :func:`perseus_server.profile_fit.smooth_curve` (adaptive local quadratic fits
@@ -83,6 +81,7 @@ from typing import Any
 import numpy as np
 
 from perseus_server.profile_fit import smooth_curve
+from perseus_server.profiling_revisits import Curve, next_revisit
 from perseus_server.states import ProfilingStatus
 
 __all__ = [
@@ -191,9 +190,12 @@ class ProfilingSession:
             measure ``iterations``).
         noise_sigmas: how many standard errors a rise must exceed to be real.
         top_tolerance: relative standard error to which the fastest clocks' times are
-            measured (see the module docstring, *The fastest clocks*; 0: no re-measuring).
+            measured (see the module docstring, *The fastest clocks*; 0: times not measured again).
         max_revisits: the most clocks measured again after the scan.
         smooth: whether :meth:`profile_csv` gives the times smoothed across clocks.
+        cost_tolerance: standard error, relative to the energy, below which two clocks' close
+            effective costs count as told apart (see
+            :mod:`perseus_server.profiling_revisits`; 0: effective costs measured once).
     """
 
     frequencies: list[int]
@@ -218,6 +220,7 @@ class ProfilingSession:
     top_tolerance: float = 0.001
     max_revisits: int = 0
     smooth: bool = True
+    cost_tolerance: float = 0.0
     #: the clock being measured again after the scan (``None``: scanning ``frequencies``)
     revisit: int | None = None
     #: the clocks measured again so far, in order
@@ -350,33 +353,15 @@ class ProfilingSession:
     def _start_revisit(self) -> bool:
         """Pick the next clock to measure again; True when there is none (the scan is over)."""
         self.revisit = None
-        if self.tolerance <= 0 or self.top_tolerance <= 0:
+        if self.tolerance <= 0 or len(self.revisited) >= self.max_revisits:
             return True
-        if len(self.revisited) >= self.max_revisits:
-            return True
-        unresolved = self.unresolved_clocks()
-        if not unresolved:
-            return True
-        self.revisit = max(unresolved, key=lambda f: (unresolved[f], f))
-        return False
-
-    def unresolved_clocks(self) -> dict[int, int]:
-        """Per clock, how many (stage, instruction)s still need it measured to tell the
-        zero-slowdown plan (see the module docstring, *The fastest clocks*)."""
-        out: dict[int, int] = {}
-        for freqs, t, t_se, e in self._curves(smooth=self.smooth).values():
-            if len(freqs) < 2 or not np.all(t_se > 0):
-                continue
-            top_se, bar = t_se[0], self.top_tolerance * t[0]
-            need = {int(freqs[0])} if top_se > bar else set()
-            for j in range(1, len(freqs)):
-                sd = math.hypot(t_se[j], top_se)
-                if e[j] < e[0] and t[j] - t[0] <= self.noise_sigmas * sd and sd > bar:
-                    # the less certain of the two is measured again
-                    need.add(int(freqs[j] if t_se[j] >= top_se else freqs[0]))
-            for f in need:
-                out[f] = out.get(f, 0) + 1
-        return out
+        self.revisit = next_revisit(
+            list(self._curves(smooth=self.smooth).values()),
+            sigmas=self.noise_sigmas,
+            top_tolerance=self.top_tolerance,
+            cost_tolerance=self.cost_tolerance,
+        )
+        return self.revisit is None
 
     # -- what was measured ------------------------------------------------------------------------
 
@@ -417,11 +402,10 @@ class ProfilingSession:
             for key, points in self.stats().items()
         }
 
-    def _curves(
-        self, *, smooth: bool
-    ) -> dict[tuple[int, str], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-        """Per (stage, instruction): clocks (highest first), times, their standard errors and
-        energies over every finished clock; times smoothed across clocks when ``smooth``."""
+    def _curves(self, *, smooth: bool) -> dict[tuple[int, str], Curve]:
+        """Per (stage, instruction): its curve over every finished clock (highest first);
+        times smoothed across clocks when ``smooth`` (the costs then use the smoothed times)."""
+        pb = self.effective_blocking_power
         out = {}
         for key, points in self.stats().items():
             points = sorted(points, key=lambda p: -p[0])
@@ -429,9 +413,10 @@ class ProfilingSession:
             t = np.array([p.time for _, p in points])
             t_se = np.array([p.time_se for _, p in points])
             e = np.array([p.energy for _, p in points])
+            c_se = np.array([p.cost_se for _, p in points])
             if smooth:
                 t, t_se = smooth_curve(freqs, t, t_se)
-            out[key] = (freqs, t, t_se, e)
+            out[key] = Curve(freqs, t, t_se, e, e - pb * t, c_se)
         return out
 
     def profile_csv(self, *, raw: bool = False) -> str:
@@ -439,10 +424,8 @@ class ProfilingSession:
         energies, and mean times smoothed across clocks (unless ``raw`` or the session's
         ``smooth`` is off; see :mod:`perseus_server.profile_fit`)."""
         lines = ["stage,instruction,frequency,time,energy"]
-        for (stage, kind), (freqs, t, _, e) in sorted(
-            self._curves(smooth=self.smooth and not raw).items()
-        ):
-            for f, ti, ei in zip(freqs, t, e, strict=True):
+        for (stage, kind), c in sorted(self._curves(smooth=self.smooth and not raw).items()):
+            for f, ti, ei in zip(c.frequencies, c.time, c.energy, strict=True):
                 lines.append(f"{stage},{kind},{int(f)},{float(ti)!r},{float(ei)!r}")
         return "\n".join(lines) + "\n"
 
@@ -493,6 +476,7 @@ class ProfilingSession:
             "top_tolerance": self.top_tolerance,
             "max_revisits": self.max_revisits,
             "smooth": self.smooth,
+            "cost_tolerance": self.cost_tolerance,
             "revisit": self.revisit,
             "revisited": self.revisited,
         }
@@ -525,6 +509,7 @@ class ProfilingSession:
             top_tolerance=float(doc.get("top_tolerance", 0.0)),
             max_revisits=int(doc.get("max_revisits", 0)),
             smooth=bool(doc.get("smooth", False)),
+            cost_tolerance=float(doc.get("cost_tolerance", 0.0)),
             revisit=None if doc.get("revisit") is None else int(doc["revisit"]),
             revisited=[int(f) for f in doc.get("revisited", [])],
         )
