@@ -20,7 +20,7 @@ from perseus_server import ServerProcess
 from perseus_server.faults import FAULT_ENV, FAULT_EXIT_CODE, POINTS, TEST_SOLVE_DELAY_ENV
 
 from .conftest import make_job, register, solved_job, wait_frontier
-from .test_hostile_input import app_routes
+from .routes import app_routes
 from .test_profiling import _reports
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,6 @@ from typing import Any
 import grpc
 import httpx
 import pytest
-from fastapi.routing import APIRoute
 
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
@@ -26,18 +25,9 @@ from perseus_server.service import PerseusService
 from perseus_server.store import Store
 
 from .conftest import make_job, problem_field, register, solved_job
+from .routes import app_routes
 
 HEADER = "stage,instruction,frequency,time,energy\n"
-
-
-def app_routes(tmp: Path) -> list[APIRoute]:
-    """Every API route of the REST application, as its router holds them."""
-    store = Store.open(tmp / "walk.db")
-    try:
-        app = create_app(PerseusService(store, Limits()))
-        return [r for r in app.routes if isinstance(r, APIRoute)]
-    finally:
-        store.close()
 
 
 def assert_client_error(r: httpx.Response, what: str) -> None:

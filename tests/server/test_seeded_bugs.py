@@ -18,7 +18,7 @@ from perseus_server.states import DetectorEvent
 from perseus_server.stragglers import DetectorSettings, StageDetector
 
 from .conftest import problem_field, solved_job
-from .test_hostile_input import app_routes
+from .routes import app_routes
 from .test_slow_stage_stragglers import _Ranks, _status, _wait
 
 TOKEN = "the-right-token"
