@@ -13,6 +13,7 @@ its frontier, status, plan queries and a deployment during that phase, then afte
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -332,4 +333,6 @@ def test_partial_frontier_responses_match_the_published_schema(
         assert "partial" not in st and len(st["points"]) >= 2
         assert "partial" not in c.call("GET", JOB + "/status", 200, path=p).json()["plan"]
         health = c.call("GET", "/healthz", 200).json()
-        assert health["kernels"] in ("warming", "ready")
+        # The suite's servers skip the warm-up (tests/conftest.py) unless a test asks for it.
+        warming = os.environ.get("PERSEUS_WARM_KERNELS", "1") != "0"
+        assert health["kernels"] in (("warming", "ready") if warming else ("skipped",))

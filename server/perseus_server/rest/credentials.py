@@ -13,7 +13,6 @@ from fastapi.responses import Response
 from perseus_server.credentials import Credentials, Scope
 from perseus_server.errors import NotFound
 from perseus_server.jobs import JobSpec
-from perseus_server.models import Problem
 from perseus_server.models.credentials import CredentialIn, CredentialList, IssuedCredentialView
 from perseus_server.rest.docs import operation
 from perseus_server.service import PerseusService
@@ -24,19 +23,6 @@ TAG = {
     "name": "credentials",
     "description": "Scoped credentials: read-only ones for monitoring, rank ones per job.",
 }
-
-_FORBIDDEN = {
-    "model": Problem,
-    "description": "The credential is valid but its scope does not allow this (``scope`` names "
-    "the one needed).",
-}
-
-
-def _op(*args: Any, **kwargs: Any) -> dict[str, Any]:
-    """:func:`operation` with the 403 of a credential whose scope is too small."""
-    out = operation(*args, **kwargs)
-    out["responses"][403] = _FORBIDDEN
-    return out
 
 
 def create_job_with_credential(
@@ -58,7 +44,9 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
 
     @router.post(
         "/jobs/{job_id}/credentials/rotate",
-        **_op(IssuedCredentialView, "Rotate a job's rank credential", "The new credential.", 404),
+        **operation(
+            IssuedCredentialView, "Rotate a job's rank credential", "The new credential.", 404
+        ),
     )
     async def rotate_rank_credential(job_id: str) -> dict[str, Any]:
         """A new secret for the job's rank credential (issued if it has none, in force again
@@ -70,7 +58,7 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
     @router.delete(
         "/jobs/{job_id}/credentials",
         response_class=Response,
-        **_op(None, "Revoke a job's rank credential", "Revoked.", 404, status=204),
+        **operation(None, "Revoke a job's rank credential", "Revoked.", 404, status=204),
     )
     async def revoke_rank_credential(job_id: str) -> Response:
         """The job's rank credential stops working (its ranks' calls are refused) until it is
@@ -82,7 +70,9 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
 
     @router.post(
         "/credentials",
-        **_op(IssuedCredentialView, "Issue a credential", "The new credential.", 422, status=201),
+        **operation(
+            IssuedCredentialView, "Issue a credential", "The new credential.", 422, status=201
+        ),
     )
     async def issue_credential(body: CredentialIn) -> dict[str, Any]:
         """A read credential: REST ``GET``/``HEAD`` routes only (monitoring, the operator's
@@ -91,7 +81,7 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
 
     @router.get(
         "/credentials",
-        **_op(CredentialList, "List credentials", "The issued credentials, without secrets."),
+        **operation(CredentialList, "List credentials", "The issued credentials, without secrets."),
     )
     async def list_credentials() -> dict[str, Any]:
         """Every issued credential (read and rank): id, scope, job, when it was issued,
@@ -101,7 +91,7 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
     @router.delete(
         "/credentials/{credential_id}",
         response_class=Response,
-        **_op(None, "Revoke a credential", "Revoked.", 404, status=204),
+        **operation(None, "Revoke a credential", "Revoked.", 404, status=204),
     )
     async def revoke_credential(credential_id: str) -> Response:
         """The credential stops working at once (404 when unknown or revoked already)."""

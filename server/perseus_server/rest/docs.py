@@ -23,6 +23,8 @@ __all__ = ["ERRORS", "operation", "install_openapi"]
 #: When each error status is answered (the body is always a :class:`Problem`).
 ERRORS: dict[int, str] = {
     401: "A bearer token is configured and the request lacks it (or it is wrong).",
+    403: "The credential is valid but its scope does not allow this (``scope`` names the one "
+    "needed): a read credential on a route that changes state, a rank credential on REST.",
     404: "The job, or the resource ``field`` names, does not exist.",
     409: "The request does not fit the job's current state; ``field`` names what is in the way.",
     413: "The body exceeds its limit (``limit``, bytes).",
@@ -48,7 +50,7 @@ def operation(
 
     ``model`` documents the ``status`` body (and, when the endpoint returns a dict, validates
     and serialises it), ``returns`` describes it, ``codes`` are the error statuses it can answer
-    (401 is added unless ``public``) and ``content`` adds other media types of that body.
+    (401 and 403 are added unless ``public``) and ``content`` adds other media types of that body.
     """
     ok: dict[str, Any] = {"description": returns}
     if content:
@@ -59,7 +61,7 @@ def operation(
         "response_model_exclude_unset": True,
         "summary": summary,
         "response_description": returns,
-        "responses": {status: ok, **errors(*codes, *(() if public else (401,)))},
+        "responses": {status: ok, **errors(*codes, *(() if public else (401, 403)))},
     }
 
 
