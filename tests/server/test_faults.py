@@ -66,22 +66,29 @@ def check_everything_answers(tmp: Path, srv: ServerProcess, job_id: str) -> dict
     return {"status": status, "frontier": frontier}
 
 
+def solve_until_the_fault(srv: ServerProcess, small_csv: str) -> str:
+    """A job with a profile and one registered rank whose solve runs into the server's fault
+    point; the server is restarted after it died there. Returns the job's id."""
+    with httpx.Client(base_url=srv.http_url, timeout=30.0) as http:
+        job_id = make_job(http)
+        r = http.put(
+            f"/jobs/{job_id}/profile", content=small_csv, headers={"content-type": "text/csv"}
+        )
+        assert r.status_code == 200
+        with grpc.insecure_channel(srv.grpc_target) as ch:
+            register(pb_grpc.PlanServiceStub(ch), job_id, 0, 0)
+        assert http.post(f"/jobs/{job_id}/frontier").status_code == 202
+    assert wait_exit(srv) == FAULT_EXIT_CODE
+    restart(srv)
+    return job_id
+
+
 @pytest.mark.parametrize("point", ["after_frontier_store", "after_solve_commit"])
 def test_a_crash_during_solve_completion(tmp_path: Path, small_csv: str, point: str) -> None:
     srv = ServerProcess(tmp_path / "perseus.db", env={FAULT_ENV: point})
     srv.start()
     try:
-        with httpx.Client(base_url=srv.http_url, timeout=30.0) as http:
-            job_id = make_job(http)
-            r = http.put(
-                f"/jobs/{job_id}/profile", content=small_csv, headers={"content-type": "text/csv"}
-            )
-            assert r.status_code == 200
-            with grpc.insecure_channel(srv.grpc_target) as ch:
-                register(pb_grpc.PlanServiceStub(ch), job_id, 0, 0)
-            assert http.post(f"/jobs/{job_id}/frontier").status_code == 202
-        assert wait_exit(srv) == FAULT_EXIT_CODE
-        restart(srv)
+        job_id = solve_until_the_fault(srv, small_csv)
         state = check_everything_answers(tmp_path, srv, job_id)
         if point == "after_frontier_store":  # before: nothing of the completion was committed
             assert state["frontier"]["status"] == "failed"
@@ -100,17 +107,7 @@ def test_a_crash_during_the_partial_frontier(tmp_path: Path, small_csv: str, poi
     srv = ServerProcess(tmp_path / "perseus.db", env={FAULT_ENV: point, TEST_SOLVE_DELAY_ENV: "30"})
     srv.start()
     try:
-        with httpx.Client(base_url=srv.http_url, timeout=30.0) as http:
-            job_id = make_job(http)
-            r = http.put(
-                f"/jobs/{job_id}/profile", content=small_csv, headers={"content-type": "text/csv"}
-            )
-            assert r.status_code == 200
-            with grpc.insecure_channel(srv.grpc_target) as ch:
-                register(pb_grpc.PlanServiceStub(ch), job_id, 0, 0)
-            assert http.post(f"/jobs/{job_id}/frontier").status_code == 202
-        assert wait_exit(srv) == FAULT_EXIT_CODE
-        restart(srv)
+        job_id = solve_until_the_fault(srv, small_csv)
         state = check_everything_answers(tmp_path, srv, job_id)
         frontier, plan = state["frontier"], state["status"]["plan"]
         assert frontier["status"] == "failed" and "interrupted" in frontier["error"]
