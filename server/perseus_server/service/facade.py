@@ -3,7 +3,8 @@ the REST and gRPC adapters call. It takes and returns plain values (dicts shaped
 API answers, and the frozen values of :mod:`perseus_server.service.values` for the ranks).
 
 Everything runs on the server's event loop; solves run in worker processes (see
-:mod:`perseus_server.solving`). State is written through to the :class:`Store` before a change
+:mod:`perseus_server.solving`), and large iteration reports are decoded in one
+(:class:`~perseus_server.parse_pool.ReportPool`) and checked on a thread. State is written through to the :class:`Store` before a change
 is acknowledged, so it survives a killed process.
 """
 
