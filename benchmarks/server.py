@@ -20,7 +20,8 @@ instruction measurements stream in over gRPC, and frontier computations of a 4-s
 in asyncio debug mode (``PYTHONASYNCIODEBUG=1``), which logs every event-loop callback that
 runs over 100 ms; the benchmark then lists them by callback (count, total and longest), which
 says what holds the loop during the slow probes (debug mode itself slows the server a little:
-compare the latencies of a run without it).
+compare the latencies of a run without it). ``--loads`` runs only some of the three loads
+(``uploads``, ``reports``, ``solves``): one at a time, it says which one costs the probes.
 """
 
 from __future__ import annotations
@@ -182,8 +183,14 @@ def slow_callbacks(log: str, top: int = 8) -> list[tuple[str, str]]:
     ]
 
 
-def healthz_under_load(seconds: float, *, loop_trace: bool = False) -> list[tuple[str, str]]:
-    """``/healthz`` latency while uploads, large reports and solve completions run."""
+LOADS = ("uploads", "reports", "solves")
+
+
+def healthz_under_load(
+    seconds: float, *, loop_trace: bool = False, loads: tuple[str, ...] = LOADS
+) -> list[tuple[str, str]]:
+    """``/healthz`` latency while uploads, large reports and solve completions (``loads``)
+    run."""
     import json
 
     import httpx
@@ -215,39 +222,56 @@ def healthz_under_load(seconds: float, *, loop_trace: bool = False) -> list[tupl
         rep = ctx.Process(
             target=_reporter, args=(srv.grpc_target, solve_job, stop, rb), daemon=True
         )
-        probe.start()
-        rep.start()
         uploads = solves = 0
+        if "solves" not in loads:  # the reports' job still gets its plan (solved before)
+            http.post(f"/jobs/{solve_job}/frontier").raise_for_status()
+            while http.get(f"/jobs/{solve_job}/frontier", params={"points": False}).json()[
+                "status"
+            ] not in ("done", "failed"):
+                time.sleep(0.2)
+        probe.start()
+        if "reports" in loads:
+            rep.start()
         end = time.perf_counter() + seconds
         try:
-            http.post(f"/jobs/{solve_job}/frontier").raise_for_status()
+            if "solves" in loads:
+                http.post(f"/jobs/{solve_job}/frontier").raise_for_status()
             while time.perf_counter() < end:
-                assert http.put(f"/jobs/{upload_job}/profile", content=body).status_code == 200
-                r = http.put(
-                    f"/jobs/{upload_job}/profile",
-                    content=bad_json,
-                    headers={"content-type": "application/json"},
-                )
-                assert r.status_code == 422, r.text[:200]
-                uploads += 2
-                st = http.get(f"/jobs/{solve_job}/frontier", params={"points": False}).json()
-                if st["status"] in ("done", "failed"):
-                    solves += st["status"] == "done"
-                    http.post(f"/jobs/{solve_job}/frontier").raise_for_status()
+                if "uploads" in loads:
+                    r = http.put(f"/jobs/{upload_job}/profile", content=body)
+                    assert r.status_code == 200
+                    r = http.put(
+                        f"/jobs/{upload_job}/profile",
+                        content=bad_json,
+                        headers={"content-type": "application/json"},
+                    )
+                    assert r.status_code == 422, r.text[:200]
+                    uploads += 2
+                else:
+                    time.sleep(0.05)
+                if "solves" in loads:
+                    st = http.get(f"/jobs/{solve_job}/frontier", params={"points": False}).json()
+                    if st["status"] in ("done", "failed"):
+                        solves += st["status"] == "done"
+                        http.post(f"/jobs/{solve_job}/frontier").raise_for_status()
         finally:
             stop.set()
         lat, errors = pa.recv()
-        reports = ra.recv()
+        reports = ra.recv() if "reports" in loads else 0
         probe.join(30)
-        rep.join(30)
+        if "reports" in loads:
+            rep.join(30)
         http.close()
         log = srv.output()
     ms = sorted(x * 1000 for x in lat)
+    ran = {
+        "uploads": f"{uploads} uploads, a 52 KB CSV and a 15 MB malformed JSON in turn",
+        "reports": f"{reports} reports of 100k measurements",
+        "solves": f"{solves} solve completions",
+    }
     rows.append(
         (
-            f"/healthz under load ({seconds:g} s: {uploads} uploads, a 52 KB CSV and a 15 MB "
-            f"malformed JSON in turn, {reports} "
-            f"reports of 100k measurements, {solves} solve completions)",
+            f"/healthz under load ({seconds:g} s: {', '.join(ran[k] for k in LOADS if k in loads)})",
             f"p50 {ms[len(ms) // 2]:.1f} ms, p99 {ms[int(len(ms) * 0.99)]:.1f} ms, "
             f"max {ms[-1]:.1f} ms over {len(ms)} probes, {errors} failed",
         )
@@ -271,13 +295,22 @@ def main(argv: list[str] | None = None) -> int:
         help="measure /healthz latency under upload, report and solve load instead",
     )
     ap.add_argument(
+        "--loads",
+        nargs="+",
+        choices=LOADS,
+        default=list(LOADS),
+        help="with --healthz-under-load: the loads to run (default: all three at once)",
+    )
+    ap.add_argument(
         "--loop-trace",
         action="store_true",
         help="with --healthz-under-load: list the event-loop callbacks that ran over 100 ms",
     )
     args = ap.parse_args(argv)
     if args.healthz_under_load:
-        rows = healthz_under_load(args.healthz_under_load, loop_trace=args.loop_trace)
+        rows = healthz_under_load(
+            args.healthz_under_load, loop_trace=args.loop_trace, loads=tuple(args.loads)
+        )
         for a, b in rows:
             print(f"{a}\n  {b}")
         return 0

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import numpy as np
+
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_server.service.values import (
+    InstructionColumns,
     InstructionReport,
     IterationReport,
     OffPlanReport,
@@ -24,6 +27,8 @@ __all__ = [
     "PlanEncoder",
     "decode_registration",
     "decode_report",
+    "decode_report_bytes",
+    "decode_report_columns",
     "encode_plan",
     "encode_registered",
 ]
@@ -53,13 +58,10 @@ def encode_registered(resp: RegisteredRank) -> pb.RegisterRankResponse:
 
 
 def decode_report(rep: pb.IterationReport) -> IterationReport:
-    return IterationReport(
-        job_id=rep.job_id,
-        rank_id=rep.rank_id,
-        iteration=rep.iteration,
-        iteration_time=rep.iteration_time,
-        plan_version=rep.plan_version,
-        instructions=tuple(
+    """The report with one :class:`InstructionReport` per measurement (small reports)."""
+    return _report(
+        rep,
+        tuple(
             InstructionReport(
                 instruction=m.instruction,
                 microbatch=m.microbatch,
@@ -70,6 +72,47 @@ def decode_report(rep: pb.IterationReport) -> IterationReport:
             )
             for m in rep.instructions
         ),
+    )
+
+
+def decode_report_columns(rep: pb.IterationReport) -> IterationReport:
+    """The report with its measurements as :class:`InstructionColumns` (equal to
+    :func:`decode_report`'s): one pass per field over the repeated message, no object per
+    measurement beyond the protobuf's own."""
+    ms = rep.instructions
+    n = len(ms)
+    index: dict[str, int] = {}
+    kind = np.fromiter(
+        (index.setdefault(m.instruction, len(index)) for m in ms), dtype=np.int32, count=n
+    )
+    cols = InstructionColumns(
+        kinds=tuple(index),
+        kind=kind,
+        microbatch=np.fromiter((m.microbatch for m in ms), dtype=np.int32, count=n),
+        frequency_mhz=np.fromiter((m.frequency_mhz for m in ms), dtype=np.int32, count=n),
+        time=np.fromiter((m.time for m in ms), dtype=np.float64, count=n),
+        energy=np.fromiter((m.energy for m in ms), dtype=np.float64, count=n),
+        stage=np.fromiter((m.stage for m in ms), dtype=np.int32, count=n),
+    )
+    return _report(rep, cols)
+
+
+def decode_report_bytes(data: bytes) -> IterationReport:
+    """:func:`decode_report_columns` of a serialized ``IterationReport`` (what the report
+    worker process runs: see :mod:`perseus_server.parse_pool`)."""
+    return decode_report_columns(pb.IterationReport.FromString(data))
+
+
+def _report(
+    rep: pb.IterationReport, instructions: tuple[InstructionReport, ...] | InstructionColumns
+) -> IterationReport:
+    return IterationReport(
+        job_id=rep.job_id,
+        rank_id=rep.rank_id,
+        iteration=rep.iteration,
+        iteration_time=rep.iteration_time,
+        plan_version=rep.plan_version,
+        instructions=instructions,
         energy=rep.energy,
         sequence=rep.sequence,
         off_plan=tuple(

@@ -135,7 +135,9 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         async for report in request_iterator:
             try:
                 new, dup = await self.service.ingest_report(
-                    functools.partial(decode_report, report), len(report.instructions)
+                    functools.partial(decode_report, report),
+                    len(report.instructions),
+                    report.SerializeToString,
                 )
                 accepted, duplicates = accepted + new + dup, duplicates + dup
             except ApiError as e:

@@ -1,4 +1,5 @@
-"""Profile parsing in a worker process, for uploads large enough to hold the GIL for long.
+"""Profile parsing and report decoding in worker processes, for inputs large enough to hold the
+GIL for long.
 
 Parsing runs in C for long stretches (``json.loads``, the regular expressions of the depth
 check) that keep the GIL, so a worker *thread* would still stall the event loop; a worker
@@ -7,16 +8,26 @@ first use (spawned: it imports only the core), holds one process, and outlives a
 
 :func:`parse_profile_doc` returns plain values (the profile and its canonical CSV, or the error's
 detail, field and row), since the errors' keyword fields do not survive pickling.
+
+:class:`ReportPool` does the same for large iteration reports: the serialized message goes to
+its own worker process (one, spawned on first use), which parses it and pulls the measurements
+into arrays (:func:`~perseus_server.grpc_codec.decode_report_bytes`); what comes back is a few
+arrays, not an object per measurement. Should the worker die, the report is decoded on a thread
+instead (same value, only slower), so no report is lost to it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing as mp
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["ParsePool", "parse_profile_doc", "PROCESS_THRESHOLD"]
+if TYPE_CHECKING:
+    from perseus_server.service.values import IterationReport
+
+__all__ = ["ParsePool", "ReportPool", "decode_report_doc", "parse_profile_doc", "PROCESS_THRESHOLD"]
 
 #: Documents larger than this (bytes) are parsed in the worker process.
 PROCESS_THRESHOLD = 1024 * 1024
@@ -63,6 +74,41 @@ class ParsePool:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
             raise
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
+def decode_report_doc(data: bytes) -> IterationReport:
+    """A serialized ``IterationReport`` as the service's value, measurements as columns."""
+    from perseus_server.grpc_codec import decode_report_bytes
+
+    return decode_report_bytes(data)
+
+
+class ReportPool:
+    """One spawned worker process that decodes large iteration reports (see the module
+    docstring)."""
+
+    def __init__(self) -> None:
+        self._pool: ProcessPoolExecutor | None = None
+
+    async def decode(
+        self, serialize: Callable[[], bytes], fallback: Callable[[], IterationReport]
+    ) -> IterationReport:
+        """``serialize()`` (run on a thread) decoded in the worker; ``fallback()`` (on a
+        thread) when the worker fails."""
+        data = await asyncio.to_thread(serialize)
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"))
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, decode_report_doc, data)
+        except Exception:  # the worker died (killed, out of memory): a fresh one next time
+            self.close()
+            return await asyncio.to_thread(fallback)
 
     def close(self) -> None:
         if self._pool is not None:

@@ -3,7 +3,8 @@ the REST and gRPC adapters call. It takes and returns plain values (dicts shaped
 API answers, and the frozen values of :mod:`perseus_server.service.values` for the ranks).
 
 Everything runs on the server's event loop; solves run in worker processes (see
-:mod:`perseus_server.solving`). State is written through to the :class:`Store` before a change
+:mod:`perseus_server.solving`), and large iteration reports are decoded in one
+(:class:`~perseus_server.parse_pool.ReportPool`) and checked on a thread. State is written through to the :class:`Store` before a change
 is acknowledged, so it survives a killed process.
 """
 
@@ -22,6 +23,7 @@ from perseus_server.errors import Conflict
 from perseus_server.hub import PlanHub, Subscriber
 from perseus_server.jobs import JobSpec
 from perseus_server.metrics import Labels, Metrics
+from perseus_server.parse_pool import ReportPool
 from perseus_server.planner import PlanPolicy
 from perseus_server.profiling import DEFAULT_TOLERANCE
 from perseus_server.service.context import ServiceContext
@@ -90,6 +92,7 @@ class PerseusService:
         measured = MeasuredPower(ctx)
         ctx.metrics.job_energy = measured
         self.reports = Reports(ctx, self.stragglers, self.slow_stages, self.profiling, measured)
+        self.report_pool = ReportPool()
         self.registration = Registration(ctx, self.deployer)
         self.views = Views(ctx, self.deployer, self.solves, measured, time.time())
         self.views.power_share = self.power_budget.job_share
@@ -105,6 +108,7 @@ class PerseusService:
         self.hub.close(None, StreamEnd.SHUTDOWN)
         await self.solver.shutdown()
         self.profiles.pool.close()
+        self.report_pool.close()
 
     # --- metrics ---------------------------------------------------------------------------------
 
@@ -251,13 +255,25 @@ class PerseusService:
         return self.reports.record(reports)
 
     async def ingest_report(
-        self, decode: Callable[[], IterationReport], size: int
+        self,
+        decode: Callable[[], IterationReport],
+        size: int,
+        serialize: Callable[[], bytes] | None = None,
     ) -> tuple[int, int]:
-        """Decode, validate and store one report; one of more than ``OFFLOAD_INSTRUCTIONS``
-        measurements (``size``) is decoded and checked on a worker thread, off the loop.
-        Returns (new, duplicates): a re-sent report is acknowledged and dropped."""
+        """Decode, validate and store one report; returns (new, duplicates): a re-sent report
+        is acknowledged and dropped.
+
+        A report of more than ``OFFLOAD_INSTRUCTIONS`` measurements (``size``) stays off the
+        loop: given ``serialize`` (its wire bytes), it is decoded into columns in the report
+        worker process (else by ``decode`` on a thread), and checked on a thread with array
+        operations; the loop only stores it.
+        """
         if size > OFFLOAD_INSTRUCTIONS:
-            checked = await asyncio.to_thread(lambda: self.reports.check(0, decode()))
+            if serialize is not None:
+                rep = await self.report_pool.decode(serialize, decode)
+            else:
+                rep = await asyncio.to_thread(decode)
+            checked = await asyncio.to_thread(self.reports.check, 0, rep)
         else:
             checked = self.reports.check(0, decode())
         return self.reports.record_counted([checked])

@@ -7,9 +7,15 @@ builds or parses a wire message.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, overload
+
+import numpy as np
+import numpy.typing as npt
 
 __all__ = [
+    "InstructionColumns",
     "InstructionReport",
     "IterationReport",
     "OffPlanReport",
@@ -93,6 +99,74 @@ class InstructionReport:
     stage: int
 
 
+@dataclass(frozen=True, eq=False)
+class InstructionColumns(Sequence[InstructionReport]):
+    """The measurements of a large report as columns: one array per field, the instruction
+    names as indices into ``kinds`` (its distinct names, in first-seen order).
+
+    A sequence of :class:`InstructionReport` (equal to the tuple of the same measurements, each
+    item built on access), so code written for the tuple works unchanged; the report path reads
+    the arrays instead, which keeps a report of ``n`` measurements at a few objects rather than
+    ``n`` (array operations: validation and per-stage medians in ``O(n log n)`` C work).
+    """
+
+    kinds: tuple[str, ...]
+    kind: npt.NDArray[np.int32]
+    microbatch: npt.NDArray[np.int32]
+    frequency_mhz: npt.NDArray[np.int32]
+    time: npt.NDArray[np.float64]
+    energy: npt.NDArray[np.float64]
+    stage: npt.NDArray[np.int32]
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    @overload
+    def __getitem__(self, j: int) -> InstructionReport: ...
+    @overload
+    def __getitem__(self, j: slice) -> tuple[InstructionReport, ...]: ...
+    def __getitem__(self, j: int | slice) -> InstructionReport | tuple[InstructionReport, ...]:
+        if isinstance(j, slice):
+            return tuple(self[k] for k in range(*j.indices(len(self))))
+        if j < 0:
+            j += len(self)
+        if not 0 <= j < len(self):
+            raise IndexError(j)
+        return InstructionReport(
+            instruction=self.kinds[int(self.kind[j])],
+            microbatch=int(self.microbatch[j]),
+            frequency_mhz=int(self.frequency_mhz[j]),
+            time=float(self.time[j]),
+            energy=float(self.energy[j]),
+            stage=int(self.stage[j]),
+        )
+
+    def __iter__(self) -> Iterator[InstructionReport]:
+        kinds = self.kinds
+        for k, mb, f, t, e, s in zip(
+            self.kind.tolist(),
+            self.microbatch.tolist(),
+            self.frequency_mhz.tolist(),
+            self.time.tolist(),
+            self.energy.tolist(),
+            self.stage.tolist(),
+            strict=True,
+        ):
+            yield InstructionReport(kinds[k], mb, f, t, e, s)
+
+    def names(self) -> list[str]:
+        """The instruction name of each measurement."""
+        kinds = self.kinds
+        return [kinds[k] for k in self.kind.tolist()]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, InstructionColumns | tuple | list):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__: Any = None
+
+
 @dataclass(frozen=True)
 class OffPlanReport:
     """An instruction that ran more than one supported step below its locked clock
@@ -116,7 +190,8 @@ class IterationReport:
     iteration: int
     iteration_time: float
     plan_version: int
-    instructions: tuple[InstructionReport, ...] = ()
+    #: A tuple, or :class:`InstructionColumns` for a large report (same items either way).
+    instructions: Sequence[InstructionReport] = ()
     energy: float = 0.0
     #: The rank's idempotency key (increasing; the same when re-sent); 0: none.
     sequence: int = 0
