@@ -41,7 +41,7 @@ class Limits:
     max_data_parallel: int = 1024
     max_tensor_parallel: int = 64
     max_ranks: int = 65536
-    max_instructions: int = 100_000
+    max_instructions: int = 32_768
     max_jobs: int = 1000
     history_per_rank: int = 256
     max_concurrent_solves: int = 4
