@@ -60,8 +60,10 @@ def _check_bound(problem: EnergyProblem, opts: SolverOptions, slack: float) -> N
 def test_deep_schedules_bound_equals_the_lp(
     kind: str, stages: int, clocks: int, power: float, seed: int
 ) -> None:
-    """Coarse measured profiles (swept exactly): the bound is the LP's at every deadline."""
+    """Coarse measured profiles (swept exactly): the bound is the LP's at every deadline.
+    (Interleaving needs as many microbatches as stages: 16 stages keep it at 1,024 nodes.)"""
     if kind == "interleaved":
+        stages = 16
         schedule = interleaved_1f1b(stages, stages, 2)
     elif kind == "gpipe":
         schedule = gpipe(stages, 2)
