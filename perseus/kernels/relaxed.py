@@ -316,8 +316,11 @@ def _rebuilt_cut(
     node_flow, edge_flow, src_flow, snk_flow, side,
 ):  # fmt: skip
     """:func:`_warm_cut` on a network built for this step alone, the last flow clamped into it
-    and repaired (:func:`perseus.kernels.flow.min_cut_lower_bounds`; without lower bounds when
-    they admit no flow the start can be repaired into). Returns 0 or 1 as :func:`_warm_cut`."""
+    and repaired (:func:`perseus.kernels.flow.min_cut_lower_bounds`). A start the bounds cannot
+    take (its value more than the network carries, which integer rounding of the bounds can
+    cause) is dropped for a cold solve, from a zero flow, which any feasible flow repairs;
+    only bounds that admit no flow at all are dropped (no lengthening this step). Returns 0, 1
+    as :func:`_warm_cut`, or 2 (nothing can move: the sweep stops)."""
     m = 0
     for i in range(n):
         if local[i] >= 0:
@@ -378,10 +381,14 @@ def _rebuilt_cut(
             aflow[j] = snk_flow[i]
             arc_of[j] = i
             j += 1
-    start = aflow.copy()
     status, cut = min_cut_lower_bounds(2 * m + 2, tail, head, alo, ahi, s_node, t_node, inf, aflow)
+    if status == 2:  # the last flow is more than this network carries (rounding): start cold
+        aflow[:] = 0
+        status, cut = min_cut_lower_bounds(
+            2 * m + 2, tail, head, alo, ahi, s_node, t_node, inf, aflow
+        )
     if status == 2:  # numerically infeasible lower bounds: no lengthening this step
-        aflow[:] = start
+        aflow[:] = 0
         status, cut = min_cut_lower_bounds(
             2 * m + 2, tail, head, np.zeros(narc, np.int64), ahi, s_node, t_node, inf, aflow
         )
