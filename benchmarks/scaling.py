@@ -25,6 +25,7 @@ previous size of the same family.
     python benchmarks/scaling.py --quick                # up to 8,192 instructions
     python benchmarks/scaling.py --max-instructions 4096 --profile smooth
     python benchmarks/scaling.py --only 16x256 --profile smooth
+    python benchmarks/scaling.py --only 16x128 --profile smooth --cprofile   # where time goes
 """
 
 from __future__ import annotations
@@ -139,8 +140,9 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def child(cfg: Config) -> dict:
-    """Solve ``cfg`` in this process and measure it."""
+def child(cfg: Config, cprofile: bool = False) -> dict:
+    """Solve ``cfg`` in this process and measure it (with ``cprofile``: under cProfile, the
+    functions taking the most time printed to stderr)."""
     from perseus.solver import solve_problem
     from perseus.solver.relaxation import Relaxation
 
@@ -156,7 +158,15 @@ def child(cfg: Config) -> dict:
 
     if "on_first_plan" in inspect.signature(solve_problem).parameters:
         kwargs["on_first_plan"] = lambda fr: first.append(time.perf_counter() - t)
-    frontier = solve_problem(problem, **kwargs)
+    if cprofile:
+        import cProfile
+        import pstats
+
+        prof = cProfile.Profile()
+        frontier = prof.runcall(solve_problem, problem, **kwargs)
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(12)
+    else:
+        frontier = solve_problem(problem, **kwargs)
     wall = time.perf_counter() - t
     t0 = frontier.max_frequency_time
     out = {
@@ -178,11 +188,11 @@ def child(cfg: Config) -> dict:
     return out
 
 
-def run_child(cfg: Config, timeout: float, max_rss_gb: float) -> dict:
+def run_child(cfg: Config, timeout: float, max_rss_gb: float, cprofile: bool = False) -> dict:
     """:func:`child` in a fresh process, killed past ``timeout`` s or ``max_rss_gb`` GB."""
     arg = json.dumps([cfg.profile, cfg.stages, cfg.microbatches, cfg.virtual])
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--child", arg],
+        [sys.executable, __file__, "--child", arg] + (["--cprofile"] if cprofile else []),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -207,6 +217,8 @@ def run_child(cfg: Config, timeout: float, max_rss_gb: float) -> dict:
     out, err = proc.communicate()
     if proc.returncode != 0:
         return {"error": f"exit {proc.returncode}: {err.strip().splitlines()[-1:]}"}
+    if cprofile:
+        print(err, file=sys.stderr)
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -229,10 +241,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=600.0, help="per configuration (s)")
     ap.add_argument("--max-rss-gb", type=float, default=6.0, help="kill a child past this")
     ap.add_argument("--json", help="also write the numbers here")
+    ap.add_argument(
+        "--cprofile", action="store_true", help="profile each solve; top functions to stderr"
+    )
     args = ap.parse_args(argv)
     if args.child:
         p, s, m, v = json.loads(args.child)
-        print(json.dumps(child(Config(p, s, m, v))))
+        print(json.dumps(child(Config(p, s, m, v), args.cprofile)))
         return 0
     limit = min(args.max_instructions, 8192 if args.quick else 32768)
     todo = [c for c in configs(args.profile or ["smooth", "a100"]) if c.instructions <= limit]
@@ -248,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     prev: dict[str, dict] = {}
     for cfg in todo:
-        r = run_child(cfg, args.timeout, args.max_rss_gb)
+        r = run_child(cfg, args.timeout, args.max_rss_gb, args.cprofile)
         r["config"] = [cfg.profile, cfg.stages, cfg.microbatches, cfg.virtual]
         results.append(r)
         if "error" in r:

@@ -18,7 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perseus.kernels import min_cut_lower_bounds
+from perseus.kernels import dinic, min_cut_lower_bounds
+from perseus.kernels.flow import split_graph
 
 INF = 1 << 60  # what the solver passes as "unbounded"
 
@@ -239,3 +240,112 @@ def test_an_unbounded_path_is_reported_after_the_repair_used_it() -> None:
     assert _unbounded(net)
     assert _solve(net, warm=True)[0] == 1
     assert _solve(net, warm=False)[0] == 1
+
+
+# --- the persistent node-split graph of the relaxed sweep -------------------------------------
+
+
+@st.composite
+def split_networks(draw: st.DrawFn) -> tuple[int, np.ndarray, np.ndarray, list[int], list[int]]:
+    """A random DAG on 1-7 nodes (edges from lower to higher index), a capacity per node arc
+    (0 switches the node off, ``INF`` is unbounded) and per DAG edge (0 or ``INF``)."""
+    n = draw(st.integers(1, 7))
+    pairs = [(u, v) for u in range(n) for v in range(u + 1, n)]
+    edges = sorted(set(draw(st.lists(st.sampled_from(pairs), max_size=12)))) if pairs else []
+    src = np.array([u for u, _ in edges], dtype=np.int64)
+    dst = np.array([v for _, v in edges], dtype=np.int64)
+    node_cap = [INF if draw(st.integers(0, 6)) == 0 else draw(st.integers(0, 9)) for _ in range(n)]
+    edge_cap = [draw(st.sampled_from([0, INF])) for _ in edges]
+    return n, src, dst, node_cap, edge_cap
+
+
+def _split_oracle(n, src, dst, node_cap, edge_cap) -> tuple[float, set[int]]:
+    """networkx's maximum flow value and the minimal source side (what the residual graph of
+    any maximum flow reaches from ``s``) of the node-split network."""
+    g = nx.DiGraph()
+    s, t = 2 * n, 2 * n + 1
+    g.add_nodes_from(range(2 * n + 2))
+
+    def arc(u: int, v: int, cap: int) -> None:
+        if cap >= INF:
+            g.add_edge(u, v)
+        elif cap > 0:
+            g.add_edge(u, v, capacity=cap)
+
+    for i in range(n):
+        arc(2 * i, 2 * i + 1, node_cap[i])
+        if i not in set(dst.tolist()):
+            arc(s, 2 * i, INF)
+        if i not in set(src.tolist()):
+            arc(2 * i + 1, t, INF)
+    for e in range(len(src)):
+        arc(2 * int(src[e]) + 1, 2 * int(dst[e]), edge_cap[e])
+    unbounded = nx.DiGraph()
+    unbounded.add_nodes_from(g)
+    unbounded.add_edges_from((u, v) for u, v, c in g.edges(data="capacity") if c is None)
+    if nx.has_path(unbounded, s, t):
+        return float("inf"), set()
+    value, flows = nx.maximum_flow(g, s, t)
+    res = nx.DiGraph()
+    res.add_nodes_from(g)
+    for u, v, c in g.edges(data="capacity"):
+        f = flows[u][v]
+        if c is None or f < c:
+            res.add_edge(u, v)
+        if f > 0:
+            res.add_edge(v, u)
+    return float(value), set(nx.descendants(res, s)) | {s}
+
+
+@settings(max_examples=300, deadline=None)
+@given(split_networks(), st.booleans())
+def test_split_graph_max_flow_matches_networkx(net, warm: bool) -> None:
+    """Capacities written into :func:`split_graph`'s layout, as a relaxed step writes them:
+    :func:`dinic` finds networkx's maximum flow value and its minimal source side, from a zero
+    flow and from a maximum flow of the same network with some capacities lowered first (the
+    warm start of the sweep, which only ever raises a bound between steps)."""
+    n, src, dst, node_cap, edge_cap = net
+    has_pred = np.zeros(n, dtype=np.bool_)
+    has_succ = np.zeros(n, dtype=np.bool_)
+    has_pred[dst] = True
+    has_succ[src] = True
+    ptr, to, frm, rev, node_pos, edge_pos, src_pos, snk_pos = split_graph(
+        n, src, dst, has_pred, has_succ
+    )
+    assert np.all((src_pos >= 0) == ~has_pred) and np.all((snk_pos >= 0) == ~has_succ)
+    assert sorted(np.concatenate([node_pos, edge_pos, src_pos[src_pos >= 0],
+                                  snk_pos[snk_pos >= 0], rev[node_pos]]).tolist()) == sorted(
+        set(np.concatenate([node_pos, edge_pos, src_pos[src_pos >= 0], snk_pos[snk_pos >= 0],
+                            rev[node_pos]]).tolist()))  # fmt: skip
+    assert np.all(rev[rev] == np.arange(len(to))) and np.all(frm[rev] == to)
+
+    def capacities(node_c: list[int]) -> np.ndarray:
+        cap = np.zeros(len(to), dtype=np.int64)
+        cap[node_pos] = node_c
+        cap[edge_pos] = edge_cap
+        cap[src_pos[src_pos >= 0]] = INF
+        cap[snk_pos[snk_pos >= 0]] = INF
+        return cap
+
+    level = np.empty(2 * n + 2, dtype=np.int64)
+    s, t = 2 * n, 2 * n + 1
+    cap = capacities(node_cap)
+    pushed = 0
+    if warm:  # a maximum flow with lowered node capacities, then the true ones on top of it
+        low = [c // 2 if c < INF else c for c in node_cap]
+        cap = capacities(low)
+        pushed = dinic(2 * n + 2, ptr, to, cap, rev, frm, s, t, INF, level)
+        if pushed < INF:
+            fwd = node_pos
+            flow = cap[rev[fwd]]
+            cap[fwd] = [INF if c >= INF else c - f for c, f in zip(node_cap, flow, strict=True)]
+    value, side = _split_oracle(n, src, dst, node_cap, edge_cap)
+    if pushed >= INF:
+        assert value == float("inf")
+        return
+    pushed += dinic(2 * n + 2, ptr, to, cap, rev, frm, s, t, INF, level)
+    if value == float("inf"):
+        assert pushed >= INF
+        return
+    assert pushed == value
+    assert {v for v in range(2 * n + 2) if level[v] >= 0} == side

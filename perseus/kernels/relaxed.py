@@ -19,9 +19,17 @@ path, which is convex in the step (:func:`perseus.kernels.longest_paths.earliest
 its slope). Each step's maximum flow warm-starts the next (``node_flow``, ``edge_flow``,
 ``src_flow``, ``snk_flow``), since between breakpoints only a few bounds change.
 
-Complexity: one step costs ``O(n + m)`` to find the critical network, one warm-started maximum flow
-on at most ``2n + 4`` vertices (helper source and sink included), and ``O(n + m)`` per Newton
-iteration; the number of steps is the number of breakpoints of ``G``, not of time quanta.
+The network is not built anew each step: one residual graph of the whole node-split DAG
+(:func:`perseus.kernels.flow.split_graph`) is laid out once per sweep, and a step writes the
+capacities of its critical network into it (arcs off the network get none) and augments the
+last maximum flow, which stays feasible between breakpoints (the slopes only steepen as ``T``
+falls). Where it does not fit (an arc carrying flow has left the network, or rounding moved a
+bound past it), the step builds its network alone and repairs the flow through helper arcs
+(:func:`perseus.kernels.flow.min_cut_lower_bounds`).
+
+Complexity: one step costs ``O(n + m)`` to find the critical network and write its capacities,
+one warm-started maximum flow on ``2n + 2`` vertices, and ``O(n + m)`` per Newton iteration; the
+number of steps is the number of breakpoints of ``G``, not of time quanta.
 
 References: S. Phillips and M. I. Dessouky, "Solving the project time/cost tradeoff problem
 using the minimal cut concept", Management Science 24(4) (1977), 393-400; D. R. Fulkerson, "A
@@ -35,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from perseus.kernels.flow import min_cut_lower_bounds
+from perseus.kernels.flow import dinic, min_cut_lower_bounds
 from perseus.kernels.longest_paths import earliest_start, earliest_start_k, latest_finish
 
 __all__ = ["relaxed_chunk"]
@@ -46,6 +54,7 @@ def relaxed_chunk(
     topo, pred_ptr, pred_idx, succ_ptr, succ_idx, src, dst,
     tau, cost, slope, nv, shortest, longest, d0, t_min, scale, inf, max_steps,
     node_flow, edge_flow, src_flow, snk_flow, kv, keep,
+    g_ptr, g_to, g_frm, g_rev, node_pos, edge_pos, src_pos, snk_pos, g_cap, g_level,
 ):  # fmt: skip
     """Up to ``max_steps`` steps of the min-cut iteration along the relaxed frontier, starting
     from relaxed durations ``d0`` (see ``perseus.solver``).
@@ -66,6 +75,11 @@ def relaxed_chunk(
     ``node_flow`` / ``edge_flow`` / ``src_flow`` / ``snk_flow`` hold the maximum flow of the last
     step (per DAG node, DAG edge, source and sink arc) and are updated in place: each step's
     max-flow starts from the previous one, which is nearly maximum already.
+
+    ``g_ptr`` ... ``snk_pos``: the residual graph of the DAG's node-split network
+    (:func:`perseus.kernels.flow.split_graph`), on which every step's critical network is laid
+    out by capacities alone; ``g_cap`` (one per arc) and ``g_level`` (``2 n + 2``) are work
+    arrays.
     """
     n = d0.shape[0]
     d = d0.copy()
@@ -84,7 +98,7 @@ def relaxed_chunk(
     lo = np.empty(n)
     a = np.zeros(n)
     local = np.empty(n, np.int64)
-    ne_all = src.shape[0]
+    side = np.zeros(2 * n, np.bool_)
     steps = 0
     done = False
     while steps < max_steps:
@@ -134,94 +148,19 @@ def relaxed_chunk(
             done = True
             break
         lf = latest_finish(topo, succ_ptr, succ_idx, d, T)
-        m = 0
         for i in range(n):
-            if lf[i] - (es[i] + d[i]) <= tol:
-                local[i] = m
-                m += 1
-            else:
-                local[i] = -1
-        ntight = 0
-        for e in range(ne_all):
-            s_, t_ = src[e], dst[e]
-            if local[s_] >= 0 and local[t_] >= 0 and es[s_] + d[s_] >= es[t_] - tol:
-                ntight += 1
-        nsrc = 0
-        nsnk = 0
-        for i in range(n):
-            if local[i] >= 0:
-                if es[i] <= tol:
-                    nsrc += 1
-                if es[i] + d[i] >= T - tol:
-                    nsnk += 1
-        narc = m + ntight + nsrc + nsnk
-        tail = np.empty(narc, np.int64)
-        head = np.empty(narc, np.int64)
-        alo = np.zeros(narc, np.int64)
-        ahi = np.full(narc, inf, np.int64)
-        s_node = 2 * m
-        t_node = 2 * m + 1
-        crit = np.empty(m, np.int64)
-        aflow = np.zeros(narc, np.int64)
-        arc_of = np.empty(narc, np.int64)  # DAG edge of each dependency arc
-        j = 0
-        for i in range(n):
-            if local[i] >= 0:
-                crit[j] = i
-                tail[j] = 2 * j
-                head[j] = 2 * j + 1
-                aflow[j] = node_flow[i]
-                if np.isfinite(u[i]):
-                    hv = np.ceil(u[i] * scale)
-                    ahi[j] = inf if hv >= inf else np.int64(hv)
-                lv = np.int64(np.floor(lo[i] * scale))
-                alo[j] = lv if lv < ahi[j] else ahi[j]
-                j += 1
-        for e in range(ne_all):
-            s_, t_ = src[e], dst[e]
-            if local[s_] >= 0 and local[t_] >= 0 and es[s_] + d[s_] >= es[t_] - tol:
-                tail[j] = 2 * local[s_] + 1
-                head[j] = 2 * local[t_]
-                aflow[j] = edge_flow[e]
-                arc_of[j] = e
-                j += 1
-        for i in range(n):
-            if local[i] >= 0 and es[i] <= tol:
-                tail[j] = s_node
-                head[j] = 2 * local[i]
-                aflow[j] = src_flow[i]
-                arc_of[j] = i
-                j += 1
-        for i in range(n):
-            if local[i] >= 0 and es[i] + d[i] >= T - tol:
-                tail[j] = 2 * local[i] + 1
-                head[j] = t_node
-                aflow[j] = snk_flow[i]
-                arc_of[j] = i
-                j += 1
-        start = aflow.copy()
-        status, side = min_cut_lower_bounds(
-            2 * m + 2, tail, head, alo, ahi, s_node, t_node, inf, aflow
-        )
-        if status == 2:  # numerically infeasible lower bounds: no lengthening this step
-            aflow[:] = start
-            status, side = min_cut_lower_bounds(
-                2 * m + 2, tail, head, np.zeros(narc, np.int64), ahi, s_node, t_node, inf, aflow
-            )
-        # keep this step's maximum flow for the next one (zero off the critical network)
-        node_flow[:] = 0
-        edge_flow[:] = 0
-        src_flow[:] = 0
-        snk_flow[:] = 0
-        if status == 0:
-            for jj in range(m):
-                node_flow[crit[jj]] = aflow[jj]
-            for jj in range(m, m + ntight):
-                edge_flow[arc_of[jj]] = aflow[jj]
-            for jj in range(m + ntight, m + ntight + nsrc):
-                src_flow[arc_of[jj]] = aflow[jj]
-            for jj in range(m + ntight + nsrc, narc):
-                snk_flow[arc_of[jj]] = aflow[jj]
+            local[i] = 0 if lf[i] - (es[i] + d[i]) <= tol else -1
+        status = _warm_cut(
+            n, local, es, d, T, tol, u, lo, src, dst, scale, inf,
+            node_flow, edge_flow, src_flow, snk_flow,
+            g_ptr, g_to, g_frm, g_rev, node_pos, edge_pos, src_pos, snk_pos, g_cap, g_level,
+            side,
+        )  # fmt: skip
+        if status == 3:  # the last flow does not fit this network: build it and repair
+            status = _rebuilt_cut(
+                n, local, es, d, T, tol, u, lo, src, dst, scale, inf,
+                node_flow, edge_flow, src_flow, snk_flow, side,
+            )  # fmt: skip
         if status == 1:
             out_s[steps] = np.inf
             steps += 1
@@ -231,15 +170,16 @@ def relaxed_chunk(
         delta = np.inf
         for i in range(n):
             a[i] = 0.0
-        for jj in range(m):
-            i = crit[jj]
-            if side[2 * jj] and not side[2 * jj + 1]:  # shortened
+        for i in range(n):
+            if local[i] < 0:
+                continue
+            if side[2 * i] and not side[2 * i + 1]:  # shortened
                 a[i] = 1.0
                 value += u[i]
                 nxt = tau[i, kv[i] - 1] if on[i] else tau[i, kv[i]]
                 if d[i] - nxt < delta:
                     delta = d[i] - nxt
-            elif not side[2 * jj] and side[2 * jj + 1]:  # lengthened
+            elif not side[2 * i] and side[2 * i + 1]:  # lengthened
                 a[i] = -1.0
                 value -= lo[i]
                 nxt = tau[i, min(kv[i] + 1, nv[i] - 1)]
@@ -272,3 +212,203 @@ def relaxed_chunk(
             v = d[i] - a[i] * delta
             d[i] = min(max(v, shortest[i]), longest[i])
     return out_t[:steps], out_g[:steps], out_s[:steps], out_k[:steps], out_d[:nkept], d, done
+
+
+@njit(cache=True, nogil=True)
+def _node_bounds(u, lo, scale, inf):
+    """A critical node's arc bounds in flow units: ``(lower, upper)``."""
+    hi = inf
+    if np.isfinite(u):
+        hv = np.ceil(u * scale)
+        hi = inf if hv >= inf else np.int64(hv)
+    lw = np.int64(np.floor(lo * scale))
+    return (lw if lw < hi else hi), hi
+
+
+@njit(cache=True, nogil=True)
+def _warm_cut(
+    n, local, es, d, T, tol, u, lo, src, dst, scale, inf,
+    node_flow, edge_flow, src_flow, snk_flow,
+    g_ptr, g_to, g_frm, g_rev, node_pos, edge_pos, src_pos, snk_pos, g_cap, g_level, side,
+):  # fmt: skip
+    """The minimum cut of this step's critical network (nodes with ``local >= 0``) on the
+    persistent node-split graph of :func:`perseus.kernels.flow.split_graph`, by maximum flow
+    from the last step's flow. Every arc off the network gets no capacity. Returns 0 (``side``:
+    the source side, per split vertex; flows updated), 1 (every cut is infinite) or 3: the last
+    flow does not fit this network's bounds (or the network needs an arc the layout lacks), and
+    nothing was computed. Between breakpoints the last maximum flow stays feasible (slopes only
+    steepen as ``T`` falls), so 3 is rare."""
+    fits = True
+    for i in range(n):
+        p = node_pos[i]
+        if local[i] >= 0:
+            lw, hi = _node_bounds(u[i], lo[i], scale, inf)
+            f = node_flow[i]
+            if f < lw or f > hi:
+                fits = False
+            g_cap[p] = inf if hi >= inf else hi - f
+            g_cap[g_rev[p]] = f - lw
+        else:
+            if node_flow[i] != 0:
+                fits = False
+            g_cap[p] = 0
+            g_cap[g_rev[p]] = 0
+        q = src_pos[i]
+        on = local[i] >= 0 and es[i] <= tol
+        if q < 0:
+            if on or src_flow[i] != 0:
+                fits = False
+        elif on:
+            g_cap[q] = inf
+            g_cap[g_rev[q]] = src_flow[i]
+        else:
+            if src_flow[i] != 0:
+                fits = False
+            g_cap[q] = 0
+            g_cap[g_rev[q]] = 0
+        q = snk_pos[i]
+        on = local[i] >= 0 and es[i] + d[i] >= T - tol
+        if q < 0:
+            if on or snk_flow[i] != 0:
+                fits = False
+        elif on:
+            g_cap[q] = inf
+            g_cap[g_rev[q]] = snk_flow[i]
+        else:
+            if snk_flow[i] != 0:
+                fits = False
+            g_cap[q] = 0
+            g_cap[g_rev[q]] = 0
+    for e in range(src.shape[0]):
+        p = edge_pos[e]
+        s_, t_ = src[e], dst[e]
+        if local[s_] >= 0 and local[t_] >= 0 and es[s_] + d[s_] >= es[t_] - tol:
+            g_cap[p] = inf
+            g_cap[g_rev[p]] = edge_flow[e]
+        else:
+            if edge_flow[e] != 0:
+                fits = False
+            g_cap[p] = 0
+            g_cap[g_rev[p]] = 0
+    if not fits:
+        return 3
+    f = dinic(2 * n + 2, g_ptr, g_to, g_cap, g_rev, g_frm, 2 * n, 2 * n + 1, inf, g_level)
+    if f >= inf:
+        return 1
+    for i in range(n):
+        if local[i] >= 0:
+            lw, hi = _node_bounds(u[i], lo[i], scale, inf)
+            node_flow[i] = lw + g_cap[g_rev[node_pos[i]]]
+        q = src_pos[i]
+        src_flow[i] = g_cap[g_rev[q]] if q >= 0 else 0
+        q = snk_pos[i]
+        snk_flow[i] = g_cap[g_rev[q]] if q >= 0 else 0
+    for e in range(src.shape[0]):
+        edge_flow[e] = g_cap[g_rev[edge_pos[e]]]
+    for v in range(2 * n):
+        side[v] = g_level[v] >= 0
+    return 0
+
+
+@njit(cache=True, nogil=True)
+def _rebuilt_cut(
+    n, local, es, d, T, tol, u, lo, src, dst, scale, inf,
+    node_flow, edge_flow, src_flow, snk_flow, side,
+):  # fmt: skip
+    """:func:`_warm_cut` on a network built for this step alone, the last flow clamped into it
+    and repaired (:func:`perseus.kernels.flow.min_cut_lower_bounds`). A start the bounds cannot
+    take (its value more than the network carries, which integer rounding of the bounds can
+    cause) is dropped for a cold solve, from a zero flow, which any feasible flow repairs;
+    only bounds that admit no flow at all are dropped (no lengthening this step). Returns 0, 1
+    as :func:`_warm_cut`, or 2 (nothing can move: the sweep stops)."""
+    m = 0
+    for i in range(n):
+        if local[i] >= 0:
+            local[i] = m
+            m += 1
+    ne_all = src.shape[0]
+    ntight = 0
+    for e in range(ne_all):
+        s_, t_ = src[e], dst[e]
+        if local[s_] >= 0 and local[t_] >= 0 and es[s_] + d[s_] >= es[t_] - tol:
+            ntight += 1
+    nsrc = 0
+    nsnk = 0
+    for i in range(n):
+        if local[i] >= 0:
+            if es[i] <= tol:
+                nsrc += 1
+            if es[i] + d[i] >= T - tol:
+                nsnk += 1
+    narc = m + ntight + nsrc + nsnk
+    tail = np.empty(narc, np.int64)
+    head = np.empty(narc, np.int64)
+    alo = np.zeros(narc, np.int64)
+    ahi = np.full(narc, inf, np.int64)
+    s_node = 2 * m
+    t_node = 2 * m + 1
+    crit = np.empty(m, np.int64)
+    aflow = np.zeros(narc, np.int64)
+    arc_of = np.empty(narc, np.int64)  # DAG edge of each dependency arc
+    j = 0
+    for i in range(n):
+        if local[i] >= 0:
+            crit[j] = i
+            tail[j] = 2 * j
+            head[j] = 2 * j + 1
+            aflow[j] = node_flow[i]
+            alo[j], ahi[j] = _node_bounds(u[i], lo[i], scale, inf)
+            j += 1
+    for e in range(ne_all):
+        s_, t_ = src[e], dst[e]
+        if local[s_] >= 0 and local[t_] >= 0 and es[s_] + d[s_] >= es[t_] - tol:
+            tail[j] = 2 * local[s_] + 1
+            head[j] = 2 * local[t_]
+            aflow[j] = edge_flow[e]
+            arc_of[j] = e
+            j += 1
+    for i in range(n):
+        if local[i] >= 0 and es[i] <= tol:
+            tail[j] = s_node
+            head[j] = 2 * local[i]
+            aflow[j] = src_flow[i]
+            arc_of[j] = i
+            j += 1
+    for i in range(n):
+        if local[i] >= 0 and es[i] + d[i] >= T - tol:
+            tail[j] = 2 * local[i] + 1
+            head[j] = t_node
+            aflow[j] = snk_flow[i]
+            arc_of[j] = i
+            j += 1
+    status, cut = min_cut_lower_bounds(2 * m + 2, tail, head, alo, ahi, s_node, t_node, inf, aflow)
+    if status == 2:  # the last flow is more than this network carries (rounding): start cold
+        aflow[:] = 0
+        status, cut = min_cut_lower_bounds(
+            2 * m + 2, tail, head, alo, ahi, s_node, t_node, inf, aflow
+        )
+    if status == 2:  # numerically infeasible lower bounds: no lengthening this step
+        aflow[:] = 0
+        status, cut = min_cut_lower_bounds(
+            2 * m + 2, tail, head, np.zeros(narc, np.int64), ahi, s_node, t_node, inf, aflow
+        )
+    # keep this step's maximum flow for the next one (zero off the critical network)
+    node_flow[:] = 0
+    edge_flow[:] = 0
+    src_flow[:] = 0
+    snk_flow[:] = 0
+    for v in range(2 * n):
+        side[v] = False
+    if status == 0:
+        for jj in range(m):
+            node_flow[crit[jj]] = aflow[jj]
+        for jj in range(m, m + ntight):
+            edge_flow[arc_of[jj]] = aflow[jj]
+        for jj in range(m + ntight, m + ntight + nsrc):
+            src_flow[arc_of[jj]] = aflow[jj]
+        for jj in range(m + ntight + nsrc, narc):
+            snk_flow[arc_of[jj]] = aflow[jj]
+        for jj in range(m):
+            side[2 * crit[jj]] = cut[2 * jj]
+            side[2 * crit[jj] + 1] = cut[2 * jj + 1]
+    return status

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perseus.errors import SolverCancelled
+from perseus.kernels.flow import split_graph
 from perseus.kernels.relaxed import relaxed_chunk
 from perseus.problem import EnergyProblem
 from perseus.profiles import lower_hull_indices, pareto_indices
@@ -254,6 +255,13 @@ def _sweep(
         np.zeros(n, np.int64),
     )
     kv = rel.nv - 1
+    # the residual graph every step's network is laid out on, its capacities, search levels
+    graph = split_graph(n, dag.src, dag.dst, np.diff(dag.pred_ptr) > 0, np.diff(dag.succ_ptr) > 0)
+    layout: tuple[IntArray, ...] = (
+        *graph,
+        np.zeros(len(graph[1]), np.int64),
+        np.empty(2 * n + 2, np.int64),
+    )
     per_second = cells / (t_max - t_min) if cells > 0 and t_max > t_min else 0.0
     keep = np.array([0.0, 1.0, t_max, per_second, -1.0])
     while True:
@@ -263,7 +271,7 @@ def _sweep(
         times, costs, slopes, kept, durations, d, done = relaxed_chunk(
             dag.topo, dag.pred_ptr, dag.pred_idx, dag.succ_ptr, dag.succ_idx, dag.src, dag.dst,
             rel.tau, rel.cost, rel.slope, rel.nv, rel.shortest, rel.longest,
-            d, t_min, scale, _INT_INF, _STEPS_PER_CHUNK, *flows, kv, keep,
+            d, t_min, scale, _INT_INF, _STEPS_PER_CHUNK, *flows, kv, keep, *layout,
         )  # fmt: skip
         keep[0] += len(times)
         if done and not kept[-1]:  # the last step: the durations the sweep stopped at
