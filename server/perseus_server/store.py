@@ -7,9 +7,8 @@ of the host, which would lose at most the last transactions, never corrupt the f
 The store is used from the server's event-loop thread only; each call takes microseconds to a
 few milliseconds (a large frontier document).
 
-Schema versions: the database's ``PRAGMA user_version`` is its schema version, and
-:meth:`Store.open` applies the missing :data:`MIGRATIONS` in order (a database of the first
-release, which set no version, is version 1). A change of what is stored appends a migration.
+Schema versions: :meth:`Store.open` brings the database to this code's version with the
+migrations of :mod:`perseus_server.migrations` (its names are re-exported here).
 """
 
 from __future__ import annotations
@@ -23,6 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from perseus_server.jobs import JobSpec, RankInfo
+from perseus_server.migrations import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    StoreError,
+    migrate,
+    schema_version,
+)
 from perseus_server.states import SolveStatus
 
 __all__ = [
@@ -36,143 +42,6 @@ __all__ = [
     "migrate",
     "schema_version",
 ]
-
-#: Schema version 1: the tables of the first release. A database without ``user_version`` that
-#: holds a ``jobs`` table was written by that release and is version 1.
-_V1_DDL = """
-CREATE TABLE IF NOT EXISTS jobs (
-    id TEXT PRIMARY KEY, created REAL NOT NULL, spec TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS profiles (
-    job_id TEXT PRIMARY KEY, csv TEXT NOT NULL, revision INTEGER NOT NULL, updated REAL NOT NULL,
-    source TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS frontiers (
-    job_id TEXT PRIMARY KEY, status TEXT NOT NULL, progress REAL NOT NULL, error TEXT,
-    doc TEXT, profile_revision INTEGER, started REAL, finished REAL, solve_seconds REAL,
-    ready_doc TEXT
-);
-CREATE TABLE IF NOT EXISTS deployments (
-    job_id TEXT PRIMARY KEY, version INTEGER NOT NULL, doc TEXT NOT NULL, updated REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS ranks (
-    job_id TEXT NOT NULL, global_rank INTEGER NOT NULL, rank_id TEXT NOT NULL UNIQUE,
-    info TEXT NOT NULL, registered REAL NOT NULL, PRIMARY KEY (job_id, global_rank)
-);
-CREATE TABLE IF NOT EXISTS iterations (
-    rank_id TEXT NOT NULL, job_id TEXT NOT NULL, iteration INTEGER NOT NULL, time REAL NOT NULL,
-    energy REAL NOT NULL, plan_version INTEGER NOT NULL, received REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS iterations_rank ON iterations (rank_id, received);
-CREATE TABLE IF NOT EXISTS profiling (
-    job_id TEXT PRIMARY KEY, doc TEXT NOT NULL
-);
-"""
-
-
-def _v1_initial(db: sqlite3.Connection) -> None:
-    """Version 1: the first release's tables."""
-    for statement in _V1_DDL.split(";"):
-        if statement.strip():
-            db.execute(statement)
-
-
-def _v3_power_budget(db: sqlite3.Connection) -> None:
-    """Version 3: the cluster power budget (one row at most: ``PUT /power-budget``'s settings)."""
-    db.execute(
-        "CREATE TABLE IF NOT EXISTS power_budget ("
-        "id INTEGER PRIMARY KEY CHECK (id = 1), doc TEXT NOT NULL, updated REAL NOT NULL)"
-    )
-
-
-def _v2_report_sequences(db: sqlite3.Connection) -> None:
-    """Version 2: the highest report sequence accepted per rank (idempotent reports)."""
-    db.execute(
-        "CREATE TABLE IF NOT EXISTS report_sequences ("
-        "rank_id TEXT PRIMARY KEY, job_id TEXT NOT NULL, last INTEGER NOT NULL)"
-    )
-
-
-def _v4_credentials(db: sqlite3.Connection) -> None:
-    """Version 4: scoped credentials (their SHA-256 digests, never the secrets) and the rank
-    identities bound to the credential that registered them."""
-    db.execute(
-        "CREATE TABLE IF NOT EXISTS credentials ("
-        "id TEXT PRIMARY KEY, scope TEXT NOT NULL, job_id TEXT, hash TEXT NOT NULL UNIQUE, "
-        "created REAL NOT NULL, rotated REAL, revoked REAL)"
-    )
-    db.execute("CREATE INDEX IF NOT EXISTS credentials_job ON credentials (job_id)")
-    db.execute(
-        "CREATE TABLE IF NOT EXISTS rank_bindings ("
-        "rank_id TEXT PRIMARY KEY, job_id TEXT NOT NULL, global_rank INTEGER NOT NULL, "
-        "credential_id TEXT NOT NULL, UNIQUE (job_id, global_rank))"
-    )
-
-
-def _v5_partial_frontiers(db: sqlite3.Connection) -> None:
-    """Version 5: whether a job's stored frontier is partial (the first plan of a solve, stored
-    and deployed while the rest is computed; a solve cut short leaves it so)."""
-    db.execute("ALTER TABLE frontiers ADD COLUMN partial INTEGER NOT NULL DEFAULT 0")
-
-
-#: The ordered schema migrations: ``MIGRATIONS[k]`` takes a database at version ``k`` to
-#: ``k + 1``. A later change of what is stored appends a function here (never edits one that
-#: shipped); :meth:`Store.open` applies the missing ones, each in its own transaction.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
-    _v1_initial,
-    _v2_report_sequences,
-    _v3_power_budget,
-    _v4_credentials,
-    _v5_partial_frontiers,
-)
-
-#: The schema version this code reads and writes.
-SCHEMA_VERSION = len(MIGRATIONS)
-
-
-class StoreError(RuntimeError):
-    """The database cannot be used by this server (written by a newer one)."""
-
-
-def schema_version(db: sqlite3.Connection) -> int:
-    """The database's schema version: ``PRAGMA user_version``, or 1 for a database of the first
-    release (which set no version but has the ``jobs`` table), or 0 for an empty one."""
-    version = int(db.execute("PRAGMA user_version").fetchone()[0])
-    if (
-        version == 0
-        and db.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'jobs'"
-        ).fetchone()
-    ):
-        return 1
-    return version
-
-
-def migrate(
-    db: sqlite3.Connection,
-    migrations: tuple[Callable[[sqlite3.Connection], None], ...] = MIGRATIONS,
-) -> int:
-    """Bring ``db`` to version ``len(migrations)``, one transaction per step; returns the version
-    it had. Raises :class:`StoreError` when the database is newer than ``migrations`` knows."""
-    found = schema_version(db)
-    target = len(migrations)
-    if found > target:
-        raise StoreError(
-            f"the database has schema version {found}, newer than this server's {target}; "
-            "use a newer server or another database"
-        )
-    if int(db.execute("PRAGMA user_version").fetchone()[0]) != found:
-        db.execute(f"PRAGMA user_version = {found}")  # a first-release database says so now
-    for version in range(found, target):
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            migrations[version](db)
-            db.execute(f"PRAGMA user_version = {version + 1}")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
-    return found
 
 
 class JobRow:
