@@ -4,6 +4,7 @@ profile and the frontier (``docs/power.md``)."""
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -165,3 +166,29 @@ def test_measured_power_is_per_job_and_leaves_with_the_job(
     assert _metric(text, "perseus_job_power_watts", a.id) is None
     assert _metric(text, "perseus_energy_saved_joules_total", a.id) is None
     assert _metric(text, "perseus_job_power_watts", b.id) == pytest.approx(60.0)
+
+
+def test_reports_that_would_overflow_keep_the_status_finite(
+    http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str
+) -> None:
+    job = _Job(http, stub, small_csv)
+    version = job.status()["plan"]["version"]
+    job.report({(0, 0): 100.0}, 1.0, version)
+    job.report({(0, 0): 1.0}, 5e-324, version)  # its power 1 / 5e-324 overflows
+    job.report({(0, 0): 1e308}, 1.0, version, n=2)  # twice overflows the sums
+    job.report({k: 1e308 for k in job.ranks}, 1.0, version)
+    for _ in range(2):  # a status does not change what it shows
+        r = http.get(f"/jobs/{job.id}/status")
+        assert r.status_code == 200
+        m = r.json()["measured"]
+        assert m["power_iterations"] == 1 and m["iterations"] == 1 and m["ranks"] == 1
+        assert m["average_power"] == pytest.approx(400.0)
+        assert m["energy"] == pytest.approx(400.0)
+        for key in ("average_power", "energy", "max_clock_energy", "energy_saved"):
+            assert math.isfinite(m[key])
+    r = http.get("/metrics")
+    assert r.status_code == 200
+    assert _metric(r.text, "perseus_job_power_watts", job.id) == pytest.approx(400.0)
+    # a sane report still counts
+    job.report({(0, 0): 100.0}, 1.0, version)
+    assert job.status()["measured"]["power_iterations"] == 2

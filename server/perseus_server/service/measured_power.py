@@ -28,12 +28,20 @@ the counted reports, ``R'`` the ranks that reported energy. It is a net figure (
 less than nothing, e.g. max clocks measured with noise), so ``perseus_energy_saved_joules_total``
 is exported as a gauge; it counts from the server's start (not stored).
 
+A report outside the sane ranges ``MIN_SECONDS <= iteration_time <= MAX_SECONDS`` (the upper
+bound the straggler API uses too) and ``energy <= MAX_ENERGY`` (10 kW for ``MAX_SECONDS``) is
+not counted, nor one that would make a rank's sums or power not finite: with bounded inputs the
+job's sums stay finite (e.g. ``energy=1e308`` twice or ``iteration_time=5e-324`` would otherwise
+overflow them), and a view shows ``None`` for a power that is not finite, so the status stays
+valid JSON whatever the ranks send.
+
 Cost: ``O(1)`` per report (the per-rank constants are computed once per profile and frontier,
 ``O(n)`` for ``n`` instructions); a view or a scrape is ``O(ranks)`` per job.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +57,21 @@ from perseus_server.service.state import Job
 from perseus_server.service.values import IterationReport
 from perseus_server.states import ProfilingStatus
 
-__all__ = ["MaxClockBaseline", "MeasuredPower", "max_clock_baseline"]
+__all__ = [
+    "MAX_ENERGY",
+    "MAX_SECONDS",
+    "MIN_SECONDS",
+    "MaxClockBaseline",
+    "MeasuredPower",
+    "max_clock_baseline",
+]
+
+MIN_SECONDS = 1e-6
+"""The shortest iteration time (s) a counted report may have."""
+MAX_SECONDS = 1e6
+"""The longest iteration time (s) a counted report may have."""
+MAX_ENERGY = 1e4 * MAX_SECONDS
+"""The most energy (J) a counted report may carry."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +137,9 @@ class MeasuredPower:
     def observe(self, job: Job, rank: RankInfo, rep: IterationReport) -> None:
         """Count one accepted report (see the module docstring for which count)."""
         energy, seconds = float(rep.energy), float(rep.iteration_time)
-        if energy <= 0 or job.profiling_is(ProfilingStatus.RUNNING):
+        if not (0 < energy <= MAX_ENERGY and MIN_SECONDS <= seconds <= MAX_SECONDS):
+            return
+        if job.profiling_is(ProfilingStatus.RUNNING):
             return
         je = self._jobs.get(job.id)
         if je is None:
@@ -125,15 +149,25 @@ class MeasuredPower:
         if r is None:
             r = je.ranks[rank.rank_id] = _RankEnergy()
         version = int(rep.plan_version)
-        if version != r.version:
-            r.version, r.energy, r.time, r.reports = version, 0.0, 0.0, 0
-        r.energy += energy
-        r.time += seconds
-        r.reports += 1
+        fresh = version != r.version
+        total_e = energy + (0.0 if fresh else r.energy)
+        total_t = seconds + (0.0 if fresh else r.time)
+        if not _all_finite(total_e, total_t, total_e / total_t):
+            return  # a report that would overflow the sums is not counted (module docstring)
         base = self._baseline(job, je)
-        if base is not None and 0 <= rank.pipeline_rank < len(base.compute):
-            r.measured += energy
-            r.max_clock += base.energy(rank.pipeline_rank, seconds)
+        counts = base is not None and 0 <= rank.pipeline_rank < len(base.compute)
+        if counts:
+            assert base is not None
+            measured = r.measured + energy
+            max_clock = r.max_clock + base.energy(rank.pipeline_rank, seconds)
+            if not _all_finite(measured, max_clock, max_clock - measured):
+                return
+        if fresh:
+            r.version, r.reports = version, 0
+        r.energy, r.time = total_e, total_t
+        r.reports += 1
+        if counts:
+            r.measured, r.max_clock = measured, max_clock
             r.counted += 1
 
     def _baseline(self, job: Job, je: _JobEnergy) -> MaxClockBaseline | None:
@@ -165,7 +199,7 @@ class MeasuredPower:
         measured = scale * sum(r.measured for r in counted)
         max_clock = scale * sum(r.max_clock for r in counted)
         return {
-            "average_power": power,
+            "average_power": _finite(power),
             "plan_version": newest,
             "power_ranks": len(now),
             "power_iterations": min((r.reports for r in now), default=0),
@@ -196,5 +230,16 @@ class MeasuredPower:
     def savings(self) -> dict[Labels, float]:
         """``perseus_energy_saved_joules_total`` by job (jobs with a max-clock baseline)."""
         return {
-            (("job", j),): float(v["energy_saved"]) for j, v in self._views().items() if v["ranks"]
+            (("job", j),): float(v["energy_saved"])
+            for j, v in self._views().items()
+            if v["ranks"] and math.isfinite(v["energy_saved"])
         }
+
+
+def _all_finite(*xs: float) -> bool:
+    return all(math.isfinite(x) for x in xs)
+
+
+def _finite(x: float | None) -> float | None:
+    """``x`` when it is a finite number, else None (JSON has no infinities or NaN)."""
+    return x if x is not None and math.isfinite(x) else None
