@@ -54,6 +54,12 @@ class Counter:
         key = tuple(sorted(labels.items()))
         self.values[key] = self.values.get(key, 0.0) + amount
 
+    def drop(self, **labels: str) -> None:
+        """Forget every series whose labels include ``labels`` (``O(series)``)."""
+        want = set(labels.items())
+        for key in [k for k in self.values if want <= set(k)]:
+            del self.values[key]
+
     def render(self) -> list[str]:
         return [
             f"{self.name}{_fmt_labels(k)} {_fmt_value(v)}" for k, v in sorted(self.values.items())

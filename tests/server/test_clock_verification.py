@@ -208,3 +208,47 @@ def test_a_throttled_simulated_gpu_shows_up_in_status_and_metrics(
     assert straggler is not None and straggler["cause"] == "off-plan clocks", st["pipelines"]
     assert st["pipelines"][0]["straggler"] is None
     assert _counter(http.get("/metrics").text, job, 2, THERMAL) >= 1
+
+
+def test_made_up_reasons_count_as_other_and_series_leave_with_the_job(
+    http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str
+) -> None:
+    job = solved_job(http, small_csv)
+    rank = register(stub, job, 0, 0).rank_id
+    reps = []
+    for i in range(4):
+        rep = pb.IterationReport(
+            job_id=job, rank_id=rank, iteration=i, iteration_time=1.0, sequence=i + 1,
+            clock_samples=10,
+        )  # fmt: skip
+        for k in range(300):
+            rep.off_plan.append(_off_plan(reasons=(f"made_up_{i}_{k}", f"x{k}")))
+        rep.off_plan.append(_off_plan(reasons=(THERMAL, "bogus")))
+        rep.off_plan.append(_off_plan())
+        reps.append(rep)
+    assert stub.ReportIterations(iter(reps), timeout=30).accepted == 4
+    metrics = http.get("/metrics").text
+    series = re.findall(rf'^perseus_off_plan_instructions_total\{{job="{job}",', metrics, re.M)
+    assert len(series) == 3
+    assert _counter(metrics, job, 0, "other") == 4 * 300
+    assert _counter(metrics, job, 0, re.escape(f"other+{THERMAL}")) == 4
+    assert _counter(metrics, job, 0, THERMAL) == 4
+    assert http.delete(f"/jobs/{job}").status_code == 204
+    metrics = http.get("/metrics").text
+    assert f'perseus_off_plan_instructions_total{{job="{job}"' not in metrics
+
+
+def test_an_oversized_off_plan_is_refused_naming_the_field(
+    http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str
+) -> None:
+    job = solved_job(http, small_csv)
+    rank = register(stub, job, 0, 0).rank_id
+    rep = pb.IterationReport(job_id=job, rank_id=rank, iteration=1, iteration_time=1.0)
+    rep.off_plan.extend(_off_plan(reasons=()) for _ in range(4097))
+    with pytest.raises(grpc.RpcError) as err:
+        stub.ReportIterations(iter([rep]), timeout=30)
+    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    details = err.value.details() or ""
+    assert details.startswith("off_plan") and "4096" in details, details
+    del rep.off_plan[4096:]
+    assert stub.ReportIterations(iter([rep]), timeout=30).accepted == 1

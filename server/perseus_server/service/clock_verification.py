@@ -14,11 +14,13 @@ This module
 - counts off-plan instructions in ``/metrics`` as
   ``perseus_off_plan_instructions_total{job, rank, reason}`` (``rank``: the global rank;
   ``reason``: the instruction's reasons joined by ``+``, sorted, or ``none``, so that the sum over
-  ``reason`` counts each instruction once);
+  ``reason`` counts each instruction once; a name outside :data:`KNOWN_REASONS`, NVML's fixed set
+  the client sends, counts as ``other``, so a rank has at most ``2**10`` series);
 - renders the per-rank summary of ``GET /jobs/{id}/status`` (:func:`rank_view`) and the
   pipeline's off-plan ranks (:func:`off_plan_ranks`).
 
-Everything is linear in the report's off-plan instructions.
+A report has at most :data:`MAX_OFF_PLAN` off-plan instructions. Everything is linear in them;
+the counter is updated once per distinct label of a report.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from perseus_server.stragglers import RankClocks
 __all__ = [
     "CAUSE",
     "ClockVerification",
+    "KNOWN_REASONS",
+    "MAX_OFF_PLAN",
     "MAX_REASONS",
     "detector_feeder",
     "off_plan_ranks",
@@ -50,6 +54,23 @@ __all__ = [
 CAUSE = "off-plan clocks"
 #: At most this many reason names per off-plan instruction or report.
 MAX_REASONS = 32
+#: At most this many off-plan instructions per report.
+MAX_OFF_PLAN = 4096
+#: NVML's clock-event reason names, as the client sends them
+#: (``perseus_client.gpu.nvml.CLOCK_EVENT_REASONS``); others are counted as ``other``.
+KNOWN_REASONS = frozenset(
+    {
+        "gpu_idle",
+        "applications_clocks_setting",
+        "sw_power_cap",
+        "hw_slowdown",
+        "sync_boost",
+        "sw_thermal_slowdown",
+        "hw_thermal_slowdown",
+        "hw_power_brake_slowdown",
+        "display_clock_setting",
+    }
+)
 _REASON = re.compile(r"[a-z0-9_]{1,64}")
 
 
@@ -71,9 +92,10 @@ def validate_applied_clocks(i: int, rep: IterationReport, job: Job, limits: Limi
             f"report {i}: must be >= 0, got {rep.clock_samples}", field="clock_samples"
         )
     _check_reasons(f"report {i}", rep.clock_event_reasons, "clock_event_reasons")
-    if len(rep.off_plan) > limits.max_report_instructions:
+    most = min(MAX_OFF_PLAN, limits.max_report_instructions)
+    if len(rep.off_plan) > most:
         raise BadRequest(
-            f"report {i}: at most {limits.max_report_instructions} off-plan instructions",
+            f"report {i}: off_plan has {len(rep.off_plan)} instructions, at most {most}",
             field="off_plan",
         )
     for j, o in enumerate(rep.off_plan):
@@ -98,7 +120,7 @@ def validate_applied_clocks(i: int, rep: IterationReport, job: Job, limits: Limi
 
 
 def _reason_label(reasons: tuple[str, ...]) -> str:
-    return "+".join(sorted(set(reasons))) or "none"
+    return "+".join(sorted({r if r in KNOWN_REASONS else "other" for r in reasons})) or "none"
 
 
 class ClockVerification:
@@ -116,11 +138,13 @@ class ClockVerification:
                 return  # this rank does not verify its clocks: keep no record
             record = clocks[rank.rank_id] = RankClocks()
         reasons: set[str] = set()
+        counts: dict[str, int] = {}
         for o in rep.off_plan:
             reasons.update(o.reasons)
-            self.counter.inc(
-                job=job.id, rank=str(rank.global_rank), reason=_reason_label(o.reasons)
-            )
+            label = _reason_label(o.reasons)
+            counts[label] = counts.get(label, 0) + 1
+        for label, n in counts.items():
+            self.counter.inc(n, job=job.id, rank=str(rank.global_rank), reason=label)
         record.recent.append(
             (int(rep.iteration), len(rep.off_plan), frozenset(reasons), int(rep.clock_samples))
         )

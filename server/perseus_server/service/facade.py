@@ -166,6 +166,7 @@ class PerseusService:
         self.store.delete_job(job.id)
         self.powers.forget(job.id)
         self.power_budget.job_removed(job.id)
+        self.metrics.off_plan_instructions.drop(job=job.id)
 
     # --- profiles and frontiers ------------------------------------------------------------------
 
@@ -263,10 +264,10 @@ class PerseusService:
         """Decode, validate and store one report; returns (new, duplicates): a re-sent report
         is acknowledged and dropped.
 
-        A report of more than ``OFFLOAD_INSTRUCTIONS`` measurements (``size``) stays off the
-        loop: given ``serialize`` (its wire bytes), it is decoded into columns in the report
-        worker process (else by ``decode`` on a thread), and checked on a thread with array
-        operations; the loop only stores it.
+        A report of more than ``OFFLOAD_INSTRUCTIONS`` measurements and off-plan instructions
+        together (``size``) stays off the loop: given ``serialize`` (its wire bytes), it is
+        decoded into columns in the report worker process (else by ``decode`` on a thread), and
+        checked on a thread with array operations; the loop only stores it.
         """
         if size > OFFLOAD_INSTRUCTIONS:
             if serialize is not None:
