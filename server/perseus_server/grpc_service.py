@@ -136,7 +136,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
             try:
                 new, dup = await self.service.ingest_report(
                     functools.partial(decode_report, report),
-                    len(report.instructions),
+                    len(report.instructions) + len(report.off_plan),
                     report.SerializeToString,
                 )
                 accepted, duplicates = accepted + new + dup, duplicates + dup
