@@ -21,6 +21,11 @@ only their SHA-256 digest; a presented secret is looked up by its digest (so loo
 nothing about the secret) and the digests compared with :func:`hmac.compare_digest`. The
 configured admin and read tokens are compared in constant time with the presented one.
 
+A call's principal is fixed when it starts, so each credential also has an in-memory
+**generation**, bumped by every rotation and revocation: a principal carries the generation it
+was identified at, and :meth:`Credentials.current` (``O(1)``) tells a stream already open (each
+report of ``ReportIterations``, each message of ``WatchPlan``) that its credential changed since.
+
 With no admin token configured the server is open: :attr:`Credentials.enabled` is false and
 :meth:`Credentials.identify` answers the admin principal for anything.
 """
@@ -73,6 +78,7 @@ class Principal:
     scope: Scope
     credential_id: str | None = None
     job_id: str | None = None
+    generation: int = 0
 
     def allows(self, needed: Scope) -> bool:
         """Whether this principal may do what needs ``needed`` (admin may do everything)."""
@@ -138,6 +144,7 @@ class Credentials:
         self.store = store
         self.admin = admin
         self.read = tuple(read)
+        self._generation: dict[str, int] = {}
 
     @property
     def enabled(self) -> bool:
@@ -163,7 +170,16 @@ class Credentials:
         row = self.store.credential_by_hash(d)
         if row is None or row.revoked is not None or not hmac.compare_digest(row.hash, d):
             return None
-        return Principal(Scope(row.scope), row.id, row.job_id)
+        return Principal(Scope(row.scope), row.id, row.job_id, self._generation.get(row.id, 0))
+
+    def current(self, who: Principal) -> bool:
+        """Whether ``who``'s credential is still the one it was identified with (not rotated or
+        revoked since); ``O(1)``. Configured tokens are always current."""
+        cid = who.credential_id
+        return cid is None or self._generation.get(cid, 0) == who.generation
+
+    def _changed(self, credential_id: str) -> None:
+        self._generation[credential_id] = self._generation.get(credential_id, 0) + 1
 
     def from_header(self, authorization: str) -> Principal | None:
         """The principal of an ``Authorization`` header value."""
@@ -213,16 +229,20 @@ class Credentials:
             return self.issue(Scope.RANK, job_id)
         secret = f"perseus-{Scope.RANK.value}-{secrets.token_urlsafe(32)}"
         self._store().rotate_credential(row.id, digest(secret))
+        self._changed(row.id)
         return IssuedCredential(row.id, Scope.RANK, job_id, secret, row.created)
 
     def revoke_rank(self, job_id: str) -> bool:
         """Revoke the job's rank credential; False when it has none in force."""
         row = self.rank_credential(job_id)
-        return row is not None and self._store().revoke_credential(row.id)
+        return row is not None and self.revoke(row.id)
 
     def revoke(self, credential_id: str) -> bool:
         """Revoke an issued credential by id; False when unknown or revoked already."""
-        return self._store().revoke_credential(credential_id)
+        done = self._store().revoke_credential(credential_id)
+        if done:
+            self._changed(credential_id)
+        return done
 
     def listing(self) -> list[dict[str, Any]]:
         """Every issued credential without its secret (id, scope, job, times)."""

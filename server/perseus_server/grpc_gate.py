@@ -12,10 +12,13 @@ A rank credential (see :mod:`perseus_server.credentials`) opens its own job's ``
 ``WatchPlan`` and ``ReportIterations`` only: the handler is wrapped so that each request (each
 report of a stream) naming another job, or a rank identity bound to another credential, is
 refused with PERMISSION_DENIED before the servicer sees it, and a registration binds the identity.
+A stream opened with a credential that is rotated or revoked meanwhile ends with UNAUTHENTICATED
+at its next report, or before its next plan message (:meth:`Credentials.current`).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -75,6 +78,29 @@ def _sized(deserialize: Callable[[bytes], Any] | None, limit: int) -> Callable[[
 
 async def _deny(context: grpc.aio.ServicerContext[Any, Any], why: str) -> None:
     await context.abort(grpc.StatusCode.PERMISSION_DENIED, why)
+
+
+_STALE = "authorization: this credential was rotated or revoked"
+
+
+async def _stale(context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    await context.abort(grpc.StatusCode.UNAUTHENTICATED, _STALE)
+
+
+class _CheckedWrites:
+    """A servicer context whose ``write`` first checks that the call's credential is current."""
+
+    def __init__(self, context: Any, creds: Credentials, who: Principal, refused: Any) -> None:
+        self._context, self._creds, self._who, self._refused = context, creds, who, refused
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+    async def write(self, message: Any) -> None:
+        if not self._creds.current(self._who):
+            self._refused()
+            await _stale(self._context)
+        await self._context.write(message)
 
 
 def _denier(why: str) -> Callable[..., Awaitable[None]]:
@@ -172,13 +198,17 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             async def watch_gen(request: Any, context: Any) -> AsyncIterator[Any]:
                 await check(request, context)
                 async for msg in behavior(request, context):
+                    if not creds.current(who):
+                        self.on_refused("WatchPlan", "UNAUTHENTICATED")
+                        await _stale(context)
                     yield msg
 
             return handler._replace(unary_stream=watch_gen)
 
         async def watch(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             await check(request, context)
-            return await behavior(request, context)
+            stale = functools.partial(self.on_refused, "WatchPlan", "UNAUTHENTICATED")
+            return await behavior(request, _CheckedWrites(context, creds, who, stale))
 
         return handler._replace(unary_stream=watch)
 
@@ -190,6 +220,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         ) -> Any:
             async def checked() -> AsyncIterator[Any]:
                 async for report in request_iterator:
+                    if not creds.current(who):
+                        self.on_refused("ReportIterations", "UNAUTHENTICATED")
+                        await _stale(context)
                     why = creds.rank_refusal(who, report.job_id, report.rank_id)
                     if why is not None:
                         self._refused("ReportIterations")

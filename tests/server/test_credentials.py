@@ -6,6 +6,7 @@ credential, and the command line refuses unusable read-token files."""
 from __future__ import annotations
 
 import hashlib
+import queue
 import sqlite3
 import subprocess
 import sys
@@ -254,3 +255,62 @@ def test_read_token_file_must_be_usable(tmp_path: Path) -> None:
     Path(args[1]).chmod(0o644)
     r = _serve(tmp_path, "--token-file", str(admin), *args)
     assert r.returncode == 2 and "--read-token-file" in r.stderr and "chmod 600" in r.stderr
+
+
+def test_rotation_and_revocation_end_streams_already_open(
+    srv: ServerProcess, small_csv: str
+) -> None:
+    with httpx.Client(base_url=srv.http_url, headers=srv.headers, timeout=30.0) as http:
+        job = solved_job(http, small_csv)
+        secret = http.post(f"/jobs/{job}/credentials/rotate").json()["credential"]
+        with grpc.insecure_channel(srv.grpc_target) as ch:
+            stub = pb_grpc.PlanServiceStub(ch)
+            me = register(stub, job, 0, 0, metadata=_md(secret)).rank_id
+            sends: queue.Queue[Any] = queue.Queue()
+
+            def reports() -> Iterator[Any]:
+                while (rep := sends.get()) is not None:
+                    yield rep
+
+            def rep(it: int) -> Any:
+                return pb.IterationReport(
+                    job_id=job, rank_id=me, iteration=it, iteration_time=1.0, plan_version=1,
+                    sequence=it,
+                )  # fmt: skip
+
+            def last_iteration() -> Any:
+                return http.get(f"/jobs/{job}/status").json()["ranks"][0]["last_iteration"]
+
+            ack = stub.ReportIterations.future(reports(), metadata=_md(secret), timeout=30)
+            watch = stub.WatchPlan(
+                pb.WatchPlanRequest(job_id=job, rank_id=me), metadata=_md(secret), timeout=30
+            )
+            assert next(watch).version >= 1
+            sends.put(rep(1))
+            deadline = time.monotonic() + 10
+            while last_iteration() != 1:
+                assert time.monotonic() < deadline, "the first report was not stored"
+                time.sleep(0.05)
+            new = http.post(f"/jobs/{job}/credentials/rotate").json()["credential"]
+            # The open report stream: its next report is refused, not stored.
+            sends.put(rep(2))
+            with pytest.raises(grpc.RpcError) as err:
+                ack.result(timeout=10)
+            assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+            assert last_iteration() == 1
+            # The open watch stream: ends before it pushes the next plan.
+            assert http.put(f"/jobs/{job}/plan", json={"slowdown": 0.15}).status_code == 200
+            with pytest.raises(grpc.RpcError) as err:
+                next(watch)
+            assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+            # The new secret works on a fresh stream; revoking ends its open streams too.
+            watch = stub.WatchPlan(
+                pb.WatchPlanRequest(job_id=job, rank_id=me), metadata=_md(new), timeout=30
+            )
+            assert next(watch).version >= 2
+            assert _report(stub, job, me, new, 3).accepted == 1
+            assert http.delete(f"/jobs/{job}/credentials").status_code == 204
+            assert http.put(f"/jobs/{job}/plan", json={"slowdown": 0.0}).status_code == 200
+            with pytest.raises(grpc.RpcError) as err:
+                next(watch)
+            assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
