@@ -252,3 +252,29 @@ def test_an_oversized_off_plan_is_refused_naming_the_field(
     assert details.startswith("off_plan") and "4096" in details, details
     del rep.off_plan[4096:]
     assert stub.ReportIterations(iter([rep]), timeout=30).accepted == 1
+
+
+def test_off_plan_entries_count_in_the_size_that_offloads_a_report() -> None:
+    import asyncio
+    from types import SimpleNamespace
+
+    from perseus_server.grpc_service import PlanServicer
+
+    sizes: list[int] = []
+
+    async def ingest(decode: Any, size: int, serialize: Any = None) -> tuple[int, int]:
+        sizes.append(size)
+        return 1, 0
+
+    counter = SimpleNamespace(inc=lambda *a, **k: None)
+    service = SimpleNamespace(ingest_report=ingest, metrics=SimpleNamespace(grpc_calls=counter))
+    rep = pb.IterationReport(job_id="j", rank_id="r", iteration=1, iteration_time=1.0)
+    rep.off_plan.extend(_off_plan() for _ in range(600))
+    rep.instructions.add(instruction="forward", microbatch=0, frequency_mhz=1000, time=1, energy=1)
+
+    async def stream() -> Any:
+        yield rep
+
+    servicer = PlanServicer(service, None)  # type: ignore[arg-type]
+    ack = asyncio.run(servicer.ReportIterations(stream(), None))  # type: ignore[arg-type]
+    assert ack.accepted == 1 and sizes == [601]
