@@ -236,10 +236,9 @@ class PerseusClient:
         self._cuda_events = bool(cuda_events)
 
         self.controller = FrequencyController(gpu)
-        controller = self.controller
         #: Samples the applied clock (``None``: the backend samples itself, or nobody can).
         self.clock_sampler = ClockSampler.for_backend(
-            gpu, lambda: controller.applied_clock, clock_sample_interval
+            gpu, self.controller.lock_state, clock_sample_interval
         )
         self._mismatch_logged = False
         self._cursor = PlanCursor(self.max_clock, strict=strict, on_mismatch=self._log_mismatch)
