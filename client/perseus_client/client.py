@@ -446,10 +446,14 @@ class PerseusClient:
         mhz = self._cursor.next_clock(kind, microbatch, stage)
         self._in_instruction = True
         self._cur_clock = mhz
-        seq = self.controller.request(mhz, self._last_end_ev)
         gpu = self.gpu
         if self._sync_clocks:
-            self.controller.flush(seq)
+            self.controller.flush(self.controller.request(mhz))
+        else:
+            # The lock lands after the previous instruction's end event: it belongs to this
+            # instruction, which the GPU may reach well after the CPU issued it (the sampler
+            # attributes its samples to the tag, see perseus_client.gpu.applied).
+            self.controller.request(mhz, self._last_end_ev, (kind, microbatch, stage))
         if self._measure_energy:
             gpu.synchronize()
             self._cur_e0 = gpu.energy_mj()
