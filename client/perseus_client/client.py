@@ -402,6 +402,11 @@ class PerseusClient:
             # Training hit an exception: never leave the GPU locked while it unwinds, and never
             # wait for the clock thread (the exception may come from a hung collective).
             self.controller.reset_now(close=False)
+            # Drop this iteration's applied-clock samples: they must not leak into the next report.
+            if self.clock_sampler is not None:
+                self.clock_sampler.take()
+            else:
+                gpu.take_applied_clocks()
             return
         index = self.iterations
         self.iterations = index + 1

@@ -268,3 +268,26 @@ def test_a_sample_is_discarded_when_the_lock_changes_while_reading() -> None:
         assert not sampler.sample()
     finally:
         sampler.close()
+
+
+def test_samples_of_a_failed_iteration_do_not_leak_into_the_next_report() -> None:
+    gpu = SimulatedGpu(PROFILE, stage=0, time_scale=0.0)
+    client = PerseusClient(offline=True, gpu=gpu, handle_signals=False, clock_sample_interval=100.0)
+    sampler = client.clock_sampler
+    assert sampler is not None
+    sampler.settle = 0.0
+    client.use_plan(steps_plan(1, [("forward", 0, 1410)]))
+    try:
+        gpu.throttle(1000)
+        with pytest.raises(RuntimeError), client.iteration():
+            with client.instruction("forward", 0):
+                assert sampler.sample()  # off-plan: 1000 MHz under a lock of 1410
+            raise RuntimeError("the iteration fails")
+        gpu.throttle(None)
+        with client.iteration(), client.instruction("forward", 0):
+            pass
+        report = client.last_report
+        assert report is not None and report.applied_clocks is not None
+        assert report.applied_clocks.off_plan == ()
+    finally:
+        client.close()
