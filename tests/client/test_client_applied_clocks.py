@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 from conftest import PROFILE, steps_plan
 
-from perseus_client import FrequencyController, NvmlGpu, PerseusClient, SimulatedGpu
+from perseus_client import (
+    FrequencyController,
+    NvmlGpu,
+    PerseusClient,
+    RecordingGpu,
+    SimulatedGpu,
+)
 from perseus_client.errors import ConfigError
 from perseus_client.gpu.applied import (
     AppliedClockTally,
@@ -291,3 +297,29 @@ def test_samples_of_a_failed_iteration_do_not_leak_into_the_next_report() -> Non
         assert report.applied_clocks.off_plan == ()
     finally:
         client.close()
+
+
+class _SelfSamplingGpu(SimulatedGpu):
+    """A backend that samples itself (like DaemonGpu): taking its tally drains it."""
+
+    samples_itself = True
+
+    def __init__(self) -> None:
+        super().__init__(PROFILE, stage=0, time_scale=0.0)
+        self.taken = 0
+
+    def take_applied_clocks(self) -> Any:
+        self.taken += 1
+        return None
+
+
+def test_deciding_on_a_sampler_does_not_drain_a_self_sampling_backend() -> None:
+    gpu = _SelfSamplingGpu()
+    assert ClockSampler.for_backend(gpu, fixed_lock(1410), 0.05) is None
+    assert ClockSampler.for_backend(RecordingGpu(gpu), fixed_lock(1410), 0.05) is None
+    assert gpu.taken == 0
+    sampler = ClockSampler.for_backend(
+        SimulatedGpu(PROFILE, stage=0, time_scale=0.0), fixed_lock(1410), 0.05
+    )
+    assert sampler is not None
+    sampler.close()

@@ -255,9 +255,9 @@ class ClockSampler:
         cls, gpu: GpuBackend, locked: Callable[[], LockState], interval: float
     ) -> ClockSampler | None:
         """A sampler for ``gpu``, or ``None`` when there is nothing to sample: ``interval`` is 0,
-        the backend samples itself (:meth:`GpuBackend.take_applied_clocks`) or cannot be read
-        (:meth:`GpuBackend.sample_applied_clock` answers ``None`` or fails)."""
-        if interval <= 0 or gpu.take_applied_clocks() is not None:
+        the backend samples itself (:attr:`GpuBackend.samples_itself`; its tally is not touched)
+        or cannot be read (:meth:`GpuBackend.sample_applied_clock` answers ``None`` or fails)."""
+        if interval <= 0 or gpu.samples_itself:
             return None
         try:
             if gpu.sample_applied_clock() is None:
