@@ -236,10 +236,9 @@ class PerseusClient:
         self._cuda_events = bool(cuda_events)
 
         self.controller = FrequencyController(gpu)
-        controller = self.controller
         #: Samples the applied clock (``None``: the backend samples itself, or nobody can).
         self.clock_sampler = ClockSampler.for_backend(
-            gpu, lambda: controller.applied_clock, clock_sample_interval
+            gpu, self.controller.lock_state, clock_sample_interval
         )
         self._mismatch_logged = False
         self._cursor = PlanCursor(self.max_clock, strict=strict, on_mismatch=self._log_mismatch)
@@ -403,6 +402,11 @@ class PerseusClient:
             # Training hit an exception: never leave the GPU locked while it unwinds, and never
             # wait for the clock thread (the exception may come from a hung collective).
             self.controller.reset_now(close=False)
+            # Drop this iteration's applied-clock samples: they must not leak into the next report.
+            if self.clock_sampler is not None:
+                self.clock_sampler.take()
+            else:
+                gpu.take_applied_clocks()
             return
         index = self.iterations
         self.iterations = index + 1
@@ -447,10 +451,14 @@ class PerseusClient:
         mhz = self._cursor.next_clock(kind, microbatch, stage)
         self._in_instruction = True
         self._cur_clock = mhz
-        seq = self.controller.request(mhz, self._last_end_ev)
         gpu = self.gpu
         if self._sync_clocks:
-            self.controller.flush(seq)
+            self.controller.flush(self.controller.request(mhz, self._last_end_ev))
+        else:
+            # The lock lands after the previous instruction's end event: it belongs to this
+            # instruction, which the GPU may reach well after the CPU issued it (the sampler
+            # attributes its samples to the tag, see perseus_client.gpu.applied).
+            self.controller.request(mhz, self._last_end_ev, (kind, microbatch, stage))
         if self._measure_energy:
             gpu.synchronize()
             self._cur_e0 = gpu.energy_mj()

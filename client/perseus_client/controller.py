@@ -33,15 +33,27 @@ backend's reset directly (backends' resets are safe to call concurrently, see
 :mod:`perseus_client.gpu.base`). A lock that the controller thread was applying at that moment
 may land after the reset; the thread sees the epoch changed when the backend call returns and
 resets again, so a reset always has the last word over the requests it dropped.
+
+**The lock as seen from other threads.** :meth:`FrequencyController.lock_state` answers a
+:class:`~perseus_client.gpu.applied.LockState` for the applied-clock sampler: a change counter
+bumped before and after every backend set/reset (odd while one is in flight; a seqlock, readers
+retry or discard), the clock locked, the monotonic time the last change completed and the
+instruction (``tag`` of :meth:`~FrequencyController.request`) the lock was requested for. Only the
+writers (the controller thread, :meth:`~FrequencyController.flush`,
+:meth:`~FrequencyController.reset_now`) touch it; the training thread's request path does not.
+A reset from a signal handler that overlaps a change of the controller thread can leave the
+counter's parity wrong for that overlap; the sampler's settle time covers the change's end.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from typing import Any
 
+from perseus_client.gpu.applied import Instruction, LockState
 from perseus_client.gpu.base import GpuBackend
 
 __all__ = ["FrequencyController"]
@@ -57,7 +69,8 @@ class FrequencyController:
     def __init__(self, gpu: GpuBackend, *, thread_name: str = "perseus-clock") -> None:
         self.gpu = gpu
         self._max = gpu.max_clock
-        self._pending: deque[tuple[int, int, Any, int]] = deque()  # seq, mhz, after, epoch
+        # seq, mhz, after, epoch, tag
+        self._pending: deque[tuple[int, int, Any, int, Instruction | None]] = deque()
         self._apply_lock = threading.RLock()  # orders the controller thread and flush()
         self._wake = threading.Event()
         self._requested: int | None = None  # last requested clock (_RESET after a reset)
@@ -65,6 +78,9 @@ class FrequencyController:
         self._applied_seq = 0
         self._applied: int | None = None  # clock last applied to the backend (_RESET: reset)
         self._epoch = 0  # bumped by every reset_now(); see the module docstring
+        self._generation = 0  # seqlock of the applied lock: odd while a change is in flight
+        self._settled_at = time.monotonic()
+        self._applied_tag: Instruction | None = None  # instruction the applied lock is for
         self._closed = False
         self._stopping = False
         #: The last error the backend raised while applying a clock (``None``: none so far).
@@ -88,16 +104,18 @@ class FrequencyController:
         :meth:`reopen`."""
         return self._closed
 
-    def request(self, mhz: int, after: Any = None) -> int:
-        """Ask for ``mhz`` to be locked once ``after`` (a CUDA event, optional) has completed.
+    def request(self, mhz: int, after: Any = None, tag: Instruction | None = None) -> int:
+        """Ask for ``mhz`` to be locked once ``after`` (a CUDA event, optional) has completed;
+        ``tag`` is the instruction it is for, published with the lock (:meth:`lock_state`).
 
-        Returns the request's sequence number (the previous one for a no-op request).
+        Returns the request's sequence number (the previous one for a no-op request; its tag is
+        dropped: the lock stays attributed to the instruction that requested it).
         """
         if mhz == self._requested or self._closed:
             return self._seq
         self._requested = mhz
         self._seq += 1
-        self._pending.append((self._seq, mhz, after, self._epoch))
+        self._pending.append((self._seq, mhz, after, self._epoch, tag))
         self._wake.set()
         return self._seq
 
@@ -107,7 +125,7 @@ class FrequencyController:
             return self._seq
         self._requested = _RESET
         self._seq += 1
-        self._pending.append((self._seq, _RESET, None, self._epoch))
+        self._pending.append((self._seq, _RESET, None, self._epoch, None))
         self._wake.set()
         return self._seq
 
@@ -123,6 +141,17 @@ class FrequencyController:
         reset or not known. Read by the applied-clock sampler thread."""
         a = self._applied
         return None if a is None or a == _RESET else a
+
+    def lock_state(self) -> LockState:
+        """The applied lock as one snapshot (see the module docstring); any thread, lock-free."""
+        generation = self._generation
+        a = self._applied
+        return LockState(
+            generation,
+            None if a is None or a == _RESET else a,
+            self._settled_at,
+            self._applied_tag,
+        )
 
     @property
     def applied_seq(self) -> int:
@@ -147,7 +176,7 @@ class FrequencyController:
                     item = pending.popleft()
                 except IndexError:
                     break
-                seq, mhz, after, epoch = item
+                seq, mhz, after, epoch, tag = item
                 if upto is not None and seq > upto:
                     pending.appendleft(item)  # only this lock's holder pops: order is kept
                     break
@@ -158,13 +187,26 @@ class FrequencyController:
                         after.synchronize()
                     except Exception as exc:  # noqa: BLE001 - never fail training
                         self._record_error(exc)
-                self._apply(mhz, epoch)
+                self._apply(mhz, epoch, tag)
                 self._applied_seq = max(self._applied_seq, seq)
 
-    def _apply(self, mhz: int, epoch: int) -> None:
-        if mhz == self._applied or self._closed or epoch != self._epoch:
+    def _begin_change(self) -> None:
+        self._generation += 1  # odd: a change is in flight
+
+    def _end_change(self, tag: Instruction | None) -> None:
+        self._applied_tag = tag
+        self._settled_at = time.monotonic()
+        self._generation += 1
+
+    def _apply(self, mhz: int, epoch: int, tag: Instruction | None = None) -> None:
+        if self._closed or epoch != self._epoch:
+            return
+        if mhz == self._applied:
+            if tag is not None and mhz != _RESET:
+                self._applied_tag = tag  # same lock, now for this instruction
             return
         gpu = self.gpu
+        self._begin_change()
         try:
             if mhz == _RESET:
                 gpu.reset_locked_clocks()
@@ -176,6 +218,8 @@ class FrequencyController:
             self._record_error(exc)
             if mhz != _RESET:
                 self._fall_back(mhz)
+        finally:
+            self._end_change(tag if mhz != _RESET else None)
         if mhz != _RESET and self._epoch != epoch:
             # A reset ran while this lock (or its fallback) was in flight and may have landed
             # before it at the backend: reset again so that the reset has the last word.
@@ -215,12 +259,15 @@ class FrequencyController:
     # -- resets and shutdown ----------------------------------------------------------------------
 
     def _reset_backend(self) -> None:
+        self._begin_change()
         try:
             self.gpu.reset_locked_clocks()
             self._applied = _RESET
         except Exception as exc:  # noqa: BLE001
             self._applied = None
             self._record_error(exc)
+        finally:
+            self._end_change(None)
 
     def reset_now(self, *, close: bool = True) -> None:
         """Drop queued requests and reset the locked clocks now, in the calling thread.

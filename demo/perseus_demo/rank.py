@@ -166,18 +166,27 @@ def main(argv: list[str] | None = None) -> int:
         """Phase 5's start: rank 0 sets the budget, every rank waits for the server's plan."""
         dist.barrier()  # nobody is still running phase 4 under the old plan
         box = [0]
+        failure: BaseException | None = None
         if rank == 0:
             import httpx
 
-            r = httpx.put(
-                f"{cfg['http_url']}/jobs/{cfg['job']}/plan",
-                json={"power_budget": float(cfg["power_budget"])},
-                timeout=60.0,
-            )
-            if r.status_code >= 400:
-                raise RuntimeError(f"PUT /jobs/{cfg['job']}/plan: {r.status_code} {r.text}")
-            box[0] = int(r.json()["version"])
+            try:
+                r = httpx.put(
+                    f"{cfg['http_url']}/jobs/{cfg['job']}/plan",
+                    json={"power_budget": float(cfg["power_budget"])},
+                    timeout=60.0,
+                )
+                if r.status_code >= 400:
+                    raise RuntimeError(f"PUT /jobs/{cfg['job']}/plan: {r.status_code} {r.text}")
+                box[0] = int(r.json()["version"])
+            except Exception as exc:  # noqa: BLE001 - re-raised after telling the other ranks
+                failure = exc
+                box[0] = -1  # sentinel: the other ranks must not wait for a plan
         dist.broadcast_object_list(box, src=0)
+        if failure is not None:
+            raise failure
+        if box[0] < 0:
+            raise RuntimeError(f"rank {rank}: rank 0 could not set the power budget")
         deadline = time.monotonic() + 60.0
         while client.latest_plan is None or client.latest_plan.version < box[0]:
             if time.monotonic() > deadline:

@@ -11,12 +11,20 @@ from typing import Any
 import pytest
 from conftest import PROFILE, steps_plan
 
-from perseus_client import NvmlGpu, PerseusClient, SimulatedGpu
+from perseus_client import (
+    FrequencyController,
+    NvmlGpu,
+    PerseusClient,
+    RecordingGpu,
+    SimulatedGpu,
+)
 from perseus_client.errors import ConfigError
 from perseus_client.gpu.applied import (
     AppliedClockTally,
     ClockSampler,
+    LockState,
     OffPlanInstruction,
+    fixed_lock,
     is_off_plan,
     steps_below,
 )
@@ -94,7 +102,7 @@ def test_the_sampler_thread_finds_a_throttled_instruction_and_nothing_between_in
 ):
     gpu = SimulatedGpu(PROFILE, stage=0, time_scale=1.0)
     gpu.set_locked_clocks(1410)
-    sampler = ClockSampler(gpu, lambda: 1410, interval=0.002)
+    sampler = ClockSampler(gpu, fixed_lock(1410), interval=0.002)
     try:
         time.sleep(0.02)
         assert sampler.take().samples == 0  # no instruction running
@@ -197,3 +205,121 @@ def test_no_sampler_without_sampling_or_when_disabled(fake_nvml: Callable[..., A
         pass
     assert client.last_report is not None and client.last_report.applied_clocks is None
     client.close()
+
+
+class _BlockingNvmlGpu(NvmlGpu):
+    """An NvmlGpu whose lock calls take as long as the test says (NVML takes milliseconds)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()
+
+    def set_locked_clocks(self, mhz: int) -> None:
+        self.entered.set()
+        assert self.gate.wait(5)
+        super().set_locked_clocks(mhz)
+
+
+def _wait_applied(ctl: FrequencyController, seq: int) -> None:
+    deadline = time.monotonic() + 5
+    while ctl.applied_seq < seq and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert ctl.applied_seq >= seq
+
+
+def test_no_sample_while_a_lock_change_is_in_flight_or_settling(
+    fake_nvml: Callable[..., Any],
+) -> None:
+    nvml = _sampling_nvml(fake_nvml)
+    gpu = _BlockingNvmlGpu(0, nvml=nvml)
+    ctl = FrequencyController(gpu)
+    sampler = ClockSampler(gpu, ctl.lock_state, interval=100.0, settle=0.3)
+    try:
+        _wait_applied(ctl, ctl.request(1410))
+        gpu.begin_instruction("forward", 0, None)
+        time.sleep(0.3)
+        nvml.sm = 1410
+        assert sampler.sample()  # settled, on plan
+        # Lowering: the GPU already runs the new clock while NVML's call has not returned.
+        gpu.gate.clear()
+        gpu.entered.clear()
+        seq = ctl.request(1005)
+        assert gpu.entered.wait(5)
+        nvml.sm = 1005
+        assert not sampler.sample()
+        assert ctl.lock_state().generation % 2 == 1
+        gpu.gate.set()
+        _wait_applied(ctl, seq)
+        # Raising: right after the lock the GPU still ramps up from the old clock.
+        _wait_applied(ctl, ctl.request(1410))
+        assert not sampler.sample()
+        assert sampler.take().off_plan == ()
+        time.sleep(0.3)
+        nvml.sm = 1410
+        assert sampler.sample()
+    finally:
+        sampler.close()
+        ctl.close()
+
+
+def test_a_sample_is_discarded_when_the_lock_changes_while_reading() -> None:
+    gpu = SimulatedGpu(PROFILE, stage=0, time_scale=0.0)
+    gpu.set_locked_clocks(1410)
+    states = iter([LockState(2, 1410, 0.0, None), LockState(4, 1005, 0.0, None)])
+    sampler = ClockSampler(gpu, lambda: next(states), interval=100.0, settle=0.0)
+    try:
+        gpu.begin_instruction("forward", 0, 0)
+        assert not sampler.sample()
+    finally:
+        sampler.close()
+
+
+def test_samples_of_a_failed_iteration_do_not_leak_into_the_next_report() -> None:
+    gpu = SimulatedGpu(PROFILE, stage=0, time_scale=0.0)
+    client = PerseusClient(offline=True, gpu=gpu, handle_signals=False, clock_sample_interval=100.0)
+    sampler = client.clock_sampler
+    assert sampler is not None
+    sampler.settle = 0.0
+    client.use_plan(steps_plan(1, [("forward", 0, 1410)]))
+    try:
+        gpu.throttle(1000)
+        with pytest.raises(RuntimeError), client.iteration():
+            with client.instruction("forward", 0):
+                assert sampler.sample()  # off-plan: 1000 MHz under a lock of 1410
+            raise RuntimeError("the iteration fails")
+        gpu.throttle(None)
+        with client.iteration(), client.instruction("forward", 0):
+            pass
+        report = client.last_report
+        assert report is not None and report.applied_clocks is not None
+        assert report.applied_clocks.off_plan == ()
+    finally:
+        client.close()
+
+
+class _SelfSamplingGpu(SimulatedGpu):
+    """A backend that samples itself (like DaemonGpu): taking its tally drains it."""
+
+    samples_itself = True
+
+    def __init__(self) -> None:
+        super().__init__(PROFILE, stage=0, time_scale=0.0)
+        self.taken = 0
+
+    def take_applied_clocks(self) -> Any:
+        self.taken += 1
+        return None
+
+
+def test_deciding_on_a_sampler_does_not_drain_a_self_sampling_backend() -> None:
+    gpu = _SelfSamplingGpu()
+    assert ClockSampler.for_backend(gpu, fixed_lock(1410), 0.05) is None
+    assert ClockSampler.for_backend(RecordingGpu(gpu), fixed_lock(1410), 0.05) is None
+    assert gpu.taken == 0
+    sampler = ClockSampler.for_backend(
+        SimulatedGpu(PROFILE, stage=0, time_scale=0.0), fixed_lock(1410), 0.05
+    )
+    assert sampler is not None
+    sampler.close()

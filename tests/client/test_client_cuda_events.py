@@ -71,3 +71,51 @@ def test_clock_changes_wait_on_the_previous_instructions_end_event(fake_torch, f
     assert all(m.time >= 0 for m in resolved.instructions) and not resolved.cuda_events
     client.close()
     assert nvml.state["locked"] is None
+
+
+class GatedEvent(FakeEvent):
+    """A CUDA event of a GPU that lags the CPU: ``synchronize`` returns once ``gate`` is set."""
+
+    gate = threading.Event()
+
+    def synchronize(self) -> None:
+        super().synchronize()
+        assert GatedEvent.gate.wait(5)
+
+
+def test_a_sample_is_attributed_to_the_instruction_whose_lock_is_applied(
+    fake_torch, fake_nvml, plan_of
+):
+    fake_torch.cuda.Event = GatedEvent
+    GatedEvent.gate.set()
+    nvml = fake_nvml()
+    nvml.NVML_CLOCK_SM = 1
+    nvml.sm = 1410
+    nvml.nvmlDeviceGetClockInfo = lambda h, kind: nvml.sm
+    nvml.nvmlDeviceGetCurrentClocksEventReasons = lambda h: 0
+    client = PerseusClient(
+        offline=True, gpu=NvmlGpu(0, nvml=nvml), handle_signals=False, clock_sample_interval=100.0
+    )
+    sampler = client.clock_sampler
+    assert client._cuda_events and sampler is not None
+    sampler.settle = 0.0
+    client.use_plan(plan_of(1, [("forward", 0, 1410), ("backward", 0, 1005)]))
+    try:
+        with client.iteration():
+            with client.instruction("forward", microbatch=0):
+                deadline = time.monotonic() + 5
+                while client.controller.lock_state().mhz != 1410 and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                GatedEvent.gate.clear()  # the GPU will not finish the forward for a while
+            with client.instruction("backward", microbatch=0):
+                # The CPU issued the backward; the GPU still runs the forward at its lock of 1410.
+                nvml.sm = 1005
+                assert sampler.sample()
+                GatedEvent.gate.set()
+        report = client.last_report
+        assert report is not None and report.applied_clocks is not None
+        [off] = report.applied_clocks.off_plan
+        assert (off.kind, off.locked_mhz, off.sampled_mhz) == ("forward", 1410, 1005)
+    finally:
+        GatedEvent.gate.set()
+        client.close()

@@ -21,6 +21,17 @@ Two ways to sample:
 - :class:`~perseus_client.gpu.daemon.DaemonGpu` samples through the node daemon on its heartbeat
   thread.
 
+**Changes in flight are not sampled.** A lock change takes the backend milliseconds (an NVML
+call), and the GPU ramps for a while after it. The controller publishes its lock as a
+:class:`LockState` snapshot with a change counter (a seqlock: odd while a backend set/reset is in
+flight) and the time the last change completed; the sampler reads the snapshot before and after
+its NVML read and discards the sample when a change was in flight, one happened meanwhile, or the
+last one completed less than :data:`SETTLE_S` ago. Otherwise the old lock would be compared with
+the new clock and a lowered lock would count as off-plan. The snapshot also names the instruction
+the lock was requested for (on real GPUs the lock is applied after the previous instruction's
+CUDA event, so it belongs to the instruction the GPU runs, which may lag the one the CPU issues);
+the sample is attributed to it, else to the backend's ``running_instruction()``.
+
 Both feed an :class:`AppliedClockTally`; the client takes it once per iteration (one lock and
 two swaps on the training thread) and sends it with the iteration's report. On real GPUs the CPU
 side of an instruction runs ahead of the GPU, so attributing a sample to an instruction is
@@ -33,9 +44,10 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from perseus_client.gpu.base import GpuBackend
@@ -45,8 +57,11 @@ __all__ = [
     "AppliedClockTally",
     "ClockSampler",
     "Instruction",
+    "LockState",
     "OffPlanInstruction",
+    "SETTLE_S",
     "TOLERANCE_STEPS",
+    "fixed_lock",
     "is_off_plan",
     "steps_below",
 ]
@@ -58,6 +73,31 @@ Instruction = tuple[str, int, "int | None"]
 
 #: Supported-clock steps below its lock a sample may run and still be on plan.
 TOLERANCE_STEPS = 1
+
+#: Seconds after a lock change completes before samples count (the GPU ramps to its new clock).
+SETTLE_S = 0.020
+
+
+class LockState(NamedTuple):
+    """One consistent view of the frequency controller's lock (see the module docstring).
+
+    ``generation`` is odd while a backend change is in flight and changes with every change;
+    ``mhz`` the clock locked (``None``: reset or unknown); ``settled_at`` the
+    :func:`time.monotonic` time the last change completed; ``instruction`` the instruction the lock
+    was requested for (``None``: not known).
+    """
+
+    generation: int
+    mhz: int | None
+    settled_at: float
+    instruction: Instruction | None
+
+
+def fixed_lock(mhz: int | None) -> Callable[[], LockState]:
+    """A :class:`LockState` callable that always answers ``mhz``, settled long ago (a lock that
+    never changes: tests, a backend locked once by hand)."""
+    state = LockState(0, mhz, float("-inf"), None)
+    return lambda: state
 
 
 def _position(ascending: Sequence[int], mhz: int) -> int:
@@ -180,23 +220,29 @@ class ClockSampler:
     """A daemon thread that samples ``gpu``'s applied clock every ``interval`` seconds.
 
     A sample is taken only while an instruction runs (``gpu.running_instruction()``) and a lock
-    is in effect (``locked()``, the frequency controller's applied clock); it reads
-    ``gpu.sample_applied_clock()`` and records it in :attr:`tally`. The training thread does no
+    is in effect and settled (``locked()``, the frequency controller's :class:`LockState`, read
+    before and after the reading; ``settle`` seconds after a change); it reads
+    ``gpu.sample_applied_clock()`` and records it in :attr:`tally` against the snapshot's
+    instruction (else the running one). The training thread does no
     sampling work. A backend error stops nothing: it is logged once and sampling goes on.
     """
 
     def __init__(
         self,
         gpu: GpuBackend,
-        locked: Callable[[], int | None],
+        locked: Callable[[], LockState],
         *,
         interval: float = 0.05,
+        settle: float = SETTLE_S,
         name: str = "perseus-clock-sampler",
     ) -> None:
         if not interval > 0:
             raise ValueError(f"interval: must be > 0 seconds, got {interval}")
+        if not settle >= 0:
+            raise ValueError(f"settle: must be >= 0 seconds, got {settle}")
         self.gpu = gpu
         self.interval = float(interval)
+        self.settle = float(settle)
         self.tally = AppliedClockTally(gpu.supported_clocks())
         self._locked = locked
         self._stop = threading.Event()
@@ -206,12 +252,12 @@ class ClockSampler:
 
     @classmethod
     def for_backend(
-        cls, gpu: GpuBackend, locked: Callable[[], int | None], interval: float
+        cls, gpu: GpuBackend, locked: Callable[[], LockState], interval: float
     ) -> ClockSampler | None:
         """A sampler for ``gpu``, or ``None`` when there is nothing to sample: ``interval`` is 0,
-        the backend samples itself (:meth:`GpuBackend.take_applied_clocks`) or cannot be read
-        (:meth:`GpuBackend.sample_applied_clock` answers ``None`` or fails)."""
-        if interval <= 0 or gpu.take_applied_clocks() is not None:
+        the backend samples itself (:attr:`GpuBackend.samples_itself`; its tally is not touched)
+        or cannot be read (:meth:`GpuBackend.sample_applied_clock` answers ``None`` or fails)."""
+        if interval <= 0 or gpu.samples_itself:
             return None
         try:
             if gpu.sample_applied_clock() is None:
@@ -224,9 +270,14 @@ class ClockSampler:
     def sample(self) -> bool:
         """Take one sample now (the thread's step; tests call it directly); returns whether a
         sample was recorded."""
-        instruction = self.gpu.running_instruction()
-        locked = self._locked()
-        if instruction is None or locked is None:
+        before = self._locked()
+        locked = before.mhz
+        if locked is None or before.generation % 2:
+            return False  # no lock, or a change in flight
+        if time.monotonic() - before.settled_at < self.settle:
+            return False  # the GPU may still be ramping to the new lock
+        running = self.gpu.running_instruction()
+        if running is None:
             return False
         try:
             reading = self.gpu.sample_applied_clock()
@@ -237,8 +288,11 @@ class ClockSampler:
             return False
         if reading is None:
             return False
-        if self.gpu.running_instruction() != instruction:
+        if self._locked().generation != before.generation:
+            return False  # the lock changed while reading: the pair is not consistent
+        if self.gpu.running_instruction() != running:
             return False  # the instruction ended while reading: attribute nothing
+        instruction = before.instruction if before.instruction is not None else running
         self.tally.record(instruction, locked, reading[0], reading[1])
         return True
 

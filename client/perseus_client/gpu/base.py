@@ -70,6 +70,9 @@ class GpuBackend(ABC):
     name: str = "gpu"
     #: True when the requested clock must be applied before ``begin_instruction`` (see module doc).
     synchronous_clocks: bool = False
+    #: True when the backend samples its applied clocks itself (:meth:`take_applied_clocks`);
+    #: the client then starts no sampler of its own.
+    samples_itself: bool = False
 
     @abstractmethod
     def supported_clocks(self) -> tuple[int, ...]:

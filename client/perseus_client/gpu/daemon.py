@@ -75,6 +75,7 @@ class DaemonGpu(GpuBackend):
     """
 
     synchronous_clocks = False
+    samples_itself = True
 
     def __init__(
         self,

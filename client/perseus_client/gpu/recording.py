@@ -55,6 +55,7 @@ class RecordingGpu(GpuBackend):
     def __init__(self, inner: GpuBackend, *, log_path: str | Path | None = None) -> None:
         self.inner = inner
         self.name = inner.name
+        self.samples_itself = inner.samples_itself
         self.requests: list[ClockRequest] = []
         self.instructions: list[InstructionRecord] = []
         self._locked: int | None = None
