@@ -114,6 +114,33 @@ def dinic(nn, ptr, to, cap, rev, frm, s, t, limit, level):
 
 
 @njit(cache=True, nogil=True)
+def _by_tail(nn, atail, ahead, narcs):
+    """Arcs ``0..narcs-1`` and their reverses ``narcs..2*narcs-1`` (``atail``/``ahead``) laid
+    out grouped by tail (a counting sort, ``O(nn + narcs)``): returns ``ptr`` (arcs of ``u`` at
+    ``ptr[u]..ptr[u+1]-1``), ``pos_of`` (arc ``j``'s position), and per position ``to``, ``frm``
+    and ``rev`` (the position of its reverse)."""
+    ptr = np.zeros(nn + 1, np.int64)
+    for j in range(2 * narcs):
+        ptr[atail[j] + 1] += 1
+    for u in range(nn):
+        ptr[u + 1] += ptr[u]
+    fill = ptr[:-1].copy()
+    pos_of = np.empty(2 * narcs, np.int64)
+    for j in range(2 * narcs):
+        pos_of[j] = fill[atail[j]]
+        fill[atail[j]] += 1
+    to = np.empty(2 * narcs, np.int64)
+    frm = np.empty(2 * narcs, np.int64)
+    rev = np.empty(2 * narcs, np.int64)
+    for j in range(2 * narcs):
+        q = pos_of[j]
+        to[q] = ahead[j]
+        frm[q] = atail[j]
+        rev[q] = pos_of[j + narcs] if j < narcs else pos_of[j - narcs]
+    return ptr, pos_of, to, frm, rev
+
+
+@njit(cache=True, nogil=True)
 def min_cut_lower_bounds(nn, tail, head, lo, hi, s, t, inf, flow):
     """Minimum ``s``-``t`` cut of a network whose arcs carry flow in ``[lo, hi]`` (integers;
     ``hi == inf`` is unbounded). The value of a cut is ``sum(hi of forward arcs) -
@@ -186,27 +213,10 @@ def min_cut_lower_bounds(nn, tail, head, lo, hi, s, t, inf, flow):
     for i in range(narcs):  # reverses
         atail[narcs + i] = ahead[i]
         ahead[narcs + i] = atail[i]
-    # group arcs by tail (counting sort)
-    ptr = np.zeros(total_nodes + 1, np.int64)
-    for j in range(2 * narcs):
-        ptr[atail[j] + 1] += 1
-    for u in range(total_nodes):
-        ptr[u + 1] += ptr[u]
-    fill = ptr[:-1].copy()
-    pos_of = np.empty(2 * narcs, np.int64)
-    for j in range(2 * narcs):
-        pos_of[j] = fill[atail[j]]
-        fill[atail[j]] += 1
-    to = np.empty(2 * narcs, np.int64)
-    frm = np.empty(2 * narcs, np.int64)
+    ptr, pos_of, to, frm, rev = _by_tail(total_nodes, atail, ahead, narcs)
     cap = np.empty(2 * narcs, np.int64)
-    rev = np.empty(2 * narcs, np.int64)
     for j in range(2 * narcs):
-        q = pos_of[j]
-        to[q] = ahead[j]
-        frm[q] = atail[j]
-        cap[q] = acap[j]
-        rev[q] = pos_of[j + narcs] if j < narcs else pos_of[j - narcs]
+        cap[pos_of[j]] = acap[j]
     if need > 0:
         level = np.empty(total_nodes, np.int64)
         f = dinic(total_nodes, ptr, to, cap, rev, frm, ss, tt, need, level)
@@ -286,24 +296,7 @@ def split_graph(n, src, dst, has_pred, has_succ):
         atail[narcs + j] = ahead[j]
         ahead[narcs + j] = atail[j]
     nn = 2 * n + 2
-    ptr = np.zeros(nn + 1, np.int64)
-    for j in range(2 * narcs):
-        ptr[atail[j] + 1] += 1
-    for u in range(nn):
-        ptr[u + 1] += ptr[u]
-    fill = ptr[:-1].copy()
-    pos_of = np.empty(2 * narcs, np.int64)
-    for j in range(2 * narcs):
-        pos_of[j] = fill[atail[j]]
-        fill[atail[j]] += 1
-    to = np.empty(2 * narcs, np.int64)
-    frm = np.empty(2 * narcs, np.int64)
-    rev = np.empty(2 * narcs, np.int64)
-    for j in range(2 * narcs):
-        q = pos_of[j]
-        to[q] = ahead[j]
-        frm[q] = atail[j]
-        rev[q] = pos_of[j + narcs] if j < narcs else pos_of[j - narcs]
+    ptr, pos_of, to, frm, rev = _by_tail(nn, atail, ahead, narcs)
     pos = np.full(3 * n + ne, -1, np.int64)
     for x in range(3 * n + ne):
         if kind_pos[x] >= 0:
