@@ -259,3 +259,58 @@ def test_the_demo_is_a_package_of_its_own() -> None:
     spec = importlib.util.find_spec(RANK_MODULE)
     assert spec is not None and spec.origin is not None
     assert Path(spec.origin) == DEMO / "rank.py"
+
+
+# --- inside the server: its groups by role -------------------------------------------------
+
+#: Each group of the server and the groups (or top-level modules) it may import; see
+#: docs/architecture.md, "The server's tree". ``testing.faults`` (crash points, inert unless
+#: ``PERSEUS_FAULT`` names one) is the one part of ``testing`` production code may import.
+SERVER_GROUPS: dict[str, frozenset[str]] = {
+    "domain": frozenset({"domain", "config"}),
+    "config": frozenset({"config"}),
+    "policy": frozenset({"policy", "domain", "config"}),
+    "runtime": frozenset({"runtime", "domain", "config", "testing.faults"}),
+    "metrics": frozenset({"metrics", "domain"}),
+    "service": frozenset(
+        {"service", "policy", "runtime", "domain", "config", "metrics", "testing.faults"}
+    ),
+    "models": frozenset({"models", "domain", "config"}),
+    "rest": frozenset(
+        {"rest", "models", "service", "policy", "domain", "config", "metrics", "runtime"}
+    ),
+    "grpc": frozenset({"grpc", "service", "domain", "config", "runtime"}),
+}
+
+
+def _server_group(module: str) -> str:
+    """``perseus_server.service.facade`` -> ``service``; ``perseus_server.testing.faults`` ->
+    ``testing.faults``; a top-level module -> its name."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return "__init__"
+    if parts[0] == "testing" and len(parts) > 1:
+        return "testing." + parts[1]
+    return parts[0]
+
+
+def test_the_server_groups_import_only_the_groups_below_them() -> None:
+    bad = []
+    for path in sources(SERVER):
+        rel = path.relative_to(SERVER).with_suffix("")
+        group = rel.parts[0] if len(rel.parts) > 1 else rel.name
+        allowed = SERVER_GROUPS.get(group)
+        if allowed is None:  # the package, its entry points and testing/: anything
+            continue
+        for i in imports_of(path):
+            if i.top != "perseus_server" or i.module == "perseus_server":
+                continue
+            target = _server_group(i.module)
+            if target not in allowed and not (target.startswith("testing.") and target in allowed):
+                bad.append(f"{i} ({group} -> {target})")
+    assert bad == []
+
+
+def test_the_server_group_rules_cover_every_group() -> None:
+    groups = {p.name for p in SERVER.iterdir() if (p / "__init__.py").is_file()}
+    assert groups - {"testing", "ui"} <= set(SERVER_GROUPS), "a new group needs its import rule"

@@ -6,6 +6,6 @@ by the modules that need it.
 """
 
 from perseus_server.config import Limits, ServerConfig
-from perseus_server.process import ServerProcess
+from perseus_server.testing.process import ServerProcess
 
 __all__ = ["Limits", "ServerConfig", "ServerProcess"]

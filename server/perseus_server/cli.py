@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from perseus_server.config import Limits, ServerConfig
-from perseus_server.logs import install_rate_limit
+from perseus_server.runtime.logs import install_rate_limit
 
 __all__ = ["main", "build_parser", "is_loopback"]
 

@@ -1,7 +1,7 @@
 """``perseus serve``: FastAPI under uvicorn and a ``grpc.aio`` server on one event loop.
 
 At start, before it listens, the server begins warming the solver's kernels in a child process
-(:mod:`perseus_server.warmup`): ``/healthz`` says ``"kernels": "warming"`` and solves wait
+(:mod:`perseus_server.runtime.warmup`): ``/healthz`` says ``"kernels": "warming"`` and solves wait
 ``queued`` until it is done.
 
 Shutdown on SIGTERM/SIGINT: open WatchPlan streams are ended, gRPC stops with a short grace,
@@ -24,15 +24,16 @@ import uvicorn
 
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server.config import ServerConfig
-from perseus_server.credentials import Credentials
-from perseus_server.grpc_gate import AuthInterceptor
-from perseus_server.grpc_service import PlanServicer
-from perseus_server.limits import GRPC_MAX_MESSAGE, guarded_h11, raise_fd_limit
+from perseus_server.domain.states import StreamEnd
+from perseus_server.grpc.codec import decode_report_bytes
+from perseus_server.grpc.gate import AuthInterceptor
+from perseus_server.grpc.service import PlanServicer
 from perseus_server.rest import create_app
+from perseus_server.runtime.connection_limits import GRPC_MAX_MESSAGE, guarded_h11, raise_fd_limit
+from perseus_server.runtime.store import Store
+from perseus_server.runtime.warmup import warm_kernels
 from perseus_server.service import PerseusService
-from perseus_server.states import StreamEnd
-from perseus_server.store import Store
-from perseus_server.warmup import warm_kernels
+from perseus_server.service.credentials import Credentials
 
 __all__ = ["serve"]
 
@@ -67,7 +68,7 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     """Run the server until SIGTERM/SIGINT; returns the exit status."""
     say = announce or (lambda line: print(line, flush=True))
     store = Store.open(config.db_path)
-    service = PerseusService(store, config.limits)
+    service = PerseusService(store, config.limits, report_decoder=decode_report_bytes)
     service.load()
     warming = warm_kernels(service.solver)
     tls = config.tls_cert is not None and config.tls_key is not None

@@ -42,7 +42,7 @@ def wait_for(cond: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
 
 
 def start_server(tmp_path: Any, grpc_port: int = 0) -> Any:
-    from perseus_server.process import ServerProcess
+    from perseus_server.testing.process import ServerProcess
 
     return ServerProcess(tmp_path / "perseus.db", token=TOKEN, grpc_port=grpc_port).start()
 

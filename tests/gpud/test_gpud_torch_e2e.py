@@ -33,7 +33,7 @@ SCHEDULE = "Schedule1F1B"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from perseus_server.process import ServerProcess
+    from perseus_server.testing.process import ServerProcess
 
     with ServerProcess(tmp_path_factory.mktemp("gpud-e2e") / "perseus.db") as srv:
         yield srv

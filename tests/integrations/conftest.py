@@ -15,7 +15,7 @@ HERE = Path(__file__).resolve().parent
 
 @pytest.fixture(scope="session")
 def perseus_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from perseus_server.process import ServerProcess
+    from perseus_server.testing.process import ServerProcess
 
     db = tmp_path_factory.mktemp("integrations-server") / "perseus.db"
     server = ServerProcess(db)

@@ -11,8 +11,8 @@ from fastapi.routing import APIRoute
 
 from perseus_server.config import Limits
 from perseus_server.rest import create_app
+from perseus_server.runtime.store import Store
 from perseus_server.service import PerseusService
-from perseus_server.store import Store
 
 __all__ = ["api_routes", "app_routes"]
 

@@ -258,7 +258,7 @@ def test_off_plan_entries_count_in_the_size_that_offloads_a_report() -> None:
     import asyncio
     from types import SimpleNamespace
 
-    from perseus_server.grpc_service import PlanServicer
+    from perseus_server.grpc.service import PlanServicer
 
     sizes: list[int] = []
 

@@ -21,8 +21,8 @@ from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 from perseus_server.config import Limits
 from perseus_server.rest import create_app
+from perseus_server.runtime.store import Store
 from perseus_server.service import PerseusService
-from perseus_server.store import Store
 
 from .conftest import make_job, problem_field, register, solved_job
 from .routes import app_routes
@@ -251,7 +251,7 @@ def test_an_unexpected_exception_is_a_500_problem(tmp_path: Path) -> None:
 
 def test_large_profiles_are_parsed_in_a_worker_process(http: httpx.Client, small_csv: str) -> None:
     """Documents over the process threshold go to the parse worker: same answers."""
-    from perseus_server.parse_pool import PROCESS_THRESHOLD
+    from perseus_server.runtime.parse_pool import PROCESS_THRESHOLD
 
     job_id = make_job(http)
     rec = '{"stage":0,"instruction":"forward","frequency":1740,"time":0.1,"energy":1}'

@@ -20,10 +20,10 @@ from fastapi.testclient import TestClient
 
 from perseus_server import ServerProcess
 from perseus_server.config import Limits
-from perseus_server.jobs import JobSpec
+from perseus_server.domain.jobs import JobSpec
 from perseus_server.rest import create_app
+from perseus_server.runtime.store import Store
 from perseus_server.service import PerseusService
-from perseus_server.store import Store
 
 from .conftest import make_job
 

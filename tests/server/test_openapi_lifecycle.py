@@ -26,7 +26,7 @@ from perseus.profiles import parse_profile_csv
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
-from perseus_server.faults import TEST_SOLVE_DELAY_ENV
+from perseus_server.testing.faults import TEST_SOLVE_DELAY_ENV
 
 from .conftest import A40, BLOCKING_A40, register
 from .test_credentials import exercise_credentials

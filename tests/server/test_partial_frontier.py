@@ -29,10 +29,10 @@ from perseus.schedules import one_f_one_b
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
-from perseus_server.faults import TEST_SOLVE_DELAY_ENV, TEST_WARM_DELAY_ENV
+from perseus_server.runtime.solve_manager import SolveEvents, SolveLimits, SolveManager
+from perseus_server.runtime.warmup import WARM_ENV
 from perseus_server.service.solves import decode_frontier
-from perseus_server.solving import SolveEvents, SolveLimits, SolveManager
-from perseus_server.warmup import WARM_ENV
+from perseus_server.testing.faults import TEST_SOLVE_DELAY_ENV, TEST_WARM_DELAY_ENV
 
 from .conftest import BLOCKING_A40, make_job, register, wait_frontier
 

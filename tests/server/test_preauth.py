@@ -21,7 +21,7 @@ import pytest
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
-from perseus_server.logs import RateLimit
+from perseus_server.runtime.logs import RateLimit
 
 TOKEN = "s3cret-token"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perseus_server.profile_fit import smooth_curve
-from perseus_server.profiling import Measurement, ProfilingSession
+from perseus_server.policy.profile_fit import smooth_curve
+from perseus_server.policy.profiling_scan import Measurement, ProfilingSession
 
 FREQS = np.arange(1410, 1410 - 15 * 30, -15)
 

@@ -22,10 +22,16 @@ from perseus.profiles import INSTRUCTION_KINDS
 from perseus_common.profile_csv import MAX_FREQUENCY_MHZ
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_server.config import Limits
-from perseus_server.errors import BadRequest
-from perseus_server.grpc_codec import decode_report, decode_report_bytes, decode_report_columns
-from perseus_server.parse_pool import ReportPool
-from perseus_server.profiling import Measurement
+from perseus_server.domain.errors import BadRequest
+from perseus_server.domain.values import (
+    InstructionColumns,
+    InstructionReport,
+    IterationReport,
+    OffPlanReport,
+)
+from perseus_server.grpc.codec import decode_report, decode_report_bytes, decode_report_columns
+from perseus_server.policy.profiling_scan import Measurement
+from perseus_server.runtime.parse_pool import ReportPool
 from perseus_server.service.reports import (
     column_stage_factors,
     first_bad_instruction,
@@ -33,12 +39,6 @@ from perseus_server.service.reports import (
     validate_report,
 )
 from perseus_server.service.slow_stages import stage_factors
-from perseus_server.service.values import (
-    InstructionColumns,
-    InstructionReport,
-    IterationReport,
-    OffPlanReport,
-)
 
 STAGES, MICROBATCHES = 4, 8
 
@@ -355,7 +355,7 @@ def test_report_pool_decodes_in_a_process_and_falls_back() -> None:
             for i in range(1000)
         ],
     )
-    pool = ReportPool()
+    pool = ReportPool(decode_report_bytes)
 
     async def main() -> tuple[IterationReport, IterationReport]:
         ok = await pool.decode(msg.SerializeToString, lambda: decode_report(msg))

@@ -6,14 +6,15 @@ from __future__ import annotations
 import json
 
 from perseus_common.proto import perseus_pb2 as pb
-from perseus_server.grpc_codec import (
+from perseus_server.domain.states import DeploymentKind, JobState, StragglerSource
+from perseus_server.grpc.codec import (
     PlanEncoder,
     decode_registration,
     decode_report,
     encode_plan,
     encode_registered,
 )
-from perseus_server.planner import Straggler
+from perseus_server.policy.planner import Straggler
 from perseus_server.service import (
     PlanStep,
     PlanUpdate,
@@ -22,7 +23,6 @@ from perseus_server.service import (
     RegisteredRank,
 )
 from perseus_server.service.slow_stages import drop_slow_stage_straggler
-from perseus_server.states import DeploymentKind, JobState, StragglerSource
 
 
 def test_drop_slow_stage_straggler_keeps_other_sources_and_pipelines() -> None:

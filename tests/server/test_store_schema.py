@@ -19,11 +19,11 @@ from perseus.solver import solve_frontier
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
-from perseus_server.store import MIGRATIONS, SCHEMA_VERSION, Store, StoreError, migrate
+from perseus_server.runtime.store import MIGRATIONS, SCHEMA_VERSION, Store, StoreError, migrate
 
 from .conftest import BLOCKING_A40, register
 
-#: The first release's DDL, verbatim (``server/perseus_server/store.py`` at commit 41619ed).
+#: The first release's DDL, verbatim (``server/perseus_server/runtime/store.py`` at commit 41619ed).
 SCHEMA_41619ED = """
 CREATE TABLE IF NOT EXISTS jobs (
     id TEXT PRIMARY KEY, created REAL NOT NULL, spec TEXT NOT NULL

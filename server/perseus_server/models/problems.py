@@ -1,6 +1,6 @@
 """The error body of every 4xx answer: an RFC 9457 problem document (``application/problem+json``).
 
-Rendered by :meth:`perseus_server.errors.ApiError.problem` and the REST layer's exception
+Rendered by :meth:`perseus_server.domain.errors.ApiError.problem` and the REST layer's exception
 handlers; this model documents that shape in OpenAPI.
 """
 

@@ -12,8 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from perseus_server.domain.states import DeploymentKind, JobState, SolveStatus
 from perseus_server.models.base import ResponseModel, omitted
-from perseus_server.states import DeploymentKind, JobState, SolveStatus
 
 __all__ = [
     "Health",

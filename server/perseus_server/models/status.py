@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from perseus_server import states
+from perseus_server.domain import states
+from perseus_server.domain.states import SlowStageStatus, StragglerSource
 from perseus_server.models.base import ResponseModel
 from perseus_server.models.power import JobPowerBudget
 from perseus_server.models.responses import DeploymentView, FrontierSummary, JobState
-from perseus_server.states import SlowStageStatus, StragglerSource
 
 __all__ = [
     "DetectionSettings",

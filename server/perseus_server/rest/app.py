@@ -15,9 +15,8 @@ from fastapi import FastAPI, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from perseus.plot import frontier_png
-from perseus_server.credentials import Credentials
-from perseus_server.errors import BadRequest
-from perseus_server.jobs import JobSpec
+from perseus_server.domain.errors import BadRequest
+from perseus_server.domain.jobs import JobSpec
 from perseus_server.models import (
     DetectionIn,
     DetectionSettings,
@@ -38,7 +37,8 @@ from perseus_server.models import (
 )
 from perseus_server.models.credentials import JobCreated
 from perseus_server.models.requests import INT32_MAX
-from perseus_server.planner import PlanPolicy
+from perseus_server.policy.detectors import DetectorSettings
+from perseus_server.policy.planner import PlanPolicy
 from perseus_server.rest.credentials import TAG as CREDENTIALS_TAG
 from perseus_server.rest.credentials import create_job_with_credential, credentials_router
 from perseus_server.rest.docs import install_openapi, operation
@@ -48,7 +48,7 @@ from perseus_server.rest.power import power_router
 from perseus_server.rest.problems import install_error_handlers
 from perseus_server.rest.ui import install_ui
 from perseus_server.service import PerseusService
-from perseus_server.stragglers import DetectorSettings
+from perseus_server.service.credentials import Credentials
 
 __all__ = ["create_app", "PrometheusText"]
 

@@ -1,6 +1,6 @@
 """Credential routes: a job's rank credential (rotate, revoke), read credentials (issue, list,
 revoke), and the issuing of a job's rank credential when it is created
-(:func:`create_job_with_credential`). Scopes: see :mod:`perseus_server.credentials`; every
+(:func:`create_job_with_credential`). Scopes: see :mod:`perseus_server.service.credentials`; every
 route here but the ``GET`` needs the admin token, which the Gate enforces."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from perseus_server.credentials import Credentials, Scope
-from perseus_server.errors import NotFound
-from perseus_server.jobs import JobSpec
+from perseus_server.domain.errors import NotFound
+from perseus_server.domain.jobs import JobSpec
 from perseus_server.models.credentials import CredentialIn, CredentialList, IssuedCredentialView
 from perseus_server.rest.docs import operation
 from perseus_server.service import PerseusService
+from perseus_server.service.credentials import Credentials, Scope
 
 __all__ = ["TAG", "create_job_with_credential", "credentials_router"]
 

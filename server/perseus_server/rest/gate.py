@@ -2,7 +2,7 @@
 request metrics, and the catch-all that turns an unexpected exception into a logged 500 problem
 body.
 
-Scopes on REST (see :mod:`perseus_server.credentials`): the admin token opens every route; a
+Scopes on REST (see :mod:`perseus_server.service.credentials`): the admin token opens every route; a
 read credential opens ``GET`` and ``HEAD`` (:data:`READ_METHODS`) and gets 403 on every other
 method; a rank credential opens no REST route (its business is gRPC). ``/healthz`` needs nothing.
 The Gate decides before the body is read, and leaves the caller's :class:`Principal` in the
@@ -19,11 +19,11 @@ from fastapi import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from perseus_server.config import Limits
-from perseus_server.credentials import ADMIN, Credentials, Forbidden, Principal
-from perseus_server.credentials import Scope as CredentialScope
-from perseus_server.errors import ApiError, TooLarge, Unauthorized
+from perseus_server.domain.errors import ApiError, TooLarge, Unauthorized
 from perseus_server.metrics import Metrics
 from perseus_server.rest.problems import problem_response
+from perseus_server.service.credentials import ADMIN, Credentials, Forbidden, Principal
+from perseus_server.service.credentials import Scope as CredentialScope
 
 __all__ = ["Gate", "READ_METHODS", "PUBLIC_PATHS", "caller", "internal_error", "requires"]
 

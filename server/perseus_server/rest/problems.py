@@ -10,7 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from perseus_server.errors import ApiError, BadRequest
+from perseus_server.domain.errors import ApiError, BadRequest
 
 __all__ = ["PROBLEM", "problem_response", "install_error_handlers"]
 

@@ -10,9 +10,7 @@ building each rank's plan), :mod:`.reports` (iteration reports), :mod:`.straggli
 (only the gRPC adapter speaks protobuf).
 """
 
-from perseus_server.service.facade import PerseusService
-from perseus_server.service.state import Deployment
-from perseus_server.service.values import (
+from perseus_server.domain.values import (
     InstructionReport,
     IterationReport,
     PlanStep,
@@ -21,6 +19,8 @@ from perseus_server.service.values import (
     RankRegistration,
     RegisteredRank,
 )
+from perseus_server.service.facade import PerseusService
+from perseus_server.service.state import Deployment
 
 __all__ = [
     "Deployment",

@@ -1,5 +1,5 @@
 """Deployment: deciding what every pipeline runs, publishing it as the job's next plan version,
-and building each rank's :class:`~perseus_server.service.values.PlanUpdate`.
+and building each rank's :class:`~perseus_server.domain.values.PlanUpdate`.
 
 Plan versions: each job has one version counter. Every deployment (a plan per data-parallel
 pipeline, a profiling frequency step, or the max-clock plan while the profile of an online
@@ -17,15 +17,15 @@ from typing import Any
 
 from perseus.errors import InfeasibleError
 from perseus.frontier import Frontier
-from perseus_server.errors import BadRequest, Conflict
-from perseus_server.faults import fault_point
-from perseus_server.jobs import RankInfo
-from perseus_server.planner import PlanDecision, PlanPolicy, decide, resolve_policy
+from perseus_server.domain.errors import BadRequest, Conflict
+from perseus_server.domain.jobs import RankInfo
+from perseus_server.domain.states import DeploymentKind, ProfilingStatus, ReplanKind
+from perseus_server.domain.values import PlanStep, PlanUpdate, ProfilingTask
+from perseus_server.policy.planner import PlanDecision, PlanPolicy, decide, resolve_policy
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.persistence import persist_deployment
 from perseus_server.service.state import Deployment, Job, PlanSteps
-from perseus_server.service.values import PlanStep, PlanUpdate, ProfilingTask
-from perseus_server.states import DeploymentKind, ProfilingStatus, ReplanKind
+from perseus_server.testing.faults import fault_point
 
 __all__ = ["Deployer", "require_frontier"]
 

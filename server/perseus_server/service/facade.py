@@ -1,10 +1,10 @@
 """The service's facade: :class:`PerseusService` composes the parts and offers the operations
 the REST and gRPC adapters call. It takes and returns plain values (dicts shaped as the REST
-API answers, and the frozen values of :mod:`perseus_server.service.values` for the ranks).
+API answers, and the frozen values of :mod:`perseus_server.domain.values` for the ranks).
 
 Everything runs on the server's event loop; solves run in worker processes (see
-:mod:`perseus_server.solving`), and large iteration reports are decoded in one
-(:class:`~perseus_server.parse_pool.ReportPool`) and checked on a thread. State is written through to the :class:`Store` before a change
+:mod:`perseus_server.runtime.solve_manager`), and large iteration reports are decoded in one
+(:class:`~perseus_server.runtime.parse_pool.ReportPool`) and checked on a thread. State is written through to the :class:`Store` before a change
 is acknowledged, so it survives a killed process.
 """
 
@@ -19,39 +19,39 @@ from typing import Any
 from perseus.frontier import Frontier
 from perseus.profiles import Profile
 from perseus_server.config import Limits
-from perseus_server.errors import Conflict
-from perseus_server.hub import PlanHub, Subscriber
-from perseus_server.jobs import JobSpec
+from perseus_server.domain.errors import Conflict
+from perseus_server.domain.jobs import JobSpec
+from perseus_server.domain.states import JobState, StreamEnd
+from perseus_server.domain.values import (
+    IterationReport,
+    PlanUpdate,
+    RankRegistration,
+    RegisteredRank,
+)
 from perseus_server.metrics import Labels, Metrics
-from perseus_server.parse_pool import ReportPool
-from perseus_server.planner import PlanPolicy
-from perseus_server.profiling import DEFAULT_TOLERANCE
+from perseus_server.policy.detectors import DetectorSettings
+from perseus_server.policy.planner import PlanPolicy
+from perseus_server.policy.profiling_scan import DEFAULT_TOLERANCE
+from perseus_server.runtime.hub import PlanHub, Subscriber
+from perseus_server.runtime.parse_pool import ReportPool
+from perseus_server.runtime.solve_manager import SolveLimits, SolveManager
+from perseus_server.runtime.store import Store
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
+from perseus_server.service.job_profiles import Profiles
 from perseus_server.service.measured_power import MeasuredPower
 from perseus_server.service.online_profiling import OnlineProfiling
 from perseus_server.service.persistence import load_jobs
 from perseus_server.service.plans import PlanQueries
 from perseus_server.service.power import PlanPowers
 from perseus_server.service.power_budget import PowerBudget
-from perseus_server.service.profiles import Profiles
 from perseus_server.service.registration import Registration
 from perseus_server.service.reports import Reports
 from perseus_server.service.slow_stages import SlowStageResolver, stage_solve_key
 from perseus_server.service.solves import Solves
 from perseus_server.service.state import Job, JobTable
-from perseus_server.service.straggling import Stragglers
-from perseus_server.service.values import (
-    IterationReport,
-    PlanUpdate,
-    RankRegistration,
-    RegisteredRank,
-)
+from perseus_server.service.stragglers import Stragglers
 from perseus_server.service.views import Views
-from perseus_server.solving import SolveLimits, SolveManager
-from perseus_server.states import JobState, StreamEnd
-from perseus_server.store import Store
-from perseus_server.stragglers import DetectorSettings
 
 __all__ = ["PerseusService", "OFFLOAD_INSTRUCTIONS"]
 
@@ -62,7 +62,14 @@ OFFLOAD_INSTRUCTIONS = 512
 class PerseusService:
     """The server's state and operations (see the module docstring)."""
 
-    def __init__(self, store: Store, limits: Limits) -> None:
+    def __init__(
+        self,
+        store: Store,
+        limits: Limits,
+        report_decoder: Callable[[bytes], IterationReport] | None = None,
+    ) -> None:
+        """``report_decoder``: how the report worker decodes a large report's wire bytes (the
+        gRPC adapter's decoder); without one, large reports are decoded on a thread."""
         self.store = store
         self.limits = limits
         self.hub = PlanHub()
@@ -92,7 +99,7 @@ class PerseusService:
         measured = MeasuredPower(ctx)
         ctx.metrics.job_energy = measured
         self.reports = Reports(ctx, self.stragglers, self.slow_stages, self.profiling, measured)
-        self.report_pool = ReportPool()
+        self.report_pool = ReportPool(report_decoder) if report_decoder is not None else None
         self.registration = Registration(ctx, self.deployer)
         self.views = Views(ctx, self.deployer, self.solves, measured, time.time())
         self.views.power_share = self.power_budget.job_share
@@ -108,7 +115,8 @@ class PerseusService:
         self.hub.close(None, StreamEnd.SHUTDOWN)
         await self.solver.shutdown()
         self.profiles.pool.close()
-        self.report_pool.close()
+        if self.report_pool is not None:
+            self.report_pool.close()
 
     # --- metrics ---------------------------------------------------------------------------------
 
@@ -270,7 +278,7 @@ class PerseusService:
         checked on a thread with array operations; the loop only stores it.
         """
         if size > OFFLOAD_INSTRUCTIONS:
-            if serialize is not None:
+            if serialize is not None and self.report_pool is not None:
                 rep = await self.report_pool.decode(serialize, decode)
             else:
                 rep = await asyncio.to_thread(decode)

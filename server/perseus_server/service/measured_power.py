@@ -50,12 +50,12 @@ import numpy as np
 from perseus.frontier import Frontier
 from perseus.problem import EnergyProblem
 from perseus.profiles import Profile
-from perseus_server.jobs import RankInfo
+from perseus_server.domain.jobs import RankInfo
+from perseus_server.domain.states import ProfilingStatus
+from perseus_server.domain.values import IterationReport
 from perseus_server.metrics import Labels
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.state import Job
-from perseus_server.service.values import IterationReport
-from perseus_server.states import ProfilingStatus
 
 __all__ = [
     "MAX_ENERGY",

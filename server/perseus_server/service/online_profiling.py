@@ -1,4 +1,4 @@
-"""Online profiling of a job: the frequency scan of :class:`~perseus_server.profiling.ProfilingSession`
+"""Online profiling of a job: the frequency scan of :class:`~perseus_server.policy.profiling_scan.ProfilingSession`
 deployed one clock step at a time, its measured profile stored and solved at the end (max clocks
 meanwhile), or the previous plan restored when it fails or is aborted."""
 
@@ -10,15 +10,19 @@ from typing import Any
 from perseus.errors import ProfileError
 from perseus.problem import EnergyProblem
 from perseus.profiles import parse_profile_csv
-from perseus_server.errors import BadRequest, Conflict, NotFound
-from perseus_server.faults import fault_point
-from perseus_server.profiling import DEFAULT_MAX_REVISITS, DEFAULT_TOLERANCE, ProfilingSession
+from perseus_server.domain.errors import BadRequest, Conflict, NotFound
+from perseus_server.domain.states import DeploymentKind, ProfilingStatus
+from perseus_server.policy.profiling_scan import (
+    DEFAULT_MAX_REVISITS,
+    DEFAULT_TOLERANCE,
+    ProfilingSession,
+)
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
-from perseus_server.service.profiles import Profiles
+from perseus_server.service.job_profiles import Profiles
 from perseus_server.service.solves import Solves
 from perseus_server.service.state import Deployment, Job
-from perseus_server.states import DeploymentKind, ProfilingStatus
+from perseus_server.testing.faults import fault_point
 
 __all__ = ["OnlineProfiling"]
 

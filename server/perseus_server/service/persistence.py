@@ -12,12 +12,17 @@ from typing import Any
 
 from perseus.frontier import Frontier
 from perseus.profiles import parse_profile_csv
-from perseus_server.planner import PlanPolicy, Straggler
-from perseus_server.profiling import ProfilingSession
+from perseus_server.domain.states import (
+    ProfilingStatus,
+    SlowStageStatus,
+    SolveStatus,
+    StragglerSource,
+)
+from perseus_server.policy.detectors import DetectorSettings, StageDetector, StragglerDetector
+from perseus_server.policy.planner import PlanPolicy, Straggler
+from perseus_server.policy.profiling_scan import ProfilingSession
+from perseus_server.runtime.store import Store
 from perseus_server.service.state import Deployment, Job, JobTable, SlowStages
-from perseus_server.states import ProfilingStatus, SlowStageStatus, SolveStatus, StragglerSource
-from perseus_server.store import Store
-from perseus_server.stragglers import DetectorSettings, StageDetector, StragglerDetector
 
 __all__ = ["deployment_doc", "load_jobs", "persist_deployment"]
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from perseus.errors import InfeasibleError
 from perseus.power import PowerBudgetError
-from perseus_server.errors import BadRequest
-from perseus_server.planner import PlanPolicy, resolve_policy
+from perseus_server.domain.errors import BadRequest
+from perseus_server.policy.planner import PlanPolicy, resolve_policy
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import require_frontier
 from perseus_server.service.power import PlanPowers

@@ -30,13 +30,13 @@ from perseus.power import (
     PowerJob,
     allocate_power,
 )
-from perseus_server.errors import BadRequest, NotFound
-from perseus_server.planner import PlanPolicy
+from perseus_server.domain.errors import BadRequest, NotFound
+from perseus_server.domain.states import ProfilingStatus
+from perseus_server.policy.planner import PlanPolicy
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.power import PlanPowers
 from perseus_server.service.state import Deployment, Job
-from perseus_server.states import ProfilingStatus
 
 __all__ = ["BudgetSettings", "BudgetShare", "PowerBudget", "straggler_time"]
 

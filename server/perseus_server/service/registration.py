@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import secrets
 
-from perseus_server.errors import BadRequest, Conflict
-from perseus_server.hub import Subscriber
-from perseus_server.jobs import RankInfo
+from perseus_server.domain.errors import BadRequest, Conflict
+from perseus_server.domain.jobs import RankInfo
+from perseus_server.domain.values import PlanUpdate, RankRegistration, RegisteredRank
+from perseus_server.runtime.hub import Subscriber
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
-from perseus_server.service.profiles import check_clocks
+from perseus_server.service.job_profiles import check_clocks
 from perseus_server.service.state import Job
-from perseus_server.service.values import PlanUpdate, RankRegistration, RegisteredRank
 
 __all__ = ["Registration"]
 

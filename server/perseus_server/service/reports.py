@@ -1,7 +1,7 @@
 """Iteration reports from the ranks: validated (a batch is taken whole or not at all), stored,
 and fed to online profiling or to the straggler and slow-stage detectors.
 
-A large report arrives as :class:`~perseus_server.service.values.InstructionColumns`; its
+A large report arrives as :class:`~perseus_server.domain.values.InstructionColumns`; its
 measurements are then checked and measured with array operations (:func:`validate_report`,
 :func:`column_stage_factors`), with the same results and errors as one measurement at a time.
 """
@@ -18,18 +18,18 @@ import numpy as np
 from perseus.profiles import INSTRUCTION_KINDS, Profile
 from perseus_common.profile_csv import MAX_FREQUENCY_MHZ
 from perseus_server.config import Limits
-from perseus_server.errors import BadRequest, Conflict
-from perseus_server.jobs import RankInfo
-from perseus_server.profiling import Measurement
+from perseus_server.domain.errors import BadRequest, Conflict
+from perseus_server.domain.jobs import RankInfo
+from perseus_server.domain.states import ProfilingStatus
+from perseus_server.domain.values import InstructionColumns, InstructionReport, IterationReport
+from perseus_server.policy.profiling_scan import Measurement
 from perseus_server.service.clock_verification import ClockVerification, validate_applied_clocks
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.measured_power import MeasuredPower
 from perseus_server.service.online_profiling import OnlineProfiling
 from perseus_server.service.slow_stages import SlowStageResolver, stage_factors
 from perseus_server.service.state import Job, JobTable
-from perseus_server.service.straggling import Stragglers
-from perseus_server.service.values import InstructionColumns, InstructionReport, IterationReport
-from perseus_server.states import ProfilingStatus
+from perseus_server.service.stragglers import Stragglers
 
 __all__ = [
     "CheckedReport",

@@ -1,5 +1,5 @@
 """Slow stages: a stage of one pipeline that runs slower than its profile (from reported
-per-instruction times, see :class:`~perseus_server.stragglers.StageDetector`). That pipeline's
+per-instruction times, see :class:`~perseus_server.policy.detectors.StageDetector`). That pipeline's
 frontier is re-solved with the stage's profile scaled; once ready, the pipeline runs its fastest
 plan and counts as a straggler of source ``slow stage`` (the others slow down to its time). When
 its stages are back to their profiled speed, the re-solved frontier and that straggler are
@@ -15,15 +15,15 @@ import time
 from collections.abc import Iterable
 
 from perseus.frontier import Frontier
-from perseus_server.jobs import RankInfo
-from perseus_server.planner import Straggler
+from perseus_server.domain.jobs import RankInfo
+from perseus_server.domain.states import DetectorEvent, ReplanKind, SlowStageStatus, StragglerSource
+from perseus_server.domain.values import InstructionReport
+from perseus_server.policy.planner import Straggler
+from perseus_server.runtime.solve_manager import SolveEvents
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.solves import decode_frontier
 from perseus_server.service.state import Job, SlowStages
-from perseus_server.service.values import InstructionReport
-from perseus_server.solving import SolveEvents
-from perseus_server.states import DetectorEvent, ReplanKind, SlowStageStatus, StragglerSource
 
 __all__ = ["stage_factors", "SlowStageResolver", "drop_slow_stage_straggler", "stage_solve_key"]
 

@@ -1,5 +1,5 @@
 """A job's frontier computation: started in a worker process (see
-:mod:`perseus_server.solving`), followed, cancelled, and deployed when it is done.
+:mod:`perseus_server.runtime.solve_manager`), followed, cancelled, and deployed when it is done.
 
 The partial frontier: when the job has no frontier of the profile revision being solved, the
 solver's first plan (a verified zero-slowdown plan) is stored as the job's frontier, one point,
@@ -19,14 +19,14 @@ import time
 from typing import Any
 
 from perseus.frontier import Frontier
-from perseus_server.errors import Conflict
-from perseus_server.faults import fault_point
-from perseus_server.planner import PlanPolicy
+from perseus_server.domain.errors import Conflict
+from perseus_server.domain.states import ProfilingStatus, SolveStatus
+from perseus_server.policy.planner import PlanPolicy
+from perseus_server.runtime.solve_manager import SolveEvents
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer, require_frontier
 from perseus_server.service.state import Job
-from perseus_server.solving import SolveEvents
-from perseus_server.states import ProfilingStatus, SolveStatus
+from perseus_server.testing.faults import fault_point
 
 __all__ = ["Solves", "decode_frontier"]
 

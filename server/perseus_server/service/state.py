@@ -15,21 +15,21 @@ from typing import Any
 from perseus.frontier import Frontier
 from perseus.profiles import Profile
 from perseus.schedules import Schedule
-from perseus_server.cache import ByteBoundedCache
-from perseus_server.errors import NotFound
-from perseus_server.jobs import JobSpec, RankInfo
-from perseus_server.planner import PlanPolicy, Straggler
-from perseus_server.profiling import ProfilingSession
-from perseus_server.service.values import PlanUpdate
-from perseus_server.states import (
+from perseus_server.domain.errors import NotFound
+from perseus_server.domain.jobs import JobSpec, RankInfo
+from perseus_server.domain.states import (
     DeploymentKind,
     JobState,
     ProfilingStatus,
     SlowStageStatus,
     SolveStatus,
 )
-from perseus_server.store import FrontierRow, JobRow
-from perseus_server.stragglers import StageDetector, StragglerDetector
+from perseus_server.domain.values import PlanUpdate
+from perseus_server.policy.detectors import StageDetector, StragglerDetector
+from perseus_server.policy.planner import PlanPolicy, Straggler
+from perseus_server.policy.profiling_scan import ProfilingSession
+from perseus_server.runtime.cache import ByteBoundedCache
+from perseus_server.runtime.store import FrontierRow, JobRow
 
 __all__ = [
     "Deployment",

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from perseus_server.errors import BadRequest
+from perseus_server.domain.errors import BadRequest
 from perseus_server.service.clock_verification import CAUSE, off_plan_ranks, rank_view
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer

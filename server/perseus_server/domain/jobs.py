@@ -10,7 +10,7 @@ from perseus.errors import ScheduleError
 from perseus.schedules import Schedule, make_schedule
 from perseus_common.kinds import INSTRUCTION_KINDS
 from perseus_server.config import Limits
-from perseus_server.errors import BadRequest
+from perseus_server.domain.errors import BadRequest
 
 __all__ = ["JobSpec", "RankInfo"]
 

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from perseus_server.errors import ApiError
-from perseus_server.store import CredentialRow, Store
+from perseus_server.domain.errors import ApiError
+from perseus_server.runtime.store import CredentialRow, Store
 
 __all__ = [
     "ADMIN",

@@ -11,7 +11,8 @@ detail, field and row), since the errors' keyword fields do not survive pickling
 
 :class:`ReportPool` does the same for large iteration reports: the serialized message goes to
 its own worker process (one, spawned on first use), which parses it and pulls the measurements
-into arrays (:func:`~perseus_server.grpc_codec.decode_report_bytes`); what comes back is a few
+into arrays (the decoder it is given: the gRPC adapter's ``decode_report_bytes``, a module-level
+function, so it pickles by name); what comes back is a few
 arrays, not an object per measurement. Should the worker die, the report is decoded on a thread
 instead (same value, only slower), so no report is lost to it.
 """
@@ -25,9 +26,9 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from perseus_server.service.values import IterationReport
+    from perseus_server.domain.values import IterationReport
 
-__all__ = ["ParsePool", "ReportPool", "decode_report_doc", "parse_profile_doc", "PROCESS_THRESHOLD"]
+__all__ = ["ParsePool", "ReportPool", "parse_profile_doc", "PROCESS_THRESHOLD"]
 
 #: Documents larger than this (bytes) are parsed in the worker process.
 PROCESS_THRESHOLD = 1024 * 1024
@@ -81,18 +82,14 @@ class ParsePool:
             self._pool = None
 
 
-def decode_report_doc(data: bytes) -> IterationReport:
-    """A serialized ``IterationReport`` as the service's value, measurements as columns."""
-    from perseus_server.grpc_codec import decode_report_bytes
-
-    return decode_report_bytes(data)
-
-
 class ReportPool:
     """One spawned worker process that decodes large iteration reports (see the module
     docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, decode_bytes: Callable[[bytes], IterationReport]) -> None:
+        """``decode_bytes``: a module-level function (it runs in the worker) from a serialized
+        ``IterationReport`` to the service's value, measurements as columns."""
+        self.decode_bytes = decode_bytes
         self._pool: ProcessPoolExecutor | None = None
 
     async def decode(
@@ -105,7 +102,7 @@ class ReportPool:
             self._pool = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"))
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._pool, decode_report_doc, data)
+            return await loop.run_in_executor(self._pool, self.decode_bytes, data)
         except Exception:  # the worker died (killed, out of memory): a fresh one next time
             self.close()
             return await asyncio.to_thread(fallback)

@@ -8,7 +8,7 @@ credential gets PERMISSION_DENIED the same way. Otherwise the method's own handl
 deserializer refusing a message over the method's limit (:data:`METHOD_LIMITS`) before parsing
 it: a registration is small, a report batch message is bounded by ``max_report_instructions``.
 
-A rank credential (see :mod:`perseus_server.credentials`) opens its own job's ``RegisterRank``,
+A rank credential (see :mod:`perseus_server.service.credentials`) opens its own job's ``RegisterRank``,
 ``WatchPlan`` and ``ReportIterations`` only: the handler is wrapped so that each request (each
 report of a stream) naming another job, or a rank identity bound to another credential, is
 refused with PERMISSION_DENIED before the servicer sees it, and a registration binds the identity.
@@ -26,7 +26,7 @@ from typing import Any
 
 import grpc
 
-from perseus_server.credentials import Credentials, Principal, Scope
+from perseus_server.service.credentials import Credentials, Principal, Scope
 
 __all__ = ["AuthInterceptor", "METHOD_LIMITS", "TooLargeMessage", "token_matches"]
 

@@ -1,22 +1,22 @@
 """Straggling pipelines: reported through the REST API, detected from reported iteration times
-(see :class:`~perseus_server.stragglers.StragglerDetector`), cleared; each change re-decides the
+(see :class:`~perseus_server.policy.detectors.StragglerDetector`), cleared; each change re-decides the
 plans (the others move to the frontier point that matches the straggler's time)."""
 
 from __future__ import annotations
 
 import math
 
-from perseus_server.errors import BadRequest, Conflict, NotFound
-from perseus_server.jobs import RankInfo
-from perseus_server.planner import Straggler, resolve_policy
+from perseus_server.domain.errors import BadRequest, Conflict, NotFound
+from perseus_server.domain.jobs import RankInfo
+from perseus_server.domain.states import DetectorEvent, ReplanKind, StragglerSource
+from perseus_server.policy.detectors import DetectorSettings, StageDetector, StragglerDetector
+from perseus_server.policy.planner import Straggler, resolve_policy
 from perseus_server.service.clock_verification import CAUSE, detector_feeder, off_plan_ranks
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer, require_frontier
 from perseus_server.service.persistence import persist_deployment
 from perseus_server.service.slow_stages import SlowStageResolver
 from perseus_server.service.state import Job
-from perseus_server.states import DetectorEvent, ReplanKind, StragglerSource
-from perseus_server.stragglers import DetectorSettings, StageDetector, StragglerDetector
 
 __all__ = ["Stragglers"]
 
@@ -121,7 +121,7 @@ class Stragglers:
             return
         p = rank.data_rank
         # The leader feeds the detector, or the pipeline's off-plan rank while there is one
-        # (its measured times are what they are; see perseus_server.stragglers).
+        # (its measured times are what they are; see perseus_server.policy.detectors).
         if rank.global_rank != detector_feeder(job, p):
             return
         slow = job.stragglers

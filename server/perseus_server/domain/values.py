@@ -1,7 +1,7 @@
 """Plain values the service takes from and gives to the ranks (the gRPC adapter's side of it).
 
 They mirror the ``perseus.v1`` messages field for field; only
-:mod:`perseus_server.grpc_codec` converts between them and protobuf, so the service never
+:mod:`perseus_server.grpc.codec` converts between them and protobuf, so the service never
 builds or parses a wire message.
 """
 

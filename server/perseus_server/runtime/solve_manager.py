@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from perseus_server.solve_worker import run_solve
+from perseus_server.runtime.solve_worker import run_solve
 
 __all__ = ["SolveEvents", "SolveLimits", "SolveManager", "rss_bytes"]
 
@@ -160,7 +160,7 @@ class SolveManager:
         self._solves: dict[str, _Solve] = {}
         self.limits = limits or SolveLimits()
         self._hold: asyncio.Future[Any] | None = None
-        #: The kernels' warm-up state (see :mod:`perseus_server.warmup`; ``skipped``: none ran).
+        #: The kernels' warm-up state (see :mod:`perseus_server.runtime.warmup`; ``skipped``: none ran).
         self.kernels: str = "skipped"
 
     def hold_until(self, task: asyncio.Future[Any]) -> None:

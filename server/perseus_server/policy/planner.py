@@ -17,7 +17,7 @@ from typing import Any
 from perseus.errors import InfeasibleError
 from perseus.frontier import Frontier
 from perseus.power import index_for_power_budget
-from perseus_server.states import StragglerSource
+from perseus_server.domain.states import StragglerSource
 
 __all__ = ["PlanPolicy", "PipelinePlan", "PlanDecision", "Straggler", "decide", "resolve_policy"]
 

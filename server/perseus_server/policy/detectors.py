@@ -41,7 +41,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from perseus_server.states import DetectorEvent
+from perseus_server.domain.states import DetectorEvent
 
 __all__ = [
     "DetectorSettings",

@@ -1,7 +1,7 @@
 """Protobuf (``perseus.v1``) to and from the service's plain values
-(:mod:`perseus_server.service.values`): the one place the server builds or reads wire messages.
+(:mod:`perseus_server.domain.values`): the one place the server builds or reads wire messages.
 
-Plan messages are encoded once per :class:`~perseus_server.service.values.PlanUpdate` object
+Plan messages are encoded once per :class:`~perseus_server.domain.values.PlanUpdate` object
 (the service hands one object to every stream of the same plan), so a push to many streams
 builds the protobuf message once.
 """
@@ -13,7 +13,7 @@ from collections import OrderedDict
 import numpy as np
 
 from perseus_common.proto import perseus_pb2 as pb
-from perseus_server.service.values import (
+from perseus_server.domain.values import (
     InstructionColumns,
     InstructionReport,
     IterationReport,
@@ -99,7 +99,7 @@ def decode_report_columns(rep: pb.IterationReport) -> IterationReport:
 
 def decode_report_bytes(data: bytes) -> IterationReport:
     """:func:`decode_report_columns` of a serialized ``IterationReport`` (what the report
-    worker process runs: see :mod:`perseus_server.parse_pool`)."""
+    worker process runs: see :mod:`perseus_server.runtime.parse_pool`)."""
     return decode_report_columns(pb.IterationReport.FromString(data))
 
 

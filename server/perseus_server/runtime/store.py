@@ -8,7 +8,7 @@ The store is used from the server's event-loop thread only; each call takes micr
 few milliseconds (a large frontier document).
 
 Schema versions: :meth:`Store.open` brings the database to this code's version with the
-migrations of :mod:`perseus_server.migrations` (its names are re-exported here).
+migrations of :mod:`perseus_server.runtime.migrations` (its names are re-exported here).
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from perseus_server.jobs import JobSpec, RankInfo
-from perseus_server.migrations import (
+from perseus_server.domain.jobs import JobSpec, RankInfo
+from perseus_server.domain.states import SolveStatus
+from perseus_server.runtime.migrations import (
     MIGRATIONS,
     SCHEMA_VERSION,
     StoreError,
     migrate,
     schema_version,
 )
-from perseus_server.states import SolveStatus
 
 __all__ = [
     "MIGRATIONS",

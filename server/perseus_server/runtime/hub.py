@@ -1,6 +1,6 @@
 """Plan fan-out: every open ``WatchPlan`` stream is a subscriber that always holds the newest
 plan for its rank (older undelivered versions are simply replaced). Plans travel as the
-service's plain :class:`~perseus_server.service.values.PlanUpdate`; the gRPC adapter encodes
+service's plain :class:`~perseus_server.domain.values.PlanUpdate`; the gRPC adapter encodes
 them."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from perseus_server.jobs import RankInfo
-from perseus_server.states import StreamEnd
+from perseus_server.domain.jobs import RankInfo
+from perseus_server.domain.states import StreamEnd
 
 if TYPE_CHECKING:  # the service package imports this module
-    from perseus_server.service.values import PlanUpdate
+    from perseus_server.domain.values import PlanUpdate
 
 __all__ = ["PlanHub", "Subscriber"]
 

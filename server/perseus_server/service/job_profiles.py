@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 from perseus.profiles import Profile
-from perseus_server.errors import BadRequest, Conflict, NotFound
-from perseus_server.jobs import RankInfo
-from perseus_server.parse_pool import ParsePool
+from perseus_server.domain.errors import BadRequest, Conflict, NotFound
+from perseus_server.domain.jobs import RankInfo
+from perseus_server.domain.states import ProfilingStatus
+from perseus_server.runtime.parse_pool import ParsePool
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.state import Job
-from perseus_server.states import ProfilingStatus
 
 __all__ = ["Profiles", "check_clocks"]
 

@@ -1,7 +1,7 @@
 """The gRPC PlanService (``perseus.v1``) over :class:`~perseus_server.service.PerseusService`.
 
 Requests are decoded into the service's plain values and its answers encoded back by
-:mod:`perseus_server.grpc_codec`; the service itself never sees a protobuf message.
+:mod:`perseus_server.grpc.codec`; the service itself never sees a protobuf message.
 
 Errors map to status codes: bad fields -> INVALID_ARGUMENT, unknown job -> NOT_FOUND, state
 conflicts (rank not registered, identity clash) -> FAILED_PRECONDITION, missing or wrong bearer
@@ -19,17 +19,17 @@ import grpc
 
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
-from perseus_server.credentials import Credentials
-from perseus_server.errors import ApiError, BadRequest, Conflict, NotFound, Unauthorized
-from perseus_server.grpc_codec import (
+from perseus_server.domain.errors import ApiError, BadRequest, Conflict, NotFound, Unauthorized
+from perseus_server.domain.states import StreamEnd
+from perseus_server.grpc.codec import (
     PlanEncoder,
     decode_registration,
     decode_report,
     encode_registered,
 )
-from perseus_server.grpc_gate import TooLargeMessage, token_matches
+from perseus_server.grpc.gate import TooLargeMessage, token_matches
 from perseus_server.service import PerseusService
-from perseus_server.states import StreamEnd
+from perseus_server.service.credentials import Credentials
 
 __all__ = ["PlanServicer", "status_code"]
 

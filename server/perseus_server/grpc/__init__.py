@@ -1,0 +1,3 @@
+"""The gRPC adapter (``perseus.v1``): the servicer, the codec between protobuf and the service's
+plain values, and the gate that checks credentials and sizes before a request is read. The only
+part of the server that speaks protobuf; it mirrors :mod:`perseus_server.rest`."""
