@@ -46,6 +46,7 @@ from perseus_server.rest.gate import Gate
 from perseus_server.rest.power import TAG as POWER_TAG
 from perseus_server.rest.power import power_router
 from perseus_server.rest.problems import install_error_handlers
+from perseus_server.rest.swagger import install_swagger
 from perseus_server.rest.ui import install_ui
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
@@ -140,6 +141,10 @@ def create_app(
         "configured, every route except `/healthz` needs `Authorization: Bearer <credential>`: "
         "the admin token opens everything, a read credential only GET routes (403 otherwise).",
         openapi_tags=TAGS,
+        # /docs and /openapi.json are served by rest/swagger.py (offline, outside the gate)
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
     app.add_middleware(
         Gate, credentials=credentials, limits=service.limits, metrics=service.metrics
@@ -469,5 +474,6 @@ def create_app(
 
     app.include_router(power_router(service))
     app.include_router(credentials_router(service, credentials))
+    install_swagger(app)  # /docs and /openapi.json, outside the gate
     install_ui(app, auth=credentials.enabled)  # the page's own middleware: keep it added last
     return app

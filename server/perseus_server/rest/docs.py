@@ -5,7 +5,9 @@ media types of its bodies.
 (serialised with ``exclude_unset``, so a key is on the wire exactly when the service set it),
 a summary, the 2xx description and the problem documents of the errors it can answer.
 :func:`install_openapi` files those problems under ``application/problem+json`` (what the
-handlers send) and removes FastAPI's default validation-error schema, which this API never sends.
+handlers send), removes FastAPI's default validation-error schema, which this API never sends,
+and declares the bearer credential (:data:`BEARER`) on every operation but the public ones, so
+``/docs``'s *Authorize* button can send it.
 """
 
 from __future__ import annotations
@@ -16,9 +18,22 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from perseus_server.models import Problem
+from perseus_server.rest.gate import PUBLIC_PATHS
 from perseus_server.rest.problems import PROBLEM
 
-__all__ = ["ERRORS", "operation", "install_openapi"]
+__all__ = ["BEARER", "ERRORS", "operation", "install_openapi"]
+
+#: The name of the security scheme: ``Authorization: Bearer <credential>``.
+BEARER = "bearer"
+
+SECURITY_SCHEMES: dict[str, Any] = {
+    BEARER: {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "The admin token, or a credential from `POST /credentials` (`read` or "
+        "`admin` scope). Needed only when the server is started with a token.",
+    }
+}
 
 #: When each error status is answered (the body is always a :class:`Problem`).
 ERRORS: dict[int, str] = {
@@ -78,9 +93,12 @@ def _refs(node: Any) -> set[str]:
 
 
 def _tidy(schema: dict[str, Any]) -> None:
-    """Problems under their media type; no FastAPI default 422 (our 422 is a problem too)."""
-    for ops in schema.get("paths", {}).values():
+    """Problems under their media type; no FastAPI default 422 (our 422 is a problem too); the
+    bearer scheme on every operation but the public ones."""
+    schema.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
+    for path, ops in schema.get("paths", {}).items():
         for op in ops.values():
+            op["security"] = [] if path in PUBLIC_PATHS else [{BEARER: []}]
             responses = op.get("responses", {})
             for code, resp in list(responses.items()):
                 body = resp.get("content", {})
