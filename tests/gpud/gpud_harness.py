@@ -58,7 +58,15 @@ class Daemon:
         self.socket = str(workdir / "gpud.sock")
         self.args = args
         self.log_path = workdir / "gpud.log"
+        #: The simulated device nodes (``--simulate``): files ``nvidia<N>`` a process opens to
+        #: own GPU N, as CUDA opens ``/dev/nvidia<N>``.
+        self.dev_dir = workdir / "gpud-dev"
         self.proc: subprocess.Popen[bytes] | None = None
+        self._owned: list[Any] = []
+
+    def own(self, index: int) -> None:
+        """Open GPU ``index``'s simulated device node in this process (kept open until kill)."""
+        self._owned.append(open(self.dev_dir / f"nvidia{index}", "rb"))  # noqa: SIM115
 
     def start(self) -> Daemon:
         with open(self.log_path, "ab") as log:
@@ -91,6 +99,12 @@ class Daemon:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self.disown()
+
+    def disown(self) -> None:
+        for f in self._owned:
+            f.close()
+        self._owned.clear()
 
     def stop(self) -> int:
         assert self.proc is not None
@@ -120,6 +134,8 @@ class Trainer:
                 str(self.progress),
                 "--log",
                 str(self.log_path),
+                "--device-dir",
+                str(workdir / "gpud-dev"),
                 *args,
             ],
             env=child_env(),
@@ -139,6 +155,12 @@ class Trainer:
             with_signal(self.proc, signal.SIGCONT)
             self.proc.kill()
         self.proc.wait()
+
+
+def holder(row: dict[str, Any]) -> tuple[int, int] | None:
+    """``(pid, uid)`` of a status row's holder (``None``: not leased)."""
+    h = row["holder"]
+    return None if h is None else (h["pid"], h["uid"])
 
 
 def with_signal(proc: subprocess.Popen[bytes], sig: int) -> None:
