@@ -11,6 +11,7 @@ import contextlib
 import filecmp
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -238,3 +239,28 @@ def test_a_malformed_state_file_is_a_clear_error(
     assert "Traceback" not in out.stderr
     assert expected in out.stderr and str(path) in out.stderr
     assert path.read_text() == content  # nothing overwritten
+
+
+def test_real_device_nodes_are_matched_by_device_number_through_proc(
+    start_peer: Callable[..., PeerProcess], workdir: Path
+) -> None:
+    """The path gpud takes on a GPU node: ``/proc/PID/fd`` → ``stat`` → a character device's
+    major and minor, through a parent of the same uid too. No GPU here, so the major is that of
+    ``/dev/zero`` and ``/dev/full`` (1) instead of NVIDIA's 195; a name other
+    than ``/dev/...`` (a container's own device node) matches all the same."""
+    from perseus_client.gpud.ownership import DeviceNodeOwnership
+
+    alias = workdir / "renamed-zero"
+    zero = os.stat("/dev/zero").st_rdev
+    os.mknod(alias, 0o666 | stat.S_IFCHR, zero)
+    peer = start_peer(str(workdir / "no.sock"), "--device", str(alias))  # opens it, then waits
+    wait_for(lambda: procfs.open_nvidia_minors(peer.pid, major=1), 10.0, "the peer's open node")
+    assert procfs.open_nvidia_minors(peer.pid, major=1) == {os.minor(zero)}
+    assert procfs.open_nvidia_minors(peer.pid) == set()  # no NVIDIA node: nothing
+    check = DeviceNodeOwnership(major=1)
+    assert check.owns(peer.pid, os.minor(zero))
+    assert not DeviceNodeOwnership().owns(peer.pid, os.minor(zero))  # not NVIDIA's major
+    full = os.minor(os.stat("/dev/full").st_rdev)
+    assert not check.owns(peer.pid, full)
+    with open("/dev/full", "rb"):  # now this process, the peer's parent (same uid), has it
+        assert check.owns(peer.pid, full)

@@ -76,14 +76,16 @@ class ManagedGpu:
         self.locked_mhz = mhz
         return True
 
-    def reset(self) -> bool:
-        """Remove the SM clock lock; return whether it was applied (False: read-only)."""
+    def reset(self, forget: bool = True) -> bool:
+        """Remove the SM clock lock; return whether it was applied (False: read-only).
+        ``forget``: also drop the GPU from the lock record (at the end of a lease; a reset
+        within a lease keeps it, so the next lock writes nothing)."""
         self.gpu.reset_locked_clocks()
         if self.read_only:
             self.would.append(("reset", None))
             return False
         self.locked_mhz = None
-        if self.record is not None:
+        if self.record is not None and forget:
             self.record.forget(self.uuid)
         return True
 

@@ -1,9 +1,11 @@
 """The daemon's record of the clocks it locked (``--state``), so that it resets at start only
 what it set itself, never a clock another tool (``nvidia-smi -lgc``, DCGM) set.
 
-A JSON file ``{"version": 1, "locked": {"<GPU UUID>": <MHz>, ...}}``, replaced atomically on
-every change. A lock is recorded *before* NVML applies it and forgotten *after* NVML reset it, so
-a daemon killed at any moment finds every GPU it may have left locked in the record. A file that
+A JSON file ``{"version": 1, "locked": {"<GPU UUID>": <MHz>, ...}}`` (the MHz of the lease's
+first lock, for the log), replaced atomically (and synced) when it changes. A GPU is recorded
+*before* NVML applies the first lock of a lease and forgotten *after* NVML reset it at the end
+of the lease, so a daemon killed at any moment finds every GPU it may have left locked in the
+record; the clock changes in between (many per training iteration) write nothing. A file that
 cannot be parsed is an error (:class:`LockRecordError`: the daemon refuses to start, naming the
 file and the problem, exit status 2): guessing would either reset another tool's clocks or leave
 a trainer's lock in place.
@@ -69,8 +71,9 @@ class LockRecord:
             return dict(self._locked)
 
     def set(self, uuid: str, mhz: int) -> None:
+        """Record that gpud may leave GPU ``uuid`` locked (written only if it was not)."""
         with self._lock:
-            if self._locked.get(uuid) != mhz:
+            if uuid not in self._locked:
                 self._locked[uuid] = int(mhz)
                 self._write()
 

@@ -67,18 +67,23 @@ class DeviceNodeOwnership:
         dev_dir: ``None`` for real device nodes (matched by device number); a directory whose
             files ``nvidia<minor>`` stand in for them (``--simulate``), matched by path.
         proc: the procfs mount.
+        major: the device nodes' major number (NVIDIA's, 195; a test without a GPU uses another
+            character device's).
     """
 
     name = "device-node"
 
-    def __init__(self, dev_dir: str | None = None, proc: str = "/proc") -> None:
+    def __init__(
+        self, dev_dir: str | None = None, proc: str = "/proc", major: int = procfs.NVIDIA_MAJOR
+    ) -> None:
         self.dev_dir = None if dev_dir is None else os.path.realpath(dev_dir)
         self.proc = proc
+        self.major = major
 
     def owns(self, pid: int, minor: int) -> bool:
         for p in procfs.ancestors(pid, self.proc):
             if self.dev_dir is None:
-                if minor in procfs.open_nvidia_minors(p, self.proc):
+                if minor in procfs.open_nvidia_minors(p, self.proc, self.major):
                     return True
             elif os.path.join(self.dev_dir, f"nvidia{minor}") in procfs.open_paths(p, self.proc):
                 return True

@@ -94,9 +94,9 @@ def _fds(pid: int, proc: str) -> list[str]:
         return []
 
 
-def open_nvidia_minors(pid: int, proc: str = "/proc") -> set[int]:
-    """Minor numbers of the NVIDIA GPU device nodes (character devices, major 195, minor < 255)
-    the process has open. The node is matched by its device number, not its name, so a node
+def open_nvidia_minors(pid: int, proc: str = "/proc", major: int = NVIDIA_MAJOR) -> set[int]:
+    """Minor numbers of the NVIDIA GPU device nodes (character devices of ``major``, 195, minor
+    below 255) the process has open. The node is matched by its device number, not its name, so a node
     that a container runtime created under another path counts too."""
     minors = set()
     for link in _fds(pid, proc):
@@ -104,7 +104,7 @@ def open_nvidia_minors(pid: int, proc: str = "/proc") -> set[int]:
             st = os.stat(link)
         except OSError:
             continue
-        if stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == NVIDIA_MAJOR:
+        if stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == major:
             minor = os.minor(st.st_rdev)
             if minor < 255:
                 minors.add(minor)

@@ -199,8 +199,9 @@ class GpudServer:
                 conn.writer.transport.abort()
             if self._tasks:
                 await asyncio.wait(list(self._tasks), timeout=5.0)
+            recorded = self.record.locked() if self.record is not None else {}
             for gpu in self.gpus.values():
-                if gpu.locked_mhz is not None:
+                if gpu.locked_mhz is not None or gpu.uuid in recorded:
                     await self._reset(gpu, "at stop")
             with contextlib.suppress(OSError):
                 if os.stat(path).st_ino == ino:
@@ -381,7 +382,8 @@ class GpudServer:
             del self._leases[index]
         gpu = self.gpus[index]
         applied = False
-        if gpu.locked_mhz is None and not self.read_only:
+        recorded = self.record is not None and gpu.uuid in self.record.locked()
+        if gpu.locked_mhz is None and not recorded and not self.read_only:
             log.info(
                 "GPU %d: lease of %s ended (%s) after %d clock changes; no clock locked",
                 index,
@@ -573,7 +575,7 @@ class GpudServer:
                 return gpud_pb2.Response(id=req_id, clock=self._clock(gpu, applied))
             if call == "reset_clock":
                 self._holder_check(conn, gpu)
-                applied = await self._run(gpu, gpu.reset)
+                applied = await self._run(gpu, gpu.reset, False)
                 conn.changes[gpu.index] += 1
                 verb = "reset" if applied else "read-only: would reset"
                 log.debug("GPU %d: %s the SM clock for %s", gpu.index, verb, peer)
