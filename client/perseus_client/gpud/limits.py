@@ -17,11 +17,14 @@ with ``TIMEOUT``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import resource
 from dataclasses import dataclass
 
-__all__ = ["ConnectionLimits", "raise_fd_limit"]
+from perseus_client.gpud.protocol import HEADER_SIZE, frame_size
+
+__all__ = ["ConnectionLimits", "ConnectionTimeout", "raise_fd_limit", "read_request"]
 
 log = logging.getLogger("perseus_client.gpud")
 
@@ -75,3 +78,31 @@ def raise_fd_limit() -> tuple[int, int]:
         except (ValueError, OSError) as exc:
             log.warning("could not raise the open-file limit from %d to %d: %s", soft, target, exc)
     return soft, hard
+
+
+class ConnectionTimeout(Exception):
+    """A connection was idle too long, or did not complete a frame in time (the message says
+    which, naming the option)."""
+
+
+async def read_request(
+    reader: asyncio.StreamReader, idle: float | None, frame_timeout: float
+) -> bytes:
+    """One frame's body: the first byte may take ``idle`` seconds (``None``: no limit, for a
+    leasing connection, which the lease timeout governs), the rest ``frame_timeout`` seconds.
+    Raises :class:`ConnectionTimeout`, ``FrameTooLargeError``, or
+    ``asyncio.IncompleteReadError`` at end of stream."""
+    try:
+        first = await asyncio.wait_for(reader.readexactly(1), idle)
+    except TimeoutError:
+        raise ConnectionTimeout(f"idle for {idle:.0f} s without a lease (--idle-timeout)") from None
+    try:
+        header = first + await asyncio.wait_for(reader.readexactly(HEADER_SIZE - 1), frame_timeout)
+        size = frame_size(header)
+        if not size:
+            return b""
+        return await asyncio.wait_for(reader.readexactly(size), frame_timeout)
+    except TimeoutError:
+        raise ConnectionTimeout(
+            f"a frame was not completed within {frame_timeout:g} s (--frame-timeout)"
+        ) from None

@@ -55,19 +55,21 @@ from google.protobuf.message import DecodeError
 from perseus_client.errors import GpuError, UnsupportedClockError
 from perseus_client.gpud import procfs
 from perseus_client.gpud.devices import ManagedGpu
-from perseus_client.gpud.limits import ConnectionLimits
+from perseus_client.gpud.limits import ConnectionLimits, ConnectionTimeout, read_request
 from perseus_client.gpud.lockrecord import LockRecord
 from perseus_client.gpud.ownership import Owner, Ownership
 from perseus_client.gpud.peers import Peer, PeerPolicy, peer_of
-from perseus_client.gpud.protocol import (
-    HEADER_SIZE,
-    FrameTooLargeError,
-    encode_frame,
-    frame_size,
+from perseus_client.gpud.protocol import FrameTooLargeError, encode_frame
+from perseus_client.gpud.replies import (
+    clock_state,
+    gpu_info,
+    holder_labels,
+    resolve_gpu,
+    status_message,
 )
 from perseus_common.proto import gpud_pb2
 
-__all__ = ["Peer", "PeerPolicy", "GpudServer", "GpudStartError", "peer_of", "read_frame_async"]
+__all__ = ["Peer", "PeerPolicy", "GpudServer", "GpudStartError", "peer_of"]
 
 log = logging.getLogger("perseus_client.gpud")
 
@@ -86,16 +88,6 @@ class _Conn:
     leases: set[int] = field(default_factory=set)
     owners: dict[int, Owner] = field(default_factory=dict)
     changes: Counter[int] = field(default_factory=Counter)
-
-
-class _Timeout(Exception):
-    pass
-
-
-async def read_frame_async(reader: asyncio.StreamReader) -> bytes:
-    """Read one frame's body (``asyncio.IncompleteReadError`` at end of stream)."""
-    size = frame_size(await reader.readexactly(HEADER_SIZE))
-    return await reader.readexactly(size) if size else b""
 
 
 def _error(req_id: int, code: gpud_pb2.ErrorCode, message: str) -> gpud_pb2.Response:
@@ -298,7 +290,8 @@ class GpudServer:
                 self.connections_closed["limit"] += 1
                 self._log_limited(peer, why)
                 conn = _Conn(peer, writer, allowed, time.monotonic())
-                await self._send(conn, _error(0, gpud_pb2.BUSY, why))
+                with contextlib.suppress(OSError, TimeoutError):
+                    await self._send(conn, _error(0, gpud_pb2.BUSY, why))
                 writer.transport.abort()
                 return
             conn = _Conn(peer, writer, allowed, time.monotonic(), start=procfs.start_time(peer.pid))
@@ -319,13 +312,14 @@ class GpudServer:
         try:
             while True:
                 try:
-                    body = await self._read_request(conn, reader)
+                    idle = None if conn.leases else self.limits.idle_timeout
+                    body = await read_request(reader, idle, self.limits.frame_timeout)
                 except FrameTooLargeError as exc:
                     self.refusals[("", "TOO_LARGE")] += 1
                     log.info("refused a request from %s: %s", peer, exc)
                     await self._send(conn, _error(0, gpud_pb2.TOO_LARGE, str(exc)))
                     return
-                except _Timeout as exc:
+                except ConnectionTimeout as exc:
                     kind = "idle" if "idle" in str(exc) else "frame"
                     self.connections_closed[kind] += 1
                     log.info("closed the connection of %s: %s", peer, exc)
@@ -343,28 +337,6 @@ class GpudServer:
                 await self._send(conn, await self._dispatch(conn, request))
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
             pass  # the peer closed the connection (or was killed, or does not read)
-
-    async def _read_request(self, conn: _Conn, reader: asyncio.StreamReader) -> bytes:
-        # A leasing connection is governed by the lease timeout (the watchdog); any other may
-        # stay idle for limits.idle_timeout. A frame, once begun, has limits.frame_timeout.
-        idle = None if conn.leases else self.limits.idle_timeout
-        try:
-            first = await asyncio.wait_for(reader.readexactly(1), idle)
-        except TimeoutError:
-            raise _Timeout(f"idle for {idle:.0f} s without a lease (--idle-timeout)") from None
-        try:
-            header = first + await asyncio.wait_for(
-                reader.readexactly(HEADER_SIZE - 1), self.limits.frame_timeout
-            )
-            size = frame_size(header)
-            if not size:
-                return b""
-            return await asyncio.wait_for(reader.readexactly(size), self.limits.frame_timeout)
-        except TimeoutError:
-            raise _Timeout(
-                f"a frame was not completed within {self.limits.frame_timeout:g} s "
-                "(--frame-timeout)"
-            ) from None
 
     async def _send(self, conn: _Conn, response: gpud_pb2.Response) -> None:
         conn.writer.write(encode_frame(response.SerializeToString()))
@@ -436,29 +408,6 @@ class GpudServer:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def _gpu_of(self, ref: gpud_pb2.GpuRef | gpud_pb2.SetClock) -> ManagedGpu:
-        uuid = str(ref.uuid)
-        if uuid:
-            matches = [g for g in self.gpus.values() if g.uuid == uuid]
-            if not matches and len(uuid) >= 8:  # a unique prefix, as CUDA_VISIBLE_DEVICES takes
-                matches = [g for g in self.gpus.values() if g.uuid.startswith(uuid)]
-            if len(matches) == 1:
-                return matches[0]
-            raise _Refused(
-                gpud_pb2.NOT_FOUND,
-                f"GPU {uuid} is not managed by this daemon"
-                + (" (the prefix is ambiguous)" if matches else "")
-                + f" (it manages {', '.join(g.uuid for g in self.gpus.values()) or 'none'})",
-            )
-        gpu = self.gpus.get(int(ref.index))
-        if gpu is None:
-            raise _Refused(
-                gpud_pb2.NOT_FOUND,
-                f"GPU {ref.index} is not managed by this daemon (it manages "
-                f"{', '.join(map(str, self.gpus)) or 'none'})",
-            )
-        return gpu
-
     async def _dispatch(self, conn: _Conn, request: gpud_pb2.Request) -> gpud_pb2.Response:
         call = request.WhichOneof("call")
         try:
@@ -466,7 +415,12 @@ class GpudServer:
                 return gpud_pb2.Response(id=request.id, heartbeat=gpud_pb2.Empty())
             if call == "status":
                 await self._reap()
-                return gpud_pb2.Response(id=request.id, status=self._status())
+                return gpud_pb2.Response(
+                    id=request.id,
+                    status=status_message(
+                        self.gpus, self.holder, self.read_only, self.lease_timeout
+                    ),
+                )
             if call is None:
                 raise _Refused(gpud_pb2.INVALID_ARGUMENT, "empty request (no call set)")
             if not conn.allowed:
@@ -475,7 +429,10 @@ class GpudServer:
                     f"uid {conn.peer.uid} (pid {conn.peer.pid}, gid {conn.peer.gid}) may not use "
                     f"this daemon: it allows {self.policy.describe()} (see --allow-uid/--allow-gid)",
                 )
-            gpu = self._gpu_of(getattr(request, call))
+            try:
+                gpu = resolve_gpu(self.gpus, getattr(request, call))
+            except LookupError as exc:
+                raise _Refused(gpud_pb2.NOT_FOUND, str(exc.args[0])) from exc
             try:
                 return await self._gpu_call(conn, request.id, call, gpu, request)
             except _Refused as exc:
@@ -501,7 +458,7 @@ class GpudServer:
         return _Refused(
             gpud_pb2.LEASE_HELD,
             f"GPU {gpu.index} ({gpu.uuid}) is leased by pid {holder.peer.pid} "
-            f"(uid {holder.peer.uid}{_labels(holder.owners.get(gpu.index))}); "
+            f"(uid {holder.peer.uid}{holder_labels(holder.owners.get(gpu.index))}); "
             "one process at a time may control a GPU's clocks",
         )
 
@@ -542,7 +499,7 @@ class GpudServer:
             gpu.uuid,
             conn.peer,
             owner.how,
-            _labels(owner),
+            holder_labels(owner),
         )
 
     async def _gpu_call(
@@ -555,7 +512,7 @@ class GpudServer:
                 return gpud_pb2.Response(
                     id=req_id,
                     lease=gpud_pb2.Lease(
-                        gpu=self._info(gpu),
+                        gpu=gpu_info(gpu),
                         lease_timeout_s=self.lease_timeout,
                         read_only=self.read_only,
                     ),
@@ -572,16 +529,16 @@ class GpudServer:
                 conn.changes[gpu.index] += 1
                 verb = "locked" if applied else "read-only: would lock"
                 log.debug("GPU %d: %s the SM clock at %d MHz for %s", gpu.index, verb, mhz, peer)
-                return gpud_pb2.Response(id=req_id, clock=self._clock(gpu, applied))
+                return gpud_pb2.Response(id=req_id, clock=clock_state(gpu, applied))
             if call == "reset_clock":
                 self._holder_check(conn, gpu)
                 applied = await self._run(gpu, gpu.reset, False)
                 conn.changes[gpu.index] += 1
                 verb = "reset" if applied else "read-only: would reset"
                 log.debug("GPU %d: %s the SM clock for %s", gpu.index, verb, peer)
-                return gpud_pb2.Response(id=req_id, clock=self._clock(gpu, applied))
+                return gpud_pb2.Response(id=req_id, clock=clock_state(gpu, applied))
             if call == "supported_clocks":
-                return gpud_pb2.Response(id=req_id, supported_clocks=self._info(gpu))
+                return gpud_pb2.Response(id=req_id, supported_clocks=gpu_info(gpu))
             if call == "energy":
                 energy = await self._run(gpu, gpu.energy_mj)
                 return gpud_pb2.Response(
@@ -604,19 +561,6 @@ class GpudServer:
 
     # -- replies ----------------------------------------------------------------------------------
 
-    @staticmethod
-    def _info(gpu: ManagedGpu) -> gpud_pb2.GpuInfo:
-        return gpud_pb2.GpuInfo(
-            index=gpu.index, name=gpu.name, supported_clocks_mhz=gpu.clocks, uuid=gpu.uuid
-        )
-
-    @staticmethod
-    def _clock(gpu: ManagedGpu, applied: bool) -> gpud_pb2.ClockState:
-        state = gpud_pb2.ClockState(index=gpu.index, uuid=gpu.uuid, applied=applied)
-        if gpu.locked_mhz is not None:
-            state.locked_mhz = gpu.locked_mhz
-        return state
-
     def holder(self, index: int) -> tuple[Peer, Owner] | None:
         """The live holder of GPU ``index`` and why it owns it (``None``: not leased)."""
         conn = self._leases.get(index)
@@ -626,35 +570,3 @@ class GpudServer:
 
     def connection_count(self) -> int:
         return len(self._conns)
-
-    def _status(self) -> gpud_pb2.Status:
-        status = gpud_pb2.Status(read_only=self.read_only, lease_timeout_s=self.lease_timeout)
-        for index, gpu in self.gpus.items():
-            entry = status.gpus.add(index=index, name=gpu.name, uuid=gpu.uuid)
-            if gpu.locked_mhz is not None:
-                entry.locked_mhz = gpu.locked_mhz
-            held = self.holder(index)
-            if held is not None:
-                peer, owner = held
-                entry.holder.CopyFrom(
-                    gpud_pb2.Holder(
-                        pid=peer.pid,
-                        uid=peer.uid,
-                        pod=owner.pod,
-                        namespace=owner.namespace,
-                        slurm_job=owner.slurm_job,
-                        owned_by=owner.how,
-                    )
-                )
-        return status
-
-
-def _labels(owner: Owner | None) -> str:
-    if owner is None:
-        return ""
-    parts = []
-    if owner.pod:
-        parts.append(f"pod {owner.namespace}/{owner.pod}")
-    if owner.slurm_job:
-        parts.append(f"Slurm job {owner.slurm_job}")
-    return "".join(f"; {p}" for p in parts)
