@@ -168,12 +168,12 @@ class Trainer:
 class PeerProcess:
     """One ``peer.py`` subprocess driven line by line (see its docstring)."""
 
-    def __init__(self, socket: str, *args: str) -> None:
+    def __init__(self, socket: str, *args: str, env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "peer.py"), "--socket", socket, *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env=child_env(),
+            env={**child_env(), **(env or {})},
             text=True,
         )
         self.pid = self.proc.pid
@@ -232,8 +232,8 @@ def workdir() -> Iterator[Path]:
 def start_peer() -> Iterator[Callable[..., PeerProcess]]:
     started: list[PeerProcess] = []
 
-    def start(socket: str, *args: str) -> PeerProcess:
-        peer = PeerProcess(socket, *args)
+    def start(socket: str, *args: str, env: dict[str, str] | None = None) -> PeerProcess:
+        peer = PeerProcess(socket, *args, env=env)
         started.append(peer)
         return peer
 

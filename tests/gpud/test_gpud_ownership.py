@@ -49,15 +49,23 @@ def test_a_lease_needs_the_gpus_own_device_node(
         "nvidia<minor> open" in refused["message"] and f"pid {stranger.pid}" in refused["message"]
     )
     # GPU 0's node opened does not make GPU 1 its own; by UUID or index alike.
-    peer = start_peer(daemon.socket, *creds, "--device", str(daemon.dev_dir / "nvidia0"))
+    peer = start_peer(
+        daemon.socket,
+        *creds,
+        "--device",
+        str(daemon.dev_dir / "nvidia0"),
+        env={"SLURM_JOB_ID": "4242"},  # a Slurm job's trainer: status names the job
+    )
     assert peer.cmd(f"lease {simulated_uuid(1)}")["code"] == "NOT_OWNER"
     assert peer.cmd("lease 1")["code"] == "NOT_OWNER"
     granted = peer.cmd(f"lease {simulated_uuid(0)}")
     assert granted == {"ok": True, "uuid": simulated_uuid(0), "index": 0}
     row = daemon.status()[0]
     assert (row["holder"]["pid"], row["holder"]["owned_by"]) == (peer.pid, "device-node")
+    assert row["holder"]["slurm_job"] == "4242"
+    assert "; Slurm job 4242" in stranger.cmd("lease 0")["message"]  # LEASE_HELD names it
     log = daemon.log()
-    assert log.count("refused lease from") == 3 and log.count("leased by") == 1
+    assert log.count("refused lease from") == 4 and log.count("): leased by") == 1
 
 
 def test_a_parents_device_node_counts_only_for_the_same_uid(
@@ -164,9 +172,11 @@ def test_pod_resources_grant_the_pods_gpu_and_name_the_pod(
     server.add_insecure_port(f"unix:{sock}")
     server.start()
     try:
+        textfile = workdir / "gpud.prom"
         daemon = start_daemon(
             "--simulate", "2", "--ownership", "pod-resources",
             "--kubelet-socket", str(sock), "--pod-logs-dir", str(logs),
+            "--metrics-textfile", str(textfile), "--metrics-interval", "0.2",
         )  # fmt: skip
         # A trainer in pod team-a/train-0 (cgroupfs driver's path), one in team-b's (systemd's
         # slice names), and one in no pod. None has a device node open: the kubelet decides.
@@ -191,6 +201,9 @@ def test_pod_resources_grant_the_pods_gpu_and_name_the_pod(
         assert rows[0]["holder"]["namespace"] == "team-b"
         assert kubelet.calls == 3  # once per lease by a pod member (the outsider: no pod, no call)
         assert "pod team-a/train-0" in daemon.log()
+        # The metrics label the GPUs with their holders' pods, as the DCGM exporter does.
+        leased = f'perseus_gpud_leased{{uuid="{simulated_uuid(1)}",index="1",pod="train-0",namespace="team-a"}} 1.0'
+        wait_for(lambda: leased in textfile.read_text(), 10.0, "pod labels in the metrics")
     finally:
         server.stop(None)
 
