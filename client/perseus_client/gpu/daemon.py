@@ -70,6 +70,8 @@ __all__ = ["DaemonGpu", "AppliedClockReport", "OffPlanInstruction"]
 
 log = logging.getLogger("perseus_client.gpu.daemon")
 
+_NO_INDEX = 0xFFFFFFFF  # a uint32 no daemon manages (see DaemonGpu.__init__)
+
 
 class DaemonGpu(GpuBackend):
     """This process's GPU through the node daemon (see the module docstring).
@@ -106,6 +108,9 @@ class DaemonGpu(GpuBackend):
             index, uuid = chosen.index, chosen.uuid
         #: The GPU's NVML index (as the daemon reports it once leased).
         self.index = int(index) if index is not None else 0
+        # Named by UUID only: send an index no daemon manages, so that a daemon too old to read
+        # the UUID refuses (NOT_FOUND) rather than leasing GPU 0.
+        self._wire_index = int(index) if index is not None else _NO_INDEX
         #: The GPU's UUID (``None`` until leased when only an index was given; an older daemon
         #: reports none).
         self.uuid: str | None = uuid
@@ -134,7 +139,7 @@ class DaemonGpu(GpuBackend):
                 time.sleep(delay)
                 delay = min(2 * delay, self._retry_max)
         self._conn: GpudConnection | None = conn
-        self.index = int(lease.gpu.index)
+        self.index = self._wire_index = int(lease.gpu.index)
         self.uuid = str(lease.gpu.uuid) or None
         self.name = lease.gpu.name
         self._clocks = tuple(int(c) for c in lease.gpu.supported_clocks_mhz)
@@ -153,7 +158,7 @@ class DaemonGpu(GpuBackend):
     # -- connection -------------------------------------------------------------------------------
 
     def _ref(self) -> gpud_pb2.GpuRef:
-        return gpud_pb2.GpuRef(index=self.index, uuid=self.uuid or "")
+        return gpud_pb2.GpuRef(index=self._wire_index, uuid=self.uuid or "")
 
     def _lease(self) -> tuple[GpudConnection, gpud_pb2.Lease]:
         conn = GpudConnection(self.socket, timeout=self.timeout)
@@ -194,7 +199,7 @@ class DaemonGpu(GpuBackend):
                 if self._desired is not None:
                     conn.call(
                         set_clock=gpud_pb2.SetClock(
-                            index=self.index, uuid=self.uuid or "", mhz=self._desired
+                            index=self._wire_index, uuid=self.uuid or "", mhz=self._desired
                         )
                     )
                 self._conn = conn
@@ -240,7 +245,7 @@ class DaemonGpu(GpuBackend):
                 f"({self.name}); supported: {self._clocks[0]}..{self._clocks[-1]} MHz"
             )
         request = gpud_pb2.Request(
-            set_clock=gpud_pb2.SetClock(index=self.index, uuid=self.uuid or "", mhz=mhz)
+            set_clock=gpud_pb2.SetClock(index=self._wire_index, uuid=self.uuid or "", mhz=mhz)
         )
         self._apply(mhz, request)
 
