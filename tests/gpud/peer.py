@@ -6,8 +6,8 @@ opens connections and leases as told on stdin and answers one JSON line per comm
 ``--device`` opens that (simulated) device node first, as CUDA would. Everything is imported
 before ``setuid`` (this machine's interpreter lives where other users cannot enter). Commands:
 
-- ``connect N``: open N more connections; ``{"open": k, "busy": b}``: ``b`` of them were
-  answered ``BUSY`` and closed at once;
+- ``connect N``: open N more connections and send a heartbeat on each;
+  ``{"open": k, "busy": b}``: ``b`` of them were answered ``BUSY`` and closed;
 - ``lease REF`` (``GPU-...`` or an index) on connection 0: ``{"ok": true, "uuid": ...}`` or
   ``{"code": ..., "message": ...}``; ``lock MHZ``: lock the leased GPU's clock;
 - ``fork``: fork a child that keeps heartbeating on connection 0 every 0.2 s until killed;
@@ -19,6 +19,7 @@ before ``setuid`` (this machine's interpreter lives where other users cannot ent
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import select
@@ -31,11 +32,27 @@ from perseus_client.gpud import GpudConnection, GpudRefusedError
 from perseus_client.gpud.protocol import encode_frame, read_frame
 from perseus_common.proto import gpud_pb2
 
-BUSY = gpud_pb2.BUSY
+
+def _admitted(sock: socket.socket) -> bool:
+    """Whether the daemon kept this connection: a heartbeat is answered (True), or the daemon
+    sent BUSY and closed it (False)."""
+    request = gpud_pb2.Request(id=7, heartbeat=gpud_pb2.Empty()).SerializeToString()
+    sock.settimeout(30.0)
+    with contextlib.suppress(OSError):  # already closed: its BUSY frame is still there to read
+        sock.sendall(encode_frame(request))
+    try:
+        reply = gpud_pb2.Response.FromString(read_frame(sock))
+    except (OSError, ConnectionError):
+        return False
+    if reply.HasField("error"):
+        assert reply.error.code == gpud_pb2.BUSY, reply
+        return False
+    return reply.id == 7
 
 
-def _closed_or_busy(sock: socket.socket, wait: float) -> bool:
-    ready, _, _ = select.select([sock], [], [], wait)
+def _closed(sock: socket.socket) -> bool:
+    """Whether the daemon has closed the connection (or sent it a closing error) by now."""
+    ready, _, _ = select.select([sock], [], [], 0.0)
     if not ready:
         return False
     try:
@@ -81,7 +98,7 @@ def main() -> int:
                 conns.append(s)
                 opened += 1
             for s in conns[-opened:]:
-                busy += _closed_or_busy(s, 0.3)
+                busy += not _admitted(s)
             reply({"open": opened, "busy": busy})
         elif cmd == "lease":
             ref = rest[0]
@@ -121,7 +138,7 @@ def main() -> int:
                     time.sleep(0.2)
             reply({"child": pid})
         elif cmd == "open":
-            reply({"open": sum(not _closed_or_busy(s, 0.0) for s in conns)})
+            reply({"open": sum(not _closed(s) for s in conns)})
         elif cmd == "exit":
             os._exit(0)
     if device is not None:
