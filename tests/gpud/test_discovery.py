@@ -27,6 +27,9 @@ B = "GPU-a313d9f9-86fe-5206-be51-a6ff4ead5c64"
         ({"CUDA_VISIBLE_DEVICES": A, "NVIDIA_VISIBLE_DEVICES": B}, GpuSelector(uuid=A, source="CUDA_VISIBLE_DEVICES")),
         ({"LOCAL_RANK": "2", "NVIDIA_VISIBLE_DEVICES": "all"}, GpuSelector(index=2, source="LOCAL_RANK")),
         ({"CUDA_VISIBLE_DEVICES": " GPU-d569c610 "}, GpuSelector(uuid="GPU-d569c610", source="CUDA_VISIBLE_DEVICES")),
+        # In a container, CUDA's index counts the runtime's devices: the second is B.
+        ({"CUDA_VISIBLE_DEVICES": "1", "NVIDIA_VISIBLE_DEVICES": f"{A},{B}"}, GpuSelector(uuid=B, source="CUDA_VISIBLE_DEVICES+NVIDIA_VISIBLE_DEVICES")),
+        ({"LOCAL_RANK": "1", "CUDA_VISIBLE_DEVICES": "0,1", "NVIDIA_VISIBLE_DEVICES": "3,5"}, GpuSelector(index=5, source="CUDA_VISIBLE_DEVICES+NVIDIA_VISIBLE_DEVICES")),
     ],
 )  # fmt: skip
 def test_discovery(env: dict[str, str], expected: GpuSelector) -> None:
@@ -42,6 +45,7 @@ def test_discovery(env: dict[str, str], expected: GpuSelector) -> None:
         ({"CUDA_VISIBLE_DEVICES": "fast"}, "neither a GPU index nor"),
         ({"LOCAL_RANK": "one"}, "LOCAL_RANK: expected an integer"),
         ({"LOCAL_RANK": "-1"}, "LOCAL_RANK: must be >= 0"),
+        ({"CUDA_VISIBLE_DEVICES": "2", "NVIDIA_VISIBLE_DEVICES": f"{A},{B}"}, "index 2 but NVIDIA_VISIBLE_DEVICES lists 2"),
     ],
 )  # fmt: skip
 def test_discovery_errors_name_the_variable(env: dict[str, str], message: str) -> None:

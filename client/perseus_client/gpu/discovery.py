@@ -6,7 +6,9 @@ has to be configured.
 ``none``, ``void`` and empty mean no list). Entries are NVML indices or UUIDs (``GPU-...``, a
 unique prefix accepted as CUDA accepts it). The process's GPU is entry ``LOCAL_RANK`` of the list,
 or the only entry when the list has one (a Slurm task or a pod given one GPU, whatever its rank);
-without a list it is GPU ``LOCAL_RANK``. A UUID is what the daemon leases by; an index from
+without a list it is GPU ``LOCAL_RANK``. When both are set and ``CUDA_VISIBLE_DEVICES`` holds an
+index, it counts the devices the runtime listed (inside a container CUDA sees only those), so
+``CUDA_VISIBLE_DEVICES=1`` with ``NVIDIA_VISIBLE_DEVICES=GPU-a,GPU-b`` is ``GPU-b``. A UUID is what the daemon leases by; an index from
 ``CUDA_VISIBLE_DEVICES`` is taken as an NVML index (true when ``CUDA_DEVICE_ORDER=PCI_BUS_ID``,
 NVML's order; use UUIDs otherwise). MIG devices (``MIG-...``) are refused: clocks are per GPU.
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = ["GpuSelector", "DiscoveryError", "discover_gpu"]
 
@@ -56,6 +58,28 @@ def _entry(text: str, variable: str) -> GpuSelector:
     raise DiscoveryError(f"{variable}: {text!r} is neither a GPU index nor a GPU-... UUID")
 
 
+def _list(env: Mapping[str, str], variable: str) -> list[str] | None:
+    value = env.get(variable)
+    if value is None:
+        return None
+    if not value.strip() and variable == "CUDA_VISIBLE_DEVICES":
+        raise DiscoveryError("CUDA_VISIBLE_DEVICES: empty, so this process has no GPU")
+    if value.strip().lower() in _NO_LIST:
+        return None
+    return [e.strip() for e in value.split(",") if e.strip()]
+
+
+def _pick(entries: list[str], rank: int, variable: str) -> str:
+    if len(entries) == 1:
+        return entries[0]
+    if rank >= len(entries):
+        raise DiscoveryError(
+            f"LOCAL_RANK {rank} but {variable} lists {len(entries)} GPUs "
+            f"({','.join(entries)}); give each process its GPU, or a list with one per local rank"
+        )
+    return entries[rank]
+
+
 def discover_gpu(env: Mapping[str, str] | None = None) -> GpuSelector:
     """This process's GPU (see the module docstring); raises :class:`DiscoveryError`."""
     env = os.environ if env is None else env
@@ -66,19 +90,20 @@ def discover_gpu(env: Mapping[str, str] | None = None) -> GpuSelector:
         raise DiscoveryError(f"LOCAL_RANK: expected an integer, got {raw_rank!r}") from None
     if rank < 0:
         raise DiscoveryError(f"LOCAL_RANK: must be >= 0, got {rank}")
-    for variable in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
-        value = env.get(variable)
-        if value is None or value.strip().lower() in _NO_LIST:
-            if value is not None and variable == "CUDA_VISIBLE_DEVICES" and not value.strip():
-                raise DiscoveryError("CUDA_VISIBLE_DEVICES: empty, so this process has no GPU")
-            continue
-        entries = [e for e in value.split(",") if e.strip()]
-        if len(entries) == 1:
-            return _entry(entries[0], variable)
-        if rank >= len(entries):
+    cuda = _list(env, "CUDA_VISIBLE_DEVICES")
+    runtime = _list(env, "NVIDIA_VISIBLE_DEVICES")
+    if cuda is not None:
+        chosen = _entry(_pick(cuda, rank, "CUDA_VISIBLE_DEVICES"), "CUDA_VISIBLE_DEVICES")
+        if chosen.index is None or runtime is None:
+            return chosen
+        # In a container CUDA's indices count the devices the runtime gave it, in its order.
+        if chosen.index >= len(runtime):
             raise DiscoveryError(
-                f"LOCAL_RANK {rank} but {variable} lists {len(entries)} GPUs ({value}); "
-                "give each process its GPU, or a list with one per local rank"
+                f"CUDA_VISIBLE_DEVICES: index {chosen.index} but NVIDIA_VISIBLE_DEVICES lists "
+                f"{len(runtime)} GPUs ({','.join(runtime)})"
             )
-        return _entry(entries[rank], variable)
+        source = "CUDA_VISIBLE_DEVICES+NVIDIA_VISIBLE_DEVICES"
+        return replace(_entry(runtime[chosen.index], "NVIDIA_VISIBLE_DEVICES"), source=source)
+    if runtime is not None:
+        return _entry(_pick(runtime, rank, "NVIDIA_VISIBLE_DEVICES"), "NVIDIA_VISIBLE_DEVICES")
     return GpuSelector(index=rank, source="LOCAL_RANK" if raw_rank else "default")
