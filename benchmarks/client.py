@@ -208,6 +208,8 @@ def gpud_check(
             sock,
             "--simulate",
             "1",
+            "--ownership",  # latency only: the holders here open no (simulated) device node
+            "none",
             "--log-level",
             "WARNING",
         ],

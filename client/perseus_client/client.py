@@ -96,7 +96,7 @@ def _default_gpu() -> GpuBackend:
     if not dry_run and (os.environ.get(SOCKET_ENV) or os.path.exists(DEFAULT_SOCKET)):
         from perseus_client.gpu.daemon import DaemonGpu
 
-        return DaemonGpu(index)
+        return DaemonGpu()  # its GPU from CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, LOCAL_RANK
     from perseus_client.gpu.nvml import NvmlGpu
 
     return NvmlGpu(index, dry_run=dry_run)

@@ -8,7 +8,9 @@ would shadow."""
 
 from __future__ import annotations
 
+import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -53,12 +55,21 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, step: floa
 class Daemon:
     """One ``python -m perseus_client.gpud`` subprocess."""
 
-    def __init__(self, workdir: Path, args: list[str]) -> None:
+    def __init__(self, workdir: Path, args: list[str], nofile: int | None = None) -> None:
         self.workdir = workdir
+        self.nofile = nofile  # a soft open-file limit to start with (the daemon raises it)
         self.socket = str(workdir / "gpud.sock")
         self.args = args
         self.log_path = workdir / "gpud.log"
+        #: The simulated device nodes (``--simulate``): files ``nvidia<N>`` a process opens to
+        #: own GPU N, as CUDA opens ``/dev/nvidia<N>``.
+        self.dev_dir = workdir / "gpud-dev"
         self.proc: subprocess.Popen[bytes] | None = None
+        self._owned: list[Any] = []
+
+    def own(self, index: int) -> None:
+        """Open GPU ``index``'s simulated device node in this process (kept open until kill)."""
+        self._owned.append(open(self.dev_dir / f"nvidia{index}", "rb"))  # noqa: SIM115
 
     def start(self) -> Daemon:
         with open(self.log_path, "ab") as log:
@@ -67,9 +78,14 @@ class Daemon:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=child_env(),
+                preexec_fn=self._limit if self.nofile is not None else None,
             )
         wait_for(self._ready, 20.0, f"the daemon to serve on {self.socket}:\n{self.log()}")
         return self
+
+    def _limit(self) -> None:
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.nofile, hard))
 
     def _ready(self) -> bool:
         assert self.proc is not None
@@ -91,6 +107,12 @@ class Daemon:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        self.disown()
+
+    def disown(self) -> None:
+        for f in self._owned:
+            f.close()
+        self._owned.clear()
 
     def stop(self) -> int:
         assert self.proc is not None
@@ -120,6 +142,8 @@ class Trainer:
                 str(self.progress),
                 "--log",
                 str(self.log_path),
+                "--device-dir",
+                str(workdir / "gpud-dev"),
                 *args,
             ],
             env=child_env(),
@@ -139,6 +163,44 @@ class Trainer:
             with_signal(self.proc, signal.SIGCONT)
             self.proc.kill()
         self.proc.wait()
+
+
+class PeerProcess:
+    """One ``peer.py`` subprocess driven line by line (see its docstring)."""
+
+    def __init__(self, socket: str, *args: str, env: dict[str, str] | None = None) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "peer.py"), "--socket", socket, *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**child_env(), **(env or {})},
+            text=True,
+        )
+        self.pid = self.proc.pid
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def cmd(self, line: str) -> Any:
+        assert self.proc.stdout is not None
+        self.send(line)
+        out = self.proc.stdout.readline()
+        if not out:
+            pytest.fail(f"peer {self.pid} exited with {self.proc.wait()} on {line!r}")
+        return json.loads(out)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+def holder(row: dict[str, Any]) -> tuple[int, int] | None:
+    """``(pid, uid)`` of a status row's holder (``None``: not leased)."""
+    h = row["holder"]
+    return None if h is None else (h["pid"], h["uid"])
 
 
 def with_signal(proc: subprocess.Popen[bytes], sig: int) -> None:
@@ -167,11 +229,25 @@ def workdir() -> Iterator[Path]:
 
 
 @pytest.fixture
+def start_peer() -> Iterator[Callable[..., PeerProcess]]:
+    started: list[PeerProcess] = []
+
+    def start(socket: str, *args: str, env: dict[str, str] | None = None) -> PeerProcess:
+        peer = PeerProcess(socket, *args, env=env)
+        started.append(peer)
+        return peer
+
+    yield start
+    for peer in started:
+        peer.kill()
+
+
+@pytest.fixture
 def start_daemon(workdir: Path) -> Iterator[Callable[..., Daemon]]:
     started: list[Daemon] = []
 
-    def start(*args: str) -> Daemon:
-        daemon = Daemon(workdir, list(args)).start()
+    def start(*args: str, nofile: int | None = None) -> Daemon:
+        daemon = Daemon(workdir, list(args), nofile).start()
         started.append(daemon)
         return daemon
 

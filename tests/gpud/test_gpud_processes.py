@@ -16,11 +16,20 @@ from typing import Any
 
 import gpud_harness
 import pytest
-from gpud_harness import NOBODY, NOGROUP, Daemon, Trainer, child_env, wait_for, with_signal
+from gpud_harness import (
+    NOBODY,
+    NOGROUP,
+    Daemon,
+    Trainer,
+    child_env,
+    holder,
+    wait_for,
+    with_signal,
+)
 
 from perseus_client import DaemonGpu
 from perseus_client.gpud import GpudLeaseHeldError
-from perseus_client.gpud.simnvml import SimulatedNvml
+from perseus_client.gpud.simnvml import SimulatedNvml, simulated_uuid
 
 # The shared fixtures (see gpud_harness for why they are not in a conftest.py).
 workdir = gpud_harness.workdir
@@ -55,13 +64,14 @@ def test_unprivileged_trainer_locks_through_the_daemon_which_sees_its_uid(
     daemon = start_daemon(*DAEMON_ARGS)
     trainer = start_trainer("t", daemon.socket, "--uid", str(NOBODY), "--gpu", "1")
     row = wait_for(lambda: held_by(daemon, 1, trainer), 20.0, "the trainer's lease")
-    assert row["holder"] == {"pid": trainer.pid, "uid": NOBODY}
+    assert holder(row) == (trainer.pid, NOBODY)
+    assert row["holder"]["owned_by"] == "device-node"  # it opened GPU 1's device node
     assert daemon.status()[0]["holder"] is None
     wait_for(lambda: trainer.iterations() >= 3, 20.0, "training iterations")
     first = trainer.progress.read_text().splitlines()[0].split()
     assert [int(first[1]), int(first[2])] == [trainer.pid, NOBODY]  # it really ran as nobody
     # The daemon logged the trainer's changes with its pid and uid.
-    assert f"for pid {trainer.pid} uid {NOBODY}" in daemon.log()
+    assert f"leased by pid {trainer.pid} uid {NOBODY} (device-node)" in daemon.log()
     # `gpud status --json`, the real command line.
     out = subprocess.run(
         [
@@ -81,9 +91,11 @@ def test_unprivileged_trainer_locks_through_the_daemon_which_sees_its_uid(
     )
     rows = json.loads(out.stdout)
     assert [r["index"] for r in rows] == [0, 1]
-    assert rows[1]["holder"] == {"pid": trainer.pid, "uid": NOBODY}
-    assert set(rows[0]) == {"index", "name", "locked_mhz", "holder"}
+    assert holder(rows[1]) == (trainer.pid, NOBODY)
+    assert set(rows[0]) == {"index", "uuid", "name", "locked_mhz", "holder"}
+    assert rows[1]["uuid"] == simulated_uuid(1)
     # A second client cannot lease the held GPU; the error names the holder's pid.
+    daemon.own(1)
     with pytest.raises(GpudLeaseHeldError, match=rf"pid {trainer.pid}\b"):
         DaemonGpu(1, socket=daemon.socket, connect_timeout=1.0)
 
@@ -92,7 +104,7 @@ def test_sigkill_of_the_trainer_mid_iteration_resets_its_gpu(
     start_daemon: Callable[..., Daemon], start_trainer: Callable[..., Trainer], workdir: Path
 ) -> None:
     state = workdir / "state.json"
-    daemon = start_daemon(*DAEMON_ARGS, "--state", str(state))
+    daemon = start_daemon(*DAEMON_ARGS, "--simulate-state", str(state))
     trainer = start_trainer("t", daemon.socket, "--uid", str(NOBODY))
     wait_for(lambda: held_by(daemon, 0, trainer), 20.0, "the trainer's lease")
     wait_for(lambda: trainer.iterations() >= 2, 20.0, "training iterations")
@@ -100,7 +112,8 @@ def test_sigkill_of_the_trainer_mid_iteration_resets_its_gpu(
     os.kill(trainer.pid, signal.SIGKILL)
     wait_for(lambda: is_reset(daemon, 0), 10.0, "the GPU to be reset after the SIGKILL")
     assert SimulatedNvml.read_state(state)["gpus"][0]["locked_mhz"] is None  # NVML was reset
-    assert "lease of pid" in daemon.log() and "its connection closed" in daemon.log()
+    # Seen as the connection closing or as the holder process gone, whichever came first.
+    assert f"lease of pid {trainer.pid} uid {NOBODY} ended (" in daemon.log()
 
 
 def test_a_stopped_trainer_loses_its_lease_a_busy_one_does_not(
@@ -124,7 +137,7 @@ def test_a_stopped_trainer_loses_its_lease_a_busy_one_does_not(
     wait_for(lambda: trainer.iterations() >= 2, 20.0, "the trainer to reach its long instruction")
     t0 = time.monotonic()
     while time.monotonic() - t0 < 2 * timeout:
-        assert daemon.status()[0]["holder"] == {"pid": trainer.pid, "uid": NOBODY}
+        assert holder(daemon.status()[0]) == (trainer.pid, NOBODY)
         time.sleep(0.1)
     # Stopped: nothing runs, the lease times out and the GPU is reset.
     with_signal(trainer.proc, signal.SIGSTOP)
@@ -151,11 +164,11 @@ def test_a_uid_not_allowed_is_refused(
     assert daemon.status()[0]["holder"] is None
 
 
-def test_daemon_killed_and_restarted_resets_every_gpu_and_the_trainer_leases_again(
+def test_daemon_killed_and_restarted_resets_what_it_locked_and_the_trainer_leases_again(
     start_daemon: Callable[..., Daemon], start_trainer: Callable[..., Trainer], workdir: Path
 ) -> None:
     state = workdir / "state.json"
-    daemon = start_daemon(*DAEMON_ARGS, "--state", str(state))
+    daemon = start_daemon(*DAEMON_ARGS, "--simulate-state", str(state))
     trainer = start_trainer("t", daemon.socket, "--uid", str(NOBODY), "--clocks", "1005")
     wait_for(lambda: held_by(daemon, 0, trainer), 20.0, "the trainer's lease")
     daemon.kill()
@@ -163,6 +176,9 @@ def test_daemon_killed_and_restarted_resets_every_gpu_and_the_trainer_leases_aga
     gpus = SimulatedNvml.read_state(state)["gpus"]
     assert gpus[0]["locked_mhz"] == 1005
     resets_before = gpus[0]["resets"]
+    # Meanwhile another tool (nvidia-smi -lgc, DCGM) locks GPU 1: the daemon must leave it.
+    gpus[1]["locked_mhz"] = 1200
+    state.write_text(json.dumps({"gpus": gpus}))
     during = trainer.iterations()
     wait_for(lambda: trainer.iterations() >= during + 3, 20.0, "training while the daemon is down")
     wait_for(lambda: "lost the node daemon" in trainer.log(), 10.0, "the trainer's warning")
@@ -171,8 +187,12 @@ def test_daemon_killed_and_restarted_resets_every_gpu_and_the_trainer_leases_aga
     try:
         wait_for(lambda: held_by(restarted, 0, trainer), 20.0, "the trainer's new lease")
         assert restarted.status()[0]["locked_mhz"] == 1005  # the trainer's clock, applied again
-        assert "reset GPU 0 at start" in restarted.log()
-        assert "reset GPU 1 at start" in restarted.log()
+        assert (
+            "reset GPU 0 (" in restarted.log() and "left it locked at 1005 MHz" in restarted.log()
+        )
+        assert "reset GPU 1" not in restarted.log()
+        assert restarted.status()[1]["locked_mhz"] is None  # not gpud's lock: not in its status
+        assert SimulatedNvml.read_state(state)["gpus"][1]["locked_mhz"] == 1200  # left alone
         assert SimulatedNvml.read_state(state)["gpus"][0]["resets"] > resets_before
         after = trainer.iterations()
         wait_for(lambda: trainer.iterations() > after, 20.0, "training after the restart")

@@ -20,7 +20,7 @@ from perseus_client import DaemonGpu, PerseusClient
 from perseus_client.gpud import GpudConnection, GpudRefusedError, GpudUnavailableError
 from perseus_client.gpud.cli import main as gpud_main
 from perseus_client.gpud.protocol import MAX_FRAME, encode_frame, read_frame
-from perseus_client.gpud.simnvml import SimulatedNvml
+from perseus_client.gpud.simnvml import SimulatedNvml, simulated_uuid
 from perseus_common.proto import gpud_pb2
 
 # The shared fixtures (see gpud_harness for why they are not in a conftest.py).
@@ -59,6 +59,7 @@ def test_calls_need_a_lease_a_managed_gpu_and_a_supported_clock(
     start_daemon: Callable[..., Daemon],
 ) -> None:
     daemon = start_daemon("--simulate", "2", "--gpus", "1")
+    daemon.own(1)
     with GpudConnection(daemon.socket) as conn:
         with pytest.raises(GpudRefusedError, match="not leased") as info:
             conn.call(set_clock=gpud_pb2.SetClock(index=1, mhz=1200))
@@ -76,9 +77,17 @@ def test_calls_need_a_lease_a_managed_gpu_and_a_supported_clock(
         assert daemon.status() == [
             {
                 "index": 1,
+                "uuid": simulated_uuid(1),
                 "name": "NVIDIA A100-SXM4-80GB (simulated)",
                 "locked_mhz": 855,
-                "holder": {"pid": os.getpid(), "uid": 0},
+                "holder": {
+                    "pid": os.getpid(),
+                    "uid": 0,
+                    "pod": "",
+                    "namespace": "",
+                    "slurm_job": "",
+                    "owned_by": "device-node",
+                },
             }
         ]
         released = conn.call(release=gpud_pb2.GpuRef(index=1)).clock
@@ -89,7 +98,10 @@ def test_calls_need_a_lease_a_managed_gpu_and_a_supported_clock(
 def test_read_only_never_sets_or_resets(start_daemon: Callable[..., Daemon], workdir: Path) -> None:
     state = workdir / "state.json"
     state.write_text(json.dumps({"gpus": [{"index": 0, "locked_mhz": 1005}]}))
-    daemon = start_daemon("--simulate", "1", "--state", str(state), "--read-only")
+    daemon = start_daemon(
+        "--simulate", "1", "--simulate-state", str(state), "--read-only", "--log-level", "DEBUG"
+    )
+    daemon.own(0)
     gpu = DaemonGpu(0, socket=daemon.socket)
     assert gpu.read_only
     gpu.set_locked_clocks(1200)
@@ -102,11 +114,12 @@ def test_read_only_never_sets_or_resets(start_daemon: Callable[..., Daemon], wor
     assert "read-only: would lock the SM clock at 1200 MHz" in daemon.log()
 
 
-def test_sigterm_resets_every_gpu_and_removes_the_socket(
+def test_sigterm_resets_what_it_locked_and_removes_the_socket(
     start_daemon: Callable[..., Daemon], workdir: Path
 ) -> None:
     state = workdir / "state.json"
-    daemon = start_daemon("--simulate", "2", "--state", str(state))
+    daemon = start_daemon("--simulate", "2", "--simulate-state", str(state))
+    daemon.own(1)
     gpu = DaemonGpu(1, socket=daemon.socket)
     gpu.set_locked_clocks(1005)
     assert SimulatedNvml.read_state(state)["gpus"][1]["locked_mhz"] == 1005
@@ -129,6 +142,7 @@ def test_throttled_gpu_shows_up_as_off_plan_instructions(
 ) -> None:
     throttle = workdir / "throttle.json"
     daemon = start_daemon("--simulate", "1", "--simulate-throttle", str(throttle))
+    daemon.own(0)
     gpu = DaemonGpu(0, socket=daemon.socket, sample_interval=0.01)
     gpu.set_locked_clocks(1410)
     gpu.begin_instruction("forward", 0, 0)
@@ -164,12 +178,17 @@ def test_client_defaults_to_the_daemon_when_its_socket_is_configured(
     start_daemon: Callable[..., Daemon], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     daemon = start_daemon("--simulate", "2")
+    daemon.own(1)
     monkeypatch.setenv("PERSEUS_GPUD_SOCKET", daemon.socket)
     monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    # The runtime gave this process two GPUs by UUID; local rank 1 is the second: GPU 1.
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", f"{simulated_uuid(0)},{simulated_uuid(1)}")
     client = PerseusClient(offline=True, handle_signals=False)
     try:
         assert isinstance(client.gpu, DaemonGpu) and client.gpu.index == 1
-        assert daemon.status()[1]["holder"] == {"pid": os.getpid(), "uid": 0}
+        assert client.gpu.uuid == simulated_uuid(1)
+        assert gpud_harness.holder(daemon.status()[1]) == (os.getpid(), 0)
     finally:
         client.close()
     wait_for(lambda: daemon.status()[1]["holder"] is None, 5.0, "the lease to end at close")

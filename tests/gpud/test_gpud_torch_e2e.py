@@ -42,7 +42,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def test_torch_ranks_lock_their_clocks_through_the_daemon(
     server: Any, start_daemon: Callable[..., Daemon], workdir: Path
 ) -> None:
-    daemon = start_daemon("--simulate", str(WORLD))
+    daemon = start_daemon("--simulate", str(WORLD), "--log-level", "DEBUG")
     out = workdir / "out"
     config = {
         "schedule": SCHEDULE,
@@ -52,6 +52,7 @@ def test_torch_ranks_lock_their_clocks_through_the_daemon(
         "http_url": server.http_url,
         "grpc_target": server.grpc_target,
         "socket": daemon.socket,
+        "devices": str(daemon.dev_dir),
     }
     run_ranks("torch_gpud_worker.py", WORLD, config, out)
     results = read_results(out, SCHEDULE, WORLD)

@@ -65,6 +65,7 @@ def test_a_throttled_daemon_gpu_shows_up_in_the_servers_status_and_metrics(
             120.0,
             "the frontier",
         )
+        daemon.own(0)
         gpu = DaemonGpu(0, socket=daemon.socket, sample_interval=0.005)
         client = PerseusClient(srv.grpc_target, job, gpu=gpu, global_rank=0, pipeline_rank=1,
                                handle_signals=False, report_interval=0.05)  # fmt: skip

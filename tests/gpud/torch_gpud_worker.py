@@ -103,6 +103,8 @@ def main() -> int:
         dist.broadcast_object_list(shared, src=0)
         job, version = shared
         model = simulated_gpu(profile_slice(total), indices).inner
+        # What CUDA does when it initialises GPU `rank`: open its device node (a stand-in).
+        _device = open(f"{cfg['devices']}/nvidia{rank}", "rb")  # noqa: SIM115 - open for the run
         daemon = DaemonGpu(rank, socket=cfg["socket"])
         gpu = RecordingGpu(DaemonClocks(model, daemon))
         client = PerseusClient(

@@ -4,7 +4,9 @@ Started as root; imports everything it needs, then (``--uid``) drops to that unp
 before it talks to the daemon: this machine's interpreter lives where other users cannot enter,
 so nothing may be imported after ``setuid``. It runs a small plan of alternating clocks through a
 ``PerseusClient`` on a :class:`DaemonGpu`, writes one line per finished iteration to
-``--progress`` (``<iteration> <pid> <uid>``), and logs to ``--log``.
+``--progress`` (``<iteration> <pid> <uid>``), and logs to ``--log``. Before it leases, it opens
+its GPU's simulated device node ``--device-dir``/``nvidia<gpu>`` (as CUDA opens
+``/dev/nvidia<N>``), which is how the daemon knows the GPU is its own; ``--no-device`` skips it.
 
 Exit status: 0 after ``--iterations`` iterations (0: run until killed), 3 when the daemon
 refuses the lease (the message is logged).
@@ -39,6 +41,8 @@ def main() -> int:
         "--hang-at", type=int, default=-1, help="iteration whose first instruction hangs"
     )
     ap.add_argument("--hang-seconds", type=float, default=0.0)
+    ap.add_argument("--device-dir")
+    ap.add_argument("--no-device", action="store_true")
     ap.add_argument("--progress", required=True)
     ap.add_argument("--log", required=True)
     args = ap.parse_args()
@@ -47,6 +51,9 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, stream=log_file, format="%(levelname)s %(message)s")
     # Exercise the protobuf runtime once so nothing is loaded lazily after setuid.
     gpud_pb2.Response.FromString(gpud_pb2.Response(id=1).SerializeToString())
+    device = None
+    if args.device_dir and not args.no_device:
+        device = open(os.path.join(args.device_dir, f"nvidia{args.gpu}"), "rb")  # noqa: SIM115
     if args.uid is not None:
         gid = args.gid if args.gid is not None else args.uid
         os.setgroups([])
@@ -75,6 +82,8 @@ def main() -> int:
         it += 1
     client.close()
     gpu.close()
+    if device is not None:
+        device.close()
     return 0
 
 

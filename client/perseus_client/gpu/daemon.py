@@ -1,10 +1,18 @@
 """A GPU controlled through the node daemon ``perseus gpud`` (no privileges needed).
 
-``DaemonGpu(index)`` connects to the daemon's Unix socket (``socket=``, else
-``$PERSEUS_GPUD_SOCKET``, else ``/run/perseus/gpud.sock``), leases GPU ``index`` on that
+``DaemonGpu()`` connects to the daemon's Unix socket (``socket=``, else
+``$PERSEUS_GPUD_SOCKET``, else ``/run/perseus/gpud.sock``), leases this process's GPU on that
 connection and asks the daemon to lock and reset its SM clock and to read its energy counter. The
 daemon resets the GPU as soon as the connection closes, so the GPU is reset whatever kills the
 trainer.
+
+**Which GPU.** By default the one the runtime gave this process
+(:func:`~perseus_client.gpu.discovery.discover_gpu`: ``CUDA_VISIBLE_DEVICES`` /
+``NVIDIA_VISIBLE_DEVICES`` as indices or UUIDs, and ``LOCAL_RANK``), so no node-level index has
+to be configured; ``uuid=`` or ``index=`` name one explicitly. After the lease every request
+names the GPU by the UUID the daemon answered. The daemon leases only a GPU this process owns
+(its device node open, which CUDA does when it initialises the device, or assigned to its pod):
+otherwise the lease is refused with ``NOT_OWNER``.
 
 **Threads.** Clock changes come from the client's frequency controller thread (off the training
 thread, as with :class:`~perseus_client.gpu.nvml.NvmlGpu`). A thread of this backend's own
@@ -48,6 +56,7 @@ from perseus_client.gpu.applied import (
     OffPlanInstruction,
 )
 from perseus_client.gpu.base import GpuBackend
+from perseus_client.gpu.discovery import discover_gpu
 from perseus_client.gpud.connection import GpudConnection
 from perseus_client.gpud.protocol import (
     GpudError,
@@ -61,12 +70,15 @@ __all__ = ["DaemonGpu", "AppliedClockReport", "OffPlanInstruction"]
 
 log = logging.getLogger("perseus_client.gpu.daemon")
 
+_NO_INDEX = 0xFFFFFFFF  # a uint32 no daemon manages (see DaemonGpu.__init__)
+
 
 class DaemonGpu(GpuBackend):
-    """GPU ``index`` through the node daemon (see the module docstring).
+    """This process's GPU through the node daemon (see the module docstring).
 
     Args:
-        index: the GPU's NVML index on this node.
+        index: the GPU's NVML index on this node (default: discovered).
+        uuid: the GPU's UUID (``GPU-...``; default: discovered); wins over ``index``.
         socket: the daemon's socket (default ``$PERSEUS_GPUD_SOCKET`` or ``/run/perseus/gpud.sock``).
         timeout: seconds one call may take before the daemon is considered gone.
         connect_timeout: seconds construction waits for the daemon to be reachable.
@@ -79,8 +91,9 @@ class DaemonGpu(GpuBackend):
 
     def __init__(
         self,
-        index: int = 0,
+        index: int | None = None,
         *,
+        uuid: str | None = None,
         socket: str | None = None,
         timeout: float = 2.0,
         connect_timeout: float = 5.0,
@@ -88,9 +101,19 @@ class DaemonGpu(GpuBackend):
         retry_initial: float = 0.05,
         retry_max: float = 1.0,
     ) -> None:
-        if index < 0:
+        if index is not None and index < 0:
             raise ValueError(f"index: must be >= 0, got {index}")
-        self.index = int(index)
+        if index is None and uuid is None:
+            chosen = discover_gpu()
+            index, uuid = chosen.index, chosen.uuid
+        #: The GPU's NVML index (as the daemon reports it once leased).
+        self.index = int(index) if index is not None else 0
+        # Named by UUID only: send an index no daemon manages, so that a daemon too old to read
+        # the UUID refuses (NOT_FOUND) rather than leasing GPU 0.
+        self._wire_index = int(index) if index is not None else _NO_INDEX
+        #: The GPU's UUID (``None`` until leased when only an index was given; an older daemon
+        #: reports none).
+        self.uuid: str | None = uuid
         self.socket = socket_path(socket)
         self.timeout = float(timeout)
         self._retry_initial = float(retry_initial)
@@ -116,6 +139,8 @@ class DaemonGpu(GpuBackend):
                 time.sleep(delay)
                 delay = min(2 * delay, self._retry_max)
         self._conn: GpudConnection | None = conn
+        self.index = self._wire_index = int(lease.gpu.index)
+        self.uuid = str(lease.gpu.uuid) or None
         self.name = lease.gpu.name
         self._clocks = tuple(int(c) for c in lease.gpu.supported_clocks_mhz)
         self._tally = AppliedClockTally(self._clocks)
@@ -132,10 +157,13 @@ class DaemonGpu(GpuBackend):
 
     # -- connection -------------------------------------------------------------------------------
 
+    def _ref(self) -> gpud_pb2.GpuRef:
+        return gpud_pb2.GpuRef(index=self._wire_index, uuid=self.uuid or "")
+
     def _lease(self) -> tuple[GpudConnection, gpud_pb2.Lease]:
         conn = GpudConnection(self.socket, timeout=self.timeout)
         try:
-            return conn, conn.call(lease=gpud_pb2.GpuRef(index=self.index)).lease
+            return conn, conn.call(lease=self._ref()).lease
         except BaseException:
             conn.close()
             raise
@@ -169,7 +197,11 @@ class DaemonGpu(GpuBackend):
         try:
             with self._op_lock:
                 if self._desired is not None:
-                    conn.call(set_clock=gpud_pb2.SetClock(index=self.index, mhz=self._desired))
+                    conn.call(
+                        set_clock=gpud_pb2.SetClock(
+                            index=self._wire_index, uuid=self.uuid or "", mhz=self._desired
+                        )
+                    )
                 self._conn = conn
         except GpudError as exc:
             conn.close()
@@ -193,7 +225,7 @@ class DaemonGpu(GpuBackend):
                 continue
             wait = self.sample_interval
             try:
-                self._record(conn.call(sample=gpud_pb2.GpuRef(index=self.index)).sample)
+                self._record(conn.call(sample=self._ref()).sample)
             except GpudUnavailableError as exc:
                 self._lost(conn, exc)
                 wait = 0.0
@@ -212,10 +244,13 @@ class DaemonGpu(GpuBackend):
                 f"frequency_mhz: {mhz} MHz is not a supported SM clock of GPU {self.index} "
                 f"({self.name}); supported: {self._clocks[0]}..{self._clocks[-1]} MHz"
             )
-        self._apply(mhz, gpud_pb2.Request(set_clock=gpud_pb2.SetClock(index=self.index, mhz=mhz)))
+        request = gpud_pb2.Request(
+            set_clock=gpud_pb2.SetClock(index=self._wire_index, uuid=self.uuid or "", mhz=mhz)
+        )
+        self._apply(mhz, request)
 
     def reset_locked_clocks(self) -> None:
-        self._apply(None, gpud_pb2.Request(reset_clock=gpud_pb2.GpuRef(index=self.index)))
+        self._apply(None, gpud_pb2.Request(reset_clock=self._ref()))
 
     def _apply(self, mhz: int | None, request: gpud_pb2.Request) -> None:
         call = request.WhichOneof("call")
@@ -238,9 +273,7 @@ class DaemonGpu(GpuBackend):
 
     def _energy_now(self, conn: GpudConnection) -> None:
         try:
-            self._last_energy = int(
-                conn.call(energy=gpud_pb2.GpuRef(index=self.index)).energy.energy_mj
-            )
+            self._last_energy = int(conn.call(energy=self._ref()).energy.energy_mj)
         except GpudUnavailableError as exc:
             self._lost(conn, exc)
 

@@ -3,13 +3,19 @@
 ::
 
     perseus gpud [serve] [--socket PATH] [--gpus 0,1,...] [--allow-uid UID ...]
-                 [--allow-gid GID ...] [--group GROUP] [--lease-timeout SECONDS]
-                 [--simulate N [--state FILE] [--simulate-throttle FILE]] [--read-only]
+                 [--allow-gid GID ...] [--group GROUP] [--lease-timeout SECONDS] [--state FILE]
+                 [--ownership auto|device-node|pod-resources|none[,...]] [--kubelet-socket PATH]
+                 [--max-connections N] [--max-connections-per-uid N]
+                 [--reserved-connections N] [--idle-timeout S] [--frame-timeout S]
+                 [--metrics-port PORT] [--metrics-textfile FILE] [--metrics-interval S]
+                 [--simulate N [--simulate-state FILE] [--simulate-dev-dir DIR]
+                  [--simulate-throttle FILE]] [--read-only]
     perseus gpud status [--socket PATH] [--json]
 
 Also ``python -m perseus_client.gpud ...``. :func:`main` takes the arguments after ``gpud`` and
 returns the exit status: 0, 1 when the daemon cannot be reached (``status``), 2 for bad
-arguments or a daemon that cannot start.
+arguments or a daemon that cannot start (a malformed ``--state`` or ``--simulate-state`` file
+included: the message names the file and the problem).
 """
 
 from __future__ import annotations
@@ -19,12 +25,14 @@ import asyncio
 import grp
 import json
 import logging
+import os
 import signal
 import sys
 from typing import Any
 
 from perseus_client.errors import GpuError
 from perseus_client.gpud.connection import GpudConnection
+from perseus_client.gpud.ownership import DEFAULT_KUBELET_SOCKET, DEFAULT_POD_LOGS
 from perseus_client.gpud.protocol import DEFAULT_SOCKET, SOCKET_ENV, GpudError, socket_path
 from perseus_common.proto import gpud_pb2
 
@@ -50,6 +58,25 @@ def _gid(text: str) -> int:
         return grp.getgrnam(text).gr_gid
     except KeyError as exc:
         raise argparse.ArgumentTypeError(f"no group named {text!r}") from exc
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+_MECHANISMS = ("device-node", "pod-resources")
+
+
+def _ownership(text: str) -> str:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if parts in (["auto"], ["none"]) or (parts and all(p in _MECHANISMS for p in parts)):
+        return ",".join(parts)
+    raise argparse.ArgumentTypeError(
+        f"expected auto, none, or device-node and/or pod-resources, got {text!r}"
+    )
 
 
 def _positive(text: str) -> float:
@@ -88,8 +115,64 @@ def _serve_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="a client silent this long loses its GPUs (default 5)",
     )
+    p.add_argument(
+        "--state",
+        metavar="FILE",
+        help="gpud's record of the clocks it locked, reset at start after a crash (default "
+        "gpud.state.json next to the socket)",
+    )
+    p.add_argument(
+        "--ownership",
+        type=_ownership,
+        default="auto",
+        help="how a peer's ownership of a GPU is checked: device-node, pod-resources (both "
+        "comma-separated), auto (device-node, plus pod-resources when the kubelet socket "
+        "exists; the default) or none (any allowed peer may lease any GPU)",
+    )
+    p.add_argument("--kubelet-socket", default=DEFAULT_KUBELET_SOCKET, metavar="PATH")
+    p.add_argument("--pod-logs-dir", default=DEFAULT_POD_LOGS, metavar="DIR")
+    p.add_argument("--max-connections", type=_count, default=512, metavar="N")
+    p.add_argument("--max-connections-per-uid", type=_count, default=64, metavar="N")
+    p.add_argument(
+        "--reserved-connections",
+        type=int,
+        default=32,
+        metavar="N",
+        help="of --max-connections, kept for peers allowed to lease (default 32)",
+    )
+    p.add_argument(
+        "--idle-timeout",
+        type=_positive,
+        default=60.0,
+        metavar="SECONDS",
+        help="close a connection holding no lease after this long without a request (60)",
+    )
+    p.add_argument(
+        "--frame-timeout",
+        type=_positive,
+        default=5.0,
+        metavar="SECONDS",
+        help="a request frame must be complete this long after its first byte (5)",
+    )
+    p.add_argument(
+        "--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics on 127.0.0.1"
+    )
+    p.add_argument(
+        "--metrics-textfile",
+        metavar="FILE",
+        help="write Prometheus metrics to FILE (node-exporter's textfile collector)",
+    )
+    p.add_argument("--metrics-interval", type=_positive, default=10.0, metavar="SECONDS")
     p.add_argument("--simulate", type=int, metavar="N", help="serve N simulated GPUs")
-    p.add_argument("--state", metavar="FILE", help="with --simulate: keep GPU state in FILE")
+    p.add_argument(
+        "--simulate-state", metavar="FILE", help="with --simulate: keep GPU state in FILE"
+    )
+    p.add_argument(
+        "--simulate-dev-dir",
+        metavar="DIR",
+        help="with --simulate: directory of files nvidia<N> standing in for the device nodes "
+        "(default gpud-dev next to the socket)",
+    )
     p.add_argument(
         "--simulate-throttle",
         metavar="FILE",
@@ -109,13 +192,75 @@ def _serve(argv: list[str]) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    if args.simulate is None and (args.state or args.simulate_throttle):
-        print("perseus gpud: --state and --simulate-throttle need --simulate N", file=sys.stderr)
+    if args.simulate is None and (
+        args.simulate_state or args.simulate_throttle or args.simulate_dev_dir
+    ):
+        print(
+            "perseus gpud: --simulate-state, --simulate-dev-dir and --simulate-throttle need "
+            "--simulate N",
+            file=sys.stderr,
+        )
         return 2
+    try:
+        return _run_daemon(args)
+    except (ValueError, OSError) as exc:  # bad files and limits: a message, not a traceback
+        print(f"perseus gpud: {exc}", file=sys.stderr)
+        return 2
+
+
+def _build_ownership(args: argparse.Namespace, dev_dir: str | None) -> Any:
+    from perseus_client.gpud.ownership import (
+        DeviceNodeOwnership,
+        Ownership,
+        PodResourcesOwnership,
+    )
+
+    mechanisms = args.ownership.split(",")
+    if mechanisms == ["none"]:
+        return Ownership()
+    if mechanisms == ["auto"]:
+        mechanisms = ["device-node"]
+        if os.path.exists(args.kubelet_socket):
+            mechanisms.append("pod-resources")
+    return Ownership(
+        DeviceNodeOwnership(dev_dir) if "device-node" in mechanisms else None,
+        PodResourcesOwnership(args.kubelet_socket, args.pod_logs_dir)
+        if "pod-resources" in mechanisms
+        else None,
+    )
+
+
+def _simulated_dev_dir(path: str, count: int) -> str:
+    os.makedirs(path, mode=0o755, exist_ok=True)
+    os.chmod(path, 0o755)
+    for i in range(count):
+        node = os.path.join(path, f"nvidia{i}")
+        with open(node, "a"):
+            pass
+        os.chmod(node, 0o666)  # like /dev/nvidia<N> on a plain host: the runtime confines it
+    return path
+
+
+def _run_daemon(args: argparse.Namespace) -> int:
     from perseus_client.gpud.devices import open_gpus
+    from perseus_client.gpud.limits import ConnectionLimits, raise_fd_limit
+    from perseus_client.gpud.lockrecord import LockRecord
     from perseus_client.gpud.server import GpudServer, GpudStartError, PeerPolicy
 
+    path = socket_path(args.socket)
+    here = os.path.dirname(os.path.abspath(path))
+    limits = ConnectionLimits(
+        max_connections=args.max_connections,
+        max_per_uid=args.max_connections_per_uid,
+        reserved=args.reserved_connections,
+        idle_timeout=args.idle_timeout,
+        frame_timeout=args.frame_timeout,
+    )
+    if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
+        raise ValueError(f"--metrics-port: expected 0..65535, got {args.metrics_port}")
+    record = LockRecord(args.state or os.path.join(here, "gpud.state.json"))
     nvml: Any
+    dev_dir = None
     if args.simulate is not None:
         from perseus_client.gpud.simnvml import SimulatedNvml
 
@@ -123,14 +268,19 @@ def _serve(argv: list[str]) -> int:
             print("perseus gpud: --simulate needs N >= 1", file=sys.stderr)
             return 2
         nvml = SimulatedNvml(
-            args.simulate, state_path=args.state, throttle_path=args.simulate_throttle
+            args.simulate, state_path=args.simulate_state, throttle_path=args.simulate_throttle
+        )
+        dev_dir = _simulated_dev_dir(
+            args.simulate_dev_dir or os.path.join(here, "gpud-dev"), args.simulate
         )
     else:
         import pynvml
 
         nvml = pynvml
+    soft, hard = raise_fd_limit()
+    log.info("open-file limit: %d (hard %d)", soft, hard)
     try:
-        gpus = open_gpus(nvml, args.gpus, read_only=args.read_only)
+        gpus = open_gpus(nvml, args.gpus, read_only=args.read_only, record=record)
     except GpuError as exc:
         print(f"perseus gpud: {exc}", file=sys.stderr)
         return 2
@@ -138,14 +288,42 @@ def _serve(argv: list[str]) -> int:
     if not policy.uids and not policy.gids:
         log.warning("no --allow-uid/--allow-gid given: only root may lease GPUs")
     server = GpudServer(
-        gpus, policy=policy, lease_timeout=args.lease_timeout, read_only=args.read_only
+        gpus,
+        policy=policy,
+        lease_timeout=args.lease_timeout,
+        read_only=args.read_only,
+        ownership=_build_ownership(args, dev_dir),
+        record=record,
+        limits=limits,
     )
 
     async def run() -> None:
+        from perseus_client.gpud import metrics
+
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, server.stop)
-        await server.serve(socket_path(args.socket), gid=args.group)
+        extra: list[Any] = []
+        if args.metrics_port is not None:
+            http = await metrics.serve_http(server, args.metrics_port)
+            extra.append(http)
+            log.info("metrics on http://127.0.0.1:%d/metrics", args.metrics_port)
+        if args.metrics_textfile:
+            extra.append(
+                asyncio.create_task(
+                    metrics.write_textfile_forever(
+                        server, args.metrics_textfile, args.metrics_interval
+                    )
+                )
+            )
+        try:
+            await server.serve(path, gid=args.group)
+        finally:
+            for item in extra:
+                if isinstance(item, asyncio.Task):
+                    item.cancel()
+                else:
+                    item.close()
 
     try:
         asyncio.run(run())
@@ -160,18 +338,32 @@ def _serve(argv: list[str]) -> int:
 
 def status_rows(path: str | None = None, *, timeout: float = 5.0) -> list[dict[str, Any]]:
     """The daemon's status as ``gpud status --json`` prints it: one dict per GPU with ``index``,
-    ``name``, ``locked_mhz`` (``None`` when reset) and ``holder`` (``None`` or ``{"pid", "uid"}``)."""
+    ``uuid``, ``name``, ``locked_mhz`` (``None`` when reset) and ``holder`` (``None`` or
+    ``{"pid", "uid", "pod", "namespace", "slurm_job", "owned_by"}``, strings empty when
+    unknown)."""
     with GpudConnection(path, timeout=timeout) as conn:
         status = conn.call(status=gpud_pb2.Empty()).status
     return [
         {
             "index": g.index,
+            "uuid": g.uuid,
             "name": g.name,
             "locked_mhz": g.locked_mhz if g.HasField("locked_mhz") else None,
-            "holder": {"pid": g.holder.pid, "uid": g.holder.uid} if g.HasField("holder") else None,
+            "holder": _holder(g.holder) if g.HasField("holder") else None,
         }
         for g in status.gpus
     ]
+
+
+def _holder(h: gpud_pb2.Holder) -> dict[str, Any]:
+    return {
+        "pid": h.pid,
+        "uid": h.uid,
+        "pod": h.pod,
+        "namespace": h.namespace,
+        "slurm_job": h.slurm_job,
+        "owned_by": h.owned_by,
+    }
 
 
 def _status(argv: list[str]) -> int:
@@ -189,12 +381,16 @@ def _status(argv: list[str]) -> int:
     if args.json:
         print(json.dumps(rows))
         return 0
-    print(f"{'GPU':>3}  {'name':36}  {'locked':>8}  holder")
+    print(f"{'GPU':>3}  {'uuid':40}  {'locked':>8}  holder")
     for r in rows:
         locked = "none" if r["locked_mhz"] is None else f"{r['locked_mhz']} MHz"
         h = r["holder"]
         holder = "none" if h is None else f"pid {h['pid']} uid {h['uid']}"
-        print(f"{r['index']:>3}  {r['name'][:36]:36}  {locked:>8}  {holder}")
+        if h is not None and h["pod"]:
+            holder += f" pod {h['namespace']}/{h['pod']}"
+        if h is not None and h["slurm_job"]:
+            holder += f" slurm job {h['slurm_job']}"
+        print(f"{r['index']:>3}  {r['uuid'][:40]:40}  {locked:>8}  {holder}")
     return 0
 
 

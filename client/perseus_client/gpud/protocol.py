@@ -6,8 +6,9 @@ one ``Response`` per request, in order, on one persistent connection. Frames are
 :data:`MAX_FRAME` bytes in both directions; a peer that announces a longer frame is answered
 with a ``TOO_LARGE`` error and disconnected, before anything of the body is read.
 
-This module holds the codec (the blocking reader; the asyncio one is the server's), the default socket location and the
-errors a client sees. Both the daemon (:mod:`perseus_client.gpud.server`) and its clients
+This module holds the codec (the blocking reader; the asyncio one, with timeouts, is
+:func:`~perseus_client.gpud.limits.read_request`), the default socket location and the errors a
+client sees. Both the daemon (:mod:`perseus_client.gpud.server`) and its clients
 (:mod:`perseus_client.gpud.connection`) use it.
 """
 

@@ -1,12 +1,18 @@
 """The node daemon's server: asyncio Unix-socket connections, peer checks and GPU leases.
 
-**Connections are leases.** A client leases a GPU on its connection; while it holds the lease
-only that connection may lock or reset the GPU's SM clock, and a second connection asking for the
-GPU gets ``LEASE_HELD`` naming the holder's pid and uid. When the connection closes for any
-reason (exit, SIGKILL, OOM kill, crash: the kernel closes the socket) the server sees end of
-stream at once, drops the lease and resets the GPU's locked clocks. Every request renews the
-connection's leases; a connection silent for ``lease_timeout`` seconds (a stopped process: its
-heartbeat thread does not run either) loses them: the GPUs are reset and the connection closed.
+**Connections are leases, held by a process.** A client leases a GPU (named by UUID, or by NVML
+index for older clients) on its connection; while it holds the lease only that connection may
+lock or reset the GPU's SM clock, and a second connection asking for the GPU gets
+``LEASE_HELD`` naming the holder. The lease ends, and the GPU is reset, when the connection
+closes for any reason (exit, SIGKILL, OOM kill, crash: the kernel closes the socket), when it is
+silent for ``lease_timeout`` seconds (a stopped process: its heartbeat thread does not run
+either), or when **the process that opened the connection** (the pid of ``SO_PEERCRED``, checked
+with its start time, so a reused pid does not count) has exited: a forked child that inherited
+the socket and keeps heartbeating does not keep the GPU locked after its parent died.
+
+**Ownership.** A lease is granted only on a GPU the peer owns
+(:mod:`~perseus_client.gpud.ownership`: its device node open, or assigned to its pod by the
+kubelet); the holder is labelled with its pod, namespace and Slurm job when known.
 
 **Who may ask.** Each connection's peer credentials are read from the socket (``SO_PEERCRED``:
 pid, uid, gid; supplementary groups from ``/proc/<pid>/status``). Root is always allowed; other
@@ -15,10 +21,16 @@ heartbeat are open to any peer that can open the socket (the socket file's mode 
 first gate); every other call from a peer not allowed is refused with ``PERMISSION_DENIED``.
 Clocks must be in the GPU's supported set; requests are size-bounded by the frame codec.
 
-**Resets.** :meth:`GpudServer.serve` resets every managed GPU before it accepts a connection
-(recovery from an earlier crash of the daemon or of a trainer) and again when it stops. With
-``read_only`` nothing is ever set or reset: the server answers as usual and logs what it would
-have done. Every change and every refusal is logged with the peer's pid and uid.
+**Resets.** :meth:`GpudServer.serve` resets, before it accepts a connection, only the GPUs its
+lock record (``--state``) says it left locked (recovery from a crash of the daemon), never a
+clock another tool set; when it stops it resets the GPUs it locked. With ``read_only`` nothing is
+ever set or reset: the server answers as usual and logs what it would have done.
+
+**Log.** One INFO line per lease, release (with the number of clock changes it made), reset and
+refusal, ERROR for failures; each clock change is DEBUG.
+
+**Connections** are bounded (:mod:`~perseus_client.gpud.limits`): in all and per uid, with a
+reserve for peers allowed to lease; idle non-leasing connections and partial frames time out.
 
 NVML calls run on each GPU's worker thread (:class:`~perseus_client.gpud.devices.ManagedGpu`),
 never on the event loop, so a slow driver call does not delay heartbeats or other GPUs.
@@ -32,8 +44,8 @@ import logging
 import os
 import socket
 import stat
-import struct
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,16 +53,23 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from perseus_client.errors import GpuError, UnsupportedClockError
+from perseus_client.gpud import procfs
 from perseus_client.gpud.devices import ManagedGpu
-from perseus_client.gpud.protocol import (
-    HEADER_SIZE,
-    FrameTooLargeError,
-    encode_frame,
-    frame_size,
+from perseus_client.gpud.limits import ConnectionLimits, ConnectionTimeout, read_request
+from perseus_client.gpud.lockrecord import LockRecord
+from perseus_client.gpud.ownership import Owner, Ownership
+from perseus_client.gpud.peers import Peer, PeerPolicy, peer_of
+from perseus_client.gpud.protocol import FrameTooLargeError, encode_frame
+from perseus_client.gpud.replies import (
+    clock_state,
+    gpu_info,
+    holder_labels,
+    resolve_gpu,
+    status_message,
 )
 from perseus_common.proto import gpud_pb2
 
-__all__ = ["Peer", "PeerPolicy", "GpudServer", "GpudStartError", "peer_of", "read_frame_async"]
+__all__ = ["Peer", "PeerPolicy", "GpudServer", "GpudStartError", "peer_of"]
 
 log = logging.getLogger("perseus_client.gpud")
 
@@ -59,73 +78,16 @@ class GpudStartError(RuntimeError):
     """The daemon cannot start (socket path in use, not a socket, ...)."""
 
 
-@dataclass(frozen=True)
-class Peer:
-    """The process at the other end of a connection, as the kernel reports it."""
-
-    pid: int
-    uid: int
-    gid: int
-    groups: frozenset[int] = frozenset()
-
-    def __str__(self) -> str:
-        return f"pid {self.pid} uid {self.uid}"
-
-
-@dataclass(frozen=True)
-class PeerPolicy:
-    """Which peers may lease GPUs and use them: root, ``uids``, and members of ``gids``."""
-
-    uids: frozenset[int] = frozenset()
-    gids: frozenset[int] = frozenset()
-
-    def allows(self, peer: Peer) -> bool:
-        """Whether ``peer`` may make calls other than status and heartbeat."""
-        if peer.uid == 0 or peer.uid in self.uids:
-            return True
-        return peer.gid in self.gids or not self.gids.isdisjoint(peer.groups)
-
-    def describe(self) -> str:
-        """The policy in words, for logs and refusals."""
-        parts = ["root"]
-        if self.uids:
-            parts.append("uids " + ", ".join(map(str, sorted(self.uids))))
-        if self.gids:
-            parts.append("gids " + ", ".join(map(str, sorted(self.gids))))
-        return " and ".join(parts)
-
-
-def _supplementary_groups(pid: int) -> frozenset[int]:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("Groups:"):
-                    return frozenset(int(g) for g in line.split()[1:])
-    except (OSError, ValueError):
-        pass
-    return frozenset()
-
-
-def peer_of(sock: Any) -> Peer:
-    """The credentials of the peer of a connected Unix socket (``SO_PEERCRED``)."""
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, gid = struct.unpack("3i", raw)
-    return Peer(pid, uid, gid, _supplementary_groups(pid))
-
-
 @dataclass(eq=False)
 class _Conn:
     peer: Peer
     writer: asyncio.StreamWriter
     allowed: bool
     last_seen: float
+    start: int | None = None  # the peer process's start time (None: not visible)
     leases: set[int] = field(default_factory=set)
-
-
-async def read_frame_async(reader: asyncio.StreamReader) -> bytes:
-    """Read one frame's body (``asyncio.IncompleteReadError`` at end of stream)."""
-    size = frame_size(await reader.readexactly(HEADER_SIZE))
-    return await reader.readexactly(size) if size else b""
+    owners: dict[int, Owner] = field(default_factory=dict)
+    changes: Counter[int] = field(default_factory=Counter)
 
 
 def _error(req_id: int, code: gpud_pb2.ErrorCode, message: str) -> gpud_pb2.Response:
@@ -133,9 +95,10 @@ def _error(req_id: int, code: gpud_pb2.ErrorCode, message: str) -> gpud_pb2.Resp
 
 
 class _Refused(Exception):
-    def __init__(self, code: gpud_pb2.ErrorCode, message: str) -> None:
+    def __init__(self, code: gpud_pb2.ErrorCode, message: str, uuid: str = "") -> None:
         super().__init__(message)
         self.code = code
+        self.uuid = uuid
 
 
 class GpudServer:
@@ -146,6 +109,9 @@ class GpudServer:
         policy: which peers are allowed.
         lease_timeout: seconds without a request after which a connection loses its leases.
         read_only: never set or reset a clock (log what would have been done).
+        ownership: how a peer's ownership of a GPU is checked (default: not checked).
+        record: the lock record (``--state``): what to reset at start.
+        limits: connection limits and timeouts.
     """
 
     def __init__(
@@ -155,6 +121,9 @@ class GpudServer:
         policy: PeerPolicy,
         lease_timeout: float = 5.0,
         read_only: bool = False,
+        ownership: Ownership | None = None,
+        record: LockRecord | None = None,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         if not lease_timeout > 0:
             raise ValueError(f"lease_timeout: must be > 0 seconds, got {lease_timeout}")
@@ -162,10 +131,19 @@ class GpudServer:
         self.policy = policy
         self.lease_timeout = float(lease_timeout)
         self.read_only = read_only
+        self.ownership = ownership if ownership is not None else Ownership()
+        self.record = record
+        self.limits = limits if limits is not None else ConnectionLimits()
         self._leases: dict[int, _Conn] = {}
         self._conns: set[_Conn] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop: asyncio.Event | None = None
+        #: Refusals by ``(GPU UUID or "", error code name)``, for the metrics.
+        self.refusals: Counter[tuple[str, str]] = Counter()
+        #: Connections refused or closed by the limits, by reason (``limit``, ``idle``, ``frame``).
+        self.connections_closed: Counter[str] = Counter()
+        self._limit_logged: dict[int, float] = {}
+        self.started = time.time()
 
     # -- life cycle -------------------------------------------------------------------------------
 
@@ -182,18 +160,23 @@ class GpudServer:
         mode: int = 0o660,
         ready: Callable[[], None] | None = None,
     ) -> None:
-        """Reset the GPUs, listen on ``path`` until :meth:`stop`, then reset them again."""
+        """Reset what the record says was left locked, listen on ``path`` until :meth:`stop`,
+        then reset the GPUs this daemon locked."""
         self._stop = asyncio.Event()
-        await self._reset_all("at start (recovery from an earlier run)")
+        await self._recover()
         server = await self._listen(path, gid, mode)
         ino = os.stat(path).st_ino
         watchdog = asyncio.create_task(self._watchdog())
         log.info(
-            "perseus gpud: serving GPUs %s on %s (allowed: %s; lease timeout %.1f s%s)",
-            ", ".join(map(str, self.gpus)),
+            "perseus gpud: serving GPUs %s on %s (allowed: %s; ownership: %s; lease timeout "
+            "%.1f s; at most %d connections, %d per uid%s)",
+            ", ".join(f"{g.index} ({g.uuid})" for g in self.gpus.values()),
             path,
             self.policy.describe(),
+            self.ownership.describe(),
             self.lease_timeout,
+            self.limits.max_connections,
+            self.limits.max_per_uid,
             "; read-only" if self.read_only else "",
         )
         if ready is not None:
@@ -208,7 +191,10 @@ class GpudServer:
                 conn.writer.transport.abort()
             if self._tasks:
                 await asyncio.wait(list(self._tasks), timeout=5.0)
-            await self._reset_all("at stop")
+            recorded = self.record.locked() if self.record is not None else {}
+            for gpu in self.gpus.values():
+                if gpu.locked_mhz is not None or gpu.uuid in recorded:
+                    await self._reset(gpu, "at stop")
             with contextlib.suppress(OSError):
                 if os.stat(path).st_ino == ino:
                     os.unlink(path)
@@ -232,7 +218,7 @@ class GpudServer:
                 probe.close()
         old = os.umask(0o177)  # no window in which others may connect
         try:
-            server = await asyncio.start_unix_server(self._serve_connection, path=path)
+            server = await asyncio.start_unix_server(self._serve_connection, path=path, backlog=256)
         finally:
             os.umask(old)
         if gid is not None:
@@ -240,21 +226,50 @@ class GpudServer:
         os.chmod(path, mode)
         return server
 
-    async def _reset_all(self, when: str) -> None:
-        for gpu in self.gpus.values():
-            if self.read_only:
-                log.info("read-only: would reset GPU %d %s", gpu.index, when)
+    async def _recover(self) -> None:
+        recorded = self.record.locked() if self.record is not None else {}
+        by_uuid = {g.uuid: g for g in self.gpus.values()}
+        for uuid, mhz in sorted(recorded.items()):
+            gpu = by_uuid.get(uuid)
+            if gpu is None:
+                log.warning(
+                    "the lock record says GPU %s was left at %d MHz, but this daemon does not "
+                    "manage it (--gpus?); left alone",
+                    uuid,
+                    mhz,
+                )
                 continue
-            try:
-                await self._run(gpu, gpu.reset)
-                log.info("reset GPU %d %s", gpu.index, when)
-            except Exception as exc:  # noqa: BLE001 - log and go on with the other GPUs
-                log.error("could not reset GPU %d %s: %s", gpu.index, when, exc)
+            await self._reset(gpu, f"at start (this daemon left it locked at {mhz} MHz)")
+        if not recorded:
+            log.info("no clock left locked by an earlier run: nothing to reset at start")
+
+    async def _reset(self, gpu: ManagedGpu, when: str) -> bool:
+        if self.read_only:
+            log.info("read-only: would reset GPU %d %s", gpu.index, when)
+            return False
+        try:
+            applied = bool(await self._run(gpu, gpu.reset))
+        except Exception as exc:  # noqa: BLE001 - log and go on with the other GPUs
+            log.error("could not reset GPU %d (%s) %s: %s", gpu.index, gpu.uuid, when, exc)
+            return False
+        log.info("reset GPU %d (%s) %s", gpu.index, gpu.uuid, when)
+        return applied
 
     async def _run(self, gpu: ManagedGpu, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(gpu.worker, fn, *args)
 
     # -- connections ------------------------------------------------------------------------------
+
+    def _admission(self, peer: Peer, allowed: bool) -> str | None:
+        from_uid = sum(1 for c in self._conns if c.peer.uid == peer.uid)
+        return self.limits.refusal(len(self._conns), from_uid, peer.uid, allowed)
+
+    def _log_limited(self, peer: Peer, why: str) -> None:
+        now = time.monotonic()
+        if now - self._limit_logged.get(peer.uid, -1e9) >= 10.0:  # one line per uid per 10 s
+            self._limit_logged[peer.uid] = now
+            n = self.connections_closed["limit"]
+            log.info("refused a connection from %s: %s (%d refused so far)", peer, why, n)
 
     async def _serve_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -263,45 +278,69 @@ class GpudServer:
         if task is not None:
             self._tasks.add(task)
         try:
-            peer = peer_of(writer.get_extra_info("socket"))
-        except OSError as exc:  # pragma: no cover - the peer vanished at once
-            log.warning("could not read a peer's credentials: %s", exc)
-            writer.close()
+            try:
+                peer = peer_of(writer.get_extra_info("socket"))
+            except OSError as exc:  # pragma: no cover - the peer vanished at once
+                log.info("could not read a peer's credentials: %s", exc)
+                writer.close()
+                return
+            allowed = self.policy.allows(peer)
+            why = self._admission(peer, allowed)
+            if why is not None:
+                self.connections_closed["limit"] += 1
+                self._log_limited(peer, why)
+                conn = _Conn(peer, writer, allowed, time.monotonic())
+                with contextlib.suppress(OSError, TimeoutError):
+                    await self._send(conn, _error(0, gpud_pb2.BUSY, why))
+                writer.transport.abort()
+                return
+            conn = _Conn(peer, writer, allowed, time.monotonic(), start=procfs.start_time(peer.pid))
+            self._conns.add(conn)
+            log.debug("connection from %s", peer)
+            try:
+                await self._serve_requests(conn, reader)
+            finally:
+                self._conns.discard(conn)
+                await self._release_all(conn, "its connection closed")
+                writer.transport.abort()
+        finally:
             if task is not None:
                 self._tasks.discard(task)
-            return
-        conn = _Conn(peer, writer, self.policy.allows(peer), time.monotonic())
-        self._conns.add(conn)
-        log.debug("connection from %s", peer)
+
+    async def _serve_requests(self, conn: _Conn, reader: asyncio.StreamReader) -> None:
+        peer = conn.peer
         try:
             while True:
                 try:
-                    body = await read_frame_async(reader)
+                    idle = None if conn.leases else self.limits.idle_timeout
+                    body = await read_request(reader, idle, self.limits.frame_timeout)
                 except FrameTooLargeError as exc:
-                    log.warning("refused a request from %s: %s", peer, exc)
+                    self.refusals[("", "TOO_LARGE")] += 1
+                    log.info("refused a request from %s: %s", peer, exc)
                     await self._send(conn, _error(0, gpud_pb2.TOO_LARGE, str(exc)))
+                    return
+                except ConnectionTimeout as exc:
+                    kind = "idle" if "idle" in str(exc) else "frame"
+                    self.connections_closed[kind] += 1
+                    log.info("closed the connection of %s: %s", peer, exc)
+                    await self._send(conn, _error(0, gpud_pb2.TIMEOUT, str(exc)))
                     return
                 conn.last_seen = time.monotonic()
                 try:
                     request = gpud_pb2.Request.FromString(body)
                 except DecodeError as exc:
                     message = f"malformed request: {exc}"
-                    log.warning("refused a request from %s: %s", peer, message)
+                    self.refusals[("", "INVALID_ARGUMENT")] += 1
+                    log.info("refused a request from %s: %s", peer, message)
                     await self._send(conn, _error(0, gpud_pb2.INVALID_ARGUMENT, message))
                     continue
                 await self._send(conn, await self._dispatch(conn, request))
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the peer closed the connection (or was killed)
-        finally:
-            self._conns.discard(conn)
-            await self._release_all(conn, "its connection closed")
-            writer.close()
-            if task is not None:
-                self._tasks.discard(task)
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+            pass  # the peer closed the connection (or was killed, or does not read)
 
     async def _send(self, conn: _Conn, response: gpud_pb2.Response) -> None:
         conn.writer.write(encode_frame(response.SerializeToString()))
-        await conn.writer.drain()
+        await asyncio.wait_for(conn.writer.drain(), self.limits.frame_timeout)
 
     async def _release_all(self, conn: _Conn, why: str) -> None:
         for index in sorted(conn.leases):
@@ -309,33 +348,63 @@ class GpudServer:
 
     async def _release(self, conn: _Conn, index: int, why: str) -> gpud_pb2.ClockState:
         conn.leases.discard(index)
+        conn.owners.pop(index, None)
+        changes = conn.changes.pop(index, 0)
         if self._leases.get(index) is conn:
             del self._leases[index]
         gpu = self.gpus[index]
-        log.info("GPU %d: lease of %s ended (%s); resetting its clocks", index, conn.peer, why)
         applied = False
-        try:
-            applied = await self._run(gpu, gpu.reset)
-        except Exception as exc:  # noqa: BLE001 - log; the next holder's lock replaces it
-            log.error("GPU %d: could not reset after %s's lease: %s", index, conn.peer, exc)
-        return gpud_pb2.ClockState(index=index, applied=applied)
+        recorded = self.record is not None and gpu.uuid in self.record.locked()
+        if gpu.locked_mhz is None and not recorded and not self.read_only:
+            log.info(
+                "GPU %d: lease of %s ended (%s) after %d clock changes; no clock locked",
+                index,
+                conn.peer,
+                why,
+                changes,
+            )
+        else:
+            log.info(
+                "GPU %d: lease of %s ended (%s) after %d clock changes; resetting its clocks",
+                index,
+                conn.peer,
+                why,
+                changes,
+            )
+            try:
+                applied = await self._run(gpu, gpu.reset)
+            except Exception as exc:  # noqa: BLE001 - log; the next holder's lock replaces it
+                log.error("GPU %d: could not reset after %s's lease: %s", index, conn.peer, exc)
+        return gpud_pb2.ClockState(index=index, uuid=gpu.uuid, applied=applied)
+
+    def _holder_gone(self, conn: _Conn) -> bool:
+        """True when the process that opened ``conn`` has exited (a child may hold the socket)."""
+        return conn.start is not None and procfs.start_time(conn.peer.pid) != conn.start
+
+    async def _drop(self, conn: _Conn, why: str) -> None:
+        self._conns.discard(conn)
+        await self._release_all(conn, why)
+        conn.writer.transport.abort()
+
+    async def _reap(self) -> None:
+        """Drop every lease whose holder process exited."""
+        for conn in list(self._leases.values()):
+            if conn in self._conns and self._holder_gone(conn):
+                await self._drop(conn, f"its process, pid {conn.peer.pid}, exited")
 
     async def _watchdog(self) -> None:
         period = min(0.25, self.lease_timeout / 4)
         while True:
             await asyncio.sleep(period)
+            await self._reap()
             now = time.monotonic()
             for conn in list(self._conns):
                 if conn.leases and now - conn.last_seen > self.lease_timeout:
-                    self._conns.discard(conn)
-                    log.warning(
-                        "%s sent nothing for %.1f s (lease timeout %.1f s): dropping its leases",
-                        conn.peer,
-                        now - conn.last_seen,
-                        self.lease_timeout,
+                    await self._drop(
+                        conn,
+                        f"sent nothing for {now - conn.last_seen:.1f} s, lease timeout "
+                        f"{self.lease_timeout:.1f} s",
                     )
-                    await self._release_all(conn, "lease timeout")
-                    conn.writer.transport.abort()
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -345,7 +414,13 @@ class GpudServer:
             if call == "heartbeat":
                 return gpud_pb2.Response(id=request.id, heartbeat=gpud_pb2.Empty())
             if call == "status":
-                return gpud_pb2.Response(id=request.id, status=self._status())
+                await self._reap()
+                return gpud_pb2.Response(
+                    id=request.id,
+                    status=status_message(
+                        self.gpus, self.holder, self.read_only, self.lease_timeout
+                    ),
+                )
             if call is None:
                 raise _Refused(gpud_pb2.INVALID_ARGUMENT, "empty request (no call set)")
             if not conn.allowed:
@@ -354,17 +429,18 @@ class GpudServer:
                     f"uid {conn.peer.uid} (pid {conn.peer.pid}, gid {conn.peer.gid}) may not use "
                     f"this daemon: it allows {self.policy.describe()} (see --allow-uid/--allow-gid)",
                 )
-            index = int(getattr(request, call).index)
-            gpu = self.gpus.get(index)
-            if gpu is None:
-                raise _Refused(
-                    gpud_pb2.NOT_FOUND,
-                    f"GPU {index} is not managed by this daemon (it manages "
-                    f"{', '.join(map(str, self.gpus)) or 'none'})",
-                )
-            return await self._gpu_call(conn, request.id, call, gpu, request)
+            try:
+                gpu = resolve_gpu(self.gpus, getattr(request, call))
+            except LookupError as exc:
+                raise _Refused(gpud_pb2.NOT_FOUND, str(exc.args[0])) from exc
+            try:
+                return await self._gpu_call(conn, request.id, call, gpu, request)
+            except _Refused as exc:
+                exc.uuid = gpu.uuid
+                raise
         except _Refused as exc:
-            log.warning("refused %s from %s: %s", call, conn.peer, exc)
+            self.refusals[(exc.uuid, gpud_pb2.ErrorCode.Name(exc.code))] += 1
+            log.info("refused %s from %s: %s", call, conn.peer, exc)
             return _error(request.id, exc.code, str(exc))
 
     def _holder_check(self, conn: _Conn, gpu: ManagedGpu) -> None:
@@ -381,8 +457,49 @@ class GpudServer:
     def _held(self, gpu: ManagedGpu, holder: _Conn) -> _Refused:
         return _Refused(
             gpud_pb2.LEASE_HELD,
-            f"GPU {gpu.index} is leased by pid {holder.peer.pid} (uid {holder.peer.uid}); "
+            f"GPU {gpu.index} ({gpu.uuid}) is leased by pid {holder.peer.pid} "
+            f"(uid {holder.peer.uid}{holder_labels(holder.owners.get(gpu.index))}); "
             "one process at a time may control a GPU's clocks",
+        )
+
+    async def _lease(self, conn: _Conn, gpu: ManagedGpu) -> None:
+        holder = self._leases.get(gpu.index)
+        if holder is conn:
+            return
+        if holder is not None and self._holder_gone(holder):
+            await self._drop(holder, f"its process, pid {holder.peer.pid}, exited")
+            holder = None
+        if holder is not None:
+            raise self._held(gpu, holder)
+        pid = conn.peer.pid
+        owner = await asyncio.get_running_loop().run_in_executor(
+            None, self.ownership.check, pid, gpu.uuid, gpu.minor
+        )
+        if owner is None:
+            hint = (
+                " (the daemon sees pid 0: it needs the host's pid namespace, hostPID: true)"
+                if pid == 0
+                else ""
+            )
+            raise _Refused(
+                gpud_pb2.NOT_OWNER,
+                f"GPU {gpu.index} ({gpu.uuid}) is not pid {pid}'s: gpud leases a GPU only when "
+                f"{self.ownership.describe()}{hint}. Lease the GPU this process was given "
+                "(CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES), after CUDA opened it",
+            )
+        holder = self._leases.get(gpu.index)  # the check ran off the loop: look again
+        if holder is not None and holder is not conn:
+            raise self._held(gpu, holder)
+        self._leases[gpu.index] = conn
+        conn.leases.add(gpu.index)
+        conn.owners[gpu.index] = owner
+        log.info(
+            "GPU %d (%s): leased by %s (%s%s)",
+            gpu.index,
+            gpu.uuid,
+            conn.peer,
+            owner.how,
+            holder_labels(owner),
         )
 
     async def _gpu_call(
@@ -391,16 +508,11 @@ class GpudServer:
         peer = conn.peer
         try:
             if call == "lease":
-                holder = self._leases.get(gpu.index)
-                if holder is not None and holder is not conn:
-                    raise self._held(gpu, holder)
-                self._leases[gpu.index] = conn
-                conn.leases.add(gpu.index)
-                log.info("GPU %d: leased by %s", gpu.index, peer)
+                await self._lease(conn, gpu)
                 return gpud_pb2.Response(
                     id=req_id,
                     lease=gpud_pb2.Lease(
-                        gpu=self._info(gpu),
+                        gpu=gpu_info(gpu),
                         lease_timeout_s=self.lease_timeout,
                         read_only=self.read_only,
                     ),
@@ -414,17 +526,19 @@ class GpudServer:
                 self._holder_check(conn, gpu)
                 mhz = int(request.set_clock.mhz)
                 applied = await self._run(gpu, gpu.lock, mhz)
+                conn.changes[gpu.index] += 1
                 verb = "locked" if applied else "read-only: would lock"
-                log.info("GPU %d: %s the SM clock at %d MHz for %s", gpu.index, verb, mhz, peer)
-                return gpud_pb2.Response(id=req_id, clock=self._clock(gpu, applied))
+                log.debug("GPU %d: %s the SM clock at %d MHz for %s", gpu.index, verb, mhz, peer)
+                return gpud_pb2.Response(id=req_id, clock=clock_state(gpu, applied))
             if call == "reset_clock":
                 self._holder_check(conn, gpu)
-                applied = await self._run(gpu, gpu.reset)
+                applied = await self._run(gpu, gpu.reset, False)
+                conn.changes[gpu.index] += 1
                 verb = "reset" if applied else "read-only: would reset"
-                log.info("GPU %d: %s the SM clock for %s", gpu.index, verb, peer)
-                return gpud_pb2.Response(id=req_id, clock=self._clock(gpu, applied))
+                log.debug("GPU %d: %s the SM clock for %s", gpu.index, verb, peer)
+                return gpud_pb2.Response(id=req_id, clock=clock_state(gpu, applied))
             if call == "supported_clocks":
-                return gpud_pb2.Response(id=req_id, supported_clocks=self._info(gpu))
+                return gpud_pb2.Response(id=req_id, supported_clocks=gpu_info(gpu))
             if call == "energy":
                 energy = await self._run(gpu, gpu.energy_mj)
                 return gpud_pb2.Response(
@@ -441,30 +555,18 @@ class GpudServer:
         except UnsupportedClockError as exc:
             raise _Refused(gpud_pb2.UNSUPPORTED_CLOCK, str(exc)) from exc
         except GpuError as exc:
+            log.error("GPU %d: NVML failed for %s's %s: %s", gpu.index, peer, call, exc)
             raise _Refused(gpud_pb2.DEVICE_ERROR, str(exc)) from exc
         raise _Refused(gpud_pb2.INVALID_ARGUMENT, f"unknown call {call!r}")  # pragma: no cover
 
     # -- replies ----------------------------------------------------------------------------------
 
-    @staticmethod
-    def _info(gpu: ManagedGpu) -> gpud_pb2.GpuInfo:
-        return gpud_pb2.GpuInfo(index=gpu.index, name=gpu.name, supported_clocks_mhz=gpu.clocks)
+    def holder(self, index: int) -> tuple[Peer, Owner] | None:
+        """The live holder of GPU ``index`` and why it owns it (``None``: not leased)."""
+        conn = self._leases.get(index)
+        if conn is None or self._holder_gone(conn):
+            return None
+        return conn.peer, conn.owners.get(index, Owner("unchecked"))
 
-    @staticmethod
-    def _clock(gpu: ManagedGpu, applied: bool) -> gpud_pb2.ClockState:
-        state = gpud_pb2.ClockState(index=gpu.index, applied=applied)
-        if gpu.locked_mhz is not None:
-            state.locked_mhz = gpu.locked_mhz
-        return state
-
-    def _status(self) -> gpud_pb2.Status:
-        status = gpud_pb2.Status(read_only=self.read_only, lease_timeout_s=self.lease_timeout)
-        for index, gpu in self.gpus.items():
-            entry = status.gpus.add(index=index, name=gpu.name)
-            if gpu.locked_mhz is not None:
-                entry.locked_mhz = gpu.locked_mhz
-            holder = self._leases.get(index)
-            if holder is not None:
-                entry.holder.pid = holder.peer.pid
-                entry.holder.uid = holder.peer.uid
-        return status
+    def connection_count(self) -> int:
+        return len(self._conns)

@@ -7,7 +7,8 @@ It has the same names as ``pynvml`` for what Perseus uses (``nvmlInit``, ``nvmlS
 ``nvmlDeviceGetSupportedMemoryClocks``, ``nvmlDeviceGetSupportedGraphicsClocks``,
 ``nvmlDeviceSetGpuLockedClocks``, ``nvmlDeviceResetGpuLockedClocks``,
 ``nvmlDeviceGetTotalEnergyConsumption``, ``nvmlDeviceGetClockInfo``,
-``nvmlDeviceGetCurrentClocksEventReasons``), raises the real ``pynvml.NVMLError`` codes, and
+``nvmlDeviceGetCurrentClocksEventReasons``, ``nvmlDeviceGetUUID``, ``nvmlDeviceGetMinorNumber``,
+``nvmlDeviceGetPowerUsage``), raises the real ``pynvml.NVMLError`` codes, and
 enforces NVML's rules:
 
 - every call but ``nvmlInit`` fails with ``UNINITIALIZED`` until ``nvmlInit`` (calls are counted,
@@ -23,6 +24,9 @@ an energy counter. Energy accrues with wall time at a power that grows with the 
 (:data:`IDLE_W` plus up to :data:`DYNAMIC_W` at the maximum clock, cubically: a simple model, not
 a measurement); only differences are meaningful, as on a real GPU.
 
+Simulated GPU ``i`` has minor number ``i`` (its device node would be ``/dev/nvidia<i>``) and a
+stable UUID (:func:`simulated_uuid`), the same in every process, as a real GPU's is.
+
 ``state_path`` keeps the lock state and the energy counter across processes (JSON, replaced
 atomically on every change), so a daemon killed with a GPU locked finds it still locked when it
 starts again, as with a real GPU. ``throttle_path`` (optional JSON, re-read when it changes)
@@ -37,6 +41,7 @@ import json
 import os
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +50,15 @@ import pynvml
 
 from perseus_client.gpu.nvml import CLOCK_EVENT_REASONS
 
-__all__ = ["SimulatedNvml", "A100_CLOCKS_MHZ", "A100_MEMORY_MHZ", "IDLE_W", "DYNAMIC_W"]
+__all__ = [
+    "SimulatedNvml",
+    "SimulatedStateError",
+    "simulated_uuid",
+    "A100_CLOCKS_MHZ",
+    "A100_MEMORY_MHZ",
+    "IDLE_W",
+    "DYNAMIC_W",
+]
 
 #: The SM clocks of the shipped A100 profile, highest first (15 MHz steps, 1410..855).
 A100_CLOCKS_MHZ: tuple[int, ...] = tuple(range(1410, 854, -15))
@@ -57,6 +70,15 @@ IDLE_W = 60.0
 DYNAMIC_W = 340.0
 _NAME = "NVIDIA A100-SXM4-80GB (simulated)"
 _BY_NAME = {name: bit for bit, name in CLOCK_EVENT_REASONS.items()}
+
+
+def simulated_uuid(index: int) -> str:
+    """The UUID of simulated GPU ``index`` (``GPU-`` and a name-based UUID; stable)."""
+    return f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'perseus-simulated-gpu/{index}')}"
+
+
+class SimulatedStateError(ValueError):
+    """The simulated GPUs' state file cannot be used (not JSON, or not the expected shape)."""
 
 
 @dataclass
@@ -116,17 +138,33 @@ class SimulatedNvml:
     # -- state ------------------------------------------------------------------------------------
 
     def _load(self) -> None:
-        assert self._state_path is not None
-        doc = json.loads(self._state_path.read_text())
-        for entry in doc.get("gpus", []):
-            i = int(entry["index"])
-            if 0 <= i < len(self._devices):
-                dev = self._devices[i]
-                locked = entry.get("locked_mhz")
-                dev.locked = None if locked is None else (int(locked), int(locked))
-                dev.energy_j = float(entry.get("energy_mj", 0)) / 1000.0
-                dev.sets = int(entry.get("sets", 0))
-                dev.resets = int(entry.get("resets", 0))
+        path = self._state_path
+        assert path is not None
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise SimulatedStateError(
+                f"the simulated GPUs' state file {path} cannot be read as JSON ({exc}); "
+                "fix or remove it"
+            ) from exc
+        try:
+            entries = doc.get("gpus", []) if isinstance(doc, dict) else None
+            if not isinstance(entries, list):
+                raise TypeError('expected an object {"gpus": [...]}')
+            for entry in entries:
+                i = int(entry["index"])
+                if 0 <= i < len(self._devices):
+                    dev = self._devices[i]
+                    locked = entry.get("locked_mhz")
+                    dev.locked = None if locked is None else (int(locked), int(locked))
+                    dev.energy_j = float(entry.get("energy_mj", 0)) / 1000.0
+                    dev.sets = int(entry.get("sets", 0))
+                    dev.resets = int(entry.get("resets", 0))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SimulatedStateError(
+                f"the simulated GPUs' state file {path} is malformed ({type(exc).__name__}: "
+                f"{exc}); fix or remove it"
+            ) from exc
 
     def _persist(self) -> None:
         if self._state_path is None:
@@ -287,6 +325,20 @@ class SimulatedNvml:
             self._read_throttle()
             cap = self._throttle.get(dev.index)
             return 0 if cap is None else cap[1]
+
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        return simulated_uuid(self._device(handle).index)
+
+    def nvmlDeviceGetMinorNumber(self, handle: Any) -> int:
+        return self._device(handle).index
+
+    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
+        """The model power at the clock in effect now, milliwatts (as NVML's)."""
+        with self._lock:
+            dev = self._device(handle)
+            self._read_throttle()
+            ratio = self._clock_of(dev) / self.clocks[0]
+            return int((IDLE_W + DYNAMIC_W * ratio**3) * 1000.0)
 
     # -- inspection -------------------------------------------------------------------------------
 

@@ -18,6 +18,9 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     UNSUPPORTED_CLOCK: _ClassVar[ErrorCode]
     DEVICE_ERROR: _ClassVar[ErrorCode]
     TOO_LARGE: _ClassVar[ErrorCode]
+    NOT_OWNER: _ClassVar[ErrorCode]
+    BUSY: _ClassVar[ErrorCode]
+    TIMEOUT: _ClassVar[ErrorCode]
 ERROR_CODE_UNSPECIFIED: ErrorCode
 INVALID_ARGUMENT: ErrorCode
 PERMISSION_DENIED: ErrorCode
@@ -27,6 +30,9 @@ NOT_LEASED: ErrorCode
 UNSUPPORTED_CLOCK: ErrorCode
 DEVICE_ERROR: ErrorCode
 TOO_LARGE: ErrorCode
+NOT_OWNER: ErrorCode
+BUSY: ErrorCode
+TIMEOUT: ErrorCode
 
 class Request(_message.Message):
     __slots__ = ("id", "lease", "release", "set_clock", "reset_clock", "supported_clocks", "energy", "sample", "status", "heartbeat")
@@ -79,18 +85,22 @@ class Empty(_message.Message):
     def __init__(self) -> None: ...
 
 class GpuRef(_message.Message):
-    __slots__ = ("index",)
+    __slots__ = ("index", "uuid")
     INDEX_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
     index: int
-    def __init__(self, index: _Optional[int] = ...) -> None: ...
+    uuid: str
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ...) -> None: ...
 
 class SetClock(_message.Message):
-    __slots__ = ("index", "mhz")
+    __slots__ = ("index", "mhz", "uuid")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     MHZ_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
     index: int
     mhz: int
-    def __init__(self, index: _Optional[int] = ..., mhz: _Optional[int] = ...) -> None: ...
+    uuid: str
+    def __init__(self, index: _Optional[int] = ..., mhz: _Optional[int] = ..., uuid: _Optional[str] = ...) -> None: ...
 
 class Error(_message.Message):
     __slots__ = ("code", "message")
@@ -101,14 +111,16 @@ class Error(_message.Message):
     def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class GpuInfo(_message.Message):
-    __slots__ = ("index", "name", "supported_clocks_mhz")
+    __slots__ = ("index", "name", "supported_clocks_mhz", "uuid")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     SUPPORTED_CLOCKS_MHZ_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
     index: int
     name: str
     supported_clocks_mhz: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., supported_clocks_mhz: _Optional[_Iterable[int]] = ...) -> None: ...
+    uuid: str
+    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., supported_clocks_mhz: _Optional[_Iterable[int]] = ..., uuid: _Optional[str] = ...) -> None: ...
 
 class Lease(_message.Message):
     __slots__ = ("gpu", "lease_timeout_s", "read_only")
@@ -121,14 +133,16 @@ class Lease(_message.Message):
     def __init__(self, gpu: _Optional[_Union[GpuInfo, _Mapping]] = ..., lease_timeout_s: _Optional[float] = ..., read_only: _Optional[bool] = ...) -> None: ...
 
 class ClockState(_message.Message):
-    __slots__ = ("index", "locked_mhz", "applied")
+    __slots__ = ("index", "uuid", "locked_mhz", "applied")
     INDEX_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
     LOCKED_MHZ_FIELD_NUMBER: _ClassVar[int]
     APPLIED_FIELD_NUMBER: _ClassVar[int]
     index: int
+    uuid: str
     locked_mhz: int
     applied: bool
-    def __init__(self, index: _Optional[int] = ..., locked_mhz: _Optional[int] = ..., applied: _Optional[bool] = ...) -> None: ...
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., locked_mhz: _Optional[int] = ..., applied: _Optional[bool] = ...) -> None: ...
 
 class Energy(_message.Message):
     __slots__ = ("index", "energy_mj")
@@ -153,24 +167,34 @@ class Sample(_message.Message):
     def __init__(self, index: _Optional[int] = ..., sm_mhz: _Optional[int] = ..., locked_mhz: _Optional[int] = ..., reasons: _Optional[int] = ..., reason_names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Holder(_message.Message):
-    __slots__ = ("pid", "uid")
+    __slots__ = ("pid", "uid", "pod", "namespace", "slurm_job", "owned_by")
     PID_FIELD_NUMBER: _ClassVar[int]
     UID_FIELD_NUMBER: _ClassVar[int]
+    POD_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    SLURM_JOB_FIELD_NUMBER: _ClassVar[int]
+    OWNED_BY_FIELD_NUMBER: _ClassVar[int]
     pid: int
     uid: int
-    def __init__(self, pid: _Optional[int] = ..., uid: _Optional[int] = ...) -> None: ...
+    pod: str
+    namespace: str
+    slurm_job: str
+    owned_by: str
+    def __init__(self, pid: _Optional[int] = ..., uid: _Optional[int] = ..., pod: _Optional[str] = ..., namespace: _Optional[str] = ..., slurm_job: _Optional[str] = ..., owned_by: _Optional[str] = ...) -> None: ...
 
 class GpuStatus(_message.Message):
-    __slots__ = ("index", "name", "locked_mhz", "holder")
+    __slots__ = ("index", "name", "locked_mhz", "holder", "uuid")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     LOCKED_MHZ_FIELD_NUMBER: _ClassVar[int]
     HOLDER_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
     index: int
     name: str
     locked_mhz: int
     holder: Holder
-    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., locked_mhz: _Optional[int] = ..., holder: _Optional[_Union[Holder, _Mapping]] = ...) -> None: ...
+    uuid: str
+    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., locked_mhz: _Optional[int] = ..., holder: _Optional[_Union[Holder, _Mapping]] = ..., uuid: _Optional[str] = ...) -> None: ...
 
 class Status(_message.Message):
     __slots__ = ("gpus", "read_only", "lease_timeout_s")

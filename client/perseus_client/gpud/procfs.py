@@ -1,0 +1,149 @@
+"""What the daemon reads about its peers from ``/proc``: liveness, parents, uids, open device
+nodes, the cgroup's Kubernetes pod UID and the Slurm job id.
+
+Everything takes the pid as the kernel reported it (``SO_PEERCRED``) and returns ``None`` (or an
+empty result) when the process is gone or its files cannot be read; nothing here raises for a
+process that vanished. ``proc`` is the procfs mount (``/proc``; a test may point elsewhere only
+for what this machine cannot produce: see ``docs/gpud.md``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+
+__all__ = [
+    "NVIDIA_MAJOR",
+    "start_time",
+    "parent",
+    "real_uid",
+    "ancestors",
+    "open_nvidia_minors",
+    "open_paths",
+    "pod_uid",
+    "environ_value",
+]
+
+#: The character-device major number of ``/dev/nvidia<N>`` (the GPUs; ``nvidiactl`` is minor 255).
+NVIDIA_MAJOR = 195
+_POD_UID = re.compile(
+    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
+)
+
+
+def _stat_fields(pid: int, proc: str) -> list[str] | None:
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as f:
+            raw = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    # "pid (comm) state ppid ...": comm may hold spaces and parentheses; split after the last ')'.
+    end = raw.rfind(")")
+    return raw[end + 2 :].split() if end > 0 else None
+
+
+def start_time(pid: int, proc: str = "/proc") -> int | None:
+    """The process's start time (clock ticks since boot), or ``None`` when it is gone or a zombie.
+
+    A pid and its start time name one process: a pid reused by a new process has another."""
+    if pid <= 0:
+        return None
+    fields = _stat_fields(pid, proc)
+    if fields is None or len(fields) < 20 or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def parent(pid: int, proc: str = "/proc") -> int | None:
+    """The parent's pid (``None`` when unknown)."""
+    fields = _stat_fields(pid, proc)
+    return int(fields[1]) if fields is not None and len(fields) > 1 else None
+
+
+def real_uid(pid: int, proc: str = "/proc") -> int | None:
+    """The process's real uid (``None`` when unknown)."""
+    try:
+        with open(f"{proc}/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def ancestors(pid: int, proc: str = "/proc", *, limit: int = 64) -> list[int]:
+    """``pid`` and its parents with the same real uid, nearest first; pid 1 is never included
+    (init, or a container's first process, which is no one's proof of ownership but its own)."""
+    uid = real_uid(pid, proc)
+    out: list[int] = []
+    current: int | None = pid
+    while current is not None and current > 1 and len(out) < limit:
+        if real_uid(current, proc) != uid:
+            break
+        out.append(current)
+        current = parent(current, proc)
+    return out
+
+
+def _fds(pid: int, proc: str) -> list[str]:
+    try:
+        return [f"{proc}/{pid}/fd/{fd}" for fd in os.listdir(f"{proc}/{pid}/fd")]
+    except OSError:
+        return []
+
+
+def open_nvidia_minors(pid: int, proc: str = "/proc", major: int = NVIDIA_MAJOR) -> set[int]:
+    """Minor numbers of the NVIDIA GPU device nodes (character devices of ``major``, 195, minor
+    below 255) the process has open. The node is matched by its device number, not its name, so a node
+    that a container runtime created under another path counts too."""
+    minors = set()
+    for link in _fds(pid, proc):
+        try:
+            st = os.stat(link)
+        except OSError:
+            continue
+        if stat.S_ISCHR(st.st_mode) and os.major(st.st_rdev) == major:
+            minor = os.minor(st.st_rdev)
+            if minor < 255:
+                minors.add(minor)
+    return minors
+
+
+def open_paths(pid: int, proc: str = "/proc") -> set[str]:
+    """The paths of every file the process has open (``readlink`` of its fds)."""
+    paths = set()
+    for link in _fds(pid, proc):
+        try:
+            paths.add(os.readlink(link))
+        except OSError:
+            continue
+    return paths
+
+
+def pod_uid(pid: int, proc: str = "/proc") -> str | None:
+    """The Kubernetes pod UID in the process's cgroup path (``.../pod<uid>/...`` with the
+    cgroupfs driver, ``kubepods-...-pod<uid with _>.slice`` with systemd's), or ``None``."""
+    try:
+        with open(f"{proc}/{pid}/cgroup") as f:
+            text = f.read()
+    except OSError:
+        return None
+    match = _POD_UID.search(text)
+    return match.group(1).replace("_", "-") if match else None
+
+
+def environ_value(pid: int, key: str, proc: str = "/proc") -> str | None:
+    """``key`` in the process's environment as it started (``/proc/PID/environ``), or ``None``.
+    The process chose its environment: use the value as a label, never as a proof."""
+    try:
+        with open(f"{proc}/{pid}/environ", "rb") as f:
+            raw = f.read(1 << 20)
+    except OSError:
+        return None
+    prefix = key.encode() + b"="
+    for entry in raw.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix) :].decode(errors="replace")[:128]
+    return None

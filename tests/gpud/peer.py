@@ -1,0 +1,150 @@
+"""A scriptable daemon peer for the gpud tests: a real process, optionally unprivileged, that
+opens connections and leases as told on stdin and answers one JSON line per command on stdout.
+
+    python peer.py --socket S [--uid U --gid G] [--device FILE]
+
+``--device`` opens that (simulated) device node first, as CUDA would. Everything is imported
+before ``setuid`` (this machine's interpreter lives where other users cannot enter). Commands:
+
+- ``connect N``: open N more connections and send a heartbeat on each;
+  ``{"open": k, "busy": b}``: ``b`` of them were answered ``BUSY`` and closed;
+- ``lease REF`` (``GPU-...`` or an index) on connection 0: ``{"ok": true, "uuid": ...}`` or
+  ``{"code": ..., "message": ...}``; ``lock MHZ``: lock the leased GPU's clock;
+- ``fork``: fork a child that keeps heartbeating on connection 0 every 0.2 s until killed;
+  ``{"child": pid}``;
+- ``open``: how many connections the daemon has not closed ``{"open": k}``;
+- ``exit``: exit at once (without closing anything first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import select
+import socket
+import struct
+import sys
+import time
+
+from perseus_client.gpud import GpudConnection, GpudRefusedError
+from perseus_client.gpud.protocol import encode_frame, read_frame
+from perseus_common.proto import gpud_pb2
+
+
+def _admitted(sock: socket.socket) -> bool:
+    """Whether the daemon kept this connection: a heartbeat is answered (True), or the daemon
+    sent BUSY and closed it (False)."""
+    request = gpud_pb2.Request(id=7, heartbeat=gpud_pb2.Empty()).SerializeToString()
+    sock.settimeout(30.0)
+    with contextlib.suppress(OSError):  # already closed: its BUSY frame is still there to read
+        sock.sendall(encode_frame(request))
+    try:
+        reply = gpud_pb2.Response.FromString(read_frame(sock))
+    except (OSError, ConnectionError):
+        return False
+    if reply.HasField("error"):
+        assert reply.error.code == gpud_pb2.BUSY, reply
+        return False
+    return reply.id == 7
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the daemon has closed the connection (or sent it a closing error) by now."""
+    ready, _, _ = select.select([sock], [], [], 0.0)
+    if not ready:
+        return False
+    try:
+        data = sock.recv(65536, socket.MSG_PEEK)
+    except OSError:
+        return True
+    if not data:
+        return True
+    (size,) = struct.unpack(">I", data[:4])
+    reply = gpud_pb2.Response.FromString(data[4 : 4 + size])
+    return reply.error.code in (gpud_pb2.BUSY, gpud_pb2.TIMEOUT)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--socket", required=True)
+    ap.add_argument("--uid", type=int)
+    ap.add_argument("--gid", type=int)
+    ap.add_argument("--device")
+    args = ap.parse_args()
+    gpud_pb2.Response.FromString(gpud_pb2.Response(id=1).SerializeToString())
+    json.dumps({})
+    device = open(args.device, "rb") if args.device else None  # noqa: SIM115
+    if args.uid is not None:
+        os.setgroups([])
+        os.setgid(args.gid if args.gid is not None else args.uid)
+        os.setuid(args.uid)
+    conns: list[socket.socket] = []
+    leased: GpudConnection | None = None
+    uuid = ""
+
+    def reply(obj: object) -> None:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+
+    for line in sys.stdin:
+        cmd, *rest = line.split()
+        if cmd == "connect":
+            opened, busy = 0, 0
+            for _ in range(int(rest[0])):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.connect(args.socket)
+                conns.append(s)
+                opened += 1
+            for s in conns[-opened:]:
+                busy += not _admitted(s)
+            reply({"open": opened, "busy": busy})
+        elif cmd == "lease":
+            ref = rest[0]
+            leased = leased or GpudConnection(args.socket)
+            gref = (
+                gpud_pb2.GpuRef(uuid=ref)
+                if ref.startswith("GPU-")
+                else gpud_pb2.GpuRef(index=int(ref))
+            )
+            try:
+                lease = leased.call(lease=gref).lease
+                uuid = lease.gpu.uuid
+                reply({"ok": True, "uuid": uuid, "index": lease.gpu.index})
+            except GpudRefusedError as exc:
+                reply({"code": exc.code, "message": str(exc)})
+        elif cmd == "lock":
+            assert leased is not None
+            leased.call(set_clock=gpud_pb2.SetClock(uuid=uuid, mhz=int(rest[0])))
+            reply({"ok": True})
+        elif cmd == "fork":
+            assert leased is not None
+            sock = leased._sock
+            assert sock is not None
+            pid = os.fork()
+            if pid == 0:  # the child: heartbeat on the inherited socket until killed
+                sys.stdin.close()
+                while True:
+                    try:
+                        sock.sendall(
+                            encode_frame(
+                                gpud_pb2.Request(heartbeat=gpud_pb2.Empty()).SerializeToString()
+                            )
+                        )
+                        read_frame(sock)
+                    except OSError:
+                        os._exit(0)
+                    time.sleep(0.2)
+            reply({"child": pid})
+        elif cmd == "open":
+            reply({"open": sum(not _closed(s) for s in conns)})
+        elif cmd == "exit":
+            os._exit(0)
+    if device is not None:
+        device.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""Ownership: gpud leases a GPU only to a process the node gave it to, tested with real
+processes against a real ``perseus gpud --simulate``: simulated device nodes opened by the peer
+(or a parent of the same uid), and the Kubernetes route through a real gRPC pod-resources
+stand-in on a Unix socket with peers placed in real cgroups named like the kubelet's. Also: a
+lease dies with the process that took it (a real fork), and malformed state files are refused
+with a message, not a traceback."""
+
+from __future__ import annotations
+
+import contextlib
+import filecmp
+import os
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import uuid as uuidlib
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from pathlib import Path
+
+import gpud_harness
+import grpc
+import pytest
+from gpud_harness import NOBODY, NOGROUP, REPO, Daemon, PeerProcess, child_env, wait_for
+
+from perseus_client.gpud import podresources_pb2, podresources_pb2_grpc, procfs
+from perseus_client.gpud.simnvml import simulated_uuid
+
+workdir = gpud_harness.workdir
+start_daemon = gpud_harness.start_daemon
+start_peer = gpud_harness.start_peer
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="starts a root daemon")
+
+CGROUP_ROOT = Path("/sys/fs/cgroup/systemd")  # a cgroup v1 hierarchy this machine lets us write
+
+
+def test_a_lease_needs_the_gpus_own_device_node(
+    start_daemon: Callable[..., Daemon], start_peer: Callable[..., PeerProcess]
+) -> None:
+    daemon = start_daemon("--simulate", "2", "--allow-uid", str(NOBODY), "--group", "nogroup")
+    creds = ("--uid", str(NOBODY), "--gid", str(NOGROUP))
+    stranger = start_peer(daemon.socket, *creds)
+    refused = stranger.cmd("lease 0")
+    assert refused["code"] == "NOT_OWNER"
+    assert (
+        "nvidia<minor> open" in refused["message"] and f"pid {stranger.pid}" in refused["message"]
+    )
+    # GPU 0's node opened does not make GPU 1 its own; by UUID or index alike.
+    peer = start_peer(
+        daemon.socket,
+        *creds,
+        "--device",
+        str(daemon.dev_dir / "nvidia0"),
+        env={"SLURM_JOB_ID": "4242"},  # a Slurm job's trainer: status names the job
+    )
+    assert peer.cmd(f"lease {simulated_uuid(1)}")["code"] == "NOT_OWNER"
+    assert peer.cmd("lease 1")["code"] == "NOT_OWNER"
+    granted = peer.cmd(f"lease {simulated_uuid(0)}")
+    assert granted == {"ok": True, "uuid": simulated_uuid(0), "index": 0}
+    row = daemon.status()[0]
+    assert (row["holder"]["pid"], row["holder"]["owned_by"]) == (peer.pid, "device-node")
+    assert row["holder"]["slurm_job"] == "4242"
+    assert "; Slurm job 4242" in stranger.cmd("lease 0")["message"]  # LEASE_HELD names it
+    log = daemon.log()
+    assert log.count("refused lease from") == 4 and log.count("): leased by") == 1
+
+
+def test_a_parents_device_node_counts_only_for_the_same_uid(
+    start_daemon: Callable[..., Daemon], start_peer: Callable[..., PeerProcess]
+) -> None:
+    daemon = start_daemon("--simulate", "2", "--allow-uid", str(NOBODY), "--group", "nogroup")
+    daemon.own(1)  # this test process (root) has GPU 1's node open; its children do not
+    other_uid = start_peer(daemon.socket, "--uid", str(NOBODY), "--gid", str(NOGROUP))
+    assert other_uid.cmd("lease 1")["code"] == "NOT_OWNER"
+    child = start_peer(daemon.socket)  # root, like its parent: a launcher's worker
+    assert child.cmd("lease 1")["ok"]
+    assert daemon.status()[1]["holder"]["pid"] == child.pid
+
+
+def test_a_lease_dies_with_the_process_that_took_it_not_with_a_forked_child(
+    start_daemon: Callable[..., Daemon], start_peer: Callable[..., PeerProcess]
+) -> None:
+    daemon = start_daemon("--simulate", "1", "--lease-timeout", "2")
+    peer = start_peer(daemon.socket, "--device", str(daemon.dev_dir / "nvidia0"))
+    assert peer.cmd("lease 0")["ok"] and peer.cmd("lock 1005")["ok"]
+    child = peer.cmd("fork")["child"]
+    try:
+        assert daemon.status()[0]["locked_mhz"] == 1005
+        assert daemon.status()[0]["holder"]["pid"] == peer.pid
+        peer.send("exit")
+        peer.proc.wait(timeout=10)
+        # The child still holds the socket and heartbeats; the lease is gone all the same.
+        row = wait_for(
+            lambda: (r := daemon.status()[0])["holder"] is None and r, 10.0, "the lease to end"
+        )
+        assert row["locked_mhz"] is None
+        assert procfs.start_time(child) is not None  # the child is alive
+        assert f"its process, pid {peer.pid}, exited" in daemon.log()
+    finally:
+        os.kill(child, signal.SIGKILL)  # not this process's child: init reaps it
+
+
+# -- Kubernetes: the kubelet's pod-resources API -----------------------------------------------
+
+
+class _Kubelet(podresources_pb2_grpc.PodResourcesListerServicer):
+    def __init__(self, pods: list[tuple[str, str, str, list[str]]]) -> None:
+        self.pods = pods
+        self.calls = 0
+
+    def List(  # noqa: N802 - the API's name
+        self, request: podresources_pb2.ListPodResourcesRequest, context: grpc.ServicerContext
+    ) -> podresources_pb2.ListPodResourcesResponse:
+        self.calls += 1
+        reply = podresources_pb2.ListPodResourcesResponse()
+        for namespace, name, container, gpus in self.pods:
+            pod = reply.pod_resources.add(name=name, namespace=namespace)
+            c = pod.containers.add(name=container)
+            c.devices.add(resource_name="nvidia.com/cpu-not-gpu", device_ids=["x"])
+            c.devices.add(resource_name="nvidia.com/gpu", device_ids=gpus)
+        return reply
+
+
+@pytest.fixture
+def cgroups() -> Iterator[Callable[[str, int], None]]:
+    """Put a process into a cgroup at a path under a test root (removed afterwards)."""
+    base = CGROUP_ROOT / f"perseus-test-{os.getpid()}"
+    try:
+        base.mkdir()
+    except OSError as exc:
+        pytest.skip(f"cannot create cgroups here: {exc}")
+    moved: list[int] = []
+
+    def place(path: str, pid: int) -> None:
+        d = base / path
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "cgroup.procs").write_text(str(pid))
+        moved.append(pid)
+
+    yield place
+    for pid in moved:
+        with contextlib.suppress(OSError):  # exited
+            (CGROUP_ROOT / "cgroup.procs").write_text(str(pid))
+    for d in sorted(base.rglob("*"), key=lambda p: -len(p.parts)):
+        if d.is_dir():
+            d.rmdir()
+    base.rmdir()
+
+
+def test_pod_resources_grant_the_pods_gpu_and_name_the_pod(
+    start_daemon: Callable[..., Daemon],
+    start_peer: Callable[..., PeerProcess],
+    workdir: Path,
+    cgroups: Callable[[str, int], None],
+) -> None:
+    pod_a, pod_b = str(uuidlib.uuid4()), str(uuidlib.uuid4())
+    logs = workdir / "pods"
+    for entry in (f"team-a_train-0_{pod_a}", f"team-b_train-0_{pod_b}"):
+        (logs / entry / "trainer").mkdir(parents=True)
+    kubelet = _Kubelet(
+        [
+            ("team-a", "train-0", "trainer", [simulated_uuid(1)]),
+            ("team-b", "train-0", "trainer", [simulated_uuid(0)]),
+        ]
+    )
+    sock = workdir / "kubelet.sock"
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    podresources_pb2_grpc.add_PodResourcesListerServicer_to_server(kubelet, server)
+    server.add_insecure_port(f"unix:{sock}")
+    server.start()
+    try:
+        textfile = workdir / "gpud.prom"
+        daemon = start_daemon(
+            "--simulate", "2", "--ownership", "pod-resources",
+            "--kubelet-socket", str(sock), "--pod-logs-dir", str(logs),
+            "--metrics-textfile", str(textfile), "--metrics-interval", "0.2",
+        )  # fmt: skip
+        # A trainer in pod team-a/train-0 (cgroupfs driver's path), one in team-b's (systemd's
+        # slice names), and one in no pod. None has a device node open: the kubelet decides.
+        a = start_peer(daemon.socket)
+        cgroups(f"kubepods/burstable/pod{pod_a}/0123abcd", a.pid)
+        b = start_peer(daemon.socket)
+        slice_b = f"kubepods-burstable-pod{pod_b.replace('-', '_')}.slice"
+        cgroups(f"kubepods.slice/{slice_b}/cri-containerd-0123abcd.scope", b.pid)
+        outsider = start_peer(daemon.socket)
+        assert procfs.pod_uid(a.pid) == pod_a and procfs.pod_uid(b.pid) == pod_b
+        assert procfs.pod_uid(outsider.pid) is None
+
+        assert a.cmd(f"lease {simulated_uuid(0)}")["code"] == "NOT_OWNER"  # team-b's GPU
+        assert outsider.cmd("lease 1")["code"] == "NOT_OWNER"
+        assert a.cmd(f"lease {simulated_uuid(1)}")["ok"]
+        assert b.cmd("lease 0")["ok"]
+        rows = daemon.status()
+        assert rows[1]["holder"] | {"pid": 0} == {
+            "pid": 0, "uid": 0, "pod": "train-0", "namespace": "team-a", "slurm_job": "",
+            "owned_by": "pod-resources",
+        }  # fmt: skip
+        assert rows[0]["holder"]["namespace"] == "team-b"
+        assert kubelet.calls == 3  # once per lease by a pod member (the outsider: no pod, no call)
+        assert "pod team-a/train-0" in daemon.log()
+        # The metrics label the GPUs with their holders' pods, as the DCGM exporter does.
+        leased = f'perseus_gpud_leased{{uuid="{simulated_uuid(1)}",index="1",pod="train-0",namespace="team-a"}} 1.0'
+        wait_for(lambda: leased in textfile.read_text(), 10.0, "pod labels in the metrics")
+    finally:
+        server.stop(None)
+
+
+def test_the_committed_pod_resources_stubs_are_current() -> None:
+    from grpc_tools import protoc
+
+    src = REPO / "client"
+    name = "perseus_client/gpud/podresources"
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [
+            "grpc_tools.protoc", f"-I{src}", f"--python_out={tmp}", f"--pyi_out={tmp}",
+            f"--grpc_python_out={tmp}", f"{src}/{name}.proto",
+        ]  # fmt: skip
+        assert protoc.main(args) == 0
+        for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py"):
+            assert filecmp.cmp(f"{tmp}/{name}{suffix}", src / f"{name}{suffix}", shallow=False), (
+                f"{name}{suffix} is stale: regenerate it (see podresources.proto)"
+            )
+
+
+# -- state files ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "content", "expected"),
+    [
+        ("--state", "{not json", "not JSON"),
+        ("--state", '{"version": 1, "locked": {"GPU-1": "fast"}}', "not a lock record"),
+        ("--state", "[]", "not a lock record"),
+        ("--simulate-state", "{oops", "cannot be read as JSON"),
+        ("--simulate-state", '{"gpus": [{"locked_mhz": 1005}]}', "is malformed"),
+    ],
+)
+def test_a_malformed_state_file_is_a_clear_error(
+    workdir: Path, option: str, content: str, expected: str
+) -> None:
+    path = workdir / "state.json"
+    path.write_text(content)
+    out = subprocess.run(
+        [sys.executable, "-m", "perseus_client.gpud", "--socket", str(workdir / "s.sock"),
+         "--simulate", "1", option, str(path)],
+        capture_output=True, text=True, env=child_env(), timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    assert expected in out.stderr and str(path) in out.stderr
+    assert path.read_text() == content  # nothing overwritten
+
+
+def test_real_device_nodes_are_matched_by_device_number_through_proc(
+    start_peer: Callable[..., PeerProcess], workdir: Path
+) -> None:
+    """The path gpud takes on a GPU node: ``/proc/PID/fd`` → ``stat`` → a character device's
+    major and minor, through a parent of the same uid too. No GPU here, so the major is that of
+    ``/dev/zero`` and ``/dev/full`` (1) instead of NVIDIA's 195; a name other
+    than ``/dev/...`` (a container's own device node) matches all the same."""
+    from perseus_client.gpud.ownership import DeviceNodeOwnership
+
+    alias = workdir / "renamed-zero"
+    zero = os.stat("/dev/zero").st_rdev
+    os.mknod(alias, 0o666 | stat.S_IFCHR, zero)
+    peer = start_peer(str(workdir / "no.sock"), "--device", str(alias))  # opens it, then waits
+    wait_for(lambda: procfs.open_nvidia_minors(peer.pid, major=1), 10.0, "the peer's open node")
+    assert procfs.open_nvidia_minors(peer.pid, major=1) == {os.minor(zero)}
+    assert procfs.open_nvidia_minors(peer.pid) == set()  # no NVIDIA node: nothing
+    check = DeviceNodeOwnership(major=1)
+    assert check.owns(peer.pid, os.minor(zero))
+    assert not DeviceNodeOwnership().owns(peer.pid, os.minor(zero))  # not NVIDIA's major
+    full = os.minor(os.stat("/dev/full").st_rdev)
+    assert not check.owns(peer.pid, full)
+    with open("/dev/full", "rb"):  # now this process, the peer's parent (same uid), has it
+        assert check.owns(peer.pid, full)
