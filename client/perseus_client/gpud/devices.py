@@ -39,6 +39,8 @@ class ManagedGpu:
         self.index = gpu.index
         self.name = gpu.name
         self.clocks = gpu.supported_clocks()
+        #: NVML's maximum power limit (W; 0: unknown), sent with the GPU's info.
+        self.max_power_limit_w = gpu.max_power_limit_w() or 0.0
         self.read_only = read_only
         #: The SM clock this daemon locked (``None``: not locked, or read-only).
         self.locked_mhz: int | None = None

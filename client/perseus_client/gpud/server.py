@@ -448,7 +448,12 @@ class GpudServer:
 
     @staticmethod
     def _info(gpu: ManagedGpu) -> gpud_pb2.GpuInfo:
-        return gpud_pb2.GpuInfo(index=gpu.index, name=gpu.name, supported_clocks_mhz=gpu.clocks)
+        return gpud_pb2.GpuInfo(
+            index=gpu.index,
+            name=gpu.name,
+            supported_clocks_mhz=gpu.clocks,
+            max_power_limit_w=gpu.max_power_limit_w,
+        )
 
     @staticmethod
     def _clock(gpu: ManagedGpu, applied: bool) -> gpud_pb2.ClockState:

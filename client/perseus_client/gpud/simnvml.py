@@ -7,7 +7,8 @@ It has the same names as ``pynvml`` for what Perseus uses (``nvmlInit``, ``nvmlS
 ``nvmlDeviceGetSupportedMemoryClocks``, ``nvmlDeviceGetSupportedGraphicsClocks``,
 ``nvmlDeviceSetGpuLockedClocks``, ``nvmlDeviceResetGpuLockedClocks``,
 ``nvmlDeviceGetTotalEnergyConsumption``, ``nvmlDeviceGetClockInfo``,
-``nvmlDeviceGetCurrentClocksEventReasons``), raises the real ``pynvml.NVMLError`` codes, and
+``nvmlDeviceGetCurrentClocksEventReasons``, ``nvmlDeviceGetPowerManagementLimitConstraints``:
+an A100 SXM's 100-400 W), raises the real ``pynvml.NVMLError`` codes, and
 enforces NVML's rules:
 
 - every call but ``nvmlInit`` fails with ``UNINITIALIZED`` until ``nvmlInit`` (calls are counted,
@@ -234,6 +235,11 @@ class SimulatedNvml:
     def nvmlDeviceGetName(self, handle: Any) -> str:
         self._device(handle)
         return _NAME
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: Any) -> tuple[int, int]:
+        """``(min, max)`` power limits in milliwatts (an A100 SXM's)."""
+        self._device(handle)
+        return (100_000, 400_000)
 
     def nvmlDeviceGetSupportedMemoryClocks(self, handle: Any) -> list[int]:
         self._device(handle)

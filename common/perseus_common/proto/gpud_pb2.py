@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fperseus_common/proto/gpud.proto\x12\x0fperseus.gpud.v1\"\xb5\x03\n\x07Request\x12\n\n\x02id\x18\x01 \x01(\x04\x12(\n\x05lease\x18\x02 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12*\n\x07release\x18\x03 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12.\n\tset_clock\x18\x04 \x01(\x0b\x32\x19.perseus.gpud.v1.SetClockH\x00\x12.\n\x0breset_clock\x18\x05 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12\x33\n\x10supported_clocks\x18\x06 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12)\n\x06\x65nergy\x18\x07 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12)\n\x06sample\x18\x08 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12(\n\x06status\x18\t \x01(\x0b\x32\x16.perseus.gpud.v1.EmptyH\x00\x12+\n\theartbeat\x18\n \x01(\x0b\x32\x16.perseus.gpud.v1.EmptyH\x00\x42\x06\n\x04\x63\x61ll\"\x82\x03\n\x08Response\x12\n\n\x02id\x18\x01 \x01(\x04\x12%\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x16.perseus.gpud.v1.Error\x12\'\n\x05lease\x18\x03 \x01(\x0b\x32\x16.perseus.gpud.v1.LeaseH\x00\x12,\n\x05\x63lock\x18\x04 \x01(\x0b\x32\x1b.perseus.gpud.v1.ClockStateH\x00\x12\x34\n\x10supported_clocks\x18\x05 \x01(\x0b\x32\x18.perseus.gpud.v1.GpuInfoH\x00\x12)\n\x06\x65nergy\x18\x06 \x01(\x0b\x32\x17.perseus.gpud.v1.EnergyH\x00\x12)\n\x06sample\x18\x07 \x01(\x0b\x32\x17.perseus.gpud.v1.SampleH\x00\x12)\n\x06status\x18\x08 \x01(\x0b\x32\x17.perseus.gpud.v1.StatusH\x00\x12+\n\theartbeat\x18\t \x01(\x0b\x32\x16.perseus.gpud.v1.EmptyH\x00\x42\x08\n\x06result\"\x07\n\x05\x45mpty\"\x17\n\x06GpuRef\x12\r\n\x05index\x18\x01 \x01(\r\"&\n\x08SetClock\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0b\n\x03mhz\x18\x02 \x01(\r\"B\n\x05\x45rror\x12(\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x1a.perseus.gpud.v1.ErrorCode\x12\x0f\n\x07message\x18\x02 \x01(\t\"D\n\x07GpuInfo\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x1c\n\x14supported_clocks_mhz\x18\x03 \x03(\r\"Z\n\x05Lease\x12%\n\x03gpu\x18\x01 \x01(\x0b\x32\x18.perseus.gpud.v1.GpuInfo\x12\x17\n\x0flease_timeout_s\x18\x02 \x01(\x01\x12\x11\n\tread_only\x18\x03 \x01(\x08\"T\n\nClockState\x12\r\n\x05index\x18\x01 \x01(\r\x12\x17\n\nlocked_mhz\x18\x02 \x01(\rH\x00\x88\x01\x01\x12\x0f\n\x07\x61pplied\x18\x03 \x01(\x08\x42\r\n\x0b_locked_mhz\"*\n\x06\x45nergy\x12\r\n\x05index\x18\x01 \x01(\r\x12\x11\n\tenergy_mj\x18\x02 \x01(\x04\"v\n\x06Sample\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0e\n\x06sm_mhz\x18\x02 \x01(\r\x12\x17\n\nlocked_mhz\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\x0f\n\x07reasons\x18\x04 \x01(\x04\x12\x14\n\x0creason_names\x18\x05 \x03(\tB\r\n\x0b_locked_mhz\"\"\n\x06Holder\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x0b\n\x03uid\x18\x02 \x01(\r\"y\n\tGpuStatus\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x17\n\nlocked_mhz\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\'\n\x06holder\x18\x04 \x01(\x0b\x32\x17.perseus.gpud.v1.HolderB\r\n\x0b_locked_mhz\"^\n\x06Status\x12(\n\x04gpus\x18\x01 \x03(\x0b\x32\x1a.perseus.gpud.v1.GpuStatus\x12\x11\n\tread_only\x18\x02 \x01(\x08\x12\x17\n\x0flease_timeout_s\x18\x03 \x01(\x01*\xbb\x01\n\tErrorCode\x12\x1a\n\x16\x45RROR_CODE_UNSPECIFIED\x10\x00\x12\x14\n\x10INVALID_ARGUMENT\x10\x01\x12\x15\n\x11PERMISSION_DENIED\x10\x02\x12\r\n\tNOT_FOUND\x10\x03\x12\x0e\n\nLEASE_HELD\x10\x04\x12\x0e\n\nNOT_LEASED\x10\x05\x12\x15\n\x11UNSUPPORTED_CLOCK\x10\x06\x12\x10\n\x0c\x44\x45VICE_ERROR\x10\x07\x12\r\n\tTOO_LARGE\x10\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fperseus_common/proto/gpud.proto\x12\x0fperseus.gpud.v1\"\xb5\x03\n\x07Request\x12\n\n\x02id\x18\x01 \x01(\x04\x12(\n\x05lease\x18\x02 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12*\n\x07release\x18\x03 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12.\n\tset_clock\x18\x04 \x01(\x0b\x32\x19.perseus.gpud.v1.SetClockH\x00\x12.\n\x0breset_clock\x18\x05 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12\x33\n\x10supported_clocks\x18\x06 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12)\n\x06\x65nergy\x18\x07 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12)\n\x06sample\x18\x08 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12(\n\x06status\x18\t \x01(\x0b\x32\x16.perseus.gpud.v1.EmptyH\x00\x12+\n\theartbeat\x18\n \x01(\x0b\x32\x16.perseus.gpud.v1.EmptyH\x00\x42\x06\n\x04\x63\x61ll\"\x82\x03\n\x08Response\x12\n\n\x02id\x18\x01 \x01(\x04\x12%\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x16.perseus.gpud.v1.Error\x12\'\n\x05lease\x18\x03 \x01(\x0b\x32\x16.perseus.gpud.v1.LeaseH\x00\x12,\n\x05\x63lock\x18\x04 \x01(\x0b\x32\x1b.perseus.gpud.v1.ClockStateH\x00\x12\x34\n\x10supported_clocks\x18\x05 \x01(\x0b\x32\x18.perseus.gpud.v1.GpuInfoH\x00\x12)\n\x06\x65nergy\x18\x06 \x01(\x0b\x32\x17.perseus.gpud.v1.EnergyH\x00\x12)\n\x06sample\x18\x07 \x01(\x0b\x32\x17.perseus.gpud.v1.SampleH\x00\x12)\n\x06status\x18\x08 \x01(\x0b\x32\x17.perseus.gpud.v1.StatusH\x00\x12+\n\theartbeat\x18\t \x01(\x0b\x32\x16.perseus.gpud.v1.EmptyH\x00\x42\x08\n\x06result\"\x07\n\x05\x45mpty\"\x17\n\x06GpuRef\x12\r\n\x05index\x18\x01 \x01(\r\"&\n\x08SetClock\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0b\n\x03mhz\x18\x02 \x01(\r\"B\n\x05\x45rror\x12(\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x1a.perseus.gpud.v1.ErrorCode\x12\x0f\n\x07message\x18\x02 \x01(\t\"_\n\x07GpuInfo\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x1c\n\x14supported_clocks_mhz\x18\x03 \x03(\r\x12\x19\n\x11max_power_limit_w\x18\x04 \x01(\x01\"Z\n\x05Lease\x12%\n\x03gpu\x18\x01 \x01(\x0b\x32\x18.perseus.gpud.v1.GpuInfo\x12\x17\n\x0flease_timeout_s\x18\x02 \x01(\x01\x12\x11\n\tread_only\x18\x03 \x01(\x08\"T\n\nClockState\x12\r\n\x05index\x18\x01 \x01(\r\x12\x17\n\nlocked_mhz\x18\x02 \x01(\rH\x00\x88\x01\x01\x12\x0f\n\x07\x61pplied\x18\x03 \x01(\x08\x42\r\n\x0b_locked_mhz\"*\n\x06\x45nergy\x12\r\n\x05index\x18\x01 \x01(\r\x12\x11\n\tenergy_mj\x18\x02 \x01(\x04\"v\n\x06Sample\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0e\n\x06sm_mhz\x18\x02 \x01(\r\x12\x17\n\nlocked_mhz\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\x0f\n\x07reasons\x18\x04 \x01(\x04\x12\x14\n\x0creason_names\x18\x05 \x03(\tB\r\n\x0b_locked_mhz\"\"\n\x06Holder\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x0b\n\x03uid\x18\x02 \x01(\r\"y\n\tGpuStatus\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x17\n\nlocked_mhz\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\'\n\x06holder\x18\x04 \x01(\x0b\x32\x17.perseus.gpud.v1.HolderB\r\n\x0b_locked_mhz\"^\n\x06Status\x12(\n\x04gpus\x18\x01 \x03(\x0b\x32\x1a.perseus.gpud.v1.GpuStatus\x12\x11\n\tread_only\x18\x02 \x01(\x08\x12\x17\n\x0flease_timeout_s\x18\x03 \x01(\x01*\xbb\x01\n\tErrorCode\x12\x1a\n\x16\x45RROR_CODE_UNSPECIFIED\x10\x00\x12\x14\n\x10INVALID_ARGUMENT\x10\x01\x12\x15\n\x11PERMISSION_DENIED\x10\x02\x12\r\n\tNOT_FOUND\x10\x03\x12\x0e\n\nLEASE_HELD\x10\x04\x12\x0e\n\nNOT_LEASED\x10\x05\x12\x15\n\x11UNSUPPORTED_CLOCK\x10\x06\x12\x10\n\x0c\x44\x45VICE_ERROR\x10\x07\x12\r\n\tTOO_LARGE\x10\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'perseus_common.proto.gpud_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ERRORCODE']._serialized_start=1691
-  _globals['_ERRORCODE']._serialized_end=1878
+  _globals['_ERRORCODE']._serialized_start=1718
+  _globals['_ERRORCODE']._serialized_end=1905
   _globals['_REQUEST']._serialized_start=53
   _globals['_REQUEST']._serialized_end=490
   _globals['_RESPONSE']._serialized_start=493
@@ -46,19 +46,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ERROR']._serialized_start=955
   _globals['_ERROR']._serialized_end=1021
   _globals['_GPUINFO']._serialized_start=1023
-  _globals['_GPUINFO']._serialized_end=1091
-  _globals['_LEASE']._serialized_start=1093
-  _globals['_LEASE']._serialized_end=1183
-  _globals['_CLOCKSTATE']._serialized_start=1185
-  _globals['_CLOCKSTATE']._serialized_end=1269
-  _globals['_ENERGY']._serialized_start=1271
-  _globals['_ENERGY']._serialized_end=1313
-  _globals['_SAMPLE']._serialized_start=1315
-  _globals['_SAMPLE']._serialized_end=1433
-  _globals['_HOLDER']._serialized_start=1435
-  _globals['_HOLDER']._serialized_end=1469
-  _globals['_GPUSTATUS']._serialized_start=1471
-  _globals['_GPUSTATUS']._serialized_end=1592
-  _globals['_STATUS']._serialized_start=1594
-  _globals['_STATUS']._serialized_end=1688
+  _globals['_GPUINFO']._serialized_end=1118
+  _globals['_LEASE']._serialized_start=1120
+  _globals['_LEASE']._serialized_end=1210
+  _globals['_CLOCKSTATE']._serialized_start=1212
+  _globals['_CLOCKSTATE']._serialized_end=1296
+  _globals['_ENERGY']._serialized_start=1298
+  _globals['_ENERGY']._serialized_end=1340
+  _globals['_SAMPLE']._serialized_start=1342
+  _globals['_SAMPLE']._serialized_end=1460
+  _globals['_HOLDER']._serialized_start=1462
+  _globals['_HOLDER']._serialized_end=1496
+  _globals['_GPUSTATUS']._serialized_start=1498
+  _globals['_GPUSTATUS']._serialized_end=1619
+  _globals['_STATUS']._serialized_start=1621
+  _globals['_STATUS']._serialized_end=1715
 # @@protoc_insertion_point(module_scope)
