@@ -34,6 +34,7 @@ __all__ = [
     "Policy",
     "POLICIES",
     "POLICY_NAMES",
+    "CRITERIA_FIRST",
     "chosen",
     "resolve",
     "describe",
@@ -194,6 +195,18 @@ POLICIES: dict[str, Policy] = {
     for p in (
         Policy(
             Parameter(
+                "index",
+                "",
+                "A frontier point by index.",
+                minimum=0,
+                maximum=2**31 - 1,
+                integer=True,
+            ),
+            "frontier point I",
+            _index,
+        ),
+        Policy(
+            Parameter(
                 "deadline", "s", "Iteration time limit (s).", minimum=0, exclusive_minimum=True
             ),
             "the least-energy plan that finishes within S seconds",
@@ -245,23 +258,14 @@ POLICIES: dict[str, Policy] = {
             zeus="`ZeusCost(eta_knob, world_size)`: `eta = eta_knob` (MAXPOWER per GPU × GPUs); "
             "`Energy`: `eta=1`; `Time`: `eta=0`",
         ),
-        Policy(
-            Parameter(
-                "index",
-                "",
-                "A frontier point by index.",
-                minimum=0,
-                maximum=2**31 - 1,
-                integer=True,
-            ),
-            "frontier point I",
-            _index,
-        ),
     )
 }
 
-#: The policies' names (the REST query parameters, the request fields, the CLI options).
+#: The policies' names (the REST query parameters, the request fields, the CLI options). The
+#: explicit choice (``index``) comes first: given with a criterion, the criterion is at fault.
 POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)
+#: The names as a request lacking any is told them: the criteria first, then ``index``.
+CRITERIA_FIRST: tuple[str, ...] = tuple(n for n in POLICY_NAMES if n != "index") + ("index",)
 
 
 def chosen(given: Mapping[str, float | None]) -> tuple[str, float, dict[str, float]] | None:

@@ -93,7 +93,8 @@ def test_bad_policy_values_are_422_naming_the_field() -> None:
             ({"eta": "nan"}, "eta"),
             ({"max_power": 300}, "max_power"),
             ({"deadline": 1, "eta": 0.5}, "eta"),
-            ({}, POLICY_NAMES[0]),
+            ({"index": 1, "eta": 0.5}, "eta"),
+            ({}, "deadline"),
         ]:
             r = client.get(f"/jobs/{job}/plan", params=query)
             assert r.status_code == 422, (query, r.text)

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from perseus.errors import OptionError
 from perseus.plot import frontier_png
-from perseus.policies import POLICIES, POLICY_NAMES, chosen
+from perseus.policies import CRITERIA_FIRST, POLICIES, POLICY_NAMES, chosen
 from perseus_server.domain.errors import BadRequest
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.models import (
@@ -346,7 +346,7 @@ def create_app(
         budget's names ``lowest_power``, W). Deploys nothing."""
         policy = _policy(given)
         if all(given.get(name) is None for name in POLICY_NAMES):
-            raise BadRequest(f"give one of {', '.join(POLICY_NAMES)}", field=POLICY_NAMES[0])
+            raise BadRequest(f"give one of {', '.join(CRITERIA_FIRST)}", field=CRITERIA_FIRST[0])
         # The service's cached bytes, sent as they are (the hot path; PlanDoc documents them).
         return Response(
             service.query_plan(job_id, policy, steps=steps), media_type="application/json"
