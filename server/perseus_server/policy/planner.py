@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from perseus.errors import InfeasibleError
+from perseus.errors import InfeasibleError, OptionError
 from perseus.frontier import Frontier
 from perseus.policies import POLICIES, Policy, resolve
 from perseus_server.domain.states import StragglerSource
@@ -38,7 +38,8 @@ class PlanPolicy:
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {"kind": self.kind, "value": self.value}
-        if any(p.name == "copies" for p in self._spec().options):
+        spec = POLICIES.get(self.kind)
+        if spec is not None and any(p.name == "copies" for p in spec.options):
             doc["copies"] = self.copies
         doc.update(self.options)
         return doc
@@ -93,11 +94,19 @@ class PlanDecision:
 
 
 def resolve_policy(frontier: Frontier, policy: PlanPolicy) -> int:
-    """The frontier index the policy selects; raises :class:`InfeasibleError` when none fits
-    (:class:`~perseus.errors.OptionError` for a malformed value, naming the field)."""
-    return resolve(
-        frontier, policy.kind, policy.value, {"copies": policy.copies, **dict(policy.options)}
-    )
+    """The frontier index the policy selects; raises :class:`InfeasibleError` when none fits,
+    also for a value out of bounds (then with the ``field`` it names), so that a caller that
+    falls back to the default plan on an infeasible policy does so for any policy it cannot
+    resolve (an unknown kind, as a stored policy of another version may have)."""
+    policy._spec()
+    try:
+        return resolve(
+            frontier, policy.kind, policy.value, {"copies": policy.copies, **dict(policy.options)}
+        )
+    except OptionError as e:
+        err = InfeasibleError(str(e))
+        err.field = e.field  # type: ignore[attr-defined]
+        raise err from None
 
 
 def decide(
