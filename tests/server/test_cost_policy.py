@@ -8,10 +8,13 @@ import math
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 
 from perseus_client import PerseusClient, SimulatedGpu, read_profile_csv
+from perseus_common.proto import perseus_pb2 as pb
+from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 
 from .conftest import problem_field, solved_job
@@ -42,6 +45,15 @@ def test_eta_selects_the_least_cost_plan_with_the_ranks_max_power(
         r = http.get(f"/jobs/{job}/plan", params={"eta": 0.5})
         assert r.status_code == 422 and problem_field(r) == "max_power", r.text
         assert "max_power" in r.json()["detail"]
+
+        with grpc.insecure_channel(srv.grpc_target) as channel:
+            stub = pb_grpc.PlanServiceStub(channel)
+            for bad in (-1.0, math.nan, math.inf, 1e6):
+                req = pb.RegisterRankRequest(job_id=job, max_power_limit_w=bad)
+                with pytest.raises(grpc.RpcError) as e:
+                    stub.RegisterRank(req, timeout=10)
+                assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert "max_power_limit_w" in (e.value.details() or "")
 
         data = read_profile_csv(small_csv)
         clients = [
