@@ -81,6 +81,7 @@ def _cmd_frontier(args: argparse.Namespace) -> int:
         from perseus.power.plans import check_budget
 
         check_budget(args.power_budget)  # before the solve: a bad budget fails at once
+    selection = _selection(args)  # so does any other bad policy value
     profile = load_profile(args.profile)
     schedule = make_schedule(args.schedule, args.stages, args.microbatches, args.virtual_stages)
     if args.profile_stages is not None:
@@ -105,6 +106,14 @@ def _cmd_frontier(args: argparse.Namespace) -> int:
     if args.resolution:
         frontier = frontier.thinned(args.resolution)
     doc = frontier.to_json(plans=args.plans)
+    selected_line = ""
+    if selection is not None:
+        doc["selected"] = _selected_doc(frontier, *selection)
+        s = doc["selected"]
+        selected_line = (
+            f"perseus: {s['policy']}: point {s['point']}, T = {s['time']:.4f} s "
+            f"({100 * s['slowdown']:+.2f} % against T0), E = {s['energy']:.1f} J"
+        )
     budget_line = ""
     if args.power_budget is not None:
         doc["power_budget"] = _power_budget_doc(frontier, profile, power, args.power_budget)
@@ -133,9 +142,62 @@ def _cmd_frontier(args: argparse.Namespace) -> int:
         + (f" and {args.plot}" if args.plot else ""),
         file=sys.stderr,
     )
+    if selected_line:
+        print(selected_line, file=sys.stderr)
     if budget_line:
         print(budget_line, file=sys.stderr)
     return 0
+
+
+def _selection(args: argparse.Namespace) -> tuple[str, float, dict[str, float]] | None:
+    """The plan policy given on the command line (one option per public parameter of
+    :data:`perseus.policies.POLICIES`), ``eta``'s ``max_power`` defaulting to the known GPU of
+    the profile's name; ``None`` when no policy is given."""
+    from perseus.errors import OptionError
+    from perseus.policies import POLICIES, chosen
+    from perseus_common.gpus import known_gpu_for
+
+    given = {
+        p.name: getattr(args, p.name)
+        for pol in POLICIES.values()
+        for p in pol.parameters
+        if p.public
+    }
+    found = chosen(given)
+    if found is None or found[0] != "eta" or "max_power" in found[2]:
+        return found
+    gpu = known_gpu_for(Path(args.profile).name)
+    if gpu is None:
+        raise OptionError(
+            "--eta needs --max-power (W, one GPU's maximum power limit; known for A100/A40 "
+            "profiles)",
+            field="max_power",
+        )
+    print(
+        f"perseus: using the maximum power limit of the {gpu.key.upper()}: "
+        f"{gpu.max_power_limit:g} W",
+        file=sys.stderr,
+    )
+    return found[0], found[1], {**found[2], "max_power": gpu.max_power_limit}
+
+
+def _selected_doc(
+    frontier: Any, name: str, value: float, options: dict[str, float]
+) -> dict[str, Any]:
+    """The point policy ``name`` selects as the JSON's ``selected`` entry; raises
+    :class:`~perseus.errors.InfeasibleError` when no plan meets it."""
+    from perseus.policies import POLICIES, resolve
+
+    i = resolve(frontier, name, value, options)
+    return {
+        "policy": POLICIES[name].describe(value, options),
+        name: value,
+        **options,
+        "point": i,
+        "time": float(frontier.times[i]),
+        "energy": float(frontier.energies[i]),
+        "slowdown": float(frontier.times[i]) / frontier.max_frequency_time - 1.0,
+    }
 
 
 def _power_budget_doc(frontier: Any, profile: Any, blocking: float, watts: float) -> dict[str, Any]:
@@ -168,7 +230,48 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+#: What the CLI says instead of the registry's words where they speak of a server's job.
+_CLI_HELP = {
+    "power_budget": "the fastest plan whose average power (this one pipeline, all its ranks) "
+    "is at most W watts (also its peak power, in the JSON's 'power_budget')",
+    "max_power": "with --eta: one GPU's maximum power limit, W (MAXPOWER = max_power x ranks; "
+    "default: the known GPU's, for A100/A40 profiles)",
+}
+
+
+def _add_policy_options(f: argparse.ArgumentParser) -> None:
+    """One option per public parameter of :data:`perseus.policies.POLICIES` (at most one
+    policy): the selected point goes to stderr and to the JSON's ``selected``; exit status 2
+    when no plan meets it."""
+    from perseus.policies import POLICIES
+
+    group = f.add_mutually_exclusive_group()
+    for pol in POLICIES.values():
+        p = pol.parameter
+        group.add_argument(
+            "--" + p.name.replace("_", "-"),
+            type=int if p.integer else float,
+            metavar=p.unit.upper() or ("I" if p.integer else "X"),
+            help=f"also select {_CLI_HELP.get(p.name, pol.selects)} ({p.name} {p.bounds()})".replace(
+                "`", ""
+            ).replace("%", "%%"),
+        )
+    for pol in POLICIES.values():
+        for o in pol.options:
+            if o.public:
+                f.add_argument(
+                    "--" + o.name.replace("_", "-"),
+                    type=float,
+                    metavar=o.unit or "X",
+                    help=_CLI_HELP.get(
+                        o.name, f"with --{pol.name.replace('_', '-')}: {o.description}"
+                    ).replace("%", "%%"),
+                )
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from perseus.schedules import SCHEDULE_NAMES
+
     p = argparse.ArgumentParser(
         prog="perseus",
         description="Energy scheduler for pipeline-parallel training: time-energy frontier and GPU frequency plans.",
@@ -180,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("profile", help="stage,instruction,frequency,time,energy CSV (or JSON)")
     f.add_argument("--stages", type=int, required=True, help="pipeline ranks")
     f.add_argument("--microbatches", type=int, required=True)
-    f.add_argument("--schedule", default="1f1b", choices=["gpipe", "1f1b", "interleaved-1f1b"])
+    f.add_argument("--schedule", default="1f1b", choices=SCHEDULE_NAMES)
     f.add_argument(
         "--virtual-stages", type=int, default=1, help="model chunks per rank (interleaved-1f1b)"
     )
@@ -209,14 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
         "searches the zero-slowdown plan, each unit more also the 16 worst stretches of the "
         "frontier (about 1-2 s each for 192 instructions); 0 for no search",
     )
-    f.add_argument(
-        "--power-budget",
-        type=float,
-        metavar="W",
-        help="also pick the fastest plan whose average power (this one pipeline, all its ranks) "
-        "is at most W watts: its time, energy and power go to stderr and to the JSON's "
-        "'power_budget'; exit status 2 when no plan meets it",
-    )
+    _add_policy_options(f)
     f.add_argument("--output", "-o", help="write the JSON here (default: stdout)")
     f.add_argument("--plot", help="draw the frontier to this PNG")
     f.add_argument("--quiet", "-q", action="store_true", help="no progress bar")

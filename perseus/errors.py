@@ -7,6 +7,8 @@ option at fault in its message.
 
 from __future__ import annotations
 
+from perseus_common.errors import LocatedError
+
 __all__ = [
     "PerseusError",
     "ProfileError",
@@ -21,24 +23,10 @@ class PerseusError(Exception):
     """Base class of every error Perseus raises on purpose."""
 
 
-class ProfileError(PerseusError, ValueError):
-    """A profile is malformed or inconsistent.
-
-    Attributes:
-        field: the column or key at fault (``"time"``, ``"stage"``...), when there is one.
-        row: the 1-based line of the CSV file (header is line 1) or the index of the JSON record.
-    """
-
-    def __init__(self, message: str, *, field: str | None = None, row: int | None = None) -> None:
-        where = []
-        if row is not None:
-            where.append(f"row {row}")
-        if field is not None:
-            where.append(f"field {field!r}")
-        prefix = (", ".join(where) + ": ") if where else ""
-        super().__init__(prefix + message)
-        self.field = field
-        self.row = row
+class ProfileError(PerseusError, LocatedError):
+    """A profile is malformed or inconsistent (``detail``, ``field`` and ``row``: see
+    :class:`~perseus_common.errors.LocatedError`, the constructor it shares with the common
+    reader's :class:`~perseus_common.profile_csv.ProfileFormatError`)."""
 
 
 class ScheduleError(PerseusError, ValueError):

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from perseus.errors import InfeasibleError
+from perseus.errors import InfeasibleError, OptionError
 from perseus.schedules import Schedule
 
 __all__ = ["Frontier", "FrontierPoint"]
@@ -168,6 +168,27 @@ class Frontier:
                 f"no plan uses at most {budget:.6g} J per iteration; the least-energy plan uses {self.energies.min():.6g} J"
             )
         return int(ok[0])
+
+    def index_for_cost(self, eta: float, max_power: float) -> int:
+        """The plan minimising Zeus's cost ``eta * E + (1 - eta) * MAXPOWER * T``.
+
+        ``eta`` in [0, 1] weighs energy against time: 0 selects the fastest plan, 1 the
+        least-energy plan. ``max_power`` is one GPU's maximum power limit (W, NVML's
+        ``nvmlDeviceGetPowerManagementLimitConstraints`` max); ``MAXPOWER = max_power * ranks``
+        is that of the pipeline's GPUs, whose energy ``E`` is. (For the whole job both terms
+        scale by its ``data_parallel * tensor_parallel`` copies, so the choice is the same.)
+        Ties go to the faster plan. Raises :class:`OptionError` naming ``eta`` or ``max_power``.
+        """
+        if not (isinstance(eta, int | float) and 0.0 <= eta <= 1.0):
+            raise OptionError(f"eta must be a number in [0, 1], got {eta!r}", field="eta")
+        if not (isinstance(max_power, int | float) and np.isfinite(max_power) and max_power > 0):
+            raise OptionError(
+                f"max_power must be a finite number of watts > 0, got {max_power!r}",
+                field="max_power",
+            )
+        watts = float(max_power) * self.schedule.ranks
+        cost = eta * self.energies + (1.0 - eta) * watts * self.times
+        return int(np.argmin(cost))
 
     def thinned(self, resolution: float) -> Frontier:
         """Keep points at least ``resolution`` seconds apart, always keeping the first and last."""

@@ -16,7 +16,7 @@ Built-in orders:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -39,8 +39,6 @@ __all__ = [
     "make_schedule",
 ]
 
-#: Names accepted by :func:`make_schedule`.
-SCHEDULE_NAMES = ("gpipe", "1f1b", "interleaved-1f1b")
 #: Upper bounds that keep a job's DAG a sane size.
 MAX_RANKS = 1024
 MAX_MICROBATCHES = 4096
@@ -231,13 +229,26 @@ def _built(name: str, ranks: int, stages: int, microbatches: int, orders: Orders
     )
 
 
+#: The built-in schedules by name: ``builder(stages, microbatches, virtual_stages)``. The one
+#: table of schedule names: the CLI's choices and the server's request and response models are
+#: built from it (adding a schedule: its builder, its entry here, its tests).
+BUILDERS: dict[str, Callable[[int, int, int], Schedule]] = {
+    "gpipe": lambda s, m, v: gpipe(s, m),
+    "1f1b": lambda s, m, v: one_f_one_b(s, m),
+    "interleaved-1f1b": interleaved_1f1b,
+}
+#: Names accepted by :func:`make_schedule` (besides the aliases of :data:`ALIASES`).
+SCHEDULE_NAMES: tuple[str, ...] = tuple(BUILDERS)
+#: Other spellings :func:`make_schedule` accepts (after lower-casing, ``_`` as ``-``).
+ALIASES = {"interleaved1f1b": "interleaved-1f1b", "interleaved": "interleaved-1f1b"}
+
+
 def make_schedule(name: str, stages: int, microbatches: int, virtual_stages: int = 1) -> Schedule:
     """Build a named schedule; ``stages`` is the number of pipeline ranks."""
     key = name.lower().replace("_", "-")
-    if key == "gpipe":
-        return gpipe(stages, microbatches)
-    if key == "1f1b":
-        return one_f_one_b(stages, microbatches)
-    if key in ("interleaved-1f1b", "interleaved1f1b", "interleaved"):
-        return interleaved_1f1b(stages, microbatches, virtual_stages)
-    raise ScheduleError(f"unknown schedule {name!r}; expected one of {', '.join(SCHEDULE_NAMES)}")
+    builder = BUILDERS.get(ALIASES.get(key, key))
+    if builder is None:
+        raise ScheduleError(
+            f"unknown schedule {name!r}; expected one of {', '.join(SCHEDULE_NAMES)}"
+        )
+    return builder(stages, microbatches, virtual_stages)

@@ -284,6 +284,7 @@ class PerseusClient:
                     gpu_name=gpu.name,
                     supported_clocks=tuple(gpu.supported_clocks()),
                     hostname=socket.gethostname(),
+                    max_power_limit_w=gpu.max_power_limit_w() or 0.0,
                 ),
                 self._receive_plan,
                 token=token,

@@ -74,6 +74,8 @@ class RankIdentity:
     gpu_name: str
     supported_clocks: tuple[int, ...]
     hostname: str
+    #: The GPU's maximum power limit (W; 0: unknown): the cost policy's MAXPOWER.
+    max_power_limit_w: float = 0.0
 
 
 def parse_target(server: str) -> tuple[str, bool]:
@@ -253,6 +255,7 @@ class ServerLink:
                 gpu_name=ident.gpu_name,
                 supported_clocks_mhz=list(ident.supported_clocks),
                 hostname=ident.hostname,
+                max_power_limit_w=ident.max_power_limit_w,
             ),
             timeout=self.rpc_timeout,
             metadata=self._metadata,

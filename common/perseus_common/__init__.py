@@ -7,7 +7,11 @@ Pure Python, so that the light rank client can import it without the scheduler's
   plain lists;
 * :mod:`perseus_common.profile_csv` — the one reader of ``stage,instruction,frequency,time,energy``
   profiles (the core wraps it in numpy, the simulated GPU uses it as is);
-* :mod:`perseus_common.gpus` — the table of GPUs whose blocking power has been measured;
+* :mod:`perseus_common.gpus` — the table of GPUs whose blocking power has been measured (and
+  their maximum power limit);
+* :mod:`perseus_common.clocks` — the SM clock bound and NVML's clock-event reason names;
+* :mod:`perseus_common.errors` — :class:`~perseus_common.errors.LocatedError`, the one
+  constructor of errors at a row and field of an input (the profile errors);
 * :mod:`perseus_common.proto` — the ``perseus.v1`` wire protocol (``.proto`` and generated stubs).
 """
 

@@ -1,5 +1,9 @@
 """GPUs whose blocking power has been measured: the one table every part of Perseus consults.
 
+Each also carries its maximum power limit (W, the vendor's specification: the highest value
+NVML's ``nvmlDeviceGetPowerManagementLimitConstraints`` reports for it), the ``MAXPOWER`` of the
+cost policy (``eta``) when the ranks do not report theirs.
+
 The blocking power is what a GPU draws while it waits on a pipeline neighbour (point-to-point
 wait): a plan's energy charges it for every second a GPU is not computing. The values are those
 measured with the profiles shipped in ``profiles/`` (GPT-3 175B on A100 SXM and A40, from the
@@ -22,17 +26,19 @@ class KnownGpu:
         key: the lower-case tag that names the GPU in a profile's file name (``"a100"``).
         name: the GPU's marketing name.
         blocking_power: watts the GPU draws while it waits on a pipeline neighbour.
+        max_power_limit: the GPU's maximum power limit in watts (vendor specification).
     """
 
     key: str
     name: str
     blocking_power: float
+    max_power_limit: float
 
 
-#: Every GPU with a measured blocking power.
+#: Every GPU with a measured blocking power (and its maximum power limit).
 KNOWN_GPUS: tuple[KnownGpu, ...] = (
-    KnownGpu("a100", "NVIDIA A100 SXM", 83.64),
-    KnownGpu("a40", "NVIDIA A40", 70.38),
+    KnownGpu("a100", "NVIDIA A100 SXM", 83.64, 400.0),
+    KnownGpu("a40", "NVIDIA A40", 70.38, 300.0),
 )
 
 

@@ -21,6 +21,8 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from perseus_common.clocks import MAX_CLOCK_MHZ
+from perseus_common.errors import LocatedError
 from perseus_common.kinds import INSTRUCTION_KINDS
 
 __all__ = [
@@ -45,8 +47,8 @@ COLUMNS = ("stage", "instruction", "frequency", "time", "energy")
 MAX_FIELD_CHARS = 64
 #: Largest stage index (stages travel as int32 on the wire; a job has far fewer).
 MAX_STAGE = 2**31 - 1
-#: Largest SM clock in MHz (the bound rank registration uses; far below int32).
-MAX_FREQUENCY_MHZ = 100_000
+#: Largest SM clock in MHz: :data:`perseus_common.clocks.MAX_CLOCK_MHZ` under this module's name.
+MAX_FREQUENCY_MHZ = MAX_CLOCK_MHZ
 #: Deepest JSON nesting :func:`load_json` accepts (a profile needs 3: object, list, record).
 MAX_JSON_DEPTH = 8
 #: Longest integer literal :func:`load_json` accepts, in digits.
@@ -56,26 +58,9 @@ MAX_JSON_INT_DIGITS = 32
 Measurements = dict[tuple[int, str], list[tuple[int, float, float]]]
 
 
-class ProfileFormatError(ValueError):
-    """A profile row or the profile as a whole is malformed.
-
-    Attributes:
-        detail: what is wrong, without the location.
-        field: the column or key at fault (``"time"``, ``"stage"``...), when there is one.
-        row: the 1-based line of the CSV file (header is line 1) or the index of the JSON record.
-    """
-
-    def __init__(self, message: str, *, field: str | None = None, row: int | None = None) -> None:
-        where = []
-        if row is not None:
-            where.append(f"row {row}")
-        if field is not None:
-            where.append(f"field {field!r}")
-        prefix = (", ".join(where) + ": ") if where else ""
-        super().__init__(prefix + message)
-        self.detail = message
-        self.field = field
-        self.row = row
+class ProfileFormatError(LocatedError):
+    """A profile row or the profile as a whole is malformed (``detail``, ``field`` and ``row``:
+    see :class:`~perseus_common.errors.LocatedError`)."""
 
 
 def csv_rows(text: str) -> Iterator[tuple[int, dict[str, str]]]:

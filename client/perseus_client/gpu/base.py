@@ -83,6 +83,12 @@ class GpuBackend(ABC):
         """The highest supported SM clock in MHz."""
         return self.supported_clocks()[0]
 
+    def max_power_limit_w(self) -> float | None:
+        """The GPU's maximum power limit in watts (NVML's
+        ``nvmlDeviceGetPowerManagementLimitConstraints``, its max), registered with the server as
+        the cost policy's ``MAXPOWER``; ``None`` (the default): this backend cannot tell."""
+        return None
+
     @abstractmethod
     def set_locked_clocks(self, mhz: int) -> None:
         """Lock the SM clock at ``mhz`` (must be one of :meth:`supported_clocks`)."""

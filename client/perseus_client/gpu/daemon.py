@@ -143,6 +143,7 @@ class DaemonGpu(GpuBackend):
         self.uuid = str(lease.gpu.uuid) or None
         self.name = lease.gpu.name
         self._clocks = tuple(int(c) for c in lease.gpu.supported_clocks_mhz)
+        self._max_power = float(lease.gpu.max_power_limit_w) or None  # 0: the daemon cannot tell
         self._tally = AppliedClockTally(self._clocks)
         #: True when the daemon runs ``--read-only`` (it never applies a clock).
         self.read_only = bool(lease.read_only)
@@ -236,6 +237,10 @@ class DaemonGpu(GpuBackend):
 
     def supported_clocks(self) -> tuple[int, ...]:
         return self._clocks
+
+    def max_power_limit_w(self) -> float | None:
+        """The maximum power limit the daemon read from NVML when it leased the GPU."""
+        return self._max_power
 
     def set_locked_clocks(self, mhz: int) -> None:
         mhz = int(mhz)

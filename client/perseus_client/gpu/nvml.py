@@ -6,7 +6,8 @@ used) and ``nvmlDeviceGetSupportedGraphicsClocks``; clocks are locked with
 energy is ``nvmlDeviceGetTotalEnergyConsumption`` (mJ since the driver was loaded). Two read-only
 helpers tell what the GPU runs at: :meth:`NvmlGpu.current_sm_clock` (``nvmlDeviceGetClockInfo``)
 and :meth:`NvmlGpu.clock_event_reasons` (``nvmlDeviceGetCurrentClocksEventReasons``, the
-throttle reasons; names in :data:`CLOCK_EVENT_REASONS`). :meth:`NvmlGpu.sample_applied_clock`
+throttle reasons; names in :data:`perseus_common.clocks.CLOCK_EVENT_REASONS`, the table the
+server shares). :meth:`NvmlGpu.sample_applied_clock`
 combines them for the client's applied-clock sampler (see :mod:`perseus_client.gpu.applied`);
 it answers ``None`` in ``dry_run`` (no clock was locked, so there is nothing to verify).
 
@@ -35,21 +36,9 @@ from perseus_client.errors import (
     UnsupportedClockError,
 )
 from perseus_client.gpu.base import GpuBackend, hold_briefly
+from perseus_common.clocks import CLOCK_EVENT_REASONS
 
 __all__ = ["NvmlGpu", "CLOCK_EVENT_REASONS", "reason_names"]
-
-#: NVML's clock-event (throttle) reason bits and the names Perseus reports them by.
-CLOCK_EVENT_REASONS: dict[int, str] = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-}
 
 
 def reason_names(mask: int) -> tuple[str, ...]:
@@ -143,6 +132,21 @@ class NvmlGpu(GpuBackend):
 
     def supported_clocks(self) -> tuple[int, ...]:
         return self._clocks
+
+    def max_power_limit_w(self) -> float | None:
+        """The largest power limit NVML allows on this GPU (W; read once, read-only); ``None``
+        where NVML cannot tell (an older driver, a GPU without power management)."""
+        if not hasattr(self, "_max_power"):
+            self._max_power: float | None = None
+            fn = getattr(self._nvml, "nvmlDeviceGetPowerManagementLimitConstraints", None)
+            if fn is not None:
+                try:
+                    _, hi = fn(self._handle)  # milliwatts
+                except self._nvml.NVMLError:
+                    pass
+                else:
+                    self._max_power = float(hi) / 1000.0 if hi and hi > 0 else None
+        return self._max_power
 
     def energy_mj(self) -> int:
         return int(

@@ -69,6 +69,9 @@ class RecordingGpu(GpuBackend):
     def supported_clocks(self) -> tuple[int, ...]:
         return self.inner.supported_clocks()
 
+    def max_power_limit_w(self) -> float | None:
+        return self.inner.max_power_limit_w()
+
     @property
     def locked_clock(self) -> int | None:
         """The last locked clock requested (``None`` after a reset or before any lock)."""

@@ -77,6 +77,7 @@ from perseus_client.errors import ConfigError, UnsupportedClockError
 from perseus_client.gpu.base import GpuBackend, hold_briefly
 from perseus_client.gpu.nvml import CLOCK_EVENT_REASONS
 from perseus_common import profile_csv
+from perseus_common.gpus import known_gpu_for
 
 log = logging.getLogger("perseus_client.gpu")
 
@@ -162,6 +163,8 @@ class SimulatedGpu(GpuBackend):
         supported_clocks: the clocks this GPU accepts (default: every profiled frequency).
         state_path: persist lock/reset state to this JSON file on every change.
         name: device name reported at registration.
+        max_power_limit: the GPU's maximum power limit (W) it reports (default: the known-GPU
+            table's for a ``name`` naming a known GPU, e.g. ``"A100"``; otherwise none).
         noise: relative standard deviation of each executed instruction's time and energy
             (0: exact; see the module docstring).
         energy_noise: relative standard deviation of the energy (default: ``noise``).
@@ -182,6 +185,7 @@ class SimulatedGpu(GpuBackend):
         supported_clocks: Sequence[int] | None = None,
         state_path: str | Path | None = None,
         name: str = "simulated",
+        max_power_limit: float | None = None,
         noise: float = 0.0,
         energy_noise: float | None = None,
         seed: int | None = None,
@@ -209,6 +213,16 @@ class SimulatedGpu(GpuBackend):
         self.stage = stages[0] if stage is None else int(stage)
         self.stages = tuple(stages)
         self.name = name
+        if max_power_limit is not None and not (
+            math.isfinite(max_power_limit) and max_power_limit > 0
+        ):
+            raise ConfigError("max_power_limit", f"must be > 0 watts, got {max_power_limit}")
+        known = known_gpu_for(name)
+        self._max_power = (
+            float(max_power_limit)
+            if max_power_limit is not None
+            else (known.max_power_limit if known is not None else None)
+        )
         self.blocking_power = float(blocking_power)
         self.time_scale = float(time_scale)
         clocks = supported_clocks or sorted({f for c in self._curves.values() for f in c.freqs})
@@ -269,6 +283,9 @@ class SimulatedGpu(GpuBackend):
 
     def supported_clocks(self) -> tuple[int, ...]:
         return self._clocks
+
+    def max_power_limit_w(self) -> float | None:
+        return self._max_power
 
     @property
     def locked_clock(self) -> int | None:

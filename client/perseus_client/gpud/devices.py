@@ -44,6 +44,8 @@ class ManagedGpu:
         self.index = gpu.index
         self.name = gpu.name
         self.clocks = gpu.supported_clocks()
+        #: NVML's maximum power limit (W; 0: unknown), sent with the GPU's info.
+        self.max_power_limit_w = gpu.max_power_limit_w() or 0.0
         self.read_only = read_only
         self.record = record
         nvml = gpu._nvml

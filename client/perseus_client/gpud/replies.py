@@ -41,7 +41,11 @@ def resolve_gpu(
 def gpu_info(gpu: ManagedGpu) -> gpud_pb2.GpuInfo:
     """The ``GpuInfo`` message of a GPU."""
     return gpud_pb2.GpuInfo(
-        index=gpu.index, name=gpu.name, supported_clocks_mhz=gpu.clocks, uuid=gpu.uuid
+        index=gpu.index,
+        name=gpu.name,
+        supported_clocks_mhz=gpu.clocks,
+        uuid=gpu.uuid,
+        max_power_limit_w=gpu.max_power_limit_w,
     )
 
 

@@ -8,7 +8,8 @@ It has the same names as ``pynvml`` for what Perseus uses (``nvmlInit``, ``nvmlS
 ``nvmlDeviceSetGpuLockedClocks``, ``nvmlDeviceResetGpuLockedClocks``,
 ``nvmlDeviceGetTotalEnergyConsumption``, ``nvmlDeviceGetClockInfo``,
 ``nvmlDeviceGetCurrentClocksEventReasons``, ``nvmlDeviceGetUUID``, ``nvmlDeviceGetMinorNumber``,
-``nvmlDeviceGetPowerUsage``), raises the real ``pynvml.NVMLError`` codes, and
+``nvmlDeviceGetPowerUsage``, ``nvmlDeviceGetPowerManagementLimitConstraints``: an A100 SXM's
+100-400 W), raises the real ``pynvml.NVMLError`` codes, and
 enforces NVML's rules:
 
 - every call but ``nvmlInit`` fails with ``UNINITIALIZED`` until ``nvmlInit`` (calls are counted,
@@ -272,6 +273,11 @@ class SimulatedNvml:
     def nvmlDeviceGetName(self, handle: Any) -> str:
         self._device(handle)
         return _NAME
+
+    def nvmlDeviceGetPowerManagementLimitConstraints(self, handle: Any) -> tuple[int, int]:
+        """``(min, max)`` power limits in milliwatts (an A100 SXM's)."""
+        self._device(handle)
+        return (100_000, 400_000)
 
     def nvmlDeviceGetSupportedMemoryClocks(self, handle: Any) -> list[int]:
         self._device(handle)

@@ -111,16 +111,18 @@ class Error(_message.Message):
     def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class GpuInfo(_message.Message):
-    __slots__ = ("index", "name", "supported_clocks_mhz", "uuid")
+    __slots__ = ("index", "name", "supported_clocks_mhz", "uuid", "max_power_limit_w")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     SUPPORTED_CLOCKS_MHZ_FIELD_NUMBER: _ClassVar[int]
     UUID_FIELD_NUMBER: _ClassVar[int]
+    MAX_POWER_LIMIT_W_FIELD_NUMBER: _ClassVar[int]
     index: int
     name: str
     supported_clocks_mhz: _containers.RepeatedScalarFieldContainer[int]
     uuid: str
-    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., supported_clocks_mhz: _Optional[_Iterable[int]] = ..., uuid: _Optional[str] = ...) -> None: ...
+    max_power_limit_w: float
+    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., supported_clocks_mhz: _Optional[_Iterable[int]] = ..., uuid: _Optional[str] = ..., max_power_limit_w: _Optional[float] = ...) -> None: ...
 
 class Lease(_message.Message):
     __slots__ = ("gpu", "lease_timeout_s", "read_only")

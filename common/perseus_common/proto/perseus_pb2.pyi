@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RegisterRankRequest(_message.Message):
-    __slots__ = ("job_id", "global_rank", "pipeline_rank", "data_rank", "tensor_rank", "gpu_name", "supported_clocks_mhz", "hostname")
+    __slots__ = ("job_id", "global_rank", "pipeline_rank", "data_rank", "tensor_rank", "gpu_name", "supported_clocks_mhz", "hostname", "max_power_limit_w")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_RANK_FIELD_NUMBER: _ClassVar[int]
     PIPELINE_RANK_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,7 @@ class RegisterRankRequest(_message.Message):
     GPU_NAME_FIELD_NUMBER: _ClassVar[int]
     SUPPORTED_CLOCKS_MHZ_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_POWER_LIMIT_W_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     global_rank: int
     pipeline_rank: int
@@ -24,7 +25,8 @@ class RegisterRankRequest(_message.Message):
     gpu_name: str
     supported_clocks_mhz: _containers.RepeatedScalarFieldContainer[int]
     hostname: str
-    def __init__(self, job_id: _Optional[str] = ..., global_rank: _Optional[int] = ..., pipeline_rank: _Optional[int] = ..., data_rank: _Optional[int] = ..., tensor_rank: _Optional[int] = ..., gpu_name: _Optional[str] = ..., supported_clocks_mhz: _Optional[_Iterable[int]] = ..., hostname: _Optional[str] = ...) -> None: ...
+    max_power_limit_w: float
+    def __init__(self, job_id: _Optional[str] = ..., global_rank: _Optional[int] = ..., pipeline_rank: _Optional[int] = ..., data_rank: _Optional[int] = ..., tensor_rank: _Optional[int] = ..., gpu_name: _Optional[str] = ..., supported_clocks_mhz: _Optional[_Iterable[int]] = ..., hostname: _Optional[str] = ..., max_power_limit_w: _Optional[float] = ...) -> None: ...
 
 class RegisterRankResponse(_message.Message):
     __slots__ = ("rank_id", "plan_version", "stages", "microbatches", "max_clock_mhz")

@@ -176,7 +176,8 @@ class JobSpec:
 
 @dataclass(frozen=True)
 class RankInfo:
-    """A registered training rank."""
+    """A registered training rank; ``max_power_limit``: its GPU's maximum power limit (W,
+    NVML's power-limit constraints; 0: the rank did not tell)."""
 
     job_id: str
     rank_id: str
@@ -187,6 +188,7 @@ class RankInfo:
     gpu_name: str
     supported_clocks: tuple[int, ...]
     hostname: str
+    max_power_limit: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -198,4 +200,5 @@ class RankInfo:
             "gpu_name": self.gpu_name,
             "supported_clocks_mhz": list(self.supported_clocks),
             "hostname": self.hostname,
+            "max_power_limit": self.max_power_limit,
         }

@@ -39,6 +39,7 @@ class RankRegistration:
     gpu_name: str = ""
     supported_clocks_mhz: tuple[int, ...] = ()
     hostname: str = ""
+    max_power_limit_w: float = 0.0
 
 
 @dataclass(frozen=True)

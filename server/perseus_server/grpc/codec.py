@@ -44,6 +44,7 @@ def decode_registration(req: pb.RegisterRankRequest) -> RankRegistration:
         gpu_name=req.gpu_name,
         supported_clocks_mhz=tuple(req.supported_clocks_mhz),
         hostname=req.hostname,
+        max_power_limit_w=req.max_power_limit_w,
     )
 
 

@@ -1,10 +1,20 @@
-"""Pydantic models of the REST API's request bodies (the API boundary only)."""
+"""Pydantic models of the REST API's request bodies (the API boundary only).
+
+The schedule names and the plan policies come from their one table each
+(:data:`perseus.schedules.SCHEDULE_NAMES`, :data:`perseus.policies.POLICIES`): the Literals and
+:class:`PlanSelect`'s fields are built from them at import (type checkers see ``str`` and a plain
+model; ``tests/server/test_vocabulary.py`` checks the built ones).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, create_model
+
+from perseus.policies import POLICIES, Parameter
+from perseus.schedules import SCHEDULE_NAMES
+from perseus_common.clocks import MAX_CLOCK_MHZ
 
 __all__ = [
     "INT32_MAX",
@@ -12,6 +22,8 @@ __all__ = [
     "JobIn",
     "ScheduleIn",
     "PlanSelect",
+    "ScheduleName",
+    "policy_field",
     "ProfilingIn",
     "StragglerIn",
     "DetectionIn",
@@ -19,8 +31,6 @@ __all__ = [
 
 #: Largest value of an int32 wire field: indices beyond it could not travel to a rank.
 INT32_MAX = 2**31 - 1
-#: Largest SM clock accepted anywhere (MHz), as rank registration and profiles bound it.
-MAX_CLOCK_MHZ = 100_000
 
 Count = Annotated[StrictInt, Field(ge=1, le=1_000_000)]
 Watts = Annotated[float, Field(ge=0, le=10_000, allow_inf_nan=False)]
@@ -29,11 +39,44 @@ Clock = Annotated[StrictInt, Field(ge=1, le=MAX_CLOCK_MHZ)]
 OrderOp = tuple[Annotated[str, Field(max_length=64)], Index, Index]
 
 
+def policy_field(p: Parameter, *, query: bool = False) -> tuple[Any, dict[str, Any]]:
+    """``(type, Field keywords)`` of a policy parameter as an optional request field (or, with
+    ``query``, a ``fastapi.Query`` parameter, whose integers arrive as text): its bounds and
+    description from the registry."""
+    bounds: dict[str, Any] = {}
+    if p.minimum is not None:
+        bounds["gt" if p.exclusive_minimum else "ge"] = p.minimum
+    if p.maximum is not None:
+        bounds["le"] = p.maximum
+    if p.integer:
+        return (int if query else StrictInt) | None, dict(bounds, description=p.description)
+    return float | None, dict(bounds, allow_inf_nan=False, description=p.description)
+
+
+if TYPE_CHECKING:
+    ScheduleName = str
+    _PolicyFields = BaseModel
+else:
+    #: A built-in schedule's name.
+    ScheduleName = Literal[SCHEDULE_NAMES]
+    _PolicyFields = create_model(
+        "_PolicyFields",
+        __config__=ConfigDict(extra="forbid"),
+        **{
+            p.name: (t, Field(default=None, **kw))
+            for pol in POLICIES.values()
+            for p in pol.parameters
+            if p.public
+            for t, kw in [policy_field(p)]
+        },
+    )
+
+
 class ScheduleIn(BaseModel):
     """A named schedule, or an explicit per-rank order (``name: custom`` with ``orders``)."""
 
     model_config = ConfigDict(extra="forbid")
-    name: Literal["gpipe", "1f1b", "interleaved-1f1b", "custom"] = "1f1b"
+    name: ScheduleName | Literal["custom"] = "1f1b"
     virtual_stages: Annotated[StrictInt, Field(ge=1, le=1024)] = 1
     orders: list[list[OrderOp]] | None = Field(
         default=None,
@@ -48,7 +91,7 @@ class JobIn(BaseModel):
     name: str = Field(default="", max_length=200)
     stages: Count = Field(description="Pipeline ranks per pipeline.")
     microbatches: Count
-    schedule: ScheduleIn | Literal["gpipe", "1f1b", "interleaved-1f1b"] = "1f1b"
+    schedule: ScheduleIn | ScheduleName = "1f1b"
     virtual_stages: Annotated[StrictInt, Field(ge=1, le=1024)] | None = None
     data_parallel: Count = 1
     tensor_parallel: Count = 1
@@ -56,17 +99,11 @@ class JobIn(BaseModel):
     blocking_power: Watts = Field(default=0.0, description="Watts a GPU draws while waiting.")
 
 
-class PlanSelect(BaseModel):
-    """``PUT /jobs/{id}/plan``: at most one criterion (none: the fastest plan)."""
+class PlanSelect(_PolicyFields):
+    """``PUT /jobs/{id}/plan``: at most one policy (none: the fastest plan) and its options;
+    one field per parameter of :data:`perseus.policies.POLICIES`."""
 
     model_config = ConfigDict(extra="forbid")
-    index: Index | None = None
-    deadline: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
-    slowdown: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
-    energy_budget: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
-    power_budget: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
-        default=None, description="Average power limit (W, whole job): the fastest plan within it."
-    )
     pipelines: list[Index] | None = Field(
         default=None,
         max_length=1_000_000,

@@ -8,12 +8,14 @@ seconds since the Unix epoch.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, create_model
 
+from perseus.policies import POLICIES, POLICY_NAMES
 from perseus_server.domain.states import DeploymentKind, JobState, SolveStatus
 from perseus_server.models.base import ResponseModel, omitted
+from perseus_server.models.requests import ScheduleName
 
 __all__ = [
     "Health",
@@ -33,6 +35,7 @@ __all__ = [
     "PlanStep",
     "PlanDoc",
     "PlanPolicyView",
+    "PolicyName",
     "PipelineDeployment",
     "PlanDeployment",
     "ProfilingStepView",
@@ -75,7 +78,7 @@ class Health(ResponseModel):
 class NamedScheduleView(ResponseModel):
     """A built-in schedule."""
 
-    name: Literal["gpipe", "1f1b", "interleaved-1f1b"]
+    name: ScheduleName
     virtual_stages: int = Field(description="Model chunks per rank (interleaved schedules).")
 
 
@@ -294,16 +297,42 @@ class PlanDoc(ResponseModel):
 # --- deployments ---------------------------------------------------------------------------------
 
 
-class PlanPolicyView(ResponseModel):
-    """How the default plan is chosen."""
+if TYPE_CHECKING:
+    PolicyName = str
+else:
+    #: A plan policy's name (:data:`perseus.policies.POLICY_NAMES`).
+    PolicyName = Literal[POLICY_NAMES]
 
-    kind: Literal["index", "deadline", "slowdown", "energy_budget", "power_budget"]
+
+class _PlanPolicyBase(ResponseModel):
+    """How the default plan is chosen: a policy of :data:`perseus.policies.POLICIES`, its
+    value and its options (``eta``'s ``max_power``, as resolved when the policy was set)."""
+
+    kind: PolicyName
     value: float = Field(
-        description="The index, the deadline (s), the slowdown (0.05 = 5 %), the energy "
-        "budget (J) or the power budget (W, whole job)."
+        description="The policy's parameter: "
+        + "; ".join(f"{p.name}: {p.parameter.description.rstrip('.')}" for p in POLICIES.values())
+        + "."
     )
     copies: int = omitted(
         "``power_budget``: the job's data_parallel x tensor_parallel copies of one pipeline."
+    )
+
+
+if TYPE_CHECKING:
+    PlanPolicyView = _PlanPolicyBase
+else:
+    PlanPolicyView = create_model(
+        "PlanPolicyView",
+        __base__=_PlanPolicyBase,
+        __doc__=_PlanPolicyBase.__doc__,
+        __module__=__name__,
+        **{
+            o.name: (float, omitted(f"``{pol.name}``: {o.description}"))
+            for pol in POLICIES.values()
+            for o in pol.options
+            if o.public
+        },
     )
 
 

@@ -181,6 +181,11 @@ class RankStatus(ResponseModel):
     gpu_name: str
     supported_clocks_mhz: list[int] = Field(description="SM clocks (MHz) it supports, decreasing.")
     hostname: str
+    max_power_limit: float = Field(
+        default=0.0,
+        description="Its GPU's maximum power limit (W, NVML's power-limit constraints); 0: not "
+        "reported.",
+    )
     connected: bool = Field(description="It holds a WatchPlan stream open.")
     last_iteration: int | None
     last_iteration_time: float | None = Field(description="Seconds, or null.")

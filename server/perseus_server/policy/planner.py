@@ -11,12 +11,12 @@ the stragglers keep the policy plan. A pipeline with a slow stage whose frontier
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from perseus.errors import InfeasibleError
+from perseus.errors import InfeasibleError, OptionError
 from perseus.frontier import Frontier
-from perseus.power import index_for_power_budget
+from perseus.policies import POLICIES, Policy, resolve
 from perseus_server.domain.states import StragglerSource
 
 __all__ = ["PlanPolicy", "PipelinePlan", "PlanDecision", "Straggler", "decide", "resolve_policy"]
@@ -24,35 +24,43 @@ __all__ = ["PlanPolicy", "PipelinePlan", "PlanDecision", "Straggler", "decide", 
 
 @dataclass(frozen=True)
 class PlanPolicy:
-    """How the default plan is chosen: ``kind`` is ``index`` | ``deadline`` | ``slowdown`` |
-    ``energy_budget`` | ``power_budget`` and ``value`` its argument. The default, ``slowdown 0``,
-    is the fastest plan (point 0). ``copies``: for ``power_budget`` (watts, whole job), the
-    job's ``data_parallel x tensor_parallel`` copies of one pipeline."""
+    """How the default plan is chosen: ``kind``, a policy of :data:`perseus.policies.POLICIES`
+    (``index``, ``deadline``, ``slowdown``, ...) and ``value`` its main parameter. The
+    default, ``index 0``, is the fastest plan. ``copies``: the job's
+    ``data_parallel x tensor_parallel`` copies of one pipeline (for ``power_budget``, watts of
+    the whole job). ``options``: the policy's further parameters (``eta``'s ``max_power``), as
+    resolved when the policy was set."""
 
     kind: str = "index"
     value: float = 0.0
     copies: int = 1
+    options: tuple[tuple[str, float], ...] = field(default=(), kw_only=True)
 
     def to_json(self) -> dict[str, Any]:
-        if self.kind == "power_budget":
-            return {"kind": self.kind, "value": self.value, "copies": self.copies}
-        return {"kind": self.kind, "value": self.value}
+        doc: dict[str, Any] = {"kind": self.kind, "value": self.value}
+        spec = POLICIES.get(self.kind)
+        if spec is not None and any(p.name == "copies" for p in spec.options):
+            doc["copies"] = self.copies
+        doc.update(self.options)
+        return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any] | None) -> PlanPolicy:
         if not doc:
             return cls()
-        return cls(str(doc["kind"]), float(doc["value"]), int(doc.get("copies", 1)))
+        kind = str(doc["kind"])
+        names = {p.name for p in POLICIES[kind].options if p.public} if kind in POLICIES else set()
+        options = tuple((k, float(v)) for k, v in doc.items() if k in names)
+        return cls(kind, float(doc["value"]), int(doc.get("copies", 1)), options=options)
+
+    def _spec(self) -> Policy:
+        policy = POLICIES.get(self.kind)
+        if policy is None:
+            raise InfeasibleError(f"unknown plan policy {self.kind!r}")
+        return policy
 
     def describe(self) -> str:
-        if self.kind == "index":
-            return (
-                "fastest plan (point 0)" if self.value == 0 else f"frontier point {int(self.value)}"
-            )
-        unit = {"deadline": " s", "slowdown": "", "energy_budget": " J", "power_budget": " W"}[
-            self.kind
-        ]
-        return f"{self.kind.replace('_', ' ')} {self.value:g}{unit}"
+        return self._spec().describe(self.value, dict(self.options))
 
 
 @dataclass(frozen=True)
@@ -86,21 +94,19 @@ class PlanDecision:
 
 
 def resolve_policy(frontier: Frontier, policy: PlanPolicy) -> int:
-    """The frontier index the policy selects; raises :class:`InfeasibleError` when none fits."""
-    if policy.kind == "index":
-        i = int(policy.value)
-        if not (0 <= i < len(frontier)):
-            raise InfeasibleError(f"index must be between 0 and {len(frontier) - 1}, got {i}")
-        return i
-    if policy.kind == "deadline":
-        return frontier.index_for_deadline(policy.value)
-    if policy.kind == "slowdown":
-        return frontier.index_for_slowdown(policy.value)
-    if policy.kind == "energy_budget":
-        return frontier.index_for_energy_budget(policy.value)
-    if policy.kind == "power_budget":  # raises PowerBudgetError (an InfeasibleError)
-        return index_for_power_budget(frontier, policy.value, pipelines=policy.copies)
-    raise InfeasibleError(f"unknown plan policy {policy.kind!r}")
+    """The frontier index the policy selects; raises :class:`InfeasibleError` when none fits,
+    also for a value out of bounds (then with the ``field`` it names), so that a caller that
+    falls back to the default plan on an infeasible policy does so for any policy it cannot
+    resolve (an unknown kind, as a stored policy of another version may have)."""
+    policy._spec()
+    try:
+        return resolve(
+            frontier, policy.kind, policy.value, {"copies": policy.copies, **dict(policy.options)}
+        )
+    except OptionError as e:
+        err = InfeasibleError(str(e))
+        err.field = e.field  # type: ignore[attr-defined]
+        raise err from None
 
 
 def decide(

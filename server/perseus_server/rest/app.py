@@ -9,12 +9,16 @@ point (the query benchmark's hot path), and it is sent as is; its model document
 from __future__ import annotations
 
 import asyncio
+import inspect
+from collections.abc import Mapping
 from typing import Any
 
-from fastapi import FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from perseus.errors import OptionError
 from perseus.plot import frontier_png
+from perseus.policies import CRITERIA_FIRST, POLICIES, POLICY_NAMES, chosen
 from perseus_server.domain.errors import BadRequest
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.models import (
@@ -36,7 +40,7 @@ from perseus_server.models import (
     StragglerIn,
 )
 from perseus_server.models.credentials import JobCreated
-from perseus_server.models.requests import INT32_MAX
+from perseus_server.models.requests import INT32_MAX, policy_field
 from perseus_server.policy.detectors import DetectorSettings
 from perseus_server.policy.planner import PlanPolicy
 from perseus_server.rest.credentials import TAG as CREDENTIALS_TAG
@@ -58,7 +62,10 @@ TAGS = [
     {"name": "jobs", "description": "Training jobs and their live status."},
     {"name": "profiles", "description": "Per-stage time/energy profiles of a job."},
     {"name": "frontier", "description": "The time-energy frontier, computed in the background."},
-    {"name": "plans", "description": "Plans by deadline, slowdown or energy budget; deployment."},
+    {
+        "name": "plans",
+        "description": "Plans by a policy (deadline, slowdown, budgets, cost); deployment.",
+    },
     {"name": "profiling", "description": "Online profiling: a scan of the SM clocks."},
     {"name": "stragglers", "description": "Slow pipelines: reports, detection, replanning."},
     POWER_TAG,
@@ -72,32 +79,41 @@ class PrometheusText(PlainTextResponse):
     media_type = "text/plain; version=0.0.4"
 
 
-def _policy(
-    index: int | None,
-    deadline: float | None,
-    slowdown: float | None,
-    energy_budget: float | None,
-    power_budget: float | None = None,
-) -> PlanPolicy:
-    given = [
-        (k, v)
-        for k, v in (
-            ("index", index),
-            ("deadline", deadline),
-            ("slowdown", slowdown),
-            ("energy_budget", energy_budget),
-            ("power_budget", power_budget),
-        )
-        if v is not None
-    ]
-    if len(given) > 1:
-        raise BadRequest(
-            "give at most one of index, deadline, slowdown, energy_budget, power_budget",
-            field=given[1][0],
-        )
-    if not given:
+def _policy(given: Mapping[str, Any]) -> PlanPolicy:
+    """The plan policy among the request's fields or query parameters (none: the fastest
+    plan); a 422 naming the field for two policies, an option without its policy or a value
+    out of bounds (:func:`perseus.policies.chosen`)."""
+    try:
+        found = chosen(given)
+    except OptionError as e:
+        raise BadRequest(str(e), field=e.field) from None
+    if found is None:
         return PlanPolicy()
-    return PlanPolicy(given[0][0], float(given[0][1]))
+    name, value, options = found
+    return PlanPolicy(name, value, options=tuple(sorted(options.items())))
+
+
+def _policy_query(**given: Any) -> dict[str, Any]:
+    """The plan policies' query parameters, one per public parameter of
+    :data:`perseus.policies.POLICIES` (the signature below is built from the registry)."""
+    return given
+
+
+_policy_query.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, default=Query(None, **kw), annotation=t
+        )
+        for name, (t, kw) in {
+            p.name: policy_field(p, query=True)
+            for pol in POLICIES.values()
+            for p in pol.parameters
+            if p.public
+        }.items()
+    ]
+)
+
+_POLICY_QUERY = Depends(_policy_query)
 
 
 def _spec(body: JobIn) -> JobSpec:
@@ -322,42 +338,20 @@ def create_app(
     )
     async def get_plan(
         job_id: str,
-        deadline: float | None = Query(
-            None, gt=0, allow_inf_nan=False, description="Iteration time limit (s)."
-        ),
-        slowdown: float | None = Query(
-            None,
-            ge=0,
-            allow_inf_nan=False,
-            description="Allowed slowdown vs max clocks (0.05 = 5 %).",
-        ),
-        energy_budget: float | None = Query(
-            None, gt=0, allow_inf_nan=False, description="Energy per iteration limit (J)."
-        ),
-        index: int | None = Query(
-            None, ge=0, le=INT32_MAX, description="A frontier point by index."
-        ),
-        power_budget: float | None = Query(
-            None,
-            gt=0,
-            allow_inf_nan=False,
-            description="Average power limit (W, whole job): the fastest plan within it.",
-        ),
+        given: dict[str, Any] = _POLICY_QUERY,
         steps: bool = Query(
             False,
             description="Include every rank's (instruction, microbatch, stage, frequency) list.",
         ),
     ) -> Response:
-        """The least-energy plan within a deadline, a slowdown or an energy budget, the fastest
-        plan within a power budget (W, whole job; ties: least energy), or a point by index
-        (give exactly one); 422 when none fits (a power budget's names ``lowest_power``, W).
-        Deploys nothing."""
-        if all(v is None for v in (deadline, slowdown, energy_budget, index, power_budget)):
-            raise BadRequest(
-                "give one of deadline, slowdown, energy_budget, power_budget, index",
-                field="deadline",
-            )
-        policy = _policy(index, deadline, slowdown, energy_budget, power_budget)
+        """The plan one policy selects (give exactly one: the least-energy plan within a
+        deadline, a slowdown or an energy budget, the fastest plan within a power budget (W,
+        whole job; ties: least energy), Zeus's cost ``eta`` (``max_power``: one GPU's maximum
+        power limit, default the job's), or a point by index); 422 when none fits (a power
+        budget's names ``lowest_power``, W). Deploys nothing."""
+        policy = _policy(given)
+        if all(given.get(name) is None for name in POLICY_NAMES):
+            raise BadRequest(f"give one of {', '.join(CRITERIA_FIRST)}", field=CRITERIA_FIRST[0])
         # The service's cached bytes, sent as they are (the hot path; PlanDoc documents them).
         return Response(
             service.query_plan(job_id, policy, steps=steps), media_type="application/json"
@@ -371,9 +365,7 @@ def create_app(
     async def put_plan(job_id: str, body: PlanSelect) -> dict[str, Any] | None:
         """Sets the job's default policy (at most one criterion; none: the fastest plan), or
         pins the given ``pipelines`` to the selected point, and pushes the plans to the ranks."""
-        policy = _policy(
-            body.index, body.deadline, body.slowdown, body.energy_budget, body.power_budget
-        )
+        policy = _policy(body.model_dump(exclude={"pipelines"}))
         return service.deploy(job_id, policy, body.pipelines)
 
     @app.get(

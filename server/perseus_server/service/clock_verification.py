@@ -29,7 +29,8 @@ import re
 from typing import Any
 
 from perseus.profiles import INSTRUCTION_KINDS
-from perseus_common.profile_csv import MAX_FREQUENCY_MHZ
+from perseus_common.clocks import CLOCK_EVENT_REASON_NAMES
+from perseus_common.clocks import MAX_CLOCK_MHZ as MAX_FREQUENCY_MHZ
 from perseus_server.config import Limits
 from perseus_server.domain.errors import BadRequest
 from perseus_server.domain.jobs import RankInfo
@@ -56,21 +57,9 @@ CAUSE = "off-plan clocks"
 MAX_REASONS = 32
 #: At most this many off-plan instructions per report.
 MAX_OFF_PLAN = 4096
-#: NVML's clock-event reason names, as the client sends them
-#: (``perseus_client.gpu.nvml.CLOCK_EVENT_REASONS``); others are counted as ``other``.
-KNOWN_REASONS = frozenset(
-    {
-        "gpu_idle",
-        "applications_clocks_setting",
-        "sw_power_cap",
-        "hw_slowdown",
-        "sync_boost",
-        "sw_thermal_slowdown",
-        "hw_thermal_slowdown",
-        "hw_power_brake_slowdown",
-        "display_clock_setting",
-    }
-)
+#: NVML's clock-event reason names, as the client sends them (the shared table,
+#: :data:`perseus_common.clocks.CLOCK_EVENT_REASONS`); others are counted as ``other``.
+KNOWN_REASONS = CLOCK_EVENT_REASON_NAMES
 _REASON = re.compile(r"[a-z0-9_]{1,64}")
 
 

@@ -42,7 +42,7 @@ from perseus_server.service.job_profiles import Profiles
 from perseus_server.service.measured_power import MeasuredPower
 from perseus_server.service.online_profiling import OnlineProfiling
 from perseus_server.service.persistence import load_jobs
-from perseus_server.service.plans import PlanQueries
+from perseus_server.service.plans import PlanQueries, shape_policy
 from perseus_server.service.power import PlanPowers
 from perseus_server.service.power_budget import PowerBudget
 from perseus_server.service.registration import Registration
@@ -213,11 +213,8 @@ class PerseusService:
         return self.deployer.deploy(job_id, self._shaped(job_id, policy), pipelines)
 
     def _shaped(self, job_id: str, policy: PlanPolicy) -> PlanPolicy:
-        """A ``power_budget`` policy (watts, whole job) for the job's pipeline copies."""
-        if policy.kind != "power_budget":
-            return policy
-        spec = self.jobs.get(job_id).spec
-        return PlanPolicy(policy.kind, policy.value, spec.data_parallel * spec.tensor_parallel)
+        """``policy`` with what the job supplies (:func:`shape_policy`)."""
+        return shape_policy(self.jobs.get(job_id), policy)
 
     # --- the cluster power budget ----------------------------------------------------------------
 

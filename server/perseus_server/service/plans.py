@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
-from perseus.errors import InfeasibleError
+from perseus.errors import InfeasibleError, OptionError
+from perseus.policies import POLICIES
 from perseus.power import PowerBudgetError
+from perseus_common.gpus import known_gpu_for
 from perseus_server.domain.errors import BadRequest
 from perseus_server.policy.planner import PlanPolicy, resolve_policy
 from perseus_server.service.context import ServiceContext
@@ -14,14 +17,57 @@ from perseus_server.service.deployment import require_frontier
 from perseus_server.service.power import PlanPowers
 from perseus_server.service.state import Job
 
-__all__ = ["PlanQueries", "plan_doc", "policy_error"]
+__all__ = ["PlanQueries", "job_max_power", "plan_doc", "policy_error", "shape_policy"]
 
 
-def policy_error(e: InfeasibleError, policy: PlanPolicy) -> BadRequest:
-    """The 422 of a policy no plan meets; a power budget's names the lowest achievable power."""
+def policy_error(e: InfeasibleError | OptionError, policy: PlanPolicy) -> BadRequest:
+    """The 422 of a policy no plan meets (or a value out of bounds: the field it names); a power
+    budget's names the lowest achievable power."""
     if isinstance(e, PowerBudgetError):
         return BadRequest(str(e), field=policy.kind, lowest_power=e.lowest_power)
-    return BadRequest(str(e), field=policy.kind)
+    return BadRequest(str(e), field=getattr(e, "field", None) or policy.kind)
+
+
+def job_max_power(job: Job) -> tuple[float, str] | None:
+    """One GPU's maximum power limit (W) for the cost policy's ``MAXPOWER``, and where it came
+    from: the mean of what the job's ranks registered (NVML's power-limit constraints), else
+    the known-GPU table (:data:`perseus_common.gpus.KNOWN_GPUS`) for the ranks' GPU name or the
+    job's ``gpu_model``; ``None`` when none of these tells."""
+    ranks = list(job.ranks.by_global.values())
+    limits = [r.max_power_limit for r in ranks if r.max_power_limit > 0]
+    if limits:
+        return sum(limits) / len(limits), "the ranks' power-limit constraints"
+    for name in [r.gpu_name for r in ranks] + [job.spec.gpu_model]:
+        gpu = known_gpu_for(name) if name else None
+        if gpu is not None:
+            return gpu.max_power_limit, f"the {gpu.name}'s maximum power limit"
+    return None
+
+
+def shape_policy(job: Job, policy: PlanPolicy) -> PlanPolicy:
+    """``policy`` with what the job supplies: its pipeline copies (``power_budget``: watts of
+    the whole job) and, for the cost policy (``eta``) without a ``max_power``, the job's
+    (:func:`job_max_power`); a 422 naming ``max_power`` when the job has none."""
+    options = dict(policy.options)
+    if policy.kind == "eta" and "max_power" not in options:
+        found = job_max_power(job)
+        if found is None:
+            raise BadRequest(
+                "the cost policy (eta) needs MAXPOWER and this job has none: give max_power "
+                "(W, one GPU's maximum power limit), register ranks whose GPUs report their "
+                "power-limit constraints, or set the job's gpu_model to a known GPU",
+                field="max_power",
+            )
+        options["max_power"] = found[0]
+    spec = job.spec
+    copies = POLICIES.get(policy.kind)
+    return replace(
+        policy,
+        copies=spec.data_parallel * spec.tensor_parallel
+        if copies is not None and any(p.name == "copies" for p in copies.options)
+        else policy.copies,
+        options=tuple(sorted(options.items())),
+    )
 
 
 def plan_doc(
@@ -65,7 +111,7 @@ class PlanQueries:
         frontier = require_frontier(job)
         try:
             index = resolve_policy(frontier, policy)
-        except InfeasibleError as e:
+        except (InfeasibleError, OptionError) as e:
             raise policy_error(e, policy) from None
         cache = job.frontier.query_cache
         key = (index, steps)

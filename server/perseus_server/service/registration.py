@@ -6,8 +6,10 @@ position (pipeline, data, tensor rank) is fixed once registered and no two ranks
 
 from __future__ import annotations
 
+import math
 import secrets
 
+from perseus_common.clocks import MAX_CLOCK_MHZ
 from perseus_server.domain.errors import BadRequest, Conflict
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.values import PlanUpdate, RankRegistration, RegisteredRank
@@ -17,7 +19,10 @@ from perseus_server.service.deployment import Deployer
 from perseus_server.service.job_profiles import check_clocks
 from perseus_server.service.state import Job
 
-__all__ = ["Registration"]
+__all__ = ["Registration", "MAX_POWER_W"]
+
+#: The largest maximum power limit a rank may register (W; one GPU draws far less).
+MAX_POWER_W = 10_000
 
 
 def _validate(job: Job, req: RankRegistration) -> tuple[int, ...]:
@@ -33,8 +38,14 @@ def _validate(job: Job, req: RankRegistration) -> tuple[int, ...]:
         if not (0 <= value < n):
             raise BadRequest(f"must be between 0 and {n - 1} for this job, got {value}", field=name)
     clocks = tuple(sorted({int(c) for c in req.supported_clocks_mhz}, reverse=True))
-    if any(c <= 0 or c > 100_000 for c in clocks) or len(clocks) > 1024:
+    if any(c <= 0 or c > MAX_CLOCK_MHZ for c in clocks) or len(clocks) > 1024:
         raise BadRequest("clocks must be 1..1024 positive MHz values", field="supported_clocks_mhz")
+    if not (math.isfinite(req.max_power_limit_w) and 0 <= req.max_power_limit_w <= MAX_POWER_W):
+        raise BadRequest(
+            f"must be a number of watts in [0, {MAX_POWER_W}] (0: unknown), got "
+            f"{req.max_power_limit_w!r}",
+            field="max_power_limit_w",
+        )
     if len(req.gpu_name) > 256 or len(req.hostname) > 256:
         raise BadRequest(
             "at most 256 characters",
@@ -91,6 +102,7 @@ class Registration:
             gpu_name=req.gpu_name,
             supported_clocks=clocks,
             hostname=req.hostname,
+            max_power_limit=float(req.max_power_limit_w),
         )
         profile = job.profile.current
         if profile is not None and clocks:
