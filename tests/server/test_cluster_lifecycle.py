@@ -312,3 +312,57 @@ def test_lifecycles_survive_a_restart(tmp_path: Path) -> None:
     with ServerProcess(db) as s, httpx.Client(base_url=s.http_url) as c:
         jobs = {j["id"]: j["lifecycle"]["state"] for j in c.get("/jobs").json()["jobs"]}
         assert jobs == {done: "finished", waiting: "idle"}
+
+
+def test_a_job_whose_ranks_all_exit_cleanly_is_finished(tmp_path: Path) -> None:
+    """Two real clients (``with PerseusClient``, simulated GPUs) end without an exception:
+    each sends FinishRank, and the job is finished once both did; a rank credential may not
+    finish another job's rank."""
+    from perseus_client import PerseusClient, SimulatedGpu
+
+    profile = {
+        (s, k): {1410: (0.01, 3.0), 1200: (0.012, 2.6)} for s in (0, 1) for k in ("forward",
+                                                                                 "backward")
+    }  # fmt: skip
+    with (
+        ServerProcess(tmp_path / "perseus.db", token="admin-token-0123456789") as s,
+        httpx.Client(base_url=s.http_url, headers=s.headers) as c,
+    ):
+        created = c.post("/jobs", json={"stages": 2, "microbatches": 2}).json()
+        job, secret = created["id"], created["rank_credential"]
+        other = c.post("/jobs", json={"stages": 2, "microbatches": 2}).json()["id"]
+        clients = [
+            PerseusClient(s.grpc_target, job, token=secret, gpu=SimulatedGpu(profile, stage=r,
+                          time_scale=0), global_rank=r, pipeline_rank=r, handle_signals=False)
+            for r in (0, 1)
+        ]  # fmt: skip
+        _until(lambda: c.get(f"/jobs/{job}/status").json()["connected_ranks"] == 2)
+        with clients[0]:
+            pass  # a clean exit: FinishRank
+        st = c.get(f"/jobs/{job}").json()["lifecycle"]
+        assert st["state"] == "active"  # one of two ranks finished
+        with grpc.insecure_channel(s.grpc_target) as ch:
+            stub = pb_grpc.PlanServiceStub(ch)
+            rank1 = _until(
+                lambda: [r["rank_id"] for r in c.get(f"/jobs/{job}/status").json()["ranks"]
+                         if r["global_rank"] == 1]
+            )[0]  # fmt: skip
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.FinishRank(
+                    pb.FinishRankRequest(job_id=other, rank_id=rank1),
+                    metadata=(("authorization", f"Bearer {secret}"),),
+                    timeout=10,
+                )
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        with pytest.raises(RuntimeError), clients[1]:
+            raise RuntimeError("training crashed")  # not a clean exit: no FinishRank
+        assert c.get(f"/jobs/{job}").json()["lifecycle"]["state"] == "active"
+        with grpc.insecure_channel(s.grpc_target) as ch:
+            resp = pb_grpc.PlanServiceStub(ch).FinishRank(
+                pb.FinishRankRequest(job_id=job, rank_id=rank1),
+                metadata=(("authorization", f"Bearer {secret}"),),
+                timeout=10,
+            )
+        assert resp.job_finished and (resp.ranks_finished, resp.ranks_registered) == (2, 2)
+        life = c.get(f"/jobs/{job}").json()["lifecycle"]
+        assert life["state"] == "finished" and life["reason"] == "all 2 rank(s) finished cleanly"

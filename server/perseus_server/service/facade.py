@@ -204,6 +204,11 @@ class PerseusService:
         self.power_budget.job_removed(job.id)
         self.metrics.drop_job(job.id)
 
+    def finish_rank(self, job_id: str, rank_id: str) -> tuple[bool, int, int]:
+        """``FinishRank``: a rank's training ended cleanly; returns (job finished, ranks that
+        said so, ranks registered)."""
+        return self.lifecycle.rank_finished(job_id, rank_id)
+
     def finish_job(self, job_id: str) -> dict[str, Any]:
         """``POST /jobs/{id}/finish``: the job leaves the power budget; returns its lifecycle."""
         return self.lifecycle.finish(job_id)
@@ -293,7 +298,7 @@ class PerseusService:
 
     def subscribe(self, job_id: str, rank_id: str) -> tuple[Subscriber, PlanUpdate | None]:
         out = self.registration.subscribe(job_id, rank_id)
-        self.lifecycle.connected(job_id)
+        self.lifecycle.connected(job_id, rank_id)
         return out
 
     def unsubscribe(self, sub: Subscriber) -> None:

@@ -1,5 +1,6 @@
 """Jobs' lifecycles: ``active`` while ranks are connected, ``idle`` once none has been for
-``Limits.idle_after_seconds``, ``finished`` on request (``POST /jobs/{id}/finish``).
+``Limits.idle_after_seconds``, ``finished`` on request (``POST /jobs/{id}/finish``) or once every registered rank said its
+training ended cleanly (gRPC ``FinishRank``, which the client sends on a clean exit).
 
 A job is ``active`` when it is created and, after a restart, when the server starts (its ranks
 get ``idle_after_seconds`` to reconnect); a job stored ``idle`` or ``finished`` stays so until
@@ -52,6 +53,8 @@ class Lifecycle:
         self.idle_after = float(idle_after)
         self._jobs: dict[str, _Life] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        #: Per job, the ranks that said their training ended cleanly (since they connected).
+        self._finished_ranks: dict[str, set[str]] = {}
         #: Called with (job id, new state, cause) after every change (set by the service).
         self.changed: Callable[[str, JobActivity, str], None] = lambda job_id, state, why: None
 
@@ -119,12 +122,28 @@ class Lifecycle:
 
     def removed(self, job_id: str) -> None:
         self._jobs.pop(job_id, None)
+        self._finished_ranks.pop(job_id, None)
         timer = self._timers.pop(job_id, None)
         if timer is not None:
             timer.cancel()
 
-    def connected(self, job_id: str) -> None:
-        """A rank of the job opened a plan stream."""
+    def rank_finished(self, job_id: str, rank_id: str) -> tuple[bool, int, int]:
+        """``FinishRank``: the rank's training ended cleanly. Once every registered rank said
+        so, the job is finished. Returns (finished, ranks that said so, ranks registered)."""
+        job = self.ctx.jobs.get(job_id)
+        if rank_id not in job.ranks.by_id:
+            raise Conflict(f"rank {rank_id!r} is not registered in job {job_id}", field="rank_id")
+        done = self._finished_ranks.setdefault(job_id, set())
+        done.add(rank_id)
+        registered = len(job.ranks.by_id)
+        if len(done) >= registered and self.state(job_id) is not JobActivity.FINISHED:
+            self._set(job_id, JobActivity.FINISHED, f"all {registered} rank(s) finished cleanly")
+        return self.state(job_id) is JobActivity.FINISHED, len(done), registered
+
+    def connected(self, job_id: str, rank_id: str | None = None) -> None:
+        """A rank of the job opened a plan stream (it is not finished any more)."""
+        if rank_id is not None:
+            self._finished_ranks.get(job_id, set()).discard(rank_id)
         life = self._life(job_id)
         life.last_seen = time.time()
         timer = self._timers.pop(job_id, None)
