@@ -86,16 +86,6 @@
     return r.json();
   }
 
-  async function optional(path) {
-    // A document that may not exist (404: null); other errors are thrown as by api().
-    try {
-      return await api(path);
-    } catch (e) {
-      if (e instanceof Unauthorized || !String(e.message || "").includes(": 404 ")) throw e;
-      return null;
-    }
-  }
-
   function askForCredential(why) {
     window.sessionStorage.removeItem(TOKEN_KEY);
     if (why) $("login-why").textContent = why;
@@ -152,11 +142,9 @@
       );
       const live = new Set(list.map((j) => j.id));
       for (const id of Array.from(frontiers.keys())) if (!live.has(id)) frontiers.delete(id);
-      // A budget covering only idle or finished jobs still shows (they are listed as left out).
-      const budgeted =
-        details.some((d) => d.status.power_budget) ||
-        details.some((d) => d.status.lifecycle && d.status.lifecycle.state !== "active");
-      const budget = budgeted ? await optional("/power-budget") : null;
+      // Shown while an active job has a share (idle and finished ones are listed as left out).
+      const budgeted = details.some((d) => d.status.power_budget);
+      const budget = budgeted ? await api("/power-budget") : null;
       renderBudget(budget, details);
       renderJobs(details);
       $("updated").textContent = "updated " + new Date().toLocaleTimeString();
