@@ -91,7 +91,7 @@ def test_replanning_is_logged_and_counted(demo: dict[str, Any]) -> None:
     whys = [r["why"] for r in demo["replans"]]
     assert any("detected slow" in w for w in whys) and any("recovered" in w for w in whys)
     metrics = " ".join(demo["replan_metrics"])
-    assert 'kind="detected"' in metrics and 'kind="recovered"' in metrics
+    assert 'reason="detected"' in metrics and 'reason="recovered"' in metrics
     assert demo["png"] and Path(demo["png"]).stat().st_size > 10_000
     assert Path(demo["output"], "results.json").is_file()
 

@@ -512,8 +512,11 @@ class PerseusClient:
         if not self._closed:
             self.controller.reopen()
 
-    def close(self) -> None:
-        """Reset the clocks, send queued reports (bounded wait), stop the background threads."""
+    def close(self, *, finished: bool = False) -> None:
+        """Reset the clocks, send queued reports (bounded wait), stop the background threads.
+        ``finished``: the training ended cleanly; the server hears it (``FinishRank``) and
+        marks the job finished once every rank said so (a ``with`` block that ends without an
+        exception says so)."""
         if self._closed:
             return
         self._closed = True
@@ -522,6 +525,8 @@ class PerseusClient:
         if self.clock_sampler is not None:
             self.clock_sampler.close()
         if self.link is not None:
+            if finished:
+                self.link.finish()
             self.link.close()
         if self._owns_gpu:
             self.gpu.close()
@@ -532,4 +537,4 @@ class PerseusClient:
     def __exit__(
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.close()
+        self.close(finished=et is None)

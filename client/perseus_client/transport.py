@@ -392,6 +392,22 @@ class ServerLink:
 
     # -- shutdown -----------------------------------------------------------------------------------
 
+    def finish(self, timeout: float = 1.0) -> bool:
+        """Tell the server this rank's training ended cleanly (``FinishRank``; bounded by
+        ``timeout``, never raises); returns whether the server heard it."""
+        if self.rank_id is None:
+            return False
+        try:
+            self._stub.FinishRank(
+                perseus_pb2.FinishRankRequest(job_id=self.identity.job_id, rank_id=self.rank_id),
+                timeout=timeout,
+                metadata=self._metadata,
+            )
+        except grpc.RpcError as e:
+            log.info("perseus: could not tell the server this rank finished: %s", e.code())
+            return False
+        return True
+
     def close(self, *, flush_timeout: float = 1.0) -> None:
         """Send what is queued (bounded by ``flush_timeout``), then stop the threads."""
         self._stop.set()

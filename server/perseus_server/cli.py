@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from perseus_server.config import Limits, ServerConfig
+from perseus_server.config import read_token as read_token_file
 from perseus_server.runtime.logs import install_rate_limit
 
 __all__ = ["main", "build_parser", "is_loopback"]
@@ -80,6 +81,27 @@ def build_parser(prog: str = "perseus serve") -> argparse.ArgumentParser:
         default=d.max_queued_solves,
         help="frontier computations waiting for a worker at once (default %(default)s)",
     )
+    p.add_argument(
+        "--idle-after",
+        type=float,
+        default=d.idle_after_seconds,
+        help="seconds without a connected rank after which a job is idle and leaves the power "
+        "budget (default %(default)s)",
+    )
+    p.add_argument(
+        "--replan-dwell",
+        type=float,
+        default=d.replan_dwell_seconds,
+        help="least seconds between two replans of one pipeline caused by its reported "
+        "iteration times (default %(default)s; 0: none)",
+    )
+    p.add_argument(
+        "--profile-mismatch-band",
+        default=",".join(f"{x:g}" for x in d.profile_mismatch_band),
+        metavar="LOW,HIGH",
+        help="measured / planned iteration time outside this band marks a job profile_mismatch "
+        "(default %(default)s)",
+    )
     c = ServerConfig()
     p.add_argument(
         "--header-timeout",
@@ -103,17 +125,9 @@ def _read_token(parser: argparse.ArgumentParser, flag: str, path: Path | None) -
     if path is None:
         return None
     try:
-        token = path.read_text().strip()
-    except OSError as e:
-        parser.error(f"cannot read {flag} {path}: {e.strerror}")
-    if not token or any(c.isspace() for c in token):
-        parser.error(f"{flag} {path} must hold one token without spaces")
-    mode = path.stat().st_mode
-    if mode & 0o077:
-        parser.error(
-            f"{flag} {path} is accessible to other users (mode {mode & 0o777:o}); chmod 600 it"
-        )
-    return token
+        return read_token_file(path)
+    except ValueError as e:
+        parser.error(f"{flag} {path}: {e}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,6 +148,14 @@ def main(argv: list[str] | None = None) -> int:
     for path in (args.tls_cert, args.tls_key):
         if path is not None and not path.is_file():
             parser.error(f"no such file: {path}")
+    if not args.idle_after > 0 or not args.replan_dwell >= 0:
+        parser.error("--idle-after must be positive and --replan-dwell at least 0")
+    try:
+        low, high = (float(x) for x in args.profile_mismatch_band.split(","))
+    except ValueError:
+        parser.error("--profile-mismatch-band must be two numbers LOW,HIGH, e.g. 0.5,2")
+    if not (0 < low < 1 < high < float("inf")):
+        parser.error("--profile-mismatch-band needs 0 < LOW < 1 < HIGH")
     token = _read_token(parser, "--token-file", args.token_file)
     read_token = _read_token(parser, "--read-token-file", args.read_token_file)
     if read_token is not None and token is None:
@@ -158,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         db_path=args.db,
         token=token,
         read_token=read_token,
+        token_file=args.token_file,
+        read_token_file=args.read_token_file,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         header_timeout=args.header_timeout,
@@ -167,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
             solve_memory_bytes=args.solve_memory_mib * 2**20,
             solve_seconds=args.solve_time_limit,
             max_queued_solves=args.max_queued_solves,
+            idle_after_seconds=args.idle_after,
+            replan_dwell_seconds=args.replan_dwell,
+            profile_mismatch_band=(low, high),
         ),
     )
     from perseus_server.server import serve

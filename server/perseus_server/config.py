@@ -5,7 +5,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Limits", "ServerConfig"]
+__all__ = ["Limits", "ServerConfig", "read_token"]
+
+
+def read_token(path: Path) -> str:
+    """The bearer token in ``path``; raises :class:`ValueError` (the message says what is
+    wrong) for an unreadable or empty file, a token with spaces, or a file other users can
+    read."""
+    try:
+        token = path.read_text().strip()
+        mode = path.stat().st_mode
+    except OSError as e:
+        raise ValueError(f"cannot read it: {e.strerror}") from None
+    if not token or any(c.isspace() for c in token):
+        raise ValueError("it must hold one token without spaces")
+    if mode & 0o077:
+        raise ValueError(f"it is accessible to other users (mode {mode & 0o777:o}); chmod 600 it")
+    return token
 
 
 @dataclass(frozen=True)
@@ -31,6 +47,15 @@ class Limits:
         solve_seconds: wall time one frontier computation may take (idem).
         max_queued_solves: computations waiting for a worker at once (409 beyond; one per job).
         max_jobs_page: most jobs one ``GET /jobs`` page lists.
+        idle_after_seconds: a job with no connected rank for this long becomes ``idle`` and
+            leaves the cluster power budget (``docs/power.md``).
+        replan_dwell_seconds: the least time between two replans of one pipeline that its
+            reported iteration times cause (detected, pace changed, recovered); events within
+            it wait (operators' REST reports are never held back).
+        profile_mismatch_band: the band ``(low, high)`` of measured / planned iteration time
+            outside which a job's profile counts as wrong for it (``profile_mismatch``).
+        profile_mismatch_iterations: the reported iterations (per pipeline, their median)
+            the band is judged over.
     """
 
     max_body_bytes: int = 4 * 1024 * 1024
@@ -50,6 +75,10 @@ class Limits:
     solve_seconds: float = 3600.0
     max_queued_solves: int = 64
     max_jobs_page: int = 1000
+    idle_after_seconds: float = 300.0
+    replan_dwell_seconds: float = 5.0
+    profile_mismatch_band: tuple[float, float] = (0.25, 4.0)
+    profile_mismatch_iterations: int = 8
 
 
 @dataclass(frozen=True)
@@ -61,6 +90,9 @@ class ServerConfig:
     grpc_port: int = 50051
     db_path: Path = Path("perseus.db")
     token: str | None = None
+    #: Where ``token`` and ``read_token`` were read from: read again on SIGHUP (rotation).
+    token_file: Path | None = None
+    read_token_file: Path | None = None
     #: A read-only credential (needs ``token``): REST ``GET``/``HEAD`` routes only.
     read_token: str | None = None
     tls_cert: Path | None = None

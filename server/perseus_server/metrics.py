@@ -7,10 +7,20 @@ from __future__ import annotations
 
 import bisect
 import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-__all__ = ["Counter", "Gauge", "Histogram", "JobEnergySource", "Metrics", "Registry"]
+__all__ = [
+    "Counter",
+    "Gauge",
+    "Histogram",
+    "JobEnergySource",
+    "JobGaugeSource",
+    "Metrics",
+    "Registry",
+    "solve_buckets",
+]
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -22,6 +32,35 @@ class JobEnergySource(Protocol):
     def powers(self) -> dict[Labels, float]: ...
 
     def savings(self) -> dict[Labels, float]: ...
+
+
+class JobGaugeSource(Protocol):
+    """What exports the jobs' sizes, lifecycles, power budget and deployed slowdowns (the
+    service's :class:`perseus_server.service.job_gauges.JobGauges`)."""
+
+    def world_sizes(self) -> dict[Labels, float]: ...
+
+    def lifecycles(self) -> dict[Labels, float]: ...
+
+    def budget_watts(self) -> dict[Labels, float]: ...
+
+    def budget_feasible(self) -> dict[Labels, float]: ...
+
+    def allocations(self) -> dict[Labels, float]: ...
+
+    def slowdowns(self) -> dict[Labels, float]: ...
+
+    def profile_mismatches(self) -> dict[Labels, float]: ...
+
+
+#: The solve-time buckets below the longest a solve may take (s).
+_SOLVE_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 2700, 3600)
+
+
+def solve_buckets(limit: float) -> tuple[float, ...]:
+    """``perseus_solve_seconds`` buckets: the standard ones below ``limit``, then ``limit``
+    itself (the solve time limit), so every solve that ran to its limit has a bucket."""
+    return tuple(b for b in _SOLVE_BUCKETS if b < limit) + (float(limit),)
 
 
 def _fmt_labels(labels: Labels, extra: Labels = ()) -> str:
@@ -153,17 +192,67 @@ class Metrics:
         jobs: Callable[[], dict[Labels, float]],
         connected: Callable[[], dict[Labels, float]],
         registered: Callable[[], dict[Labels, float]],
+        solve_limit: float = 3600.0,
     ) -> None:
         self.registry = Registry()
         r = self.registry
+        self.started = time.time()
+        #: Set by the service; read at every scrape.
+        self.job_gauges: JobGaugeSource | None = None
+        r.add(
+            Gauge(
+                "perseus_start_time_seconds",
+                "When this server process started (Unix time, s); process-local figures "
+                "(perseus_energy_saved_joules) count from here.",
+                lambda: {(): self.started},
+            )
+        )
         self.jobs = r.add(Gauge("perseus_jobs", "Jobs stored, by state.", jobs))
         self.registered_ranks = r.add(
             Gauge("perseus_registered_ranks", "Ranks registered, by job.", registered)
         )
         self.connected_ranks = r.add(
             Gauge(
-                "perseus_connected_ranks", "Ranks with an open WatchPlan stream, by job.", connected
+                "perseus_connected_ranks",
+                "Ranks with an open WatchPlan stream, by job (every job, 0 included).",
+                connected,
             )
+        )
+        self._job_gauge(
+            "perseus_job_world_size", "Ranks a job expects (its world size), by job.", "world_sizes"
+        )
+        self._job_gauge(
+            "perseus_job_lifecycle",
+            "A job's lifecycle: 1 for its state (active, idle, finished), 0 for the others.",
+            "lifecycles",
+        )
+        self._job_gauge(
+            "perseus_power_budget_watts",
+            "The cluster power budget (W); absent when none is set.",
+            "budget_watts",
+        )
+        self._job_gauge(
+            "perseus_power_budget_feasible",
+            "1 when the cluster power budget is met, 0 when the covered jobs cannot get under "
+            "it (its on_infeasible policy runs); absent when none is set.",
+            "budget_feasible",
+        )
+        self._job_gauge(
+            "perseus_power_budget_allocation_watts",
+            "Each active covered job's share of the cluster power budget (W, whole job).",
+            "allocations",
+        )
+        self._job_gauge(
+            "perseus_deployed_slowdown_ratio",
+            "Each pipeline's deployed plan: its iteration time over the max-clock time, minus 1 "
+            "(0.05 = 5 % slower), by job and pipeline.",
+            "slowdowns",
+        )
+        self._job_gauge(
+            "perseus_profile_mismatch",
+            "1 when a job's measured iteration times are outside the band around its plan's "
+            "prediction (its energy-saved figures are withheld, straggler replanning paused).",
+            "profile_mismatches",
         )
         self.solves: Counter = r.add(
             Counter("perseus_solves_total", "Frontier computations finished, by outcome.")
@@ -172,7 +261,7 @@ class Metrics:
             Histogram(
                 "perseus_solve_seconds",
                 "Wall time of frontier computations.",
-                (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800),
+                solve_buckets(solve_limit),
             )
         )  # type: ignore[assignment]
         self.stage_resolve_seconds: Histogram = r.add(
@@ -183,10 +272,10 @@ class Metrics:
             )
         )  # type: ignore[assignment]
         self.deploys: Counter = r.add(
-            Counter("perseus_plan_deployments_total", "Plan versions deployed, by cause.")
+            Counter("perseus_plan_deployments_total", "Plan versions deployed, by job and kind.")
         )  # type: ignore[assignment]
         self.replans: Counter = r.add(
-            Counter("perseus_replans_total", "Straggler replanning decisions, by kind.")
+            Counter("perseus_replans_total", "Straggler replanning decisions, by job and reason.")
         )  # type: ignore[assignment]
         self.push_latency: Histogram = r.add(
             Histogram(
@@ -234,9 +323,9 @@ class Metrics:
         )
         r.add(
             Gauge(
-                "perseus_energy_saved_joules_total",
+                "perseus_energy_saved_joules",
                 "Energy saved against the same iterations at max clocks (J, whole job, net; "
-                "since the server started).",
+                "since perseus_start_time_seconds; withheld for a job with a profile mismatch).",
                 lambda: self.job_energy.savings() if self.job_energy is not None else {},
             )
         )
@@ -248,6 +337,18 @@ class Metrics:
                 "global rank and clock-event reasons (joined by +; none: no reason given).",
             )
         )  # type: ignore[assignment]
+
+    def _job_gauge(self, name: str, help: str, method: str) -> None:
+        def read() -> dict[Labels, float]:
+            src = self.job_gauges
+            return {} if src is None else dict(getattr(src, method)())
+
+        self.registry.add(Gauge(name, help, read))
+
+    def drop_job(self, job_id: str) -> None:
+        """Forget a deleted job's counter series."""
+        for counter in (self.replans, self.deploys, self.off_plan_instructions):
+            counter.drop(job=job_id)
 
     def render(self) -> str:
         return self.registry.render()

@@ -4,6 +4,10 @@ At start, before it listens, the server begins warming the solver's kernels in a
 (:mod:`perseus_server.runtime.warmup`): ``/healthz`` says ``"kernels": "warming"`` and solves wait
 ``queued`` until it is done.
 
+Token rotation without a restart: on SIGHUP, and when ``--token-file`` or ``--read-token-file``
+changes (checked every :data:`TOKEN_POLL_SECONDS`), both files are read again and the new tokens
+replace the old ones at once (a file that cannot be used is logged and the old tokens stay).
+
 Shutdown on SIGTERM/SIGINT: open WatchPlan streams are ended, gRPC stops with a short grace,
 uvicorn finishes in-flight requests, running solves are stopped (their jobs are marked failed),
 and the SQLite WAL is checkpointed.
@@ -23,7 +27,7 @@ import grpc
 import uvicorn
 
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
-from perseus_server.config import ServerConfig
+from perseus_server.config import ServerConfig, read_token
 from perseus_server.domain.states import StreamEnd
 from perseus_server.grpc.codec import decode_report_bytes
 from perseus_server.grpc.gate import AuthInterceptor
@@ -35,9 +39,62 @@ from perseus_server.runtime.warmup import warm_kernels
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
 
-__all__ = ["serve"]
+__all__ = ["TOKEN_POLL_SECONDS", "TokenFiles", "serve"]
 
 log = logging.getLogger("perseus.server")
+
+#: How often the token files are checked for a change (s).
+TOKEN_POLL_SECONDS = 2.0
+
+
+class TokenFiles:
+    """The admin and read token files, read again on SIGHUP or when they change."""
+
+    def __init__(self, config: ServerConfig, credentials: Credentials) -> None:
+        self.paths = [p for p in (config.token_file, config.read_token_file) if p is not None]
+        self.config = config
+        self.credentials = credentials
+        self._stamp = self._stamps()
+
+    def _stamps(self) -> tuple[tuple[float, int, int], ...]:
+        out = []
+        for p in self.paths:
+            try:
+                st = p.stat()
+                out.append((st.st_mtime, st.st_size, st.st_ino))
+            except OSError:
+                out.append((0.0, -1, -1))
+        return tuple(out)
+
+    def reload(self, why: str) -> bool:
+        """Read the files again; returns whether the tokens now in use are the files'."""
+        self._stamp = self._stamps()
+        cfg = self.config
+        if cfg.token_file is None:
+            return False
+        try:
+            admin = read_token(cfg.token_file)
+            read = None if cfg.read_token_file is None else read_token(cfg.read_token_file)
+        except ValueError as e:
+            log.error("token files not reloaded (%s): %s; the old tokens stay", why, e)
+            return False
+        if read is not None and read == admin:
+            log.error("token files not reloaded (%s): the read token equals the admin token", why)
+            return False
+        changed = admin != self.credentials.admin or (read,) != (
+            self.credentials.read[0] if self.credentials.read else None,
+        )
+        self.credentials.admin = admin
+        self.credentials.read = () if read is None else (read,)
+        log.info("token files reloaded (%s)%s", why, "" if changed else ": unchanged")
+        return True
+
+    async def watch(self) -> None:
+        """Reload whenever a file's modification time, size or inode changes."""
+        while True:
+            await asyncio.sleep(TOKEN_POLL_SECONDS)
+            if self._stamps() != self._stamp:
+                self.reload("a token file changed")
 
 
 class _Uvicorn(uvicorn.Server):
@@ -136,6 +193,9 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    tokens = TokenFiles(config, credentials)
+    loop.add_signal_handler(signal.SIGHUP, tokens.reload, "SIGHUP")
+    token_watch = asyncio.create_task(tokens.watch()) if tokens.paths else None
 
     await grpc_server.start()
     http_task = asyncio.create_task(uv.serve(sockets=[sock]))
@@ -164,13 +224,15 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     with contextlib.suppress(Exception):
         await http_task
     stop_task.cancel()
+    if token_watch is not None:
+        token_watch.cancel()
     if warming is not None and not warming.done():
         warming.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await warming
     await service.shutdown()
     store.close()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.remove_signal_handler(sig)
     say("perseus: stopped")
     sys.stdout.flush()

@@ -107,9 +107,7 @@ def test_measured_power_and_energy_saved_from_report_streams(
     text = http.get("/metrics").text
     assert "# TYPE perseus_job_power_watts gauge" in text
     assert _metric(text, "perseus_job_power_watts", job.id) == pytest.approx(m["average_power"])
-    assert _metric(text, "perseus_energy_saved_joules_total", job.id) == pytest.approx(
-        m["energy_saved"]
-    )
+    assert _metric(text, "perseus_energy_saved_joules", job.id) == pytest.approx(m["energy_saved"])
 
     # a straggling iteration: the max-clock baseline waits as long, at blocking power
     before = m["energy_saved"]
@@ -164,7 +162,7 @@ def test_measured_power_is_per_job_and_leaves_with_the_job(
     assert http.delete(f"/jobs/{a.id}").status_code == 204
     text = http.get("/metrics").text
     assert _metric(text, "perseus_job_power_watts", a.id) is None
-    assert _metric(text, "perseus_energy_saved_joules_total", a.id) is None
+    assert _metric(text, "perseus_energy_saved_joules", a.id) is None
     assert _metric(text, "perseus_job_power_watts", b.id) == pytest.approx(60.0)
 
 

@@ -297,6 +297,10 @@ def test_real_responses_match_the_published_schema(
     jobs = c.call("GET", "/jobs", 200).json()["jobs"]
     assert {j["state"] for j in jobs} >= {"created", "ready", "failed"}
     c.call("GET", "/metrics", 200)
+    assert c.call("POST", JOB + "/finish", 200, path={"job_id": stale}).json()["state"] == (
+        "finished"
+    )
+    c.call("POST", JOB + "/finish", 409, path={"job_id": stale})
     c.call("DELETE", JOB, 204, path={"job_id": stale})
 
     missing = c.documented_successes() - c.seen

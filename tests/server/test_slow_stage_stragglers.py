@@ -140,7 +140,7 @@ def test_slow_stage_resolves_and_recovers(
     assert len(msg.steps) == 2 * MICROBATCHES and "slow stage" in msg.reason
 
     metrics = http.get("/metrics").text
-    assert 'perseus_replans_total{kind="slow_stage"}' in metrics
+    assert f'perseus_replans_total{{job="{job}",reason="slow_stage"}}' in metrics
     assert "perseus_stage_resolve_seconds_count 1" in metrics
 
     # Recovery: three iterations at the profiled speed restore the default plan everywhere.
@@ -149,7 +149,10 @@ def test_slow_stage_resolves_and_recovers(
     st = _wait(http, job, lambda s: s["pipelines"][1]["slow_stages"] is None)
     assert [p["index"] for p in st["plan"]["pipelines"]] == [0, 0]
     assert all(p["frontier"] == "job" for p in st["plan"]["pipelines"])
-    assert 'perseus_replans_total{kind="slow_stage_recovered"}' in http.get("/metrics").text
+    assert (
+        f'perseus_replans_total{{job="{job}",reason="slow_stage_recovered"}}'
+        in http.get("/metrics").text
+    )
 
     # A pipeline slowed uniformly (every stage) is a slow pipeline, not a slow stage: no re-solve.
     version = st["plan"]["version"]

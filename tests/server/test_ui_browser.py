@@ -168,6 +168,7 @@ for (const c of document.querySelectorAll('section.job')) {
     power: val(c, '.measured-power'), saved: val(c, '.energy-saved'),
     plan: val(c, '.plan-power'), share: val(c, '.budget-share'),
     iterations: val(c, '.iterations'), constraint: val(c, '.constraint'),
+    life: val(c, '.lifecycle'),
     curve: c.querySelectorAll('svg.frontier polyline.curve').length,
     deployed: [...c.querySelectorAll('svg.frontier circle.deployed')].map(e => +e.dataset.index),
     rows: [...c.querySelectorAll('table.pipelines tbody tr')].map(r => ({
@@ -183,6 +184,8 @@ const err = document.getElementById('error');
 out.error = err.hidden ? null : err.textContent;
 out.budget = {hidden: document.getElementById('budget').hidden,
               ...val(document, '#budget-watts')};
+out.left_out = document.getElementById('budget-left-out').textContent;
+out.feasible = document.getElementById('budget-feasible').getAttribute('data-feasible');
 return out;
 """
 
@@ -251,6 +254,13 @@ def _check_page(
     r = http.post(f"/jobs/{a}/stragglers", json={"pipeline": 1, "slowdown": 0.2})
     assert r.status_code == 200, r.text
     _wait(lambda: "reported" in page()["jobs"][a]["rows"][1]["straggler"], "the straggler")
+    assert page()["jobs"][b]["life"]["text"] == "active" and page()["feasible"] == "true"
+
+    # a finished job leaves the budget: the page shows its state and the budget's left-out list
+    assert http.post(f"/jobs/{b}/finish").status_code == 200
+    _wait(lambda: page()["jobs"][b]["life"]["text"] == "finished", "the finished job")
+    _wait(lambda: set(page()["alloc"]) == {a}, "the allocation without the finished job")
+    assert "beta" in page()["left_out"] and page()["jobs"][b]["share"]["text"] == "none (finished)"
 
     # the credential is kept for the tab: a reload does not ask again
     driver.refresh()

@@ -155,3 +155,21 @@ class ReportAck(_message.Message):
     accepted: int
     duplicates: int
     def __init__(self, accepted: _Optional[int] = ..., duplicates: _Optional[int] = ...) -> None: ...
+
+class FinishRankRequest(_message.Message):
+    __slots__ = ("job_id", "rank_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    RANK_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    rank_id: str
+    def __init__(self, job_id: _Optional[str] = ..., rank_id: _Optional[str] = ...) -> None: ...
+
+class FinishRankResponse(_message.Message):
+    __slots__ = ("job_finished", "ranks_finished", "ranks_registered")
+    JOB_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    RANKS_REGISTERED_FIELD_NUMBER: _ClassVar[int]
+    job_finished: bool
+    ranks_finished: int
+    ranks_registered: int
+    def __init__(self, job_finished: _Optional[bool] = ..., ranks_finished: _Optional[int] = ..., ranks_registered: _Optional[int] = ...) -> None: ...

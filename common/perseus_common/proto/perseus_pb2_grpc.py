@@ -49,6 +49,11 @@ class PlanServiceStub:
                 request_serializer=perseus__common_dot_proto_dot_perseus__pb2.IterationReport.SerializeToString,
                 response_deserializer=perseus__common_dot_proto_dot_perseus__pb2.ReportAck.FromString,
                 _registered_method=True)
+        self.FinishRank = channel.unary_unary(
+                '/perseus.v1.PlanService/FinishRank',
+                request_serializer=perseus__common_dot_proto_dot_perseus__pb2.FinishRankRequest.SerializeToString,
+                response_deserializer=perseus__common_dot_proto_dot_perseus__pb2.FinishRankResponse.FromString,
+                _registered_method=True)
 
 
 class PlanServiceServicer:
@@ -76,6 +81,14 @@ class PlanServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FinishRank(self, request, context):
+        """The rank's training ended cleanly. When every registered rank of the job
+        said so, the job is finished (it leaves the cluster power budget).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PlanServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -93,6 +106,11 @@ def add_PlanServiceServicer_to_server(servicer, server):
                     servicer.ReportIterations,
                     request_deserializer=perseus__common_dot_proto_dot_perseus__pb2.IterationReport.FromString,
                     response_serializer=perseus__common_dot_proto_dot_perseus__pb2.ReportAck.SerializeToString,
+            ),
+            'FinishRank': grpc.unary_unary_rpc_method_handler(
+                    servicer.FinishRank,
+                    request_deserializer=perseus__common_dot_proto_dot_perseus__pb2.FinishRankRequest.FromString,
+                    response_serializer=perseus__common_dot_proto_dot_perseus__pb2.FinishRankResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -176,6 +194,33 @@ class PlanService:
             '/perseus.v1.PlanService/ReportIterations',
             perseus__common_dot_proto_dot_perseus__pb2.IterationReport.SerializeToString,
             perseus__common_dot_proto_dot_perseus__pb2.ReportAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FinishRank(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/perseus.v1.PlanService/FinishRank',
+            perseus__common_dot_proto_dot_perseus__pb2.FinishRankRequest.SerializeToString,
+            perseus__common_dot_proto_dot_perseus__pb2.FinishRankResponse.FromString,
             options,
             channel_credentials,
             insecure,

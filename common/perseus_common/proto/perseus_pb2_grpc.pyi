@@ -44,6 +44,10 @@ class PlanServiceStub:
     """The rank's current plan immediately, then every new version."""
     ReportIterations: _grpc.StreamUnaryMultiCallable[_perseus_pb2.IterationReport, _perseus_pb2.ReportAck]
     """Iteration measurements, batched by the client."""
+    FinishRank: _grpc.UnaryUnaryMultiCallable[_perseus_pb2.FinishRankRequest, _perseus_pb2.FinishRankResponse]
+    """The rank's training ended cleanly. When every registered rank of the job
+    said so, the job is finished (it leaves the cluster power budget).
+    """
 
 @_typing.type_check_only
 class PlanServiceAsyncStub(PlanServiceStub):
@@ -56,6 +60,10 @@ class PlanServiceAsyncStub(PlanServiceStub):
     """The rank's current plan immediately, then every new version."""
     ReportIterations: _aio.StreamUnaryMultiCallable[_perseus_pb2.IterationReport, _perseus_pb2.ReportAck]  # type: ignore[assignment]
     """Iteration measurements, batched by the client."""
+    FinishRank: _aio.UnaryUnaryMultiCallable[_perseus_pb2.FinishRankRequest, _perseus_pb2.FinishRankResponse]  # type: ignore[assignment]
+    """The rank's training ended cleanly. When every registered rank of the job
+    said so, the job is finished (it leaves the cluster power budget).
+    """
 
 class PlanServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -83,5 +91,15 @@ class PlanServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_perseus_pb2.ReportAck, _abc.Awaitable[_perseus_pb2.ReportAck]]:
         """Iteration measurements, batched by the client."""
+
+    @_abc_1.abstractmethod
+    def FinishRank(
+        self,
+        request: _perseus_pb2.FinishRankRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_perseus_pb2.FinishRankResponse, _abc.Awaitable[_perseus_pb2.FinishRankResponse]]:
+        """The rank's training ended cleanly. When every registered rank of the job
+        said so, the job is finished (it leaves the cluster power budget).
+        """
 
 def add_PlanServiceServicer_to_server(servicer: PlanServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

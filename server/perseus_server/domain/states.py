@@ -12,6 +12,7 @@ from enum import StrEnum
 __all__ = [
     "DeploymentKind",
     "DetectorEvent",
+    "JobActivity",
     "JobState",
     "ProfilingStatus",
     "ReplanKind",
@@ -31,6 +32,18 @@ class JobState(StrEnum):
     SOLVING = "solving"
     READY = "ready"
     FAILED = "failed"
+
+
+class JobActivity(StrEnum):
+    """A job's lifecycle (``GET /jobs/{id}`` ``lifecycle.state``): ``active`` while ranks are
+    connected (and for ``Limits.idle_after_seconds`` after the last one left, or after it was
+    created or the server started), then ``idle``; ``finished`` once ``POST
+    /jobs/{id}/finish`` said so (until a rank connects again). Only active jobs share a cluster
+    power budget."""
+
+    ACTIVE = "active"
+    IDLE = "idle"
+    FINISHED = "finished"
 
 
 class SolveStatus(StrEnum):
@@ -89,7 +102,7 @@ class StragglerSource(StrEnum):
 
 
 class ReplanKind(StrEnum):
-    """Why the plans were re-decided (the ``kind`` label of ``perseus_replans_total``)."""
+    """Why the plans were re-decided (the ``reason`` label of ``perseus_replans_total``)."""
 
     REPORTED = "reported"
     CLEARED = "cleared"

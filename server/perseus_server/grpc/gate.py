@@ -36,6 +36,7 @@ _SERVICE = "/perseus.v1.PlanService/"
 METHOD_LIMITS = {
     _SERVICE + "RegisterRank": 64 * 1024,
     _SERVICE + "WatchPlan": 4 * 1024,
+    _SERVICE + "FinishRank": 4 * 1024,
 }
 
 
@@ -212,6 +213,20 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
         return handler._replace(unary_stream=watch)
 
+    def _finish(self, handler: Any, who: Principal) -> Any:
+        """``FinishRank``: a rank credential finishes only its own job's ranks."""
+        behavior, creds = handler.unary_unary, self.credentials
+
+        async def finish(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            if not isinstance(request, TooLargeMessage):
+                why = creds.rank_refusal(who, request.job_id, request.rank_id)
+                if why is not None:
+                    self._refused("FinishRank")
+                    await _deny(context, why)
+            return await behavior(request, context)
+
+        return handler._replace(unary_unary=finish)
+
     def _reports(self, handler: Any, who: Principal) -> Any:
         behavior, creds = handler.stream_unary, self.credentials
 
@@ -239,4 +254,5 @@ _RANK_METHODS: dict[str, Callable[[AuthInterceptor, Any, Principal], Any]] = {
     "RegisterRank": AuthInterceptor._register,
     "WatchPlan": AuthInterceptor._watch,
     "ReportIterations": AuthInterceptor._reports,
+    "FinishRank": AuthInterceptor._finish,
 }

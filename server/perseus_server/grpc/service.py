@@ -49,7 +49,7 @@ def status_code(err: ApiError) -> grpc.StatusCode:
 
 
 class PlanServicer(pb_grpc.PlanServiceServicer):
-    """RegisterRank, WatchPlan and ReportIterations."""
+    """RegisterRank, WatchPlan, ReportIterations and FinishRank."""
 
     def __init__(self, service: PerseusService, token: str | Credentials | None) -> None:
         self.service = service
@@ -144,3 +144,17 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
                 await self._abort(context, "ReportIterations", e)
         self.service.metrics.grpc_calls.inc(method="ReportIterations", code="OK")
         return pb.ReportAck(accepted=accepted, duplicates=duplicates)
+
+    async def FinishRank(
+        self, request: pb.FinishRankRequest, context: _Context
+    ) -> pb.FinishRankResponse:  # noqa: N802
+        await self._auth(context, "FinishRank")
+        await self._size(context, "FinishRank", request)
+        try:
+            done, finished, registered = self.service.finish_rank(request.job_id, request.rank_id)
+        except ApiError as e:
+            await self._abort(context, "FinishRank", e)
+        self.service.metrics.grpc_calls.inc(method="FinishRank", code="OK")
+        return pb.FinishRankResponse(
+            job_finished=done, ranks_finished=finished, ranks_registered=registered
+        )

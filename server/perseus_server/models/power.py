@@ -33,6 +33,12 @@ class PowerBudgetIn(BaseModel):
         max_length=10_000,
         description="The jobs it covers; default: every job with a frontier, later ones included.",
     )
+    on_infeasible: Literal["least_power", "keep_current"] = Field(
+        default="least_power",
+        description="What runs when the budget can no longer be met (a job joined): "
+        "``least_power``: every covered job its least-power plan; ``keep_current``: the plans of "
+        "the last feasible allocation (a job without one: its least-power plan).",
+    )
 
 
 class PowerShareView(ResponseModel):
@@ -47,6 +53,13 @@ class PowerShareView(ResponseModel):
     time: float = Field(description="Its iteration time (s) at that point.")
 
 
+class LeftOutJob(ResponseModel):
+    """A job the budget leaves out."""
+
+    job: str = Field(description="The job's ID.")
+    why: str = Field(description="Why it takes no share.")
+
+
 class PowerBudgetView(ResponseModel):
     """``GET /power-budget``: the budget and its allocation."""
 
@@ -57,14 +70,23 @@ class PowerBudgetView(ResponseModel):
     )
     feasible: bool = Field(
         description="false when the covered jobs cannot get under the budget (a job joined "
-        "after it was set): every job then runs its least-power plan."
+        "after it was set): ``on_infeasible`` says what runs then."
     )
     lowest_power: float = Field(description="The least the covered jobs can draw together (W).")
     covers: list[str] | None = Field(description="The jobs it was set for, or null: every job.")
     gap: float | None = Field(
         description="The allocation's distance from the optimum (0: exact), null when infeasible."
     )
-    jobs: list[PowerShareView] = Field(description="One share per covered job.")
+    on_infeasible: Literal["least_power", "keep_current"] = Field(
+        description="What runs when the budget cannot be met."
+    )
+    over_by: float = Field(
+        description="How far the covered jobs' lowest power is above the budget (W; 0 when met)."
+    )
+    left_out: list[LeftOutJob] = Field(
+        description="Jobs it would cover that are idle or finished (they take no share)."
+    )
+    jobs: list[PowerShareView] = Field(description="One share per covered (active) job.")
 
 
 class JobPowerBudget(ResponseModel):
@@ -76,3 +98,6 @@ class JobPowerBudget(ResponseModel):
     slowdown: float = Field(description="Its slowdown under the budget (0.05 = 5 %).")
     point: int = Field(description="The frontier point it runs.")
     feasible: bool = Field(description="Whether the budget is met.")
+    on_infeasible: Literal["least_power", "keep_current"] = Field(
+        description="What runs when the budget cannot be met."
+    )

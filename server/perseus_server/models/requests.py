@@ -96,7 +96,14 @@ class JobIn(BaseModel):
     data_parallel: Count = 1
     tensor_parallel: Count = 1
     gpu_model: str = Field(default="", max_length=200)
-    blocking_power: Watts = Field(default=0.0, description="Watts a GPU draws while waiting.")
+    blocking_power: Watts | None = Field(
+        default=None,
+        description="Watts a GPU draws while waiting on a pipeline neighbour. Omitted: the "
+        "table's value for a known ``gpu_model`` (A100, A40); for a ``gpu_model`` the table does "
+        "not know it must be given (measure it: the GPU's power draw during a blocking receive, "
+        "e.g. ``nvidia-smi --query-gpu=power.draw``, or run online profiling, which measures "
+        "it); 0 when neither is given.",
+    )
 
 
 class PlanSelect(_PolicyFields):

@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import Field, create_model
 
 from perseus.policies import POLICIES, POLICY_NAMES
-from perseus_server.domain.states import DeploymentKind, JobState, SolveStatus
+from perseus_server.domain.states import DeploymentKind, JobActivity, JobState, SolveStatus
 from perseus_server.models.base import ResponseModel, omitted
 from perseus_server.models.requests import ScheduleName
 
 __all__ = [
+    "LifecycleView",
     "Health",
     "NamedScheduleView",
     "CustomScheduleView",
@@ -104,6 +105,22 @@ class ProfileRef(ResponseModel):
     source: str = Field(description="``upload`` or ``online profiling``.")
 
 
+class LifecycleView(ResponseModel):
+    """Where a job is in its lifecycle (``docs/server.md``, "Job lifecycle")."""
+
+    state: JobActivity = Field(
+        description="active (ranks connected, or recently), idle (none for "
+        "``--idle-after`` seconds), finished (``POST /jobs/{id}/finish``). Only active jobs "
+        "share a cluster power budget."
+    )
+    since: float = Field(description="Since when (s since the Unix epoch).")
+    reason: str = Field(description="Why it changed to this state.")
+    idle_at: float | None = Field(
+        description="When an active job without connected ranks becomes idle (Unix s); null "
+        "when ranks are connected or it is not active."
+    )
+
+
 class JobView(ResponseModel):
     """A job: its description and where it stands."""
 
@@ -126,6 +143,7 @@ class JobView(ResponseModel):
     profile: ProfileRef | None = Field(description="The stored profile, or null.")
     frontier_status: FrontierState
     plan_version: int = Field(description="The deployed plan version (0: nothing deployed).")
+    lifecycle: LifecycleView
 
 
 class JobSummary(ResponseModel):
@@ -147,6 +165,7 @@ class JobSummary(ResponseModel):
     profile: ProfileRef | None
     frontier_status: FrontierState
     plan_version: int
+    lifecycle: LifecycleView
 
 
 class JobList(ResponseModel):

@@ -10,9 +10,14 @@ from pydantic import Field
 
 from perseus_server.domain import states
 from perseus_server.domain.states import SlowStageStatus, StragglerSource
-from perseus_server.models.base import ResponseModel
+from perseus_server.models.base import ResponseModel, omitted
 from perseus_server.models.power import JobPowerBudget
-from perseus_server.models.responses import DeploymentView, FrontierSummary, JobState
+from perseus_server.models.responses import (
+    DeploymentView,
+    FrontierSummary,
+    JobState,
+    LifecycleView,
+)
 
 __all__ = [
     "DetectionSettings",
@@ -29,6 +34,7 @@ __all__ = [
     "Replan",
     "JobStatus",
     "MeasuredPowerView",
+    "ProfileMismatchView",
 ]
 
 ProfilingState = states.ProfilingStatus
@@ -221,15 +227,33 @@ class MeasuredPowerView(ResponseModel):
         description="Measured energy (J, whole job) of the counted reports (every report with an "
         "energy reading, none from online profiling, since the server started)."
     )
-    max_clock_energy: float = Field(
+    max_clock_energy: float | None = Field(
         description="What the same iterations, each as long as it was, would have taken at max "
-        "clocks (J, whole job): every instruction at the top clock, waiting at blocking power."
+        "clocks (J, whole job): every instruction at the top clock, waiting at blocking power; "
+        "null when withheld (``withheld`` says why)."
     )
-    energy_saved: float = Field(
-        description="``max_clock_energy - energy`` (J, net: may be negative)."
+    energy_saved: float | None = Field(
+        description="``max_clock_energy - energy`` (J, net: may be negative); null when "
+        "withheld (``withheld`` says why)."
+    )
+    withheld: str = omitted(
+        "Why the max-clock and saved figures are null: the job's profile does not describe its "
+        "measured iterations (``profile_mismatch``)."
     )
     iterations: int = Field(description="The most reports counted from any one rank.")
     ranks: int = Field(description="Ranks with counted reports.")
+
+
+class ProfileMismatchView(ResponseModel):
+    """The job's measured iteration times are far from its plan's prediction."""
+
+    ratio: float | None = Field(
+        description="Measured / planned iteration time: the healthiest pipeline's median."
+    )
+    band: list[float] = Field(description="The band ``[low, high]`` the ratio must be in.")
+    iterations: int = Field(description="Reported iterations per pipeline it is judged over.")
+    since: float | None = Field(description="When it was found (s since the Unix epoch).")
+    reason: str = Field(description="What it means and what to do (online profiling).")
 
 
 class JobStatus(ResponseModel):
@@ -237,6 +261,7 @@ class JobStatus(ResponseModel):
 
     job_id: str
     state: JobState
+    lifecycle: LifecycleView
     expected_ranks: int = Field(description="The job's world size.")
     registered_ranks: int
     connected_ranks: int
@@ -255,4 +280,8 @@ class JobStatus(ResponseModel):
     )
     measured: MeasuredPowerView | None = Field(
         description="Measured power and energy saved, or null until a rank reported energy.",
+    )
+    profile_mismatch: ProfileMismatchView | None = Field(
+        description="Set while the measured iteration times are outside the band around the "
+        "plan's prediction: energy-saved figures are withheld and straggler replanning paused."
     )

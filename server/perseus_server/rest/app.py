@@ -16,9 +16,12 @@ from typing import Any
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from perseus.errors import OptionError
+from perseus.errors import OptionError, ProfileError
 from perseus.plot import frontier_png
 from perseus.policies import CRITERIA_FIRST, POLICIES, POLICY_NAMES, chosen
+from perseus.profiles import parse_profile_csv, parse_profile_json, parse_stage_list
+from perseus_common.gpus import KNOWN_GPUS
+from perseus_common.profile_csv import load_json
 from perseus_server.domain.errors import BadRequest
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.models import (
@@ -41,6 +44,7 @@ from perseus_server.models import (
 )
 from perseus_server.models.credentials import JobCreated
 from perseus_server.models.requests import INT32_MAX, policy_field
+from perseus_server.models.responses import LifecycleView
 from perseus_server.policy.detectors import DetectorSettings
 from perseus_server.policy.planner import PlanPolicy
 from perseus_server.rest.credentials import TAG as CREDENTIALS_TAG
@@ -136,9 +140,64 @@ def _spec(body: JobIn) -> JobSpec:
         data_parallel=body.data_parallel,
         tensor_parallel=body.tensor_parallel,
         gpu_model=body.gpu_model,
-        blocking_power=body.blocking_power,
+        blocking_power=_blocking_power(body.gpu_model, body.blocking_power),
         name=body.name,
     )
+
+
+def _known_gpu(model: str) -> float | None:
+    """The table's blocking power for a GPU model (``A100``, ``NVIDIA A40``...), or None."""
+    words = "".join(c if c.isalnum() else " " for c in model.lower()).split()
+    found = {g.blocking_power for g in KNOWN_GPUS if g.key in words}
+    return found.pop() if len(found) == 1 else None
+
+
+def _blocking_power(gpu_model: str, given: float | None) -> float:
+    """``blocking_power`` as given, else the known GPU's; a GPU the table does not know needs
+    it (422 saying how to measure it), never a silent 0 W."""
+    if given is not None:
+        return given
+    if not gpu_model.strip():
+        return 0.0
+    known = _known_gpu(gpu_model)
+    if known is None:
+        names = ", ".join(g.name for g in KNOWN_GPUS)
+        raise BadRequest(
+            f"gpu_model {gpu_model[:64]!r} is not a GPU whose blocking power is known ({names}): "
+            "give blocking_power, the watts one GPU draws while it waits on a pipeline neighbour. "
+            "Measure it as the power draw during a blocking receive (e.g. `nvidia-smi "
+            "--query-gpu=power.draw --format=csv -lms 100` while a rank waits in recv), or give "
+            "blocking_power 0 now and run online profiling (POST /jobs/{id}/profiling), which "
+            "measures it",
+            field="blocking_power",
+        )
+    return known
+
+
+def _select_stages(body: bytes, content_type: str, stages: str) -> bytes:
+    """``PUT /jobs/{id}/profile?stages=0-3``: the profile's ``stages`` only, renumbered from 0
+    (as ``perseus frontier --profile-stages``), as CSV."""
+    try:
+        chosen = parse_stage_list(stages)
+    except ProfileError as e:
+        raise BadRequest(str(e), field="stages") from None
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest("the body is not UTF-8 text", field="profile") from None
+    try:
+        if "json" in content_type or text.lstrip().startswith(("{", "[")):
+            profile = parse_profile_json(load_json(text))
+        else:
+            profile = parse_profile_csv(text)
+    except ProfileError as e:
+        raise BadRequest(str(e), field=f"profile.{e.field}" if e.field else "profile") from None
+    except ValueError as e:
+        raise BadRequest(str(e), field="profile") from None
+    try:
+        return profile.select_stages(chosen).to_csv().encode()
+    except ProfileError as e:
+        raise BadRequest(str(e), field="stages") from None
 
 
 def create_app(
@@ -213,6 +272,17 @@ def create_app(
         """A job's description, state, profile revision and deployed plan version."""
         return service.job_view(job_id)
 
+    @app.post(
+        "/jobs/{job_id}/finish",
+        tags=["jobs"],
+        **operation(LifecycleView, "Finish a job", "The job's lifecycle.", 404, 409),
+    )
+    async def finish_job(job_id: str) -> dict[str, Any]:
+        """The job is done: it leaves the cluster power budget at once (the others share it
+        again) and stays stored (``DELETE`` removes it). 409 when already finished; a rank
+        that connects again makes it active."""
+        return service.finish_job(job_id)
+
     @app.delete(
         "/jobs/{job_id}",
         tags=["jobs"],
@@ -240,13 +310,28 @@ def create_app(
         },
         **operation(ProfileSummary, "Upload a profile", "The stored profile.", 404, 409, 413, 422),
     )
-    async def put_profile(job_id: str, request: Request) -> dict[str, Any]:
+    async def put_profile(
+        job_id: str,
+        request: Request,
+        stages: str | None = Query(
+            None,
+            max_length=1000,
+            description="Use only these stages of the profile, renumbered from 0 (``0-3``, "
+            "``0,2,4``): e.g. an 8-stage profile for a 4-rank job.",
+        ),
+    ) -> dict[str, Any]:
         """``stage,instruction,frequency,time,energy`` CSV (seconds, joules, MHz) or its JSON
         form. It must cover the job's schedule and only use clocks the registered ranks
-        support; a bad profile leaves the stored one in place (422 naming the row and field)."""
+        support; a bad profile leaves the stored one in place (422 naming the row and field).
+        ``stages`` selects some of the profile's stages (as ``perseus frontier
+        --profile-stages``)."""
         service.job_view(job_id)  # 404 before reading the body
         body = await request.body()
-        return await service.put_profile(job_id, body, request.headers.get("content-type", ""))
+        content_type = request.headers.get("content-type", "")
+        if stages is not None:
+            body = await asyncio.to_thread(_select_stages, body, content_type, stages)
+            content_type = "text/csv"
+        return await service.put_profile(job_id, body, content_type)
 
     @app.get(
         "/jobs/{job_id}/profile",

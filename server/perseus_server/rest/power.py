@@ -32,8 +32,9 @@ def power_router(service: PerseusService) -> APIRouter:
         frontier) by ``policy`` and deploys each job's plan. A budget that is not a finite
         number > 0, names an unknown job or one without a frontier, or is below the lowest
         power the jobs can reach (``lowest_power``, W) is refused with 422 and changes
-        nothing."""
-        return service.put_power_budget(body.watts, body.policy, body.jobs)
+        nothing. Only active jobs share it (idle and finished ones are left out); when it can
+        no longer be met (a job joined), ``on_infeasible`` says what runs."""
+        return service.put_power_budget(body.watts, body.policy, body.jobs, body.on_infeasible)
 
     @router.get(
         "/power-budget",

@@ -89,6 +89,15 @@ def _v5_partial_frontiers(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE frontiers ADD COLUMN partial INTEGER NOT NULL DEFAULT 0")
 
 
+def _v6_job_lifecycle(db: sqlite3.Connection) -> None:
+    """Version 6: each job's lifecycle (``active`` / ``idle`` / ``finished``, since when, why),
+    so a finished or idle job stays out of the power budget after a restart."""
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS job_lifecycle ("
+        "job_id TEXT PRIMARY KEY, state TEXT NOT NULL, since REAL NOT NULL, reason TEXT NOT NULL)"
+    )
+
+
 #: The ordered schema migrations: ``MIGRATIONS[k]`` takes a database at version ``k`` to
 #: ``k + 1``. A later change of what is stored appends a function here (never edits one that
 #: shipped); :meth:`Store.open` applies the missing ones, each in its own transaction.
@@ -98,6 +107,7 @@ MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
     _v3_power_budget,
     _v4_credentials,
     _v5_partial_frontiers,
+    _v6_job_lifecycle,
 )
 
 #: The schema version this code reads and writes.

@@ -229,6 +229,7 @@ class Store:
                 ("report_sequences", "job_id"),
                 ("credentials", "job_id"),
                 ("rank_bindings", "job_id"),
+                ("job_lifecycle", "job_id"),
             ):
                 db.execute(f"DELETE FROM {table} WHERE {col} = ?", (job_id,))
 
@@ -485,6 +486,21 @@ class Store:
                     "INSERT OR REPLACE INTO power_budget (id, doc, updated) VALUES (1, ?, ?)",
                     (json.dumps(doc), time.time()),
                 )
+
+    # --- job lifecycles --------------------------------------------------------------------------
+
+    def job_lifecycles(self) -> dict[str, tuple[str, float, str]]:
+        """Per job, its stored lifecycle ``(state, since, reason)``."""
+        rows = self._db.execute("SELECT job_id, state, since, reason FROM job_lifecycle")
+        return {str(r[0]): (str(r[1]), float(r[2]), str(r[3])) for r in rows.fetchall()}
+
+    def put_job_lifecycle(self, job_id: str, state: str, since: float, reason: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO job_lifecycle (job_id, state, since, reason) "
+                "VALUES (?, ?, ?, ?)",
+                (job_id, state, since, reason),
+            )
 
 
 def _rank_from_json(job_id: str, d: dict[str, Any]) -> RankInfo:

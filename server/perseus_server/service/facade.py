@@ -38,7 +38,9 @@ from perseus_server.runtime.solve_manager import SolveLimits, SolveManager
 from perseus_server.runtime.store import Store
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
+from perseus_server.service.job_gauges import JobGauges
 from perseus_server.service.job_profiles import Profiles
+from perseus_server.service.lifecycle import Lifecycle
 from perseus_server.service.measured_power import MeasuredPower
 from perseus_server.service.online_profiling import OnlineProfiling
 from perseus_server.service.persistence import load_jobs
@@ -80,7 +82,12 @@ class PerseusService:
             ),
         )
         self.jobs = JobTable()
-        self.metrics = Metrics(self._jobs_gauge, self._connected_gauge, self._registered_gauge)
+        self.metrics = Metrics(
+            self._jobs_gauge,
+            self._connected_gauge,
+            self._registered_gauge,
+            solve_limit=limits.solve_seconds,
+        )
         ctx = ServiceContext(store, limits, self.jobs, self.hub, self.solver, self.metrics)
         self.ctx = ctx
         self.deployer = Deployer(ctx)
@@ -103,12 +110,29 @@ class PerseusService:
         self.registration = Registration(ctx, self.deployer)
         self.views = Views(ctx, self.deployer, self.solves, measured, time.time())
         self.views.power_share = self.power_budget.job_share
+        self._wire_lifecycle(ctx, measured)
+
+    def _wire_lifecycle(self, ctx: ServiceContext, measured: MeasuredPower) -> None:
+        """Job lifecycles, profile checks and the gauges an operator alerts on (issue 24)."""
+        self.lifecycle = Lifecycle(ctx, self.limits.idle_after_seconds)
+        self.power_budget.participates = lambda job: self.lifecycle.active(job.id)
+        self.lifecycle.changed = lambda job_id, state, why: self.power_budget.recompute(
+            f"job {job_id} is {state} ({why})"
+        )
+        checks = self.stragglers.checks
+        measured.withheld = checks.reason
+        self.views.lifecycle = self.lifecycle.view
+        self.views.profile_mismatch = checks.view
+        self.metrics.job_gauges = JobGauges(
+            ctx, self.deployer, self.lifecycle, self.power_budget, checks
+        )
 
     # --- lifecycle -------------------------------------------------------------------------------
 
     def load(self) -> None:
         """Rebuild the in-memory state from the store; solves cut short by a restart are failed."""
         load_jobs(self.store, self.jobs)
+        self.lifecycle.load()
         self.power_budget.load()
 
     async def shutdown(self) -> None:
@@ -128,7 +152,8 @@ class PerseusService:
         return counts or {(("state", str(JobState.CREATED)),): 0}
 
     def _connected_gauge(self) -> dict[Labels, float]:
-        return {(("job", j),): float(n) for j, n in self.hub.connected_counts().items()}
+        counts = self.hub.connected_counts()
+        return {(("job", j),): float(counts.get(j, 0)) for j in self.jobs.ids()}
 
     def _registered_gauge(self) -> dict[Labels, float]:
         return {
@@ -147,6 +172,7 @@ class PerseusService:
         job_id = secrets.token_hex(8)
         row = self.store.add_job(job_id, spec)
         self.jobs.add(Job(row=row, schedule=schedule))
+        self.lifecycle.added(job_id)
         return self.job_view(job_id)
 
     def list_jobs(self, limit: int = 100, after: str | None = None) -> list[dict[str, Any]]:
@@ -173,8 +199,19 @@ class PerseusService:
         self.jobs.remove(job_id)
         self.store.delete_job(job.id)
         self.powers.forget(job.id)
+        self.lifecycle.removed(job.id)
+        self.stragglers.forget(job.id)
         self.power_budget.job_removed(job.id)
-        self.metrics.off_plan_instructions.drop(job=job.id)
+        self.metrics.drop_job(job.id)
+
+    def finish_rank(self, job_id: str, rank_id: str) -> tuple[bool, int, int]:
+        """``FinishRank``: a rank's training ended cleanly; returns (job finished, ranks that
+        said so, ranks registered)."""
+        return self.lifecycle.rank_finished(job_id, rank_id)
+
+    def finish_job(self, job_id: str) -> dict[str, Any]:
+        """``POST /jobs/{id}/finish``: the job leaves the power budget; returns its lifecycle."""
+        return self.lifecycle.finish(job_id)
 
     # --- profiles and frontiers ------------------------------------------------------------------
 
@@ -218,8 +255,14 @@ class PerseusService:
 
     # --- the cluster power budget ----------------------------------------------------------------
 
-    def put_power_budget(self, watts: float, policy: str, jobs: list[str] | None) -> dict[str, Any]:
-        return self.power_budget.put(watts, policy, jobs)
+    def put_power_budget(
+        self,
+        watts: float,
+        policy: str,
+        jobs: list[str] | None,
+        on_infeasible: str = "least_power",
+    ) -> dict[str, Any]:
+        return self.power_budget.put(watts, policy, jobs, on_infeasible)
 
     def power_budget_view(self) -> dict[str, Any]:
         return self.power_budget.view()
@@ -251,10 +294,13 @@ class PerseusService:
         return self.registration.register(req)
 
     def subscribe(self, job_id: str, rank_id: str) -> tuple[Subscriber, PlanUpdate | None]:
-        return self.registration.subscribe(job_id, rank_id)
+        out = self.registration.subscribe(job_id, rank_id)
+        self.lifecycle.connected(job_id, rank_id)
+        return out
 
     def unsubscribe(self, sub: Subscriber) -> None:
         self.registration.unsubscribe(sub)
+        self.lifecycle.disconnected(sub.rank.job_id)
 
     def record_reports(self, reports: Sequence[IterationReport]) -> int:
         """Validate and store a batch of iteration reports (all or nothing); returns how many."""

@@ -25,8 +25,11 @@ as waiting in the baseline.
 
 **Energy saved** (J, whole job): ``W / R' * sum_r (max-clock energy - measured energy)`` over
 the counted reports, ``R'`` the ranks that reported energy. It is a net figure (a report may save
-less than nothing, e.g. max clocks measured with noise), so ``perseus_energy_saved_joules_total``
-is exported as a gauge; it counts from the server's start (not stored).
+less than nothing, e.g. max clocks measured with noise), so ``perseus_energy_saved_joules``
+is exported as a gauge; it counts from the server's start (``perseus_start_time_seconds``; not
+stored). While the job's profile does not describe its measured iterations (a profile mismatch,
+``service/stragglers.py``), the max-clock and saved figures are withheld: ``None`` with the
+reason, and no ``perseus_energy_saved_joules`` sample.
 
 A report outside the sane ranges ``MIN_SECONDS <= iteration_time <= MAX_SECONDS`` (the upper
 bound the straggler API uses too) and ``energy <= MAX_ENERGY`` (10 kW for ``MAX_SECONDS``) is
@@ -42,6 +45,7 @@ Cost: ``O(1)`` per report (the per-rank constants are computed once per profile 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,6 +135,8 @@ class MeasuredPower:
     def __init__(self, ctx: ServiceContext) -> None:
         self.ctx = ctx
         self._jobs: dict[str, _JobEnergy] = {}
+        #: Why a job's saved figures are withheld (None: they are not; set by the service).
+        self.withheld: Callable[[Job], str | None] = lambda job: None
 
     # --- ingestion -------------------------------------------------------------------------------
 
@@ -198,6 +204,20 @@ class MeasuredPower:
         scale = world / len(counted) if counted else 0.0
         measured = scale * sum(r.measured for r in counted)
         max_clock = scale * sum(r.max_clock for r in counted)
+        withheld = self.withheld(job)
+        if withheld is not None:
+            return {
+                "average_power": _finite(power),
+                "plan_version": newest,
+                "power_ranks": len(now),
+                "power_iterations": min((r.reports for r in now), default=0),
+                "energy": measured,
+                "max_clock_energy": None,
+                "energy_saved": None,
+                "withheld": withheld,
+                "iterations": max((r.counted for r in counted), default=0),
+                "ranks": len(counted),
+            }
         return {
             "average_power": _finite(power),
             "plan_version": newest,
@@ -228,11 +248,12 @@ class MeasuredPower:
         }
 
     def savings(self) -> dict[Labels, float]:
-        """``perseus_energy_saved_joules_total`` by job (jobs with a max-clock baseline)."""
+        """``perseus_energy_saved_joules`` by job (jobs with a max-clock baseline whose
+        figures are not withheld)."""
         return {
             (("job", j),): float(v["energy_saved"])
             for j, v in self._views().items()
-            if v["ranks"] and math.isfinite(v["energy_saved"])
+            if v["ranks"] and v["energy_saved"] is not None and math.isfinite(v["energy_saved"])
         }
 
 

@@ -9,15 +9,24 @@ stragglers still slow the other pipelines to them). The allocation is recomputed
 when the budget changes, when a job is added (its first frontier), re-solved or deleted, and
 when its stragglers change; the budget is stored, so a restart recomputes the same allocation.
 
+Only *active* jobs share the budget (``service/lifecycle.py``): a job that goes idle or is
+finished leaves it and the rest is shared again at once; one that comes back rejoins it.
+
 A budget below what the covered jobs can reach is refused when it is set (422 naming the lowest
-achievable power, nothing changed); one that becomes unreachable later (a job joins) is kept,
-reported ``feasible: false``, and every job runs its least-power plan.
+achievable power, nothing changed). One that becomes unreachable later (a job joins) is kept and
+reported ``feasible: false`` (in ``GET /power-budget``, each job's status, the metric
+``perseus_power_budget_feasible`` and the operator page, with a warning logged once), and its
+``on_infeasible`` policy says what runs then: ``least_power`` (the default) moves every covered
+job to its least-power plan; ``keep_current`` keeps the plans the jobs ran under the last
+feasible allocation (a job without one runs its least-power plan), so a job that joins never
+slows the running ones down.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +47,10 @@ from perseus_server.service.deployment import Deployer
 from perseus_server.service.power import PlanPowers
 from perseus_server.service.state import Deployment, Job
 
-__all__ = ["BudgetSettings", "BudgetShare", "PowerBudget", "straggler_time"]
+__all__ = ["ON_INFEASIBLE", "BudgetSettings", "BudgetShare", "PowerBudget", "straggler_time"]
+
+#: What a budget that can no longer be met does (``PUT /power-budget`` ``on_infeasible``).
+ON_INFEASIBLE = ("least_power", "keep_current")
 
 log = logging.getLogger("perseus.server")
 
@@ -50,18 +62,25 @@ class BudgetSettings:
     watts: float
     policy: str = "throughput"
     jobs: tuple[str, ...] | None = None
+    on_infeasible: str = "least_power"
 
     def to_json(self) -> dict[str, Any]:
         return {
             "watts": self.watts,
             "policy": self.policy,
             "jobs": None if self.jobs is None else list(self.jobs),
+            "on_infeasible": self.on_infeasible,
         }
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> BudgetSettings:
         jobs = doc.get("jobs")
-        return cls(float(doc["watts"]), str(doc["policy"]), None if jobs is None else tuple(jobs))
+        return cls(
+            float(doc["watts"]),
+            str(doc["policy"]),
+            None if jobs is None else tuple(jobs),
+            str(doc.get("on_infeasible", "least_power")),
+        )
 
 
 @dataclass(frozen=True)
@@ -73,13 +92,16 @@ class BudgetShare(PlanPolicy):
     rule: str = "throughput"
     watts: float = 0.0
     feasible: bool = True
+    on_infeasible: str = "least_power"
 
     def describe(self) -> str:
         base = (
             f"cluster power budget {self.budget:g} W ({self.rule}): {self.watts:.6g} W for this "
             f"job, frontier point {int(self.value)}"
         )
-        return base if self.feasible else base + " (the budget is unreachable: least power)"
+        if self.feasible:
+            return base
+        return base + f" (the budget is unreachable: {self.on_infeasible.replace('_', ' ')})"
 
 
 def straggler_time(job: Job) -> float | None:
@@ -135,6 +157,10 @@ class PowerBudget:
         self.shares: dict[str, JobAllocation] = {}
         self._inputs: dict[str, tuple[int, float | None]] = {}  # per job: (frontier, T')
         self._busy = False
+        #: Whether a job takes part (set by the service: active jobs only).
+        self.participates: Callable[[Job], bool] = lambda job: True
+        #: The shares of the last feasible allocation (what ``keep_current`` keeps).
+        self._last_feasible: dict[str, tuple[JobAllocation, int]] = {}
 
     # --- which jobs, and what they can do ----------------------------------------------------
 
@@ -145,6 +171,7 @@ class PowerBudget:
             and job.frontier.current is not None
             and not job.profiling_is(ProfilingStatus.RUNNING, ProfilingStatus.SOLVING)
             and (s.jobs is None or job.id in s.jobs)
+            and self.participates(job)
         )
 
     def _input(self, job: Job) -> tuple[int, float | None]:
@@ -169,8 +196,19 @@ class PowerBudget:
         try:
             alloc: Allocation = allocate_power(pjobs, settings.watts, policy=settings.policy)
         except PowerBudgetError:
-            return _Result(_least_power_shares(pjobs), False, lowest, math.nan)
+            shares = _least_power_shares(pjobs)
+            if settings.on_infeasible == "keep_current":
+                shares = tuple(self._kept(j, sh) for j, sh in zip(jobs, shares, strict=True))
+            return _Result(shares, False, lowest, math.nan)
         return _Result(alloc.jobs, True, lowest, alloc.objective)
+
+    def _kept(self, job: Job, least: JobAllocation) -> JobAllocation:
+        """``keep_current``: the job's share of the last feasible allocation, if it was made
+        for the frontier the job has now (else its least-power share)."""
+        kept = self._last_feasible.get(job.id)
+        if kept is None or kept[1] != id(job.frontier.current):
+            return least
+        return kept[0]
 
     # --- the deployer's hooks ----------------------------------------------------------------
 
@@ -190,7 +228,7 @@ class PowerBudget:
             return None
         s = self.settings
         return BudgetShare("index", float(share.index), 1, s.watts, s.policy, share.watts,
-                           self.result.feasible)  # fmt: skip
+                           self.result.feasible, s.on_infeasible)  # fmt: skip
 
     def stragglers_changed(self, job: Job) -> bool:
         """A job's stragglers changed: recompute, re-deploying the other jobs (the job itself
@@ -223,6 +261,7 @@ class PowerBudget:
         """Allocate again over the covered jobs and push every changed plan (``skip``: a job
         its caller re-decides itself)."""
         before = set(self.shares)
+        was_feasible = self.result is None or self.result.feasible
         settings = self.settings
         jobs = [j for j in self.ctx.jobs if self.covers(j)]
         self._busy = True
@@ -233,6 +272,12 @@ class PowerBudget:
                 self.result = self._compute(settings, jobs)
                 self.shares = {s.name: s for s in self.result.shares}
                 self._inputs = {j.id: self._input(j) for j in jobs}
+                if self.result.feasible:
+                    self._last_feasible = {
+                        j.id: (self.shares[j.id], id(j.frontier.current))
+                        for j in jobs
+                        if j.id in self.shares
+                    }
             touched = before | set(self.shares)
             for job_id in sorted(touched):
                 if job_id == skip or job_id not in self.ctx.jobs:
@@ -245,6 +290,17 @@ class PowerBudget:
                 self.deployer.decide(job, f"power budget: {cause}")
         finally:
             self._busy = False
+        if self.result is not None and not self.result.feasible and was_feasible:
+            assert settings is not None
+            log.warning(
+                "power budget %g W cannot be met (%s): the %d covered job(s) need at least "
+                "%.6g W; on_infeasible=%s",
+                settings.watts,
+                cause,
+                len(self.shares),
+                self.result.lowest_power,
+                settings.on_infeasible,
+            )
         if self.result is not None:
             log.info(
                 "power budget %s W over %d job(s) (%s): %s",
@@ -268,7 +324,7 @@ class PowerBudget:
             return
         if s.jobs is not None and job_id in s.jobs:
             self.settings = BudgetSettings(
-                s.watts, s.policy, tuple(j for j in s.jobs if j != job_id)
+                s.watts, s.policy, tuple(j for j in s.jobs if j != job_id), s.on_infeasible
             )
             self.ctx.store.put_power_budget(self.settings.to_json())
         self.shares.pop(job_id, None)
@@ -277,8 +333,19 @@ class PowerBudget:
 
     # --- the REST operations -----------------------------------------------------------------
 
-    def put(self, watts: float, policy: str, jobs: list[str] | None) -> dict[str, Any]:
+    def put(
+        self,
+        watts: float,
+        policy: str,
+        jobs: list[str] | None,
+        on_infeasible: str = "least_power",
+    ) -> dict[str, Any]:
         """``PUT /power-budget``: checked in full first; a bad budget changes nothing."""
+        if on_infeasible not in ON_INFEASIBLE:
+            raise BadRequest(
+                f"must be one of {', '.join(ON_INFEASIBLE)}, got {on_infeasible!r}",
+                field="on_infeasible",
+            )
         if not (isinstance(watts, int | float) and math.isfinite(watts) and watts > 0):
             raise BadRequest(f"must be a finite number of watts > 0, got {watts!r}", field="watts")
         if policy not in POLICIES:
@@ -296,7 +363,9 @@ class PowerBudget:
                         f"job {job_id!r} has no frontier yet; POST /jobs/{{id}}/frontier first",
                         field=f"jobs.{k}",
                     )
-        settings = BudgetSettings(float(watts), policy, None if jobs is None else tuple(jobs))
+        settings = BudgetSettings(
+            float(watts), policy, None if jobs is None else tuple(jobs), on_infeasible
+        )
         old = self.settings
         self.settings = settings  # for covers(); restored below if the budget is refused
         try:
@@ -329,8 +398,32 @@ class PowerBudget:
             "lowest_power": r.lowest_power,
             "covers": None if s.jobs is None else list(s.jobs),
             "gap": 0.0 if r.feasible else None,
+            "on_infeasible": s.on_infeasible,
+            "over_by": 0.0 if r.feasible else max(0.0, r.lowest_power - s.watts),
+            "left_out": self.left_out(),
             "jobs": jobs,
         }
+
+    def left_out(self) -> list[dict[str, str]]:
+        """The jobs the budget would cover but for their lifecycle (idle or finished)."""
+        s = self.settings
+        if s is None:
+            return []
+        out = []
+        for job in self.ctx.jobs:
+            if (
+                job.frontier.current is not None
+                and (s.jobs is None or job.id in s.jobs)
+                and not self.participates(job)
+            ):
+                out.append({"job": job.id, "why": "not active (idle or finished)"})
+        return out
+
+    def gauges(self) -> tuple[float | None, bool, dict[str, JobAllocation]]:
+        """The budget's watts (None: no budget), whether it is met, and the shares by job."""
+        if self.settings is None or self.result is None:
+            return None, True, {}
+        return self.settings.watts, self.result.feasible, dict(self.shares)
 
     def delete(self) -> None:
         """``DELETE /power-budget``: every job back to its own policy."""
@@ -352,4 +445,5 @@ class PowerBudget:
             "slowdown": share.slowdown,
             "point": share.index,
             "feasible": self.result.feasible,
+            "on_infeasible": self.settings.on_infeasible,
         }

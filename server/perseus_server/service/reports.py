@@ -308,7 +308,8 @@ class Reports:
                     touched.add(job.id)
             else:
                 self.stragglers.observe(job, rank, float(rep.iteration_time), int(rep.plan_version))
-                if rep.instructions:
+                # A job whose profile does not describe it has its slow-stage replans paused too.
+                if rep.instructions and self.stragglers.checks.reason(job) is None:
                     if c.profile is job.profile.current:
                         if c.factors is not None:
                             self.slow_stages.apply(job, rank, c.factors)

@@ -1,10 +1,26 @@
 """Straggling pipelines: reported through the REST API, detected from reported iteration times
 (see :class:`~perseus_server.policy.detectors.StragglerDetector`), cleared; each change re-decides the
-plans (the others move to the frontier point that matches the straggler's time)."""
+plans (the others move to the frontier point that matches the straggler's time).
+
+Two guards keep noise from pushing plan versions (``docs/server.md``, "Replanning"):
+
+* **dwell**: a pipeline replanned less than ``Limits.replan_dwell_seconds`` ago ignores what
+  its detector concludes until the dwell has passed (the detector keeps its counts, so a real
+  change is acted on right after); the detector's thresholds add the hysteresis;
+* **profile mismatch** (:class:`ProfileChecks`): when the measured iteration times are far
+  from the plan's prediction, the job's profile does not describe it; the job is marked
+  ``profile_mismatch`` and its straggler replanning pauses.
+"""
 
 from __future__ import annotations
 
+import logging
 import math
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
 
 from perseus_server.domain.errors import BadRequest, Conflict, NotFound
 from perseus_server.domain.jobs import RankInfo
@@ -18,7 +34,94 @@ from perseus_server.service.persistence import persist_deployment
 from perseus_server.service.slow_stages import SlowStageResolver
 from perseus_server.service.state import Job
 
-__all__ = ["Stragglers"]
+__all__ = ["Mismatch", "ProfileChecks", "Stragglers"]
+
+log = logging.getLogger("perseus.server")
+
+
+@dataclass
+class Mismatch:
+    """A job's profile judged against its measured iterations: each pipeline's recent ratios
+    of measured to planned iteration time, and the mismatch when there is one."""
+
+    profile_revision: int = 0
+    ratios: dict[int, deque[float]] = field(default_factory=dict)
+    ratio: float | None = None  # the job's figure: the healthiest pipeline's median ratio
+    since: float | None = None  # when the mismatch was found (None: none now)
+    reason: str | None = None
+
+
+class ProfileChecks:
+    """``profile_mismatch`` (see the module docstring): over the last ``iterations`` reported
+    iterations of each pipeline, the job's ratio is the smallest of the pipelines' median
+    ratios of measured to planned time (a straggler does not count; overhead common to every
+    pipeline does). Outside the band ``(low, high)`` the job is mismatched; it clears once the
+    ratio is back within the band's geometric middle half (``sqrt(low)..sqrt(high)``:
+    hysteresis), or when a new profile is stored."""
+
+    def __init__(self, band: tuple[float, float], iterations: int) -> None:
+        self.low, self.high = float(band[0]), float(band[1])
+        self.iterations = max(1, int(iterations))
+        self._jobs: dict[str, Mismatch] = {}
+
+    def get(self, job: Job) -> Mismatch:
+        m = self._jobs.get(job.id)
+        if m is None or m.profile_revision != job.profile.revision:
+            m = self._jobs[job.id] = Mismatch(job.profile.revision)
+        return m
+
+    def reason(self, job: Job) -> str | None:
+        """Why the job's measured figures are withheld (None: they are not)."""
+        m = self._jobs.get(job.id)
+        if m is None or m.profile_revision != job.profile.revision:
+            return None
+        return m.reason
+
+    def forget(self, job_id: str) -> None:
+        self._jobs.pop(job_id, None)
+
+    def flags(self) -> dict[str, bool]:
+        """Per job checked so far, whether it is mismatched now."""
+        return {j: m.reason is not None for j, m in self._jobs.items()}
+
+    def observe(self, job: Job, pipeline: int, ratio: float) -> bool:
+        """One iteration of ``pipeline`` ran ``ratio`` times its planned time; returns whether
+        the job is mismatched now."""
+        m = self.get(job)
+        recent = m.ratios.setdefault(pipeline, deque(maxlen=self.iterations))
+        recent.append(ratio)
+        full = [statistics.median(r) for r in m.ratios.values() if len(r) >= self.iterations]
+        if not full:
+            return m.reason is not None
+        m.ratio = r = min(full)
+        if m.reason is None and not (self.low <= r <= self.high):
+            m.since = time.time()
+            m.reason = (
+                f"measured iterations take {r:.3g}x the plan's predicted time (median of the "
+                f"last {self.iterations}; outside [{self.low:g}, {self.high:g}]): the profile does "
+                "not describe this job as it runs; energy-saved figures are withheld and "
+                "straggler replanning is paused. Measure the job's own profile with online "
+                "profiling (POST /jobs/{id}/profiling), or upload one measured on this hardware."
+            )
+            log.warning("job %s: profile mismatch: %s", job.id, m.reason)
+        elif m.reason is not None and math.sqrt(self.low) <= r <= math.sqrt(self.high):
+            log.info("job %s: profile mismatch cleared (ratio %.3g)", job.id, r)
+            m.reason, m.since = None, None
+        return m.reason is not None
+
+    def view(self, job: Job) -> dict[str, Any] | None:
+        """``profile_mismatch`` of the job's status (None: the profile matches, or too few
+        iterations were reported to tell)."""
+        m = self._jobs.get(job.id)
+        if m is None or m.reason is None or m.profile_revision != job.profile.revision:
+            return None
+        return {
+            "ratio": m.ratio,
+            "band": [self.low, self.high],
+            "iterations": self.iterations,
+            "since": m.since,
+            "reason": m.reason,
+        }
 
 
 class Stragglers:
@@ -30,6 +133,31 @@ class Stragglers:
         self.ctx = ctx
         self.deployer = deployer
         self.slow_stages = slow_stages
+        limits = ctx.limits
+        self.checks = ProfileChecks(
+            limits.profile_mismatch_band, limits.profile_mismatch_iterations
+        )
+        self.dwell = float(limits.replan_dwell_seconds)
+        #: Per (job, pipeline), when it was last replanned (the dwell counts from there).
+        self._replanned: dict[tuple[str, int], float] = {}
+
+    # --- dwell -----------------------------------------------------------------------------------
+
+    def _mark_replanned(self, job: Job, pipeline: int | None) -> None:
+        now = time.monotonic()
+        for p in range(job.spec.data_parallel) if pipeline is None else (pipeline,):
+            self._replanned[(job.id, p)] = now
+
+    def dwelling(self, job: Job, pipeline: int) -> bool:
+        """Whether ``pipeline`` was replanned less than the dwell time ago."""
+        last = self._replanned.get((job.id, pipeline))
+        return last is not None and time.monotonic() - last < self.dwell
+
+    def forget(self, job_id: str) -> None:
+        """The job was deleted."""
+        self.checks.forget(job_id)
+        for key in [k for k in self._replanned if k[0] == job_id]:
+            del self._replanned[key]
 
     def report(
         self, job_id: str, pipeline: int, slowdown: float | None, iteration_time: float | None
@@ -81,6 +209,7 @@ class Stragglers:
         self.deployer.replan(
             job, f"pipeline {pipeline} reported slow ({t:.4g} s per iteration)", ReplanKind.REPORTED
         )
+        self._mark_replanned(job, pipeline)
 
     def clear(self, job_id: str, pipeline: int | None) -> None:
         """``DELETE /jobs/{id}/stragglers``: forget one pipeline's (or every) straggler."""
@@ -105,6 +234,7 @@ class Stragglers:
             "straggler(s) cleared" if pipeline is None else f"pipeline {pipeline} cleared",
             ReplanKind.CLEARED,
         )
+        self._mark_replanned(job, pipeline)
 
     def set_detector(self, job_id: str, settings: DetectorSettings) -> None:
         job = self.ctx.jobs.get(job_id)
@@ -130,7 +260,11 @@ class Stragglers:
         detected = current is not None and current.source is StragglerSource.DETECTED
         flagged = current is not None or p in slow.slow_stages
         known = current.time * slow.detector.calibration() if detected and current else None
+        if expected > 0 and self.checks.observe(job, p, seconds / expected):
+            return  # the profile does not describe the job: no straggler replanning
         event, t_prime = slow.detector.observe(p, seconds, expected, flagged, known)
+        if event is not None and self.dwelling(job, p):
+            return  # replanned moments ago: the detector still holds its count, act later
         if event in (DetectorEvent.SLOW, DetectorEvent.CHANGED):
             c = slow.detector.calibration()
             on_axis = f"T'={t_prime / c:.4g} s on the profile's axis"
@@ -153,6 +287,8 @@ class Stragglers:
             }
             kind = ReplanKind.DETECTED if event is DetectorEvent.SLOW else ReplanKind.PACE_CHANGED
             self.deployer.replan(job, why, kind)
+            self._mark_replanned(job, p)
         elif event is DetectorEvent.RECOVERED and detected:
             slow.stragglers = {q: s for q, s in slow.stragglers.items() if q != p}
             self.deployer.replan(job, f"pipeline {p} recovered", ReplanKind.RECOVERED)
+            self._mark_replanned(job, p)

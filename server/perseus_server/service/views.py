@@ -38,6 +38,14 @@ class Views:
         self.started = started
         #: The job's share of the cluster power budget (set by the service).
         self.power_share: Callable[[Job], dict[str, Any] | None] = lambda job: None
+        #: The job's lifecycle and its profile mismatch (set by the service).
+        self.lifecycle: Callable[[str], dict[str, Any]] = lambda job_id: {
+            "state": "active",
+            "since": 0.0,
+            "reason": "created",
+            "idle_at": None,
+        }
+        self.profile_mismatch: Callable[[Job], dict[str, Any] | None] = lambda job: None
         self.measured = measured
 
     def job(self, job_id: str) -> dict[str, Any]:
@@ -54,6 +62,7 @@ class Views:
             else {"revision": job.profile.revision, "source": job.profile.source},
             "frontier_status": job.frontier.row.status,
             "plan_version": job.deployment.version if job.deployment.current is not None else 0,
+            "lifecycle": self.lifecycle(job.id),
         }
 
     def jobs(self, limit: int, after: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
@@ -125,6 +134,7 @@ class Views:
         return {
             "job_id": job.id,
             "state": job.state(),
+            "lifecycle": self.lifecycle(job.id),
             "expected_ranks": job.spec.world_size,
             "registered_ranks": len(job.ranks.by_global),
             "connected_ranks": len(connected),
@@ -142,6 +152,7 @@ class Views:
             "profiling": job.profiling.progress() if job.profiling is not None else None,
             "power_budget": self.power_share(job),
             "measured": self.measured.view(job),
+            "profile_mismatch": self.profile_mismatch(job),
         }
 
     def health(self) -> dict[str, Any]:

@@ -142,6 +142,7 @@
       );
       const live = new Set(list.map((j) => j.id));
       for (const id of Array.from(frontiers.keys())) if (!live.has(id)) frontiers.delete(id);
+      // Shown while an active job has a share (idle and finished ones are listed as left out).
       const budgeted = details.some((d) => d.status.power_budget);
       const budget = budgeted ? await api("/power-budget") : null;
       renderBudget(budget, details);
@@ -184,7 +185,14 @@
     $("budget-allocated").setAttribute("data-value", String(budget.allocated_watts));
     $("budget-feasible").textContent = budget.feasible
       ? "feasible"
-      : `infeasible: the jobs need at least ${watts(budget.lowest_power)}`;
+      : `INFEASIBLE: the jobs need at least ${watts(budget.lowest_power)} ` +
+        `(${watts(budget.over_by)} over); on_infeasible ${budget.on_infeasible}`;
+    $("budget-feasible").className = budget.feasible ? "" : "error";
+    $("budget-feasible").setAttribute("data-feasible", String(budget.feasible));
+    const out = budget.left_out || [];
+    $("budget-left-out").textContent = out.length
+      ? "left out: " + out.map((j) => `${names.get(j.job) || j.job} (${j.why})`).join(", ")
+      : "";
     $("budget-gap").textContent =
       typeof budget.gap === "number" && budget.gap > 0 ? `(gap ${pct(budget.gap)})` : "";
     const body = $("allocation").querySelector("tbody");
@@ -228,8 +236,13 @@
     const title = el("h3");
     title.append(el("span", { class: "job-name" }, job.name || "(unnamed)"), " ");
     title.append(el("span", { class: "mono muted" }, job.id), " ");
-    title.append(el("span", { class: "state state-" + status.state }, status.state));
+    title.append(el("span", { class: "state state-" + status.state }, status.state), " ");
+    const life = status.lifecycle ? status.lifecycle.state : "active";
+    title.append(el("span", { class: "lifecycle lifecycle-" + life, title: status.lifecycle ? status.lifecycle.reason : "" }, life));
     card.append(title);
+    if (status.profile_mismatch) {
+      card.append(el("p", { class: "error profile-mismatch" }, "profile mismatch: " + status.profile_mismatch.reason));
+    }
     const shape = `${job.stages} stages × ${job.microbatches} microbatches (${job.schedule.name}), ` +
       `${job.data_parallel} pipeline(s) × tensor-parallel ${job.tensor_parallel} = ` +
       `${job.world_size} GPUs · ranks ${status.registered_ranks} registered, ` +
@@ -252,11 +265,14 @@
     add("measured power", value("span", "measured-power", m ? m.average_power : null,
       watts(m ? m.average_power : null)));
     add("energy saved", value("span", "energy-saved", m ? m.energy_saved : null,
-      m ? `${joules(m.energy_saved)} (${pct(m.max_clock_energy > 0 ? m.energy_saved / m.max_clock_energy : null)} of max clocks)` : "–"));
+      m && m.energy_saved === null ? "withheld (profile mismatch)"
+        : m ? `${joules(m.energy_saved)} (${pct(m.max_clock_energy > 0 ? m.energy_saved / m.max_clock_energy : null)} of max clocks)` : "–"));
     add("iterations measured", el("span", { class: "iterations" }, m ? m.iterations : 0));
     const share = status.power_budget;
     add("budget share", value("span", "budget-share", share ? share.watts : null,
-      share ? `${watts(share.watts)} of ${watts(share.budget)} (${share.policy})` : "not covered"));
+      share ? `${watts(share.watts)} of ${watts(share.budget)} (${share.policy})` +
+        (share.feasible ? "" : ` — budget unreachable: ${share.on_infeasible}`)
+        : life !== "active" ? `none (${life})` : "not covered"));
     card.append(facts);
 
     const row = el("div", { class: "row" });
