@@ -22,7 +22,7 @@ from perseus_server import ServerProcess
 from perseus_server.config import Limits
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.rest import create_app
-from perseus_server.runtime.store import Store
+from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService
 
 from .conftest import make_job
@@ -235,7 +235,7 @@ def test_the_checker_fails_on_drift(http: httpx.Client) -> None:
 @pytest.fixture()
 def local() -> Any:
     """The REST app in process over a fresh service (a TestClient and the service)."""
-    service = PerseusService(Store.open(":memory:"), Limits())
+    service = PerseusService(SqliteStore.open(":memory:"), Limits())
     with TestClient(create_app(service)) as client:
         yield client, service
 

@@ -22,6 +22,7 @@ from perseus_server.config import Limits
 from perseus_server.domain.errors import Conflict
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.domain.states import JobState, StreamEnd
+from perseus_server.domain.store import Store
 from perseus_server.domain.values import (
     IterationReport,
     PlanUpdate,
@@ -35,7 +36,6 @@ from perseus_server.policy.profiling_scan import DEFAULT_TOLERANCE
 from perseus_server.runtime.hub import PlanHub, Subscriber
 from perseus_server.runtime.parse_pool import ReportPool
 from perseus_server.runtime.solve_manager import SolveLimits, SolveManager
-from perseus_server.runtime.store import Store
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.job_profiles import Profiles

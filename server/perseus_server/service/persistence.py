@@ -18,10 +18,10 @@ from perseus_server.domain.states import (
     SolveStatus,
     StragglerSource,
 )
+from perseus_server.domain.store import Store
 from perseus_server.policy.detectors import DetectorSettings, StageDetector, StragglerDetector
 from perseus_server.policy.planner import PlanPolicy, Straggler
 from perseus_server.policy.profiling_scan import ProfilingSession
-from perseus_server.runtime.store import Store
 from perseus_server.service.state import Deployment, Job, JobTable, SlowStages
 
 __all__ = ["deployment_doc", "load_jobs", "persist_deployment"]

@@ -17,6 +17,7 @@ from perseus.profiles import Profile
 from perseus.schedules import Schedule
 from perseus_server.domain.errors import NotFound
 from perseus_server.domain.jobs import JobSpec, RankInfo
+from perseus_server.domain.rows import FrontierRow, JobRow
 from perseus_server.domain.states import (
     DeploymentKind,
     JobState,
@@ -29,7 +30,6 @@ from perseus_server.policy.detectors import StageDetector, StragglerDetector
 from perseus_server.policy.planner import PlanPolicy, Straggler
 from perseus_server.policy.profiling_scan import ProfilingSession
 from perseus_server.runtime.cache import ByteBoundedCache
-from perseus_server.runtime.store import FrontierRow, JobRow
 
 __all__ = [
     "Deployment",
