@@ -463,7 +463,7 @@ def create_app(
         iterations) and as recovered (within ``recovery``)."""
         if body.recovery >= body.threshold:
             raise BadRequest("recovery must be below threshold (hysteresis)", field="recovery")
-        settings = DetectorSettings(body.threshold, body.consecutive, body.recovery)
+        settings = DetectorSettings.from_json(body.model_dump())
         service.set_detector(job_id, settings)
         return settings.to_json()
 

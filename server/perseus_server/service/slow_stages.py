@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import statistics
 import time
-from collections.abc import Iterable
+from collections.abc import Sequence
+
+import numpy as np
 
 from perseus.frontier import Frontier
+from perseus_common.profile_csv import MAX_FREQUENCY_MHZ
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import DetectorEvent, ReplanKind, SlowStageStatus, StragglerSource
-from perseus_server.domain.values import InstructionReport
+from perseus_server.domain.values import InstructionColumns, InstructionReport
+from perseus_server.policy import detectors
 from perseus_server.policy.planner import Straggler
 from perseus_server.runtime.solve_manager import SolveEvents
 from perseus_server.service.context import ServiceContext
@@ -43,24 +46,52 @@ def drop_slow_stage_straggler(stragglers: dict[int, Straggler], p: int) -> dict[
 
 
 def stage_factors(
-    job: Job, rank: RankInfo, instructions: Iterable[InstructionReport]
+    job: Job, rank: RankInfo, instructions: Sequence[InstructionReport]
 ) -> dict[int, float] | None:
-    """Median measured/profiled time per stage of one report (None when no plan runs).
+    """One report's slowdown factor per stage (None when no plan runs): its measurements,
+    rows or :class:`~perseus_server.domain.values.InstructionColumns` alike, with each one's
+    profiled time, given to the one statistic,
+    :func:`perseus_server.policy.detectors.stage_factors`.
 
-    Linear in the report's length and free of side effects on the job beyond the profile's
-    lookup tables, so a large report can be measured off the event loop.
+    One profile lookup per distinct (stage, instruction, clock), then array work (``O(n log
+    n)``); free of side effects on the job beyond the profile's lookup tables, so a large
+    report can be measured off the event loop. Expects validated measurements.
     """
     profile = job.profile.current
     if job.deployment.plan is None or job.frontier.current is None or profile is None:
         return None
-    per_rank = profile.stages == job.schedule.ranks
-    ratios: dict[int, list[float]] = {}
-    for m in instructions:
-        stage = rank.pipeline_rank if per_rank else int(m.stage)
-        t = job.profile.time_of(stage, m.instruction, m.frequency_mhz)
-        if t is not None and t > 0:
-            ratios.setdefault(stage, []).append(float(m.time) / t)
-    return {stage: statistics.median(rs) for stage, rs in ratios.items()}
+    cols = instructions if isinstance(instructions, InstructionColumns) else _columns(instructions)
+    n = len(cols)
+    if profile.stages == job.schedule.ranks:
+        stage = np.full(n, rank.pipeline_rank, dtype=np.int64)
+    else:
+        stage = cols.stage.astype(np.int64)
+    nk = max(len(cols.kinds), 1)
+    span = MAX_FREQUENCY_MHZ + 1
+    key = (stage * nk + cols.kind) * span + cols.frequency_mhz
+    keys, inverse = np.unique(key, return_inverse=True)
+    profiled = np.empty(len(keys), dtype=np.float64)
+    for u, k in enumerate(keys.tolist()):
+        sk, mhz = divmod(k, span)
+        s, kd = divmod(sk, nk)
+        t = job.profile.time_of(s, cols.kinds[kd], mhz)
+        profiled[u] = t if t is not None and t > 0 else np.nan
+    return detectors.stage_factors(stage, cols.time, profiled[inverse.reshape(-1)])
+
+
+def _columns(rows: Sequence[InstructionReport]) -> InstructionColumns:
+    """A report's measurements as columns (the names as indices, in first-seen order)."""
+    kinds: dict[str, int] = {}
+    kind = [kinds.setdefault(m.instruction, len(kinds)) for m in rows]
+    return InstructionColumns(
+        kinds=tuple(kinds),
+        kind=np.array(kind, dtype=np.int32),
+        microbatch=np.array([m.microbatch for m in rows], dtype=np.int32),
+        frequency_mhz=np.array([m.frequency_mhz for m in rows], dtype=np.int32),
+        time=np.array([m.time for m in rows], dtype=np.float64),
+        energy=np.array([m.energy for m in rows], dtype=np.float64),
+        stage=np.array([m.stage for m in rows], dtype=np.int32),
+    )
 
 
 class SlowStageResolver:
@@ -70,7 +101,7 @@ class SlowStageResolver:
         self.ctx = ctx
         self.deployer = deployer
 
-    def observe(self, job: Job, rank: RankInfo, instructions: Iterable[InstructionReport]) -> None:
+    def observe(self, job: Job, rank: RankInfo, instructions: Sequence[InstructionReport]) -> None:
         """Per-stage slowdown factors of one reported iteration (see :mod:`stragglers`)."""
         factors = stage_factors(job, rank, instructions)
         if factors is not None:
