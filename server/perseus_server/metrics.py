@@ -153,7 +153,10 @@ class Metrics:
         jobs: Callable[[], dict[Labels, float]],
         connected: Callable[[], dict[Labels, float]],
         registered: Callable[[], dict[Labels, float]],
+        job_energy: JobEnergySource | None = None,
     ) -> None:
+        """The gauges' sources: ``jobs`` (by state), ``connected`` and ``registered`` ranks (by
+        job), ``job_energy`` (measured power and energy saved; None: those gauges are empty)."""
         self.registry = Registry()
         r = self.registry
         self.jobs = r.add(Gauge("perseus_jobs", "Jobs stored, by state.", jobs))
@@ -223,8 +226,8 @@ class Metrics:
                 "Iteration reports acknowledged and dropped as re-sent (same rank and sequence).",
             )
         )  # type: ignore[assignment]
-        #: Set by the service's measured-power part on first use; read at every scrape.
-        self.job_energy: JobEnergySource | None = None
+        #: The service's measured-power part; read at every scrape.
+        self.job_energy = job_energy
         r.add(
             Gauge(
                 "perseus_job_power_watts",

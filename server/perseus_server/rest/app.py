@@ -150,7 +150,7 @@ def create_app(
     @app.get("/healthz", tags=["service"], **operation(Health, "Liveness", "OK.", public=True))
     async def healthz() -> dict[str, Any]:
         """Whether the server answers; needs no token."""
-        return service.health()
+        return service.views.health()
 
     @app.get(
         "/metrics",
@@ -190,7 +190,7 @@ def create_app(
     @app.get("/jobs/{job_id}", tags=["jobs"], **operation(JobView, "Get a job", "The job.", 404))
     async def get_job(job_id: str) -> dict[str, Any]:
         """A job's description, state, profile revision and deployed plan version."""
-        return service.job_view(job_id)
+        return service.views.job(job_id)
 
     @app.delete(
         "/jobs/{job_id}",
@@ -223,9 +223,9 @@ def create_app(
         """``stage,instruction,frequency,time,energy`` CSV (seconds, joules, MHz) or its JSON
         form. It must cover the job's schedule and only use clocks the registered ranks
         support; a bad profile leaves the stored one in place (422 naming the row and field)."""
-        service.job_view(job_id)  # 404 before reading the body
+        service.views.job(job_id)  # 404 before reading the body
         body = await request.body()
-        return await service.put_profile(job_id, body, request.headers.get("content-type", ""))
+        return await service.profiles.put(job_id, body, request.headers.get("content-type", ""))
 
     @app.get(
         "/jobs/{job_id}/profile",
@@ -243,7 +243,7 @@ def create_app(
         job_id: str, request: Request, format: str | None = Query(None, pattern="^(csv|json)$")
     ) -> Response:
         """The job's stored profile, uploaded or measured by online profiling."""
-        profile = service.get_profile(job_id)
+        profile = service.profiles.get(job_id)
         want_json = format == "json" or (
             format is None and "application/json" in request.headers.get("accept", "")
         )
@@ -263,7 +263,7 @@ def create_app(
     async def start_frontier(job_id: str) -> dict[str, Any]:
         """Starts computing the job's time-energy frontier in a worker process; poll
         ``GET /jobs/{id}/frontier``. When done, the fastest plan is deployed."""
-        return service.start_frontier(job_id)
+        return service.solves.start(job_id)
 
     @app.get(
         "/jobs/{job_id}/frontier",
@@ -284,7 +284,7 @@ def create_app(
     )
     async def cancel_frontier(job_id: str) -> dict[str, Any]:
         """Stops a running frontier computation (409 when none runs)."""
-        return service.cancel_frontier(job_id)
+        return service.solves.cancel(job_id)
 
     @app.get(
         "/jobs/{job_id}/frontier.png",
@@ -301,7 +301,7 @@ def create_app(
     )
     async def frontier_plot(job_id: str) -> Response:
         """Energy against iteration time, the deployed points marked."""
-        frontier, deployed = service.frontier_of(job_id)
+        frontier, deployed = service.solves.frontier_of(job_id)
         marked = [(i, f"deployed: point {i}") for i in sorted(set(deployed))]
         png = await asyncio.to_thread(
             lambda: frontier_png(frontier.to_json(), marked=marked, title=f"job {job_id}")
@@ -379,7 +379,7 @@ def create_app(
     async def status(job_id: str) -> dict[str, Any]:
         """Ranks (registered, connected, last report), the deployment, the frontier computation,
         each pipeline's recent iterations, stragglers and slow stages, and profiling."""
-        return service.status(job_id)
+        return service.views.status(job_id)
 
     # --- online profiling ------------------------------------------------------------------------
 
@@ -393,7 +393,7 @@ def create_app(
     async def start_profiling(job_id: str, body: ProfilingIn) -> dict[str, Any]:
         """Scans the SM clocks from the highest down, one plan version per clock, measuring the
         job's own profile from its ranks' reports; then computes and deploys its frontier."""
-        return service.start_profiling(
+        return service.profiling.start(
             job_id,
             body.frequencies,
             body.warmup_iterations,
@@ -409,7 +409,7 @@ def create_app(
     )
     async def get_profiling(job_id: str) -> dict[str, Any]:
         """The scan's clock, measured iterations and energy per clock (404: never started)."""
-        return service.profiling_status(job_id)
+        return service.profiling.status(job_id)
 
     @app.delete(
         "/jobs/{job_id}/profiling",
@@ -418,7 +418,7 @@ def create_app(
     )
     async def abort_profiling(job_id: str) -> dict[str, Any]:
         """Stops a running scan; the ranks go back to the previous plan (or max clocks)."""
-        return service.abort_profiling(job_id)
+        return service.profiling.abort(job_id)
 
     # --- stragglers ------------------------------------------------------------------------------
 
@@ -464,7 +464,7 @@ def create_app(
         if body.recovery >= body.threshold:
             raise BadRequest("recovery must be below threshold (hysteresis)", field="recovery")
         settings = DetectorSettings.from_json(body.model_dump())
-        service.set_detector(job_id, settings)
+        service.stragglers.set_detector(job_id, settings)
         return settings.to_json()
 
     app.include_router(power_router(service))

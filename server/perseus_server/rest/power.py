@@ -33,7 +33,7 @@ def power_router(service: PerseusService) -> APIRouter:
         number > 0, names an unknown job or one without a frontier, or is below the lowest
         power the jobs can reach (``lowest_power``, W) is refused with 422 and changes
         nothing."""
-        return service.put_power_budget(body.watts, body.policy, body.jobs)
+        return service.power_budget.put(body.watts, body.policy, body.jobs)
 
     @router.get(
         "/power-budget",
@@ -42,7 +42,7 @@ def power_router(service: PerseusService) -> APIRouter:
     async def get_power_budget() -> dict[str, Any]:
         """The budget (W), the allocated watts and each job's share: watts, slowdown and
         frontier point (404 when none is set)."""
-        return service.power_budget_view()
+        return service.power_budget.view()
 
     @router.delete(
         "/power-budget",
@@ -51,7 +51,7 @@ def power_router(service: PerseusService) -> APIRouter:
     )
     async def delete_power_budget() -> Response:
         """Every covered job goes back to its own plan policy (404 when none is set)."""
-        service.delete_power_budget()
+        service.power_budget.delete()
         return Response(status_code=204)
 
     return router

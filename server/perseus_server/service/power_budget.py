@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from perseus.frontier import Frontier
 from perseus.power import (
@@ -34,7 +34,6 @@ from perseus_server.domain.errors import BadRequest, NotFound
 from perseus_server.domain.states import ProfilingStatus
 from perseus_server.policy.planner import PlanPolicy
 from perseus_server.service.context import ServiceContext
-from perseus_server.service.deployment import Deployer
 from perseus_server.service.power import PlanPowers
 from perseus_server.service.state import Deployment, Job
 
@@ -122,11 +121,19 @@ class _Result:
     objective: float
 
 
-class PowerBudget:
-    """The cluster power budget: its settings, its allocation, and the hooks the
-    :class:`Deployer` calls."""
+class JobDecider(Protocol):
+    """What the budget calls to re-deploy a job whose share changed (the
+    :class:`~perseus_server.service.deployment.Deployer`)."""
 
-    def __init__(self, ctx: ServiceContext, deployer: Deployer, powers: PlanPowers) -> None:
+    def decide(self, job: Job, cause: str, *, force: bool = False) -> bool: ...
+
+
+class PowerBudget:
+    """The cluster power budget: its settings, its allocation, and the
+    :class:`~perseus_server.service.deployment.DeploymentBudget` the deployer asks (built by
+    the deployer, given it as ``deployer``)."""
+
+    def __init__(self, ctx: ServiceContext, deployer: JobDecider, powers: PlanPowers) -> None:
         self.ctx = ctx
         self.deployer = deployer
         self.powers = powers
@@ -172,7 +179,7 @@ class PowerBudget:
             return _Result(_least_power_shares(pjobs), False, lowest, math.nan)
         return _Result(alloc.jobs, True, lowest, alloc.objective)
 
-    # --- the deployer's hooks ----------------------------------------------------------------
+    # --- what the deployer asks (DeploymentBudget) ------------------------------------------
 
     def policy_for(self, job: Job) -> PlanPolicy | None:
         """The plan policy the budget imposes on ``job`` (None: the job's own). A job the last

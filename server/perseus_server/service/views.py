@@ -31,13 +31,15 @@ class Views:
         solves: Solves,
         measured: MeasuredPower,
         started: float,
+        power_share: Callable[[Job], dict[str, Any] | None],
     ) -> None:
+        """``power_share``: a job's share of the cluster power budget for its status (None:
+        the budget does not cover it)."""
         self.ctx = ctx
         self.deployer = deployer
         self.solves = solves
         self.started = started
-        #: The job's share of the cluster power budget (set by the service).
-        self.power_share: Callable[[Job], dict[str, Any] | None] = lambda job: None
+        self.power_share = power_share
         self.measured = measured
 
     def job(self, job_id: str) -> dict[str, Any]:
