@@ -27,7 +27,7 @@ from perseus_server.service.persistence import persist_deployment
 from perseus_server.service.state import Deployment, Job, PlanSteps
 from perseus_server.testing.faults import fault_point
 
-__all__ = ["Deployer", "DeploymentBudget", "NoBudget", "require_frontier"]
+__all__ = ["Deployer", "DeploymentBudget", "require_frontier"]
 
 log = logging.getLogger("perseus.server")
 
@@ -43,8 +43,8 @@ def require_frontier(job: Job) -> Frontier:
 
 class DeploymentBudget(Protocol):
     """What the deployer asks of a budget over the server's jobs. The cluster power budget
-    (:class:`~perseus_server.service.power_budget.PowerBudget`) implements it; :class:`NoBudget`
-    is the absence of one."""
+    (:class:`~perseus_server.service.power_budget.PowerBudget`) implements it (a budget that
+    covers no job leaves every job its own policy)."""
 
     def policy_for(self, job: Job) -> PlanPolicy | None:
         """The plan policy the budget imposes on ``job`` (None: the job's own)."""
@@ -61,21 +61,6 @@ class DeploymentBudget(Protocol):
         """The powers of a deployed plan for its view (``pipelines``: one dict per pipeline,
         merged into each; the rest into the view), or None: no power in the view."""
         ...
-
-
-class NoBudget:
-    """No budget: every job runs its own policy, and views carry no power."""
-
-    def policy_for(self, job: Job) -> PlanPolicy | None:
-        return None
-
-    def stragglers_changed(self, job: Job) -> bool:
-        return False
-
-    def deployment_power(
-        self, job: Job, dep: Deployment, frontiers: list[Frontier]
-    ) -> dict[str, Any] | None:
-        return None
 
 
 B = TypeVar("B", bound=DeploymentBudget)
