@@ -93,7 +93,8 @@ def _v5_partial_frontiers(db: sqlite3.Connection) -> None:
 
 #: The ordered schema migrations: ``MIGRATIONS[k]`` takes a database at version ``k`` to
 #: ``k + 1``. A later change of what is stored appends a function here (never edits one that
-#: shipped); :meth:`~perseus_server.runtime.sqlite_store.SqliteStore.open` applies the missing ones, each in its own transaction.
+#: shipped); :meth:`~perseus_server.runtime.sqlite_store.SqliteStore.open` applies the missing
+#: ones, each in its own transaction.
 MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
     _v1_initial,
     _v2_report_sequences,
