@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from perseus.frontier import Frontier
 from perseus_common.profile_csv import MAX_FREQUENCY_MHZ
@@ -48,21 +49,38 @@ def drop_slow_stage_straggler(stragglers: dict[int, Straggler], p: int) -> dict[
 def stage_factors(
     job: Job, rank: RankInfo, instructions: Sequence[InstructionReport]
 ) -> dict[int, float] | None:
-    """One report's slowdown factor per stage (None when no plan runs): its measurements,
-    rows or :class:`~perseus_server.domain.values.InstructionColumns` alike, with each one's
-    profiled time, given to the one statistic,
-    :func:`perseus_server.policy.detectors.stage_factors`.
+    """One report's slowdown factor per stage (None when no plan runs): each measurement's
+    time over its profiled time, grouped by stage (in first-seen order; a measurement the
+    profile has no positive time for is left out), given to the one statistic,
+    :func:`perseus_server.policy.detectors.stage_factors`. Rows and
+    :class:`~perseus_server.domain.values.InstructionColumns` alike.
 
-    One profile lookup per distinct (stage, instruction, clock), then array work (``O(n log
-    n)``); free of side effects on the job beyond the profile's lookup tables, so a large
-    report can be measured off the event loop. Expects validated measurements.
+    Free of side effects on the job beyond the profile's lookup tables, so a large report can
+    be measured off the event loop. Expects validated measurements.
     """
     profile = job.profile.current
     if job.deployment.plan is None or job.frontier.current is None or profile is None:
         return None
-    cols = instructions if isinstance(instructions, InstructionColumns) else _columns(instructions)
+    per_rank = profile.stages == job.schedule.ranks
+    if isinstance(instructions, InstructionColumns):
+        return detectors.stage_factors(_column_ratios(job, rank, instructions, per_rank))
+    ratios: dict[int, list[float]] = {}
+    for m in instructions:
+        stage = rank.pipeline_rank if per_rank else int(m.stage)
+        t = job.profile.time_of(stage, m.instruction, m.frequency_mhz)
+        if t is not None and t > 0:
+            ratios.setdefault(stage, []).append(float(m.time) / t)
+    return detectors.stage_factors(ratios)
+
+
+def _column_ratios(
+    job: Job, rank: RankInfo, cols: InstructionColumns, per_rank: bool
+) -> dict[int, npt.NDArray[np.float64]]:
+    """The ratios of a large report, per stage in first-seen order, by array operations: one
+    profile lookup per distinct (stage, instruction, clock), then a sort (``O(n log n)`` array
+    work, ``O(distinct)`` Python work); the same groups as the loop over rows."""
     n = len(cols)
-    if profile.stages == job.schedule.ranks:
+    if per_rank:
         stage = np.full(n, rank.pipeline_rank, dtype=np.int64)
     else:
         stage = cols.stage.astype(np.int64)
@@ -76,22 +94,20 @@ def stage_factors(
         s, kd = divmod(sk, nk)
         t = job.profile.time_of(s, cols.kinds[kd], mhz)
         profiled[u] = t if t is not None and t > 0 else np.nan
-    return detectors.stage_factors(stage, cols.time, profiled[inverse.reshape(-1)])
-
-
-def _columns(rows: Sequence[InstructionReport]) -> InstructionColumns:
-    """A report's measurements as columns (the names as indices, in first-seen order)."""
-    kinds: dict[str, int] = {}
-    kind = [kinds.setdefault(m.instruction, len(kinds)) for m in rows]
-    return InstructionColumns(
-        kinds=tuple(kinds),
-        kind=np.array(kind, dtype=np.int32),
-        microbatch=np.array([m.microbatch for m in rows], dtype=np.int32),
-        frequency_mhz=np.array([m.frequency_mhz for m in rows], dtype=np.int32),
-        time=np.array([m.time for m in rows], dtype=np.float64),
-        energy=np.array([m.energy for m in rows], dtype=np.float64),
-        stage=np.array([m.stage for m in rows], dtype=np.int32),
-    )
+    per_row = profiled[inverse.reshape(-1)]
+    use = ~np.isnan(per_row)
+    ratios = cols.time[use] / per_row[use]
+    stage = stage[use]
+    order = np.argsort(stage, kind="stable")
+    stage, ratios = stage[order], ratios[order]
+    starts = np.flatnonzero(np.r_[True, stage[1:] != stage[:-1]]) if len(stage) else stage
+    bounds = np.r_[starts, len(stage)].astype(np.int64)
+    first = order[starts] if len(stage) else starts  # each stage's first row among those used
+    out: dict[int, npt.NDArray[np.float64]] = {}
+    for g in np.argsort(first, kind="stable").tolist():
+        lo, hi = int(bounds[g]), int(bounds[g + 1])
+        out[int(stage[lo])] = ratios[lo:hi]
+    return out
 
 
 class SlowStageResolver:
