@@ -193,11 +193,14 @@ class Metrics:
         connected: Callable[[], dict[Labels, float]],
         registered: Callable[[], dict[Labels, float]],
         solve_limit: float = 3600.0,
+        job_energy: JobEnergySource | None = None,
     ) -> None:
+        """The gauges' sources: ``jobs`` (by state), ``connected`` and ``registered`` ranks (by
+        job), ``job_energy`` (measured power and energy saved; None: those gauges are empty)."""
         self.registry = Registry()
         r = self.registry
         self.started = time.time()
-        #: Set by the service; read at every scrape.
+        #: The per-job gauges' source (:meth:`add_job_gauges`); read at every scrape.
         self.job_gauges: JobGaugeSource | None = None
         r.add(
             Gauge(
@@ -312,8 +315,8 @@ class Metrics:
                 "Iteration reports acknowledged and dropped as re-sent (same rank and sequence).",
             )
         )  # type: ignore[assignment]
-        #: Set by the service's measured-power part on first use; read at every scrape.
-        self.job_energy: JobEnergySource | None = None
+        #: The service's measured-power part; read at every scrape.
+        self.job_energy = job_energy
         r.add(
             Gauge(
                 "perseus_job_power_watts",
@@ -344,6 +347,12 @@ class Metrics:
             return {} if src is None else dict(getattr(src, method)())
 
         self.registry.add(Gauge(name, help, read))
+
+    def add_job_gauges(self, source: JobGaugeSource) -> None:
+        """Read the per-job gauges (lifecycle, budget, mismatch, slowdown, world size) from
+        ``source`` (the service's :class:`~perseus_server.service.job_gauges.JobGauges`, built
+        after this registry since it reads the service's parts)."""
+        self.job_gauges = source
 
     def drop_job(self, job_id: str) -> None:
         """Forget a deleted job's counter series."""

@@ -34,7 +34,7 @@ from perseus_server.grpc.gate import AuthInterceptor
 from perseus_server.grpc.service import PlanServicer
 from perseus_server.rest import create_app
 from perseus_server.runtime.connection_limits import GRPC_MAX_MESSAGE, guarded_h11, raise_fd_limit
-from perseus_server.runtime.store import Store
+from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.runtime.warmup import warm_kernels
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
@@ -124,7 +124,7 @@ def _fmt_host(host: str) -> str:
 async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None = None) -> int:
     """Run the server until SIGTERM/SIGINT; returns the exit status."""
     say = announce or (lambda line: print(line, flush=True))
-    store = Store.open(config.db_path)
+    store = SqliteStore.open(config.db_path)
     service = PerseusService(store, config.limits, report_decoder=decode_report_bytes)
     service.load()
     warming = warm_kernels(service.solver)

@@ -11,7 +11,7 @@ from fastapi.routing import APIRoute
 
 from perseus_server.config import Limits
 from perseus_server.rest import create_app
-from perseus_server.runtime.store import Store
+from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService
 
 __all__ = ["api_routes", "app_routes"]
@@ -33,7 +33,7 @@ def api_routes(routes: list[Any]) -> Iterator[APIRoute]:
 def app_routes(tmp: Path, **app_options: Any) -> list[APIRoute]:
     """Every API route of the REST application, checked to cover every operation its OpenAPI
     document lists."""
-    store = Store.open(tmp / "walk.db")
+    store = SqliteStore.open(tmp / "walk.db")
     try:
         app = create_app(PerseusService(store, Limits()), **app_options)
         found = list(api_routes(list(app.routes)))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import queue
-import sqlite3
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 
 from .conftest import register, solved_job
+from .sqlite_backend import column_values
 from .test_scopes import read_token_args
 
 ADMIN = "admin-" + "a" * 26
@@ -159,8 +159,7 @@ def test_rank_credential_lifecycle(srv: ServerProcess, small_csv: str) -> None:
     raw = _db_bytes(srv.db_path)
     for s in (secret, new, again, other_secret):
         assert s.encode() not in raw
-    with sqlite3.connect(srv.db_path) as db:
-        hashes = {r[0] for r in db.execute("SELECT hash FROM credentials")}
+    hashes = column_values(srv.db_path, "credentials", "hash")
     assert hashlib.sha256(again.encode()).hexdigest() in hashes
     assert hashlib.sha256(secret.encode()).hexdigest() not in hashes  # rotated away
 

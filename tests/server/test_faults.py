@@ -5,7 +5,6 @@ unreadable is marked failed while the server starts anyway."""
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from perseus_server.testing.faults import FAULT_ENV, FAULT_EXIT_CODE, POINTS, TE
 
 from .conftest import make_job, register, solved_job, wait_frontier
 from .routes import app_routes
+from .sqlite_backend import corrupt_column
 from .test_profiling import _reports
 
 pytestmark = pytest.mark.slow
@@ -222,9 +222,7 @@ def test_an_unreadable_row_fails_its_job_not_the_server(
     with ServerProcess(db) as srv, httpx.Client(base_url=srv.http_url, timeout=30.0) as http:
         bad = solved_job(http, small_csv)
         good = solved_job(http, small_csv)
-    with sqlite3.connect(db) as conn:
-        key = "id" if table == "jobs" else "job_id"
-        conn.execute(f"UPDATE {table} SET {column} = '{{garbage' WHERE {key} = ?", (bad,))
+    corrupt_column(db, table, column, bad)
     with ServerProcess(db) as srv, httpx.Client(base_url=srv.http_url, timeout=30.0) as http:
         assert wait_frontier(http, good)["status"] == "done"
         check_everything_answers(tmp_path, srv, good)

@@ -22,7 +22,7 @@ from perseus_server import ServerProcess
 from perseus_server.config import Limits
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.rest import create_app
-from perseus_server.runtime.store import Store
+from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService
 
 from .conftest import make_job
@@ -235,7 +235,7 @@ def test_the_checker_fails_on_drift(http: httpx.Client) -> None:
 @pytest.fixture()
 def local() -> Any:
     """The REST app in process over a fresh service (a TestClient and the service)."""
-    service = PerseusService(Store.open(":memory:"), Limits())
+    service = PerseusService(SqliteStore.open(":memory:"), Limits())
     with TestClient(create_app(service)) as client:
         yield client, service
 
@@ -254,20 +254,20 @@ def test_the_wire_format_is_the_services_dicts(local: Any, small_csv: str) -> No
         },
     ).json()["id"]  # fmt: skip
     cases = [
-        ("/jobs/{}", service.job_view, job_id),
-        ("/jobs/{}", service.job_view, custom),
-        ("/jobs/{}/status", service.status, job_id),
+        ("/jobs/{}", service.views.job, job_id),
+        ("/jobs/{}", service.views.job, custom),
+        ("/jobs/{}/status", service.views.status, job_id),
         ("/jobs/{}/frontier", service.frontier_status, job_id),
     ]
     for template, view, arg in cases:
         r = client.get(template.format(arg))
         assert r.status_code == 200, r.text
         assert r.json() == view(arg) and list(r.json()) == list(view(arg)), template
-    assert client.get("/jobs").json() == {"jobs": service.list_jobs()}
+    assert client.get("/jobs").json() == service.jobs_page()
     r = client.put(
         f"/jobs/{job_id}/profile", content=small_csv, headers={"content-type": "text/csv"}
     )
-    assert r.json() == service.profile_summary(job_id)
+    assert r.json() == service.profiles.summary(job_id)
     for template, view, arg in cases[:1] + cases[2:]:
         r = client.get(template.format(arg))
         assert r.json() == view(arg) and list(r.json()) == list(view(arg)), template
@@ -281,8 +281,8 @@ def test_an_undeclared_key_is_refused_not_dropped(local: Any, monkeypatch: Any) 
     production), rather than losing the key or sending an undocumented one."""
     client, service = local
     job_id = service.create_job(JobSpec(stages=2, microbatches=4))["id"]
-    real = service.job_view
-    monkeypatch.setattr(service, "job_view", lambda j: {**real(j), "surprise": 1})
+    real = service.views.job
+    monkeypatch.setattr(service.views, "job", lambda j: {**real(j), "surprise": 1})
     with pytest.raises(ResponseValidationError, match="surprise"):
         client.get(f"/jobs/{job_id}")
 

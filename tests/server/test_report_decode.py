@@ -2,14 +2,15 @@
 
 The oracles below are the decoder, the measurement check and the profiling conversion as they
 were before reports were decoded into columns (kept verbatim here); hypothesis compares them
-with :func:`decode_report_columns`, :func:`validate_report` and :func:`column_stage_factors` on
-random reports, malformed ones included.
+with :func:`decode_report_columns`, :func:`validate_report` and :func:`stage_factors` (the one
+per-stage statistic, given rows or columns) on random reports, malformed ones included.
 """
 
 from __future__ import annotations
 
 import asyncio
 import math
+import statistics
 import struct
 from types import SimpleNamespace
 from typing import Any, cast
@@ -33,7 +34,6 @@ from perseus_server.grpc.codec import decode_report, decode_report_bytes, decode
 from perseus_server.policy.profiling_scan import Measurement
 from perseus_server.runtime.parse_pool import ReportPool
 from perseus_server.service.reports import (
-    column_stage_factors,
     first_bad_instruction,
     measurements,
     validate_report,
@@ -117,6 +117,22 @@ def old_check_instructions(i: int, rep: IterationReport, job: Any, limits: Limit
                 f"{where}: frequency must be between 0 and {MAX_FREQUENCY_MHZ} MHz",
                 field="instructions.frequency_mhz",
             )
+
+
+def old_stage_factors(job: Any, rank: Any, instructions: Any) -> dict[int, float] | None:
+    """The per-stage factors one measurement at a time (the row path before there was one
+    implementation): the median measured/profiled time per stage, stages in first-seen order."""
+    profile = job.profile.current
+    if job.deployment.plan is None or job.frontier.current is None or profile is None:
+        return None
+    per_rank = profile.stages == job.schedule.ranks
+    ratios: dict[int, list[float]] = {}
+    for m in instructions:
+        stage = rank.pipeline_rank if per_rank else int(m.stage)
+        t = job.profile.time_of(stage, m.instruction, m.frequency_mhz)
+        if t is not None and t > 0:
+            ratios.setdefault(stage, []).append(float(m.time) / t)
+    return {stage: statistics.median(rs) for stage, rs in ratios.items()}
 
 
 def old_measurements(rep: IterationReport) -> list[Measurement]:
@@ -299,14 +315,19 @@ def test_stage_factors_are_the_same(
     msg = pb.IterationReport(instructions=ms, iteration_time=1.0)
     job = _job(ranks=STAGES if per_rank else 2, times=_times)
     rank = SimpleNamespace(pipeline_rank=pipeline_rank)
-    old = stage_factors(cast(Any, job), cast(Any, rank), old_decode_report(msg).instructions)
+    rows = old_decode_report(msg).instructions
+    old = old_stage_factors(job, rank, rows)
     cols = decode_report_columns(msg).instructions
     assert isinstance(cols, InstructionColumns)
-    new = column_stage_factors(cast(Any, job), cast(Any, rank), cols)
-    assert old is not None and new is not None
-    assert list(new) == list(old)  # the same stages in the same order
-    for s in old:
-        assert _same(new[s], old[s]), (s, new[s], old[s])
+    # Columns (a large report) and rows (a small one) go through the one implementation.
+    for new in (
+        stage_factors(cast(Any, job), cast(Any, rank), cols),
+        stage_factors(cast(Any, job), cast(Any, rank), rows),
+    ):
+        assert old is not None and new is not None
+        assert list(new) == list(old)  # the same stages in the same order
+        for s in old:
+            assert _same(new[s], old[s]), (s, new[s], old[s])
 
 
 def test_stage_factors_need_a_plan() -> None:
@@ -317,7 +338,7 @@ def test_stage_factors_need_a_plan() -> None:
             instructions=[pb.InstructionMeasurement(instruction="forward", time=1.0)]
         )
     ).instructions
-    assert column_stage_factors(cast(Any, job), cast(Any, None), cast(Any, cols)) is None
+    assert stage_factors(cast(Any, job), cast(Any, None), cast(Any, cols)) is None
 
 
 def test_columns_are_a_sequence_of_measurements() -> None:

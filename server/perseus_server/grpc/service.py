@@ -86,7 +86,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         await self._auth(context, "RegisterRank")
         await self._size(context, "RegisterRank", request)
         try:
-            resp = self.service.register_rank(decode_registration(request))
+            resp = self.service.registration.register(decode_registration(request))
         except ApiError as e:
             await self._abort(context, "RegisterRank", e)
         self.service.metrics.grpc_calls.inc(method="RegisterRank", code="OK")
@@ -100,7 +100,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         await self._auth(context, "WatchPlan")
         await self._size(context, "WatchPlan", request)
         try:
-            sub, first = self.service.subscribe(request.job_id, request.rank_id)
+            sub, first = self.service.registration.subscribe(request.job_id, request.rank_id)
         except ApiError as e:
             await self._abort(context, "WatchPlan", e)
         metrics = self.service.metrics
@@ -124,7 +124,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
                 last = msg.version
                 metrics.push_latency.observe(time.perf_counter() - sub.published_at)
         finally:
-            self.service.unsubscribe(sub)
+            self.service.registration.unsubscribe(sub)
         metrics.grpc_calls.inc(method="WatchPlan", code="OK")
 
     async def ReportIterations(

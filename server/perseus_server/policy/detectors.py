@@ -27,28 +27,43 @@ does not wait for it), and the status names ``off-plan clocks`` as the straggler
 no rank of the pipeline ran off-plan for a window, the leader feeds the detector again and the
 pipeline recovers by the rule above.
 
+**Who scales by the calibration.** Only the detector: a caller gives it raw measured seconds
+and the planned time, and gets back decisions whose T' is on the profile's time axis (the
+planned times' axis), and takes the T' it already knows on that axis too (see :class:`Detector`).
+
 **Stages.** Per-instruction times reported by a rank, divided by the profile's time for that
 instruction at the clock it ran at, give each stage's slowdown factor for one iteration (the
-median over its instructions). A stage whose factor exceeds ``1 + threshold`` for
+median over its instructions: :func:`stage_factors`, the one implementation, for a report's
+rows and its columns alike). A stage whose factor exceeds ``1 + threshold`` for
 ``consecutive`` iterations is slow with the mean factor of those iterations; it recovers once its
 factor is within ``1 + recovery`` for ``consecutive`` iterations.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections import deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple, Protocol
+
+import numpy as np
+import numpy.typing as npt
 
 from perseus_server.domain.states import DetectorEvent
 
 __all__ = [
+    "DETECTORS",
+    "Decision",
+    "Detector",
     "DetectorSettings",
     "OFF_PLAN_WINDOW",
     "RankClocks",
-    "StragglerDetector",
     "StageDetector",
+    "StragglerDetector",
+    "make_detectors",
+    "stage_factors",
 ]
 
 #: Iterations per pipeline kept for the calibration median.
@@ -77,22 +92,86 @@ class RankClocks:
 
 @dataclass(frozen=True)
 class DetectorSettings:
+    """The detectors' settings (``PUT /jobs/{id}/straggler-detection``), the one place they are
+    named: built by keyword (:meth:`from_json`), stored and shown as :meth:`to_json`."""
+
+    #: A pipeline (stage) is slow beyond ``calibration * (1 + threshold)`` (``1 + threshold``).
     threshold: float = 0.05
+    #: Iterations in a row that decide.
     consecutive: int = 3
+    #: Recovered within ``calibration * (1 + recovery)`` (``1 + recovery``).
     recovery: float = 0.02
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "threshold": self.threshold,
-            "consecutive": self.consecutive,
-            "recovery": self.recovery,
-        }
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> DetectorSettings:
+        """Settings from a document of their fields by name (missing ones: the defaults;
+        unknown ones: a :class:`ValueError` naming them)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(doc) - names)
+        if unknown:
+            raise ValueError(f"unknown detector setting(s): {', '.join(unknown)}")
+        return cls(**{k: doc[k] for k in names if k in doc})
+
+
+class Decision(NamedTuple):
+    """What one observed iteration decided for its pipeline."""
+
+    #: ``slow`` / ``changed`` / ``recovered``, or None: nothing changed.
+    event: DetectorEvent | None
+    #: T', the pipeline's iteration time on the profile's time axis (the planned times'
+    #: axis, the common overhead taken out); 0 when it is not slow.
+    time: float
+
+
+class Detector(Protocol):
+    """Straggler detection over a job's data-parallel pipelines, from reported iteration times.
+
+    The detector owns its calibration (the common overhead between measured and planned
+    times): callers pass raw measured seconds and the planned time, and get decisions whose T'
+    is on the profile's time axis; the T' they know (``current``) is on that axis too. Nobody
+    else scales by the calibration. One contract suite
+    (``tests/server/test_detector_contract.py``) runs against every implementation in
+    :data:`DETECTORS`.
+    """
+
+    settings: DetectorSettings
+    #: Per rank id, its applied-clock record (kept when the settings change).
+    clocks: dict[str, RankClocks]
+
+    def calibration(self) -> float:
+        """The common overhead, observed / planned (1 before any report); for the status."""
+        ...
+
+    def observe(
+        self,
+        pipeline: int,
+        time: float,
+        expected: float,
+        flagged: bool,
+        current: float | None = None,
+    ) -> Decision:
+        """Feed one iteration of ``pipeline`` that took ``time`` seconds (measured) where its plan
+        takes ``expected``; ``flagged``: whether it is a straggler now; ``current``: the T' it
+        is known to run at, on the profile's axis (None: not known here, e.g. reported by a
+        cluster monitor; then its pace never "changed")."""
+        ...
+
+    def explain(self, pipeline: int, expected: float) -> str:
+        """The last ``slow`` or ``changed`` decision on ``pipeline``, in words (for the replan
+        log and the status), measured and on the profile's axis."""
+        ...
+
+    def reset(self, pipeline: int | None = None) -> None:
+        """Forget the slow and recovering runs of one pipeline (every pipeline: None)."""
 
 
 @dataclass
 class StragglerDetector:
-    """Per-pipeline counters; :meth:`observe` returns a :class:`DetectorEvent` (``slow`` /
-    ``changed`` / ``recovered``) or ``None``."""
+    """The :class:`Detector` of the module docstring: per-pipeline runs of slow and fast
+    iterations against the calibration, with hysteresis."""
 
     settings: DetectorSettings = field(default_factory=DetectorSettings)
     #: Per rank id, its applied-clock record (see the module docstring).
@@ -100,6 +179,9 @@ class StragglerDetector:
     _slow: dict[int, deque[float]] = field(default_factory=dict)
     _fast: dict[int, deque[float]] = field(default_factory=dict)
     _ratios: dict[int, deque[float]] = field(default_factory=dict)
+    #: Per pipeline, its last slow/changed decision in measured seconds: (event, T', the
+    #: calibration it was divided by, the T' it was before), for :meth:`explain`.
+    _last: dict[int, tuple[DetectorEvent, float, float, float | None]] = field(default_factory=dict)
 
     def calibration(self) -> float:
         """The common-mode ratio of observed to planned iteration time (see the module doc)."""
@@ -113,14 +195,40 @@ class StragglerDetector:
         expected: float,
         flagged: bool,
         current: float | None = None,
-    ) -> tuple[DetectorEvent | None, float]:
-        """Feed one iteration of ``pipeline``; ``flagged``: whether it is a straggler now;
-        ``current``: the T' it is known to run at, in observed seconds (None: not known here,
-        e.g. reported by a cluster monitor; then it is never "changed").
+    ) -> Decision:
+        """See :meth:`Detector.observe`."""
+        # The known T' in measured seconds, at the calibration before this iteration counts.
+        known = current * self.calibration() if current else None
+        event, t_prime = self._observe(pipeline, time, expected, flagged, known)
+        c = self.calibration()
+        if event in (DetectorEvent.SLOW, DetectorEvent.CHANGED):
+            assert event is not None
+            self._last[pipeline] = (event, t_prime, c, known)
+        return Decision(event, t_prime / c)
 
-        Returns the event (or None) and the current estimate of T' in observed seconds (0 when
-        not slow); divide by :meth:`calibration` for the profile's time axis.
-        """
+    def explain(self, pipeline: int, expected: float) -> str:
+        """See :meth:`Detector.explain`."""
+        event, t_prime, c, known = self._last[pipeline]
+        on_axis = f"T'={t_prime / c:.4g} s on the profile's axis"
+        if event is DetectorEvent.SLOW:
+            return (
+                f"pipeline {pipeline} detected slow: {t_prime:.4g} s per iteration vs "
+                f"{expected:.4g} s planned (x{c:.3f} common overhead: {on_axis})"
+            )
+        return (
+            f"pipeline {pipeline} pace changed: {t_prime:.4g} s per iteration, was "
+            f"{known:.4g} s ({on_axis})"
+        )
+
+    def _observe(
+        self,
+        pipeline: int,
+        time: float,
+        expected: float,
+        flagged: bool,
+        current: float | None,
+    ) -> tuple[DetectorEvent | None, float]:
+        """The rule of the module docstring in measured seconds (``current`` too)."""
         s = self.settings
         n = max(1, s.consecutive)
         ratio = time / expected if expected > 0 else 1.0
@@ -212,3 +320,35 @@ class StageDetector:
         """Whether every stage of ``pipeline`` seen so far has observed ``count`` iterations."""
         counts = [n for (p, _), n in self.seen.items() if p == pipeline]
         return bool(counts) and min(counts) >= count
+
+
+#: Every :class:`Detector` implementation (the contract suite runs over each).
+DETECTORS: tuple[type[StragglerDetector], ...] = (StragglerDetector,)
+
+
+def make_detectors(
+    settings: DetectorSettings, clocks: dict[str, RankClocks] | None = None
+) -> tuple[Detector, StageDetector]:
+    """A job's pipeline detector and stage detector, from one settings value (``clocks``: the
+    ranks' applied-clock records to keep)."""
+    return StragglerDetector(settings, {} if clocks is None else clocks), StageDetector(settings)
+
+
+def stage_factors(
+    ratios: Mapping[int, Sequence[float] | npt.NDArray[np.float64]],
+) -> dict[int, float]:
+    """One iteration's slowdown factor per stage, from each stage's ratios of measured over
+    profiled time (one per measured instruction): their median, stages in the order given.
+
+    The one implementation of the per-stage statistic: a report's rows and its columns reach it
+    alike through :func:`perseus_server.service.slow_stages.stage_factors`, which computes the
+    ratios (a loop for a small report, array operations for a large one). A sort and the middle
+    (``O(n log n)``, a few microseconds for a small report, where :func:`numpy.median`'s
+    overhead is a hundred times that).
+    """
+    out: dict[int, float] = {}
+    for stage, r in ratios.items():
+        a = np.sort(np.asarray(r, dtype=np.float64))
+        h = len(a) // 2
+        out[stage] = float(a[h]) if len(a) % 2 else float((a[h - 1] + a[h]) / 2)
+    return out

@@ -230,7 +230,7 @@ def create_app(
     @app.get("/healthz", tags=["service"], **operation(Health, "Liveness", "OK.", public=True))
     async def healthz() -> dict[str, Any]:
         """Whether the server answers; needs no token."""
-        return service.health()
+        return service.views.health()
 
     @app.get(
         "/metrics",
@@ -270,7 +270,7 @@ def create_app(
     @app.get("/jobs/{job_id}", tags=["jobs"], **operation(JobView, "Get a job", "The job.", 404))
     async def get_job(job_id: str) -> dict[str, Any]:
         """A job's description, state, profile revision and deployed plan version."""
-        return service.job_view(job_id)
+        return service.views.job(job_id)
 
     @app.post(
         "/jobs/{job_id}/finish",
@@ -325,13 +325,13 @@ def create_app(
         support; a bad profile leaves the stored one in place (422 naming the row and field).
         ``stages`` selects some of the profile's stages (as ``perseus frontier
         --profile-stages``)."""
-        service.job_view(job_id)  # 404 before reading the body
+        service.views.job(job_id)  # 404 before reading the body
         body = await request.body()
         content_type = request.headers.get("content-type", "")
         if stages is not None:
             body = await asyncio.to_thread(_select_stages, body, content_type, stages)
             content_type = "text/csv"
-        return await service.put_profile(job_id, body, content_type)
+        return await service.profiles.put(job_id, body, content_type)
 
     @app.get(
         "/jobs/{job_id}/profile",
@@ -349,7 +349,7 @@ def create_app(
         job_id: str, request: Request, format: str | None = Query(None, pattern="^(csv|json)$")
     ) -> Response:
         """The job's stored profile, uploaded or measured by online profiling."""
-        profile = service.get_profile(job_id)
+        profile = service.profiles.get(job_id)
         want_json = format == "json" or (
             format is None and "application/json" in request.headers.get("accept", "")
         )
@@ -369,7 +369,7 @@ def create_app(
     async def start_frontier(job_id: str) -> dict[str, Any]:
         """Starts computing the job's time-energy frontier in a worker process; poll
         ``GET /jobs/{id}/frontier``. When done, the fastest plan is deployed."""
-        return service.start_frontier(job_id)
+        return service.solves.start(job_id)
 
     @app.get(
         "/jobs/{job_id}/frontier",
@@ -390,7 +390,7 @@ def create_app(
     )
     async def cancel_frontier(job_id: str) -> dict[str, Any]:
         """Stops a running frontier computation (409 when none runs)."""
-        return service.cancel_frontier(job_id)
+        return service.solves.cancel(job_id)
 
     @app.get(
         "/jobs/{job_id}/frontier.png",
@@ -407,7 +407,7 @@ def create_app(
     )
     async def frontier_plot(job_id: str) -> Response:
         """Energy against iteration time, the deployed points marked."""
-        frontier, deployed = service.frontier_of(job_id)
+        frontier, deployed = service.solves.frontier_of(job_id)
         marked = [(i, f"deployed: point {i}") for i in sorted(set(deployed))]
         png = await asyncio.to_thread(
             lambda: frontier_png(frontier.to_json(), marked=marked, title=f"job {job_id}")
@@ -461,7 +461,7 @@ def create_app(
     async def status(job_id: str) -> dict[str, Any]:
         """Ranks (registered, connected, last report), the deployment, the frontier computation,
         each pipeline's recent iterations, stragglers and slow stages, and profiling."""
-        return service.status(job_id)
+        return service.views.status(job_id)
 
     # --- online profiling ------------------------------------------------------------------------
 
@@ -475,7 +475,7 @@ def create_app(
     async def start_profiling(job_id: str, body: ProfilingIn) -> dict[str, Any]:
         """Scans the SM clocks from the highest down, one plan version per clock, measuring the
         job's own profile from its ranks' reports; then computes and deploys its frontier."""
-        return service.start_profiling(
+        return service.profiling.start(
             job_id,
             body.frequencies,
             body.warmup_iterations,
@@ -491,7 +491,7 @@ def create_app(
     )
     async def get_profiling(job_id: str) -> dict[str, Any]:
         """The scan's clock, measured iterations and energy per clock (404: never started)."""
-        return service.profiling_status(job_id)
+        return service.profiling.status(job_id)
 
     @app.delete(
         "/jobs/{job_id}/profiling",
@@ -500,7 +500,7 @@ def create_app(
     )
     async def abort_profiling(job_id: str) -> dict[str, Any]:
         """Stops a running scan; the ranks go back to the previous plan (or max clocks)."""
-        return service.abort_profiling(job_id)
+        return service.profiling.abort(job_id)
 
     # --- stragglers ------------------------------------------------------------------------------
 
@@ -545,8 +545,8 @@ def create_app(
         iterations) and as recovered (within ``recovery``)."""
         if body.recovery >= body.threshold:
             raise BadRequest("recovery must be below threshold (hysteresis)", field="recovery")
-        settings = DetectorSettings(body.threshold, body.consecutive, body.recovery)
-        service.set_detector(job_id, settings)
+        settings = DetectorSettings.from_json(body.model_dump())
+        service.stragglers.set_detector(job_id, settings)
         return settings.to_json()
 
     app.include_router(power_router(service))

@@ -34,7 +34,7 @@ def power_router(service: PerseusService) -> APIRouter:
         power the jobs can reach (``lowest_power``, W) is refused with 422 and changes
         nothing. Only active jobs share it (idle and finished ones are left out); when it can
         no longer be met (a job joined), ``on_infeasible`` says what runs."""
-        return service.put_power_budget(body.watts, body.policy, body.jobs, body.on_infeasible)
+        return service.power_budget.put(body.watts, body.policy, body.jobs, body.on_infeasible)
 
     @router.get(
         "/power-budget",
@@ -43,7 +43,7 @@ def power_router(service: PerseusService) -> APIRouter:
     async def get_power_budget() -> dict[str, Any]:
         """The budget (W), the allocated watts and each job's share: watts, slowdown and
         frontier point (404 when none is set)."""
-        return service.power_budget_view()
+        return service.power_budget.view()
 
     @router.delete(
         "/power-budget",
@@ -52,7 +52,7 @@ def power_router(service: PerseusService) -> APIRouter:
     )
     async def delete_power_budget() -> Response:
         """Every covered job goes back to its own plan policy (404 when none is set)."""
-        service.delete_power_budget()
+        service.power_budget.delete()
         return Response(status_code=204)
 
     return router

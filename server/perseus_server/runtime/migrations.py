@@ -9,6 +9,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
+from perseus_server.domain.store import StoreError
+
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "StoreError", "migrate", "schema_version"]
 
 #: Schema version 1: the tables of the first release. A database without ``user_version`` that
@@ -100,7 +102,8 @@ def _v6_job_lifecycle(db: sqlite3.Connection) -> None:
 
 #: The ordered schema migrations: ``MIGRATIONS[k]`` takes a database at version ``k`` to
 #: ``k + 1``. A later change of what is stored appends a function here (never edits one that
-#: shipped); :meth:`Store.open` applies the missing ones, each in its own transaction.
+#: shipped); :meth:`~perseus_server.runtime.sqlite_store.SqliteStore.open` applies the missing
+#: ones, each in its own transaction.
 MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
     _v1_initial,
     _v2_report_sequences,
@@ -112,10 +115,6 @@ MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
 
 #: The schema version this code reads and writes.
 SCHEMA_VERSION = len(MIGRATIONS)
-
-
-class StoreError(RuntimeError):
-    """The database cannot be used by this server (written by a newer one)."""
 
 
 def schema_version(db: sqlite3.Connection) -> int:

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perseus_server.config import Limits
+from perseus_server.domain.store import Store
 from perseus_server.metrics import Metrics
 from perseus_server.runtime.hub import PlanHub
 from perseus_server.runtime.solve_manager import SolveManager
-from perseus_server.runtime.store import Store
 from perseus_server.service.state import JobTable
 
 __all__ = ["ServiceContext"]

@@ -41,7 +41,8 @@ from enum import StrEnum
 from typing import Any
 
 from perseus_server.domain.errors import ApiError
-from perseus_server.runtime.store import CredentialRow, Store
+from perseus_server.domain.rows import CredentialRow
+from perseus_server.domain.store import Store
 
 __all__ = [
     "ADMIN",

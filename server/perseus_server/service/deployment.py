@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from perseus.errors import InfeasibleError
 from perseus.frontier import Frontier
@@ -27,7 +27,7 @@ from perseus_server.service.persistence import persist_deployment
 from perseus_server.service.state import Deployment, Job, PlanSteps
 from perseus_server.testing.faults import fault_point
 
-__all__ = ["Deployer", "require_frontier"]
+__all__ = ["Deployer", "DeploymentBudget", "require_frontier"]
 
 log = logging.getLogger("perseus.server")
 
@@ -41,18 +41,43 @@ def require_frontier(job: Job) -> Frontier:
     return job.frontier.current
 
 
-class Deployer:
-    """Decides, publishes and describes a job's deployed plans."""
+class DeploymentBudget(Protocol):
+    """What the deployer asks of a budget over the server's jobs. The cluster power budget
+    (:class:`~perseus_server.service.power_budget.PowerBudget`) implements it (a budget that
+    covers no job leaves every job its own policy)."""
 
-    def __init__(self, ctx: ServiceContext) -> None:
+    def policy_for(self, job: Job) -> PlanPolicy | None:
+        """The plan policy the budget imposes on ``job`` (None: the job's own)."""
+        ...
+
+    def stragglers_changed(self, job: Job) -> bool:
+        """``job``'s stragglers changed (the caller re-decides it); returns whether the budget
+        re-deployed it already."""
+        ...
+
+    def deployment_power(
+        self, job: Job, dep: Deployment, frontiers: list[Frontier]
+    ) -> dict[str, Any] | None:
+        """The powers of a deployed plan for its view (``pipelines``: one dict per pipeline,
+        merged into each; the rest into the view), or None: no power in the view."""
+        ...
+
+
+B = TypeVar("B", bound=DeploymentBudget)
+
+
+class Deployer(Generic[B]):
+    """Decides, publishes and describes a job's deployed plans.
+
+    ``budget`` builds the :class:`DeploymentBudget` the deployer asks, given the deployer
+    itself: a budget re-decides the jobs whose share it changes (it calls :meth:`decide`), and
+    the deployer asks the budget for each job's policy, so the one is built from the other,
+    here, in that order; the budget is :attr:`budget` afterwards (nothing is assigned later).
+    """
+
+    def __init__(self, ctx: ServiceContext, budget: Callable[[Deployer[B]], B]) -> None:
         self.ctx = ctx
-        # Hooks of the power budget (service/power_budget.py, set by the service): the policy a
-        # cluster budget imposes on a job (None: its own), what to do when a job's stragglers
-        # change (returns whether it re-deployed the job), and the powers of a deployment.
-        self.budget_policy: Callable[[Job], PlanPolicy | None] = lambda job: None
-        self.stragglers_changed: Callable[[Job], bool] = lambda job: False
-        self.deployment_power: Callable[[Job, Deployment, list[Frontier]], dict[str, Any]] | None
-        self.deployment_power = None
+        self.budget: B = budget(self)
 
     # --- deciding --------------------------------------------------------------------------------
 
@@ -67,7 +92,7 @@ class Deployer:
                 "online profiling is running; abort it (DELETE /jobs/{id}/profiling) first",
                 field="profiling",
             )
-        if self.budget_policy(job) is not None:
+        if self.budget.policy_for(job) is not None:
             raise Conflict(
                 "the cluster power budget sets this job's plan; DELETE /power-budget (or leave "
                 "the job out of its jobs) first",
@@ -105,7 +130,7 @@ class Deployer:
             for p, st in job.stragglers.slow_stages.items()
             if st.ready and st.frontier is not None
         }
-        budget = self.budget_policy(job)  # a cluster budget's share replaces policy and pins
+        budget = self.budget.policy_for(job)  # a cluster budget's share replaces policy and pins
         overrides = dep.overrides if budget is None else {}
         args = (job.spec.data_parallel, job.stragglers.stragglers, overrides, resolved)
         try:
@@ -142,7 +167,7 @@ class Deployer:
 
     def replan(self, job: Job, why: str, kind: ReplanKind) -> None:
         """Re-decide after a straggler or slow-stage event; record it among the recent replans."""
-        budgeted = self.stragglers_changed(job)
+        budgeted = self.budget.stragglers_changed(job)
         changed = self.decide(job, why) or budgeted
         if not changed:
             persist_deployment(self.ctx.store, job)
@@ -275,9 +300,9 @@ class Deployer:
             out["pipelines"] = pipelines
             if job.frontier.row.partial:
                 out["partial"] = True
-            if self.deployment_power is not None:
-                frontiers = [self.pipeline_frontier(job, dep, p) for p in range(len(dep.indices))]
-                power = self.deployment_power(job, dep, frontiers)
+            frontiers = [self.pipeline_frontier(job, dep, p) for p in range(len(dep.indices))]
+            power = self.budget.deployment_power(job, dep, frontiers)
+            if power is not None:
                 for doc, per in zip(pipelines, power.pop("pipelines"), strict=True):
                     doc.update(per)
                 out.update(power)

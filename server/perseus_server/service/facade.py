@@ -1,11 +1,15 @@
-"""The service's facade: :class:`PerseusService` composes the parts and offers the operations
-the REST and gRPC adapters call. It takes and returns plain values (dicts shaped as the REST
-API answers, and the frozen values of :mod:`perseus_server.domain.values` for the ranks).
+"""The service's facade: :class:`PerseusService` builds the parts, each given what it calls
+when it is built, and offers the operations that span parts. Where one part does the work,
+the REST and gRPC adapters call that part (``service.profiles.put(...)``,
+``service.registration.register(...)``); the facade has no method that only forwards.
 
-Everything runs on the server's event loop; solves run in worker processes (see
-:mod:`perseus_server.runtime.solve_manager`), and large iteration reports are decoded in one
-(:class:`~perseus_server.runtime.parse_pool.ReportPool`) and checked on a thread. State is written through to the :class:`Store` before a change
-is acknowledged, so it survives a killed process.
+The parts take and return plain values (dicts shaped as the REST API answers, and the frozen
+values of :mod:`perseus_server.domain.values` for the ranks). Everything runs on the server's
+event loop; solves run in worker processes (see :mod:`perseus_server.runtime.solve_manager`),
+and large iteration reports are decoded in one
+(:class:`~perseus_server.runtime.parse_pool.ReportPool`) and checked on a thread. State is
+written through to the :class:`~perseus_server.domain.store.Store` before a change is
+acknowledged, so it survives a killed process.
 """
 
 from __future__ import annotations
@@ -13,29 +17,22 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from perseus.frontier import Frontier
-from perseus.profiles import Profile
 from perseus_server.config import Limits
 from perseus_server.domain.errors import Conflict
 from perseus_server.domain.jobs import JobSpec
-from perseus_server.domain.states import JobState, StreamEnd
+from perseus_server.domain.states import JobActivity, JobState, StreamEnd
+from perseus_server.domain.store import Store
 from perseus_server.domain.values import (
     IterationReport,
-    PlanUpdate,
-    RankRegistration,
-    RegisteredRank,
 )
 from perseus_server.metrics import Labels, Metrics
-from perseus_server.policy.detectors import DetectorSettings
 from perseus_server.policy.planner import PlanPolicy
-from perseus_server.policy.profiling_scan import DEFAULT_TOLERANCE
-from perseus_server.runtime.hub import PlanHub, Subscriber
+from perseus_server.runtime.hub import PlanHub
 from perseus_server.runtime.parse_pool import ReportPool
 from perseus_server.runtime.solve_manager import SolveLimits, SolveManager
-from perseus_server.runtime.store import Store
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.job_gauges import JobGauges
@@ -52,7 +49,7 @@ from perseus_server.service.reports import Reports
 from perseus_server.service.slow_stages import SlowStageResolver, stage_solve_key
 from perseus_server.service.solves import Solves
 from perseus_server.service.state import Job, JobTable
-from perseus_server.service.stragglers import Stragglers
+from perseus_server.service.stragglers import ProfileChecks, Stragglers
 from perseus_server.service.views import Views
 
 __all__ = ["PerseusService", "OFFLOAD_INSTRUCTIONS"]
@@ -82,50 +79,59 @@ class PerseusService:
             ),
         )
         self.jobs = JobTable()
+        # Profile checks: the stragglers consult them, measured power withholds its saved
+        # figures while a job's profile does not describe it, the status and metrics show them.
+        checks = ProfileChecks(limits.profile_mismatch_band, limits.profile_mismatch_iterations)
+        # One measured-power account: reports feed it, the status view and /metrics read it.
+        measured = MeasuredPower(self.jobs, withheld=checks.reason)
         self.metrics = Metrics(
             self._jobs_gauge,
             self._connected_gauge,
             self._registered_gauge,
             solve_limit=limits.solve_seconds,
+            job_energy=measured,
         )
         ctx = ServiceContext(store, limits, self.jobs, self.hub, self.solver, self.metrics)
         self.ctx = ctx
-        self.deployer = Deployer(ctx)
+        self.powers = PlanPowers()
+        # Job lifecycles: a change (idle, finished, active again) recomputes the power budget,
+        # which covers active jobs only.
+        self.lifecycle = Lifecycle(ctx, limits.idle_after_seconds, changed=self._lifecycle_changed)
+        # The deployer builds its budget, giving it itself: the budget re-decides the jobs
+        # whose share changes, the deployer asks it for each job's policy.
+        self.deployer = Deployer(
+            ctx,
+            lambda d: PowerBudget(
+                ctx, d, self.powers, participates=lambda job: self.lifecycle.active(job.id)
+            ),
+        )
+        self.power_budget = self.deployer.budget
         self.profiles = Profiles(ctx)
         self.solves = Solves(ctx, self.deployer)
-        self.powers = PlanPowers()
         self.plans = PlanQueries(ctx, self.powers)
-        self.power_budget = PowerBudget(ctx, self.deployer, self.powers)
-        self.deployer.budget_policy = self.power_budget.policy_for
-        self.deployer.stragglers_changed = self.power_budget.stragglers_changed
-        self.deployer.deployment_power = self.power_budget.deployment_power
         self.slow_stages = SlowStageResolver(ctx, self.deployer)
-        self.stragglers = Stragglers(ctx, self.deployer, self.slow_stages)
+        self.stragglers = Stragglers(ctx, self.deployer, self.slow_stages, checks)
         self.profiling = OnlineProfiling(ctx, self.deployer, self.profiles, self.solves)
-        # One measured-power account: reports feed it, the status view and /metrics read it.
-        measured = MeasuredPower(ctx)
-        ctx.metrics.job_energy = measured
         self.reports = Reports(ctx, self.stragglers, self.slow_stages, self.profiling, measured)
         self.report_pool = ReportPool(report_decoder) if report_decoder is not None else None
-        self.registration = Registration(ctx, self.deployer)
-        self.views = Views(ctx, self.deployer, self.solves, measured, time.time())
-        self.views.power_share = self.power_budget.job_share
-        self._wire_lifecycle(ctx, measured)
+        self.registration = Registration(ctx, self.deployer, self.lifecycle)
+        self.views = Views(
+            ctx,
+            self.deployer,
+            self.solves,
+            measured,
+            time.time(),
+            power_share=self.power_budget.job_share,
+            lifecycle=self.lifecycle.view,
+            profile_mismatch=checks.view,
+        )
+        # The gauges an operator alerts on (lifecycle, budget, mismatch, slowdown, world size).
+        self.metrics.add_job_gauges(
+            JobGauges(ctx, self.deployer, self.lifecycle, self.power_budget, checks)
+        )
 
-    def _wire_lifecycle(self, ctx: ServiceContext, measured: MeasuredPower) -> None:
-        """Job lifecycles, profile checks and the gauges an operator alerts on (issue 24)."""
-        self.lifecycle = Lifecycle(ctx, self.limits.idle_after_seconds)
-        self.power_budget.participates = lambda job: self.lifecycle.active(job.id)
-        self.lifecycle.changed = lambda job_id, state, why: self.power_budget.recompute(
-            f"job {job_id} is {state} ({why})"
-        )
-        checks = self.stragglers.checks
-        measured.withheld = checks.reason
-        self.views.lifecycle = self.lifecycle.view
-        self.views.profile_mismatch = checks.view
-        self.metrics.job_gauges = JobGauges(
-            ctx, self.deployer, self.lifecycle, self.power_budget, checks
-        )
+    def _lifecycle_changed(self, job_id: str, state: JobActivity, why: str) -> None:
+        self.power_budget.recompute(f"job {job_id} is {state} ({why})")
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -173,11 +179,7 @@ class PerseusService:
         row = self.store.add_job(job_id, spec)
         self.jobs.add(Job(row=row, schedule=schedule))
         self.lifecycle.added(job_id)
-        return self.job_view(job_id)
-
-    def list_jobs(self, limit: int = 100, after: str | None = None) -> list[dict[str, Any]]:
-        """A page of job summaries (see :meth:`jobs_page`)."""
-        return self.views.jobs(limit, after)[0]
+        return self.views.job(job_id)
 
     def jobs_page(self, limit: int = 100, after: str | None = None) -> dict[str, Any]:
         """``GET /jobs``: at most ``limit`` summaries after job ``after``, and ``next``."""
@@ -186,9 +188,6 @@ class PerseusService:
         if cursor is not None:
             page["next"] = cursor
         return page
-
-    def job_view(self, job_id: str) -> dict[str, Any]:
-        return self.views.job(job_id)
 
     async def delete_job(self, job_id: str) -> None:
         job = self.jobs.get(job_id)
@@ -215,27 +214,10 @@ class PerseusService:
 
     # --- profiles and frontiers ------------------------------------------------------------------
 
-    async def put_profile(self, job_id: str, body: bytes, content_type: str) -> dict[str, Any]:
-        return await self.profiles.put(job_id, body, content_type)
-
-    def profile_summary(self, job_id: str) -> dict[str, Any]:
-        return self.profiles.summary(job_id)
-
-    def get_profile(self, job_id: str) -> Profile:
-        return self.profiles.get(job_id)
-
-    def start_frontier(self, job_id: str) -> dict[str, Any]:
-        return self.solves.start(job_id)
-
-    def cancel_frontier(self, job_id: str) -> dict[str, Any]:
-        return self.solves.cancel(job_id)
-
     def frontier_status(self, job_id: str, *, points: bool = True) -> dict[str, Any]:
+        """``GET /jobs/{id}/frontier``: the solve's state, its points with their powers."""
         out = self.solves.status(job_id, points=points)
         return self.powers.annotate_points(self.jobs.get(job_id), out)
-
-    def frontier_of(self, job_id: str) -> tuple[Frontier, list[int]]:
-        return self.solves.frontier_of(job_id)
 
     # --- plans -----------------------------------------------------------------------------------
 
@@ -253,58 +235,19 @@ class PerseusService:
         """``policy`` with what the job supplies (:func:`shape_policy`)."""
         return shape_policy(self.jobs.get(job_id), policy)
 
-    # --- the cluster power budget ----------------------------------------------------------------
-
-    def put_power_budget(
-        self,
-        watts: float,
-        policy: str,
-        jobs: list[str] | None,
-        on_infeasible: str = "least_power",
-    ) -> dict[str, Any]:
-        return self.power_budget.put(watts, policy, jobs, on_infeasible)
-
-    def power_budget_view(self) -> dict[str, Any]:
-        return self.power_budget.view()
-
-    def delete_power_budget(self) -> None:
-        self.power_budget.delete()
-
-    def deployment_view(self, job_id: str) -> dict[str, Any] | None:
-        return self.deployer.view(self.jobs.get(job_id))
-
     # --- stragglers ------------------------------------------------------------------------------
 
     def report_straggler(
         self, job_id: str, pipeline: int, slowdown: float | None, iteration_time: float | None
     ) -> dict[str, Any]:
         self.stragglers.report(job_id, pipeline, slowdown, iteration_time)
-        return self.status(job_id)
+        return self.views.status(job_id)
 
     def clear_stragglers(self, job_id: str, pipeline: int | None) -> dict[str, Any]:
         self.stragglers.clear(job_id, pipeline)
-        return self.status(job_id)
+        return self.views.status(job_id)
 
-    def set_detector(self, job_id: str, settings: DetectorSettings) -> None:
-        self.stragglers.set_detector(job_id, settings)
-
-    # --- ranks -----------------------------------------------------------------------------------
-
-    def register_rank(self, req: RankRegistration) -> RegisteredRank:
-        return self.registration.register(req)
-
-    def subscribe(self, job_id: str, rank_id: str) -> tuple[Subscriber, PlanUpdate | None]:
-        out = self.registration.subscribe(job_id, rank_id)
-        self.lifecycle.connected(job_id, rank_id)
-        return out
-
-    def unsubscribe(self, sub: Subscriber) -> None:
-        self.registration.unsubscribe(sub)
-        self.lifecycle.disconnected(sub.rank.job_id)
-
-    def record_reports(self, reports: Sequence[IterationReport]) -> int:
-        """Validate and store a batch of iteration reports (all or nothing); returns how many."""
-        return self.reports.record(reports)
+    # --- iteration reports -----------------------------------------------------------------------
 
     async def ingest_report(
         self,
@@ -329,32 +272,3 @@ class PerseusService:
         else:
             checked = self.reports.check(0, decode())
         return self.reports.record_counted([checked])
-
-    # --- online profiling ------------------------------------------------------------------------
-
-    def start_profiling(
-        self,
-        job_id: str,
-        frequencies: list[int] | None,
-        warmup: int,
-        iterations: int,
-        stop_after_rises: int,
-        tolerance: float = DEFAULT_TOLERANCE,
-    ) -> dict[str, Any]:
-        return self.profiling.start(
-            job_id, frequencies, warmup, iterations, stop_after_rises, tolerance
-        )
-
-    def abort_profiling(self, job_id: str) -> dict[str, Any]:
-        return self.profiling.abort(job_id)
-
-    def profiling_status(self, job_id: str) -> dict[str, Any]:
-        return self.profiling.status(job_id)
-
-    # --- status ----------------------------------------------------------------------------------
-
-    def status(self, job_id: str) -> dict[str, Any]:
-        return self.views.status(job_id)
-
-    def health(self) -> dict[str, Any]:
-        return self.views.health()

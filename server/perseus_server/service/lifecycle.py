@@ -48,15 +48,21 @@ class _Life:
 class Lifecycle:
     """Every job's lifecycle (see the module docstring)."""
 
-    def __init__(self, ctx: ServiceContext, idle_after: float) -> None:
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        idle_after: float,
+        changed: Callable[[str, JobActivity, str], None] = lambda job_id, state, why: None,
+    ) -> None:
+        """``changed``: called with (job id, new state, cause) after every change (the
+        service recomputes the power budget)."""
         self.ctx = ctx
         self.idle_after = float(idle_after)
         self._jobs: dict[str, _Life] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         #: Per job, the ranks that said their training ended cleanly (since they connected).
         self._finished_ranks: dict[str, set[str]] = {}
-        #: Called with (job id, new state, cause) after every change (set by the service).
-        self.changed: Callable[[str, JobActivity, str], None] = lambda job_id, state, why: None
+        self.changed = changed
 
     # --- reading ---------------------------------------------------------------------------------
 

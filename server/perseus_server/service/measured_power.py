@@ -58,8 +58,7 @@ from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import ProfilingStatus
 from perseus_server.domain.values import IterationReport
 from perseus_server.metrics import Labels
-from perseus_server.service.context import ServiceContext
-from perseus_server.service.state import Job
+from perseus_server.service.state import Job, JobTable
 
 __all__ = [
     "MAX_ENERGY",
@@ -132,11 +131,14 @@ class _JobEnergy:
 class MeasuredPower:
     """The measured power and energy saved of every job (one per service, made by its facade)."""
 
-    def __init__(self, ctx: ServiceContext) -> None:
-        self.ctx = ctx
+    def __init__(
+        self, jobs: JobTable, withheld: Callable[[Job], str | None] = lambda job: None
+    ) -> None:
+        """``jobs``: the service's jobs (what it exports is of the jobs still there);
+        ``withheld``: why a job's saved figures are withheld (None: they are not)."""
+        self.jobs = jobs
         self._jobs: dict[str, _JobEnergy] = {}
-        #: Why a job's saved figures are withheld (None: they are not; set by the service).
-        self.withheld: Callable[[Job], str | None] = lambda job: None
+        self.withheld = withheld
 
     # --- ingestion -------------------------------------------------------------------------------
 
@@ -186,7 +188,7 @@ class MeasuredPower:
         return je.baseline
 
     def _prune(self) -> None:
-        for job_id in [j for j in self._jobs if j not in self.ctx.jobs]:
+        for job_id in [j for j in self._jobs if j not in self.jobs]:
             del self._jobs[job_id]
 
     # --- views -----------------------------------------------------------------------------------
@@ -234,7 +236,7 @@ class MeasuredPower:
         self._prune()
         out = {}
         for job_id in self._jobs:
-            v = self.view(self.ctx.jobs.get(job_id))
+            v = self.view(self.jobs.get(job_id))
             if v is not None:
                 out[job_id] = v
         return out

@@ -18,10 +18,10 @@ from perseus_server.domain.states import (
     SolveStatus,
     StragglerSource,
 )
-from perseus_server.policy.detectors import DetectorSettings, StageDetector, StragglerDetector
+from perseus_server.domain.store import Store
+from perseus_server.policy.detectors import DetectorSettings, make_detectors
 from perseus_server.policy.planner import PlanPolicy, Straggler
 from perseus_server.policy.profiling_scan import ProfilingSession
-from perseus_server.runtime.store import Store
 from perseus_server.service.state import Deployment, Job, JobTable, SlowStages
 
 __all__ = ["deployment_doc", "load_jobs", "persist_deployment"]
@@ -73,9 +73,8 @@ def _restore_deployment(job: Job, version: int, doc: dict[str, Any]) -> None:
         )
         for s in doc.get("stragglers", [])
     }
-    settings = DetectorSettings(**doc.get("detector", {}))
-    slow.detector = StragglerDetector(settings)
-    slow.stage_detector = StageDetector(settings)
+    settings = DetectorSettings.from_json(doc.get("detector", {}))
+    slow.detector, slow.stage_detector = make_detectors(settings)
     for key, ss in doc.get("slow_stages", {}).items():
         state = SlowStages(
             {int(k): float(v) for k, v in ss["factors"].items()},

@@ -28,7 +28,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from perseus.frontier import Frontier
 from perseus.power import (
@@ -43,7 +43,6 @@ from perseus_server.domain.errors import BadRequest, NotFound
 from perseus_server.domain.states import ProfilingStatus
 from perseus_server.policy.planner import PlanPolicy
 from perseus_server.service.context import ServiceContext
-from perseus_server.service.deployment import Deployer
 from perseus_server.service.power import PlanPowers
 from perseus_server.service.state import Deployment, Job
 
@@ -144,11 +143,27 @@ class _Result:
     objective: float
 
 
-class PowerBudget:
-    """The cluster power budget: its settings, its allocation, and the hooks the
-    :class:`Deployer` calls."""
+class JobDecider(Protocol):
+    """What the budget calls to re-deploy a job whose share changed (the
+    :class:`~perseus_server.service.deployment.Deployer`)."""
 
-    def __init__(self, ctx: ServiceContext, deployer: Deployer, powers: PlanPowers) -> None:
+    def decide(self, job: Job, cause: str, *, force: bool = False) -> bool: ...
+
+
+class PowerBudget:
+    """The cluster power budget: its settings, its allocation, and the
+    :class:`~perseus_server.service.deployment.DeploymentBudget` the deployer asks (built by
+    the deployer, given it as ``deployer``)."""
+
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        deployer: JobDecider,
+        powers: PlanPowers,
+        participates: Callable[[Job], bool] = lambda job: True,
+    ) -> None:
+        """``participates``: whether a job takes part in the budget (the service: active jobs
+        only, see :mod:`perseus_server.service.lifecycle`)."""
         self.ctx = ctx
         self.deployer = deployer
         self.powers = powers
@@ -157,8 +172,7 @@ class PowerBudget:
         self.shares: dict[str, JobAllocation] = {}
         self._inputs: dict[str, tuple[int, float | None]] = {}  # per job: (frontier, T')
         self._busy = False
-        #: Whether a job takes part (set by the service: active jobs only).
-        self.participates: Callable[[Job], bool] = lambda job: True
+        self.participates = participates
         #: The shares of the last feasible allocation (what ``keep_current`` keeps).
         self._last_feasible: dict[str, tuple[JobAllocation, int]] = {}
 
@@ -210,7 +224,7 @@ class PowerBudget:
             return least
         return kept[0]
 
-    # --- the deployer's hooks ----------------------------------------------------------------
+    # --- what the deployer asks (DeploymentBudget) ------------------------------------------
 
     def policy_for(self, job: Job) -> PlanPolicy | None:
         """The plan policy the budget imposes on ``job`` (None: the job's own). A job the last

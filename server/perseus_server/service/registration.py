@@ -17,6 +17,7 @@ from perseus_server.runtime.hub import Subscriber
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.job_profiles import check_clocks
+from perseus_server.service.lifecycle import Lifecycle
 from perseus_server.service.state import Job
 
 __all__ = ["Registration", "MAX_POWER_W"]
@@ -81,9 +82,12 @@ def _check_slot(job: Job, req: RankRegistration, existing: RankInfo | None) -> N
 class Registration:
     """Rank registration and plan subscriptions."""
 
-    def __init__(self, ctx: ServiceContext, deployer: Deployer) -> None:
+    def __init__(self, ctx: ServiceContext, deployer: Deployer, lifecycle: Lifecycle) -> None:
+        """``lifecycle``: told when a rank's plan stream opens and closes (a job with no open
+        stream goes idle)."""
         self.ctx = ctx
         self.deployer = deployer
+        self.lifecycle = lifecycle
 
     def register(self, req: RankRegistration) -> RegisteredRank:
         job = self.ctx.jobs.get(req.job_id)
@@ -132,7 +136,9 @@ class Registration:
                 field="rank_id",
             )
         sub = self.ctx.hub.subscribe(rank)
+        self.lifecycle.connected(job_id, rank_id)
         return sub, self.deployer.message(job, rank)
 
     def unsubscribe(self, sub: Subscriber) -> None:
         self.ctx.hub.unsubscribe(sub)
+        self.lifecycle.disconnected(sub.rank.job_id)

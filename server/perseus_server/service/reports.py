@@ -2,8 +2,9 @@
 and fed to online profiling or to the straggler and slow-stage detectors.
 
 A large report arrives as :class:`~perseus_server.domain.values.InstructionColumns`; its
-measurements are then checked and measured with array operations (:func:`validate_report`,
-:func:`column_stage_factors`), with the same results and errors as one measurement at a time.
+measurements are then checked with array operations (:func:`validate_report`), with the same
+results and errors as one measurement at a time, and measured per stage as every report is
+(:func:`~perseus_server.service.slow_stages.stage_factors`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from perseus_server.service.stragglers import Stragglers
 __all__ = [
     "CheckedReport",
     "Reports",
-    "column_stage_factors",
     "first_bad_instruction",
     "measurements",
     "validate_report",
@@ -116,49 +116,6 @@ def first_bad_instruction(cols: InstructionColumns, stages: int, microbatches: i
     return int(bad[0]) if len(bad) else None
 
 
-def column_stage_factors(
-    job: Job, rank: RankInfo, cols: InstructionColumns
-) -> dict[int, float] | None:
-    """:func:`~perseus_server.service.slow_stages.stage_factors` of a report's columns: the
-    median measured/profiled time per stage (same values, stages in first-seen order).
-
-    One profile lookup per distinct (stage, instruction, clock), then a sort: ``O(n log n)``
-    array work and ``O(distinct)`` Python work. Expects validated columns.
-    """
-    profile = job.profile.current
-    if job.deployment.plan is None or job.frontier.current is None or profile is None:
-        return None
-    n = len(cols)
-    if profile.stages == job.schedule.ranks:
-        stage = np.full(n, rank.pipeline_rank, dtype=np.int64)
-    else:
-        stage = cols.stage.astype(np.int64)
-    nk = max(len(cols.kinds), 1)
-    span = MAX_FREQUENCY_MHZ + 1
-    key = (stage * nk + cols.kind) * span + cols.frequency_mhz
-    keys, inverse = np.unique(key, return_inverse=True)
-    profiled = np.empty(len(keys), dtype=np.float64)
-    for u, k in enumerate(keys.tolist()):
-        sk, mhz = divmod(k, span)
-        s, kd = divmod(sk, nk)
-        t = job.profile.time_of(s, cols.kinds[kd], mhz)
-        profiled[u] = t if t is not None and t > 0 else np.nan
-    per_row = profiled[inverse.reshape(-1)]
-    use = ~np.isnan(per_row)
-    ratios = cols.time[use] / per_row[use]
-    stage = stage[use]
-    order = np.argsort(stage, kind="stable")
-    stage, ratios = stage[order], ratios[order]
-    starts = np.flatnonzero(np.r_[True, stage[1:] != stage[:-1]]) if len(stage) else stage
-    bounds = np.r_[starts, len(stage)].astype(np.int64)
-    first = order[starts] if len(stage) else starts  # each stage's first row among those used
-    out: dict[int, float] = {}
-    for g in np.argsort(first, kind="stable").tolist():
-        lo, hi = int(bounds[g]), int(bounds[g + 1])
-        out[int(stage[lo])] = float(np.median(ratios[lo:hi]))
-    return out
-
-
 def measurements(rep: IterationReport) -> list[Measurement]:
     """The report's measurements as online profiling takes them."""
     ins = rep.instructions
@@ -177,8 +134,6 @@ def measurements(rep: IterationReport) -> list[Measurement]:
 
 
 def _factors(job: Job, rank: RankInfo, rep: IterationReport) -> dict[int, float] | None:
-    if isinstance(rep.instructions, InstructionColumns):
-        return column_stage_factors(job, rank, rep.instructions)
     return stage_factors(job, rank, rep.instructions)
 
 

@@ -17,6 +17,7 @@ from perseus.profiles import Profile
 from perseus.schedules import Schedule
 from perseus_server.domain.errors import NotFound
 from perseus_server.domain.jobs import JobSpec, RankInfo
+from perseus_server.domain.rows import FrontierRow, JobRow
 from perseus_server.domain.states import (
     DeploymentKind,
     JobState,
@@ -25,11 +26,10 @@ from perseus_server.domain.states import (
     SolveStatus,
 )
 from perseus_server.domain.values import PlanUpdate
-from perseus_server.policy.detectors import StageDetector, StragglerDetector
+from perseus_server.policy.detectors import Detector, StageDetector, StragglerDetector
 from perseus_server.policy.planner import PlanPolicy, Straggler
 from perseus_server.policy.profiling_scan import ProfilingSession
 from perseus_server.runtime.cache import ByteBoundedCache
-from perseus_server.runtime.store import FrontierRow, JobRow
 
 __all__ = [
     "Deployment",
@@ -215,7 +215,7 @@ class StragglerState:
     """Slow pipelines, their detectors, slow stages and their re-solves, recent replans."""
 
     stragglers: dict[int, Straggler] = field(default_factory=dict)
-    detector: StragglerDetector = field(default_factory=StragglerDetector)
+    detector: Detector = field(default_factory=StragglerDetector)
     stage_detector: StageDetector = field(default_factory=StageDetector)
     slow_stages: dict[int, SlowStages] = field(default_factory=dict)
     stage_flags: dict[tuple[int, int], float] = field(default_factory=dict)

@@ -1,6 +1,7 @@
 """Straggling pipelines: reported through the REST API, detected from reported iteration times
-(see :class:`~perseus_server.policy.detectors.StragglerDetector`), cleared; each change re-decides the
-plans (the others move to the frontier point that matches the straggler's time).
+(by the job's :class:`~perseus_server.policy.detectors.Detector`, which owns its calibration: this
+module passes raw measured times and takes T' back on the profile's axis), cleared; each change
+re-decides the plans (the others move to the frontier point that matches the straggler's time).
 
 Two guards keep noise from pushing plan versions (``docs/server.md``, "Replanning"):
 
@@ -25,7 +26,7 @@ from typing import Any
 from perseus_server.domain.errors import BadRequest, Conflict, NotFound
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import DetectorEvent, ReplanKind, StragglerSource
-from perseus_server.policy.detectors import DetectorSettings, StageDetector, StragglerDetector
+from perseus_server.policy.detectors import DetectorSettings, make_detectors
 from perseus_server.policy.planner import Straggler, resolve_policy
 from perseus_server.service.clock_verification import CAUSE, detector_feeder, off_plan_ranks
 from perseus_server.service.context import ServiceContext
@@ -128,16 +129,18 @@ class Stragglers:
     """Reported, detected and cleared stragglers."""
 
     def __init__(
-        self, ctx: ServiceContext, deployer: Deployer, slow_stages: SlowStageResolver
+        self,
+        ctx: ServiceContext,
+        deployer: Deployer,
+        slow_stages: SlowStageResolver,
+        checks: ProfileChecks,
     ) -> None:
+        """``checks``: the job's profile checks (shared with measured power and the views)."""
         self.ctx = ctx
         self.deployer = deployer
         self.slow_stages = slow_stages
-        limits = ctx.limits
-        self.checks = ProfileChecks(
-            limits.profile_mismatch_band, limits.profile_mismatch_iterations
-        )
-        self.dwell = float(limits.replan_dwell_seconds)
+        self.checks = checks
+        self.dwell = float(ctx.limits.replan_dwell_seconds)
         #: Per (job, pipeline), when it was last replanned (the dwell counts from there).
         self._replanned: dict[tuple[str, int], float] = {}
 
@@ -238,9 +241,8 @@ class Stragglers:
 
     def set_detector(self, job_id: str, settings: DetectorSettings) -> None:
         job = self.ctx.jobs.get(job_id)
-        clocks = job.stragglers.detector.clocks  # the ranks' applied-clock records stay
-        job.stragglers.detector = StragglerDetector(settings, clocks)
-        job.stragglers.stage_detector = StageDetector(settings)
+        slow = job.stragglers  # the ranks' applied-clock records stay
+        slow.detector, slow.stage_detector = make_detectors(settings, slow.detector.clocks)
         if job.deployment.current is not None or job.frontier.current is not None:
             persist_deployment(self.ctx.store, job)
 
@@ -259,36 +261,26 @@ class Stragglers:
         current = slow.stragglers.get(p)
         detected = current is not None and current.source is StragglerSource.DETECTED
         flagged = current is not None or p in slow.slow_stages
-        known = current.time * slow.detector.calibration() if detected and current else None
+        known = current.time if detected and current else None  # on the profile's axis
         if expected > 0 and self.checks.observe(job, p, seconds / expected):
             return  # the profile does not describe the job: no straggler replanning
-        event, t_prime = slow.detector.observe(p, seconds, expected, flagged, known)
-        if event is not None and self.dwelling(job, p):
+        decision = slow.detector.observe(p, seconds, expected, flagged, known)
+        if decision.event is not None and self.dwelling(job, p):
             return  # replanned moments ago: the detector still holds its count, act later
-        if event in (DetectorEvent.SLOW, DetectorEvent.CHANGED):
-            c = slow.detector.calibration()
-            on_axis = f"T'={t_prime / c:.4g} s on the profile's axis"
-            if event is DetectorEvent.SLOW:
-                why = (
-                    f"pipeline {p} detected slow: {t_prime:.4g} s per iteration vs "
-                    f"{expected:.4g} s planned (x{c:.3f} common overhead: {on_axis})"
-                )
-            else:  # a detected straggler's pace moved: known is its old T'
-                why = (
-                    f"pipeline {p} pace changed: {t_prime:.4g} s per iteration, was "
-                    f"{known:.4g} s ({on_axis})"
-                )
+        if decision.event in (DetectorEvent.SLOW, DetectorEvent.CHANGED):
+            why = slow.detector.explain(p, expected)
             off = off_plan_ranks(job, p)
             if off:
                 why += f"; {CAUSE} on rank(s) {', '.join(str(r.global_rank) for r in off)}"
             slow.stragglers = {
                 **slow.stragglers,
-                p: Straggler(p, t_prime / c, StragglerSource.DETECTED),
+                p: Straggler(p, decision.time, StragglerSource.DETECTED),
             }
-            kind = ReplanKind.DETECTED if event is DetectorEvent.SLOW else ReplanKind.PACE_CHANGED
+            slow_now = decision.event is DetectorEvent.SLOW
+            kind = ReplanKind.DETECTED if slow_now else ReplanKind.PACE_CHANGED
             self.deployer.replan(job, why, kind)
             self._mark_replanned(job, p)
-        elif event is DetectorEvent.RECOVERED and detected:
+        elif decision.event is DetectorEvent.RECOVERED and detected:
             slow.stragglers = {q: s for q, s in slow.stragglers.items() if q != p}
             self.deployer.replan(job, f"pipeline {p} recovered", ReplanKind.RECOVERED)
             self._mark_replanned(job, p)

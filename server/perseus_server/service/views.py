@@ -31,21 +31,21 @@ class Views:
         solves: Solves,
         measured: MeasuredPower,
         started: float,
+        power_share: Callable[[Job], dict[str, Any] | None],
+        lifecycle: Callable[[str], dict[str, Any]],
+        profile_mismatch: Callable[[Job], dict[str, Any] | None],
     ) -> None:
+        """``power_share``: a job's share of the cluster power budget for its status (None:
+        the budget does not cover it); ``lifecycle``: a job's lifecycle view (state, since,
+        reason); ``profile_mismatch``: whether the job's profile describes it (None: no
+        mismatch)."""
         self.ctx = ctx
         self.deployer = deployer
         self.solves = solves
         self.started = started
-        #: The job's share of the cluster power budget (set by the service).
-        self.power_share: Callable[[Job], dict[str, Any] | None] = lambda job: None
-        #: The job's lifecycle and its profile mismatch (set by the service).
-        self.lifecycle: Callable[[str], dict[str, Any]] = lambda job_id: {
-            "state": "active",
-            "since": 0.0,
-            "reason": "created",
-            "idle_at": None,
-        }
-        self.profile_mismatch: Callable[[Job], dict[str, Any] | None] = lambda job: None
+        self.power_share = power_share
+        self.lifecycle = lifecycle
+        self.profile_mismatch = profile_mismatch
         self.measured = measured
 
     def job(self, job_id: str) -> dict[str, Any]:

@@ -1,5 +1,7 @@
-"""The embedded SQLite store (WAL mode): jobs, profiles, frontiers, deployed plans, ranks,
-iteration history and online-profiling sessions.
+"""The embedded SQLite store (WAL mode), the first implementation of the
+:class:`~perseus_server.domain.store.Store` protocol (its contract: transactions that nest,
+rollback, after-commit callbacks, ordering): jobs, profiles, frontiers, deployed plans, ranks,
+iteration history, online-profiling sessions, credentials and the power budget.
 
 Every write is one transaction, so a process killed at any moment leaves the database at the
 last committed state. ``synchronous=NORMAL`` with WAL survives a killed process (not a power cut
@@ -7,7 +9,7 @@ of the host, which would lose at most the last transactions, never corrupt the f
 The store is used from the server's event-loop thread only; each call takes microseconds to a
 few milliseconds (a large frontier document).
 
-Schema versions: :meth:`Store.open` brings the database to this code's version with the
+Schema versions: :meth:`SqliteStore.open` brings the database to this code's version with the
 migrations of :mod:`perseus_server.runtime.migrations` (its names are re-exported here).
 """
 
@@ -22,102 +24,33 @@ from pathlib import Path
 from typing import Any
 
 from perseus_server.domain.jobs import JobSpec, RankInfo
-from perseus_server.domain.states import SolveStatus
-from perseus_server.runtime.migrations import (
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    StoreError,
-    migrate,
-    schema_version,
+from perseus_server.domain.rows import (
+    CredentialRow,
+    FrontierRow,
+    IterationRow,
+    JobRow,
+    RankIteration,
 )
+from perseus_server.domain.states import SolveStatus
+from perseus_server.domain.store import StoreError
+from perseus_server.runtime.migrations import MIGRATIONS, SCHEMA_VERSION, migrate, schema_version
 
 __all__ = [
     "MIGRATIONS",
     "SCHEMA_VERSION",
-    "CredentialRow",
-    "FrontierRow",
-    "JobRow",
-    "Store",
+    "SqliteStore",
     "StoreError",
     "migrate",
     "schema_version",
 ]
 
 
-class JobRow:
-    """A stored job."""
-
-    __slots__ = ("id", "created", "spec")
-
-    def __init__(self, id: str, created: float, spec: JobSpec) -> None:
-        self.id, self.created, self.spec = id, created, spec
-
-
-class FrontierRow:
-    """The frontier state of a job (``status``: see :class:`SolveStatus`).
-
-    ``doc`` is the last successfully computed frontier (``Frontier.to_json(compact=True)``), kept
-    while a newer computation runs or after one failed; ``partial``: it is only the first plan
-    of a computation (one point), the rest not computed (yet: status ``partial``; or ever: the
-    computation failed or was cancelled after it).
-    """
-
-    __slots__ = (
-        "status",
-        "progress",
-        "error",
-        "doc",
-        "profile_revision",
-        "started",
-        "finished",
-        "solve_seconds",
-        "partial",
-    )
-
-    def __init__(
-        self,
-        status: SolveStatus = SolveStatus.NONE,
-        progress: float = 0.0,
-        error: str | None = None,
-        doc: str | None = None,
-        profile_revision: int | None = None,
-        started: float | None = None,
-        finished: float | None = None,
-        solve_seconds: float | None = None,
-        partial: bool = False,
-    ) -> None:
-        self.status = SolveStatus(status)
-        self.partial = bool(partial)
-        self.progress, self.error, self.doc = progress, error, doc
-        self.profile_revision, self.started, self.finished = profile_revision, started, finished
-        self.solve_seconds = solve_seconds
-
-
-class CredentialRow:
-    """A stored credential: its ``scope`` (``read`` or ``rank``), job (rank credentials), the
-    SHA-256 digest of its secret, and when it was created, last rotated and revoked."""
-
-    __slots__ = ("id", "scope", "job_id", "hash", "created", "rotated", "revoked")
-
-    def __init__(
-        self,
-        id: str,
-        scope: str,
-        job_id: str | None,
-        hash: str,
-        created: float,
-        rotated: float | None,
-        revoked: float | None,
-    ) -> None:
-        self.id, self.scope, self.job_id, self.hash = id, scope, job_id, hash
-        self.created, self.rotated, self.revoked = created, rotated, revoked
-
-
 _CREDENTIAL_COLUMNS = "id, scope, job_id, hash, created, rotated, revoked"
 
 
-class Store:
-    """SQLite persistence of the server state. Open with :meth:`open`; close with :meth:`close`."""
+class SqliteStore:
+    """SQLite persistence of the server state (a :class:`~perseus_server.domain.store.Store`).
+    Open with :meth:`open` (a file, or ``":memory:"``); close with :meth:`close`."""
 
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self._db = conn
@@ -126,7 +59,7 @@ class Store:
         self._after: list[Callable[[], object]] = []
 
     @classmethod
-    def open(cls, path: str | Path) -> Store:
+    def open(cls, path: str | Path) -> SqliteStore:
         p = Path(path)
         if str(p) != ":memory:":
             p.parent.mkdir(parents=True, exist_ok=True)
@@ -330,7 +263,7 @@ class Store:
     def add_iterations(
         self,
         job_id: str,
-        rows: list[tuple[str, int, float, float, int]],
+        rows: list[IterationRow],
         keep: int,
         sequences: dict[str, int] | None = None,
     ) -> None:
@@ -366,7 +299,7 @@ class Store:
         ).fetchall()
         return {str(r[0]): int(r[1]) for r in rows}
 
-    def iterations(self, rank_id: str, limit: int) -> list[tuple[int, float, float, int]]:
+    def iterations(self, rank_id: str, limit: int) -> list[RankIteration]:
         """The newest ``limit`` ``(iteration, time, energy, plan_version)`` of a rank, oldest first."""
         rows = self._db.execute(
             "SELECT iteration, time, energy, plan_version FROM iterations WHERE rank_id = ? "

@@ -1,0 +1,85 @@
+"""The rows a :class:`~perseus_server.domain.store.Store` reads and writes: plain values, the
+same whichever backend keeps them (SQLite today: :mod:`perseus_server.runtime.sqlite_store`)."""
+
+from __future__ import annotations
+
+from perseus_server.domain.jobs import JobSpec
+from perseus_server.domain.states import SolveStatus
+
+__all__ = ["CredentialRow", "FrontierRow", "IterationRow", "JobRow", "RankIteration"]
+
+#: One reported iteration as the store appends it: ``(rank_id, iteration, time, energy,
+#: plan_version)``.
+IterationRow = tuple[str, int, float, float, int]
+#: One stored iteration of a rank as the store returns it: ``(iteration, time, energy,
+#: plan_version)``.
+RankIteration = tuple[int, float, float, int]
+
+
+class JobRow:
+    """A stored job."""
+
+    __slots__ = ("id", "created", "spec")
+
+    def __init__(self, id: str, created: float, spec: JobSpec) -> None:
+        self.id, self.created, self.spec = id, created, spec
+
+
+class FrontierRow:
+    """The frontier state of a job (``status``: see :class:`SolveStatus`).
+
+    ``doc`` is the last successfully computed frontier (``Frontier.to_json(compact=True)``), kept
+    while a newer computation runs or after one failed; ``partial``: it is only the first plan
+    of a computation (one point), the rest not computed (yet: status ``partial``; or ever: the
+    computation failed or was cancelled after it).
+    """
+
+    __slots__ = (
+        "status",
+        "progress",
+        "error",
+        "doc",
+        "profile_revision",
+        "started",
+        "finished",
+        "solve_seconds",
+        "partial",
+    )
+
+    def __init__(
+        self,
+        status: SolveStatus = SolveStatus.NONE,
+        progress: float = 0.0,
+        error: str | None = None,
+        doc: str | None = None,
+        profile_revision: int | None = None,
+        started: float | None = None,
+        finished: float | None = None,
+        solve_seconds: float | None = None,
+        partial: bool = False,
+    ) -> None:
+        self.status = SolveStatus(status)
+        self.partial = bool(partial)
+        self.progress, self.error, self.doc = progress, error, doc
+        self.profile_revision, self.started, self.finished = profile_revision, started, finished
+        self.solve_seconds = solve_seconds
+
+
+class CredentialRow:
+    """A stored credential: its ``scope`` (``read`` or ``rank``), job (rank credentials), the
+    SHA-256 digest of its secret, and when it was created, last rotated and revoked."""
+
+    __slots__ = ("id", "scope", "job_id", "hash", "created", "rotated", "revoked")
+
+    def __init__(
+        self,
+        id: str,
+        scope: str,
+        job_id: str | None,
+        hash: str,
+        created: float,
+        rotated: float | None,
+        revoked: float | None,
+    ) -> None:
+        self.id, self.scope, self.job_id, self.hash = id, scope, job_id, hash
+        self.created, self.rotated, self.revoked = created, rotated, revoked
