@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import re
-import sqlite3
 from itertools import permutations
 from pathlib import Path
 
@@ -32,10 +31,10 @@ from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 from perseus_server.domain.states import StragglerSource
 from perseus_server.policy.planner import PlanPolicy, Straggler, decide
-from perseus_server.runtime.store import Store
+from perseus_server.runtime.sqlite_store import SqliteStore
 
 from .conftest import make_job, register, solved_job
-from .test_store_schema import JOB, _v1_database
+from .sqlite_backend import JOB, connect, first_release_database
 
 P_A100 = 83.64
 
@@ -86,7 +85,7 @@ def test_others_are_slowed_to_the_slowest_stragglers_time(frontier: Frontier) ->
 
 
 def _stored(db: Path, rank: str) -> list[int]:
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as c:
+    with connect(db) as c:
         rows = c.execute("SELECT iteration FROM iterations WHERE rank_id = ? ORDER BY rowid", (rank,))  # fmt: skip
         return [int(r[0]) for r in rows]
 
@@ -134,7 +133,7 @@ def test_a_repeated_or_lower_sequence_within_one_stream_is_one_duplicate(
 
 def test_a_migrated_first_release_frontier_is_not_partial(tmp_path: Path, small_csv: str) -> None:
     path = tmp_path / "perseus.db"
-    found = _v1_database(path, small_csv)
+    found = first_release_database(path, small_csv)
     with (
         ServerProcess(path) as srv,
         httpx.Client(base_url=srv.http_url, timeout=30.0) as http,
@@ -148,12 +147,12 @@ def test_a_migrated_first_release_frontier_is_not_partial(tmp_path: Path, small_
         st = http.get(f"/jobs/{JOB}/status").json()
         assert st["frontier"]["status"] == "done" and not st["frontier"].get("partial")
         assert "partial" not in st["plan"], st["plan"]
-    store = Store.open(path)
+    store = SqliteStore.open(path)
     try:
         assert store.frontier(JOB).partial is False
     finally:
         store.close()
-    with sqlite3.connect(path) as db:
+    with connect(path) as db:
         assert db.execute("SELECT partial FROM frontiers WHERE job_id = ?", (JOB,)).fetchone() == (0,)  # fmt: skip
 
 

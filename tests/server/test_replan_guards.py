@@ -5,7 +5,7 @@ end-to-end checks (status, metrics, no replans, the dwell) are in test_cluster_l
 from __future__ import annotations
 
 from perseus_server.domain.jobs import JobSpec
-from perseus_server.runtime.store import JobRow
+from perseus_server.domain.rows import JobRow
 from perseus_server.service.state import Job
 from perseus_server.service.stragglers import ProfileChecks
 

@@ -23,7 +23,7 @@ from perseus_server.config import Limits
 from perseus_server.models import JobIn, NamedScheduleView, PlanPolicyView, PlanSelect, ScheduleIn
 from perseus_server.models.requests import MAX_CLOCK_MHZ as MODELS_MAX_CLOCK
 from perseus_server.rest import create_app
-from perseus_server.runtime.store import Store
+from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService
 from perseus_server.service.clock_verification import KNOWN_REASONS
 
@@ -43,7 +43,7 @@ def _literal_values(annotation: Any) -> set[str]:
 
 @pytest.fixture(scope="module")
 def openapi() -> dict[str, Any]:
-    service = PerseusService(Store.open(":memory:"), Limits())
+    service = PerseusService(SqliteStore.open(":memory:"), Limits())
     with TestClient(create_app(service)) as client:
         return dict(client.get("/openapi.json").json())
 
@@ -84,7 +84,7 @@ def test_openapi_documents_every_policy_parameter_with_its_bounds(openapi: dict[
 
 
 def test_bad_policy_values_are_422_naming_the_field() -> None:
-    service = PerseusService(Store.open(":memory:"), Limits())
+    service = PerseusService(SqliteStore.open(":memory:"), Limits())
     with TestClient(create_app(service)) as client:
         job = client.post("/jobs", json={"stages": 2, "microbatches": 2}).json()["id"]
         for query, field in [
