@@ -26,7 +26,7 @@ from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server.config import ServerConfig
 from perseus_server.domain.states import StreamEnd
 from perseus_server.grpc.codec import decode_report_bytes
-from perseus_server.grpc.gate import AuthInterceptor
+from perseus_server.grpc.gate import GRPC_CODES, GRPC_METHODS, AuthInterceptor
 from perseus_server.grpc.service import PlanServicer
 from perseus_server.rest import create_app
 from perseus_server.runtime.connection_limits import GRPC_MAX_MESSAGE, guarded_h11, raise_fd_limit
@@ -78,6 +78,7 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
 
     fds = raise_fd_limit()
     max_connections = max(16, min(config.max_connections, (fds - 512) // 2))
+    service.metrics.grpc_calls.restrict(method=GRPC_METHODS, code=GRPC_CODES)
     grpc_server = grpc.aio.server(
         interceptors=[
             AuthInterceptor(

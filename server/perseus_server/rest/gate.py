@@ -16,11 +16,12 @@ import time
 from collections.abc import Callable
 
 from fastapi import Request
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from perseus_server.config import Limits
 from perseus_server.domain.errors import ApiError, TooLarge, Unauthorized
-from perseus_server.metrics import Metrics
+from perseus_server.metrics import OTHER, Metrics
 from perseus_server.rest.problems import problem_response
 from perseus_server.service.credentials import ADMIN, Credentials, Forbidden, Principal
 from perseus_server.service.credentials import Scope as CredentialScope
@@ -84,6 +85,7 @@ class Gate:
     ) -> None:
         self.app, self.limits, self.metrics = app, limits, metrics
         self.credentials = credentials or Credentials(None, admin=token)
+        self._routes_restricted = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -109,13 +111,32 @@ class Gate:
                 await problem_response(internal_error())(scope, receive, send_wrapper)
             raise
         finally:
-            route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
-            method = scope.get("method", "")
+            path = self._route(scope)
+            method = str(scope.get("method", ""))
             self.metrics.request_latency.observe(
                 time.perf_counter() - t0, route=path, method=method
             )
             self.metrics.requests.inc(route=path, method=method, status=str(status[0]))
+
+    def _route(self, scope: Scope) -> str:
+        """The route label: the path template of the app's route the request matches (also
+        when it was refused before routing), else ``other``; never the path the caller sent."""
+        app = scope.get("app")
+        routes = getattr(app, "routes", ())
+        if not self._routes_restricted:
+            self._routes_restricted = True
+            known = [str(getattr(r, "path", "")) for r in routes]
+            self.metrics.requests.restrict(route=known)
+            self.metrics.request_latency.restrict(route=known)
+        found = getattr(scope.get("route"), "path", None)
+        if found is not None:
+            return str(found)
+        probe = {**scope, "method": "GET"}  # a path on a route with other methods: that route
+        for r in routes:
+            match, _ = r.matches(probe)
+            if match is not Match.NONE:
+                return str(r.path)
+        return OTHER
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {
