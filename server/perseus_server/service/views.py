@@ -3,6 +3,7 @@ stragglers, profiling) and the server's health, as the REST API returns them."""
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +17,19 @@ from perseus_server.service.solves import Solves
 from perseus_server.service.state import Job
 
 __all__ = ["Views"]
+
+_CURSOR_SEP = "."
+
+
+def _micros(created: float) -> int:
+    return round(created * 1e6)
+
+
+def _cursor(micros: int, job_id: str) -> str:
+    """The opaque ``next`` cursor after job ``job_id`` created at ``micros`` (hexadecimal
+    microseconds since the epoch, a dot, the id): it keeps its place when the job is deleted."""
+    return f"{micros:x}{_CURSOR_SEP}{job_id}"
+
 
 #: At most this many ranks are listed in a status document.
 MAX_STATUS_RANKS = 4096
@@ -57,18 +71,34 @@ class Views:
         }
 
     def jobs(self, limit: int, after: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
-        """A page of at most ``limit`` job summaries after job ``after`` (creation order), and
-        the cursor of the next page (None: the last page). Custom orders are left out: the
-        page's size follows ``limit``, not the jobs' schedules."""
-        ids = self.ctx.jobs.ids()
+        """A page of at most ``limit`` job summaries after the cursor ``after`` (creation order),
+        and the cursor of the next page (None: the last page). Custom orders are left out: the
+        page's size follows ``limit``, not the jobs' schedules.
+
+        A cursor names the creation time and id of the last job listed (:func:`_cursor`), so a
+        listing goes on when that job is deleted meanwhile; a plain job id (an older cursor)
+        is accepted while its job exists."""
+        order = sorted((_micros(j.row.created), j.id) for j in self.ctx.jobs)
         start = 0
         if after is not None:
-            if after not in self.ctx.jobs:
-                raise BadRequest(f"no job with id {after[:64]!r}", field="after")
-            start = ids.index(after) + 1
-        page = ids[start : start + limit]
-        more = start + limit < len(ids)
-        return [self.summary(j) for j in page], (page[-1] if more and page else None)
+            start = bisect.bisect_right(order, self._position(after))
+        page = [job_id for _, job_id in order[start : start + limit]]
+        more = start + limit < len(order)
+        last = order[start + len(page) - 1] if page else None
+        return [self.summary(j) for j in page], (_cursor(*last) if more and last else None)
+
+    def _position(self, after: str) -> tuple[int, str]:
+        if after in self.ctx.jobs:
+            return (_micros(self.ctx.jobs.get(after).row.created), after)
+        micros, sep, job_id = after.partition(_CURSOR_SEP)
+        try:
+            if not sep or not job_id or len(micros) > 16:
+                raise ValueError(after)
+            return (int(micros, 16), job_id)
+        except ValueError:
+            raise BadRequest(
+                f"not a cursor of this listing, nor a job's id: {after[:64]!r}", field="after"
+            ) from None
 
     def summary(self, job_id: str) -> dict[str, Any]:
         """:meth:`job` without a custom schedule's orders."""
