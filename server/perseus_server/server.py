@@ -118,11 +118,18 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
 
     sock = _bind(config.host, config.http_port)
     http_port = sock.getsockname()[1]
-    app = create_app(service, token=config.token, credentials=credentials)
+    # The address it listens on is a name its clients use (unless it is every address).
+    own = () if config.host in ("0.0.0.0", "::", "") else (config.host,)
+    app = create_app(
+        service,
+        token=config.token,
+        credentials=credentials,
+        allowed_hosts=(*config.allowed_hosts, *own),
+    )
     uv = _Uvicorn(
         uvicorn.Config(
             app,
-            http=guarded_h11(max_connections, config.header_timeout),
+            http=guarded_h11(max_connections, config.header_timeout, config.body_timeout),
             lifespan="off",
             log_level="warning",
             access_log=False,

@@ -27,7 +27,6 @@ from typing import Any
 import grpc
 
 from perseus_common.proto import perseus_pb2 as pb
-from perseus_server.metrics import OTHER
 from perseus_server.service.credentials import Credentials, Principal, Scope
 
 __all__ = [
@@ -40,6 +39,8 @@ __all__ = [
     "token_matches",
 ]
 
+#: The label of a method the service does not define (as :data:`perseus_server.metrics.OTHER`).
+OTHER = "other"
 _DESCRIPTOR = pb.DESCRIPTOR.services_by_name["PlanService"]
 _SERVICE = f"/{_DESCRIPTOR.full_name}/"
 #: The methods of the service descriptor: the only values of the ``method`` metric label

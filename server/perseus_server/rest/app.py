@@ -9,6 +9,7 @@ point (the query benchmark's hot path), and it is sent as is; its model document
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import FastAPI, Query, Request
@@ -125,10 +126,15 @@ def _spec(body: JobIn) -> JobSpec:
 
 
 def create_app(
-    service: PerseusService, *, token: str | None = None, credentials: Credentials | None = None
+    service: PerseusService,
+    *,
+    token: str | None = None,
+    credentials: Credentials | None = None,
+    allowed_hosts: Sequence[str] = (),
 ) -> FastAPI:
     """The REST application over ``service`` (state is passed explicitly, no globals);
-    ``credentials`` (default: just the admin ``token``, issued ones in ``service.store``)."""
+    ``credentials`` (default: just the admin ``token``, issued ones in ``service.store``);
+    ``allowed_hosts``: host names an open server answers besides loopback ones."""
     credentials = credentials or Credentials(service.store, admin=token)
     app = FastAPI(
         title="Perseus",
@@ -142,7 +148,11 @@ def create_app(
         openapi_tags=TAGS,
     )
     app.add_middleware(
-        Gate, credentials=credentials, limits=service.limits, metrics=service.metrics
+        Gate,
+        credentials=credentials,
+        limits=service.limits,
+        metrics=service.metrics,
+        allowed_hosts=allowed_hosts,
     )
     install_error_handlers(app)
     install_openapi(app)

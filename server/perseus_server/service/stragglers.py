@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from perseus_server.domain.bounds import MAX_SECONDS
 from perseus_server.domain.errors import BadRequest, Conflict, NotFound
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import DetectorEvent, ReplanKind, StragglerSource
@@ -60,7 +61,7 @@ class Stragglers:
             t = base * (1 + slowdown)
         else:
             assert iteration_time is not None
-            if not (math.isfinite(iteration_time) and 0 < iteration_time <= 1e6):
+            if not (math.isfinite(iteration_time) and 0 < iteration_time <= MAX_SECONDS):
                 raise BadRequest(
                     f"must be a positive number of seconds, got {iteration_time!r}",
                     field="iteration_time",
