@@ -1,6 +1,7 @@
 """The physical bounds of what ranks and operators report, the same on every path (gRPC
 reports, REST straggler reports): an iteration or instruction time, an energy, and the
-slow-stage factors derived from them. A value outside its bounds is refused naming the field;
+slow-stage factors derived from them; and what one registration may carry (its clocks and
+names), so that a job's size in memory and in its status is bounded by its world size. A value outside its bounds is refused naming the field;
 inside them, every figure the server derives (a straggler's time, a slow-stage factor, a power,
 a power budget's lowest power, the status) stays finite.
 
@@ -17,6 +18,9 @@ from perseus_server.domain.errors import BadRequest
 
 __all__ = [
     "MAX_ENERGY",
+    "MAX_GPU_NAME",
+    "MAX_HOSTNAME",
+    "MAX_SUPPORTED_CLOCKS",
     "MAX_INSTRUCTION_SECONDS",
     "MAX_SECONDS",
     "MAX_STAGE_FACTOR",
@@ -39,6 +43,13 @@ MAX_STAGE_FACTOR = 100.0
 """The largest slow-stage factor (measured over profiled time) a re-solve uses, and the inverse
 of the smallest; a stage measured further off is taken at this factor (as a reported straggler's
 ``slowdown``, at most 100)."""
+
+MAX_SUPPORTED_CLOCKS = 512
+"""The most distinct SM clocks a rank may register (GPUs list well under 200)."""
+MAX_GPU_NAME = 128
+"""The longest GPU name (characters) a rank may register."""
+MAX_HOSTNAME = 253
+"""The longest host name (characters) a rank may register (a DNS name's limit)."""
 
 
 def check_seconds(value: float, field: str, where: str, low: float, high: float) -> None:

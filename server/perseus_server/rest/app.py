@@ -50,6 +50,7 @@ from perseus_server.rest.problems import install_error_handlers
 from perseus_server.rest.ui import install_ui
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
+from perseus_server.service.views import MAX_STATUS_RANKS, STATUS_RANKS
 
 __all__ = ["create_app", "PrometheusText"]
 
@@ -386,10 +387,27 @@ def create_app(
         tags=["jobs"],
         **operation(JobStatus, "Job status", "The job's live state.", 404),
     )
-    async def status(job_id: str) -> dict[str, Any]:
+    async def status(
+        job_id: str,
+        ranks: int = Query(
+            STATUS_RANKS,
+            ge=0,
+            le=MAX_STATUS_RANKS,
+            description="How many ranks' detail to list (0: none; the counts are always there).",
+        ),
+        after: int | None = Query(
+            None,
+            ge=-1,
+            le=INT32_MAX,
+            description="List ranks after this global rank (the "
+            "``ranks_next`` of the previous page).",
+        ),
+    ) -> dict[str, Any]:
         """Ranks (registered, connected, last report), the deployment, the frontier computation,
-        each pipeline's recent iterations, stragglers and slow stages, and profiling."""
-        return service.status(job_id)
+        each pipeline's recent iterations, stragglers and slow stages, and profiling. Ranks'
+        detail comes a page at a time (``ranks`` per page, by global rank; ``ranks_next``
+        names the next page's ``after``), so a status costs the same at any world size."""
+        return service.status(job_id, ranks, after)
 
     # --- online profiling ------------------------------------------------------------------------
 

@@ -21,11 +21,11 @@ request state: a route reads it with the :func:`caller` dependency, or demands a
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable
 
 from fastapi import Request
-from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from perseus_server.config import Limits
@@ -97,7 +97,7 @@ class Gate:
         self.app, self.limits, self.metrics = app, limits, metrics
         self.credentials = credentials or Credentials(None, admin=token)
         self.origins = Origins(allowed_hosts)
-        self._routes_restricted = False
+        self._templates: list[tuple[re.Pattern[str], str]] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -132,22 +132,20 @@ class Gate:
 
     def _route(self, scope: Scope) -> str:
         """The route label: the path template of the app's route the request matches (also
-        when it was refused before routing), else ``other``; never the path the caller sent."""
-        app = scope.get("app")
-        routes = getattr(app, "routes", ())
-        if not self._routes_restricted:
-            self._routes_restricted = True
-            known = [str(getattr(r, "path", "")) for r in routes]
-            self.metrics.requests.restrict(route=known)
-            self.metrics.request_latency.restrict(route=known)
+        when it was refused before routing), else ``other``; never the path the caller sent,
+        so the label's values are bounded by the app's routes."""
         found = getattr(scope.get("route"), "path", None)
         if found is not None:
             return str(found)
-        probe = {**scope, "method": "GET"}  # a path on a route with other methods: that route
-        for r in routes:
-            match, _ = r.matches(probe)
-            if match is not Match.NONE:
-                return str(r.path)
+        if self._templates is None:
+            app = scope.get("app")
+            paths = list(app.openapi().get("paths", {})) if hasattr(app, "openapi") else []
+            paths.sort(key=lambda p: (p.count("{"), p))  # literal segments first
+            self._templates = [(_template_re(p), p) for p in paths]
+        path = str(scope.get("path", ""))
+        for pattern, template in self._templates:
+            if pattern.fullmatch(path):
+                return template
         return OTHER
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -209,6 +207,11 @@ class Gate:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+def _template_re(template: str) -> re.Pattern[str]:
+    """``/jobs/{job_id}`` -> a pattern matching ``/jobs/<one segment>``."""
+    return re.compile(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template)))
 
 
 #: Headers of a refusal after which the connection must not carry another request.

@@ -310,8 +310,8 @@ class PerseusService:
 
     # --- status ----------------------------------------------------------------------------------
 
-    def status(self, job_id: str) -> dict[str, Any]:
-        return self.views.status(job_id)
+    def status(self, job_id: str, ranks: int = 64, after: int | None = None) -> dict[str, Any]:
+        return self.views.status(job_id, ranks, after)
 
     def health(self) -> dict[str, Any]:
         return self.views.health()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 
+from perseus_server.domain.bounds import MAX_GPU_NAME, MAX_HOSTNAME, MAX_SUPPORTED_CLOCKS
 from perseus_server.domain.errors import BadRequest, Conflict
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.values import PlanUpdate, RankRegistration, RegisteredRank
@@ -33,13 +34,17 @@ def _validate(job: Job, req: RankRegistration) -> tuple[int, ...]:
         if not (0 <= value < n):
             raise BadRequest(f"must be between 0 and {n - 1} for this job, got {value}", field=name)
     clocks = tuple(sorted({int(c) for c in req.supported_clocks_mhz}, reverse=True))
-    if any(c <= 0 or c > 100_000 for c in clocks) or len(clocks) > 1024:
-        raise BadRequest("clocks must be 1..1024 positive MHz values", field="supported_clocks_mhz")
-    if len(req.gpu_name) > 256 or len(req.hostname) > 256:
+    if any(c <= 0 or c > 100_000 for c in clocks) or len(clocks) > MAX_SUPPORTED_CLOCKS:
         raise BadRequest(
-            "at most 256 characters",
-            field="gpu_name" if len(req.gpu_name) > 256 else "hostname",
+            f"clocks must be 1..{MAX_SUPPORTED_CLOCKS} positive MHz values",
+            field="supported_clocks_mhz",
         )
+    for field, value, most in (
+        ("gpu_name", req.gpu_name, MAX_GPU_NAME),
+        ("hostname", req.hostname, MAX_HOSTNAME),
+    ):
+        if len(value) > most:
+            raise BadRequest(f"at most {most} characters, got {len(value)}", field=field)
     return clocks
 
 

@@ -31,8 +31,10 @@ def _cursor(micros: int, job_id: str) -> str:
     return f"{micros:x}{_CURSOR_SEP}{job_id}"
 
 
-#: At most this many ranks are listed in a status document.
-MAX_STATUS_RANKS = 4096
+#: Ranks listed in a status document unless the request asks for another page size.
+STATUS_RANKS = 64
+#: At most this many ranks are listed in one status document (a page).
+MAX_STATUS_RANKS = 1024
 
 
 class Views:
@@ -107,9 +109,18 @@ class Views:
             doc["schedule"] = {"name": doc["schedule"]["name"]}
         return doc
 
-    def _ranks(self, job: Job, connected: set[str]) -> list[dict[str, Any]]:
+    def _ranks(
+        self, job: Job, connected: set[str], limit: int, after: int | None
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        """A page of at most ``limit`` ranks after global rank ``after``, by global rank, and
+        the ``after`` of the next page (None: the last). Costs the page, not the job."""
+        keys = sorted(job.ranks.by_global)
+        start = 0 if after is None else bisect.bisect_right(keys, after)
+        chosen = keys[start : start + limit]
+        more = start + limit < len(keys)
         ranks = []
-        for r in sorted(job.ranks.by_global.values(), key=lambda r: r.global_rank):
+        for g in chosen:
+            r = job.ranks.by_global[g]
             hist = job.ranks.history.get(r.rank_id)
             last = hist[-1] if hist else None
             ranks.append(
@@ -124,7 +135,7 @@ class Views:
             clocks = rank_view(job, r.rank_id)
             if clocks is not None:  # additive: only for ranks that verify their clocks
                 ranks[-1]["applied_clocks"] = clocks
-        return ranks[:MAX_STATUS_RANKS]
+        return ranks, (chosen[-1] if more and chosen else None)
 
     def _pipelines(self, job: Job) -> list[dict[str, Any]]:
         pipelines = []
@@ -148,10 +159,16 @@ class Views:
             pipelines.append(doc)
         return pipelines
 
-    def status(self, job_id: str) -> dict[str, Any]:
+    def status(
+        self, job_id: str, ranks: int = STATUS_RANKS, after: int | None = None
+    ) -> dict[str, Any]:
+        """The job's live state, with the detail of at most ``ranks`` ranks after global rank
+        ``after`` (``ranks_next``: the ``after`` of the next page, or None): its cost is bounded
+        by the page, not by the job's world size."""
         job = self.ctx.jobs.get(job_id)
         connected = self.ctx.hub.connected(job_id)
         slow = job.stragglers
+        page, ranks_next = self._ranks(job, connected, min(ranks, MAX_STATUS_RANKS), after)
         return {
             "job_id": job.id,
             "state": job.state(),
@@ -165,7 +182,8 @@ class Views:
                 if k != "worker_pid"
             },
             "pipelines": self._pipelines(job),
-            "ranks": self._ranks(job, connected),
+            "ranks": page,
+            "ranks_next": ranks_next,
             "straggler_detection": slow.detector.settings.to_json(),
             "iteration_overhead": slow.detector.calibration(),
             "recent_replans": list(slow.replans),
