@@ -6,10 +6,11 @@ from __future__ import annotations
 import bisect
 import time
 from collections.abc import Callable
+from itertools import islice
 from typing import Any
 
 from perseus_server.domain.errors import BadRequest
-from perseus_server.service.clock_verification import CAUSE, off_plan_ranks, rank_view
+from perseus_server.service.clock_verification import CAUSE, rank_view
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.measured_power import MeasuredPower
@@ -35,6 +36,20 @@ def _cursor(micros: int, job_id: str) -> str:
 STATUS_RANKS = 64
 #: At most this many ranks are listed in one status document (a page).
 MAX_STATUS_RANKS = 1024
+
+
+def _off_plan_by_pipeline(job: Job) -> dict[int, list[int]]:
+    """Per pipeline, the global ranks that ran off-plan within their window, lowest first (what
+    :func:`off_plan_ranks` gives one pipeline at a time), in one pass over the ranks that
+    verify their clocks rather than one pass over every rank per pipeline."""
+    out: dict[int, list[int]] = {}
+    for rank_id, record in job.stragglers.detector.clocks.items():
+        r = job.ranks.by_id.get(rank_id)
+        if r is not None and record.off_plan and job.ranks.by_global.get(r.global_rank) is r:
+            out.setdefault(r.data_rank, []).append(r.global_rank)
+    for ranks in out.values():
+        ranks.sort()
+    return out
 
 
 class Views:
@@ -138,13 +153,14 @@ class Views:
         return ranks, (chosen[-1] if more and chosen else None)
 
     def _pipelines(self, job: Job) -> list[dict[str, Any]]:
+        off_plan = _off_plan_by_pipeline(job)
         pipelines = []
         for p in range(job.spec.data_parallel):
             times = job.ranks.pipeline_times.get(p)
-            recent = list(times.items())[-16:] if times else []
+            recent = list(islice(reversed(times.items()), 16))[::-1] if times else []
             s = job.stragglers.stragglers.get(p)
             ss = job.stragglers.slow_stages.get(p)
-            off = [r.global_rank for r in off_plan_ranks(job, p)]
+            off = off_plan.get(p, [])
             straggler = None if s is None else {"time": s.time, "source": s.source}
             doc: dict[str, Any] = {
                 "pipeline": p,
