@@ -138,8 +138,8 @@ class Gate:
         if found is not None:
             return str(found)
         if self._templates is None:
-            app = scope.get("app")
-            paths = list(app.openapi().get("paths", {})) if hasattr(app, "openapi") else []
+            openapi = getattr(scope.get("app"), "openapi", None)
+            paths = list(openapi().get("paths", {})) if callable(openapi) else []
             paths.sort(key=lambda p: (p.count("{"), p))  # literal segments first
             self._templates = [(_template_re(p), p) for p in paths]
         path = str(scope.get("path", ""))

@@ -39,12 +39,12 @@ def _validate(job: Job, req: RankRegistration) -> tuple[int, ...]:
             f"clocks must be 1..{MAX_SUPPORTED_CLOCKS} positive MHz values",
             field="supported_clocks_mhz",
         )
-    for field, value, most in (
+    for field, text, most in (
         ("gpu_name", req.gpu_name, MAX_GPU_NAME),
         ("hostname", req.hostname, MAX_HOSTNAME),
     ):
-        if len(value) > most:
-            raise BadRequest(f"at most {most} characters, got {len(value)}", field=field)
+        if len(text) > most:
+            raise BadRequest(f"at most {most} characters, got {len(text)}", field=field)
     return clocks
 
 
