@@ -22,6 +22,14 @@ runs over 100 ms; the benchmark then lists them by callback (count, total and lo
 says what holds the loop during the slow probes (debug mode itself slows the server a little:
 compare the latencies of a run without it). ``--loads`` runs only some of the three loads
 (``uploads``, ``reports``, ``solves``): one at a time, it says which one costs the probes.
+
+``--status-load SECONDS`` measures what one job's status costs at the largest registration the
+server allows: ``--ranks`` (4,096) ranks of an 8-stage job register over gRPC, each with the
+most supported clocks and the longest GPU and host names a registration may carry, and report
+one iteration each; then ``GET /jobs/{id}/status`` (the default document) is timed one request
+at a time (p50/p99, bytes), every rank's detail is read page by page (``?ranks=1024&after=``),
+and a probe polls ``/healthz`` every 10 ms while two clients poll the status back to back
+(p50/p99/max). ``--smoke`` runs it small (64 ranks, 1 s): a test runs that.
 """
 
 from __future__ import annotations
@@ -306,7 +314,31 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="with --healthz-under-load: list the event-loop callbacks that ran over 100 ms",
     )
+    ap.add_argument(
+        "--status-load",
+        type=float,
+        metavar="SECONDS",
+        help="measure GET status and /healthz at the largest registration instead",
+    )
+    ap.add_argument("--ranks", type=int, default=4096, help="with --status-load (default 4096)")
+    ap.add_argument(
+        "--clocks", type=int, help="with --status-load: clocks per rank (default: most)"
+    )
+    ap.add_argument("--name-chars", type=int, help="with --status-load: GPU/host name length")
+    ap.add_argument("--smoke", action="store_true", help="with --status-load: 64 ranks, 1 s")
     args = ap.parse_args(argv)
+    if args.status_load:
+        if str(ROOT) not in sys.path:
+            sys.path.insert(0, str(ROOT))
+        from benchmarks.status_load import status_under_load
+
+        ranks, seconds = (64, 1.0) if args.smoke else (args.ranks, args.status_load)
+        rows = status_under_load(ranks, seconds, clocks=args.clocks, name_chars=args.name_chars)
+        width = max(len(a) for a, _ in rows)
+        print(f"{'measurement'.ljust(width)}  result")
+        for a, b in rows:
+            print(f"{a.ljust(width)}  {b}")
+        return 0
     if args.healthz_under_load:
         rows = healthz_under_load(
             args.healthz_under_load, loop_trace=args.loop_trace, loads=tuple(args.loads)

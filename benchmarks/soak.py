@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         srv.kill()
         srv.start()
         with httpx.Client(base_url=srv.http_url, timeout=120) as after:
-            status = after.get(f"/jobs/{job_id}/status").json()
+            status = after.get(f"/jobs/{job_id}/status", params={"ranks": 1024}).json()
         srv.stop()
         http.close()
 

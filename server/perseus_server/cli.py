@@ -110,6 +110,20 @@ def build_parser(prog: str = "perseus serve") -> argparse.ArgumentParser:
         help="seconds a connection may take to send a request's headers (default %(default)s)",
     )
     p.add_argument(
+        "--body-timeout",
+        type=float,
+        default=c.body_timeout,
+        help="seconds a request's body may take to arrive after its headers (default %(default)s)",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name the server answers without a token besides loopback ones (repeat "
+        "for several; e.g. the name a proxy or tunnel uses)",
+    )
+    p.add_argument(
         "--max-connections",
         type=int,
         default=c.max_connections,
@@ -141,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             "--solve-memory-mib, --solve-time-limit and --max-queued-solves must be positive"
         )
-    if not args.header_timeout > 0 or args.max_connections < 1:
-        parser.error("--header-timeout and --max-connections must be positive")
+    if not args.header_timeout > 0 or not args.body_timeout > 0 or args.max_connections < 1:
+        parser.error("--header-timeout, --body-timeout and --max-connections must be positive")
     if (args.tls_cert is None) != (args.tls_key is None):
         parser.error("--tls-cert and --tls-key go together")
     for path in (args.tls_cert, args.tls_key):
@@ -185,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout,
         max_connections=args.max_connections,
+        allowed_hosts=tuple(args.allowed_host),
         limits=replace(
             Limits(),
             solve_memory_bytes=args.solve_memory_mib * 2**20,

@@ -101,5 +101,10 @@ class ServerConfig:
     shutdown_grace: float = 2.0
     #: Seconds a connection may take to send its request headers (HTTP) or handshake (gRPC).
     header_timeout: float = 10.0
+    #: Seconds a request's body may take to arrive after its headers (HTTP); slower, the
+    #: connection is closed.
+    body_timeout: float = 60.0
     #: Open connections per protocol at most (also bounded by the file-descriptor limit).
     max_connections: int = 8192
+    #: Host names an open server (no token) answers besides loopback ones (DNS rebinding).
+    allowed_hosts: tuple[str, ...] = ()

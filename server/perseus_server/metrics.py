@@ -1,6 +1,11 @@
 """A small Prometheus text-format registry (counters, gauges, histograms with labels).
 
 No global registry: the service owns one :class:`Metrics` and passes it where needed.
+
+Label values a caller chooses (an HTTP method, a route, a gRPC method) must not grow the series
+without bound: a counter or histogram can be :meth:`~Counter.restrict`-ed to a set of values per
+label, the server's own (the REST route table, the gRPC service's methods, the HTTP methods);
+any other value is counted as :data:`OTHER`.
 """
 
 from __future__ import annotations
@@ -8,10 +13,12 @@ from __future__ import annotations
 import bisect
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 __all__ = [
+    "HTTP_METHODS",
+    "OTHER",
     "Counter",
     "Gauge",
     "Histogram",
@@ -23,6 +30,30 @@ __all__ = [
 ]
 
 Labels = tuple[tuple[str, str], ...]
+
+#: The label value of everything outside a restricted label's set.
+OTHER = "other"
+#: The HTTP methods request metrics name; any other method is counted as :data:`OTHER`.
+HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+
+
+class _Restricted:
+    """Label keys built from values folded into each label's allowed set (if it has one)."""
+
+    def __init__(self) -> None:
+        self.allowed: dict[str, frozenset[str]] = {}
+
+    def restrict(self, **allowed: Iterable[str]) -> None:
+        """From now on, a value of label ``k`` outside ``allowed[k]`` is counted as ``other``."""
+        for k, values in allowed.items():
+            self.allowed[k] = frozenset(values)
+
+    def _key(self, labels: dict[str, str]) -> Labels:
+        if self.allowed:
+            for k, values in self.allowed.items():
+                if k in labels and labels[k] not in values:
+                    labels[k] = OTHER
+        return tuple(sorted(labels.items()))
 
 
 class JobEnergySource(Protocol):
@@ -80,17 +111,18 @@ def _fmt_value(v: float) -> str:
     return repr(float(v)) if not float(v).is_integer() else str(int(v))
 
 
-class Counter:
+class Counter(_Restricted):
     """A monotonically increasing value per label set."""
 
     kind = "counter"
 
     def __init__(self, name: str, help: str) -> None:
+        super().__init__()
         self.name, self.help = name, help
         self.values: dict[Labels, float] = {}
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
-        key = tuple(sorted(labels.items()))
+        key = self._key(labels)
         self.values[key] = self.values.get(key, 0.0) + amount
 
     def drop(self, **labels: str) -> None:
@@ -124,18 +156,19 @@ class Gauge:
         return [f"{self.name}{_fmt_labels(k)} {_fmt_value(v)}" for k, v in sorted(values.items())]
 
 
-class Histogram:
+class Histogram(_Restricted):
     """Cumulative buckets, sum and count per label set."""
 
     kind = "histogram"
 
     def __init__(self, name: str, help: str, buckets: Sequence[float]) -> None:
+        super().__init__()
         self.name, self.help = name, help
         self.buckets = sorted(buckets)
         self.series: dict[Labels, list[float]] = {}  # per label set: bucket counts..., sum, count
 
     def observe(self, value: float, **labels: str) -> None:
-        key = tuple(sorted(labels.items()))
+        key = self._key(labels)
         s = self.series.get(key)
         if s is None:
             s = self.series[key] = [0.0] * (len(self.buckets) + 2)
@@ -297,6 +330,8 @@ class Metrics:
         self.requests: Counter = r.add(
             Counter("perseus_requests_total", "REST requests, by route, method and status.")
         )  # type: ignore[assignment]
+        self.request_latency.restrict(method=HTTP_METHODS)
+        self.requests.restrict(method=HTTP_METHODS, status=(str(c) for c in range(100, 600)))
         self.reports: Counter = r.add(
             Counter("perseus_iteration_reports_total", "Iteration reports accepted over gRPC.")
         )  # type: ignore[assignment]

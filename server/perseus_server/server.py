@@ -30,7 +30,7 @@ from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server.config import ServerConfig, read_token
 from perseus_server.domain.states import StreamEnd
 from perseus_server.grpc.codec import decode_report_bytes
-from perseus_server.grpc.gate import AuthInterceptor
+from perseus_server.grpc.gate import GRPC_CODES, GRPC_METHODS, AuthInterceptor
 from perseus_server.grpc.service import PlanServicer
 from perseus_server.rest import create_app
 from perseus_server.runtime.connection_limits import GRPC_MAX_MESSAGE, guarded_h11, raise_fd_limit
@@ -135,6 +135,7 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
 
     fds = raise_fd_limit()
     max_connections = max(16, min(config.max_connections, (fds - 512) // 2))
+    service.metrics.grpc_calls.restrict(method=GRPC_METHODS, code=GRPC_CODES)
     grpc_server = grpc.aio.server(
         interceptors=[
             AuthInterceptor(
@@ -174,11 +175,18 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
 
     sock = _bind(config.host, config.http_port)
     http_port = sock.getsockname()[1]
-    app = create_app(service, token=config.token, credentials=credentials)
+    # The address it listens on is a name its clients use (unless it is every address).
+    own = () if config.host in ("0.0.0.0", "::", "") else (config.host,)
+    app = create_app(
+        service,
+        token=config.token,
+        credentials=credentials,
+        allowed_hosts=(*config.allowed_hosts, *own),
+    )
     uv = _Uvicorn(
         uvicorn.Config(
             app,
-            http=guarded_h11(max_connections, config.header_timeout),
+            http=guarded_h11(max_connections, config.header_timeout, config.body_timeout),
             lifespan="off",
             log_level="warning",
             access_log=False,

@@ -239,7 +239,7 @@ def test_an_unexpected_exception_is_a_500_problem(tmp_path: Path) -> None:
         async def bug() -> None:
             raise RuntimeError("a seeded bug")
 
-        with TestClient(app, raise_server_exceptions=False) as client:
+        with TestClient(app, raise_server_exceptions=False, base_url="http://localhost") as client:
             r = client.get("/bug")
         assert r.status_code == 500
         assert r.headers["content-type"].startswith("application/problem+json")

@@ -8,6 +8,7 @@ import math
 import re
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 
@@ -172,9 +173,10 @@ def test_reports_that_would_overflow_keep_the_status_finite(
     job = _Job(http, stub, small_csv)
     version = job.status()["plan"]["version"]
     job.report({(0, 0): 100.0}, 1.0, version)
-    job.report({(0, 0): 1.0}, 5e-324, version)  # its power 1 / 5e-324 overflows
-    job.report({(0, 0): 1e308}, 1.0, version, n=2)  # twice overflows the sums
-    job.report({k: 1e308 for k in job.ranks}, 1.0, version)
+    for energy, seconds in ((1.0, 5e-324), (1e308, 1.0)):  # a power or sums that overflow
+        with pytest.raises(grpc.RpcError) as e:  # are outside the reports' bounds
+            job.report({(0, 0): energy}, seconds, version)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     for _ in range(2):  # a status does not change what it shows
         r = http.get(f"/jobs/{job.id}/status")
         assert r.status_code == 200

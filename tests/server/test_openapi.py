@@ -236,7 +236,7 @@ def test_the_checker_fails_on_drift(http: httpx.Client) -> None:
 def local() -> Any:
     """The REST app in process over a fresh service (a TestClient and the service)."""
     service = PerseusService(SqliteStore.open(":memory:"), Limits())
-    with TestClient(create_app(service)) as client:
+    with TestClient(create_app(service), base_url="http://localhost") as client:
         yield client, service
 
 

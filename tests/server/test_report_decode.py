@@ -96,14 +96,14 @@ def old_check_instructions(i: int, rep: IterationReport, job: Any, limits: Limit
                 f"{where}: unknown instruction {m.instruction!r}",
                 field="instructions.instruction",
             )
-        if not (math.isfinite(m.time) and m.time > 0):
+        if not (math.isfinite(m.time) and 0 < m.time <= 1e6):
             raise BadRequest(
-                f"{where}: time must be a positive number, got {m.time!r}",
+                f"{where}: time must be a positive number of seconds up to 1e+06, got {m.time!r}",
                 field="instructions.time",
             )
-        if not (math.isfinite(m.energy) and m.energy >= 0):
+        if not (math.isfinite(m.energy) and 0 <= m.energy <= 1e10):
             raise BadRequest(
-                f"{where}: energy must be finite and >= 0, got {m.energy!r}",
+                f"{where}: energy must be finite, >= 0 and at most 1e+10 J, got {m.energy!r}",
                 field="instructions.energy",
             )
         if not (0 <= m.stage < job.schedule.stages) or not (

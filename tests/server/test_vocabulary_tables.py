@@ -44,7 +44,7 @@ def _literal_values(annotation: Any) -> set[str]:
 @pytest.fixture(scope="module")
 def openapi() -> dict[str, Any]:
     service = PerseusService(SqliteStore.open(":memory:"), Limits())
-    with TestClient(create_app(service)) as client:
+    with TestClient(create_app(service), base_url="http://localhost") as client:
         return dict(client.get("/openapi.json").json())
 
 
@@ -85,7 +85,7 @@ def test_openapi_documents_every_policy_parameter_with_its_bounds(openapi: dict[
 
 def test_bad_policy_values_are_422_naming_the_field() -> None:
     service = PerseusService(SqliteStore.open(":memory:"), Limits())
-    with TestClient(create_app(service)) as client:
+    with TestClient(create_app(service), base_url="http://localhost") as client:
         job = client.post("/jobs", json={"stages": 2, "microbatches": 2}).json()["id"]
         for query, field in [
             ({"eta": -0.1}, "eta"),

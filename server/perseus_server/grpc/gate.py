@@ -26,11 +26,36 @@ from typing import Any
 
 import grpc
 
+from perseus_common.proto import perseus_pb2 as pb
 from perseus_server.service.credentials import Credentials, Principal, Scope
 
-__all__ = ["AuthInterceptor", "METHOD_LIMITS", "TooLargeMessage", "token_matches"]
+__all__ = [
+    "AuthInterceptor",
+    "GRPC_CODES",
+    "GRPC_METHODS",
+    "METHOD_LIMITS",
+    "TooLargeMessage",
+    "method_label",
+    "token_matches",
+]
 
-_SERVICE = "/perseus.v1.PlanService/"
+#: The label of a method the service does not define (as :data:`perseus_server.metrics.OTHER`).
+OTHER = "other"
+_DESCRIPTOR = pb.DESCRIPTOR.services_by_name["PlanService"]
+_SERVICE = f"/{_DESCRIPTOR.full_name}/"
+#: The methods of the service descriptor: the only values of the ``method`` metric label
+#: (with ``other``).
+GRPC_METHODS = frozenset(m.name for m in _DESCRIPTOR.methods)
+#: The status code names: the only values of the ``code`` metric label.
+GRPC_CODES = frozenset(c.name for c in grpc.StatusCode)
+
+
+def method_label(method: str) -> str:
+    """The metric label of a call to ``method`` (``/package.Service/Name``): the method's name
+    when the service defines it, else ``other`` (never a name the caller made up)."""
+    name = method.rsplit("/", 1)[-1]
+    return name if method == _SERVICE + name and name in GRPC_METHODS else OTHER
+
 
 #: Largest request message per method, in bytes (the server's overall cap applies to others).
 METHOD_LIMITS = {
@@ -137,7 +162,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> Any:
         method = handler_call_details.method
-        name = method.rsplit("/", 1)[-1]
+        name = method_label(method)
         who = self.credentials.from_metadata(handler_call_details.invocation_metadata)
         if who is None:
             self.on_refused(name, "UNAUTHENTICATED")

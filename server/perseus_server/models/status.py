@@ -268,7 +268,14 @@ class JobStatus(ResponseModel):
     plan: DeploymentView | None = Field(description="What the ranks run now, or null.")
     frontier: FrontierSummary
     pipelines: list[PipelineStatus]
-    ranks: list[RankStatus] = Field(description="The registered ranks (the first 4096).")
+    ranks: list[RankStatus] = Field(
+        description="A page of the registered ranks, by global rank (``?ranks=`` per page, 64 "
+        "unless asked, at most 1024; ``?after=`` a global rank)."
+    )
+    ranks_next: int | None = Field(
+        default=None,
+        description="The ``after`` of the next page of ranks, or null: this page is the last.",
+    )
     straggler_detection: DetectionSettings
     iteration_overhead: float = Field(
         description="Common-mode ratio of observed to planned iteration time (1: none)."

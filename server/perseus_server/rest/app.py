@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import Depends, FastAPI, Query, Request
@@ -58,6 +58,7 @@ from perseus_server.rest.swagger import install_swagger
 from perseus_server.rest.ui import install_ui
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
+from perseus_server.service.views import MAX_STATUS_RANKS, STATUS_RANKS
 
 __all__ = ["create_app", "PrometheusText"]
 
@@ -201,10 +202,15 @@ def _select_stages(body: bytes, content_type: str, stages: str) -> bytes:
 
 
 def create_app(
-    service: PerseusService, *, token: str | None = None, credentials: Credentials | None = None
+    service: PerseusService,
+    *,
+    token: str | None = None,
+    credentials: Credentials | None = None,
+    allowed_hosts: Sequence[str] = (),
 ) -> FastAPI:
     """The REST application over ``service`` (state is passed explicitly, no globals);
-    ``credentials`` (default: just the admin ``token``, issued ones in ``service.store``)."""
+    ``credentials`` (default: just the admin ``token``, issued ones in ``service.store``);
+    ``allowed_hosts``: host names an open server answers besides loopback ones."""
     credentials = credentials or Credentials(service.store, admin=token)
     app = FastAPI(
         title="Perseus",
@@ -222,7 +228,11 @@ def create_app(
         openapi_url=None,
     )
     app.add_middleware(
-        Gate, credentials=credentials, limits=service.limits, metrics=service.metrics
+        Gate,
+        credentials=credentials,
+        limits=service.limits,
+        metrics=service.metrics,
+        allowed_hosts=allowed_hosts,
     )
     install_error_handlers(app)
     install_openapi(app)
@@ -458,10 +468,27 @@ def create_app(
         tags=["jobs"],
         **operation(JobStatus, "Job status", "The job's live state.", 404),
     )
-    async def status(job_id: str) -> dict[str, Any]:
+    async def status(
+        job_id: str,
+        ranks: int = Query(
+            STATUS_RANKS,
+            ge=0,
+            le=MAX_STATUS_RANKS,
+            description="How many ranks' detail to list (0: none; the counts are always there).",
+        ),
+        after: int | None = Query(
+            None,
+            ge=-1,
+            le=INT32_MAX,
+            description="List ranks after this global rank (the "
+            "``ranks_next`` of the previous page).",
+        ),
+    ) -> dict[str, Any]:
         """Ranks (registered, connected, last report), the deployment, the frontier computation,
-        each pipeline's recent iterations, stragglers and slow stages, and profiling."""
-        return service.views.status(job_id)
+        each pipeline's recent iterations, stragglers and slow stages, and profiling. Ranks'
+        detail comes a page at a time (``ranks`` per page, by global rank; ``ranks_next``
+        names the next page's ``after``), so a status costs the same at any world size."""
+        return service.views.status(job_id, ranks, after)
 
     # --- online profiling ------------------------------------------------------------------------
 

@@ -1,6 +1,15 @@
-"""Pure ASGI middleware in front of the REST app: credentials and their scope, body-size cap,
-request metrics, and the catch-all that turns an unexpected exception into a logged 500 problem
-body.
+"""Pure ASGI middleware in front of the REST app: unambiguous framing, the host and origin of an
+open server's requests, credentials and their scope, body-size cap, request metrics, and the
+catch-all that turns an unexpected exception into a logged 500 problem body.
+
+Framing: a request with both ``Content-Length`` and ``Transfer-Encoding``, several of either, or
+a coding other than ``chunked`` is refused (400) and its connection closed, so no bytes behind
+it are read as another request. The body limit counts the bytes that actually arrive, whatever
+the framing; over it, 413 and the connection closed.
+
+An open server (no token) answers only requests whose ``Host`` is a loopback name or one it was
+configured to allow, and refuses state-changing requests from a foreign ``Origin`` (403): see
+:mod:`perseus_server.rest.origins`.
 
 Scopes on REST (see :mod:`perseus_server.service.credentials`): the admin token opens every route; a
 read credential opens ``GET`` and ``HEAD`` (:data:`READ_METHODS`) and gets 403 on every other
@@ -12,15 +21,17 @@ request state: a route reads it with the :func:`caller` dependency, or demands a
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from fastapi import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from perseus_server.config import Limits
 from perseus_server.domain.errors import ApiError, TooLarge, Unauthorized
-from perseus_server.metrics import Metrics
+from perseus_server.metrics import OTHER, Metrics
+from perseus_server.rest.origins import Origins
 from perseus_server.rest.problems import problem_response
 from perseus_server.service.credentials import ADMIN, Credentials, Forbidden, Principal
 from perseus_server.service.credentials import Scope as CredentialScope
@@ -81,9 +92,12 @@ class Gate:
         metrics: Metrics,
         credentials: Credentials | None = None,
         token: str | None = None,
+        allowed_hosts: Iterable[str] = (),
     ) -> None:
         self.app, self.limits, self.metrics = app, limits, metrics
         self.credentials = credentials or Credentials(None, admin=token)
+        self.origins = Origins(allowed_hosts)
+        self._templates: list[tuple[re.Pattern[str], str]] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -109,18 +123,43 @@ class Gate:
                 await problem_response(internal_error())(scope, receive, send_wrapper)
             raise
         finally:
-            route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
-            method = scope.get("method", "")
+            path = self._route(scope)
+            method = str(scope.get("method", ""))
             self.metrics.request_latency.observe(
                 time.perf_counter() - t0, route=path, method=method
             )
             self.metrics.requests.inc(route=path, method=method, status=str(status[0]))
 
+    def _route(self, scope: Scope) -> str:
+        """The route label: the path template of the app's route the request matches (also
+        when it was refused before routing), else ``other``; never the path the caller sent,
+        so the label's values are bounded by the app's routes."""
+        found = getattr(scope.get("route"), "path", None)
+        if found is not None:
+            return str(found)
+        if self._templates is None:
+            openapi = getattr(scope.get("app"), "openapi", None)
+            paths = list(openapi().get("paths", {})) if callable(openapi) else []
+            paths.sort(key=lambda p: (p.count("{"), p))  # literal segments first
+            self._templates = [(_template_re(p), p) for p in paths]
+        path = str(scope.get("path", ""))
+        for pattern, template in self._templates:
+            if pattern.fullmatch(path):
+                return template
+        return OTHER
+
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        headers = {
-            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
-        }
+        raw = scope.get("headers", [])
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in raw}
+        framing = _framing_problem(raw)
+        if framing is not None:  # refused, and the connection closed: nothing rides behind
+            await problem_response(framing, _CLOSE)(scope, receive, send)
+            return
+        if not self.credentials.enabled:
+            refused = self.origins.refusal(scope, headers)
+            if refused is not None:
+                await problem_response(refused)(scope, receive, send)
+                return
         if self.credentials.enabled and scope["path"] not in PUBLIC_PATHS:
             who = self.credentials.from_header(headers.get("authorization", ""))
             if who is None:
@@ -142,25 +181,20 @@ class Gate:
         too_large = TooLarge(
             f"the body exceeds the limit of {limit} bytes", field="body", limit=limit
         )
-        if length is not None:
-            if not length.isdigit() or int(length) > limit:
-                await problem_response(too_large)(scope, receive, send)
-                return
-            await self.app(scope, receive, send)
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            await problem_response(too_large, _CLOSE)(scope, receive, send)
             return
-        if headers.get("transfer-encoding", "").lower() != "chunked":
-            await self.app(scope, receive, send)
-            return
-        # Chunked body: read it here, bounded, then replay it to the app.
+        # Read the body here, counting what actually arrives whatever the framing, then replay
+        # it to the app: no more than ``limit`` bytes are ever held.
         chunks, size = [], 0
         while True:
             msg = await receive()
             if msg["type"] != "http.request":
-                break
+                return  # the client went away
             chunks.append(msg.get("body", b""))
             size += len(chunks[-1])
             if size > limit:
-                await problem_response(too_large)(scope, receive, send)
+                await problem_response(too_large, _CLOSE)(scope, receive, send)
                 return
             if not msg.get("more_body"):
                 break
@@ -173,3 +207,37 @@ class Gate:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+def _template_re(template: str) -> re.Pattern[str]:
+    """``/jobs/{job_id}`` -> a pattern matching ``/jobs/<one segment>``."""
+    return re.compile(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template)))
+
+
+#: Headers of a refusal after which the connection must not carry another request.
+_CLOSE = {"Connection": "close"}
+
+
+def _bad_framing(detail: str, field: str) -> ApiError:
+    err = ApiError(detail, field=field)
+    err.status, err.title = 400, "Bad request framing"
+    return err
+
+
+def _framing_problem(raw: list[tuple[bytes, bytes]]) -> ApiError | None:
+    """Why a request's framing is ambiguous (None: it is not). A request with both
+    ``Content-Length`` and ``Transfer-Encoding`` is framed differently by different parsers
+    (a proxy in front may read the length, this server the chunks: request smuggling), as is
+    one with several of either or a coding other than ``chunked``."""
+    te = [v for k, v in raw if k.lower() == b"transfer-encoding"]
+    cl = [v for k, v in raw if k.lower() == b"content-length"]
+    if te and cl:
+        return _bad_framing(
+            "a request may not carry both Content-Length and Transfer-Encoding",
+            "Transfer-Encoding",
+        )
+    if len(te) > 1 or (te and te[0].strip().lower() != b"chunked"):
+        return _bad_framing("Transfer-Encoding must be exactly one 'chunked'", "Transfer-Encoding")
+    if len(cl) > 1:
+        return _bad_framing("a request may carry one Content-Length", "Content-Length")
+    return None

@@ -1,22 +1,29 @@
 """Connection-level limits: the file-descriptor limit, an HTTP protocol that bounds open
-connections and the time to send request headers, and the largest gRPC message.
+connections and the time to send a request (headers and body), and the largest gRPC message.
 
-A client that opens connections and never finishes its request headers holds a file descriptor
-each; without a bound, enough of them exhaust the process's descriptors and every endpoint
-stops answering. :func:`guarded_h11` closes a connection that has not sent a complete request
-within ``header_timeout`` seconds (and after each response, the same again), and refuses
-connections beyond ``max_connections``.
+A client that opens connections and never finishes its request holds a file descriptor each;
+without a bound, enough of them exhaust the process's descriptors and every endpoint stops
+answering. :func:`guarded_h11` closes a connection that has not sent its request headers within
+``header_timeout`` seconds (and after each response, the same again), or whose request body has
+not all arrived ``body_timeout`` seconds after its headers (a body trickled a byte at a time).
+Beyond ``max_connections``, the connection that has waited longest on an incomplete request (or
+an idle one) is closed to make room, so a quick request such as ``GET /healthz`` still gets in
+while slow clients fight over the cap; only when every open connection has a request being
+answered is the new one refused.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable, Iterator
 from typing import Any
 
+import h11
+from h11 import _readers as h11_readers
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["GRPC_MAX_MESSAGE", "guarded_h11", "raise_fd_limit"]
+__all__ = ["GRPC_MAX_MESSAGE", "guarded_h11", "raise_fd_limit", "refuse_line_folding"]
 
 log = logging.getLogger("perseus.server")
 
@@ -41,16 +48,62 @@ def raise_fd_limit() -> int:
     return int(soft)
 
 
-def guarded_h11(max_connections: int, header_timeout: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with a connection cap and a request-header timeout."""
+def _no_line_folding(lines: Iterable[bytes]) -> Iterator[bytes]:
+    for line in lines:
+        if line[:1] in (b" ", b"\t"):
+            raise h11.LocalProtocolError("obsolete line folding in a header")
+        yield line
+
+
+def refuse_line_folding() -> None:
+    """Make h11 refuse (400, connection closed) a request whose headers use obsolete line
+    folding, which RFC 9112 lets a server refuse or unfold: unfolded, ``Transfer-Encoding:``
+    followed by `` chunked`` on the next line frames the body by chunks here while a proxy
+    that does not unfold sees no framing header at all (request smuggling)."""
+    h11_readers._obsolete_line_fold = _no_line_folding
+
+
+def guarded_h11(
+    max_connections: int, header_timeout: float, body_timeout: float = 60.0
+) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with a connection cap, a request-header timeout and a request-body
+    timeout; over the cap, the connection longest waiting on an incomplete request gives way."""
+
+    refuse_line_folding()
 
     class GuardedH11(H11Protocol):
+        _since = 0.0  # when the connection began waiting for its current request or body
+
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            if len(self.connections) > max_connections:
+            self._since = self.loop.time()
+            if len(self.connections) > max_connections and not self._evict_one():
                 transport.abort()
                 return
             self._arm()
+
+        def _waiting(self) -> bool:
+            """Whether this connection holds a slot without a request to work on: it has not
+            sent a complete request (headers, or a body still arriving)."""
+            cycle = self.cycle
+            if cycle is None or cycle.response_complete:
+                return True
+            return bool(cycle.more_body)
+
+        def _evict_one(self) -> bool:
+            """Close the connection (not this one) that has waited longest on an incomplete
+            request; False when every other connection has a request being answered."""
+            others = [
+                c
+                for c in self.connections
+                if c is not self and isinstance(c, GuardedH11) and c._waiting()
+            ]
+            if not others:
+                return False
+            victim = min(others, key=lambda c: c._since)
+            victim.transport.abort()
+            self.connections.discard(victim)
+            return True
 
         def _arm(self) -> None:
             cycle = self.cycle
@@ -62,8 +115,25 @@ def guarded_h11(max_connections: int, header_timeout: float) -> type[H11Protocol
             if idle and not self.transport.is_closing():
                 self.transport.close()
 
+        def handle_events(self) -> None:
+            before = self.cycle
+            super().handle_events()
+            cycle = self.cycle
+            if cycle is not before and cycle is not None:
+                self._since = self.loop.time()
+                if cycle.more_body:  # its body is still to come: it has body_timeout
+                    self.loop.call_later(body_timeout, self._body_expire, cycle)
+
+        def _body_expire(self, cycle: Any) -> None:
+            # The request's body has not all arrived within body_timeout: close.
+            late = self.cycle is cycle and cycle.more_body and not cycle.response_complete
+            if late and not self.transport.is_closing():
+                log.info("closing a connection whose request body is late")
+                self.transport.abort()
+
         def on_response_complete(self) -> None:
             super().on_response_complete()
+            self._since = self.loop.time()
             if not self.transport.is_closing():
                 self._arm()
 

@@ -54,6 +54,7 @@ import numpy as np
 from perseus.frontier import Frontier
 from perseus.problem import EnergyProblem
 from perseus.profiles import Profile
+from perseus_server.domain.bounds import MAX_ENERGY, MAX_SECONDS, MIN_SECONDS
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import ProfilingStatus
 from perseus_server.domain.values import IterationReport
@@ -68,13 +69,6 @@ __all__ = [
     "MeasuredPower",
     "max_clock_baseline",
 ]
-
-MIN_SECONDS = 1e-6
-"""The shortest iteration time (s) a counted report may have."""
-MAX_SECONDS = 1e6
-"""The longest iteration time (s) a counted report may have."""
-MAX_ENERGY = 1e4 * MAX_SECONDS
-"""The most energy (J) a counted report may carry."""
 
 
 @dataclass(frozen=True)

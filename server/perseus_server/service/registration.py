@@ -10,6 +10,7 @@ import math
 import secrets
 
 from perseus_common.clocks import MAX_CLOCK_MHZ
+from perseus_server.domain.bounds import MAX_GPU_NAME, MAX_HOSTNAME, MAX_SUPPORTED_CLOCKS
 from perseus_server.domain.errors import BadRequest, Conflict
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.values import PlanUpdate, RankRegistration, RegisteredRank
@@ -39,19 +40,23 @@ def _validate(job: Job, req: RankRegistration) -> tuple[int, ...]:
         if not (0 <= value < n):
             raise BadRequest(f"must be between 0 and {n - 1} for this job, got {value}", field=name)
     clocks = tuple(sorted({int(c) for c in req.supported_clocks_mhz}, reverse=True))
-    if any(c <= 0 or c > MAX_CLOCK_MHZ for c in clocks) or len(clocks) > 1024:
-        raise BadRequest("clocks must be 1..1024 positive MHz values", field="supported_clocks_mhz")
+    if any(c <= 0 or c > MAX_CLOCK_MHZ for c in clocks) or len(clocks) > MAX_SUPPORTED_CLOCKS:
+        raise BadRequest(
+            f"clocks must be 1..{MAX_SUPPORTED_CLOCKS} positive MHz values",
+            field="supported_clocks_mhz",
+        )
     if not (math.isfinite(req.max_power_limit_w) and 0 <= req.max_power_limit_w <= MAX_POWER_W):
         raise BadRequest(
             f"must be a number of watts in [0, {MAX_POWER_W}] (0: unknown), got "
             f"{req.max_power_limit_w!r}",
             field="max_power_limit_w",
         )
-    if len(req.gpu_name) > 256 or len(req.hostname) > 256:
-        raise BadRequest(
-            "at most 256 characters",
-            field="gpu_name" if len(req.gpu_name) > 256 else "hostname",
-        )
+    for field, text, most in (
+        ("gpu_name", req.gpu_name, MAX_GPU_NAME),
+        ("hostname", req.hostname, MAX_HOSTNAME),
+    ):
+        if len(text) > most:
+            raise BadRequest(f"at most {most} characters, got {len(text)}", field=field)
     return clocks
 
 

@@ -19,6 +19,15 @@ import numpy as np
 from perseus.profiles import INSTRUCTION_KINDS, Profile
 from perseus_common.profile_csv import MAX_FREQUENCY_MHZ
 from perseus_server.config import Limits
+from perseus_server.domain.bounds import (
+    MAX_ENERGY,
+    MAX_INSTRUCTION_SECONDS,
+    MAX_SECONDS,
+    MIN_SECONDS,
+    bounded_factor,
+    check_energy,
+    check_seconds,
+)
 from perseus_server.domain.errors import BadRequest, Conflict
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import ProfilingStatus
@@ -43,16 +52,8 @@ __all__ = [
 
 def validate_report(i: int, rep: IterationReport, job: Job, limits: Limits) -> None:
     """Raise :class:`BadRequest` naming the field when report ``i`` of a batch is malformed."""
-    if not (math.isfinite(rep.iteration_time) and rep.iteration_time > 0):
-        raise BadRequest(
-            f"report {i}: must be a positive number of seconds, got {rep.iteration_time!r}",
-            field="iteration_time",
-        )
-    if not (math.isfinite(rep.energy) and rep.energy >= 0):
-        raise BadRequest(
-            f"report {i}: must be a finite number of joules >= 0, got {rep.energy!r}",
-            field="energy",
-        )
+    check_seconds(rep.iteration_time, "iteration_time", f"report {i}: ", MIN_SECONDS, MAX_SECONDS)
+    check_energy(rep.energy, "energy", f"report {i}: ")
     if rep.sequence < 0:
         raise BadRequest(f"report {i}: must be >= 0, got {rep.sequence}", field="sequence")
     if rep.iteration < 0:
@@ -80,14 +81,15 @@ def _check_instruction(where: str, m: InstructionReport, job: Job) -> None:
             f"{where}: unknown instruction {m.instruction!r}",
             field="instructions.instruction",
         )
-    if not (math.isfinite(m.time) and m.time > 0):
+    if not (math.isfinite(m.time) and 0 < m.time <= MAX_INSTRUCTION_SECONDS):
         raise BadRequest(
-            f"{where}: time must be a positive number, got {m.time!r}",
+            f"{where}: time must be a positive number of seconds up to "
+            f"{MAX_INSTRUCTION_SECONDS:g}, got {m.time!r}",
             field="instructions.time",
         )
-    if not (math.isfinite(m.energy) and m.energy >= 0):
+    if not (math.isfinite(m.energy) and 0 <= m.energy <= MAX_ENERGY):
         raise BadRequest(
-            f"{where}: energy must be finite and >= 0, got {m.energy!r}",
+            f"{where}: energy must be finite, >= 0 and at most {MAX_ENERGY:g} J, got {m.energy!r}",
             field="instructions.energy",
         )
     if not (0 <= m.stage < job.schedule.stages) or not (0 <= m.microbatch < job.spec.microbatches):
@@ -107,8 +109,8 @@ def first_bad_instruction(cols: InstructionColumns, stages: int, microbatches: i
     known = np.array([k in INSTRUCTION_KINDS for k in cols.kinds] + [False], dtype=bool)
     with np.errstate(invalid="ignore"):
         ok = known[cols.kind]
-        ok &= np.isfinite(cols.time) & (cols.time > 0)
-        ok &= np.isfinite(cols.energy) & (cols.energy >= 0)
+        ok &= np.isfinite(cols.time) & (cols.time > 0) & (cols.time <= MAX_INSTRUCTION_SECONDS)
+        ok &= np.isfinite(cols.energy) & (cols.energy >= 0) & (cols.energy <= MAX_ENERGY)
     ok &= (cols.stage >= 0) & (cols.stage < stages)
     ok &= (cols.microbatch >= 0) & (cols.microbatch < microbatches)
     ok &= (cols.frequency_mhz >= 0) & (cols.frequency_mhz <= MAX_FREQUENCY_MHZ)
@@ -134,7 +136,9 @@ def measurements(rep: IterationReport) -> list[Measurement]:
 
 
 def _factors(job: Job, rank: RankInfo, rep: IterationReport) -> dict[int, float] | None:
-    return stage_factors(job, rank, rep.instructions)
+    """The report's per-stage factors, each within :func:`bounded_factor`'s bounds."""
+    factors = stage_factors(job, rank, rep.instructions)
+    return None if factors is None else {s: bounded_factor(f) for s, f in factors.items()}
 
 
 def _reporter(jobs: JobTable, i: int, rep: IterationReport) -> tuple[Job, RankInfo]:

@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from perseus_server.domain.bounds import MAX_SECONDS
 from perseus_server.domain.errors import BadRequest, Conflict, NotFound
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import DetectorEvent, ReplanKind, StragglerSource
@@ -191,7 +192,7 @@ class Stragglers:
             t = base * (1 + slowdown)
         else:
             assert iteration_time is not None
-            if not (math.isfinite(iteration_time) and 0 < iteration_time <= 1e6):
+            if not (math.isfinite(iteration_time) and 0 < iteration_time <= MAX_SECONDS):
                 raise BadRequest(
                     f"must be a positive number of seconds, got {iteration_time!r}",
                     field="iteration_time",

@@ -3,12 +3,14 @@ stragglers, profiling) and the server's health, as the REST API returns them."""
 
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable
+from itertools import islice
 from typing import Any
 
 from perseus_server.domain.errors import BadRequest
-from perseus_server.service.clock_verification import CAUSE, off_plan_ranks, rank_view
+from perseus_server.service.clock_verification import CAUSE, rank_view
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.measured_power import MeasuredPower
@@ -17,8 +19,37 @@ from perseus_server.service.state import Job
 
 __all__ = ["Views"]
 
-#: At most this many ranks are listed in a status document.
-MAX_STATUS_RANKS = 4096
+_CURSOR_SEP = "."
+
+
+def _micros(created: float) -> int:
+    return round(created * 1e6)
+
+
+def _cursor(micros: int, job_id: str) -> str:
+    """The opaque ``next`` cursor after job ``job_id`` created at ``micros`` (hexadecimal
+    microseconds since the epoch, a dot, the id): it keeps its place when the job is deleted."""
+    return f"{micros:x}{_CURSOR_SEP}{job_id}"
+
+
+#: Ranks listed in a status document unless the request asks for another page size.
+STATUS_RANKS = 64
+#: At most this many ranks are listed in one status document (a page).
+MAX_STATUS_RANKS = 1024
+
+
+def _off_plan_by_pipeline(job: Job) -> dict[int, list[int]]:
+    """Per pipeline, the global ranks that ran off-plan within their window, lowest first (what
+    :func:`off_plan_ranks` gives one pipeline at a time), in one pass over the ranks that
+    verify their clocks rather than one pass over every rank per pipeline."""
+    out: dict[int, list[int]] = {}
+    for rank_id, record in job.stragglers.detector.clocks.items():
+        r = job.ranks.by_id.get(rank_id)
+        if r is not None and record.off_plan and job.ranks.by_global.get(r.global_rank) is r:
+            out.setdefault(r.data_rank, []).append(r.global_rank)
+    for ranks in out.values():
+        ranks.sort()
+    return out
 
 
 class Views:
@@ -66,18 +97,34 @@ class Views:
         }
 
     def jobs(self, limit: int, after: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
-        """A page of at most ``limit`` job summaries after job ``after`` (creation order), and
-        the cursor of the next page (None: the last page). Custom orders are left out: the
-        page's size follows ``limit``, not the jobs' schedules."""
-        ids = self.ctx.jobs.ids()
+        """A page of at most ``limit`` job summaries after the cursor ``after`` (creation order),
+        and the cursor of the next page (None: the last page). Custom orders are left out: the
+        page's size follows ``limit``, not the jobs' schedules.
+
+        A cursor names the creation time and id of the last job listed (:func:`_cursor`), so a
+        listing goes on when that job is deleted meanwhile; a plain job id (an older cursor)
+        is accepted while its job exists."""
+        order = sorted((_micros(j.row.created), j.id) for j in self.ctx.jobs)
         start = 0
         if after is not None:
-            if after not in self.ctx.jobs:
-                raise BadRequest(f"no job with id {after[:64]!r}", field="after")
-            start = ids.index(after) + 1
-        page = ids[start : start + limit]
-        more = start + limit < len(ids)
-        return [self.summary(j) for j in page], (page[-1] if more and page else None)
+            start = bisect.bisect_right(order, self._position(after))
+        page = [job_id for _, job_id in order[start : start + limit]]
+        more = start + limit < len(order)
+        last = order[start + len(page) - 1] if page else None
+        return [self.summary(j) for j in page], (_cursor(*last) if more and last else None)
+
+    def _position(self, after: str) -> tuple[int, str]:
+        if after in self.ctx.jobs:
+            return (_micros(self.ctx.jobs.get(after).row.created), after)
+        micros, sep, job_id = after.partition(_CURSOR_SEP)
+        try:
+            if not sep or not job_id or len(micros) > 16:
+                raise ValueError(after)
+            return (int(micros, 16), job_id)
+        except ValueError:
+            raise BadRequest(
+                f"not a cursor of this listing, nor a job's id: {after[:64]!r}", field="after"
+            ) from None
 
     def summary(self, job_id: str) -> dict[str, Any]:
         """:meth:`job` without a custom schedule's orders."""
@@ -86,9 +133,18 @@ class Views:
             doc["schedule"] = {"name": doc["schedule"]["name"]}
         return doc
 
-    def _ranks(self, job: Job, connected: set[str]) -> list[dict[str, Any]]:
+    def _ranks(
+        self, job: Job, connected: set[str], limit: int, after: int | None
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        """A page of at most ``limit`` ranks after global rank ``after``, by global rank, and
+        the ``after`` of the next page (None: the last). Costs the page, not the job."""
+        keys = sorted(job.ranks.by_global)
+        start = 0 if after is None else bisect.bisect_right(keys, after)
+        chosen = keys[start : start + limit]
+        more = start + limit < len(keys)
         ranks = []
-        for r in sorted(job.ranks.by_global.values(), key=lambda r: r.global_rank):
+        for g in chosen:
+            r = job.ranks.by_global[g]
             hist = job.ranks.history.get(r.rank_id)
             last = hist[-1] if hist else None
             ranks.append(
@@ -103,16 +159,17 @@ class Views:
             clocks = rank_view(job, r.rank_id)
             if clocks is not None:  # additive: only for ranks that verify their clocks
                 ranks[-1]["applied_clocks"] = clocks
-        return ranks[:MAX_STATUS_RANKS]
+        return ranks, (chosen[-1] if more and chosen else None)
 
     def _pipelines(self, job: Job) -> list[dict[str, Any]]:
+        off_plan = _off_plan_by_pipeline(job)
         pipelines = []
         for p in range(job.spec.data_parallel):
             times = job.ranks.pipeline_times.get(p)
-            recent = list(times.items())[-16:] if times else []
+            recent = list(islice(reversed(times.items()), 16))[::-1] if times else []
             s = job.stragglers.stragglers.get(p)
             ss = job.stragglers.slow_stages.get(p)
-            off = [r.global_rank for r in off_plan_ranks(job, p)]
+            off = off_plan.get(p, [])
             straggler = None if s is None else {"time": s.time, "source": s.source}
             doc: dict[str, Any] = {
                 "pipeline": p,
@@ -127,10 +184,16 @@ class Views:
             pipelines.append(doc)
         return pipelines
 
-    def status(self, job_id: str) -> dict[str, Any]:
+    def status(
+        self, job_id: str, ranks: int = STATUS_RANKS, after: int | None = None
+    ) -> dict[str, Any]:
+        """The job's live state, with the detail of at most ``ranks`` ranks after global rank
+        ``after`` (``ranks_next``: the ``after`` of the next page, or None): its cost is bounded
+        by the page, not by the job's world size."""
         job = self.ctx.jobs.get(job_id)
         connected = self.ctx.hub.connected(job_id)
         slow = job.stragglers
+        page, ranks_next = self._ranks(job, connected, min(ranks, MAX_STATUS_RANKS), after)
         return {
             "job_id": job.id,
             "state": job.state(),
@@ -145,7 +208,8 @@ class Views:
                 if k != "worker_pid"
             },
             "pipelines": self._pipelines(job),
-            "ranks": self._ranks(job, connected),
+            "ranks": page,
+            "ranks_next": ranks_next,
             "straggler_detection": slow.detector.settings.to_json(),
             "iteration_overhead": slow.detector.calibration(),
             "recent_replans": list(slow.replans),

@@ -1,0 +1,34 @@
+"""``GET /jobs`` paging goes on when the job its cursor names is deleted meanwhile."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.server.conftest import make_job
+
+
+def _ids(page: dict) -> list[str]:  # type: ignore[type-arg]
+    return [j["id"] for j in page["jobs"]]
+
+
+def test_listing_continues_after_the_cursors_job_is_deleted(http: httpx.Client) -> None:
+    for j in _ids(http.get("/jobs", params={"limit": 1000}).json()):
+        assert http.delete(f"/jobs/{j}").status_code == 204
+    made = [make_job(http) for _ in range(5)]
+    first = http.get("/jobs", params={"limit": 2}).json()
+    assert _ids(first) == made[:2]
+    assert http.delete(f"/jobs/{made[1]}").status_code == 204  # the job the cursor names
+    second = http.get("/jobs", params={"limit": 2, "after": first["next"]})
+    assert second.status_code == 200, second.text
+    assert _ids(second.json()) == made[2:4]
+    # the page also goes on when the deleted job was the last one left before it
+    assert http.delete(f"/jobs/{made[3]}").status_code == 204
+    third = http.get("/jobs", params={"limit": 2, "after": second.json()["next"]}).json()
+    assert _ids(third) == made[4:] and "next" not in third
+    # an older cursor, a plain job id, still works while its job exists
+    old = http.get("/jobs", params={"limit": 2, "after": made[0]}).json()
+    assert _ids(old) == [made[2], made[4]] and "next" not in old
+    # nonsense is a 422 naming the field
+    for bad in ("nope", "zz.abc", made[1]):
+        r = http.get("/jobs", params={"after": bad})
+        assert r.status_code == 422 and "after" in r.text
