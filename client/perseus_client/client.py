@@ -58,9 +58,11 @@ import os
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from perseus_client.clock_control import ACTIVE, FailOpenGpu
 from perseus_client.controller import FrequencyController
 from perseus_client.errors import ClientError, ConfigError, PlanMismatchError
 from perseus_client.gpu.applied import ClockSampler
@@ -87,19 +89,41 @@ def _env_int(name: str, value: int | None, default: int) -> int:
         raise ConfigError(name, f"must be an integer, got {raw!r}") from exc
 
 
-def _default_gpu() -> GpuBackend:
-    """The node daemon's GPU when a daemon socket is configured or present, else NVML's."""
+def _backend_factory() -> Callable[[], GpuBackend]:
+    """What builds the default backend: the node daemon's GPU when a daemon socket is configured
+    or present, else NVML's (``PERSEUS_DRY_RUN``: NVML's, recording requests only).
+
+    The environment is read here, so a malformed variable raises now (a configuration error);
+    the factory itself raises :class:`ClockControlUnavailableError` while control cannot be had.
+    """
     from perseus_client.gpud.protocol import DEFAULT_SOCKET, SOCKET_ENV
 
     index = _env_int("LOCAL_RANK", None, 0)
+    if index < 0:
+        raise ConfigError("LOCAL_RANK", f"must be >= 0, got {index}")
     dry_run = os.environ.get("PERSEUS_DRY_RUN", "") not in ("", "0", "false")
     if not dry_run and (os.environ.get(SOCKET_ENV) or os.path.exists(DEFAULT_SOCKET)):
-        from perseus_client.gpu.daemon import DaemonGpu
 
-        return DaemonGpu(index)
-    from perseus_client.gpu.nvml import NvmlGpu
+        def daemon() -> GpuBackend:
+            from perseus_client.gpu.daemon import DaemonGpu
 
-    return NvmlGpu(index, dry_run=dry_run)
+            # No wait for the daemon here: FailOpenGpu retries in the background.
+            return DaemonGpu(index, connect_timeout=0.0)
+
+        return daemon
+
+    def nvml() -> GpuBackend:
+        from perseus_client.gpu.nvml import NvmlGpu
+
+        return NvmlGpu(index, dry_run=dry_run)
+
+    return nvml
+
+
+def _default_gpu(retry_initial: float = 1.0, retry_max: float = 30.0) -> FailOpenGpu:
+    """The default backend behind :class:`FailOpenGpu`: never raises because clock control is
+    unavailable (see :mod:`perseus_client.clock_control`)."""
+    return FailOpenGpu(_backend_factory(), retry_initial=retry_initial, retry_max=retry_max)
 
 
 class _IterationScope:
@@ -190,6 +214,9 @@ class PerseusClient:
         backoff_max: float = 5.0,
         cuda_events: bool | None = None,
         clock_sample_interval: float = 0.05,
+        clock_retry_initial: float = 1.0,
+        clock_retry_max: float = 30.0,
+        tls_ca: str | None = None,
     ) -> None:
         server = server if server is not None else os.environ.get("PERSEUS_SERVER")
         job = job if job is not None else os.environ.get("PERSEUS_JOB")
@@ -201,6 +228,15 @@ class PerseusClient:
                 raise ConfigError("job", "pass job='<job id>' or set PERSEUS_JOB")
         if failopen_timeout < 0:
             raise ConfigError("failopen_timeout", f"must be >= 0 seconds, got {failopen_timeout}")
+        if not clock_retry_initial > 0:
+            raise ConfigError(
+                "clock_retry_initial", f"must be > 0 seconds, got {clock_retry_initial}"
+            )
+        if not clock_retry_max >= clock_retry_initial:
+            raise ConfigError(
+                "clock_retry_max",
+                f"must be >= clock_retry_initial ({clock_retry_initial}), got {clock_retry_max}",
+            )
         for name, v in (
             ("pipeline_rank", pipeline_rank),
             ("data_rank", data_rank),
@@ -219,8 +255,11 @@ class PerseusClient:
 
         self._owns_gpu = gpu is None
         if gpu is None:
-            gpu = _default_gpu()
+            gpu = _default_gpu(clock_retry_initial, clock_retry_max)
         self.gpu = gpu
+        #: The fail-open wrapper of the default backend (``None`` for a backend passed in).
+        self._failopen = gpu if isinstance(gpu, FailOpenGpu) else None
+        self._clock_changed = False
         self.max_clock = gpu.max_clock
         self._sync_clocks = gpu.synchronous_clocks
         self._torch: Any = None
@@ -270,9 +309,15 @@ class PerseusClient:
 
         self.link: Any = None
         if not offline:
-            from perseus_client.transport import RankIdentity, ServerLink, parse_target
+            from perseus_client.transport import (
+                RankIdentity,
+                ServerLink,
+                parse_target,
+                read_tls_ca,
+            )
 
             target, tls = parse_target(str(server))
+            ca_pem = read_tls_ca(tls_ca) if tls_root_certificates is None else None
             self.link = ServerLink(
                 target,
                 RankIdentity(
@@ -287,18 +332,56 @@ class PerseusClient:
                 ),
                 self._receive_plan,
                 token=token,
-                tls=tls or tls_root_certificates is not None,
-                root_certificates=tls_root_certificates,
+                tls=tls or tls_root_certificates is not None or bool(ca_pem),
+                root_certificates=tls_root_certificates or ca_pem,
                 rpc_timeout=rpc_timeout,
                 backoff_initial=backoff_initial,
                 backoff_max=backoff_max,
                 report_interval=report_interval,
             )
+        if self._failopen is not None:
+            self._failopen.add_listener(self._on_clock_control)
+            self._on_clock_control()
         self._guard = ResetGuard(
             self._emergency_reset, resume=self._resume_after_signal, signals=handle_signals
         )
         if self.link is not None:
             self.link.start()
+
+    # -- clock control ----------------------------------------------------------------------------
+
+    @property
+    def clock_control(self) -> str:
+        """``"active"`` while this rank controls its GPU's clocks, else ``"unavailable"`` (the
+        default backend could not be had: see :mod:`perseus_client.clock_control`)."""
+        return self._failopen.state if self._failopen is not None else ACTIVE
+
+    @property
+    def clock_control_reason(self) -> str | None:
+        """Why clock control is unavailable (``None`` while it is active)."""
+        return self._failopen.reason if self._failopen is not None else None
+
+    def _on_clock_control(self) -> None:
+        """The state may have changed (a background thread): refresh the maximum clock at the
+        next iteration boundary and tell the server."""
+        self._clock_changed = True
+        link = self.link
+        if link is not None:
+            gpu = self.gpu
+            link.set_clock_control(
+                self.clock_control,
+                self.clock_control_reason or "",
+                gpu_name=gpu.name,
+                supported_clocks=tuple(gpu.supported_clocks()),
+            )
+
+    def _refresh_max_clock(self) -> None:
+        self._clock_changed = False
+        mhz = self.gpu.max_clock
+        if mhz != self.max_clock:
+            self.max_clock = mhz
+            self._cursor.max_clock = mhz
+            self.controller.set_max_clock(mhz)
 
     # -- plans ------------------------------------------------------------------------------------
 
@@ -368,6 +451,8 @@ class PerseusClient:
             raise ClientError("iteration() blocks do not nest")
         if self._closed:
             raise ClientError("the client is closed")
+        if self._clock_changed:
+            self._refresh_max_clock()
         plan = self._select_plan()
         if plan is not self._plan:
             self._plan = plan

@@ -22,10 +22,13 @@ this machine also warns).
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import itertools
 import logging
+import os
 import random
+import secrets
 import threading
 import time
 from collections import deque
@@ -35,6 +38,7 @@ from typing import Any
 
 import grpc
 
+from perseus_client.errors import ConfigError
 from perseus_client.measurements import IterationMeasurement
 from perseus_client.plan import Plan
 from perseus_common.proto import perseus_pb2, perseus_pb2_grpc
@@ -45,7 +49,13 @@ __all__ = [
     "parse_target",
     "is_loopback_target",
     "credential_in_clear",
+    "read_tls_ca",
+    "TLS_CA_ENV",
 ]
+
+#: The environment variable naming a PEM file of the CA that signed the server's certificate.
+TLS_CA_ENV = "PERSEUS_TLS_CA"
+_DUPLICATE_LOG_INTERVAL = 60.0  # seconds between two warnings about reports called duplicates
 
 log = logging.getLogger("perseus_client.transport")
 
@@ -88,6 +98,27 @@ def parse_target(server: str) -> tuple[str, bool]:
         if s.startswith(prefix):
             return s[len(prefix) :].rstrip("/"), tls
     return s, False
+
+
+def read_tls_ca(path: str | os.PathLike[str] | None = None) -> bytes | None:
+    """The PEM bytes of the CA file ``path`` (default ``$PERSEUS_TLS_CA``; ``None`` when neither
+    is set). Raises :class:`ConfigError` naming the option when the file cannot be read or holds
+    no PEM certificate."""
+    field = "tls_ca"
+    if path is None or not os.fspath(path):
+        path, field = os.environ.get(TLS_CA_ENV) or None, TLS_CA_ENV
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            pem = f.read()
+    except OSError as exc:
+        raise ConfigError(
+            field, f"cannot read the CA file {path!s}: {exc.strerror or exc}"
+        ) from exc
+    if b"-----BEGIN CERTIFICATE-----" not in pem:
+        raise ConfigError(field, f"{path!s} holds no PEM certificate (BEGIN CERTIFICATE)")
+    return pem
 
 
 def is_loopback_target(target: str) -> bool:
@@ -186,10 +217,19 @@ class ServerLink:
         self.backoff_max = backoff_max
         self.report_interval = report_interval
         # (sequence, record): the sequence is the report's idempotency key, fixed when queued so
-        # a re-sent report carries the same one; it starts at the clock in microseconds, so it
-        # also increases across restarts of the rank.
+        # a re-sent report carries the same one. The server compares it only with the sequences
+        # of this incarnation (a random id of this process), so a restarted rank is never muted
+        # by its previous run's numbers, whatever the clocks say; it starts at the clock in
+        # microseconds all the same, for servers that predate incarnations.
         self._queue: deque[tuple[int, IterationMeasurement]] = deque(maxlen=max_queued)
-        self._sequence = itertools.count(time.time_ns() // 1000)
+        #: This client's incarnation (1..2^63-1), sent with every report.
+        self.incarnation = secrets.randbits(63) or 1
+        self._sequence = itertools.count(max(time.time_ns() // 1000, 1))
+        #: Reports the server acknowledged as duplicates (re-sent ones, or muted).
+        self.duplicates = 0
+        self._duplicates_logged_at = -_DUPLICATE_LOG_INTERVAL
+        self._clock_control = perseus_pb2.ClockControl()
+        self._reregister = threading.Event()
         self._stop = threading.Event()
         self._call: Any = None
         self._lock = threading.Lock()
@@ -242,6 +282,7 @@ class ServerLink:
     # -- watcher ------------------------------------------------------------------------------------
 
     def _register(self) -> None:
+        self._reregister.clear()  # this registration carries the identity as it is now
         ident = self.identity
         resp = self._stub.RegisterRank(
             perseus_pb2.RegisterRankRequest(
@@ -253,12 +294,31 @@ class ServerLink:
                 gpu_name=ident.gpu_name,
                 supported_clocks_mhz=list(ident.supported_clocks),
                 hostname=ident.hostname,
+                clock_control=self._clock_control,
             ),
             timeout=self.rpc_timeout,
             metadata=self._metadata,
         )
         self.rank_id = resp.rank_id
         self._registered.set()
+
+    def set_clock_control(
+        self, state: str, reason: str, *, gpu_name: str, supported_clocks: tuple[int, ...]
+    ) -> None:
+        """The rank's clock control changed (any thread): reports carry it from now on, and the
+        rank registers again when its GPU's name or clocks became known."""
+        self._clock_control = perseus_pb2.ClockControl(
+            state=perseus_pb2.CLOCK_CONTROL_ACTIVE
+            if state == "active"
+            else perseus_pb2.CLOCK_CONTROL_UNAVAILABLE,
+            reason=reason[:256],
+        )
+        ident = self.identity
+        if (ident.gpu_name, ident.supported_clocks) != (gpu_name, supported_clocks):
+            self.identity = dataclasses.replace(
+                ident, gpu_name=gpu_name, supported_clocks=supported_clocks
+            )
+        self._reregister.set()
 
     def _watch_loop(self) -> None:
         backoff = self.backoff_initial
@@ -339,6 +399,8 @@ class ServerLink:
             plan_version=rec.plan_version,
             energy=max(rec.energy, 0.0),
             sequence=sequence,
+            incarnation=self.incarnation,
+            clock_control=self._clock_control,
             instructions=[
                 perseus_pb2.InstructionMeasurement(
                     instruction=m.kind,
@@ -361,10 +423,12 @@ class ServerLink:
                 batch.append(self._queue.popleft())
             try:
                 msgs = [self._to_proto(r) for r in batch]
-                self._stub.ReportIterations(
+                ack = self._stub.ReportIterations(
                     iter(msgs), timeout=timeout or self.rpc_timeout, metadata=self._metadata
                 )
                 self.reports_sent += len(batch)
+                if ack.duplicates:
+                    self._count_duplicates(int(ack.duplicates), len(batch))
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
                 if code == grpc.StatusCode.INVALID_ARGUMENT:
@@ -380,9 +444,36 @@ class ServerLink:
                 log.exception("perseus: could not build iteration reports; dropping %d", len(batch))
         return not self._queue
 
+    def _count_duplicates(self, n: int, sent: int) -> None:
+        """The server called ``n`` of ``sent`` reports duplicates: counted, and logged at most
+        once a minute (a re-sent batch is normal; a rank whose every report is one is muted)."""
+        self.duplicates += n
+        now = time.monotonic()
+        if now - self._duplicates_logged_at >= _DUPLICATE_LOG_INTERVAL:
+            self._duplicates_logged_at = now
+            log.warning(
+                "perseus: the server dropped %d of %d iteration reports as duplicates "
+                "(%d so far; incarnation %d)",
+                n,
+                sent,
+                self.duplicates,
+                self.incarnation,
+            )
+
+    def _update_registration(self) -> None:
+        """Register again with the identity and clock control as they are now."""
+        try:
+            self._register()
+        except grpc.RpcError as exc:
+            log.debug("perseus: could not update the registration: %s", exc)
+            if self._up:  # else the watcher registers again when it reconnects
+                self._reregister.set()
+
     def _report_loop(self) -> None:
         backoff = self.report_interval
         while not self._stop.wait(backoff):
+            if self._reregister.is_set() and self.rank_id is not None:
+                self._update_registration()
             if not self._queue or self.rank_id is None:
                 continue
             backoff = self.report_interval if self.flush() else min(backoff * 2.0, self.backoff_max)

@@ -153,6 +153,7 @@ class Metrics:
         jobs: Callable[[], dict[Labels, float]],
         connected: Callable[[], dict[Labels, float]],
         registered: Callable[[], dict[Labels, float]],
+        without_clock_control: Callable[[], dict[Labels, float]] | None = None,
     ) -> None:
         self.registry = Registry()
         r = self.registry
@@ -163,6 +164,14 @@ class Metrics:
         self.connected_ranks = r.add(
             Gauge(
                 "perseus_connected_ranks", "Ranks with an open WatchPlan stream, by job.", connected
+            )
+        )
+        self.ranks_without_clock_control = r.add(
+            Gauge(
+                "perseus_ranks_without_clock_control",
+                "Registered ranks that say they cannot control their GPU's clocks (they train at "
+                "the GPU's current clocks), by job.",
+                without_clock_control or dict,
             )
         )
         self.solves: Counter = r.add(

@@ -17,7 +17,7 @@ import os
 import socket
 import struct
 
-from perseus_client.errors import GpuError, GpuPermissionError
+from perseus_client.errors import ClockControlUnavailableError, GpuError, GpuPermissionError
 from perseus_common.proto import gpud_pb2
 
 __all__ = [
@@ -69,7 +69,7 @@ class GpudError(GpuError):
     """Something went wrong talking to the node daemon."""
 
 
-class GpudUnavailableError(GpudError):
+class GpudUnavailableError(GpudError, ClockControlUnavailableError):
     """The daemon cannot be reached (no socket, connection refused or closed, timeout)."""
 
 
@@ -81,7 +81,7 @@ class GpudRefusedError(GpudError):
         self.code = code
 
 
-class GpudLeaseHeldError(GpudRefusedError):
+class GpudLeaseHeldError(GpudRefusedError, ClockControlUnavailableError):
     """Another connection (another process) holds the GPU's lease; the message names its pid."""
 
 

@@ -80,7 +80,12 @@ class PerseusService:
             ),
         )
         self.jobs = JobTable()
-        self.metrics = Metrics(self._jobs_gauge, self._connected_gauge, self._registered_gauge)
+        self.metrics = Metrics(
+            self._jobs_gauge,
+            self._connected_gauge,
+            self._registered_gauge,
+            without_clock_control=self._clock_control_gauge,
+        )
         ctx = ServiceContext(store, limits, self.jobs, self.hub, self.solver, self.metrics)
         self.ctx = ctx
         self.deployer = Deployer(ctx)
@@ -133,6 +138,20 @@ class PerseusService:
     def _registered_gauge(self) -> dict[Labels, float]:
         return {
             (("job", j.id),): float(len(j.ranks.by_global)) for j in self.jobs if j.ranks.by_global
+        }
+
+    def _clock_control_gauge(self) -> dict[Labels, float]:
+        """Per job with registered ranks: how many say their clock control is unavailable."""
+        return {
+            (("job", j.id),): float(
+                sum(
+                    1
+                    for rank_id in j.ranks.by_id
+                    if j.ranks.clock_control.get(rank_id, ("",))[0] == "unavailable"
+                )
+            )
+            for j in self.jobs
+            if j.ranks.by_global
         }
 
     # --- jobs ------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from perseus_server.runtime.hub import Subscriber
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.job_profiles import check_clocks
+from perseus_server.service.reports import validate_clock_control
 from perseus_server.service.state import Job
 
 __all__ = ["Registration"]
@@ -40,6 +41,7 @@ def _validate(job: Job, req: RankRegistration) -> tuple[int, ...]:
             "at most 256 characters",
             field="gpu_name" if len(req.gpu_name) > 256 else "hostname",
         )
+    validate_clock_control("registration", req.clock_control, req.clock_control_reason)
     return clocks
 
 
@@ -101,6 +103,8 @@ class Registration:
         if rank != existing:
             self.ctx.store.put_rank(rank)
         job.ranks.add(rank)
+        if req.clock_control:
+            job.ranks.clock_control[rank.rank_id] = (req.clock_control, req.clock_control_reason)
         max_clock = clocks[0] if clocks else (profile.frequencies[0] if profile is not None else 0)
         return RegisteredRank(
             rank_id=rank.rank_id,
