@@ -230,6 +230,7 @@ class ServerLink:
         self._duplicates_logged_at = -_DUPLICATE_LOG_INTERVAL
         self._clock_control = perseus_pb2.ClockControl()
         self._reregister = threading.Event()
+        self._replaced_logged = False
         self._stop = threading.Event()
         self._call: Any = None
         self._lock = threading.Lock()
@@ -366,6 +367,17 @@ class ServerLink:
                         self.identity.global_rank,
                         self.last_error,
                     )
+                elif code == grpc.StatusCode.ABORTED and "replaced" in str(details):
+                    # Another stream for this rank took our place: another process runs this
+                    # rank, or the server saw our reconnect first. Retry, slowly, and say so.
+                    if not self._replaced_logged:
+                        self._replaced_logged = True
+                        log.warning(
+                            "perseus: the plan stream of rank %s was replaced by a newer one "
+                            "(is another process running this rank?); reconnecting",
+                            self.identity.global_rank,
+                        )
+                    backoff = self.backoff_max
                 self._set_down(self.last_error)
             except Exception as exc:  # noqa: BLE001 - the watcher must survive anything
                 self.last_error = repr(exc)

@@ -80,6 +80,13 @@ def build_parser(prog: str = "perseus serve") -> argparse.ArgumentParser:
         default=d.max_queued_solves,
         help="frontier computations waiting for a worker at once (default %(default)s)",
     )
+    p.add_argument(
+        "--max-streams-per-credential",
+        type=int,
+        default=d.max_streams_per_credential,
+        help="WatchPlan streams one credential may hold at once (default %(default)s; a rank "
+        "holds one, a new stream for it replaces the old)",
+    )
     c = ServerConfig()
     p.add_argument(
         "--header-timeout",
@@ -129,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if not args.header_timeout > 0 or args.max_connections < 1:
         parser.error("--header-timeout and --max-connections must be positive")
+    if args.max_streams_per_credential < 1:
+        parser.error("--max-streams-per-credential must be positive")
     if (args.tls_cert is None) != (args.tls_key is None):
         parser.error("--tls-cert and --tls-key go together")
     for path in (args.tls_cert, args.tls_key):
@@ -167,6 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             solve_memory_bytes=args.solve_memory_mib * 2**20,
             solve_seconds=args.solve_time_limit,
             max_queued_solves=args.max_queued_solves,
+            max_streams_per_credential=args.max_streams_per_credential,
         ),
     )
     from perseus_server.server import serve

@@ -31,6 +31,9 @@ class Limits:
         solve_seconds: wall time one frontier computation may take (idem).
         max_queued_solves: computations waiting for a worker at once (409 beyond; one per job).
         max_jobs_page: most jobs one ``GET /jobs`` page lists.
+        max_streams_per_credential: ``WatchPlan`` streams one credential holds at once (a rank
+            holds one: a new stream for it replaces the old); more are refused with
+            ``RESOURCE_EXHAUSTED``. The shared ``--token-file`` token counts as one credential.
     """
 
     max_body_bytes: int = 4 * 1024 * 1024
@@ -50,6 +53,7 @@ class Limits:
     solve_seconds: float = 3600.0
     max_queued_solves: int = 64
     max_jobs_page: int = 1000
+    max_streams_per_credential: int = 65536
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ class PerseusService:
         gRPC adapter's decoder); without one, large reports are decoded on a thread."""
         self.store = store
         self.limits = limits
-        self.hub = PlanHub()
+        self.hub = PlanHub(limits.max_streams_per_credential)
         self.solver = SolveManager(
             limits.max_concurrent_solves,
             limits=SolveLimits(
@@ -272,8 +272,10 @@ class PerseusService:
     def register_rank(self, req: RankRegistration) -> RegisteredRank:
         return self.registration.register(req)
 
-    def subscribe(self, job_id: str, rank_id: str) -> tuple[Subscriber, PlanUpdate | None]:
-        return self.registration.subscribe(job_id, rank_id)
+    def subscribe(
+        self, job_id: str, rank_id: str, credential: str = ""
+    ) -> tuple[Subscriber, PlanUpdate | None]:
+        return self.registration.subscribe(job_id, rank_id, credential)
 
     def unsubscribe(self, sub: Subscriber) -> None:
         self.registration.unsubscribe(sub)

@@ -114,8 +114,14 @@ class Registration:
             max_clock_mhz=max_clock,
         )
 
-    def subscribe(self, job_id: str, rank_id: str) -> tuple[Subscriber, PlanUpdate | None]:
-        """Open a plan stream for the rank; returns it and the current plan (None: none yet)."""
+    def subscribe(
+        self, job_id: str, rank_id: str, credential: str = ""
+    ) -> tuple[Subscriber, PlanUpdate | None]:
+        """Open a plan stream for the rank; returns it and the current plan (None: none yet).
+
+        The rank's open stream, if any, ends (a rank holds one); ``credential`` (who opens it)
+        may hold ``Limits.max_streams_per_credential`` streams in all
+        (:class:`~perseus_server.runtime.hub.StreamLimitExceeded` beyond)."""
         job = self.ctx.jobs.get(job_id)
         rank = job.ranks.by_id.get(rank_id)
         if rank is None:
@@ -123,7 +129,7 @@ class Registration:
                 f"rank {rank_id!r} is not registered in job {job_id}; call RegisterRank first",
                 field="rank_id",
             )
-        sub = self.ctx.hub.subscribe(rank)
+        sub = self.ctx.hub.subscribe(rank, credential)
         return sub, self.deployer.message(job, rank)
 
     def unsubscribe(self, sub: Subscriber) -> None:
