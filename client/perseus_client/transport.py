@@ -29,6 +29,7 @@ import logging
 import os
 import random
 import secrets
+import ssl
 import threading
 import time
 from collections import deque
@@ -50,6 +51,7 @@ __all__ = [
     "is_loopback_target",
     "credential_in_clear",
     "read_tls_ca",
+    "tls_context",
     "TLS_CA_ENV",
 ]
 
@@ -119,6 +121,19 @@ def read_tls_ca(path: str | os.PathLike[str] | None = None) -> bytes | None:
     if b"-----BEGIN CERTIFICATE-----" not in pem:
         raise ConfigError(field, f"{path!s} holds no PEM certificate (BEGIN CERTIFICATE)")
     return pem
+
+
+def tls_context(tls_ca: str | os.PathLike[str] | None = None) -> ssl.SSLContext | None:
+    """An SSL context that trusts the CA file ``tls_ca`` (default ``$PERSEUS_TLS_CA``), for REST
+    calls: ``httpx.Client(verify=ctx)``, ``urllib.request.urlopen(req, context=ctx)``; ``None``
+    when no CA is configured (use the system's roots). Raises :class:`ConfigError` like
+    :func:`read_tls_ca`."""
+    pem = read_tls_ca(tls_ca)
+    if pem is None:
+        return None
+    ctx = ssl.create_default_context()
+    ctx.load_verify_locations(cadata=pem.decode("ascii", errors="replace"))
+    return ctx
 
 
 def is_loopback_target(target: str) -> bool:
