@@ -42,13 +42,22 @@ Guarantees:
   each instruction's time and energy (energy-counter difference, with the device synchronised
   around the instruction) until the server sends the next task.
 
+- **Clock control that cannot be had never stops training** (the default backend): no node
+  daemon, a socket refused or not permitted, the GPU's lease held, NVML missing or not permitted.
+  The client warns once, runs at the GPU's current clocks, retries in the background, takes
+  control when it can, and reports :attr:`PerseusClient.clock_control` to the server (see
+  :mod:`perseus_client.clock_control`). Only configuration errors raise.
+- **Reports of a restarted rank are never muted**: each carries this process's random
+  incarnation, and the server compares sequences within one incarnation only.
+
 Configuration comes from the arguments or the environment: ``PERSEUS_SERVER`` (``host:port``, or
 ``grpcs://host:port`` for TLS), ``PERSEUS_TOKEN`` (bearer token), ``PERSEUS_JOB`` (job id),
-``RANK`` (global rank) and ``LOCAL_RANK`` (NVML index of the default GPU backend). The default
-backend is :class:`DaemonGpu` (through the node daemon ``perseus gpud``, no privileges needed)
-when ``PERSEUS_GPUD_SOCKET`` is set or the default socket ``/run/perseus/gpud.sock`` exists, else
+``PERSEUS_TLS_CA`` (PEM file of a private CA; implies TLS), ``RANK`` (global rank) and
+``LOCAL_RANK`` (NVML index of the default GPU backend). The default backend is
+:class:`DaemonGpu` (through the node daemon ``perseus gpud``, no privileges needed) when
+``PERSEUS_GPUD_SOCKET`` is set or the default socket ``/run/perseus/gpud.sock`` exists, else
 :class:`NvmlGpu`; ``PERSEUS_DRY_RUN=1`` selects ``NvmlGpu(dry_run=True)``, which records clock
-requests without applying them.
+requests without applying them. It is built behind :class:`FailOpenGpu`.
 """
 
 from __future__ import annotations
@@ -170,7 +179,8 @@ class PerseusClient:
         job: job id; default ``$PERSEUS_JOB``.
         token: bearer token; default ``$PERSEUS_TOKEN`` (none when unset).
         gpu: the GPU backend; default ``DaemonGpu($LOCAL_RANK)`` when a node daemon socket is
-            configured or exists, else ``NvmlGpu($LOCAL_RANK, dry_run=$PERSEUS_DRY_RUN)``.
+            configured or exists, else ``NvmlGpu($LOCAL_RANK, dry_run=$PERSEUS_DRY_RUN)``,
+            behind :class:`FailOpenGpu` (never raises because clock control is unavailable).
         global_rank: default ``$RANK`` or 0.
         pipeline_rank: this rank's stage index in its pipeline (default 0).
         data_rank: which data-parallel pipeline (default 0).
@@ -183,12 +193,16 @@ class PerseusClient:
         handle_signals: install the clock-reset signal handlers (main thread only; see
             :mod:`perseus_client.safety`).
         tls_root_certificates: PEM roots for ``grpcs://`` (default: the system's).
+        tls_ca: path of a PEM file of the server's CA (default ``$PERSEUS_TLS_CA``); with one,
+            gRPC uses TLS. Unreadable or not a certificate: :class:`ConfigError`.
         rpc_timeout, backoff_initial, backoff_max: network tuning (seconds).
         cuda_events: time instructions and order clock changes with CUDA events (default: when
             the backend is a real GPU and torch with CUDA is already imported).
         clock_sample_interval: seconds between applied-clock samples taken off the training
             thread (0: none; see :mod:`perseus_client.gpu.applied`); off-plan instructions
             travel with the iteration reports.
+        clock_retry_initial, clock_retry_max: backoff bounds (seconds) of the default backend's
+            retries while clock control is unavailable.
     """
 
     def __init__(
