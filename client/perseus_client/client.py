@@ -274,6 +274,7 @@ class PerseusClient:
         #: The fail-open wrapper of the default backend (``None`` for a backend passed in).
         self._failopen = gpu if isinstance(gpu, FailOpenGpu) else None
         self._clock_changed = False
+        self._told_clock_control: tuple[str, str | None] = (ACTIVE, None)
         self.max_clock = gpu.max_clock
         self._sync_clocks = gpu.synchronous_clocks
         self._torch: Any = None
@@ -379,12 +380,14 @@ class PerseusClient:
         """The state may have changed (a background thread): refresh the maximum clock at the
         next iteration boundary and tell the server."""
         self._clock_changed = True
+        state, reason = self.clock_control, self.clock_control_reason
+        self._told_clock_control = (state, reason)
         link = self.link
         if link is not None:
             gpu = self.gpu
             link.set_clock_control(
-                self.clock_control,
-                self.clock_control_reason or "",
+                state,
+                reason or "",
                 gpu_name=gpu.name,
                 supported_clocks=tuple(gpu.supported_clocks()),
             )
@@ -522,6 +525,9 @@ class PerseusClient:
         )
         self.last_report = record
         if self.link is not None:
+            failopen = self._failopen
+            if failopen is not None and failopen.state != self._told_clock_control[0]:
+                self._on_clock_control()  # e.g. the node daemon went away mid-run, or came back
             self.link.submit(record)
         self._cursor.finish()
 

@@ -69,8 +69,6 @@ class FailOpenGpu(GpuBackend):
         retry_initial, retry_max: bounds of the retry backoff, seconds (> 0).
     """
 
-    synchronous_clocks = False
-
     def __init__(
         self,
         factory: Callable[[], GpuBackend],
@@ -229,6 +227,11 @@ class FailOpenGpu(GpuBackend):
     def name(self) -> str:  # type: ignore[override]
         inner = self._inner
         return inner.name if inner is not None else ""
+
+    @property
+    def synchronous_clocks(self) -> bool:  # type: ignore[override]
+        inner = self._inner
+        return bool(inner.synchronous_clocks) if inner is not None else False
 
     @property
     def samples_itself(self) -> bool:  # type: ignore[override]
