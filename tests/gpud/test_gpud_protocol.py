@@ -168,7 +168,9 @@ def test_client_defaults_to_the_daemon_when_its_socket_is_configured(
     monkeypatch.setenv("LOCAL_RANK", "1")
     client = PerseusClient(offline=True, handle_signals=False)
     try:
-        assert isinstance(client.gpu, DaemonGpu) and client.gpu.index == 1
+        # The default backend, behind the client's fail-open wrapper.
+        assert isinstance(client.gpu.backend, DaemonGpu) and client.gpu.backend.index == 1
+        assert client.clock_control == "active"
         assert daemon.status()[1]["holder"] == {"pid": os.getpid(), "uid": 0}
     finally:
         client.close()
