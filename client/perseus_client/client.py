@@ -347,7 +347,10 @@ class PerseusClient:
                 ),
                 self._receive_plan,
                 token=token,
-                tls=tls or tls_root_certificates is not None or bool(ca_pem),
+                # A CA means TLS, unless the address says plain gRPC (grpc://) explicitly.
+                tls=tls
+                or tls_root_certificates is not None
+                or (bool(ca_pem) and not str(server).strip().startswith("grpc://")),
                 root_certificates=tls_root_certificates or ca_pem,
                 rpc_timeout=rpc_timeout,
                 backoff_initial=backoff_initial,

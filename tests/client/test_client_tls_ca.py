@@ -154,3 +154,12 @@ def test_a_bad_ca_file_is_a_configuration_error(
 
     with pytest.raises(ConfigError):  # the client raises it too, before starting anything
         PerseusClient("localhost:1", "job", tls_ca=str(tmp_path / "missing.pem"))
+
+
+def test_an_explicit_plain_address_stays_plain(server: ServerProcess, pki: Path) -> None:
+    out = run_rank(
+        server,
+        {"PERSEUS_TLS_CA": str(pki / "ca.pem"), "PERSEUS_SERVER": "grpc://" + server.grpc_target},
+        wait=3.0,
+    )
+    assert out["registered"] is False  # plain gRPC to a TLS port
