@@ -235,11 +235,18 @@ class PerseusClient:
         server = server if server is not None else os.environ.get("PERSEUS_SERVER")
         job = job if job is not None else os.environ.get("PERSEUS_JOB")
         token = token if token is not None else os.environ.get("PERSEUS_TOKEN") or None
+        target, tls, ca_pem = "", False, None
         if not offline:
             if not server:
                 raise ConfigError("server", "pass server='host:port' or set PERSEUS_SERVER")
             if not job:
                 raise ConfigError("job", "pass job='<job id>' or set PERSEUS_JOB")
+            from perseus_client.transport import check_target, parse_target, read_tls_ca
+
+            # Configuration errors raise here, before anything starts (a GPU lease included).
+            target, tls = parse_target(str(server))
+            check_target(target)
+            ca_pem = read_tls_ca(tls_ca) if tls_root_certificates is None else None
         if failopen_timeout < 0:
             raise ConfigError("failopen_timeout", f"must be >= 0 seconds, got {failopen_timeout}")
         if not clock_retry_initial > 0:
@@ -324,15 +331,8 @@ class PerseusClient:
 
         self.link: Any = None
         if not offline:
-            from perseus_client.transport import (
-                RankIdentity,
-                ServerLink,
-                parse_target,
-                read_tls_ca,
-            )
+            from perseus_client.transport import RankIdentity, ServerLink
 
-            target, tls = parse_target(str(server))
-            ca_pem = read_tls_ca(tls_ca) if tls_root_certificates is None else None
             self.link = ServerLink(
                 target,
                 RankIdentity(

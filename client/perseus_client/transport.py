@@ -51,6 +51,7 @@ __all__ = [
     "is_loopback_target",
     "credential_in_clear",
     "read_tls_ca",
+    "check_target",
     "tls_context",
     "TLS_CA_ENV",
 ]
@@ -100,6 +101,33 @@ def parse_target(server: str) -> tuple[str, bool]:
         if s.startswith(prefix):
             return s[len(prefix) :].rstrip("/"), tls
     return s, False
+
+
+_RESOLVER_SCHEMES = ("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:", "vsock:")
+
+
+def check_target(target: str) -> None:
+    """Raise :class:`ConfigError` (field ``server``) unless ``target`` is ``host:port`` (a port
+    1..65535; ``[v6]:port`` for IPv6) or names a gRPC resolver (``unix:path``, ``dns:///...``)."""
+    t = target.strip()
+    if t.startswith(_RESOLVER_SCHEMES):
+        return
+    host, sep, port = t.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    ok = (
+        sep == ":"
+        and bool(host)
+        and not any(c.isspace() or c in "/?#@" for c in host)
+        and (":" not in host or t.startswith("["))
+        and port.isdigit()
+        and 1 <= int(port) <= 65535
+    )
+    if not ok:
+        raise ConfigError(
+            "server",
+            f"expected host:port (grpcs://host:port for TLS, [v6 address]:port), got {target!r}",
+        )
 
 
 def read_tls_ca(path: str | os.PathLike[str] | None = None) -> bytes | None:

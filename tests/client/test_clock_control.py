@@ -102,3 +102,16 @@ def test_configuration_errors_still_raise(monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(ConfigError) as e:
         PerseusClient("localhost:1", None, handle_signals=False)
     assert e.value.field == "job"
+    for bad in ("localhost", "scheduler:0", "scheduler:http", "a b:50051", "::1:50051"):
+        with pytest.raises(ConfigError) as e:
+            PerseusClient(bad, "job", handle_signals=False)
+        assert e.value.field == "server" and repr(bad) in str(e.value)
+
+
+def test_a_configuration_error_starts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = {t.name for t in threading.enumerate()}
+    monkeypatch.setenv("PERSEUS_TLS_CA", "/nonexistent/ca.pem")
+    with pytest.raises(ConfigError) as e:
+        PerseusClient("localhost:50051", "job", handle_signals=False)
+    assert e.value.field == "PERSEUS_TLS_CA"
+    assert "perseus-clock-control" not in {t.name for t in threading.enumerate()} - before
