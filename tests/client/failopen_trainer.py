@@ -6,6 +6,7 @@ iterations of a small two-clock plan, then (``--until-active``) goes on until cl
 active and two more iterations ran with it. Each finished iteration appends
 ``<iteration> <clock_control>`` to ``--progress``; at the end it writes a JSON summary to
 ``--out`` (first and last state, the first reason, iterations, recoveries) and exits 0.
+``--stop-file``: stop early once that file exists.
 
 ``--uid`` drops to that unprivileged user after everything is imported (this machine's
 interpreter lives where other users cannot enter). ``--simulated-nvml`` serves NVML from the
@@ -43,6 +44,7 @@ def main() -> int:
     ap.add_argument("--iterations", type=int, default=6)
     ap.add_argument("--instruction-seconds", type=float, default=0.01)
     ap.add_argument("--until-active", action="store_true")
+    ap.add_argument("--stop-file", help="stop before --iterations once this file exists")
     ap.add_argument("--simulated-nvml", action="store_true")
     ap.add_argument("--progress", required=True)
     ap.add_argument("--out", required=True)
@@ -83,7 +85,7 @@ def main() -> int:
     )
     it, active_iterations = 0, 0
     deadline = time.monotonic() + 60.0
-    while it < args.iterations or (
+    while (it < args.iterations and not (args.stop_file and os.path.exists(args.stop_file))) or (
         args.until_active and active_iterations < 2 and time.monotonic() < deadline
     ):
         with client.iteration():
