@@ -14,6 +14,7 @@ sampler every 1 ms (what the sampler thread costs the training thread through th
 cost of one sample on the sampler thread (``ClockSampler.sample``, SimulatedGpu).
 
     .venv/bin/python benchmarks/client.py [--iterations 300] [--microbatches 8] [--json]
+    .venv/bin/python benchmarks/client.py --smoke   # a few iterations of every case (the suite's)
 
 ``--gpud`` measures the node daemon (as root; it starts ``perseus gpud --simulate 1`` on a
 temporary socket): the clock-change latency through the daemon (``DaemonGpu.set_locked_clocks``
@@ -103,20 +104,24 @@ def bench_client(
 
 def bench_sample(repeats: int) -> list[float]:
     """Microseconds of one applied-clock sample (on the sampler's thread) during an instruction."""
-    from perseus_client.gpu.applied import ClockSampler
+    from perseus_client.gpu.applied import ClockSampler, fixed_lock
 
     gpu = SimulatedGpu(PROFILE, time_scale=0.0)
     gpu.set_locked_clocks(1410)
     gpu.throttle(1000)  # every sample off-plan: the costlier path
-    sampler = ClockSampler(gpu, lambda: 1410, interval=3600.0)
+    # The sampler reads the controller's lock as a LockState snapshot (a settled lock at 1410).
+    sampler = ClockSampler(gpu, fixed_lock(1410), interval=3600.0)
     gpu.begin_instruction("forward", 0, 0)
     clock = time.perf_counter_ns
     out = []
+    recorded = 0
     for _ in range(repeats):
         t0 = clock()
-        sampler.sample()
+        recorded += sampler.sample()
         out.append((clock() - t0) / 1000.0)
     sampler.close()
+    if recorded != repeats:
+        raise RuntimeError(f"the sampler recorded {recorded} of {repeats} samples")
     return out
 
 
@@ -286,9 +291,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iterations", type=int, default=300)
     ap.add_argument("--microbatches", type=int, default=8)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--smoke", action="store_true", help="a few iterations of every case (figures meaningless)"
+    )
     ap.add_argument("--nvml", action="store_true", help="read-only check on a real NVIDIA GPU")
     ap.add_argument("--gpud", action="store_true", help="latencies through the node daemon (root)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.iterations = min(args.iterations, 3)
     order = one_f_one_b(args.microbatches)
     if args.gpud:
         print(json.dumps(gpud_check(args.iterations, order), indent=2))
@@ -320,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
                 "iteration_boundary_median_us": statistics.median(b),
             }
         )
-    one = bench_sample(max(1000, args.iterations * 10))
+    one = bench_sample(50 if args.smoke else max(1000, args.iterations * 10))
     rows.append(
         {
             "case": "one clock sample (sampler thread)",

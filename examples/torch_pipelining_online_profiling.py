@@ -26,6 +26,9 @@ or against a running server (``perseus serve``)::
     python examples/torch_pipelining_online_profiling.py --server http://localhost:8000 \\
         --grpc localhost:50051
 
+(a server with TLS and a private CA: ``--server https://host:8000 --grpc host:50051
+--tls-ca ca.pem``, or ``PERSEUS_TLS_CA=ca.pem`` in the environment)
+
 or under torchrun (then ``--server`` is required, and ``--nproc-per-node`` must be 2)::
 
     torchrun --nproc-per-node 2 examples/torch_pipelining_online_profiling.py --server ...
@@ -141,8 +144,11 @@ class Rest:
     """The server's REST API through the standard library (raises on any error, with the
     server's answer), so that a rank needs nothing beyond the light client and torch."""
 
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, tls_ca: str | None = None) -> None:
+        from perseus_client.transport import tls_context
+
         self.base = base.rstrip("/")
+        self.ssl = tls_context(tls_ca)  # --tls-ca, else $PERSEUS_TLS_CA, else the system's roots
         token = os.environ.get("PERSEUS_TOKEN")  # the same token the client reads
         self.headers = {"Authorization": f"Bearer {token}"} if token else {}
 
@@ -159,7 +165,7 @@ class Rest:
         headers = {**self.headers, **({"Content-Type": "application/json"} if data else {})}
         req = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
-            with urllib.request.urlopen(req, timeout=30) as r:
+            with urllib.request.urlopen(req, timeout=30, context=self.ssl) as r:
                 body, kind = r.read().decode(), r.headers.get("Content-Type", "")
         except urllib.error.HTTPError as e:
             raise RuntimeError(f"{method} {path}: {e.code} {e.read().decode()}") from None
@@ -179,7 +185,7 @@ def rank_main(args: argparse.Namespace) -> int:
         raise SystemExit(f"this example runs {STAGES} ranks (one per stage), not {world}")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    api = Rest(args.server)
+    api = Rest(args.server, args.tls_ca)
 
     def say(what: str) -> None:
         print(f"rank {rank}: {what}", flush=True)
@@ -217,7 +223,9 @@ def rank_main(args: argparse.Namespace) -> int:
     gpu = SimulatedGpu.from_profile_csv(
         PROFILE, stage=rank, blocking_power=BLOCKING_POWER, time_scale=TIME_SCALE
     )
-    client = PerseusClient(args.grpc, job=job_id, gpu=gpu, global_rank=rank, pipeline_rank=rank)
+    client = PerseusClient(
+        args.grpc, job=job_id, gpu=gpu, global_rank=rank, pipeline_rank=rank, tls_ca=args.tls_ca
+    )
     x = torch.randn(2 * MICROBATCHES, WIDTH, generator=torch.Generator().manual_seed(0))
     y = torch.randn(2 * MICROBATCHES, WIDTH, generator=torch.Generator().manual_seed(1))
 
@@ -380,6 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--short", action="store_true", help="4 clocks, 1 warm-up + 2 measured each")
     ap.add_argument("--server", help="REST URL of a running perseus serve (default: start one)")
     ap.add_argument("--grpc", help="its gRPC host:port (default: the REST host, port 50051)")
+    ap.add_argument(
+        "--tls-ca",
+        help="PEM file of the CA that signed the server's certificate, for REST and gRPC "
+        "(default $PERSEUS_TLS_CA; with one, gRPC uses TLS)",
+    )
     ap.add_argument("--train-steps", type=int, default=5, help="steps on the deployed plan")
     ap.add_argument("--max-steps", type=int, default=2000, help="give up profiling after these")
     ap.add_argument("--timeout", type=float, default=900, help="seconds the launcher waits")

@@ -14,9 +14,11 @@ Perseus core modules that do). See :mod:`perseus_client.client` for the guarante
 """
 
 from perseus_client.client import PerseusClient
+from perseus_client.clock_control import FailOpenGpu
 from perseus_client.controller import FrequencyController
 from perseus_client.errors import (
     ClientError,
+    ClockControlUnavailableError,
     ConfigError,
     GpuDriverError,
     GpuError,
@@ -47,6 +49,7 @@ __all__ = [
     "GpuBackend",
     "NvmlGpu",
     "DaemonGpu",
+    "FailOpenGpu",
     "AppliedClockReport",
     "OffPlanInstruction",
     "SimulatedGpu",
@@ -66,6 +69,7 @@ __all__ = [
     "ConfigError",
     "PlanMismatchError",
     "GpuError",
+    "ClockControlUnavailableError",
     "GpuPermissionError",
     "GpuNotSupportedError",
     "GpuDriverError",

@@ -42,13 +42,22 @@ Guarantees:
   each instruction's time and energy (energy-counter difference, with the device synchronised
   around the instruction) until the server sends the next task.
 
+- **Clock control that cannot be had never stops training** (the default backend): no node
+  daemon, a socket refused or not permitted, the GPU's lease held, NVML missing or not permitted.
+  The client warns once, runs at the GPU's current clocks, retries in the background, takes
+  control when it can, and reports :attr:`PerseusClient.clock_control` to the server (see
+  :mod:`perseus_client.clock_control`). Only configuration errors raise.
+- **Reports of a restarted rank are never muted**: each carries this process's random
+  incarnation, and the server compares sequences within one incarnation only.
+
 Configuration comes from the arguments or the environment: ``PERSEUS_SERVER`` (``host:port``, or
 ``grpcs://host:port`` for TLS), ``PERSEUS_TOKEN`` (bearer token), ``PERSEUS_JOB`` (job id),
-``RANK`` (global rank) and ``LOCAL_RANK`` (NVML index of the default GPU backend). The default
-backend is :class:`DaemonGpu` (through the node daemon ``perseus gpud``, no privileges needed)
-when ``PERSEUS_GPUD_SOCKET`` is set or the default socket ``/run/perseus/gpud.sock`` exists, else
+``PERSEUS_TLS_CA`` (PEM file of a private CA; implies TLS), ``RANK`` (global rank) and
+``LOCAL_RANK`` (NVML index of the default GPU backend). The default backend is
+:class:`DaemonGpu` (through the node daemon ``perseus gpud``, no privileges needed) when
+``PERSEUS_GPUD_SOCKET`` is set or the default socket ``/run/perseus/gpud.sock`` exists, else
 :class:`NvmlGpu`; ``PERSEUS_DRY_RUN=1`` selects ``NvmlGpu(dry_run=True)``, which records clock
-requests without applying them.
+requests without applying them. It is built behind :class:`FailOpenGpu`.
 """
 
 from __future__ import annotations
@@ -58,9 +67,11 @@ import os
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from perseus_client.clock_control import ACTIVE, FailOpenGpu
 from perseus_client.controller import FrequencyController
 from perseus_client.errors import ClientError, ConfigError, PlanMismatchError
 from perseus_client.gpu.applied import ClockSampler
@@ -87,19 +98,42 @@ def _env_int(name: str, value: int | None, default: int) -> int:
         raise ConfigError(name, f"must be an integer, got {raw!r}") from exc
 
 
-def _default_gpu() -> GpuBackend:
-    """The node daemon's GPU when a daemon socket is configured or present, else NVML's."""
+def _backend_factory() -> Callable[[], GpuBackend]:
+    """What builds the default backend: the node daemon's GPU when a daemon socket is configured
+    or present, else NVML's (``PERSEUS_DRY_RUN``: NVML's, recording requests only).
+
+    The environment is read here, so a malformed variable raises now (a configuration error);
+    the factory itself raises :class:`ClockControlUnavailableError` while control cannot be had.
+    """
     from perseus_client.gpud.protocol import DEFAULT_SOCKET, SOCKET_ENV
 
     index = _env_int("LOCAL_RANK", None, 0)
+    if index < 0:
+        raise ConfigError("LOCAL_RANK", f"must be >= 0, got {index}")
     dry_run = os.environ.get("PERSEUS_DRY_RUN", "") not in ("", "0", "false")
     if not dry_run and (os.environ.get(SOCKET_ENV) or os.path.exists(DEFAULT_SOCKET)):
-        from perseus_client.gpu.daemon import DaemonGpu
 
-        return DaemonGpu()  # its GPU from CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, LOCAL_RANK
-    from perseus_client.gpu.nvml import NvmlGpu
+        def daemon() -> GpuBackend:
+            from perseus_client.gpu.daemon import DaemonGpu
 
-    return NvmlGpu(index, dry_run=dry_run)
+            # Its GPU from CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES and LOCAL_RANK, leased
+            # by UUID. No wait for the daemon here: FailOpenGpu retries in the background.
+            return DaemonGpu(connect_timeout=0.0)
+
+        return daemon
+
+    def nvml() -> GpuBackend:
+        from perseus_client.gpu.nvml import NvmlGpu
+
+        return NvmlGpu(index, dry_run=dry_run)
+
+    return nvml
+
+
+def _default_gpu(retry_initial: float = 1.0, retry_max: float = 30.0) -> FailOpenGpu:
+    """The default backend behind :class:`FailOpenGpu`: never raises because clock control is
+    unavailable (see :mod:`perseus_client.clock_control`)."""
+    return FailOpenGpu(_backend_factory(), retry_initial=retry_initial, retry_max=retry_max)
 
 
 class _IterationScope:
@@ -146,7 +180,8 @@ class PerseusClient:
         job: job id; default ``$PERSEUS_JOB``.
         token: bearer token; default ``$PERSEUS_TOKEN`` (none when unset).
         gpu: the GPU backend; default ``DaemonGpu($LOCAL_RANK)`` when a node daemon socket is
-            configured or exists, else ``NvmlGpu($LOCAL_RANK, dry_run=$PERSEUS_DRY_RUN)``.
+            configured or exists, else ``NvmlGpu($LOCAL_RANK, dry_run=$PERSEUS_DRY_RUN)``,
+            behind :class:`FailOpenGpu` (never raises because clock control is unavailable).
         global_rank: default ``$RANK`` or 0.
         pipeline_rank: this rank's stage index in its pipeline (default 0).
         data_rank: which data-parallel pipeline (default 0).
@@ -159,12 +194,16 @@ class PerseusClient:
         handle_signals: install the clock-reset signal handlers (main thread only; see
             :mod:`perseus_client.safety`).
         tls_root_certificates: PEM roots for ``grpcs://`` (default: the system's).
+        tls_ca: path of a PEM file of the server's CA (default ``$PERSEUS_TLS_CA``); with one,
+            gRPC uses TLS. Unreadable or not a certificate: :class:`ConfigError`.
         rpc_timeout, backoff_initial, backoff_max: network tuning (seconds).
         cuda_events: time instructions and order clock changes with CUDA events (default: when
             the backend is a real GPU and torch with CUDA is already imported).
         clock_sample_interval: seconds between applied-clock samples taken off the training
             thread (0: none; see :mod:`perseus_client.gpu.applied`); off-plan instructions
             travel with the iteration reports.
+        clock_retry_initial, clock_retry_max: backoff bounds (seconds) of the default backend's
+            retries while clock control is unavailable.
     """
 
     def __init__(
@@ -190,17 +229,36 @@ class PerseusClient:
         backoff_max: float = 5.0,
         cuda_events: bool | None = None,
         clock_sample_interval: float = 0.05,
+        clock_retry_initial: float = 1.0,
+        clock_retry_max: float = 30.0,
+        tls_ca: str | None = None,
     ) -> None:
         server = server if server is not None else os.environ.get("PERSEUS_SERVER")
         job = job if job is not None else os.environ.get("PERSEUS_JOB")
         token = token if token is not None else os.environ.get("PERSEUS_TOKEN") or None
+        target, tls, ca_pem = "", False, None
         if not offline:
             if not server:
                 raise ConfigError("server", "pass server='host:port' or set PERSEUS_SERVER")
             if not job:
                 raise ConfigError("job", "pass job='<job id>' or set PERSEUS_JOB")
+            from perseus_client.transport import check_target, parse_target, read_tls_ca
+
+            # Configuration errors raise here, before anything starts (a GPU lease included).
+            target, tls = parse_target(str(server))
+            check_target(target)
+            ca_pem = read_tls_ca(tls_ca) if tls_root_certificates is None else None
         if failopen_timeout < 0:
             raise ConfigError("failopen_timeout", f"must be >= 0 seconds, got {failopen_timeout}")
+        if not clock_retry_initial > 0:
+            raise ConfigError(
+                "clock_retry_initial", f"must be > 0 seconds, got {clock_retry_initial}"
+            )
+        if not clock_retry_max >= clock_retry_initial:
+            raise ConfigError(
+                "clock_retry_max",
+                f"must be >= clock_retry_initial ({clock_retry_initial}), got {clock_retry_max}",
+            )
         for name, v in (
             ("pipeline_rank", pipeline_rank),
             ("data_rank", data_rank),
@@ -219,8 +277,12 @@ class PerseusClient:
 
         self._owns_gpu = gpu is None
         if gpu is None:
-            gpu = _default_gpu()
+            gpu = _default_gpu(clock_retry_initial, clock_retry_max)
         self.gpu = gpu
+        #: The fail-open wrapper of the default backend (``None`` for a backend passed in).
+        self._failopen = gpu if isinstance(gpu, FailOpenGpu) else None
+        self._clock_changed = False
+        self._told_clock_control: tuple[str, str | None] = (ACTIVE, None)
         self.max_clock = gpu.max_clock
         self._sync_clocks = gpu.synchronous_clocks
         self._torch: Any = None
@@ -270,9 +332,8 @@ class PerseusClient:
 
         self.link: Any = None
         if not offline:
-            from perseus_client.transport import RankIdentity, ServerLink, parse_target
+            from perseus_client.transport import RankIdentity, ServerLink
 
-            target, tls = parse_target(str(server))
             self.link = ServerLink(
                 target,
                 RankIdentity(
@@ -288,18 +349,61 @@ class PerseusClient:
                 ),
                 self._receive_plan,
                 token=token,
-                tls=tls or tls_root_certificates is not None,
-                root_certificates=tls_root_certificates,
+                # A CA means TLS, unless the address says plain gRPC (grpc://) explicitly.
+                tls=tls
+                or tls_root_certificates is not None
+                or (bool(ca_pem) and not str(server).strip().startswith("grpc://")),
+                root_certificates=tls_root_certificates or ca_pem,
                 rpc_timeout=rpc_timeout,
                 backoff_initial=backoff_initial,
                 backoff_max=backoff_max,
                 report_interval=report_interval,
             )
+        if self._failopen is not None:
+            self._failopen.add_listener(self._on_clock_control)
+            self._on_clock_control()
         self._guard = ResetGuard(
             self._emergency_reset, resume=self._resume_after_signal, signals=handle_signals
         )
         if self.link is not None:
             self.link.start()
+
+    # -- clock control ----------------------------------------------------------------------------
+
+    @property
+    def clock_control(self) -> str:
+        """``"active"`` while this rank controls its GPU's clocks, else ``"unavailable"`` (the
+        default backend could not be had: see :mod:`perseus_client.clock_control`)."""
+        return self._failopen.state if self._failopen is not None else ACTIVE
+
+    @property
+    def clock_control_reason(self) -> str | None:
+        """Why clock control is unavailable (``None`` while it is active)."""
+        return self._failopen.reason if self._failopen is not None else None
+
+    def _on_clock_control(self) -> None:
+        """The state may have changed (a background thread): refresh the maximum clock at the
+        next iteration boundary and tell the server."""
+        self._clock_changed = True
+        state, reason = self.clock_control, self.clock_control_reason
+        self._told_clock_control = (state, reason)
+        link = self.link
+        if link is not None:
+            gpu = self.gpu
+            link.set_clock_control(
+                state,
+                reason or "",
+                gpu_name=gpu.name,
+                supported_clocks=tuple(gpu.supported_clocks()),
+            )
+
+    def _refresh_max_clock(self) -> None:
+        self._clock_changed = False
+        mhz = self.gpu.max_clock
+        if mhz != self.max_clock:
+            self.max_clock = mhz
+            self._cursor.max_clock = mhz
+            self.controller.set_max_clock(mhz)
 
     # -- plans ------------------------------------------------------------------------------------
 
@@ -369,6 +473,8 @@ class PerseusClient:
             raise ClientError("iteration() blocks do not nest")
         if self._closed:
             raise ClientError("the client is closed")
+        if self._clock_changed:
+            self._refresh_max_clock()
         plan = self._select_plan()
         if plan is not self._plan:
             self._plan = plan
@@ -424,6 +530,9 @@ class PerseusClient:
         )
         self.last_report = record
         if self.link is not None:
+            failopen = self._failopen
+            if failopen is not None and failopen.state != self._told_clock_control[0]:
+                self._on_clock_control()  # e.g. the node daemon went away mid-run, or came back
             self.link.submit(record)
         self._cursor.finish()
 

@@ -98,6 +98,10 @@ class FrequencyController:
         r = self._requested
         return None if r is None or r == _RESET else r
 
+    def set_max_clock(self, mhz: int) -> None:
+        """The clock fallbacks lock from now on (the GPU's maximum became known; 0: reset)."""
+        self._max = int(mhz)
+
     @property
     def closed(self) -> bool:
         """True after :meth:`reset_now` (or :meth:`close`): requests are ignored until
@@ -228,7 +232,7 @@ class FrequencyController:
     def _fall_back(self, failed: int) -> None:
         """After ``failed`` was refused: lock the maximum clock, else reset the lock."""
         gpu = self.gpu
-        if failed != self._max:
+        if failed != self._max and self._max > 0:
             try:
                 gpu.set_locked_clocks(self._max)
                 self._applied = self._max

@@ -11,6 +11,7 @@ __all__ = [
     "ConfigError",
     "PlanMismatchError",
     "GpuError",
+    "ClockControlUnavailableError",
     "GpuPermissionError",
     "GpuNotSupportedError",
     "GpuDriverError",
@@ -61,15 +62,26 @@ class GpuError(ClientError):
     """A GPU backend could not do what was asked."""
 
 
-class GpuPermissionError(GpuError):
+class ClockControlUnavailableError(GpuError):
+    """Clock control cannot be had now: no NVML or driver, no permission, the node daemon
+    unreachable (socket missing, refused, not permitted), or the GPU leased by another process.
+
+    A :class:`~perseus_client.PerseusClient` with its default backend never raises these: it
+    runs at the GPU's current clocks, retries in the background and reports the reason
+    (:class:`~perseus_client.clock_control.FailOpenGpu`). They reach code that builds a backend
+    itself (``NvmlGpu(0)``, ``DaemonGpu(0)``).
+    """
+
+
+class GpuPermissionError(ClockControlUnavailableError):
     """Locking clocks needs root or the CAP_SYS_ADMIN capability."""
 
 
-class GpuNotSupportedError(GpuError):
+class GpuNotSupportedError(ClockControlUnavailableError):
     """The GPU or driver does not support the operation (clock locking needs Volta or newer)."""
 
 
-class GpuDriverError(GpuError):
+class GpuDriverError(ClockControlUnavailableError):
     """No NVIDIA driver / NVML library could be loaded, or the device does not exist."""
 
 

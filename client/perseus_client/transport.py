@@ -22,10 +22,14 @@ this machine also warns).
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import itertools
 import logging
+import os
 import random
+import secrets
+import ssl
 import threading
 import time
 from collections import deque
@@ -35,6 +39,7 @@ from typing import Any
 
 import grpc
 
+from perseus_client.errors import ConfigError
 from perseus_client.measurements import IterationMeasurement
 from perseus_client.plan import Plan
 from perseus_common.proto import perseus_pb2, perseus_pb2_grpc
@@ -45,7 +50,15 @@ __all__ = [
     "parse_target",
     "is_loopback_target",
     "credential_in_clear",
+    "read_tls_ca",
+    "check_target",
+    "tls_context",
+    "TLS_CA_ENV",
 ]
+
+#: The environment variable naming a PEM file of the CA that signed the server's certificate.
+TLS_CA_ENV = "PERSEUS_TLS_CA"
+_DUPLICATE_LOG_INTERVAL = 60.0  # seconds between two warnings about reports called duplicates
 
 log = logging.getLogger("perseus_client.transport")
 
@@ -90,6 +103,67 @@ def parse_target(server: str) -> tuple[str, bool]:
         if s.startswith(prefix):
             return s[len(prefix) :].rstrip("/"), tls
     return s, False
+
+
+_RESOLVER_SCHEMES = ("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:", "vsock:")
+
+
+def check_target(target: str) -> None:
+    """Raise :class:`ConfigError` (field ``server``) unless ``target`` is ``host:port`` (a port
+    1..65535; ``[v6]:port`` for IPv6) or names a gRPC resolver (``unix:path``, ``dns:///...``)."""
+    t = target.strip()
+    if t.startswith(_RESOLVER_SCHEMES):
+        return
+    host, sep, port = t.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    ok = (
+        sep == ":"
+        and bool(host)
+        and not any(c.isspace() or c in "/?#@" for c in host)
+        and (":" not in host or t.startswith("["))
+        and port.isdigit()
+        and 1 <= int(port) <= 65535
+    )
+    if not ok:
+        raise ConfigError(
+            "server",
+            f"expected host:port (grpcs://host:port for TLS, [v6 address]:port), got {target!r}",
+        )
+
+
+def read_tls_ca(path: str | os.PathLike[str] | None = None) -> bytes | None:
+    """The PEM bytes of the CA file ``path`` (default ``$PERSEUS_TLS_CA``; ``None`` when neither
+    is set). Raises :class:`ConfigError` naming the option when the file cannot be read or holds
+    no PEM certificate."""
+    field = "tls_ca"
+    if path is None or not os.fspath(path):
+        path, field = os.environ.get(TLS_CA_ENV) or None, TLS_CA_ENV
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            pem = f.read()
+    except OSError as exc:
+        raise ConfigError(
+            field, f"cannot read the CA file {path!s}: {exc.strerror or exc}"
+        ) from exc
+    if b"-----BEGIN CERTIFICATE-----" not in pem:
+        raise ConfigError(field, f"{path!s} holds no PEM certificate (BEGIN CERTIFICATE)")
+    return pem
+
+
+def tls_context(tls_ca: str | os.PathLike[str] | None = None) -> ssl.SSLContext | None:
+    """An SSL context that trusts the CA file ``tls_ca`` (default ``$PERSEUS_TLS_CA``), for REST
+    calls: ``httpx.Client(verify=ctx)``, ``urllib.request.urlopen(req, context=ctx)``; ``None``
+    when no CA is configured (use the system's roots). Raises :class:`ConfigError` like
+    :func:`read_tls_ca`."""
+    pem = read_tls_ca(tls_ca)
+    if pem is None:
+        return None
+    ctx = ssl.create_default_context()
+    ctx.load_verify_locations(cadata=pem.decode("ascii", errors="replace"))
+    return ctx
 
 
 def is_loopback_target(target: str) -> bool:
@@ -188,10 +262,20 @@ class ServerLink:
         self.backoff_max = backoff_max
         self.report_interval = report_interval
         # (sequence, record): the sequence is the report's idempotency key, fixed when queued so
-        # a re-sent report carries the same one; it starts at the clock in microseconds, so it
-        # also increases across restarts of the rank.
+        # a re-sent report carries the same one. The server compares it only with the sequences
+        # of this incarnation (a random id of this process), so a restarted rank is never muted
+        # by its previous run's numbers, whatever the clocks say; it starts at the clock in
+        # microseconds all the same, for servers that predate incarnations.
         self._queue: deque[tuple[int, IterationMeasurement]] = deque(maxlen=max_queued)
-        self._sequence = itertools.count(time.time_ns() // 1000)
+        #: This client's incarnation (1..2^63-1), sent with every report.
+        self.incarnation = secrets.randbits(63) or 1
+        self._sequence = itertools.count(max(time.time_ns() // 1000, 1))
+        #: Reports the server acknowledged as duplicates (re-sent ones, or muted).
+        self.duplicates = 0
+        self._duplicates_logged_at = -_DUPLICATE_LOG_INTERVAL
+        self._clock_control = perseus_pb2.ClockControl()
+        self._reregister = threading.Event()
+        self._replaced_logged = False
         self._stop = threading.Event()
         self._call: Any = None
         self._lock = threading.Lock()
@@ -244,6 +328,7 @@ class ServerLink:
     # -- watcher ------------------------------------------------------------------------------------
 
     def _register(self) -> None:
+        self._reregister.clear()  # this registration carries the identity as it is now
         ident = self.identity
         resp = self._stub.RegisterRank(
             perseus_pb2.RegisterRankRequest(
@@ -256,12 +341,31 @@ class ServerLink:
                 supported_clocks_mhz=list(ident.supported_clocks),
                 hostname=ident.hostname,
                 max_power_limit_w=ident.max_power_limit_w,
+                clock_control=self._clock_control,
             ),
             timeout=self.rpc_timeout,
             metadata=self._metadata,
         )
         self.rank_id = resp.rank_id
         self._registered.set()
+
+    def set_clock_control(
+        self, state: str, reason: str, *, gpu_name: str, supported_clocks: tuple[int, ...]
+    ) -> None:
+        """The rank's clock control changed (any thread): reports carry it from now on, and the
+        rank registers again when its GPU's name or clocks became known."""
+        self._clock_control = perseus_pb2.ClockControl(
+            state=perseus_pb2.CLOCK_CONTROL_ACTIVE
+            if state == "active"
+            else perseus_pb2.CLOCK_CONTROL_UNAVAILABLE,
+            reason=reason[:256],
+        )
+        ident = self.identity
+        if (ident.gpu_name, ident.supported_clocks) != (gpu_name, supported_clocks):
+            self.identity = dataclasses.replace(
+                ident, gpu_name=gpu_name, supported_clocks=supported_clocks
+            )
+        self._reregister.set()
 
     def _watch_loop(self) -> None:
         backoff = self.backoff_initial
@@ -309,6 +413,17 @@ class ServerLink:
                         self.identity.global_rank,
                         self.last_error,
                     )
+                elif code == grpc.StatusCode.ABORTED and "replaced" in str(details):
+                    # Another stream for this rank took our place: another process runs this
+                    # rank, or the server saw our reconnect first. Retry, slowly, and say so.
+                    if not self._replaced_logged:
+                        self._replaced_logged = True
+                        log.warning(
+                            "perseus: the plan stream of rank %s was replaced by a newer one "
+                            "(is another process running this rank?); reconnecting",
+                            self.identity.global_rank,
+                        )
+                    backoff = self.backoff_max
                 self._set_down(self.last_error)
             except Exception as exc:  # noqa: BLE001 - the watcher must survive anything
                 self.last_error = repr(exc)
@@ -342,6 +457,8 @@ class ServerLink:
             plan_version=rec.plan_version,
             energy=max(rec.energy, 0.0),
             sequence=sequence,
+            incarnation=self.incarnation,
+            clock_control=self._clock_control,
             instructions=[
                 perseus_pb2.InstructionMeasurement(
                     instruction=m.kind,
@@ -364,10 +481,12 @@ class ServerLink:
                 batch.append(self._queue.popleft())
             try:
                 msgs = [self._to_proto(r) for r in batch]
-                self._stub.ReportIterations(
+                ack = self._stub.ReportIterations(
                     iter(msgs), timeout=timeout or self.rpc_timeout, metadata=self._metadata
                 )
                 self.reports_sent += len(batch)
+                if ack.duplicates:
+                    self._count_duplicates(int(ack.duplicates), len(batch))
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
                 if code == grpc.StatusCode.INVALID_ARGUMENT:
@@ -383,9 +502,36 @@ class ServerLink:
                 log.exception("perseus: could not build iteration reports; dropping %d", len(batch))
         return not self._queue
 
+    def _count_duplicates(self, n: int, sent: int) -> None:
+        """The server called ``n`` of ``sent`` reports duplicates: counted, and logged at most
+        once a minute (a re-sent batch is normal; a rank whose every report is one is muted)."""
+        self.duplicates += n
+        now = time.monotonic()
+        if now - self._duplicates_logged_at >= _DUPLICATE_LOG_INTERVAL:
+            self._duplicates_logged_at = now
+            log.warning(
+                "perseus: the server dropped %d of %d iteration reports as duplicates "
+                "(%d so far; incarnation %d)",
+                n,
+                sent,
+                self.duplicates,
+                self.incarnation,
+            )
+
+    def _update_registration(self) -> None:
+        """Register again with the identity and clock control as they are now."""
+        try:
+            self._register()
+        except grpc.RpcError as exc:
+            log.debug("perseus: could not update the registration: %s", exc)
+            if self._up:  # else the watcher registers again when it reconnects
+                self._reregister.set()
+
     def _report_loop(self) -> None:
         backoff = self.report_interval
         while not self._stop.wait(backoff):
+            if self._reregister.is_set() and self.rank_id is not None:
+                self._update_registration()
             if not self._queue or self.rank_id is None:
                 continue
             backoff = self.report_interval if self.flush() else min(backoff * 2.0, self.backoff_max)

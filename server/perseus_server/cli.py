@@ -102,6 +102,13 @@ def build_parser(prog: str = "perseus serve") -> argparse.ArgumentParser:
         help="measured / planned iteration time outside this band marks a job profile_mismatch "
         "(default %(default)s)",
     )
+    p.add_argument(
+        "--max-streams-per-credential",
+        type=int,
+        default=d.max_streams_per_credential,
+        help="WatchPlan streams one credential may hold at once (default %(default)s; a rank "
+        "holds one, a new stream for it replaces the old)",
+    )
     c = ServerConfig()
     p.add_argument(
         "--header-timeout",
@@ -157,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if not args.header_timeout > 0 or not args.body_timeout > 0 or args.max_connections < 1:
         parser.error("--header-timeout, --body-timeout and --max-connections must be positive")
+    if args.max_streams_per_credential < 1:
+        parser.error("--max-streams-per-credential must be positive")
     if (args.tls_cert is None) != (args.tls_key is None):
         parser.error("--tls-cert and --tls-key go together")
     for path in (args.tls_cert, args.tls_key):
@@ -210,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             idle_after_seconds=args.idle_after,
             replan_dwell_seconds=args.replan_dwell,
             profile_mismatch_band=(low, high),
+            max_streams_per_credential=args.max_streams_per_credential,
         ),
     )
     from perseus_server.server import serve

@@ -56,6 +56,9 @@ class Limits:
             outside which a job's profile counts as wrong for it (``profile_mismatch``).
         profile_mismatch_iterations: the reported iterations (per pipeline, their median)
             the band is judged over.
+        max_streams_per_credential: ``WatchPlan`` streams one credential holds at once (a rank
+            holds one: a new stream for it replaces the old); more are refused with
+            ``RESOURCE_EXHAUSTED``. The shared ``--token-file`` token counts as one credential.
     """
 
     max_body_bytes: int = 4 * 1024 * 1024
@@ -79,6 +82,7 @@ class Limits:
     replan_dwell_seconds: float = 5.0
     profile_mismatch_band: tuple[float, float] = (0.25, 4.0)
     profile_mismatch_iterations: int = 8
+    max_streams_per_credential: int = 65536
 
 
 @dataclass(frozen=True)

@@ -227,6 +227,7 @@ class Metrics:
         registered: Callable[[], dict[Labels, float]],
         solve_limit: float = 3600.0,
         job_energy: JobEnergySource | None = None,
+        without_clock_control: Callable[[], dict[Labels, float]] | None = None,
     ) -> None:
         """The gauges' sources: ``jobs`` (by state), ``connected`` and ``registered`` ranks (by
         job), ``job_energy`` (measured power and energy saved; None: those gauges are empty)."""
@@ -289,6 +290,14 @@ class Metrics:
             "1 when a job's measured iteration times are outside the band around its plan's "
             "prediction (its energy-saved figures are withheld, straggler replanning paused).",
             "profile_mismatches",
+        )
+        self.ranks_without_clock_control = r.add(
+            Gauge(
+                "perseus_ranks_without_clock_control",
+                "Registered ranks that say they cannot control their GPU's clocks (they train at "
+                "the GPU's current clocks), by job.",
+                without_clock_control or dict,
+            )
         )
         self.solves: Counter = r.add(
             Counter("perseus_solves_total", "Frontier computations finished, by outcome.")

@@ -108,6 +108,7 @@ def test_a_resent_batch_keeps_its_numbers_and_is_acknowledged_as_duplicates(
         assert first == resent, "a re-sent batch must carry the same sequence numbers"
         assert first == sorted(first) and len(set(first)) == 3 and first[0] > 0
         assert rec.acks == [(3, 0), (3, 3)]  # stored once, then acknowledged and dropped
+        assert link.duplicates == 3  # the client counts what the server called duplicates
         assert _reports_total(srv) == before + 3
         # New records number on, above the re-sent ones.
         link.submit(_record(3))
@@ -142,6 +143,7 @@ def test_a_partly_resent_batch_counts_only_the_new_records(
         assert link.flush() is True
         assert rec.batches[1][0] == rec.batches[0][0] and len(rec.batches[1]) == 2
         assert rec.acks[1] == (2, 1)
+        assert link.duplicates == 1
         assert _reports_total(srv) == before + 2
     finally:
         link.close()

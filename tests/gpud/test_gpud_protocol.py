@@ -186,8 +186,10 @@ def test_client_defaults_to_the_daemon_when_its_socket_is_configured(
     monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", f"{simulated_uuid(0)},{simulated_uuid(1)}")
     client = PerseusClient(offline=True, handle_signals=False)
     try:
-        assert isinstance(client.gpu, DaemonGpu) and client.gpu.index == 1
-        assert client.gpu.uuid == simulated_uuid(1)
+        # The default backend, behind the client's fail-open wrapper.
+        assert isinstance(client.gpu.backend, DaemonGpu) and client.gpu.backend.index == 1
+        assert client.gpu.backend.uuid == simulated_uuid(1)
+        assert client.clock_control == "active"
         assert gpud_harness.holder(daemon.status()[1]) == (os.getpid(), 0)
     finally:
         client.close()

@@ -229,13 +229,15 @@ def test_iterations_keep_the_newest_per_rank_oldest_first(store: Store) -> None:
     assert len(store.iterations("r0", 10)) == 4
 
 
-def test_report_sequences_only_rise(store: Store) -> None:
+def test_report_sequences_only_rise_per_incarnation(store: Store) -> None:
     store.add_job("a", _spec())
     assert store.report_sequences("a") == {}
-    store.add_iterations("a", [("r0", 1, 1.0, 1.0, 1)], keep=8, sequences={"r0": 5})
-    store.add_iterations("a", [("r1", 1, 1.0, 1.0, 1)], keep=8, sequences={"r1": 2})
-    store.add_iterations("a", [("r0", 2, 1.0, 1.0, 1)], keep=8, sequences={"r0": 3})
-    assert store.report_sequences("a") == {"r0": 5, "r1": 2}
+    store.add_iterations("a", [("r0", 1, 1.0, 1.0, 1)], keep=8, sequences={("r0", 7): 5})
+    store.add_iterations("a", [("r1", 1, 1.0, 1.0, 1)], keep=8, sequences={("r1", 7): 2})
+    store.add_iterations("a", [("r0", 2, 1.0, 1.0, 1)], keep=8, sequences={("r0", 7): 3})
+    # a new incarnation of r0 (a restarted client) starts its own sequence space
+    store.add_iterations("a", [("r0", 3, 1.0, 1.0, 1)], keep=8, sequences={("r0", 9): 1})
+    assert store.report_sequences("a") == {"r0": {7: 5, 9: 1}, "r1": {7: 2}}
     assert store.report_sequences("b") == {}
 
 
@@ -312,7 +314,7 @@ def test_deleting_a_job_forgets_everything_of_it_and_nothing_else(store: Store) 
         store.put_frontier(j, FrontierRow(SolveStatus.RUNNING, 0.5))
         store.put_deployment(j, 1, {"job": j})
         store.put_rank(_rank(j, 0))
-        store.add_iterations(j, [(f"{j}-0", 1, 1.0, 1.0, 1)], keep=8, sequences={f"{j}-0": 1})
+        store.add_iterations(j, [(f"{j}-0", 1, 1.0, 1.0, 1)], keep=8, sequences={(f"{j}-0", 1): 1})
         store.put_profiling(j, {"job": j})
         store.add_credential(f"cred-{j}", "rank", j, f"hash-{j}")
         store.bind_rank(f"{j}-0", j, 0, f"cred-{j}")

@@ -18,7 +18,7 @@ import os
 import socket
 import struct
 
-from perseus_client.errors import GpuError, GpuPermissionError
+from perseus_client.errors import ClockControlUnavailableError, GpuError, GpuPermissionError
 from perseus_common.proto import gpud_pb2
 
 __all__ = [
@@ -30,6 +30,8 @@ __all__ = [
     "GpudError",
     "GpudUnavailableError",
     "GpudRefusedError",
+    "GpudNotOwnerError",
+    "GpudBusyError",
     "GpudLeaseHeldError",
     "GpudPermissionError",
     "encode_frame",
@@ -70,7 +72,7 @@ class GpudError(GpuError):
     """Something went wrong talking to the node daemon."""
 
 
-class GpudUnavailableError(GpudError):
+class GpudUnavailableError(GpudError, ClockControlUnavailableError):
     """The daemon cannot be reached (no socket, connection refused or closed, timeout)."""
 
 
@@ -82,12 +84,21 @@ class GpudRefusedError(GpudError):
         self.code = code
 
 
-class GpudLeaseHeldError(GpudRefusedError):
+class GpudLeaseHeldError(GpudRefusedError, ClockControlUnavailableError):
     """Another connection (another process) holds the GPU's lease; the message names its pid."""
 
 
 class GpudPermissionError(GpudRefusedError, GpuPermissionError):
     """The daemon does not allow this process's uid/gid."""
+
+
+class GpudNotOwnerError(GpudRefusedError, ClockControlUnavailableError):
+    """The GPU is not this process's, as far as the daemon can tell (no device node of it open,
+    no pod given it): for a trainer that asks before CUDA opened its GPU, a later try succeeds."""
+
+
+class GpudBusyError(GpudRefusedError, ClockControlUnavailableError):
+    """The daemon is at its connection cap or timed the connection out: try again later."""
 
 
 def refusal(error: gpud_pb2.Error) -> GpudRefusedError:
@@ -97,6 +108,10 @@ def refusal(error: gpud_pb2.Error) -> GpudRefusedError:
         return GpudLeaseHeldError(code, error.message)
     if error.code == gpud_pb2.PERMISSION_DENIED:
         return GpudPermissionError(code, error.message)
+    if error.code == gpud_pb2.NOT_OWNER:
+        return GpudNotOwnerError(code, error.message)
+    if error.code in (gpud_pb2.BUSY, gpud_pb2.TIMEOUT):
+        return GpudBusyError(code, error.message)
     return GpudRefusedError(code, error.message)
 
 

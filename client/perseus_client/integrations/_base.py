@@ -1,13 +1,68 @@
-"""What every integration shares: the client surface it drives and the order format it exports."""
+"""What every integration shares: the client surface it drives, the order format it exports,
+and :func:`quiet_stdout`: an integration never writes to stdout (a framework's import-time
+warnings included), so orders printed as JSON and redirected to a file stay JSON."""
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
-from typing import Any, Protocol, runtime_checkable
+import functools
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, redirect_stdout
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from perseus_common.kinds import INSTRUCTION_KINDS
 
-__all__ = ["INSTRUCTION_KINDS", "InstructionClient", "Orders", "custom_schedule", "check_orders"]
+__all__ = [
+    "INSTRUCTION_KINDS",
+    "InstructionClient",
+    "Orders",
+    "custom_schedule",
+    "check_orders",
+    "quiet_stdout",
+    "stdout_to_stderr",
+]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _stdout_handlers(out: Any) -> Iterator[logging.StreamHandler[Any]]:
+    loggers = [logging.getLogger()] + [
+        lg for lg in logging.Logger.manager.loggerDict.values() if isinstance(lg, logging.Logger)
+    ]
+    for lg in loggers:
+        for h in lg.handlers:
+            if isinstance(h, logging.StreamHandler) and h.stream in (out, sys.__stdout__):
+                yield h
+
+
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """While inside, what would go to stdout goes to stderr: ``print`` and ``sys.stdout``
+    writes, and log handlers that write to stdout (DeepSpeed's logger does: its import warns
+    "Setting accelerator to CPU" there). Handlers created inside keep stderr."""
+    out = sys.stdout
+    swapped = [(h, h.stream) for h in _stdout_handlers(out)]
+    for h, _ in swapped:
+        h.setStream(sys.stderr)
+    try:
+        with redirect_stdout(sys.stderr):
+            yield
+    finally:
+        for h, stream in swapped:
+            h.setStream(stream)
+
+
+def quiet_stdout(fn: _F) -> _F:
+    """Run ``fn`` under :func:`stdout_to_stderr`."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with stdout_to_stderr():
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
 
 #: Per-rank instruction orders: ``orders[rank] == [[kind, microbatch, stage], ...]``.
 Orders = list[list[list[Any]]]

@@ -30,11 +30,12 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from perseus_client.integrations._base import InstructionClient, Orders, check_orders
+from perseus_client.integrations._base import InstructionClient, Orders, check_orders, quiet_stdout
 
 __all__ = ["EngineHooks", "instrument", "export_orders", "stage_order"]
 
 
+@quiet_stdout
 def stage_order(micro_batches: int, stages: int, stage_id: int) -> list[list[Any]]:
     """One stage's ``[[kind, microbatch, stage], ...]`` as ``TrainSchedule`` runs it."""
     from deepspeed.runtime.pipe import schedule as ds_schedule
@@ -67,6 +68,7 @@ def stage_order(micro_batches: int, stages: int, stage_id: int) -> list[list[Any
     return order
 
 
+@quiet_stdout
 def export_orders(micro_batches: int, stages: int) -> Orders:
     """Every stage's order under ``TrainSchedule`` (no process group needed)."""
     return check_orders([stage_order(micro_batches, stages, s) for s in range(stages)])
@@ -139,6 +141,7 @@ class EngineHooks:
         self.remove()
 
 
+@quiet_stdout
 def instrument(engine: Any, client: InstructionClient) -> EngineHooks:
     """Hook ``client`` into a DeepSpeed ``PipelineEngine``; returns the installed hooks."""
     if not isinstance(client, InstructionClient):

@@ -40,7 +40,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from perseus_client.integrations._base import InstructionClient, Orders, check_orders
+from perseus_client.integrations._base import InstructionClient, Orders, check_orders, quiet_stdout
 
 __all__ = ["MegatronHooks", "instrument", "export_orders", "stage_order"]
 
@@ -53,6 +53,7 @@ def _schedule_table(num_microbatches: int, chunks: int, group: int) -> list[tupl
     return [(int(m), int(c)) for m, c in get_schedule_table(num_microbatches, chunks, group)]
 
 
+@quiet_stdout
 def stage_order(
     num_microbatches: int,
     pipeline_parallel_size: int,
@@ -106,6 +107,7 @@ def stage_order(
     return order
 
 
+@quiet_stdout
 def export_orders(
     num_microbatches: int,
     pipeline_parallel_size: int,
@@ -275,6 +277,7 @@ class MegatronHooks:
         return perseus_backward_step
 
 
+@quiet_stdout
 def instrument(client: InstructionClient, order: Sequence[Sequence[Any]]) -> MegatronHooks:
     """Patch Megatron's ``forward_step`` / ``backward_step`` to drive ``client`` along ``order``
     (this rank's entry of :func:`export_orders`)."""

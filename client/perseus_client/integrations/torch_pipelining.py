@@ -45,7 +45,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from perseus_client.integrations._base import InstructionClient, Orders, check_orders
+from perseus_client.integrations._base import InstructionClient, Orders, check_orders, quiet_stdout
 from perseus_common.orders import gpipe_orders, one_f_one_b_orders
 
 __all__ = [
@@ -219,6 +219,7 @@ class _Missing:
 _MISSING = _Missing()
 
 
+@quiet_stdout
 def instrument(schedule: Any, client: InstructionClient) -> PipelineHooks:
     """Hook ``client`` into ``schedule`` (a ``torch.distributed.pipelining`` schedule).
 
@@ -245,6 +246,7 @@ def _action_ops(action: Any) -> list[list[Any]]:
     return [[kind, int(action.microbatch_index), int(action.stage_index)]]
 
 
+@quiet_stdout
 def export_orders(schedule: Any) -> Orders:
     """The exact per-rank order ``[[kind, microbatch, stage], ...]`` the schedule executes.
 
@@ -280,6 +282,7 @@ def export_orders(schedule: Any) -> Orders:
     return check_orders(orders)
 
 
+@quiet_stdout
 def orders_for(
     schedule: str | type,
     ranks: int,

@@ -1,4 +1,5 @@
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
@@ -6,8 +7,17 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ClockControlState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CLOCK_CONTROL_UNSPECIFIED: _ClassVar[ClockControlState]
+    CLOCK_CONTROL_ACTIVE: _ClassVar[ClockControlState]
+    CLOCK_CONTROL_UNAVAILABLE: _ClassVar[ClockControlState]
+CLOCK_CONTROL_UNSPECIFIED: ClockControlState
+CLOCK_CONTROL_ACTIVE: ClockControlState
+CLOCK_CONTROL_UNAVAILABLE: ClockControlState
+
 class RegisterRankRequest(_message.Message):
-    __slots__ = ("job_id", "global_rank", "pipeline_rank", "data_rank", "tensor_rank", "gpu_name", "supported_clocks_mhz", "hostname", "max_power_limit_w")
+    __slots__ = ("job_id", "global_rank", "pipeline_rank", "data_rank", "tensor_rank", "gpu_name", "supported_clocks_mhz", "hostname", "max_power_limit_w", "clock_control")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     GLOBAL_RANK_FIELD_NUMBER: _ClassVar[int]
     PIPELINE_RANK_FIELD_NUMBER: _ClassVar[int]
@@ -17,6 +27,7 @@ class RegisterRankRequest(_message.Message):
     SUPPORTED_CLOCKS_MHZ_FIELD_NUMBER: _ClassVar[int]
     HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     MAX_POWER_LIMIT_W_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_CONTROL_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     global_rank: int
     pipeline_rank: int
@@ -26,7 +37,16 @@ class RegisterRankRequest(_message.Message):
     supported_clocks_mhz: _containers.RepeatedScalarFieldContainer[int]
     hostname: str
     max_power_limit_w: float
-    def __init__(self, job_id: _Optional[str] = ..., global_rank: _Optional[int] = ..., pipeline_rank: _Optional[int] = ..., data_rank: _Optional[int] = ..., tensor_rank: _Optional[int] = ..., gpu_name: _Optional[str] = ..., supported_clocks_mhz: _Optional[_Iterable[int]] = ..., hostname: _Optional[str] = ..., max_power_limit_w: _Optional[float] = ...) -> None: ...
+    clock_control: ClockControl
+    def __init__(self, job_id: _Optional[str] = ..., global_rank: _Optional[int] = ..., pipeline_rank: _Optional[int] = ..., data_rank: _Optional[int] = ..., tensor_rank: _Optional[int] = ..., gpu_name: _Optional[str] = ..., supported_clocks_mhz: _Optional[_Iterable[int]] = ..., hostname: _Optional[str] = ..., max_power_limit_w: _Optional[float] = ..., clock_control: _Optional[_Union[ClockControl, _Mapping]] = ...) -> None: ...
+
+class ClockControl(_message.Message):
+    __slots__ = ("state", "reason")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    state: ClockControlState
+    reason: str
+    def __init__(self, state: _Optional[_Union[ClockControlState, str]] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class RegisterRankResponse(_message.Message):
     __slots__ = ("rank_id", "plan_version", "stages", "microbatches", "max_clock_mhz")
@@ -105,7 +125,7 @@ class InstructionMeasurement(_message.Message):
     def __init__(self, instruction: _Optional[str] = ..., microbatch: _Optional[int] = ..., frequency_mhz: _Optional[int] = ..., time: _Optional[float] = ..., energy: _Optional[float] = ..., stage: _Optional[int] = ...) -> None: ...
 
 class IterationReport(_message.Message):
-    __slots__ = ("job_id", "rank_id", "iteration", "iteration_time", "plan_version", "instructions", "energy", "sequence", "off_plan", "clock_samples", "clock_event_reasons")
+    __slots__ = ("job_id", "rank_id", "iteration", "iteration_time", "plan_version", "instructions", "energy", "sequence", "off_plan", "clock_samples", "clock_event_reasons", "incarnation", "clock_control")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RANK_ID_FIELD_NUMBER: _ClassVar[int]
     ITERATION_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +137,8 @@ class IterationReport(_message.Message):
     OFF_PLAN_FIELD_NUMBER: _ClassVar[int]
     CLOCK_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     CLOCK_EVENT_REASONS_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_CONTROL_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     rank_id: str
     iteration: int
@@ -128,7 +150,9 @@ class IterationReport(_message.Message):
     off_plan: _containers.RepeatedCompositeFieldContainer[OffPlanInstruction]
     clock_samples: int
     clock_event_reasons: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, job_id: _Optional[str] = ..., rank_id: _Optional[str] = ..., iteration: _Optional[int] = ..., iteration_time: _Optional[float] = ..., plan_version: _Optional[int] = ..., instructions: _Optional[_Iterable[_Union[InstructionMeasurement, _Mapping]]] = ..., energy: _Optional[float] = ..., sequence: _Optional[int] = ..., off_plan: _Optional[_Iterable[_Union[OffPlanInstruction, _Mapping]]] = ..., clock_samples: _Optional[int] = ..., clock_event_reasons: _Optional[_Iterable[str]] = ...) -> None: ...
+    incarnation: int
+    clock_control: ClockControl
+    def __init__(self, job_id: _Optional[str] = ..., rank_id: _Optional[str] = ..., iteration: _Optional[int] = ..., iteration_time: _Optional[float] = ..., plan_version: _Optional[int] = ..., instructions: _Optional[_Iterable[_Union[InstructionMeasurement, _Mapping]]] = ..., energy: _Optional[float] = ..., sequence: _Optional[int] = ..., off_plan: _Optional[_Iterable[_Union[OffPlanInstruction, _Mapping]]] = ..., clock_samples: _Optional[int] = ..., clock_event_reasons: _Optional[_Iterable[str]] = ..., incarnation: _Optional[int] = ..., clock_control: _Optional[_Union[ClockControl, _Mapping]] = ...) -> None: ...
 
 class OffPlanInstruction(_message.Message):
     __slots__ = ("instruction", "microbatch", "stage", "locked_mhz", "sampled_mhz", "reasons", "samples")

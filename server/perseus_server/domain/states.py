@@ -126,3 +126,5 @@ class StreamEnd(StrEnum):
 
     SHUTDOWN = "shutdown"
     DELETED = "deleted"
+    #: A newer stream for the same rank took its place (a rank holds one stream).
+    REPLACED = "replaced"

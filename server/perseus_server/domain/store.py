@@ -132,13 +132,16 @@ class Store(Protocol):
         job_id: str,
         rows: list[IterationRow],
         keep: int,
-        sequences: dict[str, int] | None = None,
+        sequences: dict[tuple[str, int], int] | None = None,
+        incarnations_kept: int = 8,
     ) -> None:
-        """Append iterations; keep the newest ``keep`` per rank; raise each rank's highest
-        accepted report sequence to ``sequences`` (never lower it), in the same transaction."""
+        """Append iterations; keep the newest ``keep`` per rank; raise the highest accepted
+        report sequence of each ``(rank_id, incarnation)`` to ``sequences`` (never lower it),
+        keeping the ``incarnations_kept`` most recently updated incarnations of each rank, in
+        the same transaction."""
 
-    def report_sequences(self, job_id: str) -> dict[str, int]:
-        """The highest accepted report sequence of each rank of the job."""
+    def report_sequences(self, job_id: str) -> dict[str, dict[int, int]]:
+        """Per rank of the job, the highest accepted report sequence of each incarnation."""
         ...
 
     def iterations(self, rank_id: str, limit: int) -> list[RankIteration]:

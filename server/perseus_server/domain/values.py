@@ -40,6 +40,9 @@ class RankRegistration:
     supported_clocks_mhz: tuple[int, ...] = ()
     hostname: str = ""
     max_power_limit_w: float = 0.0
+    #: ``active``, ``unavailable`` or ``""`` (not said), and why unavailable.
+    clock_control: str = ""
+    clock_control_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -200,3 +203,8 @@ class IterationReport:
     off_plan: tuple[OffPlanReport, ...] = ()
     clock_samples: int = 0
     clock_event_reasons: tuple[str, ...] = ()
+    #: The client process's incarnation (0: none); sequences are compared within one.
+    incarnation: int = 0
+    #: ``active``, ``unavailable`` or ``""`` (not said), and why unavailable.
+    clock_control: str = ""
+    clock_control_reason: str = ""

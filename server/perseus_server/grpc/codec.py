@@ -45,7 +45,17 @@ def decode_registration(req: pb.RegisterRankRequest) -> RankRegistration:
         supported_clocks_mhz=tuple(req.supported_clocks_mhz),
         hostname=req.hostname,
         max_power_limit_w=req.max_power_limit_w,
+        clock_control=_CLOCK_CONTROL.get(req.clock_control.state, "?"),
+        clock_control_reason=req.clock_control.reason,
     )
+
+
+#: ``ClockControlState`` values as the domain names them ("?": a value this server does not know).
+_CLOCK_CONTROL = {
+    pb.CLOCK_CONTROL_UNSPECIFIED: "",
+    pb.CLOCK_CONTROL_ACTIVE: "active",
+    pb.CLOCK_CONTROL_UNAVAILABLE: "unavailable",
+}
 
 
 def encode_registered(resp: RegisteredRank) -> pb.RegisterRankResponse:
@@ -130,6 +140,9 @@ def _report(
         ),
         clock_samples=rep.clock_samples,
         clock_event_reasons=tuple(rep.clock_event_reasons),
+        incarnation=rep.incarnation,
+        clock_control=_CLOCK_CONTROL.get(rep.clock_control.state, "?"),
+        clock_control_reason=rep.clock_control.reason,
     )
 
 

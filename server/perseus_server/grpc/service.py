@@ -5,7 +5,12 @@ Requests are decoded into the service's plain values and its answers encoded bac
 
 Errors map to status codes: bad fields -> INVALID_ARGUMENT, unknown job -> NOT_FOUND, state
 conflicts (rank not registered, identity clash) -> FAILED_PRECONDITION, missing or wrong bearer
-token -> UNAUTHENTICATED. The detail starts with the field at fault (``"global_rank: ..."``).
+token -> UNAUTHENTICATED, a credential over its stream limit -> RESOURCE_EXHAUSTED. The detail
+starts with the field at fault (``"global_rank: ..."``).
+
+A rank holds one ``WatchPlan`` stream: a newer stream for the same rank ends the older one with
+``ABORTED`` (``"rank_id: replaced by a newer WatchPlan stream for this rank"``); see
+:mod:`perseus_server.runtime.hub` for the limit per credential.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from perseus_server.grpc.codec import (
     encode_registered,
 )
 from perseus_server.grpc.gate import TooLargeMessage, token_matches
+from perseus_server.runtime.hub import StreamLimitExceeded
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
 
@@ -36,7 +42,13 @@ __all__ = ["PlanServicer", "status_code"]
 _Context = grpc.aio.ServicerContext[Any, Any]
 
 
+#: The detail a stream replaced by a newer one for the same rank ends with (``ABORTED``).
+REPLACED_DETAIL = "rank_id: replaced by a newer WatchPlan stream for this rank"
+
+
 def status_code(err: ApiError) -> grpc.StatusCode:
+    if isinstance(err, StreamLimitExceeded):
+        return grpc.StatusCode.RESOURCE_EXHAUSTED
     if isinstance(err, NotFound):
         return grpc.StatusCode.NOT_FOUND
     if isinstance(err, Conflict):
@@ -72,6 +84,16 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
             context, method, Unauthorized("missing or wrong bearer token", field="authorization")
         )
 
+    def _credential(self, context: _Context) -> str:
+        """Who opens a stream, for the per-credential limit: an issued credential's id; the
+        admin token, the shared token and an open server each count as one."""
+        if isinstance(self.token, Credentials):
+            who = self.token.from_metadata(context.invocation_metadata())
+            if who is not None and who.credential_id:
+                return f"credential:{who.credential_id}"
+            return "admin"
+        return "token" if self.token else "open"
+
     async def _size(self, context: _Context, method: str, request: Any) -> None:
         if isinstance(request, TooLargeMessage):
             code = grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -100,7 +122,9 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         await self._auth(context, "WatchPlan")
         await self._size(context, "WatchPlan", request)
         try:
-            sub, first = self.service.registration.subscribe(request.job_id, request.rank_id)
+            sub, first = self.service.registration.subscribe(
+                request.job_id, request.rank_id, self._credential(context)
+            )
         except ApiError as e:
             await self._abort(context, "WatchPlan", e)
         metrics = self.service.metrics
@@ -117,6 +141,9 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
                         await self._abort(
                             context, "WatchPlan", NotFound("the job was deleted", field="job_id")
                         )
+                    if sub.closed is StreamEnd.REPLACED:
+                        metrics.grpc_calls.inc(method="WatchPlan", code="ABORTED")
+                        await context.abort(grpc.StatusCode.ABORTED, REPLACED_DETAIL)
                     break
                 if msg.version == last:
                     continue

@@ -6,6 +6,8 @@ seconds since the Unix epoch.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from perseus_server.domain import states
@@ -199,6 +201,16 @@ class RankStatus(ResponseModel):
     applied_clocks: AppliedClocks | None = Field(
         default=None,
         description="Applied-clock verification, or null: the rank reports no clock samples.",
+    )
+    clock_control: Literal["active", "unavailable"] | None = Field(
+        default=None,
+        description=(
+            "Whether the rank controls its GPU's clocks (unavailable: it trains at the GPU's "
+            "current clocks and retries); null: the rank does not say."
+        ),
+    )
+    clock_control_reason: str | None = Field(
+        default=None, description="Why clock control is unavailable; null while active."
     )
 
 

@@ -1,7 +1,13 @@
 """Plan fan-out: every open ``WatchPlan`` stream is a subscriber that always holds the newest
 plan for its rank (older undelivered versions are simply replaced). Plans travel as the
 service's plain :class:`~perseus_server.domain.values.PlanUpdate`; the gRPC adapter encodes
-them."""
+them.
+
+**Bounded streams.** A rank identity holds one stream: a new stream for the same rank replaces
+the old one, which ends (:attr:`StreamEnd.REPLACED`; the gRPC adapter ends it with ``ABORTED``
+saying so). A credential holds at most ``max_streams_per_credential`` streams in all; one more is
+refused with :class:`StreamLimitExceeded` (``RESOURCE_EXHAUSTED`` naming the limit), unless it
+replaces a stream of the same credential."""
 
 from __future__ import annotations
 
@@ -11,13 +17,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from perseus_server.domain.errors import ApiError
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import StreamEnd
 
 if TYPE_CHECKING:  # the service package imports this module
     from perseus_server.domain.values import PlanUpdate
 
-__all__ = ["PlanHub", "Subscriber"]
+__all__ = ["PlanHub", "StreamLimitExceeded", "Subscriber"]
+
+
+class StreamLimitExceeded(ApiError):
+    """A credential already holds as many ``WatchPlan`` streams as it may."""
+
+    status = 429
+    title = "Too many streams"
 
 
 @dataclass(eq=False)
@@ -29,6 +43,8 @@ class Subscriber:
     latest: PlanUpdate | None = None
     published_at: float = 0.0
     closed: StreamEnd | None = None  # why the stream must end
+    credential: str = ""  # who opened it (a credential id, or a name for shared tokens)
+    counted: bool = False  # counted against its credential (until unsubscribed)
 
     async def next(self) -> PlanUpdate | None:
         """Wait for a message (or for the stream to be closed: then return None)."""
@@ -45,11 +61,37 @@ class Subscriber:
 class PlanHub:
     """Subscribers by job; :meth:`publish` hands each the message built for its rank."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_streams_per_credential: int = 65536) -> None:
+        if max_streams_per_credential < 1:
+            raise ValueError(
+                f"max_streams_per_credential: must be >= 1, got {max_streams_per_credential}"
+            )
+        self.max_streams_per_credential = max_streams_per_credential
         self._subs: dict[str, set[Subscriber]] = {}
+        self._by_rank: dict[str, Subscriber] = {}
+        self._per_credential: dict[str, int] = {}
 
-    def subscribe(self, rank: RankInfo) -> Subscriber:
-        sub = Subscriber(rank)
+    def subscribe(self, rank: RankInfo, credential: str = "") -> Subscriber:
+        """A new stream for ``rank``, opened with ``credential``: it replaces the rank's open
+        stream (which ends, :attr:`StreamEnd.REPLACED`); raises :class:`StreamLimitExceeded`
+        when ``credential`` holds its limit of streams already (see the module docstring)."""
+        old = self._by_rank.get(rank.rank_id)
+        held = self._per_credential.get(credential, 0)
+        frees = old is not None and old.credential == credential
+        limit = self.max_streams_per_credential
+        if held - frees >= limit:
+            raise StreamLimitExceeded(
+                f"this credential holds {held} WatchPlan streams, the limit "
+                f"(max_streams_per_credential = {limit})",
+                field="authorization",
+            )
+        if old is not None:
+            old.closed = StreamEnd.REPLACED
+            old.event.set()
+            self.unsubscribe(old)
+        sub = Subscriber(rank, credential=credential, counted=True)
+        self._per_credential[credential] = self._per_credential.get(credential, 0) + 1
+        self._by_rank[rank.rank_id] = sub
         self._subs.setdefault(rank.job_id, set()).add(sub)
         return sub
 
@@ -59,6 +101,19 @@ class PlanHub:
             subs.discard(sub)
             if not subs:
                 del self._subs[sub.rank.job_id]
+        if self._by_rank.get(sub.rank.rank_id) is sub:
+            del self._by_rank[sub.rank.rank_id]
+        if sub.counted:
+            sub.counted = False
+            left = self._per_credential[sub.credential] - 1
+            if left:
+                self._per_credential[sub.credential] = left
+            else:
+                del self._per_credential[sub.credential]
+
+    def streams(self, credential: str) -> int:
+        """Open streams of ``credential``."""
+        return self._per_credential.get(credential, 0)
 
     def publish(self, job_id: str, build: Callable[[RankInfo], PlanUpdate | None]) -> int:
         """Give every subscriber of ``job_id`` its rank's message; returns how many."""

@@ -100,6 +100,25 @@ def _v6_job_lifecycle(db: sqlite3.Connection) -> None:
     )
 
 
+def _v7_report_incarnations(db: sqlite3.Connection) -> None:
+    """Version 7: report sequences per (rank, client incarnation), so a restarted rank's reports
+    are never compared with its previous run's sequences (incarnation 0: clients that send none,
+    and every sequence stored before)."""
+    db.execute(
+        "CREATE TABLE report_sequences_v7 ("
+        "rank_id TEXT NOT NULL, incarnation INTEGER NOT NULL, job_id TEXT NOT NULL, "
+        "last INTEGER NOT NULL, updated REAL NOT NULL DEFAULT 0, "
+        "PRIMARY KEY (rank_id, incarnation))"
+    )
+    db.execute(
+        "INSERT INTO report_sequences_v7 (rank_id, incarnation, job_id, last, updated) "
+        "SELECT rank_id, 0, job_id, last, 0 FROM report_sequences"
+    )
+    db.execute("DROP TABLE report_sequences")
+    db.execute("ALTER TABLE report_sequences_v7 RENAME TO report_sequences")
+    db.execute("CREATE INDEX IF NOT EXISTS report_sequences_job ON report_sequences (job_id)")
+
+
 #: The ordered schema migrations: ``MIGRATIONS[k]`` takes a database at version ``k`` to
 #: ``k + 1``. A later change of what is stored appends a function here (never edits one that
 #: shipped); :meth:`~perseus_server.runtime.sqlite_store.SqliteStore.open` applies the missing
@@ -111,6 +130,7 @@ MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
     _v4_credentials,
     _v5_partial_frontiers,
     _v6_job_lifecycle,
+    _v7_report_incarnations,
 )
 
 #: The schema version this code reads and writes.

@@ -265,21 +265,31 @@ class SqliteStore:
         job_id: str,
         rows: list[IterationRow],
         keep: int,
-        sequences: dict[str, int] | None = None,
+        sequences: dict[tuple[str, int], int] | None = None,
+        incarnations_kept: int = 8,
     ) -> None:
         """Append ``(rank_id, iteration, time, energy, plan_version)`` rows; keep the newest ``keep``
-        per rank; record each rank's highest accepted report ``sequences`` in the same
-        transaction."""
+        per rank; record the highest accepted report ``sequences`` of each ``(rank_id,
+        incarnation)`` in the same transaction, keeping the ``incarnations_kept`` most recently
+        updated incarnations of each rank."""
         if not rows:
             return
         now = time.time()
         with self._tx() as db:
             if sequences:
                 db.executemany(
-                    "INSERT INTO report_sequences (rank_id, job_id, last) VALUES (?, ?, ?) "
-                    "ON CONFLICT(rank_id) DO UPDATE SET last = MAX(last, excluded.last)",
-                    [(r, job_id, int(s)) for r, s in sequences.items()],
+                    "INSERT INTO report_sequences (rank_id, incarnation, job_id, last, updated) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT(rank_id, incarnation) DO UPDATE SET "
+                    "last = MAX(last, excluded.last), updated = excluded.updated",
+                    [(r, int(inc), job_id, int(s), now) for (r, inc), s in sequences.items()],
                 )
+                for rank_id in {r for r, _ in sequences}:
+                    db.execute(
+                        "DELETE FROM report_sequences WHERE rank_id = ? AND incarnation NOT IN "
+                        "(SELECT incarnation FROM report_sequences WHERE rank_id = ? "
+                        "ORDER BY updated DESC, rowid DESC LIMIT ?)",
+                        (rank_id, rank_id, incarnations_kept),
+                    )
             db.executemany(
                 "INSERT INTO iterations (rank_id, job_id, iteration, time, energy, plan_version, received) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -292,12 +302,19 @@ class SqliteStore:
                     (rank_id, rank_id, keep),
                 )
 
-    def report_sequences(self, job_id: str) -> dict[str, int]:
-        """The highest accepted report sequence of each rank of the job."""
+    def report_sequences(self, job_id: str) -> dict[str, dict[int, int]]:
+        """The highest accepted report sequence of each (rank, incarnation) of the job:
+        ``{rank_id: {incarnation: last}}``, each rank's incarnations least recently updated
+        first."""
         rows = self._db.execute(
-            "SELECT rank_id, last FROM report_sequences WHERE job_id = ?", (job_id,)
+            "SELECT rank_id, incarnation, last FROM report_sequences WHERE job_id = ? "
+            "ORDER BY updated, rowid",
+            (job_id,),
         ).fetchall()
-        return {str(r[0]): int(r[1]) for r in rows}
+        out: dict[str, dict[int, int]] = {}
+        for rank_id, incarnation, last in rows:
+            out.setdefault(str(rank_id), {})[int(incarnation)] = int(last)
+        return out
 
     def iterations(self, rank_id: str, limit: int) -> list[RankIteration]:
         """The newest ``limit`` ``(iteration, time, energy, plan_version)`` of a rank, oldest first."""

@@ -71,7 +71,7 @@ class PerseusService:
         gRPC adapter's decoder); without one, large reports are decoded on a thread."""
         self.store = store
         self.limits = limits
-        self.hub = PlanHub()
+        self.hub = PlanHub(limits.max_streams_per_credential)
         self.solver = SolveManager(
             limits.max_concurrent_solves,
             limits=SolveLimits(
@@ -90,6 +90,7 @@ class PerseusService:
             self._registered_gauge,
             solve_limit=limits.solve_seconds,
             job_energy=measured,
+            without_clock_control=self._clock_control_gauge,
         )
         ctx = ServiceContext(store, limits, self.jobs, self.hub, self.solver, self.metrics)
         self.ctx = ctx
@@ -164,6 +165,20 @@ class PerseusService:
     def _registered_gauge(self) -> dict[Labels, float]:
         return {
             (("job", j.id),): float(len(j.ranks.by_global)) for j in self.jobs if j.ranks.by_global
+        }
+
+    def _clock_control_gauge(self) -> dict[Labels, float]:
+        """Per job with registered ranks: how many say their clock control is unavailable."""
+        return {
+            (("job", j.id),): float(
+                sum(
+                    1
+                    for rank_id in j.ranks.by_id
+                    if j.ranks.clock_control.get(rank_id, ("",))[0] == "unavailable"
+                )
+            )
+            for j in self.jobs
+            if j.ranks.by_global
         }
 
     # --- jobs ------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.job_profiles import check_clocks
 from perseus_server.service.lifecycle import Lifecycle
+from perseus_server.service.reports import validate_clock_control
 from perseus_server.service.state import Job
 
 __all__ = ["Registration", "MAX_POWER_W"]
@@ -57,6 +58,7 @@ def _validate(job: Job, req: RankRegistration) -> tuple[int, ...]:
     ):
         if len(text) > most:
             raise BadRequest(f"at most {most} characters, got {len(text)}", field=field)
+    validate_clock_control("registration", req.clock_control, req.clock_control_reason)
     return clocks
 
 
@@ -122,6 +124,8 @@ class Registration:
         if rank != existing:
             self.ctx.store.put_rank(rank)
         job.ranks.add(rank)
+        if req.clock_control:
+            job.ranks.clock_control[rank.rank_id] = (req.clock_control, req.clock_control_reason)
         max_clock = clocks[0] if clocks else (profile.frequencies[0] if profile is not None else 0)
         return RegisteredRank(
             rank_id=rank.rank_id,
@@ -131,8 +135,14 @@ class Registration:
             max_clock_mhz=max_clock,
         )
 
-    def subscribe(self, job_id: str, rank_id: str) -> tuple[Subscriber, PlanUpdate | None]:
-        """Open a plan stream for the rank; returns it and the current plan (None: none yet)."""
+    def subscribe(
+        self, job_id: str, rank_id: str, credential: str = ""
+    ) -> tuple[Subscriber, PlanUpdate | None]:
+        """Open a plan stream for the rank; returns it and the current plan (None: none yet).
+
+        The rank's open stream, if any, ends (a rank holds one); ``credential`` (who opens it)
+        may hold ``Limits.max_streams_per_credential`` streams in all
+        (:class:`~perseus_server.runtime.hub.StreamLimitExceeded` beyond)."""
         job = self.ctx.jobs.get(job_id)
         rank = job.ranks.by_id.get(rank_id)
         if rank is None:
@@ -140,7 +150,7 @@ class Registration:
                 f"rank {rank_id!r} is not registered in job {job_id}; call RegisterRank first",
                 field="rank_id",
             )
-        sub = self.ctx.hub.subscribe(rank)
+        sub = self.ctx.hub.subscribe(rank, credential)
         self.lifecycle.connected(job_id, rank_id)
         return sub, self.deployer.message(job, rank)
 

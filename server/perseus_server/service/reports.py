@@ -42,12 +42,36 @@ from perseus_server.service.state import Job, JobTable
 from perseus_server.service.stragglers import Stragglers
 
 __all__ = [
+    "CLOCK_CONTROL_STATES",
+    "INCARNATIONS_KEPT",
     "CheckedReport",
     "Reports",
     "first_bad_instruction",
     "measurements",
+    "validate_clock_control",
     "validate_report",
 ]
+
+#: The clock-control states a rank may report ("": it does not say).
+CLOCK_CONTROL_STATES = ("", "active", "unavailable")
+#: Characters of a clock-control reason accepted.
+MAX_CLOCK_CONTROL_REASON = 256
+#: Client incarnations whose last sequence is kept per rank (the most recently reporting ones).
+INCARNATIONS_KEPT = 8
+
+
+def validate_clock_control(where: str, state: str, reason: str) -> None:
+    """Raise :class:`BadRequest` naming the field when a reported clock control is malformed."""
+    if state not in CLOCK_CONTROL_STATES:
+        raise BadRequest(
+            f"{where}: unknown clock-control state (one of active, unavailable)",
+            field="clock_control.state",
+        )
+    if len(reason) > MAX_CLOCK_CONTROL_REASON:
+        raise BadRequest(
+            f"{where}: at most {MAX_CLOCK_CONTROL_REASON} characters, got {len(reason)}",
+            field="clock_control.reason",
+        )
 
 
 def validate_report(i: int, rep: IterationReport, job: Job, limits: Limits) -> None:
@@ -56,6 +80,9 @@ def validate_report(i: int, rep: IterationReport, job: Job, limits: Limits) -> N
     check_energy(rep.energy, "energy", f"report {i}: ")
     if rep.sequence < 0:
         raise BadRequest(f"report {i}: must be >= 0, got {rep.sequence}", field="sequence")
+    if rep.incarnation < 0:
+        raise BadRequest(f"report {i}: must be >= 0, got {rep.incarnation}", field="incarnation")
+    validate_clock_control(f"report {i}", rep.clock_control, rep.clock_control_reason)
     if rep.iteration < 0:
         raise BadRequest(f"report {i}: must be >= 0, got {rep.iteration}", field="iteration")
     if len(rep.instructions) > limits.max_report_instructions:
@@ -141,6 +168,16 @@ def _factors(job: Job, rank: RankInfo, rep: IterationReport) -> dict[int, float]
     return None if factors is None else {s: bounded_factor(f) for s, f in factors.items()}
 
 
+def _remember(last: dict[str, dict[int, int]], seqs: dict[tuple[str, int], int]) -> None:
+    """Record accepted sequences: each (rank, incarnation) moves to its rank's most recent end,
+    and a rank keeps its :data:`INCARNATIONS_KEPT` most recent incarnations (as the store)."""
+    for (rank_id, incarnation), seq in seqs.items():
+        per_rank = last.setdefault(rank_id, {})
+        per_rank[incarnation] = max(seq, per_rank.pop(incarnation, 0))
+        while len(per_rank) > INCARNATIONS_KEPT:
+            del per_rank[next(iter(per_rank))]
+
+
 def _reporter(jobs: JobTable, i: int, rep: IterationReport) -> tuple[Job, RankInfo]:
     job = jobs.get(rep.job_id)
     rank = job.ranks.by_id.get(rep.rank_id)
@@ -207,28 +244,39 @@ class Reports:
     def record_counted(self, batch: Sequence[CheckedReport]) -> tuple[int, int]:
         """Store reports :meth:`check` accepted; returns (new, duplicates).
 
-        A report whose ``sequence`` is not above the last one accepted from its rank is a
-        re-sent one: acknowledged, counted as a duplicate, and dropped (never stored, never
-        measured twice by online profiling or the detectors).
+        A report whose ``sequence`` is not above the last one accepted from the same rank *and
+        client incarnation* is a re-sent one: acknowledged, counted as a duplicate, and dropped
+        (never stored, never measured twice by online profiling or the detectors). A restarted
+        client picks a new incarnation, so its reports are never compared with the sequences of
+        its previous run (a clock set back, a sequence of 2^63-1); the last sequences of the
+        :data:`INCARNATIONS_KEPT` most recently reporting incarnations of a rank are kept.
         """
         if not batch:
             return 0, 0
         ctx = self.ctx
         rows_by_job: dict[str, list[tuple[str, int, float, float, int]]] = {}
-        seqs_by_job: dict[str, dict[str, int]] = {}
+        seqs_by_job: dict[str, dict[tuple[str, int], int]] = {}
         checked: list[tuple[Job, RankInfo, IterationReport, CheckedReport]] = []
         duplicates = 0
         for c in batch:
             if c.job.id not in ctx.jobs or ctx.jobs.get(c.job.id) is not c.job:
                 c = self.check(c.index, c.report)  # the job changed meanwhile: check again
             job, rank, rep = c.job, c.rank, c.report
+            if rep.clock_control:
+                job.ranks.clock_control[rank.rank_id] = (
+                    rep.clock_control,
+                    rep.clock_control_reason,
+                )
             if rep.sequence > 0:
                 seqs = seqs_by_job.setdefault(job.id, {})
-                last = seqs.get(rank.rank_id, job.ranks.last_sequence.get(rank.rank_id, 0))
+                key = (rank.rank_id, int(rep.incarnation))
+                last = seqs.get(key)
+                if last is None:
+                    last = job.ranks.last_sequence.get(rank.rank_id, {}).get(key[1], 0)
                 if rep.sequence <= last:
                     duplicates += 1
                     continue
-                seqs[rank.rank_id] = rep.sequence
+                seqs[key] = rep.sequence
             checked.append((job, rank, rep, c))
             rows_by_job.setdefault(job.id, []).append(
                 (
@@ -241,9 +289,11 @@ class Reports:
             )
         for job_id, rows in rows_by_job.items():
             job_seqs = seqs_by_job.get(job_id)
-            ctx.store.add_iterations(job_id, rows, ctx.limits.history_per_rank, job_seqs)
+            ctx.store.add_iterations(
+                job_id, rows, ctx.limits.history_per_rank, job_seqs, INCARNATIONS_KEPT
+            )
             if job_seqs:
-                ctx.jobs.get(job_id).ranks.last_sequence.update(job_seqs)
+                _remember(ctx.jobs.get(job_id).ranks.last_sequence, job_seqs)
         if duplicates:
             ctx.metrics.duplicate_reports.inc(duplicates)
         touched: set[str] = set()

@@ -232,8 +232,13 @@ class RankState:
     by_id: dict[str, RankInfo] = field(default_factory=dict)
     history: dict[str, deque[tuple[int, float, float, int]]] = field(default_factory=dict)
     pipeline_times: dict[int, OrderedDict[int, float]] = field(default_factory=dict)
-    #: The highest report sequence accepted from each rank (re-sent reports are not above it).
-    last_sequence: dict[str, int] = field(default_factory=dict)
+    #: The highest report sequence accepted from each rank, per client incarnation:
+    #: ``{rank_id: {incarnation: last}}``, least recently updated first (re-sent reports are not
+    #: above it; see :mod:`perseus_server.service.reports`).
+    last_sequence: dict[str, dict[int, int]] = field(default_factory=dict)
+    #: Each rank's clock control as it last said: ``(state, reason)``, state ``active`` or
+    #: ``unavailable`` (a rank that never said is absent).
+    clock_control: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def add(self, rank: RankInfo) -> None:
         self.by_global[rank.global_rank] = rank

@@ -156,6 +156,10 @@ class Views:
                     "last_plan_version": last[3] if last else None,
                 }
             )
+            control = job.ranks.clock_control.get(r.rank_id)
+            if control is not None:  # additive: only for ranks that say
+                ranks[-1]["clock_control"] = control[0]
+                ranks[-1]["clock_control_reason"] = control[1] or None
             clocks = rank_view(job, r.rank_id)
             if clocks is not None:  # additive: only for ranks that verify their clocks
                 ranks[-1]["applied_clocks"] = clocks
