@@ -249,9 +249,21 @@ def test_a_profile_that_does_not_describe_the_job_is_flagged(
 def test_unknown_gpu_needs_blocking_power_and_profiles_take_stages(
     http: httpx.Client, small_csv: str
 ) -> None:
+    before = len(http.get("/jobs").json()["jobs"])
     r = http.post("/jobs", json={"stages": 2, "microbatches": 4, "gpu_model": "NVIDIA H100"})
     assert r.status_code == 422 and problem_field(r) == "blocking_power"
     assert "nvidia-smi" in r.json()["detail"] and "online profiling" in r.json()["detail"]
+    # Neither a blocking power nor a GPU model: refused too, never a silent 0 W ...
+    r = http.post("/jobs", json={"stages": 2, "microbatches": 4})
+    assert r.status_code == 422 and problem_field(r) == "blocking_power"
+    assert "nvidia-smi" in r.json()["detail"] and "online profiling" in r.json()["detail"]
+    # ... but a bad field elsewhere is named first, and 0 W given explicitly is taken.
+    r = http.post("/jobs", json={"stages": 2, "microbatches": 4, "data_parallel": 100000})
+    assert r.status_code == 422 and problem_field(r) == "data_parallel"
+    assert len(http.get("/jobs").json()["jobs"]) == before
+    r = http.post("/jobs", json={"stages": 2, "microbatches": 4, "blocking_power": 0})
+    assert r.status_code == 201 and r.json()["blocking_power"] == 0
+    http.delete(f"/jobs/{r.json()['id']}")
     r = http.post("/jobs", json={"stages": 2, "microbatches": 4, "gpu_model": "NVIDIA A100 SXM"})
     assert r.status_code == 201 and r.json()["blocking_power"] == pytest.approx(83.64)
     job = r.json()["id"]
@@ -298,7 +310,7 @@ def test_lifecycles_survive_a_restart(tmp_path: Path) -> None:
     """A finished job stays finished across a restart; an active one without ranks gets the
     idle timeout again from the server's start, then is idle (stored too)."""
     db = tmp_path / "perseus.db"
-    body = {"stages": 2, "microbatches": 4}
+    body = {"stages": 2, "microbatches": 4, "blocking_power": 70.0}
     with ServerProcess(db) as s, httpx.Client(base_url=s.http_url) as c:
         done, waiting = (c.post("/jobs", json=body).json()["id"] for _ in range(2))
         assert c.post(f"/jobs/{done}/finish").json()["reason"] == "finished on request"
@@ -328,9 +340,13 @@ def test_a_job_whose_ranks_all_exit_cleanly_is_finished(tmp_path: Path) -> None:
         ServerProcess(tmp_path / "perseus.db", token="admin-token-0123456789") as s,
         httpx.Client(base_url=s.http_url, headers=s.headers) as c,
     ):
-        created = c.post("/jobs", json={"stages": 2, "microbatches": 2}).json()
+        created = c.post(
+            "/jobs", json={"stages": 2, "microbatches": 2, "blocking_power": 70.0}
+        ).json()
         job, secret = created["id"], created["rank_credential"]
-        other = c.post("/jobs", json={"stages": 2, "microbatches": 2}).json()["id"]
+        other = c.post(
+            "/jobs", json={"stages": 2, "microbatches": 2, "blocking_power": 70.0}
+        ).json()["id"]
         clients = [
             PerseusClient(s.grpc_target, job, token=secret, gpu=SimulatedGpu(profile, stage=r,
                           time_scale=0), global_rank=r, pipeline_rank=r, handle_signals=False)

@@ -35,6 +35,7 @@ def _custom_body(stages: int = 4, microbatches: int = 64) -> dict[str, Any]:
         "stages": stages,
         "microbatches": microbatches,
         "schedule": {"name": "custom", "orders": orders},
+        "blocking_power": 70.0,
     }
 
 

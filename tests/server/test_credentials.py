@@ -90,7 +90,7 @@ def test_rank_credential_lifecycle(srv: ServerProcess, small_csv: str) -> None:
         job = solved_job(http, small_csv)
         # The create answer carried it; GET never shows it again.
         assert "rank_credential" not in http.get(f"/jobs/{job}").json()
-        other = http.post("/jobs", json={"stages": 2, "microbatches": 2})
+        other = http.post("/jobs", json={"stages": 2, "microbatches": 2, "blocking_power": 70.0})
         assert other.status_code == 201
         other_job, other_secret = other.json()["id"], other.json()["rank_credential"]
         assert other_secret.startswith("perseus-rank-") and len(other_secret) >= 40
@@ -193,7 +193,11 @@ def test_issued_read_credential(srv: ServerProcess) -> None:
         ro = {"Authorization": f"Bearer {cred['credential']}"}
         assert httpx.get(srv.http_url + "/jobs", headers=ro).status_code == 200
         assert httpx.get(srv.http_url + "/credentials", headers=ro).status_code == 200
-        r = httpx.post(srv.http_url + "/jobs", headers=ro, json={"stages": 2, "microbatches": 2})
+        r = httpx.post(
+            srv.http_url + "/jobs",
+            headers=ro,
+            json={"stages": 2, "microbatches": 2, "blocking_power": 70.0},
+        )
         assert r.status_code == 403 and r.json()["scope"] == "admin"
         r = httpx.post(srv.http_url + "/credentials", headers=ro, json={"scope": "read"})
         assert r.status_code == 403  # a read credential cannot mint credentials
@@ -229,7 +233,7 @@ def test_rank_client_with_its_jobs_credential(srv: ServerProcess, small_csv: str
 
 
 def test_open_server_issues_no_rank_credential(http: httpx.Client) -> None:
-    r = http.post("/jobs", json={"stages": 2, "microbatches": 2})
+    r = http.post("/jobs", json={"stages": 2, "microbatches": 2, "blocking_power": 70.0})
     assert r.status_code == 201 and "rank_credential" not in r.json()
 
 

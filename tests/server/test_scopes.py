@@ -192,7 +192,7 @@ def _code(call: Any, arg: Any, streams: bool, token: str) -> grpc.StatusCode:
 
 
 def test_grpc_scopes(scoped: ServerProcess, admin: httpx.Client, job: str) -> None:
-    other = admin.post("/jobs", json={"stages": 2, "microbatches": 2})
+    other = admin.post("/jobs", json={"stages": 2, "microbatches": 2, "blocking_power": 70.0})
     assert other.status_code == 201
     other_secret = other.json()["rank_credential"]
     with grpc.insecure_channel(scoped.grpc_target) as ch:

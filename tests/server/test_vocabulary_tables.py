@@ -86,7 +86,9 @@ def test_openapi_documents_every_policy_parameter_with_its_bounds(openapi: dict[
 def test_bad_policy_values_are_422_naming_the_field() -> None:
     service = PerseusService(SqliteStore.open(":memory:"), Limits())
     with TestClient(create_app(service), base_url="http://localhost") as client:
-        job = client.post("/jobs", json={"stages": 2, "microbatches": 2}).json()["id"]
+        job = client.post(
+            "/jobs", json={"stages": 2, "microbatches": 2, "blocking_power": 70.0}
+        ).json()["id"]
         for query, field in [
             ({"eta": -0.1}, "eta"),
             ({"eta": 1.5}, "eta"),

@@ -159,7 +159,7 @@ def _blocking_power(gpu_model: str, given: float | None) -> float:
     if given is not None:
         return given
     if not gpu_model.strip():
-        return 0.0
+        return 0.0  # neither given: the create route refuses it once the rest is checked
     known = _known_gpu(gpu_model)
     if known is None:
         names = ", ".join(g.name for g in KNOWN_GPUS)
@@ -262,7 +262,20 @@ def create_app(
     async def create_job(body: JobIn) -> dict[str, Any]:
         """A training job: pipelines of ``stages`` ranks running ``schedule`` over
         ``microbatches``; 409 when the server holds its maximum number of jobs."""
-        return create_job_with_credential(service, credentials, _spec(body))
+        spec = _spec(body)
+        if body.blocking_power is None and not body.gpu_model.strip():
+            spec.validate(service.limits)  # a bad field elsewhere is named first
+            raise BadRequest(
+                "give blocking_power (W), the power one GPU draws while it waits on a pipeline "
+                "neighbour, or a gpu_model whose blocking power is known ("
+                + ", ".join(g.name for g in KNOWN_GPUS)
+                + "): it prices every idle second of a plan. Measure it as the power draw "
+                "during a blocking receive (e.g. `nvidia-smi --query-gpu=power.draw "
+                "--format=csv -lms 100` while a rank waits in recv), or give blocking_power 0 "
+                "and run online profiling (POST /jobs/{id}/profiling), which measures it",
+                field="blocking_power",
+            )
+        return create_job_with_credential(service, credentials, spec)
 
     @app.get("/jobs", tags=["jobs"], **operation(JobList, "List jobs", "A page of jobs.", 422))
     async def list_jobs(
