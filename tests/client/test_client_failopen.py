@@ -33,6 +33,9 @@ pytestmark = pytest.mark.slow
 
 workdir = gpud_harness.workdir
 start_daemon = gpud_harness.start_daemon
+#: These trainers open no device node: the daemon's ownership check has its own tests
+#: (tests/gpud/test_gpud_ownership.py); here any allowed peer may lease.
+ANY_OWNER = ("--ownership", "none")
 HERE = Path(__file__).resolve().parent
 TOKEN = "failopen-token"
 
@@ -152,7 +155,7 @@ def test_socket_missing_trains_then_takes_control_when_the_daemon_starts(
     wait_for(lambda: t.iterations() >= 2, 60.0, "two iterations without clock control")
     assert rank_status(server, t.job).get("clock_control") == "unavailable"
     assert without_control_metric(server, t.job) == 1.0
-    daemon = start_daemon("--simulate", "1")
+    daemon = start_daemon("--simulate", "1", *ANY_OWNER)
     assert daemon.socket == str(sock)
     # The trainer leases the GPU and locks the plan's clocks through the daemon.
     wait_for(
@@ -191,7 +194,7 @@ def test_socket_refused(server: Any, workdir: Path) -> None:
 
 
 def test_socket_not_permitted(server: Any, workdir: Path, start_daemon: Any) -> None:
-    daemon = start_daemon("--simulate", "1", "--group", "0")  # root:root 0660
+    daemon = start_daemon("--simulate", "1", "--group", "0", *ANY_OWNER)  # root:root 0660
     t = FailOpenTrainer(
         server, workdir, {"PERSEUS_GPUD_SOCKET": daemon.socket}, "--uid", str(NOBODY)
     )
@@ -203,7 +206,7 @@ def test_socket_not_permitted(server: Any, workdir: Path, start_daemon: Any) -> 
 def test_lease_held_trains_then_takes_control_when_released(
     server: Any, workdir: Path, start_daemon: Any
 ) -> None:
-    daemon = start_daemon("--simulate", "1")
+    daemon = start_daemon("--simulate", "1", *ANY_OWNER)
     holder = DaemonGpu(0, socket=daemon.socket)
     holder.set_locked_clocks(1410)
     try:
@@ -257,7 +260,7 @@ def test_nvml_not_permitted(server: Any, workdir: Path) -> None:
 def test_daemon_lost_mid_run_is_reported_and_control_comes_back(
     server: Any, workdir: Path, start_daemon: Any
 ) -> None:
-    daemon = start_daemon("--simulate", "1")
+    daemon = start_daemon("--simulate", "1", *ANY_OWNER)
     stop = workdir / "stop"
     t = FailOpenTrainer(
         server,
@@ -277,7 +280,7 @@ def test_daemon_lost_mid_run_is_reported_and_control_comes_back(
     )
     assert "lost the node daemon" in rank_status(server, t.job)["clock_control_reason"]
     assert without_control_metric(server, t.job) == 1.0
-    start_daemon("--simulate", "1")  # back on the same socket
+    start_daemon("--simulate", "1", *ANY_OWNER)  # back on the same socket
     wait_for(
         lambda: rank_status(server, t.job).get("clock_control") == "active",
         60.0,

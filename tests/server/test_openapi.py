@@ -246,7 +246,7 @@ def test_the_wire_format_is_the_services_dicts(local: Any, small_csv: str) -> No
     job_id = service.create_job(JobSpec(stages=2, microbatches=4, blocking_power=70.38))["id"]
     custom = client.post(
         "/jobs",
-        json={
+        json={"blocking_power": 70.0,
             "stages": 2,
             "microbatches": 1,
             "schedule": {"name": "custom", "orders": [[["forward", 0, 0], ["backward", 0, 0]],

@@ -42,6 +42,7 @@ def test_job_schedules(http: httpx.Client) -> None:
     j = http.post(
         "/jobs",
         json={
+            "blocking_power": 70.0,
             "stages": 2,
             "microbatches": 4,
             "schedule": {"name": "interleaved-1f1b", "virtual_stages": 2},
@@ -54,7 +55,12 @@ def test_job_schedules(http: httpx.Client) -> None:
     orders = make_schedule("gpipe", 2, 3).to_json()["orders"]
     r = http.post(
         "/jobs",
-        json={"stages": 2, "microbatches": 3, "schedule": {"name": "custom", "orders": orders}},
+        json={
+            "blocking_power": 70.0,
+            "stages": 2,
+            "microbatches": 3,
+            "schedule": {"name": "custom", "orders": orders},
+        },
     )
     assert r.status_code == 201, r.text
     assert r.json()["schedule"]["orders"] == orders

@@ -79,7 +79,11 @@ def test_rest_needs_the_token(secure: ServerProcess) -> None:
                     r.json()["field"] == "Authorization"
                     and r.headers["www-authenticate"] == "Bearer"
                 )
-        r = c.post("/jobs", headers=secure.headers, json={"stages": 2, "microbatches": 2})
+        r = c.post(
+            "/jobs",
+            headers=secure.headers,
+            json={"blocking_power": 70.0, "stages": 2, "microbatches": 2},
+        )
         assert r.status_code == 201
         assert len(c.get("/jobs", headers=secure.headers).json()["jobs"]) == 1
 
