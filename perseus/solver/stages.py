@@ -300,7 +300,7 @@ def assemble(
     lb = np.where((lb > fe) & (lb - fe <= 1e-9 * np.abs(fe)), fe, lb)
     if progress is not None:
         progress(1.0)
-    pr = relaxed.ranks_power
+    rb = relaxed.relaxed_bound
     return Frontier(
         schedule=problem.dag.schedule,
         blocking_power=problem.blocking_power,
@@ -311,6 +311,7 @@ def assemble(
         lower_bounds=lb,
         plans=found.plans[found.keep],
         node_freqs=problem.freqs,
-        bound_times=relaxed.times,
-        bound_energies=relaxed.costs + pr * relaxed.times,
+        bound_times=rb.times,
+        bound_energies=rb.values,
+        bound_slopes=rb.slopes,
     )
