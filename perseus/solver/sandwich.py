@@ -19,8 +19,8 @@ The deadlines are chosen by a chord-tangent sandwich on ``[T0, t_max]``: between
 deadlines ``G`` lies below the chord of their feasible values and above the maximum of their
 tangents, so the gap at the tangents' crossing bounds the error of the bound there; an interval
 whose gap exceeds ``tolerance`` times the energy bound is split at that crossing and solved,
-round after round (each round a monotone pass, alternating direction, every solve warm-started
-from the last), until none does. The bound is then :meth:`perseus.bound.RelaxedBound.tangents`
+round after round (each round a monotone pass from the end nearer the last solve, every solve
+warm-started from the last), until none does. The bound is then :meth:`perseus.bound.RelaxedBound.tangents`
 of every solve, and durations between two solved deadlines their convex combination.
 
 Complexity: a solve is a warm-started network simplex on ``2n + 2`` vertices and ``n H + m``
@@ -202,6 +202,7 @@ def sandwich_frontier(
     net = Circulation(problem, h)
     hi_cost = float(h.cost[np.arange(len(h.nv)), h.nv - 1].sum())
     solved: dict[float, tuple[float, float, FloatArray, float]] = {}
+    last = [t_max]  # the deadline the network's tree was last solved at
 
     tau_v, cost_v, nv_v = h.tau, h.cost, h.nv
 
@@ -226,6 +227,7 @@ def sandwich_frontier(
             return
         p0, c0 = int(net.state[1]), time.process_time()
         lag, big_f, d = net.solve(t, cancel)
+        last[0] = t
         solved[t] = (lag, big_f, d, value(d))
         st.solves += 1
         st.trace.append(((t - t0) / (t_max - t0), int(net.state[1]) - p0, time.process_time() - c0))
@@ -239,7 +241,6 @@ def sandwich_frontier(
         for t in first:
             solve(t)
         order = sorted(solved)
-    direction = 1
     while span > 0 and st.solves < max_solves:
         st.rounds += 1
         ts = sorted(solved)
@@ -262,9 +263,10 @@ def sandwich_frontier(
             progress(min(1.0, st.rounds / 8))
         if not splits:
             break
-        for x in sorted(splits, reverse=direction < 0)[: max_solves - st.solves]:
+        # a monotone pass, from the end nearer the last solve (warm starts stay local)
+        splits.sort(reverse=abs(splits[-1] - last[0]) < abs(splits[0] - last[0]))
+        for x in splits[: max_solves - st.solves]:
             solve(x)
-        direction = -direction
     order = sorted(solved)
     times = np.array(order)
     lags = np.array([solved[t][0] for t in order])
