@@ -28,6 +28,7 @@ previous size of the same family.
     python benchmarks/scaling.py --only 16x128 --profile smooth --cprofile   # where time goes
     python benchmarks/scaling.py --relaxation sandwich --compare-sweep --quick
     python benchmarks/scaling.py --smoke                # one tiny input (a test runs it)
+    python benchmarks/scaling.py --relax-only --relaxation sandwich --compare-sweep --only 16x128
 
 ``--relaxation`` picks the relaxation core (``SolverOptions.relaxation``); the stage columns are
 the CPU seconds (all threads of the child) of the relaxation, the rounding (seed and refine),
@@ -204,6 +205,34 @@ def child(cfg: Config, cprofile: bool = False, relaxation: str = "sweep") -> dic
     return out
 
 
+def relax_only(cfg: Config, relaxation: str, compare: bool) -> None:
+    """The relaxation alone, in this process: CPU seconds, breakpoints or deadlines solved and
+    pivots; with ``compare`` the sweep too, and the worst relative distance of the two bounds
+    over 2,000 deadlines."""
+    from perseus.solver.relaxation import Relaxation
+    from perseus.solver.sandwich import SandwichStats
+    from perseus.solver.stages import relax
+
+    problem = build_problem(cfg)
+    rel = Relaxation.build(problem)
+    done = {}
+    for core in [relaxation] + (["sweep"] if compare and relaxation != "sweep" else []):
+        st = SandwichStats()
+        c = time.process_time()
+        rf = relax(problem, relaxation=rel, hull_tolerance=5e-4, core=core, stats=st)
+        cpu = time.process_time() - c
+        extra = f"{st.solves} solves, {st.pivots} pivots ({st.degenerate} degenerate)"
+        what = extra if core == "sandwich" else f"{len(rf.times)} breakpoints"
+        print(f"{cfg.label:20} {problem.num_nodes:6d} {core:8} {cpu:7.1f}s CPU  {what}", flush=True)
+        done[core] = rf
+    if len(done) == 2:
+        a, b = done["sweep"].relaxed_bound, done[relaxation].relaxed_bound
+        grid = np.linspace(done["sweep"].t_min, done["sweep"].t_max, 2000)
+        ea, eb = a.bound(grid), b.bound(grid)
+        print(f"{'':20} (sweep - {relaxation}) / sweep in [{((ea - eb) / ea).min():.1e}, "
+              f"{((ea - eb) / ea).max():.1e}]")  # fmt: skip
+
+
 def run_child(
     cfg: Config,
     timeout: float,
@@ -269,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--relaxation", choices=["sweep", "sandwich", "auto"], default="auto")
     ap.add_argument("--compare-sweep", action="store_true", help="the sweep too, side by side")
     ap.add_argument("--smoke", action="store_true", help="one tiny input (A100 8 x 12), seconds")
+    ap.add_argument("--relax-only", action="store_true", help="time the relaxation alone")
     args = ap.parse_args(argv)
     if args.child:
         p, s, m, v, rx = json.loads(args.child)
@@ -283,6 +313,11 @@ def main(argv: list[str] | None = None) -> int:
         want = {tuple(int(x) for x in o.split("x")) for o in args.only}
         todo = [c for c in todo if (c.stages, c.microbatches) in want
                 or (c.stages, c.microbatches, c.virtual) in want]  # fmt: skip
+    if args.relax_only:
+        for cfg in todo:
+            relax_only(cfg, "sandwich" if args.relaxation == "sandwich" else "sweep",
+                       args.compare_sweep)  # fmt: skip
+        return 0
     head = (f"{'input':20} {'instr':>6} {'hull':>5} {'first':>7} {'whole':>7} {'RSS MiB':>8} "
             f"{'pts':>5} {'T/T0-1':>8} {'gap T0':>7} {'1.02':>6} {'1.1':>6} {'slope t':>7} "
             f"{'slope m':>7} | {'relax':>7} {'wall':>7} {'round':>6} {'search':>6} "
