@@ -34,3 +34,18 @@ def test_scaling_smoke_prints_both_cores(tmp_path: Path) -> None:
     assert r["sweep"]["relaxation"] == "sweep" and r["sweep"]["solves"] is None
     # the sandwich's bound is below the exact one: its gaps read no lower, within tolerance
     assert r["gap@1.0"] >= -1e-9 and r["sweep"]["gap@1.0"] >= -1e-9
+
+
+@pytest.mark.slow
+def test_scaling_relax_only_compares_the_two_bounds() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "scaling.py"), "--smoke", "--relax-only",
+         "--relaxation", "sandwich", "--compare-sweep"],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ), cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert "sandwich" in lines[0] and "solves" in lines[0] and "pivots" in lines[0]
+    assert "sweep" in lines[1] and "breakpoints" in lines[1]
+    lo, hi = (float(x) for x in lines[2].split("[")[1].rstrip("]").split(", "))
+    assert -1e-9 <= lo <= hi <= 5e-4  # the sandwich's bound: below the sweep's, within 0.05 %
