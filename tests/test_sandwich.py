@@ -148,3 +148,22 @@ def test_relaxation_options_are_checked() -> None:
     for bad in (0.0, 1.0, -1e-3, float("nan"), True):
         with pytest.raises(OptionError, match="sandwich_tolerance"):
             SolverOptions(sandwich_tolerance=bad)
+
+
+def test_auto_runs_the_sandwich_on_interleaved_v4_and_the_sweep_elsewhere(slice_profile) -> None:
+    from perseus.solver.solve import AUTO_SANDWICH_CHUNKS, SolveStats
+
+    profile = slice_profile(range(8), None)
+    cases = {
+        "sandwich": interleaved_1f1b(2, 4, AUTO_SANDWICH_CHUNKS),
+        "sweep": interleaved_1f1b(4, 4, 2),
+    }
+    for core, sched in cases.items():
+        problem = EnergyProblem.build(profile, sched, P_A100)
+        stats = SolveStats()
+        fr = solve_problem(problem, SolverOptions(relaxation="auto", effort=0), stats=stats)
+        assert stats.relaxation == core
+        assert (fr.relaxed_bound.kind == "tangents") == (core == "sandwich")
+        assert (stats.sandwich is not None) == (core == "sandwich")
+        assert set(stats.stages) == {"first plan", "relax", "round", "search", "polish"}
+        check_frontier(problem, fr)

@@ -127,8 +127,9 @@ class SolverOptions:
             on pipelines. ``"sandwich"``: ``G`` solved exactly at a few dozen deadlines (a
             warm-started network simplex per deadline), certified between them by tangent
             lines within ``sandwich_tolerance`` of the energy bound
-            (:mod:`perseus.solver.sandwich`). ``"auto"``: the sweep (measured faster at every
-            size up to 8,192 instructions on this machine; see docs/solver.md).
+            (:mod:`perseus.solver.sandwich`). ``"auto"``: the sandwich on interleaved schedules of
+            at least 4 model chunks per rank (where the sweep falls into cold solves), the
+            sweep elsewhere (measured faster there; see docs/solver.md).
         sandwich_tolerance: the sandwich stops once the gap between its chords and its
             tangents is at most this share of the energy bound everywhere (> 0).
 
