@@ -54,7 +54,15 @@ def kernel_stats() -> dict[str, tuple[int, int]]:
     import importlib
 
     out = {}
-    for leaf in ("exchange", "flow", "longest_paths", "relaxed", "rounding", "search"):
+    for leaf in (
+        "exchange",
+        "flow",
+        "longest_paths",
+        "network_simplex",
+        "relaxed",
+        "rounding",
+        "search",
+    ):
         mod = importlib.import_module(f"perseus.kernels.{leaf}")
         for name in dir(mod):
             f = getattr(mod, name)
