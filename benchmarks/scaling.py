@@ -26,6 +26,16 @@ previous size of the same family.
     python benchmarks/scaling.py --max-instructions 4096 --profile smooth
     python benchmarks/scaling.py --only 16x256 --profile smooth
     python benchmarks/scaling.py --only 16x128 --profile smooth --cprofile   # where time goes
+    python benchmarks/scaling.py --relaxation sandwich --compare-sweep --quick
+    python benchmarks/scaling.py --smoke                # one tiny input (a test runs it)
+    python benchmarks/scaling.py --relax-only --relaxation sandwich --compare-sweep --only 16x128
+
+``--relaxation`` picks the relaxation core (``SolverOptions.relaxation``); the stage columns are
+the CPU seconds (all threads of the child) of the relaxation, the rounding (seed and refine),
+the search and the polish, with the relaxation's wall time; the sandwich adds the deadlines it
+solved and its network simplex pivots. ``--compare-sweep`` solves each input a second time with
+the sweep (the old core), side by side: its whole-frontier wall time, relaxation CPU and gap at
+T0 (``-`` where it did not finish within ``--timeout``).
 """
 
 from __future__ import annotations
@@ -140,11 +150,12 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def child(cfg: Config, cprofile: bool = False) -> dict:
+def child(cfg: Config, cprofile: bool = False, relaxation: str = "sweep") -> dict:
     """Solve ``cfg`` in this process and measure it (with ``cprofile``: under cProfile, the
     functions taking the most time printed to stderr)."""
-    from perseus.solver import solve_problem
+    from perseus.solver import SolverOptions, solve_problem
     from perseus.solver.relaxation import Relaxation
+    from perseus.solver.solve import SolveStats
 
     problem = build_problem(cfg)
     tiny = build_problem(Config(cfg.profile, 2, 2))
@@ -153,20 +164,21 @@ def child(cfg: Config, cprofile: bool = False) -> dict:
     hull = float(Relaxation.build(problem).nv.mean())
     first: list[float] = []
     t = time.perf_counter()
-    kwargs = {}
-    import inspect
-
-    if "on_first_plan" in inspect.signature(solve_problem).parameters:
-        kwargs["on_first_plan"] = lambda fr: first.append(time.perf_counter() - t)
+    stats = SolveStats()
+    kwargs = {
+        "on_first_plan": lambda fr: first.append(time.perf_counter() - t),
+        "options": SolverOptions(relaxation=relaxation),
+        "stats": stats,
+    }
     if cprofile:
         import cProfile
         import pstats
 
         prof = cProfile.Profile()
-        frontier = prof.runcall(solve_problem, problem, **kwargs)
+        frontier = prof.runcall(solve_problem, problem, **kwargs)  # type: ignore[arg-type]
         pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(12)
     else:
-        frontier = solve_problem(problem, **kwargs)
+        frontier = solve_problem(problem, **kwargs)  # type: ignore[arg-type]
     wall = time.perf_counter() - t
     t0 = frontier.max_frequency_time
     out = {
@@ -179,6 +191,11 @@ def child(cfg: Config, cprofile: bool = False) -> dict:
         "points": len(frontier),
         "bound_points": len(frontier.bound_times),
         "fastest": float(frontier.times[0] / t0 - 1),
+        "relaxation": relaxation,
+        "stages": stats.stages,
+        "solves": stats.sandwich.solves if stats.sandwich else None,
+        "pivots": stats.sandwich.pivots if stats.sandwich else None,
+        "workers": 1,
     }
     for f in DEADLINES:
         # the sweep stops within 1e-9 (relative) of the fastest time, so the bound's first
@@ -188,9 +205,43 @@ def child(cfg: Config, cprofile: bool = False) -> dict:
     return out
 
 
-def run_child(cfg: Config, timeout: float, max_rss_gb: float, cprofile: bool = False) -> dict:
+def relax_only(cfg: Config, relaxation: str, compare: bool) -> None:
+    """The relaxation alone, in this process: CPU seconds, breakpoints or deadlines solved and
+    pivots; with ``compare`` the sweep too, and the worst relative distance of the two bounds
+    over 2,000 deadlines."""
+    from perseus.solver.relaxation import Relaxation
+    from perseus.solver.sandwich import SandwichStats
+    from perseus.solver.stages import relax
+
+    problem = build_problem(cfg)
+    rel = Relaxation.build(problem)
+    done = {}
+    for core in [relaxation] + (["sweep"] if compare and relaxation != "sweep" else []):
+        st = SandwichStats()
+        c = time.process_time()
+        rf = relax(problem, relaxation=rel, hull_tolerance=5e-4, core=core, stats=st)
+        cpu = time.process_time() - c
+        extra = f"{st.solves} solves, {st.pivots} pivots ({st.degenerate} degenerate)"
+        what = extra if core == "sandwich" else f"{len(rf.times)} breakpoints"
+        print(f"{cfg.label:20} {problem.num_nodes:6d} {core:8} {cpu:7.1f}s CPU  {what}", flush=True)
+        done[core] = rf
+    if len(done) == 2:
+        a, b = done["sweep"].relaxed_bound, done[relaxation].relaxed_bound
+        grid = np.linspace(done["sweep"].t_min, done["sweep"].t_max, 2000)
+        ea, eb = a.bound(grid), b.bound(grid)
+        print(f"{'':20} (sweep - {relaxation}) / sweep in [{((ea - eb) / ea).min():.1e}, "
+              f"{((ea - eb) / ea).max():.1e}]")  # fmt: skip
+
+
+def run_child(
+    cfg: Config,
+    timeout: float,
+    max_rss_gb: float,
+    cprofile: bool = False,
+    relaxation: str = "sweep",
+) -> dict:
     """:func:`child` in a fresh process, killed past ``timeout`` s or ``max_rss_gb`` GB."""
-    arg = json.dumps([cfg.profile, cfg.stages, cfg.microbatches, cfg.virtual])
+    arg = json.dumps([cfg.profile, cfg.stages, cfg.microbatches, cfg.virtual, relaxation])
     proc = subprocess.Popen(
         [sys.executable, __file__, "--child", arg] + (["--cprofile"] if cprofile else []),
         stdout=subprocess.PIPE,
@@ -244,27 +295,45 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--cprofile", action="store_true", help="profile each solve; top functions to stderr"
     )
+    ap.add_argument("--relaxation", choices=["sweep", "sandwich", "auto"], default="auto")
+    ap.add_argument("--compare-sweep", action="store_true", help="the sweep too, side by side")
+    ap.add_argument("--smoke", action="store_true", help="one tiny input (A100 8 x 12), seconds")
+    ap.add_argument("--relax-only", action="store_true", help="time the relaxation alone")
     args = ap.parse_args(argv)
     if args.child:
-        p, s, m, v = json.loads(args.child)
-        print(json.dumps(child(Config(p, s, m, v), args.cprofile)))
+        p, s, m, v, rx = json.loads(args.child)
+        print(json.dumps(child(Config(p, s, m, v), args.cprofile, rx)))
         return 0
     limit = min(args.max_instructions, 8192 if args.quick else 32768)
-    todo = [c for c in configs(args.profile or ["smooth", "a100"]) if c.instructions <= limit]
+    profiles = args.profile or (["a100"] if args.smoke else ["smooth", "a100"])
+    if args.smoke:
+        limit = 192
+    todo = [c for c in configs(profiles) if c.instructions <= limit]
     if args.only:
         want = {tuple(int(x) for x in o.split("x")) for o in args.only}
         todo = [c for c in todo if (c.stages, c.microbatches) in want
                 or (c.stages, c.microbatches, c.virtual) in want]  # fmt: skip
+    if args.relax_only:
+        for cfg in todo:
+            relax_only(cfg, "sandwich" if args.relaxation == "sandwich" else "sweep",
+                       args.compare_sweep)  # fmt: skip
+        return 0
     head = (f"{'input':20} {'instr':>6} {'hull':>5} {'first':>7} {'whole':>7} {'RSS MiB':>8} "
             f"{'pts':>5} {'T/T0-1':>8} {'gap T0':>7} {'1.02':>6} {'1.1':>6} {'slope t':>7} "
-            f"{'slope m':>7}")  # fmt: skip
+            f"{'slope m':>7} | {'relax':>7} {'wall':>7} {'round':>6} {'search':>6} "
+            f"{'polish':>6} {'solves':>6} {'pivots':>9} {'wk':>2}")  # fmt: skip
+    if args.compare_sweep:
+        head += f" | {'sweep':>7} {'relax':>7} {'gap T0':>7}"
+    print(f"relaxation: {args.relaxation}; stage columns: CPU s (relaxation also wall s)")
     print(head)
     print("-" * len(head))
     results = []
     prev: dict[str, dict] = {}
     for cfg in todo:
-        r = run_child(cfg, args.timeout, args.max_rss_gb, args.cprofile)
+        r = run_child(cfg, args.timeout, args.max_rss_gb, args.cprofile, args.relaxation)
         r["config"] = [cfg.profile, cfg.stages, cfg.microbatches, cfg.virtual]
+        if args.compare_sweep:
+            r["sweep"] = run_child(cfg, args.timeout, args.max_rss_gb, False, "sweep")
         results.append(r)
         if "error" in r:
             print(f"{cfg.label:20} {cfg.instructions:6d}  {r['error']}", flush=True)
@@ -272,11 +341,23 @@ def main(argv: list[str] | None = None) -> int:
             first = f"{r['first']:6.2f}s" if r["first"] is not None else "    n/a"
             rss = dict(r, rss=r["rss"])
             p = prev.get(cfg.family)
-            print(f"{cfg.label:20} {r['instructions']:6d} {r['hull']:5.1f} {first} "
-                  f"{r['wall']:6.2f}s {r['rss']:8.0f} {r['points']:5d} {100 * r['fastest']:+7.3f}% "
-                  f"{100 * r['gap@1.0']:6.2f}% {100 * r['gap@1.02']:5.2f}% "
-                  f"{100 * r['gap@1.1']:5.2f}% {_slope(p, r, 'wall'):>7} "
-                  f"{_slope(p, rss, 'rss'):>7}", flush=True)  # fmt: skip
+            st = r["stages"]
+            line = (f"{cfg.label:20} {r['instructions']:6d} {r['hull']:5.1f} {first} "
+                    f"{r['wall']:6.2f}s {r['rss']:8.0f} {r['points']:5d} {100 * r['fastest']:+7.3f}% "
+                    f"{100 * r['gap@1.0']:6.2f}% {100 * r['gap@1.02']:5.2f}% "
+                    f"{100 * r['gap@1.1']:5.2f}% {_slope(p, r, 'wall'):>7} "
+                    f"{_slope(p, rss, 'rss'):>7} | {st['relax'][1]:6.1f}s {st['relax'][0]:6.1f}s "
+                    f"{st['round'][1]:6.1f} {st['search'][1]:6.1f} {st['polish'][1]:6.1f} "
+                    f"{r['solves'] if r['solves'] is not None else '-':>6} "
+                    f"{r['pivots'] if r['pivots'] is not None else '-':>9} {r['workers']:2d}")  # fmt: skip
+            if args.compare_sweep:
+                sw = r["sweep"]
+                if "error" in sw:
+                    line += f" | {'-':>7} {'-':>7} {'-':>7}"
+                else:
+                    line += (f" | {sw['wall']:6.1f}s {sw['stages']['relax'][1]:6.1f}s "
+                             f"{100 * sw['gap@1.0']:6.2f}%")  # fmt: skip
+            print(line, flush=True)
         prev[cfg.family] = r
     print("\nslope: log-log growth from the previous size of the same family (time: whole "
           "frontier; memory: peak RSS)")  # fmt: skip

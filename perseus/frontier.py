@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from perseus.bound import RelaxedBound
 from perseus.errors import InfeasibleError, OptionError
 from perseus.schedules import Schedule
 
@@ -55,8 +57,11 @@ class Frontier:
         times, energies, lower_bounds: ``(k,)`` arrays, one entry per point.
         plans: ``(k, n)`` option indices (``uint8``) into ``node_freqs``.
         node_freqs: ``(n, K)`` frequencies (MHz) of each DAG node's options.
-        bound_times / bound_energies: breakpoints of the relaxed (lower-bound) frontier, by
-            increasing time; see :meth:`lower_bound_at`.
+        bound_times / bound_energies / bound_slopes: the certified lower bound, by increasing
+            time: every breakpoint (``bound_slopes`` empty), or tangent lines at some
+            deadlines (their slopes in ``bound_slopes``); read it through
+            :attr:`relaxed_bound` (:class:`~perseus.bound.RelaxedBound`), never by
+            interpolating the arrays (that is valid for breakpoints only).
     """
 
     schedule: Schedule
@@ -70,6 +75,7 @@ class Frontier:
     node_freqs: IntArray
     bound_times: FloatArray = field(default_factory=lambda: np.empty(0))
     bound_energies: FloatArray = field(default_factory=lambda: np.empty(0))
+    bound_slopes: FloatArray = field(default_factory=lambda: np.empty(0))
 
     def __len__(self) -> int:
         return len(self.times)
@@ -86,18 +92,24 @@ class Frontier:
         """Index of the plan with the least energy per iteration."""
         return int(np.argmin(self.energies))
 
+    @cached_property
+    def relaxed_bound(self) -> RelaxedBound:
+        """The certified lower bound as a function of the iteration time (breakpoints, or
+        tangent lines when :attr:`bound_slopes` is set); past the last breakpoint everything
+        waits at blocking power."""
+        return RelaxedBound.from_arrays(
+            self.bound_times,
+            self.bound_energies,
+            self.bound_slopes,
+            self.blocking_power * self.schedule.ranks,
+        )
+
     def lower_bound_at(self, deadline: float) -> float:
         """Certified lower bound on the energy of one iteration lasting ``deadline`` seconds
         (any plan, waiting included); ``inf`` below the fastest possible time. The relaxed sweep
         may end up to a relative 1e-9 past that time: a deadline within it reads as the fastest
-        time itself (``lower_bound_at(T0)`` is finite)."""
-        bt, be = self.bound_times, self.bound_energies
-        if bt.size == 0 or deadline < bt[0] * (1 - 1e-9):
-            return float("inf")
-        if deadline >= bt[-1]:
-            # slower than the cheapest plan: it waits, at blocking power, for the rest
-            return float(be[-1] + self.blocking_power * self.schedule.ranks * (deadline - bt[-1]))
-        return float(np.interp(deadline, bt, be))
+        time itself (``lower_bound_at(T0)`` is finite). See :attr:`relaxed_bound`."""
+        return float(self.relaxed_bound.bound(float(deadline)))
 
     def energy_at(self, deadline: float) -> float:
         """Least energy of an iteration lasting ``deadline`` seconds using a frontier plan
@@ -253,6 +265,8 @@ class Frontier:
                 "bound_times": self.bound_times.tolist(),
                 "bound_energies": self.bound_energies.tolist(),
             }
+            if self.bound_slopes.size:
+                doc["encoded"]["bound_slopes"] = self.bound_slopes.tolist()
         return doc
 
     @classmethod
@@ -280,4 +294,5 @@ class Frontier:
             node_freqs=node_freqs,
             bound_times=np.asarray(enc.get("bound_times", []), dtype=np.float64),
             bound_energies=np.asarray(enc.get("bound_energies", []), dtype=np.float64),
+            bound_slopes=np.asarray(enc.get("bound_slopes", []), dtype=np.float64),
         )

@@ -52,6 +52,8 @@ class LPSolution:
         durations: optimal continuous duration of every node.
         starts: their start times.
         compute_cost: ``sum_i c_i(d_i)``, the effective compute cost part of ``value``.
+        slope: ``dL/dT`` from HiGHS's duals of the deadline rows, plus ``P R``: a subgradient
+            of ``L`` at ``deadline`` (the slope of a supporting line there).
     """
 
     deadline: float
@@ -59,6 +61,7 @@ class LPSolution:
     durations: FloatArray
     starts: FloatArray
     compute_cost: float
+    slope: float
 
 
 def node_hulls(problem: EnergyProblem) -> list[tuple[FloatArray, FloatArray]]:
@@ -169,6 +172,7 @@ class LPRelaxation:
             durations=x[n : 2 * n].copy(),
             starts=x[:n].copy(),
             compute_cost=compute,
+            slope=p * ranks + float(res.ineqlin.marginals[self._deadline_rows].sum()),
         )
 
 

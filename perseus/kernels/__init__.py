@@ -8,6 +8,8 @@ hot path), each releasing the GIL (``nogil``) so that batches can be split over 
   (the critical path method);
 * :mod:`~perseus.kernels.flow`: maximum flow (Dinic) and the minimum cut of a network with lower
   bounds;
+* :mod:`~perseus.kernels.network_simplex`: a warm-startable minimum-cost circulation (the
+  relaxation at one deadline, for the sandwich core);
 * :mod:`~perseus.kernels.relaxed`: exact steps of the Phillips-Dessouky min-cut iteration along
   the relaxed (convex-hull) frontier;
 * :mod:`~perseus.kernels.rounding`: rounding relaxed durations to measured options, and

@@ -44,6 +44,8 @@ def warm() -> float:
     t = time.perf_counter()
     opts = SolverOptions(target_gap=0.0, hard_gap=0.0, effort=2.0, search_work=2000)
     solve_problem(_tiny_problem(), opts, on_first_plan=lambda _: None)
+    # the other relaxation core (the network simplex)
+    solve_problem(_tiny_problem(), SolverOptions(relaxation="sandwich", effort=0.0))
     return time.perf_counter() - t
 
 
@@ -52,7 +54,15 @@ def kernel_stats() -> dict[str, tuple[int, int]]:
     import importlib
 
     out = {}
-    for leaf in ("exchange", "flow", "longest_paths", "relaxed", "rounding", "search"):
+    for leaf in (
+        "exchange",
+        "flow",
+        "longest_paths",
+        "network_simplex",
+        "relaxed",
+        "rounding",
+        "search",
+    ):
         mod = importlib.import_module(f"perseus.kernels.{leaf}")
         for name in dir(mod):
             f = getattr(mod, name)

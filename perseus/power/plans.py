@@ -282,26 +282,12 @@ def bound_time_for_power(
 ) -> float:
     """The least iteration time ``T`` the relaxed lower bound allows within ``watts`` (whole
     job): the least ``T`` with ``P d bound(T) <= watts * T`` (``bound``:
-    :meth:`Frontier.lower_bound_at`). No plan meeting the budget is faster, waiting or not.
-
-    ``bound`` is convex and piecewise linear, so ``bound(T) - w T`` is found on the first
-    breakpoint under the line and the segment before it; past the last breakpoint the bound
-    grows at the blocking power of the pipeline. Returns ``inf`` when the budget is at or below
-    the pipeline's blocking power. ``O(b)`` for ``b`` breakpoints.
+    :attr:`Frontier.relaxed_bound`, see :meth:`perseus.bound.RelaxedBound.time_for_power`).
+    No plan meeting the budget is faster, waiting or not. Returns ``inf`` when no ``T``
+    qualifies (e.g. the budget is at or below the pipeline's blocking power). ``O(b)`` for
+    ``b`` breakpoints or tangent lines.
     """
     w = check_budget(watts) / check_shape(pipelines, tensor_parallel)
-    bt, be = frontier.bound_times, frontier.bound_energies
-    if bt.size == 0:
+    if frontier.bound_times.size == 0:
         raise ValueError("the frontier carries no relaxed bound (bound_times is empty)")
-    g = be - w * bt
-    below = np.flatnonzero(g <= 0)
-    if below.size:
-        k = int(below[0])
-        if k == 0:
-            return float(bt[0])
-        # linear on [bt[k-1], bt[k]]: g falls from > 0 to <= 0
-        return float(bt[k - 1] + g[k - 1] / (g[k - 1] - g[k]) * (bt[k] - bt[k - 1]))
-    block = frontier.blocking_power * frontier.schedule.ranks
-    if w <= block:
-        return math.inf
-    return float((be[-1] - block * bt[-1]) / (w - block))
+    return frontier.relaxed_bound.time_for_power(w)

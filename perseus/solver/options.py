@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 
 from perseus.errors import OptionError
 
-__all__ = ["SolverOptions", "RoundingOptions"]
+__all__ = ["SolverOptions", "RoundingOptions", "RELAXATIONS"]
+
+#: The relaxation cores :class:`SolverOptions` accepts.
+RELAXATIONS = ("sweep", "sandwich", "auto")
 
 
 def _integer(owner: object, name: str, minimum: int) -> None:
@@ -119,6 +122,16 @@ class SolverOptions:
             by at most this share of the node's least energy: the bound stays certified,
             looser by at most this share of the energy, with fewer breakpoints to visit
             (``0``: the exact hulls).
+        relaxation: the relaxation core. ``"sweep"`` (the default): every breakpoint of
+            ``G`` by the Phillips-Dessouky min-cut iteration, an exact bound, ``Theta(n^2)``
+            on pipelines. ``"sandwich"``: ``G`` solved exactly at a few dozen deadlines (a
+            warm-started network simplex per deadline), certified between them by tangent
+            lines within ``sandwich_tolerance`` of the energy bound
+            (:mod:`perseus.solver.sandwich`). ``"auto"``: the sandwich on interleaved schedules of
+            at least 4 model chunks per rank (where the sweep falls into cold solves), the
+            sweep elsewhere (measured faster there; see docs/solver.md).
+        sandwich_tolerance: the sandwich stops once the gap between its chords and its
+            tangents is at most this share of the energy bound everywhere (> 0).
 
     seed: the generator behind randomised roundings and searches; the same input and options
     give the same frontier. ``rounding``: how slack is reclaimed (:class:`RoundingOptions`).
@@ -140,6 +153,8 @@ class SolverOptions:
     diagonal_rounding: bool = True
     relaxed_memory: int = 128 * 2**20
     hull_tolerance: float = 5e-4
+    relaxation: str = "sweep"
+    sandwich_tolerance: float = 5e-4
     seed: int = 0
     rounding: RoundingOptions = field(default_factory=RoundingOptions)
 
@@ -161,6 +176,20 @@ class SolverOptions:
             _integer(self, name, 0)
         for name in ("target_gap", "hard_gap", "effort", "hull_tolerance"):
             _number(self, name, 0.0)
+        if self.relaxation not in RELAXATIONS:
+            raise OptionError(
+                f"relaxation: must be one of {', '.join(RELAXATIONS)}, got {self.relaxation!r}",
+                field="relaxation",
+            )
+        if not (
+            isinstance(self.sandwich_tolerance, (int, float))
+            and not isinstance(self.sandwich_tolerance, bool)
+            and 0 < self.sandwich_tolerance < 1
+        ):
+            raise OptionError(
+                f"sandwich_tolerance: must be a number in (0, 1), got {self.sandwich_tolerance!r}",
+                field="sandwich_tolerance",
+            )
         if not isinstance(self.diagonal_rounding, bool):
             raise OptionError(
                 f"diagonal_rounding: must be True or False, got {self.diagonal_rounding!r}",

@@ -13,11 +13,13 @@ interpolates between them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import numpy.typing as npt
 
+from perseus.bound import RelaxedBound, interpolate_durations
 from perseus.errors import SolverCancelled
 from perseus.kernels.flow import split_graph
 from perseus.kernels.relaxed import relaxed_chunk
@@ -299,6 +301,9 @@ class RelaxedFrontier:
         t_min, t_max: the fastest iteration time, and that of the longest durations.
         ranks_power: blocking power times ranks (``P R``), what an idle second of the whole
             pipeline costs.
+        slopes: empty when ``times`` are every breakpoint (the sweep); otherwise ``G``'s
+            slope at each of ``times`` (deadlines solved exactly, certified between them by
+            their tangent lines: :attr:`relaxed_bound`).
     """
 
     relaxation: Relaxation
@@ -309,6 +314,18 @@ class RelaxedFrontier:
     t_min: float
     t_max: float
     ranks_power: float
+    slopes: FloatArray = field(default_factory=lambda: np.empty(0))
+
+    @cached_property
+    def relaxed_bound(self) -> RelaxedBound:
+        """The energy bound ``G(T) + P R T`` (:class:`~perseus.bound.RelaxedBound`), with the
+        kept durations."""
+        pr = self.ranks_power
+        values = self.costs + pr * self.times
+        kept = {"kept_times": self.kept_times, "kept_durations": self.kept_durations}
+        if self.slopes.size:
+            return RelaxedBound.tangents(self.times, values, self.slopes + pr, **kept)
+        return RelaxedBound.breakpoints(self.times, values, pr, **kept)
 
     @classmethod
     def from_steps(
@@ -415,20 +432,13 @@ class RelaxedFrontier:
 
     def durations_at(self, deadlines: FloatArray) -> FloatArray:
         """The relaxed durations at each of ``deadlines`` (``(k, n)``), interpolated between
-        the kept breakpoints (the relaxed optimum between two consecutive breakpoints)."""
-        bp_t, bp_d = self.kept_times, self.kept_durations
-        j = np.clip(np.searchsorted(bp_t, deadlines, side="right") - 1, 0, len(bp_t) - 1)
-        k = np.minimum(j + 1, len(bp_t) - 1)
-        span = bp_t[k] - bp_t[j]
-        w = np.where(span > 0, (deadlines - bp_t[j]) / np.where(span > 0, span, 1.0), 0.0)
-        w = np.clip(w, 0.0, 1.0)[:, None]
-        out: FloatArray = (1 - w) * bp_d[j] + w * bp_d[k]
-        return out
+        the kept solutions (the relaxed optimum between two consecutive breakpoints)."""
+        return interpolate_durations(self.kept_times, self.kept_durations, deadlines)
 
     def bound(self, times: FloatArray) -> FloatArray:
-        """The certified lower bound ``G(T) + P R T`` at each of ``times`` (within the
-        breakpoints' range)."""
-        out: FloatArray = np.interp(times, self.times, self.costs) + self.ranks_power * times
+        """The certified lower bound ``G(T) + P R T`` at each of ``times`` (``inf`` below the
+        fastest time; :attr:`relaxed_bound`)."""
+        out: FloatArray = np.asarray(self.relaxed_bound.bound(times), dtype=np.float64)
         return out
 
 

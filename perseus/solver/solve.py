@@ -3,8 +3,10 @@ and a schedule."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import replace
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -17,9 +19,42 @@ from perseus.solver.candidates import CandidatePool
 from perseus.solver.options import SolverOptions
 from perseus.solver.relaxation import Relaxation, path_bound
 from perseus.solver.rounder import Rounder
+from perseus.solver.sandwich import SandwichStats
 from perseus.solver.stages import Run, assemble, polish, refine, relax, search, seed_candidates
 
-__all__ = ["solve_problem", "solve_frontier", "first_plan", "FirstPlan"]
+__all__ = [
+    "solve_problem",
+    "solve_frontier",
+    "first_plan",
+    "FirstPlan",
+    "SolveStats",
+    "AUTO_SANDWICH_CHUNKS",
+]
+
+
+@dataclass
+class SolveStats:
+    """Where a solve spent its time: per stage ``(wall s, CPU s of this process)``, in order
+    (``first plan``, ``relax``, ``round`` (seed and refine), ``search``, ``polish``), and the
+    sandwich core's counters (deadlines solved, pivots) when it ran."""
+
+    stages: dict[str, tuple[float, float]] = field(default_factory=dict)
+    relaxation: str = "sweep"
+    sandwich: SandwichStats | None = None
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        w, c = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            self.stages[name] = (time.perf_counter() - w, time.process_time() - c)
+
+
+#: ``relaxation="auto"`` runs the sandwich on interleaved schedules with at least this many
+#: model chunks per rank, where the sweep's warm flow stops fitting and every step solves cold
+#: (measured: 16 x 64 V=4, sweep killed at 600 s, sandwich 49 s CPU); the sweep elsewhere.
+AUTO_SANDWICH_CHUNKS = 4
 
 #: Called once, early in a solve, with a frontier of one point: the zero-slowdown plan.
 FirstPlan = Callable[[Frontier], None]
@@ -70,6 +105,7 @@ def solve_problem(
     progress: Callable[[float], None] | None = None,
     cancel: Callable[[], bool] | None = None,
     on_first_plan: FirstPlan | None = None,
+    stats: SolveStats | None = None,
 ) -> Frontier:
     """The time-energy frontier of ``problem`` (see :mod:`perseus.solver`).
 
@@ -84,6 +120,7 @@ def solve_problem(
             see :func:`first_plan`), deployable while the rest is solved. The final frontier's
             fastest plan is at least as good (the first plan is among its candidates). An
             exception it raises ends the solve.
+        stats: filled in with each stage's wall and CPU time (:class:`SolveStats`).
 
     Every point of the result is a real plan with its true (time, energy), and carries the
     certified lower bound at its own time. The same problem and options give the same frontier.
@@ -93,26 +130,41 @@ def solve_problem(
         raise OptionError(
             f"options: must be a SolverOptions, got {type(opts).__name__}", field="options"
         )
-    rel = Relaxation.build(problem)
-    rounder = Rounder(problem, rel, opts.rounding)
-    early = first_plan(problem, rel, rounder)  # cheap; a candidate whether or not it is asked for
+    st = SolveStats() if stats is None else stats
+    core = "sandwich" if opts.relaxation == "sandwich" else "sweep"
+    if opts.relaxation == "auto" and problem.dag.schedule.virtual_stages >= AUTO_SANDWICH_CHUNKS:
+        core = "sandwich"
+    st.relaxation = core
+    with st.stage("first plan"):
+        rel = Relaxation.build(problem)
+        rounder = Rounder(problem, rel, opts.rounding)
+        early = first_plan(problem, rel, rounder)  # cheap; a candidate either way
     if on_first_plan is not None:
         on_first_plan(early)
-    relaxed = relax(
-        problem,
-        memory=opts.relaxed_memory,
-        progress=progress,
-        cancel=cancel,
-        relaxation=rel,
-        hull_tolerance=opts.hull_tolerance,
-    )
+    if core == "sandwich":
+        st.sandwich = SandwichStats()
+    with st.stage("relax"):
+        relaxed = relax(
+            problem,
+            memory=opts.relaxed_memory,
+            progress=progress,
+            cancel=cancel,
+            relaxation=rel,
+            hull_tolerance=opts.hull_tolerance,
+            core=core,
+            tolerance=opts.sandwich_tolerance,
+            stats=st.sandwich,
+        )
     with CandidatePool(problem, relaxed, cancel) as pool:
         run = Run(problem, relaxed, rounder, pool, opts, np.random.default_rng(opts.seed), progress)
         pool.add(early.plans)
-        seed_candidates(run)
-        refine(run)
-        search(run)
-        polish(run)
+        with st.stage("round"):
+            seed_candidates(run)
+            refine(run)
+        with st.stage("search"):
+            search(run)
+        with st.stage("polish"):
+            polish(run)
         found = pool.snapshot()
     return assemble(problem, relaxed, found, progress)
 

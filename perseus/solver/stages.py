@@ -21,6 +21,7 @@ from perseus.solver.candidates import CandidatePool, Snapshot
 from perseus.solver.options import SolverOptions
 from perseus.solver.relaxation import Relaxation, RelaxedFrontier
 from perseus.solver.rounder import Rounder
+from perseus.solver.sandwich import SandwichStats, sandwich_frontier
 
 __all__ = [
     "SEARCH_STARTS",
@@ -74,18 +75,34 @@ def relax(
     cancel: Callable[[], bool] | None = None,
     relaxation: Relaxation | None = None,
     hull_tolerance: float = 0.0,
+    core: str = "sweep",
+    tolerance: float = 5e-4,
+    stats: SandwichStats | None = None,
 ) -> RelaxedFrontier:
-    """Every breakpoint of the relaxed frontier, the durations of about ``memory`` bytes'
-    worth of them kept (progress runs to 0.6 as ``T`` falls). With ``hull_tolerance > 0`` the
-    sweep runs on hulls with fewer pieces, each below its node's by at most ``hull_tolerance``
-    times the node's least energy (:meth:`Relaxation.under_estimate`): a bound looser by at
-    most that share of the energy, with fewer breakpoints to visit."""
+    """The relaxed frontier (progress runs to 0.6). ``core="sweep"`` (or ``"auto"``): every
+    breakpoint, the durations of about ``memory`` bytes' worth of them kept;
+    ``core="sandwich"``: exact solves at a few deadlines, tangent lines between them within
+    ``tolerance`` (:func:`~perseus.solver.sandwich.sandwich_frontier`, ``stats`` filled in).
+    With ``hull_tolerance > 0`` either runs on hulls with fewer pieces, each below its node's
+    by at most ``hull_tolerance`` times the node's least energy
+    (:meth:`Relaxation.under_estimate`): a bound looser by at most that share of the energy,
+    with fewer breakpoints to visit (fewer arcs to price)."""
     rel = Relaxation.build(problem) if relaxation is None else relaxation
     hulls = None
     if hull_tolerance > 0:
         valid = np.arange(problem.energies.shape[1])[None, :] < problem.num_options[:, None]
         floor = np.where(valid, problem.energies, np.inf).min(axis=1)
         hulls = rel.under_estimate(np.maximum(floor, 0.0), hull_tolerance)
+    if core == "sandwich":
+        return sandwich_frontier(
+            problem,
+            rel,
+            hulls=hulls,
+            tolerance=tolerance,
+            cancel=cancel,
+            progress=None if progress is None else (lambda f: progress(0.6 * f)),
+            stats=stats,
+        )
     return RelaxedFrontier.sweep(
         problem,
         rel,
@@ -111,15 +128,16 @@ def seed_candidates(run: Run) -> None:
     """The all-max-frequency plan, and ``initial_candidates`` relaxed breakpoints (spread
     evenly by index) rounded."""
     run.pool.add(run.problem.max_frequency_plan()[None, :])
-    bp_t = run.relaxed.times
+    rf = run.relaxed
+    bp_t = rf.times
     count = min(run.options.initial_candidates, len(bp_t))
-    pick = np.unique(np.linspace(0, len(bp_t) - 1, count).round().astype(int))
-    run.pool.batched(
-        run.rounder.round,
-        run.relaxed.durations_at(bp_t[pick]),
-        bp_t[pick],
-        np.ones(len(pick), dtype=bool),
-    )
+    at = bp_t[np.unique(np.linspace(0, len(bp_t) - 1, count).round().astype(int))]
+    if rf.slopes.size and run.options.initial_candidates > len(bp_t) and rf.t_max > rf.t_min:
+        # a few solved deadlines (the sandwich): the rest spread in time, denser near T0
+        extra = run.options.initial_candidates - len(bp_t)
+        u = np.linspace(0.0, 1.0, extra + 2)[1:-1]
+        at = np.unique(np.r_[at, rf.t_min + (rf.t_max - rf.t_min) * u**2])
+    run.pool.batched(run.rounder.round, rf.durations_at(at), at, np.ones(len(at), dtype=bool))
 
 
 def refine(run: Run) -> None:
@@ -300,7 +318,7 @@ def assemble(
     lb = np.where((lb > fe) & (lb - fe <= 1e-9 * np.abs(fe)), fe, lb)
     if progress is not None:
         progress(1.0)
-    pr = relaxed.ranks_power
+    rb = relaxed.relaxed_bound
     return Frontier(
         schedule=problem.dag.schedule,
         blocking_power=problem.blocking_power,
@@ -311,6 +329,7 @@ def assemble(
         lower_bounds=lb,
         plans=found.plans[found.keep],
         node_freqs=problem.freqs,
-        bound_times=relaxed.times,
-        bound_energies=relaxed.costs + pr * relaxed.times,
+        bound_times=rb.times,
+        bound_energies=rb.values,
+        bound_slopes=rb.slopes,
     )

@@ -1,0 +1,51 @@
+"""``benchmarks/scaling.py --smoke`` runs (child processes and all) and prints its columns for
+both relaxation cores side by side."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_scaling_smoke_prints_both_cores(tmp_path: Path) -> None:
+    out = tmp_path / "scaling.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "scaling.py"), "--smoke",
+         "--relaxation", "sandwich", "--compare-sweep", "--json", str(out)],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ), cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert "relaxation: sandwich" in lines[0]
+    assert all(k in lines[1] for k in ("relax", "round", "solves", "pivots", "wk", "sweep"))
+    row = next(line for line in lines if line.startswith("a100    8 x  12"))
+    assert " 192 " in row and "error" not in row
+    (r,) = json.loads(out.read_text())
+    assert r["relaxation"] == "sandwich" and r["solves"] >= 2 and r["pivots"] > 0
+    assert set(r["stages"]) == {"first plan", "relax", "round", "search", "polish"}
+    assert r["sweep"]["relaxation"] == "sweep" and r["sweep"]["solves"] is None
+    # the sandwich's bound is below the exact one: its gaps read no lower, within tolerance
+    assert r["gap@1.0"] >= -1e-9 and r["sweep"]["gap@1.0"] >= -1e-9
+
+
+@pytest.mark.slow
+def test_scaling_relax_only_compares_the_two_bounds() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "scaling.py"), "--smoke", "--relax-only",
+         "--relaxation", "sandwich", "--compare-sweep"],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ), cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert "sandwich" in lines[0] and "solves" in lines[0] and "pivots" in lines[0]
+    assert "sweep" in lines[1] and "breakpoints" in lines[1]
+    lo, hi = (float(x) for x in lines[2].split("[")[1].rstrip("]").split(", "))
+    assert -1e-9 <= lo <= hi <= 5e-4  # the sandwich's bound: below the sweep's, within 0.05 %
