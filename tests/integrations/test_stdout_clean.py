@@ -5,6 +5,7 @@ stdout on a machine without a GPU); what the framework says goes to stderr."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -24,11 +25,15 @@ FRAMEWORK = {"deepspeed": "deepspeed", "megatron": "megatron.core", "torch_pipel
 
 
 def run(code: str) -> subprocess.CompletedProcess[str]:
+    # DeepSpeed warns (on stdout, unpatched) when it picks its accelerator itself: not when
+    # another test of this process set DS_ACCELERATOR, so the child never inherits it.
+    env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
         text=True,
         timeout=300,
+        env=env,
     )
 
 

@@ -93,7 +93,10 @@ def test_a_crash_during_solve_completion(tmp_path: Path, small_csv: str, point: 
         if point == "after_frontier_store":  # before: nothing of the completion was committed
             assert state["frontier"]["status"] == "failed"
             assert "interrupted" in state["frontier"]["error"]
-            assert state["status"]["plan"] is None
+            # No deployment of the completion; a first plan committed before it (the partial
+            # frontier's, when the solve was slow enough to send one) may stay, marked partial.
+            plan = state["status"]["plan"]
+            assert plan is None or plan.get("partial") is True, plan
         else:  # after: frontier and deployment both
             assert state["frontier"]["status"] == "done"
             assert state["status"]["plan"]["kind"] == "plan"
