@@ -145,15 +145,19 @@ def test_push_current_then_new_versions_per_pipeline(
         assert msg.version == 2
         want = slow["frequencies"][p] if d == 1 else fastest["frequencies"][p]
         assert _freqs(msg) == want
-    # A reconnecting rank gets the current version at once.
-    again = next(
-        stub.WatchPlan(
-            pb.WatchPlanRequest(job_id=job_id, rank_id=ranks[(1, 1)], known_version=1), timeout=10
-        )
+    # A reconnecting rank gets the current version at once; its new stream replaces the old
+    # one (a rank holds one), so the job still has 4 connected ranks while it stays open.
+    reconnected = stub.WatchPlan(
+        pb.WatchPlanRequest(job_id=job_id, rank_id=ranks[(1, 1)], known_version=1), timeout=10
     )
+    again = next(reconnected)
     assert again.version == 2 and _freqs(again) == slow["frequencies"][1]
     st = http.get(f"/jobs/{job_id}/status").json()
     assert st["connected_ranks"] == 4
+    with pytest.raises(grpc.RpcError) as replaced:
+        next(streams[(1, 1)])
+    assert _code(replaced) == grpc.StatusCode.ABORTED
+    reconnected.cancel()
     # Deleting the job ends the streams with NOT_FOUND.
     assert http.delete(f"/jobs/{job_id}").status_code == 204
     with pytest.raises(grpc.RpcError) as e:
