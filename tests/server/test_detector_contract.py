@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from perseus_server.domain.bounds import MAX_SECONDS
 from perseus_server.domain.states import DetectorEvent
 from perseus_server.models.requests import DetectionIn
 from perseus_server.policy.detectors import (
@@ -97,6 +98,18 @@ def test_a_straggler_recovers_with_hysteresis(detector: Detector) -> None:
     decisions = _feed(detector, 1, 1.0, 2, flagged=True)
     assert [d.event for d in decisions] == [None, DetectorEvent.RECOVERED]
     assert decisions[-1].time == 0.0
+
+
+def test_t_prime_stays_within_the_report_bounds(detector: Detector) -> None:
+    """Pipelines reporting iterations a million times faster than planned make a tiny
+    calibration; a pipeline at the slowest time a report may carry must still get a T' a report
+    could carry (found by the report-bounds property test: T' = 1.9e12 s)."""
+    for _ in range(5):
+        for p in (0, 2):
+            detector.observe(p, 1e-6, PLANNED, False)
+    decisions = [detector.observe(1, MAX_SECONDS, PLANNED, False) for _ in range(3)]
+    assert decisions[-1].event is DetectorEvent.SLOW
+    assert 0 < decisions[-1].time <= MAX_SECONDS
 
 
 def test_reset_forgets_a_run_in_progress(detector: Detector) -> None:

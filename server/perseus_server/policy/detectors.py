@@ -51,6 +51,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from perseus_server.domain.bounds import MAX_SECONDS
 from perseus_server.domain.states import DetectorEvent
 
 __all__ = [
@@ -204,7 +205,10 @@ class StragglerDetector:
         if event in (DetectorEvent.SLOW, DetectorEvent.CHANGED):
             assert event is not None
             self._last[pipeline] = (event, t_prime, c, known)
-        return Decision(event, t_prime / c)
+        # A calibration from iterations far faster than their plan (a profile that does not
+        # describe the job, before the mismatch check has seen enough of them) would put T' past
+        # any time a report may carry: it is never longer than MAX_SECONDS.
+        return Decision(event, min(t_prime / c, MAX_SECONDS))
 
     def explain(self, pipeline: int, expected: float) -> str:
         """See :meth:`Detector.explain`."""
