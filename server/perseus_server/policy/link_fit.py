@@ -16,7 +16,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["SAMPLES_KEPT", "LinkFit", "TransferSamples", "fit_transfers", "link_times", "median"]
+from perseus.profiles import Profile
+from perseus_common.communication import Communication, Transfer
+
+__all__ = [
+    "SAMPLES_KEPT",
+    "LinkFit",
+    "TransferSamples",
+    "fit_transfers",
+    "link_times",
+    "median",
+    "with_measured_transfers",
+]
 
 #: Per-report times kept per link and clock during a scan (the latest ones).
 SAMPLES_KEPT = 32
@@ -93,3 +104,25 @@ def fit_transfers(samples: TransferSamples) -> dict[Link, LinkFit]:
         top = per_clock[max(per_clock)]
         out[link] = LinkFit(top, dict(sorted(per_clock.items())) if len(per_clock) > 1 else None)
     return out
+
+
+def with_measured_transfers(
+    profile: Profile, fits: Mapping[Link, LinkFit], previous: Profile | None = None
+) -> Profile:
+    """``profile`` (a scan's measured compute profile) with the fitted transfer times as its
+    communication part. What the ``previous`` profile had (of as many stages) is kept where
+    nothing was measured: its phases, the links not timed, a link's power."""
+    base = (
+        previous.communication
+        if previous is not None and previous.stages == profile.stages
+        else profile.communication
+    )
+    transfers = dict(base.transfers)
+    for (b, d), fit in fits.items():
+        if not 0 <= b < profile.stages - 1:
+            continue  # a boundary this profile does not have (a rank's view of virtual stages)
+        old = transfers.get((b, d))
+        transfers[(b, d)] = Transfer(
+            fit.time, None if old is None else old.power, fit.times_by_clock
+        )
+    return profile.with_communication(Communication(transfers, base.phases))

@@ -12,7 +12,6 @@ slow link's measured transfer time into the profile's communication part.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -127,7 +126,7 @@ def with_transfer_times(profile: Profile, times: dict[tuple[int, str], float]) -
     comm = profile.communication
     for (b, d), t in sorted(times.items()):
         comm = comm.with_transfer(b, d, t)
-    return dataclasses.replace(profile, communication=comm)
+    return profile.with_communication(comm)
 
 
 class SlowStageResolver:
