@@ -109,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = gpu.timestamp()
         req = dist.isend(tensor, dst)
         gpu.transfer(boundary, direction)
-        req.wait()
+        if req is not None:
+            req.wait()
         client.record_transfer(boundary, direction, mb, gpu.timestamp() - t0)
 
     def iteration() -> None:
@@ -181,8 +182,11 @@ def main(argv: list[str] | None = None) -> int:
             if rank == 0:  # the frontier's plan deployed (not max clocks while it is solved)
                 dep = http.get(f"/jobs/{cfg['job']}/status").json()["plan"] or {}
                 plan = client.latest_plan
-                done = dep.get("kind") == "plan" and plan is not None
-                done = done and plan.version >= int(dep["version"])
+                done = (
+                    dep.get("kind") == "plan"
+                    and plan is not None
+                    and plan.version >= int(dep["version"])
+                )
             if agree(done):
                 break
             if time.monotonic() > limit:
