@@ -12,6 +12,7 @@ import pytest
 from lp_reference import LPRelaxation
 
 from perseus.dag import KIND_CODES, PipelineDAG
+from perseus.policies import resolve
 from perseus.problem import EnergyProblem
 from perseus.profiles import InstructionProfile, Profile, load_profile
 from perseus.schedules import Op, Schedule, gpipe, interleaved_1f1b, one_f_one_b
@@ -324,3 +325,37 @@ def test_blind_plan_is_late_on_the_truth_and_the_aware_plan_is_not() -> None:
     plan[:n] = blind.plans[blind.index_for_slowdown(0.0)]
     assert truth.evaluate(plan).time > t0 * (1 + 1e-6)
     assert aware.times[aware.index_for_slowdown(0.0)] <= t0 * (1 + 1e-12)
+
+
+def test_every_policy_chooses_on_the_truth_with_communication() -> None:
+    """Deadline, slowdown, energy and power budgets and Zeus's cost pick plans whose true
+    (T, E), transfers and phases included, meet them; T0 is the true one."""
+    sched = one_f_one_b(4, 6)
+    prof = random_profile(4, 5).with_communication(full_communication(4, 5, clocked=True))
+    problem = EnergyProblem.build(prof, sched, P_BLOCK)
+    frontier = solve_problem(problem)
+    t0 = problem.evaluate(problem.max_frequency_plan()).time
+    bare_t0 = EnergyProblem.build(random_profile(4, 5), sched, P_BLOCK)
+    assert t0 > bare_t0.evaluate(bare_t0.max_frequency_plan()).time
+    assert frontier.max_frequency_time == pytest.approx(t0)
+
+    def truth(i: int) -> tuple[float, float]:
+        r = problem.evaluate(frontier.plans[i])
+        return r.time, r.energy
+
+    t, _ = truth(resolve(frontier, "slowdown", 0.0))
+    assert t <= t0 * (1 + 1e-12)
+    t, _ = truth(resolve(frontier, "slowdown", 0.05))
+    assert t <= 1.05 * t0 * (1 + 1e-12)
+    t, _ = truth(resolve(frontier, "deadline", 1.1 * t0))
+    assert t <= 1.1 * t0 * (1 + 1e-12)
+    budget = float(np.median(frontier.energies))
+    _, e = truth(resolve(frontier, "energy_budget", budget))
+    assert e <= budget
+    watts = float(np.median(frontier.energies / frontier.times))
+    t, e = truth(resolve(frontier, "power_budget", watts))
+    assert e / t <= watts * (1 + 1e-12)
+    i = resolve(frontier, "eta", 0.5, {"max_power": 300.0})
+    costs = 0.5 * frontier.energies + 0.5 * 300.0 * sched.ranks * frontier.times
+    t, e = truth(i)
+    assert 0.5 * e + 0.5 * 300.0 * sched.ranks * t == pytest.approx(costs.min())
