@@ -171,11 +171,11 @@ def test_a_slowed_link_is_named_replanned_with_its_time_and_recovers(
     assert 'boundary="0"' in series and 'direction="forward"' in series
     assert f'job="{job["id"]}"' in series and series.endswith(" 1")
     # The re-solve used the profile with the measured transfer time: its fastest plan takes what
-    # the model gives that profile at the maximum clocks (no less than the compute-only one).
+    # the model gives that profile at the maximum clocks, later than the compute-only plan.
     profile = with_transfer_times(parse_profile_csv(small_csv), {(0, "forward"): 0.05})
     problem = EnergyProblem.build(profile, make_schedule("1f1b", 2, MICROBATCHES), BLOCKING_A40)
     t_max = problem.evaluate(problem.max_frequency_plan()).time
-    assert info["time"] == pytest.approx(t_max, rel=1e-6) and info["time"] >= t0 * (1 - 1e-9)
+    assert info["time"] == pytest.approx(t_max, rel=1e-6) and info["time"] > t0 * 1.01
     html = http.get("/ui").text
     assert html  # the page itself renders the status client-side (app.js names slow links)
     assert "slow_links" in http.get("/ui/app.js").text
