@@ -18,6 +18,7 @@ from perseus.profiles import parse_profile_csv
 from perseus.schedules import make_schedule
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
+from perseus_server import ServerProcess
 from perseus_server.grpc.codec import decode_report, decode_report_columns
 from perseus_server.service.slow_stages import with_transfer_times
 
@@ -184,3 +185,59 @@ def test_a_slowed_link_is_named_replanned_with_its_time_and_recovers(
     st = _wait(http, job, lambda s: s["pipelines"][0]["slow_stages"] is None)
     assert st["pipelines"][0]["slow_links"] == [] and _slow_link_series(http) == []
     assert any("back to their profiled speed" in r["why"] for r in st["recent_replans"])
+
+
+def test_a_slow_links_resolve_survives_a_restart_and_respects_the_dwell(
+    tmp_path: Any, small_csv: str
+) -> None:
+    base = {(0, "forward"): 0.002, (0, "backward"): 0.003}
+    slowed = {**base, (0, "forward"): 0.05}
+    with ServerProcess(tmp_path / "perseus.db", extra_args=["--replan-dwell", "600"]) as srv:
+
+        def run(job: dict[str, Any], times: dict[tuple[int, str], float], n: int) -> None:
+            channel = grpc.insecure_channel(srv.grpc_target)
+            stub = pb_grpc.PlanServiceStub(channel)
+            version = _status(http, job)["plan"]["version"]
+            for _ in range(n):
+                reps = [
+                    _report(job, version, 0, _transfers({(0, "forward"): times[(0, "forward")]})),
+                    _report(job, version, 1, _transfers({(0, "backward"): times[(0, "backward")]})),
+                ]
+                stub.ReportIterations(iter(reps), timeout=30)
+            channel.close()
+
+        with httpx.Client(base_url=srv.http_url, timeout=30.0) as http:
+            job_id = solved_job(http, small_csv, data_parallel=1)
+            channel = grpc.insecure_channel(srv.grpc_target)
+            stub = pb_grpc.PlanServiceStub(channel)
+            ranks = [register(stub, job_id, s, s).rank_id for s in (0, 1)]
+            channel.close()
+            job = {"id": job_id, "ranks": ranks, "it": itertools.count(1)}
+            run(job, base, 4)
+            run(job, slowed, 3)
+            before = _wait(
+                http,
+                job,
+                lambda s: (s["pipelines"][0]["slow_stages"] or {}).get("status") == "ready",
+            )
+        srv.kill()
+        srv.start()
+        with httpx.Client(base_url=srv.http_url, timeout=30.0) as http:
+            after = _status(http, job)
+            assert after["plan"]["pipelines"] == before["plan"]["pipelines"]
+            assert after["pipelines"][0]["slow_stages"]["links"] == [
+                {"boundary": 0, "direction": "forward", "time": pytest.approx(0.05)}
+            ]
+            # The restarted server keeps the link's baseline (its first window, stored).
+            run(job, base, 4)  # recovered: no dwell after a restart, the re-solve is dropped
+            st = _wait(http, job, lambda s: s["pipelines"][0]["slow_stages"] is None)
+            assert st["pipelines"][0]["slow_links"] == []
+            # Slow again right after that replan: detected and shown, but the pipeline dwells.
+            run(job, slowed, 3)
+            st = _wait(http, job, lambda s: s["pipelines"][0]["slow_links"] != [])
+            time.sleep(0.5)
+            st = _status(http, job)
+            assert st["pipelines"][0]["slow_stages"] is None  # no re-solve within the dwell
+            assert [(x["boundary"], x["direction"]) for x in st["pipelines"][0]["slow_links"]] == [
+                (0, "forward")
+            ]
