@@ -10,6 +10,8 @@ from perseus_common.communication import Communication, Phase, Transfer
 from perseus_server.domain.values import TransferReport
 from perseus_server.policy.link_fit import (
     SAMPLES_KEPT,
+    STALE_ITERATIONS,
+    LinkCombiner,
     TransferSamples,
     fit_transfers,
     link_times,
@@ -96,3 +98,30 @@ def test_measured_transfers_become_the_profiles_communication() -> None:
     # The CSV the server stores carries them.
     again = parse_profile_csv(out.to_csv())
     assert again.communication == comm
+
+
+def test_two_ends_give_per_microbatch_the_smaller_time() -> None:
+    c = LinkCombiner()
+    # Before the second end reports, the first end's iteration is taken alone.
+    assert c.add("L", "sender", 4, [(0, 0.0025)]) == [0.0025]
+    assert c.add("L", "receiver", 4, [(0, 0.002)]) == []  # iteration 4 is done
+    # The sender waited for its receiver on microbatch 0, the receiver for its sender on 1.
+    assert c.add("L", "sender", 5, [(0, 0.009), (1, 0.002), (2, 0.0021)]) == []  # wait for both
+    assert c.add("L", "receiver", 5, [(0, 0.002), (1, 0.007), (2, 0.0025)]) == [0.002]
+    # One end ahead: its iterations wait for the other end, then come out in order.
+    assert c.add("L", "sender", 6, [(0, 0.003)]) == []
+    assert c.add("L", "sender", 7, [(0, 0.004)]) == []
+    assert c.add("L", "receiver", 6, [(0, 0.0031)]) == [0.003]
+    assert c.add("L", "receiver", 7, [(0, 0.005)]) == [0.004]
+
+
+def test_a_silent_end_is_not_waited_for() -> None:
+    c = LinkCombiner()
+    assert c.add("L", "sender", 1, [(0, 0.002), (1, 0.004)]) == [pytest.approx(0.003)]
+    assert c.add("L", "receiver", 1, [(0, 0.002)]) == []
+    got = []
+    for it in range(2, 2 + STALE_ITERATIONS + 2):
+        got += c.add("L", "sender", it, [(0, 0.001)])
+    # The receiver fell silent: the sender's iterations wait, then are taken once it is stale.
+    assert len(got) == STALE_ITERATIONS + 2 and set(got) == {0.001}
+    assert c.add("L", "sender", 99, [(0, 0.006)]) == [0.006]

@@ -241,3 +241,35 @@ def test_a_slow_links_resolve_survives_a_restart_and_respects_the_dwell(
             assert [(x["boundary"], x["direction"]) for x in st["pipelines"][0]["slow_links"]] == [
                 (0, "forward")
             ]
+
+
+def test_both_ends_of_a_link_give_the_transfer_itself(
+    http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str
+) -> None:
+    """Each end of a transfer measures it plus its wait for the other end (as the integrations
+    time them): the link's time is, per microbatch, the smaller of the two."""
+    job_id = solved_job(http, small_csv, data_parallel=1)
+    ranks = [register(stub, job_id, s, s).rank_id for s in (0, 1)]
+    job = {"id": job_id, "ranks": ranks, "it": itertools.count(1)}
+    version = _status(http, job)["plan"]["version"]
+    true = 0.002
+    for i in range(5):
+        # Each end waited on half the microbatches (each end's own median: 7 ms), never both.
+        late0 = {i % MICROBATCHES, (i + 1) % MICROBATCHES}
+        for rank in (0, 1):
+            late = late0 if rank == 0 else set(range(MICROBATCHES)) - late0
+            times = [true + (0.01 if m in late else 0.0) for m in range(MICROBATCHES)]
+            rep = pb.IterationReport(
+                job_id=job_id,
+                rank_id=ranks[rank],
+                iteration=i,
+                iteration_time=1.0,
+                plan_version=version,
+                transfers=[
+                    pb.TransferMeasurement(boundary=0, direction="forward", microbatch=m, time=t)
+                    for m, t in enumerate(times)
+                ],
+            )
+            stub.ReportIterations(iter([rep]), timeout=30)
+    (link,) = _status(http, job)["pipelines"][0]["links"]
+    assert link["time"] == pytest.approx(true) and link["iterations"] == 5
