@@ -254,6 +254,21 @@ def _check_page(
     r = http.post(f"/jobs/{a}/stragglers", json={"pipeline": 1, "slowdown": 0.2})
     assert r.status_code == 200, r.text
     _wait(lambda: "reported" in page()["jobs"][a]["rows"][1]["straggler"], "the straggler")
+    # a slow link on job a's pipeline 0 (its forward transfers 10 times slower): named in its row
+    st = http.get(f"/jobs/{a}/status").json()
+    version, t = st["plan"]["version"], st["plan"]["pipelines"][0]["time"]
+    for i, seconds in enumerate([0.002] * 3 + [0.02] * 3):
+        transfers = [
+            pb.TransferMeasurement(boundary=0, direction="forward", microbatch=m, time=seconds)
+            for m in range(4)
+        ]
+        rep = pb.IterationReport(job_id=a, rank_id=ranks[a][0], iteration=20 + i,
+                                 iteration_time=t, plan_version=version, transfers=transfers)  # fmt: skip
+        stub.ReportIterations(iter([rep]), metadata=meta, timeout=10)
+    _wait(
+        lambda: "slow link 0 forward 20.00 ms ×10.00" in page()["jobs"][a]["rows"][0]["straggler"],
+        "the link",
+    )
     assert page()["jobs"][b]["life"]["text"] == "active" and page()["feasible"] == "true"
 
     # a finished job leaves the budget: the page shows its state and the budget's left-out list

@@ -313,7 +313,7 @@
       const slowLinks = p.slow_links || [];
       if (slowLinks.length) {
         const l = slowLinks.map(
-          (x) => `link ${x.boundary} ${x.direction} ${num(x.time * 1000, 3)} ms` +
+          (x) => `link ${x.boundary} ${x.direction} ${num(x.time * 1000, 2)} ms` +
             (x.factor ? ` ×${num(x.factor, 2)}` : ""),
         );
         straggler += ` · slow ${l.join(", ")}`;
