@@ -16,7 +16,8 @@ from perseus.policies import resolve
 from perseus.problem import EnergyProblem
 from perseus.profiles import InstructionProfile, Profile, load_profile
 from perseus.schedules import Op, Schedule, gpipe, interleaved_1f1b, one_f_one_b
-from perseus.solver import solve_problem
+from perseus.solver import Relaxation, relaxed_frontier, solve_problem
+from perseus.solver.relaxation import RelaxedFrontier
 from perseus_common.communication import Communication, Phase, Transfer
 
 F, B, BI, BW = "forward", "backward", "backward_input", "backward_weight"
@@ -359,3 +360,46 @@ def test_every_policy_chooses_on_the_truth_with_communication() -> None:
     costs = 0.5 * frontier.energies + 0.5 * 300.0 * sched.ranks * frontier.times
     t, e = truth(i)
     assert 0.5 * e + 0.5 * 300.0 * sched.ranks * t == pytest.approx(costs.min())
+
+
+def test_a_per_rank_profile_names_the_links_between_ranks() -> None:
+    """Interleaved on 4 ranks from a 4-stage (per-rank) profile: model boundary ``c`` crosses
+    ranks ``c % 4 -> (c + 1) % 4``, which is profile boundary ``min`` of the two; the wrap from
+    rank 3 back to rank 0 takes the direction's slowest transfer. Phases: once per rank."""
+    sched = interleaved_1f1b(4, 4, 2)
+    times = {0: 0.01, 1: 0.03, 2: 0.02}
+    comm = Communication(
+        {(b, d): Transfer(t) for b, t in times.items() for d in ("forward", "backward")},
+        {r: (Phase("optimizer", 0.1 * (r + 1)),) for r in range(4)},
+    )
+    problem = EnergyProblem.build(random_profile(4, 2).with_communication(comm), sched, P_BLOCK)
+    n = problem.num_ops
+    seen = {}
+    for j, c in enumerate(problem.dag.comm):
+        if c.kind == "phase":
+            assert problem.times[n + j, 0] == pytest.approx(0.1 * (c.rank + 1))
+        else:
+            seen[c.boundary] = problem.times[n + j, 0]
+    assert seen == {0: 0.01, 1: 0.03, 2: 0.02, 3: 0.03, 4: 0.01, 5: 0.03, 6: 0.02}
+
+
+def test_a_sweep_stopped_short_of_the_fastest_time_still_bounds_it() -> None:
+    """On long paths (16 x 32 1F1B with transfers) the sweep can stop a hair above the fastest
+    time; the bound there is then the cost reached, held flat (certified: the relaxed cost
+    does not rise as the deadline grows), never ``inf``. Simulated by dropping the fastest
+    steps of a full sweep; checked against the independent LP."""
+    sched = one_f_one_b(3, 4)
+    prof = random_profile(3, 4).with_communication(full_communication(3, 4))
+    problem = EnergyProblem.build(prof, sched, P_BLOCK)
+    relaxation = Relaxation.build(problem)
+    steps = list(relaxed_frontier(problem, relaxation))
+    assert len(steps) > 4
+    short = RelaxedFrontier.from_steps(problem, relaxation, steps[:-3])
+    t_min = short.t_min
+    assert steps[-4].time > t_min * (1 + 1e-6)
+    b = float(short.relaxed_bound.bound(np.array([t_min]))[0])
+    pr = P_BLOCK * sched.ranks
+    assert b == pytest.approx(steps[-4].cost + pr * t_min)
+    assert b <= LPRelaxation(problem).solve(t_min).value * (1 + 1e-9)
+    full = RelaxedFrontier.from_steps(problem, relaxation, steps)
+    assert b <= float(full.relaxed_bound.bound(np.array([t_min]))[0]) * (1 + 1e-12)
