@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         one_f_one_b,
     )
     from perseus.solver import RoundingOptions, SolverOptions, solve_frontier, solve_problem
+    from perseus_common.communication import Communication, Phase, Transfer
 
 #: Where each public name lives (imported from there on first use).
 _EXPORTS: dict[str, str] = {
@@ -68,6 +69,10 @@ _EXPORTS: dict[str, str] = {
     "load_profile": "perseus.profiles",
     "parse_profile_csv": "perseus.profiles",
     "parse_profile_json": "perseus.profiles",
+    # a profile's communication (Profile.communication, Profile.with_communication)
+    "Communication": "perseus_common.communication",
+    "Transfer": "perseus_common.communication",
+    "Phase": "perseus_common.communication",
     # schedules
     "Schedule": "perseus.schedules",
     "Op": "perseus.schedules",
@@ -108,6 +113,9 @@ __all__ = [
     "load_profile",
     "parse_profile_csv",
     "parse_profile_json",
+    "Communication",
+    "Transfer",
+    "Phase",
     "Schedule",
     "Op",
     "gpipe",

@@ -19,15 +19,17 @@ draws the blocking power while it waits for the data, the difference when it dra
 time counts once, for the receiving rank. A phase node lasts the rank's phases' time and holds
 their energy (the blocking power for the time when a phase gives none).
 
-Per-clock transfer times: the solver's node has the time at the highest clock (the shortest; the
-least of the per-clock times if they are not monotone), while the *true* evaluation
+Per-clock transfer times: the transfer node has the time at the highest clock (the shortest;
+the least of the per-clock times if they are not monotone), while the *true* evaluation
 (:meth:`EnergyProblem.evaluate_many`) takes each transfer's time at the clock the plan gives the
-op that produced the data. A phase given per clock has a single option, its highest clock's.
+op that produced the data. The solver bounds with the former and plans on
+:meth:`EnergyProblem.producer_charged` (never faster than the truth). A phase given per clock
+has a single option, its highest clock's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -69,6 +71,8 @@ class EnergyProblem:
             ``clocked_times[j, k]`` is node ``clocked_transfers[j]``'s time when its producer
             runs its option ``k`` (the producer is node ``clocked_producers[j]``),
             ``clocked_power[j]`` its power (what the true evaluation uses).
+        true_times, true_energies: what the true evaluation takes for the nodes when they
+            differ from ``times`` / ``energies`` (:meth:`producer_charged`); None: the same.
     """
 
     dag: PipelineDAG
@@ -82,6 +86,8 @@ class EnergyProblem:
     clocked_producers: IntArray = field(default_factory=lambda: np.empty(0, np.int64))
     clocked_times: FloatArray = field(default_factory=lambda: np.empty((0, 1)))
     clocked_power: FloatArray = field(default_factory=lambda: np.empty(0))
+    true_times: FloatArray | None = None
+    true_energies: FloatArray | None = None
 
     @classmethod
     def build(cls, profile: Profile, schedule: Schedule, blocking_power: float) -> EnergyProblem:
@@ -217,8 +223,8 @@ class EnergyProblem:
         if (idx < 0).any() or (idx >= self.num_options[None, :]).any():
             raise ValueError("plan holds an option index the node does not have")
         rows = np.arange(self.num_nodes)[None, :]
-        d = self.times[rows, idx]
-        e = self.energies[rows, idx]
+        d = (self.times if self.true_times is None else self.true_times)[rows, idx]
+        e = (self.energies if self.true_energies is None else self.true_energies)[rows, idx]
         if self.clocked_transfers.size:
             # The true time of a per-clock transfer: at the clock its producer runs.
             v = self.clocked_transfers
@@ -235,6 +241,29 @@ class EnergyProblem:
 
     def frequencies_of(self, plan: PlanArray) -> IntArray:
         return self.freqs[np.arange(self.num_nodes), np.asarray(plan, dtype=np.int64)]
+
+    def producer_charged(self) -> EnergyProblem:
+        """The problem the solver plans on when transfers have per-clock times: each producer's
+        option ``k`` also takes the extra time its transfer needs at that clock (over the
+        transfer node's, the highest clock's), at the blocking power (its effective cost is
+        unchanged). For every plan this model's iteration time is at least the true one (the
+        data leaves no earlier; only the producer's own rank waits longer than it truly
+        does), and they agree at the highest clocks, so a plan on time here is on time on the
+        truth. :meth:`evaluate_many` still gives the truth. ``self`` when nothing is clocked.
+        """
+        if not self.clocked_transfers.size:
+            return self
+        extra = np.zeros_like(self.times)
+        base = self.times[self.clocked_transfers, 0]
+        for j, p in enumerate(self.clocked_producers.tolist()):
+            np.maximum(extra[p], self.clocked_times[j] - base[j], out=extra[p])
+        return replace(
+            self,
+            times=self.times + extra,
+            energies=self.energies + self.blocking_power * extra,
+            true_times=self.times if self.true_times is None else self.true_times,
+            true_energies=self.energies if self.true_energies is None else self.true_energies,
+        )
 
     @property
     def num_ops(self) -> int:

@@ -19,7 +19,7 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from perseus.bound import RelaxedBound, interpolate_durations
+from perseus.bound import TIME_SLACK, RelaxedBound, interpolate_durations
 from perseus.errors import SolverCancelled
 from perseus.kernels.flow import split_graph
 from perseus.kernels.relaxed import relaxed_chunk
@@ -419,13 +419,22 @@ class RelaxedFrontier:
         kept_durations: FloatArray,
     ) -> RelaxedFrontier:
         dag = problem.dag
+        t_min = float(dag.iteration_time(relaxation.shortest))
+        if times.size and times[0] * (1 - TIME_SLACK) > t_min:
+            # The sweep stopped short of the fastest time (a step that could not move, on a
+            # long path where rounding adds up). G does not rise as T grows, so the cost
+            # reached is a certified bound at every faster time too: a flat G down to t_min
+            # instead of no bound at all. (The kept durations stay: rounding starts from the
+            # last relaxed solution, a far better start than every node at its fastest.)
+            times = np.r_[t_min, times]
+            costs = np.r_[costs[0], costs]
         return cls(
             relaxation=relaxation,
             times=times,
             costs=costs,
             kept_times=kept_times,
             kept_durations=kept_durations,
-            t_min=float(dag.iteration_time(relaxation.shortest)),
+            t_min=t_min,
             t_max=float(dag.iteration_time(relaxation.longest)),
             ranks_power=problem.blocking_power * dag.num_ranks,
         )

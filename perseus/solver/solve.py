@@ -17,7 +17,7 @@ from perseus.profiles import Profile
 from perseus.schedules import Schedule
 from perseus.solver.candidates import CandidatePool
 from perseus.solver.options import SolverOptions
-from perseus.solver.relaxation import Relaxation, path_bound
+from perseus.solver.relaxation import Relaxation, RelaxedFrontier, path_bound
 from perseus.solver.rounder import Rounder
 from perseus.solver.sandwich import SandwichStats
 from perseus.solver.stages import Run, assemble, polish, refine, relax, search, seed_candidates
@@ -135,28 +135,46 @@ def solve_problem(
     if opts.relaxation == "auto" and problem.dag.schedule.virtual_stages >= AUTO_SANDWICH_CHUNKS:
         core = "sandwich"
     st.relaxation = core
+    # Per-clock transfer times: plans come from the model that charges a transfer's extra time
+    # to its producer (never late on the truth), the certified bound from the model of the
+    # shortest transfers (below the truth); every plan is evaluated on the truth either way.
+    planning = problem.producer_charged()
     with st.stage("first plan"):
         rel = Relaxation.build(problem)
         rounder = Rounder(problem, rel, opts.rounding)
         early = first_plan(problem, rel, rounder)  # cheap; a candidate either way
+        if planning is not problem:
+            rel = Relaxation.build(planning)
+            rounder = Rounder(planning, rel, opts.rounding)
     if on_first_plan is not None:
         on_first_plan(early)
     if core == "sandwich":
         st.sandwich = SandwichStats()
-    with st.stage("relax"):
-        relaxed = relax(
-            problem,
+
+    def relaxed_of(
+        p: EnergyProblem, r: Relaxation, stats: SandwichStats | None, report: bool = True
+    ) -> RelaxedFrontier:
+        return relax(
+            p,
             memory=opts.relaxed_memory,
-            progress=progress,
+            progress=progress if report else None,
             cancel=cancel,
-            relaxation=rel,
+            relaxation=r,
             hull_tolerance=opts.hull_tolerance,
             core=core,
             tolerance=opts.sandwich_tolerance,
-            stats=st.sandwich,
+            stats=stats,
         )
-    with CandidatePool(problem, relaxed, cancel) as pool:
-        run = Run(problem, relaxed, rounder, pool, opts, np.random.default_rng(opts.seed), progress)
+
+    with st.stage("relax"):
+        relaxed = relaxed_of(planning, rel, st.sandwich)
+        bound = relaxed
+        if planning is not problem:
+            bound = relaxed_of(problem, Relaxation.build(problem), None, report=False)
+    with CandidatePool(planning, relaxed, cancel) as pool:
+        run = Run(
+            planning, relaxed, rounder, pool, opts, np.random.default_rng(opts.seed), progress
+        )
         pool.add(early.plans)
         with st.stage("round"):
             seed_candidates(run)
@@ -166,7 +184,7 @@ def solve_problem(
         with st.stage("polish"):
             polish(run)
         found = pool.snapshot()
-    return assemble(problem, relaxed, found, progress)
+    return assemble(problem, bound, found, progress)
 
 
 def solve_frontier(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from perseus.errors import ProfileError
 from perseus.profiles import load_profile, parse_profile_csv, parse_profile_json
@@ -210,3 +212,44 @@ def test_select_stages_keeps_links_between_stages_that_were_adjacent() -> None:
     gap = three.select_stages([0, 2])
     assert gap.communication.transfers == {}  # stages 0 and 2 had no link between them
     assert three.scaled(time_factor=2.0).communication == three.communication
+
+
+_value = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
+_kind = st.sampled_from(
+    ["transfer_forward", "transfer_backward", "phase:opt", "phase:", "phase:a b"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {"instruction": _kind},
+            optional={"stage": _value, "frequency": _value, "time": _value, "energy": _value},
+        ),
+        max_size=6,
+    )
+)
+def test_arbitrary_communication_records_only_raise_profile_errors(recs: list[dict]) -> None:
+    base = parse_profile_csv(csv_of(*COMPUTE)).to_json()["records"]
+    try:
+        p = parse_profile_json({"records": base + recs})
+    except ProfileError:
+        return
+    # What parses round-trips.
+    assert parse_profile_csv(p.to_csv()) == p
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(COMM + ["0,transfer_forward,1400,1e-3,", "1,phase:x,,1,-0"]), max_size=8
+    )
+)
+def test_arbitrary_mixes_of_good_rows_parse_or_name_a_row(rows: list[str]) -> None:
+    try:
+        p = parse_profile_csv(csv_of(*COMPUTE, *rows))
+    except ProfileError as e:
+        assert e.row is not None and e.field is not None
+        return
+    assert parse_profile_csv(p.to_csv()) == p

@@ -206,6 +206,8 @@ def test_a_throttled_simulated_gpu_shows_up_in_status_and_metrics(
     assert st["pipelines"][1]["off_plan_ranks"] == [2]
     straggler = st["pipelines"][1]["straggler"]
     assert straggler is not None and straggler["cause"] == "off-plan clocks", st["pipelines"]
+    # Its iterations ran off-plan: their slowness is the clocks', not a slow stage's.
+    assert st["pipelines"][1]["slow_stages"] is None, st["pipelines"][1]
     assert st["pipelines"][0]["straggler"] is None
     assert _counter(http.get("/metrics").text, job, 2, THERMAL) >= 1
 

@@ -25,7 +25,8 @@ pipeline's leader) feeds the iteration detector, so its slower iterations make t
 straggler by the rule above (they are never discarded as noise, nor diluted by a leader that
 does not wait for it), and the status names ``off-plan clocks`` as the straggler's cause. Once
 no rank of the pipeline ran off-plan for a window, the leader feeds the detector again and the
-pipeline recovers by the rule above.
+pipeline recovers by the rule above. An iteration that ran off-plan gives no slow-stage factors
+(its stages are slow because of their clocks): slow stages are found from on-plan iterations.
 
 **Who scales by the calibration.** Only the detector: a caller gives it raw measured seconds
 and the planned time, and gets back decisions whose T' is on the profile's time axis (the

@@ -199,7 +199,13 @@ def measurements(rep: IterationReport) -> list[Measurement]:
 
 
 def _factors(job: Job, rank: RankInfo, rep: IterationReport) -> dict[int, float] | None:
-    """The report's per-stage factors, each within :func:`bounded_factor`'s bounds."""
+    """The report's per-stage factors, each within :func:`bounded_factor`'s bounds; None for
+    an iteration that ran off-plan (some instruction more than a clock step below its locked
+    clock): its slowness is its clocks', which the off-plan straggler path of
+    :mod:`perseus_server.policy.detectors` acts on, not its stages' pace at their locked
+    clocks (counting it in both made which path fired first a race)."""
+    if rep.off_plan:
+        return None
     factors = stage_factors(job, rank, rep.instructions)
     return None if factors is None else {s: bounded_factor(f) for s, f in factors.items()}
 
