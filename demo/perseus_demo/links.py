@@ -149,6 +149,12 @@ def main(argv: list[str] | None = None) -> int:
                 "plan_version": client.plan_version,
                 "latest_version": latest.version if latest is not None else 0,
                 "wall": time.monotonic() - started,
+                "iteration_time": client.last_report.iteration_time if client.last_report else None,
+                "profiling_clock": (
+                    client.plan.profiling.frequency_mhz
+                    if client.plan is not None and client.plan.profiling is not None
+                    else None
+                ),
                 "transfers": [
                     [b, d, m, t] for b, d, m, t in (client.last_report or _NONE).transfers
                 ],
