@@ -8,6 +8,10 @@ energy in joules of one microbatch), or the equivalent JSON::
      "records": [{"stage": 0, "instruction": "forward", "frequency": 1410,
                   "time": 0.0501, "energy": 23.8}, ...]}
 
+The same file may carry communication: ``transfer_forward`` / ``transfer_backward`` rows per
+stage boundary and ``phase:<name>`` rows per stage (see :mod:`perseus_common.communication` for
+the format), read into :attr:`Profile.communication`; a profile without them has none.
+
 Everything read is validated; errors are :class:`~perseus.errors.ProfileError` naming the row and
 field at fault.
 
@@ -30,7 +34,9 @@ import numpy as np
 import numpy.typing as npt
 
 from perseus.errors import ProfileError
+from perseus_common import communication as communication_rows
 from perseus_common import profile_csv
+from perseus_common.communication import Communication
 from perseus_common.kinds import INSTRUCTION_KINDS
 
 __all__ = [
@@ -126,12 +132,18 @@ class Profile:
     entries: Mapping[tuple[int, str], InstructionProfile]
     stages: int = field(init=False)
     kinds: tuple[str, ...] = field(init=False)
+    #: P2P transfers and iteration-end phases (none: what a compute-only profile means).
+    communication: Communication = field(default_factory=Communication.none)
 
     def __post_init__(self) -> None:
         stages = sorted({s for s, _ in self.entries})
         kinds = tuple(k for k in INSTRUCTION_KINDS if any(kk == k for _, kk in self.entries))
         object.__setattr__(self, "stages", len(stages))
         object.__setattr__(self, "kinds", kinds)
+        try:
+            self.communication.check_stages(len(stages))
+        except profile_csv.ProfileFormatError as e:
+            raise ProfileError(e.detail, field=e.field, row=e.row) from None
 
     def __getitem__(self, key: tuple[int, str]) -> InstructionProfile:
         try:
@@ -169,7 +181,14 @@ class Profile:
                 raise ProfileError(f"stage {s} is selected twice", field="stages")
             seen.add(int(s))
         renumber = {int(old): new for new, old in enumerate(chosen)}
-        return Profile({(renumber[s], k): p for (s, k), p in self.entries.items() if s in renumber})
+        return Profile(
+            {(renumber[s], k): p for (s, k), p in self.entries.items() if s in renumber},
+            self.communication.select_stages([int(s) for s in chosen]),
+        )
+
+    def with_communication(self, communication: Communication) -> Profile:
+        """A copy with ``communication`` in place of this profile's."""
+        return Profile(dict(self.entries), communication)
 
     @property
     def frequencies(self) -> list[int]:
@@ -180,6 +199,12 @@ class Profile:
         return sorted(freqs, reverse=True)
 
     def records(self) -> Iterable[dict[str, Any]]:
+        """Every row: computation by stage and kind, then communication (whose ``frequency``
+        and ``energy`` may be None: an empty field)."""
+        yield from self.compute_records()
+        yield from self.communication.records()
+
+    def compute_records(self) -> Iterable[dict[str, Any]]:
         for (stage, kind), p in sorted(
             self.entries.items(), key=lambda kv: (kv[0][0], INSTRUCTION_KINDS.index(kv[0][1]))
         ):
@@ -197,9 +222,7 @@ class Profile:
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(_COLUMNS)
         for r in self.records():
-            writer.writerow(
-                [r["stage"], r["instruction"], r["frequency"], repr(r["time"]), repr(r["energy"])]
-            )
+            writer.writerow([_cell(r[c]) for c in _COLUMNS])
         return out.getvalue()
 
     def to_json(self) -> dict[str, Any]:
@@ -225,13 +248,22 @@ class Profile:
             if stage is None or s == stage:
                 p = InstructionProfile(p.frequencies, p.times * time_factor, p.energies * ef)
             entries[(s, k)] = p
-        return Profile(entries)
+        return Profile(entries, self.communication)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def _parse_records(rows: Iterable[tuple[int, Mapping[str, Any]]]) -> Profile:
+    comm: list[tuple[int, Mapping[str, Any]]] = []
     try:
-        data = profile_csv.parse_rows(rows)
+        data = profile_csv.parse_rows(rows, communication=comm)
         profile_csv.check_complete(data)
+        stages = len({s for s, _ in data})
+        communication = communication_rows.parse_rows(comm, stages=stages)
     except profile_csv.ProfileFormatError as e:
         raise ProfileError(e.detail, field=e.field, row=e.row) from None
     entries: dict[tuple[int, str], InstructionProfile] = {}
@@ -241,7 +273,7 @@ def _parse_records(rows: Iterable[tuple[int, Mapping[str, Any]]]) -> Profile:
             np.array([o[1] for o in opts], dtype=np.float64),
             np.array([o[2] for o in opts], dtype=np.float64),
         )
-    return Profile(entries)
+    return Profile(entries, communication)
 
 
 def parse_profile_csv(text: str) -> Profile:

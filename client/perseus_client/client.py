@@ -67,73 +67,24 @@ import os
 import socket
 import sys
 import threading
-from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
 from perseus_client.clock_control import ACTIVE, FailOpenGpu
 from perseus_client.controller import FrequencyController
+from perseus_client.defaults import default_gpu, env_int
 from perseus_client.errors import ClientError, ConfigError, PlanMismatchError
 from perseus_client.gpu.applied import ClockSampler
 from perseus_client.gpu.base import GpuBackend
 from perseus_client.measurements import InstructionMeasurement, IterationMeasurement
 from perseus_client.plan import INSTRUCTION_KINDS, Plan, PlanCursor
+from perseus_client.reports import IterationRecorder
 from perseus_client.safety import ResetGuard
 
 __all__ = ["PerseusClient"]
 
 log = logging.getLogger("perseus_client")
 _KINDS = frozenset(INSTRUCTION_KINDS)
-
-
-def _env_int(name: str, value: int | None, default: int) -> int:
-    if value is not None:
-        return int(value)
-    raw = os.environ.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise ConfigError(name, f"must be an integer, got {raw!r}") from exc
-
-
-def _backend_factory() -> Callable[[], GpuBackend]:
-    """What builds the default backend: the node daemon's GPU when a daemon socket is configured
-    or present, else NVML's (``PERSEUS_DRY_RUN``: NVML's, recording requests only).
-
-    The environment is read here, so a malformed variable raises now (a configuration error);
-    the factory itself raises :class:`ClockControlUnavailableError` while control cannot be had.
-    """
-    from perseus_client.gpud.protocol import DEFAULT_SOCKET, SOCKET_ENV
-
-    index = _env_int("LOCAL_RANK", None, 0)
-    if index < 0:
-        raise ConfigError("LOCAL_RANK", f"must be >= 0, got {index}")
-    dry_run = os.environ.get("PERSEUS_DRY_RUN", "") not in ("", "0", "false")
-    if not dry_run and (os.environ.get(SOCKET_ENV) or os.path.exists(DEFAULT_SOCKET)):
-
-        def daemon() -> GpuBackend:
-            from perseus_client.gpu.daemon import DaemonGpu
-
-            # Its GPU from CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES and LOCAL_RANK, leased
-            # by UUID. No wait for the daemon here: FailOpenGpu retries in the background.
-            return DaemonGpu(connect_timeout=0.0)
-
-        return daemon
-
-    def nvml() -> GpuBackend:
-        from perseus_client.gpu.nvml import NvmlGpu
-
-        return NvmlGpu(index, dry_run=dry_run)
-
-    return nvml
-
-
-def _default_gpu(retry_initial: float = 1.0, retry_max: float = 30.0) -> FailOpenGpu:
-    """The default backend behind :class:`FailOpenGpu`: never raises because clock control is
-    unavailable (see :mod:`perseus_client.clock_control`)."""
-    return FailOpenGpu(_backend_factory(), retry_initial=retry_initial, retry_max=retry_max)
 
 
 class _IterationScope:
@@ -266,7 +217,7 @@ class PerseusClient:
         ):
             if int(v) < 0:
                 raise ConfigError(name, f"must be >= 0, got {v}")
-        self.global_rank = _env_int("RANK", global_rank, 0)
+        self.global_rank = env_int("RANK", global_rank, 0)
         self.pipeline_rank = int(pipeline_rank)
         self.data_rank = int(data_rank)
         self.tensor_rank = int(tensor_rank)
@@ -277,7 +228,7 @@ class PerseusClient:
 
         self._owns_gpu = gpu is None
         if gpu is None:
-            gpu = _default_gpu(clock_retry_initial, clock_retry_max)
+            gpu = default_gpu(clock_retry_initial, clock_retry_max)
         self.gpu = gpu
         #: The fail-open wrapper of the default backend (``None`` for a backend passed in).
         self._failopen = gpu if isinstance(gpu, FailOpenGpu) else None
@@ -319,8 +270,7 @@ class PerseusClient:
         self._record = False
         self._iter_t0 = 0.0
         self._iter_e0 = 0
-        self._instr: list[InstructionMeasurement] = []
-        self._events: list[tuple[Any, Any]] = []
+        self._rec = IterationRecorder()
         self._cur_clock = self.max_clock
         self._cur_t0 = 0.0
         self._cur_e0 = 0
@@ -491,8 +441,7 @@ class PerseusClient:
         else:
             self._measure_energy = False
             self._record = self.measure_instructions
-        self._instr = []
-        self._events = []
+        self._rec.start()
         self._in_iteration = True
         gpu = self.gpu
         self._iter_e0 = gpu.energy_mj()
@@ -519,13 +468,11 @@ class PerseusClient:
         self.iterations = index + 1
         plan = self._plan
         sampler = self.clock_sampler
-        record = IterationMeasurement(
+        record = self._rec.finish(
             index,
             t1 - self._iter_t0,
             plan.version if plan is not None else 0,
             (e1 - self._iter_e0) / 1000.0,
-            tuple(self._instr),
-            tuple(self._events),
             sampler.take() if sampler is not None else gpu.take_applied_clocks(),
         )
         self.last_report = record
@@ -605,12 +552,29 @@ class PerseusClient:
         else:
             energy = 0.0
             if end_ev is not None:
-                self._events.append((self._cur_start_ev, end_ev))
-        self._instr.append(
+                self._rec.events.append((self._cur_start_ev, end_ev))
+        self._rec.instructions.append(
             InstructionMeasurement(
                 scope.kind, scope.microbatch, stage, self._cur_clock, t1 - self._cur_t0, energy
             )
         )
+
+    # -- transfers --------------------------------------------------------------------------------
+
+    def record_transfer(
+        self, boundary: int, direction: str, microbatch: int, seconds: float
+    ) -> None:
+        """Record one timed P2P transfer of the current iteration: ``microbatch``'s activations
+        (``direction="forward"``, stage ``boundary`` to ``boundary + 1``) or gradients
+        (``"backward"``, ``boundary + 1`` to ``boundary``), which took ``seconds``.
+
+        Cheap enough for the hot path: one append, no lock, no check (a transfer the server
+        would refuse is dropped when the report is built, off the training thread). Outside an
+        ``iteration()`` block it does nothing. The iteration's report carries them; the server's
+        online profiling fits the profile's transfer times from them and detects slow links.
+        """
+        if self._in_iteration:
+            self._rec.transfers.append((boundary, direction, microbatch, seconds))
 
     # -- shutdown ---------------------------------------------------------------------------------
 

@@ -11,7 +11,16 @@ from typing import Any, NamedTuple
 
 from perseus_client.gpu.applied import AppliedClockReport
 
-__all__ = ["InstructionMeasurement", "IterationMeasurement"]
+__all__ = ["InstructionMeasurement", "IterationMeasurement", "TRANSFER_DIRECTIONS", "Transfer"]
+
+TRANSFER_DIRECTIONS = ("forward", "backward")
+"""A transfer's direction across boundary ``b`` (between model stages ``b`` and ``b + 1``):
+``forward`` carries activations from ``b`` to ``b + 1``, ``backward`` gradients back."""
+
+Transfer = tuple[int, str, int, float]
+"""One timed P2P transfer as :meth:`PerseusClient.record_transfer` records it:
+``(boundary, direction, microbatch, seconds)`` (a plain tuple: the hot path allocates nothing
+else)."""
 
 
 class InstructionMeasurement(NamedTuple):
@@ -32,7 +41,8 @@ class IterationMeasurement:
     ``cuda_events`` holds ``(start, end)`` CUDA event pairs whose elapsed time replaces the
     instructions' times when the report is sent (resolved off the training thread).
     ``applied_clocks`` is what the applied-clock samples showed during the iteration (``None``:
-    nobody sampled; see :mod:`perseus_client.gpu.applied`).
+    nobody sampled; see :mod:`perseus_client.gpu.applied`). ``transfers`` are the P2P transfers
+    timed during it (:data:`Transfer` tuples, as recorded; checked when the report is built).
     """
 
     iteration: int
@@ -42,6 +52,7 @@ class IterationMeasurement:
     instructions: tuple[InstructionMeasurement, ...]
     cuda_events: tuple[tuple[Any, Any], ...] = ()
     applied_clocks: AppliedClockReport | None = None
+    transfers: tuple[Transfer, ...] = ()
 
     def resolved(self) -> IterationMeasurement:
         """Replace instruction times by CUDA-event elapsed times (blocks until they complete)."""

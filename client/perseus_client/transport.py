@@ -42,6 +42,7 @@ import grpc
 from perseus_client.errors import ConfigError
 from perseus_client.measurements import IterationMeasurement
 from perseus_client.plan import Plan
+from perseus_client.reports import report_message
 from perseus_common.proto import perseus_pb2, perseus_pb2_grpc
 
 __all__ = [
@@ -72,7 +73,6 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 2_000),
 ]
 _BATCH = 256
-_TINY = 1e-9  # the server wants strictly positive times; a clock tick can read 0
 
 
 @dataclass(frozen=True)
@@ -197,29 +197,6 @@ def is_loopback_target(target: str) -> bool:
 def credential_in_clear(target: str, *, tls: bool, token: str | None) -> bool:
     """True when a token would travel without TLS to a non-loopback ``target``."""
     return bool(token) and not tls and not is_loopback_target(target)
-
-
-def _applied_clock_fields(rec: IterationMeasurement) -> dict[str, Any]:
-    """The report's applied-clock fields (none when nobody sampled)."""
-    applied = rec.applied_clocks
-    if applied is None or not applied.samples:
-        return {}
-    return {
-        "clock_samples": applied.samples,
-        "clock_event_reasons": list(applied.reasons),
-        "off_plan": [
-            perseus_pb2.OffPlanInstruction(
-                instruction=o.kind,
-                microbatch=o.microbatch,
-                stage=o.stage,
-                locked_mhz=o.locked_mhz,
-                sampled_mhz=o.sampled_mhz,
-                reasons=list(o.reasons),
-                samples=o.samples,
-            )
-            for o in applied.off_plan
-        ],
-    }
 
 
 class ServerLink:
@@ -448,29 +425,13 @@ class ServerLink:
         return len(self._queue)
 
     def _to_proto(self, item: tuple[int, IterationMeasurement]) -> Any:
-        sequence, rec = item[0], item[1].resolved()
-        return perseus_pb2.IterationReport(
+        return report_message(
+            item[1],
             job_id=self.identity.job_id,
             rank_id=self.rank_id or "",
-            iteration=rec.iteration,
-            iteration_time=max(rec.iteration_time, _TINY),
-            plan_version=rec.plan_version,
-            energy=max(rec.energy, 0.0),
-            sequence=sequence,
+            sequence=item[0],
             incarnation=self.incarnation,
             clock_control=self._clock_control,
-            instructions=[
-                perseus_pb2.InstructionMeasurement(
-                    instruction=m.kind,
-                    microbatch=m.microbatch,
-                    frequency_mhz=m.frequency_mhz,
-                    time=max(m.time, _TINY),
-                    energy=max(m.energy, 0.0),
-                    stage=m.stage,
-                )
-                for m in rec.instructions
-            ],
-            **_applied_clock_fields(rec),
         )
 
     def flush(self, timeout: float | None = None) -> bool:

@@ -38,6 +38,10 @@ __all__ = [
     "MAX_STAGE",
     "MAX_FREQUENCY_MHZ",
     "MAX_JSON_DEPTH",
+    "as_int",
+    "as_positive_float",
+    "as_nonnegative_float",
+    "is_communication_instruction",
 ]
 
 #: The columns of a profile, in their canonical order.
@@ -56,6 +60,12 @@ MAX_JSON_INT_DIGITS = 32
 
 #: ``{(stage, kind): [(frequency, time, energy), ...]}``, options by decreasing frequency.
 Measurements = dict[tuple[int, str], list[tuple[int, float, float]]]
+
+
+def is_communication_instruction(kind: str) -> bool:
+    """Whether a row's ``instruction`` is a transfer or a phase (read by
+    :func:`perseus_common.communication.parse_rows`, not as computation)."""
+    return kind in ("transfer_forward", "transfer_backward") or kind.startswith("phase:")
 
 
 class ProfileFormatError(LocatedError):
@@ -108,18 +118,30 @@ def csv_rows(text: str) -> Iterator[tuple[int, dict[str, str]]]:
 
 
 def parse_rows(
-    rows: Iterable[tuple[int, Mapping[str, Any]]], *, stages: Iterable[int] | None = None
+    rows: Iterable[tuple[int, Mapping[str, Any]]],
+    *,
+    stages: Iterable[int] | None = None,
+    communication: list[tuple[int, Mapping[str, Any]]] | None = None,
 ) -> Measurements:
     """Validate each row and group the options by (stage, kind), by decreasing frequency.
 
     Rows need every column; stages are integers >= 0, frequencies positive integers, times and
     energies positive and finite; a (stage, kind, frequency) may occur once. With ``stages``, only
     those stages' rows are kept (the others are still validated).
+
+    Transfer and phase rows (:func:`is_communication_instruction`) are not computation: they are
+    appended to ``communication`` when given (for
+    :func:`perseus_common.communication.parse_rows` to validate), else skipped.
     """
     wanted = None if stages is None else {int(s) for s in stages}
     seen: dict[tuple[int, str, int], int] = {}
     data: Measurements = {}
     for rowno, rec in rows:
+        ins = rec.get("instruction")
+        if isinstance(ins, str) and is_communication_instruction(ins.strip()):
+            if communication is not None:
+                communication.append((rowno, rec))
+            continue
         for col in COLUMNS:
             if (
                 col not in rec
@@ -127,7 +149,7 @@ def parse_rows(
                 or (isinstance(rec[col], str) and not rec[col].strip())
             ):
                 raise ProfileFormatError("missing value", field=col, row=rowno)
-        stage = _as_int(rec["stage"], "stage", rowno)
+        stage = as_int(rec["stage"], "stage", rowno)
         if stage < 0:
             raise ProfileFormatError(f"stage must be >= 0, got {stage}", field="stage", row=rowno)
         if stage > MAX_STAGE:
@@ -141,11 +163,12 @@ def parse_rows(
         kind = str(rec["instruction"]).strip()
         if kind not in INSTRUCTION_KINDS:
             raise ProfileFormatError(
-                f"unknown instruction {kind!r}; expected one of {', '.join(INSTRUCTION_KINDS)}",
+                f"unknown instruction {kind!r}; expected one of {', '.join(INSTRUCTION_KINDS)}, "
+                "transfer_forward, transfer_backward or phase:<name>",
                 field="instruction",
                 row=rowno,
             )
-        freq = _as_int(rec["frequency"], "frequency", rowno)
+        freq = as_int(rec["frequency"], "frequency", rowno)
         if freq <= 0:
             raise ProfileFormatError(
                 f"frequency must be positive, got {freq}", field="frequency", row=rowno
@@ -156,8 +179,8 @@ def parse_rows(
                 field="frequency",
                 row=rowno,
             )
-        time = _as_positive_float(rec["time"], "time", rowno)
-        energy = _as_positive_float(rec["energy"], "energy", rowno)
+        time = as_positive_float(rec["time"], "time", rowno)
+        energy = as_positive_float(rec["energy"], "energy", rowno)
         key = (stage, kind, freq)
         if key in seen:
             raise ProfileFormatError(
@@ -246,7 +269,8 @@ def _bounded_int(literal: str) -> int:
     return int(literal)
 
 
-def _as_int(value: Any, name: str, row: int) -> int:
+def as_int(value: Any, name: str, row: int) -> int:
+    """``value`` as an integer, or :class:`ProfileFormatError` naming ``name`` and ``row``."""
     if isinstance(value, bool):
         raise ProfileFormatError(f"not a number: {value!r}", field=name, row=row)
     if isinstance(value, int):
@@ -262,7 +286,23 @@ def _as_int(value: Any, name: str, row: int) -> int:
     return int(f)
 
 
-def _as_positive_float(value: Any, name: str, row: int) -> float:
+def as_positive_float(value: Any, name: str, row: int) -> float:
+    """``value`` as a finite number > 0, or :class:`ProfileFormatError` naming ``name`` and ``row``."""
+    f = _as_finite_float(value, name, row)
+    if f <= 0:
+        raise ProfileFormatError(f"must be positive, got {value!r}", field=name, row=row)
+    return f
+
+
+def as_nonnegative_float(value: Any, name: str, row: int) -> float:
+    """``value`` as a finite number >= 0, or :class:`ProfileFormatError` naming ``name`` and ``row``."""
+    f = _as_finite_float(value, name, row)
+    if f < 0:
+        raise ProfileFormatError(f"must be >= 0, got {value!r}", field=name, row=row)
+    return f
+
+
+def _as_finite_float(value: Any, name: str, row: int) -> float:
     if isinstance(value, bool):
         raise ProfileFormatError(f"not a number: {value!r}", field=name, row=row)
     if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
@@ -273,6 +313,4 @@ def _as_positive_float(value: Any, name: str, row: int) -> float:
         raise ProfileFormatError(f"not a number: {value!r}", field=name, row=row) from None
     if math.isnan(f) or math.isinf(f):
         raise ProfileFormatError(f"must be finite, got {value!r}", field=name, row=row)
-    if f <= 0:
-        raise ProfileFormatError(f"must be positive, got {value!r}", field=name, row=row)
     return f

@@ -83,6 +83,8 @@ class JobGaugeSource(Protocol):
 
     def profile_mismatches(self) -> dict[Labels, float]: ...
 
+    def slow_links(self) -> dict[Labels, float]: ...
+
 
 #: The solve-time buckets below the longest a solve may take (s).
 _SOLVE_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 2700, 3600)
@@ -290,6 +292,13 @@ class Metrics:
             "1 when a job's measured iteration times are outside the band around its plan's "
             "prediction (its energy-saved figures are withheld, straggler replanning paused).",
             "profile_mismatches",
+        )
+        self._job_gauge(
+            "perseus_slow_link",
+            "1 per slow link: a stage boundary whose measured transfer time grew past its "
+            "baseline (the profile's, or its first measured window), by job, pipeline, boundary "
+            "(between stage b and b + 1) and direction (forward, backward).",
+            "slow_links",
         )
         self.ranks_without_clock_control = r.add(
             Gauge(

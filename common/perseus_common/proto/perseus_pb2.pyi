@@ -125,7 +125,7 @@ class InstructionMeasurement(_message.Message):
     def __init__(self, instruction: _Optional[str] = ..., microbatch: _Optional[int] = ..., frequency_mhz: _Optional[int] = ..., time: _Optional[float] = ..., energy: _Optional[float] = ..., stage: _Optional[int] = ...) -> None: ...
 
 class IterationReport(_message.Message):
-    __slots__ = ("job_id", "rank_id", "iteration", "iteration_time", "plan_version", "instructions", "energy", "sequence", "off_plan", "clock_samples", "clock_event_reasons", "incarnation", "clock_control")
+    __slots__ = ("job_id", "rank_id", "iteration", "iteration_time", "plan_version", "instructions", "energy", "sequence", "off_plan", "clock_samples", "clock_event_reasons", "incarnation", "clock_control", "transfers")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RANK_ID_FIELD_NUMBER: _ClassVar[int]
     ITERATION_FIELD_NUMBER: _ClassVar[int]
@@ -139,6 +139,7 @@ class IterationReport(_message.Message):
     CLOCK_EVENT_REASONS_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     CLOCK_CONTROL_FIELD_NUMBER: _ClassVar[int]
+    TRANSFERS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     rank_id: str
     iteration: int
@@ -152,7 +153,20 @@ class IterationReport(_message.Message):
     clock_event_reasons: _containers.RepeatedScalarFieldContainer[str]
     incarnation: int
     clock_control: ClockControl
-    def __init__(self, job_id: _Optional[str] = ..., rank_id: _Optional[str] = ..., iteration: _Optional[int] = ..., iteration_time: _Optional[float] = ..., plan_version: _Optional[int] = ..., instructions: _Optional[_Iterable[_Union[InstructionMeasurement, _Mapping]]] = ..., energy: _Optional[float] = ..., sequence: _Optional[int] = ..., off_plan: _Optional[_Iterable[_Union[OffPlanInstruction, _Mapping]]] = ..., clock_samples: _Optional[int] = ..., clock_event_reasons: _Optional[_Iterable[str]] = ..., incarnation: _Optional[int] = ..., clock_control: _Optional[_Union[ClockControl, _Mapping]] = ...) -> None: ...
+    transfers: _containers.RepeatedCompositeFieldContainer[TransferMeasurement]
+    def __init__(self, job_id: _Optional[str] = ..., rank_id: _Optional[str] = ..., iteration: _Optional[int] = ..., iteration_time: _Optional[float] = ..., plan_version: _Optional[int] = ..., instructions: _Optional[_Iterable[_Union[InstructionMeasurement, _Mapping]]] = ..., energy: _Optional[float] = ..., sequence: _Optional[int] = ..., off_plan: _Optional[_Iterable[_Union[OffPlanInstruction, _Mapping]]] = ..., clock_samples: _Optional[int] = ..., clock_event_reasons: _Optional[_Iterable[str]] = ..., incarnation: _Optional[int] = ..., clock_control: _Optional[_Union[ClockControl, _Mapping]] = ..., transfers: _Optional[_Iterable[_Union[TransferMeasurement, _Mapping]]] = ...) -> None: ...
+
+class TransferMeasurement(_message.Message):
+    __slots__ = ("boundary", "direction", "microbatch", "time")
+    BOUNDARY_FIELD_NUMBER: _ClassVar[int]
+    DIRECTION_FIELD_NUMBER: _ClassVar[int]
+    MICROBATCH_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    boundary: int
+    direction: str
+    microbatch: int
+    time: float
+    def __init__(self, boundary: _Optional[int] = ..., direction: _Optional[str] = ..., microbatch: _Optional[int] = ..., time: _Optional[float] = ...) -> None: ...
 
 class OffPlanInstruction(_message.Message):
     __slots__ = ("instruction", "microbatch", "stage", "locked_mhz", "sampled_mhz", "reasons", "samples")

@@ -25,6 +25,9 @@ __all__ = [
     "MAX_SECONDS",
     "MAX_STAGE_FACTOR",
     "MIN_SECONDS",
+    "MAX_TRANSFER_SECONDS",
+    "MIN_TRANSFER_SECONDS",
+    "TRANSFER_DIRECTIONS",
     "bounded_factor",
     "check_energy",
     "check_seconds",
@@ -37,6 +40,13 @@ MAX_SECONDS = 1e6
 MAX_INSTRUCTION_SECONDS = MAX_SECONDS
 """The longest time (s) one measured instruction may take (any positive time is short enough: the
 slow-stage factors it gives are clamped, :func:`bounded_factor`)."""
+MIN_TRANSFER_SECONDS = 1e-9
+"""The shortest time (s) one measured P2P transfer may take: a clock tick can read 0, and the
+client sends that as this tiniest positive time."""
+MAX_TRANSFER_SECONDS = MAX_SECONDS
+"""The longest time (s) one measured P2P transfer may take."""
+TRANSFER_DIRECTIONS = ("forward", "backward")
+"""A transfer's direction across a stage boundary: activations forward, gradients backward."""
 MAX_ENERGY = 1e4 * MAX_SECONDS
 """The most energy (J) an iteration or an instruction may report (10 kW for ``MAX_SECONDS``)."""
 MAX_STAGE_FACTOR = 100.0

@@ -111,6 +111,7 @@ class ReplanKind(StrEnum):
     RECOVERED = "recovered"
     SLOW_STAGE = "slow_stage"
     SLOW_STAGE_RECOVERED = "slow_stage_recovered"
+    SLOW_LINK = "slow_link"
 
 
 class DetectorEvent(StrEnum):

@@ -24,6 +24,7 @@ __all__ = [
     "ProfilingTask",
     "RankRegistration",
     "RegisteredRank",
+    "TransferReport",
 ]
 
 
@@ -172,6 +173,17 @@ class InstructionColumns(Sequence[InstructionReport]):
 
 
 @dataclass(frozen=True)
+class TransferReport:
+    """One timed P2P transfer (``TransferMeasurement``): ``microbatch``'s activations
+    (``forward``, stage ``boundary`` to ``boundary + 1``) or gradients (``backward``, back)."""
+
+    boundary: int
+    direction: str
+    microbatch: int
+    time: float
+
+
+@dataclass(frozen=True)
 class OffPlanReport:
     """An instruction that ran more than one supported step below its locked clock
     (``OffPlanInstruction``; ``stage`` None: the rank's pipeline_rank)."""
@@ -208,3 +220,5 @@ class IterationReport:
     #: ``active``, ``unavailable`` or ``""`` (not said), and why unavailable.
     clock_control: str = ""
     clock_control_reason: str = ""
+    #: The P2P transfers the rank timed in this iteration.
+    transfers: tuple[TransferReport, ...] = ()

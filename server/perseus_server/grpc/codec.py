@@ -21,6 +21,7 @@ from perseus_server.domain.values import (
     PlanUpdate,
     RankRegistration,
     RegisteredRank,
+    TransferReport,
 )
 
 __all__ = [
@@ -143,6 +144,9 @@ def _report(
         incarnation=rep.incarnation,
         clock_control=_CLOCK_CONTROL.get(rep.clock_control.state, "?"),
         clock_control_reason=rep.clock_control.reason,
+        transfers=tuple(
+            TransferReport(t.boundary, t.direction, t.microbatch, t.time) for t in rep.transfers
+        ),
     )
 
 

@@ -118,6 +118,32 @@ class StragglerView(ResponseModel):
     )
 
 
+class LinkView(ResponseModel):
+    """One link of a pipeline (a stage boundary in one direction) and its measured transfer
+    time."""
+
+    boundary: int = Field(description="The boundary between model stage b and b + 1.")
+    direction: str = Field(description="``forward`` (activations) or ``backward`` (gradients).")
+    time: float = Field(description="Median of its latest measured iterations (s per microbatch).")
+    baseline: float | None = Field(
+        description="Its baseline (s): the profile's transfer time, else its first measured "
+        "window's median; null until measured enough."
+    )
+    iterations: int = Field(description="Measured iterations the median is over.")
+
+
+class SlowLinkView(ResponseModel):
+    """A link whose measured transfer time grew past its baseline (see ``docs/server.md``)."""
+
+    boundary: int
+    direction: str
+    time: float = Field(
+        description="Its measured transfer time (s per microbatch) the re-solve uses."
+    )
+    baseline: float | None = Field(default=None, description="Its baseline (s), as ``links``'.")
+    factor: float | None = Field(default=None, description="``time`` over ``baseline``.")
+
+
 class SlowStagesView(ResponseModel):
     """A pipeline with slow stages, and its frontier re-solved for them."""
 
@@ -130,6 +156,9 @@ class SlowStagesView(ResponseModel):
     error: str | None = Field(description="Why the last re-solve failed, or null.")
     time: float | None = Field(
         description="The re-solved frontier's fastest iteration time (s), or null."
+    )
+    links: list[SlowLinkView] = Field(
+        default_factory=list, description="The slow links the frontier was re-solved for."
     )
 
 
@@ -144,6 +173,14 @@ class PipelineStatus(ResponseModel):
         default_factory=list,
         description="Global ranks of the pipeline that ran instructions off-plan in their "
         "latest iterations (see the ranks' ``applied_clocks``).",
+    )
+    links: list[LinkView] = Field(
+        default_factory=list, description="Its links whose transfers the ranks time."
+    )
+    slow_links: list[SlowLinkView] = Field(
+        default_factory=list,
+        description="Its slow links: the pipeline's frontier is re-solved with their measured "
+        "transfer times.",
     )
 
 

@@ -75,12 +75,14 @@ stopped on).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from perseus_server.domain.states import ProfilingStatus
+from perseus_server.policy.link_fit import TransferSamples
 from perseus_server.policy.profile_fit import smooth_curve
 from perseus_server.policy.profiling_revisits import Curve, next_revisit
 
@@ -225,6 +227,8 @@ class ProfilingSession:
     revisit: int | None = None
     #: the clocks measured again so far, in order
     revisited: list[int] = field(default_factory=list)
+    #: per-report P2P transfer times per link and clock (see :mod:`.link_fit`)
+    transfers: TransferSamples = field(default_factory=TransferSamples)
     # current step (not persisted: a restarted server measures the current frequency again)
     seen: dict[str, int] = field(default_factory=dict)
     measured: dict[str, int] = field(default_factory=dict)
@@ -246,11 +250,13 @@ class ProfilingSession:
         iteration_energy: float,
         measurements: list[Measurement],
         iteration_time: float = 0.0,
+        transfers: Mapping[tuple[int, str], float] | None = None,
     ) -> bool:
         """Account one report; returns True when it was kept as a measured iteration.
 
         ``iteration_time`` (the rank's, 0 when unknown) with a measured ``iteration_energy``
-        adds to the blocking-power estimate.
+        adds to the blocking-power estimate. ``transfers``: the report's time per link
+        (:func:`~perseus_server.policy.link_fit.link_times`), kept with a kept iteration.
         """
         if self.status is not ProfilingStatus.RUNNING or plan_version != self.step_version:
             return False
@@ -265,6 +271,8 @@ class ProfilingSession:
         if not kept:
             return False
         self.measured[rank_id] = self.measured.get(rank_id, 0) + 1
+        if transfers:
+            self.transfers.add(f, transfers)
         for m in kept:
             acc = self.current.setdefault((m.stage, m.instruction), [0.0] * 6)
             t, e = float(m.time), float(m.energy)
@@ -479,6 +487,7 @@ class ProfilingSession:
             "cost_tolerance": self.cost_tolerance,
             "revisit": self.revisit,
             "revisited": self.revisited,
+            "transfers": self.transfers.to_json(),
         }
 
     @classmethod
@@ -512,4 +521,5 @@ class ProfilingSession:
             cost_tolerance=float(doc.get("cost_tolerance", 0.0)),
             revisit=None if doc.get("revisit") is None else int(doc["revisit"]),
             revisited=[int(f) for f in doc.get("revisited", [])],
+            transfers=TransferSamples.from_json(doc.get("transfers")),
         )

@@ -10,6 +10,7 @@ from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.lifecycle import Lifecycle
 from perseus_server.service.power_budget import PowerBudget
+from perseus_server.service.slow_links import slow_link_gauges
 from perseus_server.service.stragglers import ProfileChecks
 
 __all__ = ["JobGauges"]
@@ -66,6 +67,9 @@ class JobGauges:
                 t = float(self.deployer.pipeline_frontier(job, dep, p).times[i])
                 out[(("job", job.id), ("pipeline", str(p)))] = t / base - 1 if base > 0 else 0.0
         return out
+
+    def slow_links(self) -> dict[Labels, float]:
+        return slow_link_gauges(self.ctx.jobs)
 
     def profile_mismatches(self) -> dict[Labels, float]:
         return {

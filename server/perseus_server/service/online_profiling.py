@@ -12,6 +12,7 @@ from perseus.problem import EnergyProblem
 from perseus.profiles import parse_profile_csv
 from perseus_server.domain.errors import BadRequest, Conflict, NotFound
 from perseus_server.domain.states import DeploymentKind, ProfilingStatus
+from perseus_server.policy.link_fit import fit_transfers, with_measured_transfers
 from perseus_server.policy.profiling_scan import (
     DEFAULT_MAX_REVISITS,
     DEFAULT_TOLERANCE,
@@ -145,6 +146,10 @@ class OnlineProfiling:
             return
         try:
             profile = parse_profile_csv(s.profile_csv())
+            if s.transfers:  # the measured transfer times: the profile's communication part
+                profile = with_measured_transfers(
+                    profile, fit_transfers(s.transfers), job.profile.current
+                )
             EnergyProblem.build(profile, job.schedule, job.spec.blocking_power)
         except ProfileError as e:
             s.status, s.error = ProfilingStatus.FAILED, f"the measured profile is unusable: {e}"

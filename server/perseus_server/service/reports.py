@@ -23,7 +23,10 @@ from perseus_server.domain.bounds import (
     MAX_ENERGY,
     MAX_INSTRUCTION_SECONDS,
     MAX_SECONDS,
+    MAX_TRANSFER_SECONDS,
     MIN_SECONDS,
+    MIN_TRANSFER_SECONDS,
+    TRANSFER_DIRECTIONS,
     bounded_factor,
     check_energy,
     check_seconds,
@@ -32,11 +35,13 @@ from perseus_server.domain.errors import BadRequest, Conflict
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import ProfilingStatus
 from perseus_server.domain.values import InstructionColumns, InstructionReport, IterationReport
+from perseus_server.policy.link_fit import link_times
 from perseus_server.policy.profiling_scan import Measurement
 from perseus_server.service.clock_verification import ClockVerification, validate_applied_clocks
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.measured_power import MeasuredPower
 from perseus_server.service.online_profiling import OnlineProfiling
+from perseus_server.service.slow_links import SlowLinks
 from perseus_server.service.slow_stages import SlowStageResolver, stage_factors
 from perseus_server.service.state import Job, JobTable
 from perseus_server.service.stragglers import Stragglers
@@ -100,6 +105,38 @@ def validate_report(i: int, rep: IterationReport, job: Job, limits: Limits) -> N
         for j, m in enumerate(rep.instructions):
             _check_instruction(f"report {i} instructions[{j}]", m, job)
     validate_applied_clocks(i, rep, job, limits)
+    if rep.transfers:
+        _check_transfers(i, rep, job, limits)
+
+
+def _check_transfers(i: int, rep: IterationReport, job: Job, limits: Limits) -> None:
+    """The report's timed transfers: at most as many as measurements, each on a boundary of the
+    job's model (``0 <= boundary < stages - 1``), a known direction, a microbatch of the job, a
+    time within :mod:`perseus_server.domain.bounds`."""
+    if len(rep.transfers) > limits.max_report_instructions:
+        raise BadRequest(
+            f"report {i}: at most {limits.max_report_instructions} transfers", field="transfers"
+        )
+    boundaries, microbatches = job.schedule.stages - 1, job.spec.microbatches
+    for j, t in enumerate(rep.transfers):
+        where = f"report {i} transfers[{j}]: "
+        if not 0 <= t.boundary < boundaries:
+            raise BadRequest(
+                f"{where}boundary must be between 0 and {boundaries - 1} (the boundary between "
+                f"stage b and b + 1 of {job.schedule.stages} stages), got {t.boundary}",
+                field="transfers.boundary",
+            )
+        if t.direction not in TRANSFER_DIRECTIONS:
+            raise BadRequest(
+                f"{where}unknown direction {t.direction[:32]!r} (forward or backward)",
+                field="transfers.direction",
+            )
+        if not 0 <= t.microbatch < microbatches:
+            raise BadRequest(
+                f"{where}microbatch must be between 0 and {microbatches - 1}, got {t.microbatch}",
+                field="transfers.microbatch",
+            )
+        check_seconds(t.time, "transfers.time", where, MIN_TRANSFER_SECONDS, MAX_TRANSFER_SECONDS)
 
 
 def _check_instruction(where: str, m: InstructionReport, job: Job) -> None:
@@ -221,6 +258,7 @@ class Reports:
         self.profiling = profiling
         self.clocks = ClockVerification(ctx.metrics.off_plan_instructions)
         self.measured = measured
+        self.slow_links = SlowLinks(ctx, slow_stages, stragglers)
 
     def check(self, i: int, rep: IterationReport) -> CheckedReport:
         """Validate report ``i`` of a batch and measure its stages (linear in its length, no
@@ -312,11 +350,14 @@ class Reports:
                     float(rep.energy),
                     ms,
                     iteration_time=float(rep.iteration_time),
+                    transfers=link_times(rep.transfers) if rep.transfers else None,
                 )
                 if ms:
                     touched.add(job.id)
             else:
                 self.stragglers.observe(job, rank, float(rep.iteration_time), int(rep.plan_version))
+                if rep.transfers:
+                    self.slow_links.observe(job, rank, rep)
                 # A job whose profile does not describe it has its slow-stage replans paused too.
                 if rep.instructions and self.stragglers.checks.reason(job) is None:
                     if c.profile is job.profile.current:

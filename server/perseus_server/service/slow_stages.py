@@ -4,6 +4,9 @@ frontier is re-solved with the stage's profile scaled; once ready, the pipeline 
 plan and counts as a straggler of source ``slow stage`` (the others slow down to its time). When
 its stages are back to their profiled speed, the re-solved frontier and that straggler are
 dropped; a straggler of another source stays.
+
+Slow links (:mod:`perseus_server.service.slow_links`) take the same way: the re-solve puts each
+slow link's measured transfer time into the profile's communication part.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perseus.frontier import Frontier
+from perseus.profiles import Profile
 from perseus_common.profile_csv import MAX_FREQUENCY_MHZ
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import DetectorEvent, ReplanKind, SlowStageStatus, StragglerSource
@@ -29,7 +33,13 @@ from perseus_server.service.deployment import Deployer
 from perseus_server.service.solves import decode_frontier
 from perseus_server.service.state import Job, SlowStages
 
-__all__ = ["stage_factors", "SlowStageResolver", "drop_slow_stage_straggler", "stage_solve_key"]
+__all__ = [
+    "stage_factors",
+    "SlowStageResolver",
+    "drop_slow_stage_straggler",
+    "stage_solve_key",
+    "with_transfer_times",
+]
 
 log = logging.getLogger("perseus.server")
 
@@ -110,6 +120,15 @@ def _column_ratios(
     return out
 
 
+def with_transfer_times(profile: Profile, times: dict[tuple[int, str], float]) -> Profile:
+    """``profile`` with the given links' transfer times (s per microbatch) in its
+    communication part (a measured time replaces the profiled one)."""
+    comm = profile.communication
+    for (b, d), t in sorted(times.items()):
+        comm = comm.with_transfer(b, d, t)
+    return profile.with_communication(comm)
+
+
 class SlowStageResolver:
     """Detects slow stages and re-solves their pipelines' frontiers."""
 
@@ -154,22 +173,26 @@ class SlowStageResolver:
         assert profile is not None
         slow = job.stragglers
         factors = {s: f for (q, s), f in slow.stage_flags.items() if q == p}
-        if not factors or len(factors) >= profile.stages:
+        links = {(b, d): t for (q, b, d), t in slow.links.flags.items() if q == p}
+        if len(factors) >= profile.stages:
+            factors = {}  # every stage slow: the iteration-time detector's (a slower pipeline)
+        if not factors and not links:
             if p in slow.slow_stages:
+                every = any(q == p for q, _ in slow.stage_flags)
                 why = (
-                    f"pipeline {p}: its stages are back to their profiled speed"
-                    if not factors
-                    else f"pipeline {p}: every stage is slow; handled as a slow pipeline"
+                    f"pipeline {p}: every stage is slow; handled as a slow pipeline"
+                    if every
+                    else f"pipeline {p}: its stages and links are back to their profiled speed"
                 )
-                self.drop(job, p)
+                self.drop(job, p, links=False)
                 self.deployer.replan(job, why, ReplanKind.SLOW_STAGE_RECOVERED)
             return
         old = slow.slow_stages.get(p)
-        if old is not None and old.factors == factors:
+        if old is not None and old.factors == factors and old.links == links:
             return
         key = stage_solve_key(job, p)
         self.ctx.solver.cancel(key, "superseded by newer slow-stage factors")
-        state = SlowStages(factors, generation=(old.generation + 1) if old else 1)
+        state = SlowStages(factors, generation=(old.generation + 1) if old else 1, links=links)
         if old is not None and old.status is SlowStageStatus.READY:
             # Keep running the previous re-solved plan until the new one is ready.
             state.frontier, state.status = old.frontier, SlowStageStatus.READY
@@ -177,8 +200,10 @@ class SlowStageResolver:
         slow.slow_stages[p] = state
         for stage, f in factors.items():
             profile = profile.scaled(stage, time_factor=f)
+        if links:
+            profile = with_transfer_times(profile, links)
         log.info(
-            "job %s: pipeline %d has slow stage(s) %s; re-solving its frontier",
+            "job %s: pipeline %d has slow stage(s) or link(s) %s; re-solving its frontier",
             job.id,
             p,
             state.describe(),
@@ -210,9 +235,9 @@ class SlowStageResolver:
             }
             self.deployer.replan(
                 job,
-                f"pipeline {p} slow stage(s) {cur.describe()}: frontier re-solved in "
+                f"pipeline {p} slow {cur.describe()}: frontier re-solved in "
                 f"{seconds:.2f} s; its fastest plan takes {own_time:.4g} s",
-                ReplanKind.SLOW_STAGE,
+                ReplanKind.SLOW_STAGE if cur.factors else ReplanKind.SLOW_LINK,
             )
 
         def on_failed(reason: str) -> None:
@@ -246,11 +271,18 @@ class SlowStageResolver:
 
         ctx.spawn(retry())
 
-    def drop(self, job: Job, p: int) -> None:
-        """Forget pipeline ``p``'s slow stages, their re-solve and their straggler."""
+    def drop(self, job: Job, p: int, *, links: bool = True) -> None:
+        """Forget pipeline ``p``'s slow stages (and slow links unless ``links`` is False: they
+        are known slow still), their re-solve and their straggler."""
         slow = job.stragglers
         self.ctx.solver.cancel(stage_solve_key(job, p), "the slow stage recovered")
         slow.slow_stages.pop(p, None)
         for key in [k for k in slow.stage_flags if k[0] == p]:
             del slow.stage_flags[key]
+        if links:
+            for lk in [k for k in slow.links.flags if k[0] == p]:
+                del slow.links.flags[lk]
+            slow.links.pending.discard(p)
+            if slow.links.detector is not None:
+                slow.links.detector.reset(p)
         slow.stragglers = drop_slow_stage_straggler(slow.stragglers, p)

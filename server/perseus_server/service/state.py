@@ -42,6 +42,8 @@ __all__ = [
     "RankState",
     "SlowStages",
     "StragglerState",
+    "LinkKey",
+    "LinkState",
 ]
 
 #: Per rank, its plan: ``{"instruction", "microbatch", "stage", "frequency"}`` per step.
@@ -96,7 +98,9 @@ class Deployment:
 
 @dataclass
 class SlowStages:
-    """A pipeline with slow stages: their factors, and the frontier re-solved for them."""
+    """A pipeline with slow stages or slow links: the stages' factors, the links' measured
+    transfer times (s per microbatch, per ``(boundary, direction)``), and the frontier re-solved
+    for them."""
 
     factors: dict[int, float]
     status: SlowStageStatus = SlowStageStatus.SOLVING
@@ -106,13 +110,17 @@ class SlowStages:
     error: str | None = None
     generation: int = 0
     steps: PlanSteps | None = None
+    links: dict[tuple[int, str], float] = field(default_factory=dict)
 
     @property
     def ready(self) -> bool:
         return self.status is SlowStageStatus.READY and self.frontier is not None
 
     def describe(self) -> str:
-        return ", ".join(f"stage {s} x{f:.3g}" for s, f in sorted(self.factors.items()))
+        return ", ".join(
+            [f"stage {s} x{f:.3g}" for s, f in sorted(self.factors.items())]
+            + [f"link {b} {d} {t * 1e3:.4g} ms" for (b, d), t in sorted(self.links.items())]
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -122,6 +130,10 @@ class SlowStages:
             "wall_seconds": self.wall_seconds,
             "error": self.error,
             "time": None if self.frontier is None else float(self.frontier.times[0]),
+            "links": [
+                {"boundary": b, "direction": d, "time": t}
+                for (b, d), t in sorted(self.links.items())
+            ],
         }
 
 
@@ -210,6 +222,29 @@ class DeploymentState:
         return dep if dep is not None and dep.kind is DeploymentKind.PLAN else None
 
 
+#: A link of one pipeline: ``(pipeline, boundary, direction)``.
+LinkKey = tuple[int, int, str]
+
+
+@dataclass
+class LinkState:
+    """Measured P2P transfer times per pipeline and link, and the slow-link detector (see
+    :mod:`perseus_server.service.slow_links`)."""
+
+    #: The latest per-iteration times (each a report's median) per link, for the status and the
+    #: baseline of a link the profile has no time for.
+    recent: dict[LinkKey, deque[float]] = field(default_factory=dict)
+    #: The baseline of a link the profile has no time for: its first measured window's median.
+    baselines: dict[LinkKey, float] = field(default_factory=dict)
+    #: Slow links and their measured time (s per microbatch).
+    flags: dict[LinkKey, float] = field(default_factory=dict)
+    #: Pipelines whose slow links changed while they dwelled after a replan (acted on after).
+    pending: set[int] = field(default_factory=set)
+    #: Per link detector key ``(pipeline, 2 * boundary + direction)``; built from the stage
+    #: detector's settings (rebuilt when they change).
+    detector: StageDetector | None = None
+
+
 @dataclass
 class StragglerState:
     """Slow pipelines, their detectors, slow stages and their re-solves, recent replans."""
@@ -221,6 +256,7 @@ class StragglerState:
     stage_flags: dict[tuple[int, int], float] = field(default_factory=dict)
     stage_pending: dict[int, int] = field(default_factory=dict)
     replans: list[dict[str, Any]] = field(default_factory=list)
+    links: LinkState = field(default_factory=LinkState)
 
 
 @dataclass

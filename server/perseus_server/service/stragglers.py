@@ -152,6 +152,10 @@ class Stragglers:
         for p in range(job.spec.data_parallel) if pipeline is None else (pipeline,):
             self._replanned[(job.id, p)] = now
 
+    def mark_replanned(self, job: Job, pipeline: int) -> None:
+        """``pipeline`` was just replanned for another cause (a slow link): the dwell counts."""
+        self._mark_replanned(job, pipeline)
+
     def dwelling(self, job: Job, pipeline: int) -> bool:
         """Whether ``pipeline`` was replanned less than the dwell time ago."""
         last = self._replanned.get((job.id, pipeline))

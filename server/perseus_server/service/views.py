@@ -14,6 +14,7 @@ from perseus_server.service.clock_verification import CAUSE, rank_view
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.measured_power import MeasuredPower
+from perseus_server.service.slow_links import link_views
 from perseus_server.service.solves import Solves
 from perseus_server.service.state import Job
 
@@ -181,6 +182,7 @@ class Views:
                 "straggler": straggler,
                 "slow_stages": None if ss is None else ss.to_json(),
             }
+            doc.update(link_views(job, p))  # measured links and slow links
             if off:  # additive fields, present while a rank of the pipeline runs off-plan
                 doc["off_plan_ranks"] = off
                 if straggler is not None:

@@ -310,13 +310,25 @@
         const f = Object.entries(p.slow_stages.factors).map(([s, k]) => `stage ${s} ×${num(k, 2)}`);
         straggler += ` · slow ${f.join(", ")} (${p.slow_stages.status})`;
       }
+      const slowLinks = p.slow_links || [];
+      if (slowLinks.length) {
+        const l = slowLinks.map(
+          (x) => `link ${x.boundary} ${x.direction} ${num(x.time * 1000, 3)} ms` +
+            (x.factor ? ` ×${num(x.factor, 2)}` : ""),
+        );
+        straggler += ` · slow ${l.join(", ")}`;
+      }
       tr.append(
         el("td", {}, p.pipeline),
         el("td", { class: "point" }, pl.index !== undefined ? pl.index : "–"),
         el("td", {}, pl.time !== undefined ? num(pl.time, 4) + " s" : "–"),
         el("td", {}, pl.energy !== undefined ? joules(pl.energy) : "–"),
         el("td", {}, watts(pl.average_power)),
-        el("td", { class: p.straggler ? "straggler warn" : "straggler" }, straggler),
+        el(
+          "td",
+          { class: p.straggler || slowLinks.length ? "straggler warn" : "straggler" },
+          straggler,
+        ),
         el("td", { class: "why" }, pl.reason || (status.plan ? status.plan.reason : "")),
       );
       body.append(tr);

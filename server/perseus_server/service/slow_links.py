@@ -1,0 +1,168 @@
+"""Slow links: a stage boundary whose measured P2P transfer time grew past its baseline.
+
+Each report's timed transfers give one time per link (``(boundary, direction)``: the median of
+its transfers, :func:`~perseus_server.policy.link_fit.link_times`). A link's *baseline* is the
+profile's transfer time for it, or, when the profile has none, the median of the link's first
+``consecutive`` measured iterations. The link's factor (measured over baseline) feeds a
+:class:`~perseus_server.policy.detectors.StageDetector` with the job's detector settings: a link
+whose factor exceeds ``1 + threshold`` for ``consecutive`` iterations is slow, with the mean
+measured time of those iterations; it recovers within ``1 + recovery``.
+
+A slow link is a straggler cause like a slow stage: the pipeline's frontier is re-solved by the
+:class:`~perseus_server.service.slow_stages.SlowStageResolver` with the link's measured time in
+the profile's communication part (:meth:`Communication.with_transfer`), then the plans are
+re-decided. A pipeline replanned less than the replan dwell ago holds the change until the
+dwell has passed (see :mod:`perseus_server.service.stragglers`). The status names each
+pipeline's links (``pipelines[].links``) and slow links (``pipelines[].slow_links``), and
+``/metrics`` the slow ones (``perseus_slow_link``).
+
+Slow-link detection runs while a plan is deployed and the job's profile describes it (as for
+slow stages); the measured times are kept (for the status and the baselines) all the time.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from perseus.profiles import Profile
+from perseus_server.domain.jobs import RankInfo
+from perseus_server.domain.states import DetectorEvent
+from perseus_server.domain.values import IterationReport
+from perseus_server.policy.detectors import StageDetector
+from perseus_server.policy.link_fit import link_times, median
+from perseus_server.service.context import ServiceContext
+from perseus_server.service.slow_stages import SlowStageResolver
+from perseus_server.service.state import Job, LinkKey
+from perseus_server.service.stragglers import Stragglers
+
+__all__ = ["LINK_WINDOW", "SlowLinks", "link_views", "profile_transfer_time", "slow_link_gauges"]
+
+#: Per-iteration times kept per link (the status shows their median).
+LINK_WINDOW = 16
+
+
+def _index(boundary: int, direction: str) -> int:
+    """The detector's key of a link within its pipeline."""
+    return 2 * boundary + (0 if direction == "forward" else 1)
+
+
+def profile_transfer_time(profile: Profile | None, boundary: int, direction: str) -> float | None:
+    """The profile's transfer time of a link (None: the profile has none, or zero)."""
+    if profile is None:
+        return None
+    t = profile.communication.transfers.get((boundary, direction))
+    return float(t.time) if t is not None and t.time > 0 else None
+
+
+def baseline(job: Job, key: LinkKey) -> float | None:
+    """A link's baseline: the profile's transfer time, else its first measured window's median
+    (None: not measured enough yet)."""
+    t = profile_transfer_time(job.profile.current, key[1], key[2])
+    return t if t is not None else job.stragglers.links.baselines.get(key)
+
+
+class SlowLinks:
+    """Feeds reported transfer times to the slow-link detector and re-solves on a change."""
+
+    def __init__(
+        self, ctx: ServiceContext, resolver: SlowStageResolver, stragglers: Stragglers
+    ) -> None:
+        self.ctx = ctx
+        self.resolver = resolver
+        self.stragglers = stragglers
+
+    @staticmethod
+    def _detector(job: Job) -> StageDetector:
+        slow = job.stragglers
+        det = slow.links.detector
+        if det is None or det.settings is not slow.stage_detector.settings:
+            det = slow.links.detector = StageDetector(slow.stage_detector.settings)
+        return det
+
+    def observe(self, job: Job, rank: RankInfo, rep: IterationReport) -> None:
+        """One validated report with transfers (not while profiling)."""
+        p = rank.data_rank
+        slow = job.stragglers
+        links = slow.links
+        det = self._detector(job)
+        n = max(1, det.settings.consecutive)
+        active = (
+            job.deployment.plan is not None
+            and job.frontier.current is not None
+            and job.profile.current is not None
+            and self.stragglers.checks.reason(job) is None
+        )
+        changed = False
+        for (b, d), t in link_times(rep.transfers).items():
+            key = (p, b, d)
+            recent = links.recent.get(key)
+            if recent is None:
+                recent = links.recent[key] = deque(maxlen=LINK_WINDOW)
+            recent.append(t)
+            base = baseline(job, key)
+            if base is None:
+                if len(recent) >= n:
+                    links.baselines[key] = median(list(recent)[:n])
+                continue
+            if not active:
+                continue
+            current = links.flags.get(key)
+            event, factor = det.observe(
+                p, _index(b, d), t / base, None if current is None else current / base
+            )
+            if event in (DetectorEvent.SLOW, DetectorEvent.CHANGED):
+                links.flags[key] = factor * base
+                changed = True
+            elif event is DetectorEvent.RECOVERED:
+                links.flags.pop(key, None)
+                changed = True
+        if changed:
+            links.pending.add(p)
+        if p in links.pending and active and not self.stragglers.dwelling(job, p):
+            links.pending.discard(p)
+            self.resolver.changed(job, p)
+            self.stragglers.mark_replanned(job, p)
+
+
+def link_views(job: Job, p: int) -> dict[str, Any]:
+    """Pipeline ``p``'s measured links and slow links (the status's ``pipelines[]`` fields)."""
+    links = job.stragglers.links
+    measured = []
+    slow = []
+    for key in sorted(k for k in links.recent if k[0] == p):
+        recent = links.recent[key]
+        base = baseline(job, key)
+        time = median(recent)
+        doc = {
+            "boundary": key[1],
+            "direction": key[2],
+            "time": time,
+            "baseline": base,
+            "iterations": len(recent),
+        }
+        measured.append(doc)
+        flagged = links.flags.get(key)
+        if flagged is not None:
+            slow.append(
+                {
+                    "boundary": key[1],
+                    "direction": key[2],
+                    "time": flagged,
+                    "baseline": base,
+                    "factor": flagged / base if base else None,
+                }
+            )
+    return {"links": measured, "slow_links": slow}
+
+
+def slow_link_gauges(jobs: Any) -> dict[tuple[tuple[str, str], ...], float]:
+    """``perseus_slow_link``: 1 per slow link, by job, pipeline, boundary and direction (label
+    values from bounded sets: the job's pipelines, its model's boundaries, two directions)."""
+    out: dict[tuple[tuple[str, str], ...], float] = {}
+    for job in jobs:
+        for p, b, d in job.stragglers.links.flags:
+            out[(("boundary", str(b)), ("direction", d), ("job", job.id), ("pipeline", str(p)))] = (
+                1.0
+            )
+    return out

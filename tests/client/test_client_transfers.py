@@ -1,0 +1,77 @@
+"""``PerseusClient.record_transfer``: timed P2P transfers travel with the iteration's report."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+
+from perseus_client import PerseusClient
+from perseus_client.reports import report_message
+from perseus_common.proto import perseus_pb2
+
+
+@pytest.fixture
+def client(sim_gpu):
+    c = PerseusClient(offline=True, gpu=sim_gpu, handle_signals=False)
+    yield c
+    c.close()
+
+
+def _message(rec):
+    return report_message(
+        rec,
+        job_id="j",
+        rank_id="r",
+        sequence=1,
+        incarnation=7,
+        clock_control=perseus_pb2.ClockControl(state=perseus_pb2.CLOCK_CONTROL_ACTIVE),
+    )
+
+
+def test_transfers_of_an_iteration_are_in_its_record_and_message(client):
+    with client.iteration():
+        with client.instruction("forward", microbatch=0):
+            pass
+        client.record_transfer(0, "forward", 0, 0.002)
+        client.record_transfer(0, "backward", 0, 0.003)
+    assert client.last_report is not None
+    assert client.last_report.transfers == ((0, "forward", 0, 0.002), (0, "backward", 0, 0.003))
+    msg = perseus_pb2.IterationReport.FromString(_message(client.last_report).SerializeToString())
+    assert [(t.boundary, t.direction, t.microbatch, t.time) for t in msg.transfers] == [
+        (0, "forward", 0, 0.002),
+        (0, "backward", 0, 0.003),
+    ]
+
+
+def test_each_iteration_reports_only_its_own_transfers(client):
+    with client.iteration():
+        client.record_transfer(1, "forward", 0, 0.001)
+    with client.iteration():
+        client.record_transfer(1, "forward", 1, 0.004)
+    assert client.last_report.transfers == ((1, "forward", 1, 0.004),)
+
+
+def test_outside_an_iteration_a_transfer_is_not_recorded(client):
+    client.record_transfer(0, "forward", 0, 0.002)
+    with client.iteration():
+        pass
+    client.record_transfer(0, "forward", 0, 0.002)
+    assert client.last_report.transfers == ()
+
+
+def test_transfers_the_server_would_refuse_are_dropped_off_the_training_thread(client, caplog):
+    with client.iteration():
+        client.record_transfer(0, "sideways", 0, 0.002)  # unknown direction
+        client.record_transfer(-1, "forward", 0, 0.002)  # no such boundary
+        client.record_transfer(0, "forward", 0, math.nan)
+        client.record_transfer(0, "forward", 0, 0.0)  # a clock tick read 0: sent as tiny
+        client.record_transfer(2, "backward", 3, 0.5)
+    with caplog.at_level(logging.WARNING, logger="perseus_client.reports"):
+        msg = _message(client.last_report)
+    assert [(t.boundary, t.direction, t.microbatch) for t in msg.transfers] == [
+        (0, "forward", 0),
+        (2, "backward", 3),
+    ]
+    assert msg.transfers[0].time > 0

@@ -1,0 +1,186 @@
+"""Measured P2P transfers on the server: refused outside the physical bounds naming the field,
+kept per pipeline and link, and a link whose transfer time grows is detected (status, metric),
+its pipeline's frontier re-solved with the measured time, and dropped when it recovers."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+
+from perseus.problem import EnergyProblem
+from perseus.profiles import parse_profile_csv
+from perseus.schedules import make_schedule
+from perseus_common.proto import perseus_pb2 as pb
+from perseus_common.proto import perseus_pb2_grpc as pb_grpc
+from perseus_server.grpc.codec import decode_report, decode_report_columns
+from perseus_server.service.slow_stages import with_transfer_times
+
+from .conftest import BLOCKING_A40, register, solved_job
+
+MICROBATCHES = 4
+
+
+@pytest.fixture(scope="module")
+def job(http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str) -> dict[str, Any]:
+    job_id = solved_job(http, small_csv, data_parallel=1)
+    ranks = [register(stub, job_id, s, s).rank_id for s in (0, 1)]
+    body = {"threshold": 0.05, "consecutive": 3, "recovery": 0.02}
+    assert http.put(f"/jobs/{job_id}/straggler-detection", json=body).status_code == 200
+    return {"id": job_id, "ranks": ranks, "it": itertools.count(1)}
+
+
+def _report(job: dict[str, Any], version: int, rank: int, transfers: list[Any]) -> Any:
+    return pb.IterationReport(
+        job_id=job["id"],
+        rank_id=job["ranks"][rank],
+        iteration=next(job["it"]),
+        iteration_time=1.0,
+        plan_version=version,
+        transfers=transfers,
+    )
+
+
+def _transfers(times: dict[tuple[int, str], float]) -> list[Any]:
+    return [
+        pb.TransferMeasurement(boundary=b, direction=d, microbatch=m, time=t)
+        for (b, d), t in times.items()
+        for m in range(MICROBATCHES)
+    ]
+
+
+def _status(http: httpx.Client, job: dict[str, Any]) -> dict[str, Any]:
+    return dict(http.get(f"/jobs/{job['id']}/status").json())
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"time": math.nan}, "transfers.time"),
+        ({"time": math.inf}, "transfers.time"),
+        ({"time": -1.0}, "transfers.time"),
+        ({"time": 0.0}, "transfers.time"),
+        ({"time": 1.000001e6}, "transfers.time"),
+        ({"boundary": 1}, "transfers.boundary"),  # two stages: boundary 0 only
+        ({"boundary": -1}, "transfers.boundary"),
+        ({"direction": "sideways"}, "transfers.direction"),
+        ({"microbatch": MICROBATCHES}, "transfers.microbatch"),
+    ],
+)
+def test_a_transfer_outside_its_bounds_is_refused_naming_the_field(
+    http: httpx.Client,
+    stub: pb_grpc.PlanServiceStub,
+    job: dict[str, Any],
+    change: dict[str, Any],
+    field: str,
+) -> None:
+    good = {"boundary": 0, "direction": "forward", "microbatch": 0, "time": 0.002}
+    version = _status(http, job)["plan"]["version"]
+    bad = pb.TransferMeasurement(**{**good, **change})
+    rep = _report(job, version, 0, [pb.TransferMeasurement(**good), bad])
+    with pytest.raises(grpc.RpcError) as e:
+        stub.ReportIterations(iter([rep]), timeout=30)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert e.value.details().startswith(field + ":"), e.value.details()
+    assert "transfers[1]" in e.value.details()
+
+
+def test_both_decoders_read_the_same_transfers() -> None:
+    msg = pb.IterationReport(
+        job_id="j",
+        rank_id="r",
+        iteration=1,
+        iteration_time=1.0,
+        transfers=_transfers({(0, "forward"): 0.002, (1, "backward"): 0.004}),
+    )
+    small, large = decode_report(msg), decode_report_columns(msg)
+    assert small.transfers == large.transfers and len(small.transfers) == 2 * MICROBATCHES
+    assert small.transfers[-1].direction == "backward" and small.transfers[-1].time == 0.004
+
+
+def _wait(http: httpx.Client, job: dict[str, Any], pred: Any, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        st = _status(http, job)
+        if pred(st):
+            return st
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not reached: {st}")
+        time.sleep(0.1)
+
+
+def _slow_link_series(http: httpx.Client) -> list[str]:
+    return [
+        line
+        for line in http.get("/metrics").text.splitlines()
+        if line.startswith("perseus_slow_link{")
+    ]
+
+
+def test_a_slowed_link_is_named_replanned_with_its_time_and_recovers(
+    http: httpx.Client, stub: pb_grpc.PlanServiceStub, job: dict[str, Any], small_csv: str
+) -> None:
+    base = {(0, "forward"): 0.002, (0, "backward"): 0.003}
+    st = _status(http, job)
+    version = st["plan"]["version"]
+    t0 = st["plan"]["pipelines"][0]["time"]
+
+    def iterate(times: dict[tuple[int, str], float], n: int) -> None:
+        for _ in range(n):
+            # stage 0 times the forward sends, stage 1 the backward ones (as the hooks do)
+            reps = [
+                _report(job, version, 0, _transfers({(0, "forward"): times[(0, "forward")]})),
+                _report(job, version, 1, _transfers({(0, "backward"): times[(0, "backward")]})),
+            ]
+            stub.ReportIterations(iter(reps), timeout=30)
+
+    # The profile has no communication: the first window is the baseline.
+    iterate(base, 4)
+    st = _status(http, job)
+    links = {(x["boundary"], x["direction"]): x for x in st["pipelines"][0]["links"]}
+    assert links[(0, "forward")]["time"] == pytest.approx(0.002)
+    assert links[(0, "forward")]["baseline"] == pytest.approx(0.002)
+    assert links[(0, "backward")]["baseline"] == pytest.approx(0.003)
+    assert st["pipelines"][0]["slow_links"] == [] and _slow_link_series(http) == []
+
+    slowed = {**base, (0, "forward"): 0.05}  # the link now takes 25 times as long
+    iterate(slowed, 2)
+    assert _status(http, job)["pipelines"][0]["slow_links"] == []  # 2 iterations: not yet
+    iterate(slowed, 1)
+    st = _wait(
+        http,
+        job,
+        lambda s: (
+            (s["pipelines"][0]["slow_stages"] or {}).get("status") == "ready"
+            and s["plan"]["version"] > version
+        ),
+    )
+    (slow,) = st["pipelines"][0]["slow_links"]
+    assert (slow["boundary"], slow["direction"]) == (0, "forward")
+    assert slow["time"] == pytest.approx(0.05) and slow["factor"] == pytest.approx(25)
+    info = st["pipelines"][0]["slow_stages"]
+    assert info["factors"] == {}
+    assert info["links"] == [{"boundary": 0, "direction": "forward", "time": pytest.approx(0.05)}]
+    assert any("link 0 forward" in r["why"] for r in st["recent_replans"])
+    (series,) = _slow_link_series(http)
+    assert 'boundary="0"' in series and 'direction="forward"' in series
+    assert f'job="{job["id"]}"' in series and series.endswith(" 1")
+    # The re-solve used the profile with the measured transfer time: its fastest plan takes what
+    # the model gives that profile at the maximum clocks (no less than the compute-only one).
+    profile = with_transfer_times(parse_profile_csv(small_csv), {(0, "forward"): 0.05})
+    problem = EnergyProblem.build(profile, make_schedule("1f1b", 2, MICROBATCHES), BLOCKING_A40)
+    t_max = problem.evaluate(problem.max_frequency_plan()).time
+    assert info["time"] == pytest.approx(t_max, rel=1e-6) and info["time"] >= t0 * (1 - 1e-9)
+    html = http.get("/ui").text
+    assert html  # the page itself renders the status client-side (app.js names slow links)
+    assert "slow_links" in http.get("/ui/app.js").text
+
+    iterate(base, 3)  # back to its baseline
+    st = _wait(http, job, lambda s: s["pipelines"][0]["slow_stages"] is None)
+    assert st["pipelines"][0]["slow_links"] == [] and _slow_link_series(http) == []
+    assert any("back to their profiled speed" in r["why"] for r in st["recent_replans"])
