@@ -4,7 +4,8 @@ ranks, a real ``PerseusClient`` (offline) on a recording ``SimulatedGpu`` per ra
 Checked per schedule: every rank records exactly the transfers its stages exchange with a stage
 on the other rank (boundary, direction, microbatch), once per iteration each, and none between two
 stages of one rank; every transfer is recorded by both of its ends; the times are positive and
-below the iteration's; nothing is recorded once the hooks are removed. With the receiver of
+below the iteration's; the client's iteration report carries them; nothing is recorded once the
+hooks are removed. With the receiver of
 microbatch 0's activations late by 0.3 s, the sender's time of that transfer covers the wait and
 the receiver's does not (the smaller of the two ends' values is the transfer, see
 ``perseus_client.integrations._torch_p2p``).
@@ -69,6 +70,8 @@ def test_recorded_transfers_are_the_schedules(results: dict[str, Any], name: str
             got = Counter((b, d, m) for b, d, m, _ in recorded)
             assert got == want, f"rank {rank}, iteration {i}: recorded {got}, expected {want}"
         assert res["after_remove"] == []
+        # The client's iteration report carries exactly what the hooks recorded.
+        assert res["reported"] == res["transfers"]
         keys_by_rank.append(set(want))
     # Each transfer has two ends, on different ranks.
     assert keys_by_rank[0] == keys_by_rank[1]
