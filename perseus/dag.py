@@ -9,6 +9,16 @@ Nodes are the schedule's ops. Edges (``src[i] -> dst[i]``):
 * the loss: ``forward(N - 1, m) -> B(N - 1, m)``;
 * ``backward_input(c, m) -> backward_weight(c, m)``.
 
+With communication (built by :class:`~perseus.problem.EnergyProblem` from a profile's
+:class:`~perseus_common.communication.Communication`), two more kinds of node follow the ops,
+numbered after them (ops are nodes ``0..num_ops-1``, in the same order as without
+communication, so a plan's per-rank steps are unchanged):
+
+* a *transfer* node on a cross-rank data edge: ``forward(c, m) -> T -> forward(c + 1, m)``
+  (boundary ``c``, direction ``forward``) and ``B(c + 1, m) -> T -> B(c, m)`` (boundary ``c``,
+  direction ``backward``); none between two model stages on the same rank;
+* a *phase* node per rank with iteration-end phases, after the rank's last op.
+
 Longest paths run level by level (all nodes whose longest chain of predecessors has the same
 length are done in one vectorised step), so evaluating a plan costs O(levels) numpy calls, and
 many plans can be evaluated at once.
@@ -16,6 +26,7 @@ many plans can be evaluated at once.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,9 +35,34 @@ import numpy.typing as npt
 from perseus.errors import ScheduleError
 from perseus.schedules import Op, Schedule
 
-__all__ = ["PipelineDAG", "KIND_CODES"]
+__all__ = ["PipelineDAG", "KIND_CODES", "CommNode"]
 
-KIND_CODES = {"forward": 0, "backward": 1, "backward_input": 2, "backward_weight": 3}
+KIND_CODES = {
+    "forward": 0,
+    "backward": 1,
+    "backward_input": 2,
+    "backward_weight": 3,
+    "transfer_forward": 4,
+    "transfer_backward": 5,
+    "phase": 6,
+}
+
+
+@dataclass(frozen=True)
+class CommNode:
+    """A node that is not an op: a transfer (``kind`` ``transfer_forward`` /
+    ``transfer_backward`` across model ``boundary`` for ``microbatch``, from node ``producer`` to
+    node ``consumer``, on the receiving ``rank``) or a ``phase`` node (the iteration-end phases of
+    ``rank``, after its last op ``producer``; ``boundary``, ``microbatch``, ``consumer`` -1)."""
+
+    kind: str
+    rank: int
+    boundary: int
+    microbatch: int
+    producer: int
+    consumer: int
+
+
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 
@@ -37,8 +73,11 @@ class PipelineDAG:
 
     Attributes:
         schedule: the schedule it was built from.
-        ops: node ``i`` is ``ops[i]``; nodes are numbered rank by rank in execution order.
-        rank, stage, microbatch, kind: per-node arrays (``kind`` holds :data:`KIND_CODES`).
+        ops: node ``i < num_ops`` is ``ops[i]``; ops are numbered rank by rank in execution order.
+        comm: node ``num_ops + j`` is ``comm[j]`` (transfers, then phases; empty without
+            communication).
+        rank, stage, microbatch, kind: per-node arrays (``kind`` holds :data:`KIND_CODES`; a
+            transfer's rank is the receiver's, its stage and a phase's stage and microbatch -1).
         src, dst: edge lists.
         topo: nodes in a topological order; ``level_ptr`` splits it into levels.
         pred_ptr/pred_idx, succ_ptr/succ_idx: predecessor and successor lists (CSR).
@@ -46,6 +85,7 @@ class PipelineDAG:
 
     schedule: Schedule
     ops: tuple[Op, ...]
+    comm: tuple[CommNode, ...]
     rank: IntArray
     stage: IntArray
     microbatch: IntArray
@@ -62,6 +102,11 @@ class PipelineDAG:
 
     @property
     def num_nodes(self) -> int:
+        return len(self.ops) + len(self.comm)
+
+    @property
+    def num_ops(self) -> int:
+        """Nodes ``0..num_ops-1`` are the schedule's ops (the ones a plan gives clocks)."""
         return len(self.ops)
 
     @property
@@ -69,12 +114,36 @@ class PipelineDAG:
         return self.schedule.ranks
 
     @classmethod
-    def from_schedule(cls, schedule: Schedule) -> PipelineDAG:
+    def from_schedule(
+        cls,
+        schedule: Schedule,
+        *,
+        transfers: Collection[tuple[int, str]] = (),
+        phase_ranks: Collection[int] = (),
+    ) -> PipelineDAG:
+        """The DAG of ``schedule``; with a transfer node on each cross-rank data edge whose
+        ``(model boundary, direction)`` is in ``transfers``, and a phase node after the last op
+        of each rank in ``phase_ranks``."""
         ops: list[Op] = [op for order in schedule.orders for op in order]
         index = {op: i for i, op in enumerate(ops)}
-        n = len(ops)
+        n_ops = len(ops)
+        rank_of = schedule.stage_rank()
+        wanted = set(transfers)
+        comm: list[CommNode] = []
         src: list[int] = []
         dst: list[int] = []
+
+        def data_edge(u: int, v: int, boundary: int, direction: str, m: int) -> None:
+            a, b = (boundary, boundary + 1) if direction == "forward" else (boundary + 1, boundary)
+            if (boundary, direction) in wanted and rank_of[a] != rank_of[b]:
+                w = n_ops + len(comm)
+                comm.append(CommNode(f"transfer_{direction}", rank_of[b], boundary, m, u, v))
+                src.extend((u, w))
+                dst.extend((w, v))
+            else:
+                src.append(u)
+                dst.append(v)
+
         i = 0
         for order in schedule.orders:
             for j in range(1, len(order)):
@@ -86,18 +155,25 @@ class PipelineDAG:
             k, m, c = op
             if k == "forward":
                 if c + 1 <= last:
-                    src.append(v)
-                    dst.append(index[Op("forward", m, c + 1)])
+                    data_edge(v, index[Op("forward", m, c + 1)], c, "forward", m)
                 else:
                     src.append(v)
                     dst.append(index[_grad_op(index, m, c)])
             elif k in ("backward", "backward_input"):
                 if c > 0:
-                    src.append(v)
-                    dst.append(index[_grad_op(index, m, c - 1)])
+                    data_edge(v, index[_grad_op(index, m, c - 1)], c - 1, "backward", m)
                 if k == "backward_input":
                     src.append(v)
                     dst.append(index[Op("backward_weight", m, c)])
+        i = 0
+        for r, order in enumerate(schedule.orders):
+            i += len(order)
+            if r in phase_ranks and order:
+                w = n_ops + len(comm)
+                comm.append(CommNode("phase", r, -1, -1, i - 1, -1))
+                src.append(i - 1)
+                dst.append(w)
+        n = n_ops + len(comm)
         src_a = np.asarray(src, dtype=np.int64)
         dst_a = np.asarray(dst, dtype=np.int64)
 
@@ -126,7 +202,7 @@ class PipelineDAG:
             depth += 1
         topo = np.concatenate(topo_parts) if topo_parts else np.empty(0, np.int64)
         if topo.size != n:
-            stuck = [ops[v] for v in np.flatnonzero(remaining > 0)[:3]]
+            stuck = [ops[v] for v in np.flatnonzero(remaining[:n_ops] > 0)[:3]]
             raise ScheduleError(
                 "the schedule deadlocks: some instructions wait on each other in a cycle, e.g. "
                 + ", ".join(
@@ -147,10 +223,19 @@ class PipelineDAG:
         return cls(
             schedule=schedule,
             ops=tuple(ops),
-            rank=np.array([r for r, o in enumerate(schedule.orders) for _ in o], dtype=np.int64),
-            stage=np.array([op.stage for op in ops], dtype=np.int64),
-            microbatch=np.array([op.microbatch for op in ops], dtype=np.int64),
-            kind=np.array([KIND_CODES[op.kind] for op in ops], dtype=np.int64),
+            comm=tuple(comm),
+            rank=np.array(
+                [r for r, o in enumerate(schedule.orders) for _ in o] + [c.rank for c in comm],
+                dtype=np.int64,
+            ),
+            stage=np.array([op.stage for op in ops] + [-1] * len(comm), dtype=np.int64),
+            microbatch=np.array(
+                [op.microbatch for op in ops] + [c.microbatch for c in comm], dtype=np.int64
+            ),
+            kind=np.array(
+                [KIND_CODES[op.kind] for op in ops] + [KIND_CODES[c.kind] for c in comm],
+                dtype=np.int64,
+            ),
             src=src_a,
             dst=dst_a,
             topo=topo,

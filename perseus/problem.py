@@ -6,14 +6,28 @@ highest frequency), so storing many plans costs one byte per instruction each.
 
 The energy of a plan over one iteration of length ``T`` on ``R`` GPUs is::
 
-    E = sum(measured compute energy) + P_block * (R * T - sum(busy time))
+    E = sum(node energy) + P_block * (R * T - sum(node time))
 
 because a GPU that is not computing waits on a pipeline neighbour and draws the blocking power.
+
+With communication (the profile's :class:`~perseus_common.communication.Communication`), the DAG
+also has transfer and phase nodes (:mod:`perseus.dag`), each with a single option (frequency 0:
+a plan never gives them a clock, and the plan's per-rank steps are those of the ops). A transfer
+node lasts the transfer's time and its energy is ``power * time`` (``power`` defaults to the
+blocking power), so in the sum above it adds ``(power - P_block) * time``: nothing when the GPU
+draws the blocking power while it waits for the data, the difference when it draws more; its
+time counts once, for the receiving rank. A phase node lasts the rank's phases' time and holds
+their energy (the blocking power for the time when a phase gives none).
+
+Per-clock transfer times: the solver's node has the time at the highest clock (the shortest; the
+least of the per-clock times if they are not monotone), while the *true* evaluation
+(:meth:`EnergyProblem.evaluate_many`) takes each transfer's time at the clock the plan gives the
+op that produced the data. A phase given per clock has a single option, its highest clock's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +37,7 @@ from perseus.errors import ProfileError
 from perseus.kernels.longest_paths import iteration_times
 from perseus.profiles import Profile
 from perseus.schedules import Schedule
+from perseus_common.communication import Communication, Transfer
 
 __all__ = ["EnergyProblem", "PlanEvaluation", "ZERO_BUBBLE_SPLIT"]
 
@@ -50,6 +65,10 @@ class EnergyProblem:
             frequency; padding (``num_options[i] <= k``) repeats the last option.
         num_options: valid options per node.
         blocking_power: watts drawn by a GPU waiting on the pipeline.
+        clocked_transfers: transfer nodes whose time depends on the producer's clock;
+            ``clocked_times[j, k]`` is node ``clocked_transfers[j]``'s time when its producer
+            runs its option ``k`` (the producer is node ``clocked_producers[j]``),
+            ``clocked_power[j]`` its power (what the true evaluation uses).
     """
 
     dag: PipelineDAG
@@ -59,6 +78,10 @@ class EnergyProblem:
     times: FloatArray
     energies: FloatArray
     num_options: IntArray
+    clocked_transfers: IntArray = field(default_factory=lambda: np.empty(0, np.int64))
+    clocked_producers: IntArray = field(default_factory=lambda: np.empty(0, np.int64))
+    clocked_times: FloatArray = field(default_factory=lambda: np.empty((0, 1)))
+    clocked_power: FloatArray = field(default_factory=lambda: np.empty(0))
 
     @classmethod
     def build(cls, profile: Profile, schedule: Schedule, blocking_power: float) -> EnergyProblem:
@@ -67,6 +90,11 @@ class EnergyProblem:
         The profile may describe every model stage (``profile.stages == schedule.stages``) or
         every rank (``profile.stages == schedule.ranks``); in the latter case, with ``V`` virtual
         stages per rank, each model chunk takes ``1/V`` of its rank's time and energy.
+
+        Communication: a model boundary's transfer is the profile's boundary of the same number
+        (per-rank profile: the boundary between the two ranks; the edge from the last rank back
+        to the first, which such a profile cannot name, takes the direction's slowest
+        transfer); a rank runs the phases of every profile stage it holds.
         """
         if not (blocking_power >= 0 and np.isfinite(blocking_power)):
             raise ProfileError(
@@ -88,7 +116,20 @@ class EnergyProblem:
                 ),
                 field="stages",
             )
-        dag = PipelineDAG.from_schedule(schedule)
+        comm = profile.communication
+        transfer_of = _model_transfers(comm, schedule, per_model=profile.stages == schedule.stages)
+        phases_of = {
+            r: [
+                p
+                for st in sorted({entry_stage[s] for s in _stages_of(schedule, r)})
+                for p in comm.phases.get(st, ())
+            ]
+            for r in range(schedule.ranks)
+        }
+        phases_of = {r: ps for r, ps in phases_of.items() if ps}
+        dag = PipelineDAG.from_schedule(
+            schedule, transfers=set(transfer_of), phase_ranks=set(phases_of)
+        )
         cache: dict[tuple[int, str], tuple[IntArray, FloatArray, FloatArray]] = {}
 
         def options(stage: int, kind: str) -> tuple[IntArray, FloatArray, FloatArray]:
@@ -109,6 +150,20 @@ class EnergyProblem:
             return cache[key]
 
         rows = [options(entry_stage[op.stage], op.kind) for op in dag.ops]
+        clocked: list[tuple[int, Transfer, int]] = []
+        pb = float(blocking_power)
+        for j, node in enumerate(dag.comm):
+            if node.kind == "phase":
+                phases = phases_of[node.rank]
+                dt = sum(ph.time for ph in phases)
+                de = sum(pb * ph.time if ph.energy is None else ph.energy for ph in phases)
+            else:
+                tr = transfer_of[(node.boundary, node.kind.removeprefix("transfer_"))]
+                dt = tr.time if tr.times_by_clock is None else min(tr.times_by_clock.values())
+                de = (pb if tr.power is None else tr.power) * dt
+                if tr.times_by_clock is not None:
+                    clocked.append((dag.num_ops + j, tr, node.producer))
+            rows.append((np.zeros(1, np.int64), np.array([float(dt)]), np.array([float(de)])))
         k = max(len(r[0]) for r in rows)
         if k > 255:
             raise ProfileError(
@@ -124,7 +179,22 @@ class EnergyProblem:
             num[i] = c
             freqs[i, :c], times[i, :c], energies[i, :c] = f, t, e
             freqs[i, c:], times[i, c:], energies[i, c:] = f[-1], t[-1], e[-1]
-        return cls(dag, profile, float(blocking_power), freqs, times, energies, num)
+        ct = np.empty((len(clocked), k))
+        for j, (_, tr, producer) in enumerate(clocked):
+            ct[j] = [tr.time_at(int(f)) for f in freqs[producer]]
+        return cls(
+            dag,
+            profile,
+            pb,
+            freqs,
+            times,
+            energies,
+            num,
+            np.array([v for v, _, _ in clocked], dtype=np.int64),
+            np.array([p for _, _, p in clocked], dtype=np.int64),
+            ct,
+            np.array([pb if tr.power is None else tr.power for _, tr, _ in clocked]),
+        )
 
     @property
     def num_nodes(self) -> int:
@@ -149,6 +219,12 @@ class EnergyProblem:
         rows = np.arange(self.num_nodes)[None, :]
         d = self.times[rows, idx]
         e = self.energies[rows, idx]
+        if self.clocked_transfers.size:
+            # The true time of a per-clock transfer: at the clock its producer runs.
+            v = self.clocked_transfers
+            tt = self.clocked_times[np.arange(len(v))[None, :], idx[:, self.clocked_producers]]
+            d[:, v] = tt
+            e[:, v] = self.clocked_power[None, :] * tt
         dag = self.dag
         t = iteration_times(dag.topo, dag.pred_ptr, dag.pred_idx, np.ascontiguousarray(d))
         energy = e.sum(axis=1) + self.blocking_power * (self.dag.num_ranks * t - d.sum(axis=1))
@@ -159,3 +235,38 @@ class EnergyProblem:
 
     def frequencies_of(self, plan: PlanArray) -> IntArray:
         return self.freqs[np.arange(self.num_nodes), np.asarray(plan, dtype=np.int64)]
+
+    @property
+    def num_ops(self) -> int:
+        """Nodes ``0..num_ops-1`` are ops (the rest: transfers and phases, one option each)."""
+        return self.dag.num_ops
+
+
+def _stages_of(schedule: Schedule, rank: int) -> list[int]:
+    return sorted({op.stage for op in schedule.orders[rank]})
+
+
+def _model_transfers(
+    comm: Communication, schedule: Schedule, *, per_model: bool
+) -> dict[tuple[int, str], Transfer]:
+    """``{(model boundary, direction): transfer}`` of every cross-rank boundary measured."""
+    if comm.is_none or not comm.transfers:
+        return {}
+    rank_of = schedule.stage_rank()
+    out: dict[tuple[int, str], Transfer] = {}
+    for c in range(schedule.stages - 1):
+        a, b = rank_of[c], rank_of[c + 1]
+        if a == b:
+            continue
+        for d in ("forward", "backward"):
+            if per_model:
+                tr = comm.transfer(c, d)
+            elif abs(a - b) == 1:
+                tr = comm.transfer(min(a, b), d)
+            else:
+                same = [t for (_, dd), t in comm.transfers.items() if dd == d]
+                tr = max(same, key=lambda t: t.time) if same else None
+            if tr is not None and (tr.time > 0 or tr.times_by_clock is not None):
+                out[(c, d)] = tr
+
+    return out

@@ -126,8 +126,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def run_ranks(cfg: dict[str, Any], world: int, rank_dir: Path, timeout: float) -> None:
-    """Run ``world`` rank processes of :data:`RANK_MODULE` on ``cfg`` (written to
+def run_ranks(
+    cfg: dict[str, Any], world: int, rank_dir: Path, timeout: float, module: str = RANK_MODULE
+) -> None:
+    """Run ``world`` rank processes of ``module`` (default :data:`RANK_MODULE`) on ``cfg`` (written to
     ``rank_dir/config.json``; each rank logs to ``rank_dir/rank<g>.log``) until all exit 0.
 
     Raises :class:`DemoError` with the log's tail when a rank fails, or when they are not done
@@ -151,7 +153,7 @@ def run_ranks(cfg: dict[str, Any], world: int, rank_dir: Path, timeout: float) -
             log = rank_dir / f"rank{r}.log"
             with open(log, "wb") as fh:
                 p = subprocess.Popen(
-                    [sys.executable, "-m", RANK_MODULE, "--config", str(cfg_path)],
+                    [sys.executable, "-m", module, "--config", str(cfg_path)],
                     env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
                     stdout=fh,
                     stderr=subprocess.STDOUT,

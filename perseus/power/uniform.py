@@ -127,7 +127,7 @@ def uniform_clock_lock(problem: EnergyProblem, watts: float) -> UniformPlan:
         PowerBudgetError: ``watts`` is bad, or even the lowest clock exceeds it.
     """
     w = check_budget(watts)
-    clocks = np.unique(problem.freqs)[::-1]  # highest first
+    clocks = np.unique(problem.freqs[: problem.num_ops])[::-1]  # highest first (ops: clocked)
     plans = np.stack([clock_lock_plan(problem, float(f)) for f in clocks])
     t, e = problem.evaluate_many(plans)
     ok = np.flatnonzero(e / t <= w)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 
 import pytest
+from conftest import PROFILE
 
-from perseus_client import PerseusClient
+from perseus_client import ConfigError, PerseusClient, SimulatedGpu
 from perseus_client.reports import report_message
 from perseus_common.proto import perseus_pb2
 
@@ -75,3 +77,31 @@ def test_transfers_the_server_would_refuse_are_dropped_off_the_training_thread(c
         (2, "backward", 3),
     ]
     assert msg.transfers[0].time > 0
+
+
+def test_a_simulated_gpu_injects_a_links_latency_and_it_can_slow_mid_run():
+    gpu = SimulatedGpu(
+        PROFILE, stage=0, time_scale=0, blocking_power=50.0, transfer_times={(0, "forward"): 0.002}
+    )
+    t0 = gpu.timestamp()
+    assert gpu.transfer(0, "forward") == 0.002 and gpu.timestamp() - t0 == pytest.approx(0.002)
+    assert gpu.transfer(0, "backward") == 0.0  # no latency injected there
+    gpu.set_transfer_time(0, "forward", 0.008)  # the link slows down
+    assert gpu.transfer_time(0, "forward") == 0.008
+    t1 = gpu.timestamp()
+    gpu.transfer(0, "forward")
+    assert gpu.timestamp() - t1 == pytest.approx(0.008)
+    with pytest.raises(ConfigError):
+        gpu.set_transfer_time(0, "sideways", 0.001)
+    with pytest.raises(ConfigError):
+        gpu.set_transfer_time(0, "forward", -1.0)
+
+
+def test_a_scaled_transfer_sleeps_its_scaled_time_and_idles_at_blocking_power():
+    gpu = SimulatedGpu(PROFILE, stage=0, time_scale=0.5, blocking_power=50.0)
+    gpu.set_transfer_time(1, "backward", 0.04)
+    e0, t0, w0 = gpu.energy_mj(), gpu.timestamp(), time.perf_counter()
+    gpu.transfer(1, "backward")
+    assert time.perf_counter() - w0 >= 0.02  # 0.04 simulated seconds at time_scale 0.5
+    assert gpu.timestamp() - t0 >= 0.04
+    assert (gpu.energy_mj() - e0) / 1000.0 == pytest.approx(50.0 * (gpu.timestamp() - t0), rel=0.05)

@@ -41,6 +41,13 @@ that clock) and makes :meth:`sample_applied_clock` report it with those NVML clo
 (while the cap binds); ``gpu.throttle(None)`` lifts it. The client's applied-clock sampler sees
 such instructions as off-plan (see :mod:`perseus_client.gpu.applied`).
 
+Links: ``transfer_times={(boundary, direction): seconds}`` (or :meth:`set_transfer_time`, also
+at runtime: a link slowed mid-run) injects a P2P transfer latency per stage boundary and
+direction; :meth:`transfer` occupies it (simulated seconds, scaled like an instruction; the GPU
+idles at ``blocking_power`` meanwhile). A training loop calls it where it sends that link's
+activations or gradients, and times the whole transfer (the latency and the real send) for
+:meth:`PerseusClient.record_transfer <perseus_client.PerseusClient.record_transfer>`.
+
 Measurement noise: with ``noise=r`` (a relative standard deviation, e.g. ``0.015``) every
 executed instruction's time and energy are each multiplied by an independent draw of
 ``max(0, 1 + r * N(0, 1))``, from a generator seeded with ``seed`` (the same seed gives the same
@@ -189,6 +196,7 @@ class SimulatedGpu(GpuBackend):
         noise: float = 0.0,
         energy_noise: float | None = None,
         seed: int | None = None,
+        transfer_times: Mapping[tuple[int, str], float] | None = None,
     ) -> None:
         if not measurements:
             raise ConfigError("measurements", "must hold at least one (stage, kind) entry")
@@ -250,6 +258,9 @@ class SimulatedGpu(GpuBackend):
         self._pending: tuple[float, float, float, float] | None = None
         self._pending_what: tuple[str, int, int | None] = ("", 0, None)
         self._pending_applied: tuple[int, frozenset[str]] | None = None
+        self._transfers: dict[tuple[int, str], float] = {}
+        for (b, d), t in (transfer_times or {}).items():
+            self.set_transfer_time(b, d, t)
         self._persist()
 
     # -- construction ---------------------------------------------------------------------------
@@ -368,6 +379,38 @@ class SimulatedGpu(GpuBackend):
         if not (math.isfinite(factor) and factor > 0):
             raise ConfigError("time_factor", f"must be a positive finite factor, got {factor}")
         self._time_factor = float(factor)
+
+    def set_transfer_time(self, boundary: int, direction: str, seconds: float) -> None:
+        """Inject ``seconds`` (simulated) of latency into every following transfer of
+        ``boundary`` in ``direction`` (``forward``/``backward``); 0 removes it."""
+        if direction not in ("forward", "backward"):
+            raise ConfigError("direction", f"must be forward or backward, got {direction!r}")
+        if not (isinstance(boundary, int) and boundary >= 0):
+            raise ConfigError("boundary", f"must be an integer >= 0, got {boundary!r}")
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ConfigError("transfer_time", f"must be >= 0 seconds, got {seconds}")
+        self._transfers[(boundary, direction)] = float(seconds)
+
+    def transfer_time(self, boundary: int, direction: str) -> float:
+        """The latency injected into a link's transfers (simulated seconds; 0: none)."""
+        return self._transfers.get((boundary, direction), 0.0)
+
+    def transfer(self, boundary: int, direction: str) -> float:
+        """Occupy one transfer's injected latency on ``(boundary, direction)``: ``time_scale``
+        times it in wall time (its sleep's overshoot not counted, as for an instruction), the GPU
+        idle meanwhile. Returns the simulated seconds injected."""
+        t = self._transfers.get((boundary, direction), 0.0)
+        if t <= 0:
+            return 0.0
+        if self.time_scale > 0:
+            start_wall = time.perf_counter()
+            start_sim = self._sim_base + (start_wall - self._wall_base) / self.time_scale
+            time.sleep(t * self.time_scale)
+            self._sim_base = start_sim + t
+            self._wall_base = time.perf_counter()
+        else:
+            self._virtual += t
+        return t
 
     @property
     def slowdown(self) -> float:

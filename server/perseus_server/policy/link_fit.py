@@ -4,7 +4,15 @@ the profile's communication part.
 A *link* is one stage boundary in one direction, ``(boundary, direction)``. A rank times every
 transfer it runs (one per microbatch); one report gives each link's **median** over them
 (:func:`link_times`; the median, as for the stages' slowdown factors, so that one transfer
-delayed by the host does not move it). Online profiling keeps those per-report times per link
+delayed by the host does not move it).
+
+Both ends of a transfer may time it (the integrations do): each end's time is the transfer plus
+its wait for the other end, so the smaller of the two is the transfer.
+:class:`LinkCombiner` takes the reports of every end of a link and gives one time per iteration:
+per microbatch the smallest of the ends' times, then their median. An iteration is complete
+once every end that reported the link lately has reported it (one end: at once); an end silent
+for :data:`STALE_ITERATIONS` is no longer waited for, and an iteration that old is taken as it
+is. Online profiling keeps those per-report times per link
 and clock (:class:`TransferSamples`, at most :data:`SAMPLES_KEPT` of the latest per link and
 clock) and fits each link's time as their median (:func:`fit_transfers`): the time at the
 highest clock measured, and one time per clock when more than one was measured.
@@ -21,7 +29,9 @@ from perseus_common.communication import Communication, Transfer
 
 __all__ = [
     "SAMPLES_KEPT",
+    "LinkCombiner",
     "LinkFit",
+    "STALE_ITERATIONS",
     "TransferSamples",
     "fit_transfers",
     "link_times",
@@ -31,6 +41,8 @@ __all__ = [
 
 #: Per-report times kept per link and clock during a scan (the latest ones).
 SAMPLES_KEPT = 32
+#: Iterations after which a link's silent end is no longer waited for.
+STALE_ITERATIONS = 8
 
 Link = tuple[int, str]
 
@@ -58,6 +70,56 @@ def link_times(transfers: Iterable[_Transfer]) -> dict[Link, float]:
     for t in transfers:
         groups.setdefault((int(t.boundary), str(t.direction)), []).append(float(t.time))
     return {k: median(v) for k, v in groups.items()}
+
+
+@dataclass
+class LinkCombiner:
+    """The ends' times of each link combined per iteration (see the module docstring). Keys are
+    any hashable link key (the server's: ``(pipeline, boundary, direction)``)."""
+
+    #: Per key: per open iteration, per microbatch the smallest time, and the ends that reported.
+    pending: dict[Any, dict[int, tuple[dict[int, float], set[str]]]] = field(default_factory=dict)
+    #: Per key: per end, the latest iteration it reported.
+    ends: dict[Any, dict[str, int]] = field(default_factory=dict)
+    #: Per key: the latest iteration given out (a later report of it or before is dropped).
+    closed: dict[Any, int] = field(default_factory=dict)
+
+    def add(
+        self, key: Any, end: str, iteration: int, times: Iterable[tuple[int, float]]
+    ) -> list[float]:
+        """One end's transfers ``(microbatch, seconds)`` of ``iteration``; returns the link's
+        time of each iteration this completes, oldest first. A report of an iteration already
+        given out is dropped (an end that came late), unless it is far behind (a restarted rank
+        counts from 0 again: the link starts over)."""
+        done = self.closed.get(key)
+        if done is not None and done - iteration >= STALE_ITERATIONS:
+            self.pending.pop(key, None)
+            self.ends.pop(key, None)
+            self.closed.pop(key, None)
+            done = None
+        ends = self.ends.setdefault(key, {})
+        ends[end] = iteration
+        if done is not None and iteration <= done:
+            return []  # an end that came late: it is waited for from now on
+        for e, last in list(ends.items()):
+            if last <= iteration - STALE_ITERATIONS:
+                del ends[e]
+        pend = self.pending.setdefault(key, {})
+        per_mb, seen = pend.setdefault(iteration, ({}, set()))
+        for mb, t in times:
+            old = per_mb.get(mb)
+            per_mb[mb] = t if old is None else min(old, t)
+        seen.add(end)
+        out: list[float] = []
+        for it in sorted(pend):
+            per, got = pend[it]
+            if not (got >= set(ends) or it <= iteration - STALE_ITERATIONS):
+                break
+            del pend[it]
+            self.closed[key] = it
+            if per:
+                out.append(median(per.values()))
+        return out
 
 
 @dataclass(frozen=True)

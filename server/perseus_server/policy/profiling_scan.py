@@ -255,8 +255,8 @@ class ProfilingSession:
         """Account one report; returns True when it was kept as a measured iteration.
 
         ``iteration_time`` (the rank's, 0 when unknown) with a measured ``iteration_energy``
-        adds to the blocking-power estimate. ``transfers``: the report's time per link
-        (:func:`~perseus_server.policy.link_fit.link_times`), kept with a kept iteration.
+        adds to the blocking-power estimate. ``transfers``: the link times the report completes
+        (:class:`~perseus_server.policy.link_fit.LinkCombiner`), kept with a kept iteration.
         """
         if self.status is not ProfilingStatus.RUNNING or plan_version != self.step_version:
             return False

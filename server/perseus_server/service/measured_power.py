@@ -92,8 +92,7 @@ def max_clock_baseline(profile: Profile, frontier: Frontier) -> MaxClockBaseline
         problem = EnergyProblem.build(profile, frontier.schedule, frontier.blocking_power)
     except ValueError:
         return None
-    rank_of = frontier.schedule.stage_rank()
-    ranks = np.array([rank_of[op.stage] for op in problem.dag.ops], dtype=np.int64)
+    ranks = problem.dag.rank  # every node's rank: ops, transfers (receiver's), phases
     n = frontier.schedule.ranks
     compute = np.bincount(ranks, weights=problem.energies[:, 0], minlength=n)
     busy = np.bincount(ranks, weights=problem.times[:, 0], minlength=n)

@@ -48,6 +48,8 @@ def deployment_doc(job: Job) -> dict[str, Any]:
             for p, st in slow.slow_stages.items()
             if st.ready and st.frontier is not None
         },
+        # The links' first-window baselines (a slow link recovers against it after a restart).
+        "link_baselines": [[p, b, d, t] for (p, b, d), t in slow.links.baselines.items()],
     }
     if doc["deployment"] is None:
         del doc["deployment"]
@@ -82,10 +84,18 @@ def _restore_deployment(job: Job, version: int, doc: dict[str, Any]) -> None:
             frontier=Frontier.from_json(ss["frontier"]),
             solve_seconds=float(ss.get("solve_seconds", 0.0)),
             wall_seconds=float(ss.get("wall_seconds", 0.0)),
+            links={
+                (int(x["boundary"]), str(x["direction"])): float(x["time"])
+                for x in ss.get("links", [])  # slow links (absent before they were measured)
+            },
         )
         slow.slow_stages[int(key)] = state
         for st, f in state.factors.items():
             slow.stage_flags[(int(key), st)] = f
+        for (b, d), t in state.links.items():
+            slow.links.flags[(int(key), b, d)] = t
+    for p, b, d, t in doc.get("link_baselines", []):
+        slow.links.baselines[(int(p), int(b), str(d))] = float(t)
 
 
 def _unreadable(what: str, e: Exception) -> str:

@@ -35,13 +35,12 @@ from perseus_server.domain.errors import BadRequest, Conflict
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import ProfilingStatus
 from perseus_server.domain.values import InstructionColumns, InstructionReport, IterationReport
-from perseus_server.policy.link_fit import link_times
 from perseus_server.policy.profiling_scan import Measurement
 from perseus_server.service.clock_verification import ClockVerification, validate_applied_clocks
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.measured_power import MeasuredPower
 from perseus_server.service.online_profiling import OnlineProfiling
-from perseus_server.service.slow_links import SlowLinks
+from perseus_server.service.slow_links import SlowLinks, combined_link_times
 from perseus_server.service.slow_stages import SlowStageResolver, stage_factors
 from perseus_server.service.state import Job, JobTable
 from perseus_server.service.stragglers import Stragglers
@@ -350,7 +349,7 @@ class Reports:
                     float(rep.energy),
                     ms,
                     iteration_time=float(rep.iteration_time),
-                    transfers=link_times(rep.transfers) if rep.transfers else None,
+                    transfers=dict(combined_link_times(job, rank, rep)) if rep.transfers else None,
                 )
                 if ms:
                     touched.add(job.id)

@@ -1,7 +1,8 @@
 """Slow links: a stage boundary whose measured P2P transfer time grew past its baseline.
 
-Each report's timed transfers give one time per link (``(boundary, direction)``: the median of
-its transfers, :func:`~perseus_server.policy.link_fit.link_times`). A link's *baseline* is the
+Each iteration's timed transfers give one time per link (``(boundary, direction)``): per
+microbatch the smaller of its two ends' times when both ends time it, then the median over the
+microbatches (:class:`~perseus_server.policy.link_fit.LinkCombiner`; :func:`combined_link_times`). A link's *baseline* is the
 profile's transfer time for it, or, when the profile has none, the median of the link's first
 ``consecutive`` measured iterations. The link's factor (measured over baseline) feeds a
 :class:`~perseus_server.policy.detectors.StageDetector` with the job's detector settings: a link
@@ -30,13 +31,20 @@ from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import DetectorEvent
 from perseus_server.domain.values import IterationReport
 from perseus_server.policy.detectors import StageDetector
-from perseus_server.policy.link_fit import link_times, median
+from perseus_server.policy.link_fit import median
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.slow_stages import SlowStageResolver
 from perseus_server.service.state import Job, LinkKey
 from perseus_server.service.stragglers import Stragglers
 
-__all__ = ["LINK_WINDOW", "SlowLinks", "link_views", "profile_transfer_time", "slow_link_gauges"]
+__all__ = [
+    "LINK_WINDOW",
+    "SlowLinks",
+    "combined_link_times",
+    "link_views",
+    "profile_transfer_time",
+    "slow_link_gauges",
+]
 
 #: Per-iteration times kept per link (the status shows their median).
 LINK_WINDOW = 16
@@ -53,6 +61,25 @@ def profile_transfer_time(profile: Profile | None, boundary: int, direction: str
         return None
     t = profile.communication.transfers.get((boundary, direction))
     return float(t.time) if t is not None and t.time > 0 else None
+
+
+def combined_link_times(
+    job: Job, rank: RankInfo, rep: IterationReport
+) -> list[tuple[tuple[int, str], float]]:
+    """The link times one report completes (see the module docstring), in order: ``((boundary,
+    direction), seconds)``."""
+    groups: dict[tuple[int, str], list[tuple[int, float]]] = {}
+    for t in rep.transfers:
+        groups.setdefault((int(t.boundary), str(t.direction)), []).append(
+            (int(t.microbatch), float(t.time))
+        )
+    combiner = job.stragglers.links.combiner
+    p, it = rank.data_rank, int(rep.iteration)
+    return [
+        (link, value)
+        for link, times in groups.items()
+        for value in combiner.add((p, *link), rank.rank_id, it, times)
+    ]
 
 
 def baseline(job: Job, key: LinkKey) -> float | None:
@@ -94,7 +121,7 @@ class SlowLinks:
             and self.stragglers.checks.reason(job) is None
         )
         changed = False
-        for (b, d), t in link_times(rep.transfers).items():
+        for (b, d), t in combined_link_times(job, rank, rep):
             key = (p, b, d)
             recent = links.recent.get(key)
             if recent is None:

@@ -27,6 +27,7 @@ from perseus_server.domain.states import (
 )
 from perseus_server.domain.values import PlanUpdate
 from perseus_server.policy.detectors import Detector, StageDetector, StragglerDetector
+from perseus_server.policy.link_fit import LinkCombiner
 from perseus_server.policy.planner import PlanPolicy, Straggler
 from perseus_server.policy.profiling_scan import ProfilingSession
 from perseus_server.runtime.cache import ByteBoundedCache
@@ -243,6 +244,8 @@ class LinkState:
     #: Per link detector key ``(pipeline, 2 * boundary + direction)``; built from the stage
     #: detector's settings (rebuilt when they change).
     detector: StageDetector | None = None
+    #: The ends' times of each link per iteration (see :mod:`.link_fit`).
+    combiner: LinkCombiner = field(default_factory=LinkCombiner)
 
 
 @dataclass
