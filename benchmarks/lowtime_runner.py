@@ -35,7 +35,8 @@ lowtime's own estimate of a plan is ``IterationResult.quant_time * unit_time`` f
 time`` is the energy that cost implies. Both are estimates; :func:`run_lowtime` returns them
 next to the plan, and ``EnergyProblem.evaluate`` gives the truth.
 
-Run ``python benchmarks/lowtime_runner.py [--microbatches M] [--profile PATH] [--blocking-power W]``.
+Run ``python benchmarks/lowtime_runner.py [--microbatches M] [--profile PATH] [--blocking-power W]``
+(``--smoke``: 2 microbatches, what the test suite runs).
 """
 
 from __future__ import annotations
@@ -264,7 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--microbatches", type=int, default=12)
     ap.add_argument("--blocking-power", type=float, default=83.64)
     ap.add_argument("--time-limit", type=float, default=None)
+    ap.add_argument("--smoke", action="store_true", help="2 microbatches, 30 s at most (seconds)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.microbatches, args.time_limit = 2, 30.0
 
     res = run_lowtime(
         args.profile,

@@ -20,6 +20,7 @@ and applying a uniform power limit per job (and, for reference, Perseus per job 
 
     python benchmarks/power.py                        # everything
     python benchmarks/power.py --gpu a100 --microbatches 12 --no-cluster
+    python benchmarks/power.py --smoke                # A100 x 4 microbatches (the suite's)
 """
 
 from __future__ import annotations
@@ -184,7 +185,10 @@ def main() -> None:
     ap.add_argument("--gpu", choices=sorted(PROFILES), action="append")
     ap.add_argument("--microbatches", type=int, nargs="+", default=[12, 24, 48, 96])
     ap.add_argument("--no-cluster", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="A100, 4 microbatches, no cluster")
     args = ap.parse_args()
+    if args.smoke:
+        args.gpu, args.microbatches, args.no_cluster = ["a100"], [4], True
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()

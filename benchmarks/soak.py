@@ -1,6 +1,7 @@
 """Soak: many ranks at once for a bounded time, then a SIGKILL and a restart.
 
     python benchmarks/soak.py [--seconds 600] [--ranks 1024] [--procs 4]
+    python benchmarks/soak.py --smoke   # 8 s, 16 ranks (the suite's)
 
 1. Starts ``perseus serve`` (temporary DB) and solves a 2-stage x 8-microbatch job with
    ``ranks / 2`` data-parallel pipelines, so every rank identity is a real rank of it.
@@ -147,7 +148,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ranks", type=int, default=1024)
     ap.add_argument("--procs", type=int, default=4)
     ap.add_argument("--interval", type=float, default=1.0, help="s between a rank's reports")
+    ap.add_argument("--smoke", action="store_true", help="8 s, 16 ranks in 1 process")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.seconds, args.ranks, args.procs, args.interval = 8.0, 16, 1, 0.2
 
     import httpx
 
@@ -241,10 +245,13 @@ def main(argv: list[str] | None = None) -> int:
     print("server memory (RSS, MiB) over time:")
     for t, m in memory:
         print(f"  {t:6.0f} s  {m:7.1f}")
-    print(
-        f"/healthz: p50 {ms[len(ms) // 2]:.1f} ms, p99 {ms[int(len(ms) * 0.99)]:.1f} ms over "
-        f"{len(ms)} probes, {errors} failed"
-    )
+    if ms:
+        print(
+            f"/healthz: p50 {ms[len(ms) // 2]:.1f} ms, p99 {ms[int(len(ms) * 0.99)]:.1f} ms over "
+            f"{len(ms)} probes, {errors} failed"
+        )
+    else:  # a run shorter than the probe process's start
+        print(f"/healthz: 0 probes, {errors} failed")
     print(
         "served: "
         + ", ".join(f"{v} {k}" for k, v in served.items())

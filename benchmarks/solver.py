@@ -22,6 +22,7 @@ largest configuration is measured in a child process.
     python benchmarks/solver.py                     # everything (lowtime takes ~15 min)
     python benchmarks/solver.py --no-lowtime        # Perseus only
     python benchmarks/solver.py --gpu a100 --microbatches 12
+    python benchmarks/solver.py --smoke             # A100 x 4, Perseus only (the suite's)
 """
 
 from __future__ import annotations
@@ -257,7 +258,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also solve once with this solver effort and report it (0: skip)",
     )
     ap.add_argument("--json", help="also write the numbers here")
+    ap.add_argument(
+        "--smoke", action="store_true", help="A100 x 4 microbatches, no lowtime, effort 0"
+    )
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.gpu, args.microbatches, args.no_lowtime, args.effort = ["a100"], [4], True, 0.0
     gpus = args.gpu or ["a100", "a40"]
     mbs = args.microbatches or [12, 24, 48, 96]
 

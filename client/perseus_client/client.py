@@ -510,7 +510,7 @@ class PerseusClient:
         self._cur_clock = mhz
         gpu = self.gpu
         if self._sync_clocks:
-            self.controller.flush(self.controller.request(mhz, self._last_end_ev))
+            self.controller.flush(self.controller.request(mhz, self._last_end_ev, wake=False))
         else:
             # The lock lands after the previous instruction's end event: it belongs to this
             # instruction, which the GPU may reach well after the CPU issued it (the sampler

@@ -17,7 +17,8 @@ training thread never synchronises with the GPU and never waits for NVML (a lock
 controller thread applies requests in order, and :meth:`flush` lets the training thread apply
 whatever is still queued itself (under the same lock, so order is kept) right before the
 instruction begins. So the clock in effect when a simulated instruction begins is always the
-clock requested for it, without a thread hand-off on the hot path.
+clock requested for it, without a thread hand-off on the hot path (the client requests with
+``wake=False``: the controller thread is not woken for a request the caller flushes).
 
 **Failures fall back to max clocks.** When the backend refuses a clock (no permission, an
 unsupported clock, a driver error), the controller locks the maximum clock instead, and resets the
@@ -108,9 +109,14 @@ class FrequencyController:
         :meth:`reopen`."""
         return self._closed
 
-    def request(self, mhz: int, after: Any = None, tag: Instruction | None = None) -> int:
+    def request(
+        self, mhz: int, after: Any = None, tag: Instruction | None = None, *, wake: bool = True
+    ) -> int:
         """Ask for ``mhz`` to be locked once ``after`` (a CUDA event, optional) has completed;
         ``tag`` is the instruction it is for, published with the lock (:meth:`lock_state`).
+        ``wake=False``: leave the controller thread asleep, the caller applies the request with
+        :meth:`flush` (what the client does for synchronous backends: waking the thread only to
+        find the queue drained cost the training thread a GIL hand-off per instruction).
 
         Returns the request's sequence number (the previous one for a no-op request; its tag is
         dropped: the lock stays attributed to the instruction that requested it).
@@ -120,7 +126,8 @@ class FrequencyController:
         self._requested = mhz
         self._seq += 1
         self._pending.append((self._seq, mhz, after, self._epoch, tag))
-        self._wake.set()
+        if wake:
+            self._wake.set()
         return self._seq
 
     def request_reset(self) -> int:

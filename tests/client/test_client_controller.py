@@ -42,6 +42,17 @@ def test_background_thread_applies_without_the_caller(sim_gpu):
     ctl.close()
 
 
+def test_a_request_without_wake_waits_for_the_callers_flush(sim_gpu):
+    # What the client does for synchronous backends: no thread hand-off per instruction.
+    ctl = FrequencyController(sim_gpu)
+    seq = ctl.request(1000, wake=False)
+    threading.Event().wait(0.1)
+    assert ctl.applied_seq < seq and sim_gpu.locked_clock is None  # the thread slept on
+    ctl.flush(seq)
+    assert ctl.applied_seq == seq and sim_gpu.locked_clock == 1000
+    ctl.close()
+
+
 def test_clock_change_waits_for_the_previous_instructions_event(fake_nvml):
     nvml = fake_nvml()
     gpu = NvmlGpu(0, nvml=nvml)

@@ -123,11 +123,21 @@ def main() -> int:
         handle_signals=False,
         report_interval=0.05,
     )
+    transfers: list[list[Any]] = []
+    inner = client.record_transfer
+
+    def record(b: int, d: str, m: int, s: float) -> None:
+        transfers.append([b, d, m, s])
+        inner(b, d, m, s)
+
+    client.record_transfer = record  # type: ignore[method-assign]
     try:
         plan = wait_for_plan(client, version)
         dist.barrier()
-        with perseus_ds.instrument(engine, client):
+        with perseus_ds.instrument(engine, client) as hooks:
+            assert hooks.transfers
             hooked = train(engine, iters, mbs)
+        reported = [list(t) for t in client.last_report.transfers] if client.last_report else []
         used_version = client.plan_version
         restored = "_INSTRUCTION_MAP" not in vars(engine) and "train_batch" not in vars(engine)
     finally:
@@ -148,6 +158,8 @@ def main() -> int:
             "reference_losses": reference,
             "hooked_losses": hooked,
             "restored": restored,
+            "transfers": transfers,
+            "reported_last": reported,
             "seconds": time.perf_counter() - t0,
         },
     )

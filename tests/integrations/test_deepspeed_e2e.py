@@ -3,7 +3,9 @@
 
 The job is created with the order exported from ``TrainSchedule``; checked per rank: every
 iteration ran exactly the server's plan (instruction, microbatch, stage), at the plan's clock, and
-the losses equal those of the same run without hooks; removing the hooks restores the engine.
+the losses equal those of the same run without hooks; removing the hooks restores the engine; the
+hooks timed exactly the P2P transfers ``TrainSchedule`` runs (boundary, direction, microbatch) and
+the client's last report carries the last iteration's.
 """
 
 from __future__ import annotations
@@ -65,3 +67,15 @@ def test_hooks_change_nothing_numerically(results: list[dict[str, Any]]) -> None
 def test_remove_restores_the_engine(results: list[dict[str, Any]]) -> None:
     for res in results:
         assert res["restored"] is True
+
+
+def test_transfers_are_the_schedules(results: list[dict[str, Any]]) -> None:
+    # 2 stages, one boundary: stage 0 sends activations and receives gradients, stage 1 the
+    # other way round; every microbatch once per iteration on each end.
+    want = sorted((0, d, m) for d in ("forward", "backward") for m in range(MICROBATCHES))
+    for res in results:
+        got = [(b, d, m) for b, d, m, _ in res["transfers"]]
+        assert sorted(got) == sorted(want * ITERATIONS)
+        assert all(0 < t[3] < 5.0 for t in res["transfers"])
+        per_iteration = len(res["transfers"]) // ITERATIONS
+        assert res["reported_last"] == res["transfers"][-per_iteration:]

@@ -124,6 +124,43 @@ def test_removing_restores_the_framework(group: None, name: str) -> None:
     assert step(schedule) == reference
 
 
+class TransferRecorder(Recorder):
+    """A recorder that also takes timed transfers (what turns transfer timing on)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.transfers: list[tuple[int, str, int, float]] = []
+
+    def record_transfer(
+        self, boundary: int, direction: str, microbatch: int, seconds: float
+    ) -> None:
+        self.transfers.append((boundary, direction, microbatch, seconds))
+
+
+P2P_METHODS = ("get_fwd_send_ops", "get_fwd_recv_ops", "get_bwd_send_ops", "get_bwd_recv_ops")
+
+
+def test_transfer_hooks_are_process_wide_and_removed_with_the_last_schedule(group: None) -> None:
+    torchs = (tsched._batch_p2p, tsched._wait_batch_p2p)
+    a, b = make("ScheduleInterleaved1F1B"), make("Schedule1F1B")
+    rec = TransferRecorder()
+    ha, hb = tp.instrument(a, rec), tp.instrument(b, TransferRecorder())
+    assert ha.transfers and hb.transfers
+    assert tsched._batch_p2p is not torchs[0] and tsched._wait_batch_p2p is not torchs[1]
+    step(a)
+    assert rec.ops and rec.transfers == []  # every stage on this rank: no P2P op, no transfer
+    ha.remove()
+    assert tsched._batch_p2p is not torchs[0]  # b's hooks still time transfers
+    hb.remove()
+    assert (tsched._batch_p2p, tsched._wait_batch_p2p) == torchs
+    for stage in tp.schedule_stages(a) + tp.schedule_stages(b):
+        assert not set(P2P_METHODS) & set(vars(stage))
+    with tp.instrument(a, TransferRecorder(), transfers=False) as off:
+        assert not off.transfers and tsched._batch_p2p is torchs[0]
+    with tp.instrument(a, Recorder()) as plain:  # a client without record_transfer
+        assert not plain.transfers and tsched._batch_p2p is torchs[0]
+
+
 def test_eval_is_not_an_instrumented_iteration(group: None) -> None:
     schedule = make("ScheduleGPipe")
     rec = Recorder()

@@ -13,6 +13,14 @@ k); :func:`export_orders` derives the order the same way from ``TrainSchedule`` 
 counted microbatches land in the buffer slots the schedule names. Instructions outside
 ``train_batch`` (``eval_batch``) are not instrumented.
 
+**Transfer timing.** When the client has ``record_transfer`` (``PerseusClient`` does), the hooks
+also time the engine's P2P instructions, which DeepSpeed runs as blocking sends and receives:
+``SendActivation`` and ``RecvGrad`` of stage ``s`` at boundary ``s``, ``RecvActivation`` and
+``SendGrad`` at boundary ``s - 1``; the k-th of each kind in an iteration is microbatch k (as for
+the passes). Each end measures the transfer plus its wait for the other end, so the smaller of a
+transfer's two ends' values is the transfer itself; the first iteration's first send also carries
+DeepSpeed's tensor-metadata exchange. ``instrument(..., transfers=False)`` leaves them alone.
+
 Usage::
 
     from perseus_client.integrations import deepspeed as perseus_ds
@@ -28,6 +36,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 from perseus_client.integrations._base import InstructionClient, Orders, check_orders, quiet_stdout
@@ -77,10 +86,17 @@ def export_orders(micro_batches: int, stages: int) -> Orders:
 class EngineHooks:
     """Hooks installed on one ``PipelineEngine``; :meth:`remove` (or leaving ``with``) undoes them."""
 
-    def __init__(self, engine: Any, client: InstructionClient) -> None:
+    def __init__(self, engine: Any, client: InstructionClient, *, transfers: bool = True) -> None:
         self.engine = engine
         self.client = client
+        record = getattr(client, "record_transfer", None)
+        self._record: Callable[[int, str, int, float], None] | None = (
+            record if transfers and callable(record) else None
+        )
+        #: Whether P2P transfers are timed (see the module docstring).
+        self.transfers = self._record is not None
         self._counts = {"forward": 0, "backward": 0}
+        self._p2p_counts = [0, 0, 0, 0]
         self._active = False
         self._saved: dict[str, Any] = {}
 
@@ -98,11 +114,22 @@ class EngineHooks:
         table[ds_schedule.BackwardPass] = self._wrap(
             table[ds_schedule.BackwardPass], "backward", stage
         )
+        if self._record is not None:
+            for slot, (cmd, boundary, direction) in enumerate(
+                (
+                    (ds_schedule.SendActivation, stage, "forward"),
+                    (ds_schedule.RecvActivation, stage - 1, "forward"),
+                    (ds_schedule.SendGrad, stage - 1, "backward"),
+                    (ds_schedule.RecvGrad, stage, "backward"),
+                )
+            ):
+                table[cmd] = self._wrap_p2p(table[cmd], slot, boundary, direction)
         train_batch = engine.train_batch
 
         @functools.wraps(train_batch)
         def perseus_train_batch(*args: Any, **kwargs: Any) -> Any:
             self._counts = {"forward": 0, "backward": 0}
+            self._p2p_counts = [0, 0, 0, 0]
             with self.client.iteration():
                 self._active = True
                 try:
@@ -127,6 +154,26 @@ class EngineHooks:
 
         return perseus_exec
 
+    def _wrap_p2p(
+        self, method: Callable[..., Any], slot: int, boundary: int, direction: str
+    ) -> Callable[..., Any]:
+        record = self._record
+        assert record is not None
+
+        @functools.wraps(method)
+        def perseus_p2p(engine: Any, *args: Any, **kwargs: Any) -> Any:
+            if not self._active:
+                return method(engine, *args, **kwargs)
+            counts = self._p2p_counts
+            mb = counts[slot]
+            counts[slot] = mb + 1
+            t0 = perf_counter()
+            result = method(engine, *args, **kwargs)
+            record(boundary, direction, mb, perf_counter() - t0)
+            return result
+
+        return perseus_p2p
+
     def remove(self) -> None:
         """Give the engine back its class's instruction map and ``train_batch``."""
         for name, ours in self._saved.items():
@@ -142,10 +189,12 @@ class EngineHooks:
 
 
 @quiet_stdout
-def instrument(engine: Any, client: InstructionClient) -> EngineHooks:
-    """Hook ``client`` into a DeepSpeed ``PipelineEngine``; returns the installed hooks."""
+def instrument(engine: Any, client: InstructionClient, *, transfers: bool = True) -> EngineHooks:
+    """Hook ``client`` into a DeepSpeed ``PipelineEngine``; returns the installed hooks.
+    ``transfers``: also time the engine's P2P instructions (when the client has
+    ``record_transfer``; see the module docstring)."""
     if not isinstance(client, InstructionClient):
         raise TypeError("client: needs iteration() and instruction(kind, microbatch=, stage=)")
     if not hasattr(type(engine), "_INSTRUCTION_MAP"):
         raise TypeError(f"engine: {type(engine).__name__} is not a DeepSpeed PipelineEngine")
-    return EngineHooks(engine, client).install()
+    return EngineHooks(engine, client, transfers=transfers).install()

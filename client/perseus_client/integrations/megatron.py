@@ -32,12 +32,25 @@ Usage::
 
 The patch is process-wide (Megatron's schedules are module functions): one set of hooks at a
 time. Megatron's combined-1F1B (MoE overlap) path schedules its own sub-steps and is not covered.
+
+**Transfer timing.** When the client has ``record_transfer`` (``PerseusClient`` does), the hooks
+also wrap ``P2PCommunicator._communicate`` (on the class, process-wide like the rest), through
+which every send and receive of Megatron's schedules runs, and record each blocking call's time:
+a send to the next rank as the forward transfer of the last forward this rank ran (boundary: its
+stage), a receive from the previous rank as that of the next forward in the order (boundary: its
+stage - 1), and the same for backwards (a send to the previous rank: the last backward's, at its
+stage - 1; a receive from the next rank: the next backward's, at its stage). A combined call
+(``send_forward_recv_backward`` and the like) gives each of its parts the call's time. Calls that
+do not wait (``overlap_p2p_comm``, ``wait_on_reqs=False``) are not timed. The time runs from the
+call to the end of its waits, on the CPU: on NCCL the waits only order the CUDA streams, so there
+it is not the transfer's time (see docs/integrations.md).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from time import perf_counter
 from typing import Any
 
 from perseus_client.integrations._base import InstructionClient, Orders, check_orders, quiet_stdout
@@ -45,6 +58,7 @@ from perseus_client.integrations._base import InstructionClient, Orders, check_o
 __all__ = ["MegatronHooks", "instrument", "export_orders", "stage_order"]
 
 _MODULE = "megatron.core.pipeline_parallel.schedules"
+_P2P_MODULE = "megatron.core.pipeline_parallel.p2p_communication"
 
 
 def _schedule_table(num_microbatches: int, chunks: int, group: int) -> list[tuple[int, int]]:
@@ -139,8 +153,18 @@ class MegatronHooks:
         calls: instructions reported this iteration, ``(kind, microbatch, stage)``.
     """
 
-    def __init__(self, client: InstructionClient, order: Sequence[Sequence[Any]]) -> None:
+    def __init__(
+        self, client: InstructionClient, order: Sequence[Sequence[Any]], *, transfers: bool = True
+    ) -> None:
         self.client = client
+        record = getattr(client, "record_transfer", None)
+        self._record: Callable[[int, str, int, float], None] | None = (
+            record if transfers and callable(record) else None
+        )
+        #: Whether P2P transfers are timed (see the module docstring).
+        self.transfers = self._record is not None
+        self._p2p_class: Any = None
+        self._p2p_original: Any = None
         self.order = [list(op) for op in order]
         check_orders([self.order])
         kinds = {op[0] for op in self.order}
@@ -175,6 +199,10 @@ class MegatronHooks:
         }
         module.forward_step = self._wrap_forward(self._originals["forward_step"])
         module.backward_step = self._wrap_backward(self._originals["backward_step"])
+        if self._record is not None:
+            cls = importlib.import_module(_P2P_MODULE).P2PCommunicator
+            self._p2p_class, self._p2p_original = cls, cls.__dict__["_communicate"]
+            cls._communicate = self._wrap_communicate(self._p2p_original)
         return self
 
     def remove(self) -> None:
@@ -185,6 +213,10 @@ class MegatronHooks:
         for name, original in self._originals.items():
             if getattr(getattr(module, name), "_perseus_owner", None) is self:
                 setattr(module, name, original)
+        cls = self._p2p_class
+        if cls is not None and getattr(cls._communicate, "_perseus_owner", None) is self:
+            cls._communicate = self._p2p_original
+        self._p2p_class = self._p2p_original = None
         self._module = None
         self._originals = {}
 
@@ -262,6 +294,37 @@ class MegatronHooks:
         perseus_forward_step._perseus_owner = self  # type: ignore[attr-defined]
         return perseus_forward_step
 
+    def _wrap_communicate(self, communicate: Callable[..., Any]) -> Callable[..., Any]:
+        record = self._record
+        assert record is not None
+        forwards, backwards = self._forwards, self._backwards
+
+        @functools.wraps(communicate)
+        def perseus_communicate(comm: Any, *args: Any, **kwargs: Any) -> Any:
+            if not self._active or not kwargs.get("wait_on_reqs", True):
+                return communicate(comm, *args, **kwargs)
+            t0 = perf_counter()
+            result = communicate(comm, *args, **kwargs)
+            seconds = perf_counter() - t0
+            nf, nb = self._nf, self._nb
+            if kwargs.get("tensor_send_next") is not None and nf > 0:
+                _, mb, stage = forwards[nf - 1]
+                record(stage, "forward", mb, seconds)
+            if kwargs.get("recv_prev") and nf < len(forwards):
+                _, mb, stage = forwards[nf]
+                record(stage - 1, "forward", mb, seconds)
+            if kwargs.get("tensor_send_prev") is not None and nb > 0:
+                _, mb, stage = backwards[nb - 1]
+                record(stage - 1, "backward", mb, seconds)
+            if kwargs.get("recv_next") and nb < len(backwards):
+                _, mb, stage = backwards[nb]
+                record(stage, "backward", mb, seconds)
+            return result
+
+        perseus_communicate._perseus_hook = True  # type: ignore[attr-defined]
+        perseus_communicate._perseus_owner = self  # type: ignore[attr-defined]
+        return perseus_communicate
+
     def _wrap_backward(self, backward_step: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(backward_step)
         def perseus_backward_step(*args: Any, **kwargs: Any) -> Any:
@@ -278,9 +341,12 @@ class MegatronHooks:
 
 
 @quiet_stdout
-def instrument(client: InstructionClient, order: Sequence[Sequence[Any]]) -> MegatronHooks:
+def instrument(
+    client: InstructionClient, order: Sequence[Sequence[Any]], *, transfers: bool = True
+) -> MegatronHooks:
     """Patch Megatron's ``forward_step`` / ``backward_step`` to drive ``client`` along ``order``
-    (this rank's entry of :func:`export_orders`)."""
+    (this rank's entry of :func:`export_orders`); ``transfers``: also time the P2P calls (when
+    the client has ``record_transfer``; see the module docstring)."""
     if not isinstance(client, InstructionClient):
         raise TypeError("client: needs iteration() and instruction(kind, microbatch=, stage=)")
-    return MegatronHooks(client, order).install()
+    return MegatronHooks(client, order, transfers=transfers).install()

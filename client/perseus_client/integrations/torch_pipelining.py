@@ -34,8 +34,19 @@ Usage::
         for batch, target in loader:
             schedule.step(batch, target=target)
 
-Overhead: one context-manager entry per instruction on the training thread; no synchronisation.
-Custom per-action functions registered through ``register_custom_function`` bypass the stage
+**Transfer timing.** When the client has ``record_transfer(boundary, direction, microbatch,
+seconds)`` (``PerseusClient`` does), the hooks also time the P2P transfers the schedule runs: the
+stages' ``get_{fwd,bwd}_{send,recv}_ops`` tag the ops they return, and the schedules' module
+functions that post and wait on P2P ops note the time from posting to the end of the wait (see
+:mod:`perseus_client.integrations._torch_p2p` for what that time means: each end measures the
+transfer plus the other end's lateness, so the smaller of its two ends' values is the transfer).
+A stage ``s`` records its forward send and backward receive at boundary ``s`` and its forward
+receive and backward send at boundary ``s - 1``; transfers between two stages on one rank (no
+P2P op) are not recorded. ``instrument(..., transfers=False)`` leaves them alone.
+
+Overhead: one context-manager entry per instruction on the training thread and, with transfer
+timing, a few attribute writes and one clock read per P2P op; no synchronisation (benchmark:
+``benchmarks/hooks.py``). Custom per-action functions registered through ``register_custom_function`` bypass the stage
 methods and are not seen by these hooks.
 """
 
@@ -45,6 +56,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+from perseus_client.integrations import _torch_p2p
 from perseus_client.integrations._base import InstructionClient, Orders, check_orders, quiet_stdout
 from perseus_common.orders import gpipe_orders, one_f_one_b_orders
 
@@ -66,6 +78,14 @@ COMPUTATION_KINDS = {
 }
 
 _STAGE_METHODS = ("forward_one_chunk", "backward_one_chunk", "backward_weight_one_chunk")
+
+#: The stage methods that build P2P ops -> (boundary offset from the stage index, direction).
+_P2P_METHODS = {
+    "get_fwd_send_ops": (0, "forward"),
+    "get_fwd_recv_ops": (-1, "forward"),
+    "get_bwd_send_ops": (-1, "backward"),
+    "get_bwd_recv_ops": (0, "backward"),
+}
 
 
 def schedule_stages(schedule: Any) -> list[Any]:
@@ -96,14 +116,22 @@ class PipelineHooks:
     Attributes:
         schedule: the instrumented schedule.
         client: the client whose context managers wrap each instruction.
+        transfers: whether P2P transfers are timed (the client has ``record_transfer`` and
+            ``instrument`` was not told ``transfers=False``).
     """
 
-    def __init__(self, schedule: Any, client: InstructionClient) -> None:
+    def __init__(self, schedule: Any, client: InstructionClient, *, transfers: bool = True) -> None:
         self.schedule = schedule
         self.client = client
+        record = getattr(client, "record_transfer", None)
+        self._record: Callable[[int, str, int, float], None] | None = (
+            record if transfers and callable(record) else None
+        )
+        self.transfers = self._record is not None
         self._saved: list[tuple[Any, str, Any]] = []
         self._active = True
         self._installed = False
+        self._p2p = False
 
     # -- installation ---------------------------------------------------------------------------
 
@@ -127,7 +155,14 @@ class PipelineHooks:
             self._patch(stage, "forward_one_chunk", self._wrap_forward(stage))
             self._patch(stage, "backward_one_chunk", self._wrap_backward(stage))
             self._patch(stage, "backward_weight_one_chunk", self._wrap_backward_weight(stage))
+            if self._record is not None:
+                for name, (offset, direction) in _P2P_METHODS.items():
+                    if hasattr(stage, name):
+                        self._patch(stage, name, self._wrap_ops(stage, name, offset, direction))
         self._patch(self.schedule, "step", self._wrap_step(self.schedule.step))
+        if self._record is not None:
+            _torch_p2p.acquire()
+            self._p2p = True
         self._installed = True
         return self
 
@@ -139,6 +174,9 @@ class PipelineHooks:
                 obj.__dict__.pop(name, None)
             else:
                 setattr(obj, name, previous)
+        if self._p2p:
+            self._p2p = False
+            _torch_p2p.release()
         self._installed = False
 
     def __enter__(self) -> PipelineHooks:
@@ -164,6 +202,24 @@ class PipelineHooks:
 
         perseus_step._perseus_hook = True  # type: ignore[attr-defined]
         return perseus_step
+
+    def _wrap_ops(self, stage: Any, name: str, offset: int, direction: str) -> Callable[..., Any]:
+        original = getattr(stage, name)
+        boundary = int(stage.stage_index) + offset
+        record = self._record
+        tag_name = _torch_p2p.TAG
+
+        @functools.wraps(original)
+        def p2p_ops(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
+            ops = original(chunk_id, *args, **kwargs)
+            if ops and self._active:
+                tag = (record, boundary, direction, int(chunk_id))
+                for op in ops:
+                    setattr(op, tag_name, tag)
+            return ops
+
+        p2p_ops._perseus_hook = True  # type: ignore[attr-defined]
+        return p2p_ops
 
     def _wrap_forward(self, stage: Any) -> Callable[..., Any]:
         original = stage.forward_one_chunk
@@ -220,15 +276,19 @@ _MISSING = _Missing()
 
 
 @quiet_stdout
-def instrument(schedule: Any, client: InstructionClient) -> PipelineHooks:
+def instrument(
+    schedule: Any, client: InstructionClient, *, transfers: bool = True
+) -> PipelineHooks:
     """Hook ``client`` into ``schedule`` (a ``torch.distributed.pipelining`` schedule).
 
-    Returns the installed :class:`PipelineHooks`; use it as a context manager or call
-    :meth:`PipelineHooks.remove` to uninstall.
+    ``transfers``: also time the schedule's P2P transfers (when the client has
+    ``record_transfer``; see the module docstring). Returns the installed
+    :class:`PipelineHooks`; use it as a context manager or call :meth:`PipelineHooks.remove` to
+    uninstall.
     """
     if not isinstance(client, InstructionClient):
         raise TypeError("client: needs iteration() and instruction(kind, microbatch=, stage=)")
-    return PipelineHooks(schedule, client).install()
+    return PipelineHooks(schedule, client, transfers=transfers).install()
 
 
 def _action_ops(action: Any) -> list[list[Any]]:
