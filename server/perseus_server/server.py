@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -124,6 +125,11 @@ def _fmt_host(host: str) -> str:
 async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None = None) -> int:
     """Run the server until SIGTERM/SIGINT; returns the exit status."""
     say = announce or (lambda line: print(line, flush=True))
+    # What the imports made lives as long as the process: frozen, it is out of the cyclic
+    # collector's scans, so a full collection (it holds the event loop, ~0.1 s per 100k
+    # objects) scans only what the server made since (docs/results/2026-12-01-status-cost.md).
+    gc.collect()
+    gc.freeze()
     store = SqliteStore.open(config.db_path)
     service = PerseusService(store, config.limits, report_decoder=decode_report_bytes)
     service.load()
