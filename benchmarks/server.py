@@ -123,12 +123,28 @@ def _watchers(target: str, job_id: str, ranks: list[tuple[int, int, int]], conn:
     asyncio.run(main())
 
 
-def _probe(url: str, stop: Any, out: Any) -> None:
+def pct(xs: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of latencies ``xs`` (s), in ms (the sample at ``int(n * q)``)."""
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * q))] * 1000
+
+
+def latency(xs: list[float]) -> str:
+    """``p50 .. ms, p99 .. ms, max .. ms`` of latencies ``xs`` (s)."""
+    return f"p50 {pct(xs, 0.5):.1f} ms, p99 {pct(xs, 0.99):.1f} ms, max {max(xs) * 1000:.1f} ms"
+
+
+def probe_healthz(url: str, stop: Any, out: Any, go: Any = None) -> None:
+    """``GET /healthz`` every 10 ms until ``stop``; sends ``(latencies, failures)`` to ``out``.
+    With ``go`` (an event), it first sends ``"ready"`` once connected and waits for ``go``."""
     import httpx
 
     lat: list[float] = []
     errors = 0
     with httpx.Client(base_url=url, timeout=30) as c:
+        if go is not None:
+            out.send("ready")
+            go.wait()
         while not stop.is_set():
             t0 = time.perf_counter()
             try:
@@ -139,6 +155,47 @@ def _probe(url: str, stop: Any, out: Any) -> None:
             errors += not ok
             time.sleep(0.01)
     out.send((lat, errors))
+
+
+def wait_frontier(http: Any, job_id: str, every: float = 0.2) -> dict[str, Any]:
+    """Poll the job's frontier computation until it is done or failed; its status."""
+    while (st := http.get(f"/jobs/{job_id}/frontier", params={"points": False}).json())[
+        "status"
+    ] not in ("done", "failed"):
+        time.sleep(every)
+    return dict(st)
+
+
+def solved_job(
+    http: Any, microbatches: int, data_parallel: int
+) -> tuple[dict[str, Any], dict[str, Any], float]:
+    """An A40 8-stage 1F1B job of ``microbatches`` x ``data_parallel`` with the profile in
+    ``profiles/`` and its frontier computed: the job, the frontier's status and the seconds
+    the computation took."""
+    job = http.post(
+        "/jobs",
+        json={
+            "stages": STAGES, "microbatches": microbatches, "schedule": "1f1b",
+            "data_parallel": data_parallel, "blocking_power": 70.38, "gpu_model": "A40",
+        },
+    ).json()  # fmt: skip
+    http.put(
+        f"/jobs/{job['id']}/profile",
+        content=PROFILE.read_text(),
+        headers={"content-type": "text/csv"},
+    ).raise_for_status()
+    t0 = time.perf_counter()
+    http.post(f"/jobs/{job['id']}/frontier").raise_for_status()
+    st = wait_frontier(http, job["id"], 0.2)
+    return job, st, time.perf_counter() - t0
+
+
+def print_rows(rows: list[tuple[str, str]], head: str = "measurement") -> None:
+    """The rows as a two-column table."""
+    width = max(len(a) for a, _ in rows + [(head, "")])
+    print(f"{head.ljust(width)}  result")
+    for a, b in rows:
+        print(f"{a.ljust(width)}  {b}")
 
 
 def _reporter(target: str, job_id: str, stop: Any, out: Any) -> None:
@@ -226,17 +283,14 @@ def healthz_under_load(
         stop = ctx.Event()
         pa, pb_ = ctx.Pipe()
         ra, rb = ctx.Pipe()
-        probe = ctx.Process(target=_probe, args=(srv.http_url, stop, pb_), daemon=True)
+        probe = ctx.Process(target=probe_healthz, args=(srv.http_url, stop, pb_), daemon=True)
         rep = ctx.Process(
             target=_reporter, args=(srv.grpc_target, solve_job, stop, rb), daemon=True
         )
         uploads = solves = 0
         if "solves" not in loads:  # the reports' job still gets its plan (solved before)
             http.post(f"/jobs/{solve_job}/frontier").raise_for_status()
-            while http.get(f"/jobs/{solve_job}/frontier", params={"points": False}).json()[
-                "status"
-            ] not in ("done", "failed"):
-                time.sleep(0.2)
+            wait_frontier(http, solve_job)
         probe.start()
         if "reports" in loads:
             rep.start()
@@ -271,7 +325,6 @@ def healthz_under_load(
             rep.join(30)
         http.close()
         log = srv.output()
-    ms = sorted(x * 1000 for x in lat)
     ran = {
         "uploads": f"{uploads} uploads, a 52 KB CSV and a 15 MB malformed JSON in turn",
         "reports": f"{reports} reports of 100k measurements",
@@ -280,8 +333,7 @@ def healthz_under_load(
     rows.append(
         (
             f"/healthz under load ({seconds:g} s: {', '.join(ran[k] for k in LOADS if k in loads)})",
-            f"p50 {ms[len(ms) // 2]:.1f} ms, p99 {ms[int(len(ms) * 0.99)]:.1f} ms, "
-            f"max {ms[-1]:.1f} ms over {len(ms)} probes, {errors} failed",
+            f"{latency(lat)} over {len(lat)} probes, {errors} failed",
         )
     )
     if loop_trace:
@@ -333,11 +385,9 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.status_load import status_under_load
 
         ranks, seconds = (64, 1.0) if args.smoke else (args.ranks, args.status_load)
-        rows = status_under_load(ranks, seconds, clocks=args.clocks, name_chars=args.name_chars)
-        width = max(len(a) for a, _ in rows)
-        print(f"{'measurement'.ljust(width)}  result")
-        for a, b in rows:
-            print(f"{a.ljust(width)}  {b}")
+        print_rows(
+            status_under_load(ranks, seconds, clocks=args.clocks, name_chars=args.name_chars)
+        )
         return 0
     if args.healthz_under_load:
         rows = healthz_under_load(
@@ -355,36 +405,15 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[tuple[str, str]] = []
     with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp) / "bench.db") as srv:
         http = httpx.Client(base_url=srv.http_url, timeout=600)
-        job = http.post(
-            "/jobs",
-            json={
-                "stages": STAGES,
-                "microbatches": MICROBATCHES,
-                "schedule": "1f1b",
-                "data_parallel": PIPELINES,
-                "blocking_power": 70.38,
-                "gpu_model": "A40",
-            },
-        ).json()
+        job, st, solve_seconds = solved_job(http, MICROBATCHES, PIPELINES)
         job_id = job["id"]
-        http.put(
-            f"/jobs/{job_id}/profile",
-            content=PROFILE.read_text(),
-            headers={"content-type": "text/csv"},
-        ).raise_for_status()
-        t0 = time.perf_counter()
-        http.post(f"/jobs/{job_id}/frontier").raise_for_status()
-        while (st := http.get(f"/jobs/{job_id}/frontier", params={"points": False}).json())[
-            "status"
-        ] not in ("done", "failed"):
-            time.sleep(0.5)
         if st["status"] != "done":
             print("solve failed:", st["error"])
             return 1
         rows.append(
             (
                 "frontier solve (server, worker process)",
-                f"{time.perf_counter() - t0:.1f} s, {st['num_points']} points, "
+                f"{solve_seconds:.1f} s, {st['num_points']} points, "
                 f"{job['instructions']} instructions",
             )
         )
@@ -396,12 +425,11 @@ def main(argv: list[str] | None = None) -> int:
         p.start()
         lat, wall = parent.recv()
         p.join()
-        lat_ms = sorted(x * 1000 for x in lat)
         rows.append(
             (
                 f"GET /plan?slowdown (concurrency {args.concurrency})",
-                f"{len(lat) / wall:.0f} req/s, p50 {lat_ms[len(lat_ms) // 2]:.2f} ms, "
-                f"p99 {lat_ms[int(len(lat_ms) * 0.99)]:.2f} ms ({len(lat)} requests)",
+                f"{len(lat) / wall:.0f} req/s, p50 {pct(lat, 0.5):.2f} ms, "
+                f"p99 {pct(lat, 0.99):.2f} ms ({len(lat)} requests)",
             )
         )
 
@@ -440,10 +468,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
         http.close()
-    width = max(len(a) for a, _ in rows)
-    print(f"{'measurement'.ljust(width)}  result")
-    for a, b in rows:
-        print(f"{a.ljust(width)}  {b}")
+    print_rows(rows)
     return 0
 
 

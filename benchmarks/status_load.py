@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-PROFILE = ROOT / "profiles" / "gpt3-175b_a40_8stage.csv"
-STAGES, MICROBATCHES = 8, 8
+from benchmarks.server import PROFILE, STAGES, latency, pct, probe_healthz, solved_job
+
+MICROBATCHES = 8
 
 
 def _largest_registration() -> tuple[int, int, int]:
@@ -22,32 +22,6 @@ def _largest_registration() -> tuple[int, int, int]:
     except ImportError:  # a server from before these bounds: what it accepted
         return 1024, 256, 256
     return MAX_SUPPORTED_CLOCKS, MAX_GPU_NAME, MAX_HOSTNAME
-
-
-def _pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(len(xs) * q))] * 1000
-
-
-def _probe(url: str, go: Any, stop: Any, out: Any) -> None:
-    """``/healthz`` every 10 ms from ``go`` until ``stop``; sends the latencies and failures."""
-    import httpx
-
-    lat: list[float] = []
-    errors = 0
-    with httpx.Client(base_url=url, timeout=30) as c:
-        out.send("ready")
-        go.wait()
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            try:
-                ok = c.get("/healthz").status_code == 200
-            except httpx.HTTPError:
-                ok = False
-            lat.append(time.perf_counter() - t0)
-            errors += not ok
-            time.sleep(0.01)
-    out.send((lat, errors))
 
 
 def _poll_status(url: str, path: str, go: Any, stop: Any, out: Any) -> None:
@@ -111,24 +85,7 @@ def status_under_load(
     rows: list[tuple[str, str]] = []
     with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp) / "bench.db") as srv:
         http = httpx.Client(base_url=srv.http_url, timeout=600)
-        job = http.post(
-            "/jobs",
-            json={
-                "stages": STAGES, "microbatches": MICROBATCHES, "schedule": "1f1b",
-                "data_parallel": ranks // STAGES, "blocking_power": 70.38, "gpu_model": "A40",
-            },
-        ).json()  # fmt: skip
-        job_id = job["id"]
-        http.put(
-            f"/jobs/{job_id}/profile",
-            content=PROFILE.read_text(),
-            headers={"content-type": "text/csv"},
-        ).raise_for_status()
-        http.post(f"/jobs/{job_id}/frontier").raise_for_status()
-        while http.get(f"/jobs/{job_id}/frontier", params={"points": False}).json()[
-            "status"
-        ] not in ("done", "failed"):
-            time.sleep(0.2)
+        job_id = solved_job(http, MICROBATCHES, ranks // STAGES)[0]["id"]
         t0 = time.perf_counter()
         _register(srv.grpc_target, job_id, ranks, clocks, gpu_chars, host_chars)
         rows.append(
@@ -149,7 +106,7 @@ def status_under_load(
         rows.append(
             (
                 f"GET status at {ranks} ranks (default document)",
-                f"p50 {_pct(lat, 0.5):.1f} ms, p99 {_pct(lat, 0.99):.1f} ms, {size / 1024:.0f} KiB",
+                f"p50 {pct(lat, 0.5):.1f} ms, p99 {pct(lat, 0.99):.1f} ms, {size / 1024:.0f} KiB",
             )
         )
         t = time.perf_counter()
@@ -176,7 +133,7 @@ def status_under_load(
         )
         go, stop = ctx.Event(), ctx.Event()
         pa, pb_ = ctx.Pipe()
-        probe = ctx.Process(target=_probe, args=(srv.http_url, go, stop, pb_))
+        probe = ctx.Process(target=probe_healthz, args=(srv.http_url, stop, pb_, go))
         pollers = []
         for _ in range(2):
             a, b = ctx.Pipe()
@@ -198,8 +155,7 @@ def status_under_load(
         rows.append(
             (
                 "/healthz while 2 clients poll that status back to back",
-                f"p50 {_pct(hz, 0.5):.1f} ms, p99 {_pct(hz, 0.99):.1f} ms, max "
-                f"{max(hz) * 1000:.0f} ms ({len(hz)} probes, {errors} failed; "
+                f"{latency(hz)} ({len(hz)} probes, {errors} failed; "
                 f"{polled / seconds:.0f} status/s, {seconds * 2 / max(polled, 1) * 1000:.0f} ms "
                 "each)",
             )

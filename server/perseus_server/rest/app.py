@@ -3,7 +3,9 @@
 Each route declares its response model (see :mod:`perseus_server.rest.docs`); FastAPI validates
 the service's dict against it and serialises it, so ``/openapi.json`` documents what is sent.
 ``GET /jobs/{id}/plan`` is the exception: the service caches its body as bytes per frontier
-point (the query benchmark's hot path), and it is sent as is; its model documents it.
+point (the query benchmark's hot path), and it is sent as is; its model documents it. The job
+status (``GET /jobs/{id}/status`` and the straggler routes that answer it) is encoded as the
+service built it, without the model's validation (:func:`~perseus_server.rest.docs.built_response`).
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from perseus_server.policy.detectors import DetectorSettings
 from perseus_server.policy.planner import PlanPolicy
 from perseus_server.rest.credentials import TAG as CREDENTIALS_TAG
 from perseus_server.rest.credentials import create_job_with_credential, credentials_router
-from perseus_server.rest.docs import install_openapi, operation
+from perseus_server.rest.docs import built_response, install_openapi, operation
 from perseus_server.rest.gate import Gate
 from perseus_server.rest.power import TAG as POWER_TAG
 from perseus_server.rest.power import power_router
@@ -496,12 +498,12 @@ def create_app(
             description="List ranks after this global rank (the "
             "``ranks_next`` of the previous page).",
         ),
-    ) -> dict[str, Any]:
+    ) -> Response:
         """Ranks (registered, connected, last report), the deployment, the frontier computation,
         each pipeline's recent iterations, stragglers and slow stages, and profiling. Ranks'
         detail comes a page at a time (``ranks`` per page, by global rank; ``ranks_next``
         names the next page's ``after``), so a status costs the same at any world size."""
-        return service.views.status(job_id, ranks, after)
+        return built_response(service.views.status(job_id, ranks, after), JobStatus)
 
     # --- online profiling ------------------------------------------------------------------------
 
@@ -557,10 +559,11 @@ def create_app(
             422,
         ),
     )
-    async def report_straggler(job_id: str, body: StragglerIn) -> dict[str, Any]:
+    async def report_straggler(job_id: str, body: StragglerIn) -> Response:
         """A pipeline known to be slow (by ``slowdown`` or ``iteration_time``, s): the others
         move to the least-energy plan that finishes with it."""
-        return service.report_straggler(job_id, body.pipeline, body.slowdown, body.iteration_time)
+        status = service.report_straggler(job_id, body.pipeline, body.slowdown, body.iteration_time)
+        return built_response(status, JobStatus)
 
     @app.delete(
         "/jobs/{job_id}/stragglers",
@@ -571,9 +574,9 @@ def create_app(
     )
     async def clear_stragglers(
         job_id: str, pipeline: int | None = Query(None, ge=0, le=INT32_MAX)
-    ) -> dict[str, Any]:
+    ) -> Response:
         """Forgets one pipeline's (or every) straggler and slow stages, and replans."""
-        return service.clear_stragglers(job_id, pipeline)
+        return built_response(service.clear_stragglers(job_id, pipeline), JobStatus)
 
     @app.put(
         "/jobs/{job_id}/straggler-detection",

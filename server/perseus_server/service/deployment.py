@@ -77,6 +77,8 @@ class Deployer(Generic[B]):
 
     def __init__(self, ctx: ServiceContext, budget: Callable[[Deployer[B]], B]) -> None:
         self.ctx = ctx
+        # per job, the plan view's pipelines and what they were built from (``_pipelines``)
+        self._views: dict[str, tuple[tuple[Any, ...], list[dict[str, Any]]]] = {}
         self.budget: B = budget(self)
 
     # --- deciding --------------------------------------------------------------------------------
@@ -271,6 +273,38 @@ class Deployer(Generic[B]):
 
     # --- views -----------------------------------------------------------------------------------
 
+    def _pipelines(
+        self, job: Job, dep: Deployment, frontiers: list[Frontier], per: list[Any] | None
+    ) -> list[dict[str, Any]]:
+        """The view's ``pipelines``: each one's point, with its powers ``per`` (when the budget
+        gives them). Kept per job while the deployment, the frontiers and ``per`` (the powers'
+        cache keeps the same list while they hold) are the same objects: at 512 pipelines it
+        was half of a status request; every call gets new dicts."""
+        key = (dep, per, *frontiers)
+        hit = self._views.get(job.id)
+        if (
+            hit is None
+            or len(hit[0]) != len(key)
+            or any(a is not b for a, b in zip(hit[0], key, strict=True))
+        ):
+            pipelines = []
+            for p, (f, i) in enumerate(zip(frontiers, dep.indices, strict=True)):
+                doc = {
+                    "pipeline": p,
+                    "index": i,
+                    "frontier": "re-solved for its slow stage(s)" if p in dep.own else "job",
+                    "time": float(f.times[i]),
+                    "energy": float(f.energies[i]),
+                    "reason": dep.reasons[p],
+                }
+                if per is not None:
+                    doc.update(per[p])
+                pipelines.append(doc)
+            if len(self._views) > 4 * len(self.ctx.jobs) + 16:  # jobs deleted meanwhile
+                self._views = {k: v for k, v in self._views.items() if k in self.ctx.jobs}
+            hit = self._views[job.id] = (key, pipelines)
+        return [dict(doc) for doc in hit[1]]
+
     def view(self, job: Job) -> dict[str, Any] | None:
         """What is deployed, as ``GET /jobs/{id}/status`` ``plan`` shows it (None: nothing)."""
         dep = job.deployment.current
@@ -284,27 +318,13 @@ class Deployer(Generic[B]):
             "policy": job.deployment.policy.to_json(),
         }
         if dep.kind is DeploymentKind.PLAN and job.frontier.current is not None:
-            pipelines = []
-            for p, i in enumerate(dep.indices):
-                f = self.pipeline_frontier(job, dep, p)
-                pipelines.append(
-                    {
-                        "pipeline": p,
-                        "index": i,
-                        "frontier": "re-solved for its slow stage(s)" if p in dep.own else "job",
-                        "time": float(f.times[i]),
-                        "energy": float(f.energies[i]),
-                        "reason": dep.reasons[p],
-                    }
-                )
-            out["pipelines"] = pipelines
-            if job.frontier.row.partial:
-                out["partial"] = True
             frontiers = [self.pipeline_frontier(job, dep, p) for p in range(len(dep.indices))]
             power = self.budget.deployment_power(job, dep, frontiers)
+            per = None if power is None else power.pop("pipelines")
+            out["pipelines"] = self._pipelines(job, dep, frontiers, per)
+            if job.frontier.row.partial:
+                out["partial"] = True
             if power is not None:
-                for doc, per in zip(pipelines, power.pop("pipelines"), strict=True):
-                    doc.update(per)
                 out.update(power)
         elif dep.kind is DeploymentKind.PROFILING:
             out["profiling"] = dep.profiling

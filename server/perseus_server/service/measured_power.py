@@ -39,13 +39,14 @@ overflow them), and a view shows ``None`` for a power that is not finite, so the
 valid JSON whatever the ranks send.
 
 Cost: ``O(1)`` per report (the per-rank constants are computed once per profile and frontier,
-``O(n)`` for ``n`` instructions); a view or a scrape is ``O(ranks)`` per job.
+``O(n)`` for ``n`` instructions); a view or a scrape is one pass over the job's ranks, kept
+until the next counted report.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,6 +120,9 @@ class _JobEnergy:
     ranks: dict[str, _RankEnergy] = field(default_factory=dict)
     baseline_of: tuple[int, int] = (0, 0)  # ids of the (profile, frontier) it was computed for
     baseline: MaxClockBaseline | None = None
+    changes: int = 0  # counted reports so far: the view is cached per value (and world size)
+    view_of: tuple[int, int] = (-1, 0)
+    view: dict[str, Any] | None = None
 
 
 class MeasuredPower:
@@ -149,6 +153,7 @@ class MeasuredPower:
         r = je.ranks.get(rank.rank_id)
         if r is None:
             r = je.ranks[rank.rank_id] = _RankEnergy()
+            je.changes += 1
         version = int(rep.plan_version)
         fresh = version != r.version
         total_e = energy + (0.0 if fresh else r.energy)
@@ -167,6 +172,7 @@ class MeasuredPower:
             r.version, r.reports = version, 0
         r.energy, r.time = total_e, total_t
         r.reports += 1
+        je.changes += 1
         if counts:
             r.measured, r.max_clock = measured, max_clock
             r.counted += 1
@@ -192,38 +198,19 @@ class MeasuredPower:
         if je is None or not je.ranks:
             return None
         world = job.spec.world_size
-        newest = max(r.version for r in je.ranks.values())
-        now = [r for r in je.ranks.values() if r.version == newest and r.time > 0]
-        power = world / len(now) * sum(r.energy / r.time for r in now) if now else None
-        counted = [r for r in je.ranks.values() if r.counted]
-        scale = world / len(counted) if counted else 0.0
-        measured = scale * sum(r.measured for r in counted)
-        max_clock = scale * sum(r.max_clock for r in counted)
+        if je.view is None or je.view_of != (je.changes, world):
+            je.view_of, je.view = (je.changes, world), _sums(je.ranks.values(), world)
+        v = je.view
+        doc = {k: v[k] for k in ("average_power", "plan_version", "power_ranks")}
+        doc["power_iterations"], doc["energy"] = v["power_iterations"], v["energy"]
         withheld = self.withheld(job)
         if withheld is not None:
-            return {
-                "average_power": _finite(power),
-                "plan_version": newest,
-                "power_ranks": len(now),
-                "power_iterations": min((r.reports for r in now), default=0),
-                "energy": measured,
-                "max_clock_energy": None,
-                "energy_saved": None,
-                "withheld": withheld,
-                "iterations": max((r.counted for r in counted), default=0),
-                "ranks": len(counted),
-            }
-        return {
-            "average_power": _finite(power),
-            "plan_version": newest,
-            "power_ranks": len(now),
-            "power_iterations": min((r.reports for r in now), default=0),
-            "energy": measured,
-            "max_clock_energy": max_clock,
-            "energy_saved": max_clock - measured,
-            "iterations": max((r.counted for r in counted), default=0),
-            "ranks": len(counted),
-        }
+            doc.update(max_clock_energy=None, energy_saved=None, withheld=withheld)
+        else:
+            max_clock = v["max_clock_energy"]
+            doc.update(max_clock_energy=max_clock, energy_saved=max_clock - v["energy"])
+        doc["iterations"], doc["ranks"] = v["iterations"], v["ranks"]
+        return doc
 
     def _views(self) -> dict[str, dict[str, Any]]:
         self._prune()
@@ -250,6 +237,36 @@ class MeasuredPower:
             for j, v in self._views().items()
             if v["ranks"] and v["energy_saved"] is not None and math.isfinite(v["energy_saved"])
         }
+
+
+def _sums(ranks: Iterable[_RankEnergy], world: int) -> dict[str, Any]:
+    """The view's figures over the ranks' sums, in one pass (``max_clock_energy`` before the
+    withholding is decided)."""
+    newest, power_sum, power_ranks, power_iterations = -1, 0.0, 0, 0
+    counted, measured, max_clock, iterations = 0, 0.0, 0.0, 0
+    for r in ranks:
+        if r.version > newest:  # a newer version: the power sums start again
+            newest, power_sum, power_ranks, power_iterations = r.version, 0.0, 0, 0
+        if r.version == newest and r.time > 0:
+            power_sum += r.energy / r.time
+            power_iterations = r.reports if not power_ranks else min(power_iterations, r.reports)
+            power_ranks += 1
+        if r.counted:
+            counted += 1
+            measured += r.measured
+            max_clock += r.max_clock
+            iterations = max(iterations, r.counted)
+    scale = world / counted if counted else 0.0
+    return {
+        "average_power": _finite(world / power_ranks * power_sum) if power_ranks else None,
+        "plan_version": newest,
+        "power_ranks": power_ranks,
+        "power_iterations": power_iterations,
+        "energy": scale * measured,
+        "max_clock_energy": scale * max_clock,
+        "iterations": iterations,
+        "ranks": counted,
+    }
 
 
 def _all_finite(*xs: float) -> bool:

@@ -60,6 +60,8 @@ class PlanPowers:
 
     def __init__(self) -> None:
         self._cache: dict[tuple[str, int], FramePowers] = {}
+        # per job, the latest deployment's powers and what they were computed from
+        self._deployments: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {}
 
     def of(self, job: Job, frontier: Frontier | None = None) -> FramePowers:
         """The powers of ``frontier`` (default: the job's) for ``job``'s shape."""
@@ -91,6 +93,7 @@ class PlanPowers:
     def forget(self, job_id: str) -> None:
         for k in [k for k in self._cache if k[0] == job_id]:
             del self._cache[k]
+        self._deployments.pop(job_id, None)
 
     def point(self, job: Job, index: int, frontier: Frontier | None = None) -> dict[str, Any]:
         """``{"average_power", "peak_power"}`` of one point."""
@@ -117,7 +120,25 @@ class PlanPowers:
         """The whole deployment's powers: ``average_power`` (W, whole job, waiting for the
         slowest pipeline included) and ``peak_power`` (W per GPU, the hottest pipeline's);
         ``pipelines``: each pipeline's own ``{"average_power", "peak_power"}`` (W, its share:
-        ``tensor_parallel x E / T``)."""
+        ``tensor_parallel x E / T``).
+
+        Kept per job until the deployment, a frontier or the profile changes (the job status
+        asks for it on every request; at 512 pipelines it took longer than the rest of the
+        plan's view): the same ``pipelines`` list comes back while nothing changed, the outer
+        dict is new each time."""
+        key = (dep, job.profile.current, *frontiers)
+        hit = self._deployments.get(job.id)
+        if (
+            hit is not None
+            and len(hit[0]) == len(key)
+            and all(a is b for a, b in zip(hit[0], key, strict=True))
+        ):
+            return dict(hit[1])
+        doc = self._deployment(job, dep, frontiers)
+        self._deployments[job.id] = (key, doc)
+        return dict(doc)
+
+    def _deployment(self, job: Job, dep: Deployment, frontiers: list[Frontier]) -> dict[str, Any]:
         d = job.spec.tensor_parallel
         plans = list(zip(frontiers, dep.indices, strict=True))
         _, _, average = deployment_power(plans, tensor_parallel=d)
