@@ -320,7 +320,11 @@ def rank_main(args: argparse.Namespace) -> int:
 def report(api: Rest, job_id: str, profiling_steps: int) -> dict[str, Any]:
     """Print what the server measured, solved and deployed; return it as a dict."""
     prog = api("GET", f"/jobs/{job_id}/profiling")
-    measured = list(csv.DictReader(io.StringIO(api("GET", f"/jobs/{job_id}/profile"))))
+    rows = list(csv.DictReader(io.StringIO(api("GET", f"/jobs/{job_id}/profile"))))
+    # The measured profile holds the computation's rows and the P2P transfers the hooks timed
+    # (``transfer_forward`` / ``transfer_backward`` rows, one per boundary, per clock scanned).
+    measured = [r for r in rows if r["instruction"] in ("forward", "backward")]
+    transfers = [r for r in rows if r["instruction"].startswith("transfer_")]
     frontier = api("GET", f"/jobs/{job_id}/frontier", params={"points": "false"})
     status = api("GET", f"/jobs/{job_id}/status")
 
@@ -349,6 +353,13 @@ def report(api: Rest, job_id: str, profiling_steps: int) -> dict[str, Any]:
         f"measured profile: {len(measured)} rows at {clocks} MHz; largest deviation from the "
         f"model: time {100 * worst_time:.2f} %, energy {100 * worst_energy:.2f} %"
     )
+    if transfers:
+        slowest = max(float(r["time"]) for r in transfers)
+        print(
+            f"measured transfers: {len(transfers)} rows "
+            f"({sorted({r['instruction'] for r in transfers})}), the slowest "
+            f"{1000 * slowest:.2f} ms per microbatch"
+        )
     plan = status["plan"]
     point = plan["pipelines"][0]
     t0, e0 = frontier["max_frequency_time"], frontier["max_frequency_energy"]
@@ -373,6 +384,7 @@ def report(api: Rest, job_id: str, profiling_steps: int) -> dict[str, Any]:
         "profiling": prog,
         "profiling_steps": profiling_steps,
         "measured_rows": len(measured),
+        "measured_transfer_rows": len(transfers),
         "measured_clocks": clocks,
         "worst_time_deviation": worst_time,
         "worst_energy_deviation": worst_energy,

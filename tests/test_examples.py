@@ -106,6 +106,8 @@ def test_online_profiling_example_short(tmp_path: Path) -> None:
     assert prog["warmup_iterations"] == 1 and prog["iterations_per_frequency"] == 2
     # Two stages x (forward, backward) x four clocks, each equal to the simulated GPUs' model.
     assert summary["measured_rows"] == 16 and summary["measured_clocks"] == SHORT_CLOCKS
+    # The hooks timed the P2P transfers of the one boundary: online profiling kept them.
+    assert summary["measured_transfer_rows"] > 0
     assert summary["worst_time_deviation"] < 0.05
     assert summary["worst_energy_deviation"] < 0.01
     # Finishing solved the frontier and deployed its fastest plan by itself.

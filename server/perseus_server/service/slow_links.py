@@ -7,7 +7,13 @@ profile's transfer time for it, or, when the profile has none, the median of the
 ``consecutive`` measured iterations. The link's factor (measured over baseline) feeds a
 :class:`~perseus_server.policy.detectors.StageDetector` with the job's detector settings: a link
 whose factor exceeds ``1 + threshold`` for ``consecutive`` iterations is slow, with the mean
-measured time of those iterations; it recovers within ``1 + recovery``.
+measured time of those iterations; it recovers within ``1 + recovery``. A link is only called
+slow when it also slows its sender's step by the threshold: the measured time's excess over the
+baseline must be at least ``threshold`` times the sending instruction's profiled time at its
+highest clock (:func:`sender_time`; the forward of stage ``b`` for activations, the backward
+of stage ``b + 1`` for gradients), as a slow stage must be ``threshold`` slower. Without it a
+link whose baseline is a fraction of a millisecond (a small tensor over a fast link) was called
+slow by scheduling jitter alone, and every such call re-solved the pipeline.
 
 A slow link is a straggler cause like a slow stage: the pipeline's frontier is re-solved by the
 :class:`~perseus_server.service.slow_stages.SlowStageResolver` with the link's measured time in
@@ -43,6 +49,7 @@ __all__ = [
     "combined_link_times",
     "link_views",
     "profile_transfer_time",
+    "sender_time",
     "slow_link_gauges",
 ]
 
@@ -61,6 +68,21 @@ def profile_transfer_time(profile: Profile | None, boundary: int, direction: str
         return None
     t = profile.communication.transfers.get((boundary, direction))
     return float(t.time) if t is not None and t.time > 0 else None
+
+
+def sender_time(profile: Profile | None, boundary: int, direction: str) -> float | None:
+    """The profiled time, at its highest clock, of the instruction that sends over a link (the
+    forward of stage ``boundary`` for ``"forward"``, the backward of stage ``boundary + 1``
+    for ``"backward"``; None when the profile has neither per model stage)."""
+    if profile is None:
+        return None
+    stage = boundary if direction == "forward" else boundary + 1
+    kinds = ("forward",) if direction == "forward" else ("backward", "backward_input")
+    for kind in kinds:
+        entry = profile.entries.get((stage, kind))
+        if entry is not None and len(entry.times):
+            return float(entry.times.min())
+    return None
 
 
 def combined_link_times(
@@ -139,8 +161,11 @@ class SlowLinks:
                 p, _index(b, d), t / base, None if current is None else current / base
             )
             if event in (DetectorEvent.SLOW, DetectorEvent.CHANGED):
-                links.flags[key] = factor * base
-                changed = True
+                if _matters(job, key, base, factor * base, det.settings.threshold):
+                    links.flags[key] = factor * base
+                    changed = True
+                elif links.flags.pop(key, None) is not None:
+                    changed = True  # its new pace no longer slows its sender: recovered
             elif event is DetectorEvent.RECOVERED:
                 links.flags.pop(key, None)
                 changed = True
@@ -150,6 +175,13 @@ class SlowLinks:
             links.pending.discard(p)
             self.resolver.changed(job, p)
             self.stragglers.mark_replanned(job, p)
+
+
+def _matters(job: Job, key: LinkKey, base: float, measured: float, threshold: float) -> bool:
+    """Whether a link measured at ``measured`` s slows its sender's step by ``threshold`` (see
+    the module docstring); True when the profile gives no sender time to compare with."""
+    ref = sender_time(job.profile.current, key[1], key[2])
+    return ref is None or measured - base >= threshold * ref
 
 
 def link_views(job: Job, p: int) -> dict[str, Any]:
