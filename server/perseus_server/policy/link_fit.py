@@ -91,6 +91,14 @@ class LinkCombiner:
         time of each iteration this completes, oldest first. A report of an iteration already
         given out is dropped (an end that came late), unless it is far behind (a restarted rank
         counts from 0 again: the link starts over)."""
+        return [m for m, _ in self.add_with_fastest(key, end, iteration, times)]
+
+    def add_with_fastest(
+        self, key: Any, end: str, iteration: int, times: Iterable[tuple[int, float]]
+    ) -> list[tuple[float, float]]:
+        """:meth:`add`, each completed iteration as ``(median, fastest)`` over its microbatches:
+        the fastest is what slow-link detection compares (a link slowed for real slows every
+        transfer; a host that holds up a rank delays some of them)."""
         done = self.closed.get(key)
         if done is not None and done - iteration >= STALE_ITERATIONS:
             self.pending.pop(key, None)
@@ -110,7 +118,7 @@ class LinkCombiner:
             old = per_mb.get(mb)
             per_mb[mb] = t if old is None else min(old, t)
         seen.add(end)
-        out: list[float] = []
+        out: list[tuple[float, float]] = []
         for it in sorted(pend):
             per, got = pend[it]
             if not (got >= set(ends) or it <= iteration - STALE_ITERATIONS):
@@ -118,7 +126,7 @@ class LinkCombiner:
             del pend[it]
             self.closed[key] = it
             if per:
-                out.append(median(per.values()))
+                out.append((median(per.values()), min(per.values())))
         return out
 
 

@@ -2,9 +2,13 @@
 
 Each iteration's timed transfers give one time per link (``(boundary, direction)``): per
 microbatch the smaller of its two ends' times when both ends time it, then the median over the
-microbatches (:class:`~perseus_server.policy.link_fit.LinkCombiner`; :func:`combined_link_times`). A link's *baseline* is the
-profile's transfer time for it, or, when the profile has none, the median of the link's first
-``consecutive`` measured iterations. The link's factor (measured over baseline) feeds a
+microbatches (:class:`~perseus_server.policy.link_fit.LinkCombiner`; :func:`combined_link_times`),
+which the status shows. Detection compares each iteration's *fastest* transfer of the link
+instead: a link slowed for real slows every transfer over it, while a host that holds up a
+rank (a loaded CPU, over gloo) delays some of them, and the median followed those delays. A
+link's *baseline* is the profile's transfer time for it, or, when the profile has none, the
+median of the fastest transfers of its first ``consecutive`` measured iterations. The link's
+factor (fastest over baseline) feeds a
 :class:`~perseus_server.policy.detectors.StageDetector` with the job's detector settings: a link
 whose factor exceeds ``1 + threshold`` for ``consecutive`` iterations is slow, with the mean
 measured time of those iterations; it recovers within ``1 + recovery``. A link is only called
@@ -90,6 +94,14 @@ def combined_link_times(
 ) -> list[tuple[tuple[int, str], float]]:
     """The link times one report completes (see the module docstring), in order: ``((boundary,
     direction), seconds)``."""
+    return [(link, m) for link, m, _ in _combined(job, rank, rep)]
+
+
+def _combined(
+    job: Job, rank: RankInfo, rep: IterationReport
+) -> list[tuple[tuple[int, str], float, float]]:
+    """:func:`combined_link_times` with each iteration's fastest transfer too: ``((boundary,
+    direction), median, fastest)``."""
     groups: dict[tuple[int, str], list[tuple[int, float]]] = {}
     for t in rep.transfers:
         groups.setdefault((int(t.boundary), str(t.direction)), []).append(
@@ -98,9 +110,9 @@ def combined_link_times(
     combiner = job.stragglers.links.combiner
     p, it = rank.data_rank, int(rep.iteration)
     return [
-        (link, value)
+        (link, m, low)
         for link, times in groups.items()
-        for value in combiner.add((p, *link), rank.rank_id, it, times)
+        for m, low in combiner.add_with_fastest((p, *link), rank.rank_id, it, times)
     ]
 
 
@@ -143,16 +155,20 @@ class SlowLinks:
             and self.stragglers.checks.reason(job) is None
         )
         changed = False
-        for (b, d), t in combined_link_times(job, rank, rep):
+        for (b, d), m, t in _combined(job, rank, rep):
             key = (p, b, d)
             recent = links.recent.get(key)
             if recent is None:
                 recent = links.recent[key] = deque(maxlen=LINK_WINDOW)
-            recent.append(t)
+            recent.append(m)
+            fastest = links.fastest.get(key)
+            if fastest is None:
+                fastest = links.fastest[key] = deque(maxlen=LINK_WINDOW)
+            fastest.append(t)
             base = baseline(job, key)
             if base is None:
-                if len(recent) >= n:
-                    links.baselines[key] = median(list(recent)[:n])
+                if len(fastest) >= n:
+                    links.baselines[key] = median(list(fastest)[:n])
                 continue
             if not active:
                 continue

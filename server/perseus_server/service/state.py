@@ -235,7 +235,10 @@ class LinkState:
     #: The latest per-iteration times (each a report's median) per link, for the status and the
     #: baseline of a link the profile has no time for.
     recent: dict[LinkKey, deque[float]] = field(default_factory=dict)
-    #: The baseline of a link the profile has no time for: its first measured window's median.
+    #: The latest per-iteration fastest transfer per link (what detection compares).
+    fastest: dict[LinkKey, deque[float]] = field(default_factory=dict)
+    #: The baseline of a link the profile has no time for: the median of its first measured
+    #: window's fastest transfers.
     baselines: dict[LinkKey, float] = field(default_factory=dict)
     #: Slow links and their measured time (s per microbatch).
     flags: dict[LinkKey, float] = field(default_factory=dict)
