@@ -92,9 +92,11 @@ def sender_time(profile: Profile | None, boundary: int, direction: str) -> float
 def combined_link_times(
     job: Job, rank: RankInfo, rep: IterationReport
 ) -> list[tuple[tuple[int, str], float]]:
-    """The link times one report completes (see the module docstring), in order: ``((boundary,
-    direction), seconds)``."""
-    return [(link, m) for link, m, _ in _combined(job, rank, rep)]
+    """The link times one report completes, in order: ``((boundary, direction), seconds)``, each
+    an iteration's fastest transfer over the link (what detection compares, see the module
+    docstring): online profiling fits the profile's transfer times, the links' baselines, from
+    them."""
+    return [(link, low) for link, _, low in _combined(job, rank, rep)]
 
 
 def _combined(
