@@ -129,13 +129,17 @@ def test_metrics_page_and_textfile(start_daemon: Callable[..., Daemon], workdir:
             urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=30)
         assert err.value.code == 404
         # The textfile (rewritten every 0.2 s) says the same, parsed the same way.
-        wait_for(
-            lambda: textfile.exists() and "perseus_gpud_lease_holder_info{" in textfile.read_text(),
-            10.0,
-            "a metrics textfile written after the lease",
-        )
-        check_conventions(textfile.read_text())
-        from_file = families(textfile.read_text())
+        # One snapshot, read once: the file is rewritten every 0.2 s, and reads of two
+        # rewrites may differ.
+        snapshot: list[str] = []
+
+        def written_after_the_lease() -> bool:
+            snapshot[:] = [textfile.read_text()] if textfile.exists() else []
+            return bool(snapshot) and "perseus_gpud_lease_holder_info{" in snapshot[0]
+
+        wait_for(written_after_the_lease, 10.0, "a metrics textfile written after the lease")
+        check_conventions(snapshot[0])
+        from_file = families(snapshot[0])
         assert value(from_file, "perseus_gpud_sm_clock_locked_hertz", uuid=u1) == 1005e6
     finally:
         gpu.close()
