@@ -39,7 +39,16 @@ ROOT = Path(__file__).resolve().parent.parent
 def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("demo")
     proc = subprocess.run(
-        [sys.executable, "-m", "perseus_demo", "--json", "--iterations", "8", "--output", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "perseus_demo",
+            "--json",
+            "--iterations",
+            "10",
+            "--output",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=600,

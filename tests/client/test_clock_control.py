@@ -80,8 +80,11 @@ def test_a_client_runs_and_learns_its_max_clock_at_an_iteration_boundary() -> No
     assert client.clock_control == "unavailable" and client.max_clock == 0
     with client.iteration(), client.instruction("forward"):
         pass
+    # Listeners are told in order: once this one is, the client's (added first) has been.
+    told: list[str] = []
+    gpu.add_listener(lambda: told.append(gpu.state))
     gate.open.set()
-    wait_for(lambda: gpu.state == "active", "control")
+    wait_for(lambda: told == ["active"], "control, and the client told")
     with client.iteration(), client.instruction("forward"):
         client.controller.flush()
     assert client.max_clock == 1410
