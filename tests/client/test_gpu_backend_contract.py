@@ -174,5 +174,7 @@ def test_a_vendor_is_one_entry_for_the_client_and_the_daemon(
         (0, "GPU-other-0", 0),
         (1, "GPU-other-1", 1),
     ]
-    for m in managed:
+    probed = open_gpus(None, [1], read_only=True)  # what `perseus gpud` opens without --simulate
+    assert [(type(m.gpu), m.uuid) for m in probed] == [(OtherVendorGpu, "GPU-other-1")]
+    for m in managed + probed:
         m.close()
