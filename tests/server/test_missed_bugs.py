@@ -29,8 +29,8 @@ from perseus.solver import solve_frontier
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
+from perseus_server.decisions.planner import PlanPolicy, Straggler, decide
 from perseus_server.domain.states import StragglerSource
-from perseus_server.policy.planner import PlanPolicy, Straggler, decide
 from perseus_server.runtime.sqlite_store import SqliteStore
 
 from .conftest import make_job, register, solved_job

@@ -12,7 +12,7 @@ from perseus.policies import POLICY_NAMES
 from perseus.profiles import Profile
 from perseus.schedules import one_f_one_b
 from perseus.solver import solve_frontier
-from perseus_server.policy.planner import PlanPolicy, decide, resolve_policy
+from perseus_server.decisions.planner import PlanPolicy, decide, resolve_policy
 
 
 @pytest.fixture(scope="module")

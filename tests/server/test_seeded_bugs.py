@@ -14,8 +14,8 @@ import pytest
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
+from perseus_server.decisions.detectors import DetectorSettings, StageDetector
 from perseus_server.domain.states import DetectorEvent
-from perseus_server.policy.detectors import DetectorSettings, StageDetector
 
 from .conftest import problem_field, solved_job
 from .routes import app_routes

@@ -24,6 +24,8 @@ from perseus.policies import CRITERIA_FIRST, POLICIES, POLICY_NAMES, chosen
 from perseus.profiles import parse_profile_csv, parse_profile_json, parse_stage_list
 from perseus_common.gpus import KNOWN_GPUS
 from perseus_common.profile_csv import load_json
+from perseus_server.decisions.detectors import DetectorSettings
+from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.errors import BadRequest
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.models import (
@@ -47,8 +49,6 @@ from perseus_server.models import (
 from perseus_server.models.credentials import JobCreated
 from perseus_server.models.requests import INT32_MAX, policy_field
 from perseus_server.models.responses import LifecycleView
-from perseus_server.policy.detectors import DetectorSettings
-from perseus_server.policy.planner import PlanPolicy
 from perseus_server.rest.credentials import TAG as CREDENTIALS_TAG
 from perseus_server.rest.credentials import create_job_with_credential, credentials_router
 from perseus_server.rest.docs import built_response, install_openapi, operation
