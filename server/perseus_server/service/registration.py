@@ -113,7 +113,7 @@ class Registration:
             gpu_name=req.gpu_name,
             supported_clocks=clocks,
             hostname=req.hostname,
-            max_power_limit=float(req.max_power_limit_w),
+            max_power_limit_w=float(req.max_power_limit_w),
         )
         profile = job.profile.current
         if profile is not None and clocks:
