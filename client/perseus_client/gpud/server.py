@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -57,7 +58,7 @@ from perseus_client.gpud import procfs
 from perseus_client.gpud.devices import ManagedGpu
 from perseus_client.gpud.limits import ConnectionLimits, ConnectionTimeout, read_request
 from perseus_client.gpud.lockrecord import LockRecord
-from perseus_client.gpud.ownership import Owner, Ownership
+from perseus_client.gpud.ownership import Denied, Owner, Ownership
 from perseus_client.gpud.peers import Peer, PeerPolicy, peer_of
 from perseus_client.gpud.protocol import FrameTooLargeError, encode_frame
 from perseus_client.gpud.replies import (
@@ -88,6 +89,22 @@ class _Conn:
     leases: set[int] = field(default_factory=set)
     owners: dict[int, Owner] = field(default_factory=dict)
     changes: Counter[int] = field(default_factory=Counter)
+
+
+#: The longest job or tenant label a lease may carry.
+MAX_TAG = 128
+
+
+def _tag(value: str, field_name: str) -> str:
+    """A lease's job or tenant label, checked (printable, at most :data:`MAX_TAG` characters)."""
+    if len(value) > MAX_TAG:
+        raise _Refused(
+            gpud_pb2.INVALID_ARGUMENT,
+            f"{field_name}: at most {MAX_TAG} characters, got {len(value)}",
+        )
+    if not value.isprintable():
+        raise _Refused(gpud_pb2.INVALID_ARGUMENT, f"{field_name}: must be printable text")
+    return value
 
 
 def _error(req_id: int, code: gpud_pb2.ErrorCode, message: str) -> gpud_pb2.Response:
@@ -138,8 +155,8 @@ class GpudServer:
         self._conns: set[_Conn] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop: asyncio.Event | None = None
-        #: Refusals by ``(GPU UUID or "", error code name)``, for the metrics.
-        self.refusals: Counter[tuple[str, str]] = Counter()
+        #: Refusals by ``(GPU UUID or "", error code name, peer uid)``, for the metrics.
+        self.refusals: Counter[tuple[str, str, int]] = Counter()
         #: Connections refused or closed by the limits, by reason (``limit``, ``idle``, ``frame``).
         self.connections_closed: Counter[str] = Counter()
         self._limit_logged: dict[int, float] = {}
@@ -315,7 +332,7 @@ class GpudServer:
                     idle = None if conn.leases else self.limits.idle_timeout
                     body = await read_request(reader, idle, self.limits.frame_timeout)
                 except FrameTooLargeError as exc:
-                    self.refusals[("", "TOO_LARGE")] += 1
+                    self.refusals[("", "TOO_LARGE", peer.uid)] += 1
                     log.info("refused a request from %s: %s", peer, exc)
                     await self._send(conn, _error(0, gpud_pb2.TOO_LARGE, str(exc)))
                     return
@@ -330,7 +347,7 @@ class GpudServer:
                     request = gpud_pb2.Request.FromString(body)
                 except DecodeError as exc:
                     message = f"malformed request: {exc}"
-                    self.refusals[("", "INVALID_ARGUMENT")] += 1
+                    self.refusals[("", "INVALID_ARGUMENT", peer.uid)] += 1
                     log.info("refused a request from %s: %s", peer, message)
                     await self._send(conn, _error(0, gpud_pb2.INVALID_ARGUMENT, message))
                     continue
@@ -415,10 +432,11 @@ class GpudServer:
                 return gpud_pb2.Response(id=request.id, heartbeat=gpud_pb2.Empty())
             if call == "status":
                 await self._reap()
+                visible = await self._visible(conn)
                 return gpud_pb2.Response(
                     id=request.id,
                     status=status_message(
-                        self.gpus, self.holder, self.read_only, self.lease_timeout
+                        self.gpus, self.holder, self.read_only, self.lease_timeout, visible
                     ),
                 )
             if call is None:
@@ -439,7 +457,7 @@ class GpudServer:
                 exc.uuid = gpu.uuid
                 raise
         except _Refused as exc:
-            self.refusals[(exc.uuid, gpud_pb2.ErrorCode.Name(exc.code))] += 1
+            self.refusals[(exc.uuid, gpud_pb2.ErrorCode.Name(exc.code), conn.peer.uid)] += 1
             log.info("refused %s from %s: %s", call, conn.peer, exc)
             return _error(request.id, exc.code, str(exc))
 
@@ -462,20 +480,14 @@ class GpudServer:
             "one process at a time may control a GPU's clocks",
         )
 
-    async def _lease(self, conn: _Conn, gpu: ManagedGpu) -> None:
-        holder = self._leases.get(gpu.index)
-        if holder is conn:
+    async def _lease(self, conn: _Conn, gpu: ManagedGpu, ref: gpud_pb2.GpuRef) -> None:
+        if self._leases.get(gpu.index) is conn:
             return
-        if holder is not None and self._holder_gone(holder):
-            await self._drop(holder, f"its process, pid {holder.peer.pid}, exited")
-            holder = None
-        if holder is not None:
-            raise self._held(gpu, holder)
+        tags = {"job": _tag(ref.job, "lease.job"), "tenant": _tag(ref.tenant, "lease.tenant")}
+        # Ownership first: who holds a GPU is told only to a peer that owns it.
         pid = conn.peer.pid
-        owner = await asyncio.get_running_loop().run_in_executor(
-            None, self.ownership.check, pid, gpu.uuid, gpu.minor
-        )
-        if owner is None:
+        owner = await self.ownership.check(pid, gpu.uuid, gpu.minor)
+        if isinstance(owner, Denied):
             hint = (
                 " (the daemon sees pid 0: it needs the host's pid namespace, hostPID: true)"
                 if pid == 0
@@ -483,13 +495,19 @@ class GpudServer:
             )
             raise _Refused(
                 gpud_pb2.NOT_OWNER,
-                f"GPU {gpu.index} ({gpu.uuid}) is not pid {pid}'s: gpud leases a GPU only when "
-                f"{self.ownership.describe()}{hint}. Lease the GPU this process was given "
-                "(CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES), after CUDA opened it",
+                f"GPU {gpu.index} ({gpu.uuid}) is not pid {pid}'s: {owner.reason}; gpud leases "
+                f"a GPU only when {self.ownership.describe()}{hint}. Lease the GPU this process "
+                "was given (CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES), after CUDA opened it",
             )
-        holder = self._leases.get(gpu.index)  # the check ran off the loop: look again
+        holder = self._leases.get(gpu.index)  # the check ran off the loop: look now
+        if holder is conn:
+            return
+        if holder is not None and self._holder_gone(holder):
+            await self._drop(holder, f"its process, pid {holder.peer.pid}, exited")
+            holder = self._leases.get(gpu.index)
         if holder is not None and holder is not conn:
             raise self._held(gpu, holder)
+        owner = dataclasses.replace(owner, **tags)
         self._leases[gpu.index] = conn
         conn.leases.add(gpu.index)
         conn.owners[gpu.index] = owner
@@ -502,13 +520,38 @@ class GpudServer:
             holder_labels(owner),
         )
 
+    async def _visible(self, conn: _Conn) -> set[int] | None:
+        """The GPUs ``conn``'s peer may see in status (``None``: all, for root and admins):
+        those it leases and those it owns."""
+        if self.policy.is_admin(conn.peer):
+            return None
+        seen = set(conn.leases)
+        for index, gpu in self.gpus.items():
+            if index not in seen and conn.allowed:
+                owner = await self.ownership.check(conn.peer.pid, gpu.uuid, gpu.minor)
+                if isinstance(owner, Owner):
+                    seen.add(index)
+        return seen
+
+    async def _may_read(self, conn: _Conn, gpu: ManagedGpu) -> None:
+        """Refuse a read of ``gpu`` (clocks, energy, samples) by a peer that neither leases nor
+        owns it (root and admins read every GPU)."""
+        if gpu.index in conn.leases or self.policy.is_admin(conn.peer):
+            return
+        owner = await self.ownership.check(conn.peer.pid, gpu.uuid, gpu.minor)
+        if isinstance(owner, Denied):
+            raise _Refused(
+                gpud_pb2.NOT_OWNER,
+                f"GPU {gpu.index} ({gpu.uuid}) is not pid {conn.peer.pid}'s: {owner.reason}",
+            )
+
     async def _gpu_call(
         self, conn: _Conn, req_id: int, call: str, gpu: ManagedGpu, request: gpud_pb2.Request
     ) -> gpud_pb2.Response:
         peer = conn.peer
         try:
             if call == "lease":
-                await self._lease(conn, gpu)
+                await self._lease(conn, gpu, request.lease)
                 return gpud_pb2.Response(
                     id=req_id,
                     lease=gpud_pb2.Lease(
@@ -537,6 +580,8 @@ class GpudServer:
                 verb = "reset" if applied else "read-only: would reset"
                 log.debug("GPU %d: %s the SM clock for %s", gpu.index, verb, peer)
                 return gpud_pb2.Response(id=req_id, clock=clock_state(gpu, applied))
+            if call in ("supported_clocks", "energy", "sample"):
+                await self._may_read(conn, gpu)
             if call == "supported_clocks":
                 return gpud_pb2.Response(id=req_id, supported_clocks=gpu_info(gpu))
             if call == "energy":
