@@ -224,3 +224,22 @@ def test_a_device_node_owner_in_no_pod_is_not_judged_by_the_kubelet(
         cgroups(f"kubepods/besteffort/pod{pods[0][2]}/again", again.pid)
         assert again.cmd("lease 0")["code"] == "LEASE_HELD"
         assert kubelet.calls == 1  # the cached answer (--kubelet-cache 600)
+
+
+def test_the_benchmark_runs() -> None:
+    """``benchmarks/gpud_kubelet.py --smoke`` runs to the end and reports every lease (its
+    timings are the benchmark's business, not asserted here)."""
+    import json
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpud_kubelet.py"
+    out = subprocess.run(
+        [sys.executable, str(script), "--smoke", "--json"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert len(res["owner_lease_s"]) == 3 and all(x > 0 for x in res["owner_lease_s"])
+    assert res["pod_lease_s"] and all(x > 0 for x in res["pod_lease_s"])  # NaN: refused
+    assert res["list_calls"] >= 1
