@@ -13,7 +13,8 @@ Modules, one job each: :mod:`~perseus_client.gpud.protocol` (frames, errors, soc
 pod-resources API, stubs ``podresources_pb2*``), :mod:`~perseus_client.gpud.procfs` (what
 ``/proc`` says about a peer), :mod:`~perseus_client.gpud.lockrecord` (the clocks gpud left
 locked, ``--state``), :mod:`~perseus_client.gpud.limits` (connection caps and timeouts),
-:mod:`~perseus_client.gpud.metrics` (Prometheus text),
+:mod:`~perseus_client.gpud.metrics` (Prometheus text), :mod:`~perseus_client.gpud.files`
+(files written safely: mkstemp, no link followed),
 :mod:`~perseus_client.gpud.devices` (the NVML access layer),
 :mod:`~perseus_client.gpud.simnvml` (the simulated NVML stand-in) and
 :mod:`~perseus_client.gpud.cli` (``main(argv)``: ``serve`` and ``status``). Importing this

@@ -11,14 +11,18 @@ with its start time, so a reused pid does not count) has exited: a forked child 
 the socket and keeps heartbeating does not keep the GPU locked after its parent died.
 
 **Ownership.** A lease is granted only on a GPU the peer owns
-(:mod:`~perseus_client.gpud.ownership`: its device node open, or assigned to its pod by the
-kubelet); the holder is labelled with its pod, namespace and Slurm job when known.
+(:mod:`~perseus_client.gpud.ownership`: with a kubelet, a process in a pod owns what the kubelet
+assigned its pod; otherwise its device node open), checked before anything about the GPU's
+holder is told; the holder is labelled with what the peer is (its pod, namespace, Slurm job)
+and the Perseus job and tenant its client named at lease time (``GpuRef.job``/``tenant``).
 
 **Who may ask.** Each connection's peer credentials are read from the socket (``SO_PEERCRED``:
 pid, uid, gid; supplementary groups from ``/proc/<pid>/status``). Root is always allowed; other
 peers need an allowed uid, or a primary or supplementary gid in the allowed gids. Status and
 heartbeat are open to any peer that can open the socket (the socket file's mode and group are the
 first gate); every other call from a peer not allowed is refused with ``PERMISSION_DENIED``.
+Root and the admin groups see every GPU in status and may read any GPU's clocks, energy and
+samples; any other peer only the GPUs it leases or owns (``NOT_OWNER`` otherwise).
 Clocks must be in the GPU's supported set; requests are size-bounded by the frame codec.
 
 **Resets.** :meth:`GpudServer.serve` resets, before it accepts a connection, only the GPUs its
