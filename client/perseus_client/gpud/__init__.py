@@ -8,6 +8,7 @@ closes (whatever killed the holder) or stops heartbeating. See ``docs/gpud.md``.
 Modules, one job each: :mod:`~perseus_client.gpud.protocol` (frames, errors, socket location),
 :mod:`~perseus_client.gpud.connection` (blocking client connection),
 :mod:`~perseus_client.gpud.server` (asyncio server, leases),
+:mod:`~perseus_client.gpud.access` (who sees and reads which GPU, lease labels, the socket),
 :mod:`~perseus_client.gpud.peers` (peer credentials and who may lease),
 :mod:`~perseus_client.gpud.ownership` (which GPUs a peer owns: device nodes, the kubelet's
 pod-resources API, stubs ``podresources_pb2*``), :mod:`~perseus_client.gpud.procfs` (what

@@ -47,8 +47,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import socket
-import stat
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -59,10 +57,18 @@ from google.protobuf.message import DecodeError
 
 from perseus_client.errors import GpuError, UnsupportedClockError
 from perseus_client.gpud import procfs
+from perseus_client.gpud.access import (
+    Access,
+    GpudStartError,
+    Refused,
+    error_response,
+    lease_tag,
+    listen_unix,
+)
 from perseus_client.gpud.devices import ManagedGpu
 from perseus_client.gpud.limits import ConnectionLimits, ConnectionTimeout, read_request
 from perseus_client.gpud.lockrecord import LockRecord
-from perseus_client.gpud.ownership import Denied, Owner, Ownership
+from perseus_client.gpud.ownership import Owner, Ownership
 from perseus_client.gpud.peers import Peer, PeerPolicy, peer_of
 from perseus_client.gpud.protocol import FrameTooLargeError, encode_frame
 from perseus_client.gpud.replies import (
@@ -79,10 +85,6 @@ __all__ = ["Peer", "PeerPolicy", "GpudServer", "GpudStartError", "peer_of"]
 log = logging.getLogger("perseus_client.gpud")
 
 
-class GpudStartError(RuntimeError):
-    """The daemon cannot start (socket path in use, not a socket, ...)."""
-
-
 @dataclass(eq=False)
 class _Conn:
     peer: Peer
@@ -93,33 +95,6 @@ class _Conn:
     leases: set[int] = field(default_factory=set)
     owners: dict[int, Owner] = field(default_factory=dict)
     changes: Counter[int] = field(default_factory=Counter)
-
-
-#: The longest job or tenant label a lease may carry.
-MAX_TAG = 128
-
-
-def _tag(value: str, field_name: str) -> str:
-    """A lease's job or tenant label, checked (printable, at most :data:`MAX_TAG` characters)."""
-    if len(value) > MAX_TAG:
-        raise _Refused(
-            gpud_pb2.INVALID_ARGUMENT,
-            f"{field_name}: at most {MAX_TAG} characters, got {len(value)}",
-        )
-    if not value.isprintable():
-        raise _Refused(gpud_pb2.INVALID_ARGUMENT, f"{field_name}: must be printable text")
-    return value
-
-
-def _error(req_id: int, code: gpud_pb2.ErrorCode, message: str) -> gpud_pb2.Response:
-    return gpud_pb2.Response(id=req_id, error=gpud_pb2.Error(code=code, message=message))
-
-
-class _Refused(Exception):
-    def __init__(self, code: gpud_pb2.ErrorCode, message: str, uuid: str = "") -> None:
-        super().__init__(message)
-        self.code = code
-        self.uuid = uuid
 
 
 class GpudServer:
@@ -153,6 +128,7 @@ class GpudServer:
         self.lease_timeout = float(lease_timeout)
         self.read_only = read_only
         self.ownership = ownership if ownership is not None else Ownership()
+        self.access = Access(policy, self.ownership)
         self.record = record
         self.limits = limits if limits is not None else ConnectionLimits()
         self._leases: dict[int, _Conn] = {}
@@ -185,7 +161,7 @@ class GpudServer:
         then reset the GPUs this daemon locked."""
         self._stop = asyncio.Event()
         await self._recover()
-        server = await self._listen(path, gid, mode)
+        server = await listen_unix(path, self._serve_connection, gid, mode)
         ino = os.stat(path).st_ino
         watchdog = asyncio.create_task(self._watchdog())
         log.info(
@@ -219,33 +195,6 @@ class GpudServer:
             with contextlib.suppress(OSError):
                 if os.stat(path).st_ino == ino:
                     os.unlink(path)
-
-    async def _listen(self, path: str, gid: int | None, mode: int) -> asyncio.AbstractServer:
-        parent = os.path.dirname(os.path.abspath(path))
-        os.makedirs(parent, mode=0o755, exist_ok=True)
-        if os.path.lexists(path):
-            if not stat.S_ISSOCK(os.lstat(path).st_mode):
-                raise GpudStartError(
-                    f"{path} exists and is not a socket; remove it or pick another"
-                )
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                probe.connect(path)
-            except OSError:
-                os.unlink(path)  # a stale socket of a daemon that died
-            else:
-                raise GpudStartError(f"another daemon is already serving on {path}")
-            finally:
-                probe.close()
-        old = os.umask(0o177)  # no window in which others may connect
-        try:
-            server = await asyncio.start_unix_server(self._serve_connection, path=path, backlog=256)
-        finally:
-            os.umask(old)
-        if gid is not None:
-            os.chown(path, -1, gid)
-        os.chmod(path, mode)
-        return server
 
     async def _recover(self) -> None:
         recorded = self.record.locked() if self.record is not None else {}
@@ -312,7 +261,7 @@ class GpudServer:
                 self._log_limited(peer, why)
                 conn = _Conn(peer, writer, allowed, time.monotonic())
                 with contextlib.suppress(OSError, TimeoutError):
-                    await self._send(conn, _error(0, gpud_pb2.BUSY, why))
+                    await self._send(conn, error_response(0, gpud_pb2.BUSY, why))
                 writer.transport.abort()
                 return
             conn = _Conn(peer, writer, allowed, time.monotonic(), start=procfs.start_time(peer.pid))
@@ -338,13 +287,13 @@ class GpudServer:
                 except FrameTooLargeError as exc:
                     self.refusals[("", "TOO_LARGE", peer.uid)] += 1
                     log.info("refused a request from %s: %s", peer, exc)
-                    await self._send(conn, _error(0, gpud_pb2.TOO_LARGE, str(exc)))
+                    await self._send(conn, error_response(0, gpud_pb2.TOO_LARGE, str(exc)))
                     return
                 except ConnectionTimeout as exc:
                     kind = "idle" if "idle" in str(exc) else "frame"
                     self.connections_closed[kind] += 1
                     log.info("closed the connection of %s: %s", peer, exc)
-                    await self._send(conn, _error(0, gpud_pb2.TIMEOUT, str(exc)))
+                    await self._send(conn, error_response(0, gpud_pb2.TIMEOUT, str(exc)))
                     return
                 conn.last_seen = time.monotonic()
                 try:
@@ -353,7 +302,7 @@ class GpudServer:
                     message = f"malformed request: {exc}"
                     self.refusals[("", "INVALID_ARGUMENT", peer.uid)] += 1
                     log.info("refused a request from %s: %s", peer, message)
-                    await self._send(conn, _error(0, gpud_pb2.INVALID_ARGUMENT, message))
+                    await self._send(conn, error_response(0, gpud_pb2.INVALID_ARGUMENT, message))
                     continue
                 await self._send(conn, await self._dispatch(conn, request))
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
@@ -436,7 +385,7 @@ class GpudServer:
                 return gpud_pb2.Response(id=request.id, heartbeat=gpud_pb2.Empty())
             if call == "status":
                 await self._reap()
-                visible = await self._visible(conn)
+                visible = await self.access.visible(conn.peer, conn.allowed, conn.leases, self.gpus)
                 return gpud_pb2.Response(
                     id=request.id,
                     status=status_message(
@@ -444,9 +393,9 @@ class GpudServer:
                     ),
                 )
             if call is None:
-                raise _Refused(gpud_pb2.INVALID_ARGUMENT, "empty request (no call set)")
+                raise Refused(gpud_pb2.INVALID_ARGUMENT, "empty request (no call set)")
             if not conn.allowed:
-                raise _Refused(
+                raise Refused(
                     gpud_pb2.PERMISSION_DENIED,
                     f"uid {conn.peer.uid} (pid {conn.peer.pid}, gid {conn.peer.gid}) may not use "
                     f"this daemon: it allows {self.policy.describe()} (see --allow-uid/--allow-gid)",
@@ -454,30 +403,30 @@ class GpudServer:
             try:
                 gpu = resolve_gpu(self.gpus, getattr(request, call))
             except LookupError as exc:
-                raise _Refused(gpud_pb2.NOT_FOUND, str(exc.args[0])) from exc
+                raise Refused(gpud_pb2.NOT_FOUND, str(exc.args[0])) from exc
             try:
                 return await self._gpu_call(conn, request.id, call, gpu, request)
-            except _Refused as exc:
+            except Refused as exc:
                 exc.uuid = gpu.uuid
                 raise
-        except _Refused as exc:
+        except Refused as exc:
             self.refusals[(exc.uuid, gpud_pb2.ErrorCode.Name(exc.code), conn.peer.uid)] += 1
             log.info("refused %s from %s: %s", call, conn.peer, exc)
-            return _error(request.id, exc.code, str(exc))
+            return error_response(request.id, exc.code, str(exc))
 
     def _holder_check(self, conn: _Conn, gpu: ManagedGpu) -> None:
         holder = self._leases.get(gpu.index)
         if holder is conn:
             return
         if holder is None:
-            raise _Refused(
+            raise Refused(
                 gpud_pb2.NOT_LEASED,
                 f"GPU {gpu.index} is not leased by this connection; lease it first",
             )
         raise self._held(gpu, holder)
 
-    def _held(self, gpu: ManagedGpu, holder: _Conn) -> _Refused:
-        return _Refused(
+    def _held(self, gpu: ManagedGpu, holder: _Conn) -> Refused:
+        return Refused(
             gpud_pb2.LEASE_HELD,
             f"GPU {gpu.index} ({gpu.uuid}) is leased by pid {holder.peer.pid} "
             f"(uid {holder.peer.uid}{holder_labels(holder.owners.get(gpu.index))}); "
@@ -487,22 +436,12 @@ class GpudServer:
     async def _lease(self, conn: _Conn, gpu: ManagedGpu, ref: gpud_pb2.GpuRef) -> None:
         if self._leases.get(gpu.index) is conn:
             return
-        tags = {"job": _tag(ref.job, "lease.job"), "tenant": _tag(ref.tenant, "lease.tenant")}
+        tags = {
+            "job": lease_tag(ref.job, "lease.job"),
+            "tenant": lease_tag(ref.tenant, "lease.tenant"),
+        }
         # Ownership first: who holds a GPU is told only to a peer that owns it.
-        pid = conn.peer.pid
-        owner = await self.ownership.check(pid, gpu.uuid, gpu.minor)
-        if isinstance(owner, Denied):
-            hint = (
-                " (the daemon sees pid 0: it needs the host's pid namespace, hostPID: true)"
-                if pid == 0
-                else ""
-            )
-            raise _Refused(
-                gpud_pb2.NOT_OWNER,
-                f"GPU {gpu.index} ({gpu.uuid}) is not pid {pid}'s: {owner.reason}; gpud leases "
-                f"a GPU only when {self.ownership.describe()}{hint}. Lease the GPU this process "
-                "was given (CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES), after CUDA opened it",
-            )
+        owner = await self.access.lease_owner(conn.peer, gpu)
         holder = self._leases.get(gpu.index)  # the check ran off the loop: look now
         if holder is conn:
             return
@@ -523,31 +462,6 @@ class GpudServer:
             owner.how,
             holder_labels(owner),
         )
-
-    async def _visible(self, conn: _Conn) -> set[int] | None:
-        """The GPUs ``conn``'s peer may see in status (``None``: all, for root and admins):
-        those it leases and those it owns."""
-        if self.policy.is_admin(conn.peer):
-            return None
-        seen = set(conn.leases)
-        for index, gpu in self.gpus.items():
-            if index not in seen and conn.allowed:
-                owner = await self.ownership.check(conn.peer.pid, gpu.uuid, gpu.minor)
-                if isinstance(owner, Owner):
-                    seen.add(index)
-        return seen
-
-    async def _may_read(self, conn: _Conn, gpu: ManagedGpu) -> None:
-        """Refuse a read of ``gpu`` (clocks, energy, samples) by a peer that neither leases nor
-        owns it (root and admins read every GPU)."""
-        if gpu.index in conn.leases or self.policy.is_admin(conn.peer):
-            return
-        owner = await self.ownership.check(conn.peer.pid, gpu.uuid, gpu.minor)
-        if isinstance(owner, Denied):
-            raise _Refused(
-                gpud_pb2.NOT_OWNER,
-                f"GPU {gpu.index} ({gpu.uuid}) is not pid {conn.peer.pid}'s: {owner.reason}",
-            )
 
     async def _gpu_call(
         self, conn: _Conn, req_id: int, call: str, gpu: ManagedGpu, request: gpud_pb2.Request
@@ -585,7 +499,7 @@ class GpudServer:
                 log.debug("GPU %d: %s the SM clock for %s", gpu.index, verb, peer)
                 return gpud_pb2.Response(id=req_id, clock=clock_state(gpu, applied))
             if call in ("supported_clocks", "energy", "sample"):
-                await self._may_read(conn, gpu)
+                await self.access.may_read(conn.peer, conn.leases, gpu)
             if call == "supported_clocks":
                 return gpud_pb2.Response(id=req_id, supported_clocks=gpu_info(gpu))
             if call == "energy":
@@ -602,11 +516,11 @@ class GpudServer:
                     sample.locked_mhz = gpu.locked_mhz
                 return gpud_pb2.Response(id=req_id, sample=sample)
         except UnsupportedClockError as exc:
-            raise _Refused(gpud_pb2.UNSUPPORTED_CLOCK, str(exc)) from exc
+            raise Refused(gpud_pb2.UNSUPPORTED_CLOCK, str(exc)) from exc
         except GpuError as exc:
             log.error("GPU %d: NVML failed for %s's %s: %s", gpu.index, peer, call, exc)
-            raise _Refused(gpud_pb2.DEVICE_ERROR, str(exc)) from exc
-        raise _Refused(gpud_pb2.INVALID_ARGUMENT, f"unknown call {call!r}")  # pragma: no cover
+            raise Refused(gpud_pb2.DEVICE_ERROR, str(exc)) from exc
+        raise Refused(gpud_pb2.INVALID_ARGUMENT, f"unknown call {call!r}")  # pragma: no cover
 
     # -- replies ----------------------------------------------------------------------------------
 
