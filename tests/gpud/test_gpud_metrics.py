@@ -223,9 +223,12 @@ def test_the_textfile_never_follows_a_link(tmp_path: Path) -> None:
     ]
 
 
-def test_a_lease_label_is_checked(start_daemon: Callable[..., Daemon]) -> None:
+def test_a_lease_label_is_checked(
+    start_daemon: Callable[..., Daemon], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The job and tenant a client names at lease time are bounded labels; older clients send
-    none and lease as before."""
+    none and lease as before; ``DaemonGpu`` takes them from ``$PERSEUS_JOB``/``$PERSEUS_TENANT``,
+    clipped to what the daemon accepts (a long label never costs the lease)."""
     daemon = start_daemon("--simulate", "1")
     daemon.own(0)
     with GpudConnection(daemon.socket) as conn:
@@ -237,3 +240,12 @@ def test_a_lease_label_is_checked(start_daemon: Callable[..., Daemon]) -> None:
         conn.call(lease=gpud_pb2.GpuRef(index=0))  # an older client
         holder = daemon.status()[0]["holder"]
         assert (holder["job"], holder["tenant"]) == ("", "")
+        conn.call(release=gpud_pb2.GpuRef(index=0))
+    monkeypatch.setenv("PERSEUS_JOB", "j" * 200)
+    monkeypatch.setenv("PERSEUS_TENANT", "team-b\n")
+    gpu = DaemonGpu(0, socket=daemon.socket)
+    try:
+        holder = daemon.status()[0]["holder"]
+        assert (holder["job"], holder["tenant"]) == ("j" * 128, "team-b")
+    finally:
+        gpu.close()
