@@ -289,6 +289,12 @@ def _run_daemon(args: argparse.Namespace) -> int:
     if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
         raise ValueError(f"--metrics-port: expected 0..65535, got {args.metrics_port}")
     record = LockRecord(args.state or os.path.join(here, "gpud.state.json"))
+    if args.metrics_textfile and os.path.dirname(os.path.abspath(args.metrics_textfile)) == here:
+        log.warning(
+            "--metrics-textfile %s is in the socket's directory: trainers that mount it can read "
+            "every GPU's holder; put it where they cannot (node-exporter's textfile directory)",
+            args.metrics_textfile,
+        )
     nvml: Any
     dev_dir = None
     if args.simulate is not None:
