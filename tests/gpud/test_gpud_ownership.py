@@ -21,8 +21,9 @@ import gpud_harness
 import pytest
 from gpud_harness import NOBODY, NOGROUP, REPO, Daemon, PeerProcess, child_env, wait_for
 
-from perseus_client.gpud import procfs
+from perseus_client.gpud import GpudConnection, GpudRefusedError, procfs
 from perseus_client.gpud.simnvml import simulated_uuid
+from perseus_common.proto import gpud_pb2
 
 workdir = gpud_harness.workdir
 start_daemon = gpud_harness.start_daemon
@@ -106,6 +107,10 @@ def test_a_peer_sees_only_the_gpus_it_leases_or_owns(
     admin = start_peer(daemon.socket, *creds, "--groups", "1234")
     assert admin.cmd("status") == {"gpus": [0, 1, 2], "holders": [holder.pid]}
     assert admin.cmd("sample 2")["ok"]
+    # A change by a connection without the lease is refused without naming who holds it.
+    with GpudConnection(daemon.socket) as conn, pytest.raises(GpudRefusedError) as err:
+        conn.call(set_clock=gpud_pb2.SetClock(index=2, mhz=1005))
+    assert err.value.code == "NOT_LEASED" and str(holder.pid) not in str(err.value)
 
 
 def test_a_lease_dies_with_the_process_that_took_it_not_with_a_forked_child(

@@ -415,15 +415,13 @@ class GpudServer:
             return error_response(request.id, exc.code, str(exc))
 
     def _holder_check(self, conn: _Conn, gpu: ManagedGpu) -> None:
-        holder = self._leases.get(gpu.index)
-        if holder is conn:
-            return
-        if holder is None:
+        """Refuse a change by a connection that does not hold the lease (``NOT_LEASED``; who
+        holds it is told only to a peer that owns the GPU, when it asks for the lease)."""
+        if self._leases.get(gpu.index) is not conn:
             raise Refused(
                 gpud_pb2.NOT_LEASED,
                 f"GPU {gpu.index} is not leased by this connection; lease it first",
             )
-        raise self._held(gpu, holder)
 
     def _held(self, gpu: ManagedGpu, holder: _Conn) -> Refused:
         return Refused(
