@@ -4,7 +4,8 @@ are real processes placed in real cgroups (cgroup v1, ``name=systemd``) at the p
 gives pods, at the hierarchy's root as the kubelet makes them.
 
 What is checked: a process in a pod owns only the GPUs the kubelet assigned to its pod (another
-pod's device node held open proves nothing); a cgroup outside the kubelet's hierarchy whose path
+pod's device node held open proves nothing); a host process with a device node open owns only a
+GPU the kubelet gave no pod; a cgroup outside the kubelet's hierarchy whose path
 names a pod is no pod; the holder's labels come from the peer; the kubelet's answer is cached and
 asked one call at a time on a thread of its own, so a device-node owner's lease never waits on a
 slow kubelet (its timing is measured in ``benchmarks/gpud_kubelet.py``, not here)."""
@@ -169,6 +170,15 @@ def test_pods_own_only_what_the_kubelet_assigned_them(
             "owned_by": "pod-resources", "job": "0123456789abcdef", "tenant": "team-a",
         }  # fmt: skip
         assert rows[0]["holder"]["namespace"] == "team-b"
+        # A host process (in no pod) with a device node open: not a GPU the kubelet gave a pod
+        # (GPU 1 is team-a's), but one it gave no pod (GPU 2).
+        host = start_peer(daemon.socket, "--device", str(dev / "nvidia1"))
+        refused = host.cmd("lease 1")
+        assert refused["code"] == "NOT_OWNER" and "assigned it to a pod" in refused["message"]
+        assert "team-a" not in refused["message"]
+        free = start_peer(daemon.socket, "--device", str(dev / "nvidia2"))
+        assert free.cmd("lease 2")["ok"]
+        assert daemon.status()[2]["holder"]["owned_by"] == "device-node"
         # The holder's identity is one info series per GPU; the GPU's own series keep their
         # labels whoever holds it.
         info = (
@@ -195,7 +205,6 @@ def test_a_device_node_owner_in_no_pod_is_not_judged_by_the_kubelet(
     kubelet = Kubelet(
         [(ns, name, "trainer", [simulated_uuid(i)]) for i, (ns, name, _) in enumerate(pods)]
     )
-    kubelet.pods.append(("team-x", "other", "trainer", [simulated_uuid(4)]))  # its pod is gone
     sock = workdir / "kubelet.sock"
     with serve_kubelet(kubelet, sock):
         daemon = start_daemon(

@@ -19,8 +19,10 @@ Two mechanisms, each built from what the node already knows (``--ownership``):
 **With a kubelet, a process in a pod is judged by the kubelet alone**: it owns a GPU only when
 the kubelet assigned that GPU to its pod; a device node it holds open proves nothing (on a node
 whose ``/dev/nvidia*`` are 0666, a pod that can open another pod's node would otherwise take its
-GPU). A process in no pod (a host process) is judged by its device nodes, without asking the
-kubelet. The kubelet's answer is cached for ``ttl`` seconds and asked on a thread of its own, one
+GPU). A process in no pod (a host process) is judged by its device nodes, and refused a GPU
+that the kubelet's last answer assigns to a pod; it never waits for the kubelet (the answer it
+is judged by may be a few seconds old, or none yet just after the daemon started). The kubelet's
+answer is cached for ``ttl`` seconds and asked on a thread of its own, one
 call at a time for all askers (:class:`KubeletAssignments`); the ``/proc`` reads run on another
 pool, so a slow kubelet never delays a device-node owner.
 
@@ -164,6 +166,7 @@ class KubeletAssignments:
         self.calls = 0
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpud-kubelet")
         self._cached: tuple[float, Assignments | BaseException] | None = None
+        self._last: Assignments | None = None  # the last answer, of any age
         self._inflight: asyncio.Future[Assignments] | None = None
 
     def _list(self) -> Assignments:
@@ -177,11 +180,22 @@ class KubeletAssignments:
             if isinstance(cached[1], BaseException):
                 raise cached[1]
             return cached[1]
+        return await asyncio.shield(self._ask())
+
+    def _ask(self) -> asyncio.Future[Assignments]:
         if self._inflight is None:
             inflight = asyncio.get_running_loop().run_in_executor(self._pool, self._list)
             inflight.add_done_callback(self._done)
             self._inflight = inflight
-        return await asyncio.shield(self._inflight)
+        return self._inflight
+
+    def peek(self) -> Assignments | None:
+        """The last answer the kubelet gave, of any age, without waiting (``None``: none yet);
+        when it is older than ``ttl``, a new call starts in the background."""
+        cached = self._cached
+        if cached is None or time.monotonic() - cached[0] >= self.ttl:
+            self._ask()
+        return self._last
 
     def _done(self, future: asyncio.Future[Assignments]) -> None:
         self._inflight = None
@@ -189,6 +203,8 @@ class KubeletAssignments:
             return
         error = future.exception()
         self._cached = (time.monotonic(), error if error is not None else future.result())
+        if error is None:
+            self._last = future.result()
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -314,9 +330,14 @@ class Ownership:
         if self.pod_resources is not None and facts.pod_uid is not None:
             return await self.pod_resources.owner(facts, uuid)  # a pod: the kubelet decides
         if self.device_node is not None:
-            if await self._off_loop(self.device_node.owns, pid, minor):
-                return Owner(self.device_node.name, **labels)
-            return Denied(self.device_node.describe().replace("has", "does not have", 1))
+            if not await self._off_loop(self.device_node.owns, pid, minor):
+                return Denied(self.device_node.describe().replace("has", "does not have", 1))
+            # A host process with a kubelet: not a GPU the kubelet's last answer gives a pod
+            # (never waited for: a slow kubelet does not delay the lease).
+            last = self.pod_resources.kubelet.peek() if self.pod_resources is not None else None
+            if last is not None and uuid in last:
+                return Denied("the kubelet assigned it to a pod, and this process runs in none")
+            return Owner(self.device_node.name, **labels)
         return Denied("it runs in no Kubernetes pod (its cgroup is not in the kubelet's hierarchy)")
 
     def close(self) -> None:
