@@ -235,9 +235,10 @@ def test_a_device_node_owner_in_no_pod_is_not_judged_by_the_kubelet(
         assert kubelet.calls == 1  # the cached answer (--kubelet-cache 600)
 
 
-def test_the_benchmark_runs() -> None:
+def test_the_benchmark_runs(cgroups: Callable[[str, int], None]) -> None:
     """``benchmarks/gpud_kubelet.py --smoke`` runs to the end and reports every lease (its
-    timings are the benchmark's business, not asserted here)."""
+    timings are the benchmark's business, not asserted here). It writes cgroups as this file's
+    tests do (the fixture skips where that is impossible)."""
     import json
     import subprocess
     import sys
