@@ -9,10 +9,12 @@
 - serve has TLS from a Secret, a NetworkPolicy (gRPC from training namespaces, REST from the
   platform's), probes over HTTPS, resources, non-root, a read-only root;
 - each namespace's Pod Security level is the one ``docs/operations.md`` gives;
+- the admission policy of the training namespaces admits the shipped trainer pod and refuses
+  each thing ``baseline`` would (its CEL evaluated by ``cel-python``);
 - the image installs its dependencies from a lock with a sha256 per wheel.
 
-What a cluster would add (admission actually run, the NVIDIA runtime injecting device nodes, the
-CEL of the admission policy evaluated) is not tested here.
+What a cluster would add (admission actually run, the API server's typed CEL compilation, the
+NVIDIA runtime injecting device nodes) is not tested here.
 """
 
 from __future__ import annotations
@@ -215,3 +217,68 @@ def test_the_images_dependencies_are_pinned_with_hashes() -> None:
     assert ["--no-deps", ".[server]"] in runs
     # the lock is installed before the sources are copied: nothing else resolves
     assert dockerfile.index("--require-hashes") < dockerfile.index("COPY server server")
+
+
+def _admits(pod: dict[str, Any]) -> list[str]:
+    """The messages of the trainer policy's validations that ``pod`` fails (empty: admitted),
+    its CEL evaluated by ``cel-python`` as the API server would, ``variables`` included."""
+    celpy = pytest.importorskip("celpy")
+    spec = _objects()[("ValidatingAdmissionPolicy", "perseus-trainer-pods")]["spec"]
+    env = celpy.Environment()
+    activation: dict[str, Any] = {"object": celpy.json_to_cel(pod)}
+    variables: dict[str, Any] = {}
+    for var in spec["variables"]:
+        activation["variables"] = celpy.celtypes.MapType(variables)
+        variables[var["name"]] = env.program(env.compile(var["expression"])).evaluate(activation)
+    activation["variables"] = celpy.celtypes.MapType(variables)
+    return [
+        rule["message"]
+        for rule in spec["validations"]
+        if not env.program(env.compile(rule["expression"])).evaluate(activation)
+    ]
+
+
+def test_trainer_policy_admits_the_trainer_and_refuses_what_baseline_would() -> None:
+    trainer = next(o for (k, _), o in _objects().items() if k == "Pod")
+    assert _admits(trainer) == []
+
+    def variant(change: Any) -> list[str]:
+        pod = yaml.safe_load(yaml.safe_dump(trainer))
+        change(pod["spec"])
+        return _admits(pod)
+
+    def state_dir(spec: dict[str, Any]) -> None:
+        spec["volumes"].append({"name": "state", "hostPath": {"path": "/var/lib/perseus-gpud"}})
+
+    def writable(spec: dict[str, Any]) -> None:
+        spec["containers"][0]["volumeMounts"][0]["readOnly"] = False
+
+    def init_writes(spec: dict[str, Any]) -> None:
+        mount = {"name": "perseus-gpud", "mountPath": "/run/perseus"}
+        spec["initContainers"] = [{"name": "i", "image": "x", "volumeMounts": [mount]}]
+
+    def host_pid(spec: dict[str, Any]) -> None:
+        spec["hostPID"] = True
+
+    def privileged(spec: dict[str, Any]) -> None:
+        spec["containers"][0]["securityContext"]["privileged"] = True
+
+    def cap_add(spec: dict[str, Any]) -> None:
+        spec["containers"][0]["securityContext"]["capabilities"]["add"] = ["SYS_ADMIN"]
+
+    def ephemeral(spec: dict[str, Any]) -> None:
+        debug = {"name": "d", "image": "x", "securityContext": {"privileged": True}}
+        spec["ephemeralContainers"] = [debug]
+
+    def host_port(spec: dict[str, Any]) -> None:
+        spec["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 80}]
+
+    assert variant(state_dir) == [
+        "the only hostPath a training pod may mount is gpud's socket directory, /run/perseus"
+    ]
+    for change in (writable, init_writes):
+        assert variant(change) == ["gpud's socket directory must be mounted readOnly: true"]
+    assert variant(host_pid) == ["training pods may not share the host's pid, ipc or network namespace"]  # fmt: skip
+    for change in (privileged, cap_add, ephemeral):
+        assert variant(change) == ["training containers may not be privileged or add capabilities"]
+    assert variant(host_port) == ["training containers may not use host ports"]
