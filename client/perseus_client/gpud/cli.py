@@ -87,6 +87,34 @@ def _positive(text: str) -> float:
     return value
 
 
+def _ownership_options(p: argparse.ArgumentParser) -> None:
+    """The options of the ownership check (docs/gpud.md, "Ownership")."""
+    p.add_argument(
+        "--ownership",
+        type=_ownership,
+        default="auto",
+        help="how a peer's ownership of a GPU is checked: device-node, pod-resources (both "
+        "comma-separated), auto (device-node, plus pod-resources when the kubelet socket "
+        "exists; the default) or none (any allowed peer may lease any GPU)",
+    )
+    p.add_argument("--kubelet-socket", default=DEFAULT_KUBELET_SOCKET, metavar="PATH")
+    p.add_argument(
+        "--kubelet-timeout",
+        type=_positive,
+        default=2.0,
+        metavar="SECONDS",
+        help="how long a pod-resources List call may take (default 2; no answer: refused)",
+    )
+    p.add_argument(
+        "--kubelet-cache",
+        type=_positive,
+        default=2.0,
+        metavar="SECONDS",
+        help="how long the kubelet's answer is used for, by every lease meanwhile (default 2)",
+    )
+    p.add_argument("--pod-logs-dir", default=DEFAULT_POD_LOGS, metavar="DIR")
+
+
 def _serve_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="perseus gpud",
@@ -131,30 +159,7 @@ def _serve_parser() -> argparse.ArgumentParser:
         help="gpud's record of the clocks it locked, reset at start after a crash (default "
         "gpud.state.json next to the socket)",
     )
-    p.add_argument(
-        "--ownership",
-        type=_ownership,
-        default="auto",
-        help="how a peer's ownership of a GPU is checked: device-node, pod-resources (both "
-        "comma-separated), auto (device-node, plus pod-resources when the kubelet socket "
-        "exists; the default) or none (any allowed peer may lease any GPU)",
-    )
-    p.add_argument("--kubelet-socket", default=DEFAULT_KUBELET_SOCKET, metavar="PATH")
-    p.add_argument(
-        "--kubelet-timeout",
-        type=_positive,
-        default=2.0,
-        metavar="SECONDS",
-        help="how long a pod-resources List call may take (default 2; no answer: refused)",
-    )
-    p.add_argument(
-        "--kubelet-cache",
-        type=_positive,
-        default=2.0,
-        metavar="SECONDS",
-        help="how long the kubelet's answer is used for, by every lease meanwhile (default 2)",
-    )
-    p.add_argument("--pod-logs-dir", default=DEFAULT_POD_LOGS, metavar="DIR")
+    _ownership_options(p)
     p.add_argument("--max-connections", type=_count, default=512, metavar="N")
     p.add_argument("--max-connections-per-uid", type=_count, default=64, metavar="N")
     p.add_argument(
