@@ -184,8 +184,12 @@ class PeerProcess:
         self.proc.stdin.flush()
 
     def cmd(self, line: str) -> Any:
-        assert self.proc.stdout is not None
         self.send(line)
+        return self.read(line)
+
+    def read(self, line: str = "") -> Any:
+        """The answer to the command sent last."""
+        assert self.proc.stdout is not None
         out = self.proc.stdout.readline()
         if not out:
             pytest.fail(f"peer {self.pid} exited with {self.proc.wait()} on {line!r}")

@@ -1,7 +1,7 @@
 """A scriptable daemon peer for the gpud tests: a real process, optionally unprivileged, that
 opens connections and leases as told on stdin and answers one JSON line per command on stdout.
 
-    python peer.py --socket S [--uid U --gid G] [--device FILE]
+    python peer.py --socket S [--uid U --gid G [--groups G1,G2]] [--device FILE]
 
 ``--device`` opens that (simulated) device node first, as CUDA would. Everything is imported
 before ``setuid`` (this machine's interpreter lives where other users cannot enter). Commands:
@@ -12,6 +12,9 @@ before ``setuid`` (this machine's interpreter lives where other users cannot ent
   ``{"code": ..., "message": ...}``; ``lock MHZ``: lock the leased GPU's clock;
 - ``fork``: fork a child that keeps heartbeating on connection 0 every 0.2 s until killed;
   ``{"child": pid}``;
+- ``status``: the GPUs the daemon shows this peer ``{"gpus": [index, ...], "holders": [...]}``;
+  ``sample REF``: ``{"ok": true, "sm_mhz": ...}`` or ``{"code": ..., "message": ...}``;
+- ``lease REF JOB TENANT``: a lease naming a Perseus job and tenant;
 - ``open``: how many connections the daemon has not closed ``{"open": k}``;
 - ``exit``: exit at once (without closing anything first).
 """
@@ -66,18 +69,23 @@ def _closed(sock: socket.socket) -> bool:
     return reply.error.code in (gpud_pb2.BUSY, gpud_pb2.TIMEOUT)
 
 
+def _ref(ref: str) -> gpud_pb2.GpuRef:
+    return gpud_pb2.GpuRef(uuid=ref) if ref.startswith("GPU-") else gpud_pb2.GpuRef(index=int(ref))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--socket", required=True)
     ap.add_argument("--uid", type=int)
     ap.add_argument("--gid", type=int)
     ap.add_argument("--device")
+    ap.add_argument("--groups", default="", help="supplementary gids, comma-separated")
     args = ap.parse_args()
     gpud_pb2.Response.FromString(gpud_pb2.Response(id=1).SerializeToString())
     json.dumps({})
     device = open(args.device, "rb") if args.device else None  # noqa: SIM115
     if args.uid is not None:
-        os.setgroups([])
+        os.setgroups([int(g) for g in args.groups.split(",") if g])
         os.setgid(args.gid if args.gid is not None else args.uid)
         os.setuid(args.uid)
     conns: list[socket.socket] = []
@@ -100,14 +108,23 @@ def main() -> int:
             for s in conns[-opened:]:
                 busy += not _admitted(s)
             reply({"open": opened, "busy": busy})
+        elif cmd in ("status", "sample"):
+            with GpudConnection(args.socket) as one:
+                try:
+                    if cmd == "status":
+                        gpus = one.call(status=gpud_pb2.Empty()).status.gpus
+                        holders = [g.holder.pid for g in gpus if g.HasField("holder")]
+                        reply({"gpus": [g.index for g in gpus], "holders": holders})
+                    else:
+                        s = one.call(sample=_ref(rest[0])).sample
+                        reply({"ok": True, "sm_mhz": s.sm_mhz})
+                except GpudRefusedError as exc:
+                    reply({"code": exc.code, "message": str(exc)})
         elif cmd == "lease":
-            ref = rest[0]
             leased = leased or GpudConnection(args.socket)
-            gref = (
-                gpud_pb2.GpuRef(uuid=ref)
-                if ref.startswith("GPU-")
-                else gpud_pb2.GpuRef(index=int(ref))
-            )
+            gref = _ref(rest[0])
+            if len(rest) == 3:
+                gref.job, gref.tenant = rest[1], rest[2]
             try:
                 lease = leased.call(lease=gref).lease
                 uuid = lease.gpu.uuid

@@ -1,13 +1,15 @@
 """Connections to a real ``perseus gpud --simulate`` from real processes: idle connections of
 peers that may not lease cannot lock trainers out (per-uid cap, a reserve for allowed peers, the
-open-file limit raised), idle non-leasing connections and partial frames time out, and a
-leasing connection is governed by its lease alone."""
+open-file limit raised), idle non-leasing connections and partial frames time out, a leasing
+connection is governed by its lease alone, and a trainer connects through a read-only mount of
+the socket's directory (the kit's trainer pods)."""
 
 from __future__ import annotations
 
 import os
 import socket
 import struct
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -110,3 +112,37 @@ def test_idle_connections_and_partial_frames_time_out_a_lease_does_not(
     wait_for(lambda: daemon.status()[0]["holder"] is None, 10.0, "the lease to end")
     log = daemon.log()
     assert log.count("closed the connection of") >= 3
+
+
+def test_a_trainer_leases_through_a_read_only_mount_of_the_socket_directory(
+    start_daemon: Callable[..., Daemon], start_peer: Callable[..., PeerProcess], workdir: Path
+) -> None:
+    """What the kit's trainer pods get (a hostPath mounted ``readOnly``, which the kubelet makes a
+    read-only bind mount): an unprivileged trainer leases through it, and even root there cannot
+    replace the socket. gpud's lock record is elsewhere (``--state``), out of the mount."""
+    state = workdir / "state" / "gpud.state.json"
+    daemon = start_daemon(
+        "--simulate", "1", "--allow-uid", str(NOBODY), "--group", "nogroup", "--state", str(state)
+    )  # fmt: skip
+    view = workdir / "trainer-view"
+    view.mkdir()
+    mounted = subprocess.run(["mount", "--bind", str(workdir), str(view)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {mounted.stderr.decode().strip()}")
+    try:
+        remount = ["mount", "-o", "remount,bind,ro", str(view)]
+        assert subprocess.run(remount, capture_output=True).returncode == 0
+        socket_there = str(view / "gpud.sock")
+        with pytest.raises(OSError) as err:
+            os.unlink(socket_there)
+        assert err.value.strerror == "Read-only file system"
+        trainer = start_peer(
+            socket_there, "--uid", str(NOBODY), "--gid", str(NOGROUP),
+            "--device", str(daemon.dev_dir / "nvidia0"),
+        )  # fmt: skip
+        assert trainer.cmd("lease 0")["ok"] and trainer.cmd("lock 1005")["ok"]
+        assert daemon.status()[0]["holder"]["pid"] == trainer.pid
+        assert state.exists() and not (workdir / "gpud.state.json").exists()
+        trainer.kill()
+    finally:
+        subprocess.run(["umount", str(view)], capture_output=True)

@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from perseus_client import DaemonGpu
 from perseus_client.gpud import GpudConnection, GpudRefusedError
+from perseus_client.gpud.files import replace_file
 from perseus_client.gpud.simnvml import simulated_uuid
 from perseus_common.proto import gpud_pb2
 
@@ -84,7 +85,7 @@ def test_metrics_page_and_textfile(start_daemon: Callable[..., Daemon], workdir:
         "--metrics-interval", "0.2", "--simulate-throttle", str(throttle),
     )  # fmt: skip
     daemon.own(1)
-    gpu = DaemonGpu(1, socket=daemon.socket)
+    gpu = DaemonGpu(1, socket=daemon.socket, job="0123456789abcdef", tenant="team-a")
     gpu.set_locked_clocks(1005)
     with GpudConnection(daemon.socket) as conn, pytest.raises(GpudRefusedError):
         conn.call(lease=gpud_pb2.GpuRef(index=0))  # not its GPU: a refusal
@@ -119,10 +120,19 @@ def test_metrics_page_and_textfile(start_daemon: Callable[..., Daemon], workdir:
             "perseus_gpud_lease_holder_info",
             uuid=u1,
             pid=str(os.getpid()),
+            uid="0",
             owned_by="device-node",
+            job="0123456789abcdef",
+            tenant="team-a",
         )
         assert info == 1
-        assert value(fams, "perseus_gpud_refusals_total", uuid=u0, reason="NOT_OWNER") == 1
+        # The holder is named in the info series only: no GPU series churns with the holder.
+        for fam in fams.values():
+            if fam.name != "perseus_gpud_lease_holder_info":
+                for sample in fam.samples:
+                    assert not {"pid", "pod", "job"} & set(sample.labels), sample
+        refusals = value(fams, "perseus_gpud_refusals_total", uuid=u0, reason="NOT_OWNER", uid="0")
+        assert refusals == 1
         assert value(fams, "perseus_gpud_connections") >= 1
         assert value(fams, "perseus_gpud_start_time_seconds") > 1.7e9
         with pytest.raises(urllib.error.HTTPError) as err:
@@ -186,3 +196,56 @@ def test_the_log_has_one_info_line_per_event_and_clock_changes_at_debug(
         wait_for(lambda: "locked the SM clock at 1005 MHz" in verbose.log(), 10.0, "a DEBUG line")
     finally:
         verbose.kill()
+
+
+def test_the_textfile_never_follows_a_link(tmp_path: Path) -> None:
+    """The textfile's directory may be writable by others: a link planted at the target is
+    refused (the file it points to untouched), and a link planted at any name the daemon might
+    use for its temporary file is never followed (the name is new each time, made O_EXCL)."""
+    victim = tmp_path / "victim"
+    victim.write_text("root's file\n")
+    target = tmp_path / "gpud.prom"
+    target.symlink_to(victim)
+    with pytest.raises(OSError, match="is a symbolic link"):
+        replace_file(str(target), "metrics\n")
+    assert victim.read_text() == "root's file\n" and target.is_symlink()
+    target.unlink()
+    # The old predictable names, planted: none is opened.
+    for name in (f"gpud.prom.{os.getpid()}.tmp", "gpud.prom.tmp", ".gpud.prom.tmp"):
+        (tmp_path / name).symlink_to(victim)
+    replace_file(str(target), "metrics\n")
+    assert target.read_text() == "metrics\n" and not target.is_symlink()
+    assert oct(target.stat().st_mode & 0o777) == oct(0o644)
+    assert victim.read_text() == "root's file\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.is_symlink()) == [
+        "gpud.prom",
+        "victim",
+    ]
+
+
+def test_a_lease_label_is_checked(
+    start_daemon: Callable[..., Daemon], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job and tenant a client names at lease time are bounded labels; older clients send
+    none and lease as before; ``DaemonGpu`` takes them from ``$PERSEUS_JOB``/``$PERSEUS_TENANT``,
+    clipped to what the daemon accepts (a long label never costs the lease)."""
+    daemon = start_daemon("--simulate", "1")
+    daemon.own(0)
+    with GpudConnection(daemon.socket) as conn:
+        with pytest.raises(GpudRefusedError, match="lease.job: at most 128") as info:
+            conn.call(lease=gpud_pb2.GpuRef(index=0, job="x" * 129))
+        assert info.value.code == "INVALID_ARGUMENT"
+        with pytest.raises(GpudRefusedError, match="lease.tenant: must be printable"):
+            conn.call(lease=gpud_pb2.GpuRef(index=0, tenant="a\nb"))
+        conn.call(lease=gpud_pb2.GpuRef(index=0))  # an older client
+        holder = daemon.status()[0]["holder"]
+        assert (holder["job"], holder["tenant"]) == ("", "")
+        conn.call(release=gpud_pb2.GpuRef(index=0))
+    monkeypatch.setenv("PERSEUS_JOB", "j" * 200)
+    monkeypatch.setenv("PERSEUS_TENANT", "team-b\n")
+    gpu = DaemonGpu(0, socket=daemon.socket)
+    try:
+        holder = daemon.status()[0]["holder"]
+        assert (holder["job"], holder["tenant"]) == ("j" * 128, "team-b")
+    finally:
+        gpu.close()

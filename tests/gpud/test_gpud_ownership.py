@@ -1,13 +1,12 @@
 """Ownership: gpud leases a GPU only to a process the node gave it to, tested with real
 processes against a real ``perseus gpud --simulate``: simulated device nodes opened by the peer
-(or a parent of the same uid), and the Kubernetes route through a real gRPC pod-resources
-stand-in on a Unix socket with peers placed in real cgroups named like the kubelet's. Also: a
-lease dies with the process that took it (a real fork), and malformed state files are refused
-with a message, not a traceback."""
+(or a parent of the same uid); a peer sees only the GPUs it leases or owns. Also: a lease dies
+with the process that took it (a real fork), and malformed state files are refused with a
+message, not a traceback. The Kubernetes route (the kubelet's pod-resources API) is
+``test_gpud_kubelet.py``."""
 
 from __future__ import annotations
 
-import contextlib
 import filecmp
 import os
 import signal
@@ -15,18 +14,16 @@ import stat
 import subprocess
 import sys
 import tempfile
-import uuid as uuidlib
-from collections.abc import Callable, Iterator
-from concurrent import futures
+from collections.abc import Callable
 from pathlib import Path
 
 import gpud_harness
-import grpc
 import pytest
 from gpud_harness import NOBODY, NOGROUP, REPO, Daemon, PeerProcess, child_env, wait_for
 
-from perseus_client.gpud import podresources_pb2, podresources_pb2_grpc, procfs
+from perseus_client.gpud import GpudConnection, GpudRefusedError, procfs
 from perseus_client.gpud.simnvml import simulated_uuid
+from perseus_common.proto import gpud_pb2
 
 workdir = gpud_harness.workdir
 start_daemon = gpud_harness.start_daemon
@@ -63,9 +60,14 @@ def test_a_lease_needs_the_gpus_own_device_node(
     row = daemon.status()[0]
     assert (row["holder"]["pid"], row["holder"]["owned_by"]) == (peer.pid, "device-node")
     assert row["holder"]["slurm_job"] == "4242"
-    assert "; Slurm job 4242" in stranger.cmd("lease 0")["message"]  # LEASE_HELD names it
+    # Who holds a GPU is told only to a peer that owns it: the stranger learns nothing.
+    told_stranger = stranger.cmd("lease 0")
+    assert told_stranger["code"] == "NOT_OWNER" and "4242" not in told_stranger["message"]
+    rival = start_peer(daemon.socket, *creds, "--device", str(daemon.dev_dir / "nvidia0"))
+    held = rival.cmd("lease 0")
+    assert held["code"] == "LEASE_HELD" and "; Slurm job 4242" in held["message"]
     log = daemon.log()
-    assert log.count("refused lease from") == 4 and log.count("): leased by") == 1
+    assert log.count("refused lease from") == 5 and log.count("): leased by") == 1
 
 
 def test_a_parents_device_node_counts_only_for_the_same_uid(
@@ -78,6 +80,37 @@ def test_a_parents_device_node_counts_only_for_the_same_uid(
     child = start_peer(daemon.socket)  # root, like its parent: a launcher's worker
     assert child.cmd("lease 1")["ok"]
     assert daemon.status()[1]["holder"]["pid"] == child.pid
+
+
+def test_a_peer_sees_only_the_gpus_it_leases_or_owns(
+    start_daemon: Callable[..., Daemon], start_peer: Callable[..., PeerProcess]
+) -> None:
+    """Status and samples: root and the admin group see every GPU; any other peer, allowed or
+    not, only the GPUs it leases or owns (and no other holder)."""
+    daemon = start_daemon(
+        "--simulate", "3", "--allow-uid", str(NOBODY), "--admin-gid", "1234", "--group", "nogroup"
+    )  # fmt: skip
+    creds = ("--uid", str(NOBODY), "--gid", str(NOGROUP))
+    holder = start_peer(daemon.socket, *creds, "--device", str(daemon.dev_dir / "nvidia2"))
+    assert holder.cmd("lease 2")["ok"]
+    owner = start_peer(daemon.socket, *creds, "--device", str(daemon.dev_dir / "nvidia0"))
+    assert owner.cmd("status") == {"gpus": [0], "holders": []}  # owns 0; 2 is another's
+    assert owner.cmd("sample 0")["ok"]
+    refused = owner.cmd("sample 2")
+    assert refused["code"] == "NOT_OWNER" and "nvidia<minor>" in refused["message"]
+    assert holder.cmd("status") == {"gpus": [2], "holders": [holder.pid]}
+    stranger = start_peer(daemon.socket, *creds)
+    assert stranger.cmd("status") == {"gpus": [], "holders": []}
+    assert stranger.cmd("sample 1")["code"] == "NOT_OWNER"
+    # Root (the operator's `perseus gpud status`) and a member of --admin-gid see everything.
+    assert [r["index"] for r in daemon.status()] == [0, 1, 2]
+    admin = start_peer(daemon.socket, *creds, "--groups", "1234")
+    assert admin.cmd("status") == {"gpus": [0, 1, 2], "holders": [holder.pid]}
+    assert admin.cmd("sample 2")["ok"]
+    # A change by a connection without the lease is refused without naming who holds it.
+    with GpudConnection(daemon.socket) as conn, pytest.raises(GpudRefusedError) as err:
+        conn.call(set_clock=gpud_pb2.SetClock(index=2, mhz=1005))
+    assert err.value.code == "NOT_LEASED" and str(holder.pid) not in str(err.value)
 
 
 def test_a_lease_dies_with_the_process_that_took_it_not_with_a_forked_child(
@@ -103,111 +136,6 @@ def test_a_lease_dies_with_the_process_that_took_it_not_with_a_forked_child(
         assert f"its process, pid {peer.pid}, exited" in daemon.log()
     finally:
         os.kill(child, signal.SIGKILL)  # not this process's child: init reaps it
-
-
-# -- Kubernetes: the kubelet's pod-resources API -----------------------------------------------
-
-
-class _Kubelet(podresources_pb2_grpc.PodResourcesListerServicer):
-    def __init__(self, pods: list[tuple[str, str, str, list[str]]]) -> None:
-        self.pods = pods
-        self.calls = 0
-
-    def List(  # noqa: N802 - the API's name
-        self, request: podresources_pb2.ListPodResourcesRequest, context: grpc.ServicerContext
-    ) -> podresources_pb2.ListPodResourcesResponse:
-        self.calls += 1
-        reply = podresources_pb2.ListPodResourcesResponse()
-        for namespace, name, container, gpus in self.pods:
-            pod = reply.pod_resources.add(name=name, namespace=namespace)
-            c = pod.containers.add(name=container)
-            c.devices.add(resource_name="nvidia.com/cpu-not-gpu", device_ids=["x"])
-            c.devices.add(resource_name="nvidia.com/gpu", device_ids=gpus)
-        return reply
-
-
-@pytest.fixture
-def cgroups() -> Iterator[Callable[[str, int], None]]:
-    """Put a process into a cgroup at a path under a test root (removed afterwards)."""
-    base = CGROUP_ROOT / f"perseus-test-{os.getpid()}"
-    try:
-        base.mkdir()
-    except OSError as exc:
-        pytest.skip(f"cannot create cgroups here: {exc}")
-    moved: list[int] = []
-
-    def place(path: str, pid: int) -> None:
-        d = base / path
-        d.mkdir(parents=True, exist_ok=True)
-        (d / "cgroup.procs").write_text(str(pid))
-        moved.append(pid)
-
-    yield place
-    for pid in moved:
-        with contextlib.suppress(OSError):  # exited
-            (CGROUP_ROOT / "cgroup.procs").write_text(str(pid))
-    for d in sorted(base.rglob("*"), key=lambda p: -len(p.parts)):
-        if d.is_dir():
-            d.rmdir()
-    base.rmdir()
-
-
-def test_pod_resources_grant_the_pods_gpu_and_name_the_pod(
-    start_daemon: Callable[..., Daemon],
-    start_peer: Callable[..., PeerProcess],
-    workdir: Path,
-    cgroups: Callable[[str, int], None],
-) -> None:
-    pod_a, pod_b = str(uuidlib.uuid4()), str(uuidlib.uuid4())
-    logs = workdir / "pods"
-    for entry in (f"team-a_train-0_{pod_a}", f"team-b_train-0_{pod_b}"):
-        (logs / entry / "trainer").mkdir(parents=True)
-    kubelet = _Kubelet(
-        [
-            ("team-a", "train-0", "trainer", [simulated_uuid(1)]),
-            ("team-b", "train-0", "trainer", [simulated_uuid(0)]),
-        ]
-    )
-    sock = workdir / "kubelet.sock"
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    podresources_pb2_grpc.add_PodResourcesListerServicer_to_server(kubelet, server)
-    server.add_insecure_port(f"unix:{sock}")
-    server.start()
-    try:
-        textfile = workdir / "gpud.prom"
-        daemon = start_daemon(
-            "--simulate", "2", "--ownership", "pod-resources",
-            "--kubelet-socket", str(sock), "--pod-logs-dir", str(logs),
-            "--metrics-textfile", str(textfile), "--metrics-interval", "0.2",
-        )  # fmt: skip
-        # A trainer in pod team-a/train-0 (cgroupfs driver's path), one in team-b's (systemd's
-        # slice names), and one in no pod. None has a device node open: the kubelet decides.
-        a = start_peer(daemon.socket)
-        cgroups(f"kubepods/burstable/pod{pod_a}/0123abcd", a.pid)
-        b = start_peer(daemon.socket)
-        slice_b = f"kubepods-burstable-pod{pod_b.replace('-', '_')}.slice"
-        cgroups(f"kubepods.slice/{slice_b}/cri-containerd-0123abcd.scope", b.pid)
-        outsider = start_peer(daemon.socket)
-        assert procfs.pod_uid(a.pid) == pod_a and procfs.pod_uid(b.pid) == pod_b
-        assert procfs.pod_uid(outsider.pid) is None
-
-        assert a.cmd(f"lease {simulated_uuid(0)}")["code"] == "NOT_OWNER"  # team-b's GPU
-        assert outsider.cmd("lease 1")["code"] == "NOT_OWNER"
-        assert a.cmd(f"lease {simulated_uuid(1)}")["ok"]
-        assert b.cmd("lease 0")["ok"]
-        rows = daemon.status()
-        assert rows[1]["holder"] | {"pid": 0} == {
-            "pid": 0, "uid": 0, "pod": "train-0", "namespace": "team-a", "slurm_job": "",
-            "owned_by": "pod-resources",
-        }  # fmt: skip
-        assert rows[0]["holder"]["namespace"] == "team-b"
-        assert kubelet.calls == 3  # once per lease by a pod member (the outsider: no pod, no call)
-        assert "pod team-a/train-0" in daemon.log()
-        # The metrics label the GPUs with their holders' pods, as the DCGM exporter does.
-        leased = f'perseus_gpud_leased{{uuid="{simulated_uuid(1)}",index="1",pod="train-0",namespace="team-a"}} 1.0'
-        wait_for(lambda: leased in textfile.read_text(), 10.0, "pod labels in the metrics")
-    finally:
-        server.stop(None)
 
 
 def test_the_committed_pod_resources_stubs_are_current() -> None:

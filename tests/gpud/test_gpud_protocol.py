@@ -87,6 +87,8 @@ def test_calls_need_a_lease_a_managed_gpu_and_a_supported_clock(
                     "namespace": "",
                     "slurm_job": "",
                     "owned_by": "device-node",
+                    "job": "",
+                    "tenant": "",
                 },
             }
         ]

@@ -264,15 +264,24 @@ def test_gpud_daemonset_mounts_what_it_needs() -> None:
     (gpud,) = pod["containers"]
     argv = gpud["command"]
     assert argv[:2] == ["perseus", "gpud"]
-    assert pod["hostPID"] is True and gpud["securityContext"]["privileged"] is True
+    assert pod["hostPID"] is True and gpud["securityContext"]["privileged"] is False
     socket = _option(argv, "--socket")
     sock_dir = _mount(pod, gpud, socket)
     assert sock_dir["hostPath"]["path"] == str(Path(socket).parent)
-    kubelet = _mount(pod, gpud, "/var/lib/kubelet/pod-resources/kubelet.sock")
+    kubelet = _mount(pod, gpud, _option(argv, "--kubelet-socket"))
     assert kubelet["hostPath"]["path"] == "/var/lib/kubelet/pod-resources"
     assert kubelet["mount"]["readOnly"] is True
-    dev = _mount(pod, gpud, "/dev/nvidia0")
-    assert dev["hostPath"]["path"] == "/dev" and dev["mount"]["mountPath"] == "/dev"
+    logs = _mount(pod, gpud, _option(argv, "--pod-logs-dir") + "/x")
+    assert logs["hostPath"]["path"] == "/var/log/pods" and logs["mount"]["readOnly"] is True
+    # its state and metrics in host directories of their own, not next to the socket
+    for flag in ("--state", "--metrics-textfile"):
+        path = _option(argv, flag)
+        assert not Path(path).is_relative_to(Path(socket).parent), flag
+        assert _mount(pod, gpud, path)["hostPath"]["path"] == str(Path(path).parent), flag
+    # only the NVIDIA device nodes, from the NVIDIA runtime: no /dev from the host
+    assert all(v.get("hostPath", {}).get("path") != "/dev" for v in pod["volumes"])
+    env = {e["name"]: e["value"] for e in gpud["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and pod["runtimeClassName"] == "nvidia"
 
 
 def test_trainer_reaches_the_server_and_gpuds_socket() -> None:
@@ -283,7 +292,7 @@ def test_trainer_reaches_the_server_and_gpuds_socket() -> None:
     env = {e["name"]: e for e in c["env"]}
     svc = objs[("Service", "perseus")]
     grpc_port = next(p["port"] for p in svc["spec"]["ports"] if p["name"] == "grpc")
-    want = f"{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc:{grpc_port}"
+    want = f"grpcs://{svc['metadata']['name']}.{svc['metadata']['namespace']}.svc:{grpc_port}"
     assert env["PERSEUS_SERVER"]["value"] == want
     assert "secretKeyRef" in env["PERSEUS_TOKEN"]["valueFrom"]  # a credential, not a literal
     assert "PERSEUS_JOB" in env
@@ -293,6 +302,7 @@ def test_trainer_reaches_the_server_and_gpuds_socket() -> None:
     gpud_dir = _mount(_pod(objs[("DaemonSet", "perseus-gpud")]), {"name": "gpud", "volumeMounts": _pod(objs[("DaemonSet", "perseus-gpud")])["containers"][0]["volumeMounts"]}, socket)  # fmt: skip
     here = _mount(pod, c, socket)
     assert here["hostPath"]["path"] == gpud_dir["hostPath"]["path"]
+    assert here["mount"]["readOnly"] is True
     groups = pod["securityContext"]["supplementalGroups"]
     assert int(_option(gpud_argv, "--group")) in groups
     assert int(_option(gpud_argv, "--allow-gid")) in groups
@@ -326,13 +336,14 @@ def test_dockerfile_installs_this_repository() -> None:
             for s in sources:
                 assert (ROOT / s).exists(), f"COPY {s}: no such path in the repository"
                 copied.add(s)
+    copied.discard("deploy/requirements.lock")  # checked in test_deploy_review.py
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     # every package root the build looks in, and what the build reads, is copied
     where = project["tool"]["setuptools"]["packages"]["find"]["where"]
     packages = {p for w in where for p in ([w] if w != "." else ["perseus"])}
     assert packages | {"pyproject.toml", "README.md", "profiles"} <= copied, copied
     run = " ".join(rest for op, rest in steps if op == "RUN")
-    extras = re.findall(r"pip install '\.\[([\w,]+)\]'", run)
+    extras = re.findall(r"pip install --no-deps '\.\[([\w,]+)\]'", run)
     assert extras and set(extras[0].split(",")) <= project["project"]["optional-dependencies"].keys()  # fmt: skip
     for module in re.findall(r"python -m ([\w.]+)", run):
         if module != "venv":

@@ -45,6 +45,7 @@ approximate; the comparison with the lock is exact.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 
@@ -72,6 +73,11 @@ log = logging.getLogger("perseus_client.gpu.daemon")
 _NO_INDEX = 0xFFFFFFFF  # a uint32 no daemon manages (see DaemonGpu.__init__)
 
 
+def _lease_tag(value: str) -> str:
+    """A job or tenant label as the daemon accepts it: printable, at most 128 characters."""
+    return "".join(c for c in value if c.isprintable())[:128]
+
+
 class DaemonGpu(GpuBackend):
     """This process's GPU through the node daemon (see the module docstring).
 
@@ -83,6 +89,8 @@ class DaemonGpu(GpuBackend):
         connect_timeout: seconds construction waits for the daemon to be reachable.
         sample_interval: seconds between samples (heartbeats; at most a quarter of the lease timeout).
         retry_initial, retry_max: reconnection backoff bounds (seconds).
+        job, tenant: the Perseus job and tenant named to the daemon at lease time, labels of the
+            lease in its status and metrics (default ``$PERSEUS_JOB``, ``$PERSEUS_TENANT``).
     """
 
     synchronous_clocks = False
@@ -99,6 +107,8 @@ class DaemonGpu(GpuBackend):
         sample_interval: float = 0.05,
         retry_initial: float = 0.05,
         retry_max: float = 1.0,
+        job: str | None = None,
+        tenant: str | None = None,
     ) -> None:
         if index is not None and index < 0:
             raise ValueError(f"index: must be >= 0, got {index}")
@@ -114,6 +124,12 @@ class DaemonGpu(GpuBackend):
         #: reports none).
         self.uuid: str | None = uuid
         self.socket = socket_path(socket)
+        #: The Perseus job and tenant told to the daemon at lease time (labels of the lease in
+        #: its status and metrics): ``job=``/``tenant=``, else ``$PERSEUS_JOB``/``$PERSEUS_TENANT``.
+        self.job = _lease_tag(job if job is not None else os.environ.get("PERSEUS_JOB", ""))
+        self.tenant = _lease_tag(
+            tenant if tenant is not None else os.environ.get("PERSEUS_TENANT", "")
+        )
         self.timeout = float(timeout)
         self._retry_initial = float(retry_initial)
         self._retry_max = float(retry_max)
@@ -162,7 +178,9 @@ class DaemonGpu(GpuBackend):
     def _lease(self) -> tuple[GpudConnection, gpud_pb2.Lease]:
         conn = GpudConnection(self.socket, timeout=self.timeout)
         try:
-            return conn, conn.call(lease=self._ref()).lease
+            ref = self._ref()
+            ref.job, ref.tenant = self.job, self.tenant  # older daemons ignore both
+            return conn, conn.call(lease=ref).lease
         except BaseException:
             conn.close()
             raise

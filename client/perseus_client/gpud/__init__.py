@@ -8,12 +8,14 @@ closes (whatever killed the holder) or stops heartbeating. See ``docs/gpud.md``.
 Modules, one job each: :mod:`~perseus_client.gpud.protocol` (frames, errors, socket location),
 :mod:`~perseus_client.gpud.connection` (blocking client connection),
 :mod:`~perseus_client.gpud.server` (asyncio server, leases),
+:mod:`~perseus_client.gpud.access` (who sees and reads which GPU, lease labels, the socket),
 :mod:`~perseus_client.gpud.peers` (peer credentials and who may lease),
 :mod:`~perseus_client.gpud.ownership` (which GPUs a peer owns: device nodes, the kubelet's
 pod-resources API, stubs ``podresources_pb2*``), :mod:`~perseus_client.gpud.procfs` (what
 ``/proc`` says about a peer), :mod:`~perseus_client.gpud.lockrecord` (the clocks gpud left
 locked, ``--state``), :mod:`~perseus_client.gpud.limits` (connection caps and timeouts),
-:mod:`~perseus_client.gpud.metrics` (Prometheus text),
+:mod:`~perseus_client.gpud.metrics` (Prometheus text), :mod:`~perseus_client.gpud.files`
+(files written safely: mkstemp, no link followed),
 :mod:`~perseus_client.gpud.devices` (the NVML access layer),
 :mod:`~perseus_client.gpud.simnvml` (the simulated NVML stand-in) and
 :mod:`~perseus_client.gpud.cli` (``main(argv)``: ``serve`` and ``status``). Importing this

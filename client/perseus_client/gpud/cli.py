@@ -3,8 +3,9 @@
 ::
 
     perseus gpud [serve] [--socket PATH] [--gpus 0,1,...] [--allow-uid UID ...]
-                 [--allow-gid GID ...] [--group GROUP] [--lease-timeout SECONDS] [--state FILE]
+                 [--allow-gid GID ...] [--admin-gid GID ...] [--group GROUP] [--lease-timeout SECONDS] [--state FILE]
                  [--ownership auto|device-node|pod-resources|none[,...]] [--kubelet-socket PATH]
+                 [--kubelet-timeout S] [--kubelet-cache S] [--pod-logs-dir DIR]
                  [--max-connections N] [--max-connections-per-uid N]
                  [--reserved-connections N] [--idle-timeout S] [--frame-timeout S]
                  [--metrics-port PORT] [--metrics-textfile FILE] [--metrics-interval S]
@@ -86,6 +87,34 @@ def _positive(text: str) -> float:
     return value
 
 
+def _ownership_options(p: argparse.ArgumentParser) -> None:
+    """The options of the ownership check (docs/gpud.md, "Ownership")."""
+    p.add_argument(
+        "--ownership",
+        type=_ownership,
+        default="auto",
+        help="how a peer's ownership of a GPU is checked: device-node, pod-resources (both "
+        "comma-separated), auto (device-node, plus pod-resources when the kubelet socket "
+        "exists; the default) or none (any allowed peer may lease any GPU)",
+    )
+    p.add_argument("--kubelet-socket", default=DEFAULT_KUBELET_SOCKET, metavar="PATH")
+    p.add_argument(
+        "--kubelet-timeout",
+        type=_positive,
+        default=2.0,
+        metavar="SECONDS",
+        help="how long a pod-resources List call may take (default 2; no answer: refused)",
+    )
+    p.add_argument(
+        "--kubelet-cache",
+        type=_positive,
+        default=2.0,
+        metavar="SECONDS",
+        help="how long the kubelet's answer is used for, by every lease meanwhile (default 2)",
+    )
+    p.add_argument("--pod-logs-dir", default=DEFAULT_POD_LOGS, metavar="DIR")
+
+
 def _serve_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="perseus gpud",
@@ -107,6 +136,15 @@ def _serve_parser() -> argparse.ArgumentParser:
         metavar="GID",
         help="allowed group (gid or name; primary or supplementary)",
     )
+    p.add_argument(
+        "--admin-gid",
+        type=_gid,
+        action="append",
+        default=[],
+        metavar="GID",
+        help="a group whose members see every GPU in status and samples, as root does (others "
+        "see only the GPUs they lease or own)",
+    )
     p.add_argument("--group", type=_gid, help="group owning the socket (mode 0660)")
     p.add_argument(
         "--lease-timeout",
@@ -121,16 +159,7 @@ def _serve_parser() -> argparse.ArgumentParser:
         help="gpud's record of the clocks it locked, reset at start after a crash (default "
         "gpud.state.json next to the socket)",
     )
-    p.add_argument(
-        "--ownership",
-        type=_ownership,
-        default="auto",
-        help="how a peer's ownership of a GPU is checked: device-node, pod-resources (both "
-        "comma-separated), auto (device-node, plus pod-resources when the kubelet socket "
-        "exists; the default) or none (any allowed peer may lease any GPU)",
-    )
-    p.add_argument("--kubelet-socket", default=DEFAULT_KUBELET_SOCKET, metavar="PATH")
-    p.add_argument("--pod-logs-dir", default=DEFAULT_POD_LOGS, metavar="DIR")
+    _ownership_options(p)
     p.add_argument("--max-connections", type=_count, default=512, metavar="N")
     p.add_argument("--max-connections-per-uid", type=_count, default=64, metavar="N")
     p.add_argument(
@@ -224,9 +253,15 @@ def _build_ownership(args: argparse.Namespace, dev_dir: str | None) -> Any:
             mechanisms.append("pod-resources")
     return Ownership(
         DeviceNodeOwnership(dev_dir) if "device-node" in mechanisms else None,
-        PodResourcesOwnership(args.kubelet_socket, args.pod_logs_dir)
+        PodResourcesOwnership(
+            args.kubelet_socket,
+            args.pod_logs_dir,
+            timeout=args.kubelet_timeout,
+            ttl=args.kubelet_cache,
+        )
         if "pod-resources" in mechanisms
         else None,
+        pod_logs=args.pod_logs_dir,
     )
 
 
@@ -259,6 +294,12 @@ def _run_daemon(args: argparse.Namespace) -> int:
     if args.metrics_port is not None and not 0 <= args.metrics_port < 65536:
         raise ValueError(f"--metrics-port: expected 0..65535, got {args.metrics_port}")
     record = LockRecord(args.state or os.path.join(here, "gpud.state.json"))
+    if args.metrics_textfile and os.path.dirname(os.path.abspath(args.metrics_textfile)) == here:
+        log.warning(
+            "--metrics-textfile %s is in the socket's directory: trainers that mount it can read "
+            "every GPU's holder; put it where they cannot (node-exporter's textfile directory)",
+            args.metrics_textfile,
+        )
     nvml: Any
     dev_dir = None
     if args.simulate is not None:
@@ -282,7 +323,9 @@ def _run_daemon(args: argparse.Namespace) -> int:
     except GpuError as exc:
         print(f"perseus gpud: {exc}", file=sys.stderr)
         return 2
-    policy = PeerPolicy(frozenset(args.allow_uid), frozenset(args.allow_gid))
+    policy = PeerPolicy(
+        frozenset(args.allow_uid), frozenset(args.allow_gid), frozenset(args.admin_gid)
+    )
     if not policy.uids and not policy.gids:
         log.warning("no --allow-uid/--allow-gid given: only root may lease GPUs")
     server = GpudServer(
@@ -329,6 +372,7 @@ def _run_daemon(args: argparse.Namespace) -> int:
         print(f"perseus gpud: {exc}", file=sys.stderr)
         return 2
     finally:
+        server.ownership.close()
         for gpu in gpus:
             gpu.close()
     return 0
@@ -337,8 +381,8 @@ def _run_daemon(args: argparse.Namespace) -> int:
 def status_rows(path: str | None = None, *, timeout: float = 5.0) -> list[dict[str, Any]]:
     """The daemon's status as ``gpud status --json`` prints it: one dict per GPU with ``index``,
     ``uuid``, ``name``, ``locked_mhz`` (``None`` when reset) and ``holder`` (``None`` or
-    ``{"pid", "uid", "pod", "namespace", "slurm_job", "owned_by"}``, strings empty when
-    unknown)."""
+    ``{"pid", "uid", "pod", "namespace", "slurm_job", "owned_by", "job", "tenant"}``, strings
+    empty when unknown). Root sees every GPU; another user only the GPUs it leases or owns."""
     with GpudConnection(path, timeout=timeout) as conn:
         status = conn.call(status=gpud_pb2.Empty()).status
     return [
@@ -361,6 +405,8 @@ def _holder(h: gpud_pb2.Holder) -> dict[str, Any]:
         "namespace": h.namespace,
         "slurm_job": h.slurm_job,
         "owned_by": h.owned_by,
+        "job": h.job,
+        "tenant": h.tenant,
     }
 
 
@@ -388,6 +434,8 @@ def _status(argv: list[str]) -> int:
             holder += f" pod {h['namespace']}/{h['pod']}"
         if h is not None and h["slurm_job"]:
             holder += f" slurm job {h['slurm_job']}"
+        if h is not None and h["job"]:
+            holder += f" perseus job {h['job']}" + (f" ({h['tenant']})" if h["tenant"] else "")
         print(f"{r['index']:>3}  {r['uuid'][:40]:40}  {locked:>8}  {holder}")
     return 0
 

@@ -18,6 +18,8 @@ import os
 import threading
 from pathlib import Path
 
+from perseus_client.gpud.files import replace_file
+
 __all__ = ["LockRecord", "LockRecordError"]
 
 
@@ -84,9 +86,4 @@ class LockRecord:
 
     def _write(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump({"version": 1, "locked": self._locked}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        replace_file(str(self.path), json.dumps({"version": 1, "locked": self._locked}))

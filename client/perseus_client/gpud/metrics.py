@@ -2,10 +2,16 @@
 refusals, served on a loopback port (``--metrics-port``) and/or written to a file for
 node-exporter's textfile collector (``--metrics-textfile``).
 
-Every per-GPU sample carries ``uuid`` and ``index``, plus ``pod``, ``namespace`` and
-``slurm_job`` while a holder with those is known (as the DCGM exporter labels GPUs with pods).
-Names follow Prometheus conventions: base units in the name (hertz, watts, joules, seconds),
-``_total`` only on counters.
+Every per-GPU sample carries ``uuid`` and ``index`` and nothing that changes with the holder,
+so a GPU's series do not churn as leases come and go; the holder's identity (pid, uid, pod,
+namespace, Slurm job, and the Perseus job and tenant its client named) is in one info series per
+leased GPU, ``perseus_gpud_lease_holder_info``, to join on ``uuid``. Refusals are counted by the
+refused peer's ``uid``. Names follow Prometheus conventions: base units in the name (hertz,
+watts, joules, seconds), ``_total`` only on counters.
+
+The textfile is written safely in a directory others may write: a fresh temporary file made
+with ``mkstemp`` (``O_CREAT | O_EXCL``: a planted file or link of that name is never opened), then
+``os.replace`` onto the target, and a target that is a symbolic link is refused.
 
 ==============================================  =======  =====================================
 metric                                          type     meaning
@@ -19,9 +25,11 @@ metric                                          type     meaning
                                                          reason in effect, label ``reason``
 ``perseus_gpud_leased``                         gauge    1 while a process holds the lease
 ``perseus_gpud_lease_holder_info``              gauge    1, labels ``pid``, ``uid``,
-                                                         ``owned_by`` (+ pod/namespace/job)
+                                                         ``owned_by``, ``pod``, ``namespace``,
+                                                         ``slurm_job``, ``job``, ``tenant``
 ``perseus_gpud_refusals_total``                 counter  refused requests by ``reason`` (the
-                                                         error code), ``uuid`` ("" : no GPU)
+                                                         error code), ``uid``, ``uuid`` (absent:
+                                                         no GPU named)
 ``perseus_gpud_connections``                    gauge    open connections
 ``perseus_gpud_connections_closed_total``       counter  connections refused or closed by the
                                                          limits, by ``reason``
@@ -33,11 +41,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from perseus_client.gpu.nvml import CLOCK_EVENT_REASONS
+from perseus_client.gpud.files import replace_file
 
 if TYPE_CHECKING:
     from perseus_client.gpud.server import GpudServer
@@ -57,7 +65,7 @@ _HELP = {
     ),
     "perseus_gpud_leased": ("gauge", "1 while a process holds the GPU's lease"),
     "perseus_gpud_lease_holder_info": ("gauge", "The process holding the GPU's lease"),
-    "perseus_gpud_refusals_total": ("counter", "Requests refused, by error code"),
+    "perseus_gpud_refusals_total": ("counter", "Requests refused, by error code and peer uid"),
     "perseus_gpud_connections": ("gauge", "Open connections to the daemon"),
     "perseus_gpud_connections_closed_total": (
         "counter",
@@ -81,9 +89,6 @@ async def _gpu_samples(server: GpudServer) -> list[tuple[str, dict[str, Any], fl
     for index, gpu in server.gpus.items():
         labels: dict[str, Any] = {"uuid": gpu.uuid, "index": index}
         held = server.holder(index)
-        if held is not None:
-            peer, owner = held
-            labels.update(pod=owner.pod, namespace=owner.namespace, slurm_job=owner.slurm_job)
         try:
             mhz, reasons, _ = await server._run(gpu, gpu.sample)
             power = await server._run(gpu, gpu.power_w)
@@ -104,7 +109,17 @@ async def _gpu_samples(server: GpudServer) -> list[tuple[str, dict[str, Any], fl
         out.append(("perseus_gpud_leased", labels, 1.0 if held is not None else 0.0))
         if held is not None:
             peer, owner = held
-            info = {**labels, "pid": peer.pid, "uid": peer.uid, "owned_by": owner.how}
+            info = {
+                **labels,
+                "pid": peer.pid,
+                "uid": peer.uid,
+                "owned_by": owner.how,
+                "pod": owner.pod,
+                "namespace": owner.namespace,
+                "slurm_job": owner.slurm_job,
+                "job": owner.job,
+                "tenant": owner.tenant,
+            }
             out.append(("perseus_gpud_lease_holder_info", info, 1.0))
     return out
 
@@ -112,8 +127,9 @@ async def _gpu_samples(server: GpudServer) -> list[tuple[str, dict[str, Any], fl
 async def render(server: GpudServer) -> str:
     """The metrics in Prometheus's text exposition format (version 0.0.4)."""
     samples = await _gpu_samples(server)
-    for (uuid, reason), n in sorted(server.refusals.items()):
-        samples.append(("perseus_gpud_refusals_total", {"uuid": uuid, "reason": reason}, n))
+    for (uuid, reason, uid), n in sorted(server.refusals.items()):
+        labels = {"uuid": uuid, "reason": reason, "uid": uid}
+        samples.append(("perseus_gpud_refusals_total", labels, n))
     samples.append(("perseus_gpud_connections", {}, float(server.connection_count())))
     for reason in ("limit", "idle", "frame"):
         n = server.connections_closed[reason]
@@ -169,12 +185,9 @@ async def serve_http(server: GpudServer, port: int, host: str = "127.0.0.1") -> 
 
 
 async def write_textfile(server: GpudServer, path: str) -> None:
-    """Write the metrics to ``path`` atomically (a ``.prom`` file of the textfile collector)."""
-    text = await render(server)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Write the metrics to ``path`` atomically (a ``.prom`` file of the textfile collector),
+    safely (:func:`replace_file`)."""
+    replace_file(path, await render(server))
 
 
 async def write_textfile_forever(server: GpudServer, path: str, interval: float) -> None:

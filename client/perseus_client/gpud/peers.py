@@ -25,16 +25,25 @@ class Peer:
 
 @dataclass(frozen=True)
 class PeerPolicy:
-    """Which peers may lease GPUs and use them: root, ``uids``, and members of ``gids``."""
+    """Which peers may lease GPUs and use them: root, ``uids``, and members of ``gids``; and
+    who sees every GPU in status and samples: root and members of ``admin_gids`` (any other
+    peer sees only the GPUs it leases or owns)."""
 
     uids: frozenset[int] = frozenset()
     gids: frozenset[int] = frozenset()
+    admin_gids: frozenset[int] = frozenset()
 
     def allows(self, peer: Peer) -> bool:
         """Whether ``peer`` may make calls other than status and heartbeat."""
         if peer.uid == 0 or peer.uid in self.uids:
             return True
         return peer.gid in self.gids or not self.gids.isdisjoint(peer.groups)
+
+    def is_admin(self, peer: Peer) -> bool:
+        """Whether ``peer`` sees every GPU (root, or a member of an admin group)."""
+        if peer.uid == 0:
+            return True
+        return peer.gid in self.admin_gids or not self.admin_gids.isdisjoint(peer.groups)
 
     def describe(self) -> str:
         """The policy in words, for logs and refusals."""

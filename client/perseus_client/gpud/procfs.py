@@ -21,14 +21,22 @@ __all__ = [
     "ancestors",
     "open_nvidia_minors",
     "open_paths",
+    "pod_in_cgroup",
     "pod_uid",
     "environ_value",
 ]
 
 #: The character-device major number of ``/dev/nvidia<N>`` (the GPUs; ``nvidiactl`` is minor 255).
 NVIDIA_MAJOR = 195
-_POD_UID = re.compile(
-    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
+_HEX = r"[0-9a-f]"
+_UID = rf"{_HEX}{{8}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{4}}-{_HEX}{{12}}"
+_QOS = ("besteffort", "burstable")
+#: The kubelet's pod cgroups, by driver: (top, QoS levels, the pod's own cgroup).
+_CGROUPFS = ("kubepods", _QOS, re.compile(rf"pod({_UID})"))
+_SYSTEMD = (
+    "kubepods.slice",
+    tuple(f"kubepods-{q}.slice" for q in _QOS),
+    re.compile(rf"kubepods(?:-(?:besteffort|burstable))?-pod({_UID.replace('}-', '}_')})\.slice"),
 )
 
 
@@ -122,16 +130,44 @@ def open_paths(pid: int, proc: str = "/proc") -> set[str]:
     return paths
 
 
+def pod_in_cgroup(path: str) -> str | None:
+    """The pod UID of a cgroup path when it lies in the kubelet's pod hierarchy, else ``None``.
+
+    Only the kubelet's own layout counts, from the hierarchy's root: ``/kubepods[/<qos>]/pod<uid>``
+    (cgroupfs driver) or ``/kubepods.slice[/kubepods-<qos>.slice]/kubepods[-<qos>]-pod<uid_>.slice``
+    (systemd driver), and what lies below. A cgroup elsewhere whose path merely contains
+    ``pod<uid>`` (``/user.slice/.../pod<uid>``, which a delegated subtree lets its user create) is
+    no pod. A path seen from another cgroup namespace starts with ``..`` (the reader's own cgroup
+    is below the common ancestor); only the kubelet's hierarchy itself can then start right after
+    the ``..``: a QoS or pod level is accepted there, as the reader is inside ``kubepods``."""
+    parts = [p for p in path.strip().split("/") if p]
+    relative = bool(parts) and parts[0] == ".."
+    while parts and parts[0] == "..":
+        parts.pop(0)
+    for top, qos, pod in (_CGROUPFS, _SYSTEMD):
+        rest = parts
+        if rest[:1] == [top]:
+            rest = rest[1:]
+        elif not relative:
+            continue
+        if rest[:1] and rest[0] in qos:
+            rest = rest[1:]
+        match = pod.fullmatch(rest[0]) if rest else None
+        if match:
+            return match.group(1).replace("_", "-")
+    return None
+
+
 def pod_uid(pid: int, proc: str = "/proc") -> str | None:
-    """The Kubernetes pod UID in the process's cgroup path (``.../pod<uid>/...`` with the
-    cgroupfs driver, ``kubepods-...-pod<uid with _>.slice`` with systemd's), or ``None``."""
+    """The Kubernetes pod UID of the process's own cgroup (see :func:`pod_in_cgroup`), or
+    ``None``: not in a pod, unreadable, or two hierarchies naming different pods."""
     try:
         with open(f"{proc}/{pid}/cgroup") as f:
-            text = f.read()
+            lines = f.read().splitlines()
     except OSError:
         return None
-    match = _POD_UID.search(text)
-    return match.group(1).replace("_", "-") if match else None
+    found = {uid for line in lines if (uid := pod_in_cgroup(line.split(":", 2)[-1]))}
+    return found.pop() if len(found) == 1 else None
 
 
 def environ_value(pid: int, key: str, proc: str = "/proc") -> str | None:

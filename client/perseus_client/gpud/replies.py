@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from perseus_client.gpud.devices import ManagedGpu
 from perseus_client.gpud.ownership import Owner
@@ -62,10 +62,14 @@ def status_message(
     holder: Callable[[int], tuple[Peer, Owner] | None],
     read_only: bool,
     lease_timeout: float,
+    visible: Collection[int] | None = None,
 ) -> gpud_pb2.Status:
-    """The ``Status`` message: every GPU, its lock and its live holder (``holder(index)``)."""
+    """The ``Status`` message: every GPU (of ``visible``; ``None``: all), its lock and its live
+    holder (``holder(index)``)."""
     status = gpud_pb2.Status(read_only=read_only, lease_timeout_s=lease_timeout)
     for index, gpu in gpus.items():
+        if visible is not None and index not in visible:
+            continue
         entry = status.gpus.add(index=index, name=gpu.name, uuid=gpu.uuid)
         if gpu.locked_mhz is not None:
             entry.locked_mhz = gpu.locked_mhz
@@ -80,6 +84,8 @@ def status_message(
                     namespace=owner.namespace,
                     slurm_job=owner.slurm_job,
                     owned_by=owner.how,
+                    job=owner.job,
+                    tenant=owner.tenant,
                 )
             )
     return status
@@ -90,6 +96,8 @@ def holder_labels(owner: Owner | None) -> str:
     if owner is None:
         return ""
     parts = []
+    if owner.job:
+        parts.append(f"Perseus job {owner.job}" + (f" of {owner.tenant}" if owner.tenant else ""))
     if owner.pod:
         parts.append(f"pod {owner.namespace}/{owner.pod}")
     if owner.slurm_job:

@@ -11,14 +11,18 @@ with its start time, so a reused pid does not count) has exited: a forked child 
 the socket and keeps heartbeating does not keep the GPU locked after its parent died.
 
 **Ownership.** A lease is granted only on a GPU the peer owns
-(:mod:`~perseus_client.gpud.ownership`: its device node open, or assigned to its pod by the
-kubelet); the holder is labelled with its pod, namespace and Slurm job when known.
+(:mod:`~perseus_client.gpud.ownership`: with a kubelet, a process in a pod owns what the kubelet
+assigned its pod; otherwise its device node open), checked before anything about the GPU's
+holder is told; the holder is labelled with what the peer is (its pod, namespace, Slurm job)
+and the Perseus job and tenant its client named at lease time (``GpuRef.job``/``tenant``).
 
 **Who may ask.** Each connection's peer credentials are read from the socket (``SO_PEERCRED``:
 pid, uid, gid; supplementary groups from ``/proc/<pid>/status``). Root is always allowed; other
 peers need an allowed uid, or a primary or supplementary gid in the allowed gids. Status and
 heartbeat are open to any peer that can open the socket (the socket file's mode and group are the
 first gate); every other call from a peer not allowed is refused with ``PERMISSION_DENIED``.
+Root and the admin groups see every GPU in status and may read any GPU's clocks, energy and
+samples; any other peer only the GPUs it leases or owns (``NOT_OWNER`` otherwise).
 Clocks must be in the GPU's supported set; requests are size-bounded by the frame codec.
 
 **Resets.** :meth:`GpudServer.serve` resets, before it accepts a connection, only the GPUs its
@@ -40,10 +44,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
-import socket
-import stat
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -54,6 +57,14 @@ from google.protobuf.message import DecodeError
 
 from perseus_client.errors import GpuError, UnsupportedClockError
 from perseus_client.gpud import procfs
+from perseus_client.gpud.access import (
+    Access,
+    GpudStartError,
+    Refused,
+    error_response,
+    lease_tag,
+    listen_unix,
+)
 from perseus_client.gpud.devices import ManagedGpu
 from perseus_client.gpud.limits import ConnectionLimits, ConnectionTimeout, read_request
 from perseus_client.gpud.lockrecord import LockRecord
@@ -74,10 +85,6 @@ __all__ = ["Peer", "PeerPolicy", "GpudServer", "GpudStartError", "peer_of"]
 log = logging.getLogger("perseus_client.gpud")
 
 
-class GpudStartError(RuntimeError):
-    """The daemon cannot start (socket path in use, not a socket, ...)."""
-
-
 @dataclass(eq=False)
 class _Conn:
     peer: Peer
@@ -88,17 +95,6 @@ class _Conn:
     leases: set[int] = field(default_factory=set)
     owners: dict[int, Owner] = field(default_factory=dict)
     changes: Counter[int] = field(default_factory=Counter)
-
-
-def _error(req_id: int, code: gpud_pb2.ErrorCode, message: str) -> gpud_pb2.Response:
-    return gpud_pb2.Response(id=req_id, error=gpud_pb2.Error(code=code, message=message))
-
-
-class _Refused(Exception):
-    def __init__(self, code: gpud_pb2.ErrorCode, message: str, uuid: str = "") -> None:
-        super().__init__(message)
-        self.code = code
-        self.uuid = uuid
 
 
 class GpudServer:
@@ -132,14 +128,15 @@ class GpudServer:
         self.lease_timeout = float(lease_timeout)
         self.read_only = read_only
         self.ownership = ownership if ownership is not None else Ownership()
+        self.access = Access(policy, self.ownership)
         self.record = record
         self.limits = limits if limits is not None else ConnectionLimits()
         self._leases: dict[int, _Conn] = {}
         self._conns: set[_Conn] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._stop: asyncio.Event | None = None
-        #: Refusals by ``(GPU UUID or "", error code name)``, for the metrics.
-        self.refusals: Counter[tuple[str, str]] = Counter()
+        #: Refusals by ``(GPU UUID or "", error code name, peer uid)``, for the metrics.
+        self.refusals: Counter[tuple[str, str, int]] = Counter()
         #: Connections refused or closed by the limits, by reason (``limit``, ``idle``, ``frame``).
         self.connections_closed: Counter[str] = Counter()
         self._limit_logged: dict[int, float] = {}
@@ -164,7 +161,7 @@ class GpudServer:
         then reset the GPUs this daemon locked."""
         self._stop = asyncio.Event()
         await self._recover()
-        server = await self._listen(path, gid, mode)
+        server = await listen_unix(path, self._serve_connection, gid, mode)
         ino = os.stat(path).st_ino
         watchdog = asyncio.create_task(self._watchdog())
         log.info(
@@ -198,33 +195,6 @@ class GpudServer:
             with contextlib.suppress(OSError):
                 if os.stat(path).st_ino == ino:
                     os.unlink(path)
-
-    async def _listen(self, path: str, gid: int | None, mode: int) -> asyncio.AbstractServer:
-        parent = os.path.dirname(os.path.abspath(path))
-        os.makedirs(parent, mode=0o755, exist_ok=True)
-        if os.path.lexists(path):
-            if not stat.S_ISSOCK(os.lstat(path).st_mode):
-                raise GpudStartError(
-                    f"{path} exists and is not a socket; remove it or pick another"
-                )
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                probe.connect(path)
-            except OSError:
-                os.unlink(path)  # a stale socket of a daemon that died
-            else:
-                raise GpudStartError(f"another daemon is already serving on {path}")
-            finally:
-                probe.close()
-        old = os.umask(0o177)  # no window in which others may connect
-        try:
-            server = await asyncio.start_unix_server(self._serve_connection, path=path, backlog=256)
-        finally:
-            os.umask(old)
-        if gid is not None:
-            os.chown(path, -1, gid)
-        os.chmod(path, mode)
-        return server
 
     async def _recover(self) -> None:
         recorded = self.record.locked() if self.record is not None else {}
@@ -291,7 +261,7 @@ class GpudServer:
                 self._log_limited(peer, why)
                 conn = _Conn(peer, writer, allowed, time.monotonic())
                 with contextlib.suppress(OSError, TimeoutError):
-                    await self._send(conn, _error(0, gpud_pb2.BUSY, why))
+                    await self._send(conn, error_response(0, gpud_pb2.BUSY, why))
                 writer.transport.abort()
                 return
             conn = _Conn(peer, writer, allowed, time.monotonic(), start=procfs.start_time(peer.pid))
@@ -315,24 +285,24 @@ class GpudServer:
                     idle = None if conn.leases else self.limits.idle_timeout
                     body = await read_request(reader, idle, self.limits.frame_timeout)
                 except FrameTooLargeError as exc:
-                    self.refusals[("", "TOO_LARGE")] += 1
+                    self.refusals[("", "TOO_LARGE", peer.uid)] += 1
                     log.info("refused a request from %s: %s", peer, exc)
-                    await self._send(conn, _error(0, gpud_pb2.TOO_LARGE, str(exc)))
+                    await self._send(conn, error_response(0, gpud_pb2.TOO_LARGE, str(exc)))
                     return
                 except ConnectionTimeout as exc:
                     kind = "idle" if "idle" in str(exc) else "frame"
                     self.connections_closed[kind] += 1
                     log.info("closed the connection of %s: %s", peer, exc)
-                    await self._send(conn, _error(0, gpud_pb2.TIMEOUT, str(exc)))
+                    await self._send(conn, error_response(0, gpud_pb2.TIMEOUT, str(exc)))
                     return
                 conn.last_seen = time.monotonic()
                 try:
                     request = gpud_pb2.Request.FromString(body)
                 except DecodeError as exc:
                     message = f"malformed request: {exc}"
-                    self.refusals[("", "INVALID_ARGUMENT")] += 1
+                    self.refusals[("", "INVALID_ARGUMENT", peer.uid)] += 1
                     log.info("refused a request from %s: %s", peer, message)
-                    await self._send(conn, _error(0, gpud_pb2.INVALID_ARGUMENT, message))
+                    await self._send(conn, error_response(0, gpud_pb2.INVALID_ARGUMENT, message))
                     continue
                 await self._send(conn, await self._dispatch(conn, request))
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
@@ -415,16 +385,17 @@ class GpudServer:
                 return gpud_pb2.Response(id=request.id, heartbeat=gpud_pb2.Empty())
             if call == "status":
                 await self._reap()
+                visible = await self.access.visible(conn.peer, conn.allowed, conn.leases, self.gpus)
                 return gpud_pb2.Response(
                     id=request.id,
                     status=status_message(
-                        self.gpus, self.holder, self.read_only, self.lease_timeout
+                        self.gpus, self.holder, self.read_only, self.lease_timeout, visible
                     ),
                 )
             if call is None:
-                raise _Refused(gpud_pb2.INVALID_ARGUMENT, "empty request (no call set)")
+                raise Refused(gpud_pb2.INVALID_ARGUMENT, "empty request (no call set)")
             if not conn.allowed:
-                raise _Refused(
+                raise Refused(
                     gpud_pb2.PERMISSION_DENIED,
                     f"uid {conn.peer.uid} (pid {conn.peer.pid}, gid {conn.peer.gid}) may not use "
                     f"this daemon: it allows {self.policy.describe()} (see --allow-uid/--allow-gid)",
@@ -432,64 +403,52 @@ class GpudServer:
             try:
                 gpu = resolve_gpu(self.gpus, getattr(request, call))
             except LookupError as exc:
-                raise _Refused(gpud_pb2.NOT_FOUND, str(exc.args[0])) from exc
+                raise Refused(gpud_pb2.NOT_FOUND, str(exc.args[0])) from exc
             try:
                 return await self._gpu_call(conn, request.id, call, gpu, request)
-            except _Refused as exc:
+            except Refused as exc:
                 exc.uuid = gpu.uuid
                 raise
-        except _Refused as exc:
-            self.refusals[(exc.uuid, gpud_pb2.ErrorCode.Name(exc.code))] += 1
+        except Refused as exc:
+            self.refusals[(exc.uuid, gpud_pb2.ErrorCode.Name(exc.code), conn.peer.uid)] += 1
             log.info("refused %s from %s: %s", call, conn.peer, exc)
-            return _error(request.id, exc.code, str(exc))
+            return error_response(request.id, exc.code, str(exc))
 
     def _holder_check(self, conn: _Conn, gpu: ManagedGpu) -> None:
-        holder = self._leases.get(gpu.index)
-        if holder is conn:
-            return
-        if holder is None:
-            raise _Refused(
+        """Refuse a change by a connection that does not hold the lease (``NOT_LEASED``; who
+        holds it is told only to a peer that owns the GPU, when it asks for the lease)."""
+        if self._leases.get(gpu.index) is not conn:
+            raise Refused(
                 gpud_pb2.NOT_LEASED,
                 f"GPU {gpu.index} is not leased by this connection; lease it first",
             )
-        raise self._held(gpu, holder)
 
-    def _held(self, gpu: ManagedGpu, holder: _Conn) -> _Refused:
-        return _Refused(
+    def _held(self, gpu: ManagedGpu, holder: _Conn) -> Refused:
+        return Refused(
             gpud_pb2.LEASE_HELD,
             f"GPU {gpu.index} ({gpu.uuid}) is leased by pid {holder.peer.pid} "
             f"(uid {holder.peer.uid}{holder_labels(holder.owners.get(gpu.index))}); "
             "one process at a time may control a GPU's clocks",
         )
 
-    async def _lease(self, conn: _Conn, gpu: ManagedGpu) -> None:
-        holder = self._leases.get(gpu.index)
+    async def _lease(self, conn: _Conn, gpu: ManagedGpu, ref: gpud_pb2.GpuRef) -> None:
+        if self._leases.get(gpu.index) is conn:
+            return
+        tags = {
+            "job": lease_tag(ref.job, "lease.job"),
+            "tenant": lease_tag(ref.tenant, "lease.tenant"),
+        }
+        # Ownership first: who holds a GPU is told only to a peer that owns it.
+        owner = await self.access.lease_owner(conn.peer, gpu)
+        holder = self._leases.get(gpu.index)  # the check ran off the loop: look now
         if holder is conn:
             return
         if holder is not None and self._holder_gone(holder):
             await self._drop(holder, f"its process, pid {holder.peer.pid}, exited")
-            holder = None
-        if holder is not None:
-            raise self._held(gpu, holder)
-        pid = conn.peer.pid
-        owner = await asyncio.get_running_loop().run_in_executor(
-            None, self.ownership.check, pid, gpu.uuid, gpu.minor
-        )
-        if owner is None:
-            hint = (
-                " (the daemon sees pid 0: it needs the host's pid namespace, hostPID: true)"
-                if pid == 0
-                else ""
-            )
-            raise _Refused(
-                gpud_pb2.NOT_OWNER,
-                f"GPU {gpu.index} ({gpu.uuid}) is not pid {pid}'s: gpud leases a GPU only when "
-                f"{self.ownership.describe()}{hint}. Lease the GPU this process was given "
-                "(CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES), after CUDA opened it",
-            )
-        holder = self._leases.get(gpu.index)  # the check ran off the loop: look again
+            holder = self._leases.get(gpu.index)
         if holder is not None and holder is not conn:
             raise self._held(gpu, holder)
+        owner = dataclasses.replace(owner, **tags)
         self._leases[gpu.index] = conn
         conn.leases.add(gpu.index)
         conn.owners[gpu.index] = owner
@@ -508,7 +467,7 @@ class GpudServer:
         peer = conn.peer
         try:
             if call == "lease":
-                await self._lease(conn, gpu)
+                await self._lease(conn, gpu, request.lease)
                 return gpud_pb2.Response(
                     id=req_id,
                     lease=gpud_pb2.Lease(
@@ -537,6 +496,8 @@ class GpudServer:
                 verb = "reset" if applied else "read-only: would reset"
                 log.debug("GPU %d: %s the SM clock for %s", gpu.index, verb, peer)
                 return gpud_pb2.Response(id=req_id, clock=clock_state(gpu, applied))
+            if call in ("supported_clocks", "energy", "sample"):
+                await self.access.may_read(conn.peer, conn.leases, gpu)
             if call == "supported_clocks":
                 return gpud_pb2.Response(id=req_id, supported_clocks=gpu_info(gpu))
             if call == "energy":
@@ -553,11 +514,11 @@ class GpudServer:
                     sample.locked_mhz = gpu.locked_mhz
                 return gpud_pb2.Response(id=req_id, sample=sample)
         except UnsupportedClockError as exc:
-            raise _Refused(gpud_pb2.UNSUPPORTED_CLOCK, str(exc)) from exc
+            raise Refused(gpud_pb2.UNSUPPORTED_CLOCK, str(exc)) from exc
         except GpuError as exc:
             log.error("GPU %d: NVML failed for %s's %s: %s", gpu.index, peer, call, exc)
-            raise _Refused(gpud_pb2.DEVICE_ERROR, str(exc)) from exc
-        raise _Refused(gpud_pb2.INVALID_ARGUMENT, f"unknown call {call!r}")  # pragma: no cover
+            raise Refused(gpud_pb2.DEVICE_ERROR, str(exc)) from exc
+        raise Refused(gpud_pb2.INVALID_ARGUMENT, f"unknown call {call!r}")  # pragma: no cover
 
     # -- replies ----------------------------------------------------------------------------------
 

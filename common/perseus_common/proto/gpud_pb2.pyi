@@ -85,12 +85,16 @@ class Empty(_message.Message):
     def __init__(self) -> None: ...
 
 class GpuRef(_message.Message):
-    __slots__ = ("index", "uuid")
+    __slots__ = ("index", "uuid", "job", "tenant")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     UUID_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     index: int
     uuid: str
-    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ...) -> None: ...
+    job: str
+    tenant: str
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., job: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class SetClock(_message.Message):
     __slots__ = ("index", "mhz", "uuid")
@@ -169,20 +173,24 @@ class Sample(_message.Message):
     def __init__(self, index: _Optional[int] = ..., sm_mhz: _Optional[int] = ..., locked_mhz: _Optional[int] = ..., reasons: _Optional[int] = ..., reason_names: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Holder(_message.Message):
-    __slots__ = ("pid", "uid", "pod", "namespace", "slurm_job", "owned_by")
+    __slots__ = ("pid", "uid", "pod", "namespace", "slurm_job", "owned_by", "job", "tenant")
     PID_FIELD_NUMBER: _ClassVar[int]
     UID_FIELD_NUMBER: _ClassVar[int]
     POD_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     SLURM_JOB_FIELD_NUMBER: _ClassVar[int]
     OWNED_BY_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     pid: int
     uid: int
     pod: str
     namespace: str
     slurm_job: str
     owned_by: str
-    def __init__(self, pid: _Optional[int] = ..., uid: _Optional[int] = ..., pod: _Optional[str] = ..., namespace: _Optional[str] = ..., slurm_job: _Optional[str] = ..., owned_by: _Optional[str] = ...) -> None: ...
+    job: str
+    tenant: str
+    def __init__(self, pid: _Optional[int] = ..., uid: _Optional[int] = ..., pod: _Optional[str] = ..., namespace: _Optional[str] = ..., slurm_job: _Optional[str] = ..., owned_by: _Optional[str] = ..., job: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class GpuStatus(_message.Message):
     __slots__ = ("index", "name", "locked_mhz", "holder", "uuid")
