@@ -17,6 +17,7 @@ from perseus.profiles import Profile
 from perseus.schedules import Schedule
 from perseus.solver.candidates import CandidatePool
 from perseus.solver.options import SolverOptions
+from perseus.solver.parallel import RangeStats
 from perseus.solver.relaxation import Relaxation, RelaxedFrontier, path_bound
 from perseus.solver.rounder import Rounder
 from perseus.solver.sandwich import SandwichStats
@@ -41,6 +42,8 @@ class SolveStats:
     stages: dict[str, tuple[float, float]] = field(default_factory=dict)
     relaxation: str = "sweep"
     sandwich: SandwichStats | None = None
+    #: the parallel sweep's ranges (their CPU is the workers', not in ``stages``)
+    ranges: list[RangeStats] = field(default_factory=list)
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -142,6 +145,7 @@ def solve_problem(
     # producer (the truth's costs, no longer durations: below the truth whatever the transfer
     # draws), plans from the model that also charges the transfer's extra time to its producer
     # (never late on the truth); every plan is evaluated on the truth either way.
+    cores = opts.cores
     bounding = problem.cost_charged()
     planning = bounding.producer_charged()
     with st.stage("first plan"):
@@ -171,6 +175,8 @@ def solve_problem(
             core=core,
             tolerance=opts.sandwich_tolerance,
             stats=stats,
+            workers=cores,
+            ranges=st.ranges if report else None,
         )
 
     with st.stage("relax"):
@@ -178,7 +184,7 @@ def solve_problem(
         bound = relaxed
         if planning is not bounding:
             bound = relaxed_of(bounding, bound_rel, None, report=False)
-    with CandidatePool(planning, relaxed, cancel) as pool:
+    with CandidatePool(planning, relaxed, cancel, threads=cores) as pool:
         run = Run(
             planning, relaxed, rounder, pool, opts, np.random.default_rng(opts.seed), progress
         )
