@@ -134,10 +134,12 @@ class SolverOptions:
             tangents is at most this share of the energy bound everywhere (> 0).
 
     Cores:
-        workers: processes the relaxed sweep is split over by deadline ranges
-            (:mod:`perseus.solver.parallel`, for at least ``PARALLEL_MIN_NODES`` nodes), and
-            threads the candidate batches run on (at most 8); ``None`` (the default): the
-            cores this process may run on. The bound is the same whatever it is (to a relative
+        workers: threads the candidate batches run on (at most 8) and, when given (not
+            ``None``) and above 1, processes the relaxed sweep is split over by deadline ranges
+            (:mod:`perseus.solver.parallel`, from ``PARALLEL_MIN_NODES`` nodes). ``None`` (the
+            default): the cores this process may run on for the threads, one sweep: measured,
+            the ranges' exact starts (a cold network simplex, ~n^2.5) cost more than the range
+            they save up to 8k instructions. The bound is the same either way (to a relative
             1e-9, lower where not equal); plans may differ where roundings start from
             different kept breakpoints.
 

@@ -175,7 +175,7 @@ def solve_problem(
             core=core,
             tolerance=opts.sandwich_tolerance,
             stats=stats,
-            workers=cores,
+            workers=opts.workers or 1,  # the range sweep only when asked for (see options)
             ranges=st.ranges if report else None,
         )
 
