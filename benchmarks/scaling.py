@@ -29,13 +29,19 @@ previous size of the same family.
     python benchmarks/scaling.py --relaxation sandwich --compare-sweep --quick
     python benchmarks/scaling.py --smoke                # one tiny input (a test runs it)
     python benchmarks/scaling.py --relax-only --relaxation sandwich --compare-sweep --only 16x128
+    python benchmarks/scaling.py --only 32x512 --profile a100 --relaxation sweep --workers 1,2
 
 ``--relaxation`` picks the relaxation core (``SolverOptions.relaxation``); the stage columns are
 the CPU seconds (all threads of the child) of the relaxation, the rounding (seed and refine),
 the search and the polish, with the relaxation's wall time; the sandwich adds the deadlines it
 solved and its network simplex pivots. ``--compare-sweep`` solves each input a second time with
 the sweep (the old core), side by side: its whole-frontier wall time, relaxation CPU and gap at
-T0 (``-`` where it did not finish within ``--timeout``).
+T0 (``-`` where it did not finish within ``--timeout``). ``--workers 1,2`` solves each input with
+``SolverOptions(workers=1)`` then ``2``, one row each: ``CPU`` is the user + sys time of the child
+and its worker processes (from the solve's start), ``load`` the 1-minute load average when it
+started, ``ranges CPU s`` each worker's CPU on its deadline range (start solve included; the
+parallel sweep runs from ``perseus.solver.parallel.PARALLEL_MIN_NODES`` nodes), and peak RSS the
+larger of the child's and its largest worker's.
 """
 
 from __future__ import annotations
@@ -150,9 +156,11 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def child(cfg: Config, cprofile: bool = False, relaxation: str = "sweep") -> dict:
+def child(cfg: Config, cprofile: bool = False, relaxation: str = "sweep", workers: int = 1) -> dict:
     """Solve ``cfg`` in this process and measure it (with ``cprofile``: under cProfile, the
     functions taking the most time printed to stderr)."""
+    import resource
+
     from perseus.solver import SolverOptions, solve_problem
     from perseus.solver.relaxation import Relaxation
     from perseus.solver.solve import SolveStats
@@ -163,11 +171,13 @@ def child(cfg: Config, cprofile: bool = False, relaxation: str = "sweep") -> dic
     base_rss = _peak_rss_mib()
     hull = float(Relaxation.build(problem).nv.mean())
     first: list[float] = []
+    load = os.getloadavg()[0]
+    ru = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     t = time.perf_counter()
     stats = SolveStats()
     kwargs = {
         "on_first_plan": lambda fr: first.append(time.perf_counter() - t),
-        "options": SolverOptions(relaxation=relaxation),
+        "options": SolverOptions(relaxation=relaxation, workers=workers),
         "stats": stats,
     }
     if cprofile:
@@ -180,13 +190,20 @@ def child(cfg: Config, cprofile: bool = False, relaxation: str = "sweep") -> dic
     else:
         frontier = solve_problem(problem, **kwargs)  # type: ignore[arg-type]
     wall = time.perf_counter() - t
+    ru2 = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    cpu = sum(
+        b.ru_utime + b.ru_stime - a.ru_utime - a.ru_stime for a, b in zip(ru, ru2, strict=True)
+    )
     t0 = frontier.max_frequency_time
     out = {
         "instructions": problem.num_nodes,
         "hull": hull,
         "first": first[0] if first else None,
         "wall": wall,
-        "rss": _peak_rss_mib(),
+        "rss": max(_peak_rss_mib(), ru2[1].ru_maxrss / 1024),
+        "cpu": cpu,
+        "load": load,
+        "ranges": [r.cpu for r in stats.ranges],
         "base_rss": base_rss,
         "points": len(frontier),
         "bound_points": len(frontier.bound_times),
@@ -195,7 +212,7 @@ def child(cfg: Config, cprofile: bool = False, relaxation: str = "sweep") -> dic
         "stages": stats.stages,
         "solves": stats.sandwich.solves if stats.sandwich else None,
         "pivots": stats.sandwich.pivots if stats.sandwich else None,
-        "workers": 1,
+        "workers": workers,
     }
     for f in DEADLINES:
         # the sweep stops within 1e-9 (relative) of the fastest time, so the bound's first
@@ -239,9 +256,10 @@ def run_child(
     max_rss_gb: float,
     cprofile: bool = False,
     relaxation: str = "sweep",
+    workers: int = 1,
 ) -> dict:
     """:func:`child` in a fresh process, killed past ``timeout`` s or ``max_rss_gb`` GB."""
-    arg = json.dumps([cfg.profile, cfg.stages, cfg.microbatches, cfg.virtual, relaxation])
+    arg = json.dumps([cfg.profile, cfg.stages, cfg.microbatches, cfg.virtual, relaxation, workers])
     proc = subprocess.Popen(
         [sys.executable, __file__, "--child", arg] + (["--cprofile"] if cprofile else []),
         stdout=subprocess.PIPE,
@@ -299,10 +317,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare-sweep", action="store_true", help="the sweep too, side by side")
     ap.add_argument("--smoke", action="store_true", help="one tiny input (A100 8 x 12), seconds")
     ap.add_argument("--relax-only", action="store_true", help="time the relaxation alone")
+    ap.add_argument(
+        "--workers",
+        default="1",
+        help="comma-separated SolverOptions.workers, each a row per input (e.g. 1,2)",
+    )
     args = ap.parse_args(argv)
     if args.child:
-        p, s, m, v, rx = json.loads(args.child)
-        print(json.dumps(child(Config(p, s, m, v), args.cprofile, rx)))
+        p, s, m, v, rx, wk = json.loads(args.child)
+        print(json.dumps(child(Config(p, s, m, v), args.cprofile, rx, wk)))
         return 0
     limit = min(args.max_instructions, 8192 if args.quick else 32768)
     profiles = args.profile or (["a100"] if args.smoke else ["smooth", "a100"])
@@ -321,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     head = (f"{'input':20} {'instr':>6} {'hull':>5} {'first':>7} {'whole':>7} {'RSS MiB':>8} "
             f"{'pts':>5} {'T/T0-1':>8} {'gap T0':>7} {'1.02':>6} {'1.1':>6} {'slope t':>7} "
             f"{'slope m':>7} | {'relax':>7} {'wall':>7} {'round':>6} {'search':>6} "
-            f"{'polish':>6} {'solves':>6} {'pivots':>9} {'wk':>2}")  # fmt: skip
+            f"{'polish':>6} {'solves':>6} {'pivots':>9} {'wk':>2} {'CPU':>7} {'load':>5} "
+            f"ranges CPU s")  # fmt: skip
     if args.compare_sweep:
         head += f" | {'sweep':>7} {'relax':>7} {'gap T0':>7}"
     print(f"relaxation: {args.relaxation}; stage columns: CPU s (relaxation also wall s)")
@@ -329,8 +353,9 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(head))
     results = []
     prev: dict[str, dict] = {}
-    for cfg in todo:
-        r = run_child(cfg, args.timeout, args.max_rss_gb, args.cprofile, args.relaxation)
+    runs = [(cfg, int(w)) for cfg in todo for w in args.workers.split(",")]
+    for cfg, wk in runs:
+        r = run_child(cfg, args.timeout, args.max_rss_gb, args.cprofile, args.relaxation, wk)
         r["config"] = [cfg.profile, cfg.stages, cfg.microbatches, cfg.virtual]
         if args.compare_sweep:
             r["sweep"] = run_child(cfg, args.timeout, args.max_rss_gb, False, "sweep")
@@ -340,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             first = f"{r['first']:6.2f}s" if r["first"] is not None else "    n/a"
             rss = dict(r, rss=r["rss"])
-            p = prev.get(cfg.family)
+            p = prev.get(f"{cfg.family} {wk}")
             st = r["stages"]
             line = (f"{cfg.label:20} {r['instructions']:6d} {r['hull']:5.1f} {first} "
                     f"{r['wall']:6.2f}s {r['rss']:8.0f} {r['points']:5d} {100 * r['fastest']:+7.3f}% "
@@ -349,7 +374,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"{_slope(p, rss, 'rss'):>7} | {st['relax'][1]:6.1f}s {st['relax'][0]:6.1f}s "
                     f"{st['round'][1]:6.1f} {st['search'][1]:6.1f} {st['polish'][1]:6.1f} "
                     f"{r['solves'] if r['solves'] is not None else '-':>6} "
-                    f"{r['pivots'] if r['pivots'] is not None else '-':>9} {r['workers']:2d}")  # fmt: skip
+                    f"{r['pivots'] if r['pivots'] is not None else '-':>9} {r['workers']:2d} "
+                    f"{r['cpu']:6.1f}s {r['load']:5.1f} "
+                    f"{' '.join(f'{c:.1f}' for c in r['ranges']) or '-'}")  # fmt: skip
             if args.compare_sweep:
                 sw = r["sweep"]
                 if "error" in sw:
@@ -358,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
                     line += (f" | {sw['wall']:6.1f}s {sw['stages']['relax'][1]:6.1f}s "
                              f"{100 * sw['gap@1.0']:6.2f}%")  # fmt: skip
             print(line, flush=True)
-        prev[cfg.family] = r
+        prev[f"{cfg.family} {wk}"] = r
     print("\nslope: log-log growth from the previous size of the same family (time: whole "
           "frontier; memory: peak RSS)")  # fmt: skip
     if args.json:

@@ -228,10 +228,15 @@ class Frontier:
     def to_json(self, *, plans: bool = False, compact: bool = False) -> dict[str, Any]:
         """The CLI's JSON document.
 
-        ``plans=True`` adds every point's ``plan`` (one list per stage of
-        ``{instruction, microbatch, frequency}``). ``compact=True`` adds what
-        :meth:`from_json` needs to rebuild the frontier exactly (schedule and base64 plans).
+        ``plans=True`` adds every point's ``plan`` in the per-rank clock form of
+        :mod:`perseus.plan_codec` (``plan_encoding`` holds each rank's instructions and clock
+        table once; :func:`perseus.plan_codec.decode_rank_plans` reads it, and the old form of
+        one ``{instruction, microbatch, frequency}`` per instruction per point).
+        ``compact=True`` adds what :meth:`from_json` needs to rebuild the frontier exactly
+        (schedule and the plans as one compressed string, ``plans_z``).
         """
+        from perseus import plan_codec
+
         sched = self.schedule
         doc: dict[str, Any] = {
             "schedule": sched.name,
@@ -249,16 +254,19 @@ class Frontier:
                 "energy": float(self.energies[i]),
                 "lower_bound": float(self.lower_bounds[i]),
             }
-            if plans:
-                pt["plan"] = [
-                    [{k: s[k] for k in ("instruction", "microbatch", "frequency")} for s in rank]
-                    for rank in self.plan_steps(i)
-                ]
             doc["points"].append(pt)
+        if plans:
+            orders = [[(op.kind, op.microbatch, op.stage) for op in o] for o in sched.orders]
+            n_ops = sum(len(o) for o in orders)
+            doc["plan_encoding"], rows = plan_codec.encode_rank_plans(
+                orders, self.node_freqs[:n_ops], self.plans
+            )
+            for pt, row in zip(doc["points"], rows, strict=True):
+                pt["plan"] = row
         if compact:
             doc["encoded"] = {
                 "schedule": sched.to_json(),
-                "plans": base64.b64encode(np.ascontiguousarray(self.plans).tobytes()).decode(),
+                "plans_z": plan_codec.encode_rows(self.plans),
                 "plans_shape": list(self.plans.shape),
                 "node_freqs": base64.b64encode(self.node_freqs.astype("<i4").tobytes()).decode(),
                 "node_freqs_shape": list(self.node_freqs.shape),
@@ -272,10 +280,15 @@ class Frontier:
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Frontier:
         """Rebuild a frontier written by ``to_json(compact=True)``."""
+        from perseus import plan_codec
+
         enc = doc["encoded"]
-        plans = np.frombuffer(base64.b64decode(enc["plans"]), dtype=np.uint8).reshape(
-            enc["plans_shape"]
-        )
+        if "plans_z" in enc:
+            plans = plan_codec.decode_rows(enc["plans_z"], enc["plans_shape"])
+        else:  # written before plans were compressed
+            plans = np.frombuffer(base64.b64decode(enc["plans"]), dtype=np.uint8).reshape(
+                enc["plans_shape"]
+            )
         node_freqs = (
             np.frombuffer(base64.b64decode(enc["node_freqs"]), dtype="<i4")
             .reshape(enc["node_freqs_shape"])
@@ -290,7 +303,7 @@ class Frontier:
             times=np.array([p["time"] for p in pts], dtype=np.float64),
             energies=np.array([p["energy"] for p in pts], dtype=np.float64),
             lower_bounds=np.array([p["lower_bound"] for p in pts], dtype=np.float64),
-            plans=plans.copy(),
+            plans=np.array(plans, dtype=np.uint8),
             node_freqs=node_freqs,
             bound_times=np.asarray(enc.get("bound_times", []), dtype=np.float64),
             bound_energies=np.asarray(enc.get("bound_energies", []), dtype=np.float64),

@@ -22,7 +22,9 @@ their energy (the blocking power for the time when a phase gives none).
 Per-clock transfer times: the transfer node has the time at the highest clock (the shortest;
 the least of the per-clock times if they are not monotone), while the *true* evaluation
 (:meth:`EnergyProblem.evaluate_many`) takes each transfer's time at the clock the plan gives the
-op that produced the data. The solver bounds with the former and plans on
+op that produced the data. The solver bounds on :meth:`EnergyProblem.cost_charged` (the
+shortest transfers, each transfer's cost at its producer's clock charged to the producer: the
+same effective costs as the truth, no longer durations) and plans on its
 :meth:`EnergyProblem.producer_charged` (never faster than the truth). A phase given per clock
 has a single option, its highest clock's.
 """
@@ -241,6 +243,33 @@ class EnergyProblem:
 
     def frequencies_of(self, plan: PlanArray) -> IntArray:
         return self.freqs[np.arange(self.num_nodes), np.asarray(plan, dtype=np.int64)]
+
+    def cost_charged(self) -> EnergyProblem:
+        """The problem the solver bounds on when transfers have per-clock times: each
+        producer's option ``k`` also carries the effective cost its transfer has at that clock
+        beyond the transfer node's, ``(power - P) * (t_k - t_min)`` in its energy (its time
+        unchanged; the transfer node keeps the shortest time ``t_min``). For every plan the sum
+        of effective costs then equals the truth's exactly and every duration is at most the
+        true one, so the relaxation of this model is below the truth whatever the transfer's
+        power: below the blocking power (the excess negative, a longer transfer *cheaper*) as
+        much as above it. :meth:`evaluate_many` still gives the truth. ``self`` when no
+        per-clock transfer draws other than the blocking power.
+        """
+        if not self.clocked_transfers.size:
+            return self
+        excess = self.clocked_power - self.blocking_power
+        if not np.any(excess != 0.0):
+            return self
+        shift = np.zeros_like(self.energies)
+        base = self.times[self.clocked_transfers, 0]
+        for j, p in enumerate(self.clocked_producers.tolist()):
+            shift[p] += excess[j] * (self.clocked_times[j] - base[j])
+        return replace(
+            self,
+            energies=self.energies + shift,
+            true_times=self.times if self.true_times is None else self.true_times,
+            true_energies=self.energies if self.true_energies is None else self.true_energies,
+        )
 
     def producer_charged(self) -> EnergyProblem:
         """The problem the solver plans on when transfers have per-clock times: each producer's

@@ -96,11 +96,12 @@ class CandidatePool:
         problem: EnergyProblem,
         relaxed: RelaxedFrontier,
         cancel: Callable[[], bool] | None = None,
+        threads: int | None = None,
     ) -> None:
         self.problem = problem
         self.relaxed = relaxed
         self.cancel = cancel
-        self.threads = max(1, min(8, os.cpu_count() or 1))
+        self.threads = max(1, min(8, threads or os.cpu_count() or 1))
         self.pool = ThreadPoolExecutor(max_workers=self.threads)
         self._seen: set[bytes] = set()
         self._plans: list[PlanArray] = []

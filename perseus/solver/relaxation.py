@@ -32,6 +32,7 @@ __all__ = [
     "RelaxedFrontier",
     "relaxed_frontier",
     "path_bound",
+    "sweep_range",
     "thin_hull",
 ]
 
@@ -238,15 +239,19 @@ def _sweep(
     stride: int | Callable[[], int],
     cancel: Callable[[], bool] | None,
     cells: int = 0,
+    start: FloatArray | None = None,
+    t_stop: float | None = None,
 ) -> Iterator[_Chunk]:
     """The min-cut iteration in chunks of steps, ``(times, costs, slopes, kept, durations,
     done)`` each, ``durations`` holding the rows of the steps with ``kept`` set: every
     ``stride``-th step by index since the start (``stride`` read before each chunk), the first
     step in each of ``cells`` equal cells of time between the slowest and the fastest point,
-    and the last step."""
+    and the last step. ``start``: relaxed durations optimal at their own longest path to start
+    from (default the longest durations); ``t_stop``: stop at the first step at or below it
+    (default the fastest time)."""
     dag = problem.dag
-    d = rel.longest.copy()
-    t_min = float(dag.iteration_time(rel.shortest))
+    d = rel.longest.copy() if start is None else np.array(start, dtype=np.float64)
+    t_min = float(dag.iteration_time(rel.shortest)) if t_stop is None else float(t_stop)
     t_max = float(dag.iteration_time(d))
     scale = min(1e6, 2.0**52 / (np.abs(rel.slope).max(axis=1).sum() + 1.0))
     n = problem.num_nodes
@@ -367,46 +372,11 @@ class RelaxedFrontier:
         Memory: ``O(b + memory)`` for ``b`` breakpoints, whatever ``b`` is; time as
         :func:`relaxed_frontier`.
         """
-        n = problem.num_nodes
-        budget = max(64, memory // (8 * max(n, 1)))
-        cells = budget // 4
-        cap = budget - cells
-        stride = [1]
-        by_index: dict[int, FloatArray] = {}
-        by_time: dict[int, FloatArray] = {}
-        times: list[FloatArray] = []
-        costs: list[FloatArray] = []
-        g = 0
-        t_lo = float(problem.dag.iteration_time(relaxation.shortest))
-        t_hi = float(problem.dag.iteration_time(relaxation.longest))
         swept = relaxation if hulls is None else hulls
-        chunks = _sweep(problem, swept, lambda: stride[0], cancel, cells)
-        for t, c, _, kept, rows, done in chunks:
-            st = stride[0]
-            for r, j in enumerate(np.flatnonzero(kept)):
-                last = done and j == len(t) - 1
-                row = rows[r].copy()  # not a view: that would keep the whole chunk
-                (by_index if (g + j) % st == 0 and not last else by_time)[g + int(j)] = row
-            g += len(t)
-            times.append(t)
-            costs.append(c)
-            while len(by_index) > cap:
-                stride[0] *= 2
-                by_index = {i: v for i, v in by_index.items() if i % stride[0] == 0}
-            if progress is not None and t_hi > t_lo:
-                for x in np.minimum(1.0, (t_hi - t) / (t_hi - t_lo)):
-                    progress(float(x))
-        kept_rows = by_index | by_time  # the slowest (index 0) and the last step among them
-        order = sorted(kept_rows, reverse=True)  # by increasing time
-        all_t = np.concatenate(times)[::-1]
-        return cls._make(
-            problem,
-            relaxation,
-            all_t,
-            np.concatenate(costs)[::-1],
-            np.concatenate(times)[np.array(order)],
-            np.stack([kept_rows[i] for i in order]),
+        times, costs, kept_t, kept_d = sweep_range(
+            problem, swept, memory=memory, cancel=cancel, progress=progress
         )
+        return cls._make(problem, relaxation, times, costs, kept_t, kept_d)
 
     @classmethod
     def _make(
@@ -449,6 +419,59 @@ class RelaxedFrontier:
         fastest time; :attr:`relaxed_bound`)."""
         out: FloatArray = np.asarray(self.relaxed_bound.bound(times), dtype=np.float64)
         return out
+
+
+def sweep_range(
+    problem: EnergyProblem,
+    swept: Relaxation,
+    *,
+    memory: int,
+    cancel: Callable[[], bool] | None = None,
+    progress: Callable[[float], None] | None = None,
+    start: FloatArray | None = None,
+    t_stop: float | None = None,
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """The breakpoints of ``swept``'s relaxed frontier from ``start`` (default the longest
+    durations) down to ``t_stop`` (default the fastest time), by increasing time:
+    ``(times, costs, kept_times, kept_durations)``, the durations of about ``memory`` bytes'
+    worth kept as :meth:`RelaxedFrontier.sweep` says."""
+    n = problem.num_nodes
+    budget = max(64, memory // (8 * max(n, 1)))
+    cells = budget // 4
+    cap = budget - cells
+    stride = [1]
+    by_index: dict[int, FloatArray] = {}
+    by_time: dict[int, FloatArray] = {}
+    times: list[FloatArray] = []
+    costs: list[FloatArray] = []
+    g = 0
+    t_lo = float(problem.dag.iteration_time(swept.shortest)) if t_stop is None else t_stop
+    t_hi = float(problem.dag.iteration_time(swept.longest if start is None else start))
+    chunks = _sweep(problem, swept, lambda: stride[0], cancel, cells, start, t_stop)
+    for t, c, _, kept, rows, done in chunks:
+        st = stride[0]
+        for r, j in enumerate(np.flatnonzero(kept)):
+            last = done and j == len(t) - 1
+            row = rows[r].copy()  # not a view: that would keep the whole chunk
+            (by_index if (g + j) % st == 0 and not last else by_time)[g + int(j)] = row
+        g += len(t)
+        times.append(t)
+        costs.append(c)
+        while len(by_index) > cap:
+            stride[0] *= 2
+            by_index = {i: v for i, v in by_index.items() if i % stride[0] == 0}
+        if progress is not None and t_hi > t_lo:
+            for x in np.minimum(1.0, (t_hi - t) / (t_hi - t_lo)):
+                progress(float(x))
+    kept_rows = by_index | by_time  # the slowest (index 0) and the last step among them
+    order = sorted(kept_rows, reverse=True)  # by increasing time
+    all_t = np.concatenate(times)
+    return (
+        all_t[::-1].copy(),
+        np.concatenate(costs)[::-1].copy(),
+        all_t[np.array(order)],
+        np.stack([kept_rows[i] for i in order]),
+    )
 
 
 def path_bound(

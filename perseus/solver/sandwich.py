@@ -42,7 +42,7 @@ from perseus.kernels.network_simplex import init_tree, reprice, simplex
 from perseus.problem import EnergyProblem
 from perseus.solver.relaxation import Relaxation, RelaxedFrontier
 
-__all__ = ["Circulation", "SandwichStats", "sandwich_frontier"]
+__all__ = ["Circulation", "SandwichStats", "sandwich_frontier", "time_unit"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -50,6 +50,14 @@ IntArray = npt.NDArray[np.int64]
 NS = 1e9  # cost unit: nanoseconds
 _UNBOUNDED = np.int64(1) << 52
 _PIVOTS_PER_CALL = 200_000  # cancelling is heard between calls
+
+
+def time_unit(problem: EnergyProblem, hulls: Relaxation, finest: float = 1e12) -> float:
+    """The finest time unit (at most ``finest`` per second) whose integer costs keep the
+    network simplex's potentials and reduced costs within ``int64`` (a margin of 8x)."""
+    total = float(np.where(np.isfinite(hulls.tau), np.abs(hulls.tau), 0.0).sum())
+    total += float(problem.dag.iteration_time(hulls.longest))
+    return float(min(finest, 2.0**59 / (6.0 * max(total, 1e-9))))
 
 
 @dataclass
@@ -68,12 +76,15 @@ class SandwichStats:
 class Circulation:
     """The node-split network of one problem and hull table, with its warm simplex state."""
 
-    def __init__(self, problem: EnergyProblem, hulls: Relaxation) -> None:
+    def __init__(self, problem: EnergyProblem, hulls: Relaxation, unit: float = NS) -> None:
+        """``unit``: time units per second of the integer costs (default nanoseconds; the
+        parallel sweep's range starts use picoseconds, :func:`time_unit`)."""
         dag = problem.dag
+        self.unit = unit
         n = problem.num_nodes
         self.problem, self.hulls, self.n = problem, hulls, n
         nv = hulls.nv
-        tau_ns = np.rint(np.where(np.isfinite(hulls.tau), hulls.tau, 0.0) * NS).astype(np.int64)
+        tau_ns = np.rint(np.where(np.isfinite(hulls.tau), hulls.tau, 0.0) * unit).astype(np.int64)
         steep = float(np.abs(hulls.slope).max(axis=1).sum()) + 1.0
         self.cap_scale = min(1e6, 2.0**50 / steep)
         src: list[IntArray] = []
@@ -112,7 +123,7 @@ class Circulation:
         arcs_dst = np.concatenate(dst).astype(np.int64)
         self.ret = len(arcs_src) - 1  # the return arc t -> s
         costs = np.concatenate(cost).astype(np.int64)
-        t_max_ns = int(np.rint(float(dag.iteration_time(hulls.longest)) * NS)) + 1
+        t_max_ns = int(np.rint(float(dag.iteration_time(hulls.longest)) * unit)) + 1
         big = 3 * (int(np.abs(costs).sum()) + t_max_ns) + 1
         # artificial arcs v -> root
         self.src = np.concatenate([arcs_src, np.arange(nn, dtype=np.int64)])
@@ -137,7 +148,7 @@ class Circulation:
         """The circulation at ``deadline``, warm-started from the last: ``(L, F, durations)``
         with ``G(T') >= L - F (T' - deadline)`` for every ``T'`` (tangent at ``deadline``) and
         durations feasible within ``deadline``."""
-        t_ns = max(int(np.rint(deadline * NS)), self.t0_ns + 1)
+        t_ns = max(int(np.rint(deadline * self.unit)), self.t0_ns + 1)
         self.cost[self.ret] = t_ns
         root = self.parent.shape[0] - 1
         reprice(self.src, self.dst, self.cost, self.parent, self.pedge, self.nxt, self.pi, root)
@@ -155,7 +166,7 @@ class Circulation:
         h = np.where(self._valid, self._cost + phi[:, None] * self._tau, np.inf).min(axis=1)
         lagrangian = float(h.sum()) - big_f * deadline
         pi = self.pi
-        d = (pi[n : 2 * n] - pi[:n]).astype(np.float64) / NS
+        d = (pi[n : 2 * n] - pi[:n]).astype(np.float64) / self.unit
         d = np.clip(d, self.hulls.shortest, self.hulls.longest)
         return lagrangian, big_f, self._feasible(d, deadline)
 

@@ -17,6 +17,7 @@ from perseus.profiles import Profile
 from perseus.schedules import Schedule
 from perseus.solver.candidates import CandidatePool
 from perseus.solver.options import SolverOptions
+from perseus.solver.parallel import RangeStats
 from perseus.solver.relaxation import Relaxation, RelaxedFrontier, path_bound
 from perseus.solver.rounder import Rounder
 from perseus.solver.sandwich import SandwichStats
@@ -41,6 +42,8 @@ class SolveStats:
     stages: dict[str, tuple[float, float]] = field(default_factory=dict)
     relaxation: str = "sweep"
     sandwich: SandwichStats | None = None
+    #: the parallel sweep's ranges (their CPU is the workers', not in ``stages``)
+    ranges: list[RangeStats] = field(default_factory=list)
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -70,6 +73,8 @@ def first_plan(problem: EnergyProblem, relaxation: Relaxation, rounder: Rounder)
     than the full solve's, so its gap reads higher); ``bound_times`` holds ``T0`` and the
     slowest relaxed time, so :meth:`~perseus.frontier.Frontier.lower_bound_at` stays
     certified at every deadline. Cost: one reclaim, ``O(levels x rounds x (nK + m))``.
+    ``relaxation`` is the bounding model's (:meth:`EnergyProblem.cost_charged`, ``problem``'s
+    own without per-clock transfers); ``rounder`` rounds on any model of the same DAG.
     """
     fastest = problem.max_frequency_plan()
     t0 = problem.evaluate(fastest)
@@ -135,15 +140,21 @@ def solve_problem(
     if opts.relaxation == "auto" and problem.dag.schedule.virtual_stages >= AUTO_SANDWICH_CHUNKS:
         core = "sandwich"
     st.relaxation = core
-    # Per-clock transfer times: plans come from the model that charges a transfer's extra time
-    # to its producer (never late on the truth), the certified bound from the model of the
-    # shortest transfers (below the truth); every plan is evaluated on the truth either way.
-    planning = problem.producer_charged()
+    # Per-clock transfer times: the certified bound comes from the model of the shortest
+    # transfers with each transfer's effective cost at its producer's clock charged to the
+    # producer (the truth's costs, no longer durations: below the truth whatever the transfer
+    # draws), plans from the model that also charges the transfer's extra time to its producer
+    # (never late on the truth); every plan is evaluated on the truth either way.
+    cores = opts.cores
+    bounding = problem.cost_charged()
+    planning = bounding.producer_charged()
     with st.stage("first plan"):
-        rel = Relaxation.build(problem)
-        rounder = Rounder(problem, rel, opts.rounding)
-        early = first_plan(problem, rel, rounder)  # cheap; a candidate either way
-        if planning is not problem:
+        bound_rel = Relaxation.build(bounding)
+        base_rel = bound_rel if bounding is problem else Relaxation.build(problem)
+        rounder = Rounder(problem, base_rel, opts.rounding)
+        early = first_plan(problem, bound_rel, rounder)  # cheap; a candidate either way
+        rel = bound_rel
+        if planning is not bounding:
             rel = Relaxation.build(planning)
             rounder = Rounder(planning, rel, opts.rounding)
     if on_first_plan is not None:
@@ -164,14 +175,16 @@ def solve_problem(
             core=core,
             tolerance=opts.sandwich_tolerance,
             stats=stats,
+            workers=opts.workers or 1,  # the range sweep only when asked for (see options)
+            ranges=st.ranges if report else None,
         )
 
     with st.stage("relax"):
         relaxed = relaxed_of(planning, rel, st.sandwich)
         bound = relaxed
-        if planning is not problem:
-            bound = relaxed_of(problem, Relaxation.build(problem), None, report=False)
-    with CandidatePool(planning, relaxed, cancel) as pool:
+        if planning is not bounding:
+            bound = relaxed_of(bounding, bound_rel, None, report=False)
+    with CandidatePool(planning, relaxed, cancel, threads=cores) as pool:
         run = Run(
             planning, relaxed, rounder, pool, opts, np.random.default_rng(opts.seed), progress
         )

@@ -19,6 +19,7 @@ from perseus.frontier import Frontier
 from perseus.problem import EnergyProblem
 from perseus.solver.candidates import CandidatePool, Snapshot
 from perseus.solver.options import SolverOptions
+from perseus.solver.parallel import PARALLEL_MIN_NODES, RangeStats, parallel_sweep
 from perseus.solver.relaxation import Relaxation, RelaxedFrontier
 from perseus.solver.rounder import Rounder
 from perseus.solver.sandwich import SandwichStats, sandwich_frontier
@@ -78,6 +79,8 @@ def relax(
     core: str = "sweep",
     tolerance: float = 5e-4,
     stats: SandwichStats | None = None,
+    workers: int = 1,
+    ranges: list[RangeStats] | None = None,
 ) -> RelaxedFrontier:
     """The relaxed frontier (progress runs to 0.6). ``core="sweep"`` (or ``"auto"``): every
     breakpoint, the durations of about ``memory`` bytes' worth of them kept;
@@ -86,7 +89,9 @@ def relax(
     With ``hull_tolerance > 0`` either runs on hulls with fewer pieces, each below its node's
     by at most ``hull_tolerance`` times the node's least energy
     (:meth:`Relaxation.under_estimate`): a bound looser by at most that share of the energy,
-    with fewer breakpoints to visit (fewer arcs to price)."""
+    with fewer breakpoints to visit (fewer arcs to price). ``workers > 1``: the sweep over
+    deadline ranges in that many processes (:func:`~perseus.solver.parallel.parallel_sweep`,
+    from ``PARALLEL_MIN_NODES`` nodes; ``ranges`` gets each range's figures)."""
     rel = Relaxation.build(problem) if relaxation is None else relaxation
     hulls = None
     if hull_tolerance > 0:
@@ -102,6 +107,17 @@ def relax(
             cancel=cancel,
             progress=None if progress is None else (lambda f: progress(0.6 * f)),
             stats=stats,
+        )
+    if workers > 1 and problem.num_nodes >= PARALLEL_MIN_NODES:
+        return parallel_sweep(
+            problem,
+            rel,
+            workers=workers,
+            memory=memory,
+            cancel=cancel,
+            progress=None if progress is None else (lambda f: progress(0.6 * f)),
+            hulls=hulls,
+            stats=ranges,
         )
     return RelaxedFrontier.sweep(
         problem,

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from perseus.plan_codec import decode_rank_plans
 from perseus.profiles import Profile
 
 PERSEUS = [sys.executable, "-m", "perseus"]
@@ -39,15 +40,18 @@ def test_frontier_writes_json_with_plans_and_a_png(profile_csv: Path, tmp_path: 
     pts = doc["points"]
     times = [p["time"] for p in pts]
     assert times == sorted(times) and times[0] <= doc["max_frequency_time"]
-    for p in pts:
+    plans = list(decode_rank_plans(doc))  # the compact per-rank form
+    assert len(plans) == len(pts)
+    for p, plan in zip(pts, plans, strict=True):
         assert p["lower_bound"] <= p["energy"] * (1 + 1e-12)
-        assert len(p["plan"]) == 4  # one list per stage, in that rank's execution order
-        for stage_plan in p["plan"]:
-            assert len(stage_plan) == 2 * 3
-            assert {s["instruction"] for s in stage_plan} == {"forward", "backward"}
-            assert all(s["frequency"] in {1410, 1305, 1200, 1095, 990, 855} for s in stage_plan)
+        assert len(plan) == 4  # one list per rank, in that rank's execution order
+        for r, rank_plan in enumerate(plan):
+            assert len(rank_plan) == 2 * 3
+            assert {s["instruction"] for s in rank_plan} == {"forward", "backward"}
+            assert {s["stage"] for s in rank_plan} == {r}
+            assert all(s["frequency"] in {1410, 1305, 1200, 1095, 990, 855} for s in rank_plan)
     # 1F1B on the last stage alternates forward and backward from the start
-    assert [s["instruction"] for s in pts[0]["plan"][3][:2]] == ["forward", "backward"]
+    assert [s["instruction"] for s in plans[0][3][:2]] == ["forward", "backward"]
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "plans in" in out.stderr  # the summary line
 

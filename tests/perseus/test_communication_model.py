@@ -409,8 +409,8 @@ def test_a_sweep_stopped_short_of_the_fastest_time_still_bounds_it() -> None:
 def test_per_clock_transfers_are_planned_on_a_model_never_faster_than_the_truth(name: str) -> None:
     """With transfer times that grow at low producer clocks, the solver plans on the model
     that charges the extra to the producer (never faster than the truth, equal at the highest
-    clocks) and bounds with the shortest transfers (never slower): the zero-slowdown plan is on
-    time, saves energy, and lies above the LP of the shortest transfers."""
+    clocks) and bounds with the shortest transfers (never slower) at the truth's costs: the
+    zero-slowdown plan is on time, saves energy, and lies above that model's LP."""
     sched = SCHEDULES[name]()
     prof = random_profile(sched.stages, 9).with_communication(
         full_communication(sched.stages, 9, clocked=True)
@@ -437,10 +437,15 @@ def test_per_clock_transfers_are_planned_on_a_model_never_faster_than_the_truth(
     t, e = problem.evaluate_many(frontier.plans)
     np.testing.assert_allclose(frontier.times, t, rtol=1e-12)
     np.testing.assert_allclose(frontier.energies, e, rtol=1e-12)
-    lp = LPRelaxation(problem)  # the shortest transfers: below every true plan
+    # The bound: the shortest transfers, each transfer's cost at its producer's clock charged
+    # to the producer (below every true plan); tighter than the shortest transfers' own costs
+    # here, where every transfer draws at least the blocking power.
+    lp = LPRelaxation(problem.cost_charged())
+    short = LPRelaxation(problem)
     for deadline in (t0.time, 1.1 * t0.time):
         ref = lp.solve(deadline).value
         assert frontier.lower_bound_at(deadline) == pytest.approx(ref, rel=1e-6)
+        assert ref >= short.solve(deadline).value * (1 - 1e-9)
         assert frontier.energy_at(deadline) >= ref * (1 - 1e-9)
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from perseus.errors import InfeasibleError
 from perseus.frontier import Frontier, FrontierPoint
+from perseus.plan_codec import decode_rank_plans
 from perseus.profiles import Profile
 from perseus.schedules import make_schedule, one_f_one_b
 from perseus.solver import solve_frontier
@@ -168,11 +169,12 @@ def test_json_with_plans_has_the_cli_shape(which: str, request: pytest.FixtureRe
     assert len(doc["points"]) == len(f)
     times = [p["time"] for p in doc["points"]]
     assert times == sorted(times) and times == f.times.tolist()
+    plans = list(decode_rank_plans(doc))  # each point's "plan", in the compact per-rank form
     for i in (0, len(f) // 2, len(f) - 1):
         pt = doc["points"][i]
         assert set(pt) == {"time", "energy", "lower_bound", "plan"}
         assert (pt["energy"], pt["lower_bound"]) == (f.energies[i], f.lower_bounds[i])
-        plan = pt["plan"]
+        plan = plans[i]
         assert len(plan) == sched.ranks
         freqs = f.frequencies(i).tolist()
         k = 0
@@ -182,6 +184,7 @@ def test_json_with_plans_has_the_cli_shape(which: str, request: pytest.FixtureRe
                 assert step == {
                     "instruction": op.kind,
                     "microbatch": op.microbatch,
+                    "stage": op.stage,
                     "frequency": freqs[k],
                 }
                 k += 1

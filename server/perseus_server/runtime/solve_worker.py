@@ -62,7 +62,7 @@ def run_solve(
     from perseus.frontier import Frontier
     from perseus.profiles import parse_profile_csv
     from perseus.schedules import Schedule
-    from perseus.solver import solve_frontier
+    from perseus.solver import SolverOptions, solve_frontier
 
     if memory_bytes is not None:
         _cap_address_space(memory_bytes)
@@ -103,6 +103,7 @@ def run_solve(
             progress=progress,
             cancel=cancel.is_set,
             on_first_plan=on_first_plan if first_plan else None,
+            options=SolverOptions(workers=1),  # one core per solve: the server runs several
         )
         send(("done", json.dumps(frontier.to_json(compact=True)), time.perf_counter() - t0))
     except SolverCancelled as e:
