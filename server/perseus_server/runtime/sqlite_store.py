@@ -25,10 +25,10 @@ from typing import Any
 
 from perseus_server.domain.jobs import JobSpec, RankInfo
 from perseus_server.domain.rows import (
+    DEFAULT_TENANT,
     CredentialRow,
     FrontierRow,
     IterationRow,
-    DEFAULT_TENANT,
     JobRow,
     RankIteration,
     TenantRow,
