@@ -52,14 +52,18 @@ from perseus_server.policy.planner import PlanPolicy
 from perseus_server.rest.credentials import TAG as CREDENTIALS_TAG
 from perseus_server.rest.credentials import create_job_with_credential, credentials_router
 from perseus_server.rest.docs import built_response, install_openapi, operation
-from perseus_server.rest.gate import Gate
+from perseus_server.rest.gate import CALLER, Gate
 from perseus_server.rest.power import TAG as POWER_TAG
 from perseus_server.rest.power import power_router
 from perseus_server.rest.problems import install_error_handlers
 from perseus_server.rest.swagger import install_swagger
+from perseus_server.rest.tenants import TAG as TENANTS_TAG
+from perseus_server.rest.tenants import tenants_router
 from perseus_server.rest.ui import install_ui
 from perseus_server.service import PerseusService
-from perseus_server.service.credentials import Credentials
+from perseus_server.service.authorization import TENANT_SCOPES, sees_tenant
+from perseus_server.service.credentials import Credentials, Principal
+from perseus_server.service.tenants import DEFAULT_TENANT
 from perseus_server.service.views import MAX_STATUS_RANKS, STATUS_RANKS
 
 __all__ = ["create_app", "PrometheusText"]
@@ -77,6 +81,7 @@ TAGS = [
     {"name": "stragglers", "description": "Slow pipelines: reports, detection, replanning."},
     POWER_TAG,
     CREDENTIALS_TAG,
+    TENANTS_TAG,
 ]
 
 
@@ -146,6 +151,23 @@ def _spec(body: JobIn) -> JobSpec:
         blocking_power=_blocking_power(body.gpu_model, body.blocking_power),
         name=body.name,
     )
+
+
+def _job_tenant(who: Principal, named: str | None, service: PerseusService) -> str:
+    """The tenant a new job belongs to: a tenant credential's own (naming another is
+    refused), else the one named (an unknown one is refused), else ``default``."""
+    if who.scope in TENANT_SCOPES:
+        assert who.tenant is not None
+        if named is not None and named != who.tenant:
+            raise BadRequest(
+                f"a credential of tenant {who.tenant!r} creates jobs in its own tenant",
+                field="tenant",
+            )
+        return who.tenant
+    tenant = DEFAULT_TENANT if named is None else named
+    if tenant not in service.tenants:
+        raise BadRequest(f"no tenant {tenant[:64]!r}; POST /tenants first", field="tenant")
+    return tenant
 
 
 def _known_gpu(model: str) -> float | None:
@@ -231,6 +253,7 @@ def create_app(
     )
     app.add_middleware(
         Gate,
+        owner=service.tenant_of,
         credentials=credentials,
         limits=service.limits,
         metrics=service.metrics,
@@ -250,9 +273,14 @@ def create_app(
         response_class=PrometheusText,
         **operation(None, "Prometheus metrics", "Metrics in the Prometheus text format."),
     )
-    async def metrics() -> PrometheusText:
-        """Request, solve, deployment, replan and report counters and histograms; job gauges."""
-        return PrometheusText(service.metrics.render())
+    async def metrics(who: Principal = CALLER) -> PrometheusText:
+        """Request, solve, deployment, replan and report counters and histograms; job gauges.
+        A tenant's credential sees only the series of its jobs and its tenant."""
+        tenant = sees_tenant(who)
+        if tenant is None:
+            return PrometheusText(service.metrics.render())
+        mine = {j.id for j in service.jobs if j.row.tenant == tenant}
+        return PrometheusText(service.metrics.render_for(mine, tenant))
 
     # --- jobs ------------------------------------------------------------------------------------
 
@@ -261,9 +289,11 @@ def create_app(
         tags=["jobs"],
         **operation(JobCreated, "Create a job", "The new job.", 409, 413, 422, status=201),
     )
-    async def create_job(body: JobIn) -> dict[str, Any]:
+    async def create_job(body: JobIn, who: Principal = CALLER) -> dict[str, Any]:
         """A training job: pipelines of ``stages`` ranks running ``schedule`` over
-        ``microbatches``; 409 when the server holds its maximum number of jobs."""
+        ``microbatches``, in the caller's tenant (the admin: ``tenant``, default ``default``);
+        409 when the server holds its maximum number of jobs, or the tenant its quota."""
+        tenant = _job_tenant(who, body.tenant, service)
         spec = _spec(body)
         if body.blocking_power is None and not body.gpu_model.strip():
             spec.validate(service.limits)  # a bad field elsewhere is named first
@@ -277,7 +307,7 @@ def create_app(
                 "and run online profiling (POST /jobs/{id}/profiling), which measures it",
                 field="blocking_power",
             )
-        return create_job_with_credential(service, credentials, spec)
+        return create_job_with_credential(service, credentials, spec, tenant)
 
     @app.get("/jobs", tags=["jobs"], **operation(JobList, "List jobs", "A page of jobs.", 422))
     async def list_jobs(
@@ -287,10 +317,12 @@ def create_app(
         after: str | None = Query(
             None, max_length=64, description="The ``next`` cursor of the previous page."
         ),
+        who: Principal = CALLER,
     ) -> dict[str, Any]:
         """The jobs, oldest first, a page at a time (``next`` is present when more follow);
-        custom schedules are summarised by name, their orders are on ``GET /jobs/{id}``."""
-        return service.jobs_page(limit, after)
+        custom schedules are summarised by name, their orders are on ``GET /jobs/{id}``. A
+        tenant's credential lists its tenant's jobs only."""
+        return service.jobs_page(limit, after, sees_tenant(who))
 
     @app.get("/jobs/{job_id}", tags=["jobs"], **operation(JobView, "Get a job", "The job.", 404))
     async def get_job(job_id: str) -> dict[str, Any]:
@@ -594,6 +626,7 @@ def create_app(
 
     app.include_router(power_router(service))
     app.include_router(credentials_router(service, credentials))
+    app.include_router(tenants_router(service))
     install_swagger(app)  # /docs and /openapi.json, outside the gate
     install_ui(app, auth=credentials.enabled)  # the page's own middleware: keep it added last
     return app

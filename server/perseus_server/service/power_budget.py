@@ -398,12 +398,23 @@ class PowerBudget:
         self.recompute(f"budget set to {watts:g} W ({policy})")
         return self.view()
 
-    def view(self) -> dict[str, Any]:
-        """``GET /power-budget``; 404 when none is set."""
+    def _tenant(self, job_id: str) -> str | None:
+        return self.ctx.jobs.get(job_id).row.tenant if job_id in self.ctx.jobs else None
+
+    def view(self, tenant: str | None = None) -> dict[str, Any]:
+        """``GET /power-budget``; 404 when none is set. ``tenant``: only that tenant's jobs
+        are listed (the totals stay the cluster's)."""
         s, r = self.settings, self.result
         if s is None or r is None:
             raise NotFound("no power budget is set; PUT /power-budget first", field="power_budget")
-        jobs = [{**sh.to_json(), "time": sh.time} for sh in r.shares]
+        jobs = [
+            {**sh.to_json(), "time": sh.time}
+            for sh in r.shares
+            if tenant is None or self._tenant(sh.name) == tenant
+        ]
+        left_out = [
+            x for x in self.left_out() if tenant is None or self._tenant(x["job"]) == tenant
+        ]
         return {
             "watts": s.watts,
             "policy": s.policy,
@@ -414,7 +425,7 @@ class PowerBudget:
             "gap": 0.0 if r.feasible else None,
             "on_infeasible": s.on_infeasible,
             "over_by": 0.0 if r.feasible else max(0.0, r.lowest_power - s.watts),
-            "left_out": self.left_out(),
+            "left_out": left_out,
             "jobs": jobs,
         }
 
