@@ -345,7 +345,7 @@ class Metrics:
                 "perseus_ranks_without_clock_control",
                 "Registered ranks that say they cannot control their GPU's clocks (they train at "
                 "the GPU's current clocks), by job and node (their host name; the 32 nodes "
-                "with most per job, the rest as other; node=\"\" 0 when none lacks control).",
+                'with most per job, the rest as other; node="" 0 when none lacks control).',
                 without_clock_control or dict,
             )
         )

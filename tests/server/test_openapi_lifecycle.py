@@ -281,6 +281,7 @@ def test_real_responses_match_the_published_schema(
     c.call("GET", "/healthz", 200)
     _errors(c, small_csv)
     job_id = _main_job(c, small_csv)
+    register(stub, job_id, 0, 0)  # started: it draws on a power budget
     exercise_power_budget(c, job_id)
     exercise_credentials(c, job_id)
     exercise_tenants(c)

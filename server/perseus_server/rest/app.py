@@ -181,6 +181,15 @@ def _blocking_power(gpu_model: str, given: float | None) -> float:
     """``blocking_power`` as given, else the known GPU's; a GPU the table does not know needs
     it (422 saying how to measure it), never a silent 0 W."""
     if given is not None:
+        words = "".join(c if c.isalnum() else " " for c in gpu_model.lower()).split()
+        for g in KNOWN_GPUS:
+            if g.key in words and given > g.max_power_limit:
+                raise BadRequest(
+                    f"{given:g} W is more than a {g.name} can draw (its maximum power limit is "
+                    f"{g.max_power_limit:g} W): give the power one GPU draws while it waits on a "
+                    "pipeline neighbour",
+                    field="blocking_power",
+                )
         return given
     if not gpu_model.strip():
         return 0.0  # neither given: the create route refuses it once the rest is checked

@@ -108,7 +108,16 @@ class PerseusService:
         self.deployer = Deployer(
             ctx,
             lambda d: PowerBudget(
-                ctx, d, self.powers, participates=lambda job: self.lifecycle.active(job.id)
+                ctx,
+                d,
+                self.powers,
+                participates=lambda job: self.lifecycle.drawing(job.id),
+                tenants=self.tenants,
+                why_out=lambda job: (
+                    "not active (idle or finished)"
+                    if not self.lifecycle.active(job.id)
+                    else "not started (no rank registered)"
+                ),
             ),
         )
         self.power_budget = self.deployer.budget
@@ -133,11 +142,11 @@ class PerseusService:
         )
         # The gauges an operator alerts on (lifecycle, budget, mismatch, slowdown, world size).
         self.metrics.add_job_gauges(
-            JobGauges(ctx, self.deployer, self.lifecycle, self.power_budget, checks)
+            JobGauges(ctx, self.deployer, self.lifecycle, self.power_budget, checks, self.tenants)
         )
 
     def _lifecycle_changed(self, job_id: str, state: JobActivity, why: str) -> None:
-        self.power_budget.recompute(f"job {job_id} is {state} ({why})")
+        self.power_budget.request_recompute(f"job {job_id} is {state} ({why})")
 
     # --- lifecycle -------------------------------------------------------------------------------
 
