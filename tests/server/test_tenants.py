@@ -188,3 +188,55 @@ def test_bad_tenants_and_credentials_are_refused_naming_the_field(admin: httpx.C
     assert r.status_code == 422 and problem_field(r) == "tenant"
     r = admin.patch("/tenants/nobody", json={"max_jobs": 1})
     assert r.status_code == 404 and problem_field(r) == "tenant_id"
+
+
+def test_metrics_route_alerts_and_stay_bounded(
+    srv: ServerProcess, admin: httpx.Client, small_csv: str
+) -> None:
+    """``perseus_job_info`` to join on, the node of ranks without clock control, and a
+    64-pipeline job that adds 8 pipeline slowdown series (its slowest) and its min and max."""
+    import grpc
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from perseus_common.proto import perseus_pb2 as pb
+    from perseus_common.proto import perseus_pb2_grpc as pb_grpc
+
+    from .conftest import solved_job
+
+    job = solved_job(admin, small_csv, data_parallel=64, name="wide")
+    unavailable = pb.ClockControl(state=pb.CLOCK_CONTROL_UNAVAILABLE, reason="no daemon")
+    with grpc.insecure_channel(srv.grpc_target) as ch:
+        stub = pb_grpc.PlanServiceStub(ch)
+        for g, (node, cc) in enumerate(
+            [("node-a", unavailable), ("node-a", unavailable), ("node-b", unavailable),
+             ("node-c", None)]
+        ):  # fmt: skip
+            req = pb.RegisterRankRequest(
+                job_id=job, global_rank=g, pipeline_rank=g % 2, data_rank=g // 2, hostname=node
+            )
+            if cc is not None:
+                req.clock_control.CopyFrom(cc)
+            stub.RegisterRank(req, metadata=(("authorization", f"Bearer {ADMIN}"),), timeout=10)
+    fams = {f.name: f for f in text_string_to_metric_families(admin.get("/metrics").text)}
+
+    def samples(name: str) -> dict[tuple[tuple[str, str], ...], float]:
+        return {
+            tuple(sorted(s.labels.items())): s.value
+            for s in fams[name].samples
+            if s.labels.get("job") == job
+        }
+
+    assert samples("perseus_job_info") == {
+        (("job", job), ("name", "wide"), ("tenant", "default")): 1.0
+    }
+    assert samples("perseus_ranks_without_clock_control") == {
+        (("job", job), ("node", "node-a")): 2.0,
+        (("job", job), ("node", "node-b")): 1.0,
+    }
+    slow = samples("perseus_deployed_slowdown_ratio")
+    assert len(slow) == 8  # of 64 pipelines
+    ranges = samples("perseus_job_deployed_slowdown_ratio")
+    assert set(ranges) == {(("job", job), ("stat", "min")), (("job", job), ("stat", "max"))}
+    assert max(slow.values()) == ranges[(("job", job), ("stat", "max"))]
+    tenants = {s.labels["tenant"] for s in fams["perseus_tenant_info"].samples}
+    assert "default" in tenants
