@@ -11,8 +11,8 @@ every job's slowdown under the budget, the budget's feasibility and tenant A's w
    runs: a rank of it is connected;
 1. tenant B creates a 1,024-pipeline job (``data_parallel`` 1024), uploads its profile and
    solves it, and never starts it;
-2. tenant B creates a 2-GPU job claiming ``blocking_power`` 10,000 W per GPU, solved, never
-   started;
+2. tenant B creates a one-pipeline job (4 GPUs) claiming ``blocking_power`` 10,000 W per GPU,
+   solved, never started;
 3. tenant B's two jobs start (a rank of each connects, saying it is an A40);
 4. the admin gives tenant A a guaranteed 800 W.
 
@@ -170,7 +170,7 @@ def run(budget: float, stages: int, microbatches: int, pipelines: int) -> list[d
             sc.job("B-1024", "team-b", data_parallel=pipelines)
             rows.append(sc.row(f"1: B's {pipelines}-pipeline job solved, never started"))
             sc.job("B-10kW", "team-b", data_parallel=1, blocking_power=10000.0)
-            rows.append(sc.row("2: B's 2-GPU job claims 10 kW/GPU, never started"))
+            rows.append(sc.row(f"2: B's {stages}-GPU job claims 10 kW/GPU, never started"))
             sc.start("B-1024")
             sc.start("B-10kW")
             rows.append(sc.row("3: B's two jobs start"))

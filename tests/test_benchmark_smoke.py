@@ -120,5 +120,6 @@ def test_tenancy_benchmark_smoke() -> None:
         assert r["feasible"] and not r["B-1024"]["drawing"], r
     assert not rows[2]["B-10kW"]["drawing"]
     # Started, B's 10 kW-per-GPU claim counts as what its two A40s can draw (300 W each).
+    assert "2-GPU job claims 10 kW/GPU" in rows[2]["step"]
     assert rows[3]["B-10kW"]["watts"] <= 600.0 + 1e-6
     assert rows[3]["A"]["slowdown"] > 0  # equal weights, no guarantee: A gives up half
