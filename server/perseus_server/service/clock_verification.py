@@ -7,7 +7,7 @@ below their locked clock, with NVML's clock-event (throttle) reasons (``Iteratio
 This module
 
 - validates those fields (:func:`validate_applied_clocks`; bounded, named errors);
-- keeps each rank's record of its last :data:`~perseus_server.policy.detectors.OFF_PLAN_WINDOW`
+- keeps each rank's record of its last :data:`~perseus_server.decisions.detectors.OFF_PLAN_WINDOW`
   iterations in the job's straggler detector (:meth:`ClockVerification.observe`), which the
   straggler logic reads (:func:`detector_feeder`: an off-plan rank's measured times feed the
   detector);
@@ -32,11 +32,12 @@ from perseus.profiles import INSTRUCTION_KINDS
 from perseus_common.clocks import CLOCK_EVENT_REASON_NAMES
 from perseus_common.clocks import MAX_CLOCK_MHZ as MAX_FREQUENCY_MHZ
 from perseus_server.config import Limits
+from perseus_server.decisions.detectors import RankClocks
 from perseus_server.domain.errors import BadRequest
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.values import IterationReport
 from perseus_server.metrics import Counter
-from perseus_server.policy.detectors import RankClocks
+from perseus_server.service.observers import CheckedReport
 from perseus_server.service.state import Job
 
 __all__ = [
@@ -118,8 +119,9 @@ class ClockVerification:
     def __init__(self, counter: Counter) -> None:
         self.counter = counter
 
-    def observe(self, job: Job, rank: RankInfo, rep: IterationReport) -> None:
-        """One accepted (not re-sent) report of ``rank``: update its record and the counter."""
+    def observe(self, checked: CheckedReport) -> None:
+        """One accepted (not re-sent) report of a rank: update its record and the counter."""
+        job, rank, rep = checked.job, checked.rank, checked.report
         clocks = job.stragglers.detector.clocks
         record = clocks.get(rank.rank_id)
         if record is None:
@@ -149,6 +151,9 @@ class ClockVerification:
                 "sampled_mhz": worst.sampled_mhz,
                 "reasons": sorted(set(worst.reasons)),
             }
+
+    def forget(self, job_id: str) -> None:
+        """Nothing to do: the ranks' records are kept on the job."""
 
 
 def off_plan_ranks(job: Job, pipeline: int) -> list[RankInfo]:

@@ -1,22 +1,22 @@
-"""Iteration reports from the ranks: validated (a batch is taken whole or not at all), stored,
-and fed to online profiling or to the straggler and slow-stage detectors.
+"""Iteration reports from the ranks: validated (a batch is taken whole or not at all), stored
+once, then handed to the ordered list of observers the service gives at construction
+(:class:`~perseus_server.service.observers.ReportObserver`: the ranks' history, clock
+verification, measured power, stragglers, slow links, slow stages, online profiling).
 
 A large report arrives as :class:`~perseus_server.domain.values.InstructionColumns`; its
 measurements are then checked with array operations (:func:`validate_report`), with the same
 results and errors as one measurement at a time, and measured per stage as every report is
-(:func:`~perseus_server.service.slow_stages.stage_factors`).
+(:func:`~perseus_server.service.slow_stages.checked_stage_factors`), off the event loop.
 """
 
 from __future__ import annotations
 
 import math
-from collections import OrderedDict, deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
-from perseus.profiles import INSTRUCTION_KINDS, Profile
+from perseus.profiles import INSTRUCTION_KINDS
 from perseus_common.profile_csv import MAX_FREQUENCY_MHZ
 from perseus_server.config import Limits
 from perseus_server.domain.bounds import (
@@ -27,7 +27,6 @@ from perseus_server.domain.bounds import (
     MIN_SECONDS,
     MIN_TRANSFER_SECONDS,
     TRANSFER_DIRECTIONS,
-    bounded_factor,
     check_energy,
     check_seconds,
 )
@@ -35,15 +34,11 @@ from perseus_server.domain.errors import BadRequest, Conflict
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import ProfilingStatus
 from perseus_server.domain.values import InstructionColumns, InstructionReport, IterationReport
-from perseus_server.policy.profiling_scan import Measurement
-from perseus_server.service.clock_verification import ClockVerification, validate_applied_clocks
+from perseus_server.service.clock_verification import validate_applied_clocks
 from perseus_server.service.context import ServiceContext
-from perseus_server.service.measured_power import MeasuredPower
-from perseus_server.service.online_profiling import OnlineProfiling
-from perseus_server.service.slow_links import SlowLinks, combined_link_times
-from perseus_server.service.slow_stages import SlowStageResolver, stage_factors
+from perseus_server.service.observers import CheckedReport, ReportObserver, measurements
+from perseus_server.service.slow_stages import checked_stage_factors
 from perseus_server.service.state import Job, JobTable
-from perseus_server.service.stragglers import Stragglers
 
 __all__ = [
     "CLOCK_CONTROL_STATES",
@@ -181,35 +176,6 @@ def first_bad_instruction(cols: InstructionColumns, stages: int, microbatches: i
     return int(bad[0]) if len(bad) else None
 
 
-def measurements(rep: IterationReport) -> list[Measurement]:
-    """The report's measurements as online profiling takes them."""
-    ins = rep.instructions
-    if isinstance(ins, InstructionColumns):
-        return list(
-            map(
-                Measurement,
-                ins.names(),
-                ins.stage.tolist(),
-                ins.frequency_mhz.tolist(),
-                ins.time.tolist(),
-                ins.energy.tolist(),
-            )
-        )
-    return [Measurement(m.instruction, m.stage, m.frequency_mhz, m.time, m.energy) for m in ins]
-
-
-def _factors(job: Job, rank: RankInfo, rep: IterationReport) -> dict[int, float] | None:
-    """The report's per-stage factors, each within :func:`bounded_factor`'s bounds; None for
-    an iteration that ran off-plan (some instruction more than a clock step below its locked
-    clock): its slowness is its clocks', which the off-plan straggler path of
-    :mod:`perseus_server.policy.detectors` acts on, not its stages' pace at their locked
-    clocks (counting it in both made which path fired first a race)."""
-    if rep.off_plan:
-        return None
-    factors = stage_factors(job, rank, rep.instructions)
-    return None if factors is None else {s: bounded_factor(f) for s, f in factors.items()}
-
-
 def _remember(last: dict[str, dict[int, int]], seqs: dict[tuple[str, int], int]) -> None:
     """Record accepted sequences: each (rank, incarnation) moves to its rank's most recent end,
     and a rank keeps its :data:`INCARNATIONS_KEPT` most recent incarnations (as the store)."""
@@ -231,39 +197,13 @@ def _reporter(jobs: JobTable, i: int, rep: IterationReport) -> tuple[Job, RankIn
     return job, rank
 
 
-@dataclass(frozen=True)
-class CheckedReport:
-    """A validated report with its job, rank and (computed ahead) per-stage factors."""
-
-    index: int
-    job: Job
-    rank: RankInfo
-    report: IterationReport
-    profile: Profile | None
-    factors: dict[int, float] | None
-    #: The measurements as online profiling takes them, made ahead when the job was profiling
-    #: at the check (None: make them when recording, if it is).
-    measurements: list[Measurement] | None = None
-
-
 class Reports:
-    """``ReportIterations``."""
+    """``ReportIterations``: validate, store once, hand to the observers in order."""
 
-    def __init__(
-        self,
-        ctx: ServiceContext,
-        stragglers: Stragglers,
-        slow_stages: SlowStageResolver,
-        profiling: OnlineProfiling,
-        measured: MeasuredPower,
-    ) -> None:
+    def __init__(self, ctx: ServiceContext, observers: Sequence[ReportObserver]) -> None:
+        """``observers``: who takes each accepted report, in this order."""
         self.ctx = ctx
-        self.stragglers = stragglers
-        self.slow_stages = slow_stages
-        self.profiling = profiling
-        self.clocks = ClockVerification(ctx.metrics.off_plan_instructions)
-        self.measured = measured
-        self.slow_links = SlowLinks(ctx, slow_stages, stragglers)
+        self.observers = tuple(observers)
 
     def check(self, i: int, rep: IterationReport) -> CheckedReport:
         """Validate report ``i`` of a batch and measure its stages (linear in its length, no
@@ -271,38 +211,51 @@ class Reports:
         job, rank = _reporter(self.ctx.jobs, i, rep)
         validate_report(i, rep, job, self.ctx.limits)
         profile = job.profile.current
-        factors = _factors(job, rank, rep) if rep.instructions else None
+        factors = checked_stage_factors(job, rank, rep) if rep.instructions else None
         ms = measurements(rep) if job.profiling_is(ProfilingStatus.RUNNING) else None
         return CheckedReport(i, job, rank, rep, profile, factors, ms)
 
     def record(self, reports: Sequence[IterationReport]) -> int:
-        """Validate and store a batch of iteration reports (all or nothing); returns how many."""
-        return self.record_checked([self.check(i, rep) for i, rep in enumerate(reports)])
-
-    def record_checked(self, batch: Sequence[CheckedReport]) -> int:
-        """Store reports :meth:`check` accepted (all or nothing); returns how many were
-        acknowledged (re-sent ones included: see :meth:`record_counted`)."""
-        return sum(self.record_counted(batch))
+        """Validate and store a batch of iteration reports (all or nothing); returns how many
+        were acknowledged (re-sent ones included: see :meth:`record_counted`)."""
+        return sum(self.record_counted([self.check(i, rep) for i, rep in enumerate(reports)]))
 
     def record_counted(self, batch: Sequence[CheckedReport]) -> tuple[int, int]:
-        """Store reports :meth:`check` accepted; returns (new, duplicates).
+        """Store reports :meth:`check` accepted, then hand each new one to every observer in
+        order; returns (new, duplicates).
 
         A report whose ``sequence`` is not above the last one accepted from the same rank *and
         client incarnation* is a re-sent one: acknowledged, counted as a duplicate, and dropped
-        (never stored, never measured twice by online profiling or the detectors). A restarted
-        client picks a new incarnation, so its reports are never compared with the sequences of
-        its previous run (a clock set back, a sequence of 2^63-1); the last sequences of the
-        :data:`INCARNATIONS_KEPT` most recently reporting incarnations of a rank are kept.
+        (never stored, never observed twice). A restarted client picks a new incarnation, so
+        its reports are never compared with the sequences of its previous run (a clock set
+        back, a sequence of 2^63-1); the last sequences of the :data:`INCARNATIONS_KEPT` most
+        recently reporting incarnations of a rank are kept.
         """
-        if not batch:
-            return 0, 0
-        ctx = self.ctx
-        rows_by_job: dict[str, list[tuple[str, int, float, float, int]]] = {}
+        accepted, seqs = self._admit(batch)
+        self._store(accepted, seqs)
+        if len(accepted) < len(batch):
+            self.ctx.metrics.duplicate_reports.inc(len(batch) - len(accepted))
+        for c in accepted:
+            for observer in self.observers:
+                observer.observe(c)
+        self.ctx.metrics.reports.inc(len(accepted))
+        return len(accepted), len(batch) - len(accepted)
+
+    def forget(self, job_id: str) -> None:
+        """The job was deleted: every observer forgets it."""
+        for observer in self.observers:
+            observer.forget(job_id)
+
+    def _admit(
+        self, batch: Sequence[CheckedReport]
+    ) -> tuple[list[CheckedReport], dict[str, dict[tuple[str, int], int]]]:
+        """The batch's new reports (checked again if their job changed meanwhile; a rank's
+        reported clock control recorded, re-sent ones too), and the sequences they bring per
+        job and (rank, incarnation)."""
+        accepted: list[CheckedReport] = []
         seqs_by_job: dict[str, dict[tuple[str, int], int]] = {}
-        checked: list[tuple[Job, RankInfo, IterationReport, CheckedReport]] = []
-        duplicates = 0
         for c in batch:
-            if c.job.id not in ctx.jobs or ctx.jobs.get(c.job.id) is not c.job:
+            if c.job.id not in self.ctx.jobs or self.ctx.jobs.get(c.job.id) is not c.job:
                 c = self.check(c.index, c.report)  # the job changed meanwhile: check again
             job, rank, rep = c.job, c.rank, c.report
             if rep.clock_control:
@@ -317,19 +270,28 @@ class Reports:
                 if last is None:
                     last = job.ranks.last_sequence.get(rank.rank_id, {}).get(key[1], 0)
                 if rep.sequence <= last:
-                    duplicates += 1
                     continue
                 seqs[key] = rep.sequence
-            checked.append((job, rank, rep, c))
-            rows_by_job.setdefault(job.id, []).append(
+            accepted.append(c)
+        return accepted, seqs_by_job
+
+    def _store(
+        self, accepted: Sequence[CheckedReport], seqs_by_job: dict[str, dict[tuple[str, int], int]]
+    ) -> None:
+        """Store the accepted reports' iterations and sequences, per job in one call."""
+        rows_by_job: dict[str, list[tuple[str, int, float, float, int]]] = {}
+        for c in accepted:
+            rep = c.report
+            rows_by_job.setdefault(c.job.id, []).append(
                 (
-                    rank.rank_id,
+                    c.rank.rank_id,
                     int(rep.iteration),
                     float(rep.iteration_time),
                     float(rep.energy),
                     int(rep.plan_version),
                 )
             )
+        ctx = self.ctx
         for job_id, rows in rows_by_job.items():
             job_seqs = seqs_by_job.get(job_id)
             ctx.store.add_iterations(
@@ -337,61 +299,3 @@ class Reports:
             )
             if job_seqs:
                 _remember(ctx.jobs.get(job_id).ranks.last_sequence, job_seqs)
-        if duplicates:
-            ctx.metrics.duplicate_reports.inc(duplicates)
-        touched: set[str] = set()
-        for job, rank, rep, c in checked:
-            self._account(job, rank, rep)
-            self.clocks.observe(job, rank, rep)
-            self.measured.observe(job, rank, rep)
-            if job.profiling_is(ProfilingStatus.RUNNING):
-                assert job.profiling is not None
-                ms = c.measurements if c.measurements is not None else measurements(rep)
-                # Every report counts, the client's warm-up iterations (which carry no
-                # measurements) included: the warm-up is counted once, here.
-                job.profiling.record(
-                    rank.rank_id,
-                    int(rep.plan_version),
-                    float(rep.energy),
-                    ms,
-                    iteration_time=float(rep.iteration_time),
-                    transfers=dict(combined_link_times(job, rank, rep)) if rep.transfers else None,
-                )
-                if ms:
-                    touched.add(job.id)
-            else:
-                self.stragglers.observe(job, rank, float(rep.iteration_time), int(rep.plan_version))
-                if rep.transfers:
-                    self.slow_links.observe(job, rank, rep)
-                # A job whose profile does not describe it has its slow-stage replans paused too.
-                if rep.instructions and self.stragglers.checks.reason(job) is None:
-                    if c.profile is job.profile.current:
-                        if c.factors is not None:
-                            self.slow_stages.apply(job, rank, c.factors)
-                    else:  # the profile changed since the check: measure again
-                        factors = _factors(job, rank, rep)
-                        if factors is not None:
-                            self.slow_stages.apply(job, rank, factors)
-        for job_id in touched:
-            if job_id in ctx.jobs:
-                self.profiling.tick(ctx.jobs.get(job_id))
-        ctx.metrics.reports.inc(len(checked))
-        return len(checked), duplicates
-
-    @staticmethod
-    def _account(job: Job, rank: RankInfo, rep: IterationReport) -> None:
-        """The rank's recent iterations, and its pipeline's iteration time (its slowest rank)."""
-        ranks = job.ranks
-        ranks.history.setdefault(rank.rank_id, deque(maxlen=32)).append(
-            (
-                int(rep.iteration),
-                float(rep.iteration_time),
-                float(rep.energy),
-                int(rep.plan_version),
-            )
-        )
-        times = ranks.pipeline_times.setdefault(rank.data_rank, OrderedDict())
-        it = int(rep.iteration)
-        times[it] = max(times.get(it, 0.0), float(rep.iteration_time))
-        while len(times) > 64:
-            times.popitem(last=False)

@@ -1,5 +1,5 @@
 """Slow stages: a stage of one pipeline that runs slower than its profile (from reported
-per-instruction times, see :class:`~perseus_server.policy.detectors.StageDetector`). That pipeline's
+per-instruction times, see :class:`~perseus_server.decisions.detectors.StageDetector`). That pipeline's
 frontier is re-solved with the stage's profile scaled; once ready, the pipeline runs its fastest
 plan and counts as a straggler of source ``slow stage`` (the others slow down to its time). When
 its stages are back to their profiled speed, the re-solved frontier and that straggler are
@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -22,19 +22,28 @@ import numpy.typing as npt
 from perseus.frontier import Frontier
 from perseus.profiles import Profile
 from perseus_common.profile_csv import MAX_FREQUENCY_MHZ
+from perseus_server.decisions.planner import Straggler
+from perseus_server.decisions.report_statistics import stage_factors
+from perseus_server.domain.bounds import bounded_factor
 from perseus_server.domain.jobs import RankInfo
-from perseus_server.domain.states import DetectorEvent, ReplanKind, SlowStageStatus, StragglerSource
-from perseus_server.domain.values import InstructionColumns, InstructionReport
-from perseus_server.policy import detectors
-from perseus_server.policy.planner import Straggler
+from perseus_server.domain.states import (
+    DetectorEvent,
+    ProfilingStatus,
+    ReplanKind,
+    SlowStageStatus,
+    StragglerSource,
+)
+from perseus_server.domain.values import InstructionColumns, InstructionReport, IterationReport
 from perseus_server.runtime.solve_manager import SolveEvents
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
+from perseus_server.service.observers import CheckedReport
 from perseus_server.service.solves import decode_frontier
 from perseus_server.service.state import Job, SlowStages
 
 __all__ = [
-    "stage_factors",
+    "checked_stage_factors",
+    "report_stage_factors",
     "SlowStageResolver",
     "drop_slow_stage_straggler",
     "stage_solve_key",
@@ -56,13 +65,13 @@ def drop_slow_stage_straggler(stragglers: dict[int, Straggler], p: int) -> dict[
     }
 
 
-def stage_factors(
+def report_stage_factors(
     job: Job, rank: RankInfo, instructions: Sequence[InstructionReport]
 ) -> dict[int, float] | None:
     """One report's slowdown factor per stage (None when no plan runs): each measurement's
     time over its profiled time, grouped by stage (in first-seen order; a measurement the
     profile has no positive time for is left out), given to the one statistic,
-    :func:`perseus_server.policy.detectors.stage_factors`. Rows and
+    :func:`perseus_server.decisions.report_statistics.stage_factors`. Rows and
     :class:`~perseus_server.domain.values.InstructionColumns` alike.
 
     Free of side effects on the job beyond the profile's lookup tables, so a large report can
@@ -73,14 +82,28 @@ def stage_factors(
         return None
     per_rank = profile.stages == job.schedule.ranks
     if isinstance(instructions, InstructionColumns):
-        return detectors.stage_factors(_column_ratios(job, rank, instructions, per_rank))
+        return stage_factors(_column_ratios(job, rank, instructions, per_rank))
     ratios: dict[int, list[float]] = {}
     for m in instructions:
         stage = rank.pipeline_rank if per_rank else int(m.stage)
         t = job.profile.time_of(stage, m.instruction, m.frequency_mhz)
         if t is not None and t > 0:
             ratios.setdefault(stage, []).append(float(m.time) / t)
-    return detectors.stage_factors(ratios)
+    return stage_factors(ratios)
+
+
+def checked_stage_factors(
+    job: Job, rank: RankInfo, rep: IterationReport
+) -> dict[int, float] | None:
+    """The report's per-stage factors, each within :func:`bounded_factor`'s bounds; None for
+    an iteration that ran off-plan (some instruction more than a clock step below its locked
+    clock): its slowness is its clocks', which the off-plan straggler path of
+    :mod:`perseus_server.decisions.detectors` acts on, not its stages' pace at their locked
+    clocks (counting it in both made which path fired first a race)."""
+    if rep.off_plan:
+        return None
+    factors = report_stage_factors(job, rank, rep.instructions)
+    return None if factors is None else {s: bounded_factor(f) for s, f in factors.items()}
 
 
 def _column_ratios(
@@ -132,18 +155,39 @@ def with_transfer_times(profile: Profile, times: dict[tuple[int, str], float]) -
 class SlowStageResolver:
     """Detects slow stages and re-solves their pipelines' frontiers."""
 
-    def __init__(self, ctx: ServiceContext, deployer: Deployer) -> None:
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        deployer: Deployer,
+        withheld: Callable[[Job], str | None] = lambda job: None,
+    ) -> None:
+        """``withheld``: why a job's measured figures are withheld (its profile does not
+        describe it: its slow-stage replans pause too; None: they are not)."""
         self.ctx = ctx
         self.deployer = deployer
+        self.withheld = withheld
 
-    def observe(self, job: Job, rank: RankInfo, instructions: Sequence[InstructionReport]) -> None:
-        """Per-stage slowdown factors of one reported iteration (see :mod:`stragglers`)."""
-        factors = stage_factors(job, rank, instructions)
+    def observe(self, checked: CheckedReport) -> None:
+        """The per-stage factors of one accepted report with measurements (not while the
+        job is profiled, nor while its profile does not describe it)."""
+        job, rank, rep = checked.job, checked.rank, checked.report
+        if not rep.instructions or job.profiling_is(ProfilingStatus.RUNNING):
+            return
+        if self.withheld(job) is not None:
+            return
+        if checked.profile is job.profile.current:
+            factors = checked.factors
+        else:  # the profile changed since the check: measure again
+            factors = checked_stage_factors(job, rank, rep)
         if factors is not None:
             self.apply(job, rank, factors)
 
+    def forget(self, job_id: str) -> None:
+        """Nothing to do: the slow stages are kept on the job (the facade cancels its
+        re-solves)."""
+
     def apply(self, job: Job, rank: RankInfo, factors: dict[int, float]) -> None:
-        """Feed one iteration's per-stage factors (:func:`stage_factors`) to the detector."""
+        """Feed one iteration's per-stage factors (:func:`checked_stage_factors`) to the detector."""
         p = rank.data_rank
         slow = job.stragglers
         det = slow.stage_detector
