@@ -33,12 +33,12 @@ from perseus_server.domain.values import (
 )
 from perseus_server.grpc.codec import decode_report, decode_report_bytes, decode_report_columns
 from perseus_server.runtime.parse_pool import ReportPool
-from perseus_server.service.reports import (
+from perseus_server.service.report_checks import (
     first_bad_instruction,
     measurements,
+    report_stage_factors,
     validate_report,
 )
-from perseus_server.service.slow_stages import report_stage_factors
 
 STAGES, MICROBATCHES = 4, 8
 

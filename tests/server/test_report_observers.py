@@ -29,7 +29,7 @@ from perseus_server.metrics import Metrics
 from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService
 from perseus_server.service.context import ServiceContext
-from perseus_server.service.observers import CheckedReport
+from perseus_server.service.report_checks import CheckedReport
 from perseus_server.service.reports import Reports
 from perseus_server.service.state import Job, JobTable
 

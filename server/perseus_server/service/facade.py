@@ -47,6 +47,7 @@ from perseus_server.service.plans import PlanQueries, shape_policy
 from perseus_server.service.power import PlanPowers
 from perseus_server.service.power_budget import PowerBudget
 from perseus_server.service.registration import Registration
+from perseus_server.service.report_checks import ReceivedReport, check_report
 from perseus_server.service.reports import Reports
 from perseus_server.service.slow_links import SlowLinks
 from perseus_server.service.slow_stages import SlowStageResolver, stage_solve_key
@@ -315,26 +316,21 @@ class PerseusService:
 
     # --- iteration reports -----------------------------------------------------------------------
 
-    async def ingest_report(
-        self,
-        decode: Callable[[], IterationReport],
-        size: int,
-        serialize: Callable[[], bytes] | None = None,
-    ) -> tuple[int, int]:
-        """Decode, validate and store one report; returns (new, duplicates): a re-sent report
-        is acknowledged and dropped.
+    async def ingest_report(self, received: ReceivedReport) -> tuple[int, int]:
+        """Decode, check, store and observe one report; returns (new, duplicates): a re-sent
+        report is acknowledged and dropped.
 
         A report of more than ``OFFLOAD_INSTRUCTIONS`` measurements and off-plan instructions
-        together (``size``) stays off the loop: given ``serialize`` (its wire bytes), it is
-        decoded into columns in the report worker process (else by ``decode`` on a thread), and
-        checked on a thread with array operations; the loop only stores it.
+        together (``received.size``) stays off the loop: it is decoded into columns in the
+        report worker process from its wire bytes (else decoded on a thread), and checked on a
+        thread with array operations; the loop only stores it and hands it to the observers.
         """
-        if size > OFFLOAD_INSTRUCTIONS:
-            if serialize is not None and self.report_pool is not None:
-                rep = await self.report_pool.decode(serialize, decode)
+        if received.size > OFFLOAD_INSTRUCTIONS:
+            if self.report_pool is not None:
+                rep = await self.report_pool.decode(received.wire, received.decode)
             else:
-                rep = await asyncio.to_thread(decode)
-            checked = await asyncio.to_thread(self.reports.check, 0, rep)
+                rep = await asyncio.to_thread(received.decode)
+            checked = await asyncio.to_thread(check_report, self.jobs, self.limits, 0, rep)
         else:
-            checked = self.reports.check(0, decode())
+            checked = check_report(self.jobs, self.limits, 0, received.decode())
         return self.reports.record_counted([checked])

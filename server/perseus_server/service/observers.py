@@ -1,6 +1,6 @@
-"""What an accepted iteration report is handed to: the :class:`ReportObserver` protocol, the
-value each observer receives (:class:`CheckedReport`), and the first observer, the ranks'
-recent iterations (:class:`RankHistory`).
+"""What an accepted iteration report is handed to: the :class:`ReportObserver` protocol (each
+receives the :class:`~perseus_server.service.report_checks.CheckedReport`), and the first
+observer, the ranks' recent iterations (:class:`RankHistory`).
 
 :class:`~perseus_server.service.reports.Reports` validates and stores a report, then hands it to
 the ordered list of observers the service gives it at construction
@@ -15,56 +15,16 @@ every observer the service registers.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 from typing import Protocol
 
-from perseus.profiles import Profile
-from perseus_server.decisions.profiling_scan import Measurement
-from perseus_server.domain.jobs import RankInfo
-from perseus_server.domain.values import InstructionColumns, IterationReport
-from perseus_server.service.state import Job
+from perseus_server.service.report_checks import CheckedReport
 
-__all__ = ["CheckedReport", "RankHistory", "ReportObserver", "measurements"]
+__all__ = ["RankHistory", "ReportObserver"]
 
 #: Iterations of a rank kept for its status (``recent_iterations``).
 HISTORY_PER_RANK = 32
 #: Iterations of a pipeline whose time (its slowest rank's) is kept.
 PIPELINE_ITERATIONS = 64
-
-
-def measurements(rep: IterationReport) -> list[Measurement]:
-    """The report's measurements as online profiling takes them."""
-    ins = rep.instructions
-    if isinstance(ins, InstructionColumns):
-        return list(
-            map(
-                Measurement,
-                ins.names(),
-                ins.stage.tolist(),
-                ins.frequency_mhz.tolist(),
-                ins.time.tolist(),
-                ins.energy.tolist(),
-            )
-        )
-    return [Measurement(m.instruction, m.stage, m.frequency_mhz, m.time, m.energy) for m in ins]
-
-
-@dataclass(frozen=True)
-class CheckedReport:
-    """A validated report with its job, rank and what was measured of it ahead (off the event
-    loop for a large report): the per-stage factors and online profiling's measurements."""
-
-    index: int
-    job: Job
-    rank: RankInfo
-    report: IterationReport
-    #: The job's profile when the report was checked (the factors are against it).
-    profile: Profile | None
-    #: Per-stage slowdown factors (None: none to give, e.g. an off-plan iteration).
-    factors: dict[int, float] | None
-    #: The measurements as online profiling takes them, made ahead when the job was profiling
-    #: at the check (None: made when observed, if it is).
-    measurements: list[Measurement] | None = None
 
 
 class ReportObserver(Protocol):

@@ -21,7 +21,7 @@ from perseus_server.domain.states import DeploymentKind, ProfilingStatus
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.job_profiles import Profiles
-from perseus_server.service.observers import CheckedReport, measurements
+from perseus_server.service.report_checks import CheckedReport, measurements
 from perseus_server.service.slow_links import combined_link_times
 from perseus_server.service.solves import Solves
 from perseus_server.service.state import Deployment, Job

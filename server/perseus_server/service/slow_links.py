@@ -43,7 +43,7 @@ from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import DetectorEvent, ProfilingStatus
 from perseus_server.domain.values import IterationReport
 from perseus_server.service.context import ServiceContext
-from perseus_server.service.observers import CheckedReport
+from perseus_server.service.report_checks import CheckedReport
 from perseus_server.service.slow_stages import SlowStageResolver
 from perseus_server.service.state import Job, LinkKey
 from perseus_server.service.stragglers import Stragglers

@@ -14,17 +14,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
-
-import numpy as np
-import numpy.typing as npt
+from collections.abc import Callable
 
 from perseus.frontier import Frontier
 from perseus.profiles import Profile
-from perseus_common.profile_csv import MAX_FREQUENCY_MHZ
 from perseus_server.decisions.planner import Straggler
-from perseus_server.decisions.report_statistics import stage_factors
-from perseus_server.domain.bounds import bounded_factor
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import (
     DetectorEvent,
@@ -33,17 +27,14 @@ from perseus_server.domain.states import (
     SlowStageStatus,
     StragglerSource,
 )
-from perseus_server.domain.values import InstructionColumns, InstructionReport, IterationReport
 from perseus_server.runtime.solve_manager import SolveEvents
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
-from perseus_server.service.observers import CheckedReport
+from perseus_server.service.report_checks import CheckedReport, checked_stage_factors
 from perseus_server.service.solves import decode_frontier
 from perseus_server.service.state import Job, SlowStages
 
 __all__ = [
-    "checked_stage_factors",
-    "report_stage_factors",
     "SlowStageResolver",
     "drop_slow_stage_straggler",
     "stage_solve_key",
@@ -63,84 +54,6 @@ def drop_slow_stage_straggler(stragglers: dict[int, Straggler], p: int) -> dict[
     return {
         q: s for q, s in stragglers.items() if q != p or s.source is not StragglerSource.SLOW_STAGE
     }
-
-
-def report_stage_factors(
-    job: Job, rank: RankInfo, instructions: Sequence[InstructionReport]
-) -> dict[int, float] | None:
-    """One report's slowdown factor per stage (None when no plan runs): each measurement's
-    time over its profiled time, grouped by stage (in first-seen order; a measurement the
-    profile has no positive time for is left out), given to the one statistic,
-    :func:`perseus_server.decisions.report_statistics.stage_factors`. Rows and
-    :class:`~perseus_server.domain.values.InstructionColumns` alike.
-
-    Free of side effects on the job beyond the profile's lookup tables, so a large report can
-    be measured off the event loop. Expects validated measurements.
-    """
-    profile = job.profile.current
-    if job.deployment.plan is None or job.frontier.current is None or profile is None:
-        return None
-    per_rank = profile.stages == job.schedule.ranks
-    if isinstance(instructions, InstructionColumns):
-        return stage_factors(_column_ratios(job, rank, instructions, per_rank))
-    ratios: dict[int, list[float]] = {}
-    for m in instructions:
-        stage = rank.pipeline_rank if per_rank else int(m.stage)
-        t = job.profile.time_of(stage, m.instruction, m.frequency_mhz)
-        if t is not None and t > 0:
-            ratios.setdefault(stage, []).append(float(m.time) / t)
-    return stage_factors(ratios)
-
-
-def checked_stage_factors(
-    job: Job, rank: RankInfo, rep: IterationReport
-) -> dict[int, float] | None:
-    """The report's per-stage factors, each within :func:`bounded_factor`'s bounds; None for
-    an iteration that ran off-plan (some instruction more than a clock step below its locked
-    clock): its slowness is its clocks', which the off-plan straggler path of
-    :mod:`perseus_server.decisions.detectors` acts on, not its stages' pace at their locked
-    clocks (counting it in both made which path fired first a race)."""
-    if rep.off_plan:
-        return None
-    factors = report_stage_factors(job, rank, rep.instructions)
-    return None if factors is None else {s: bounded_factor(f) for s, f in factors.items()}
-
-
-def _column_ratios(
-    job: Job, rank: RankInfo, cols: InstructionColumns, per_rank: bool
-) -> dict[int, npt.NDArray[np.float64]]:
-    """The ratios of a large report, per stage in first-seen order, by array operations: one
-    profile lookup per distinct (stage, instruction, clock), then a sort (``O(n log n)`` array
-    work, ``O(distinct)`` Python work); the same groups as the loop over rows."""
-    n = len(cols)
-    if per_rank:
-        stage = np.full(n, rank.pipeline_rank, dtype=np.int64)
-    else:
-        stage = cols.stage.astype(np.int64)
-    nk = max(len(cols.kinds), 1)
-    span = MAX_FREQUENCY_MHZ + 1
-    key = (stage * nk + cols.kind) * span + cols.frequency_mhz
-    keys, inverse = np.unique(key, return_inverse=True)
-    profiled = np.empty(len(keys), dtype=np.float64)
-    for u, k in enumerate(keys.tolist()):
-        sk, mhz = divmod(k, span)
-        s, kd = divmod(sk, nk)
-        t = job.profile.time_of(s, cols.kinds[kd], mhz)
-        profiled[u] = t if t is not None and t > 0 else np.nan
-    per_row = profiled[inverse.reshape(-1)]
-    use = ~np.isnan(per_row)
-    ratios = cols.time[use] / per_row[use]
-    stage = stage[use]
-    order = np.argsort(stage, kind="stable")
-    stage, ratios = stage[order], ratios[order]
-    starts = np.flatnonzero(np.r_[True, stage[1:] != stage[:-1]]) if len(stage) else stage
-    bounds = np.r_[starts, len(stage)].astype(np.int64)
-    first = order[starts] if len(stage) else starts  # each stage's first row among those used
-    out: dict[int, npt.NDArray[np.float64]] = {}
-    for g in np.argsort(first, kind="stable").tolist():
-        lo, hi = int(bounds[g]), int(bounds[g + 1])
-        out[int(stage[lo])] = ratios[lo:hi]
-    return out
 
 
 def with_transfer_times(profile: Profile, times: dict[tuple[int, str], float]) -> Profile:

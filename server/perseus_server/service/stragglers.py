@@ -36,8 +36,8 @@ from perseus_server.domain.states import (
 from perseus_server.service.clock_verification import CAUSE, detector_feeder, off_plan_ranks
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer, require_frontier
-from perseus_server.service.observers import CheckedReport
 from perseus_server.service.persistence import persist_deployment
+from perseus_server.service.report_checks import CheckedReport
 from perseus_server.service.slow_stages import SlowStageResolver
 from perseus_server.service.state import Job
 
