@@ -10,7 +10,10 @@ from fastapi.responses import PlainTextResponse
 
 from perseus_server.models import Health
 from perseus_server.rest.docs import operation
+from perseus_server.rest.gate import CALLER
 from perseus_server.service import PerseusService
+from perseus_server.service.authorization import sees_tenant
+from perseus_server.service.credentials import Principal
 
 __all__ = ["TAG", "PrometheusText", "status_router"]
 
@@ -38,8 +41,13 @@ def status_router(service: PerseusService) -> APIRouter:
         response_class=PrometheusText,
         **operation(None, "Prometheus metrics", "Metrics in the Prometheus text format."),
     )
-    async def metrics() -> PrometheusText:
-        """Request, solve, deployment, replan and report counters and histograms; job gauges."""
-        return PrometheusText(service.metrics.render())
+    async def metrics(who: Principal = CALLER) -> PrometheusText:
+        """Request, solve, deployment, replan and report counters and histograms; job gauges.
+        A tenant's credential sees only the series of its jobs and its tenant."""
+        tenant = sees_tenant(who)
+        if tenant is None:
+            return PrometheusText(service.metrics.render())
+        mine = {j.id for j in service.jobs if j.row.tenant == tenant}
+        return PrometheusText(service.metrics.render_for(mine, tenant))
 
     return router
