@@ -163,7 +163,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
             try:
                 new, dup = await self.service.ingest_report(
                     functools.partial(decode_report, report),
-                    len(report.instructions) + len(report.off_plan),
+                    len(report.instructions) + len(report.off_plan) + len(report.transfers),
                     report.SerializeToString,
                 )
                 accepted, duplicates = accepted + new + dup, duplicates + dup

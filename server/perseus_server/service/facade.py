@@ -54,7 +54,8 @@ from perseus_server.service.views import Views
 
 __all__ = ["PerseusService", "OFFLOAD_INSTRUCTIONS"]
 
-#: Reports with more instruction measurements than this are checked off the event loop.
+#: Reports with more instruction measurements (off-plan instructions and transfers counted too)
+#: than this are checked off the event loop.
 OFFLOAD_INSTRUCTIONS = 512
 
 
@@ -273,8 +274,8 @@ class PerseusService:
         """Decode, validate and store one report; returns (new, duplicates): a re-sent report
         is acknowledged and dropped.
 
-        A report of more than ``OFFLOAD_INSTRUCTIONS`` measurements and off-plan instructions
-        together (``size``) stays off the loop: given ``serialize`` (its wire bytes), it is
+        A report of more than ``OFFLOAD_INSTRUCTIONS`` measurements, off-plan instructions and
+        transfers together (``size``) stays off the loop: given ``serialize`` (its wire bytes), it is
         decoded into columns in the report worker process (else by ``decode`` on a thread), and
         checked on a thread with array operations; the loop only stores it.
         """

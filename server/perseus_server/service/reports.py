@@ -52,6 +52,7 @@ __all__ = [
     "Reports",
     "first_bad_instruction",
     "measurements",
+    "transfers_per_iteration",
     "validate_clock_control",
     "validate_report",
 ]
@@ -78,8 +79,11 @@ def validate_clock_control(where: str, state: str, reason: str) -> None:
         )
 
 
-def validate_report(i: int, rep: IterationReport, job: Job, limits: Limits) -> None:
-    """Raise :class:`BadRequest` naming the field when report ``i`` of a batch is malformed."""
+def validate_report(
+    i: int, rep: IterationReport, job: Job, limits: Limits, rank: RankInfo | None = None
+) -> None:
+    """Raise :class:`BadRequest` naming the field when report ``i`` of a batch (from ``rank``:
+    None, the registered rank the report names) is malformed."""
     check_seconds(rep.iteration_time, "iteration_time", f"report {i}: ", MIN_SECONDS, MAX_SECONDS)
     check_energy(rep.energy, "energy", f"report {i}: ")
     if rep.sequence < 0:
@@ -105,24 +109,45 @@ def validate_report(i: int, rep: IterationReport, job: Job, limits: Limits) -> N
             _check_instruction(f"report {i} instructions[{j}]", m, job)
     validate_applied_clocks(i, rep, job, limits)
     if rep.transfers:
-        _check_transfers(i, rep, job, limits)
+        _check_transfers(i, rep, job, rank or _reporter_rank(job, i, rep))
 
 
-def _check_transfers(i: int, rep: IterationReport, job: Job, limits: Limits) -> None:
-    """The report's timed transfers: at most as many as measurements, each on a boundary of the
-    job's model (``0 <= boundary < stages - 1``), a known direction, a microbatch of the job, a
-    time within :mod:`perseus_server.domain.bounds`."""
-    if len(rep.transfers) > limits.max_report_instructions:
+def transfers_per_iteration(job: Job, pipeline_rank: int) -> int:
+    """The most P2P transfers a rank at ``pipeline_rank`` makes in one iteration: for every
+    boundary it is an end of (twice when it runs both stages), each microbatch's activations
+    forward and gradients backward."""
+    ends = sum((a == pipeline_rank) + (b == pipeline_rank) for a, b in job.boundary_ends)
+    return ends * len(TRANSFER_DIRECTIONS) * job.spec.microbatches
+
+
+def _check_transfers(i: int, rep: IterationReport, job: Job, rank: RankInfo) -> None:
+    """The report's timed transfers: at most as many as its rank makes in one iteration
+    (:func:`transfers_per_iteration`), each on a boundary of the job's model (``0 <= boundary <
+    stages - 1``) that the rank is an end of (only a link's two ends time its transfers), a
+    known direction, a microbatch of the job, a time within :mod:`perseus_server.domain.bounds`.
+    The count is checked first: a long list is refused before any item is looked at."""
+    most = transfers_per_iteration(job, rank.pipeline_rank)
+    if len(rep.transfers) > most:
         raise BadRequest(
-            f"report {i}: at most {limits.max_report_instructions} transfers", field="transfers"
+            f"report {i}: {len(rep.transfers)} transfers, but pipeline rank "
+            f"{rank.pipeline_rank} makes at most {most} P2P transfers in one iteration of "
+            f"{job.spec.microbatches} microbatches",
+            field="transfers",
         )
-    boundaries, microbatches = job.schedule.stages - 1, job.spec.microbatches
+    ends, microbatches = job.boundary_ends, job.spec.microbatches
     for j, t in enumerate(rep.transfers):
         where = f"report {i} transfers[{j}]: "
-        if not 0 <= t.boundary < boundaries:
+        if not 0 <= t.boundary < len(ends):
             raise BadRequest(
-                f"{where}boundary must be between 0 and {boundaries - 1} (the boundary between "
+                f"{where}boundary must be between 0 and {len(ends) - 1} (the boundary between "
                 f"stage b and b + 1 of {job.schedule.stages} stages), got {t.boundary}",
+                field="transfers.boundary",
+            )
+        if rank.pipeline_rank not in ends[t.boundary]:
+            a, b = ends[t.boundary]
+            raise BadRequest(
+                f"{where}boundary {t.boundary} links pipeline ranks {a} and {b}; pipeline rank "
+                f"{rank.pipeline_rank} is not an end of it and cannot time its transfers",
                 field="transfers.boundary",
             )
         if t.direction not in TRANSFER_DIRECTIONS:
@@ -222,13 +247,17 @@ def _remember(last: dict[str, dict[int, int]], seqs: dict[tuple[str, int], int])
 
 def _reporter(jobs: JobTable, i: int, rep: IterationReport) -> tuple[Job, RankInfo]:
     job = jobs.get(rep.job_id)
+    return job, _reporter_rank(job, i, rep)
+
+
+def _reporter_rank(job: Job, i: int, rep: IterationReport) -> RankInfo:
     rank = job.ranks.by_id.get(rep.rank_id)
     if rank is None:
         raise Conflict(
             f"report {i}: rank {rep.rank_id!r} is not registered in job {rep.job_id}",
             field="rank_id",
         )
-    return job, rank
+    return rank
 
 
 @dataclass(frozen=True)
@@ -269,7 +298,7 @@ class Reports:
         """Validate report ``i`` of a batch and measure its stages (linear in its length, no
         change to the state: large reports run this off the event loop)."""
         job, rank = _reporter(self.ctx.jobs, i, rep)
-        validate_report(i, rep, job, self.ctx.limits)
+        validate_report(i, rep, job, self.ctx.limits, rank)
         profile = job.profile.current
         factors = _factors(job, rank, rep) if rep.instructions else None
         ms = measurements(rep) if job.profiling_is(ProfilingStatus.RUNNING) else None
