@@ -24,7 +24,14 @@ import grpc
 
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
-from perseus_server.domain.errors import ApiError, BadRequest, Conflict, NotFound, Unauthorized
+from perseus_server.domain.errors import (
+    ApiError,
+    BadRequest,
+    Conflict,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+)
 from perseus_server.domain.states import StreamEnd
 from perseus_server.grpc.codec import (
     PlanEncoder,
@@ -47,6 +54,8 @@ REPLACED_DETAIL = "rank_id: replaced by a newer WatchPlan stream for this rank"
 
 
 def status_code(err: ApiError) -> grpc.StatusCode:
+    if isinstance(err, Unavailable):
+        return grpc.StatusCode.UNAVAILABLE
     if isinstance(err, StreamLimitExceeded):
         return grpc.StatusCode.RESOURCE_EXHAUSTED
     if isinstance(err, NotFound):

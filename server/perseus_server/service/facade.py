@@ -33,6 +33,7 @@ from perseus_server.policy.planner import PlanPolicy
 from perseus_server.runtime.hub import PlanHub
 from perseus_server.runtime.parse_pool import ReportPool
 from perseus_server.runtime.solve_manager import SolveLimits, SolveManager
+from perseus_server.runtime.store_errors import ObservesErrors
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.job_gauges import JobGauges
@@ -93,6 +94,8 @@ class PerseusService:
             job_energy=measured,
             without_clock_control=self._clock_control_gauge,
         )
+        if isinstance(store, ObservesErrors):  # writes refused (a full disk), counted
+            store.on_error = lambda kind: self.metrics.store_errors.inc(kind=kind)
         ctx = ServiceContext(store, limits, self.jobs, self.hub, self.solver, self.metrics)
         self.ctx = ctx
         self.powers = PlanPowers()
