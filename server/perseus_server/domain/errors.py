@@ -16,13 +16,22 @@ __all__ = [
 ]
 
 
+#: The longest detail an error carries (characters): a detail quotes what it refuses, and a
+#: 100,000-character value quoted back would exceed gRPC's metadata limit (the client would
+#: see its stream "removed" instead of the error) and bloat every problem body.
+MAX_DETAIL = 1024
+
+
 class ApiError(Exception):
-    """A client error: an HTTP status, a short title, a detail and the field at fault."""
+    """A client error: an HTTP status, a short title, a detail (at most :data:`MAX_DETAIL`
+    characters) and the field at fault."""
 
     status: int = 400
     title: str = "Bad request"
 
     def __init__(self, detail: str, *, field: str | None = None, **extra: Any) -> None:
+        if len(detail) > MAX_DETAIL:
+            detail = detail[: MAX_DETAIL - 1] + "\u2026"
         super().__init__(detail)
         self.detail = detail
         self.field = field

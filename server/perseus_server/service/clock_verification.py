@@ -91,7 +91,7 @@ def validate_applied_clocks(i: int, rep: IterationReport, job: Job, limits: Limi
         where = f"report {i} off_plan[{j}]"
         if o.instruction not in INSTRUCTION_KINDS:
             raise BadRequest(
-                f"{where}: unknown instruction {o.instruction!r}", field="off_plan.instruction"
+                f"{where}: unknown instruction {o.instruction[:32]!r}", field="off_plan.instruction"
             )
         if not 0 <= o.microbatch < job.spec.microbatches:
             raise BadRequest(f"{where}: microbatch out of range", field="off_plan.microbatch")

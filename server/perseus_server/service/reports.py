@@ -166,7 +166,7 @@ def _check_transfers(i: int, rep: IterationReport, job: Job, rank: RankInfo) -> 
 def _check_instruction(where: str, m: InstructionReport, job: Job) -> None:
     if m.instruction not in INSTRUCTION_KINDS:
         raise BadRequest(
-            f"{where}: unknown instruction {m.instruction!r}",
+            f"{where}: unknown instruction {m.instruction[:32]!r}",
             field="instructions.instruction",
         )
     if not (math.isfinite(m.time) and 0 < m.time <= MAX_INSTRUCTION_SECONDS):
@@ -254,7 +254,7 @@ def _reporter_rank(job: Job, i: int, rep: IterationReport) -> RankInfo:
     rank = job.ranks.by_id.get(rep.rank_id)
     if rank is None:
         raise Conflict(
-            f"report {i}: rank {rep.rank_id!r} is not registered in job {rep.job_id}",
+            f"report {i}: rank {rep.rank_id[:64]!r} is not registered in job {rep.job_id}",
             field="rank_id",
         )
     return rank

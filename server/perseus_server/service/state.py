@@ -346,7 +346,7 @@ class JobTable:
         """The job; raises :class:`NotFound` naming ``job_id``."""
         job = self._jobs.get(job_id)
         if job is None:
-            raise NotFound(f"no job with id {job_id!r}", field="job_id")
+            raise NotFound(f"no job with id {job_id[:64]!r}", field="job_id")
         return job
 
     def add(self, job: Job) -> None:
