@@ -5,6 +5,7 @@ rank timing a link it is not an end of."""
 
 from __future__ import annotations
 
+import asyncio
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from perseus_server.domain.values import IterationReport, RankRegistration, Tran
 from perseus_server.rest import create_app
 from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService
+from perseus_server.service.report_checks import check_report
 
 from .conftest import sliced_profile_csv
 
@@ -95,14 +97,14 @@ def _report(job: str, rank: str, transfers: list[TransferReport]) -> IterationRe
 
 def _refusal(service: PerseusService, rep: IterationReport) -> BadRequest:
     with pytest.raises(BadRequest) as e:
-        service.reports.check(0, rep)
+        check_report(service.jobs, service.limits, 0, rep)
     return e.value
 
 
 def test_a_reports_transfers_are_bounded_by_what_its_rank_makes_in_one_iteration(
     service: PerseusService,
 ) -> None:
-    from perseus_server.service.reports import transfers_per_iteration
+    from perseus_server.service.report_checks import transfers_per_iteration
 
     job_id, ranks = _job_with_ranks(service, 4, 4)
     job = service.jobs.get(job_id)
@@ -114,7 +116,9 @@ def test_a_reports_transfers_are_bounded_by_what_its_rank_makes_in_one_iteration
         for d in ("forward", "backward")
         for m in range(4)
     ]
-    service.reports.check(0, _report(job_id, ranks[1], every))  # all it makes: accepted
+    check_report(
+        service.jobs, service.limits, 0, _report(job_id, ranks[1], every)
+    )  # all it makes: accepted
     err = _refusal(service, _report(job_id, ranks[1], [*every, every[0]]))
     assert err.field == "transfers" and "at most 16" in err.detail
     # The issue's 100,000: refused by its count, naming the field.
@@ -129,7 +133,7 @@ def test_an_interleaved_rank_ends_every_boundary_of_its_model_stages(
     # Two ranks, two chunks each: model stages 0, 1, 2, 3 on ranks 0, 1, 0, 1; each rank ends
     # every one of the three boundaries once.
     job_id, ranks = _job_with_ranks(service, 2, 4, schedule="interleaved-1f1b", virtual_stages=2)
-    from perseus_server.service.reports import transfers_per_iteration
+    from perseus_server.service.report_checks import transfers_per_iteration
 
     job = service.jobs.get(job_id)
     assert job.boundary_ends == ((0, 1), (1, 0), (0, 1))
@@ -143,4 +147,29 @@ def test_only_a_links_two_ends_may_report_its_transfers(service: PerseusService)
     assert err.field == "transfers.boundary"
     assert "links pipeline ranks 2 and 3" in err.detail, err.detail
     for end in (2, 3):
-        service.reports.check(0, _report(job_id, ranks[end], slow))
+        check_report(service.jobs, service.limits, 0, _report(job_id, ranks[end], slow))
+
+
+class _Undecodable:
+    """A received report of 100,000 transfers whose decoding fails the test."""
+
+    size = 100_000
+    transfers = 100_000
+
+    def __init__(self, job_id: str, rank_id: str) -> None:
+        self.job_id, self.rank_id = job_id, rank_id
+
+    def decode(self) -> IterationReport:
+        raise AssertionError("decoded a report its transfer count refuses")
+
+    def wire(self) -> bytes:
+        raise AssertionError("sent a report its transfer count refuses to be decoded")
+
+
+def test_too_many_transfers_are_refused_before_the_report_is_decoded(
+    service: PerseusService,
+) -> None:
+    job_id, ranks = _job_with_ranks(service, 4, 4)
+    with pytest.raises(BadRequest) as e:
+        asyncio.run(service.ingest_report(_Undecodable(job_id, ranks[0])))
+    assert e.value.field == "transfers" and "at most 8" in e.value.detail
