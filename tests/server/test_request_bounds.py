@@ -173,3 +173,42 @@ def test_too_many_transfers_are_refused_before_the_report_is_decoded(
     with pytest.raises(BadRequest) as e:
         asyncio.run(service.ingest_report(_Undecodable(job_id, ranks[0])))
     assert e.value.field == "transfers" and "at most 8" in e.value.detail
+
+
+@pytest.mark.slow
+def test_refused_large_reports_do_not_accumulate_in_memory(tmp_path: Path) -> None:
+    """Each refused report of 100,000 transfers (4 MB) stayed in the gRPC runtime's reference
+    cycles until a full garbage collection: sixty of them held 400 MiB. Now a bounded few."""
+    import grpc
+
+    from perseus_common.proto import perseus_pb2 as pb
+    from perseus_common.proto import perseus_pb2_grpc as pb_grpc
+    from perseus_server import ServerProcess
+
+    def rss_mib(pid: int) -> float:
+        status = Path(f"/proc/{pid}/status").read_text()
+        return int(status.split("VmRSS:")[1].split()[0]) / 1024
+
+    with ServerProcess(tmp_path / "p.db") as srv, grpc.insecure_channel(srv.grpc_target) as ch:
+        import httpx
+
+        job = httpx.post(f"{srv.http_url}/jobs", json={"stages": 2, "microbatches": 4,
+                                                      "blocking_power": 70.0}).json()["id"]  # fmt: skip
+        stub = pb_grpc.PlanServiceStub(ch)
+        rank = stub.RegisterRank(pb.RegisterRankRequest(job_id=job)).rank_id
+        rep = pb.IterationReport(job_id=job, rank_id=rank, iteration=1, iteration_time=1.0)
+        for m in range(100_000):
+            rep.transfers.add(boundary=0, direction="forward", microbatch=m % 4, time=0.001)
+        codes: list[grpc.StatusCode] = []
+        after: list[float] = []
+        for n in range(60):
+            try:
+                stub.ReportIterations(iter([rep]), timeout=60)
+            except grpc.RpcError as e:
+                codes.append(e.code())
+            if n in (19, 59):
+                after.append(rss_mib(srv.pid))
+    assert codes == [grpc.StatusCode.INVALID_ARGUMENT] * 60
+    # Flat: the 40 refused after the first 20 add little (they added 4 MB each).
+    grown = after[1] - after[0]
+    assert grown < 60, f"40 more refused reports of 4 MB grew the server by {grown:.0f} MiB"
