@@ -170,7 +170,7 @@ class SimulatedGpu(GpuBackend):
         supported_clocks: the clocks this GPU accepts (default: every profiled frequency).
         state_path: persist lock/reset state to this JSON file on every change.
         name: device name reported at registration.
-        max_power_limit: the GPU's maximum power limit (W) it reports (default: the known-GPU
+        max_power_limit_w: the GPU's maximum power limit (W) it reports (default: the known-GPU
             table's for a ``name`` naming a known GPU, e.g. ``"A100"``; otherwise none).
         noise: relative standard deviation of each executed instruction's time and energy
             (0: exact; see the module docstring).
@@ -192,7 +192,7 @@ class SimulatedGpu(GpuBackend):
         supported_clocks: Sequence[int] | None = None,
         state_path: str | Path | None = None,
         name: str = "simulated",
-        max_power_limit: float | None = None,
+        max_power_limit_w: float | None = None,
         noise: float = 0.0,
         energy_noise: float | None = None,
         seed: int | None = None,
@@ -221,14 +221,14 @@ class SimulatedGpu(GpuBackend):
         self.stage = stages[0] if stage is None else int(stage)
         self.stages = tuple(stages)
         self.name = name
-        if max_power_limit is not None and not (
-            math.isfinite(max_power_limit) and max_power_limit > 0
+        if max_power_limit_w is not None and not (
+            math.isfinite(max_power_limit_w) and max_power_limit_w > 0
         ):
-            raise ConfigError("max_power_limit", f"must be > 0 watts, got {max_power_limit}")
+            raise ConfigError("max_power_limit_w", f"must be > 0 watts, got {max_power_limit_w}")
         known = known_gpu_for(name)
         self._max_power = (
-            float(max_power_limit)
-            if max_power_limit is not None
+            float(max_power_limit_w)
+            if max_power_limit_w is not None
             else (known.max_power_limit if known is not None else None)
         )
         self.blocking_power = float(blocking_power)
@@ -340,15 +340,17 @@ class SimulatedGpu(GpuBackend):
             return applied
         return self._applied_now()
 
+    def read_clock(self) -> tuple[int, frozenset[str]]:
+        """The clock instructions run at now (the lock, else the maximum), capped by
+        :meth:`throttle`, with the throttle's reasons while its cap binds."""
+        return self._applied_now()
+
     def _applied_now(self) -> tuple[int, frozenset[str]]:
         locked = self._clocks[0] if self._locked is None else self._locked
         cap = self._cap
         if cap is None or cap[0] >= locked:
             return locked, frozenset()
         return cap[0], cap[1]
-
-    def running_instruction(self) -> tuple[str, int, int | None] | None:
-        return self._pending_what if self._pending is not None else None
 
     def set_locked_clocks(self, mhz: int) -> None:
         mhz = int(mhz)
@@ -467,8 +469,13 @@ class SimulatedGpu(GpuBackend):
             self._pending = (t, e, start_sim, start_wall)
         else:
             self._pending = (t, e, self._virtual, 0.0)
+        super().begin_instruction(kind, microbatch, stage)
 
     def end_instruction(self) -> None:
+        self._end()
+        super().end_instruction()
+
+    def _end(self) -> None:
         pending = self._pending
         if pending is None:
             return
@@ -496,6 +503,10 @@ class SimulatedGpu(GpuBackend):
 
     def abort_instruction(self) -> None:
         """The instruction's body raised: count the time it ran, do not sleep out the rest."""
+        self._abort()
+        super().abort_instruction()
+
+    def _abort(self) -> None:
         pending = self._pending
         if pending is None:
             return

@@ -34,9 +34,14 @@ from perseus_server.domain.errors import (
     Unavailable,
 )
 from perseus_server.domain.states import StreamEnd
+from perseus_server.domain.values import FinishedRank, ReportAck
 from perseus_server.grpc.codec import (
     PlanEncoder,
+    decode_finish,
+    decode_plan_request,
     decode_registration,
+    encode_ack,
+    encode_finished,
     encode_registered,
 )
 from perseus_server.grpc.gate import TooLargeMessage, token_matches
@@ -137,9 +142,10 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
     ) -> None:
         await self._auth(context, "WatchPlan")
         await self._size(context, "WatchPlan", request)
+        req = decode_plan_request(request)
         try:
             sub, first = self.service.registration.subscribe(
-                request.job_id, request.rank_id, self._credential(context)
+                req.job_id, req.rank_id, self._credential(context)
             )
         except ApiError as e:
             await self._abort(context, "WatchPlan", e)
@@ -184,7 +190,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
                     self._collect_refused()
                 await self._abort(context, "ReportIterations", e)
         self.service.metrics.grpc_calls.inc(method="ReportIterations", code="OK")
-        return pb.ReportAck(accepted=accepted, duplicates=duplicates)
+        return encode_ack(ReportAck(accepted, duplicates))
 
     def _collect_refused(self) -> None:
         """Free what earlier refused large reports left behind. An aborted stream leaves its
@@ -202,11 +208,10 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
     ) -> pb.FinishRankResponse:  # noqa: N802
         await self._auth(context, "FinishRank")
         await self._size(context, "FinishRank", request)
+        req = decode_finish(request)
         try:
-            done, finished, registered = self.service.finish_rank(request.job_id, request.rank_id)
+            done, finished, registered = self.service.finish_rank(req.job_id, req.rank_id)
         except ApiError as e:
             await self._abort(context, "FinishRank", e)
         self.service.metrics.grpc_calls.inc(method="FinishRank", code="OK")
-        return pb.FinishRankResponse(
-            job_finished=done, ranks_finished=finished, ranks_registered=registered
-        )
+        return encode_finished(FinishedRank(done, finished, registered))
