@@ -23,6 +23,7 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import grpc
 import uvicorn
@@ -74,8 +75,8 @@ class TokenFiles:
         if cfg.token_file is None:
             return False
         try:
-            file = cfg.token_file
-            admin = read_token(file)
+            file: Path | None = cfg.token_file
+            admin = read_token(cfg.token_file)
             file = cfg.read_token_file
             read = None if file is None else read_token(file)
         except ValueError as e:

@@ -79,9 +79,14 @@ class ReceivedReport(Protocol):
     it holds, its size in measurements, off-plan instructions and transfers, and how to decode
     it, or send its wire bytes to a decoding worker."""
 
-    job_id: str
-    rank_id: str
-    transfers: int
+    @property
+    def job_id(self) -> str: ...
+
+    @property
+    def rank_id(self) -> str: ...
+
+    @property
+    def transfers(self) -> int: ...
 
     @property
     def size(self) -> int: ...
