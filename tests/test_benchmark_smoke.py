@@ -123,3 +123,24 @@ def test_tenancy_benchmark_smoke() -> None:
     assert "2-GPU job claims 10 kW/GPU" in rows[2]["step"]
     assert rows[3]["B-10kW"]["watts"] <= 600.0 + 1e-6
     assert rows[3]["A"]["slowdown"] > 0  # equal weights, no guarantee: A gives up half
+
+
+@pytest.mark.slow
+def test_hostile_server_benchmark_smoke() -> None:
+    rows: dict[str, Any] = json.loads(run("hostile_server.py", "--smoke", "--json"))
+    selection = rows["stage selection, 6 ranges of 100,000"]
+    assert selection["status"] == 422 and selection["field"] == "stages"
+    flood = rows["2 + 1 reports of 10000 transfers"]
+    assert flood["one_report"].startswith("INVALID_ARGUMENT: transfers:")
+    framed = rows["a rank times a link it does not end"]["rank 0 times boundary 2"]
+    assert framed.startswith("INVALID_ARGUMENT: transfers.boundary:")
+    token = rows["token file swapped for a link to another user's 0600 file"]
+    assert token.get("skipped") or token == {"old token": 200, "the other user's token": 401}
+    disk = rows["database on a full 3 MiB file system"]
+    if not disk.get("skipped"):
+        assert disk["POST /jobs"].startswith("503 Retry-After=")
+        assert disk["ReportIterations"].startswith("UNAVAILABLE")
+        assert disk["after space returns"] == 201
+    assert rows["wall clock stepped back 3600 s"] == {
+        "state 3 s after the last rank left, after a -3600 s step": "idle"
+    }

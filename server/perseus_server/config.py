@@ -2,25 +2,59 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["Limits", "ServerConfig", "read_token"]
 
 
+#: The longest token file read (bytes): a token is one short line.
+MAX_TOKEN_FILE_BYTES = 4096
+
+
 def read_token(path: Path) -> str:
     """The bearer token in ``path``; raises :class:`ValueError` (the message says what is
-    wrong) for an unreadable or empty file, a token with spaces, or a file other users can
-    read."""
+    wrong) for an unreadable or empty file, a token with spaces, or a file another user could
+    have written or can read.
+
+    A token file must be a regular file owned by the server's user or root and accessible to
+    its owner only (mode 600 or 400). Symlinks are resolved and their target checked the same
+    way; the checked file is the one read (opened once, checked through its descriptor), so a
+    link swapped in between cannot give another user's file."""
     try:
-        token = path.read_text().strip()
-        mode = path.stat().st_mode
+        target = path.resolve(strict=True)
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, RuntimeError) as e:
+        raise ValueError(f"cannot read it: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        st = os.fstat(fd)
+        name = str(path) if target == path.absolute() else f"{path} (a link to {target})"
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{name} is not a regular file")
+        if st.st_uid not in (os.geteuid(), 0):
+            raise ValueError(
+                f"{name} is owned by uid {st.st_uid}, not by the server's user "
+                f"(uid {os.geteuid()}) or root"
+            )
+        if st.st_mode & 0o077:
+            raise ValueError(
+                f"{name} is accessible to other users (mode {st.st_mode & 0o777:o}); chmod 600 it"
+            )
+        data = os.read(fd, MAX_TOKEN_FILE_BYTES + 1)
     except OSError as e:
         raise ValueError(f"cannot read it: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_TOKEN_FILE_BYTES:
+        raise ValueError(f"it is longer than {MAX_TOKEN_FILE_BYTES} bytes")
+    try:
+        token = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ValueError("it is not UTF-8 text") from None
     if not token or any(c.isspace() for c in token):
         raise ValueError("it must hold one token without spaces")
-    if mode & 0o077:
-        raise ValueError(f"it is accessible to other users (mode {mode & 0o777:o}); chmod 600 it")
     return token
 
 

@@ -417,6 +417,13 @@ class Metrics:
                 "Unexpected exceptions answered as 500 problem bodies (a bug when nonzero).",
             )
         )  # type: ignore[assignment]
+        self.store_errors: Counter = r.add(
+            Counter(
+                "perseus_store_errors_total",
+                "Writes the store refused, by kind (disk_full: answered 503 / UNAVAILABLE, "
+                "retried by the client; nothing acknowledged is lost).",
+            )
+        )  # type: ignore[assignment]
         self.duplicate_reports: Counter = r.add(
             Counter(
                 "perseus_duplicate_reports_total",

@@ -23,6 +23,7 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import grpc
 import uvicorn
@@ -74,10 +75,12 @@ class TokenFiles:
         if cfg.token_file is None:
             return False
         try:
+            file: Path | None = cfg.token_file
             admin = read_token(cfg.token_file)
-            read = None if cfg.read_token_file is None else read_token(cfg.read_token_file)
+            file = cfg.read_token_file
+            read = None if file is None else read_token(file)
         except ValueError as e:
-            log.error("token files not reloaded (%s): %s; the old tokens stay", why, e)
+            log.error("token files not reloaded (%s): %s: %s; the old tokens stay", why, file, e)
             return False
         if read is not None and read == admin:
             log.error("token files not reloaded (%s): the read token equals the admin token", why)

@@ -14,6 +14,8 @@ import pytest
 
 from perseus_common.proto import perseus_pb2, perseus_pb2_grpc
 from perseus_server import ServerProcess
+from perseus_server.domain.jobs import RankInfo
+from perseus_server.runtime.hub import PlanHub, StreamLimitExceeded
 
 pytestmark = pytest.mark.slow
 
@@ -93,6 +95,31 @@ def ended(call: Any) -> grpc.RpcError:
     return info.value
 
 
+def refused(job: Job, call: Any, g: int) -> grpc.RpcError:
+    """How the stream of rank ``g`` opened past the limit ended; fails as soon as the status
+    shows it connected (one stream too many taken) instead of waiting for its deadline."""
+    wait_for(lambda: not call.is_active() or g in job.connected(), f"stream {g} to be refused")
+    assert not call.is_active(), f"the stream of rank {g} was taken past the limit of {LIMIT}"
+    return ended(call)
+
+
+def _rank(g: int) -> RankInfo:
+    return RankInfo("job", f"rank-{g}", g, g, 0, 0, "", (), "")
+
+
+def test_the_hub_takes_exactly_its_limit_of_streams_per_credential() -> None:
+    hub = PlanHub(LIMIT)
+    subs = [hub.subscribe(_rank(g), "token") for g in range(LIMIT)]
+    with pytest.raises(StreamLimitExceeded, match=f"holds {LIMIT} WatchPlan streams"):
+        hub.subscribe(_rank(LIMIT), "token")
+    hub.subscribe(_rank(1), "token")  # replacing its own stream at the limit
+    hub.subscribe(_rank(LIMIT), "another")  # another credential's streams are its own
+    hub.unsubscribe(subs[0])
+    hub.subscribe(_rank(LIMIT + 1), "token")  # a stream that ended gave its place back
+    with pytest.raises(StreamLimitExceeded):
+        hub.subscribe(_rank(0), "token")
+
+
 def test_a_new_stream_for_a_rank_replaces_the_old_one(server: ServerProcess) -> None:
     with grpc.insecure_channel(server.grpc_target) as channel:
         job = Job(server, channel)
@@ -115,7 +142,7 @@ def test_a_credential_holds_a_bounded_number_of_streams(server: ServerProcess) -
         job = Job(server, channel)
         calls = [job.watch(g) for g in range(LIMIT)]
         wait_for(lambda: job.connected() == set(range(LIMIT)), "three ranks connected")
-        err = ended(job.watch(LIMIT))
+        err = refused(job, job.watch(LIMIT), LIMIT)
         assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert f"max_streams_per_credential = {LIMIT}" in err.details()
         assert job.connected() == set(range(LIMIT))

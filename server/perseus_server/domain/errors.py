@@ -4,16 +4,34 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ApiError", "BadRequest", "Conflict", "NotFound", "TooLarge", "Unauthorized"]
+__all__ = [
+    "ApiError",
+    "BadRequest",
+    "Conflict",
+    "NotFound",
+    "StoreUnavailable",
+    "TooLarge",
+    "Unauthorized",
+    "Unavailable",
+]
+
+
+#: The longest detail an error carries (characters): a detail quotes what it refuses, and a
+#: 100,000-character value quoted back would exceed gRPC's metadata limit (the client would
+#: see its stream "removed" instead of the error) and bloat every problem body.
+MAX_DETAIL = 1024
 
 
 class ApiError(Exception):
-    """A client error: an HTTP status, a short title, a detail and the field at fault."""
+    """A client error: an HTTP status, a short title, a detail (at most :data:`MAX_DETAIL`
+    characters) and the field at fault."""
 
     status: int = 400
     title: str = "Bad request"
 
     def __init__(self, detail: str, *, field: str | None = None, **extra: Any) -> None:
+        if len(detail) > MAX_DETAIL:
+            detail = detail[: MAX_DETAIL - 1] + "\u2026"
         super().__init__(detail)
         self.detail = detail
         self.field = field
@@ -31,6 +49,10 @@ class ApiError(Exception):
             body["field"] = self.field
         body.update(self.extra)
         return body
+
+    def headers(self) -> dict[str, str]:
+        """HTTP headers the answer carries besides the problem body (none by default)."""
+        return {}
 
 
 class BadRequest(ApiError):
@@ -66,3 +88,28 @@ class Unauthorized(ApiError):
 
     status = 401
     title = "Unauthorized"
+
+
+class Unavailable(ApiError):
+    """The server cannot take the request now, through no fault of the client's: retry after
+    ``retry_after`` seconds (HTTP 503 with ``Retry-After``, gRPC UNAVAILABLE)."""
+
+    status = 503
+    title = "Service unavailable"
+
+    def __init__(self, detail: str, *, retry_after: int, field: str | None = None) -> None:
+        super().__init__(detail, field=field, retry_after=retry_after)
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+
+class StoreUnavailable(Unavailable):
+    """The store cannot write now (``kind``: ``disk_full``); nothing of the request was stored,
+    and the same request succeeds once the cause is gone (space freed)."""
+
+    def __init__(self, detail: str, *, kind: str, retry_after: int) -> None:
+        super().__init__(detail, retry_after=retry_after)
+        self.kind = kind
+        self.extra["kind"] = kind

@@ -20,11 +20,21 @@ class WireReport:
     (:class:`~perseus_server.service.report_checks.ReceivedReport`)."""
 
     message: pb.IterationReport
+    #: What the service checks before decoding (read once here: plain values, not calls).
+    job_id: str = ""
+    rank_id: str = ""
+    transfers: int = 0
+
+    @classmethod
+    def of(cls, message: pb.IterationReport) -> WireReport:
+        return cls(message, message.job_id, message.rank_id, len(message.transfers))
 
     @property
     def size(self) -> int:
-        """Measurements and off-plan instructions: what decides where it is decoded."""
-        return len(self.message.instructions) + len(self.message.off_plan)
+        """Measurements, off-plan instructions and transfers: what decides where it is
+        decoded."""
+        m = self.message
+        return len(m.instructions) + len(m.off_plan) + len(m.transfers)
 
     def decode(self) -> IterationReport:
         return decode_report(self.message)

@@ -15,6 +15,8 @@ A rank holds one ``WatchPlan`` stream: a newer stream for the same rank ends the
 
 from __future__ import annotations
 
+import gc
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any, NoReturn
@@ -23,7 +25,14 @@ import grpc
 
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
-from perseus_server.domain.errors import ApiError, BadRequest, Conflict, NotFound, Unauthorized
+from perseus_server.domain.errors import (
+    ApiError,
+    BadRequest,
+    Conflict,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+)
 from perseus_server.domain.states import StreamEnd
 from perseus_server.domain.values import FinishedRank, ReportAck
 from perseus_server.grpc.codec import (
@@ -46,11 +55,18 @@ __all__ = ["PlanServicer", "status_code"]
 _Context = grpc.aio.ServicerContext[Any, Any]
 
 
+#: A refused report larger than this (bytes) has a garbage collection run (see
+#: :meth:`PlanServicer._collect_refused`); at most one per ``COLLECT_INTERVAL`` seconds.
+LARGE_REFUSED_BYTES = 1 << 20
+COLLECT_INTERVAL = 0.25
+
 #: The detail a stream replaced by a newer one for the same rank ends with (``ABORTED``).
 REPLACED_DETAIL = "rank_id: replaced by a newer WatchPlan stream for this rank"
 
 
 def status_code(err: ApiError) -> grpc.StatusCode:
+    if isinstance(err, Unavailable):
+        return grpc.StatusCode.UNAVAILABLE
     if isinstance(err, StreamLimitExceeded):
         return grpc.StatusCode.RESOURCE_EXHAUSTED
     if isinstance(err, NotFound):
@@ -71,6 +87,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         self.service = service
         self.token = token
         self.encode_plan = PlanEncoder()
+        self._collected = -math.inf
 
     async def _abort(self, context: _Context, method: str, err: ApiError) -> NoReturn:
         code = status_code(err)
@@ -166,12 +183,25 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         accepted = duplicates = 0
         async for report in request_iterator:
             try:
-                new, dup = await self.service.ingest_report(WireReport(report))
+                new, dup = await self.service.ingest_report(WireReport.of(report))
                 accepted, duplicates = accepted + new + dup, duplicates + dup
             except ApiError as e:
+                if report.ByteSize() > LARGE_REFUSED_BYTES:
+                    self._collect_refused()
                 await self._abort(context, "ReportIterations", e)
         self.service.metrics.grpc_calls.inc(method="ReportIterations", code="OK")
         return encode_ack(ReportAck(accepted, duplicates))
+
+    def _collect_refused(self) -> None:
+        """Free what earlier refused large reports left behind. An aborted stream leaves its
+        last message in reference cycles inside the gRPC runtime until a full garbage
+        collection (twenty refused reports of 100,000 transfers held 150 MiB, sixty 400 MiB);
+        collected here, at most once per :data:`COLLECT_INTERVAL` seconds (a full collection
+        takes tens of milliseconds), so refusals hold no more than one interval's messages."""
+        now = time.monotonic()
+        if now - self._collected >= COLLECT_INTERVAL:
+            self._collected = now
+            gc.collect()
 
     async def FinishRank(
         self, request: pb.FinishRankRequest, context: _Context

@@ -18,7 +18,8 @@ PROBLEM = "application/problem+json"
 
 
 def problem_response(err: ApiError, headers: dict[str, str] | None = None) -> JSONResponse:
-    """``err`` as a problem document with its status."""
+    """``err`` as a problem document with its status (and its own headers: ``Retry-After``)."""
+    headers = {**err.headers(), **(headers or {})}
     return JSONResponse(err.problem(), status_code=err.status, media_type=PROBLEM, headers=headers)
 
 

@@ -25,11 +25,13 @@ TAGS = [
 ]
 
 
-def _select_stages(body: bytes, content_type: str, stages: str) -> bytes:
+def _select_stages(body: bytes, content_type: str, stages: str, limit: int) -> bytes:
     """``PUT /jobs/{id}/profile?stages=0-3``: the profile's ``stages`` only, renumbered from 0
-    (as ``perseus frontier --profile-stages``), as CSV."""
+    (as ``perseus frontier --profile-stages``), as CSV. A list naming more than ``limit``
+    stages (the job's model stages: the profile must have as many) is refused before it is
+    built."""
     try:
-        chosen = parse_stage_list(stages)
+        chosen = parse_stage_list(stages, limit)
     except ProfileError as e:
         raise BadRequest(str(e), field="stages") from None
     try:
@@ -84,11 +86,11 @@ def profiles_router(service: PerseusService) -> APIRouter:
         support; a bad profile leaves the stored one in place (422 naming the row and field).
         ``stages`` selects some of the profile's stages (as ``perseus frontier
         --profile-stages``)."""
-        service.views.job(job_id)  # 404 before reading the body
+        model_stages = service.jobs.get(job_id).schedule.stages  # 404 before the body
         body = await request.body()
         content_type = request.headers.get("content-type", "")
         if stages is not None:
-            body = await asyncio.to_thread(_select_stages, body, content_type, stages)
+            body = await asyncio.to_thread(_select_stages, body, content_type, stages, model_stages)
             content_type = "text/csv"
         return await service.profiles.put(job_id, body, content_type)
 

@@ -16,12 +16,13 @@ migrations of :mod:`perseus_server.runtime.migrations` (its names are re-exporte
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from perseus_server.domain.jobs import JobSpec, RankInfo
 from perseus_server.domain.rows import (
@@ -36,6 +37,9 @@ from perseus_server.domain.rows import (
 from perseus_server.domain.states import SolveStatus
 from perseus_server.domain.store import StoreError
 from perseus_server.runtime.migrations import MIGRATIONS, SCHEMA_VERSION, migrate, schema_version
+from perseus_server.runtime.store_errors import disk_full
+
+log = logging.getLogger("perseus.server")
 
 __all__ = [
     "MIGRATIONS",
@@ -60,6 +64,8 @@ class SqliteStore:
         self.path = path
         self._depth = 0
         self._after: list[Callable[[], object]] = []
+        #: Told the kind of every write refused (``disk_full``); the service counts them.
+        self.on_error: Callable[[str], None] = lambda kind: None
 
     @classmethod
     def open(cls, path: str | Path) -> SqliteStore:
@@ -107,20 +113,35 @@ class SqliteStore:
             finally:
                 self._depth -= 1
             return
-        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            self._refuse(e)
         self._depth = 1
         try:
             yield self._db
-        except BaseException:
+            self._depth = 0
+            self._db.execute("COMMIT")
+        except BaseException as e:
             self._depth = 0
             self._after.clear()
-            self._db.execute("ROLLBACK")
-            raise
-        self._depth = 0
-        self._db.execute("COMMIT")
+            if self._db.in_transaction:
+                try:
+                    self._db.execute("ROLLBACK")
+                except sqlite3.Error:
+                    log.exception("store %s: rollback failed", self.path)
+            self._refuse(e)
         after, self._after = self._after, []
         for fn in after:
             fn()
+
+    def _refuse(self, e: BaseException) -> NoReturn:
+        """Raise ``e``, or the retryable :class:`StoreUnavailable` for a full disk (counted)."""
+        full = disk_full(e, str(self.path))
+        if full is None:
+            raise e
+        self.on_error(full.kind)
+        raise full from e
 
     # --- jobs ------------------------------------------------------------------------------------
 

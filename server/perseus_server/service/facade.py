@@ -33,6 +33,7 @@ from perseus_server.metrics import OTHER, Labels, Metrics
 from perseus_server.runtime.hub import PlanHub
 from perseus_server.runtime.parse_pool import ReportPool
 from perseus_server.runtime.solve_manager import SolveLimits, SolveManager
+from perseus_server.runtime.store_errors import ObservesErrors
 from perseus_server.service.clock_verification import ClockVerification
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
@@ -47,7 +48,11 @@ from perseus_server.service.plans import PlanQueries, shape_policy
 from perseus_server.service.power import PlanPowers
 from perseus_server.service.power_budget import PowerBudget
 from perseus_server.service.registration import Registration
-from perseus_server.service.report_checks import ReceivedReport, check_report
+from perseus_server.service.report_checks import (
+    ReceivedReport,
+    check_before_decoding,
+    check_report,
+)
 from perseus_server.service.reports import Reports
 from perseus_server.service.slow_links import SlowLinks
 from perseus_server.service.slow_stages import SlowStageResolver, stage_solve_key
@@ -61,7 +66,8 @@ __all__ = ["PerseusService", "OFFLOAD_INSTRUCTIONS"]
 
 #: Nodes per job named in ``perseus_ranks_without_clock_control`` (the rest: ``other``).
 CLOCK_CONTROL_NODES = 32
-#: Reports with more instruction measurements than this are checked off the event loop.
+#: Reports with more instruction measurements (off-plan instructions and transfers counted too)
+#: than this are checked off the event loop.
 OFFLOAD_INSTRUCTIONS = 512
 
 
@@ -99,6 +105,8 @@ class PerseusService:
             job_energy=measured,
             without_clock_control=self._clock_control_gauge,
         )
+        if isinstance(store, ObservesErrors):  # writes refused (a full disk), counted
+            store.on_error = lambda kind: self.metrics.store_errors.inc(kind=kind)
         ctx = ServiceContext(store, limits, self.jobs, self.hub, self.solver, self.metrics)
         self.ctx = ctx
         self.tenants = Tenants(ctx)
@@ -320,11 +328,14 @@ class PerseusService:
         """Decode, check, store and observe one report; returns (new, duplicates): a re-sent
         report is acknowledged and dropped.
 
-        A report of more than ``OFFLOAD_INSTRUCTIONS`` measurements and off-plan instructions
-        together (``received.size``) stays off the loop: it is decoded into columns in the
-        report worker process from its wire bytes (else decoded on a thread), and checked on a
-        thread with array operations; the loop only stores it and hands it to the observers.
+        The job, the rank and the number of transfers are checked first, before anything is
+        decoded (:func:`check_before_decoding`). A report of more than ``OFFLOAD_INSTRUCTIONS``
+        measurements, off-plan instructions and transfers together (``received.size``) stays
+        off the loop: it is decoded into columns in the report worker process from its wire
+        bytes (else decoded on a thread), and checked on a thread with array operations; the
+        loop only stores it and hands it to the observers.
         """
+        check_before_decoding(self.jobs, received.job_id, received.rank_id, received.transfers)
         if received.size > OFFLOAD_INSTRUCTIONS:
             if self.report_pool is not None:
                 rep = await self.report_pool.decode(received.wire, received.decode)

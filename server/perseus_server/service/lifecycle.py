@@ -12,7 +12,9 @@ registering.
 
 The idle timeout needs no polling: when a job's last stream closes, a timer is set on the
 event loop for ``idle_after_seconds`` later; a stream opened meanwhile makes the check a
-no-op. :meth:`Lifecycle.check` also runs on every read of a job's lifecycle, so a server
+no-op, and a check that finds the time not yet up sets the timer again. Durations are measured
+on the monotonic clock (a step of the system clock neither freezes nor hastens the idle
+timeout); the wall clock only dates the states shown (``since``, ``idle_at``). :meth:`Lifecycle.check` also runs on every read of a job's lifecycle, so a server
 without a running loop (tests that drive the service directly) sees the same states.
 """
 
@@ -33,13 +35,18 @@ __all__ = ["Lifecycle"]
 
 log = logging.getLogger("perseus.server")
 
+#: After a failed idle check (the store refused the change), the next one is this much later (s).
+CHECK_RETRY_SECONDS = 1.0
+
 
 @dataclass
 class _Life:
     state: JobActivity
+    #: When the state began (Unix seconds, shown).
     since: float
     reason: str
-    #: When the job last had a connected rank (or was created, or the server started).
+    #: When the job last had a connected rank (or was created, or the server started), on the
+    #: monotonic clock.
     last_seen: float
 
     def to_json(self) -> dict[str, Any]:
@@ -54,10 +61,15 @@ class Lifecycle:
         ctx: ServiceContext,
         idle_after: float,
         changed: Callable[[str, JobActivity, str], None] = lambda job_id, state, why: None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         """``changed``: called with (job id, new state, cause) after every change (the
-        service recomputes the power budget)."""
+        service recomputes the power budget). ``clock`` measures durations (monotonic),
+        ``wall`` dates the states."""
         self.ctx = ctx
+        self.clock, self.wall = clock, wall
         self.idle_after = float(idle_after)
         self._jobs: dict[str, _Life] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
@@ -70,8 +82,9 @@ class Lifecycle:
     def _life(self, job_id: str) -> _Life:
         life = self._jobs.get(job_id)
         if life is None:
-            now = time.time()
-            life = self._jobs[job_id] = _Life(JobActivity.ACTIVE, now, "created", now)
+            life = self._jobs[job_id] = _Life(
+                JobActivity.ACTIVE, self.wall(), "created", self.clock()
+            )
         return life
 
     def state(self, job_id: str) -> JobActivity:
@@ -97,7 +110,7 @@ class Lifecycle:
         life = self._life(job_id)
         idle_at = None
         if life.state is JobActivity.ACTIVE and not self.ctx.hub.connected(job_id):
-            idle_at = life.last_seen + self.idle_after
+            idle_at = self.wall() + max(0.0, life.last_seen + self.idle_after - self.clock())
         return {**life.to_json(), "idle_at": idle_at}
 
     def counts(self) -> dict[JobActivity, int]:
@@ -112,9 +125,9 @@ class Lifecycle:
         life = self._life(job_id)
         if life.state is state:
             return
-        now = time.time()
+        now = self.wall()
+        self.ctx.store.put_job_lifecycle(job_id, str(state), now, reason)  # stored, then kept
         life.state, life.since, life.reason = state, now, reason
-        self.ctx.store.put_job_lifecycle(job_id, str(state), now, reason)
         log.info("job %s: %s (%s)", job_id, state, reason)
         self.changed(job_id, state, reason)
 
@@ -122,18 +135,18 @@ class Lifecycle:
         """After a restart: stored idle and finished jobs stay so; the others are active and
         their ranks have ``idle_after_seconds`` to reconnect."""
         stored = self.ctx.store.job_lifecycles()
-        now = time.time()
+        now, started = self.wall(), self.clock()
         for job_id in self.ctx.jobs.ids():
             state, since, reason = stored.get(job_id, ("active", now, "server started"))
-            life = _Life(JobActivity(state), since, reason, now)
+            life = _Life(JobActivity(state), since, reason, started)
             self._jobs[job_id] = life
             if life.state is JobActivity.ACTIVE:
                 self._arm(job_id)
 
     def added(self, job_id: str) -> None:
-        now = time.time()
-        self._jobs[job_id] = _Life(JobActivity.ACTIVE, now, "created", now)
+        now = self.wall()
         self.ctx.store.put_job_lifecycle(job_id, "active", now, "created")
+        self._jobs[job_id] = _Life(JobActivity.ACTIVE, now, "created", self.clock())
         self._arm(job_id)
 
     def removed(self, job_id: str) -> None:
@@ -161,7 +174,7 @@ class Lifecycle:
         if rank_id is not None:
             self._finished_ranks.get(job_id, set()).discard(rank_id)
         life = self._life(job_id)
-        life.last_seen = time.time()
+        life.last_seen = self.clock()
         timer = self._timers.pop(job_id, None)
         if timer is not None:
             timer.cancel()
@@ -172,7 +185,7 @@ class Lifecycle:
         """A plan stream of the job closed: with none left, the idle timer starts."""
         if job_id not in self.ctx.jobs or self.ctx.hub.connected(job_id):
             return
-        self._life(job_id).last_seen = time.time()
+        self._life(job_id).last_seen = self.clock()
         self._arm(job_id)
 
     def finish(self, job_id: str) -> dict[str, Any]:
@@ -189,7 +202,7 @@ class Lifecycle:
 
     def check(self, job_id: str | None = None) -> None:
         """Make active jobs without a connected rank for ``idle_after_seconds`` idle."""
-        now = time.time()
+        now = self.clock()
         for jid in [job_id] if job_id is not None else self.ctx.jobs.ids():
             if jid not in self.ctx.jobs:
                 continue
@@ -201,8 +214,9 @@ class Lifecycle:
             ):
                 self._set(jid, JobActivity.IDLE, f"no rank connected for {self.idle_after:g} s")
 
-    def _arm(self, job_id: str) -> None:
-        """Check the job once its idle timeout has passed (when an event loop runs)."""
+    def _arm(self, job_id: str, at_least: float = 0.0) -> None:
+        """Check the job once its idle timeout has passed, and not before ``at_least`` seconds
+        (when an event loop runs)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -210,12 +224,22 @@ class Lifecycle:
         old = self._timers.pop(job_id, None)
         if old is not None:
             old.cancel()
-        delay = max(0.0, self._life(job_id).last_seen + self.idle_after - time.time())
+        delay = max(at_least, self._life(job_id).last_seen + self.idle_after - self.clock())
         self._timers[job_id] = loop.call_later(delay + 0.01, self._fire, job_id)
 
     def _fire(self, job_id: str) -> None:
         self._timers.pop(job_id, None)
+        retry = 0.0
         try:
             self.check(job_id)
         except Exception:  # a timer must never take the loop down
             log.exception("job %s: lifecycle check failed", job_id)
+            retry = CHECK_RETRY_SECONDS
+        life = self._jobs.get(job_id)
+        if (
+            life is not None
+            and life.state is JobActivity.ACTIVE
+            and job_id in self.ctx.jobs
+            and not self.ctx.hub.connected(job_id)
+        ):
+            self._arm(job_id, retry)  # not yet (or the check failed): look again when due

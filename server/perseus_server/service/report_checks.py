@@ -51,12 +51,14 @@ __all__ = [
     "MAX_REASONS",
     "CheckedReport",
     "ReceivedReport",
+    "check_before_decoding",
     "check_report",
     "checked_stage_factors",
     "first_bad_instruction",
     "measurements",
     "report_stage_factors",
     "validate_applied_clocks",
+    "transfers_per_iteration",
     "validate_clock_control",
     "validate_report",
 ]
@@ -73,8 +75,18 @@ _REASON = re.compile(r"[a-z0-9_]{1,64}")
 
 
 class ReceivedReport(Protocol):
-    """One report as it arrived (from the gRPC adapter): its size in measurements and off-plan
-    instructions, and how to decode it, or send its wire bytes to a decoding worker."""
+    """One report as it arrived (from the gRPC adapter): its job and rank, how many transfers
+    it holds, its size in measurements, off-plan instructions and transfers, and how to decode
+    it, or send its wire bytes to a decoding worker."""
+
+    @property
+    def job_id(self) -> str: ...
+
+    @property
+    def rank_id(self) -> str: ...
+
+    @property
+    def transfers(self) -> int: ...
 
     @property
     def size(self) -> int: ...
@@ -106,22 +118,34 @@ def check_report(jobs: JobTable, limits: Limits, i: int, rep: IterationReport) -
     """Validate report ``i`` of a batch and measure it (linear in its length, no change to the
     state: a large report is checked off the event loop)."""
     job, rank = _reporter(jobs, i, rep)
-    validate_report(i, rep, job, limits)
+    validate_report(i, rep, job, limits, rank)
     profile = job.profile.current
     factors = checked_stage_factors(job, rank, rep) if rep.instructions else None
     ms = measurements(rep) if job.profiling_is(ProfilingStatus.RUNNING) else None
     return CheckedReport(i, job, rank, rep, profile, factors, ms)
 
 
+def check_before_decoding(jobs: JobTable, job_id: str, rank_id: str, transfers: int) -> None:
+    """What can be refused before a report is decoded (``O(1)``): its job and rank, and more
+    transfers than its rank makes in one iteration (:func:`transfers_per_iteration`), so a
+    report of 100,000 transfers costs neither a decode nor memory."""
+    job = jobs.get(job_id)
+    _check_transfer_count(0, transfers, job, _reporter_rank(job, 0, rank_id))
+
+
 def _reporter(jobs: JobTable, i: int, rep: IterationReport) -> tuple[Job, RankInfo]:
     job = jobs.get(rep.job_id)
-    rank = job.ranks.by_id.get(rep.rank_id)
+    return job, _reporter_rank(job, i, rep.rank_id)
+
+
+def _reporter_rank(job: Job, i: int, rank_id: str) -> RankInfo:
+    rank = job.ranks.by_id.get(rank_id)
     if rank is None:
         raise Conflict(
-            f"report {i}: rank {rep.rank_id!r} is not registered in job {rep.job_id}",
+            f"report {i}: rank {rank_id[:64]!r} is not registered in job {job.id}",
             field="rank_id",
         )
-    return job, rank
+    return rank
 
 
 def validate_clock_control(where: str, state: str, reason: str) -> None:
@@ -138,7 +162,9 @@ def validate_clock_control(where: str, state: str, reason: str) -> None:
         )
 
 
-def validate_report(i: int, rep: IterationReport, job: Job, limits: Limits) -> None:
+def validate_report(
+    i: int, rep: IterationReport, job: Job, limits: Limits, rank: RankInfo | None = None
+) -> None:
     """Raise :class:`BadRequest` naming the field when report ``i`` of a batch is malformed."""
     check_seconds(rep.iteration_time, "iteration_time", f"report {i}: ", MIN_SECONDS, MAX_SECONDS)
     check_energy(rep.energy, "energy", f"report {i}: ")
@@ -165,24 +191,48 @@ def validate_report(i: int, rep: IterationReport, job: Job, limits: Limits) -> N
             _check_instruction(f"report {i} instructions[{j}]", m, job)
     validate_applied_clocks(i, rep, job, limits)
     if rep.transfers:
-        _check_transfers(i, rep, job, limits)
+        _check_transfers(i, rep, job, rank or _reporter_rank(job, i, rep.rank_id))
 
 
-def _check_transfers(i: int, rep: IterationReport, job: Job, limits: Limits) -> None:
-    """The report's timed transfers: at most as many as measurements, each on a boundary of the
-    job's model (``0 <= boundary < stages - 1``), a known direction, a microbatch of the job, a
-    time within :mod:`perseus_server.domain.bounds`."""
-    if len(rep.transfers) > limits.max_report_instructions:
+def transfers_per_iteration(job: Job, pipeline_rank: int) -> int:
+    """The most P2P transfers a rank at ``pipeline_rank`` makes in one iteration: for every
+    boundary it is an end of (twice when it runs both stages), each microbatch's activations
+    forward and gradients backward."""
+    ends = sum((a == pipeline_rank) + (b == pipeline_rank) for a, b in job.boundary_ends)
+    return ends * len(TRANSFER_DIRECTIONS) * job.spec.microbatches
+
+
+def _check_transfer_count(i: int, count: int, job: Job, rank: RankInfo) -> None:
+    most = transfers_per_iteration(job, rank.pipeline_rank)
+    if count > most:
         raise BadRequest(
-            f"report {i}: at most {limits.max_report_instructions} transfers", field="transfers"
+            f"report {i}: {count} transfers, but pipeline rank {rank.pipeline_rank} makes at "
+            f"most {most} P2P transfers in one iteration of {job.spec.microbatches} microbatches",
+            field="transfers",
         )
-    boundaries, microbatches = job.schedule.stages - 1, job.spec.microbatches
+
+
+def _check_transfers(i: int, rep: IterationReport, job: Job, rank: RankInfo) -> None:
+    """The report's timed transfers: at most as many as its rank makes in one iteration
+    (:func:`transfers_per_iteration`), each on a boundary of the job's model (``0 <= boundary <
+    stages - 1``) that the rank is an end of (only a link's two ends time its transfers), a
+    known direction, a microbatch of the job, a time within :mod:`perseus_server.domain.bounds`.
+    The count is checked first: a long list is refused before any item is looked at."""
+    _check_transfer_count(i, len(rep.transfers), job, rank)
+    ends, microbatches = job.boundary_ends, job.spec.microbatches
     for j, t in enumerate(rep.transfers):
         where = f"report {i} transfers[{j}]: "
-        if not 0 <= t.boundary < boundaries:
+        if not 0 <= t.boundary < len(ends):
             raise BadRequest(
-                f"{where}boundary must be between 0 and {boundaries - 1} (the boundary between "
+                f"{where}boundary must be between 0 and {len(ends) - 1} (the boundary between "
                 f"stage b and b + 1 of {job.schedule.stages} stages), got {t.boundary}",
+                field="transfers.boundary",
+            )
+        if rank.pipeline_rank not in ends[t.boundary]:
+            a, b = ends[t.boundary]
+            raise BadRequest(
+                f"{where}boundary {t.boundary} links pipeline ranks {a} and {b}; pipeline rank "
+                f"{rank.pipeline_rank} is not an end of it and cannot time its transfers",
                 field="transfers.boundary",
             )
         if t.direction not in TRANSFER_DIRECTIONS:
@@ -201,7 +251,7 @@ def _check_transfers(i: int, rep: IterationReport, job: Job, limits: Limits) -> 
 def _check_instruction(where: str, m: InstructionReport, job: Job) -> None:
     if m.instruction not in INSTRUCTION_KINDS:
         raise BadRequest(
-            f"{where}: unknown instruction {m.instruction!r}",
+            f"{where}: unknown instruction {m.instruction[:32]!r}",
             field="instructions.instruction",
         )
     if not (math.isfinite(m.time) and 0 < m.time <= MAX_INSTRUCTION_SECONDS):
@@ -269,7 +319,7 @@ def validate_applied_clocks(i: int, rep: IterationReport, job: Job, limits: Limi
         where = f"report {i} off_plan[{j}]"
         if o.instruction not in INSTRUCTION_KINDS:
             raise BadRequest(
-                f"{where}: unknown instruction {o.instruction!r}", field="off_plan.instruction"
+                f"{where}: unknown instruction {o.instruction[:32]!r}", field="off_plan.instruction"
             )
         if not 0 <= o.microbatch < job.spec.microbatches:
             raise BadRequest(f"{where}: microbatch out of range", field="off_plan.microbatch")

@@ -7,6 +7,7 @@ profiling session when one ran. :class:`JobTable` holds the jobs by id.
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -309,6 +310,14 @@ class Job:
     def id(self) -> str:
         return self.row.id
 
+    @functools.cached_property
+    def boundary_ends(self) -> tuple[tuple[int, int], ...]:
+        """Per stage boundary ``b`` (model stage ``b`` to ``b + 1``), the pipeline ranks at its
+        two ends: the ranks that run its producer and its consumer stage (the schedule does not
+        change for the job's life)."""
+        where = self.schedule.stage_rank()
+        return tuple((where[b], where[b + 1]) for b in range(self.schedule.stages - 1))
+
     def profiling_is(self, *statuses: ProfilingStatus) -> bool:
         return self.profiling is not None and self.profiling.status in statuses
 
@@ -337,7 +346,7 @@ class JobTable:
         """The job; raises :class:`NotFound` naming ``job_id``."""
         job = self._jobs.get(job_id)
         if job is None:
-            raise NotFound(f"no job with id {job_id!r}", field="job_id")
+            raise NotFound(f"no job with id {job_id[:64]!r}", field="job_id")
         return job
 
     def add(self, job: Job) -> None:

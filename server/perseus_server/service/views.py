@@ -75,6 +75,9 @@ class Views:
         self.deployer = deployer
         self.solves = solves
         self.started = started
+        #: Uptime is measured on the monotonic clock (a step of the system clock changes
+        #: ``started``'s meaning, not the server's age).
+        self._started_monotonic = time.monotonic()
         self.power_share = power_share
         self.lifecycle = lifecycle
         self.profile_mismatch = profile_mismatch
@@ -240,6 +243,6 @@ class Views:
         return {
             "status": "ok",
             "jobs": len(self.ctx.jobs),
-            "uptime_seconds": time.time() - self.started,
+            "uptime_seconds": time.monotonic() - self._started_monotonic,
             "kernels": self.ctx.solver.kernels,
         }
