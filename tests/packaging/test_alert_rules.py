@@ -19,9 +19,6 @@ RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
 TESTS = RULES.with_name("alerts.test.yml")
 #: Series from elsewhere: Prometheus's own, node-exporter's textfile collector.
 EXTERNAL = {"up", "node_textfile_mtime_seconds"}
-#: Server series that land with the tenancy branch of this round (issue #31, items 1, 2 and 4),
-#: merged before this one: on a tree that has them this list changes nothing; remove it then.
-PENDING = {"perseus_job_info", "perseus_tenant_below_guaranteed_share"}
 
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
@@ -93,11 +90,9 @@ def test_every_rule_routes_and_every_series_it_uses_is_exported() -> None:
     }
     assert used <= tested, f"rules whose series no unit test feeds: {sorted(used - tested)}"
     missing = sorted((used | tested) - _exported() - EXTERNAL)
-    assert not set(missing) - PENDING, f"series neither the server nor gpud exports: {missing}"
+    assert not missing, f"series neither the server nor gpud exports: {missing}"
     # A job's alerts name it and its tenant: every rule on a per-job series joins the info.
     for rule in rules:
         expr = str(rule["expr"])
         if re.search(r"perseus_(ranks_without|profile_mismatch|slow_link)", expr):
             assert "group_left(name, tenant) perseus_job_info" in expr, rule["alert"]
-    if missing:
-        pytest.xfail(f"{missing}: exported once the tenancy branch is merged (PENDING)")
