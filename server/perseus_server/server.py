@@ -10,7 +10,7 @@ replace the old ones at once (a file that cannot be used is logged and the old t
 
 Shutdown on SIGTERM/SIGINT: open WatchPlan streams are ended, gRPC stops with a short grace,
 uvicorn finishes in-flight requests, running solves are stopped (their jobs are marked failed),
-and the SQLite WAL is checkpointed.
+and the SQLite WAL is checkpointed (or the PostgreSQL connections closed).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from perseus_server.grpc.gate import GRPC_CODES, GRPC_METHODS, AuthInterceptor
 from perseus_server.grpc.service import PlanServicer
 from perseus_server.rest import create_app
 from perseus_server.runtime.connection_limits import GRPC_MAX_MESSAGE, guarded_h11, raise_fd_limit
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.stores import describe, is_postgres, open_store
 from perseus_server.runtime.warmup import warm_kernels
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
@@ -138,8 +138,15 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_YOUNG, 10, 10)
-    store = SqliteStore.open(config.db_path)
-    service = PerseusService(store, config.limits, report_decoder=decode_report_bytes)
+    store = open_store(config.db_path)
+    # A database server's round trips stay off the event loop where the service can wait for
+    # them: reports are committed in groups on a thread (only a store safe to share does so).
+    service = PerseusService(
+        store,
+        config.limits,
+        report_decoder=decode_report_bytes,
+        ingest_off_loop=is_postgres(config.db_path),
+    )
     service.load()
     warming = warm_kernels(service.solver)
     tls = config.tls_cert is not None and config.tls_key is not None
@@ -234,7 +241,7 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     say(f"perseus: REST listening on {scheme}://{_fmt_host(config.host)}:{http_port}")
     say(f"perseus: gRPC listening on {_fmt_host(config.host)}:{grpc_port}")
     say(
-        f"perseus: ready (db {config.db_path}, auth {'on' if config.token else 'off'}, tls {'on' if tls else 'off'})"
+        f"perseus: ready (db {describe(config.db_path)}, auth {'on' if config.token else 'off'}, tls {'on' if tls else 'off'})"
     )
 
     stop_task = asyncio.create_task(stop.wait())

@@ -49,6 +49,7 @@ __all__ = [
     "CLOCK_CONTROL_STATES",
     "INCARNATIONS_KEPT",
     "CheckedReport",
+    "PreparedReports",
     "Reports",
     "first_bad_instruction",
     "measurements",
@@ -246,6 +247,19 @@ class CheckedReport:
     measurements: list[Measurement] | None = None
 
 
+@dataclass(frozen=True)
+class PreparedReports:
+    """A batch of checked reports ready to store: the new ones with their job and rank, the
+    rows and highest sequences to store per job, how many were re-sent, and per report of the
+    batch whether it is new (False: re-sent)."""
+
+    checked: list[tuple[Job, RankInfo, IterationReport, CheckedReport]]
+    rows_by_job: dict[str, list[tuple[str, int, float, float, int]]]
+    seqs_by_job: dict[str, dict[tuple[str, int], int]]
+    duplicates: int
+    accepted: list[bool]
+
+
 class Reports:
     """``ReportIterations``."""
 
@@ -296,10 +310,19 @@ class Reports:
         """
         if not batch:
             return 0, 0
+        prepared = self.prepare(batch)
+        self.write(prepared)
+        return self.apply(prepared)
+
+    def prepare(self, batch: Sequence[CheckedReport]) -> PreparedReports:
+        """The rows to store of reports :meth:`check` accepted, re-sent ones set apart (the
+        first step of :meth:`record_counted`; no store call: the second, :meth:`write`, may run
+        on another thread, and :meth:`apply` follows once it committed)."""
         ctx = self.ctx
         rows_by_job: dict[str, list[tuple[str, int, float, float, int]]] = {}
         seqs_by_job: dict[str, dict[tuple[str, int], int]] = {}
         checked: list[tuple[Job, RankInfo, IterationReport, CheckedReport]] = []
+        accepted: list[bool] = []
         duplicates = 0
         for c in batch:
             if c.job.id not in ctx.jobs or ctx.jobs.get(c.job.id) is not c.job:
@@ -318,8 +341,10 @@ class Reports:
                     last = job.ranks.last_sequence.get(rank.rank_id, {}).get(key[1], 0)
                 if rep.sequence <= last:
                     duplicates += 1
+                    accepted.append(False)
                     continue
                 seqs[key] = rep.sequence
+            accepted.append(True)
             checked.append((job, rank, rep, c))
             rows_by_job.setdefault(job.id, []).append(
                 (
@@ -330,13 +355,31 @@ class Reports:
                     int(rep.plan_version),
                 )
             )
-        for job_id, rows in rows_by_job.items():
-            job_seqs = seqs_by_job.get(job_id)
-            ctx.store.add_iterations(
-                job_id, rows, ctx.limits.history_per_rank, job_seqs, INCARNATIONS_KEPT
+        return PreparedReports(checked, rows_by_job, seqs_by_job, duplicates, accepted)
+
+    def write(self, prepared: PreparedReports) -> None:
+        """Store what :meth:`prepare` accepted (one transaction per job unless the caller holds
+        one); touches nothing but the store."""
+        for job_id, rows in prepared.rows_by_job.items():
+            self.ctx.store.add_iterations(
+                job_id,
+                rows,
+                self.ctx.limits.history_per_rank,
+                prepared.seqs_by_job.get(job_id),
+                INCARNATIONS_KEPT,
             )
-            if job_seqs:
+
+    def apply(self, prepared: PreparedReports) -> tuple[int, int]:
+        """What stored reports change in memory (their sequences, the detectors, online
+        profiling); returns (new, duplicates). A job deleted or replaced since :meth:`prepare`
+        is skipped."""
+        ctx = self.ctx
+        duplicates = prepared.duplicates
+        live = {j.id for j, *_ in prepared.checked if j.id in ctx.jobs and ctx.jobs.get(j.id) is j}
+        for job_id, job_seqs in prepared.seqs_by_job.items():
+            if job_seqs and job_id in live:
                 _remember(ctx.jobs.get(job_id).ranks.last_sequence, job_seqs)
+        checked = [entry for entry in prepared.checked if entry[0].id in live]
         if duplicates:
             ctx.metrics.duplicate_reports.inc(duplicates)
         touched: set[str] = set()
@@ -375,8 +418,8 @@ class Reports:
         for job_id in touched:
             if job_id in ctx.jobs:
                 self.profiling.tick(ctx.jobs.get(job_id))
-        ctx.metrics.reports.inc(len(checked))
-        return len(checked), duplicates
+        ctx.metrics.reports.inc(len(prepared.checked))
+        return len(prepared.checked), duplicates
 
     @staticmethod
     def _account(job: Job, rank: RankInfo, rep: IterationReport) -> None:
