@@ -154,9 +154,9 @@ class PostgresStore:
         connection."""
         conn = self._local.conn
         if conn is not None:
-            return conn.execute(sql, args).fetchall()  # type: ignore[no-any-return]
+            return conn.execute(sql, args).fetchall()
         with self._pool.connection() as c:
-            return c.execute(sql, args).fetchall()  # type: ignore[no-any-return]
+            return c.execute(sql, args).fetchall()
 
     def _row(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
         rows = self._rows(sql, args)
@@ -256,7 +256,7 @@ class PostgresStore:
 
     def profiling(self, job_id: str) -> dict[str, Any] | None:
         row = self._row("SELECT doc FROM profiling WHERE job_id = %s", (job_id,))
-        return None if row is None else json.loads(row[0])  # type: ignore[no-any-return]
+        return None if row is None else json.loads(row[0])
 
     def put_profiling(self, job_id: str, doc: dict[str, Any]) -> None:
         with self._tx() as db:
@@ -434,7 +434,7 @@ class PostgresStore:
 
     def power_budget(self) -> dict[str, Any] | None:
         row = self._row("SELECT doc FROM power_budget WHERE id = 1")
-        return None if row is None else json.loads(row[0])  # type: ignore[no-any-return]
+        return None if row is None else json.loads(row[0])
 
     def put_power_budget(self, doc: dict[str, Any] | None) -> None:
         with self._tx() as db:
