@@ -106,3 +106,21 @@ def test_soak_smoke() -> None:
     assert lost and lost.group(1) == "0" and int(lost.group(2)) > 0, text
     memory = re.findall(r"^\s+\d+ s\s+([\d.]+)$", text, re.M)
     assert len(memory) >= 2 and all(float(m) > 0 for m in memory)
+
+
+def test_store_benchmark_smoke() -> None:
+    from perseus_server.testing.postgres import postgres_binaries
+
+    res: dict[str, Any] = json.loads(run("store.py", "--smoke", "--json"))
+    assert (res["ranks"], res["reports_per_rank"]) == (32, 5)
+    stores = ["sqlite"] + (
+        ["postgresql", "postgresql-on-loop"] if postgres_binaries() is not None else []
+    )
+    for name in stores:
+        r = res[name]
+        assert r["reports"] == 160 and r["reports_per_s"] > 0, name
+        assert 0 < r["ack_ms_p50"] <= r["ack_ms_p99"], name
+    if "postgresql" in res:
+        # One commit per report on the loop; the writer groups the reports that wait together.
+        assert res["postgresql-on-loop"]["commits"] == 160
+        assert res["postgresql"]["commits"] < 160

@@ -131,10 +131,13 @@ def test_sqlite_to_postgres_and_back_reads_the_same(
     back = f"sqlite:///{tmp_path / 'back.db'}"
     assert perseus_main(["db", "migrate", pg, back]) == 0
     assert _snapshot_of(back) == before
-    # The copies go on as stores: the next profile revision follows the copied one.
+    # The copies go on as stores: the next profile revision follows the copied one, and a
+    # rank's history is trimmed from its copied oldest.
     again = open_store(pg)
     try:
         assert again.put_profile("a-job", "csv three", "upload") == 3
+        again.add_iterations("a-job", [("a-job-0", 99, 1.0, 1.0, 9)], keep=9)
+        assert [it[0] for it in again.iterations("a-job-0", 100)] == [*range(4, 12), 99]
     finally:
         again.close()
 

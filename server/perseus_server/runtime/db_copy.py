@@ -165,6 +165,12 @@ def copy_database(
                 copied[table] = n
                 if say is not None:
                     say(f"{table}: {n} rows")
+            if b.postgres:  # each rank's rows numbered in their order (the store trims by them)
+                b.conn.execute(
+                    "UPDATE iterations SET n = x.k FROM (SELECT seq, row_number() OVER "
+                    "(PARTITION BY rank_id ORDER BY seq) AS k FROM iterations) x "
+                    "WHERE iterations.seq = x.seq"
+                )
     return copied
 
 

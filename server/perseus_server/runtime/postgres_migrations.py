@@ -2,6 +2,9 @@
 version, and :func:`migrate` applies the missing :data:`MIGRATIONS` in order, all in one
 transaction under an advisory lock (two servers starting on one database migrate it once).
 
+``iterations.n`` numbers each rank's rows (1, 2, ...): a rank keeps its newest rows by deleting
+a range of its numbers, without counting what it holds.
+
 Its versions are its own (not SQLite's ``user_version``): version 1 is the whole schema of the
 first PostgreSQL release, equal in content to SQLite's version 7. A change of what is stored
 appends a migration here (and one to :mod:`perseus_server.runtime.migrations`); one that shipped
@@ -44,11 +47,11 @@ CREATE TABLE ranks (
 );
 CREATE TABLE iterations (
     seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, rank_id TEXT COLLATE "C" NOT NULL,
-    job_id TEXT COLLATE "C" NOT NULL, iteration BIGINT NOT NULL, time DOUBLE PRECISION NOT NULL,
-    energy DOUBLE PRECISION NOT NULL, plan_version BIGINT NOT NULL,
-    received DOUBLE PRECISION NOT NULL
+    n BIGINT NOT NULL DEFAULT 0, job_id TEXT COLLATE "C" NOT NULL, iteration BIGINT NOT NULL,
+    time DOUBLE PRECISION NOT NULL, energy DOUBLE PRECISION NOT NULL,
+    plan_version BIGINT NOT NULL, received DOUBLE PRECISION NOT NULL
 );
-CREATE INDEX iterations_rank ON iterations (rank_id, seq);
+CREATE INDEX iterations_rank ON iterations (rank_id, n);
 CREATE INDEX iterations_job ON iterations (job_id);
 CREATE TABLE profiling (job_id TEXT COLLATE "C" PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE report_sequences (

@@ -306,38 +306,69 @@ class PostgresStore:
         now = time.time()
         with self._tx() as db:
             # A job deleted meanwhile (by another thread) keeps nothing; a job being deleted
-            # waits for this transaction, then removes what it wrote.
-            if (
-                db.execute("SELECT 1 FROM jobs WHERE id = %s FOR SHARE", (job_id,)).fetchone()
-                is None
-            ):
+            # waits for this transaction, then removes what it wrote. Writers of one job's
+            # iterations take turns (each numbers its rows after the last one stored).
+            job = db.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (job_id,)).fetchone()
+            if job is None:
                 return
             if sequences:
-                with db.cursor() as cur:
-                    cur.executemany(
-                        "INSERT INTO report_sequences (rank_id, incarnation, job_id, last, updated) "
-                        "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (rank_id, incarnation) DO UPDATE "
-                        "SET last = GREATEST(report_sequences.last, excluded.last), "
-                        "updated = excluded.updated",
-                        [(r, int(inc), job_id, int(s), now) for (r, inc), s in sequences.items()],
-                    )
-                    cur.executemany(
-                        "DELETE FROM report_sequences WHERE rank_id = %s AND incarnation NOT IN "
-                        "(SELECT incarnation FROM report_sequences WHERE rank_id = %s "
-                        "ORDER BY updated DESC, seq DESC LIMIT %s)",
-                        [(r, r, incarnations_kept) for r in sorted({r for r, _ in sequences})],
-                    )
-            with db.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO iterations (rank_id, job_id, iteration, time, energy, "
-                    "plan_version, received) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                    [(r, job_id, it, t, e, v, now) for r, it, t, e, v in rows],
-                )
-                cur.executemany(
-                    "DELETE FROM iterations WHERE rank_id = %s AND seq <= (SELECT seq FROM "
-                    "iterations WHERE rank_id = %s ORDER BY seq DESC OFFSET %s LIMIT 1)",
-                    [(r, r, keep) for r in sorted({r[0] for r in rows})],
-                )
+                self._raise_sequences(db, job_id, sequences, now, incarnations_kept)
+            ranks = sorted({r[0] for r in rows})
+            last = dict(
+                db.execute(
+                    "SELECT r.rank_id, COALESCE((SELECT MAX(n) FROM iterations i "
+                    "WHERE i.rank_id = r.rank_id), 0) FROM unnest(%s::text[]) AS r(rank_id)",
+                    (ranks,),
+                ).fetchall()
+            )
+            numbers = []
+            for r, *_ in rows:
+                last[r] += 1
+                numbers.append(last[r])
+            columns = list(zip(*rows, strict=True))
+            db.execute(
+                "INSERT INTO iterations (rank_id, job_id, n, iteration, time, energy, plan_version, "
+                "received) SELECT r, %s, n, it, t, e, v, %s FROM unnest(%s::text[], %s::bigint[], "
+                "%s::bigint[], %s::float8[], %s::float8[], %s::bigint[]) AS x(r, n, it, t, e, v)",
+                (job_id, now, list(columns[0]), numbers, *(list(c) for c in columns[1:])),
+            )
+            # Each rank keeps its newest ``keep``: a range of its own numbers goes.
+            db.execute(
+                "DELETE FROM iterations i USING unnest(%s::text[], %s::bigint[]) AS c(rank_id, cut) "
+                "WHERE i.rank_id = c.rank_id AND i.n <= c.cut",
+                (ranks, [last[r] - keep for r in ranks]),
+            )
+
+    @staticmethod
+    def _raise_sequences(
+        db: Any, job_id: str, sequences: dict[tuple[str, int], int], now: float, kept: int
+    ) -> None:
+        """Raise each ``(rank, incarnation)``'s highest sequence (never lower it); a rank that
+        gained an incarnation keeps its ``kept`` most recently updated ones."""
+        keys = list(sequences)
+        got = db.execute(
+            "INSERT INTO report_sequences (rank_id, incarnation, job_id, last, updated) "
+            "SELECT r, inc, %s, s, %s FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) "
+            "AS x(r, inc, s) ON CONFLICT (rank_id, incarnation) DO UPDATE "
+            "SET last = GREATEST(report_sequences.last, excluded.last), updated = excluded.updated "
+            "RETURNING rank_id, (xmax = 0) AS inserted",
+            (
+                job_id,
+                now,
+                [r for r, _ in keys],
+                [int(inc) for _, inc in keys],
+                [int(sequences[k]) for k in keys],
+            ),
+        ).fetchall()
+        grown = sorted({r for r, inserted in got if inserted})
+        if grown:
+            db.execute(
+                "DELETE FROM report_sequences s USING (SELECT rank_id, incarnation, row_number() "
+                "OVER (PARTITION BY rank_id ORDER BY updated DESC, seq DESC) AS k "
+                "FROM report_sequences WHERE rank_id = ANY(%s)) x "
+                "WHERE s.rank_id = x.rank_id AND s.incarnation = x.incarnation AND x.k > %s",
+                (grown, kept),
+            )
 
     def report_sequences(self, job_id: str) -> dict[str, dict[int, int]]:
         out: dict[str, dict[int, int]] = {}
@@ -352,7 +383,7 @@ class PostgresStore:
     def iterations(self, rank_id: str, limit: int) -> list[RankIteration]:
         rows = self._rows(
             "SELECT iteration, time, energy, plan_version FROM iterations WHERE rank_id = %s "
-            "ORDER BY seq DESC LIMIT %s",
+            "ORDER BY n DESC LIMIT %s",
             (rank_id, limit),
         )
         return [(int(a), float(b), float(c), int(d)) for a, b, c, d in reversed(rows)]
