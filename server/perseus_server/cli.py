@@ -50,6 +50,14 @@ def build_parser(prog: str = "perseus serve") -> argparse.ArgumentParser:
         "PostgreSQL URL (postgresql://USER@HOST/DB)",
     )
     p.add_argument(
+        "--leader-lease",
+        type=float,
+        default=ServerConfig().leader_lease,
+        metavar="S",
+        help="with PostgreSQL: seconds the leader's lease lasts unrenewed, after which a standby "
+        "sharing the database takes over (default %(default)s)",
+    )
+    p.add_argument(
         "--token-file", type=Path, help="file holding the bearer token every call must carry"
     )
     p.add_argument(
@@ -169,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     if not args.header_timeout > 0 or not args.body_timeout > 0 or args.max_connections < 1:
         parser.error("--header-timeout, --body-timeout and --max-connections must be positive")
+    if not 0 < args.leader_lease <= 3600:
+        parser.error("--leader-lease must be between 0 and 3600 seconds")
     if args.max_streams_per_credential < 1:
         parser.error("--max-streams-per-credential must be positive")
     if not is_postgres(args.db):
@@ -211,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         http_port=args.http_port,
         grpc_port=args.grpc_port,
         db_path=args.db,
+        leader_lease=args.leader_lease,
         token=token,
         read_token=read_token,
         token_file=args.token_file,

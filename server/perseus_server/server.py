@@ -35,6 +35,12 @@ from perseus_server.grpc.gate import GRPC_CODES, GRPC_METHODS, AuthInterceptor
 from perseus_server.grpc.service import PlanServicer
 from perseus_server.rest import create_app
 from perseus_server.runtime.connection_limits import GRPC_MAX_MESSAGE, guarded_h11, raise_fd_limit
+from perseus_server.runtime.leadership import (
+    DEPOSED_EXIT,
+    NotLeader,
+    StoppedWaiting,
+    become_leader,
+)
 from perseus_server.runtime.stores import describe, is_postgres, open_store
 from perseus_server.runtime.warmup import warm_kernels
 from perseus_server.service import PerseusService
@@ -139,6 +145,11 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     gc.freeze()
     gc.set_threshold(GC_YOUNG, 10, 10)
     store = open_store(config.db_path)
+    try:  # PostgreSQL: lead, or wait as a standby (runtime/leadership.py)
+        leader = await become_leader(store, config.leader_lease, say)
+    except StoppedWaiting:
+        store.close()
+        return 0
     # A database server's round trips stay off the event loop where the service can wait for
     # them: reports are committed in groups on a thread (only a store safe to share does so).
     service = PerseusService(
@@ -192,6 +203,8 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
         if warming is not None:
             warming.cancel()
         store.close()
+        if leader is not None:
+            leader.close()
         raise OSError(f"cannot listen for gRPC on {grpc_addr}")
 
     sock = _bind(config.host, config.http_port)
@@ -222,6 +235,8 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if leader is not None:
+        leader.watch(lambda why: (log.error("lost the leadership (%s); stopping", why), stop.set()))
     tokens = TokenFiles(config, credentials)
     loop.add_signal_handler(signal.SIGHUP, tokens.reload, "SIGHUP")
     token_watch = asyncio.create_task(tokens.watch()) if tokens.paths else None
@@ -235,6 +250,8 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
             warming.cancel()
         await grpc_server.stop(0)
         store.close()
+        if leader is not None:
+            leader.close()
         http_task.result()
         return 1
     scheme = "https" if tls else "http"
@@ -259,10 +276,14 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
         warming.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await warming
-    await service.shutdown()
+    with contextlib.suppress(NotLeader):  # deposed: what it would still write is refused
+        await service.shutdown()
     store.close()
+    if leader is not None:
+        leader.close()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.remove_signal_handler(sig)
-    say("perseus: stopped")
+    deposed = leader is not None and leader.deposed is not None
+    say("perseus: stopped (deposed)" if deposed else "perseus: stopped")
     sys.stdout.flush()
-    return 0
+    return DEPOSED_EXIT if deposed else 0

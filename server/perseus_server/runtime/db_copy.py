@@ -65,8 +65,8 @@ TABLES: tuple[tuple[str, tuple[str, ...], frozenset[str]], ...] = (
     ("job_lifecycle", ("job_id", "state", "since", "reason"), frozenset()),
 )
 
-#: Tables of a database that are not data to copy (the schema's own bookkeeping).
-_BOOKKEEPING = frozenset({"perseus_schema"})
+#: Tables of a database that are not data to copy (the schema's version, the leadership).
+_BOOKKEEPING = frozenset({"perseus_schema", "perseus_lease", "perseus_epoch"})
 #: The tables whose rows are kept in insertion order (PostgreSQL's ``seq``, SQLite's ``rowid``).
 _HISTORY = frozenset({"iterations", "report_sequences"})
 #: Rows inserted per statement batch.

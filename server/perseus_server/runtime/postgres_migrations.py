@@ -5,6 +5,9 @@ transaction under an advisory lock (two servers starting on one database migrate
 ``iterations.n`` numbers each rank's rows (1, 2, ...): a rank keeps its newest rows by deleting
 a range of its numbers, without counting what it holds.
 
+``perseus_lease`` and ``perseus_epoch`` are the leadership of the servers sharing the database
+(:mod:`perseus_server.runtime.leadership`).
+
 Its versions are its own (not SQLite's ``user_version``): version 1 is the whole schema of the
 first PostgreSQL release, equal in content to SQLite's version 7. A change of what is stored
 appends a migration here (and one to :mod:`perseus_server.runtime.migrations`); one that shipped
@@ -76,7 +79,16 @@ CREATE TABLE rank_bindings (
 CREATE TABLE job_lifecycle (
     job_id TEXT COLLATE "C" PRIMARY KEY, state TEXT NOT NULL, since DOUBLE PRECISION NOT NULL,
     reason TEXT NOT NULL
-)
+);
+CREATE TABLE perseus_lease (
+    id INTEGER PRIMARY KEY CHECK (id = 1), holder TEXT NOT NULL, expires TIMESTAMPTZ NOT NULL
+);
+INSERT INTO perseus_lease (id, holder, expires) VALUES (1, '', '-infinity');
+CREATE TABLE perseus_epoch (
+    id INTEGER PRIMARY KEY CHECK (id = 1), epoch BIGINT NOT NULL, holder TEXT NOT NULL,
+    since TIMESTAMPTZ NOT NULL
+);
+INSERT INTO perseus_epoch (id, epoch, holder, since) VALUES (1, 0, '', now())
 """
 
 #: The ordered migrations: ``MIGRATIONS[k]`` (statements separated by ``;``) takes a database at

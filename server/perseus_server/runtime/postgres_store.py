@@ -39,11 +39,12 @@ from perseus_server.domain.rows import (
 )
 from perseus_server.domain.states import SolveStatus
 from perseus_server.domain.store import StoreError
+from perseus_server.runtime.leadership import NotLeader
 from perseus_server.runtime.postgres_migrations import SCHEMA_VERSION, migrate
 from perseus_server.runtime.store_rows import JOB_TABLES, rank_from_json
 from perseus_server.runtime.stores import describe
 
-__all__ = ["SCHEMA_VERSION", "PostgresStore", "StoreError"]
+__all__ = ["SCHEMA_VERSION", "NotLeader", "PostgresStore", "StoreError"]
 
 _CREDENTIAL_COLUMNS = "id, scope, job_id, hash, created, rotated, revoked"
 _FRONTIER_COLUMNS = (
@@ -71,6 +72,15 @@ class PostgresStore:
         self._pool = pool
         self.url = url
         self._local = _Thread()
+        #: The leadership epoch every write checks (None: not fenced; see :meth:`fence`).
+        self.epoch: int | None = None
+
+    def fence(self, epoch: int) -> None:
+        """From now on, a transaction commits only while ``epoch`` is the database's current
+        leadership epoch (:mod:`perseus_server.runtime.leadership`); otherwise it raises
+        :class:`NotLeader` and writes nothing. A new leader's epoch waits for the transactions
+        under the old one to end, so every commit of an epoch precedes the next epoch."""
+        self.epoch = epoch
 
     @classmethod
     def open(cls, url: str, *, pool_size: int = 4, timeout: float = 10.0) -> PostgresStore:
@@ -137,6 +147,8 @@ class PostgresStore:
             return
         try:
             with self._pool.connection() as conn, conn.transaction():
+                if self.epoch is not None:
+                    self._check_epoch(conn)
                 st.conn, st.depth = conn, 1
                 try:
                     yield conn
@@ -148,6 +160,14 @@ class PostgresStore:
         after, st.after = st.after, []
         for fn in after:
             fn()
+
+    def _check_epoch(self, conn: Any) -> None:
+        row = conn.execute("SELECT epoch FROM perseus_epoch WHERE id = 1 FOR SHARE").fetchone()
+        if row is None or int(row[0]) != self.epoch:
+            raise NotLeader(
+                f"this server is no longer the leader (its epoch {self.epoch}, the database's "
+                f"{None if row is None else int(row[0])}); nothing was written"
+            )
 
     def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
         """Every row of a query: on this thread's transaction if one is open, else on any
