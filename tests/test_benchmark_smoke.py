@@ -124,3 +124,17 @@ def test_store_benchmark_smoke() -> None:
         # One commit per report on the loop; the writer groups the reports that wait together.
         assert res["postgresql-on-loop"]["commits"] == 160
         assert res["postgresql"]["commits"] < 160
+
+
+@pytest.mark.slow
+def test_failover_benchmark_smoke() -> None:
+    from perseus_server.testing.postgres import postgres_binaries
+
+    if postgres_binaries() is None:
+        pytest.skip("PostgreSQL is not installed (initdb / pg_ctl; Debian package postgresql)")
+    res: dict[str, Any] = json.loads(run("failover.py", "--smoke", "--json"))
+    (row,) = res["rounds"]
+    assert row["fault"] == "SIGKILL" and row["lost"] == 0
+    assert 0 < row["to_leader_s"] <= row["to_ready_s"] <= row["to_plan_s"]
+    # The new leader pushes the plan version the old one last deployed.
+    assert row["plan_version"] == row["deployed_version"] >= 2
