@@ -11,7 +11,8 @@ standby leads, and must stop itself, exit status 3), and measures: the time from
 the standby's ``perseus: leader`` line, to its ``/healthz``, and to the rank's first plan from it
 (a ``WatchPlan`` stream to the new leader's address: following the leader among several
 addresses is the client's part). Afterwards the faulted server is started again as the next
-standby. Every acknowledged report is looked for in the database after each round ("lost"),
+standby. Every acknowledged report is looked for in the database after each round ("lost"; of
+the newest 256, what the server keeps of a rank),
 and the plan version the rank receives must never go down.
 
 Needs PostgreSQL installed (Debian's ``postgresql``).
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from perseus_common.proto import perseus_pb2 as pb
     from perseus_common.proto import perseus_pb2_grpc as pb_grpc
-    from perseus_server import ServerProcess
+    from perseus_server import Limits, ServerProcess
     from perseus_server.runtime.postgres_store import PostgresStore
     from perseus_server.testing.postgres import PostgresServer
 
@@ -180,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                     "deployed_version": deployed_version,
                     "version_went_back": backwards,
                     "deposed_exit": deposed,
-                    "lost": len(set(acked) - stored),
+                    # the server keeps a rank's newest ``history_per_rank`` iterations
+                    "lost": len(set(acked[-Limits().history_per_rank :]) - stored),
                 }
             )
             leader.stop()

@@ -236,7 +236,7 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     if leader is not None:
-        leader.watch(lambda why: (log.error("lost the leadership (%s); stopping", why), stop.set()))
+        leader.watch(stop)  # losing the lease stops the server
     tokens = TokenFiles(config, credentials)
     loop.add_signal_handler(signal.SIGHUP, tokens.reload, "SIGHUP")
     token_watch = asyncio.create_task(tokens.watch()) if tokens.paths else None

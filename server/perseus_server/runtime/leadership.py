@@ -107,7 +107,7 @@ class Lease:
         epoch = self._call(take)
         if epoch is not None:
             self.epoch = epoch
-        return epoch  # type: ignore[no-any-return]
+        return epoch
 
     def renew(self) -> bool:
         """Extend the lease; False when it is no longer ours (expired and taken, or the epoch
@@ -207,15 +207,19 @@ class Leader:
         self.keeper: LeaseKeeper | None = None
         self.deposed: str | None = None
 
-    def watch(self, on_lost: Callable[[str], None]) -> None:
-        """Renew the lease; ``on_lost(why)`` runs on the event loop when it is lost."""
+    def watch(self, stop: asyncio.Event) -> None:
+        """Renew the lease; when it is lost, log it and set ``stop`` (on the event loop)."""
         loop = asyncio.get_running_loop()
 
         def lost(why: str) -> None:
-            self.deposed = why
-            loop.call_soon_threadsafe(on_lost, why)
+            log.error("lost the leadership (%s); stopping", why)
+            stop.set()
 
-        self.keeper = LeaseKeeper(self.lease, lost).start()
+        def heard(why: str) -> None:
+            self.deposed = why
+            loop.call_soon_threadsafe(lost, why)
+
+        self.keeper = LeaseKeeper(self.lease, heard).start()
 
     def close(self) -> None:
         """Stop renewing; give the lease up unless it was lost (a standby takes over at once)."""
