@@ -9,7 +9,7 @@ For each store: a fresh database (SQLite: a file in WAL mode, ``synchronous=NORM
 server opens it; PostgreSQL: a server this script starts with ``initdb`` / ``pg_ctl`` and
 PostgreSQL's default durability, ``fsync`` and ``synchronous_commit`` on), one job with
 ``--ranks`` registered ranks, and the service in this process (``PerseusService``, no gRPC:
-what is measured is validation, storage and the detectors). Every rank sends ``--reports``
+what is measured is decoding, validation, storage and the detectors). Every rank sends ``--reports``
 reports one after the other, each awaiting its acknowledgement as a rank's stream does, all
 ranks at once. Printed per store: reports per second, the acknowledgement's latency (p50, p99),
 and the event loop's longest stall (a 1 ms ticker's worst lateness: what every other request
@@ -41,16 +41,27 @@ async def _ticker(stop: asyncio.Event, worst: list[float]) -> None:
 
 
 async def _run(service: Any, job_id: str, ranks: list[str], reports: int) -> dict[str, Any]:
-    from perseus_server.domain.values import IterationReport
+    from perseus_common.proto import perseus_pb2 as pb
+    from perseus_server.grpc.received import WireReport
 
     latencies: list[float] = []
 
     async def rank(rank_id: str) -> None:
         for it in range(reports):
             await asyncio.sleep(0)  # the next report arrives (a stream's read yields)
-            rep = IterationReport(job_id, rank_id, it, 1.0, 0, energy=100.0, sequence=it + 1)
+            rep = WireReport(
+                pb.IterationReport(
+                    job_id=job_id,
+                    rank_id=rank_id,
+                    iteration=it,
+                    iteration_time=1.0,
+                    plan_version=0,
+                    energy=100.0,
+                    sequence=it + 1,
+                )  # fmt: skip
+            )
             t = time.perf_counter()
-            new, dup = await service.ingest_report(lambda rep=rep: rep, 0)
+            new, dup = await service.ingest_report(rep)
             latencies.append(time.perf_counter() - t)
             assert (new, dup) == (1, 0)
 

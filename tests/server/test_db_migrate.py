@@ -37,7 +37,7 @@ def _rank(job_id: str, g: int) -> RankInfo:
         gpu_name="NVIDIA A40",
         supported_clocks=(1740, 1410, 210),
         hostname=f"node-{g}",
-        max_power_limit=300.0,
+        max_power_limit_w=300.0,
     )
 
 

@@ -14,10 +14,12 @@ import grpc
 import httpx
 import pytest
 
+from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import Limits, ServerProcess
 from perseus_server.domain.jobs import JobSpec
-from perseus_server.domain.values import IterationReport, RankRegistration
+from perseus_server.domain.values import RankRegistration
+from perseus_server.grpc.received import WireReport
 from perseus_server.runtime.postgres_store import PostgresStore
 from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService
@@ -45,14 +47,22 @@ def _setup(service: PerseusService, ranks: int) -> tuple[str, list[str]]:
     return job_id, ids
 
 
-def _rep(job_id: str, rank_id: str, it: int, seq: int) -> IterationReport:
-    return IterationReport(job_id, rank_id, it, 1.0 + it / 100, 0, energy=5.0, sequence=seq)
-
-
-async def _ingest(service: PerseusService, reps: list[IterationReport]) -> list[Any]:
-    return await asyncio.gather(
-        *(service.ingest_report(lambda r=r: r, 0) for r in reps), return_exceptions=True
+def _rep(job_id: str, rank_id: str, it: int, seq: int) -> WireReport:
+    return WireReport(
+        pb.IterationReport(
+            job_id=job_id,
+            rank_id=rank_id,
+            iteration=it,
+            iteration_time=1.0 + it / 100,
+            plan_version=0,
+            energy=5.0,
+            sequence=seq,
+        )  # fmt: skip
     )
+
+
+async def _ingest(service: PerseusService, reps: list[WireReport]) -> list[Any]:
+    return await asyncio.gather(*(service.ingest_report(r) for r in reps), return_exceptions=True)
 
 
 def test_concurrent_reports_commit_in_groups_and_every_one_is_stored(

@@ -23,7 +23,8 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 from perseus_server.domain.store import Store
-from perseus_server.service.reports import CheckedReport, PreparedReports, Reports
+from perseus_server.service.report_checks import CheckedReport
+from perseus_server.service.reports import PreparedReports, Reports
 
 __all__ = ["MAX_GROUP", "ReportWriter"]
 
@@ -78,7 +79,7 @@ class ReportWriter:
             return
         try:
             prepared = self.reports.prepare([c for c, _ in ready])
-            if prepared.rows_by_job:
+            if prepared.accepted:
                 await asyncio.get_running_loop().run_in_executor(
                     self._thread, self._write, prepared
                 )
@@ -88,8 +89,8 @@ class ReportWriter:
                 _fail(future, e)
             return
         self.groups += 1
-        self.written += len(prepared.checked)
-        for (_, future), new in zip(ready, prepared.accepted, strict=True):
+        self.written += len(prepared.accepted)
+        for (_, future), new in zip(ready, prepared.new, strict=True):
             if not future.done():
                 future.set_result((1, 0) if new else (0, 1))
 

@@ -10,8 +10,8 @@ from perseus.errors import InfeasibleError, OptionError
 from perseus.policies import POLICIES
 from perseus.power import PowerBudgetError
 from perseus_common.gpus import known_gpu_for
+from perseus_server.decisions.planner import PlanPolicy, resolve_policy
 from perseus_server.domain.errors import BadRequest
-from perseus_server.policy.planner import PlanPolicy, resolve_policy
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import require_frontier
 from perseus_server.service.power import PlanPowers
@@ -34,7 +34,7 @@ def job_max_power(job: Job) -> tuple[float, str] | None:
     the known-GPU table (:data:`perseus_common.gpus.KNOWN_GPUS`) for the ranks' GPU name or the
     job's ``gpu_model``; ``None`` when none of these tells."""
     ranks = list(job.ranks.by_global.values())
-    limits = [r.max_power_limit for r in ranks if r.max_power_limit > 0]
+    limits = [r.max_power_limit_w for r in ranks if r.max_power_limit_w > 0]
     if limits:
         return sum(limits) / len(limits), "the ranks' power-limit constraints"
     for name in [r.gpu_name for r in ranks] + [job.spec.gpu_model]:

@@ -2,14 +2,14 @@
 
 Each iteration's timed transfers give one time per link (``(boundary, direction)``): per
 microbatch the smaller of its two ends' times when both ends time it, then the median over the
-microbatches (:class:`~perseus_server.policy.link_fit.LinkCombiner`; :func:`combined_link_times`),
+microbatches (:class:`~perseus_server.decisions.link_fit.LinkCombiner`; :func:`combined_link_times`),
 which the status shows. Detection compares each iteration's *fastest* transfer of the link
 instead: a link slowed for real slows every transfer over it, while a host that holds up a
 rank (a loaded CPU, over gloo) delays some of them, and the median followed those delays. A
 link's *baseline* is the profile's transfer time for it, or, when the profile has none, the
 median of the fastest transfers of its first ``consecutive`` measured iterations. The link's
 factor (fastest over baseline) feeds a
-:class:`~perseus_server.policy.detectors.StageDetector` with the job's detector settings: a link
+:class:`~perseus_server.decisions.detectors.StageDetector` with the job's detector settings: a link
 whose factor exceeds ``1 + threshold`` for ``consecutive`` iterations is slow, with the mean
 measured time of those iterations; it recovers within ``1 + recovery``. A link is only called
 slow when it also slows its sender's step by the threshold: the measured time's excess over the
@@ -37,12 +37,13 @@ from collections import deque
 from typing import Any
 
 from perseus.profiles import Profile
+from perseus_server.decisions.detectors import StageDetector
+from perseus_server.decisions.report_statistics import median
 from perseus_server.domain.jobs import RankInfo
-from perseus_server.domain.states import DetectorEvent
+from perseus_server.domain.states import DetectorEvent, ProfilingStatus
 from perseus_server.domain.values import IterationReport
-from perseus_server.policy.detectors import StageDetector
-from perseus_server.policy.link_fit import median
 from perseus_server.service.context import ServiceContext
+from perseus_server.service.report_checks import CheckedReport
 from perseus_server.service.slow_stages import SlowStageResolver
 from perseus_server.service.state import Job, LinkKey
 from perseus_server.service.stragglers import Stragglers
@@ -143,8 +144,11 @@ class SlowLinks:
             det = slow.links.detector = StageDetector(slow.stage_detector.settings)
         return det
 
-    def observe(self, job: Job, rank: RankInfo, rep: IterationReport) -> None:
-        """One validated report with transfers (not while profiling)."""
+    def observe(self, checked: CheckedReport) -> None:
+        """One accepted report with transfers (not while the job is profiled)."""
+        job, rank, rep = checked.job, checked.rank, checked.report
+        if not rep.transfers or job.profiling_is(ProfilingStatus.RUNNING):
+            return
         p = rank.data_rank
         slow = job.stragglers
         links = slow.links
@@ -193,6 +197,9 @@ class SlowLinks:
             links.pending.discard(p)
             self.resolver.changed(job, p)
             self.stragglers.mark_replanned(job, p)
+
+    def forget(self, job_id: str) -> None:
+        """Nothing to do: the links' times and flags are kept on the job."""
 
 
 def _matters(job: Job, key: LinkKey, base: float, measured: float, threshold: float) -> bool:
