@@ -138,3 +138,20 @@ def test_failover_benchmark_smoke() -> None:
     assert 0 < row["to_leader_s"] <= row["to_ready_s"] <= row["to_plan_s"]
     # The new leader pushes the plan version the old one last deployed.
     assert row["plan_version"] == row["deployed_version"] >= 2
+
+
+@pytest.mark.slow
+def test_tenancy_benchmark_smoke() -> None:
+    """The starvation scenario (issue #31): tenant A's slowdown stays 0 while tenant B's jobs
+    are created, solved and never started, and once A is guaranteed its watts."""
+    rows: list[dict[str, Any]] = json.loads(run("tenancy.py", "--smoke", "--json"))
+    assert [r["step"][0] for r in rows] == ["0", "1", "2", "3", "4"]
+    for r in (rows[0], rows[1], rows[2], rows[4]):
+        assert r["A"]["slowdown"] == 0.0 and r["A"]["drawing"], r
+    for r in (rows[1], rows[2]):  # never started: they draw nothing, the budget is met
+        assert r["feasible"] and not r["B-1024"]["drawing"], r
+    assert not rows[2]["B-10kW"]["drawing"]
+    # Started, B's 10 kW-per-GPU claim counts as what its two A40s can draw (300 W each).
+    assert "2-GPU job claims 10 kW/GPU" in rows[2]["step"]
+    assert rows[3]["B-10kW"]["watts"] <= 600.0 + 1e-6
+    assert rows[3]["A"]["slowdown"] > 0  # equal weights, no guarantee: A gives up half

@@ -59,6 +59,14 @@ class Limits:
         max_streams_per_credential: ``WatchPlan`` streams one credential holds at once (a rank
             holds one: a new stream for it replaces the old); more are refused with
             ``RESOURCE_EXHAUSTED``. The shared ``--token-file`` token counts as one credential.
+        tenant_job_share: a tenant's default job quota, as a fraction of ``max_jobs`` (the
+            ``default`` tenant's is the whole of it); ``PATCH /tenants/{id}`` sets another.
+        budget_recompute_seconds: the least time between two recomputations of the cluster
+            power budget that jobs' ranks coming and going cause (more within it are merged
+            into one at its end).
+        max_gpu_watts: what one GPU is taken to draw at most when nothing better is known of
+            it (no registered power limit, a GPU the known-GPU table lacks, nothing measured):
+            a job's claim on the power budget is bounded by it per GPU.
     """
 
     max_body_bytes: int = 4 * 1024 * 1024
@@ -83,6 +91,9 @@ class Limits:
     profile_mismatch_band: tuple[float, float] = (0.25, 4.0)
     profile_mismatch_iterations: int = 8
     max_streams_per_credential: int = 65536
+    tenant_job_share: float = 0.25
+    budget_recompute_seconds: float = 0.5
+    max_gpu_watts: float = 1000.0
 
 
 @dataclass(frozen=True)

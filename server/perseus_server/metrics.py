@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
@@ -30,6 +31,9 @@ __all__ = [
 ]
 
 Labels = tuple[tuple[str, str], ...]
+
+_JOB_LABEL = re.compile(r'[{,]job="([^"]*)"')
+_TENANT_LABEL = re.compile(r'[{,]tenant="([^"]*)"')
 
 #: The label value of everything outside a restricted label's set.
 OTHER = "other"
@@ -85,6 +89,29 @@ class JobGaugeSource(Protocol):
 
     def slow_links(self) -> dict[Labels, float]: ...
 
+    def job_infos(self) -> dict[Labels, float]: ...
+
+    def slowdown_ranges(self) -> dict[Labels, float]: ...
+
+    def tenant_gauges(self, name: str) -> dict[Labels, float]: ...
+
+
+#: The per-tenant gauges: name -> help (read through ``JobGaugeSource.tenant_gauges(name)``).
+TENANT_GAUGES = {
+    "perseus_tenant_info": "1 per tenant (a team: a namespace, an account), by tenant.",
+    "perseus_tenant_jobs": "Jobs a tenant holds, by tenant.",
+    "perseus_tenant_quota_jobs": "A tenant's job quota, by tenant.",
+    "perseus_tenant_gpus": "GPUs (world sizes) a tenant's jobs hold, by tenant.",
+    "perseus_tenant_quota_gpus": "A tenant's GPU quota, by tenant (absent: none of its own).",
+    "perseus_tenant_power_guaranteed_watts": "The watts of the cluster power budget a tenant is "
+    "guaranteed, by tenant (with a budget set).",
+    "perseus_tenant_power_demand_watts": "What a tenant's budget-drawing jobs can use at their "
+    "fastest plans (W, claims bounded by their GPUs), by tenant (with a budget set).",
+    "perseus_tenant_power_allocated_watts": "A tenant's share of the cluster power budget (W), "
+    "by tenant (with a budget set).",
+    "perseus_tenant_below_guaranteed_share": "1 while a tenant's share is below what it is "
+    "guaranteed (the lesser of its guarantee and its demand), else 0 (with a budget set).",
+}
 
 #: The solve-time buckets below the longest a solve may take (s).
 _SOLVE_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 2700, 3600)
@@ -282,11 +309,24 @@ class Metrics:
             "allocations",
         )
         self._job_gauge(
+            "perseus_job_info",
+            "1 per job, labelled with its name and tenant: join other series on job.",
+            "job_infos",
+        )
+        self._job_gauge(
             "perseus_deployed_slowdown_ratio",
-            "Each pipeline's deployed plan: its iteration time over the max-clock time, minus 1 "
-            "(0.05 = 5 % slower), by job and pipeline.",
+            "The deployed plan of a job's slowest pipelines (at most 8 per job): its iteration "
+            "time over the max-clock time, minus 1 (0.05 = 5 % slower), by job and pipeline.",
             "slowdowns",
         )
+        self._job_gauge(
+            "perseus_job_deployed_slowdown_ratio",
+            "The least (stat=min) and greatest (stat=max) deployed slowdown over a job's "
+            "pipelines, by job.",
+            "slowdown_ranges",
+        )
+        for name, help in TENANT_GAUGES.items():
+            self._tenant_gauge(name, help)
         self._job_gauge(
             "perseus_profile_mismatch",
             "1 when a job's measured iteration times are outside the band around its plan's "
@@ -304,7 +344,8 @@ class Metrics:
             Gauge(
                 "perseus_ranks_without_clock_control",
                 "Registered ranks that say they cannot control their GPU's clocks (they train at "
-                "the GPU's current clocks), by job.",
+                "the GPU's current clocks), by job and node (their host name; the 32 nodes "
+                'with most per job, the rest as other; node="" 0 when none lacks control).',
                 without_clock_control or dict,
             )
         )
@@ -356,6 +397,13 @@ class Metrics:
         self.grpc_calls: Counter = r.add(
             Counter("perseus_grpc_calls_total", "gRPC calls, by method and code.")
         )  # type: ignore[assignment]
+        self.refusals: Counter = r.add(
+            Counter(
+                "perseus_refusals_total",
+                "Requests refused for a tenant's credential or job, by tenant and reason "
+                "(job_quota, gpu_quota, forbidden, not_found, power_claim_clipped).",
+            )
+        )  # type: ignore[assignment]
         self.internal_errors: Counter = r.add(
             Counter(
                 "perseus_internal_errors_total",
@@ -401,6 +449,13 @@ class Metrics:
 
         self.registry.add(Gauge(name, help, read))
 
+    def _tenant_gauge(self, name: str, help: str) -> None:
+        def read() -> dict[Labels, float]:
+            src = self.job_gauges
+            return {} if src is None else dict(src.tenant_gauges(name))
+
+        self.registry.add(Gauge(name, help, read))
+
     def add_job_gauges(self, source: JobGaugeSource) -> None:
         """Read the per-job gauges (lifecycle, budget, mismatch, slowdown, world size) from
         ``source`` (the service's :class:`~perseus_server.service.job_gauges.JobGauges`, built
@@ -414,3 +469,19 @@ class Metrics:
 
     def render(self) -> str:
         return self.registry.render()
+
+    def render_for(self, jobs: set[str], tenant: str) -> str:
+        """What one tenant's credential sees: the samples of its ``jobs`` and of its
+        ``tenant`` only (a sample with neither label, a cluster-wide one, is left out)."""
+        out = []
+        for line in self.render().splitlines():
+            if line.startswith("#"):
+                out.append(line)
+                continue
+            job = _JOB_LABEL.search(line)
+            owner = _TENANT_LABEL.search(line)
+            if (job is not None and job.group(1) in jobs) or (
+                job is None and owner is not None and owner.group(1) == tenant
+            ):
+                out.append(line)
+        return "\n".join(out) + "\n"

@@ -71,10 +71,12 @@ def rank_status(server: Any, job: str) -> dict[str, Any]:
 def without_control_metric(server: Any, job: str) -> float | None:
     with httpx.Client(base_url=server.http_url, headers=server.headers, timeout=30) as c:
         text = c.get("/metrics").text
-    for line in text.splitlines():
-        if line.startswith(f'perseus_ranks_without_clock_control{{job="{job}"}}'):
-            return float(line.rsplit(" ", 1)[1])
-    return None
+    found = [  # one sample per node of the job (node="" when none lacks control)
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(f'perseus_ranks_without_clock_control{{job="{job}",node=')
+    ]
+    return sum(found) if found else None
 
 
 class FailOpenTrainer:

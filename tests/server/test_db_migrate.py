@@ -11,7 +11,7 @@ import pytest
 
 from perseus.cli import main as perseus_main
 from perseus_server.domain.jobs import JobSpec, RankInfo
-from perseus_server.domain.rows import CredentialRow, FrontierRow
+from perseus_server.domain.rows import CredentialRow, FrontierRow, TenantRow
 from perseus_server.domain.states import SolveStatus
 from perseus_server.domain.store import Store, StoreError
 from perseus_server.runtime.db_copy import copy_database
@@ -43,8 +43,11 @@ def _rank(job_id: str, g: int) -> RankInfo:
 
 def populate(store: Store) -> None:
     """Something of every kind the store keeps, with revisions, rotations and trimmed history."""
+    store.put_tenant(TenantRow("team-a", 100.0, 10, 64, 2.0, 500.0))
+    store.put_tenant(TenantRow("team-b", 50.0))
     for i, job_id in enumerate(JOBS):
-        store.add_job(job_id, JobSpec(stages=2, microbatches=4, data_parallel=2, name=f"j{i}"))
+        spec = JobSpec(stages=2, microbatches=4, data_parallel=2, name=f"j{i}")
+        store.add_job(job_id, spec, *(("team-a",) if i == 1 else ()))
         for g in range(4):
             store.put_rank(_rank(job_id, g))
             rows = [(f"{job_id}-{g}", it, 1.0 + it / 7, 3.0 * it, 1 + it // 5) for it in range(12)]
@@ -64,6 +67,7 @@ def populate(store: Store) -> None:
     store.add_credential("c-read", "read", None, "h-read")
     store.add_credential("c-rank", "rank", "a-job", "h-rank")
     store.add_credential("c-gone", "rank", "b-job", "h-gone")
+    store.add_credential("c-team", "tenant", None, "h-team", "team-b")
     store.rotate_credential("c-rank", "h-rank-2")
     store.revoke_credential("c-gone")
     store.bind_rank("a-job-0", "a-job", 0, "c-rank")
@@ -78,7 +82,8 @@ def _credential(row: CredentialRow | None) -> Any:
 def snapshot(store: Store) -> dict[str, Any]:
     """Everything the store's read methods return."""
     out: dict[str, Any] = {
-        "jobs": [(j.id, j.created, j.spec.to_json()) for j in store.jobs()],
+        "jobs": [(j.id, j.created, j.spec.to_json(), j.tenant) for j in store.jobs()],
+        "tenants": [tuple(getattr(t, k) for k in TenantRow.__slots__) for t in store.tenants()],
         "count": store.count_jobs(),
         "interrupted": sorted(store.interrupted_solves()),
         "credentials": [_credential(c) for c in store.credentials()],
@@ -99,7 +104,7 @@ def snapshot(store: Store) -> dict[str, Any]:
             "slots": [store.slot_binding(job_id, g) for g in range(4)],
             "bindings": [store.rank_binding(f"{job_id}-{g}") for g in range(4)],
         }
-    for digest in ("h-read", "h-rank", "h-rank-2", "h-gone"):
+    for digest in ("h-read", "h-rank", "h-rank-2", "h-gone", "h-team"):
         out[digest] = _credential(store.credential_by_hash(digest))
     return out
 
@@ -122,6 +127,8 @@ def test_sqlite_to_postgres_and_back_reads_the_same(
     before = _snapshot_of(src)
     assert before["a-job"]["profile"] == ("csv two", 2, "online profiling")
     assert len(before["a-job"]["iterations"][0]) == 9  # the history as trimmed
+    assert [t[0] for t in before["tenants"]] == ["team-b", "team-a", "default"]
+    assert [j[3] for j in before["jobs"]] == ["default", "team-a", "default"]
 
     pg = database_for(postgres, tmp_path)
     assert perseus_main(["db", "migrate", src, pg]) == 0

@@ -32,6 +32,7 @@ from .conftest import A40, BLOCKING_A40, register
 from .test_credentials import exercise_credentials
 from .test_openapi import Contract
 from .test_power_budget import exercise_power_budget
+from .test_tenants import exercise_tenants
 
 pytestmark = pytest.mark.slow
 
@@ -280,8 +281,10 @@ def test_real_responses_match_the_published_schema(
     c.call("GET", "/healthz", 200)
     _errors(c, small_csv)
     job_id = _main_job(c, small_csv)
+    register(stub, job_id, 0, 0)  # started: it draws on a power budget
     exercise_power_budget(c, job_id)
     exercise_credentials(c, job_id)
+    exercise_tenants(c)
     _stragglers(c, stub, job_id, small_csv)
     _profiling(c, stub, small_freqs)
     _cancelled(c)

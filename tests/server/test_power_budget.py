@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -151,11 +152,13 @@ def test_cluster_budget_is_optimal_never_over_and_follows_the_jobs(
         lowest = min(p["average_power"] for p in pa) + min(p["average_power"] for p in pb_)
         highest = pa[0]["average_power"] + pb_[0]["average_power"]
 
-        # real ranks of job a stream their plans
+        # real ranks of job a stream their plans; b's rank registers (a job draws on the
+        # budget once its training started, never from its creation alone)
         channel = grpc.insecure_channel(srv.grpc_target)
         stub = pb_grpc.PlanServiceStub(channel)
         rank = register(stub, a, 0, 0).rank_id
         register(stub, a, 1, 1)
+        register(stub, b, 0, 0)
         stream = stub.WatchPlan(pb.WatchPlanRequest(job_id=a, rank_id=rank), timeout=60)
         first = next(stream)
 
@@ -210,6 +213,8 @@ def test_cluster_budget_is_optimal_never_over_and_follows_the_jobs(
         w3 = lowest + low_a + 0.3 * (highest - lowest)
         before = http.put("/power-budget", json={"watts": w3}).json()
         c = solved_job(http, small_csv)
+        assert c not in {j["id"] for j in http.get("/power-budget").json()["jobs"]}  # not started
+        register(stub, c, 0, 0)
         body = http.get("/power-budget").json()
         assert {j["id"] for j in body["jobs"]} == {a, b, c}
         assert body["allocated_watts"] <= w3 and body["feasible"]
@@ -220,6 +225,8 @@ def test_cluster_budget_is_optimal_never_over_and_follows_the_jobs(
         # a job that makes the budget unreachable: kept, feasible false, every job at least power
         before = http.put("/power-budget", json={"watts": w}).json()
         c = solved_job(http, small_csv)
+        time.sleep(0.6)  # the last recomputation a rank caused is half a second old
+        register(stub, c, 0, 0)
         body = http.get("/power-budget").json()
         assert not body["feasible"] and body["lowest_power"] > w and body["gap"] is None
         assert {j["id"]: j["point"] for j in body["jobs"]} == {
@@ -243,9 +250,11 @@ def test_cluster_budget_is_optimal_never_over_and_follows_the_jobs(
 
 
 def test_bad_budgets_are_refused_and_change_nothing(
-    http: httpx.Client, small_csv: str, two_pipelines: str
+    http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str, two_pipelines: str
 ) -> None:
     other = solved_job(http, small_csv)
+    for job in (other, two_pipelines):
+        register(stub, job, 0, 0)
     ok = http.put("/power-budget", json={"watts": 1e5, "jobs": [two_pipelines, other]})
     assert ok.status_code == 200, ok.text
     before = http.get("/power-budget").json()
@@ -284,6 +293,9 @@ def test_a_restart_keeps_the_budget_and_its_plans(tmp_path: Path, small_csv: str
     ):
         a = solved_job(http, small_csv)
         b = solved_job(http, small_csv, data_parallel=2)
+        with grpc.insecure_channel(srv.grpc_target) as channel:
+            for job in (a, b):
+                register(pb_grpc.PlanServiceStub(channel), job, 0, 0)
         pa, pb_ = _points(http, a), _points(http, b)
         lowest = pa[-1]["average_power"] + pb_[-1]["average_power"]
         w = lowest + 0.5 * (pa[0]["average_power"] + pb_[0]["average_power"] - lowest)
@@ -304,7 +316,8 @@ def test_a_restart_keeps_the_budget_and_its_plans(tmp_path: Path, small_csv: str
 
 def exercise_power_budget(c: Any, job_id: str) -> None:
     """``/power-budget``'s documented answers through a :class:`Contract` (each body checked
-    against the published schema): for ``test_openapi_lifecycle`` to call with a solved job."""
+    against the published schema): for ``test_openapi_lifecycle`` to call with a solved job
+    that has a rank registered."""
     c.call("GET", "/power-budget", 404)
     body = c.call("PUT", "/power-budget", 200, json={"watts": 1e5, "jobs": [job_id]}).json()
     assert body["feasible"] and [j["id"] for j in body["jobs"]] == [job_id]
@@ -317,10 +330,11 @@ def exercise_power_budget(c: Any, job_id: str) -> None:
 
 
 def test_power_budget_answers_match_the_published_schema(
-    http: httpx.Client, two_pipelines: str
+    http: httpx.Client, stub: pb_grpc.PlanServiceStub, two_pipelines: str
 ) -> None:
     from .test_openapi import Contract
 
+    register(stub, two_pipelines, 0, 0)
     c = Contract(http)
     exercise_power_budget(c, two_pipelines)
     c.call("GET", "/jobs/{job_id}/plan", 200, path={"job_id": two_pipelines},

@@ -2,7 +2,7 @@
 configured read token and issued credentials. The routes come from the app's own router (not a
 hand-made list), so a new route is covered the day it is added: with a read credential every
 ``GET``/``HEAD`` answers (never 401/403) and every other method 403 naming the admin scope; a
-rank credential opens no REST route; read and rank credentials outside their job get
+rank credential opens only its own job's status on REST; read and rank credentials outside their job get
 PERMISSION_DENIED on gRPC."""
 
 from __future__ import annotations
@@ -139,19 +139,28 @@ def test_the_admin_token_opens_every_route(
         assert r.status_code not in (401, 403) and r.status_code < 500, f"{method} {template}"
 
 
-def test_rank_credential_opens_no_rest_route(
+def test_rank_credential_opens_only_its_own_jobs_status(
     tmp_path: Path, scoped: ServerProcess, admin: httpx.Client, job: str
 ) -> None:
     rank_secret = admin.post(f"/jobs/{job}/credentials/rotate").json()["credential"]
+    other = admin.post("/jobs", json={"stages": 2, "microbatches": 2, "blocking_power": 70.0})
     before = _state(admin, job)
     checked = 0
     with httpx.Client(base_url=scoped.http_url, headers=_bearer(rank_secret), timeout=30.0) as rc:
         for method, template, path in _walk(tmp_path, job):
             r = rc.request(method, path, json={})
+            if (method, template) == ("GET", "/jobs/{job_id}/status"):
+                assert r.status_code == 200 and r.json()["job_id"] == job, r.text[:200]
+                continue
             assert r.status_code == 403, f"{method} {template}: {r.status_code} {r.text[:200]}"
             assert problem_field(r) == "Authorization"
             checked += 1
         assert rc.get("/healthz").status_code == 200
+        # Another job's status: 404, as an unknown job's.
+        elsewhere = rc.get(f"/jobs/{other.json()['id']}/status")
+        unknown = rc.get("/jobs/0123456789abcdef/status")
+        assert elsewhere.status_code == unknown.status_code == 404
+        assert elsewhere.json()["field"] == "job_id"
     assert checked >= 25
     assert _state(admin, job) == before
 

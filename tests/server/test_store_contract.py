@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from perseus_server.domain.jobs import JobSpec, RankInfo
-from perseus_server.domain.rows import FrontierRow
+from perseus_server.domain.rows import DEFAULT_TENANT, FrontierRow, TenantRow
 from perseus_server.domain.states import SolveStatus
 from perseus_server.domain.store import Store, StoreError
 from perseus_server.runtime.postgres_store import PostgresStore
@@ -292,6 +292,65 @@ def test_credentials_round_trip_rotate_and_revoke(store: Store) -> None:
     assert again is not None and again.revoked is None and again.hash == "h4"
 
 
+def test_tenants_round_trip_and_a_new_database_holds_the_default(store: Store) -> None:
+    assert [t.id for t in store.tenants()] == [DEFAULT_TENANT]
+    default = store.tenants()[0]
+    assert (default.max_jobs, default.max_gpus, default.weight, default.guaranteed_watts) == (
+        None,
+        None,
+        1.0,
+        0.0,
+    )
+    store.put_tenant(TenantRow("team-a", 100.0, 10, 64, 2.0, 500.0))
+    store.put_tenant(TenantRow("team-b", 50.0))  # older: listed before team-a
+    # Oldest first: the default tenant was created when the database was (now).
+    assert [t.id for t in store.tenants()] == ["team-b", "team-a", DEFAULT_TENANT]
+    a = next(t for t in store.tenants() if t.id == "team-a")
+    assert (a.created, a.max_jobs, a.max_gpus, a.weight, a.guaranteed_watts) == (
+        100.0,
+        10,
+        64,
+        2.0,
+        500.0,
+    )
+    # Replacing keeps the creation time, changes the quotas.
+    store.put_tenant(TenantRow("team-a", 999.0, None, 8, 1.0, 0.0))
+    a = next(t for t in store.tenants() if t.id == "team-a")
+    assert (a.created, a.max_jobs, a.max_gpus, a.weight, a.guaranteed_watts) == (
+        100.0,
+        None,
+        8,
+        1.0,
+        0.0,
+    )
+    # Jobs and credentials name their tenant (default: the default tenant).
+    store.add_job("j-default", _spec())
+    store.add_job("j-a", _spec(), "team-a")
+    assert {j.id: j.tenant for j in store.jobs()} == {"j-default": DEFAULT_TENANT, "j-a": "team-a"}
+    row = store.add_credential("c-a", "tenant", None, "ha", "team-a")
+    assert row.tenant == "team-a"
+    got = store.credential_by_hash("ha")
+    assert got is not None and (got.scope, got.tenant, got.job_id) == ("tenant", "team-a", None)
+    store.add_credential("c-b", "tenant-read", None, "hb", "team-b")
+    store.add_credential("c-r", "read", None, "hr")
+    cluster_read = store.credential("c-r")
+    assert cluster_read is not None and cluster_read.tenant is None
+    # Deleting a tenant forgets it and its credentials, nothing else.
+    assert store.delete_tenant("team-b") is True
+    assert store.delete_tenant("team-b") is False and store.delete_tenant("nope") is False
+    assert "team-b" not in [t.id for t in store.tenants()]
+    assert store.credential("c-b") is None and store.credential("c-a") is not None
+    assert store.credential("c-r") is not None
+
+
+def test_a_rolled_back_tenant_is_not_there(store: Store) -> None:
+    with pytest.raises(RuntimeError), store.transaction():
+        store.put_tenant(TenantRow("gone", 1.0))
+        store.add_job("j", _spec(), "gone")
+        raise RuntimeError("boom")
+    assert "gone" not in [t.id for t in store.tenants()] and store.jobs() == []
+
+
 def test_rank_bindings_keep_the_first_credential(store: Store) -> None:
     store.add_job("a", _spec())
     assert store.slot_binding("a", 0) is None and store.rank_binding("r0") is None
@@ -401,6 +460,9 @@ def test_a_first_release_database_opens_with_its_data(backend: Backend, tmp_path
         assert store.power_budget() is None and store.frontier(JOB).partial is False
         store.add_credential("c", "rank", JOB, "h")  # and writable
         assert [c.id for c in store.credentials(JOB)] == ["c"]
+        # Its jobs belong to the default tenant, which the migration created.
+        assert [j.tenant for j in store.jobs()] == [DEFAULT_TENANT]
+        assert [t.id for t in store.tenants()] == [DEFAULT_TENANT]
     finally:
         store.close()
 

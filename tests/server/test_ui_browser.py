@@ -125,12 +125,12 @@ def test_the_operators_page_in_a_real_browser(
         top = {
             j: http.get(f"/jobs/{j}/frontier").json()["points"][0]["average_power"] for j in (a, b)
         }
-        budget = http.put("/power-budget", json={"watts": 0.93 * sum(top.values())})
-        assert budget.status_code == 200, budget.text
-        ranks = {
+        ranks = {  # started: the jobs draw on a power budget
             a: {g: register(stub, a, g, g % 2, g // 2, metadata=meta).rank_id for g in range(4)},
             b: {g: register(stub, b, g, g, metadata=meta).rank_id for g in range(2)},
         }
+        budget = http.put("/power-budget", json={"watts": 0.93 * sum(top.values())})
+        assert budget.status_code == 200, budget.text
         for j, e in ((a, 400.0), (b, 300.0)):
             st = http.get(f"/jobs/{j}/status").json()
             t = st["plan"]["pipelines"][0]["time"]
@@ -282,6 +282,19 @@ def _check_page(
     _wait(lambda: power(a), "the page after a reload")
     assert page()["login"] is False and page()["error"] is None
     driver.save_screenshot(str(srv.db_path.parent / "ui.png"))
+
+    # a tenant's credential: the page shows its tenant's jobs only
+    assert http.post("/tenants", json={"id": "team-ui"}).status_code == 201
+    issued = http.post("/credentials", json={"scope": "tenant-read", "tenant": "team-ui"})
+    body = {"stages": 2, "microbatches": 4, "blocking_power": 70.0, "name": "gamma"}
+    mine = http.post("/jobs", json={**body, "tenant": "team-ui"}).json()["id"]
+    driver.execute_script("window.sessionStorage.clear();")
+    driver.refresh()
+    _wait(lambda: driver.find_element(By.ID, "login").is_displayed(), "the login form again")
+    driver.find_element(By.ID, "token").send_keys(issued.json()["credential"])
+    driver.find_element(By.ID, "login-submit").click()
+    _wait(lambda: set(page()["jobs"]) == {mine}, "the tenant's job alone")
+    assert page()["error"] is None and page()["budget"]["hidden"]
 
     logs = driver.get_log("browser")
     bad = [e for e in logs if e["level"] in ("SEVERE", "WARNING")]

@@ -6,7 +6,19 @@ from __future__ import annotations
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.domain.states import SolveStatus
 
-__all__ = ["CredentialRow", "FrontierRow", "IterationRow", "JobRow", "RankIteration"]
+__all__ = [
+    "DEFAULT_TENANT",
+    "CredentialRow",
+    "FrontierRow",
+    "IterationRow",
+    "JobRow",
+    "RankIteration",
+    "TenantRow",
+]
+
+#: The tenant of every job and credential that names none: a single-tenant deployment's jobs
+#: (and those stored before tenants existed) belong to it.
+DEFAULT_TENANT = "default"
 
 #: One reported iteration as the store appends it: ``(rank_id, iteration, time, energy,
 #: plan_version)``.
@@ -17,12 +29,14 @@ RankIteration = tuple[int, float, float, int]
 
 
 class JobRow:
-    """A stored job."""
+    """A stored job, and the tenant it belongs to."""
 
-    __slots__ = ("id", "created", "spec")
+    __slots__ = ("id", "created", "spec", "tenant")
 
-    def __init__(self, id: str, created: float, spec: JobSpec) -> None:
-        self.id, self.created, self.spec = id, created, spec
+    def __init__(
+        self, id: str, created: float, spec: JobSpec, tenant: str = DEFAULT_TENANT
+    ) -> None:
+        self.id, self.created, self.spec, self.tenant = id, created, spec, tenant
 
 
 class FrontierRow:
@@ -66,10 +80,11 @@ class FrontierRow:
 
 
 class CredentialRow:
-    """A stored credential: its ``scope`` (``read`` or ``rank``), job (rank credentials), the
-    SHA-256 digest of its secret, and when it was created, last rotated and revoked."""
+    """A stored credential: its ``scope`` (``read``, ``rank``, ``tenant`` or ``tenant-read``),
+    job (rank credentials), the SHA-256 digest of its secret, when it was created, last rotated
+    and revoked, and its tenant (tenant credentials; None for the others)."""
 
-    __slots__ = ("id", "scope", "job_id", "hash", "created", "rotated", "revoked")
+    __slots__ = ("id", "scope", "job_id", "hash", "created", "rotated", "revoked", "tenant")
 
     def __init__(
         self,
@@ -80,6 +95,29 @@ class CredentialRow:
         created: float,
         rotated: float | None,
         revoked: float | None,
+        tenant: str | None = None,
     ) -> None:
         self.id, self.scope, self.job_id, self.hash = id, scope, job_id, hash
         self.created, self.rotated, self.revoked = created, rotated, revoked
+        self.tenant = tenant
+
+
+class TenantRow:
+    """A stored tenant (a team: a Kubernetes namespace, a Slurm account) and its quotas:
+    ``max_jobs`` and ``max_gpus`` (None: the server's defaults), its ``weight`` in the cluster
+    power budget and the watts it is guaranteed there (``guaranteed_watts``)."""
+
+    __slots__ = ("id", "created", "max_jobs", "max_gpus", "weight", "guaranteed_watts")
+
+    def __init__(
+        self,
+        id: str,
+        created: float,
+        max_jobs: int | None = None,
+        max_gpus: int | None = None,
+        weight: float = 1.0,
+        guaranteed_watts: float = 0.0,
+    ) -> None:
+        self.id, self.created = id, created
+        self.max_jobs, self.max_gpus = max_jobs, max_gpus
+        self.weight, self.guaranteed_watts = float(weight), float(guaranteed_watts)

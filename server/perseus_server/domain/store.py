@@ -24,8 +24,9 @@ process. **Threads.** The store is used from the server's event-loop thread, and
 that says ``thread_safe = True`` (PostgreSQL's) also from one more (report commits,
 :mod:`perseus_server.service.ingest`): each thread's transactions are its own.
 
-**Ordering.** :meth:`Store.jobs` and :meth:`Store.credentials` are oldest first (ties by id);
-:meth:`Store.ranks` by global rank; :meth:`Store.iterations` oldest first.
+**Ordering.** :meth:`Store.jobs`, :meth:`Store.credentials` and :meth:`Store.tenants` are
+oldest first (ties by id); :meth:`Store.ranks` by global rank; :meth:`Store.iterations` oldest
+first.
 
 **Schema.** Opening a database (a backend's own ``open``) brings an older one to the current
 schema version, keeping its data, and refuses one written by a newer server with
@@ -45,6 +46,7 @@ from perseus_server.domain.rows import (
     IterationRow,
     JobRow,
     RankIteration,
+    TenantRow,
 )
 
 __all__ = ["Store", "StoreError"]
@@ -73,8 +75,9 @@ class Store(Protocol):
 
     # --- jobs ------------------------------------------------------------------------------------
 
-    def add_job(self, job_id: str, spec: JobSpec) -> JobRow:
-        """Store a new job (``job_id`` not stored yet); returns its row."""
+    def add_job(self, job_id: str, spec: JobSpec, tenant: str = "default") -> JobRow:
+        """Store a new job of ``tenant`` (``job_id`` not stored yet); returns its row (whose
+        ``tenant`` :meth:`jobs` reads back)."""
         ...
 
     def jobs(self, on_error: Callable[[str, Exception], None] | None = None) -> list[JobRow]:
@@ -153,8 +156,15 @@ class Store(Protocol):
     # --- credentials -----------------------------------------------------------------------------
 
     def add_credential(
-        self, credential_id: str, scope: str, job_id: str | None, digest: str
-    ) -> CredentialRow: ...
+        self,
+        credential_id: str,
+        scope: str,
+        job_id: str | None,
+        digest: str,
+        tenant: str | None = None,
+    ) -> CredentialRow:
+        """Store a new credential (``tenant``: a tenant credential's tenant)."""
+        ...
 
     def credential_by_hash(self, digest: str) -> CredentialRow | None:
         """The credential whose secret has this digest, revoked or not."""
@@ -182,6 +192,20 @@ class Store(Protocol):
 
     def rank_binding(self, rank_id: str) -> tuple[str, str] | None:
         """``(job_id, credential_id)`` the rank identity is bound to, or None."""
+        ...
+
+    # --- tenants ---------------------------------------------------------------------------------
+
+    def tenants(self) -> list[TenantRow]:
+        """Every tenant, oldest first (ties by id). A new database holds the ``default`` one."""
+        ...
+
+    def put_tenant(self, row: TenantRow) -> None:
+        """Store a new tenant, or replace a stored one's quotas (keeping its ``created``)."""
+
+    def delete_tenant(self, tenant_id: str) -> bool:
+        """Forget a tenant and the credentials of its tenant; False when it is unknown. Its
+        jobs are not touched (the service refuses to delete a tenant that has any)."""
         ...
 
     # --- the cluster power budget ----------------------------------------------------------------

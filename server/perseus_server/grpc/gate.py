@@ -3,8 +3,9 @@ metadata, and each method's request size; and, for a rank credential, what the r
 
 :class:`AuthInterceptor` runs when a call's headers arrive. Without a valid credential, it answers
 UNAUTHENTICATED through a request-streaming handler that never reads a message, so an
-unauthenticated body is neither parsed nor kept (a unary handler would receive it first); a read
-credential gets PERMISSION_DENIED the same way. Otherwise the method's own handler runs, its
+unauthenticated body is neither parsed nor kept (a unary handler would receive it first); a
+credential whose kind the authorization table (:data:`perseus_server.service.authorization.GRPC`)
+does not open the method to gets PERMISSION_DENIED the same way. Otherwise the method's own handler runs, its
 deserializer refusing a message over the method's limit (:data:`METHOD_LIMITS`) before parsing
 it: a registration is small, a report batch message is bounded by ``max_report_instructions``.
 
@@ -27,7 +28,8 @@ from typing import Any
 import grpc
 
 from perseus_common.proto import perseus_pb2 as pb
-from perseus_server.service.credentials import Credentials, Principal, Scope
+from perseus_server.service import authorization as authz
+from perseus_server.service.credentials import Credentials, Principal
 
 __all__ = [
     "AuthInterceptor",
@@ -167,7 +169,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if who is None:
             self.on_refused(name, "UNAUTHENTICATED")
             return grpc.stream_unary_rpc_method_handler(_refuse)
-        if who.scope is Scope.READ or (who.scope is Scope.RANK and name not in _RANK_METHODS):
+        got = authz.access(who, authz.GRPC.get(name))
+        if got is authz.Access.NONE or (got is authz.Access.OWN and name not in _RANK_METHODS):
             self.on_refused(name, "PERMISSION_DENIED")
             return grpc.stream_unary_rpc_method_handler(
                 _denier(f"a {who.scope} credential cannot call {name}")
@@ -180,7 +183,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             handler = handler._replace(
                 request_deserializer=_sized(handler.request_deserializer, limit)
             )
-        if who.scope is Scope.RANK:
+        if got is authz.Access.OWN:  # its own job's ranks only (checked per request)
             handler = _RANK_METHODS[name](self, handler, who)
         return handler
 

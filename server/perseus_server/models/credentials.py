@@ -12,8 +12,10 @@ from perseus_server.models.responses import JobView
 
 __all__ = ["CredentialIn", "CredentialList", "CredentialView", "IssuedCredentialView", "JobCreated"]
 
-_SCOPE = "``read`` (REST GET/HEAD routes) or ``rank`` (its job's RegisterRank, WatchPlan, "
-_SCOPE += "ReportIterations)."
+_SCOPE = "``read`` (the cluster's monitoring: reads every tenant's jobs), ``tenant`` (its "
+_SCOPE += "tenant's jobs), ``tenant-read`` (reads its tenant's jobs) or ``rank`` (its job's "
+_SCOPE += "gRPC calls as its ranks, and its status)."
+_Scope = Literal["read", "tenant", "tenant-read", "rank"]
 
 
 class JobCreated(JobView):
@@ -30,8 +32,13 @@ class CredentialIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    scope: Literal["read"] = Field(
-        description="``read``: REST GET/HEAD routes only (monitoring, the operator's page)."
+    scope: Literal["read", "tenant", "tenant-read"] = Field(
+        description="``read``: reads every tenant's jobs (monitoring, the operator's page); "
+        "``tenant``: creates jobs in ``tenant`` and reads and changes only those; "
+        "``tenant-read``: reads ``tenant``'s jobs only."
+    )
+    tenant: str | None = Field(
+        default=None, max_length=63, description="The tenant of a tenant credential."
     )
 
 
@@ -39,8 +46,9 @@ class IssuedCredentialView(ResponseModel):
     """A credential just issued or rotated: its secret is shown this once."""
 
     id: str = Field(description="The credential's ID (path parameter ``credential_id``).")
-    scope: Literal["read", "rank"] = Field(description=_SCOPE)
+    scope: _Scope = Field(description=_SCOPE)
     job_id: str = omitted("Rank credentials: their job.")
+    tenant: str = omitted("Tenant credentials: their tenant.")
     credential: str = Field(description="The secret: send it as ``Authorization: Bearer ...``.")
     created: float = Field(description="When it was first issued (Unix time, s).")
 
@@ -49,8 +57,9 @@ class CredentialView(ResponseModel):
     """An issued credential, without its secret."""
 
     id: str = Field(description="The credential's ID (path parameter ``credential_id``).")
-    scope: Literal["read", "rank"] = Field(description=_SCOPE)
+    scope: _Scope = Field(description=_SCOPE)
     job_id: str = omitted("Rank credentials: their job.")
+    tenant: str = omitted("Tenant credentials: their tenant.")
     created: float = Field(description="When it was first issued (Unix time, s).")
     rotated: float | None = Field(description="When its secret was last replaced, or null.")
     revoked: float | None = Field(description="When it was revoked, or null (in force).")

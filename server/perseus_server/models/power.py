@@ -60,6 +60,19 @@ class LeftOutJob(ResponseModel):
     why: str = Field(description="Why it takes no share.")
 
 
+class TenantShareView(ResponseModel):
+    """One tenant's part of the budget."""
+
+    tenant: str = Field(description="The tenant.")
+    watts: float = Field(description="Its part (W): guaranteed watts, then shared by weight.")
+    allocated_watts: float = Field(description="What its jobs' shares sum to (W).")
+    demand_watts: float = Field(
+        description="What its drawing jobs could use at their fastest plans (W, claims bounded "
+        "by their GPUs)."
+    )
+    guaranteed_watts: float = Field(description="Its guaranteed watts (0: none).")
+
+
 class PowerBudgetView(ResponseModel):
     """``GET /power-budget``: the budget and its allocation."""
 
@@ -84,9 +97,13 @@ class PowerBudgetView(ResponseModel):
         description="How far the covered jobs' lowest power is above the budget (W; 0 when met)."
     )
     left_out: list[LeftOutJob] = Field(
-        description="Jobs it would cover that are idle or finished (they take no share)."
+        description="Jobs it would cover that do not draw (idle, finished, or no rank "
+        "connected): they take no share."
     )
-    jobs: list[PowerShareView] = Field(description="One share per covered (active) job.")
+    jobs: list[PowerShareView] = Field(description="One share per drawing job.")
+    tenants: list[TenantShareView] = Field(
+        description="Each drawing tenant's part (a tenant's credential: its own)."
+    )
 
 
 class JobPowerBudget(ResponseModel):
@@ -100,4 +117,7 @@ class JobPowerBudget(ResponseModel):
     feasible: bool = Field(description="Whether the budget is met.")
     on_infeasible: Literal["least_power", "keep_current"] = Field(
         description="What runs when the budget cannot be met."
+    )
+    claim: str | None = Field(
+        description="Why its plans' powers were bounded by what its GPUs can draw, or null."
     )

@@ -89,6 +89,12 @@ class JobIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     name: str = Field(default="", max_length=200)
+    tenant: str | None = Field(
+        default=None,
+        max_length=63,
+        description="The tenant the job belongs to. The admin may name any (default: "
+        "``default``); a tenant credential's jobs are its tenant's (naming another is refused).",
+    )
     stages: Count = Field(description="Pipeline ranks per pipeline.")
     microbatches: Count
     schedule: ScheduleIn | ScheduleName = "1f1b"

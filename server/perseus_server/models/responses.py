@@ -126,6 +126,9 @@ class JobView(ResponseModel):
 
     id: str = Field(description="The job's ID (path parameter ``job_id``).")
     created: Timestamp
+    tenant: str = Field(
+        description="The tenant (team) the job belongs to (``default``: none named)."
+    )
     state: JobState = Field(
         description="created -> profiled (profile stored) -> solving -> ready (frontier computed); "
         "profiling while an online scan runs; failed when the last computation failed."
@@ -151,6 +154,7 @@ class JobSummary(ResponseModel):
 
     id: str = Field(description="The job's ID (path parameter ``job_id``).")
     created: Timestamp
+    tenant: str = Field(description="The tenant (team) the job belongs to.")
     state: JobState
     name: str
     stages: int

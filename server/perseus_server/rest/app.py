@@ -9,7 +9,7 @@ service built it, without the model's validation (:func:`~perseus_server.rest.do
 
 The routers: :mod:`.status` (liveness, metrics, a job's status), :mod:`.jobs`, :mod:`.profiles`
 (uploads and online profiling), :mod:`.plans` (frontier and plans), :mod:`.stragglers`,
-:mod:`.power` (the cluster power budget), :mod:`.credentials`; the pages outside the gate,
+:mod:`.power` (the cluster power budget), :mod:`.credentials`, :mod:`.tenants`; the pages outside the gate,
 :mod:`.swagger` (``/docs``, ``/openapi.json``) and :mod:`.ui` (``/ui``).
 """
 
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from fastapi import FastAPI
 
 from perseus_server.rest import credentials as credential_routes
-from perseus_server.rest import jobs, plans, power, profiles, status, stragglers
+from perseus_server.rest import jobs, plans, power, profiles, status, stragglers, tenants
 from perseus_server.rest.docs import install_openapi
 from perseus_server.rest.gate import Gate
 from perseus_server.rest.problems import install_error_handlers
@@ -40,6 +40,7 @@ TAGS = [
     stragglers.TAG,
     power.TAG,
     credential_routes.TAG,
+    tenants.TAG,
 ]
 
 
@@ -62,7 +63,8 @@ def create_app(
         "iteration, powers in watts, clocks in MHz. Errors are RFC 9457 problem documents "
         "(`application/problem+json`) whose `field` names the input at fault. With a token "
         "configured, every route except `/healthz` needs `Authorization: Bearer <credential>`: "
-        "the admin token opens everything, a read credential only GET routes (403 otherwise).",
+        "the admin token opens everything, a read credential reads, a tenant's credential "
+        "its tenant's jobs only (another tenant's answer 404; 403 beyond its kind).",
         openapi_tags=TAGS,
         # /docs and /openapi.json are served by rest/swagger.py (offline, outside the gate)
         docs_url=None,
@@ -71,6 +73,7 @@ def create_app(
     )
     app.add_middleware(
         Gate,
+        owner=service.tenant_of,
         credentials=credentials,
         limits=service.limits,
         metrics=service.metrics,
@@ -85,6 +88,7 @@ def create_app(
     app.include_router(stragglers.stragglers_router(service))
     app.include_router(power.power_router(service))
     app.include_router(credential_routes.credentials_router(service, credentials))
+    app.include_router(tenants.tenants_router(service))
     install_swagger(app)  # /docs and /openapi.json, outside the gate
     install_ui(app, auth=credentials.enabled)  # the page's own middleware: keep it added last
     return app

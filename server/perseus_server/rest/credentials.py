@@ -1,7 +1,7 @@
-"""Credential routes: a job's rank credential (rotate, revoke), read credentials (issue, list,
-revoke), and the issuing of a job's rank credential when it is created
-(:func:`create_job_with_credential`). Scopes: see :mod:`perseus_server.service.credentials`; every
-route here but the ``GET`` needs the admin token, which the Gate enforces."""
+"""Credential routes: a job's rank credential (rotate, revoke), read and tenant credentials
+(issue, list, revoke), and the issuing of a job's rank credential when it is created
+(:func:`create_job_with_credential`). Who may call each: the table of
+:mod:`perseus_server.service.authorization`, which the Gate enforces."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from perseus_server.domain.errors import NotFound
+from perseus_server.domain.errors import BadRequest, NotFound
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.models.credentials import CredentialIn, CredentialList, IssuedCredentialView
 from perseus_server.rest.docs import operation
+from perseus_server.rest.gate import CALLER
 from perseus_server.service import PerseusService
-from perseus_server.service.credentials import Credentials, Scope
+from perseus_server.service.authorization import sees_tenant
+from perseus_server.service.credentials import Credentials, Principal, Scope
 
 __all__ = ["TAG", "create_job_with_credential", "credentials_router"]
 
@@ -26,14 +28,14 @@ TAG = {
 
 
 def create_job_with_credential(
-    service: PerseusService, credentials: Credentials, spec: JobSpec
+    service: PerseusService, credentials: Credentials, spec: JobSpec, tenant: str
 ) -> dict[str, Any]:
-    """``POST /jobs``: the job and, when a token is configured, its rank credential, stored in
-    one transaction (the secret is in the answer only)."""
+    """``POST /jobs``: the job of ``tenant`` and, when a token is configured, its rank
+    credential, stored in one transaction (the secret is in the answer only)."""
     if not credentials.enabled:
-        return service.create_job(spec)
+        return service.create_job(spec, tenant)
     with service.store.transaction():
-        view = service.create_job(spec)
+        view = service.create_job(spec, tenant)
         issued = credentials.issue(Scope.RANK, str(view["id"]))
     return {**view, "rank_credential": issued.secret}
 
@@ -75,18 +77,37 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
         ),
     )
     async def issue_credential(body: CredentialIn) -> dict[str, Any]:
-        """A read credential: REST ``GET``/``HEAD`` routes only (monitoring, the operator's
-        page). The secret is shown only here; the server keeps its SHA-256."""
-        return credentials.issue(Scope(body.scope)).to_json()
+        """A cluster read credential (monitoring, the operator's page), or a tenant's
+        credential (``tenant``: its jobs; ``tenant-read``: reading them), naming the tenant.
+        The secret is shown only here; the server keeps its SHA-256."""
+        scope = Scope(body.scope)
+        if scope is Scope.READ:
+            if body.tenant is not None:
+                raise BadRequest(
+                    "a read credential reads every tenant; for one tenant's, give scope "
+                    "'tenant-read'",
+                    field="tenant",
+                )
+            return credentials.issue(scope).to_json()
+        if body.tenant is None:
+            raise BadRequest(f"a {scope} credential names its tenant", field="tenant")
+        if body.tenant not in service.tenants:
+            raise BadRequest(f"no tenant {body.tenant!r}; POST /tenants first", field="tenant")
+        return credentials.issue(scope, tenant=body.tenant).to_json()
 
     @router.get(
         "/credentials",
         **operation(CredentialList, "List credentials", "The issued credentials, without secrets."),
     )
-    async def list_credentials() -> dict[str, Any]:
-        """Every issued credential (read and rank): id, scope, job, when it was issued,
-        rotated and revoked. Secrets are never shown again."""
-        return {"credentials": credentials.listing()}
+    async def list_credentials(who: Principal = CALLER) -> dict[str, Any]:
+        """Every issued credential (read, tenant and rank): id, scope, job or tenant, when it
+        was issued, rotated and revoked (a tenant's credential: its tenant's and its jobs').
+        Secrets are never shown again."""
+        tenant = sees_tenant(who)
+        if tenant is None:
+            return {"credentials": credentials.listing()}
+        mine = service.tenant_of
+        return {"credentials": credentials.tenant_listing(tenant, lambda job: mine(job) == tenant)}
 
     @router.delete(
         "/credentials/{credential_id}",

@@ -11,12 +11,14 @@ An open server (no token) answers only requests whose ``Host`` is a loopback nam
 configured to allow, and refuses state-changing requests from a foreign ``Origin`` (403): see
 :mod:`perseus_server.rest.origins`.
 
-Scopes on REST (see :mod:`perseus_server.service.credentials`): the admin token opens every route; a
-read credential opens ``GET`` and ``HEAD`` (:data:`READ_METHODS`) and gets 403 on every other
-method; a rank credential opens no REST route (its business is gRPC). ``/healthz`` needs nothing.
-The Gate decides before the body is read, and leaves the caller's :class:`Principal` in the
-request state: a route reads it with the :func:`caller` dependency, or demands a scope with
-``dependencies=[Depends(requires(Scope.ADMIN))]`` (e.g. a ``GET`` that would reveal a secret).
+Who may call what is the authorization table of :mod:`perseus_server.service.authorization`
+(credential kind x route x own / other tenant): a route the credential's kind may not use
+answers 403 naming the scope it needs; a route of another tenant's job (or tenant) answers 404
+exactly as an unknown one does, so existence does not leak; a route the table lacks opens to the
+admin only. ``/healthz`` needs nothing. The Gate decides before the body is read, and leaves the
+caller's :class:`Principal` in the request state: a route reads it with the :func:`caller`
+dependency (a listing filters by it), or demands a scope with
+``dependencies=[Depends(requires(Scope.ADMIN))]``.
 """
 
 from __future__ import annotations
@@ -25,21 +27,21 @@ import re
 import time
 from collections.abc import Callable, Iterable
 
-from fastapi import Request
+from fastapi import Depends, Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from perseus_server.config import Limits
-from perseus_server.domain.errors import ApiError, TooLarge, Unauthorized
+from perseus_server.domain.errors import ApiError, NotFound, TooLarge, Unauthorized
 from perseus_server.metrics import OTHER, Metrics
 from perseus_server.rest.origins import Origins
 from perseus_server.rest.problems import problem_response
+from perseus_server.service import authorization as authz
 from perseus_server.service.credentials import ADMIN, Credentials, Forbidden, Principal
 from perseus_server.service.credentials import Scope as CredentialScope
+from perseus_server.service.tenants import unknown_tenant
 
-__all__ = ["Gate", "READ_METHODS", "PUBLIC_PATHS", "caller", "internal_error", "requires"]
+__all__ = ["CALLER", "Gate", "PUBLIC_PATHS", "caller", "internal_error", "requires", "unknown_job"]
 
-#: The HTTP methods a read credential may use.
-READ_METHODS = frozenset({"GET", "HEAD"})
 #: Paths that need no credential.
 PUBLIC_PATHS = frozenset({"/healthz"})
 _STATE_KEY = "perseus_principal"
@@ -49,6 +51,10 @@ def caller(request: Request) -> Principal:
     """FastAPI dependency: who sent the request (the admin principal on an open server)."""
     found = request.scope.get("state", {}).get(_STATE_KEY)
     return found if isinstance(found, Principal) else ADMIN
+
+
+#: The :func:`caller` dependency, as a route parameter's default (``who: Principal = CALLER``).
+CALLER = Depends(caller)
 
 
 def requires(scope: CredentialScope) -> Callable[[Request], Principal]:
@@ -63,12 +69,20 @@ def requires(scope: CredentialScope) -> Callable[[Request], Principal]:
     return check
 
 
-def _forbidden(who: Principal, needed: CredentialScope, method: str, path: str) -> Forbidden:
+def _forbidden(
+    who: Principal, needed: CredentialScope, method: str, path: str, tenant_too: bool = False
+) -> Forbidden:
+    also = " (or a credential of the job's tenant)" if tenant_too else ""
     return Forbidden(
-        f"a {who.scope} credential may not {method} {path}: it needs the {needed} scope",
+        f"a {who.scope} credential may not {method} {path}: it needs the {needed} scope{also}",
         field="Authorization",
         scope=needed.value,
     )
+
+
+def unknown_job(job_id: str) -> NotFound:
+    """The answer to an unknown job, and to another tenant's (the same body)."""
+    return NotFound(f"no job with id {job_id!r}", field="job_id")
 
 
 def internal_error() -> ApiError:
@@ -81,7 +95,8 @@ def internal_error() -> ApiError:
 class Gate:
     """Pure ASGI middleware: credentials and scopes, body-size cap, request metrics.
 
-    ``credentials``: the :class:`Credentials` (``token``: just an admin token; neither: open).
+    ``credentials``: the :class:`Credentials` (``token``: just an admin token; neither: open);
+    ``owner(job_id)``: the tenant of a stored job (None: no such job).
     """
 
     def __init__(
@@ -93,11 +108,14 @@ class Gate:
         credentials: Credentials | None = None,
         token: str | None = None,
         allowed_hosts: Iterable[str] = (),
+        owner: Callable[[str], str | None] = lambda job_id: None,
     ) -> None:
         self.app, self.limits, self.metrics = app, limits, metrics
+        self.owner = owner
         self.credentials = credentials or Credentials(None, admin=token)
         self.origins = Origins(allowed_hosts)
         self._templates: list[tuple[re.Pattern[str], str]] | None = None
+        self._forbidden = {key: _needed(rule) for key, rule in authz.REST.items()}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -137,6 +155,10 @@ class Gate:
         found = getattr(scope.get("route"), "path", None)
         if found is not None:
             return str(found)
+        return self._match(scope)[0]
+
+    def _match(self, scope: Scope) -> tuple[str, dict[str, str]]:
+        """The path template the request's path matches (else ``other``) and its parameters."""
         if self._templates is None:
             openapi = getattr(scope.get("app"), "openapi", None)
             paths = list(openapi().get("paths", {})) if callable(openapi) else []
@@ -144,9 +166,41 @@ class Gate:
             self._templates = [(_template_re(p), p) for p in paths]
         path = str(scope.get("path", ""))
         for pattern, template in self._templates:
-            if pattern.fullmatch(path):
-                return template
-        return OTHER
+            m = pattern.fullmatch(path)
+            if m:
+                return template, m.groupdict()
+        return OTHER, {}
+
+    def _authorize(self, who: Principal, scope: Scope) -> ApiError | None:
+        """Why the table refuses ``who`` this request (None: it may go on)."""
+        method = str(scope.get("method", ""))
+        template, params = self._match(scope)
+        key = f"{'GET' if method == 'HEAD' else method} {template}"
+        rule = authz.REST.get(key)
+        got = authz.access(who, rule)
+        if got is authz.Access.NONE:
+            self._refused(who, "forbidden")
+            needed, tenant_too = self._forbidden.get(key, (CredentialScope.ADMIN, False))
+            return _forbidden(who, needed, method, str(scope["path"]), tenant_too)
+        if got is authz.Access.OWN:
+            job_id, tenant_id = params.get("job_id"), params.get("tenant_id")
+            if job_id is not None and not self._owns(who, job_id):
+                self._refused(who, "not_found")
+                return unknown_job(job_id)
+            if tenant_id is not None and who.tenant != tenant_id:
+                self._refused(who, "not_found")
+                return unknown_tenant(tenant_id)
+        return None
+
+    def _owns(self, who: Principal, job_id: str) -> bool:
+        if who.scope is CredentialScope.RANK:
+            return who.job_id == job_id
+        owner = self.owner(job_id)
+        return owner is None or owner == who.tenant  # unknown: the route's own 404
+
+    def _refused(self, who: Principal, reason: str) -> None:
+        if who.tenant is not None:
+            self.metrics.refusals.inc(tenant=who.tenant, reason=reason)
 
     async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         raw = scope.get("headers", [])
@@ -167,12 +221,9 @@ class Gate:
                 headers_401 = {"WWW-Authenticate": "Bearer"}
                 await problem_response(refused, headers_401)(scope, receive, send)
                 return
-            method = str(scope.get("method", ""))
-            needed = CredentialScope.READ if method in READ_METHODS else CredentialScope.ADMIN
-            if not who.allows(needed):
-                await problem_response(_forbidden(who, needed, method, scope["path"]))(
-                    scope, receive, send
-                )
+            refused = self._authorize(who, scope)
+            if refused is not None:
+                await problem_response(refused)(scope, receive, send)
                 return
             scope.setdefault("state", {})[_STATE_KEY] = who
         is_profile = scope.get("method") == "PUT" and scope["path"].endswith("/profile")
@@ -210,8 +261,25 @@ class Gate:
 
 
 def _template_re(template: str) -> re.Pattern[str]:
-    """``/jobs/{job_id}`` -> a pattern matching ``/jobs/<one segment>``."""
-    return re.compile(re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template)))
+    """``/jobs/{job_id}`` -> a pattern matching ``/jobs/<one segment>`` (the group ``job_id``)."""
+    out, pos = [], 0
+    for m in re.finditer(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", template):
+        out.append(re.escape(template[pos : m.start()]))
+        out.append(f"(?P<{m.group(1)}>[^/]+)")
+        pos = m.end()
+    out.append(re.escape(template[pos:]))
+    return re.compile("".join(out))
+
+
+def _needed(rule: authz.Rule) -> tuple[CredentialScope, bool]:
+    """The scope a 403 names (``read`` when a read credential opens the route, else ``admin``)
+    and whether a tenant credential opens it too."""
+    needed = (
+        CredentialScope.READ
+        if rule[CredentialScope.READ] is not authz.Access.NONE
+        else CredentialScope.ADMIN
+    )
+    return needed, rule[CredentialScope.TENANT] is not authz.Access.NONE
 
 
 #: Headers of a refusal after which the connection must not carry another request.

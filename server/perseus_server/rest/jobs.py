@@ -17,8 +17,11 @@ from perseus_server.models.credentials import JobCreated
 from perseus_server.models.responses import LifecycleView
 from perseus_server.rest.credentials import create_job_with_credential
 from perseus_server.rest.docs import operation
+from perseus_server.rest.gate import CALLER
 from perseus_server.service import PerseusService
-from perseus_server.service.credentials import Credentials
+from perseus_server.service.authorization import TENANT_SCOPES, sees_tenant
+from perseus_server.service.credentials import Credentials, Principal
+from perseus_server.service.tenants import DEFAULT_TENANT
 
 __all__ = ["TAG", "jobs_router"]
 
@@ -56,6 +59,23 @@ def _spec(body: JobIn) -> JobSpec:
     )
 
 
+def _job_tenant(who: Principal, named: str | None, service: PerseusService) -> str:
+    """The tenant a new job belongs to: a tenant credential's own (naming another is
+    refused), else the one named (an unknown one is refused), else ``default``."""
+    if who.scope in TENANT_SCOPES:
+        assert who.tenant is not None
+        if named is not None and named != who.tenant:
+            raise BadRequest(
+                f"a credential of tenant {who.tenant!r} creates jobs in its own tenant",
+                field="tenant",
+            )
+        return who.tenant
+    tenant = DEFAULT_TENANT if named is None else named
+    if tenant not in service.tenants:
+        raise BadRequest(f"no tenant {tenant[:64]!r}; POST /tenants first", field="tenant")
+    return tenant
+
+
 def _known_gpu(model: str) -> float | None:
     """The table's blocking power for a GPU model (``A100``, ``NVIDIA A40``...), or None."""
     words = "".join(c if c.isalnum() else " " for c in model.lower()).split()
@@ -67,6 +87,15 @@ def _blocking_power(gpu_model: str, given: float | None) -> float:
     """``blocking_power`` as given, else the known GPU's; a GPU the table does not know needs
     it (422 saying how to measure it), never a silent 0 W."""
     if given is not None:
+        words = "".join(c if c.isalnum() else " " for c in gpu_model.lower()).split()
+        for g in KNOWN_GPUS:
+            if g.key in words and given > g.max_power_limit:
+                raise BadRequest(
+                    f"{given:g} W is more than a {g.name} can draw (its maximum power limit is "
+                    f"{g.max_power_limit:g} W): give the power one GPU draws while it waits on a "
+                    "pipeline neighbour",
+                    field="blocking_power",
+                )
         return given
     if not gpu_model.strip():
         return 0.0  # neither given: the create route refuses it once the rest is checked
@@ -91,9 +120,11 @@ def jobs_router(service: PerseusService, credentials: Credentials) -> APIRouter:
     @router.post(
         "/jobs", **operation(JobCreated, "Create a job", "The new job.", 409, 413, 422, status=201)
     )
-    async def create_job(body: JobIn) -> dict[str, Any]:
+    async def create_job(body: JobIn, who: Principal = CALLER) -> dict[str, Any]:
         """A training job: pipelines of ``stages`` ranks running ``schedule`` over
-        ``microbatches``; 409 when the server holds its maximum number of jobs."""
+        ``microbatches``, in the caller's tenant (the admin: ``tenant``, default ``default``);
+        409 when the server holds its maximum number of jobs, or the tenant its quota."""
+        tenant = _job_tenant(who, body.tenant, service)
         spec = _spec(body)
         if body.blocking_power is None and not body.gpu_model.strip():
             spec.validate(service.limits)  # a bad field elsewhere is named first
@@ -107,7 +138,7 @@ def jobs_router(service: PerseusService, credentials: Credentials) -> APIRouter:
                 "measures it",
                 field="blocking_power",
             )
-        return create_job_with_credential(service, credentials, spec)
+        return create_job_with_credential(service, credentials, spec, tenant)
 
     @router.get("/jobs", **operation(JobList, "List jobs", "A page of jobs.", 422))
     async def list_jobs(
@@ -117,10 +148,12 @@ def jobs_router(service: PerseusService, credentials: Credentials) -> APIRouter:
         after: str | None = Query(
             None, max_length=64, description="The ``next`` cursor of the previous page."
         ),
+        who: Principal = CALLER,
     ) -> dict[str, Any]:
         """The jobs, oldest first, a page at a time (``next`` is present when more follow);
-        custom schedules are summarised by name, their orders are on ``GET /jobs/{id}``."""
-        return service.jobs_page(limit, after)
+        custom schedules are summarised by name, their orders are on ``GET /jobs/{id}``. A
+        tenant's credential lists its tenant's jobs only."""
+        return service.jobs_page(limit, after, sees_tenant(who))
 
     @router.get("/jobs/{job_id}", **operation(JobView, "Get a job", "The job.", 404))
     async def get_job(job_id: str) -> dict[str, Any]:

@@ -10,7 +10,10 @@ from fastapi.responses import Response
 
 from perseus_server.models import PowerBudgetIn, PowerBudgetView
 from perseus_server.rest.docs import operation
+from perseus_server.rest.gate import CALLER
 from perseus_server.service import PerseusService
+from perseus_server.service.authorization import sees_tenant
+from perseus_server.service.credentials import Principal
 
 __all__ = ["TAG", "power_router"]
 
@@ -40,10 +43,11 @@ def power_router(service: PerseusService) -> APIRouter:
         "/power-budget",
         **operation(PowerBudgetView, "Get the power budget", "The budget and its allocation.", 404),
     )
-    async def get_power_budget() -> dict[str, Any]:
+    async def get_power_budget(who: Principal = CALLER) -> dict[str, Any]:
         """The budget (W), the allocated watts and each job's share: watts, slowdown and
-        frontier point (404 when none is set)."""
-        return service.power_budget.view()
+        frontier point (404 when none is set). A tenant's credential sees the cluster's
+        totals and its own jobs' and tenant's shares only."""
+        return service.power_budget.view(sees_tenant(who))
 
     @router.delete(
         "/power-budget",

@@ -11,7 +11,10 @@ from fastapi.responses import PlainTextResponse, Response
 from perseus_server.models import Health, JobStatus
 from perseus_server.models.requests import INT32_MAX
 from perseus_server.rest.docs import built_response, operation
+from perseus_server.rest.gate import CALLER
 from perseus_server.service import PerseusService
+from perseus_server.service.authorization import sees_tenant
+from perseus_server.service.credentials import Principal
 from perseus_server.service.views import MAX_STATUS_RANKS, STATUS_RANKS
 
 __all__ = ["TAG", "PrometheusText", "status_router"]
@@ -40,9 +43,14 @@ def status_router(service: PerseusService) -> APIRouter:
         response_class=PrometheusText,
         **operation(None, "Prometheus metrics", "Metrics in the Prometheus text format."),
     )
-    async def metrics() -> PrometheusText:
-        """Request, solve, deployment, replan and report counters and histograms; job gauges."""
-        return PrometheusText(service.metrics.render())
+    async def metrics(who: Principal = CALLER) -> PrometheusText:
+        """Request, solve, deployment, replan and report counters and histograms; job gauges.
+        A tenant's credential sees only the series of its jobs and its tenant."""
+        tenant = sees_tenant(who)
+        if tenant is None:
+            return PrometheusText(service.metrics.render())
+        mine = {j.id for j in service.jobs if j.row.tenant == tenant}
+        return PrometheusText(service.metrics.render_for(mine, tenant))
 
     @router.get(
         "/jobs/{job_id}/status",

@@ -24,7 +24,12 @@ __all__ = ["TABLES", "copy_database"]
 
 #: Every table a store keeps, in copy order: ``(name, columns, boolean columns)``.
 TABLES: tuple[tuple[str, tuple[str, ...], frozenset[str]], ...] = (
-    ("jobs", ("id", "created", "spec"), frozenset()),
+    (
+        "tenants",
+        ("id", "created", "max_jobs", "max_gpus", "weight", "guaranteed_watts"),
+        frozenset(),
+    ),
+    ("jobs", ("id", "created", "spec", "tenant"), frozenset()),
     ("profiles", ("job_id", "csv", "revision", "updated", "source"), frozenset()),
     (
         "frontiers",
@@ -58,7 +63,7 @@ TABLES: tuple[tuple[str, tuple[str, ...], frozenset[str]], ...] = (
     ("power_budget", ("id", "doc", "updated"), frozenset()),
     (
         "credentials",
-        ("id", "scope", "job_id", "hash", "created", "rotated", "revoked"),
+        ("id", "scope", "job_id", "hash", "created", "rotated", "revoked", "tenant"),
         frozenset(),
     ),
     ("rank_bindings", ("rank_id", "job_id", "global_rank", "credential_id"), frozenset()),
@@ -67,6 +72,8 @@ TABLES: tuple[tuple[str, tuple[str, ...], frozenset[str]], ...] = (
 
 #: Tables of a database that are not data to copy (the schema's version, the leadership).
 _BOOKKEEPING = frozenset({"perseus_schema", "perseus_lease", "perseus_epoch"})
+#: Rows every new database holds (the default tenant): no data of its own, replaced by the copy.
+_SEEDED = {"tenants": "id = 'default'"}
 #: The tables whose rows are kept in insertion order (PostgreSQL's ``seq``, SQLite's ``rowid``).
 _HISTORY = frozenset({"iterations", "report_sequences"})
 #: Rows inserted per statement batch.
@@ -92,7 +99,10 @@ class _End:
         return {str(r[0]) for r in rows} - _BOOKKEEPING
 
     def count(self, table: str) -> int:
-        return int(self.conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+        """The table's rows, those every new database holds left out."""
+        seeded = _SEEDED.get(table)
+        where = f" WHERE NOT ({seeded})" if seeded else ""
+        return int(self.conn.execute(f"SELECT COUNT(*) FROM {table}{where}").fetchone()[0])
 
     def rows(self, table: str, columns: Sequence[str]) -> Iterator[tuple[Any, ...]]:
         """The table's rows in their stored order (insertion order for the history tables)."""
@@ -150,6 +160,8 @@ def copy_database(
                 "database as the destination"
             )
         with _transaction(b):
+            for table, seeded in _SEEDED.items():
+                b.conn.execute(f"DELETE FROM {table} WHERE {seeded}")
             for table, columns, booleans in TABLES:
                 flags = [c in booleans for c in columns]
                 n = 0

@@ -119,6 +119,24 @@ def _v7_report_incarnations(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX IF NOT EXISTS report_sequences_job ON report_sequences (job_id)")
 
 
+def _v8_tenants(db: sqlite3.Connection) -> None:
+    """Version 8: tenants (teams) with their quotas and budget shares; every job and issued
+    credential names its tenant. The jobs stored before belong to the ``default`` tenant, which
+    is created here (a single-tenant deployment goes on unchanged)."""
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS tenants ("
+        "id TEXT PRIMARY KEY, created REAL NOT NULL, max_jobs INTEGER, max_gpus INTEGER, "
+        "weight REAL NOT NULL DEFAULT 1, guaranteed_watts REAL NOT NULL DEFAULT 0)"
+    )
+    db.execute(
+        "INSERT OR IGNORE INTO tenants (id, created, max_jobs, max_gpus, weight, "
+        "guaranteed_watts) VALUES ('default', strftime('%s', 'now'), NULL, NULL, 1, 0)"
+    )
+    db.execute("ALTER TABLE jobs ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default'")
+    db.execute("CREATE INDEX IF NOT EXISTS jobs_tenant ON jobs (tenant)")
+    db.execute("ALTER TABLE credentials ADD COLUMN tenant TEXT")
+
+
 #: The ordered schema migrations: ``MIGRATIONS[k]`` takes a database at version ``k`` to
 #: ``k + 1``. A later change of what is stored appends a function here (never edits one that
 #: shipped); :meth:`~perseus_server.runtime.sqlite_store.SqliteStore.open` applies the missing
@@ -131,6 +149,7 @@ MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
     _v5_partial_frontiers,
     _v6_job_lifecycle,
     _v7_report_incarnations,
+    _v8_tenants,
 )
 
 #: The schema version this code reads and writes.

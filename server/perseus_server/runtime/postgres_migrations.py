@@ -9,7 +9,7 @@ a range of its numbers, without counting what it holds.
 (:mod:`perseus_server.runtime.leadership`).
 
 Its versions are its own (not SQLite's ``user_version``): version 1 is the whole schema of the
-first PostgreSQL release, equal in content to SQLite's version 7. A change of what is stored
+first PostgreSQL release, equal in content to SQLite's version 8 (tenants included). A change of what is stored
 appends a migration here (and one to :mod:`perseus_server.runtime.migrations`); one that shipped
 is never edited. Text keys use the ``"C"`` collation so that ties order as SQLite's do
 (by code point), whatever the database's locale.
@@ -28,8 +28,16 @@ MIGRATION_LOCK = 0x70657273657573
 
 _V1 = """
 CREATE TABLE jobs (
-    id TEXT COLLATE "C" PRIMARY KEY, created DOUBLE PRECISION NOT NULL, spec TEXT NOT NULL
+    id TEXT COLLATE "C" PRIMARY KEY, created DOUBLE PRECISION NOT NULL, spec TEXT NOT NULL,
+    tenant TEXT COLLATE "C" NOT NULL DEFAULT 'default'
 );
+CREATE INDEX jobs_tenant ON jobs (tenant);
+CREATE TABLE tenants (
+    id TEXT COLLATE "C" PRIMARY KEY, created DOUBLE PRECISION NOT NULL, max_jobs INTEGER,
+    max_gpus INTEGER, weight DOUBLE PRECISION NOT NULL DEFAULT 1,
+    guaranteed_watts DOUBLE PRECISION NOT NULL DEFAULT 0
+);
+INSERT INTO tenants (id, created) VALUES ('default', extract(epoch FROM now()));
 CREATE TABLE profiles (
     job_id TEXT COLLATE "C" PRIMARY KEY, csv TEXT NOT NULL, revision INTEGER NOT NULL,
     updated DOUBLE PRECISION NOT NULL, source TEXT NOT NULL
@@ -69,8 +77,9 @@ CREATE TABLE power_budget (
 CREATE TABLE credentials (
     id TEXT COLLATE "C" PRIMARY KEY, scope TEXT NOT NULL, job_id TEXT COLLATE "C",
     hash TEXT NOT NULL UNIQUE, created DOUBLE PRECISION NOT NULL, rotated DOUBLE PRECISION,
-    revoked DOUBLE PRECISION
+    revoked DOUBLE PRECISION, tenant TEXT COLLATE "C"
 );
+CREATE INDEX credentials_tenant ON credentials (tenant);
 CREATE INDEX credentials_job ON credentials (job_id);
 CREATE TABLE rank_bindings (
     rank_id TEXT COLLATE "C" PRIMARY KEY, job_id TEXT COLLATE "C" NOT NULL,

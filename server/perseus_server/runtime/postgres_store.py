@@ -31,11 +31,13 @@ from typing import Any
 
 from perseus_server.domain.jobs import JobSpec, RankInfo
 from perseus_server.domain.rows import (
+    DEFAULT_TENANT,
     CredentialRow,
     FrontierRow,
     IterationRow,
     JobRow,
     RankIteration,
+    TenantRow,
 )
 from perseus_server.domain.states import SolveStatus
 from perseus_server.domain.store import StoreError
@@ -46,7 +48,8 @@ from perseus_server.runtime.stores import describe
 
 __all__ = ["SCHEMA_VERSION", "NotLeader", "PostgresStore", "StoreError"]
 
-_CREDENTIAL_COLUMNS = "id, scope, job_id, hash, created, rotated, revoked"
+_CREDENTIAL_COLUMNS = "id, scope, job_id, hash, created, rotated, revoked, tenant"
+_TENANT_COLUMNS = "id, created, max_jobs, max_gpus, weight, guaranteed_watts"
 _FRONTIER_COLUMNS = (
     "status, progress, error, doc, profile_revision, started, finished, solve_seconds, partial"
 )
@@ -184,20 +187,20 @@ class PostgresStore:
 
     # --- jobs ------------------------------------------------------------------------------------
 
-    def add_job(self, job_id: str, spec: JobSpec) -> JobRow:
+    def add_job(self, job_id: str, spec: JobSpec, tenant: str = DEFAULT_TENANT) -> JobRow:
         now = time.time()
         with self._tx() as db:
             db.execute(
-                "INSERT INTO jobs (id, created, spec) VALUES (%s, %s, %s)",
-                (job_id, now, json.dumps(spec.to_json())),
+                "INSERT INTO jobs (id, created, spec, tenant) VALUES (%s, %s, %s, %s)",
+                (job_id, now, json.dumps(spec.to_json()), tenant),
             )
-        return JobRow(job_id, now, spec)
+        return JobRow(job_id, now, spec, tenant)
 
     def jobs(self, on_error: Callable[[str, Exception], None] | None = None) -> list[JobRow]:
         out = []
-        for r in self._rows("SELECT id, created, spec FROM jobs ORDER BY created, id"):
+        for r in self._rows("SELECT id, created, spec, tenant FROM jobs ORDER BY created, id"):
             try:
-                out.append(JobRow(r[0], r[1], JobSpec.from_json(json.loads(r[2]))))
+                out.append(JobRow(r[0], r[1], JobSpec.from_json(json.loads(r[2])), str(r[3])))
             except Exception as e:
                 if on_error is None:
                     raise
@@ -411,16 +414,21 @@ class PostgresStore:
     # --- credentials -----------------------------------------------------------------------------
 
     def add_credential(
-        self, credential_id: str, scope: str, job_id: str | None, digest: str
+        self,
+        credential_id: str,
+        scope: str,
+        job_id: str | None,
+        digest: str,
+        tenant: str | None = None,
     ) -> CredentialRow:
         now = time.time()
         with self._tx() as db:
             db.execute(
                 f"INSERT INTO credentials ({_CREDENTIAL_COLUMNS}) "
-                "VALUES (%s, %s, %s, %s, %s, NULL, NULL)",
-                (credential_id, scope, job_id, digest, now),
+                "VALUES (%s, %s, %s, %s, %s, NULL, NULL, %s)",
+                (credential_id, scope, job_id, digest, now, tenant),
             )
-        return CredentialRow(credential_id, scope, job_id, digest, now, None, None)
+        return CredentialRow(credential_id, scope, job_id, digest, now, None, None, tenant)
 
     def credential_by_hash(self, digest: str) -> CredentialRow | None:
         row = self._row(f"SELECT {_CREDENTIAL_COLUMNS} FROM credentials WHERE hash = %s", (digest,))
@@ -480,6 +488,29 @@ class PostgresStore:
             "SELECT job_id, credential_id FROM rank_bindings WHERE rank_id = %s", (rank_id,)
         )
         return None if row is None else (str(row[0]), str(row[1]))
+
+    # --- tenants ---------------------------------------------------------------------------------
+
+    def tenants(self) -> list[TenantRow]:
+        rows = self._rows(f"SELECT {_TENANT_COLUMNS} FROM tenants ORDER BY created, id")
+        return [TenantRow(*r) for r in rows]
+
+    def put_tenant(self, row: TenantRow) -> None:
+        with self._tx() as db:
+            db.execute(
+                f"INSERT INTO tenants ({_TENANT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (id) DO UPDATE SET max_jobs = excluded.max_jobs, "
+                "max_gpus = excluded.max_gpus, weight = excluded.weight, "
+                "guaranteed_watts = excluded.guaranteed_watts",
+                (row.id, row.created, row.max_jobs, row.max_gpus, row.weight,
+                 row.guaranteed_watts),
+            )  # fmt: skip
+
+    def delete_tenant(self, tenant_id: str) -> bool:
+        with self._tx() as db:
+            cur = db.execute("DELETE FROM tenants WHERE id = %s", (tenant_id,))
+            db.execute("DELETE FROM credentials WHERE tenant = %s", (tenant_id,))
+            return bool(cur.rowcount > 0)
 
     # --- the cluster power budget ----------------------------------------------------------------
 

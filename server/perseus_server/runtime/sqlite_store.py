@@ -25,11 +25,13 @@ from typing import Any
 
 from perseus_server.domain.jobs import JobSpec, RankInfo
 from perseus_server.domain.rows import (
+    DEFAULT_TENANT,
     CredentialRow,
     FrontierRow,
     IterationRow,
     JobRow,
     RankIteration,
+    TenantRow,
 )
 from perseus_server.domain.states import SolveStatus
 from perseus_server.domain.store import StoreError
@@ -46,7 +48,8 @@ __all__ = [
 ]
 
 
-_CREDENTIAL_COLUMNS = "id, scope, job_id, hash, created, rotated, revoked"
+_CREDENTIAL_COLUMNS = "id, scope, job_id, hash, created, rotated, revoked, tenant"
+_TENANT_COLUMNS = "id, created, max_jobs, max_gpus, weight, guaranteed_watts"
 
 
 class SqliteStore:
@@ -122,25 +125,25 @@ class SqliteStore:
 
     # --- jobs ------------------------------------------------------------------------------------
 
-    def add_job(self, job_id: str, spec: JobSpec) -> JobRow:
+    def add_job(self, job_id: str, spec: JobSpec, tenant: str = DEFAULT_TENANT) -> JobRow:
         now = time.time()
         with self._tx() as db:
             db.execute(
-                "INSERT INTO jobs (id, created, spec) VALUES (?, ?, ?)",
-                (job_id, now, json.dumps(spec.to_json())),
+                "INSERT INTO jobs (id, created, spec, tenant) VALUES (?, ?, ?, ?)",
+                (job_id, now, json.dumps(spec.to_json()), tenant),
             )
-        return JobRow(job_id, now, spec)
+        return JobRow(job_id, now, spec, tenant)
 
     def jobs(self, on_error: Callable[[str, Exception], None] | None = None) -> list[JobRow]:
         """Every job whose description can be read; ``on_error(id, exc)`` hears of the others
         (without it, an unreadable row raises)."""
         rows = self._db.execute(
-            "SELECT id, created, spec FROM jobs ORDER BY created, id"
+            "SELECT id, created, spec, tenant FROM jobs ORDER BY created, id"
         ).fetchall()
         out = []
         for r in rows:
             try:
-                out.append(JobRow(r[0], r[1], JobSpec.from_json(json.loads(r[2]))))
+                out.append(JobRow(r[0], r[1], JobSpec.from_json(json.loads(r[2])), str(r[3])))
             except Exception as e:
                 if on_error is None:
                     raise
@@ -330,15 +333,21 @@ class SqliteStore:
     # --- credentials ------------------------------------------------------------------------------
 
     def add_credential(
-        self, credential_id: str, scope: str, job_id: str | None, digest: str
+        self,
+        credential_id: str,
+        scope: str,
+        job_id: str | None,
+        digest: str,
+        tenant: str | None = None,
     ) -> CredentialRow:
         now = time.time()
         with self._tx() as db:
             db.execute(
-                f"INSERT INTO credentials ({_CREDENTIAL_COLUMNS}) VALUES (?, ?, ?, ?, ?, NULL, NULL)",
-                (credential_id, scope, job_id, digest, now),
+                f"INSERT INTO credentials ({_CREDENTIAL_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, NULL, NULL, ?)",
+                (credential_id, scope, job_id, digest, now, tenant),
             )
-        return CredentialRow(credential_id, scope, job_id, digest, now, None, None)
+        return CredentialRow(credential_id, scope, job_id, digest, now, None, None, tenant)
 
     def credential_by_hash(self, digest: str) -> CredentialRow | None:
         """The credential whose secret has this digest, revoked or not."""
@@ -408,6 +417,35 @@ class SqliteStore:
             "SELECT job_id, credential_id FROM rank_bindings WHERE rank_id = ?", (rank_id,)
         ).fetchone()
         return None if row is None else (str(row[0]), str(row[1]))
+
+    # --- tenants ---------------------------------------------------------------------------------
+
+    def tenants(self) -> list[TenantRow]:
+        """Every tenant, oldest first (ties by id)."""
+        rows = self._db.execute(
+            f"SELECT {_TENANT_COLUMNS} FROM tenants ORDER BY created, id"
+        ).fetchall()
+        return [TenantRow(*r) for r in rows]
+
+    def put_tenant(self, row: TenantRow) -> None:
+        """Store a new tenant, or replace a stored one's quotas (its ``created`` is kept)."""
+        with self._tx() as db:
+            db.execute(
+                f"INSERT INTO tenants ({_TENANT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET max_jobs = excluded.max_jobs, "
+                "max_gpus = excluded.max_gpus, weight = excluded.weight, "
+                "guaranteed_watts = excluded.guaranteed_watts",
+                (row.id, row.created, row.max_jobs, row.max_gpus, row.weight,
+                 row.guaranteed_watts),
+            )  # fmt: skip
+
+    def delete_tenant(self, tenant_id: str) -> bool:
+        """Forget a tenant and its credentials (its jobs are the caller's business); False when
+        it is unknown."""
+        with self._tx() as db:
+            cur = db.execute("DELETE FROM tenants WHERE id = ?", (tenant_id,))
+            db.execute("DELETE FROM credentials WHERE tenant = ?", (tenant_id,))
+        return cur.rowcount > 0
 
     # --- the cluster power budget ----------------------------------------------------------------
 

@@ -1,15 +1,17 @@
-"""Scoped credentials: who may call what, once a token is configured.
+"""Scoped credentials: who a call comes from, once a token is configured.
 
-Three scopes (:class:`Scope`):
+Five scopes (:class:`Scope`); what each opens is the authorization table of
+:mod:`perseus_server.service.authorization`:
 
 - **admin** — the configured token (``--token-file``): every REST route and gRPC method;
 - **read** — a configured read token (``--read-token-file``) or one the admin issues through
-  ``POST /credentials``: REST ``GET``/``HEAD`` routes only (status, frontier, plans, metrics,
-  the job list, the power budget, the operator's page); every other method answers 403;
+  ``POST /credentials``: the cluster's monitoring, reading every tenant's jobs;
+- **tenant** / **tenant-read** — issued by the admin for one tenant (``POST /credentials``
+  with ``tenant``): that tenant's jobs only (``tenant-read``: reading them);
 - **rank** — issued per job when it is created (``rank_credential`` in the answer, shown once),
   rotated by ``POST /jobs/{id}/credentials/rotate`` and revoked by
   ``DELETE /jobs/{id}/credentials``: that job's ``RegisterRank`` / ``WatchPlan`` /
-  ``ReportIterations`` only, no REST route.
+  ``ReportIterations`` / ``FinishRank``, and its status.
 
 A rank identity registered with a rank credential is bound to it (:meth:`Credentials.bind`):
 registering the same ``(job, global_rank)``, watching or reporting as that rank with any other
@@ -35,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -61,6 +63,8 @@ class Scope(StrEnum):
 
     ADMIN = "admin"
     READ = "read"
+    TENANT = "tenant"
+    TENANT_READ = "tenant-read"
     RANK = "rank"
 
 
@@ -74,12 +78,14 @@ class Forbidden(ApiError):
 
 @dataclass(frozen=True)
 class Principal:
-    """Who a request comes from: a scope, and for issued credentials their id (and job)."""
+    """Who a request comes from: a scope, and for issued credentials their id (and job, or
+    tenant)."""
 
     scope: Scope
     credential_id: str | None = None
     job_id: str | None = None
     generation: int = 0
+    tenant: str | None = None
 
     def allows(self, needed: Scope) -> bool:
         """Whether this principal may do what needs ``needed`` (admin may do everything)."""
@@ -99,11 +105,14 @@ class IssuedCredential:
     job_id: str | None
     secret: str
     created: float
+    tenant: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id, "scope": self.scope.value}
         if self.job_id is not None:
             out["job_id"] = self.job_id
+        if self.tenant is not None:
+            out["tenant"] = self.tenant
         out["credential"] = self.secret
         out["created"] = self.created
         return out
@@ -131,6 +140,8 @@ def _view(row: CredentialRow) -> dict[str, Any]:
     out: dict[str, Any] = {"id": row.id, "scope": row.scope}
     if row.job_id is not None:
         out["job_id"] = row.job_id
+    if row.tenant is not None:
+        out["tenant"] = row.tenant
     out.update(created=row.created, rotated=row.rotated, revoked=row.revoked)
     return out
 
@@ -171,7 +182,8 @@ class Credentials:
         row = self.store.credential_by_hash(d)
         if row is None or row.revoked is not None or not hmac.compare_digest(row.hash, d):
             return None
-        return Principal(Scope(row.scope), row.id, row.job_id, self._generation.get(row.id, 0))
+        gen = self._generation.get(row.id, 0)
+        return Principal(Scope(row.scope), row.id, row.job_id, gen, row.tenant)
 
     def current(self, who: Principal) -> bool:
         """Whether ``who``'s credential is still the one it was identified with (not rotated or
@@ -204,17 +216,22 @@ class Credentials:
             raise RuntimeError("issued credentials need a store")
         return self.store
 
-    def issue(self, scope: Scope, job_id: str | None = None) -> IssuedCredential:
-        """A new credential of ``scope`` (``job_id``: the job of a rank credential)."""
+    def issue(
+        self, scope: Scope, job_id: str | None = None, tenant: str | None = None
+    ) -> IssuedCredential:
+        """A new credential of ``scope`` (``job_id``: the job of a rank credential;
+        ``tenant``: the tenant of a tenant or tenant-read credential)."""
         if (scope is Scope.RANK) != (job_id is not None):
             raise ValueError("a rank credential, and only one, names its job")
+        if (scope in (Scope.TENANT, Scope.TENANT_READ)) != (tenant is not None):
+            raise ValueError("a tenant credential, and only one, names its tenant")
         if scope is Scope.ADMIN:
             raise ValueError("the admin token is configured, never issued")
         secret = f"perseus-{scope.value}-{secrets.token_urlsafe(32)}"
         row = self._store().add_credential(
-            f"cred-{secrets.token_hex(8)}", scope.value, job_id, digest(secret)
+            f"cred-{secrets.token_hex(8)}", scope.value, job_id, digest(secret), tenant
         )
-        return IssuedCredential(row.id, scope, job_id, secret, row.created)
+        return IssuedCredential(row.id, scope, job_id, secret, row.created, tenant)
 
     def rank_credential(self, job_id: str) -> CredentialRow | None:
         """The job's rank credential (revoked or not), the first issued."""
@@ -246,8 +263,17 @@ class Credentials:
         return done
 
     def listing(self) -> list[dict[str, Any]]:
-        """Every issued credential without its secret (id, scope, job, times)."""
+        """Every issued credential without its secret (id, scope, job, tenant, times)."""
         return [_view(r) for r in self._store().credentials()]
+
+    def tenant_listing(self, tenant: str, jobs: Callable[[str], bool]) -> list[dict[str, Any]]:
+        """A tenant's credentials and its jobs' rank credentials (what ``GET /credentials``
+        shows a tenant credential)."""
+        return [
+            _view(r)
+            for r in self._store().credentials()
+            if r.tenant == tenant or (r.job_id is not None and jobs(r.job_id))
+        ]
 
     # --- rank identities -------------------------------------------------------------------------
 

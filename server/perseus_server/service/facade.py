@@ -30,7 +30,7 @@ from perseus_server.domain.store import Store
 from perseus_server.domain.values import (
     IterationReport,
 )
-from perseus_server.metrics import Labels, Metrics
+from perseus_server.metrics import OTHER, Labels, Metrics
 from perseus_server.runtime.hub import PlanHub
 from perseus_server.runtime.parse_pool import ReportPool
 from perseus_server.runtime.solve_manager import SolveLimits, SolveManager
@@ -56,10 +56,13 @@ from perseus_server.service.slow_stages import SlowStageResolver, stage_solve_ke
 from perseus_server.service.solves import Solves
 from perseus_server.service.state import Job, JobTable
 from perseus_server.service.stragglers import ProfileChecks, Stragglers
+from perseus_server.service.tenants import DEFAULT_TENANT, Tenants
 from perseus_server.service.views import Views
 
 __all__ = ["PerseusService", "OFFLOAD_INSTRUCTIONS"]
 
+#: Nodes per job named in ``perseus_ranks_without_clock_control`` (the rest: ``other``).
+CLOCK_CONTROL_NODES = 32
 #: Reports with more instruction measurements than this are checked off the event loop.
 OFFLOAD_INSTRUCTIONS = 512
 
@@ -104,6 +107,8 @@ class PerseusService:
         )
         ctx = ServiceContext(store, limits, self.jobs, self.hub, self.solver, self.metrics)
         self.ctx = ctx
+        self.tenants = Tenants(ctx)
+        self.tenants.load()
         self.powers = PlanPowers()
         # Job lifecycles: a change (idle, finished, active again) recomputes the power budget,
         # which covers active jobs only.
@@ -113,7 +118,16 @@ class PerseusService:
         self.deployer = Deployer(
             ctx,
             lambda d: PowerBudget(
-                ctx, d, self.powers, participates=lambda job: self.lifecycle.active(job.id)
+                ctx,
+                d,
+                self.powers,
+                participates=lambda job: self.lifecycle.drawing(job.id),
+                tenants=self.tenants,
+                why_out=lambda job: (
+                    "not active (idle or finished)"
+                    if not self.lifecycle.active(job.id)
+                    else "not started (no rank registered)"
+                ),
             ),
         )
         self.power_budget = self.deployer.budget
@@ -153,16 +167,17 @@ class PerseusService:
         )
         # The gauges an operator alerts on (lifecycle, budget, mismatch, slowdown, world size).
         self.metrics.add_job_gauges(
-            JobGauges(ctx, self.deployer, self.lifecycle, self.power_budget, checks)
+            JobGauges(ctx, self.deployer, self.lifecycle, self.power_budget, checks, self.tenants)
         )
 
     def _lifecycle_changed(self, job_id: str, state: JobActivity, why: str) -> None:
-        self.power_budget.recompute(f"job {job_id} is {state} ({why})")
+        self.power_budget.request_recompute(f"job {job_id} is {state} ({why})")
 
     # --- lifecycle -------------------------------------------------------------------------------
 
     def load(self) -> None:
         """Rebuild the in-memory state from the store; solves cut short by a restart are failed."""
+        self.tenants.load()
         load_jobs(self.store, self.jobs)
         self.lifecycle.load()
         self.power_budget.load()
@@ -195,37 +210,56 @@ class PerseusService:
         }
 
     def _clock_control_gauge(self) -> dict[Labels, float]:
-        """Per job with registered ranks: how many say their clock control is unavailable."""
-        return {
-            (("job", j.id),): float(
-                sum(
-                    1
-                    for rank_id in j.ranks.by_id
-                    if j.ranks.clock_control.get(rank_id, ("",))[0] == "unavailable"
-                )
-            )
-            for j in self.jobs
-            if j.ranks.by_global
-        }
+        """Per job with registered ranks and node (the ranks' host name): how many ranks say
+        their clock control is unavailable; the nodes that have any, at most
+        ``CLOCK_CONTROL_NODES`` per job (the rest summed as ``other``); a job with none has
+        one sample, ``node=""``, 0."""
+        out: dict[Labels, float] = {}
+        for j in self.jobs:
+            if not j.ranks.by_global:
+                continue
+            nodes: dict[str, int] = {}
+            for rank_id, rank in j.ranks.by_id.items():
+                if j.ranks.clock_control.get(rank_id, ("",))[0] == "unavailable":
+                    nodes[rank.hostname] = nodes.get(rank.hostname, 0) + 1
+            if not nodes:
+                out[(("job", j.id), ("node", ""))] = 0.0
+                continue
+            ranked = sorted(nodes.items(), key=lambda kv: (-kv[1], kv[0]))
+            for node, n in ranked[:CLOCK_CONTROL_NODES]:
+                out[(("job", j.id), ("node", node))] = float(n)
+            rest = sum(n for _, n in ranked[CLOCK_CONTROL_NODES:])
+            if rest:
+                out[(("job", j.id), ("node", OTHER))] = float(rest)
+        return out
 
     # --- jobs ------------------------------------------------------------------------------------
 
-    def create_job(self, spec: JobSpec) -> dict[str, Any]:
+    def create_job(self, spec: JobSpec, tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
+        """A new job of ``tenant``: 409 over the server's job cap or the tenant's quotas."""
         if len(self.jobs) >= self.limits.max_jobs:
             raise Conflict(
                 f"the server holds its maximum of {self.limits.max_jobs} jobs; delete one first",
                 field="job_id",
             )
         schedule = spec.validate(self.limits)
+        self.tenants.admit(tenant, spec)
         job_id = secrets.token_hex(8)
-        row = self.store.add_job(job_id, spec)
+        row = self.store.add_job(job_id, spec, tenant)
         self.jobs.add(Job(row=row, schedule=schedule))
         self.lifecycle.added(job_id)
         return self.views.job(job_id)
 
-    def jobs_page(self, limit: int = 100, after: str | None = None) -> dict[str, Any]:
-        """``GET /jobs``: at most ``limit`` summaries after job ``after``, and ``next``."""
-        jobs, cursor = self.views.jobs(limit, after)
+    def tenant_of(self, job_id: str) -> str | None:
+        """The tenant of a stored job (None: no such job)."""
+        return self.jobs.get(job_id).row.tenant if job_id in self.jobs else None
+
+    def jobs_page(
+        self, limit: int = 100, after: str | None = None, tenant: str | None = None
+    ) -> dict[str, Any]:
+        """``GET /jobs``: at most ``limit`` summaries after job ``after``, and ``next``
+        (``tenant``: that tenant's jobs only)."""
+        jobs, cursor = self.views.jobs(limit, after, tenant)
         page: dict[str, Any] = {"jobs": jobs}
         if cursor is not None:
             page["next"] = cursor

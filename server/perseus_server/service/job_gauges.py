@@ -1,6 +1,8 @@
-"""The per-job gauges of ``/metrics`` an operator alerts on (``docs/operations.md``): world
-size, lifecycle, the power budget and each job's share, each pipeline's deployed slowdown, and
-profile mismatches. Read at every scrape, ``O(jobs x pipelines)``."""
+"""The per-job and per-tenant gauges of ``/metrics`` an operator alerts on
+(``docs/operations.md``): each job's info (name, tenant: what alerts join on to route), world
+size, lifecycle, the power budget and each job's share, the deployed slowdowns (bounded per
+job: its slowest ``SLOWDOWN_SERIES`` pipelines and its min and max), profile mismatches, and
+each tenant's jobs, quotas and budget share. Read at every scrape, ``O(jobs x pipelines)``."""
 
 from __future__ import annotations
 
@@ -12,8 +14,12 @@ from perseus_server.service.lifecycle import Lifecycle
 from perseus_server.service.power_budget import PowerBudget
 from perseus_server.service.slow_links import slow_link_gauges
 from perseus_server.service.stragglers import ProfileChecks
+from perseus_server.service.tenants import Tenants
 
-__all__ = ["JobGauges"]
+__all__ = ["SLOWDOWN_SERIES", "JobGauges"]
+
+#: Pipelines per job with their own ``perseus_deployed_slowdown_ratio`` series (the slowest).
+SLOWDOWN_SERIES = 8
 
 
 class JobGauges:
@@ -26,8 +32,10 @@ class JobGauges:
         lifecycle: Lifecycle,
         budget: PowerBudget,
         checks: ProfileChecks,
+        tenants: Tenants,
     ) -> None:
         self.ctx = ctx
+        self.tenants = tenants
         self.deployer = deployer
         self.lifecycle = lifecycle
         self.budget = budget
@@ -56,16 +64,65 @@ class JobGauges:
         _, _, shares = self.budget.gauges()
         return {(("job", j),): float(s.watts) for j, s in shares.items()}
 
-    def slowdowns(self) -> dict[Labels, float]:
-        out: dict[Labels, float] = {}
+    def job_infos(self) -> dict[Labels, float]:
+        return {
+            (("job", j.id), ("name", j.spec.name), ("tenant", j.row.tenant)): 1.0
+            for j in self.ctx.jobs
+        }
+
+    def _slowdowns(self) -> dict[str, list[tuple[float, int]]]:
+        """Per job with a deployed plan: (slowdown, pipeline) of every pipeline."""
+        out: dict[str, list[tuple[float, int]]] = {}
         for job in self.ctx.jobs:
             dep = job.deployment.current
             if dep is None or dep.kind is not DeploymentKind.PLAN or job.frontier.current is None:
                 continue
             base = float(job.frontier.current.times[0])
+            rows = out[job.id] = []
             for p, i in enumerate(dep.indices):
                 t = float(self.deployer.pipeline_frontier(job, dep, p).times[i])
-                out[(("job", job.id), ("pipeline", str(p)))] = t / base - 1 if base > 0 else 0.0
+                rows.append((t / base - 1 if base > 0 else 0.0, p))
+        return out
+
+    def slowdowns(self) -> dict[Labels, float]:
+        """The slowest ``SLOWDOWN_SERIES`` pipelines of each job (ties: lowest index)."""
+        out: dict[Labels, float] = {}
+        for job_id, rows in self._slowdowns().items():
+            for value, p in sorted(rows, key=lambda r: (-r[0], r[1]))[:SLOWDOWN_SERIES]:
+                out[(("job", job_id), ("pipeline", str(p)))] = value
+        return out
+
+    def slowdown_ranges(self) -> dict[Labels, float]:
+        out: dict[Labels, float] = {}
+        for job_id, rows in self._slowdowns().items():
+            if rows:
+                out[(("job", job_id), ("stat", "min"))] = min(v for v, _ in rows)
+                out[(("job", job_id), ("stat", "max"))] = max(v for v, _ in rows)
+        return out
+
+    def tenant_gauges(self, name: str) -> dict[Labels, float]:
+        """The per-tenant gauge ``name`` (see :data:`perseus_server.metrics.TENANT_GAUGES`)."""
+        out: dict[Labels, float] = {}
+        shares = self.budget.tenant_shares()
+        for tenant in self.tenants.ids():
+            key: Labels = (("tenant", tenant),)
+            row = self.tenants.get(tenant)
+            if name == "perseus_tenant_info":
+                out[key] = 1.0
+            elif name in ("perseus_tenant_jobs", "perseus_tenant_gpus"):
+                jobs, gpus = self.tenants.usage(tenant)
+                out[key] = float(jobs if name == "perseus_tenant_jobs" else gpus)
+            elif name == "perseus_tenant_quota_jobs":
+                out[key] = float(self.tenants.max_jobs(row))
+            elif name == "perseus_tenant_quota_gpus":
+                if row.max_gpus is not None:
+                    out[key] = float(row.max_gpus)
+            elif shares is not None:
+                share = shares.get(tenant)
+                if name == "perseus_tenant_power_guaranteed_watts":
+                    out[key] = row.guaranteed_watts
+                elif share is not None:
+                    out[key] = share.gauge(name)
         return out
 
     def slow_links(self) -> dict[Labels, float]:

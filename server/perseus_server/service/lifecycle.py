@@ -6,8 +6,9 @@ A job is ``active`` when it is created and, after a restart, when the server sta
 get ``idle_after_seconds`` to reconnect); a job stored ``idle`` or ``finished`` stays so until
 a rank opens a plan stream again (it is then ``active``: a finished job whose ranks come back
 is running after all). Every change is stored (so a restart keeps it), logged, and reported to
-:attr:`Lifecycle.changed` (the power budget, which only shares its watts among active jobs and
-recomputes at once).
+:attr:`Lifecycle.changed` (the power budget, which only shares its watts among the jobs that
+:meth:`Lifecycle.drawing`: active, with ranks registered), as is a job's first rank
+registering.
 
 The idle timeout needs no polling: when a job's last stream closes, a timer is set on the
 event loop for ``idle_after_seconds`` later; a stream opened meanwhile makes the check a
@@ -77,8 +78,17 @@ class Lifecycle:
         return self._life(job_id).state
 
     def active(self, job_id: str) -> bool:
-        """Whether the job takes part in a power budget (it is ``active``)."""
+        """Whether the job is ``active``."""
         return self._life(job_id).state is JobActivity.ACTIVE
+
+    def drawing(self, job_id: str) -> bool:
+        """Whether the job draws on a power budget: it is active and its training started (a
+        rank of it registered); never from its creation alone."""
+        return self.active(job_id) and bool(self.ctx.jobs.get(job_id).ranks.by_global)
+
+    def registered(self, job_id: str) -> None:
+        """The job's first rank registered: it starts drawing on a budget (if active)."""
+        self.changed(job_id, self.state(job_id), "its first rank registered")
 
     def view(self, job_id: str) -> dict[str, Any]:
         """``lifecycle`` of a job's view and status: state, since (Unix s), reason, and when it

@@ -9,8 +9,24 @@ stragglers still slow the other pipelines to them). The allocation is recomputed
 when the budget changes, when a job is added (its first frontier), re-solved or deleted, and
 when its stragglers change; the budget is stored, so a restart recomputes the same allocation.
 
-Only *active* jobs share the budget (``service/lifecycle.py``): a job that goes idle or is
-finished leaves it and the rest is shared again at once; one that comes back rejoins it.
+Only jobs that *draw* share the budget: active (``service/lifecycle.py``) and started (a rank
+registered), never from their creation alone. A job that goes idle or is finished leaves it
+and the rest is shared again; one whose first rank registers, or that comes back, joins it.
+Those changes are merged: a recomputation they cause waits until ``Limits.budget_recompute_seconds``
+after the previous one (:meth:`PowerBudget.request_recompute`), so ranks coming and going fast
+cannot redeploy the other jobs' plans at their pace.
+
+**Claims are bounded.** A job's power at each frontier point comes from its profile and
+``blocking_power``; what it can draw is bounded by its GPUs: ``world_size`` times one GPU's
+maximum power limit (its ranks' registered limits, else the known-GPU table for their GPU or
+the job's ``gpu_model``, else ``Limits.max_gpu_watts``). A point above it counts as that bound,
+and the job's share says so (``claim``), so an absurd claim (``blocking_power`` 10 kW) takes no
+more of the budget than the GPUs could draw.
+
+**Tenants.** The budget is first shared between the tenants whose jobs draw on it (guaranteed
+watts, then by weight: :mod:`perseus_server.service.tenant_shares`), then within each tenant by
+the budget's policy. With one tenant drawing (a single-tenant deployment), the policy shares
+the whole budget among its jobs, as before tenants existed.
 
 A budget below what the covered jobs can reach is refused when it is set (422 naming the lowest
 achievable power, nothing changed). One that becomes unreachable later (a job joins) is kept and
@@ -24,11 +40,15 @@ slows the running ones down.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+import numpy as np
 
 from perseus.frontier import Frontier
 from perseus.power import (
@@ -43,8 +63,11 @@ from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.errors import BadRequest, NotFound
 from perseus_server.domain.states import ProfilingStatus
 from perseus_server.service.context import ServiceContext
+from perseus_server.service.plans import job_max_power
 from perseus_server.service.power import PlanPowers
 from perseus_server.service.state import Deployment, Job
+from perseus_server.service.tenant_shares import TenantDemand, TenantShare, split
+from perseus_server.service.tenants import Tenants
 
 __all__ = ["ON_INFEASIBLE", "BudgetSettings", "BudgetShare", "PowerBudget", "straggler_time"]
 
@@ -135,12 +158,13 @@ def _least_power_shares(jobs: list[PowerJob]) -> tuple[JobAllocation, ...]:
 @dataclass(frozen=True)
 class _Result:
     """An allocation (or, when infeasible, every job at its least power) and the lowest
-    achievable power of the covered jobs (W)."""
+    achievable power of the covered jobs (W); the tenants' parts."""
 
     shares: tuple[JobAllocation, ...]
     feasible: bool
     lowest_power: float
     objective: float
+    tenants: tuple[TenantShare, ...] = ()
 
 
 class JobDecider(Protocol):
@@ -161,10 +185,20 @@ class PowerBudget:
         deployer: JobDecider,
         powers: PlanPowers,
         participates: Callable[[Job], bool] = lambda job: True,
+        tenants: Tenants | None = None,
+        why_out: Callable[[Job], str] = lambda job: "not drawing",
     ) -> None:
         """``participates``: whether a job takes part in the budget (the service: active jobs
-        only, see :mod:`perseus_server.service.lifecycle`)."""
+        with a connected rank, see :mod:`perseus_server.service.lifecycle`); ``tenants``: their
+        weights and guarantees (None: every job shares alike)."""
         self.ctx = ctx
+        self.tenants = tenants
+        self.why_out = why_out
+        #: Per job whose claim was bounded by its GPUs: why (shown in its share).
+        self.claims: dict[str, str] = {}
+        self._last_recompute = -math.inf
+        self._pending: asyncio.TimerHandle | None = None
+        self._pending_causes: list[str] = []
         self.deployer = deployer
         self.powers = powers
         self.settings: BudgetSettings | None = None
@@ -192,29 +226,89 @@ class PowerBudget:
         return (id(job.frontier.current), straggler_time(job))
 
     def _power_job(self, job: Job) -> PowerJob:
+        """The job's choices, each point's power bounded by what its GPUs can draw."""
         f = job.frontier.current
         assert f is not None
-        return PowerJob.from_frontier(
+        pj = PowerJob.from_frontier(
             job.id,
             f,
             pipelines=job.spec.data_parallel,
             tensor_parallel=job.spec.tensor_parallel,
             min_time=straggler_time(job),
         )
+        per_gpu, source = job_max_power(job) or (
+            self.ctx.limits.max_gpu_watts,
+            "the server's bound for a GPU it knows nothing of (max_gpu_watts)",
+        )
+        bound = per_gpu * job.spec.world_size
+        if pj.max_power <= bound:
+            self.claims.pop(job.id, None)
+            return pj
+        why = (
+            f"its plans claim up to {pj.max_power:.6g} W, more than its {job.spec.world_size} "
+            f"GPU(s) can draw ({per_gpu:.6g} W each, {source}): counted as {bound:.6g} W"
+        )
+        if self.claims.get(job.id) != why:
+            self.ctx.metrics.refusals.inc(tenant=job.row.tenant, reason="power_claim_clipped")
+            log.warning("power budget: job %s: %s", job.id, why)
+        self.claims[job.id] = why
+        powers = np.minimum(pj.powers, bound)
+        return PowerJob(pj.name, pj.gpus, pj.times, powers, pj.indices, pj.reference_time)
+
+    def _terms(self, tenant: str) -> tuple[float, float]:
+        """A tenant's (weight, guaranteed watts)."""
+        if self.tenants is None or tenant not in self.tenants:
+            return 1.0, 0.0
+        row = self.tenants.get(tenant)
+        return row.weight, row.guaranteed_watts
 
     def _compute(self, settings: BudgetSettings, jobs: list[Job]) -> _Result:
-        pjobs = [self._power_job(j) for j in jobs]
-        if not pjobs:
+        groups: dict[str, list[tuple[Job, PowerJob]]] = {}
+        for j in jobs:
+            groups.setdefault(j.row.tenant, []).append((j, self._power_job(j)))
+        if not groups:
             return _Result((), True, 0.0, 0.0)
-        lowest = math.fsum(j.lowest_power for j in pjobs)
+        demands = [
+            TenantDemand(
+                t,
+                *self._terms(t),
+                math.fsum(pj.lowest_power for _, pj in g),
+                math.fsum(pj.max_power for _, pj in g),
+            )
+            for t, g in groups.items()
+        ]
+        parts = (
+            {demands[0].tenant: settings.watts}
+            if len(demands) == 1
+            else split(settings.watts, demands)
+        )
+        shares: list[JobAllocation] = []
+        tenants: list[TenantShare] = []
+        feasible, objective = True, 0.0
+        for d in demands:
+            got, ok, obj = self._allocate(settings, groups[d.tenant], parts[d.tenant], d.high)
+            shares.extend(got)
+            feasible, objective = feasible and ok, objective + obj
+            allocated = math.fsum(sh.watts for sh in got)
+            tenants.append(TenantShare(d.tenant, parts[d.tenant], allocated, d.high, d.guaranteed))
+        lowest = math.fsum(d.low for d in demands)
+        return _Result(tuple(shares), feasible, lowest, objective, tuple(tenants))
+
+    def _allocate(
+        self, settings: BudgetSettings, group: list[tuple[Job, PowerJob]], watts: float, high: float
+    ) -> tuple[tuple[JobAllocation, ...], bool, float]:
+        """One tenant's jobs over its part (``watts``): (shares, feasible, objective)."""
+        pjobs = [pj for _, pj in group]
+        if watts >= high:  # every job's fastest plan fits: no rounding may refuse it
+            watts = max(watts, high * (1 + 1e-9) + 1e-9)
         try:
-            alloc: Allocation = allocate_power(pjobs, settings.watts, policy=settings.policy)
+            alloc: Allocation = allocate_power(pjobs, watts, policy=settings.policy)
         except PowerBudgetError:
             shares = _least_power_shares(pjobs)
             if settings.on_infeasible == "keep_current":
-                shares = tuple(self._kept(j, sh) for j, sh in zip(jobs, shares, strict=True))
-            return _Result(shares, False, lowest, math.nan)
-        return _Result(alloc.jobs, True, lowest, alloc.objective)
+                shares = tuple(self._kept(j, sh) for (j, _), sh in zip(group, shares, strict=True))
+            return shares, False, math.nan
+        return alloc.jobs, True, alloc.objective
 
     def _kept(self, job: Job, least: JobAllocation) -> JobAllocation:
         """``keep_current``: the job's share of the last feasible allocation, if it was made
@@ -270,6 +364,44 @@ class PowerBudget:
         return out
 
     # --- recomputing -------------------------------------------------------------------------
+
+    def request_recompute(self, cause: str) -> None:
+        """Recompute for a change of which jobs draw (a rank came or went, a lifecycle
+        changed): at once when the last recomputation is ``Limits.budget_recompute_seconds``
+        old, else once at the end of that interval for every change meanwhile (without a
+        running event loop: at once)."""
+        if self.settings is None:
+            return
+        self._pending_causes.append(cause)
+        if self._pending is not None:
+            return
+        wait = self._last_recompute + self.ctx.limits.budget_recompute_seconds - time.monotonic()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            wait = 0.0
+        if wait <= 0:
+            self._run_pending()
+            return
+        self._pending = loop.call_later(wait, self._run_pending)
+
+    def _run_pending(self) -> None:
+        self._pending = None
+        self._last_recompute = time.monotonic()
+        causes, self._pending_causes = self._pending_causes, []
+        if not causes:
+            return
+        cause = causes[0] if len(causes) == 1 else f"{causes[-1]} (and {len(causes) - 1} more)"
+        try:
+            self.recompute(cause)
+        except Exception:  # a timer must never take the loop down
+            log.exception("power budget: recomputation failed (%s)", cause)
+
+    def tenant_shares(self) -> dict[str, TenantShare] | None:
+        """Each drawing tenant's part of the budget (None: no budget set)."""
+        if self.settings is None or self.result is None:
+            return None
+        return {t.tenant: t for t in self.result.tenants}
 
     def recompute(self, cause: str, *, skip: str | None = None) -> None:
         """Allocate again over the covered jobs and push every changed plan (``skip``: a job
@@ -386,7 +518,12 @@ class PowerBudget:
             trial = self._compute(settings, [j for j in self.ctx.jobs if self.covers(j)])
         finally:
             self.settings = old
-        if not trial.feasible:
+        same = old is not None and (old.watts, old.policy, old.jobs) == (
+            settings.watts,
+            settings.policy,
+            settings.jobs,
+        )
+        if not trial.feasible and not same:  # changing only on_infeasible is always allowed
             raise BadRequest(
                 f"no allocation fits {watts:.6g} W; the lowest achievable over the covered jobs "
                 f"is {trial.lowest_power:.6g} W (every job at its slowest plan)",
@@ -398,12 +535,23 @@ class PowerBudget:
         self.recompute(f"budget set to {watts:g} W ({policy})")
         return self.view()
 
-    def view(self) -> dict[str, Any]:
-        """``GET /power-budget``; 404 when none is set."""
+    def _tenant(self, job_id: str) -> str | None:
+        return self.ctx.jobs.get(job_id).row.tenant if job_id in self.ctx.jobs else None
+
+    def view(self, tenant: str | None = None) -> dict[str, Any]:
+        """``GET /power-budget``; 404 when none is set. ``tenant``: only that tenant's jobs
+        are listed (the totals stay the cluster's)."""
         s, r = self.settings, self.result
         if s is None or r is None:
             raise NotFound("no power budget is set; PUT /power-budget first", field="power_budget")
-        jobs = [{**sh.to_json(), "time": sh.time} for sh in r.shares]
+        jobs = [
+            {**sh.to_json(), "time": sh.time}
+            for sh in r.shares
+            if tenant is None or self._tenant(sh.name) == tenant
+        ]
+        left_out = [
+            x for x in self.left_out() if tenant is None or self._tenant(x["job"]) == tenant
+        ]
         return {
             "watts": s.watts,
             "policy": s.policy,
@@ -414,8 +562,9 @@ class PowerBudget:
             "gap": 0.0 if r.feasible else None,
             "on_infeasible": s.on_infeasible,
             "over_by": 0.0 if r.feasible else max(0.0, r.lowest_power - s.watts),
-            "left_out": self.left_out(),
+            "left_out": left_out,
             "jobs": jobs,
+            "tenants": [t.to_json() for t in r.tenants if tenant is None or t.tenant == tenant],
         }
 
     def left_out(self) -> list[dict[str, str]]:
@@ -430,7 +579,7 @@ class PowerBudget:
                 and (s.jobs is None or job.id in s.jobs)
                 and not self.participates(job)
             ):
-                out.append({"job": job.id, "why": "not active (idle or finished)"})
+                out.append({"job": job.id, "why": self.why_out(job)})
         return out
 
     def gauges(self) -> tuple[float | None, bool, dict[str, JobAllocation]]:
@@ -460,4 +609,5 @@ class PowerBudget:
             "point": share.index,
             "feasible": self.result.feasible,
             "on_infeasible": self.settings.on_infeasible,
+            "claim": self.claims.get(job.id),
         }

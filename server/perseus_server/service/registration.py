@@ -123,7 +123,10 @@ class Registration:
                 raise BadRequest(e.detail, field="supported_clocks_mhz") from None
         if rank != existing:
             self.ctx.store.put_rank(rank)
+        first = not job.ranks.by_global
         job.ranks.add(rank)
+        if first or (existing is not None and existing.max_power_limit != rank.max_power_limit):
+            self.lifecycle.registered(job.id)  # it draws on a budget now, or its bound moved
         if req.clock_control:
             job.ranks.clock_control[rank.rank_id] = (req.clock_control, req.clock_control_reason)
         max_clock = clocks[0] if clocks else (profile.frequencies[0] if profile is not None else 0)

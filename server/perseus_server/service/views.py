@@ -85,6 +85,7 @@ class Views:
         return {
             "id": job.id,
             "created": job.row.created,
+            "tenant": job.row.tenant,
             "state": job.state(),
             **job.spec.to_json(),
             "instructions": job.schedule.num_instructions,
@@ -97,15 +98,21 @@ class Views:
             "lifecycle": self.lifecycle(job.id),
         }
 
-    def jobs(self, limit: int, after: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+    def jobs(
+        self, limit: int, after: str | None = None, tenant: str | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]:
         """A page of at most ``limit`` job summaries after the cursor ``after`` (creation order),
         and the cursor of the next page (None: the last page). Custom orders are left out: the
         page's size follows ``limit``, not the jobs' schedules.
 
         A cursor names the creation time and id of the last job listed (:func:`_cursor`), so a
         listing goes on when that job is deleted meanwhile; a plain job id (an older cursor)
-        is accepted while its job exists."""
-        order = sorted((_micros(j.row.created), j.id) for j in self.ctx.jobs)
+        is accepted while its job exists. ``tenant``: that tenant's jobs only."""
+        order = sorted(
+            (_micros(j.row.created), j.id)
+            for j in self.ctx.jobs
+            if tenant is None or j.row.tenant == tenant
+        )
         start = 0
         if after is not None:
             start = bisect.bisect_right(order, self._position(after))

@@ -1,0 +1,186 @@
+"""Tenants: teams sharing one server (on Kubernetes a namespace, on Slurm an account), each
+with its own credentials (:mod:`perseus_server.service.credentials`), quotas and share of the
+cluster power budget (``docs/server.md``, *Tenants*).
+
+A tenant's quotas: ``max_jobs`` jobs stored at once (default: ``Limits.tenant_job_share`` of
+the server's ``max_jobs``, so no one tenant fills the server; the ``default`` tenant, which a
+single-tenant deployment's jobs belong to, may use the whole cap), ``max_gpus`` GPUs over its
+jobs' world sizes (default: no bound but the server's), and in the power budget a ``weight``
+and ``guaranteed_watts`` (see :mod:`perseus_server.service.tenant_shares`). A job over a quota
+is refused with 409 naming the quota, and counted in ``perseus_refusals_total{tenant, reason}``.
+
+The admin alone creates, changes and deletes tenants; a tenant with jobs cannot be deleted
+(409), nor can the ``default`` one.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from typing import Any
+
+from perseus_server.domain.errors import BadRequest, Conflict, NotFound
+from perseus_server.domain.jobs import JobSpec
+from perseus_server.domain.rows import DEFAULT_TENANT, TenantRow
+from perseus_server.service.context import ServiceContext
+
+__all__ = ["DEFAULT_TENANT", "TENANT_ID", "Tenants", "unknown_tenant"]
+
+#: A tenant's id: a Kubernetes namespace or a Slurm account name (lower case, digits, ``-``,
+#: ``_``, ``.``; 1 to 63 characters, starting and ending with a letter or digit).
+TENANT_ID = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?$")
+
+#: The quota fields ``POST /tenants`` and ``PATCH /tenants/{id}`` take.
+QUOTA_FIELDS = ("max_jobs", "max_gpus", "weight", "guaranteed_watts")
+
+
+def unknown_tenant(tenant_id: str) -> NotFound:
+    """The answer to an unknown tenant (and to another tenant's, so existence does not
+    leak)."""
+    return NotFound(f"no tenant {tenant_id[:64]!r}", field="tenant_id")
+
+
+class Tenants:
+    """The tenants and their quotas (read from the store once, written through)."""
+
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+        self._rows: dict[str, TenantRow] = {}
+
+    def load(self) -> None:
+        self._rows = {row.id: row for row in self.ctx.store.tenants()}
+        if DEFAULT_TENANT not in self._rows:  # a store that predates tenants in memory
+            self._rows[DEFAULT_TENANT] = TenantRow(DEFAULT_TENANT, time.time())
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def __contains__(self, tenant_id: object) -> bool:
+        return tenant_id in self._rows
+
+    def ids(self) -> list[str]:
+        return list(self._rows)
+
+    def get(self, tenant_id: str) -> TenantRow:
+        row = self._rows.get(tenant_id)
+        if row is None:
+            raise unknown_tenant(tenant_id)
+        return row
+
+    def max_jobs(self, row: TenantRow) -> int:
+        """The tenant's job quota (its own, else the default: the whole cap for the default
+        tenant, ``tenant_job_share`` of it for the others)."""
+        limits = self.ctx.limits
+        if row.max_jobs is not None:
+            return row.max_jobs
+        if row.id == DEFAULT_TENANT:
+            return limits.max_jobs
+        return max(1, int(limits.max_jobs * limits.tenant_job_share))
+
+    def usage(self, tenant_id: str) -> tuple[int, int]:
+        """(jobs, GPUs over their world sizes) the tenant holds."""
+        jobs = gpus = 0
+        for job in self.ctx.jobs:
+            if job.row.tenant == tenant_id:
+                jobs += 1
+                gpus += job.spec.world_size
+        return jobs, gpus
+
+    def view(self, tenant_id: str) -> dict[str, Any]:
+        row = self.get(tenant_id)
+        jobs, gpus = self.usage(tenant_id)
+        return {
+            "id": row.id,
+            "created": row.created,
+            "max_jobs": self.max_jobs(row),
+            "max_gpus": row.max_gpus,
+            "weight": row.weight,
+            "guaranteed_watts": row.guaranteed_watts,
+            "jobs": jobs,
+            "gpus": gpus,
+        }
+
+    def listing(self, only: str | None = None) -> list[dict[str, Any]]:
+        """Every tenant (``only``: just that one, for a tenant's own credential)."""
+        return [self.view(t) for t in self._rows if only is None or t == only]
+
+    # --- admitting a job -------------------------------------------------------------------------
+
+    def admit(self, tenant_id: str, spec: JobSpec) -> None:
+        """Refuse (409, naming the quota) a job the tenant's quotas do not leave room for."""
+        row = self.get(tenant_id)
+        jobs, gpus = self.usage(tenant_id)
+        cap = self.max_jobs(row)
+        if jobs >= cap:
+            self.ctx.metrics.refusals.inc(tenant=tenant_id, reason="job_quota")
+            raise Conflict(
+                f"tenant {tenant_id!r} holds its quota of {cap} jobs; delete one first",
+                field="max_jobs",
+                tenant=tenant_id,
+            )
+        if row.max_gpus is not None and gpus + spec.world_size > row.max_gpus:
+            self.ctx.metrics.refusals.inc(tenant=tenant_id, reason="gpu_quota")
+            raise Conflict(
+                f"tenant {tenant_id!r} may hold {row.max_gpus} GPUs; its jobs hold {gpus} and "
+                f"this one needs {spec.world_size} (world_size)",
+                field="max_gpus",
+                tenant=tenant_id,
+            )
+
+    # --- the admin's operations ------------------------------------------------------------------
+
+    def create(self, tenant_id: str, quotas: dict[str, Any]) -> dict[str, Any]:
+        """``POST /tenants``: 422 for a malformed id, 409 when it exists."""
+        if not TENANT_ID.fullmatch(tenant_id):
+            raise BadRequest(
+                "a tenant id is 1 to 63 lower-case letters, digits, '-', '_' or '.', starting "
+                f"and ending with a letter or digit (a namespace or account), got {tenant_id[:64]!r}",
+                field="id",
+            )
+        if tenant_id in self._rows:
+            raise Conflict(f"tenant {tenant_id!r} exists; PATCH it", field="id")
+        row = TenantRow(tenant_id, time.time())
+        self._apply(row, quotas)
+        self.ctx.store.put_tenant(row)
+        self._rows[tenant_id] = row
+        return self.view(tenant_id)
+
+    def patch(self, tenant_id: str, quotas: dict[str, Any]) -> dict[str, Any]:
+        """``PATCH /tenants/{id}``: the given quotas change, the others stay (null: the
+        default again)."""
+        old = self.get(tenant_id)
+        row = TenantRow(
+            old.id, old.created, old.max_jobs, old.max_gpus, old.weight, old.guaranteed_watts
+        )
+        self._apply(row, quotas)
+        self.ctx.store.put_tenant(row)
+        self._rows[tenant_id] = row
+        return self.view(tenant_id)
+
+    def delete(self, tenant_id: str) -> None:
+        """``DELETE /tenants/{id}``: 409 for the default tenant or one that holds jobs."""
+        self.get(tenant_id)
+        if tenant_id == DEFAULT_TENANT:
+            raise Conflict("the default tenant cannot be deleted", field="tenant_id")
+        jobs, _ = self.usage(tenant_id)
+        if jobs:
+            raise Conflict(
+                f"tenant {tenant_id!r} holds {jobs} job(s); delete them first", field="tenant_id"
+            )
+        self.ctx.store.delete_tenant(tenant_id)
+        del self._rows[tenant_id]
+
+    @staticmethod
+    def _apply(row: TenantRow, quotas: dict[str, Any]) -> None:
+        for name, value in quotas.items():
+            if name not in QUOTA_FIELDS:
+                raise BadRequest(f"unknown field {name!r}", field=name)
+            if name == "weight":
+                value = 1.0 if value is None else float(value)
+                if not (math.isfinite(value) and value > 0):
+                    raise BadRequest("must be a finite number > 0", field=name)
+            elif name == "guaranteed_watts":
+                value = 0.0 if value is None else float(value)
+                if not (math.isfinite(value) and value >= 0):
+                    raise BadRequest("must be a finite number of watts >= 0", field=name)
+            setattr(row, name, value)
