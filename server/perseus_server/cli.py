@@ -53,7 +53,6 @@ def build_parser(prog: str = "perseus serve") -> argparse.ArgumentParser:
         "--leader-lease",
         type=float,
         default=ServerConfig().leader_lease,
-        metavar="S",
         help="with PostgreSQL: seconds the leader's lease lasts unrenewed, after which a standby "
         "sharing the database takes over (default %(default)s)",
     )

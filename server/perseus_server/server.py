@@ -11,6 +11,9 @@ replace the old ones at once (a file that cannot be used is logged and the old t
 Shutdown on SIGTERM/SIGINT: open WatchPlan streams are ended, gRPC stops with a short grace,
 uvicorn finishes in-flight requests, running solves are stopped (their jobs are marked failed),
 and the SQLite WAL is checkpointed (or the PostgreSQL connections closed).
+
+With PostgreSQL, the server first takes the leadership of its database (a standby waits; see
+:mod:`perseus_server.runtime.leadership`), and stops with exit status 3 when it loses it.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from perseus_server.rest import create_app
 from perseus_server.runtime.connection_limits import GRPC_MAX_MESSAGE, guarded_h11, raise_fd_limit
 from perseus_server.runtime.leadership import (
     DEPOSED_EXIT,
+    Leader,
     NotLeader,
     StoppedWaiting,
     become_leader,
@@ -132,41 +136,11 @@ def _fmt_host(host: str) -> str:
 GC_YOUNG = 10_000
 
 
-async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None = None) -> int:
-    """Run the server until SIGTERM/SIGINT; returns the exit status."""
-    say = announce or (lambda line: print(line, flush=True))
-    # The cyclic collector runs on the event loop. What the imports made lives as long as the
-    # process: frozen, it is out of its scans, so a full collection (~0.1 s per 100k objects
-    # on this project's machine) scans only what the server made since. A young generation of
-    # 10,000 objects (700 by default) lets the documents of in-flight requests die young
-    # instead of being promoted, which made a full collection every second or so while
-    # clients polled a large status (docs/results/2026-12-01-status-cost.md).
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(GC_YOUNG, 10, 10)
-    store = open_store(config.db_path)
-    try:  # PostgreSQL: lead, or wait as a standby (runtime/leadership.py)
-        leader = await become_leader(store, config.leader_lease, say)
-    except StoppedWaiting:
-        store.close()
-        return 0
-    # A database server's round trips stay off the event loop where the service can wait for
-    # them: reports are committed in groups on a thread (only a store safe to share does so).
-    service = PerseusService(
-        store,
-        config.limits,
-        report_decoder=decode_report_bytes,
-        ingest_off_loop=is_postgres(config.db_path),
-    )
-    service.load()
-    warming = warm_kernels(service.solver)
-    tls = config.tls_cert is not None and config.tls_key is not None
-    credentials = Credentials(
-        store, admin=config.token, read=() if config.read_token is None else (config.read_token,)
-    )
-
-    fds = raise_fd_limit()
-    max_connections = max(16, min(config.max_connections, (fds - 512) // 2))
+def _grpc_server(
+    config: ServerConfig, service: PerseusService, credentials: Credentials, max_connections: int
+) -> grpc.aio.Server:
+    """The gRPC server of :func:`serve`, with its interceptor, options and servicer (no port
+    yet)."""
     service.metrics.grpc_calls.restrict(method=GRPC_METHODS, code=GRPC_CODES)
     grpc_server = grpc.aio.server(
         interceptors=[
@@ -190,6 +164,64 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     pb_grpc.add_PlanServiceServicer_to_server(
         PlanServicer(service, credentials if credentials.enabled else None), grpc_server
     )
+    return grpc_server
+
+
+async def _open_service(
+    config: ServerConfig, say: Callable[[str], None]
+) -> tuple[PerseusService, Leader | None] | None:
+    """The store (with PostgreSQL, once this server leads: a standby waits here) and the service
+    loaded from it; None when SIGTERM or SIGINT came while it waited."""
+    store = open_store(config.db_path)
+    try:
+        leader = await become_leader(store, config.leader_lease, say)
+    except StoppedWaiting:
+        store.close()
+        return None
+    # A database server's round trips stay off the event loop where the service can wait for
+    # them: reports are committed in groups on a thread (only a store safe to share does so).
+    service = PerseusService(
+        store,
+        config.limits,
+        report_decoder=decode_report_bytes,
+        ingest_off_loop=is_postgres(config.db_path),
+    )
+    service.load()
+    return service, leader
+
+
+def _close_store(service: PerseusService, leader: Leader | None) -> None:
+    service.store.close()
+    if leader is not None:
+        leader.close()
+
+
+async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None = None) -> int:
+    """Run the server until SIGTERM/SIGINT; returns the exit status."""
+    say = announce or (lambda line: print(line, flush=True))
+    # The cyclic collector runs on the event loop. What the imports made lives as long as the
+    # process: frozen, it is out of its scans, so a full collection (~0.1 s per 100k objects
+    # on this project's machine) scans only what the server made since. A young generation of
+    # 10,000 objects (700 by default) lets the documents of in-flight requests die young
+    # instead of being promoted, which made a full collection every second or so while
+    # clients polled a large status (docs/results/2026-12-01-status-cost.md).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG, 10, 10)
+    opened = await _open_service(config, say)
+    if opened is None:
+        return 0
+    service, leader = opened
+    store = service.store
+    warming = warm_kernels(service.solver)
+    tls = config.tls_cert is not None and config.tls_key is not None
+    credentials = Credentials(
+        store, admin=config.token, read=() if config.read_token is None else (config.read_token,)
+    )
+
+    fds = raise_fd_limit()
+    max_connections = max(16, min(config.max_connections, (fds - 512) // 2))
+    grpc_server = _grpc_server(config, service, credentials, max_connections)
     grpc_addr = f"{_fmt_host(config.host)}:{config.grpc_port}"
     if tls:
         assert config.tls_cert is not None and config.tls_key is not None
@@ -202,9 +234,7 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     if grpc_port == 0:
         if warming is not None:
             warming.cancel()
-        store.close()
-        if leader is not None:
-            leader.close()
+        _close_store(service, leader)
         raise OSError(f"cannot listen for gRPC on {grpc_addr}")
 
     sock = _bind(config.host, config.http_port)
@@ -249,9 +279,7 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
         if warming is not None:
             warming.cancel()
         await grpc_server.stop(0)
-        store.close()
-        if leader is not None:
-            leader.close()
+        _close_store(service, leader)
         http_task.result()
         return 1
     scheme = "https" if tls else "http"
@@ -278,9 +306,7 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
             await warming
     with contextlib.suppress(NotLeader):  # deposed: what it would still write is refused
         await service.shutdown()
-    store.close()
-    if leader is not None:
-        leader.close()
+    _close_store(service, leader)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.remove_signal_handler(sig)
     deposed = leader is not None and leader.deposed is not None
