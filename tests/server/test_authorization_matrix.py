@@ -130,14 +130,19 @@ def _unknown_detail(r: httpx.Response, param: str, value: str) -> bool:
 def test_every_rest_cell(tmp_path: Path, admin: httpx.Client, tokens: dict[Scope, str]) -> None:
     cells = 0
     kept = (*_job(admin, "team-a"), _job(admin, "team-b")[0])  # what GET cells read
+    caller = httpx.Client(base_url=admin.base_url, timeout=30.0)  # each cell sends its token
     for method, template in _routes(tmp_path):
         key = f"{method} {template}"
         if key in PUBLIC:
             continue
         for kind in Scope:
             for side in ("own", "other"):
-                # A write cell gets fresh jobs: one that is allowed changes them.
-                fresh = method != "GET"
+                want = REST[key][kind]
+                # A write cell the table lets through gets fresh jobs (it may change them);
+                # a refused one must not change anything (checked at the end).
+                fresh = method != "GET" and (
+                    want is Access.ANY or (want is Access.OWN and side == "own")
+                )
                 own_job, rank_token, other_job = (
                     (*_job(admin, "team-a"), _job(admin, "team-b")[0]) if fresh else kept
                 )
@@ -152,14 +157,7 @@ def test_every_rest_cell(tmp_path: Path, admin: httpx.Client, tokens: dict[Scope
                     .replace("{credential_id}", cred)
                 )
                 token = rank_token if kind is Scope.RANK else tokens[kind]
-                r = httpx.request(
-                    method,
-                    admin.base_url.join(path),
-                    headers=_bearer(token),
-                    json={},
-                    timeout=30.0,
-                )
-                want = REST[key][kind]
+                r = caller.request(method, path, headers=_bearer(token), json={})
                 where = f"{key} as {kind} on {side}: {r.status_code} {r.text[:200]}"
                 assert r.status_code < 500, where
                 params = [p for p in ("job_id", "tenant_id") if "{" + p + "}" in template]
@@ -179,7 +177,13 @@ def test_every_rest_cell(tmp_path: Path, admin: httpx.Client, tokens: dict[Scope
                 if fresh:
                     for j in (own_job, other_job):
                         admin.delete(f"/jobs/{j}")
+    caller.close()
     assert cells == 2 * len(Scope) * (len(REST) - len(PUBLIC))
+    # The refused writes changed nothing: the kept jobs are there, untouched.
+    for job in (kept[0], kept[2]):
+        view = admin.get(f"/jobs/{job}").json()
+        assert view["plan_version"] == 0 and view["lifecycle"]["state"] == "active", view
+        assert view["profile"] is None
 
 
 def _grpc_call(ch: grpc.Channel, name: str, req: Any, token: str) -> grpc.StatusCode:

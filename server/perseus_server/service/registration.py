@@ -125,7 +125,7 @@ class Registration:
             self.ctx.store.put_rank(rank)
         first = not job.ranks.by_global
         job.ranks.add(rank)
-        if first or (existing is not None and existing.max_power_limit != rank.max_power_limit):
+        if first or (existing is not None and existing.max_power_limit_w != rank.max_power_limit_w):
             self.lifecycle.registered(job.id)  # it draws on a budget now, or its bound moved
         if req.clock_control:
             job.ranks.clock_control[rank.rank_id] = (req.clock_control, req.clock_control_reason)
