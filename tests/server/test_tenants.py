@@ -90,6 +90,11 @@ def test_a_tenant_sees_and_changes_only_its_own_jobs(
             listed = {j["id"] for j in client.get("/jobs").json()["jobs"]}
             assert listed == {mine_id}
         assert {j["id"] for j in admin.get("/jobs").json()["jobs"]} >= {mine_id, theirs}
+        # Another tenant's job id is no cursor of its listing: as an unknown id.
+        for after in (theirs, "0" * 16):
+            r = ta.get("/jobs", params={"after": after})
+            assert r.status_code == 422 and problem_field(r) == "after", r.text
+        assert ta.get("/jobs", params={"after": mine_id}).json()["jobs"] == []
         # Another tenant's job: 404, as an unknown job's, for every kind of request.
         for path in (f"/jobs/{theirs}", f"/jobs/{theirs}/status", f"/jobs/{theirs}/profile"):
             got, unknown = ta.get(path), ta.get(path.replace(theirs, "0" * 16))

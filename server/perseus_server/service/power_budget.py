@@ -558,7 +558,9 @@ class PowerBudget:
             "allocated_watts": math.fsum(sh.watts for sh in r.shares),
             "feasible": r.feasible,
             "lowest_power": r.lowest_power,
-            "covers": None if s.jobs is None else list(s.jobs),
+            "covers": None
+            if s.jobs is None
+            else [j for j in s.jobs if tenant is None or self._tenant(j) == tenant],
             "gap": 0.0 if r.feasible else None,
             "on_infeasible": s.on_infeasible,
             "over_by": 0.0 if r.feasible else max(0.0, r.lowest_power - s.watts),

@@ -115,14 +115,18 @@ class Views:
         )
         start = 0
         if after is not None:
-            start = bisect.bisect_right(order, self._position(after))
+            start = bisect.bisect_right(order, self._position(after, tenant))
         page = [job_id for _, job_id in order[start : start + limit]]
         more = start + limit < len(order)
         last = order[start + len(page) - 1] if page else None
         return [self.summary(j) for j in page], (_cursor(*last) if more and last else None)
 
-    def _position(self, after: str) -> tuple[int, str]:
-        if after in self.ctx.jobs:
+    def _position(self, after: str, tenant: str | None = None) -> tuple[int, str]:
+        """Where a cursor (or a job's id) stands; another tenant's job id is no cursor of a
+        tenant's listing (its existence does not leak)."""
+        if after in self.ctx.jobs and (
+            tenant is None or self.ctx.jobs.get(after).row.tenant == tenant
+        ):
             return (_micros(self.ctx.jobs.get(after).row.created), after)
         micros, sep, job_id = after.partition(_CURSOR_SEP)
         try:
