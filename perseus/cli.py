@@ -1,9 +1,11 @@
-"""The ``perseus`` command: ``frontier``, ``plot``, ``serve``, ``demo``, ``gpud`` and ``--version``.
+"""The ``perseus`` command: ``frontier``, ``plot``, ``serve``, ``db``, ``demo``, ``gpud`` and
+``--version``.
 
 The entry point of the core library that also starts the applications: ``serve`` dispatches to
-:mod:`perseus_server.cli`, ``demo`` to :mod:`perseus_demo.cli` and ``gpud`` (the node daemon) to
-:mod:`perseus_client.gpud.cli`, each imported only when its command runs, so the core itself
-imports none of them. ``gpud`` and ``--version`` work on a plain (rank-client) install.
+:mod:`perseus_server.cli`, ``db`` to :mod:`perseus_server.db_cli`, ``demo`` to
+:mod:`perseus_demo.cli` and ``gpud`` (the node daemon) to :mod:`perseus_client.gpud.cli`, each
+imported only when its command runs, so the core itself imports none of them. ``gpud`` and
+``--version`` work on a plain (rank-client) install.
 """
 
 from __future__ import annotations
@@ -325,6 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("serve", help="run the server (see `perseus serve --help`)", add_help=False)
     sub.add_parser(
+        "db", help="the server's store: `perseus db migrate SRC DST` copies it", add_help=False
+    )
+    sub.add_parser(
         "demo", help="the whole system on this machine (see `perseus demo --help`)", add_help=False
     )
     sub.add_parser(
@@ -371,6 +376,10 @@ def _dispatch(argv: list[str]) -> int:
         from perseus_server.cli import main as serve_main
 
         return serve_main(argv[1:])
+    if argv and argv[0] == "db":
+        from perseus_server.db_cli import main as db_main
+
+        return db_main(argv[1:])
     if argv and argv[0] == "demo":
         from perseus_demo.cli import main as demo_main
 

@@ -108,6 +108,38 @@ def test_soak_smoke() -> None:
     assert len(memory) >= 2 and all(float(m) > 0 for m in memory)
 
 
+def test_store_benchmark_smoke() -> None:
+    from perseus_server.testing.postgres import postgres_binaries
+
+    res: dict[str, Any] = json.loads(run("store.py", "--smoke", "--json"))
+    assert (res["ranks"], res["reports_per_rank"]) == (32, 5)
+    stores = ["sqlite"] + (
+        ["postgresql", "postgresql-on-loop"] if postgres_binaries() is not None else []
+    )
+    for name in stores:
+        r = res[name]
+        assert r["reports"] == 160 and r["reports_per_s"] > 0, name
+        assert 0 < r["ack_ms_p50"] <= r["ack_ms_p99"], name
+    if "postgresql" in res:
+        # One commit per report on the loop; the writer groups the reports that wait together.
+        assert res["postgresql-on-loop"]["commits"] == 160
+        assert res["postgresql"]["commits"] < 160
+
+
+@pytest.mark.slow
+def test_failover_benchmark_smoke() -> None:
+    from perseus_server.testing.postgres import postgres_binaries
+
+    if postgres_binaries() is None:
+        pytest.skip("PostgreSQL is not installed (initdb / pg_ctl; Debian package postgresql)")
+    res: dict[str, Any] = json.loads(run("failover.py", "--smoke", "--json"))
+    (row,) = res["rounds"]
+    assert row["fault"] == "SIGKILL" and row["lost"] == 0
+    assert 0 < row["to_leader_s"] <= row["to_ready_s"] <= row["to_plan_s"]
+    # The new leader pushes the plan version the old one last deployed.
+    assert row["plan_version"] == row["deployed_version"] >= 2
+
+
 @pytest.mark.slow
 def test_tenancy_benchmark_smoke() -> None:
     """The starvation scenario (issue #31): tenant A's slowdown stays 0 while tenant B's jobs

@@ -13,7 +13,9 @@ from pathlib import Path
 
 from perseus_server.config import Limits, ServerConfig
 from perseus_server.config import read_token as read_token_file
+from perseus_server.domain.store import StoreError
 from perseus_server.runtime.logs import install_rate_limit
+from perseus_server.runtime.stores import is_postgres, sqlite_path
 
 __all__ = ["main", "build_parser", "is_loopback"]
 
@@ -42,7 +44,17 @@ def build_parser(prog: str = "perseus serve") -> argparse.ArgumentParser:
         "--grpc-port", type=int, default=50051, help="gRPC port (default 50051; 0 = any free port)"
     )
     p.add_argument(
-        "--db", type=Path, default=Path("perseus.db"), help="SQLite database (default ./perseus.db)"
+        "--db",
+        default="perseus.db",
+        help="the store: a SQLite file (default ./perseus.db; also sqlite:///PATH) or a "
+        "PostgreSQL URL (postgresql://USER@HOST/DB)",
+    )
+    p.add_argument(
+        "--leader-lease",
+        type=float,
+        default=ServerConfig().leader_lease,
+        help="with PostgreSQL: seconds the leader's lease lasts unrenewed, after which a standby "
+        "sharing the database takes over (default %(default)s)",
     )
     p.add_argument(
         "--token-file", type=Path, help="file holding the bearer token every call must carry"
@@ -164,8 +176,15 @@ def main(argv: list[str] | None = None) -> int:
         )
     if not args.header_timeout > 0 or not args.body_timeout > 0 or args.max_connections < 1:
         parser.error("--header-timeout, --body-timeout and --max-connections must be positive")
+    if not 0 < args.leader_lease <= 3600:
+        parser.error("--leader-lease must be between 0 and 3600 seconds")
     if args.max_streams_per_credential < 1:
         parser.error("--max-streams-per-credential must be positive")
+    if not is_postgres(args.db):
+        try:
+            sqlite_path(args.db)
+        except StoreError as e:
+            parser.error(str(e))
     if (args.tls_cert is None) != (args.tls_key is None):
         parser.error("--tls-cert and --tls-key go together")
     for path in (args.tls_cert, args.tls_key):
@@ -201,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         http_port=args.http_port,
         grpc_port=args.grpc_port,
         db_path=args.db,
+        leader_lease=args.leader_lease,
         token=token,
         read_token=read_token,
         token_file=args.token_file,
@@ -226,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return asyncio.run(serve(config))
-    except OSError as e:
+    except (OSError, StoreError) as e:
         print(f"perseus serve: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -137,7 +137,11 @@ class ServerConfig:
     host: str = "127.0.0.1"
     http_port: int = 8000
     grpc_port: int = 50051
-    db_path: Path = Path("perseus.db")
+    #: The store: a SQLite file (a path, or ``sqlite:///PATH``) or a PostgreSQL URL
+    #: (``postgresql://USER@HOST/DB``); see :mod:`perseus_server.runtime.stores`.
+    db_path: Path | str = Path("perseus.db")
+    #: Seconds the PostgreSQL leader's lease lasts without renewal (a standby takes over after).
+    leader_lease: float = 5.0
     token: str | None = None
     #: Where ``token`` and ``read_token`` were read from: read again on SIGHUP (rotation).
     token_file: Path | None = None

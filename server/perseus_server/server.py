@@ -10,7 +10,10 @@ replace the old ones at once (a file that cannot be used is logged and the old t
 
 Shutdown on SIGTERM/SIGINT: open WatchPlan streams are ended, gRPC stops with a short grace,
 uvicorn finishes in-flight requests, running solves are stopped (their jobs are marked failed),
-and the SQLite WAL is checkpointed.
+and the SQLite WAL is checkpointed (or the PostgreSQL connections closed).
+
+With PostgreSQL, the server first takes the leadership of its database (a standby waits; see
+:mod:`perseus_server.runtime.leadership`), and stops with exit status 3 when it loses it.
 """
 
 from __future__ import annotations
@@ -36,7 +39,14 @@ from perseus_server.grpc.gate import GRPC_CODES, GRPC_METHODS, AuthInterceptor
 from perseus_server.grpc.service import PlanServicer
 from perseus_server.rest import create_app
 from perseus_server.runtime.connection_limits import GRPC_MAX_MESSAGE, guarded_h11, raise_fd_limit
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.leadership import (
+    DEPOSED_EXIT,
+    Leader,
+    NotLeader,
+    StoppedWaiting,
+    become_leader,
+)
+from perseus_server.runtime.stores import describe, is_postgres, open_store
 from perseus_server.runtime.warmup import warm_kernels
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
@@ -160,6 +170,35 @@ def _grpc_server(
     return grpc_server
 
 
+async def _open_service(
+    config: ServerConfig, say: Callable[[str], None]
+) -> tuple[PerseusService, Leader | None] | None:
+    """The store (with PostgreSQL, once this server leads: a standby waits here) and the service
+    loaded from it; None when SIGTERM or SIGINT came while it waited."""
+    store = open_store(config.db_path)
+    try:
+        leader = await become_leader(store, config.leader_lease, say)
+    except StoppedWaiting:
+        store.close()
+        return None
+    # A database server's round trips stay off the event loop where the service can wait for
+    # them: reports are committed in groups on a thread (only a store safe to share does so).
+    service = PerseusService(
+        store,
+        config.limits,
+        report_decoder=decode_report_bytes,
+        ingest_off_loop=is_postgres(config.db_path),
+    )
+    service.load()
+    return service, leader
+
+
+def _close_store(service: PerseusService, leader: Leader | None) -> None:
+    service.store.close()
+    if leader is not None:
+        leader.close()
+
+
 async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None = None) -> int:
     """Run the server until SIGTERM/SIGINT; returns the exit status."""
     say = announce or (lambda line: print(line, flush=True))
@@ -172,9 +211,11 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_YOUNG, 10, 10)
-    store = SqliteStore.open(config.db_path)
-    service = PerseusService(store, config.limits, report_decoder=decode_report_bytes)
-    service.load()
+    opened = await _open_service(config, say)
+    if opened is None:
+        return 0
+    service, leader = opened
+    store = service.store
     warming = warm_kernels(service.solver)
     tls = config.tls_cert is not None and config.tls_key is not None
     credentials = Credentials(
@@ -196,7 +237,7 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     if grpc_port == 0:
         if warming is not None:
             warming.cancel()
-        store.close()
+        _close_store(service, leader)
         raise OSError(f"cannot listen for gRPC on {grpc_addr}")
 
     sock = _bind(config.host, config.http_port)
@@ -227,6 +268,8 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if leader is not None:
+        leader.watch(stop)  # losing the lease stops the server
     tokens = TokenFiles(config, credentials)
     loop.add_signal_handler(signal.SIGHUP, tokens.reload, "SIGHUP")
     token_watch = asyncio.create_task(tokens.watch()) if tokens.paths else None
@@ -239,14 +282,14 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
         if warming is not None:
             warming.cancel()
         await grpc_server.stop(0)
-        store.close()
+        _close_store(service, leader)
         http_task.result()
         return 1
     scheme = "https" if tls else "http"
     say(f"perseus: REST listening on {scheme}://{_fmt_host(config.host)}:{http_port}")
     say(f"perseus: gRPC listening on {_fmt_host(config.host)}:{grpc_port}")
     say(
-        f"perseus: ready (db {config.db_path}, auth {'on' if config.token else 'off'}, tls {'on' if tls else 'off'})"
+        f"perseus: ready (db {describe(config.db_path)}, auth {'on' if config.token else 'off'}, tls {'on' if tls else 'off'})"
     )
 
     stop_task = asyncio.create_task(stop.wait())
@@ -264,10 +307,12 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
         warming.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await warming
-    await service.shutdown()
-    store.close()
+    with contextlib.suppress(NotLeader):  # deposed: what it would still write is refused
+        await service.shutdown()
+    _close_store(service, leader)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.remove_signal_handler(sig)
-    say("perseus: stopped")
+    deposed = leader is not None and leader.deposed is not None
+    say("perseus: stopped (deposed)" if deposed else "perseus: stopped")
     sys.stdout.flush()
-    return 0
+    return DEPOSED_EXIT if deposed else 0

@@ -4,6 +4,8 @@ after-commit callbacks, each row type written and read back, ordering, deletion,
 backends that keep a file) what survives a reopen and a database of the first release.
 
 A new backend adds one :class:`Backend` to :data:`BACKENDS`; every test here then runs on it.
+PostgreSQL runs on a real server the session starts (``initdb`` / ``pg_ctl``, one fresh database
+per test; skipped, saying so, where PostgreSQL is not installed).
 """
 
 from __future__ import annotations
@@ -19,9 +21,14 @@ from perseus_server.domain.jobs import JobSpec, RankInfo
 from perseus_server.domain.rows import DEFAULT_TENANT, FrontierRow, TenantRow
 from perseus_server.domain.states import SolveStatus
 from perseus_server.domain.store import Store, StoreError
+from perseus_server.runtime.postgres_store import PostgresStore
 from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.testing.postgres import PostgresServer
 
+from .postgres_backend import database_for, postgres, set_schema_version
 from .sqlite_backend import JOB, RANK, first_release_database, set_user_version
+
+__all__ = ["postgres"]  # the session's PostgreSQL server (a fixture)
 
 
 @dataclass(frozen=True)
@@ -50,8 +57,24 @@ BACKENDS = [
 ]
 
 
-@pytest.fixture(params=BACKENDS, ids=[b.name for b in BACKENDS])
+def postgres_backend(pg: PostgresServer) -> Backend:
+    """A real PostgreSQL server (the session's), one database per test."""
+
+    def open_(tmp: Path) -> Store:
+        return PostgresStore.open(database_for(pg, tmp))
+
+    return Backend(
+        "postgresql",
+        open_,
+        reopen=open_,
+        newer_database=lambda tmp: set_schema_version(database_for(pg, tmp), 10**6),
+    )
+
+
+@pytest.fixture(params=[*BACKENDS, "postgresql"], ids=[*(b.name for b in BACKENDS), "postgresql"])
 def backend(request: pytest.FixtureRequest) -> Backend:
+    if request.param == "postgresql":
+        return postgres_backend(request.getfixturevalue("postgres"))
     return request.param  # type: ignore[no-any-return]
 
 

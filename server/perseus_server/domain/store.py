@@ -1,10 +1,10 @@
 """What the service needs of its persistence: the :class:`Store` protocol.
 
 The service names only this protocol; the SQLite store
-(:class:`~perseus_server.runtime.sqlite_store.SqliteStore`) is its first implementation, and one
-contract test suite (``tests/server/test_store_contract.py``) runs against every implementation.
-A new backend (PostgreSQL, say) implements these methods, passes that suite, and is given to
-:class:`~perseus_server.service.PerseusService` by ``server.py``; nothing in the service changes.
+(:class:`~perseus_server.runtime.sqlite_store.SqliteStore`, the embedded default) and the
+PostgreSQL store (:class:`~perseus_server.runtime.postgres_store.PostgresStore`) implement it,
+and one contract test suite (``tests/server/test_store_contract.py``) runs against both, the
+latter on a real PostgreSQL server. ``--db`` chooses (:mod:`perseus_server.runtime.stores`).
 
 **Transactions.** Every write method is atomic on its own. :meth:`Store.transaction` groups
 writes into one transaction:
@@ -20,7 +20,9 @@ writes into one transaction:
   this way: they hear of a version only once it is stored.
 
 **Durability.** A write acknowledged (its outermost transaction committed) survives a killed
-process. **Threads.** The store is used from the server's event-loop thread only.
+process. **Threads.** The store is used from the server's event-loop thread, and a store
+that says ``thread_safe = True`` (PostgreSQL's) also from one more (report commits,
+:mod:`perseus_server.service.ingest`): each thread's transactions are its own.
 
 **Ordering.** :meth:`Store.jobs`, :meth:`Store.credentials` and :meth:`Store.tenants` are
 oldest first (ties by id); :meth:`Store.ranks` by global rank; :meth:`Store.iterations` oldest

@@ -38,6 +38,7 @@ from perseus_server.domain.states import SolveStatus
 from perseus_server.domain.store import StoreError
 from perseus_server.runtime.migrations import MIGRATIONS, SCHEMA_VERSION, migrate, schema_version
 from perseus_server.runtime.store_errors import disk_full
+from perseus_server.runtime.store_rows import JOB_TABLES, rank_from_json
 
 log = logging.getLogger("perseus.server")
 
@@ -175,19 +176,7 @@ class SqliteStore:
 
     def delete_job(self, job_id: str) -> None:
         with self._tx() as db:
-            for table, col in (
-                ("jobs", "id"),
-                ("profiles", "job_id"),
-                ("frontiers", "job_id"),
-                ("deployments", "job_id"),
-                ("ranks", "job_id"),
-                ("iterations", "job_id"),
-                ("profiling", "job_id"),
-                ("report_sequences", "job_id"),
-                ("credentials", "job_id"),
-                ("rank_bindings", "job_id"),
-                ("job_lifecycle", "job_id"),
-            ):
+            for table, col in JOB_TABLES:
                 db.execute(f"DELETE FROM {table} WHERE {col} = ?", (job_id,))
 
     # --- profiles --------------------------------------------------------------------------------
@@ -267,7 +256,7 @@ class SqliteStore:
         rows = self._db.execute(
             "SELECT info FROM ranks WHERE job_id = ? ORDER BY global_rank", (job_id,)
         ).fetchall()
-        return [_rank_from_json(job_id, json.loads(r[0])) for r in rows]
+        return [rank_from_json(job_id, json.loads(r[0])) for r in rows]
 
     def put_rank(self, rank: RankInfo) -> None:
         with self._tx() as db:
@@ -510,18 +499,3 @@ class SqliteStore:
                 "VALUES (?, ?, ?, ?)",
                 (job_id, state, since, reason),
             )
-
-
-def _rank_from_json(job_id: str, d: dict[str, Any]) -> RankInfo:
-    return RankInfo(
-        job_id=job_id,
-        rank_id=d["rank_id"],
-        global_rank=int(d["global_rank"]),
-        pipeline_rank=int(d["pipeline_rank"]),
-        data_rank=int(d["data_rank"]),
-        tensor_rank=int(d["tensor_rank"]),
-        gpu_name=d.get("gpu_name", ""),
-        supported_clocks=tuple(int(c) for c in d.get("supported_clocks_mhz", [])),
-        hostname=d.get("hostname", ""),
-        max_power_limit_w=float(d.get("max_power_limit", 0.0)),
-    )

@@ -5,7 +5,8 @@ the REST and gRPC adapters call that part (``service.profiles.put(...)``,
 
 The parts take and return plain values (dicts shaped as the REST API answers, and the frozen
 values of :mod:`perseus_server.domain.values` for the ranks). Everything runs on the server's
-event loop; solves run in worker processes (see :mod:`perseus_server.runtime.solve_manager`),
+event loop (with PostgreSQL, iteration reports are committed in groups on a thread:
+:mod:`perseus_server.service.ingest`); solves run in worker processes (see :mod:`perseus_server.runtime.solve_manager`),
 and large iteration reports are decoded in one
 (:class:`~perseus_server.runtime.parse_pool.ReportPool`) and checked on a thread. State is
 written through to the :class:`~perseus_server.domain.store.Store` before a change is
@@ -37,6 +38,7 @@ from perseus_server.runtime.store_errors import ObservesErrors
 from perseus_server.service.clock_verification import ClockVerification
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
+from perseus_server.service.ingest import ReportWriter
 from perseus_server.service.job_gauges import JobGauges
 from perseus_server.service.job_profiles import Profiles
 from perseus_server.service.lifecycle import Lifecycle
@@ -79,9 +81,13 @@ class PerseusService:
         store: Store,
         limits: Limits,
         report_decoder: Callable[[bytes], IterationReport] | None = None,
+        ingest_off_loop: bool = False,
     ) -> None:
         """``report_decoder``: how the report worker decodes a large report's wire bytes (the
-        gRPC adapter's decoder); without one, large reports are decoded on a thread."""
+        gRPC adapter's decoder); without one, large reports are decoded on a thread.
+        ``ingest_off_loop``: commit reports in groups on a thread of their own
+        (:class:`~perseus_server.service.ingest.ReportWriter`; the store must be safe to use
+        from two threads: PostgreSQL's is)."""
         self.store = store
         self.limits = limits
         self.hub = PlanHub(limits.max_streams_per_credential)
@@ -155,6 +161,7 @@ class PerseusService:
             ],
         )
         self.report_pool = ReportPool(report_decoder) if report_decoder is not None else None
+        self.report_writer = ReportWriter(self.reports, store) if ingest_off_loop else None
         self.registration = Registration(ctx, self.deployer, self.lifecycle)
         self.views = Views(
             ctx,
@@ -189,6 +196,8 @@ class PerseusService:
         self.profiles.pool.close()
         if self.report_pool is not None:
             self.report_pool.close()
+        if self.report_writer is not None:
+            self.report_writer.close()
 
     # --- metrics ---------------------------------------------------------------------------------
 
@@ -344,4 +353,6 @@ class PerseusService:
             checked = await asyncio.to_thread(check_report, self.jobs, self.limits, 0, rep)
         else:
             checked = check_report(self.jobs, self.limits, 0, received.decode())
+        if self.report_writer is not None:
+            return await self.report_writer.record(checked)
         return self.reports.record_counted([checked])

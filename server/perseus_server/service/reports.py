@@ -8,13 +8,14 @@ before anything is stored are :mod:`perseus_server.service.report_checks`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from perseus_server.domain.values import IterationReport
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.observers import ReportObserver
 from perseus_server.service.report_checks import CheckedReport, check_report
 
-__all__ = ["INCARNATIONS_KEPT", "Reports"]
+__all__ = ["INCARNATIONS_KEPT", "PreparedReports", "Reports"]
 
 #: Client incarnations whose last sequence is kept per rank (the most recently reporting ones).
 INCARNATIONS_KEPT = 8
@@ -28,6 +29,17 @@ def _remember(last: dict[str, dict[int, int]], seqs: dict[tuple[str, int], int])
         per_rank[incarnation] = max(seq, per_rank.pop(incarnation, 0))
         while len(per_rank) > INCARNATIONS_KEPT:
             del per_rank[next(iter(per_rank))]
+
+
+@dataclass(frozen=True)
+class PreparedReports:
+    """A batch of checked reports ready to store: the new ones, the sequences they bring per
+    job and (rank, incarnation), and per report of the batch whether it is new (False:
+    re-sent)."""
+
+    accepted: list[CheckedReport]
+    seqs_by_job: dict[str, dict[tuple[str, int], int]]
+    new: list[bool]
 
 
 class Reports:
@@ -59,15 +71,61 @@ class Reports:
         back, a sequence of 2^63-1); the last sequences of the :data:`INCARNATIONS_KEPT` most
         recently reporting incarnations of a rank are kept.
         """
-        accepted, seqs = self._admit(batch)
-        self._store(accepted, seqs)
-        if len(accepted) < len(batch):
-            self.ctx.metrics.duplicate_reports.inc(len(batch) - len(accepted))
+        prepared = self.prepare(batch)
+        self.write(prepared)
+        return self.apply(prepared)
+
+    def prepare(self, batch: Sequence[CheckedReport]) -> PreparedReports:
+        """The first step of :meth:`record_counted`: the batch's new reports and their
+        sequences (no store call: the second step, :meth:`write`, may run on another thread,
+        and :meth:`apply` follows once it committed)."""
+        return PreparedReports(*self._admit(batch))
+
+    def write(self, prepared: PreparedReports) -> None:
+        """Store the accepted reports' iterations and sequences, per job in one call (one
+        transaction per job unless the caller holds one); touches nothing but the store."""
+        rows_by_job: dict[str, list[tuple[str, int, float, float, int]]] = {}
+        for c in prepared.accepted:
+            rep = c.report
+            rows_by_job.setdefault(c.job.id, []).append(
+                (
+                    c.rank.rank_id,
+                    int(rep.iteration),
+                    float(rep.iteration_time),
+                    float(rep.energy),
+                    int(rep.plan_version),
+                )
+            )
+        ctx = self.ctx
+        for job_id, rows in rows_by_job.items():
+            ctx.store.add_iterations(
+                job_id,
+                rows,
+                ctx.limits.history_per_rank,
+                prepared.seqs_by_job.get(job_id),
+                INCARNATIONS_KEPT,
+            )
+
+    def apply(self, prepared: PreparedReports) -> tuple[int, int]:
+        """Once stored: remember the sequences and hand each new report to every observer in
+        order; returns (new, duplicates). A job deleted or replaced since :meth:`prepare` is
+        skipped."""
+        jobs = self.ctx.jobs
+        live = {
+            c.job.id for c in prepared.accepted if c.job.id in jobs and jobs.get(c.job.id) is c.job
+        }
+        for job_id, job_seqs in prepared.seqs_by_job.items():
+            if job_seqs and job_id in live:
+                _remember(jobs.get(job_id).ranks.last_sequence, job_seqs)
+        accepted = [c for c in prepared.accepted if c.job.id in live]
+        duplicates = len(prepared.new) - len(prepared.accepted)
+        if duplicates:
+            self.ctx.metrics.duplicate_reports.inc(duplicates)
         for c in accepted:
             for observer in self.observers:
                 observer.observe(c)
-        self.ctx.metrics.reports.inc(len(accepted))
-        return len(accepted), len(batch) - len(accepted)
+        self.ctx.metrics.reports.inc(len(prepared.accepted))
+        return len(prepared.accepted), duplicates
 
     def forget(self, job_id: str) -> None:
         """The job was deleted: every observer forgets it."""
@@ -76,11 +134,12 @@ class Reports:
 
     def _admit(
         self, batch: Sequence[CheckedReport]
-    ) -> tuple[list[CheckedReport], dict[str, dict[tuple[str, int], int]]]:
+    ) -> tuple[list[CheckedReport], dict[str, dict[tuple[str, int], int]], list[bool]]:
         """The batch's new reports (checked again if their job changed meanwhile; a rank's
-        reported clock control recorded, re-sent ones too), and the sequences they bring per
-        job and (rank, incarnation)."""
+        reported clock control recorded, re-sent ones too), the sequences they bring per job
+        and (rank, incarnation), and per report whether it is new."""
         accepted: list[CheckedReport] = []
+        new: list[bool] = []
         seqs_by_job: dict[str, dict[tuple[str, int], int]] = {}
         for c in batch:
             if c.job.id not in self.ctx.jobs or self.ctx.jobs.get(c.job.id) is not c.job:
@@ -98,32 +157,9 @@ class Reports:
                 if last is None:
                     last = job.ranks.last_sequence.get(rank.rank_id, {}).get(key[1], 0)
                 if rep.sequence <= last:
+                    new.append(False)
                     continue
                 seqs[key] = rep.sequence
+            new.append(True)
             accepted.append(c)
-        return accepted, seqs_by_job
-
-    def _store(
-        self, accepted: Sequence[CheckedReport], seqs_by_job: dict[str, dict[tuple[str, int], int]]
-    ) -> None:
-        """Store the accepted reports' iterations and sequences, per job in one call."""
-        rows_by_job: dict[str, list[tuple[str, int, float, float, int]]] = {}
-        for c in accepted:
-            rep = c.report
-            rows_by_job.setdefault(c.job.id, []).append(
-                (
-                    c.rank.rank_id,
-                    int(rep.iteration),
-                    float(rep.iteration_time),
-                    float(rep.energy),
-                    int(rep.plan_version),
-                )
-            )
-        ctx = self.ctx
-        for job_id, rows in rows_by_job.items():
-            job_seqs = seqs_by_job.get(job_id)
-            ctx.store.add_iterations(
-                job_id, rows, ctx.limits.history_per_rank, job_seqs, INCARNATIONS_KEPT
-            )
-            if job_seqs:
-                _remember(ctx.jobs.get(job_id).ranks.last_sequence, job_seqs)
+        return accepted, seqs_by_job, new

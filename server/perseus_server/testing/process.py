@@ -63,7 +63,8 @@ class ServerProcess:
         env: dict[str, str] | None = None,
         extra_args: Sequence[str] = (),
     ) -> None:
-        self.db_path = Path(db_path)
+        # A database URL (postgresql://...) stays a string: a Path would fold its "//".
+        self.db_path: str | Path = db_path if "://" in str(db_path) else Path(db_path)
         self.token = token
         self.host = host
         self.http_port, self.grpc_port = http_port, grpc_port

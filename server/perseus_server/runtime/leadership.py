@@ -1,0 +1,269 @@
+"""Active/standby: which of the servers sharing one PostgreSQL database is the leader.
+
+A **lease** row (``perseus_lease``: holder, expiry by the database's clock) names the leader;
+it renews the lease every ``ttl / 3`` seconds. Another server takes the lease once it has
+expired (the leader died, hung, or lost the database for ``ttl`` seconds), and in the same
+transaction raises the **epoch** (``perseus_epoch``). The store checks the epoch in every write
+transaction (:meth:`~perseus_server.runtime.postgres_store.PostgresStore.fence`, a ``FOR SHARE``
+read of the epoch row): raising it waits for the transactions of the old epoch to end, and
+afterwards every write of a deposed leader (one that was stopped for longer than its lease and
+resumes, say) is refused with :class:`NotLeader`. So no two leaders commit in one epoch, and the
+new leader, which loads the state after raising the epoch, sees every commit acknowledged before.
+
+``perseus serve --db postgresql://...`` takes the lease before it loads the state and listens
+(a standby waits, printing who leads); it stops, exit status 3, when it can no longer renew.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from perseus_server.domain.store import StoreError
+
+__all__ = [
+    "DEPOSED_EXIT",
+    "Lease",
+    "LeaseKeeper",
+    "Leader",
+    "NotLeader",
+    "StoppedWaiting",
+    "become_leader",
+]
+
+log = logging.getLogger("perseus.leadership")
+
+#: The exit status of a server that lost its leadership.
+DEPOSED_EXIT = 3
+
+
+class NotLeader(StoreError):
+    """A write of a server whose leadership epoch is no longer the database's."""
+
+
+class Lease:
+    """One server's view of the lease (its own connection to the database)."""
+
+    def __init__(self, url: str, ttl: float = 5.0, holder: str | None = None) -> None:
+        if not ttl > 0:
+            raise ValueError("the lease must last a positive number of seconds")
+        self.url = url
+        self.ttl = ttl
+        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self.epoch: int | None = None
+        self._conn: Any = None
+
+    def _db(self) -> Any:
+        import psycopg
+
+        if self._conn is None or self._conn.closed:
+            self._conn = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
+        return self._conn
+
+    def _call(self, fn: Callable[[Any], Any]) -> Any:
+        """``fn(connection)``; a broken connection is dropped (the next call reconnects)."""
+        import psycopg
+
+        try:
+            return fn(self._db())
+        except psycopg.OperationalError:
+            self.close()
+            raise
+
+    def try_acquire(self) -> int | None:
+        """Take the lease if it is free or expired (or ours) and raise the epoch; returns the
+        new epoch, or None while another server holds it."""
+
+        def take(conn: Any) -> int | None:
+            with conn.transaction():
+                holder, live = conn.execute(
+                    "SELECT holder, expires > now() FROM perseus_lease WHERE id = 1 FOR UPDATE"
+                ).fetchone()
+                if live and holder != self.holder:
+                    return None
+                conn.execute(
+                    "UPDATE perseus_lease SET holder = %s, expires = now() + make_interval("
+                    "secs => %s) WHERE id = 1",
+                    (self.holder, self.ttl),
+                )
+                # Waits for the writes of the old epoch (they hold the row FOR SHARE).
+                return int(
+                    conn.execute(
+                        "UPDATE perseus_epoch SET epoch = epoch + 1, holder = %s, since = now() "
+                        "WHERE id = 1 RETURNING epoch",
+                        (self.holder,),
+                    ).fetchone()[0]
+                )
+
+        epoch = self._call(take)
+        if epoch is not None:
+            self.epoch = epoch
+        return epoch
+
+    def renew(self) -> bool:
+        """Extend the lease; False when it is no longer ours (expired and taken, or the epoch
+        moved on)."""
+        row = self._call(
+            lambda conn: conn.execute(
+                "UPDATE perseus_lease SET expires = now() + make_interval(secs => %s) "
+                "WHERE id = 1 AND holder = %s AND expires > now() "
+                "AND (SELECT epoch FROM perseus_epoch WHERE id = 1) = %s RETURNING 1",
+                (self.ttl, self.holder, self.epoch),
+            ).fetchone()
+        )
+        return row is not None
+
+    def leader(self) -> tuple[str, int, bool]:
+        """``(holder, epoch, live)``: who holds the lease, the current epoch, and whether the
+        lease is still running."""
+        holder, live, epoch = self._call(
+            lambda conn: conn.execute(
+                "SELECT l.holder, l.expires > now(), e.epoch FROM perseus_lease l, perseus_epoch e"
+            ).fetchone()
+        )
+        return str(holder), int(epoch), bool(live)
+
+    def release(self) -> None:
+        """Give the lease up at once (a clean stop: the standby need not wait for it to
+        expire). Best effort."""
+        import psycopg
+
+        try:
+            self._call(
+                lambda conn: conn.execute(
+                    "UPDATE perseus_lease SET expires = '-infinity' WHERE id = 1 AND holder = %s",
+                    (self.holder,),
+                )
+            )
+        except psycopg.Error as e:
+            log.warning("could not release the leader lease: %s", e)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            finally:
+                self._conn = None
+
+
+class LeaseKeeper:
+    """Renews a held lease on a thread of its own every ``ttl / 3`` s; calls ``lost(why)`` once
+    (from that thread) when the lease is no longer ours or could not be renewed for ``ttl``
+    seconds (by this machine's clock, counted from before the last renewal that succeeded)."""
+
+    def __init__(self, lease: Lease, lost: Callable[[str], None]) -> None:
+        self.lease = lease
+        self.lost = lost
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="perseus-lease", daemon=True)
+
+    def start(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        import psycopg
+
+        lease = self.lease
+        renewed = time.monotonic()
+        while not self._stop.wait(lease.ttl / 3):
+            started = time.monotonic()
+            try:
+                if not lease.renew():
+                    self.lost(f"the lease was taken over (epoch {lease.epoch} ended)")
+                    return
+                renewed = started
+            except psycopg.Error as e:
+                if time.monotonic() - renewed >= lease.ttl:
+                    self.lost(f"the lease could not be renewed for {lease.ttl:g} s: {e}")
+                    return
+                log.warning("renewing the leader lease failed (retrying): %s", e)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+
+
+class StoppedWaiting(Exception):
+    """SIGTERM or SIGINT arrived while the server waited as a standby."""
+
+
+class Leader:
+    """This server's leadership while it serves: the lease, kept renewed, and what to do when
+    it is lost."""
+
+    def __init__(self, lease: Lease) -> None:
+        self.lease = lease
+        self.keeper: LeaseKeeper | None = None
+        self.deposed: str | None = None
+
+    def watch(self, stop: asyncio.Event) -> None:
+        """Renew the lease; when it is lost, log it and set ``stop`` (on the event loop)."""
+        loop = asyncio.get_running_loop()
+
+        def lost(why: str) -> None:
+            log.error("lost the leadership (%s); stopping", why)
+            stop.set()
+
+        def heard(why: str) -> None:
+            self.deposed = why
+            loop.call_soon_threadsafe(lost, why)
+
+        self.keeper = LeaseKeeper(self.lease, heard).start()
+
+    def close(self) -> None:
+        """Stop renewing; give the lease up unless it was lost (a standby takes over at once)."""
+        if self.keeper is not None:
+            self.keeper.stop()
+        if self.deposed is None:
+            self.lease.release()
+        self.lease.close()
+
+
+async def become_leader(store: Any, ttl: float, say: Callable[[str], None]) -> Leader | None:
+    """Take the leadership of ``store``'s database and fence the store with its epoch, waiting
+    as a standby while another server leads; None for a store without leadership (SQLite).
+    Raises :class:`StoppedWaiting` when SIGTERM or SIGINT arrive meanwhile."""
+    from perseus_server.runtime.postgres_store import PostgresStore
+
+    if not isinstance(store, PostgresStore):
+        return None
+    import psycopg
+
+    lease = Lease(store.url, ttl)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    told: tuple[str, int] | None = None
+    try:
+        while not stop.is_set():
+            try:
+                epoch = await asyncio.to_thread(lease.try_acquire)
+                if epoch is not None:
+                    store.fence(epoch)
+                    say(f"perseus: leader (epoch {epoch}, {lease.holder})")
+                    return Leader(lease)
+                holder, current, _ = await asyncio.to_thread(lease.leader)
+                if told != (holder, current):
+                    say(f"perseus: standby (the leader is {holder}, epoch {current})")
+                    told = (holder, current)
+            except psycopg.Error as e:
+                log.warning("cannot reach the database for the leadership (retrying): %s", e)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), ttl / 5)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    lease.close()
+    raise StoppedWaiting

@@ -1,0 +1,545 @@
+"""The PostgreSQL store: the :class:`~perseus_server.domain.store.Store` protocol on a database
+server (``perseus serve --db postgresql://user@host/db``), for deployments that already run
+PostgreSQL and want the server's state off its machine.
+
+The same contract as the SQLite store (transactions that nest, rollback, after-commit
+callbacks, ordering; one contract suite runs on both), with these differences:
+
+- **Threads.** Unlike the SQLite store, this one may be used from several threads at once: each
+  thread's transaction runs on its own connection of a pool (``psycopg_pool``), and a read
+  outside of a transaction borrows any free one. The server uses this to commit iteration reports
+  off the event loop (:class:`~perseus_server.service.ingest.ReportWriter`).
+- **Concurrency.** Writes of different threads are isolated by PostgreSQL (``READ COMMITTED``);
+  every write is one statement or reads what it changes under a row lock, so two writers
+  never lose an update (a profile's revision counts up once per write). Iterations written for a
+  job that was deleted meanwhile are dropped (the job row is read ``FOR SHARE`` first).
+- **Durability.** A commit is durable when PostgreSQL says so (``synchronous_commit`` of the
+  database: ``on`` by default, which survives the database server's crash as well).
+
+Schema versions: :meth:`PostgresStore.open` brings the database to this code's version with
+:mod:`perseus_server.runtime.postgres_migrations`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from perseus_server.domain.jobs import JobSpec, RankInfo
+from perseus_server.domain.rows import (
+    DEFAULT_TENANT,
+    CredentialRow,
+    FrontierRow,
+    IterationRow,
+    JobRow,
+    RankIteration,
+    TenantRow,
+)
+from perseus_server.domain.states import SolveStatus
+from perseus_server.domain.store import StoreError
+from perseus_server.runtime.leadership import NotLeader
+from perseus_server.runtime.postgres_migrations import SCHEMA_VERSION, migrate
+from perseus_server.runtime.store_rows import JOB_TABLES, rank_from_json
+from perseus_server.runtime.stores import describe
+
+__all__ = ["SCHEMA_VERSION", "NotLeader", "PostgresStore", "StoreError"]
+
+_CREDENTIAL_COLUMNS = "id, scope, job_id, hash, created, rotated, revoked, tenant"
+_TENANT_COLUMNS = "id, created, max_jobs, max_gpus, weight, guaranteed_watts"
+_FRONTIER_COLUMNS = (
+    "status, progress, error, doc, profile_revision, started, finished, solve_seconds, partial"
+)
+
+
+class _Thread(threading.local):
+    """One thread's transaction: its connection, depth and after-commit callbacks."""
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.depth = 0
+        self.after: list[Callable[[], object]] = []
+
+
+class PostgresStore:
+    """PostgreSQL persistence of the server state (a :class:`~perseus_server.domain.store.Store`).
+    Open with :meth:`open` (a ``postgresql://`` URL); close with :meth:`close`."""
+
+    #: Safe to call from several threads at once (see the module docstring).
+    thread_safe = True
+
+    def __init__(self, pool: Any, url: str) -> None:
+        self._pool = pool
+        self.url = url
+        self._local = _Thread()
+        #: The leadership epoch every write checks (None: not fenced; see :meth:`fence`).
+        self.epoch: int | None = None
+
+    def fence(self, epoch: int) -> None:
+        """From now on, a transaction commits only while ``epoch`` is the database's current
+        leadership epoch (:mod:`perseus_server.runtime.leadership`); otherwise it raises
+        :class:`NotLeader` and writes nothing. A new leader's epoch waits for the transactions
+        under the old one to end, so every commit of an epoch precedes the next epoch."""
+        self.epoch = epoch
+
+    @classmethod
+    def open(cls, url: str, *, pool_size: int = 4, timeout: float = 10.0) -> PostgresStore:
+        """Connect (a pool of up to ``pool_size`` connections) and migrate the schema; raises
+        :class:`StoreError` when the database cannot be reached in ``timeout`` seconds or was
+        written by a newer server."""
+        import psycopg
+        from psycopg_pool import ConnectionPool, PoolTimeout
+
+        pool = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max(1, pool_size),
+            kwargs={"autocommit": True},
+            open=False,
+            name="perseus-store",
+        )
+        try:
+            pool.open(wait=True, timeout=timeout)
+        except PoolTimeout:
+            pool.close()
+            raise StoreError(
+                f"cannot connect to the database {describe(url)} within {timeout:g} s"
+            ) from None
+        try:
+            with pool.connection() as conn:
+                migrate(conn)
+        except BaseException as e:
+            pool.close()
+            if isinstance(e, psycopg.Error):
+                raise StoreError(f"cannot use the database {describe(url)}: {e}") from e
+            raise
+        return cls(pool, url)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    # --- transactions ----------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One transaction around every write of this thread inside (they nest: inner ones join
+        the outer); callbacks given to :meth:`after_commit` meanwhile run once it has
+        committed."""
+        with self._tx():
+            yield
+
+    def after_commit(self, fn: Callable[[], object]) -> None:
+        st = self._local
+        if st.depth == 0:
+            fn()
+        else:
+            st.after.append(fn)
+
+    @contextmanager
+    def _tx(self) -> Iterator[Any]:
+        st = self._local
+        if st.depth > 0:
+            st.depth += 1
+            try:
+                yield st.conn
+            finally:
+                st.depth -= 1
+            return
+        try:
+            with self._pool.connection() as conn, conn.transaction():
+                if self.epoch is not None:
+                    self._check_epoch(conn)
+                st.conn, st.depth = conn, 1
+                try:
+                    yield conn
+                finally:
+                    st.conn, st.depth = None, 0
+        except BaseException:
+            st.after.clear()
+            raise
+        after, st.after = st.after, []
+        for fn in after:
+            fn()
+
+    def _check_epoch(self, conn: Any) -> None:
+        row = conn.execute("SELECT epoch FROM perseus_epoch WHERE id = 1 FOR SHARE").fetchone()
+        if row is None or int(row[0]) != self.epoch:
+            raise NotLeader(
+                f"this server is no longer the leader (its epoch {self.epoch}, the database's "
+                f"{None if row is None else int(row[0])}); nothing was written"
+            )
+
+    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        """Every row of a query: on this thread's transaction if one is open, else on any
+        connection."""
+        conn = self._local.conn
+        if conn is not None:
+            return conn.execute(sql, args).fetchall()
+        with self._pool.connection() as c:
+            return c.execute(sql, args).fetchall()
+
+    def _row(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
+        rows = self._rows(sql, args)
+        return rows[0] if rows else None
+
+    # --- jobs ------------------------------------------------------------------------------------
+
+    def add_job(self, job_id: str, spec: JobSpec, tenant: str = DEFAULT_TENANT) -> JobRow:
+        now = time.time()
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO jobs (id, created, spec, tenant) VALUES (%s, %s, %s, %s)",
+                (job_id, now, json.dumps(spec.to_json()), tenant),
+            )
+        return JobRow(job_id, now, spec, tenant)
+
+    def jobs(self, on_error: Callable[[str, Exception], None] | None = None) -> list[JobRow]:
+        out = []
+        for r in self._rows("SELECT id, created, spec, tenant FROM jobs ORDER BY created, id"):
+            try:
+                out.append(JobRow(r[0], r[1], JobSpec.from_json(json.loads(r[2])), str(r[3])))
+            except Exception as e:
+                if on_error is None:
+                    raise
+                on_error(str(r[0]), e)
+        return out
+
+    def count_jobs(self) -> int:
+        return int(self._row("SELECT COUNT(*) FROM jobs")[0])
+
+    def delete_job(self, job_id: str) -> None:
+        with self._tx() as db:
+            for table, col in JOB_TABLES:
+                db.execute(f"DELETE FROM {table} WHERE {col} = %s", (job_id,))
+
+    # --- profiles, frontiers, deployments, profiling sessions ------------------------------------
+
+    def put_profile(self, job_id: str, csv_text: str, source: str) -> int:
+        with self._tx() as db:
+            row = db.execute(
+                "INSERT INTO profiles (job_id, csv, revision, updated, source) "
+                "VALUES (%s, %s, 1, %s, %s) ON CONFLICT (job_id) DO UPDATE SET csv = excluded.csv, "
+                "revision = profiles.revision + 1, updated = excluded.updated, "
+                "source = excluded.source RETURNING revision",
+                (job_id, csv_text, time.time(), source),
+            ).fetchone()
+        return int(row[0])
+
+    def profile(self, job_id: str) -> tuple[str, int, str] | None:
+        row = self._row("SELECT csv, revision, source FROM profiles WHERE job_id = %s", (job_id,))
+        return None if row is None else (row[0], int(row[1]), row[2])
+
+    def frontier(self, job_id: str) -> FrontierRow:
+        row = self._row(f"SELECT {_FRONTIER_COLUMNS} FROM frontiers WHERE job_id = %s", (job_id,))
+        return FrontierRow() if row is None else FrontierRow(*row)
+
+    def put_frontier(self, job_id: str, row: FrontierRow) -> None:
+        values = (
+            job_id,
+            row.status.value,
+            row.progress,
+            row.error,
+            row.doc,
+            row.profile_revision,
+            row.started,
+            row.finished,
+            row.solve_seconds,
+            bool(row.partial),
+        )
+        with self._tx() as db:
+            db.execute(
+                f"INSERT INTO frontiers (job_id, {_FRONTIER_COLUMNS}) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (job_id) DO UPDATE "
+                "SET " + ", ".join(f"{c} = excluded.{c}" for c in _FRONTIER_COLUMNS.split(", ")),
+                values,
+            )
+
+    def interrupted_solves(self) -> list[str]:
+        rows = self._rows(
+            "SELECT job_id FROM frontiers WHERE status IN (%s, %s, %s) ORDER BY job_id",
+            (SolveStatus.QUEUED.value, SolveStatus.RUNNING.value, SolveStatus.PARTIAL.value),
+        )
+        return [r[0] for r in rows]
+
+    def deployment(self, job_id: str) -> tuple[int, dict[str, Any]] | None:
+        row = self._row("SELECT version, doc FROM deployments WHERE job_id = %s", (job_id,))
+        return None if row is None else (int(row[0]), json.loads(row[1]))
+
+    def put_deployment(self, job_id: str, version: int, doc: dict[str, Any]) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO deployments (job_id, version, doc, updated) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (job_id) DO UPDATE SET version = excluded.version, "
+                "doc = excluded.doc, updated = excluded.updated",
+                (job_id, version, json.dumps(doc), time.time()),
+            )
+
+    def profiling(self, job_id: str) -> dict[str, Any] | None:
+        row = self._row("SELECT doc FROM profiling WHERE job_id = %s", (job_id,))
+        return None if row is None else json.loads(row[0])
+
+    def put_profiling(self, job_id: str, doc: dict[str, Any]) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO profiling (job_id, doc) VALUES (%s, %s) "
+                "ON CONFLICT (job_id) DO UPDATE SET doc = excluded.doc",
+                (job_id, json.dumps(doc)),
+            )
+
+    # --- ranks and their iterations --------------------------------------------------------------
+
+    def ranks(self, job_id: str) -> list[RankInfo]:
+        rows = self._rows(
+            "SELECT info FROM ranks WHERE job_id = %s ORDER BY global_rank", (job_id,)
+        )
+        return [rank_from_json(job_id, json.loads(r[0])) for r in rows]
+
+    def put_rank(self, rank: RankInfo) -> None:
+        with self._tx() as db:
+            # As SQLite's INSERT OR REPLACE: the row of the slot and any row of the identity go.
+            db.execute(
+                "DELETE FROM ranks WHERE (job_id = %s AND global_rank = %s) OR rank_id = %s",
+                (rank.job_id, rank.global_rank, rank.rank_id),
+            )
+            db.execute(
+                "INSERT INTO ranks (job_id, global_rank, rank_id, info, registered) "
+                "VALUES (%s, %s, %s, %s, %s)",
+                (
+                    rank.job_id,
+                    rank.global_rank,
+                    rank.rank_id,
+                    json.dumps(rank.to_json()),
+                    time.time(),
+                ),
+            )
+
+    def add_iterations(
+        self,
+        job_id: str,
+        rows: list[IterationRow],
+        keep: int,
+        sequences: dict[tuple[str, int], int] | None = None,
+        incarnations_kept: int = 8,
+    ) -> None:
+        if not rows:
+            return
+        now = time.time()
+        with self._tx() as db:
+            # A job deleted meanwhile (by another thread) keeps nothing; a job being deleted
+            # waits for this transaction, then removes what it wrote. Writers of one job's
+            # iterations take turns (each numbers its rows after the last one stored).
+            job = db.execute("SELECT 1 FROM jobs WHERE id = %s FOR UPDATE", (job_id,)).fetchone()
+            if job is None:
+                return
+            if sequences:
+                self._raise_sequences(db, job_id, sequences, now, incarnations_kept)
+            ranks = sorted({r[0] for r in rows})
+            last = dict(
+                db.execute(
+                    "SELECT r.rank_id, COALESCE((SELECT MAX(n) FROM iterations i "
+                    "WHERE i.rank_id = r.rank_id), 0) FROM unnest(%s::text[]) AS r(rank_id)",
+                    (ranks,),
+                ).fetchall()
+            )
+            numbers = []
+            for r, *_ in rows:
+                last[r] += 1
+                numbers.append(last[r])
+            columns = list(zip(*rows, strict=True))
+            db.execute(
+                "INSERT INTO iterations (rank_id, job_id, n, iteration, time, energy, plan_version, "
+                "received) SELECT r, %s, n, it, t, e, v, %s FROM unnest(%s::text[], %s::bigint[], "
+                "%s::bigint[], %s::float8[], %s::float8[], %s::bigint[]) AS x(r, n, it, t, e, v)",
+                (job_id, now, list(columns[0]), numbers, *(list(c) for c in columns[1:])),
+            )
+            # Each rank keeps its newest ``keep``: a range of its own numbers goes.
+            db.execute(
+                "DELETE FROM iterations i USING unnest(%s::text[], %s::bigint[]) AS c(rank_id, cut) "
+                "WHERE i.rank_id = c.rank_id AND i.n <= c.cut",
+                (ranks, [last[r] - keep for r in ranks]),
+            )
+
+    @staticmethod
+    def _raise_sequences(
+        db: Any, job_id: str, sequences: dict[tuple[str, int], int], now: float, kept: int
+    ) -> None:
+        """Raise each ``(rank, incarnation)``'s highest sequence (never lower it); a rank that
+        gained an incarnation keeps its ``kept`` most recently updated ones."""
+        keys = list(sequences)
+        got = db.execute(
+            "INSERT INTO report_sequences (rank_id, incarnation, job_id, last, updated) "
+            "SELECT r, inc, %s, s, %s FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) "
+            "AS x(r, inc, s) ON CONFLICT (rank_id, incarnation) DO UPDATE "
+            "SET last = GREATEST(report_sequences.last, excluded.last), updated = excluded.updated "
+            "RETURNING rank_id, (xmax = 0) AS inserted",
+            (
+                job_id,
+                now,
+                [r for r, _ in keys],
+                [int(inc) for _, inc in keys],
+                [int(sequences[k]) for k in keys],
+            ),
+        ).fetchall()
+        grown = sorted({r for r, inserted in got if inserted})
+        if grown:
+            db.execute(
+                "DELETE FROM report_sequences s USING (SELECT rank_id, incarnation, row_number() "
+                "OVER (PARTITION BY rank_id ORDER BY updated DESC, seq DESC) AS k "
+                "FROM report_sequences WHERE rank_id = ANY(%s)) x "
+                "WHERE s.rank_id = x.rank_id AND s.incarnation = x.incarnation AND x.k > %s",
+                (grown, kept),
+            )
+
+    def report_sequences(self, job_id: str) -> dict[str, dict[int, int]]:
+        out: dict[str, dict[int, int]] = {}
+        for rank_id, incarnation, last in self._rows(
+            "SELECT rank_id, incarnation, last FROM report_sequences WHERE job_id = %s "
+            "ORDER BY updated, seq",
+            (job_id,),
+        ):
+            out.setdefault(str(rank_id), {})[int(incarnation)] = int(last)
+        return out
+
+    def iterations(self, rank_id: str, limit: int) -> list[RankIteration]:
+        rows = self._rows(
+            "SELECT iteration, time, energy, plan_version FROM iterations WHERE rank_id = %s "
+            "ORDER BY n DESC LIMIT %s",
+            (rank_id, limit),
+        )
+        return [(int(a), float(b), float(c), int(d)) for a, b, c, d in reversed(rows)]
+
+    # --- credentials -----------------------------------------------------------------------------
+
+    def add_credential(
+        self,
+        credential_id: str,
+        scope: str,
+        job_id: str | None,
+        digest: str,
+        tenant: str | None = None,
+    ) -> CredentialRow:
+        now = time.time()
+        with self._tx() as db:
+            db.execute(
+                f"INSERT INTO credentials ({_CREDENTIAL_COLUMNS}) "
+                "VALUES (%s, %s, %s, %s, %s, NULL, NULL, %s)",
+                (credential_id, scope, job_id, digest, now, tenant),
+            )
+        return CredentialRow(credential_id, scope, job_id, digest, now, None, None, tenant)
+
+    def credential_by_hash(self, digest: str) -> CredentialRow | None:
+        row = self._row(f"SELECT {_CREDENTIAL_COLUMNS} FROM credentials WHERE hash = %s", (digest,))
+        return None if row is None else CredentialRow(*row)
+
+    def credential(self, credential_id: str) -> CredentialRow | None:
+        row = self._row(
+            f"SELECT {_CREDENTIAL_COLUMNS} FROM credentials WHERE id = %s", (credential_id,)
+        )
+        return None if row is None else CredentialRow(*row)
+
+    def credentials(self, job_id: str | None = None) -> list[CredentialRow]:
+        where, args = ("WHERE job_id = %s", (job_id,)) if job_id is not None else ("", ())
+        rows = self._rows(
+            f"SELECT {_CREDENTIAL_COLUMNS} FROM credentials {where} ORDER BY created, id", args
+        )
+        return [CredentialRow(*r) for r in rows]
+
+    def rotate_credential(self, credential_id: str, digest: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE credentials SET hash = %s, rotated = %s, revoked = NULL WHERE id = %s",
+                (digest, time.time(), credential_id),
+            )
+
+    def revoke_credential(self, credential_id: str) -> bool:
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE credentials SET revoked = %s WHERE id = %s AND revoked IS NULL",
+                (time.time(), credential_id),
+            )
+            return bool(cur.rowcount > 0)
+
+    def bind_rank(self, rank_id: str, job_id: str, global_rank: int, credential_id: str) -> str:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO rank_bindings (rank_id, job_id, global_rank, credential_id) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (rank_id, job_id, global_rank, credential_id),
+            )
+            row = db.execute(
+                "SELECT credential_id FROM rank_bindings WHERE rank_id = %s "
+                "OR (job_id = %s AND global_rank = %s) LIMIT 1",
+                (rank_id, job_id, global_rank),
+            ).fetchone()
+        return str(row[0])
+
+    def slot_binding(self, job_id: str, global_rank: int) -> str | None:
+        row = self._row(
+            "SELECT credential_id FROM rank_bindings WHERE job_id = %s AND global_rank = %s",
+            (job_id, global_rank),
+        )
+        return None if row is None else str(row[0])
+
+    def rank_binding(self, rank_id: str) -> tuple[str, str] | None:
+        row = self._row(
+            "SELECT job_id, credential_id FROM rank_bindings WHERE rank_id = %s", (rank_id,)
+        )
+        return None if row is None else (str(row[0]), str(row[1]))
+
+    # --- tenants ---------------------------------------------------------------------------------
+
+    def tenants(self) -> list[TenantRow]:
+        rows = self._rows(f"SELECT {_TENANT_COLUMNS} FROM tenants ORDER BY created, id")
+        return [TenantRow(*r) for r in rows]
+
+    def put_tenant(self, row: TenantRow) -> None:
+        with self._tx() as db:
+            db.execute(
+                f"INSERT INTO tenants ({_TENANT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (id) DO UPDATE SET max_jobs = excluded.max_jobs, "
+                "max_gpus = excluded.max_gpus, weight = excluded.weight, "
+                "guaranteed_watts = excluded.guaranteed_watts",
+                (row.id, row.created, row.max_jobs, row.max_gpus, row.weight,
+                 row.guaranteed_watts),
+            )  # fmt: skip
+
+    def delete_tenant(self, tenant_id: str) -> bool:
+        with self._tx() as db:
+            cur = db.execute("DELETE FROM tenants WHERE id = %s", (tenant_id,))
+            db.execute("DELETE FROM credentials WHERE tenant = %s", (tenant_id,))
+            return bool(cur.rowcount > 0)
+
+    # --- the cluster power budget ----------------------------------------------------------------
+
+    def power_budget(self) -> dict[str, Any] | None:
+        row = self._row("SELECT doc FROM power_budget WHERE id = 1")
+        return None if row is None else json.loads(row[0])
+
+    def put_power_budget(self, doc: dict[str, Any] | None) -> None:
+        with self._tx() as db:
+            if doc is None:
+                db.execute("DELETE FROM power_budget")
+            else:
+                db.execute(
+                    "INSERT INTO power_budget (id, doc, updated) VALUES (1, %s, %s) "
+                    "ON CONFLICT (id) DO UPDATE SET doc = excluded.doc, updated = excluded.updated",
+                    (json.dumps(doc), time.time()),
+                )
+
+    # --- job lifecycles --------------------------------------------------------------------------
+
+    def job_lifecycles(self) -> dict[str, tuple[str, float, str]]:
+        rows = self._rows("SELECT job_id, state, since, reason FROM job_lifecycle")
+        return {str(r[0]): (str(r[1]), float(r[2]), str(r[3])) for r in rows}
+
+    def put_job_lifecycle(self, job_id: str, state: str, since: float, reason: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO job_lifecycle (job_id, state, since, reason) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (job_id) DO UPDATE SET state = excluded.state, "
+                "since = excluded.since, reason = excluded.reason",
+                (job_id, state, since, reason),
+            )
