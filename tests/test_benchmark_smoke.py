@@ -49,6 +49,10 @@ def test_hooks_benchmark_smoke() -> None:
         assert r["iteration_boundary_us_median"] > 0
         assert r["hook_us_p99"] >= r["hook_us_median"] - r["timer_floor_us"]
         assert r["step_ms_hooked_median"] > 0
+        # The paired phase: 4 pairs, the median excess inside its interval.
+        assert r["pairs"] == 4
+        lo, hi = r["step_excess_us_per_instruction_ci95"]
+        assert lo <= r["step_excess_us_per_instruction_median"] <= hi
     # 4 microbatches; torch: rank 0 holds stages 0 and 2 of 4, so its 3 boundaries (0, 1, 2)
     # are all to the other rank: 3 links x 2 directions x 4 microbatches.
     assert res["torch"]["instructions_per_iteration"] == 2 * 2 * 4
