@@ -54,7 +54,7 @@ def test_clock_changes_wait_on_the_previous_instructions_end_event(fake_torch, f
     with client.iteration():
         with client.instruction("forward", microbatch=0):
             pass
-        end_of_forward = client._last_end_ev
+        end_of_forward = client._path.last_end_ev
         with client.instruction("backward", microbatch=0):
             pass
     client.controller.flush()

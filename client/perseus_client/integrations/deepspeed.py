@@ -39,7 +39,13 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
-from perseus_client.integrations._base import InstructionClient, Orders, check_orders, quiet_stdout
+from perseus_client.integrations._base import (
+    InstructionClient,
+    Orders,
+    check_orders,
+    instruction_edges,
+    quiet_stdout,
+)
 
 __all__ = ["EngineHooks", "instrument", "export_orders", "stage_order"]
 
@@ -89,6 +95,7 @@ class EngineHooks:
     def __init__(self, engine: Any, client: InstructionClient, *, transfers: bool = True) -> None:
         self.engine = engine
         self.client = client
+        self._edges = instruction_edges(client)
         record = getattr(client, "record_transfer", None)
         self._record: Callable[[int, str, int, float], None] | None = (
             record if transfers and callable(record) else None
@@ -143,14 +150,22 @@ class EngineHooks:
         return self
 
     def _wrap(self, method: Callable[..., Any], kind: str, stage: int) -> Callable[..., Any]:
+        begin, end, abort = self._edges
+
         @functools.wraps(method)
         def perseus_exec(engine: Any, *args: Any, **kwargs: Any) -> Any:
             if not self._active:
                 return method(engine, *args, **kwargs)
             mb = self._counts[kind]
             self._counts[kind] = mb + 1
-            with self.client.instruction(kind, microbatch=mb, stage=stage):
-                return method(engine, *args, **kwargs)
+            begin(kind, mb, stage)
+            try:
+                out = method(engine, *args, **kwargs)
+            except BaseException:
+                abort()
+                raise
+            end()
+            return out
 
         return perseus_exec
 

@@ -53,7 +53,13 @@ from collections.abc import Callable, Sequence
 from time import perf_counter
 from typing import Any
 
-from perseus_client.integrations._base import InstructionClient, Orders, check_orders, quiet_stdout
+from perseus_client.integrations._base import (
+    InstructionClient,
+    Orders,
+    check_orders,
+    instruction_edges,
+    quiet_stdout,
+)
 
 __all__ = ["MegatronHooks", "instrument", "export_orders", "stage_order"]
 
@@ -157,6 +163,7 @@ class MegatronHooks:
         self, client: InstructionClient, order: Sequence[Sequence[Any]], *, transfers: bool = True
     ) -> None:
         self.client = client
+        self._edges = instruction_edges(client)
         record = getattr(client, "record_transfer", None)
         self._record: Callable[[int, str, int, float], None] | None = (
             record if transfers and callable(record) else None
@@ -269,6 +276,8 @@ class MegatronHooks:
         return ops[k]
 
     def _wrap_forward(self, forward_step: Callable[..., Any]) -> Callable[..., Any]:
+        begin, end, abort = self._edges
+
         @functools.wraps(forward_step)
         def perseus_forward_step(*args: Any, **kwargs: Any) -> Any:
             if not self._active:
@@ -287,8 +296,14 @@ class MegatronHooks:
                     f"stage {stage} (chunk {self._chunk[stage]})"
                 )
             self.calls.append(("forward", mb, stage))
-            with self.client.instruction("forward", microbatch=mb, stage=stage):
-                return forward_step(*args, **kwargs)
+            begin("forward", mb, stage)
+            try:
+                out = forward_step(*args, **kwargs)
+            except BaseException:
+                abort()
+                raise
+            end()
+            return out
 
         perseus_forward_step._perseus_hook = True  # type: ignore[attr-defined]
         perseus_forward_step._perseus_owner = self  # type: ignore[attr-defined]
@@ -326,14 +341,22 @@ class MegatronHooks:
         return perseus_communicate
 
     def _wrap_backward(self, backward_step: Callable[..., Any]) -> Callable[..., Any]:
+        begin, end, abort = self._edges
+
         @functools.wraps(backward_step)
         def perseus_backward_step(*args: Any, **kwargs: Any) -> Any:
             if not self._active:
                 return backward_step(*args, **kwargs)
             _, mb, stage = self._next("backward")
             self.calls.append(("backward", mb, stage))
-            with self.client.instruction("backward", microbatch=mb, stage=stage):
-                return backward_step(*args, **kwargs)
+            begin("backward", mb, stage)
+            try:
+                out = backward_step(*args, **kwargs)
+            except BaseException:
+                abort()
+                raise
+            end()
+            return out
 
         perseus_backward_step._perseus_hook = True  # type: ignore[attr-defined]
         perseus_backward_step._perseus_owner = self  # type: ignore[attr-defined]

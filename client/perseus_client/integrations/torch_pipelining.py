@@ -57,7 +57,13 @@ from collections.abc import Callable
 from typing import Any
 
 from perseus_client.integrations import _torch_p2p
-from perseus_client.integrations._base import InstructionClient, Orders, check_orders, quiet_stdout
+from perseus_client.integrations._base import (
+    InstructionClient,
+    Orders,
+    check_orders,
+    instruction_edges,
+    quiet_stdout,
+)
 from perseus_common.orders import gpipe_orders, one_f_one_b_orders
 
 __all__ = [
@@ -123,6 +129,7 @@ class PipelineHooks:
     def __init__(self, schedule: Any, client: InstructionClient, *, transfers: bool = True) -> None:
         self.schedule = schedule
         self.client = client
+        self._edges = instruction_edges(client)
         record = getattr(client, "record_transfer", None)
         self._record: Callable[[int, str, int, float], None] | None = (
             record if transfers and callable(record) else None
@@ -224,13 +231,20 @@ class PipelineHooks:
     def _wrap_forward(self, stage: Any) -> Callable[..., Any]:
         original = stage.forward_one_chunk
         index = int(stage.stage_index)
+        begin, end, abort = self._edges
 
         @functools.wraps(original)
         def forward_one_chunk(fwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
             if not self._active:
                 return original(fwd_chunk_id, *args, **kwargs)
-            with self.client.instruction("forward", microbatch=int(fwd_chunk_id), stage=index):
-                return original(fwd_chunk_id, *args, **kwargs)
+            begin("forward", int(fwd_chunk_id), index)
+            try:
+                out = original(fwd_chunk_id, *args, **kwargs)
+            except BaseException:
+                abort()
+                raise
+            end()
+            return out
 
         forward_one_chunk._perseus_hook = True  # type: ignore[attr-defined]
         return forward_one_chunk
@@ -238,14 +252,21 @@ class PipelineHooks:
     def _wrap_backward(self, stage: Any) -> Callable[..., Any]:
         original = stage.backward_one_chunk
         index = int(stage.stage_index)
+        begin, end, abort = self._edges
 
         @functools.wraps(original)
         def backward_one_chunk(bwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
             if not self._active:
                 return original(bwd_chunk_id, *args, **kwargs)
             kind = "backward" if _full_backward(args, kwargs) else "backward_input"
-            with self.client.instruction(kind, microbatch=int(bwd_chunk_id), stage=index):
-                return original(bwd_chunk_id, *args, **kwargs)
+            begin(kind, int(bwd_chunk_id), index)
+            try:
+                out = original(bwd_chunk_id, *args, **kwargs)
+            except BaseException:
+                abort()
+                raise
+            end()
+            return out
 
         backward_one_chunk._perseus_hook = True  # type: ignore[attr-defined]
         return backward_one_chunk
@@ -253,15 +274,20 @@ class PipelineHooks:
     def _wrap_backward_weight(self, stage: Any) -> Callable[..., Any]:
         original = stage.backward_weight_one_chunk
         index = int(stage.stage_index)
+        begin, end, abort = self._edges
 
         @functools.wraps(original)
         def backward_weight_one_chunk(bwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
             if not self._active:
                 return original(bwd_chunk_id, *args, **kwargs)
-            with self.client.instruction(
-                "backward_weight", microbatch=int(bwd_chunk_id), stage=index
-            ):
-                return original(bwd_chunk_id, *args, **kwargs)
+            begin("backward_weight", int(bwd_chunk_id), index)
+            try:
+                out = original(bwd_chunk_id, *args, **kwargs)
+            except BaseException:
+                abort()
+                raise
+            end()
+            return out
 
         backward_weight_one_chunk._perseus_hook = True  # type: ignore[attr-defined]
         return backward_weight_one_chunk
