@@ -77,7 +77,7 @@ from perseus_client.errors import ClientError, ConfigError, PlanMismatchError
 from perseus_client.gpu.applied import ClockSampler
 from perseus_client.gpu.base import GpuBackend
 from perseus_client.hot_path import InstructionPath
-from perseus_client.measurements import IterationMeasurement
+from perseus_client.measurements import EventTiming, IterationMeasurement
 from perseus_client.plan import INSTRUCTION_KINDS, Plan
 from perseus_client.reports import IterationRecorder
 from perseus_client.safety import ResetGuard
@@ -512,11 +512,13 @@ class PerseusClient:
     # -- transfers --------------------------------------------------------------------------------
 
     def record_transfer(
-        self, boundary: int, direction: str, microbatch: int, seconds: float
+        self, boundary: int, direction: str, microbatch: int, seconds: float | EventTiming
     ) -> None:
         """Record one timed P2P transfer of the current iteration: ``microbatch``'s activations
         (``direction="forward"``, stage ``boundary`` to ``boundary + 1``) or gradients
-        (``"backward"``, ``boundary + 1`` to ``boundary``), which took ``seconds``.
+        (``"backward"``, ``boundary + 1`` to ``boundary``), which took ``seconds`` (or the
+        :class:`~perseus_client.measurements.EventTiming` of the CUDA events around it on NCCL,
+        resolved when the report is built, off the training thread).
 
         Cheap enough for the hot path: one append, no lock, no check (a transfer the server
         would refuse is dropped when the report is built, off the training thread). Outside an
