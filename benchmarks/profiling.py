@@ -2,7 +2,7 @@
 
 For each job (the shipped GPT-3 175B profiles on A100 SXM and A40, sliced to their first 2-4
 stages with ``Profile.select_stages``, 1F1B, one rank per stage) this drives
-:class:`perseus_server.policy.profiling_scan.ProfilingSession` offline, no server: at every clock of the
+:class:`perseus_server.decisions.profiling_scan.ProfilingSession` offline, no server: at every clock of the
 scan each rank runs its instructions on a noisy :class:`perseus_client.gpu.SimulatedGpu` that
 follows the true profile (``noise`` relative standard deviation on every instruction's time and
 energy), the iteration lasts the longest path through the pipeline of those noisy durations, and
@@ -53,7 +53,11 @@ from perseus.schedules import Schedule, one_f_one_b
 from perseus.solver import solve_problem
 from perseus_client.gpu import SimulatedGpu
 from perseus_common.gpus import known_gpu_for
-from perseus_server.policy.profiling_scan import DEFAULT_MAX_REVISITS, Measurement, ProfilingSession
+from perseus_server.decisions.profiling_scan import (
+    DEFAULT_MAX_REVISITS,
+    Measurement,
+    ProfilingSession,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = {

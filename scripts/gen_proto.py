@@ -10,7 +10,7 @@ Usage::
 gives ``gpud_pb2.py`` and its ``.pyi``. The .proto files are compiled with ``common/`` as the
 include root, so the generated gRPC module imports its messages as
 ``from perseus_common.proto import perseus_pb2`` and works from any directory.
-``tests/test_proto.py`` checks that the committed stubs match a fresh generation.
+``tests/common/test_proto.py`` checks that the committed stubs match a fresh generation.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Fixtures shared by the core-library tests: the real profiles in ``profiles/`` and a way to
-cut them down to a few stages and frequencies for small, fast instances."""
+"""Fixtures shared by every test (the core's in ``tests/perseus/``, each app's in its own folder):
+the real profiles in ``profiles/``, a way to cut them down to a few stages and frequencies for
+small, fast instances, and the project built as a wheel."""
 
 from __future__ import annotations
 

@@ -269,15 +269,15 @@ def test_the_demo_is_a_package_of_its_own() -> None:
 SERVER_GROUPS: dict[str, frozenset[str]] = {
     "domain": frozenset({"domain", "config"}),
     "config": frozenset({"config"}),
-    "policy": frozenset({"policy", "domain", "config"}),
+    "decisions": frozenset({"decisions", "domain", "config"}),
     "runtime": frozenset({"runtime", "domain", "config", "testing.faults"}),
     "metrics": frozenset({"metrics", "domain"}),
     "service": frozenset(
-        {"service", "policy", "runtime", "domain", "config", "metrics", "testing.faults"}
+        {"service", "decisions", "runtime", "domain", "config", "metrics", "testing.faults"}
     ),
     "models": frozenset({"models", "domain", "config"}),
     "rest": frozenset(
-        {"rest", "models", "service", "policy", "domain", "config", "metrics", "runtime"}
+        {"rest", "models", "service", "decisions", "domain", "config", "metrics", "runtime"}
     ),
     "grpc": frozenset({"grpc", "service", "domain", "config", "runtime"}),
 }

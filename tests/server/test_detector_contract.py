@@ -1,5 +1,5 @@
-"""The :class:`~perseus_server.policy.detectors.Detector` contract, run against every
-implementation in :data:`~perseus_server.policy.detectors.DETECTORS`: the detector owns its
+"""The :class:`~perseus_server.decisions.detectors.Detector` contract, run against every
+implementation in :data:`~perseus_server.decisions.detectors.DETECTORS`: the detector owns its
 calibration (callers give raw measured seconds and get T' on the profile's axis; the T' they
 know is on that axis too), detects, follows a changed pace, recovers and forgets; and the
 settings are one dataclass, built by keyword, that the REST body mirrors field for field."""
@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from perseus_server.domain.bounds import MAX_SECONDS
-from perseus_server.domain.states import DetectorEvent
-from perseus_server.models.requests import DetectionIn
-from perseus_server.policy.detectors import (
+from perseus_server.decisions.detectors import (
     DETECTORS,
     Decision,
     Detector,
@@ -19,6 +16,9 @@ from perseus_server.policy.detectors import (
     StageDetector,
     make_detectors,
 )
+from perseus_server.domain.bounds import MAX_SECONDS
+from perseus_server.domain.states import DetectorEvent
+from perseus_server.models.requests import DetectionIn
 
 #: The common overhead every pipeline runs with (measured / planned).
 OVERHEAD = 1.3

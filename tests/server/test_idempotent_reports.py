@@ -1,6 +1,7 @@
 """Idempotent reports: a re-sent report (same rank, sequence not above the last accepted one) is
 acknowledged and dropped, never counted twice (online profiling included, across a restart);
-reports without a sequence (old clients) are taken as before."""
+reports without a sequence (old clients) are taken as before; within one stream, a repeated or
+lower sequence is one duplicate, stored once."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 
 from .conftest import make_job, register, solved_job
+from .sqlite_backend import connect
 from .test_profiling import _reports
 
 
@@ -121,3 +123,50 @@ def test_a_negative_sequence_is_refused(http: httpx.Client, stub: pb_grpc.PlanSe
         assert e.details().startswith("sequence")
     else:
         raise AssertionError("a negative sequence was accepted")
+
+
+# --- duplicates within one stream -----------------------------------------------------------
+
+
+def _stored(db: Path, rank: str) -> list[int]:
+    with connect(db) as c:
+        rows = c.execute("SELECT iteration FROM iterations WHERE rank_id = ? ORDER BY rowid", (rank,))  # fmt: skip
+        return [int(r[0]) for r in rows]
+
+
+def _counter(http: httpx.Client, name: str) -> float:
+    m = re.search(rf"^{name}(?:\{{\}})? (\S+)$", http.get("/metrics").text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def test_a_repeated_or_lower_sequence_within_one_stream_is_one_duplicate(
+    server: ServerProcess, http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str
+) -> None:
+    job = solved_job(http, small_csv, data_parallel=2)
+    a = register(stub, job, 0, 0, 0).rank_id
+    b = register(stub, job, 2, 0, 1).rank_id
+
+    def rep(rank: str, it: int, seq: int) -> pb.IterationReport:
+        return pb.IterationReport(
+            job_id=job, rank_id=rank, iteration=it, iteration_time=1.0, plan_version=1, sequence=seq
+        )  # fmt: skip
+
+    stored = _counter(http, "perseus_iteration_reports_total")
+    dups = _counter(http, "perseus_duplicate_reports_total")
+    stream = [
+        rep(a, 1, 10),
+        rep(a, 2, 10),  # the same sequence again: a duplicate
+        rep(a, 3, 11),
+        rep(a, 4, 7),  # lower than one already sent: a duplicate
+        rep(b, 1, 10),  # another rank's sequences are its own
+        rep(a, 5, 11),  # equal to the highest: a duplicate
+        rep(a, 6, 12),
+    ]
+    ack = stub.ReportIterations(iter(stream), timeout=10)
+    assert (ack.accepted, ack.duplicates) == (7, 3)
+    assert _stored(server.db_path, a) == [1, 3, 6]
+    assert _stored(server.db_path, b) == [1]
+    assert _counter(http, "perseus_iteration_reports_total") == stored + 4
+    assert _counter(http, "perseus_duplicate_reports_total") == dups + 3
+    st = http.get(f"/jobs/{job}/status").json()
+    assert {r["rank_id"]: r["last_iteration"] for r in st["ranks"]} == {a: 6, b: 1}

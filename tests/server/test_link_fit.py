@@ -7,8 +7,7 @@ import pytest
 
 from perseus.profiles import parse_profile_csv
 from perseus_common.communication import Communication, Phase, Transfer
-from perseus_server.domain.values import TransferReport
-from perseus_server.policy.link_fit import (
+from perseus_server.decisions.link_fit import (
     SAMPLES_KEPT,
     STALE_ITERATIONS,
     LinkCombiner,
@@ -17,7 +16,8 @@ from perseus_server.policy.link_fit import (
     link_times,
     with_measured_transfers,
 )
-from perseus_server.policy.profiling_scan import Measurement, ProfilingSession
+from perseus_server.decisions.profiling_scan import Measurement, ProfilingSession
+from perseus_server.domain.values import TransferReport
 
 
 def test_a_reports_link_time_is_the_median_of_its_transfers() -> None:

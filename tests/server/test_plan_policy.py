@@ -1,8 +1,11 @@
 """The server's stored plan policy: any policy of the registry, its options kept through the
 store's JSON, described in words, and resolved or refused as infeasible (so that a job falls
-back to its fastest plan rather than fail)."""
+back to its fastest plan rather than fail); with stragglers of different speeds, every other
+pipeline is slowed to the slowest straggler's time, whatever order they are held in."""
 
 from __future__ import annotations
+
+from itertools import permutations
 
 import pytest
 
@@ -12,7 +15,8 @@ from perseus.policies import POLICY_NAMES
 from perseus.profiles import Profile
 from perseus.schedules import one_f_one_b
 from perseus.solver import solve_frontier
-from perseus_server.policy.planner import PlanPolicy, decide, resolve_policy
+from perseus_server.decisions.planner import PlanPolicy, Straggler, decide, resolve_policy
+from perseus_server.domain.states import StragglerSource
 
 
 @pytest.fixture(scope="module")
@@ -66,3 +70,46 @@ def test_an_unresolvable_policy_is_infeasible_and_the_job_falls_back(
     with pytest.raises(InfeasibleError):
         decide(fr, policy, 2)
     assert decide(fr, PlanPolicy(), 2).indices() == [0, 0]
+
+
+# --- the slowest straggler sets T' ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def six_clocks(slice_profile) -> Frontier:  # type: ignore[no-untyped-def]
+    profile: Profile = slice_profile([0, 1], {1410, 1305, 1200, 1095, 1005, 900})
+    return solve_frontier(profile, one_f_one_b(2, 4), 83.64)
+
+
+def test_others_are_slowed_to_the_slowest_stragglers_time(six_clocks: Frontier) -> None:
+    t0 = float(six_clocks.times[0])
+    # three straggler times, each of which gives the others a different plan
+    times = [t0 * f for f in (1.04, 1.12, 1.25)]
+    plans = [six_clocks.index_for_deadline(t, wait=True) for t in times]
+    assert len(set(plans)) == 3, plans
+    want = plans[-1]
+    pipelines = 6
+    slow = (1, 3, 4)
+    for order in permutations(range(3)):  # every straggler may be the slowest, in any order
+        stragglers = {
+            p: Straggler(p, times[k], StragglerSource.DETECTED) for p, k in zip(slow, order, strict=True)
+        }  # fmt: skip
+        slowest = next(p for p, s in stragglers.items() if s.time == times[-1])
+        d = decide(six_clocks, PlanPolicy(), pipelines, stragglers)
+        for p in range(pipelines):
+            plan = d.plans[p]
+            if p in slow:
+                assert plan.index == 0, (order, p)  # stragglers keep the policy's plan
+            else:
+                assert plan.index == want, (order, p, plan)
+                assert f"straggler pipeline {slowest} " in plan.reason, plan.reason
+                assert six_clocks.times[plan.index] <= times[-1]
+        assert f"T'={times[-1]:.4g} s" in d.reason, d.reason
+    # a reported straggler slower than the detected ones counts the same
+    mixed = {
+        1: Straggler(1, times[0], StragglerSource.DETECTED),
+        2: Straggler(2, times[2], StragglerSource.REPORTED),
+        5: Straggler(5, times[1], StragglerSource.DETECTED),
+    }
+    d = decide(six_clocks, PlanPolicy(), pipelines, mixed)
+    assert [d.plans[p].index for p in (0, 3, 4)] == [want] * 3

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perseus_server.policy.profile_fit import smooth_curve
-from perseus_server.policy.profiling_scan import Measurement, ProfilingSession
+from perseus_server.decisions.profile_fit import smooth_curve
+from perseus_server.decisions.profiling_scan import Measurement, ProfilingSession
 
 FREQS = np.arange(1410, 1410 - 15 * 30, -15)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from perseus_server.policy.profiling_revisits import Curve, cost_needs, next_revisit, time_needs
-from perseus_server.policy.profiling_scan import Measurement, ProfilingSession
+from perseus_server.decisions.profiling_revisits import Curve, cost_needs, next_revisit, time_needs
+from perseus_server.decisions.profiling_scan import Measurement, ProfilingSession
 
 FREQS = np.array([1500, 1450, 1400, 1350, 1300, 1250], dtype=np.int64)
 

@@ -13,9 +13,9 @@ from perseus.problem import EnergyProblem
 from perseus.profiles import load_profile, parse_profile_csv
 from perseus.schedules import one_f_one_b
 from perseus_client import SimulatedGpu
+from perseus_server.decisions.profiling_scan import Measurement, ProfilingSession
 from perseus_server.domain.states import ProfilingStatus
 from perseus_server.models.status import ProfilingProgress
-from perseus_server.policy.profiling_scan import Measurement, ProfilingSession
 
 from .conftest import A40, BLOCKING_A40
 

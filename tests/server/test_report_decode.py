@@ -23,6 +23,7 @@ from perseus.profiles import INSTRUCTION_KINDS
 from perseus_common.profile_csv import MAX_FREQUENCY_MHZ
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_server.config import Limits
+from perseus_server.decisions.profiling_scan import Measurement
 from perseus_server.domain.errors import BadRequest
 from perseus_server.domain.values import (
     InstructionColumns,
@@ -31,7 +32,6 @@ from perseus_server.domain.values import (
     OffPlanReport,
 )
 from perseus_server.grpc.codec import decode_report, decode_report_bytes, decode_report_columns
-from perseus_server.policy.profiling_scan import Measurement
 from perseus_server.runtime.parse_pool import ReportPool
 from perseus_server.service.reports import (
     first_bad_instruction,

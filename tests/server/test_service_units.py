@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from perseus_common.proto import perseus_pb2 as pb
+from perseus_server.decisions.planner import Straggler
 from perseus_server.domain.states import DeploymentKind, JobState, StragglerSource
 from perseus_server.grpc.codec import (
     PlanEncoder,
@@ -14,7 +15,6 @@ from perseus_server.grpc.codec import (
     encode_plan,
     encode_registered,
 )
-from perseus_server.policy.planner import Straggler
 from perseus_server.service import (
     PlanStep,
     PlanUpdate,

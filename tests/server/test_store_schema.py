@@ -1,5 +1,6 @@
 """The store's schema version: ordered migrations applied on start, and a database written by
-the first release (schema version 1, without ``user_version``) served by this server."""
+the first release (schema version 1, without ``user_version``) served by this server, its
+finished frontier still finished (not partial) after migration."""
 
 from __future__ import annotations
 
@@ -136,3 +137,28 @@ def test_server_serves_a_job_written_by_the_first_release(tmp_path: Path, small_
         assert msg.version == VERSION and len(msg.steps) == 2 * 4
         assert msg.expected_iteration_time == pytest.approx(float(frontier.times[1]))
     assert user_version(path) == SCHEMA_VERSION  # migrated, and served
+
+
+def test_a_migrated_first_release_frontier_is_not_partial(tmp_path: Path, small_csv: str) -> None:
+    path = tmp_path / "perseus.db"
+    found = first_release_database(path, small_csv)
+    with (
+        ServerProcess(path) as srv,
+        httpx.Client(base_url=srv.http_url, timeout=30.0) as http,
+    ):
+        assert http.get(f"/jobs/{JOB}").json()["frontier_status"] == "done"
+        front = http.get(f"/jobs/{JOB}/frontier").json()
+        assert front["status"] == "done" and "partial" not in front
+        assert front["num_points"] == len(found["frontier"])
+        plan = http.get(f"/jobs/{JOB}/plan", params={"index": 1}).json()
+        assert "partial" not in plan, plan
+        st = http.get(f"/jobs/{JOB}/status").json()
+        assert st["frontier"]["status"] == "done" and not st["frontier"].get("partial")
+        assert "partial" not in st["plan"], st["plan"]
+    store = SqliteStore.open(path)
+    try:
+        assert store.frontier(JOB).partial is False
+    finally:
+        store.close()
+    with connect(path) as db:
+        assert db.execute("SELECT partial FROM frontiers WHERE job_id = ?", (JOB,)).fetchone() == (0,)  # fmt: skip

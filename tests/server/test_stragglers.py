@@ -7,7 +7,7 @@ import pytest
 
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
-from perseus_server.policy.detectors import StragglerDetector
+from perseus_server.decisions.detectors import StragglerDetector
 
 from .conftest import BLOCKING_A40, problem_field, register, solved_job
 
@@ -214,3 +214,31 @@ def test_a_straggler_report_needs_another_pipeline_and_a_slower_time(
     assert http.get(f"/jobs/{job}/status").json()["plan"]["version"] == version  # nothing changed
     r = http.post(f"/jobs/{job}/stragglers", json={"pipeline": 9, "slowdown": 0.2})
     assert r.status_code == 422 and "data_parallel" in r.json()["detail"]
+
+
+# --- detection settings need hysteresis ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def detection_job(http: httpx.Client, small_csv: str) -> str:
+    """A job of its own whose detection settings the hysteresis test changes."""
+    return solved_job(http, small_csv)
+
+
+@pytest.mark.parametrize(
+    ("threshold", "recovery"), [(0.05, 0.05), (0.1, 0.1), (0.05, 0.2), (1.0, 1.0)]
+)
+def test_detection_without_hysteresis_is_refused(
+    http: httpx.Client, detection_job: str, threshold: float, recovery: float
+) -> None:
+    job_id = detection_job
+    before = http.get(f"/jobs/{job_id}/status").json()["straggler_detection"]
+    r = http.put(
+        f"/jobs/{job_id}/straggler-detection",
+        json={"threshold": threshold, "consecutive": 3, "recovery": recovery},
+    )
+    assert r.status_code == 422 and problem_field(r) == "recovery"
+    assert http.get(f"/jobs/{job_id}/status").json()["straggler_detection"] == before
+    just_below = {"threshold": threshold, "consecutive": 3, "recovery": threshold * 0.99}
+    r = http.put(f"/jobs/{job_id}/straggler-detection", json=just_below)
+    assert r.status_code == 200, r.text

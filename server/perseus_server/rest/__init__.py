@@ -6,8 +6,10 @@ input at fault. With a token configured every route except ``/healthz`` needs
 Every response body has a pydantic model (:mod:`perseus_server.models`), published at
 ``/openapi.json``.
 
-Modules: :mod:`.app` (the routes), :mod:`.docs` (how operations are documented),
-:mod:`.gate` (token, body cap, metrics), :mod:`.problems` (error rendering).
+Modules: :mod:`.app` (assembles the routers), one router per feature (:mod:`.status`,
+:mod:`.jobs`, :mod:`.profiles`, :mod:`.plans`, :mod:`.stragglers`, :mod:`.power`,
+:mod:`.credentials`), :mod:`.docs` (how operations are documented), :mod:`.gate` (token, body
+cap, metrics), :mod:`.problems` (error rendering), the pages :mod:`.swagger` and :mod:`.ui`.
 """
 
 from perseus_server.rest.app import create_app

@@ -7,7 +7,7 @@ below their locked clock, with NVML's clock-event (throttle) reasons (``Iteratio
 This module
 
 - validates those fields (:func:`validate_applied_clocks`; bounded, named errors);
-- keeps each rank's record of its last :data:`~perseus_server.policy.detectors.OFF_PLAN_WINDOW`
+- keeps each rank's record of its last :data:`~perseus_server.decisions.detectors.OFF_PLAN_WINDOW`
   iterations in the job's straggler detector (:meth:`ClockVerification.observe`), which the
   straggler logic reads (:func:`detector_feeder`: an off-plan rank's measured times feed the
   detector);
@@ -32,11 +32,11 @@ from perseus.profiles import INSTRUCTION_KINDS
 from perseus_common.clocks import CLOCK_EVENT_REASON_NAMES
 from perseus_common.clocks import MAX_CLOCK_MHZ as MAX_FREQUENCY_MHZ
 from perseus_server.config import Limits
+from perseus_server.decisions.detectors import RankClocks
 from perseus_server.domain.errors import BadRequest
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.values import IterationReport
 from perseus_server.metrics import Counter
-from perseus_server.policy.detectors import RankClocks
 from perseus_server.service.state import Job
 
 __all__ = [

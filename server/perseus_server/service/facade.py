@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from perseus_server.config import Limits
+from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.errors import Conflict
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.domain.states import JobActivity, JobState, StreamEnd
@@ -29,7 +30,6 @@ from perseus_server.domain.values import (
     IterationReport,
 )
 from perseus_server.metrics import Labels, Metrics
-from perseus_server.policy.planner import PlanPolicy
 from perseus_server.runtime.hub import PlanHub
 from perseus_server.runtime.parse_pool import ReportPool
 from perseus_server.runtime.solve_manager import SolveLimits, SolveManager

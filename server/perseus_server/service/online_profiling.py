@@ -1,4 +1,4 @@
-"""Online profiling of a job: the frequency scan of :class:`~perseus_server.policy.profiling_scan.ProfilingSession`
+"""Online profiling of a job: the frequency scan of :class:`~perseus_server.decisions.profiling_scan.ProfilingSession`
 deployed one clock step at a time, its measured profile stored and solved at the end (max clocks
 meanwhile), or the previous plan restored when it fails or is aborted."""
 
@@ -10,14 +10,14 @@ from typing import Any
 from perseus.errors import ProfileError
 from perseus.problem import EnergyProblem
 from perseus.profiles import parse_profile_csv
-from perseus_server.domain.errors import BadRequest, Conflict, NotFound
-from perseus_server.domain.states import DeploymentKind, ProfilingStatus
-from perseus_server.policy.link_fit import fit_transfers, with_measured_transfers
-from perseus_server.policy.profiling_scan import (
+from perseus_server.decisions.link_fit import fit_transfers, with_measured_transfers
+from perseus_server.decisions.profiling_scan import (
     DEFAULT_MAX_REVISITS,
     DEFAULT_TOLERANCE,
     ProfilingSession,
 )
+from perseus_server.domain.errors import BadRequest, Conflict, NotFound
+from perseus_server.domain.states import DeploymentKind, ProfilingStatus
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.job_profiles import Profiles

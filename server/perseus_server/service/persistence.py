@@ -12,6 +12,9 @@ from typing import Any
 
 from perseus.frontier import Frontier
 from perseus.profiles import parse_profile_csv
+from perseus_server.decisions.detectors import DetectorSettings, make_detectors
+from perseus_server.decisions.planner import PlanPolicy, Straggler
+from perseus_server.decisions.profiling_scan import ProfilingSession
 from perseus_server.domain.states import (
     ProfilingStatus,
     SlowStageStatus,
@@ -19,9 +22,6 @@ from perseus_server.domain.states import (
     StragglerSource,
 )
 from perseus_server.domain.store import Store
-from perseus_server.policy.detectors import DetectorSettings, make_detectors
-from perseus_server.policy.planner import PlanPolicy, Straggler
-from perseus_server.policy.profiling_scan import ProfilingSession
 from perseus_server.service.state import Deployment, Job, JobTable, SlowStages
 
 __all__ = ["deployment_doc", "load_jobs", "persist_deployment"]

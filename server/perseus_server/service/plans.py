@@ -10,8 +10,8 @@ from perseus.errors import InfeasibleError, OptionError
 from perseus.policies import POLICIES
 from perseus.power import PowerBudgetError
 from perseus_common.gpus import known_gpu_for
+from perseus_server.decisions.planner import PlanPolicy, resolve_policy
 from perseus_server.domain.errors import BadRequest
-from perseus_server.policy.planner import PlanPolicy, resolve_policy
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import require_frontier
 from perseus_server.service.power import PlanPowers

@@ -39,9 +39,9 @@ from perseus.power import (
     PowerJob,
     allocate_power,
 )
+from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.errors import BadRequest, NotFound
 from perseus_server.domain.states import ProfilingStatus
-from perseus_server.policy.planner import PlanPolicy
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.power import PlanPowers
 from perseus_server.service.state import Deployment, Job

@@ -19,6 +19,7 @@ import numpy as np
 from perseus.profiles import INSTRUCTION_KINDS, Profile
 from perseus_common.profile_csv import MAX_FREQUENCY_MHZ
 from perseus_server.config import Limits
+from perseus_server.decisions.profiling_scan import Measurement
 from perseus_server.domain.bounds import (
     MAX_ENERGY,
     MAX_INSTRUCTION_SECONDS,
@@ -35,7 +36,6 @@ from perseus_server.domain.errors import BadRequest, Conflict
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import ProfilingStatus
 from perseus_server.domain.values import InstructionColumns, InstructionReport, IterationReport
-from perseus_server.policy.profiling_scan import Measurement
 from perseus_server.service.clock_verification import ClockVerification, validate_applied_clocks
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.measured_power import MeasuredPower
@@ -202,7 +202,7 @@ def _factors(job: Job, rank: RankInfo, rep: IterationReport) -> dict[int, float]
     """The report's per-stage factors, each within :func:`bounded_factor`'s bounds; None for
     an iteration that ran off-plan (some instruction more than a clock step below its locked
     clock): its slowness is its clocks', which the off-plan straggler path of
-    :mod:`perseus_server.policy.detectors` acts on, not its stages' pace at their locked
+    :mod:`perseus_server.decisions.detectors` acts on, not its stages' pace at their locked
     clocks (counting it in both made which path fired first a race)."""
     if rep.off_plan:
         return None

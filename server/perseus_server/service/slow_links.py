@@ -2,14 +2,14 @@
 
 Each iteration's timed transfers give one time per link (``(boundary, direction)``): per
 microbatch the smaller of its two ends' times when both ends time it, then the median over the
-microbatches (:class:`~perseus_server.policy.link_fit.LinkCombiner`; :func:`combined_link_times`),
+microbatches (:class:`~perseus_server.decisions.link_fit.LinkCombiner`; :func:`combined_link_times`),
 which the status shows. Detection compares each iteration's *fastest* transfer of the link
 instead: a link slowed for real slows every transfer over it, while a host that holds up a
 rank (a loaded CPU, over gloo) delays some of them, and the median followed those delays. A
 link's *baseline* is the profile's transfer time for it, or, when the profile has none, the
 median of the fastest transfers of its first ``consecutive`` measured iterations. The link's
 factor (fastest over baseline) feeds a
-:class:`~perseus_server.policy.detectors.StageDetector` with the job's detector settings: a link
+:class:`~perseus_server.decisions.detectors.StageDetector` with the job's detector settings: a link
 whose factor exceeds ``1 + threshold`` for ``consecutive`` iterations is slow, with the mean
 measured time of those iterations; it recovers within ``1 + recovery``. A link is only called
 slow when it also slows its sender's step by the threshold: the measured time's excess over the
@@ -37,11 +37,11 @@ from collections import deque
 from typing import Any
 
 from perseus.profiles import Profile
+from perseus_server.decisions.detectors import StageDetector
+from perseus_server.decisions.link_fit import median
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import DetectorEvent
 from perseus_server.domain.values import IterationReport
-from perseus_server.policy.detectors import StageDetector
-from perseus_server.policy.link_fit import median
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.slow_stages import SlowStageResolver
 from perseus_server.service.state import Job, LinkKey

@@ -1,5 +1,5 @@
 """Slow stages: a stage of one pipeline that runs slower than its profile (from reported
-per-instruction times, see :class:`~perseus_server.policy.detectors.StageDetector`). That pipeline's
+per-instruction times, see :class:`~perseus_server.decisions.detectors.StageDetector`). That pipeline's
 frontier is re-solved with the stage's profile scaled; once ready, the pipeline runs its fastest
 plan and counts as a straggler of source ``slow stage`` (the others slow down to its time). When
 its stages are back to their profiled speed, the re-solved frontier and that straggler are
@@ -22,11 +22,11 @@ import numpy.typing as npt
 from perseus.frontier import Frontier
 from perseus.profiles import Profile
 from perseus_common.profile_csv import MAX_FREQUENCY_MHZ
+from perseus_server.decisions import detectors
+from perseus_server.decisions.planner import Straggler
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import DetectorEvent, ReplanKind, SlowStageStatus, StragglerSource
 from perseus_server.domain.values import InstructionColumns, InstructionReport
-from perseus_server.policy import detectors
-from perseus_server.policy.planner import Straggler
 from perseus_server.runtime.solve_manager import SolveEvents
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
@@ -62,7 +62,7 @@ def stage_factors(
     """One report's slowdown factor per stage (None when no plan runs): each measurement's
     time over its profiled time, grouped by stage (in first-seen order; a measurement the
     profile has no positive time for is left out), given to the one statistic,
-    :func:`perseus_server.policy.detectors.stage_factors`. Rows and
+    :func:`perseus_server.decisions.detectors.stage_factors`. Rows and
     :class:`~perseus_server.domain.values.InstructionColumns` alike.
 
     Free of side effects on the job beyond the profile's lookup tables, so a large report can

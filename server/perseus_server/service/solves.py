@@ -19,9 +19,9 @@ import time
 from typing import Any
 
 from perseus.frontier import Frontier
+from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.errors import Conflict
 from perseus_server.domain.states import ProfilingStatus, SolveStatus
-from perseus_server.policy.planner import PlanPolicy
 from perseus_server.runtime.solve_manager import SolveEvents
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer, require_frontier

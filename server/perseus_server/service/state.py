@@ -15,6 +15,10 @@ from typing import Any
 from perseus.frontier import Frontier
 from perseus.profiles import Profile
 from perseus.schedules import Schedule
+from perseus_server.decisions.detectors import Detector, StageDetector, StragglerDetector
+from perseus_server.decisions.link_fit import LinkCombiner
+from perseus_server.decisions.planner import PlanPolicy, Straggler
+from perseus_server.decisions.profiling_scan import ProfilingSession
 from perseus_server.domain.errors import NotFound
 from perseus_server.domain.jobs import JobSpec, RankInfo
 from perseus_server.domain.rows import FrontierRow, JobRow
@@ -26,10 +30,6 @@ from perseus_server.domain.states import (
     SolveStatus,
 )
 from perseus_server.domain.values import PlanUpdate
-from perseus_server.policy.detectors import Detector, StageDetector, StragglerDetector
-from perseus_server.policy.link_fit import LinkCombiner
-from perseus_server.policy.planner import PlanPolicy, Straggler
-from perseus_server.policy.profiling_scan import ProfilingSession
 from perseus_server.runtime.cache import ByteBoundedCache
 
 __all__ = [

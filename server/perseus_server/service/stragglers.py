@@ -1,5 +1,5 @@
 """Straggling pipelines: reported through the REST API, detected from reported iteration times
-(by the job's :class:`~perseus_server.policy.detectors.Detector`, which owns its calibration: this
+(by the job's :class:`~perseus_server.decisions.detectors.Detector`, which owns its calibration: this
 module passes raw measured times and takes T' back on the profile's axis), cleared; each change
 re-decides the plans (the others move to the frontier point that matches the straggler's time).
 
@@ -23,12 +23,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from perseus_server.decisions.detectors import DetectorSettings, make_detectors
+from perseus_server.decisions.planner import Straggler, resolve_policy
 from perseus_server.domain.bounds import MAX_SECONDS
 from perseus_server.domain.errors import BadRequest, Conflict, NotFound
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import DetectorEvent, ReplanKind, StragglerSource
-from perseus_server.policy.detectors import DetectorSettings, make_detectors
-from perseus_server.policy.planner import Straggler, resolve_policy
 from perseus_server.service.clock_verification import CAUSE, detector_feeder, off_plan_ranks
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer, require_frontier
@@ -258,7 +258,7 @@ class Stragglers:
             return
         p = rank.data_rank
         # The leader feeds the detector, or the pipeline's off-plan rank while there is one
-        # (its measured times are what they are; see perseus_server.policy.detectors).
+        # (its measured times are what they are; see perseus_server.decisions.detectors).
         if rank.global_rank != detector_feeder(job, p):
             return
         slow = job.stragglers

@@ -32,7 +32,7 @@ from perseus.solver.relaxation import THIN_MIN_VERTICES, path_bound, thin_hull
 from perseus.solver.rounder import Rounder
 
 REL = 1e-9
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def smooth(stages: int, clocks: int, seed: int = 0) -> Profile:

@@ -13,7 +13,7 @@ import pytest
 
 import perseus
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: The example shown in docs/solver.md and the README, verbatim.
 EXAMPLE = """\
 import perseus

@@ -1,5 +1,5 @@
 """Deep pipelines (16-32 stages, few microbatches): the relaxed sweep's certified bound against
-the independent LP (``tests/lp_reference.py``), for every schedule kind and for fine-grained
+the independent LP (``tests/perseus/lp_reference.py``), for every schedule kind and for fine-grained
 clocks (swept on thinned hulls), and every frontier point truly evaluated."""
 
 from __future__ import annotations

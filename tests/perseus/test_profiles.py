@@ -322,7 +322,7 @@ def test_select_stages_keeps_and_renumbers_the_chosen_stages() -> None:
     from perseus.profiles import load_profile
 
     full = load_profile(
-        Path(__file__).resolve().parent.parent / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"
+        Path(__file__).resolve().parents[2] / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"
     )
     first = full.select_stages(range(4))
     assert first.stages == 4 and first.kinds == full.kinds

@@ -24,7 +24,7 @@ from perseus.solver import (
     solve_problem,
 )
 
-#: See tests/test_solver.py: from the 0.1937 s plan, only an exchange reaches the 0.1969 s one.
+#: See tests/perseus/test_solver.py: from the 0.1937 s plan, only an exchange reaches the 0.1969 s one.
 KNAPSACK_CSV = """stage,instruction,frequency,time,energy
 0,forward,1800,0.060,1.8
 0,backward,1800,0.0255,8.3

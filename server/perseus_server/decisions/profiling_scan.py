@@ -48,13 +48,13 @@ and gives a critical instruction a lower clock only where that clock is as fast:
 mean time reads, by noise, no slower than the highest clock's while it draws less energy is
 taken, and the plan is truly late. The scan therefore ends by measuring clocks again (at most
 ``max_revisits`` revisits, ``iterations`` iterations each after the warm-up), chosen by
-:func:`perseus_server.policy.profiling_revisits.next_revisit`: the fastest clocks while their times
+:func:`perseus_server.decisions.profiling_revisits.next_revisit`: the fastest clocks while their times
 cannot be told apart within ``top_tolerance``, and, with a ``cost_tolerance`` (off unless
 given), every clock whose effective cost is within the noise of being some price's choice. Its
 samples add to the scan's. ``tolerance=0`` measures nothing again.
 
 **Smoothing.** :meth:`ProfilingSession.profile_csv` gives mean energies, and mean times smoothed
-across clocks by :func:`perseus_server.policy.profile_fit.smooth_curve` (adaptive local quadratic fits
+across clocks by :func:`perseus_server.decisions.profile_fit.smooth_curve` (adaptive local quadratic fits
 that pool neighbouring clocks only while their estimates agree within the noise; a curve
 without a noise estimate is left as measured); the same smoothed times and their standard
 errors decide the revisits. Energies are not smoothed: an energy curve's clock-to-clock
@@ -81,10 +81,10 @@ from typing import Any
 
 import numpy as np
 
+from perseus_server.decisions.link_fit import TransferSamples
+from perseus_server.decisions.profile_fit import smooth_curve
+from perseus_server.decisions.profiling_revisits import Curve, next_revisit
 from perseus_server.domain.states import ProfilingStatus
-from perseus_server.policy.link_fit import TransferSamples
-from perseus_server.policy.profile_fit import smooth_curve
-from perseus_server.policy.profiling_revisits import Curve, next_revisit
 
 __all__ = [
     "ProfilingSession",
@@ -197,7 +197,7 @@ class ProfilingSession:
         smooth: whether :meth:`profile_csv` gives the times smoothed across clocks.
         cost_tolerance: standard error, relative to the energy, below which two clocks' close
             effective costs count as told apart (see
-            :mod:`perseus_server.policy.profiling_revisits`; 0: effective costs measured once).
+            :mod:`perseus_server.decisions.profiling_revisits`; 0: effective costs measured once).
     """
 
     frequencies: list[int]
@@ -256,7 +256,7 @@ class ProfilingSession:
 
         ``iteration_time`` (the rank's, 0 when unknown) with a measured ``iteration_energy``
         adds to the blocking-power estimate. ``transfers``: the link times the report completes
-        (:class:`~perseus_server.policy.link_fit.LinkCombiner`), kept with a kept iteration.
+        (:class:`~perseus_server.decisions.link_fit.LinkCombiner`), kept with a kept iteration.
         """
         if self.status is not ProfilingStatus.RUNNING or plan_version != self.step_version:
             return False
@@ -430,7 +430,7 @@ class ProfilingSession:
     def profile_csv(self, *, raw: bool = False) -> str:
         """The measured profile as ``stage,instruction,frequency,time,energy`` CSV: mean
         energies, and mean times smoothed across clocks (unless ``raw`` or the session's
-        ``smooth`` is off; see :mod:`perseus_server.policy.profile_fit`)."""
+        ``smooth`` is off; see :mod:`perseus_server.decisions.profile_fit`)."""
         lines = ["stage,instruction,frequency,time,energy"]
         for (stage, kind), c in sorted(self._curves(smooth=self.smooth and not raw).items()):
             for f, ti, ei in zip(c.frequencies, c.time, c.energy, strict=True):

@@ -32,7 +32,7 @@ from perseus_demo.profile import (
 )
 from perseus_demo.report import phase5_lines, report
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 #: Steps per phase: the demo's default, what ``perseus demo`` runs.

@@ -1,4 +1,4 @@
-"""The LP oracle (tests/lp_reference.py) against brute force and exact closed forms.
+"""The LP oracle (tests/perseus/lp_reference.py) against brute force and exact closed forms.
 
 What is provable, and asserted here:
 
@@ -33,7 +33,7 @@ from perseus.problem import EnergyProblem
 from perseus.profiles import Profile, parse_profile_csv
 from perseus.schedules import one_f_one_b
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 A100 = ROOT / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"
 P_A100 = 83.64
 REL = 1e-9

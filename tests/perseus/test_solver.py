@@ -35,7 +35,7 @@ from perseus.solver import (
 )
 
 P_A100 = 83.64
-A100_CSV = Path(__file__).resolve().parent.parent / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"
+A100_CSV = Path(__file__).resolve().parents[2] / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"
 A40_CSV = A100_CSV.with_name("gpt3-175b_a40_8stage.csv")
 P_A40 = 70.38
 REL = 1e-9

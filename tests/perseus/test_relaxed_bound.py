@@ -1,5 +1,5 @@
 """The relaxation's contract (:class:`perseus.bound.RelaxedBound`): breakpoints and tangent lines
-give a certified bound, checked against the independent LP (``tests/lp_reference.py``); a
+give a certified bound, checked against the independent LP (``tests/perseus/lp_reference.py``); a
 frontier carries either (JSON included; old frontiers still load), and every user of the bound
 goes through it."""
 

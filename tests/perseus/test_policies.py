@@ -21,7 +21,7 @@ from perseus.schedules import SCHEDULE_NAMES, make_schedule, one_f_one_b
 from perseus.solver import solve_frontier
 from perseus_common.gpus import KNOWN_GPUS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 P_A100 = 83.64
 
 

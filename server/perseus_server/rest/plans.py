@@ -1,0 +1,169 @@
+"""Frontier and plan routes: compute, read, cancel and plot a job's time-energy frontier; query a
+plan by a policy of :data:`perseus.policies.POLICIES` and deploy one. The policies' query
+parameters are built from that registry."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import Response
+
+from perseus.errors import OptionError
+from perseus.plot import frontier_png
+from perseus.policies import CRITERIA_FIRST, POLICIES, POLICY_NAMES, chosen
+from perseus_server.decisions.planner import PlanPolicy
+from perseus_server.domain.errors import BadRequest
+from perseus_server.models import FrontierStatus, PlanDeployment, PlanDoc, PlanSelect
+from perseus_server.models.requests import policy_field
+from perseus_server.rest.docs import operation
+from perseus_server.service import PerseusService
+
+__all__ = ["TAGS", "plans_router"]
+
+TAGS = [
+    {"name": "frontier", "description": "The time-energy frontier, computed in the background."},
+    {
+        "name": "plans",
+        "description": "Plans by a policy (deadline, slowdown, budgets, cost); deployment.",
+    },
+]
+
+
+def _policy(given: Mapping[str, Any]) -> PlanPolicy:
+    """The plan policy among the request's fields or query parameters (none: the fastest
+    plan); a 422 naming the field for two policies, an option without its policy or a value
+    out of bounds (:func:`perseus.policies.chosen`)."""
+    try:
+        found = chosen(given)
+    except OptionError as e:
+        raise BadRequest(str(e), field=e.field) from None
+    if found is None:
+        return PlanPolicy()
+    name, value, options = found
+    return PlanPolicy(name, value, options=tuple(sorted(options.items())))
+
+
+def _policy_query(**given: Any) -> dict[str, Any]:
+    """The plan policies' query parameters, one per public parameter of
+    :data:`perseus.policies.POLICIES` (the signature below is built from the registry)."""
+    return given
+
+
+_policy_query.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, default=Query(None, **kw), annotation=t
+        )
+        for name, (t, kw) in {
+            p.name: policy_field(p, query=True)
+            for pol in POLICIES.values()
+            for p in pol.parameters
+            if p.public
+        }.items()
+    ]
+)
+
+_POLICY_QUERY = Depends(_policy_query)
+
+
+def plans_router(service: PerseusService) -> APIRouter:
+    """The frontier and plan routes over ``service``."""
+    router = APIRouter()
+
+    @router.post(
+        "/jobs/{job_id}/frontier",
+        tags=["frontier"],
+        **operation(
+            FrontierStatus, "Compute the frontier", "The computation, queued.", 404, 409, status=202
+        ),
+    )
+    async def start_frontier(job_id: str) -> dict[str, Any]:
+        """Starts computing the job's time-energy frontier in a worker process; poll
+        ``GET /jobs/{id}/frontier``. When done, the fastest plan is deployed."""
+        return service.solves.start(job_id)
+
+    @router.get(
+        "/jobs/{job_id}/frontier",
+        tags=["frontier"],
+        **operation(FrontierStatus, "Get the frontier", "The computation and frontier.", 404, 422),
+    )
+    async def get_frontier(job_id: str, points: bool = True) -> dict[str, Any]:
+        """The computation's progress and, once computed, every frontier point (``points=false``:
+        leave them out)."""
+        return service.frontier_status(job_id, points=points)
+
+    @router.delete(
+        "/jobs/{job_id}/frontier",
+        tags=["frontier"],
+        **operation(
+            FrontierStatus, "Cancel the computation", "The computation.", 404, 409, status=202
+        ),
+    )
+    async def cancel_frontier(job_id: str) -> dict[str, Any]:
+        """Stops a running frontier computation (409 when none runs)."""
+        return service.solves.cancel(job_id)
+
+    @router.get(
+        "/jobs/{job_id}/frontier.png",
+        tags=["frontier"],
+        response_class=Response,
+        **operation(
+            None,
+            "Plot the frontier",
+            "A PNG plot.",
+            404,
+            409,
+            content={"image/png": {"schema": {"type": "string", "format": "binary"}}},
+        ),
+    )
+    async def frontier_plot(job_id: str) -> Response:
+        """Energy against iteration time, the deployed points marked."""
+        frontier, deployed = service.solves.frontier_of(job_id)
+        marked = [(i, f"deployed: point {i}") for i in sorted(set(deployed))]
+        png = await asyncio.to_thread(
+            lambda: frontier_png(frontier.to_json(), marked=marked, title=f"job {job_id}")
+        )
+        return Response(png, media_type="image/png")
+
+    @router.get(
+        "/jobs/{job_id}/plan",
+        tags=["plans"],
+        **operation(PlanDoc, "Query a plan", "The selected frontier point.", 404, 409, 422),
+    )
+    async def get_plan(
+        job_id: str,
+        given: dict[str, Any] = _POLICY_QUERY,
+        steps: bool = Query(
+            False,
+            description="Include every rank's (instruction, microbatch, stage, frequency) list.",
+        ),
+    ) -> Response:
+        """The plan one policy selects (give exactly one: the least-energy plan within a
+        deadline, a slowdown or an energy budget, the fastest plan within a power budget (W,
+        whole job; ties: least energy), Zeus's cost ``eta`` (``max_power``: one GPU's maximum
+        power limit, default the job's), or a point by index); 422 when none fits (a power
+        budget's names ``lowest_power``, W). Deploys nothing."""
+        policy = _policy(given)
+        if all(given.get(name) is None for name in POLICY_NAMES):
+            raise BadRequest(f"give one of {', '.join(CRITERIA_FIRST)}", field=CRITERIA_FIRST[0])
+        # The service's cached bytes, sent as they are (the hot path; PlanDoc documents them).
+        return Response(
+            service.query_plan(job_id, policy, steps=steps), media_type="application/json"
+        )
+
+    @router.put(
+        "/jobs/{job_id}/plan",
+        tags=["plans"],
+        **operation(PlanDeployment, "Deploy a plan", "The new deployment.", 404, 409, 413, 422),
+    )
+    async def put_plan(job_id: str, body: PlanSelect) -> dict[str, Any] | None:
+        """Sets the job's default policy (at most one criterion; none: the fastest plan), or
+        pins the given ``pipelines`` to the selected point, and pushes the plans to the ranks."""
+        policy = _policy(body.model_dump(exclude={"pipelines"}))
+        return service.deploy(job_id, policy, body.pipelines)
+
+    return router

@@ -1,0 +1,156 @@
+"""Profile routes: upload (optionally some of its stages) and download a job's profile, and
+online profiling, the scan of the SM clocks that measures one from the ranks' reports."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response
+
+from perseus.errors import ProfileError
+from perseus.profiles import parse_profile_csv, parse_profile_json, parse_stage_list
+from perseus_common.profile_csv import load_json
+from perseus_server.domain.errors import BadRequest
+from perseus_server.models import ProfileDocument, ProfileSummary, ProfilingIn, ProfilingStatus
+from perseus_server.rest.docs import operation
+from perseus_server.service import PerseusService
+
+__all__ = ["TAGS", "profiles_router"]
+
+TAGS = [
+    {"name": "profiles", "description": "Per-stage time/energy profiles of a job."},
+    {"name": "profiling", "description": "Online profiling: a scan of the SM clocks."},
+]
+
+
+def _select_stages(body: bytes, content_type: str, stages: str) -> bytes:
+    """``PUT /jobs/{id}/profile?stages=0-3``: the profile's ``stages`` only, renumbered from 0
+    (as ``perseus frontier --profile-stages``), as CSV."""
+    try:
+        chosen = parse_stage_list(stages)
+    except ProfileError as e:
+        raise BadRequest(str(e), field="stages") from None
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest("the body is not UTF-8 text", field="profile") from None
+    try:
+        if "json" in content_type or text.lstrip().startswith(("{", "[")):
+            profile = parse_profile_json(load_json(text))
+        else:
+            profile = parse_profile_csv(text)
+    except ProfileError as e:
+        raise BadRequest(str(e), field=f"profile.{e.field}" if e.field else "profile") from None
+    except ValueError as e:
+        raise BadRequest(str(e), field="profile") from None
+    try:
+        return profile.select_stages(chosen).to_csv().encode()
+    except ProfileError as e:
+        raise BadRequest(str(e), field="stages") from None
+
+
+def profiles_router(service: PerseusService) -> APIRouter:
+    """The profile and online-profiling routes over ``service``."""
+    router = APIRouter()
+
+    @router.put(
+        "/jobs/{job_id}/profile",
+        tags=["profiles"],
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "text/csv": {"schema": {"type": "string"}},
+                    "application/json": {"schema": {"type": "object"}},
+                },
+            }
+        },
+        **operation(ProfileSummary, "Upload a profile", "The stored profile.", 404, 409, 413, 422),
+    )
+    async def put_profile(
+        job_id: str,
+        request: Request,
+        stages: str | None = Query(
+            None,
+            max_length=1000,
+            description="Use only these stages of the profile, renumbered from 0 (``0-3``, "
+            "``0,2,4``): e.g. an 8-stage profile for a 4-rank job.",
+        ),
+    ) -> dict[str, Any]:
+        """``stage,instruction,frequency,time,energy`` CSV (seconds, joules, MHz) or its JSON
+        form. It must cover the job's schedule and only use clocks the registered ranks
+        support; a bad profile leaves the stored one in place (422 naming the row and field).
+        ``stages`` selects some of the profile's stages (as ``perseus frontier
+        --profile-stages``)."""
+        service.views.job(job_id)  # 404 before reading the body
+        body = await request.body()
+        content_type = request.headers.get("content-type", "")
+        if stages is not None:
+            body = await asyncio.to_thread(_select_stages, body, content_type, stages)
+            content_type = "text/csv"
+        return await service.profiles.put(job_id, body, content_type)
+
+    @router.get(
+        "/jobs/{job_id}/profile",
+        tags=["profiles"],
+        **operation(
+            ProfileDocument,
+            "Download the profile",
+            "The profile: CSV, or JSON with ``format=json`` or ``Accept: application/json``.",
+            404,
+            422,
+            content={"text/csv": {"schema": {"type": "string"}}},
+        ),
+    )
+    async def get_profile(
+        job_id: str, request: Request, format: str | None = Query(None, pattern="^(csv|json)$")
+    ) -> Response:
+        """The job's stored profile, uploaded or measured by online profiling."""
+        profile = service.profiles.get(job_id)
+        want_json = format == "json" or (
+            format is None and "application/json" in request.headers.get("accept", "")
+        )
+        if want_json:
+            return JSONResponse(profile.to_json())
+        return Response(profile.to_csv(), media_type="text/csv")
+
+    @router.post(
+        "/jobs/{job_id}/profiling",
+        tags=["profiling"],
+        **operation(
+            ProfilingStatus, "Start online profiling", "The scan.", 404, 409, 413, 422, status=202
+        ),
+    )
+    async def start_profiling(job_id: str, body: ProfilingIn) -> dict[str, Any]:
+        """Scans the SM clocks from the highest down, one plan version per clock, measuring the
+        job's own profile from its ranks' reports; then computes and deploys its frontier."""
+        return service.profiling.start(
+            job_id,
+            body.frequencies,
+            body.warmup_iterations,
+            body.iterations_per_frequency,
+            body.stop_after_rises,
+            body.tolerance,
+        )
+
+    @router.get(
+        "/jobs/{job_id}/profiling",
+        tags=["profiling"],
+        **operation(ProfilingStatus, "Profiling progress", "The scan.", 404),
+    )
+    async def get_profiling(job_id: str) -> dict[str, Any]:
+        """The scan's clock, measured iterations and energy per clock (404: never started)."""
+        return service.profiling.status(job_id)
+
+    @router.delete(
+        "/jobs/{job_id}/profiling",
+        tags=["profiling"],
+        **operation(ProfilingStatus, "Abort online profiling", "The aborted scan.", 404, 409),
+    )
+    async def abort_profiling(job_id: str) -> dict[str, Any]:
+        """Stops a running scan; the ranks go back to the previous plan (or max clocks)."""
+        return service.profiling.abort(job_id)
+
+    return router

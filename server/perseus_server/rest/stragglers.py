@@ -1,0 +1,71 @@
+"""Straggler routes: report a pipeline known to be slow, clear stragglers, and set a job's
+straggler detection (see :mod:`perseus_server.service.stragglers`). Each answers the job's
+status after replanning (or the settings)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import Response
+
+from perseus_server.decisions.detectors import DetectorSettings
+from perseus_server.domain.errors import BadRequest
+from perseus_server.models import DetectionIn, DetectionSettings, JobStatus, StragglerIn
+from perseus_server.models.requests import INT32_MAX
+from perseus_server.rest.docs import built_response, operation
+from perseus_server.service import PerseusService
+
+__all__ = ["TAG", "stragglers_router"]
+
+TAG = {"name": "stragglers", "description": "Slow pipelines: reports, detection, replanning."}
+
+
+def stragglers_router(service: PerseusService) -> APIRouter:
+    """The straggler routes over ``service``."""
+    router = APIRouter(tags=["stragglers"])
+
+    @router.post(
+        "/jobs/{job_id}/stragglers",
+        **operation(
+            JobStatus,
+            "Report a straggler",
+            "The job's status after replanning.",
+            404,
+            409,
+            413,
+            422,
+        ),
+    )
+    async def report_straggler(job_id: str, body: StragglerIn) -> Response:
+        """A pipeline known to be slow (by ``slowdown`` or ``iteration_time``, s): the others
+        move to the least-energy plan that finishes with it."""
+        status = service.report_straggler(job_id, body.pipeline, body.slowdown, body.iteration_time)
+        return built_response(status, JobStatus)
+
+    @router.delete(
+        "/jobs/{job_id}/stragglers",
+        **operation(
+            JobStatus, "Clear stragglers", "The job's status after replanning.", 404, 409, 422
+        ),
+    )
+    async def clear_stragglers(
+        job_id: str, pipeline: int | None = Query(None, ge=0, le=INT32_MAX)
+    ) -> Response:
+        """Forgets one pipeline's (or every) straggler and slow stages, and replans."""
+        return built_response(service.clear_stragglers(job_id, pipeline), JobStatus)
+
+    @router.put(
+        "/jobs/{job_id}/straggler-detection",
+        **operation(DetectionSettings, "Set straggler detection", "The settings.", 404, 413, 422),
+    )
+    async def set_detection(job_id: str, body: DetectionIn) -> dict[str, Any]:
+        """When a pipeline counts as slow (``threshold`` above plan for ``consecutive``
+        iterations) and as recovered (within ``recovery``)."""
+        if body.recovery >= body.threshold:
+            raise BadRequest("recovery must be below threshold (hysteresis)", field="recovery")
+        settings = DetectorSettings.from_json(body.model_dump())
+        service.stragglers.set_detector(job_id, settings)
+        return settings.to_json()
+
+    return router
