@@ -303,7 +303,7 @@ class PerseusClient:
                     data_rank=self.data_rank,
                     tensor_rank=self.tensor_rank,
                     gpu_name=gpu.name,
-                    supported_clocks=tuple(gpu.supported_clocks()),
+                    supported_clocks_mhz=tuple(gpu.supported_clocks()),
                     hostname=socket.gethostname(),
                     max_power_limit_w=gpu.max_power_limit_w() or 0.0,
                 ),

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from perseus_client.errors import ClockControlUnavailableError
-from perseus_client.gpu.base import GpuBackend, hold_briefly
+from perseus_client.gpu.base import DeviceIdentity, GpuBackend, hold_briefly
 
 if TYPE_CHECKING:
     from perseus_client.gpu.applied import AppliedClockReport, Instruction
@@ -238,6 +238,10 @@ class FailOpenGpu(GpuBackend):
         inner = self._inner
         return bool(inner.samples_itself) if inner is not None else False
 
+    def identity(self) -> DeviceIdentity:
+        inner = self._inner
+        return inner.identity() if inner is not None else DeviceIdentity(0)
+
     def supported_clocks(self) -> tuple[int, ...]:
         inner = self._inner
         return inner.supported_clocks() if inner is not None else ()
@@ -290,6 +294,14 @@ class FailOpenGpu(GpuBackend):
     def timestamp(self) -> float:
         inner = self._inner
         return inner.timestamp() if inner is not None else time.perf_counter()
+
+    def read_clock(self) -> tuple[int, frozenset[str]] | None:
+        inner = self._inner
+        return inner.read_clock() if inner is not None else None
+
+    def power_w(self) -> float | None:
+        inner = self._inner
+        return inner.power_w() if inner is not None else None
 
     def begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:
         inner = self._inner

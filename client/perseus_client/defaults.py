@@ -28,7 +28,9 @@ def env_int(name: str, value: int | None, default: int) -> int:
 
 def backend_factory() -> Callable[[], GpuBackend]:
     """What builds the default backend: the node daemon's GPU when a daemon socket is configured
-    or present, else NVML's (``PERSEUS_DRY_RUN``: NVML's, recording requests only).
+    or present, else the GPU of the vendor the availability probe finds (NVML's when none:
+    :func:`~perseus_client.gpu.vendors.choose_vendor`; ``PERSEUS_DRY_RUN``: the vendor's,
+    recording requests only).
 
     The environment is read here, so a malformed variable raises now (a configuration error);
     the factory itself raises :class:`ClockControlUnavailableError` while control cannot be had.
@@ -50,12 +52,14 @@ def backend_factory() -> Callable[[], GpuBackend]:
 
         return daemon
 
-    def nvml() -> GpuBackend:
-        from perseus_client.gpu.nvml import NvmlGpu
+    from perseus_client.gpu.vendors import choose_vendor
 
-        return NvmlGpu(index, dry_run=dry_run)
+    vendor = choose_vendor()
 
-    return nvml
+    def local() -> GpuBackend:
+        return vendor.open(index, dry_run)
+
+    return local
 
 
 def default_gpu(retry_initial: float = 1.0, retry_max: float = 30.0) -> FailOpenGpu:

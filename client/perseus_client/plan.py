@@ -19,6 +19,9 @@ from typing import Any
 
 from perseus_client.errors import ConfigError, PlanMismatchError
 from perseus_common.kinds import INSTRUCTION_KINDS
+from perseus_common.proto import perseus_pb2 as pb
+from perseus_common.wire import PlanUpdate, ProfilingTask
+from perseus_common.wire.codec import decode_plan
 
 __all__ = ["INSTRUCTION_KINDS", "PlanStep", "ProfilingTask", "Plan", "PlanCursor", "CompiledPlan"]
 
@@ -31,15 +34,6 @@ class PlanStep:
     microbatch: int
     frequency_mhz: int
     stage: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class ProfilingTask:
-    """Online profiling: run everything at ``frequency_mhz``; measure after the warm-up."""
-
-    frequency_mhz: int
-    warmup_iterations: int
-    iterations: int
 
 
 @dataclass(frozen=True)
@@ -87,25 +81,24 @@ class Plan:
         return cls(version, tuple(out), reason, expected_iteration_time)
 
     @classmethod
-    def from_proto(cls, update: Any) -> Plan:
-        """Build from a ``perseus.v1.PlanUpdate`` message."""
+    def from_proto(cls, message: pb.PlanUpdate) -> Plan:
+        """Build from a ``perseus.v1.PlanUpdate`` message (decoded by the shared codec)."""
+        return cls.from_wire(decode_plan(message))
+
+    @classmethod
+    def from_wire(cls, update: PlanUpdate) -> Plan:
+        """Build from a decoded ``perseus.v1.PlanUpdate`` (a profiling task at clock 0 is none;
+        negative iteration counts count as 0)."""
+        p = update.profiling
         profiling = None
-        if update.HasField("profiling") and update.profiling.frequency_mhz > 0:
-            p = update.profiling
+        if p is not None and p.frequency_mhz > 0:
             profiling = ProfilingTask(
-                int(p.frequency_mhz), max(0, int(p.warmup_iterations)), max(0, int(p.iterations))
+                p.frequency_mhz, max(0, p.warmup_iterations), max(0, p.iterations)
             )
         steps = tuple(
-            PlanStep(s.instruction, int(s.microbatch), int(s.frequency_mhz), int(s.stage))
-            for s in update.steps
+            PlanStep(s.instruction, s.microbatch, s.frequency_mhz, s.stage) for s in update.steps
         )
-        return cls(
-            int(update.version),
-            steps,
-            update.reason,
-            float(update.expected_iteration_time),
-            profiling,
-        )
+        return cls(update.version, steps, update.reason, update.expected_iteration_time, profiling)
 
 
 def _describe(kind: str, microbatch: int, stage: int | None) -> str:

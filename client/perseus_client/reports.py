@@ -1,5 +1,7 @@
 """Building what the client reports: the iteration record on the training thread
-(:class:`IterationRecorder`) and its ``IterationReport`` message off it (:func:`report_message`).
+(:class:`IterationRecorder`) and, off it, its wire value (:func:`report_value`, a
+:class:`perseus_common.wire.IterationReport`) and message (:func:`report_message`, through the
+codec both ends share).
 
 The training thread only appends: one :class:`~perseus_client.measurements.InstructionMeasurement`
 per measured instruction, one plain tuple per timed transfer
@@ -14,16 +16,24 @@ import logging
 import math
 from typing import Any
 
-from perseus_client.gpu.applied import AppliedClockReport
+from perseus_client.gpu.applied import EMPTY_REPORT, AppliedClockReport
 from perseus_client.measurements import (
     TRANSFER_DIRECTIONS,
     InstructionMeasurement,
     IterationMeasurement,
     Transfer,
 )
-from perseus_common.proto import perseus_pb2
+from perseus_common.proto import perseus_pb2 as pb
+from perseus_common.wire import InstructionReport, IterationReport, TransferReport
+from perseus_common.wire.codec import encode_report
 
-__all__ = ["IterationRecorder", "report_message", "valid_transfer", "MAX_TRANSFER_SECONDS"]
+__all__ = [
+    "IterationRecorder",
+    "report_message",
+    "report_value",
+    "valid_transfer",
+    "MAX_TRANSFER_SECONDS",
+]
 
 log = logging.getLogger("perseus_client.reports")
 
@@ -95,7 +105,7 @@ def valid_transfer(t: Transfer) -> bool:
         return False
 
 
-def _transfer_messages(rec: IterationMeasurement) -> list[Any]:
+def _transfers(rec: IterationMeasurement) -> tuple[TransferReport, ...]:
     global _dropped_logged
     out = []
     for t in rec.transfers:
@@ -111,37 +121,55 @@ def _transfer_messages(rec: IterationMeasurement) -> list[Any]:
             continue
         boundary, direction, microbatch, seconds = t
         out.append(
-            perseus_pb2.TransferMeasurement(
-                boundary=int(boundary),
-                direction=direction,
-                microbatch=int(microbatch),
-                time=max(float(seconds), TINY),
-            )
+            TransferReport(int(boundary), direction, int(microbatch), max(float(seconds), TINY))
         )
-    return out
+    return tuple(out)
 
 
-def _applied_clock_fields(rec: IterationMeasurement) -> dict[str, Any]:
-    """The report's applied-clock fields (none when nobody sampled)."""
+def report_value(
+    record: IterationMeasurement,
+    *,
+    job_id: str,
+    rank_id: str,
+    sequence: int,
+    incarnation: int,
+    clock_control: str = "",
+    clock_control_reason: str = "",
+) -> IterationReport:
+    """The wire value of ``record`` (CUDA events resolved: may block on the GPU); times are
+    clamped to at least :data:`TINY`, energies to at least 0, and transfers the server would
+    refuse dropped (logged once)."""
+    rec = record.resolved()
     applied = rec.applied_clocks
     if applied is None or not applied.samples:
-        return {}
-    return {
-        "clock_samples": applied.samples,
-        "clock_event_reasons": list(applied.reasons),
-        "off_plan": [
-            perseus_pb2.OffPlanInstruction(
-                instruction=o.kind,
-                microbatch=o.microbatch,
-                stage=o.stage,
-                locked_mhz=o.locked_mhz,
-                sampled_mhz=o.sampled_mhz,
-                reasons=list(o.reasons),
-                samples=o.samples,
+        applied = EMPTY_REPORT  # nobody sampled: no applied-clock fields
+    return IterationReport(
+        job_id=job_id,
+        rank_id=rank_id,
+        iteration=rec.iteration,
+        iteration_time=max(rec.iteration_time, TINY),
+        plan_version=rec.plan_version,
+        instructions=tuple(
+            InstructionReport(
+                m.kind,
+                m.microbatch,
+                m.frequency_mhz,
+                max(m.time, TINY),
+                max(m.energy, 0.0),
+                m.stage,
             )
-            for o in applied.off_plan
-        ],
-    }
+            for m in rec.instructions
+        ),
+        energy=max(rec.energy, 0.0),
+        sequence=sequence,
+        off_plan=applied.off_plan,
+        clock_samples=applied.samples,
+        clock_event_reasons=applied.reasons,
+        incarnation=incarnation,
+        clock_control=clock_control,
+        clock_control_reason=clock_control_reason,
+        transfers=_transfers(rec),
+    )
 
 
 def report_message(
@@ -151,31 +179,18 @@ def report_message(
     rank_id: str,
     sequence: int,
     incarnation: int,
-    clock_control: Any,
-) -> Any:
-    """The ``IterationReport`` of ``record`` (CUDA events resolved: may block on the GPU)."""
-    rec = record.resolved()
-    return perseus_pb2.IterationReport(
-        job_id=job_id,
-        rank_id=rank_id,
-        iteration=rec.iteration,
-        iteration_time=max(rec.iteration_time, TINY),
-        plan_version=rec.plan_version,
-        energy=max(rec.energy, 0.0),
-        sequence=sequence,
-        incarnation=incarnation,
-        clock_control=clock_control,
-        instructions=[
-            perseus_pb2.InstructionMeasurement(
-                instruction=m.kind,
-                microbatch=m.microbatch,
-                frequency_mhz=m.frequency_mhz,
-                time=max(m.time, TINY),
-                energy=max(m.energy, 0.0),
-                stage=m.stage,
-            )
-            for m in rec.instructions
-        ],
-        transfers=_transfer_messages(rec),
-        **_applied_clock_fields(rec),
+    clock_control: str = "",
+    clock_control_reason: str = "",
+) -> pb.IterationReport:
+    """The ``IterationReport`` message of ``record``: :func:`report_value`, encoded."""
+    return encode_report(
+        report_value(
+            record,
+            job_id=job_id,
+            rank_id=rank_id,
+            sequence=sequence,
+            incarnation=incarnation,
+            clock_control=clock_control,
+            clock_control_reason=clock_control_reason,
+        )
     )

@@ -34,7 +34,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -43,7 +42,15 @@ from perseus_client.errors import ConfigError
 from perseus_client.measurements import IterationMeasurement
 from perseus_client.plan import Plan
 from perseus_client.reports import report_message
-from perseus_common.proto import perseus_pb2, perseus_pb2_grpc
+from perseus_common.proto import perseus_pb2_grpc
+from perseus_common.wire import FinishRank, PlanRequest, RankRegistration
+from perseus_common.wire.codec import (
+    decode_ack,
+    decode_registered,
+    encode_finish,
+    encode_plan_request,
+    encode_registration,
+)
 
 __all__ = [
     "RankIdentity",
@@ -75,20 +82,9 @@ _CHANNEL_OPTIONS = [
 _BATCH = 256
 
 
-@dataclass(frozen=True)
-class RankIdentity:
-    """What the rank tells the server at registration."""
-
-    job_id: str
-    global_rank: int
-    pipeline_rank: int
-    data_rank: int
-    tensor_rank: int
-    gpu_name: str
-    supported_clocks: tuple[int, ...]
-    hostname: str
-    #: The GPU's maximum power limit (W; 0: unknown): the cost policy's MAXPOWER.
-    max_power_limit_w: float = 0.0
+RankIdentity = RankRegistration
+"""What the rank tells the server at registration: the wire's :class:`RankRegistration` (its
+clock control included; ``max_power_limit_w`` is the cost policy's MAXPOWER)."""
 
 
 def parse_target(server: str) -> tuple[str, bool]:
@@ -250,7 +246,6 @@ class ServerLink:
         #: Reports the server acknowledged as duplicates (re-sent ones, or muted).
         self.duplicates = 0
         self._duplicates_logged_at = -_DUPLICATE_LOG_INTERVAL
-        self._clock_control = perseus_pb2.ClockControl()
         self._reregister = threading.Event()
         self._replaced_logged = False
         self._stop = threading.Event()
@@ -306,24 +301,10 @@ class ServerLink:
 
     def _register(self) -> None:
         self._reregister.clear()  # this registration carries the identity as it is now
-        ident = self.identity
         resp = self._stub.RegisterRank(
-            perseus_pb2.RegisterRankRequest(
-                job_id=ident.job_id,
-                global_rank=ident.global_rank,
-                pipeline_rank=ident.pipeline_rank,
-                data_rank=ident.data_rank,
-                tensor_rank=ident.tensor_rank,
-                gpu_name=ident.gpu_name,
-                supported_clocks_mhz=list(ident.supported_clocks),
-                hostname=ident.hostname,
-                max_power_limit_w=ident.max_power_limit_w,
-                clock_control=self._clock_control,
-            ),
-            timeout=self.rpc_timeout,
-            metadata=self._metadata,
+            encode_registration(self.identity), timeout=self.rpc_timeout, metadata=self._metadata
         )
-        self.rank_id = resp.rank_id
+        self.rank_id = decode_registered(resp).rank_id
         self._registered.set()
 
     def set_clock_control(
@@ -331,17 +312,13 @@ class ServerLink:
     ) -> None:
         """The rank's clock control changed (any thread): reports carry it from now on, and the
         rank registers again when its GPU's name or clocks became known."""
-        self._clock_control = perseus_pb2.ClockControl(
-            state=perseus_pb2.CLOCK_CONTROL_ACTIVE
-            if state == "active"
-            else perseus_pb2.CLOCK_CONTROL_UNAVAILABLE,
-            reason=reason[:256],
+        self.identity = dataclasses.replace(
+            self.identity,
+            gpu_name=gpu_name,
+            supported_clocks_mhz=supported_clocks,
+            clock_control="active" if state == "active" else "unavailable",
+            clock_control_reason=reason[:256],
         )
-        ident = self.identity
-        if (ident.gpu_name, ident.supported_clocks) != (gpu_name, supported_clocks):
-            self.identity = dataclasses.replace(
-                ident, gpu_name=gpu_name, supported_clocks=supported_clocks
-            )
         self._reregister.set()
 
     def _watch_loop(self) -> None:
@@ -351,10 +328,8 @@ class ServerLink:
             try:
                 self._register()
                 call = self._stub.WatchPlan(
-                    perseus_pb2.WatchPlanRequest(
-                        job_id=self.identity.job_id,
-                        rank_id=self.rank_id or "",
-                        known_version=self.known_version,
+                    encode_plan_request(
+                        PlanRequest(self.identity.job_id, self.rank_id or "", self.known_version)
                     ),
                     metadata=self._metadata,
                 )
@@ -425,13 +400,15 @@ class ServerLink:
         return len(self._queue)
 
     def _to_proto(self, item: tuple[int, IterationMeasurement]) -> Any:
+        ident = self.identity
         return report_message(
             item[1],
-            job_id=self.identity.job_id,
+            job_id=ident.job_id,
             rank_id=self.rank_id or "",
             sequence=item[0],
             incarnation=self.incarnation,
-            clock_control=self._clock_control,
+            clock_control=ident.clock_control,
+            clock_control_reason=ident.clock_control_reason,
         )
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -446,8 +423,9 @@ class ServerLink:
                     iter(msgs), timeout=timeout or self.rpc_timeout, metadata=self._metadata
                 )
                 self.reports_sent += len(batch)
-                if ack.duplicates:
-                    self._count_duplicates(int(ack.duplicates), len(batch))
+                duplicates = decode_ack(ack).duplicates
+                if duplicates:
+                    self._count_duplicates(duplicates, len(batch))
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
                 if code == grpc.StatusCode.INVALID_ARGUMENT:
@@ -506,7 +484,7 @@ class ServerLink:
             return False
         try:
             self._stub.FinishRank(
-                perseus_pb2.FinishRankRequest(job_id=self.identity.job_id, rank_id=self.rank_id),
+                encode_finish(FinishRank(self.identity.job_id, self.rank_id)),
                 timeout=timeout,
                 metadata=self._metadata,
             )

@@ -115,7 +115,7 @@ def test_the_sampler_thread_finds_a_throttled_instruction_and_nothing_between_in
         gpu.end_instruction()  # 30 ms at 1000 MHz
         report = sampler.take()
         [off] = report.off_plan
-        assert (off.kind, off.microbatch, off.locked_mhz, off.sampled_mhz) == (
+        assert (off.instruction, off.microbatch, off.locked_mhz, off.sampled_mhz) == (
             "backward",
             2,
             1410,
@@ -183,7 +183,7 @@ def test_a_client_reports_off_plan_instructions_sampled_off_the_training_thread(
         run(1005, 0x20)
         report = client.last_report
         assert report is not None and report.applied_clocks is not None
-        kinds = {o.kind: o for o in report.applied_clocks.off_plan}
+        kinds = {o.instruction: o for o in report.applied_clocks.off_plan}
         assert kinds["forward"].locked_mhz == 1410 and kinds["forward"].sampled_mhz == 1005
         assert kinds["forward"].reasons == ("sw_thermal_slowdown",)
         assert report.applied_clocks.reasons == ("sw_thermal_slowdown",)

@@ -115,7 +115,7 @@ def test_a_sample_is_attributed_to_the_instruction_whose_lock_is_applied(
         report = client.last_report
         assert report is not None and report.applied_clocks is not None
         [off] = report.applied_clocks.off_plan
-        assert (off.kind, off.locked_mhz, off.sampled_mhz) == ("forward", 1410, 1005)
+        assert (off.instruction, off.locked_mhz, off.sampled_mhz) == ("forward", 1410, 1005)
     finally:
         GatedEvent.gate.set()
         client.close()

@@ -28,7 +28,7 @@ def _message(rec):
         rank_id="r",
         sequence=1,
         incarnation=7,
-        clock_control=perseus_pb2.ClockControl(state=perseus_pb2.CLOCK_CONTROL_ACTIVE),
+        clock_control="active",
     )
 
 

@@ -158,7 +158,7 @@ def test_throttled_gpu_shows_up_as_off_plan_instructions(
     report = gpu.take_applied_clocks()
     assert report.samples > 0 and report.reasons == ("hw_thermal_slowdown",)
     [off] = report.off_plan
-    assert (off.kind, off.microbatch, off.stage) == ("backward", 3, 0)
+    assert (off.instruction, off.microbatch, off.stage) == ("backward", 3, 0)
     assert (off.locked_mhz, off.sampled_mhz, off.reasons) == (1410, 1005, ("hw_thermal_slowdown",))
     # One step away is within the plan; no instruction running: nothing recorded.
     throttle.write_text(json.dumps({"0": {"cap_mhz": 1395, "reasons": ["sw_power_cap"]}}))

@@ -1,4 +1,5 @@
-"""GPU backends behind one small interface (:class:`GpuBackend`).
+"""GPU backends behind one small interface (:class:`GpuBackend`), one module per vendor, chosen
+by an availability probe over the registry :data:`~perseus_client.gpu.vendors.VENDORS`.
 
 - :class:`NvmlGpu`: a real NVIDIA GPU through NVML (``dry_run`` records without applying);
 - :class:`DaemonGpu`: a GPU through the node daemon ``perseus gpud`` (no privileges needed);
@@ -6,14 +7,19 @@
 - :class:`RecordingGpu`: wraps another backend and records every clock request.
 """
 
-from perseus_client.gpu.base import GpuBackend
+from perseus_client.gpu.base import DeviceIdentity, GpuBackend, GpuVendor
 from perseus_client.gpu.daemon import AppliedClockReport, DaemonGpu, OffPlanInstruction
 from perseus_client.gpu.nvml import NvmlGpu
 from perseus_client.gpu.recording import ClockRequest, InstructionRecord, RecordingGpu, read_log
 from perseus_client.gpu.simulated import SimulatedGpu, read_profile_csv
+from perseus_client.gpu.vendors import VENDORS, choose_vendor
 
 __all__ = [
+    "DeviceIdentity",
     "GpuBackend",
+    "GpuVendor",
+    "VENDORS",
+    "choose_vendor",
     "NvmlGpu",
     "DaemonGpu",
     "AppliedClockReport",

@@ -49,6 +49,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
+from perseus_common.wire import OffPlanReport
+
 if TYPE_CHECKING:
     from perseus_client.gpu.base import GpuBackend
 
@@ -123,21 +125,11 @@ def is_off_plan(ascending: Sequence[int], locked: int, sampled: int) -> bool:
     return steps_below(ascending, locked, sampled) > TOLERANCE_STEPS
 
 
-@dataclass(frozen=True)
-class OffPlanInstruction:
-    """An instruction during which the GPU ran more than one step below its locked clock.
-
-    ``sampled_mhz`` is the lowest clock sampled; ``reasons`` the NVML clock-event reasons seen in
-    this instruction's off-plan samples (sorted); ``samples`` their number.
-    """
-
-    kind: str
-    microbatch: int
-    stage: int | None
-    locked_mhz: int
-    sampled_mhz: int
-    reasons: tuple[str, ...]
-    samples: int
+OffPlanInstruction = OffPlanReport
+"""An instruction during which the GPU ran more than one step below its locked clock: the
+wire's :class:`~perseus_common.wire.OffPlanReport` (``instruction``, ``microbatch``, ``stage``,
+``locked_mhz``, ``sampled_mhz`` the lowest clock sampled, ``reasons`` the NVML clock-event
+reasons seen in its off-plan samples (sorted), ``samples`` their number)."""
 
 
 @dataclass(frozen=True)
@@ -147,7 +139,7 @@ class AppliedClockReport:
     #: Samples taken while an instruction ran with a lock in effect.
     samples: int
     #: The instructions that ran off-plan, in the order first seen.
-    off_plan: tuple[OffPlanInstruction, ...]
+    off_plan: tuple[OffPlanReport, ...]
     #: Every clock-event reason seen in those samples, sorted.
     reasons: tuple[str, ...]
 
@@ -207,7 +199,7 @@ class AppliedClockTally:
         return AppliedClockReport(
             samples,
             tuple(
-                OffPlanInstruction(
+                OffPlanReport(
                     kind, mb, stage, locked, t.sampled_mhz, tuple(sorted(t.reasons)), t.samples
                 )
                 for ((kind, mb, stage), locked), t in off_plan.items()

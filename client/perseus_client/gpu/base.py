@@ -1,12 +1,25 @@
-"""The one small interface every GPU backend implements.
+"""The one small interface every GPU backend implements, used by the rank client and the node
+daemon alike.
 
-A backend knows the GPU's supported SM clocks, locks and resets the SM clock, and reads the
-GPU's cumulative energy counter (millijoules, like NVML's ``nvmlDeviceGetTotalEnergyConsumption``).
+- **identity** (:meth:`GpuBackend.identity`): the device's index, UUID and device node
+  (:class:`DeviceIdentity`; a backend that cannot tell leaves the UUID and node ``None``);
+- **clocks**: the supported SM clocks (:meth:`~GpuBackend.supported_clocks`, highest first),
+  lock one (:meth:`~GpuBackend.set_locked_clocks`), reset (:meth:`~GpuBackend.reset_locked_clocks`);
+- **samples**: the SM clock now and the clock-event (throttle) reasons
+  (:meth:`~GpuBackend.read_clock`, reason names of
+  :data:`perseus_common.clocks.CLOCK_EVENT_REASONS`), the power draw (:meth:`~GpuBackend.power_w`),
+  the cumulative energy counter (:meth:`~GpuBackend.energy_mj`, millijoules, like NVML's
+  ``nvmlDeviceGetTotalEnergyConsumption``).
 
-Two optional hooks let a backend take part in instruction execution: ``begin_instruction`` and
-``end_instruction`` are called by the client on the training thread around each instruction.
-Real GPUs ignore them; :class:`~perseus_client.gpu.simulated.SimulatedGpu` uses them to model
-the instruction's duration and energy at the clock in effect.
+Four abstract methods (supported clocks, lock, reset, energy); the rest answer "cannot tell" by
+default. A vendor's module implements them over its library and gives its
+:class:`~perseus_client.gpu.vendors.GpuVendor` entry (see :mod:`perseus_client.gpu.vendors`).
+
+The client marks each instruction on the training thread (``begin_instruction``,
+``end_instruction``, ``abort_instruction``); the base tracks which one runs
+(:meth:`~GpuBackend.running_instruction`, read by the applied-clock sampler), so a backend
+overriding the hooks calls ``super()``. :class:`~perseus_client.gpu.simulated.SimulatedGpu` also
+models the instruction's duration and energy at the clock in effect.
 
 ``synchronous_clocks`` tells the client that the clock requested for an instruction must be in
 effect *before* ``begin_instruction`` runs (simulated and recording backends: the clock decides
@@ -32,14 +45,22 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from perseus_client.gpu.applied import AppliedClockReport, Instruction
 
-__all__ = ["GpuBackend", "hold_briefly", "RESET_LOCK_WAIT_S"]
+__all__ = [
+    "DeviceIdentity",
+    "GpuBackend",
+    "GpuVendor",
+    "device_minor",
+    "hold_briefly",
+    "RESET_LOCK_WAIT_S",
+]
 
 #: Seconds a reset waits for a backend's own lock before it goes ahead without it.
 RESET_LOCK_WAIT_S = 0.25
@@ -63,8 +84,45 @@ def hold_briefly(
             lock.release()
 
 
+@dataclass(frozen=True)
+class DeviceIdentity:
+    """Which device a backend drives: its index on the node (the vendor library's), its UUID
+    (``GPU-...`` for NVIDIA; what the node daemon leases by) and its device node
+    (``/dev/nvidia3``: what the daemon checks a trainer holds open); ``None``: cannot tell."""
+
+    index: int
+    uuid: str | None = None
+    device_node: str | None = None
+
+
+def device_minor(node: str | None) -> int | None:
+    """The minor number a device node's name carries (``/dev/nvidia3`` -> 3,
+    ``/dev/dri/renderD128`` -> 128); ``None`` without one."""
+    if not node:
+        return None
+    digits = len(node) - len(node.rstrip("0123456789"))
+    return int(node[-digits:]) if digits else None
+
+
+@dataclass(frozen=True)
+class GpuVendor:
+    """One vendor's entry in the registry (:mod:`perseus_client.gpu.vendors`): how to tell its
+    GPUs are here and how to open them.
+
+    ``available()`` is the availability probe: cheap, no side effect (its library importable and
+    its device nodes present). ``open(index, dry_run)`` opens GPU ``index`` (``dry_run``: read
+    everything, apply no clock); ``count()`` says how many GPUs the node has. Both raise a
+    :class:`~perseus_client.errors.GpuError` subclass naming the cause.
+    """
+
+    name: str
+    available: Callable[[], bool]
+    open: Callable[[int, bool], GpuBackend]
+    count: Callable[[], int]
+
+
 class GpuBackend(ABC):
-    """SM clock control and energy reading for one GPU."""
+    """SM clock control and sampling for one GPU (see the module docstring)."""
 
     #: Human-readable device name (``"NVIDIA A100-SXM4-80GB"``, ``"simulated"``...).
     name: str = "gpu"
@@ -73,6 +131,16 @@ class GpuBackend(ABC):
     #: True when the backend samples its applied clocks itself (:meth:`take_applied_clocks`);
     #: the client then starts no sampler of its own.
     samples_itself: bool = False
+    #: The instruction between begin and end (tracked here; see :meth:`running_instruction`).
+    _running: Instruction | None = None
+
+    # -- identity ---------------------------------------------------------------------------------
+
+    def identity(self) -> DeviceIdentity:
+        """The device's index, UUID and device node (default: index 0, the rest unknown)."""
+        return DeviceIdentity(0)
+
+    # -- clocks -----------------------------------------------------------------------------------
 
     @abstractmethod
     def supported_clocks(self) -> tuple[int, ...]:
@@ -101,35 +169,54 @@ class GpuBackend(ABC):
         handler: wait at most briefly for any lock another thread may hold (module docstring).
         """
 
+    # -- samples ----------------------------------------------------------------------------------
+
     @abstractmethod
     def energy_mj(self) -> int:
         """The cumulative energy counter in millijoules (only differences are meaningful)."""
+
+    def read_clock(self) -> tuple[int, frozenset[str]] | None:
+        """The SM clock (MHz) the GPU runs at now and the names of its clock-event reasons
+        (``sw_power_cap``, ``hw_thermal_slowdown``, ...); ``None`` (the default): cannot tell.
+        Read-only, whatever the backend's mode."""
+        return None
+
+    def power_w(self) -> float | None:
+        """The power draw now, watts; ``None`` (the default): cannot tell."""
+        return None
 
     def timestamp(self) -> float:
         """Seconds on the device's time axis (wall time for real GPUs; simulated time otherwise)."""
         return time.perf_counter()
 
-    def begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:  # noqa: B027
-        """Called on the training thread when an instruction starts (no-op for real GPUs)."""
+    # -- instructions -----------------------------------------------------------------------------
 
-    def end_instruction(self) -> None:  # noqa: B027
-        """Called on the training thread when an instruction's body returns (no-op for real GPUs)."""
+    def begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:
+        """Called on the training thread when an instruction starts."""
+        self._running = (kind, microbatch, stage)
 
-    def abort_instruction(self) -> None:  # noqa: B027
+    def end_instruction(self) -> None:
+        """Called on the training thread when an instruction's body returns."""
+        self._running = None
+
+    def abort_instruction(self) -> None:
         """Called instead of :meth:`end_instruction` when the instruction's body raised."""
+        self._running = None
+
+    def running_instruction(self) -> Instruction | None:
+        """The instruction between ``begin_instruction`` and its end (``None``: none); read from
+        the sampler thread."""
+        return self._running
+
+    # -- applied clocks -----------------------------------------------------------------------------
 
     def sample_applied_clock(self) -> tuple[int, frozenset[str]] | None:
-        """The SM clock (MHz) the GPU runs at now and the names of NVML's clock-event reasons
-        (``sw_power_cap``, ``hw_thermal_slowdown``, ...); ``None``: this backend cannot tell.
+        """What the applied-clock sampler compares with the lock: :meth:`read_clock` by default
+        (``None``: nothing to verify, e.g. a backend that never applies a lock).
 
         Called from the client's sampler thread, never from the training thread; read-only.
         """
-        return None
-
-    def running_instruction(self) -> Instruction | None:
-        """The instruction between ``begin_instruction`` and ``end_instruction`` (``None``: none,
-        or this backend does not track it); read from the sampler thread."""
-        return None
+        return self.read_clock()
 
     def take_applied_clocks(self) -> AppliedClockReport | None:
         """For backends that sample their applied clocks themselves: what was seen since the

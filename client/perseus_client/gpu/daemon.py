@@ -52,10 +52,9 @@ from perseus_client.errors import UnsupportedClockError
 from perseus_client.gpu.applied import (
     AppliedClockReport,
     AppliedClockTally,
-    Instruction,
     OffPlanInstruction,
 )
-from perseus_client.gpu.base import GpuBackend
+from perseus_client.gpu.base import DeviceIdentity, GpuBackend
 from perseus_client.gpu.discovery import discover_gpu
 from perseus_client.gpud.connection import GpudConnection
 from perseus_client.gpud.protocol import (
@@ -120,7 +119,6 @@ class DaemonGpu(GpuBackend):
         self._retry_max = float(retry_max)
         self._op_lock = threading.RLock()  # orders lock/reset/re-lease; guards _conn, _desired
         self._desired: int | None = None  # the clock last requested (None: reset)
-        self._current: Instruction | None = None  # the instruction running now
         self._last_energy = 0
         self._outage = False
         #: How many times the GPU was leased again after losing the daemon.
@@ -235,6 +233,10 @@ class DaemonGpu(GpuBackend):
 
     # -- GpuBackend -------------------------------------------------------------------------------
 
+    def identity(self) -> DeviceIdentity:
+        """The GPU's index and UUID as the daemon leased it (its device node is the daemon's)."""
+        return DeviceIdentity(self.index, self.uuid)
+
     def supported_clocks(self) -> tuple[int, ...]:
         return self._clocks
 
@@ -282,15 +284,6 @@ class DaemonGpu(GpuBackend):
         except GpudUnavailableError as exc:
             self._lost(conn, exc)
 
-    def begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:
-        self._current = (kind, microbatch, stage)
-
-    def end_instruction(self) -> None:
-        self._current = None
-
-    def abort_instruction(self) -> None:
-        self._current = None
-
     def close(self) -> None:
         """Stop the heartbeat thread and close the connection (the daemon resets the GPU)."""
         self._closing.set()
@@ -304,7 +297,7 @@ class DaemonGpu(GpuBackend):
     # -- applied clocks ---------------------------------------------------------------------------
 
     def _record(self, sample: gpud_pb2.Sample) -> None:
-        instruction = self._current
+        instruction = self.running_instruction()
         if instruction is None or not sample.HasField("locked_mhz"):
             return
         self._tally.record(

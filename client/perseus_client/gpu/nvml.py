@@ -17,12 +17,18 @@ clocks needs root or CAP_SYS_ADMIN (:class:`GpuPermissionError`), Volta or newer
 
 ``dry_run=True`` reads everything from the GPU but never changes a clock: lock and reset requests
 are only recorded in :attr:`NvmlGpu.requests` (``("set", mhz)`` / ``("reset", None)``).
+
+:data:`VENDOR` is NVML's entry in the backend registry (:mod:`perseus_client.gpu.vendors`): its
+probe says yes where ``pynvml`` is importable and ``/dev/nvidiactl`` exists; :func:`vendor`
+binds the entry to another ``pynvml``-like module (the node daemon's ``--simulate``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
+import os
 import sys
 import threading
 from types import ModuleType
@@ -35,21 +41,10 @@ from perseus_client.errors import (
     GpuPermissionError,
     UnsupportedClockError,
 )
-from perseus_client.gpu.base import GpuBackend, hold_briefly
-from perseus_common.clocks import CLOCK_EVENT_REASONS
+from perseus_client.gpu.base import DeviceIdentity, GpuBackend, GpuVendor, hold_briefly
+from perseus_common.clocks import CLOCK_EVENT_REASONS, reason_names
 
-__all__ = ["NvmlGpu", "CLOCK_EVENT_REASONS", "reason_names"]
-
-
-def reason_names(mask: int) -> tuple[str, ...]:
-    """The names of the reason bits set in ``mask`` (unknown bits as ``"0x..."``), lowest first."""
-    names = []
-    bit = 1
-    while bit <= mask:
-        if mask & bit:
-            names.append(CLOCK_EVENT_REASONS.get(bit, f"{bit:#x}"))
-        bit <<= 1
-    return tuple(names)
+__all__ = ["NvmlGpu", "CLOCK_EVENT_REASONS", "VENDOR", "reason_names", "vendor"]
 
 
 _PERMISSION_HINT = (
@@ -94,7 +89,7 @@ class NvmlGpu(GpuBackend):
         #: Every lock/reset request, in order: ``("set", mhz)`` or ``("reset", None)``.
         self.requests: list[tuple[str, int | None]] = []
         self._lock = threading.RLock()
-        self._running: tuple[str, int, int | None] | None = None
+        self._identity: DeviceIdentity | None = None
         self._call("initialise NVML", nvml.nvmlInit)
         self._initialised = True
         try:
@@ -129,6 +124,19 @@ class NvmlGpu(GpuBackend):
                 f"GPU {self.index} reports no supported SM clocks; {_NOT_SUPPORTED_HINT}"
             )
         return clocks
+
+    def identity(self) -> DeviceIdentity:
+        """Index, UUID (``nvmlDeviceGetUUID``) and device node ``/dev/nvidia<minor>``
+        (``nvmlDeviceGetMinorNumber``), read once."""
+        if self._identity is None:
+            nvml = self._nvml
+            raw = self._call("read the GPU UUID", nvml.nvmlDeviceGetUUID, self._handle)
+            minor = int(
+                self._call("read the minor number", nvml.nvmlDeviceGetMinorNumber, self._handle)
+            )
+            uuid = raw.decode() if isinstance(raw, bytes) else str(raw)
+            self._identity = DeviceIdentity(self.index, uuid, f"/dev/nvidia{minor}")
+        return self._identity
 
     def supported_clocks(self) -> tuple[int, ...]:
         return self._clocks
@@ -174,22 +182,18 @@ class NvmlGpu(GpuBackend):
             fn = nvml.nvmlDeviceGetCurrentClocksThrottleReasons
         return int(self._call("read the clock-event reasons", fn, self._handle))
 
-    def sample_applied_clock(self) -> tuple[int, frozenset[str]] | None:
-        if self.dry_run:
-            return None
+    def read_clock(self) -> tuple[int, frozenset[str]]:
         return self.current_sm_clock(), frozenset(reason_names(self.clock_event_reasons()))
 
-    def running_instruction(self) -> tuple[str, int, int | None] | None:
-        return self._running
+    def power_w(self) -> float:
+        """The power draw now (``nvmlDeviceGetPowerUsage``), watts."""
+        nvml = self._nvml
+        return float(self._call("read the power", nvml.nvmlDeviceGetPowerUsage, self._handle)) / 1e3
 
-    def begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:
-        self._running = (kind, microbatch, stage)
-
-    def end_instruction(self) -> None:
-        self._running = None
-
-    def abort_instruction(self) -> None:
-        self._running = None
+    def sample_applied_clock(self) -> tuple[int, frozenset[str]] | None:
+        if self.dry_run:
+            return None  # no lock was applied: nothing to verify
+        return self.read_clock()
 
     # -- control ------------------------------------------------------------------------------
 
@@ -266,3 +270,37 @@ class NvmlGpu(GpuBackend):
         ) and what.startswith("open GPU"):
             return GpuDriverError(f"{prefix}; no GPU with NVML index {self.index}")
         return GpuError(prefix)
+
+
+def _importable(name: str) -> bool:
+    if name in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def vendor(library: ModuleType | Any = None) -> GpuVendor:
+    """NVML's registry entry, on ``library`` (a ``pynvml``-like module; default: ``pynvml``)."""
+
+    def available() -> bool:
+        if library is not None:
+            return True
+        return _importable("pynvml") and os.path.exists("/dev/nvidiactl")
+
+    def open_gpu(index: int, dry_run: bool) -> GpuBackend:
+        return NvmlGpu(index, dry_run=dry_run, nvml=library)
+
+    def count() -> int:
+        probe = NvmlGpu(0, dry_run=True, nvml=library)
+        try:
+            return int(probe._call("count the GPUs", probe._nvml.nvmlDeviceGetCount))
+        finally:
+            probe.close()
+
+    return GpuVendor("nvml", available, open_gpu, count)
+
+
+#: NVML's entry in :data:`perseus_client.gpu.vendors.VENDORS`.
+VENDOR = vendor()

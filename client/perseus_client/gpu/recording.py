@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from perseus_client.gpu.applied import AppliedClockReport
-from perseus_client.gpu.base import GpuBackend, hold_briefly
+from perseus_client.gpu.base import DeviceIdentity, GpuBackend, hold_briefly
 
 __all__ = ["RecordingGpu", "ClockRequest", "InstructionRecord", "read_log"]
 
@@ -66,6 +66,9 @@ class RecordingGpu(GpuBackend):
         if self._log is not None:
             self._log.write(json.dumps(doc) + "\n")
 
+    def identity(self) -> DeviceIdentity:
+        return self.inner.identity()
+
     def supported_clocks(self) -> tuple[int, ...]:
         return self.inner.supported_clocks()
 
@@ -93,6 +96,12 @@ class RecordingGpu(GpuBackend):
 
     def energy_mj(self) -> int:
         return self.inner.energy_mj()
+
+    def read_clock(self) -> tuple[int, frozenset[str]] | None:
+        return self.inner.read_clock()
+
+    def power_w(self) -> float | None:
+        return self.inner.power_w()
 
     def timestamp(self) -> float:
         return self.inner.timestamp()

@@ -340,15 +340,17 @@ class SimulatedGpu(GpuBackend):
             return applied
         return self._applied_now()
 
+    def read_clock(self) -> tuple[int, frozenset[str]]:
+        """The clock instructions run at now (the lock, else the maximum), capped by
+        :meth:`throttle`, with the throttle's reasons while its cap binds."""
+        return self._applied_now()
+
     def _applied_now(self) -> tuple[int, frozenset[str]]:
         locked = self._clocks[0] if self._locked is None else self._locked
         cap = self._cap
         if cap is None or cap[0] >= locked:
             return locked, frozenset()
         return cap[0], cap[1]
-
-    def running_instruction(self) -> tuple[str, int, int | None] | None:
-        return self._pending_what if self._pending is not None else None
 
     def set_locked_clocks(self, mhz: int) -> None:
         mhz = int(mhz)
@@ -467,8 +469,13 @@ class SimulatedGpu(GpuBackend):
             self._pending = (t, e, start_sim, start_wall)
         else:
             self._pending = (t, e, self._virtual, 0.0)
+        super().begin_instruction(kind, microbatch, stage)
 
     def end_instruction(self) -> None:
+        self._end()
+        super().end_instruction()
+
+    def _end(self) -> None:
         pending = self._pending
         if pending is None:
             return
@@ -496,6 +503,10 @@ class SimulatedGpu(GpuBackend):
 
     def abort_instruction(self) -> None:
         """The instruction's body raised: count the time it ran, do not sleep out the rest."""
+        self._abort()
+        super().abort_instruction()
+
+    def _abort(self) -> None:
         pending = self._pending
         if pending is None:
             return

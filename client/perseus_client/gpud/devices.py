@@ -1,16 +1,18 @@
-"""The daemon's NVML access layer: the GPUs it manages and the only operations it performs.
+"""The daemon's device layer: the GPUs it manages and the only operations it performs.
 
-:func:`open_gpus` opens the managed GPUs through :class:`~perseus_client.gpu.nvml.NvmlGpu` on a
+:func:`open_devices` opens the managed GPUs through a vendor's registry entry
+(:class:`~perseus_client.gpu.base.GpuVendor`); :func:`open_gpus` does so with NVML's, on a
 ``pynvml``-like module (the real ``pynvml``, or :class:`~perseus_client.gpud.simnvml.SimulatedNvml`
-with ``--simulate``). :class:`ManagedGpu` exposes exactly what the protocol allows: lock the SM
-clock at a supported value, reset it, read the supported clocks, the energy counter, the current
-SM clock and the clock-event reasons; for the daemon itself (ownership, metrics) the UUID, minor
-number and power draw. No other NVML call is reachable from a client.
+with ``--simulate``). :class:`ManagedGpu` exposes exactly what the protocol allows, through the
+backend interface (:class:`~perseus_client.gpu.base.GpuBackend`) only: lock the SM clock at a
+supported value, reset it, read the supported clocks, the energy counter, the current SM clock
+and the clock-event reasons; for the daemon itself (ownership, metrics) the UUID, the device
+node's minor number and the power draw. No other device call is reachable from a client.
 
-With a :class:`~perseus_client.gpud.lockrecord.LockRecord`, a lock is recorded before NVML
-applies it and forgotten after NVML reset it (the record says what to reset after a crash).
+With a :class:`~perseus_client.gpud.lockrecord.LockRecord`, a lock is recorded before the
+backend applies it and forgotten after it reset it (the record says what to reset after a crash).
 
-Each GPU has a single worker thread: NVML calls block (a lock takes milliseconds, and a sick
+Each GPU has a single worker thread: device calls block (a lock takes milliseconds, and a sick
 driver may take much longer), so the asyncio server hands them to the GPU's worker and keeps
 serving heartbeats and other GPUs meanwhile; one worker per GPU keeps that GPU's operations in
 order.
@@ -26,11 +28,12 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from perseus_client.errors import UnsupportedClockError
-from perseus_client.gpu.nvml import NvmlGpu, reason_names
+from perseus_client.errors import GpuError, UnsupportedClockError
+from perseus_client.gpu.base import GpuBackend, GpuVendor, device_minor
 from perseus_client.gpud.lockrecord import LockRecord
+from perseus_common.clocks import reason_mask, reason_names
 
-__all__ = ["ManagedGpu", "open_gpus"]
+__all__ = ["ManagedGpu", "open_devices", "open_gpus"]
 
 log = logging.getLogger("perseus_client.gpud")
 
@@ -39,23 +42,28 @@ class ManagedGpu:
     """One GPU the daemon manages (see the module docstring); methods block (run them in
     :attr:`worker`)."""
 
-    def __init__(self, gpu: NvmlGpu, *, read_only: bool, record: LockRecord | None = None) -> None:
+    def __init__(
+        self, gpu: GpuBackend, *, read_only: bool, record: LockRecord | None = None
+    ) -> None:
         self.gpu = gpu
-        self.index = gpu.index
+        ident = gpu.identity()
+        self.index = ident.index
         self.name = gpu.name
         self.clocks = gpu.supported_clocks()
-        #: NVML's maximum power limit (W; 0: unknown), sent with the GPU's info.
+        #: The maximum power limit (W; 0: unknown), sent with the GPU's info.
         self.max_power_limit_w = gpu.max_power_limit_w() or 0.0
         self.read_only = read_only
         self.record = record
-        nvml = gpu._nvml
-        raw = gpu._call("read the GPU UUID", nvml.nvmlDeviceGetUUID, gpu._handle)
+        minor = device_minor(ident.device_node)
+        if not ident.uuid or minor is None:
+            raise GpuError(
+                f"GPU {ident.index} ({gpu.name}): its backend tells no UUID or device node, "
+                "which leases and the ownership check need"
+            )
         #: The GPU's UUID (``GPU-...``), the name leases use.
-        self.uuid = raw.decode() if isinstance(raw, bytes) else str(raw)
-        #: The minor number of its device node ``/dev/nvidia<minor>``.
-        self.minor = int(
-            gpu._call("read the minor number", nvml.nvmlDeviceGetMinorNumber, gpu._handle)
-        )
+        self.uuid = ident.uuid
+        #: The minor number of its device node (``/dev/nvidia<minor>``).
+        self.minor = minor
         #: The SM clock this daemon locked (``None``: not locked, or read-only).
         self.locked_mhz: int | None = None
         #: In read-only mode, what the daemon would have done: ``("set", mhz)`` / ``("reset", None)``.
@@ -92,12 +100,8 @@ class ManagedGpu:
         return True
 
     def power_w(self) -> float:
-        """The power draw now, watts."""
-        nvml = self.gpu._nvml
-        return (
-            float(self.gpu._call("read the power", nvml.nvmlDeviceGetPowerUsage, self.gpu._handle))
-            / 1000.0
-        )
+        """The power draw now, watts (0: the backend cannot tell)."""
+        return self.gpu.power_w() or 0.0
 
     def energy_mj(self) -> int:
         """The cumulative energy counter, millijoules."""
@@ -105,14 +109,47 @@ class ManagedGpu:
 
     def sample(self) -> tuple[int, int, tuple[str, ...]]:
         """``(sm_mhz, reason bits, reason names)``: what the GPU runs at now, and why."""
-        mhz = self.gpu.current_sm_clock()
-        reasons = self.gpu.clock_event_reasons()
-        return mhz, reasons, reason_names(reasons)
+        reading = self.gpu.read_clock()
+        if reading is None:
+            raise GpuError(f"GPU {self.index} ({self.name}): its backend cannot read the clock")
+        mhz, names = reading
+        bits = reason_mask(names)
+        return mhz, bits, reason_names(bits)
 
     def close(self) -> None:
-        """Stop the worker (after its queued calls) and release NVML."""
+        """Stop the worker (after its queued calls) and release the device."""
         self.worker.shutdown(wait=True)
         self.gpu.close()
+
+
+def open_devices(
+    vendor: GpuVendor,
+    indices: Sequence[int] | None,
+    *,
+    read_only: bool,
+    record: LockRecord | None = None,
+) -> list[ManagedGpu]:
+    """Open the GPUs ``indices`` (default: every GPU ``vendor`` counts) through ``vendor``.
+
+    Raises :class:`~perseus_client.errors.GpuError` (driver missing, no such GPU) with the
+    library's reason; GPUs opened before the failure are closed again.
+    """
+    opened: list[ManagedGpu] = []
+    try:
+        if indices is None:
+            indices = range(vendor.count())
+        for index in indices:
+            gpu = vendor.open(index, read_only)
+            try:
+                opened.append(ManagedGpu(gpu, read_only=read_only, record=record))
+            except BaseException:
+                gpu.close()
+                raise
+    except BaseException:
+        for managed in opened:
+            managed.close()
+        raise
+    return opened
 
 
 def open_gpus(
@@ -122,29 +159,7 @@ def open_gpus(
     read_only: bool,
     record: LockRecord | None = None,
 ) -> list[ManagedGpu]:
-    """Open the GPUs ``indices`` (default: every GPU NVML sees) through ``nvml``.
+    """:func:`open_devices` through NVML on ``nvml`` (``pynvml`` or a simulated one)."""
+    from perseus_client.gpu.nvml import vendor
 
-    Raises :class:`~perseus_client.errors.GpuError` (driver missing, no such GPU) with NVML's
-    reason; GPUs opened before the failure are closed again.
-    """
-    opened: list[ManagedGpu] = []
-    try:
-        if indices is None:
-            probe = NvmlGpu(0, dry_run=True, nvml=nvml)
-            try:
-                indices = range(int(nvml.nvmlDeviceGetCount()))
-            finally:
-                probe.close()
-        for index in indices:
-            opened.append(
-                ManagedGpu(
-                    NvmlGpu(index, dry_run=read_only, nvml=nvml),
-                    read_only=read_only,
-                    record=record,
-                )
-            )
-    except BaseException:
-        for gpu in opened:
-            gpu.close()
-        raise
-    return opened
+    return open_devices(vendor(nvml), indices, read_only=read_only, record=record)

@@ -1,8 +1,10 @@
-"""Plain values the service takes from and gives to the ranks (the gRPC adapter's side of it).
+"""Plain values the service takes from and gives to the ranks.
 
-They mirror the ``perseus.v1`` messages field for field; only
-:mod:`perseus_server.grpc.codec` converts between them and protobuf, so the service never
-builds or parses a wire message.
+The values themselves are the wire's, written once for both ends in
+:mod:`perseus_common.wire.values` (re-exported here so the service names them from its domain);
+this module adds :class:`InstructionColumns`, the server's columnar form of a large report's
+measurements (numpy: the rank client never needs it). Only :mod:`perseus_server.grpc.codec`
+converts between them and protobuf, so the service never builds or parses a wire message.
 """
 
 from __future__ import annotations
@@ -13,6 +15,18 @@ from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
+
+from perseus_common.wire.values import (
+    InstructionReport,
+    IterationReport,
+    OffPlanReport,
+    PlanStep,
+    PlanUpdate,
+    ProfilingTask,
+    RankRegistration,
+    RegisteredRank,
+    TransferReport,
+)
 
 __all__ = [
     "InstructionColumns",
@@ -26,82 +40,6 @@ __all__ = [
     "RegisteredRank",
     "TransferReport",
 ]
-
-
-@dataclass(frozen=True)
-class RankRegistration:
-    """A rank asking to join its job (``RegisterRankRequest``)."""
-
-    job_id: str
-    global_rank: int
-    pipeline_rank: int
-    data_rank: int
-    tensor_rank: int = 0
-    gpu_name: str = ""
-    supported_clocks_mhz: tuple[int, ...] = ()
-    hostname: str = ""
-    max_power_limit_w: float = 0.0
-    #: ``active``, ``unavailable`` or ``""`` (not said), and why unavailable.
-    clock_control: str = ""
-    clock_control_reason: str = ""
-
-
-@dataclass(frozen=True)
-class RegisteredRank:
-    """The rank's identity and what it needs to know of its job (``RegisterRankResponse``)."""
-
-    rank_id: str
-    plan_version: int
-    stages: int
-    microbatches: int
-    max_clock_mhz: int
-
-
-@dataclass(frozen=True)
-class PlanStep:
-    """One instruction of a rank's plan and the SM clock to run it at."""
-
-    instruction: str
-    microbatch: int
-    frequency_mhz: int
-    stage: int
-
-
-@dataclass(frozen=True)
-class ProfilingTask:
-    """Set while the job is profiling: the clock to measure and for how many iterations."""
-
-    frequency_mhz: int
-    warmup_iterations: int
-    iterations: int
-
-
-@dataclass(frozen=True, eq=False)
-class PlanUpdate:
-    """A plan version for one rank (``PlanUpdate``).
-
-    Compared and hashed by identity: the service builds one per (version, pipeline plan, rank
-    position) and hands the same object to every stream that needs it, so the adapter can cache
-    its encoding per object.
-    """
-
-    version: int
-    steps: tuple[PlanStep, ...]
-    reason: str
-    expected_iteration_time: float = 0.0
-    profiling: ProfilingTask | None = None
-
-
-@dataclass(frozen=True)
-class InstructionReport:
-    """One measured instruction of an iteration (``InstructionMeasurement``)."""
-
-    instruction: str
-    microbatch: int
-    frequency_mhz: int
-    time: float
-    energy: float
-    stage: int
 
 
 @dataclass(frozen=True, eq=False)
@@ -170,55 +108,3 @@ class InstructionColumns(Sequence[InstructionReport]):
         return NotImplemented
 
     __hash__: Any = None
-
-
-@dataclass(frozen=True)
-class TransferReport:
-    """One timed P2P transfer (``TransferMeasurement``): ``microbatch``'s activations
-    (``forward``, stage ``boundary`` to ``boundary + 1``) or gradients (``backward``, back)."""
-
-    boundary: int
-    direction: str
-    microbatch: int
-    time: float
-
-
-@dataclass(frozen=True)
-class OffPlanReport:
-    """An instruction that ran more than one supported step below its locked clock
-    (``OffPlanInstruction``; ``stage`` None: the rank's pipeline_rank)."""
-
-    instruction: str
-    microbatch: int
-    stage: int | None
-    locked_mhz: int
-    sampled_mhz: int
-    reasons: tuple[str, ...]
-    samples: int
-
-
-@dataclass(frozen=True)
-class IterationReport:
-    """One iteration a rank ran (``IterationReport``)."""
-
-    job_id: str
-    rank_id: str
-    iteration: int
-    iteration_time: float
-    plan_version: int
-    #: A tuple, or :class:`InstructionColumns` for a large report (same items either way).
-    instructions: Sequence[InstructionReport] = ()
-    energy: float = 0.0
-    #: The rank's idempotency key (increasing; the same when re-sent); 0: none.
-    sequence: int = 0
-    #: Applied-clock verification: off-plan instructions, samples taken, reasons seen.
-    off_plan: tuple[OffPlanReport, ...] = ()
-    clock_samples: int = 0
-    clock_event_reasons: tuple[str, ...] = ()
-    #: The client process's incarnation (0: none); sequences are compared within one.
-    incarnation: int = 0
-    #: ``active``, ``unavailable`` or ``""`` (not said), and why unavailable.
-    clock_control: str = ""
-    clock_control_reason: str = ""
-    #: The P2P transfers the rank timed in this iteration.
-    transfers: tuple[TransferReport, ...] = ()

@@ -1,0 +1,317 @@
+"""``perseus.v1`` protobuf to and from :mod:`perseus_common.wire.values`, for both ends.
+
+One ``encode_*`` and one ``decode_*`` per message; ``decode(encode(v)) == v`` field for field
+(``tests/common/test_wire_round_trip.py`` checks it over every field of every message). The
+rank client encodes registrations, plan requests, reports and finish requests and decodes the
+answers; the server's gRPC adapter does the opposite. Nothing here checks bounds or meaning:
+that is each end's business (the server's ``domain/bounds.py``, the client's report builder).
+
+A clock-control state this end does not know decodes as ``"?"``; an empty state and reason
+encode as no ``ClockControl`` at all (what a client that does not say sends).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from perseus_common.proto import perseus_pb2 as pb
+from perseus_common.wire.values import (
+    FinishedRank,
+    FinishRank,
+    InstructionReport,
+    IterationReport,
+    OffPlanReport,
+    PlanRequest,
+    PlanStep,
+    PlanUpdate,
+    ProfilingTask,
+    RankRegistration,
+    RegisteredRank,
+    ReportAck,
+    TransferReport,
+)
+
+__all__ = [
+    "decode_ack",
+    "decode_finish",
+    "decode_finished",
+    "decode_instruction",
+    "decode_plan",
+    "decode_plan_request",
+    "decode_registered",
+    "decode_registration",
+    "decode_report",
+    "encode_ack",
+    "encode_finish",
+    "encode_finished",
+    "encode_instruction",
+    "encode_plan",
+    "encode_plan_request",
+    "encode_registered",
+    "encode_registration",
+    "encode_report",
+]
+
+#: ``ClockControlState`` values by the name the values use, and back.
+_STATE = {
+    "": pb.CLOCK_CONTROL_UNSPECIFIED,
+    "active": pb.CLOCK_CONTROL_ACTIVE,
+    "unavailable": pb.CLOCK_CONTROL_UNAVAILABLE,
+}
+_STATE_NAME = {v: k for k, v in _STATE.items()}
+
+
+def _clock_control(state: str, reason: str) -> pb.ClockControl | None:
+    if not state and not reason:
+        return None
+    if state not in _STATE:
+        raise ValueError(f"clock_control: one of {sorted(_STATE)}, got {state!r}")
+    return pb.ClockControl(state=_STATE[state], reason=reason)
+
+
+def _state_name(msg: pb.ClockControl) -> str:
+    return _STATE_NAME.get(msg.state, "?")
+
+
+# --- registration -------------------------------------------------------------------------------
+
+
+def encode_registration(reg: RankRegistration) -> pb.RegisterRankRequest:
+    return pb.RegisterRankRequest(
+        job_id=reg.job_id,
+        global_rank=reg.global_rank,
+        pipeline_rank=reg.pipeline_rank,
+        data_rank=reg.data_rank,
+        tensor_rank=reg.tensor_rank,
+        gpu_name=reg.gpu_name,
+        supported_clocks_mhz=list(reg.supported_clocks_mhz),
+        hostname=reg.hostname,
+        max_power_limit_w=reg.max_power_limit_w,
+        clock_control=_clock_control(reg.clock_control, reg.clock_control_reason),
+    )
+
+
+def decode_registration(req: pb.RegisterRankRequest) -> RankRegistration:
+    return RankRegistration(
+        job_id=req.job_id,
+        global_rank=req.global_rank,
+        pipeline_rank=req.pipeline_rank,
+        data_rank=req.data_rank,
+        tensor_rank=req.tensor_rank,
+        gpu_name=req.gpu_name,
+        supported_clocks_mhz=tuple(req.supported_clocks_mhz),
+        hostname=req.hostname,
+        max_power_limit_w=req.max_power_limit_w,
+        clock_control=_state_name(req.clock_control),
+        clock_control_reason=req.clock_control.reason,
+    )
+
+
+def encode_registered(resp: RegisteredRank) -> pb.RegisterRankResponse:
+    return pb.RegisterRankResponse(
+        rank_id=resp.rank_id,
+        plan_version=resp.plan_version,
+        stages=resp.stages,
+        microbatches=resp.microbatches,
+        max_clock_mhz=resp.max_clock_mhz,
+    )
+
+
+def decode_registered(msg: pb.RegisterRankResponse) -> RegisteredRank:
+    return RegisteredRank(
+        rank_id=msg.rank_id,
+        plan_version=msg.plan_version,
+        stages=msg.stages,
+        microbatches=msg.microbatches,
+        max_clock_mhz=msg.max_clock_mhz,
+    )
+
+
+# --- plans --------------------------------------------------------------------------------------
+
+
+def encode_plan_request(req: PlanRequest) -> pb.WatchPlanRequest:
+    return pb.WatchPlanRequest(
+        job_id=req.job_id, rank_id=req.rank_id, known_version=req.known_version
+    )
+
+
+def decode_plan_request(msg: pb.WatchPlanRequest) -> PlanRequest:
+    return PlanRequest(job_id=msg.job_id, rank_id=msg.rank_id, known_version=msg.known_version)
+
+
+def encode_plan(update: PlanUpdate) -> pb.PlanUpdate:
+    msg = pb.PlanUpdate(
+        version=update.version,
+        reason=update.reason,
+        expected_iteration_time=update.expected_iteration_time,
+        steps=[
+            pb.PlanStep(
+                instruction=s.instruction,
+                microbatch=s.microbatch,
+                frequency_mhz=s.frequency_mhz,
+                stage=s.stage,
+            )
+            for s in update.steps
+        ],
+    )
+    if update.profiling is not None:
+        t = update.profiling
+        msg.profiling.CopyFrom(
+            pb.ProfilingTask(
+                frequency_mhz=t.frequency_mhz,
+                warmup_iterations=t.warmup_iterations,
+                iterations=t.iterations,
+            )
+        )
+    return msg
+
+
+def decode_plan(msg: pb.PlanUpdate) -> PlanUpdate:
+    profiling = None
+    if msg.HasField("profiling"):
+        p = msg.profiling
+        profiling = ProfilingTask(p.frequency_mhz, p.warmup_iterations, p.iterations)
+    return PlanUpdate(
+        version=msg.version,
+        steps=tuple(
+            PlanStep(s.instruction, s.microbatch, s.frequency_mhz, s.stage) for s in msg.steps
+        ),
+        reason=msg.reason,
+        expected_iteration_time=msg.expected_iteration_time,
+        profiling=profiling,
+    )
+
+
+# --- reports ------------------------------------------------------------------------------------
+
+
+def encode_instruction(m: InstructionReport) -> pb.InstructionMeasurement:
+    return pb.InstructionMeasurement(
+        instruction=m.instruction,
+        microbatch=m.microbatch,
+        frequency_mhz=m.frequency_mhz,
+        time=m.time,
+        energy=m.energy,
+        stage=m.stage,
+    )
+
+
+def decode_instruction(m: pb.InstructionMeasurement) -> InstructionReport:
+    return InstructionReport(
+        instruction=m.instruction,
+        microbatch=m.microbatch,
+        frequency_mhz=m.frequency_mhz,
+        time=m.time,
+        energy=m.energy,
+        stage=m.stage,
+    )
+
+
+def encode_report(rep: IterationReport) -> pb.IterationReport:
+    return pb.IterationReport(
+        job_id=rep.job_id,
+        rank_id=rep.rank_id,
+        iteration=rep.iteration,
+        iteration_time=rep.iteration_time,
+        plan_version=rep.plan_version,
+        instructions=[encode_instruction(m) for m in rep.instructions],
+        energy=rep.energy,
+        sequence=rep.sequence,
+        off_plan=[
+            pb.OffPlanInstruction(
+                instruction=o.instruction,
+                microbatch=o.microbatch,
+                stage=o.stage,
+                locked_mhz=o.locked_mhz,
+                sampled_mhz=o.sampled_mhz,
+                reasons=list(o.reasons),
+                samples=o.samples,
+            )
+            for o in rep.off_plan
+        ],
+        clock_samples=rep.clock_samples,
+        clock_event_reasons=list(rep.clock_event_reasons),
+        incarnation=rep.incarnation,
+        clock_control=_clock_control(rep.clock_control, rep.clock_control_reason),
+        transfers=[
+            pb.TransferMeasurement(
+                boundary=t.boundary, direction=t.direction, microbatch=t.microbatch, time=t.time
+            )
+            for t in rep.transfers
+        ],
+    )
+
+
+def decode_report(
+    rep: pb.IterationReport, instructions: Sequence[InstructionReport] | None = None
+) -> IterationReport:
+    """The report; its measurements as one :class:`InstructionReport` each, unless the caller
+    decoded them its own way (the server's columns) and passes them as ``instructions``."""
+    return IterationReport(
+        job_id=rep.job_id,
+        rank_id=rep.rank_id,
+        iteration=rep.iteration,
+        iteration_time=rep.iteration_time,
+        plan_version=rep.plan_version,
+        instructions=tuple(decode_instruction(m) for m in rep.instructions)
+        if instructions is None
+        else instructions,
+        energy=rep.energy,
+        sequence=rep.sequence,
+        off_plan=tuple(
+            OffPlanReport(
+                instruction=o.instruction,
+                microbatch=o.microbatch,
+                stage=o.stage if o.HasField("stage") else None,
+                locked_mhz=o.locked_mhz,
+                sampled_mhz=o.sampled_mhz,
+                reasons=tuple(o.reasons),
+                samples=o.samples,
+            )
+            for o in rep.off_plan
+        ),
+        clock_samples=rep.clock_samples,
+        clock_event_reasons=tuple(rep.clock_event_reasons),
+        incarnation=rep.incarnation,
+        clock_control=_state_name(rep.clock_control),
+        clock_control_reason=rep.clock_control.reason,
+        transfers=tuple(
+            TransferReport(t.boundary, t.direction, t.microbatch, t.time) for t in rep.transfers
+        ),
+    )
+
+
+def encode_ack(ack: ReportAck) -> pb.ReportAck:
+    return pb.ReportAck(accepted=ack.accepted, duplicates=ack.duplicates)
+
+
+def decode_ack(msg: pb.ReportAck) -> ReportAck:
+    return ReportAck(accepted=msg.accepted, duplicates=msg.duplicates)
+
+
+# --- finishing ----------------------------------------------------------------------------------
+
+
+def encode_finish(req: FinishRank) -> pb.FinishRankRequest:
+    return pb.FinishRankRequest(job_id=req.job_id, rank_id=req.rank_id)
+
+
+def decode_finish(msg: pb.FinishRankRequest) -> FinishRank:
+    return FinishRank(job_id=msg.job_id, rank_id=msg.rank_id)
+
+
+def encode_finished(resp: FinishedRank) -> pb.FinishRankResponse:
+    return pb.FinishRankResponse(
+        job_finished=resp.job_finished,
+        ranks_finished=resp.ranks_finished,
+        ranks_registered=resp.ranks_registered,
+    )
+
+
+def decode_finished(msg: pb.FinishRankResponse) -> FinishedRank:
+    return FinishedRank(
+        job_finished=msg.job_finished,
+        ranks_finished=msg.ranks_finished,
+        ranks_registered=msg.ranks_registered,
+    )
