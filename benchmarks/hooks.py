@@ -207,10 +207,14 @@ class NullClient:
 CLIENT = ["perseus"]  # or "null" (set by --client)
 PAIRS = [200]  # --pairs: plain/hooked step pairs of the paired phase
 TRANSFERS = [True]  # --no-transfers: instrument(..., transfers=False)
+TIMING = ["auto"]  # --transfer-timing: instrument(..., transfer_timing=...)
 
 
 def instrument_kwargs() -> dict[str, Any]:
-    return {} if TRANSFERS[0] else {"transfers": False}
+    kw: dict[str, Any] = {} if TRANSFERS[0] else {"transfers": False}
+    if TIMING[0] != "auto":
+        kw["transfer_timing"] = TIMING[0]
+    return kw
 
 
 def median_ci(xs: list[float], level: float = 0.95) -> tuple[float, float]:
@@ -619,7 +623,7 @@ def megatron_run(iterations: int, microbatches: int, width: int) -> dict[str, An
         with client_for(gpu) as client:
             client.use_plan(plan)
             transfers = counting(client)
-            hooks = perseus_megatron.instrument(client, order)
+            hooks = perseus_megatron.instrument(client, order, **instrument_kwargs())
             hooked_fb = meter.step_outside(hooks.wrap(meter.step_inside(forward_backward)))
             for n in originals:
                 setattr(schedules, n, meter.outside(getattr(schedules, n), "instr"))
@@ -699,6 +703,8 @@ def launch(integration: str, args: argparse.Namespace) -> dict[str, Any]:
                 "--pairs",
                 str(args.pairs),
                 *(["--no-transfers"] if args.no_transfers else []),
+                "--transfer-timing",
+                args.transfer_timing,
                 "--out",
                 str(out),
             ]
@@ -735,12 +741,19 @@ def main() -> None:
         help="null: a client that does nothing (the integration's wrappers alone)",
     )
     ap.add_argument("--no-transfers", action="store_true", help="transfer timing off")
+    ap.add_argument(
+        "--transfer-timing",
+        choices=["auto", "cpu", "events"],
+        default="auto",
+        help="events: time P2P ops with CUDA events (a GPU machine: needs a CUDA torch)",
+    )
     ap.add_argument("--child", choices=INTEGRATIONS, help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     CLIENT[0] = args.client
     TRANSFERS[0] = not args.no_transfers
+    TIMING[0] = args.transfer_timing
     if args.smoke:
         args.iterations, args.microbatches, args.pairs = 3, 4, 4
     PAIRS[0] = args.pairs
