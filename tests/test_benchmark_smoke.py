@@ -110,3 +110,14 @@ def test_soak_smoke() -> None:
     assert lost and lost.group(1) == "0" and int(lost.group(2)) > 0, text
     memory = re.findall(r"^\s+\d+ s\s+([\d.]+)$", text, re.M)
     assert len(memory) >= 2 and all(float(m) > 0 for m in memory)
+
+
+@pytest.mark.slow
+def test_link_noise_benchmark_smoke() -> None:
+    pytest.importorskip("torch")
+    res: dict[str, Any] = json.loads(run("link_noise.py", "--smoke", "--json"))
+    assert set(res["links"]) == {"0/forward", "0/backward"}
+    for link, r in res["links"].items():
+        assert len(r["per_clock_ms"]) == 2 and r["fit_ms"] > 0, link
+        # Two clocks: too few for the slope test, so one time whatever the steps measured.
+        assert r["fit"] == "one time" and r["old_per_clock"] is True, link

@@ -18,9 +18,19 @@ clock) and fits each link's time (:func:`fit_transfers`) by what the data suppor
 
 - **one time per link and direction** (the median of every per-report time of the scan, all
   clocks together), unless
-- **the producer's clock moves it by more than the measured noise**: at least two clocks with
-  :data:`MIN_PER_CLOCK` reports each, and two of their per-clock medians further apart than
-  :data:`DEPENDENCE_Z` standard errors of that difference. The noise is the within-clock spread,
+- **the producer's clock moves it by more than the measured noise**, two tests passed:
+
+  1. *beyond the within-clock noise*: at least two clocks with :data:`MIN_PER_CLOCK` reports
+     each, and two of their per-clock medians further apart than :data:`DEPENDENCE_Z` standard
+     errors of that difference (:func:`clock_dependence`);
+  2. *a trend in the clock, not a drift in time*: over at least three such clocks, the slope of
+     the per-clock medians against the clock has a 99 % confidence interval that excludes 0 (a
+     least-squares line, Student's t on the medians' scatter about it: :func:`clock_slope_t`).
+     A scan measures one clock after another, so a host whose load changes during the scan (or
+     a warm-up that ends) moves whole steps: their reports agree with each other, and test 1
+     alone would read the step's shift as the clock's.
+
+  The noise of test 1 is the within-clock spread,
   pooled over the link's clocks: the interquartile range of every report's difference from its
   clock's median, / 1.349 (a standard deviation that one outlier does not move, and that a host
   delaying some transfers by milliseconds widens as it should: a median absolute deviation would
@@ -52,7 +62,10 @@ __all__ = [
     "LinkFit",
     "STALE_ITERATIONS",
     "TransferSamples",
+    "SLOPE_CONFIDENCE",
     "clock_dependence",
+    "clock_dependent",
+    "clock_slope_t",
     "fit_transfers",
     "link_times",
     "median",
@@ -63,6 +76,8 @@ __all__ = [
 SAMPLES_KEPT = 32
 #: Per-clock medians further apart than this many standard errors: a dependence on the clock.
 DEPENDENCE_Z = 3.5
+#: The slope test's confidence (two-sided) that the per-clock medians trend with the clock.
+SLOPE_CONFIDENCE = 0.99
 #: Reports a clock needs before its median counts towards a dependence on the clock.
 MIN_PER_CLOCK = 3
 #: Iterations after which a link's silent end is no longer waited for.
@@ -209,17 +224,47 @@ def clock_dependence(per_clock: Mapping[int, list[float]]) -> float:
     return best
 
 
+def clock_slope_t(per_clock: Mapping[int, list[float]]) -> tuple[float, int]:
+    """Student's t of the slope of the per-clock medians against the clock (clocks with
+    :data:`MIN_PER_CLOCK` reports), and its degrees of freedom (clocks - 2; 0: fewer than three
+    clocks, t 0); ``inf`` for medians exactly on a sloped line."""
+    pts = sorted((f, median(v)) for f, v in per_clock.items() if len(v) >= MIN_PER_CLOCK)
+    k = len(pts)
+    if k < 3:
+        return 0.0, 0
+    fx = sum(f for f, _ in pts) / k
+    my = sum(m for _, m in pts) / k
+    sxx = sum((f - fx) ** 2 for f, _ in pts)
+    slope = sum((f - fx) * (m - my) for f, m in pts) / sxx
+    rss = sum((m - my - slope * (f - fx)) ** 2 for f, m in pts)
+    se = math.sqrt(rss / (k - 2) / sxx)
+    if se == 0:
+        return (math.inf if slope else 0.0), k - 2
+    return abs(slope) / se, k - 2
+
+
+def clock_dependent(per_clock: Mapping[int, list[float]]) -> bool:
+    """Whether the data supports a per-clock time (both tests of the module docstring)."""
+    if clock_dependence(per_clock) <= DEPENDENCE_Z:
+        return False
+    t, df = clock_slope_t(per_clock)
+    if df == 0:
+        return False
+    from scipy.stats import t as student
+
+    return t > float(student.ppf(0.5 + SLOPE_CONFIDENCE / 2, df))
+
+
 def fit_transfers(samples: TransferSamples) -> dict[Link, LinkFit]:
     """Each measured link's :class:`LinkFit` (see the module docstring): one time per clock
-    only where :func:`clock_dependence` exceeds :data:`DEPENDENCE_Z`, else the median of every
-    per-report time of the link."""
+    only where :func:`clock_dependent`, else the median of every per-report time of the link."""
     by_link: dict[Link, dict[int, list[float]]] = {}
     for (b, d, f), v in samples.samples.items():
         if v:
             by_link.setdefault((b, d), {})[f] = v
     out: dict[Link, LinkFit] = {}
     for link, per_clock in sorted(by_link.items()):
-        if clock_dependence(per_clock) > DEPENDENCE_Z:
+        if clock_dependent(per_clock):
             medians = {f: median(v) for f, v in sorted(per_clock.items())}
             out[link] = LinkFit(medians[max(medians)], medians)
         else:
