@@ -526,7 +526,8 @@ class PerseusClient:
         online profiling fits the profile's transfer times from them and detects slow links.
         """
         if self._in_iteration:
-            self._rec.transfers.append((boundary, direction, microbatch, seconds))
+            # An EventTiming stands in for the seconds until the record is resolved.
+            self._rec.transfers.append((boundary, direction, microbatch, seconds))  # type: ignore[arg-type]
 
     # -- shutdown ---------------------------------------------------------------------------------
 

@@ -7,7 +7,7 @@ Times are seconds on the backend's time axis (:meth:`GpuBackend.timestamp`; simu
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from perseus_client.gpu.applied import AppliedClockReport
 
@@ -92,5 +92,5 @@ class IterationMeasurement:
         transfers = list(self.transfers)
         for i in timed:
             b, d, m, ev = transfers[i]
-            transfers[i] = (b, d, m, ev.seconds())  # type: ignore[union-attr]
+            transfers[i] = (b, d, m, cast(EventTiming, ev).seconds())
         return replace(self, instructions=tuple(out), cuda_events=(), transfers=tuple(transfers))
