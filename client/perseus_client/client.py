@@ -476,7 +476,8 @@ class PerseusClient:
         plan = self._plan
         sampler = self.clock_sampler
         rec = self._rec
-        rec.instructions, rec.events = self._path.finish()
+        build, rec.events = self._path.finish()
+        rec.instructions = build if build is not None else []
         record = rec.finish(
             index,
             t1 - self._iter_t0,

@@ -12,10 +12,13 @@ the integrations call around each forward / backward. Per instruction they do:
   instruction's CUDA end event), the backend's ``begin_instruction`` and one timestamp append;
 - ``end``: the backend's ``end_instruction`` and one timestamp append.
 
+At the iteration's end, :meth:`InstructionPath.finish` hands over the timestamps: the records are
+built from them (:func:`build_records`) by whoever reads them first, the reporter thread when it
+builds the report (or a reader of ``client.last_report``), not the training thread.
+
 Nothing else runs per instruction: the executed instruction is the plan's entry (only an
 instruction that is not, with no plan, after a mismatch or without a stage, takes the slow path,
-which records it), and the instruction records are built from the timestamps once per iteration
-(:meth:`InstructionPath.finish`). What is measured only sometimes (energy while profiling, CUDA
+which records it). What is measured only sometimes (energy while profiling, CUDA
 events on GPUs) runs in the ``extras`` branch, one flag test when off.
 
 The semantics are :class:`~perseus_client.plan.PlanCursor`'s: a mismatch raises
@@ -41,6 +44,42 @@ _KINDS = frozenset(INSTRUCTION_KINDS)
 
 IDLE, ITERATION, INSTRUCTION = 0, 1, 2
 """The path's phase: outside an iteration, inside one, inside one of its instructions."""
+
+
+def build_records(
+    p: CompiledPlan,
+    stamps: list[float],
+    off: dict[int, tuple[str, int, int, int] | None],
+    energy: dict[int, float] | None,
+) -> tuple[InstructionMeasurement, ...]:
+    """One iteration's instruction records from its timestamps (two per instruction), the
+    compiled plan's entries and the slow path's records (``off``; ``None``: aborted)."""
+    count = len(stamps) // 2
+    times = [b - a for a, b in zip(stamps[0::2], stamps[1::2], strict=False)]
+    if not off and energy is None and count <= p.n:
+        return tuple(
+            map(
+                InstructionMeasurement,
+                p.kinds[:count],
+                p.microbatches[:count],
+                p.stages[:count],
+                p.clocks[:count],
+                times,
+                repeat(0.0, count),
+            )
+        )
+    out = []
+    for i in range(count):
+        if i in off:
+            what = off[i]
+            if what is None:  # aborted
+                continue
+            kind, mb, stage, mhz = what
+        else:
+            kind, mb, stage, mhz = p.kinds[i], p.microbatches[i], p.stages[i], p.clocks[i]
+        e = energy.get(i, 0.0) if energy is not None else 0.0
+        out.append(InstructionMeasurement(kind, mb, stage, mhz, times[i], e))
+    return tuple(out)
 
 
 class InstructionPath:
@@ -114,41 +153,17 @@ class InstructionPath:
         if p.n and not self._desynced and self._pos < p.n:
             self._mismatch(None, self._pos)
 
-    def finish(self) -> tuple[list[InstructionMeasurement], list[Any]]:
-        """End the iteration: the instructions measured (none unless ``record``) and their CUDA
-        event pairs (see :meth:`check_complete`)."""
+    def finish(self) -> tuple[Callable[[], tuple[InstructionMeasurement, ...]] | None, list[Any]]:
+        """End the iteration: what builds its instruction records (``None`` unless ``record``;
+        called off the training thread, when the report is built or read) and their CUDA event
+        pairs (see :meth:`check_complete`)."""
         self.phase = IDLE
-        p = self._p
         if not self.record:
-            return [], []
-        t = self._stamps
-        count = len(t) // 2
-        times = [b - a for a, b in zip(t[0::2], t[1::2], strict=False)]
+            return None, []
         events = self._events if self._torch is not None and not self.measure_energy else []
-        if not self._off and not self.measure_energy and count <= p.n:
-            return list(
-                map(
-                    InstructionMeasurement,
-                    p.kinds[:count],
-                    p.microbatches[:count],
-                    p.stages[:count],
-                    p.clocks[:count],
-                    times,
-                    repeat(0.0, count),
-                )
-            ), events
-        out = []
-        off, energy = self._off, self._energy if self.measure_energy else {}
-        for i in range(count):
-            if i in off:
-                what = off[i]
-                if what is None:  # aborted
-                    continue
-                kind, mb, stage, mhz = what
-            else:
-                kind, mb, stage, mhz = p.kinds[i], p.microbatches[i], p.stages[i], p.clocks[i]
-            out.append(InstructionMeasurement(kind, mb, stage, mhz, times[i], energy.get(i, 0.0)))
-        return out, events
+        p, stamps, off = self._p, self._stamps, self._off
+        energy = self._energy if self.measure_energy else None
+        return lambda: build_records(p, stamps, off, energy), events
 
     # -- instructions: the hot path -------------------------------------------------------------
 

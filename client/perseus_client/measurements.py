@@ -6,6 +6,7 @@ Times are seconds on the backend's time axis (:meth:`GpuBackend.timestamp`; simu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple, cast
 
@@ -70,10 +71,22 @@ class IterationMeasurement:
     iteration_time: float
     plan_version: int
     energy: float
-    instructions: tuple[InstructionMeasurement, ...]
+    #: The instruction records, or what builds them (called once, by the first reader of
+    #: :attr:`instructions`: the training thread hands over its timestamps, see
+    #: :mod:`perseus_client.hot_path`).
+    recorded: tuple[InstructionMeasurement, ...] | Callable[[], tuple[InstructionMeasurement, ...]]
     cuda_events: tuple[tuple[Any, Any], ...] = ()
     applied_clocks: AppliedClockReport | None = None
     transfers: tuple[Transfer, ...] = ()
+
+    @property
+    def instructions(self) -> tuple[InstructionMeasurement, ...]:
+        """The executed instructions with their clock, time and energy."""
+        r = self.recorded
+        if callable(r):
+            r = r()
+            object.__setattr__(self, "recorded", r)  # the same value, built once
+        return r
 
     def resolved(self) -> IterationMeasurement:
         """Replace instruction and transfer times by CUDA-event elapsed times (blocks until the
@@ -93,4 +106,4 @@ class IterationMeasurement:
         for i in timed:
             b, d, m, ev = transfers[i]
             transfers[i] = (b, d, m, cast(EventTiming, ev).seconds())
-        return replace(self, instructions=tuple(out), cuda_events=(), transfers=tuple(transfers))
+        return replace(self, recorded=tuple(out), cuda_events=(), transfers=tuple(transfers))
