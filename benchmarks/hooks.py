@@ -29,7 +29,7 @@ interval (distribution-free), and the plain and hooked steps' medians of the sam
 steps a few ms apart see nearly the same machine load, so their difference is not the load's.
 
     .venv/bin/python benchmarks/hooks.py [--integration torch|deepspeed|megatron ...]
-        [--iterations 40] [--pairs 200] [--microbatches 8] [--json]
+        [--iterations 40] [--pairs 400] [--microbatches 8] [--json]
     .venv/bin/python benchmarks/hooks.py --smoke   # 3 iterations, 4 pairs of each (the suite's)
 
 Run from another tree's ``PYTHONPATH`` (e.g. ``git worktree`` of an older commit) it measures that
@@ -205,7 +205,7 @@ class NullClient:
 
 
 CLIENT = ["perseus"]  # or "null" (set by --client)
-PAIRS = [200]  # --pairs: plain/hooked step pairs of the paired phase
+PAIRS = [400]  # --pairs: plain/hooked step pairs of the paired phase
 TRANSFERS = [True]  # --no-transfers: instrument(..., transfers=False)
 TIMING = ["auto"]  # --transfer-timing: instrument(..., transfer_timing=...)
 
@@ -726,7 +726,7 @@ def main() -> None:
     ap.add_argument("--integration", choices=INTEGRATIONS, action="append")
     ap.add_argument("--iterations", type=int, default=40)
     ap.add_argument(
-        "--pairs", type=int, default=200, help="plain/hooked step pairs of the paired phase"
+        "--pairs", type=int, default=400, help="plain/hooked step pairs of the paired phase"
     )
     ap.add_argument("--microbatches", type=int, default=8)
     ap.add_argument("--width", type=int, default=64)
