@@ -12,7 +12,7 @@ See ``docs/power.md`` for the definitions and how the server exposes them.
 
 from __future__ import annotations
 
-from perseus.power.cluster import POLICIES, Allocation, JobAllocation, PowerJob, allocate_power
+from perseus.power.cluster import SPLIT_RULES, Allocation, JobAllocation, PowerJob, allocate_power
 from perseus.power.plans import (
     PowerBudgetError,
     PowerPlan,
@@ -50,7 +50,7 @@ __all__ = [
     "JobAllocation",
     "Allocation",
     "allocate_power",
-    "POLICIES",
+    "SPLIT_RULES",
     "UniformPlan",
     "power_limit_plan",
     "clock_lock_plan",

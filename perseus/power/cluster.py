@@ -46,13 +46,14 @@ import numpy.typing as npt
 from perseus.frontier import Frontier
 from perseus.power.plans import PowerBudgetError, check_budget, check_shape, point_powers
 
-__all__ = ["PowerJob", "JobAllocation", "Allocation", "allocate_power", "POLICIES"]
+__all__ = ["PowerJob", "JobAllocation", "Allocation", "allocate_power", "SPLIT_RULES"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-Policy = Literal["throughput", "fair"]
-#: The allocation policies.
-POLICIES: tuple[str, ...] = ("throughput", "fair")
+SplitRule = Literal["throughput", "fair"]
+#: The rules a cluster budget is split by (the ``policy`` of a budget; not a plan policy of
+#: :data:`perseus.policies.POLICIES`).
+SPLIT_RULES: tuple[str, ...] = ("throughput", "fair")
 #: Candidate states expanded at once by the dynamic programme (bounds its memory).
 _CHUNK = 1 << 21
 
@@ -199,8 +200,8 @@ def allocate_power(
         ValueError: no jobs, two jobs with one name, or an unknown policy.
     """
     w = check_budget(watts)
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+    if policy not in SPLIT_RULES:
+        raise ValueError(f"policy must be one of {', '.join(SPLIT_RULES)}, got {policy!r}")
     if not jobs:
         raise ValueError("a power budget needs at least one job")
     names = [j.name for j in jobs]

@@ -308,6 +308,13 @@ class Metrics:
                 without_clock_control or dict,
             )
         )
+        self._add_activity(r, solve_limit, job_energy)
+
+    def _add_activity(
+        self, r: Registry, solve_limit: float, job_energy: JobEnergySource | None
+    ) -> None:
+        """The counters and histograms of what the server does (solves, deployments, requests,
+        reports) and the measured-power gauges (part of :meth:`__init__`)."""
         self.solves: Counter = r.add(
             Counter("perseus_solves_total", "Frontier computations finished, by outcome.")
         )  # type: ignore[assignment]

@@ -126,29 +126,11 @@ def _fmt_host(host: str) -> str:
 GC_YOUNG = 10_000
 
 
-async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None = None) -> int:
-    """Run the server until SIGTERM/SIGINT; returns the exit status."""
-    say = announce or (lambda line: print(line, flush=True))
-    # The cyclic collector runs on the event loop. What the imports made lives as long as the
-    # process: frozen, it is out of its scans, so a full collection (~0.1 s per 100k objects
-    # on this project's machine) scans only what the server made since. A young generation of
-    # 10,000 objects (700 by default) lets the documents of in-flight requests die young
-    # instead of being promoted, which made a full collection every second or so while
-    # clients polled a large status (docs/results/2026-12-01-status-cost.md).
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(GC_YOUNG, 10, 10)
-    store = SqliteStore.open(config.db_path)
-    service = PerseusService(store, config.limits, report_decoder=decode_report_bytes)
-    service.load()
-    warming = warm_kernels(service.solver)
-    tls = config.tls_cert is not None and config.tls_key is not None
-    credentials = Credentials(
-        store, admin=config.token, read=() if config.read_token is None else (config.read_token,)
-    )
-
-    fds = raise_fd_limit()
-    max_connections = max(16, min(config.max_connections, (fds - 512) // 2))
+def _grpc_server(
+    config: ServerConfig, service: PerseusService, credentials: Credentials, max_connections: int
+) -> grpc.aio.Server:
+    """The gRPC server of :func:`serve`, with its interceptor, options and servicer (no port
+    yet)."""
     service.metrics.grpc_calls.restrict(method=GRPC_METHODS, code=GRPC_CODES)
     grpc_server = grpc.aio.server(
         interceptors=[
@@ -172,6 +154,33 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     pb_grpc.add_PlanServiceServicer_to_server(
         PlanServicer(service, credentials if credentials.enabled else None), grpc_server
     )
+    return grpc_server
+
+
+async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None = None) -> int:
+    """Run the server until SIGTERM/SIGINT; returns the exit status."""
+    say = announce or (lambda line: print(line, flush=True))
+    # The cyclic collector runs on the event loop. What the imports made lives as long as the
+    # process: frozen, it is out of its scans, so a full collection (~0.1 s per 100k objects
+    # on this project's machine) scans only what the server made since. A young generation of
+    # 10,000 objects (700 by default) lets the documents of in-flight requests die young
+    # instead of being promoted, which made a full collection every second or so while
+    # clients polled a large status (docs/results/2026-12-01-status-cost.md).
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_YOUNG, 10, 10)
+    store = SqliteStore.open(config.db_path)
+    service = PerseusService(store, config.limits, report_decoder=decode_report_bytes)
+    service.load()
+    warming = warm_kernels(service.solver)
+    tls = config.tls_cert is not None and config.tls_key is not None
+    credentials = Credentials(
+        store, admin=config.token, read=() if config.read_token is None else (config.read_token,)
+    )
+
+    fds = raise_fd_limit()
+    max_connections = max(16, min(config.max_connections, (fds - 512) // 2))
+    grpc_server = _grpc_server(config, service, credentials, max_connections)
     grpc_addr = f"{_fmt_host(config.host)}:{config.grpc_port}"
     if tls:
         assert config.tls_cert is not None and config.tls_key is not None

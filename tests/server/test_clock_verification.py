@@ -264,8 +264,8 @@ def test_off_plan_entries_count_in_the_size_that_offloads_a_report() -> None:
 
     sizes: list[int] = []
 
-    async def ingest(decode: Any, size: int, serialize: Any = None) -> tuple[int, int]:
-        sizes.append(size)
+    async def ingest(received: Any) -> tuple[int, int]:
+        sizes.append(received.size)
         return 1, 0
 
     counter = SimpleNamespace(inc=lambda *a, **k: None)

@@ -2,7 +2,7 @@
 
 The oracles below are the decoder, the measurement check and the profiling conversion as they
 were before reports were decoded into columns (kept verbatim here); hypothesis compares them
-with :func:`decode_report_columns`, :func:`validate_report` and :func:`stage_factors` (the one
+with :func:`decode_report_columns`, :func:`validate_report` and :func:`report_stage_factors` (the one
 per-stage statistic, given rows or columns) on random reports, malformed ones included.
 """
 
@@ -33,12 +33,12 @@ from perseus_server.domain.values import (
 )
 from perseus_server.grpc.codec import decode_report, decode_report_bytes, decode_report_columns
 from perseus_server.runtime.parse_pool import ReportPool
-from perseus_server.service.reports import (
+from perseus_server.service.report_checks import (
     first_bad_instruction,
     measurements,
+    report_stage_factors,
     validate_report,
 )
-from perseus_server.service.slow_stages import stage_factors
 
 STAGES, MICROBATCHES = 4, 8
 
@@ -321,8 +321,8 @@ def test_stage_factors_are_the_same(
     assert isinstance(cols, InstructionColumns)
     # Columns (a large report) and rows (a small one) go through the one implementation.
     for new in (
-        stage_factors(cast(Any, job), cast(Any, rank), cols),
-        stage_factors(cast(Any, job), cast(Any, rank), rows),
+        report_stage_factors(cast(Any, job), cast(Any, rank), cols),
+        report_stage_factors(cast(Any, job), cast(Any, rank), rows),
     ):
         assert old is not None and new is not None
         assert list(new) == list(old)  # the same stages in the same order
@@ -338,7 +338,7 @@ def test_stage_factors_need_a_plan() -> None:
             instructions=[pb.InstructionMeasurement(instruction="forward", time=1.0)]
         )
     ).instructions
-    assert stage_factors(cast(Any, job), cast(Any, None), cast(Any, cols)) is None
+    assert report_stage_factors(cast(Any, job), cast(Any, None), cast(Any, cols)) is None
 
 
 def test_columns_are_a_sequence_of_measurements() -> None:

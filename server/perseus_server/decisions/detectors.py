@@ -28,14 +28,17 @@ no rank of the pipeline ran off-plan for a window, the leader feeds the detector
 pipeline recovers by the rule above. An iteration that ran off-plan gives no slow-stage factors
 (its stages are slow because of their clocks): slow stages are found from on-plan iterations.
 
+**The statistics** (the median, the calibration, the stage factor) are those of
+:mod:`perseus_server.decisions.report_statistics`, each defined once there.
+
 **Who scales by the calibration.** Only the detector: a caller gives it raw measured seconds
 and the planned time, and gets back decisions whose T' is on the profile's time axis (the
 planned times' axis), and takes the T' it already knows on that axis too (see :class:`Detector`).
 
 **Stages.** Per-instruction times reported by a rank, divided by the profile's time for that
 instruction at the clock it ran at, give each stage's slowdown factor for one iteration (the
-median over its instructions: :func:`stage_factors`, the one implementation, for a report's
-rows and its columns alike). A stage whose factor exceeds ``1 + threshold`` for
+median over its instructions: :func:`~perseus_server.decisions.report_statistics.stage_factors`,
+for a report's rows and its columns alike). A stage whose factor exceeds ``1 + threshold`` for
 ``consecutive`` iterations is slow with the mean factor of those iterations; it recovers once its
 factor is within ``1 + recovery`` for ``consecutive`` iterations.
 """
@@ -43,15 +46,11 @@ factor is within ``1 + recovery`` for ``consecutive`` iterations.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections import deque
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-import numpy as np
-import numpy.typing as npt
-
+from perseus_server.decisions.report_statistics import calibration, median
 from perseus_server.domain.bounds import MAX_SECONDS
 from perseus_server.domain.states import DetectorEvent
 
@@ -65,7 +64,6 @@ __all__ = [
     "StageDetector",
     "StragglerDetector",
     "make_detectors",
-    "stage_factors",
 ]
 
 #: Iterations per pipeline kept for the calibration median.
@@ -187,8 +185,8 @@ class StragglerDetector:
 
     def calibration(self) -> float:
         """The common-mode ratio of observed to planned iteration time (see the module doc)."""
-        medians = [statistics.median(r) for r in self._ratios.values() if r]
-        return min(medians) if medians else 1.0
+        c = calibration(self._ratios.values())
+        return 1.0 if c is None else c
 
     def observe(
         self,
@@ -248,7 +246,7 @@ class StragglerDetector:
         else:
             slow.clear()
             fast.append(ratio)
-        t_prime = statistics.median(slow) if slow else 0.0
+        t_prime = median(slow) if slow else 0.0
         if not flagged and len(slow) >= n:
             return DetectorEvent.SLOW, t_prime
         if (
@@ -337,23 +335,3 @@ def make_detectors(
     """A job's pipeline detector and stage detector, from one settings value (``clocks``: the
     ranks' applied-clock records to keep)."""
     return StragglerDetector(settings, {} if clocks is None else clocks), StageDetector(settings)
-
-
-def stage_factors(
-    ratios: Mapping[int, Sequence[float] | npt.NDArray[np.float64]],
-) -> dict[int, float]:
-    """One iteration's slowdown factor per stage, from each stage's ratios of measured over
-    profiled time (one per measured instruction): their median, stages in the order given.
-
-    The one implementation of the per-stage statistic: a report's rows and its columns reach it
-    alike through :func:`perseus_server.service.slow_stages.stage_factors`, which computes the
-    ratios (a loop for a small report, array operations for a large one). A sort and the middle
-    (``O(n log n)``, a few microseconds for a small report, where :func:`numpy.median`'s
-    overhead is a hundred times that).
-    """
-    out: dict[int, float] = {}
-    for stage, r in ratios.items():
-        a = np.sort(np.asarray(r, dtype=np.float64))
-        h = len(a) // 2
-        out[stage] = float(a[h]) if len(a) % 2 else float((a[h - 1] + a[h]) / 2)
-    return out

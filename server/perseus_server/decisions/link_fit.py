@@ -53,6 +53,7 @@ from typing import Any, Protocol
 
 from perseus.profiles import Profile
 from perseus_common.communication import Communication, Transfer
+from perseus_server.decisions.report_statistics import link_time, median
 
 __all__ = [
     "DEPENDENCE_Z",
@@ -68,7 +69,6 @@ __all__ = [
     "clock_slope_t",
     "fit_transfers",
     "link_times",
-    "median",
     "with_measured_transfers",
 ]
 
@@ -93,13 +93,6 @@ class _Transfer(Protocol):
     def direction(self) -> str: ...
     @property
     def time(self) -> float: ...
-
-
-def median(values: Iterable[float]) -> float:
-    """The median of ``values`` (at least one)."""
-    a = sorted(values)
-    h = len(a) // 2
-    return a[h] if len(a) % 2 else (a[h - 1] + a[h]) / 2
 
 
 def link_times(transfers: Iterable[_Transfer]) -> dict[Link, float]:
@@ -165,7 +158,7 @@ class LinkCombiner:
             del pend[it]
             self.closed[key] = it
             if per:
-                out.append((median(per.values()), min(per.values())))
+                out.append(link_time(list(per.values())))
         return out
 
 

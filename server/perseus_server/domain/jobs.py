@@ -176,8 +176,9 @@ class JobSpec:
 
 @dataclass(frozen=True)
 class RankInfo:
-    """A registered training rank; ``max_power_limit``: its GPU's maximum power limit (W,
-    NVML's power-limit constraints; 0: the rank did not tell)."""
+    """A registered training rank; ``max_power_limit_w``: its GPU's maximum power limit (W,
+    NVML's power-limit constraints; 0: the rank did not tell), as the rank registers it. Its
+    JSON (the status, the store) keeps the key ``max_power_limit``."""
 
     job_id: str
     rank_id: str
@@ -188,7 +189,7 @@ class RankInfo:
     gpu_name: str
     supported_clocks: tuple[int, ...]
     hostname: str
-    max_power_limit: float = 0.0
+    max_power_limit_w: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -200,5 +201,5 @@ class RankInfo:
             "gpu_name": self.gpu_name,
             "supported_clocks_mhz": list(self.supported_clocks),
             "hostname": self.hostname,
-            "max_power_limit": self.max_power_limit,
+            "max_power_limit": self.max_power_limit_w,
         }

@@ -15,7 +15,6 @@ A rank holds one ``WatchPlan`` stream: a newer stream for the same rank ends the
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import AsyncIterator
 from typing import Any, NoReturn
@@ -29,10 +28,10 @@ from perseus_server.domain.states import StreamEnd
 from perseus_server.grpc.codec import (
     PlanEncoder,
     decode_registration,
-    decode_report,
     encode_registered,
 )
 from perseus_server.grpc.gate import TooLargeMessage, token_matches
+from perseus_server.grpc.received import WireReport
 from perseus_server.runtime.hub import StreamLimitExceeded
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
@@ -161,11 +160,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         accepted = duplicates = 0
         async for report in request_iterator:
             try:
-                new, dup = await self.service.ingest_report(
-                    functools.partial(decode_report, report),
-                    len(report.instructions) + len(report.off_plan),
-                    report.SerializeToString,
-                )
+                new, dup = await self.service.ingest_report(WireReport(report))
                 accepted, duplicates = accepted + new + dup, duplicates + dup
             except ApiError as e:
                 await self._abort(context, "ReportIterations", e)

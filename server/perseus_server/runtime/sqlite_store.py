@@ -464,5 +464,5 @@ def _rank_from_json(job_id: str, d: dict[str, Any]) -> RankInfo:
         gpu_name=d.get("gpu_name", ""),
         supported_clocks=tuple(int(c) for c in d.get("supported_clocks_mhz", [])),
         hostname=d.get("hostname", ""),
-        max_power_limit=float(d.get("max_power_limit", 0.0)),
+        max_power_limit_w=float(d.get("max_power_limit", 0.0)),
     )

@@ -4,9 +4,9 @@ Clients sample the SM clock their GPU runs at while an instruction runs (off the
 thread) and report, per iteration, the instructions that ran more than one supported clock step
 below their locked clock, with NVML's clock-event (throttle) reasons (``IterationReport.off_plan``,
 ``clock_samples``, ``clock_event_reasons``; see the client's ``perseus_client.gpu.applied``).
-This module
+Their fields are validated with the report's others
+(:func:`~perseus_server.service.report_checks.validate_applied_clocks`). This module
 
-- validates those fields (:func:`validate_applied_clocks`; bounded, named errors);
 - keeps each rank's record of its last :data:`~perseus_server.decisions.detectors.OFF_PLAN_WINDOW`
   iterations in the job's straggler detector (:meth:`ClockVerification.observe`), which the
   straggler logic reads (:func:`detector_feeder`: an off-plan rank's measured times feed the
@@ -19,93 +19,36 @@ This module
 - renders the per-rank summary of ``GET /jobs/{id}/status`` (:func:`rank_view`) and the
   pipeline's off-plan ranks (:func:`off_plan_ranks`).
 
-A report has at most :data:`MAX_OFF_PLAN` off-plan instructions. Everything is linear in them;
+A report has at most :data:`~perseus_server.service.report_checks.MAX_OFF_PLAN` off-plan
+instructions. Everything is linear in them;
 the counter is updated once per distinct label of a report.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from perseus.profiles import INSTRUCTION_KINDS
 from perseus_common.clocks import CLOCK_EVENT_REASON_NAMES
-from perseus_common.clocks import MAX_CLOCK_MHZ as MAX_FREQUENCY_MHZ
-from perseus_server.config import Limits
 from perseus_server.decisions.detectors import RankClocks
-from perseus_server.domain.errors import BadRequest
 from perseus_server.domain.jobs import RankInfo
-from perseus_server.domain.values import IterationReport
 from perseus_server.metrics import Counter
+from perseus_server.service.report_checks import CheckedReport
 from perseus_server.service.state import Job
 
 __all__ = [
     "CAUSE",
     "ClockVerification",
     "KNOWN_REASONS",
-    "MAX_OFF_PLAN",
-    "MAX_REASONS",
     "detector_feeder",
     "off_plan_ranks",
     "rank_view",
-    "validate_applied_clocks",
 ]
 
 #: The straggler cause the status names while a pipeline has an off-plan rank.
 CAUSE = "off-plan clocks"
-#: At most this many reason names per off-plan instruction or report.
-MAX_REASONS = 32
-#: At most this many off-plan instructions per report.
-MAX_OFF_PLAN = 4096
 #: NVML's clock-event reason names, as the client sends them (the shared table,
 #: :data:`perseus_common.clocks.CLOCK_EVENT_REASONS`); others are counted as ``other``.
 KNOWN_REASONS = CLOCK_EVENT_REASON_NAMES
-_REASON = re.compile(r"[a-z0-9_]{1,64}")
-
-
-def _check_reasons(where: str, reasons: tuple[str, ...], field: str) -> None:
-    if len(reasons) > MAX_REASONS:
-        raise BadRequest(f"{where}: at most {MAX_REASONS} reasons", field=field)
-    for r in reasons:
-        if not _REASON.fullmatch(r):
-            raise BadRequest(
-                f"{where}: a reason is 1 to 64 of [a-z0-9_], got {r[:80]!r}", field=field
-            )
-
-
-def validate_applied_clocks(i: int, rep: IterationReport, job: Job, limits: Limits) -> None:
-    """Raise :class:`BadRequest` naming the field when report ``i``'s applied-clock fields are
-    malformed (old clients send none: nothing to check)."""
-    if rep.clock_samples < 0:
-        raise BadRequest(
-            f"report {i}: must be >= 0, got {rep.clock_samples}", field="clock_samples"
-        )
-    _check_reasons(f"report {i}", rep.clock_event_reasons, "clock_event_reasons")
-    most = min(MAX_OFF_PLAN, limits.max_report_instructions)
-    if len(rep.off_plan) > most:
-        raise BadRequest(
-            f"report {i}: off_plan has {len(rep.off_plan)} instructions, at most {most}",
-            field="off_plan",
-        )
-    for j, o in enumerate(rep.off_plan):
-        where = f"report {i} off_plan[{j}]"
-        if o.instruction not in INSTRUCTION_KINDS:
-            raise BadRequest(
-                f"{where}: unknown instruction {o.instruction!r}", field="off_plan.instruction"
-            )
-        if not 0 <= o.microbatch < job.spec.microbatches:
-            raise BadRequest(f"{where}: microbatch out of range", field="off_plan.microbatch")
-        if o.stage is not None and not 0 <= o.stage < job.schedule.stages:
-            raise BadRequest(f"{where}: stage out of range", field="off_plan.stage")
-        for name, mhz in (("locked_mhz", o.locked_mhz), ("sampled_mhz", o.sampled_mhz)):
-            if not 0 <= mhz <= MAX_FREQUENCY_MHZ:
-                raise BadRequest(
-                    f"{where}: {name} must be between 0 and {MAX_FREQUENCY_MHZ} MHz",
-                    field=f"off_plan.{name}",
-                )
-        if o.samples < 0:
-            raise BadRequest(f"{where}: samples must be >= 0", field="off_plan.samples")
-        _check_reasons(where, o.reasons, "off_plan.reasons")
 
 
 def _reason_label(reasons: tuple[str, ...]) -> str:
@@ -118,8 +61,9 @@ class ClockVerification:
     def __init__(self, counter: Counter) -> None:
         self.counter = counter
 
-    def observe(self, job: Job, rank: RankInfo, rep: IterationReport) -> None:
-        """One accepted (not re-sent) report of ``rank``: update its record and the counter."""
+    def observe(self, checked: CheckedReport) -> None:
+        """One accepted (not re-sent) report of a rank: update its record and the counter."""
+        job, rank, rep = checked.job, checked.rank, checked.report
         clocks = job.stragglers.detector.clocks
         record = clocks.get(rank.rank_id)
         if record is None:
@@ -149,6 +93,9 @@ class ClockVerification:
                 "sampled_mhz": worst.sampled_mhz,
                 "reasons": sorted(set(worst.reasons)),
             }
+
+    def forget(self, job_id: str) -> None:
+        """Nothing to do: the ranks' records are kept on the job."""
 
 
 def off_plan_ranks(job: Job, pipeline: int) -> list[RankInfo]:

@@ -33,19 +33,23 @@ from perseus_server.metrics import Labels, Metrics
 from perseus_server.runtime.hub import PlanHub
 from perseus_server.runtime.parse_pool import ReportPool
 from perseus_server.runtime.solve_manager import SolveLimits, SolveManager
+from perseus_server.service.clock_verification import ClockVerification
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.job_gauges import JobGauges
 from perseus_server.service.job_profiles import Profiles
 from perseus_server.service.lifecycle import Lifecycle
 from perseus_server.service.measured_power import MeasuredPower
+from perseus_server.service.observers import RankHistory
 from perseus_server.service.online_profiling import OnlineProfiling
 from perseus_server.service.persistence import load_jobs
 from perseus_server.service.plans import PlanQueries, shape_policy
 from perseus_server.service.power import PlanPowers
 from perseus_server.service.power_budget import PowerBudget
 from perseus_server.service.registration import Registration
+from perseus_server.service.report_checks import ReceivedReport, check_report
 from perseus_server.service.reports import Reports
+from perseus_server.service.slow_links import SlowLinks
 from perseus_server.service.slow_stages import SlowStageResolver, stage_solve_key
 from perseus_server.service.solves import Solves
 from perseus_server.service.state import Job, JobTable
@@ -110,10 +114,24 @@ class PerseusService:
         self.profiles = Profiles(ctx)
         self.solves = Solves(ctx, self.deployer)
         self.plans = PlanQueries(ctx, self.powers)
-        self.slow_stages = SlowStageResolver(ctx, self.deployer)
+        self.slow_stages = SlowStageResolver(ctx, self.deployer, withheld=checks.reason)
         self.stragglers = Stragglers(ctx, self.deployer, self.slow_stages, checks)
         self.profiling = OnlineProfiling(ctx, self.deployer, self.profiles, self.solves)
-        self.reports = Reports(ctx, self.stragglers, self.slow_stages, self.profiling, measured)
+        # An accepted report goes to each of these in order (the detectors stand aside while
+        # a job is profiled; the profile checks, which the stragglers update, pause the slow
+        # stages and links): a new detector is one more observer here.
+        self.reports = Reports(
+            ctx,
+            [
+                RankHistory(),
+                ClockVerification(self.metrics.off_plan_instructions),
+                measured,
+                self.stragglers,
+                SlowLinks(ctx, self.slow_stages, self.stragglers),
+                self.slow_stages,
+                self.profiling,
+            ],
+        )
         self.report_pool = ReportPool(report_decoder) if report_decoder is not None else None
         self.registration = Registration(ctx, self.deployer, self.lifecycle)
         self.views = Views(
@@ -214,7 +232,7 @@ class PerseusService:
         self.store.delete_job(job.id)
         self.powers.forget(job.id)
         self.lifecycle.removed(job.id)
-        self.stragglers.forget(job.id)
+        self.reports.forget(job.id)
         self.power_budget.job_removed(job.id)
         self.metrics.drop_job(job.id)
 
@@ -264,26 +282,21 @@ class PerseusService:
 
     # --- iteration reports -----------------------------------------------------------------------
 
-    async def ingest_report(
-        self,
-        decode: Callable[[], IterationReport],
-        size: int,
-        serialize: Callable[[], bytes] | None = None,
-    ) -> tuple[int, int]:
-        """Decode, validate and store one report; returns (new, duplicates): a re-sent report
-        is acknowledged and dropped.
+    async def ingest_report(self, received: ReceivedReport) -> tuple[int, int]:
+        """Decode, check, store and observe one report; returns (new, duplicates): a re-sent
+        report is acknowledged and dropped.
 
         A report of more than ``OFFLOAD_INSTRUCTIONS`` measurements and off-plan instructions
-        together (``size``) stays off the loop: given ``serialize`` (its wire bytes), it is
-        decoded into columns in the report worker process (else by ``decode`` on a thread), and
-        checked on a thread with array operations; the loop only stores it.
+        together (``received.size``) stays off the loop: it is decoded into columns in the
+        report worker process from its wire bytes (else decoded on a thread), and checked on a
+        thread with array operations; the loop only stores it and hands it to the observers.
         """
-        if size > OFFLOAD_INSTRUCTIONS:
-            if serialize is not None and self.report_pool is not None:
-                rep = await self.report_pool.decode(serialize, decode)
+        if received.size > OFFLOAD_INSTRUCTIONS:
+            if self.report_pool is not None:
+                rep = await self.report_pool.decode(received.wire, received.decode)
             else:
-                rep = await asyncio.to_thread(decode)
-            checked = await asyncio.to_thread(self.reports.check, 0, rep)
+                rep = await asyncio.to_thread(received.decode)
+            checked = await asyncio.to_thread(check_report, self.jobs, self.limits, 0, rep)
         else:
-            checked = self.reports.check(0, decode())
+            checked = check_report(self.jobs, self.limits, 0, received.decode())
         return self.reports.record_counted([checked])

@@ -56,10 +56,9 @@ from perseus.frontier import Frontier
 from perseus.problem import EnergyProblem
 from perseus.profiles import Profile
 from perseus_server.domain.bounds import MAX_ENERGY, MAX_SECONDS, MIN_SECONDS
-from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import ProfilingStatus
-from perseus_server.domain.values import IterationReport
 from perseus_server.metrics import Labels
+from perseus_server.service.report_checks import CheckedReport
 from perseus_server.service.state import Job, JobTable
 
 __all__ = [
@@ -139,8 +138,9 @@ class MeasuredPower:
 
     # --- ingestion -------------------------------------------------------------------------------
 
-    def observe(self, job: Job, rank: RankInfo, rep: IterationReport) -> None:
+    def observe(self, checked: CheckedReport) -> None:
         """Count one accepted report (see the module docstring for which count)."""
+        job, rank, rep = checked.job, checked.rank, checked.report
         energy, seconds = float(rep.energy), float(rep.iteration_time)
         if not (0 < energy <= MAX_ENERGY and MIN_SECONDS <= seconds <= MAX_SECONDS):
             return
@@ -176,6 +176,10 @@ class MeasuredPower:
         if counts:
             r.measured, r.max_clock = measured, max_clock
             r.counted += 1
+
+    def forget(self, job_id: str) -> None:
+        """The job was deleted: its account goes."""
+        self._jobs.pop(job_id, None)
 
     def _baseline(self, job: Job, je: _JobEnergy) -> MaxClockBaseline | None:
         profile, frontier = job.profile.current, job.frontier.current

@@ -21,6 +21,8 @@ from perseus_server.domain.states import DeploymentKind, ProfilingStatus
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.job_profiles import Profiles
+from perseus_server.service.report_checks import CheckedReport, measurements
+from perseus_server.service.slow_links import combined_link_times
 from perseus_server.service.solves import Solves
 from perseus_server.service.state import Deployment, Job
 from perseus_server.testing.faults import fault_point
@@ -70,6 +72,29 @@ class OnlineProfiling:
         self.deployer = deployer
         self.profiles = profiles
         self.solves = solves
+
+    def observe(self, checked: CheckedReport) -> None:
+        """One accepted report while the job is profiled: its measurements (none in the
+        client's warm-up iterations, which count too: the warm-up is counted once, here), its
+        links' times; then the next clock step, or the measured profile, when it completes one."""
+        job, rank, rep = checked.job, checked.rank, checked.report
+        if not job.profiling_is(ProfilingStatus.RUNNING):
+            return
+        assert job.profiling is not None
+        ms = checked.measurements if checked.measurements is not None else measurements(rep)
+        job.profiling.record(
+            rank.rank_id,
+            int(rep.plan_version),
+            float(rep.energy),
+            ms,
+            iteration_time=float(rep.iteration_time),
+            transfers=dict(combined_link_times(job, rank, rep)) if rep.transfers else None,
+        )
+        if ms:
+            self.tick(job)
+
+    def forget(self, job_id: str) -> None:
+        """Nothing to do: a scan is kept on the job."""
 
     def start(
         self,

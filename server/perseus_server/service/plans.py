@@ -34,7 +34,7 @@ def job_max_power(job: Job) -> tuple[float, str] | None:
     the known-GPU table (:data:`perseus_common.gpus.KNOWN_GPUS`) for the ranks' GPU name or the
     job's ``gpu_model``; ``None`` when none of these tells."""
     ranks = list(job.ranks.by_global.values())
-    limits = [r.max_power_limit for r in ranks if r.max_power_limit > 0]
+    limits = [r.max_power_limit_w for r in ranks if r.max_power_limit_w > 0]
     if limits:
         return sum(limits) / len(limits), "the ranks' power-limit constraints"
     for name in [r.gpu_name for r in ranks] + [job.spec.gpu_model]:

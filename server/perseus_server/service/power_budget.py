@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from perseus.frontier import Frontier
 from perseus.power import (
-    POLICIES,
+    SPLIT_RULES,
     Allocation,
     JobAllocation,
     PowerBudgetError,
@@ -362,9 +362,9 @@ class PowerBudget:
             )
         if not (isinstance(watts, int | float) and math.isfinite(watts) and watts > 0):
             raise BadRequest(f"must be a finite number of watts > 0, got {watts!r}", field="watts")
-        if policy not in POLICIES:
+        if policy not in SPLIT_RULES:
             raise BadRequest(
-                f"must be one of {', '.join(POLICIES)}, got {policy!r}", field="policy"
+                f"must be one of {', '.join(SPLIT_RULES)}, got {policy!r}", field="policy"
             )
         if jobs is not None:
             if len(set(jobs)) != len(jobs):

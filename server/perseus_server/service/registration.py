@@ -19,7 +19,7 @@ from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.job_profiles import check_clocks
 from perseus_server.service.lifecycle import Lifecycle
-from perseus_server.service.reports import validate_clock_control
+from perseus_server.service.report_checks import validate_clock_control
 from perseus_server.service.state import Job
 
 __all__ = ["Registration", "MAX_POWER_W"]
@@ -113,7 +113,7 @@ class Registration:
             gpu_name=req.gpu_name,
             supported_clocks=clocks,
             hostname=req.hostname,
-            max_power_limit=float(req.max_power_limit_w),
+            max_power_limit_w=float(req.max_power_limit_w),
         )
         profile = job.profile.current
         if profile is not None and clocks:

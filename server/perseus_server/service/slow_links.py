@@ -38,11 +38,12 @@ from typing import Any
 
 from perseus.profiles import Profile
 from perseus_server.decisions.detectors import StageDetector
-from perseus_server.decisions.link_fit import median
+from perseus_server.decisions.report_statistics import median
 from perseus_server.domain.jobs import RankInfo
-from perseus_server.domain.states import DetectorEvent
+from perseus_server.domain.states import DetectorEvent, ProfilingStatus
 from perseus_server.domain.values import IterationReport
 from perseus_server.service.context import ServiceContext
+from perseus_server.service.report_checks import CheckedReport
 from perseus_server.service.slow_stages import SlowStageResolver
 from perseus_server.service.state import Job, LinkKey
 from perseus_server.service.stragglers import Stragglers
@@ -143,8 +144,11 @@ class SlowLinks:
             det = slow.links.detector = StageDetector(slow.stage_detector.settings)
         return det
 
-    def observe(self, job: Job, rank: RankInfo, rep: IterationReport) -> None:
-        """One validated report with transfers (not while profiling)."""
+    def observe(self, checked: CheckedReport) -> None:
+        """One accepted report with transfers (not while the job is profiled)."""
+        job, rank, rep = checked.job, checked.rank, checked.report
+        if not rep.transfers or job.profiling_is(ProfilingStatus.RUNNING):
+            return
         p = rank.data_rank
         slow = job.stragglers
         links = slow.links
@@ -193,6 +197,9 @@ class SlowLinks:
             links.pending.discard(p)
             self.resolver.changed(job, p)
             self.stragglers.mark_replanned(job, p)
+
+    def forget(self, job_id: str) -> None:
+        """Nothing to do: the links' times and flags are kept on the job."""
 
 
 def _matters(job: Job, key: LinkKey, base: float, measured: float, threshold: float) -> bool:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -25,14 +24,20 @@ from typing import Any
 
 from perseus_server.decisions.detectors import DetectorSettings, make_detectors
 from perseus_server.decisions.planner import Straggler, resolve_policy
+from perseus_server.decisions.report_statistics import calibration
 from perseus_server.domain.bounds import MAX_SECONDS
 from perseus_server.domain.errors import BadRequest, Conflict, NotFound
-from perseus_server.domain.jobs import RankInfo
-from perseus_server.domain.states import DetectorEvent, ReplanKind, StragglerSource
+from perseus_server.domain.states import (
+    DetectorEvent,
+    ProfilingStatus,
+    ReplanKind,
+    StragglerSource,
+)
 from perseus_server.service.clock_verification import CAUSE, detector_feeder, off_plan_ranks
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer, require_frontier
 from perseus_server.service.persistence import persist_deployment
+from perseus_server.service.report_checks import CheckedReport
 from perseus_server.service.slow_stages import SlowStageResolver
 from perseus_server.service.state import Job
 
@@ -92,10 +97,10 @@ class ProfileChecks:
         m = self.get(job)
         recent = m.ratios.setdefault(pipeline, deque(maxlen=self.iterations))
         recent.append(ratio)
-        full = [statistics.median(r) for r in m.ratios.values() if len(r) >= self.iterations]
-        if not full:
+        r = calibration(m.ratios.values(), full=self.iterations)
+        if r is None:
             return m.reason is not None
-        m.ratio = r = min(full)
+        m.ratio = r
         if m.reason is None and not (self.low <= r <= self.high):
             m.since = time.time()
             m.reason = (
@@ -251,8 +256,13 @@ class Stragglers:
         if job.deployment.current is not None or job.frontier.current is not None:
             persist_deployment(self.ctx.store, job)
 
-    def observe(self, job: Job, rank: RankInfo, seconds: float, version: int) -> None:
-        """One reported iteration: the pipeline's leader rank feeds the iteration detector."""
+    def observe(self, checked: CheckedReport) -> None:
+        """One accepted report (not while the job is profiled): the pipeline's leader rank
+        feeds the iteration detector."""
+        job, rank = checked.job, checked.rank
+        if job.profiling_is(ProfilingStatus.RUNNING):
+            return
+        seconds, version = float(checked.report.iteration_time), int(checked.report.plan_version)
         dep = job.deployment.plan
         if dep is None or version != dep.version or job.frontier.current is None:
             return

@@ -1,0 +1,59 @@
+"""The statistics the report observers share, each defined once.
+
+* :func:`median`: the one median (a sort and the middle; the mean of the two middle values of
+  an even count). The iteration detector's T' (the median of a pipeline's slow iterations), a
+  link's time and a scan's transfer fit are medians.
+* :func:`calibration`: the common overhead of a job's pipelines, the smallest over the
+  pipelines of the median of their recent ratios of measured to planned iteration time (the
+  healthiest pipeline's overhead). The straggler detector divides by it; the profile check
+  (``profile_mismatch``) judges it against its band.
+* :func:`stage_factors`: one iteration's slowdown factor per stage, the median of its
+  measurements' ratios of measured over profiled time.
+* :func:`link_time`: one iteration's time of a link from its microbatches' transfer times:
+  their median (what the status shows and profiling fits) and the fastest (what slow-link
+  detection compares).
+
+A change of one of these statistics is a change of this module and its test
+(``tests/server/test_report_statistics.py``); every caller reaches it through here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["calibration", "link_time", "median", "stage_factors"]
+
+
+def median(values: Iterable[float] | npt.NDArray[np.float64]) -> float:
+    """The median of ``values`` (at least one): the middle of the sorted values, or the mean of
+    the two middle ones. An array is sorted by numpy (``O(n log n)``, a few microseconds for a
+    small report, where :func:`numpy.median`'s overhead is a hundred times that)."""
+    a: Sequence[float] | npt.NDArray[np.float64]
+    a = np.sort(values) if isinstance(values, np.ndarray) else sorted(values)
+    h = len(a) // 2
+    return float(a[h]) if len(a) % 2 else float((a[h - 1] + a[h]) / 2)
+
+
+def calibration(windows: Iterable[Collection[float]], full: int = 1) -> float | None:
+    """The smallest median over the ``windows`` holding at least ``full`` values (None when none
+    does): a job's common overhead from each pipeline's recent ratios of measured to planned
+    iteration time."""
+    medians = [median(w) for w in windows if len(w) >= max(1, full)]
+    return min(medians) if medians else None
+
+
+def stage_factors(
+    ratios: Mapping[int, Sequence[float] | npt.NDArray[np.float64]],
+) -> dict[int, float]:
+    """One iteration's slowdown factor per stage, from each stage's ratios of measured over
+    profiled time (one per measured instruction): their median, stages in the order given."""
+    return {stage: median(np.asarray(r, dtype=np.float64)) for stage, r in ratios.items()}
+
+
+def link_time(times: Collection[float]) -> tuple[float, float]:
+    """One iteration's time of a link from its microbatches' transfer times (at least one):
+    ``(median, fastest)``."""
+    return median(times), min(times)
