@@ -36,7 +36,7 @@ import statistics
 import time
 from typing import Any
 
-from perseus_client import PerseusClient, Plan, PlanStep, SimulatedGpu
+from perseus_client import PerseusClient, Plan, PlanStep, Reporting, SimulatedGpu
 
 PROFILE = {
     (0, "forward"): {1410: (0.010, 3.0), 1200: (0.012, 2.6), 1000: (0.015, 2.4)},
@@ -77,7 +77,10 @@ def bench_client(
 ) -> tuple[list[float], list[float]]:
     gpu = SimulatedGpu(PROFILE, time_scale=0.0)
     client = PerseusClient(
-        offline=True, gpu=gpu, handle_signals=False, clock_sample_interval=sample_interval
+        offline=True,
+        gpu=gpu,
+        handle_signals=False,
+        reporting=Reporting(clock_sample_interval=sample_interval),
     )
     steps = tuple(PlanStep(k, m, clocks[i % len(clocks)], 0) for i, (k, m) in enumerate(order))
     client.use_plan(Plan(1, steps))

@@ -177,7 +177,7 @@ def rank_main(args: argparse.Namespace) -> int:
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
-    from perseus_client import PerseusClient, SimulatedGpu
+    from perseus_client import Connection, PerseusClient, RankPosition, SimulatedGpu
     from perseus_client.integrations import torch_pipelining
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -224,7 +224,11 @@ def rank_main(args: argparse.Namespace) -> int:
         PROFILE, stage=rank, blocking_power=BLOCKING_POWER, time_scale=TIME_SCALE
     )
     client = PerseusClient(
-        args.grpc, job=job_id, gpu=gpu, global_rank=rank, pipeline_rank=rank, tls_ca=args.tls_ca
+        args.grpc,
+        job=job_id,
+        gpu=gpu,
+        rank=RankPosition(global_rank=rank, pipeline_rank=rank),
+        connection=Connection(tls_ca=args.tls_ca),
     )
     x = torch.randn(2 * MICROBATCHES, WIDTH, generator=torch.Generator().manual_seed(0))
     y = torch.randn(2 * MICROBATCHES, WIDTH, generator=torch.Generator().manual_seed(1))

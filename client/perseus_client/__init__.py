@@ -41,10 +41,15 @@ from perseus_client.gpu import (
     read_profile_csv,
 )
 from perseus_client.measurements import InstructionMeasurement, IterationMeasurement
+from perseus_client.options import Connection, FailOpen, RankPosition, Reporting
 from perseus_client.plan import INSTRUCTION_KINDS, Plan, PlanCursor, PlanStep, ProfilingTask
 
 __all__ = [
     "PerseusClient",
+    "RankPosition",
+    "Connection",
+    "FailOpen",
+    "Reporting",
     "FrequencyController",
     "GpuBackend",
     "NvmlGpu",

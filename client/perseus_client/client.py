@@ -4,12 +4,12 @@ It registers the rank with the Perseus server, keeps the rank's frequency plan u
 background, locks the SM clock the plan gives before every instruction, and reports iteration
 times. The training loop marks iterations and instructions with two context managers::
 
-    from perseus_client import PerseusClient, SimulatedGpu
+    from perseus_client import PerseusClient, RankPosition, SimulatedGpu
 
     gpu = SimulatedGpu.from_profile_csv("profiles/gpt3-175b_a100-sxm_8stage.csv", stage=0,
                                         blocking_power=83.64, time_scale=0.05)
-    with PerseusClient("localhost:50051", job="my-job", gpu=gpu, global_rank=0,
-                       pipeline_rank=0, data_rank=0) as client:
+    with PerseusClient("localhost:50051", job="my-job", gpu=gpu,
+                       rank=RankPosition(global_rank=0, pipeline_rank=0)) as client:
         for step in range(100):
             with client.iteration():
                 for mb in range(4):
@@ -28,7 +28,7 @@ Guarantees:
   and the rest of that iteration runs at the maximum clock).
 - **Training never waits for the network.** Registration, the ``WatchPlan`` stream (reconnected
   with exponential backoff) and ``ReportIterations`` run in daemon threads. If the server has been
-  unreachable for longer than ``failopen_timeout`` seconds, iterations run at the maximum clock
+  unreachable for longer than ``FailOpen.server_timeout`` seconds, iterations run at the maximum clock
   until it is back.
 - **Clocks are always reset**: on ``close()`` / leaving the ``with`` block, on an exception
   escaping an iteration, on SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGABRT and SIGUSR1/SIGUSR2 (see
@@ -56,31 +56,37 @@ Configuration comes from the arguments or the environment: ``PERSEUS_SERVER`` (`
 ``LOCAL_RANK`` (NVML index of the default GPU backend). The default backend is
 :class:`DaemonGpu` (through the node daemon ``perseus gpud``, no privileges needed) when
 ``PERSEUS_GPUD_SOCKET`` is set or the default socket ``/run/perseus/gpud.sock`` exists, else
-:class:`NvmlGpu`; ``PERSEUS_DRY_RUN=1`` selects ``NvmlGpu(dry_run=True)``, which records clock
-requests without applying them. It is built behind :class:`FailOpenGpu`.
+the GPU of the vendor the availability probe finds (:mod:`perseus_client.gpu.vendors`;
+:class:`NvmlGpu`); ``PERSEUS_DRY_RUN=1`` opens it in ``dry_run``, which records clock requests
+without applying them. It is built behind :class:`FailOpenGpu`. The environment is read in one
+place (:class:`perseus_client.defaults.Environment`); the tuning options come grouped
+(:mod:`perseus_client.options`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import sys
 import threading
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perseus_client.clock_control import ACTIVE, FailOpenGpu
 from perseus_client.controller import FrequencyController
-from perseus_client.defaults import default_gpu, env_int
+from perseus_client.defaults import Environment, default_gpu
 from perseus_client.errors import ClientError, ConfigError, PlanMismatchError
 from perseus_client.gpu.applied import ClockSampler
 from perseus_client.gpu.base import GpuBackend
 from perseus_client.hot_path import InstructionPath
 from perseus_client.measurements import EventTiming, IterationMeasurement
+from perseus_client.options import Connection, FailOpen, RankPosition, Reporting
 from perseus_client.plan import INSTRUCTION_KINDS, Plan
 from perseus_client.reports import IterationRecorder
 from perseus_client.safety import ResetGuard
+
+if TYPE_CHECKING:
+    from perseus_client.transport import ServerLink
 
 __all__ = ["PerseusClient"]
 
@@ -127,6 +133,27 @@ class _InstructionScope:
             self._client._path.abort()
 
 
+def _server(
+    server: str, connection: Connection, env: Environment
+) -> tuple[str, bool, bytes | None]:
+    """``(gRPC target, TLS, root certificates)`` of the server, checked: an explicit root or a
+    CA (``connection.tls_ca``, else ``$PERSEUS_TLS_CA``) means TLS, unless the address says
+    plain gRPC (``grpc://``)."""
+    from perseus_client.transport import TLS_CA_ENV, check_target, parse_target, read_ca_file
+
+    target, tls = parse_target(str(server))
+    check_target(target)
+    roots = connection.tls_root_certificates
+    if roots is not None:
+        return target, True, roots
+    if connection.tls_ca:
+        roots = read_ca_file(connection.tls_ca, "tls_ca")
+    elif env.tls_ca:
+        roots = read_ca_file(env.tls_ca, TLS_CA_ENV)
+    plain = str(server).strip().startswith("grpc://")
+    return target, tls or (roots is not None and not plain), roots
+
+
 class PerseusClient:
     """The Perseus client of one training rank (see the module docstring).
 
@@ -135,30 +162,21 @@ class PerseusClient:
         job: job id; default ``$PERSEUS_JOB``.
         token: bearer token; default ``$PERSEUS_TOKEN`` (none when unset).
         gpu: the GPU backend; default ``DaemonGpu($LOCAL_RANK)`` when a node daemon socket is
-            configured or exists, else ``NvmlGpu($LOCAL_RANK, dry_run=$PERSEUS_DRY_RUN)``,
-            behind :class:`FailOpenGpu` (never raises because clock control is unavailable).
-        global_rank: default ``$RANK`` or 0.
-        pipeline_rank: this rank's stage index in its pipeline (default 0).
-        data_rank: which data-parallel pipeline (default 0).
-        tensor_rank: tensor-parallel index (default 0).
+            configured or exists, else the GPU of the vendor the availability probe finds
+            (``NvmlGpu($LOCAL_RANK, dry_run=$PERSEUS_DRY_RUN)``), behind :class:`FailOpenGpu`
+            (never raises because clock control is unavailable).
+        rank: where the rank sits in its job (:class:`~perseus_client.options.RankPosition`;
+            default: global rank ``$RANK`` or 0, pipeline, data and tensor rank 0).
         strict: raise on a plan mismatch (else log once and run at max clock).
-        failopen_timeout: seconds of unreachable server after which iterations run at max clock.
-        report_interval: seconds between batched ``ReportIterations`` calls.
-        measure_instructions: report each instruction's time (CUDA events on GPUs).
         offline: no server at all; plans come from :meth:`use_plan` (tests, benchmarks, replay).
         handle_signals: install the clock-reset signal handlers (main thread only; see
             :mod:`perseus_client.safety`).
-        tls_root_certificates: PEM roots for ``grpcs://`` (default: the system's).
-        tls_ca: path of a PEM file of the server's CA (default ``$PERSEUS_TLS_CA``); with one,
-            gRPC uses TLS. Unreadable or not a certificate: :class:`ConfigError`.
-        rpc_timeout, backoff_initial, backoff_max: network tuning (seconds).
-        cuda_events: time instructions and order clock changes with CUDA events (default: when
-            the backend is a real GPU and torch with CUDA is already imported).
-        clock_sample_interval: seconds between applied-clock samples taken off the training
-            thread (0: none; see :mod:`perseus_client.gpu.applied`); off-plan instructions
-            travel with the iteration reports.
-        clock_retry_initial, clock_retry_max: backoff bounds (seconds) of the default backend's
-            retries while clock control is unavailable.
+        connection: TLS trust, RPC timeout, reconnection backoff
+            (:class:`~perseus_client.options.Connection`).
+        fail_open: when to run at the maximum clock without the server, and how to retry clock
+            control (:class:`~perseus_client.options.FailOpen`).
+        reporting: report interval, per-instruction measurements, CUDA events, applied-clock
+            sampling (:class:`~perseus_client.options.Reporting`).
     """
 
     def __init__(
@@ -168,71 +186,43 @@ class PerseusClient:
         *,
         token: str | None = None,
         gpu: GpuBackend | None = None,
-        global_rank: int | None = None,
-        pipeline_rank: int = 0,
-        data_rank: int = 0,
-        tensor_rank: int = 0,
+        rank: RankPosition | None = None,
         strict: bool = True,
-        failopen_timeout: float = 10.0,
-        report_interval: float = 0.5,
-        measure_instructions: bool = True,
         offline: bool = False,
         handle_signals: bool = True,
-        tls_root_certificates: bytes | None = None,
-        rpc_timeout: float = 5.0,
-        backoff_initial: float = 0.1,
-        backoff_max: float = 5.0,
-        cuda_events: bool | None = None,
-        clock_sample_interval: float = 0.05,
-        clock_retry_initial: float = 1.0,
-        clock_retry_max: float = 30.0,
-        tls_ca: str | None = None,
+        connection: Connection | None = None,
+        fail_open: FailOpen | None = None,
+        reporting: Reporting | None = None,
     ) -> None:
-        server = server if server is not None else os.environ.get("PERSEUS_SERVER")
-        job = job if job is not None else os.environ.get("PERSEUS_JOB")
-        token = token if token is not None else os.environ.get("PERSEUS_TOKEN") or None
-        target, tls, ca_pem = "", False, None
+        env = Environment.read()
+        rank = rank or RankPosition()
+        connection = connection or Connection()
+        fail_open = fail_open or FailOpen()
+        reporting = reporting or Reporting()
+        server = server if server is not None else env.server
+        job = job if job is not None else env.job
+        token = token if token is not None else env.token
+        target, tls, roots = "", False, None
         if not offline:
             if not server:
                 raise ConfigError("server", "pass server='host:port' or set PERSEUS_SERVER")
             if not job:
                 raise ConfigError("job", "pass job='<job id>' or set PERSEUS_JOB")
-            from perseus_client.transport import check_target, parse_target, read_tls_ca
-
             # Configuration errors raise here, before anything starts (a GPU lease included).
-            target, tls = parse_target(str(server))
-            check_target(target)
-            ca_pem = read_tls_ca(tls_ca) if tls_root_certificates is None else None
-        if failopen_timeout < 0:
-            raise ConfigError("failopen_timeout", f"must be >= 0 seconds, got {failopen_timeout}")
-        if not clock_retry_initial > 0:
-            raise ConfigError(
-                "clock_retry_initial", f"must be > 0 seconds, got {clock_retry_initial}"
-            )
-        if not clock_retry_max >= clock_retry_initial:
-            raise ConfigError(
-                "clock_retry_max",
-                f"must be >= clock_retry_initial ({clock_retry_initial}), got {clock_retry_max}",
-            )
-        for name, v in (
-            ("pipeline_rank", pipeline_rank),
-            ("data_rank", data_rank),
-            ("tensor_rank", tensor_rank),
-        ):
-            if int(v) < 0:
-                raise ConfigError(name, f"must be >= 0, got {v}")
-        self.global_rank = env_int("RANK", global_rank, 0)
-        self.pipeline_rank = int(pipeline_rank)
-        self.data_rank = int(data_rank)
-        self.tensor_rank = int(tensor_rank)
+            target, tls, roots = _server(server, connection, env)
+        self.global_rank = env.integer("RANK", rank.global_rank, 0)
+        self.pipeline_rank = rank.pipeline_rank
+        self.data_rank = rank.data_rank
+        self.tensor_rank = rank.tensor_rank
         self.job = job
         self.strict = strict
-        self.failopen_timeout = float(failopen_timeout)
-        self.measure_instructions = measure_instructions
+        #: The options it runs with (:mod:`perseus_client.options`).
+        self.fail_open, self.reporting, self.connection = fail_open, reporting, connection
+        self.measure_instructions = reporting.measure_instructions
 
         self._owns_gpu = gpu is None
         if gpu is None:
-            gpu = default_gpu(clock_retry_initial, clock_retry_max)
+            gpu = default_gpu(fail_open.clock_retry_initial, fail_open.clock_retry_max, env)
         self.gpu = gpu
         #: The fail-open wrapper of the default backend (``None`` for a backend passed in).
         self._failopen = gpu if isinstance(gpu, FailOpenGpu) else None
@@ -241,6 +231,7 @@ class PerseusClient:
         self.max_clock = gpu.max_clock
         self._sync_clocks = gpu.synchronous_clocks
         self._torch: Any = None
+        cuda_events = reporting.cuda_events
         if cuda_events is None:
             torch = sys.modules.get("torch")
             cuda_events = bool(
@@ -255,15 +246,30 @@ class PerseusClient:
         self.controller = FrequencyController(gpu)
         #: Samples the applied clock (``None``: the backend samples itself, or nobody can).
         self.clock_sampler = ClockSampler.for_backend(
-            gpu, self.controller.lock_state, clock_sample_interval
+            gpu, self.controller.lock_state, reporting.clock_sample_interval
         )
+        self._init_state()
+        self.link: Any = None
+        if not offline:
+            self.link = self._link(target, str(job), gpu, token, tls, roots, connection, reporting)
+        if self._failopen is not None:
+            self._failopen.add_listener(self._on_clock_control)
+            self._on_clock_control()
+        self._guard = ResetGuard(
+            self._emergency_reset, resume=self._resume_after_signal, signals=handle_signals
+        )
+        if self.link is not None:
+            self.link.start()
+
+    def _init_state(self) -> None:
+        """The per-iteration state the training thread walks (nothing runs yet)."""
         self._mismatch_logged = False
         self._path = InstructionPath(
-            gpu,
+            self.gpu,
             self.controller,
             self.max_clock,
             pipeline_rank=self.pipeline_rank,
-            strict=strict,
+            strict=self.strict,
             on_mismatch=self._log_mismatch,
             torch=self._torch,
         )
@@ -290,43 +296,43 @@ class PerseusClient:
         self.last_report: IterationMeasurement | None = None
         self._closed = False
 
-        self.link: Any = None
-        if not offline:
-            from perseus_client.transport import RankIdentity, ServerLink
+    def _link(
+        self,
+        target: str,
+        job: str,
+        gpu: GpuBackend,
+        token: str | None,
+        tls: bool,
+        roots: bytes | None,
+        connection: Connection,
+        reporting: Reporting,
+    ) -> ServerLink:
+        """The rank's link to the server (registration, plans, reports; not started)."""
+        from perseus_client.transport import ServerLink
+        from perseus_common.wire import RankRegistration
 
-            self.link = ServerLink(
-                target,
-                RankIdentity(
-                    job_id=str(job),
-                    global_rank=self.global_rank,
-                    pipeline_rank=self.pipeline_rank,
-                    data_rank=self.data_rank,
-                    tensor_rank=self.tensor_rank,
-                    gpu_name=gpu.name,
-                    supported_clocks_mhz=tuple(gpu.supported_clocks()),
-                    hostname=socket.gethostname(),
-                    max_power_limit_w=gpu.max_power_limit_w() or 0.0,
-                ),
-                self._receive_plan,
-                token=token,
-                # A CA means TLS, unless the address says plain gRPC (grpc://) explicitly.
-                tls=tls
-                or tls_root_certificates is not None
-                or (bool(ca_pem) and not str(server).strip().startswith("grpc://")),
-                root_certificates=tls_root_certificates or ca_pem,
-                rpc_timeout=rpc_timeout,
-                backoff_initial=backoff_initial,
-                backoff_max=backoff_max,
-                report_interval=report_interval,
-            )
-        if self._failopen is not None:
-            self._failopen.add_listener(self._on_clock_control)
-            self._on_clock_control()
-        self._guard = ResetGuard(
-            self._emergency_reset, resume=self._resume_after_signal, signals=handle_signals
+        return ServerLink(
+            target,
+            RankRegistration(
+                job_id=job,
+                global_rank=self.global_rank,
+                pipeline_rank=self.pipeline_rank,
+                data_rank=self.data_rank,
+                tensor_rank=self.tensor_rank,
+                gpu_name=gpu.name,
+                supported_clocks_mhz=tuple(gpu.supported_clocks()),
+                hostname=socket.gethostname(),
+                max_power_limit_w=gpu.max_power_limit_w() or 0.0,
+            ),
+            self._receive_plan,
+            token=token,
+            tls=tls,
+            root_certificates=roots,
+            rpc_timeout=connection.rpc_timeout,
+            backoff_initial=connection.backoff_initial,
+            backoff_max=connection.backoff_max,
+            report_interval=reporting.report_interval,
         )
-        if self.link is not None:
-            self.link.start()
 
     # -- clock control ----------------------------------------------------------------------------
 
@@ -404,12 +410,12 @@ class PerseusClient:
 
     def _select_plan(self) -> Plan | None:
         link = self.link
-        if link is not None and link.unreachable_for() > self.failopen_timeout:
+        if link is not None and link.unreachable_for() > self.fail_open.server_timeout:
             if not self.failed_open:
                 self.failed_open = True
                 log.warning(
                     "perseus: server unreachable for more than %.1f s; running at max clocks",
-                    self.failopen_timeout,
+                    self.fail_open.server_timeout,
                 )
             return None
         if self.failed_open:

@@ -58,6 +58,7 @@ __all__ = [
     "parse_target",
     "is_loopback_target",
     "credential_in_clear",
+    "read_ca_file",
     "read_tls_ca",
     "check_target",
     "tls_context",
@@ -132,11 +133,15 @@ def read_tls_ca(path: str | os.PathLike[str] | None = None) -> bytes | None:
     """The PEM bytes of the CA file ``path`` (default ``$PERSEUS_TLS_CA``; ``None`` when neither
     is set). Raises :class:`ConfigError` naming the option when the file cannot be read or holds
     no PEM certificate."""
-    field = "tls_ca"
     if path is None or not os.fspath(path):
-        path, field = os.environ.get(TLS_CA_ENV) or None, TLS_CA_ENV
-    if path is None:
-        return None
+        env = os.environ.get(TLS_CA_ENV) or None
+        return None if env is None else read_ca_file(env, TLS_CA_ENV)
+    return read_ca_file(path, "tls_ca")
+
+
+def read_ca_file(path: str | os.PathLike[str], field: str) -> bytes:
+    """The PEM bytes of the CA file ``path``; :class:`ConfigError` naming ``field`` (the option
+    or variable that gave it) when it cannot be read or holds no PEM certificate."""
     try:
         with open(path, "rb") as f:
             pem = f.read()

@@ -12,7 +12,9 @@ Pure Python, so that the light rank client can import it without the scheduler's
 * :mod:`perseus_common.clocks` — the SM clock bound and NVML's clock-event reason names;
 * :mod:`perseus_common.errors` — :class:`~perseus_common.errors.LocatedError`, the one
   constructor of errors at a row and field of an input (the profile errors);
-* :mod:`perseus_common.proto` — the ``perseus.v1`` wire protocol (``.proto`` and generated stubs).
+* :mod:`perseus_common.proto` — the ``perseus.v1`` wire protocol (``.proto`` and generated stubs);
+* :mod:`perseus_common.wire` — the values of every ``perseus.v1`` message and their one
+  encoder/decoder (:mod:`perseus_common.wire.codec`), used by the rank client and the server alike.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from perseus_client import PerseusClient, SimulatedGpu
+    from perseus_client import PerseusClient, RankPosition, Reporting, SimulatedGpu
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -94,10 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg["grpc_target"],
         job=cfg["job"],
         gpu=gpu,
-        global_rank=rank,
-        pipeline_rank=rank,
         handle_signals=False,
-        report_interval=0.02,
+        rank=RankPosition(global_rank=rank, pipeline_rank=rank),
+        reporting=Reporting(report_interval=0.02),
     )
     http = httpx.Client(base_url=cfg["http_url"], timeout=30.0)
     order = _order(stages, microbatches, rank)

@@ -36,7 +36,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from perseus_client import PerseusClient, SimulatedGpu
+from perseus_client import PerseusClient, RankPosition, Reporting, SimulatedGpu
 from perseus_client.integrations import torch_pipelining
 from perseus_demo.phases import PHASES
 from perseus_demo.timeline import TimelineGpu
@@ -154,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         return gpu.timestamp(), gpu.energy_mj()
 
     # Phase 1: no Perseus plan, every instruction at the top clock.
-    offline = PerseusClient(offline=True, gpu=gpu, global_rank=rank, handle_signals=False)
+    offline = PerseusClient(
+        offline=True, gpu=gpu, handle_signals=False, rank=RankPosition(global_rank=rank)
+    )
     last = sync()
     note("phase max-clocks starts")
     with torch_pipelining.instrument(schedule, offline):
@@ -198,11 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg["grpc_target"],
         job=cfg["job"],
         gpu=gpu,
-        global_rank=rank,
-        pipeline_rank=stage,
-        data_rank=pipe,
         handle_signals=False,
-        report_interval=0.02,
+        rank=RankPosition(global_rank=rank, pipeline_rank=stage, data_rank=pipe),
+        reporting=Reporting(report_interval=0.02),
     )
     try:
         deadline = time.monotonic() + 60.0

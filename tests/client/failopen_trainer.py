@@ -29,7 +29,15 @@ import perseus_client.gpu.nvml  # noqa: F401 - preloaded for setuid
 import perseus_client.gpud.connection  # noqa: F401 - preloaded for setuid
 import perseus_client.gpud.simnvml  # noqa: F401 - preloaded for setuid
 import perseus_client.transport  # noqa: F401 - preloaded for setuid
-from perseus_client import PerseusClient, Plan, PlanStep
+from perseus_client import (
+    Connection,
+    FailOpen,
+    PerseusClient,
+    Plan,
+    PlanStep,
+    RankPosition,
+    Reporting,
+)
 from perseus_common.proto import gpud_pb2, perseus_pb2
 
 ORDER = [("forward", 0), ("forward", 1), ("backward", 0), ("backward", 1)]
@@ -69,14 +77,11 @@ def main() -> int:
         args.server,
         args.job,
         token=args.token,
-        global_rank=0,
-        pipeline_rank=0,
-        data_rank=0,
         handle_signals=False,
-        report_interval=0.05,
-        backoff_max=0.3,
-        clock_retry_initial=0.05,
-        clock_retry_max=0.2,
+        rank=RankPosition(global_rank=0, pipeline_rank=0, data_rank=0),
+        reporting=Reporting(report_interval=0.05),
+        connection=Connection(backoff_max=0.3),
+        fail_open=FailOpen(clock_retry_initial=0.05, clock_retry_max=0.2),
     )
     first_state, first_reason = client.clock_control, client.clock_control_reason
     clocks = (1200, 1005)

@@ -16,6 +16,7 @@ from perseus_client import (
     NvmlGpu,
     PerseusClient,
     RecordingGpu,
+    Reporting,
     SimulatedGpu,
 )
 from perseus_client.errors import ConfigError
@@ -164,7 +165,12 @@ def test_a_client_reports_off_plan_instructions_sampled_off_the_training_thread(
 ) -> None:
     nvml = _sampling_nvml(fake_nvml)
     gpu = NvmlGpu(0, nvml=nvml)
-    client = PerseusClient(offline=True, gpu=gpu, handle_signals=False, clock_sample_interval=0.002)
+    client = PerseusClient(
+        offline=True,
+        gpu=gpu,
+        handle_signals=False,
+        reporting=Reporting(clock_sample_interval=0.002),
+    )
     assert client.clock_sampler is not None
     client.use_plan(steps_plan(1, [("forward", 0, 1410), ("backward", 0, 1200)]))
     try:
@@ -199,7 +205,9 @@ def test_no_sampler_without_sampling_or_when_disabled(fake_nvml: Callable[..., A
     assert client.clock_sampler is None
     client.close()
     sim = SimulatedGpu(PROFILE, stage=0, time_scale=0.0)
-    client = PerseusClient(offline=True, gpu=sim, handle_signals=False, clock_sample_interval=0)
+    client = PerseusClient(
+        offline=True, gpu=sim, handle_signals=False, reporting=Reporting(clock_sample_interval=0)
+    )
     assert client.clock_sampler is None
     with client.iteration(), client.instruction("forward", 0):
         pass
@@ -278,7 +286,12 @@ def test_a_sample_is_discarded_when_the_lock_changes_while_reading() -> None:
 
 def test_samples_of_a_failed_iteration_do_not_leak_into_the_next_report() -> None:
     gpu = SimulatedGpu(PROFILE, stage=0, time_scale=0.0)
-    client = PerseusClient(offline=True, gpu=gpu, handle_signals=False, clock_sample_interval=100.0)
+    client = PerseusClient(
+        offline=True,
+        gpu=gpu,
+        handle_signals=False,
+        reporting=Reporting(clock_sample_interval=100.0),
+    )
     sampler = client.clock_sampler
     assert sampler is not None
     sampler.settle = 0.0

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from perseus_client import NvmlGpu, PerseusClient
+from perseus_client import NvmlGpu, PerseusClient, Reporting
 
 
 class FakeEvent:
@@ -94,7 +94,10 @@ def test_a_sample_is_attributed_to_the_instruction_whose_lock_is_applied(
     nvml.nvmlDeviceGetClockInfo = lambda h, kind: nvml.sm
     nvml.nvmlDeviceGetCurrentClocksEventReasons = lambda h: 0
     client = PerseusClient(
-        offline=True, gpu=NvmlGpu(0, nvml=nvml), handle_signals=False, clock_sample_interval=100.0
+        offline=True,
+        gpu=NvmlGpu(0, nvml=nvml),
+        handle_signals=False,
+        reporting=Reporting(clock_sample_interval=100.0),
     )
     sampler = client.clock_sampler
     assert client._cuda_events and sampler is not None

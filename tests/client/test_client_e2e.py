@@ -18,7 +18,15 @@ from typing import Any
 import httpx
 import pytest
 
-from perseus_client import PerseusClient, RecordingGpu, SimulatedGpu
+from perseus_client import (
+    Connection,
+    FailOpen,
+    PerseusClient,
+    RankPosition,
+    RecordingGpu,
+    Reporting,
+    SimulatedGpu,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -76,12 +84,16 @@ def make_client(
     opts: dict[str, Any] = {
         "token": TOKEN,
         "handle_signals": False,
-        "report_interval": 0.05,
-        "backoff_max": 0.3,
+        "reporting": Reporting(report_interval=0.05),
+        "connection": Connection(backoff_max=0.3),
     }
     opts.update(kw)
     client = PerseusClient(
-        srv.grpc_target, job, gpu=rec, global_rank=rank, pipeline_rank=rank, **opts
+        srv.grpc_target,
+        job,
+        gpu=rec,
+        rank=RankPosition(global_rank=rank, pipeline_rank=rank),
+        **opts,
     )
     return client, rec
 
@@ -172,7 +184,9 @@ def test_a_new_plan_version_swaps_in_at_the_next_iteration_boundary(server, job,
 
 
 def test_wrong_token_is_reported_and_training_runs_at_max_clock(server, job, profile_data):
-    client, rec = make_client(server, job, 1, profile_data, token="wrong", failopen_timeout=0.0)
+    client, rec = make_client(
+        server, job, 1, profile_data, token="wrong", fail_open=FailOpen(server_timeout=0.0)
+    )
     try:
         wait_for(
             lambda: client.link.last_error and "UNAUTHENTICATED" in client.link.last_error,
@@ -188,13 +202,13 @@ def test_wrong_token_is_reported_and_training_runs_at_max_clock(server, job, pro
 TRAINER = textwrap.dedent(
     """
     import sys, time
-    from perseus_client import PerseusClient, SimulatedGpu
+    from perseus_client import PerseusClient, RankPosition, SimulatedGpu
 
     target, job, token, state = sys.argv[1:5]
     profile = {(0, "forward"): {1410: (0.01, 3.0), 1200: (0.012, 2.6), 1000: (0.015, 2.4)},
                (0, "backward"): {1410: (0.02, 6.0), 1200: (0.024, 5.2), 1000: (0.030, 4.8)}}
     gpu = SimulatedGpu(profile, stage=0, time_scale=200.0, state_path=state)
-    client = PerseusClient(target, job, token=token, gpu=gpu, global_rank=0, pipeline_rank=0)
+    client = PerseusClient(target, job, token=token, gpu=gpu, rank=RankPosition(global_rank=0, pipeline_rank=0))
     while client.latest_plan is None:
         time.sleep(0.01)
     order = [(s.kind, s.microbatch, s.stage) for s in client.latest_plan.steps]
@@ -243,8 +257,12 @@ def test_server_restart_is_invisible_and_fail_open_runs_max_clocks(
     srv = start_server(tmp_path, grpc_port=port)
     try:
         job = create_job(srv, profile_text)
-        steady, steady_rec = make_client(srv, job, 0, profile_data, failopen_timeout=60.0)
-        eager, eager_rec = make_client(srv, job, 1, profile_data, failopen_timeout=0.3)
+        steady, steady_rec = make_client(
+            srv, job, 0, profile_data, fail_open=FailOpen(server_timeout=60.0)
+        )
+        eager, eager_rec = make_client(
+            srv, job, 1, profile_data, fail_open=FailOpen(server_timeout=0.3)
+        )
         orders = {0: order_of(steady), 1: order_of(eager)}
         for _ in range(2):
             run_iteration(steady, orders[0])

@@ -40,8 +40,8 @@ def test_simulated_gpu_takes_it_as_an_argument_or_from_the_known_gpus() -> None:
     assert SimulatedGpu(PROFILE, time_scale=0).max_power_limit_w() is None
     assert SimulatedGpu(PROFILE, time_scale=0, name="NVIDIA A40").max_power_limit_w() == 300.0
     assert SimulatedGpu(PROFILE, time_scale=0, name="A100").max_power_limit_w() == 400.0
-    gpu = SimulatedGpu(PROFILE, time_scale=0, name="A100", max_power_limit=250.0)
+    gpu = SimulatedGpu(PROFILE, time_scale=0, name="A100", max_power_limit_w=250.0)
     assert gpu.max_power_limit_w() == 250.0
     assert RecordingGpu(gpu).max_power_limit_w() == 250.0
-    with pytest.raises(ConfigError, match="max_power_limit"):
-        SimulatedGpu(PROFILE, time_scale=0, max_power_limit=-1.0)
+    with pytest.raises(ConfigError, match="max_power_limit_w"):
+        SimulatedGpu(PROFILE, time_scale=0, max_power_limit_w=-1.0)

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from perseus_client import (
+    Connection,
     FrequencyController,
     NvmlGpu,
     PerseusClient,
@@ -383,9 +384,7 @@ def test_client_warns_once_when_its_token_travels_in_clear(sim_gpu, caplog):
         token="s3cret",
         gpu=sim_gpu,
         handle_signals=False,
-        rpc_timeout=0.1,
-        backoff_initial=0.05,
-        backoff_max=0.1,
+        connection=Connection(rpc_timeout=0.1, backoff_initial=0.05, backoff_max=0.1),
     )
     try:
         time.sleep(0.3)  # a few failed registrations: still one warning
@@ -399,7 +398,12 @@ def test_client_warns_once_when_its_token_travels_in_clear(sim_gpu, caplog):
 def test_no_warning_on_loopback_tls_or_without_a_token(sim_gpu, caplog):
     caplog.set_level(logging.WARNING, logger="perseus_client.transport")
     client = PerseusClient(
-        "127.0.0.1:1", job="j", token="s3cret", gpu=sim_gpu, handle_signals=False, rpc_timeout=0.1
+        "127.0.0.1:1",
+        job="j",
+        token="s3cret",
+        gpu=sim_gpu,
+        handle_signals=False,
+        connection=Connection(rpc_timeout=0.1),
     )
     client.close()
     for kwargs in ({"tls": True}, {"token": None}):

@@ -69,10 +69,10 @@ def server(pki: Path) -> Iterator[ServerProcess]:
 RANK = textwrap.dedent(
     """
     import json, os, sys
-    from perseus_client import PerseusClient, SimulatedGpu
+    from perseus_client import Connection, PerseusClient, SimulatedGpu
 
     gpu = SimulatedGpu({(0, "forward"): {1410: (0.01, 3.0)}}, time_scale=0.0)
-    client = PerseusClient(gpu=gpu, handle_signals=False, backoff_max=0.2)
+    client = PerseusClient(gpu=gpu, handle_signals=False, connection=Connection(backoff_max=0.2))
     ok = client.link.wait_registered(float(sys.argv[1]))
     print(json.dumps({"registered": ok, "error": client.link.last_error}), flush=True)
     client.close()
@@ -150,10 +150,12 @@ def test_a_bad_ca_file_is_a_configuration_error(
     with pytest.raises(ConfigError) as e:
         read_tls_ca(str(tmp_path / "key.pem"))
     assert e.value.field == "tls_ca" and "no PEM certificate" in str(e.value)
-    from perseus_client import PerseusClient
+    from perseus_client import Connection, PerseusClient
 
     with pytest.raises(ConfigError):  # the client raises it too, before starting anything
-        PerseusClient("localhost:1", "job", tls_ca=str(tmp_path / "missing.pem"))
+        PerseusClient(
+            "localhost:1", "job", connection=Connection(tls_ca=str(tmp_path / "missing.pem"))
+        )
 
 
 def test_an_explicit_plain_address_stays_plain(server: ServerProcess, pki: Path) -> None:

@@ -9,7 +9,13 @@ import time
 
 import pytest
 
-from perseus_client import ClockControlUnavailableError, FailOpenGpu, PerseusClient, SimulatedGpu
+from perseus_client import (
+    ClockControlUnavailableError,
+    FailOpen,
+    FailOpenGpu,
+    PerseusClient,
+    SimulatedGpu,
+)
 from perseus_client.errors import ConfigError, GpuDriverError
 from perseus_client.gpud import GpudLeaseHeldError, GpudUnavailableError
 
@@ -100,7 +106,7 @@ def test_configuration_errors_still_raise(monkeypatch: pytest.MonkeyPatch) -> No
     assert e.value.field == "LOCAL_RANK"
     monkeypatch.setenv("LOCAL_RANK", "0")
     with pytest.raises(ConfigError) as e:
-        PerseusClient(offline=True, handle_signals=False, clock_retry_initial=0)
+        PerseusClient(offline=True, handle_signals=False, fail_open=FailOpen(clock_retry_initial=0))
     assert e.value.field == "clock_retry_initial"
     with pytest.raises(ConfigError) as e:
         PerseusClient("localhost:1", None, handle_signals=False)

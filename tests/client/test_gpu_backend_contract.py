@@ -1,8 +1,8 @@
 """The device interface's contract, run over every backend, and the vendor registry.
 
 Every :class:`~perseus_client.gpu.base.GpuBackend` (NVML on the simulated NVML library the node
-daemon's ``--simulate`` uses, in both modes; the simulated GPU; the recording wrapper; the
-fail-open wrapper) answers the same identity, clock, sample and instruction calls the same way;
+daemon's ``--simulate`` uses, in both modes; the node daemon's, through a real ``perseus gpud
+--simulate``; the simulated GPU; the recording wrapper; the fail-open wrapper) answers the same identity, clock, sample and instruction calls the same way;
 the node daemon manages any backend that tells a UUID and a device node; and a vendor is one
 registry entry: an entry whose probe says yes is what the client's default backend and the
 daemon open.
@@ -10,6 +10,9 @@ daemon open.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,6 +24,7 @@ from perseus_client.defaults import backend_factory
 from perseus_client.errors import GpuError, UnsupportedClockError
 from perseus_client.gpu import vendors
 from perseus_client.gpu.base import DeviceIdentity, GpuBackend, GpuVendor, device_minor
+from perseus_client.gpu.daemon import DaemonGpu
 from perseus_client.gpu.nvml import NvmlGpu, vendor
 from perseus_client.gpu.recording import RecordingGpu
 from perseus_client.gpu.simulated import SimulatedGpu
@@ -43,9 +47,38 @@ def as_root(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("os.geteuid", lambda: 0)
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def gpud_socket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A ``perseus gpud --simulate 1`` (no ownership check) for the daemon's backend."""
+    work = tmp_path_factory.mktemp("gpud")
+    socket = str(work / "gpud.sock")
+    env = {**os.environ}
+    paths = [str(REPO / p) for p in ("client", "common")]
+    env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")])
+    args = ["--socket", socket, "--simulate", "1", "--ownership", "none"]
+    args += ["--state", str(work / "state.json"), "--simulate-dev-dir", str(work / "dev")]
+    with open(work / "gpud.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "perseus_client.gpud", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    yield socket
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture(params=[*sorted(BACKENDS), "daemon"])
 def gpu(request: pytest.FixtureRequest) -> Iterator[GpuBackend]:
-    backend = BACKENDS[request.param]()
+    if request.param == "daemon":
+        socket = request.getfixturevalue("gpud_socket")
+        backend: GpuBackend = DaemonGpu(0, socket=socket, connect_timeout=30.0)
+    else:
+        backend = BACKENDS[request.param]()
     yield backend
     backend.reset_locked_clocks()
     backend.close()
@@ -174,5 +207,7 @@ def test_a_vendor_is_one_entry_for_the_client_and_the_daemon(
         (0, "GPU-other-0", 0),
         (1, "GPU-other-1", 1),
     ]
-    for m in managed:
+    probed = open_gpus(None, [1], read_only=True)  # what `perseus gpud` opens without --simulate
+    assert [(type(m.gpu), m.uuid) for m in probed] == [(OtherVendorGpu, "GPU-other-1")]
+    for m in managed + probed:
         m.close()

@@ -35,12 +35,11 @@ TRAINER = textwrap.dedent(
     shift_ns = int(float(sys.argv[3]) * 1e9)
     real_time_ns = time.time_ns
     time.time_ns = lambda: real_time_ns() + shift_ns  # this host's clock, set back or ahead
-    from perseus_client import PerseusClient, SimulatedGpu
+    from perseus_client import PerseusClient, RankPosition, Reporting, SimulatedGpu
 
     profile = {(0, "forward"): {1410: (0.01, 3.0)}, (0, "backward"): {1410: (0.02, 6.0)}}
     gpu = SimulatedGpu(profile, time_scale=0.0)
-    client = PerseusClient(sys.argv[1], sys.argv[2], token=sys.argv[4], gpu=gpu, global_rank=0,
-                           handle_signals=False, report_interval=0.05, strict=False)
+    client = PerseusClient(sys.argv[1], sys.argv[2], token=sys.argv[4], gpu=gpu, handle_signals=False, strict=False, rank=RankPosition(global_rank=0), reporting=Reporting(report_interval=0.05))
     assert client.link.wait_registered(30)
     for _ in range(int(sys.argv[5])):
         with client.iteration():

@@ -17,7 +17,7 @@ import pytest
 from gpud_harness import REPO, Daemon, wait_for
 
 from perseus.profiles import load_profile
-from perseus_client import DaemonGpu, PerseusClient
+from perseus_client import DaemonGpu, PerseusClient, RankPosition, Reporting
 from perseus_server import ServerProcess
 
 start_daemon = gpud_harness.start_daemon
@@ -67,8 +67,7 @@ def test_a_throttled_daemon_gpu_shows_up_in_the_servers_status_and_metrics(
         )
         daemon.own(0)
         gpu = DaemonGpu(0, socket=daemon.socket, sample_interval=0.005)
-        client = PerseusClient(srv.grpc_target, job, gpu=gpu, global_rank=0, pipeline_rank=1,
-                               handle_signals=False, report_interval=0.05)  # fmt: skip
+        client = PerseusClient(srv.grpc_target, job, gpu=gpu, handle_signals=False, rank=RankPosition(global_rank=0, pipeline_rank=1), reporting=Reporting(report_interval=0.05))  # fmt: skip
         try:
             assert client.clock_sampler is None  # the daemon's heartbeat thread samples
             plan = wait_for(lambda: client.latest_plan, 30.0, "a plan")

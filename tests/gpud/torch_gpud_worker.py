@@ -31,7 +31,14 @@ from integration_harness import (  # noqa: E402
 )
 from torch_worker import build, train  # noqa: E402
 
-from perseus_client import DaemonGpu, GpuBackend, PerseusClient, RecordingGpu  # noqa: E402
+from perseus_client import (  # noqa: E402
+    DaemonGpu,
+    GpuBackend,
+    PerseusClient,
+    RankPosition,
+    RecordingGpu,
+    Reporting,
+)
 from perseus_client.integrations import torch_pipelining  # noqa: E402
 
 
@@ -111,10 +118,9 @@ def main() -> int:
             cfg["grpc_target"],
             job=str(job),
             gpu=gpu,
-            global_rank=rank,
-            pipeline_rank=rank,
             handle_signals=False,
-            report_interval=0.05,
+            rank=RankPosition(global_rank=rank, pipeline_rank=rank),
+            reporting=Reporting(report_interval=0.05),
         )
         try:
             plan = wait_for_plan(client, int(str(version)))

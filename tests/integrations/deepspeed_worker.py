@@ -32,7 +32,7 @@ from integration_harness import (  # noqa: E402
     write_result,
 )
 
-from perseus_client import PerseusClient  # noqa: E402
+from perseus_client import PerseusClient, RankPosition, Reporting  # noqa: E402
 from perseus_client.integrations import deepspeed as perseus_ds  # noqa: E402
 
 WIDTH = 8
@@ -118,10 +118,9 @@ def main() -> int:
         cfg["grpc_target"],
         job=job,
         gpu=gpu,
-        global_rank=rank,
-        pipeline_rank=engine.stage_id,
         handle_signals=False,
-        report_interval=0.05,
+        rank=RankPosition(global_rank=rank, pipeline_rank=engine.stage_id),
+        reporting=Reporting(report_interval=0.05),
     )
     transfers: list[list[Any]] = []
     inner = client.record_transfer

@@ -40,7 +40,7 @@ from integration_harness import (  # noqa: E402
 from torch.distributed.pipelining import PipelineStage  # noqa: E402
 from torch.distributed.pipelining import schedules as tsched  # noqa: E402
 
-from perseus_client import PerseusClient  # noqa: E402
+from perseus_client import PerseusClient, RankPosition, Reporting  # noqa: E402
 from perseus_client.integrations import torch_pipelining  # noqa: E402
 
 V_STYLE = ("ScheduleZBVZeroBubble", "ScheduleDualPipeV")
@@ -134,10 +134,9 @@ def main() -> int:
                 cfg["grpc_target"],
                 job=job,
                 gpu=gpu,
-                global_rank=rank,
-                pipeline_rank=rank,
                 handle_signals=False,
-                report_interval=0.05,
+                rank=RankPosition(global_rank=rank, pipeline_rank=rank),
+                reporting=Reporting(report_interval=0.05),
             )
             try:
                 plan = wait_for_plan(client, version)

@@ -14,7 +14,7 @@ import grpc
 import httpx
 import pytest
 
-from perseus_client import PerseusClient, SimulatedGpu
+from perseus_client import PerseusClient, RankPosition, Reporting, SimulatedGpu
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
@@ -173,10 +173,7 @@ def test_a_throttled_simulated_gpu_shows_up_in_status_and_metrics(
     clients: dict[int, PerseusClient] = {}
     for g, (d, s) in ranks.items():
         gpu = SimulatedGpu.from_profile_csv(small_csv, stage=s, time_scale=0.1)
-        clients[g] = PerseusClient(
-            server.grpc_target, job, gpu=gpu, global_rank=g, pipeline_rank=s, data_rank=d,
-            handle_signals=False, report_interval=0.05, clock_sample_interval=0.003,
-        )  # fmt: skip
+        clients[g] = PerseusClient(server.grpc_target, job, gpu=gpu, handle_signals=False, rank=RankPosition(global_rank=g, pipeline_rank=s, data_rank=d), reporting=Reporting(report_interval=0.05, clock_sample_interval=0.003))  # fmt: skip
     throttled = clients[2].gpu
     assert isinstance(throttled, SimulatedGpu)
     lowest = throttled.supported_clocks()[-1]

@@ -336,7 +336,7 @@ def test_a_job_whose_ranks_all_exit_cleanly_is_finished(tmp_path: Path) -> None:
     """Two real clients (``with PerseusClient``, simulated GPUs) end without an exception:
     each sends FinishRank, and the job is finished once both did; a rank credential may not
     finish another job's rank."""
-    from perseus_client import PerseusClient, SimulatedGpu
+    from perseus_client import PerseusClient, RankPosition, SimulatedGpu
 
     profile = {
         (s, k): {1410: (0.01, 3.0), 1200: (0.012, 2.6)} for s in (0, 1) for k in ("forward",
@@ -355,7 +355,7 @@ def test_a_job_whose_ranks_all_exit_cleanly_is_finished(tmp_path: Path) -> None:
         ).json()["id"]
         clients = [
             PerseusClient(s.grpc_target, job, token=secret, gpu=SimulatedGpu(profile, stage=r,
-                          time_scale=0), global_rank=r, pipeline_rank=r, handle_signals=False)
+                          time_scale=0), handle_signals=False, rank=RankPosition(global_rank=r, pipeline_rank=r))
             for r in (0, 1)
         ]  # fmt: skip
         _until(lambda: c.get(f"/jobs/{job}/status").json()["connected_ranks"] == 2)

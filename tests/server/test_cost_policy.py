@@ -12,7 +12,7 @@ import grpc
 import httpx
 import pytest
 
-from perseus_client import PerseusClient, SimulatedGpu, read_profile_csv
+from perseus_client import PerseusClient, RankPosition, SimulatedGpu, read_profile_csv
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
@@ -60,10 +60,9 @@ def test_eta_selects_the_least_cost_plan_with_the_ranks_max_power(
             PerseusClient(
                 srv.grpc_target,
                 job,
-                gpu=SimulatedGpu(data, stage=rank, time_scale=0, max_power_limit=MAX_POWER),
-                global_rank=rank,
-                pipeline_rank=rank,
+                gpu=SimulatedGpu(data, stage=rank, time_scale=0, max_power_limit_w=MAX_POWER),
                 handle_signals=False,
+                rank=RankPosition(global_rank=rank, pipeline_rank=rank),
             )
             for rank in (0, 1)
         ]

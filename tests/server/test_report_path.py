@@ -24,7 +24,12 @@ OBSERVER_MODULES = [
 def test_a_report_goes_forward_to_every_observer(tmp_path: Path) -> None:
     path = [m.removeprefix("perseus_server.") for m in trace_report(tmp_path).stops]
     assert path[:2] == ["grpc.received", "service.facade"], path
-    stages = ["grpc.codec", "service.report_checks", "service.reports", *OBSERVER_MODULES]
+    stages = [
+        "perseus_common.wire.codec",
+        "service.report_checks",
+        "service.reports",
+        *OBSERVER_MODULES,
+    ]
     assert [m for m in path if m in stages] == stages, path
     revisited = [m for i, m in enumerate(path) if m in path[:i]]
     assert revisited == ["grpc.received"], path  # the service calls the adapter's decode

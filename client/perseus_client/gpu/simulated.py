@@ -170,7 +170,7 @@ class SimulatedGpu(GpuBackend):
         supported_clocks: the clocks this GPU accepts (default: every profiled frequency).
         state_path: persist lock/reset state to this JSON file on every change.
         name: device name reported at registration.
-        max_power_limit: the GPU's maximum power limit (W) it reports (default: the known-GPU
+        max_power_limit_w: the GPU's maximum power limit (W) it reports (default: the known-GPU
             table's for a ``name`` naming a known GPU, e.g. ``"A100"``; otherwise none).
         noise: relative standard deviation of each executed instruction's time and energy
             (0: exact; see the module docstring).
@@ -192,7 +192,7 @@ class SimulatedGpu(GpuBackend):
         supported_clocks: Sequence[int] | None = None,
         state_path: str | Path | None = None,
         name: str = "simulated",
-        max_power_limit: float | None = None,
+        max_power_limit_w: float | None = None,
         noise: float = 0.0,
         energy_noise: float | None = None,
         seed: int | None = None,
@@ -221,14 +221,14 @@ class SimulatedGpu(GpuBackend):
         self.stage = stages[0] if stage is None else int(stage)
         self.stages = tuple(stages)
         self.name = name
-        if max_power_limit is not None and not (
-            math.isfinite(max_power_limit) and max_power_limit > 0
+        if max_power_limit_w is not None and not (
+            math.isfinite(max_power_limit_w) and max_power_limit_w > 0
         ):
-            raise ConfigError("max_power_limit", f"must be > 0 watts, got {max_power_limit}")
+            raise ConfigError("max_power_limit_w", f"must be > 0 watts, got {max_power_limit_w}")
         known = known_gpu_for(name)
         self._max_power = (
-            float(max_power_limit)
-            if max_power_limit is not None
+            float(max_power_limit_w)
+            if max_power_limit_w is not None
             else (known.max_power_limit if known is not None else None)
         )
         self.blocking_power = float(blocking_power)

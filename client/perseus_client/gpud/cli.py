@@ -274,9 +274,7 @@ def _run_daemon(args: argparse.Namespace) -> int:
             args.simulate_dev_dir or os.path.join(here, "gpud-dev"), args.simulate
         )
     else:
-        import pynvml
-
-        nvml = pynvml
+        nvml = None  # the vendor the availability probe finds (perseus_client.gpu.vendors)
     soft, hard = raise_fd_limit()
     log.info("open-file limit: %d (hard %d)", soft, hard)
     try:

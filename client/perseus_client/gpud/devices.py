@@ -1,9 +1,9 @@
 """The daemon's device layer: the GPUs it manages and the only operations it performs.
 
 :func:`open_devices` opens the managed GPUs through a vendor's registry entry
-(:class:`~perseus_client.gpu.base.GpuVendor`); :func:`open_gpus` does so with NVML's, on a
-``pynvml``-like module (the real ``pynvml``, or :class:`~perseus_client.gpud.simnvml.SimulatedNvml`
-with ``--simulate``). :class:`ManagedGpu` exposes exactly what the protocol allows, through the
+(:class:`~perseus_client.gpu.base.GpuVendor`); :func:`open_gpus` through the vendor the
+availability probe finds, or through NVML on a given ``pynvml``-like module
+(:class:`~perseus_client.gpud.simnvml.SimulatedNvml` with ``--simulate``). :class:`ManagedGpu` exposes exactly what the protocol allows, through the
 backend interface (:class:`~perseus_client.gpu.base.GpuBackend`) only: lock the SM clock at a
 supported value, reset it, read the supported clocks, the energy counter, the current SM clock
 and the clock-event reasons; for the daemon itself (ownership, metrics) the UUID, the device
@@ -159,7 +159,11 @@ def open_gpus(
     read_only: bool,
     record: LockRecord | None = None,
 ) -> list[ManagedGpu]:
-    """:func:`open_devices` through NVML on ``nvml`` (``pynvml`` or a simulated one)."""
+    """:func:`open_devices` through NVML on ``nvml`` (a ``pynvml``-like module: the simulated
+    one of ``--simulate``), or, with ``nvml=None``, through the vendor the availability probe
+    finds (:func:`~perseus_client.gpu.vendors.choose_vendor`; NVML's when none is found)."""
     from perseus_client.gpu.nvml import vendor
+    from perseus_client.gpu.vendors import choose_vendor
 
-    return open_devices(vendor(nvml), indices, read_only=read_only, record=record)
+    entry = choose_vendor() if nvml is None else vendor(nvml)
+    return open_devices(entry, indices, read_only=read_only, record=record)
