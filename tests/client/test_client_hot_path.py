@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 from conftest import PROFILE
 
-from perseus_client import PerseusClient, PlanMismatchError, RecordingGpu, SimulatedGpu
+from perseus_client import (
+    PerseusClient,
+    PlanMismatchError,
+    RankPosition,
+    RecordingGpu,
+    SimulatedGpu,
+)
 from perseus_client.controller import FrequencyController
 from perseus_client.plan import CompiledPlan
 
@@ -56,7 +62,7 @@ def test_an_unchanged_clock_is_not_applied_again(plan_of):
 
 
 def test_without_a_stage_or_a_plan_the_slow_path_records_what_ran(plan_of):
-    client = client_on(SimulatedGpu(PROFILE, stage=0, time_scale=0.0), pipeline_rank=0)
+    client = client_on(SimulatedGpu(PROFILE, stage=0, time_scale=0.0), rank=RankPosition())
     with client.iteration():  # no plan: max clock, the executed instructions recorded
         client.begin("forward", 3)
         client.end()
