@@ -7,7 +7,7 @@ point (the query benchmark's hot path), and it is sent as is; its model document
 status (``GET /jobs/{id}/status`` and the straggler routes that answer it) is encoded as the
 service built it, without the model's validation (:func:`~perseus_server.rest.docs.built_response`).
 
-The routers: :mod:`.status` (liveness, metrics, a job's status), :mod:`.jobs`, :mod:`.profiles`
+The routers: :mod:`.status` (liveness, metrics), :mod:`.jobs` (with a job's status), :mod:`.profiles`
 (uploads and online profiling), :mod:`.plans` (frontier and plans), :mod:`.stragglers`,
 :mod:`.power` (the cluster power budget), :mod:`.credentials`; the pages outside the gate,
 :mod:`.swagger` (``/docs``, ``/openapi.json``) and :mod:`.ui` (``/ui``).

@@ -1,6 +1,9 @@
-"""Job routes: create (with its rank credential), list, get, finish, delete; and how a request's
-job description becomes a :class:`~perseus_server.domain.jobs.JobSpec` (schedule, blocking power
-from the known GPUs)."""
+"""Job routes: create (with its rank credential), list, get, its live status, finish, delete;
+and how a request's job description becomes a :class:`~perseus_server.domain.jobs.JobSpec`
+(schedule, blocking power from the known GPUs).
+
+Routers are included in an order that declares ``/jobs`` before the paths under it (the OpenAPI
+document lists paths in that order; schemathesis infers its stateful links from it)."""
 
 from __future__ import annotations
 
@@ -12,13 +15,15 @@ from fastapi.responses import Response
 from perseus_common.gpus import KNOWN_GPUS
 from perseus_server.domain.errors import BadRequest
 from perseus_server.domain.jobs import JobSpec
-from perseus_server.models import JobIn, JobList, JobView
+from perseus_server.models import JobIn, JobList, JobStatus, JobView
 from perseus_server.models.credentials import JobCreated
+from perseus_server.models.requests import INT32_MAX
 from perseus_server.models.responses import LifecycleView
 from perseus_server.rest.credentials import create_job_with_credential
-from perseus_server.rest.docs import operation
+from perseus_server.rest.docs import built_response, operation
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
+from perseus_server.service.views import MAX_STATUS_RANKS, STATUS_RANKS
 
 __all__ = ["TAG", "jobs_router"]
 
@@ -126,6 +131,32 @@ def jobs_router(service: PerseusService, credentials: Credentials) -> APIRouter:
     async def get_job(job_id: str) -> dict[str, Any]:
         """A job's description, state, profile revision and deployed plan version."""
         return service.views.job(job_id)
+
+    @router.get(
+        "/jobs/{job_id}/status",
+        **operation(JobStatus, "Job status", "The job's live state.", 404),
+    )
+    async def status(
+        job_id: str,
+        ranks: int = Query(
+            STATUS_RANKS,
+            ge=0,
+            le=MAX_STATUS_RANKS,
+            description="How many ranks' detail to list (0: none; the counts are always there).",
+        ),
+        after: int | None = Query(
+            None,
+            ge=-1,
+            le=INT32_MAX,
+            description="List ranks after this global rank (the "
+            "``ranks_next`` of the previous page).",
+        ),
+    ) -> Response:
+        """Ranks (registered, connected, last report), the deployment, the frontier computation,
+        each pipeline's recent iterations, stragglers and slow stages, and profiling. Ranks'
+        detail comes a page at a time (``ranks`` per page, by global rank; ``ranks_next``
+        names the next page's ``after``), so a status costs the same at any world size."""
+        return built_response(service.views.status(job_id, ranks, after), JobStatus)
 
     @router.post(
         "/jobs/{job_id}/finish",
