@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perseus_common.wire.values import (
+    FinishedRank,
     InstructionReport,
     IterationReport,
     OffPlanReport,
@@ -25,10 +26,12 @@ from perseus_common.wire.values import (
     ProfilingTask,
     RankRegistration,
     RegisteredRank,
+    ReportAck,
     TransferReport,
 )
 
 __all__ = [
+    "FinishedRank",
     "InstructionColumns",
     "InstructionReport",
     "IterationReport",
@@ -38,6 +41,7 @@ __all__ = [
     "ProfilingTask",
     "RankRegistration",
     "RegisteredRank",
+    "ReportAck",
     "TransferReport",
 ]
 

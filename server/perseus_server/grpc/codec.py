@@ -13,8 +13,12 @@ import numpy as np
 
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.wire.codec import (
+    decode_finish,
+    decode_plan_request,
     decode_registration,
     decode_report,
+    encode_ack,
+    encode_finished,
     encode_plan,
     encode_registered,
 )
@@ -22,10 +26,14 @@ from perseus_server.domain.values import InstructionColumns, IterationReport, Pl
 
 __all__ = [
     "PlanEncoder",
+    "decode_finish",
+    "decode_plan_request",
     "decode_registration",
     "decode_report",
     "decode_report_bytes",
     "decode_report_columns",
+    "encode_ack",
+    "encode_finished",
     "encode_plan",
     "encode_registered",
 ]

@@ -25,9 +25,14 @@ from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server.domain.errors import ApiError, BadRequest, Conflict, NotFound, Unauthorized
 from perseus_server.domain.states import StreamEnd
+from perseus_server.domain.values import FinishedRank, ReportAck
 from perseus_server.grpc.codec import (
     PlanEncoder,
+    decode_finish,
+    decode_plan_request,
     decode_registration,
+    encode_ack,
+    encode_finished,
     encode_registered,
 )
 from perseus_server.grpc.gate import TooLargeMessage, token_matches
@@ -120,9 +125,10 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
     ) -> None:
         await self._auth(context, "WatchPlan")
         await self._size(context, "WatchPlan", request)
+        req = decode_plan_request(request)
         try:
             sub, first = self.service.registration.subscribe(
-                request.job_id, request.rank_id, self._credential(context)
+                req.job_id, req.rank_id, self._credential(context)
             )
         except ApiError as e:
             await self._abort(context, "WatchPlan", e)
@@ -165,18 +171,17 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
             except ApiError as e:
                 await self._abort(context, "ReportIterations", e)
         self.service.metrics.grpc_calls.inc(method="ReportIterations", code="OK")
-        return pb.ReportAck(accepted=accepted, duplicates=duplicates)
+        return encode_ack(ReportAck(accepted, duplicates))
 
     async def FinishRank(
         self, request: pb.FinishRankRequest, context: _Context
     ) -> pb.FinishRankResponse:  # noqa: N802
         await self._auth(context, "FinishRank")
         await self._size(context, "FinishRank", request)
+        req = decode_finish(request)
         try:
-            done, finished, registered = self.service.finish_rank(request.job_id, request.rank_id)
+            done, finished, registered = self.service.finish_rank(req.job_id, req.rank_id)
         except ApiError as e:
             await self._abort(context, "FinishRank", e)
         self.service.metrics.grpc_calls.inc(method="FinishRank", code="OK")
-        return pb.FinishRankResponse(
-            job_finished=done, ranks_finished=finished, ranks_registered=registered
-        )
+        return encode_finished(FinishedRank(done, finished, registered))
