@@ -8,8 +8,9 @@ the ordered list of observers the service gives it at construction
 verification, measured power, stragglers, slow links, slow stages, online profiling. An observer
 decides for itself whether a report concerns it (the detectors stand aside while a job is being
 profiled; online profiling takes reports only then). A new detector is one new observer and its
-place in that list; one contract suite (``tests/server/test_report_observers.py``) runs over
-every observer the service registers.
+place in that list (a job's lifecycle is not one: it follows the ranks' plan streams, see
+:mod:`perseus_server.service.lifecycle`). One contract suite
+(``tests/server/test_report_observers.py``) runs over every observer the service registers.
 """
 
 from __future__ import annotations
