@@ -17,12 +17,20 @@ outside it, with ``perf_counter_ns``; outside minus inside is the hook's own tim
 A P2P hook's time is added to the next instruction's, so "per instruction" covers everything the
 hooks do on the training thread but the iteration boundary, reported on its own. Rank 0's
 figures; medians and p99 over every instruction of the measured iterations. Also reported: the
-step time with and without hooks (medians), the transfers recorded per iteration and whether the
-clocks the GPU saw were the plan's.
+transfers recorded per iteration and whether the clocks the GPU saw were the plan's.
+
+What training feels, the step time, comes from a second, paired phase in the same processes,
+with every timer passing straight through: ``--pairs`` pairs of one unhooked and one hooked step
+(the same model built twice; Megatron: the hooks switched off and on), which of the two runs
+first drawn at random (a seed both ranks share). Each pair's difference divided by the rank's
+instructions per iteration is the hooks' excess per instruction as the step sees it (both ranks'
+hooks, as they sit on the critical path); reported: its median with the sign test's 95 %
+interval (distribution-free), and the plain and hooked steps' medians of the same pairs. Two
+steps a few ms apart see nearly the same machine load, so their difference is not the load's.
 
     .venv/bin/python benchmarks/hooks.py [--integration torch|deepspeed|megatron ...]
-        [--iterations 40] [--microbatches 8] [--json]
-    .venv/bin/python benchmarks/hooks.py --smoke   # 3 iterations of each (the suite's)
+        [--iterations 40] [--pairs 400] [--microbatches 8] [--json]
+    .venv/bin/python benchmarks/hooks.py --smoke   # 3 iterations, 4 pairs of each (the suite's)
 
 Run from another tree's ``PYTHONPATH`` (e.g. ``git worktree`` of an older commit) it measures that
 tree's hooks: the timers wrap whatever the hooks wrap, and are neutral where a hook is missing.
@@ -33,7 +41,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -74,9 +84,14 @@ class Meter:
         self.p2p: list[tuple[int, int]] = []
         self.step: list[int] = []
         self.step_inner = 0
+        #: The paired phase: every timer passes straight through (the step times must not
+        #: carry the timers' own cost, which the hooked run would pay on more calls).
+        self.bypass = False
 
     def inside(self, fn: Any) -> Any:
         def timed(*a: Any, **k: Any) -> Any:
+            if self.bypass:
+                return fn(*a, **k)
             t0, c0 = ns(), cpu()
             try:
                 return fn(*a, **k)
@@ -89,6 +104,8 @@ class Meter:
 
     def outside(self, fn: Any, what: str) -> Any:
         def timed(*a: Any, **k: Any) -> Any:
+            if self.bypass:
+                return fn(*a, **k)
             self.inner = (0, 0)
             t0, c0 = ns(), cpu()
             try:
@@ -112,6 +129,8 @@ class Meter:
 
     def step_inside(self, fn: Any) -> Any:
         def timed(*a: Any, **k: Any) -> Any:
+            if self.bypass:
+                return fn(*a, **k)
             t0 = ns()
             try:
                 return fn(*a, **k)
@@ -122,6 +141,8 @@ class Meter:
 
     def step_outside(self, fn: Any) -> Any:
         def timed(*a: Any, **k: Any) -> Any:
+            if self.bypass:
+                return fn(*a, **k)
             t0 = ns()
             try:
                 return fn(*a, **k)
@@ -184,11 +205,61 @@ class NullClient:
 
 
 CLIENT = ["perseus"]  # or "null" (set by --client)
+PAIRS = [400]  # --pairs: plain/hooked step pairs of the paired phase
 TRANSFERS = [True]  # --no-transfers: instrument(..., transfers=False)
+TIMING = ["auto"]  # --transfer-timing: instrument(..., transfer_timing=...)
 
 
 def instrument_kwargs() -> dict[str, Any]:
-    return {} if TRANSFERS[0] else {"transfers": False}
+    kw: dict[str, Any] = {} if TRANSFERS[0] else {"transfers": False}
+    if TIMING[0] != "auto":
+        kw["transfer_timing"] = TIMING[0]
+    return kw
+
+
+def median_ci(xs: list[float], level: float = 0.95) -> tuple[float, float]:
+    """The distribution-free interval of the median (the sign test's): order statistics
+    ``k`` and ``n + 1 - k`` for the largest ``k`` with ``P(Binomial(n, 1/2) < k) <= (1 - level) / 2``
+    (coverage at least ``level``; with too few values, the smallest and the largest)."""
+    s = sorted(xs)
+    n = len(s)
+    if not n:
+        return float("nan"), float("nan")
+    k, cdf = 1, 0.0
+    for j in range(n):
+        cdf += math.comb(n, j) / 2**n
+        if cdf > (1 - level) / 2:
+            break
+        k = j + 1
+    k = min(k, (n + 1) // 2)
+    return s[k - 1], s[n - k]
+
+
+def paired(
+    meter: Meter, plain: Any, hooked: Any, check: Any
+) -> tuple[list[float], list[float], bool]:
+    """The paired phase: ``PAIRS`` pairs of one plain and one hooked step (callables returning
+    seconds), in the same processes, one right after the other, which first drawn at random with
+    a seed every rank shares (their steps exchange data: both must run the same one), the timers
+    off. ``check()``: whether the hooked step just run ran the plan's clocks."""
+    rng = random.Random(20261202)
+    meter.bypass = True
+    p_t: list[float] = []
+    h_t: list[float] = []
+    ok = True
+    try:
+        for _ in range(PAIRS[0]):
+            if rng.random() < 0.5:
+                h_t.append(hooked())
+                ok = check() and ok
+                p_t.append(plain())
+            else:
+                p_t.append(plain())
+                h_t.append(hooked())
+                ok = check() and ok
+    finally:
+        meter.bypass = False
+    return p_t, h_t, ok
 
 
 def client_for(gpu: Any) -> Any:
@@ -242,6 +313,8 @@ def summary(
     wall = us([d[0] - d[2] * floor_wall for d in meter.instr])
     cpu_ = us([d[1] - d[2] * floor_cpu for d in meter.instr])
     p2p = us([d[0] - floor_wall for d in meter.p2p])
+    excess = [1e6 * (h - p) / n for p, h in zip(plain, hooked, strict=True)]
+    lo, hi = median_ci(excess)
     return {
         "instructions_per_iteration": n,
         "iterations": iterations,
@@ -253,8 +326,12 @@ def summary(
         "p2p_hook_us_median": statistics.median(p2p) if p2p else 0.0,
         "p2p_hooked_calls_per_iteration": len(meter.p2p) / iterations,
         "iteration_boundary_us_median": statistics.median(us(meter.step)),
+        # The paired phase (timers off): what training feels.
+        "pairs": len(plain),
         "step_ms_plain_median": 1e3 * statistics.median(plain) if plain else float("nan"),
         "step_ms_hooked_median": 1e3 * statistics.median(hooked),
+        "step_excess_us_per_instruction_median": statistics.median(excess),
+        "step_excess_us_per_instruction_ci95": [lo, hi],
         "transfers_recorded_per_iteration": statistics.median(transfers) if transfers else 0,
         "clocks_match_plan": clocks_ok if CLIENT[0] != "null" else "n/a",
     }
@@ -316,8 +393,6 @@ def torch_rank(rank: int, iterations: int, microbatches: int, width: int) -> dic
     order = torch_pipelining.export_orders(hooked)[rank]
     gpu = simulated(mine)
     plan = changing_plan(order, gpu)
-    plain_t: list[float] = []
-    hooked_t: list[float] = []
     clocks_ok = True
     try:
         with client_for(gpu) as client:
@@ -338,19 +413,24 @@ def torch_rank(rank: int, iterations: int, microbatches: int, width: int) -> dic
                     step(plain)
                     step(hooked)
                 transfers[:] = [0]
-                for _ in range(iterations):  # alternate: both see the same machine load
+                for _ in range(iterations):  # the timed calls; alternate: the same load
                     meter.plain = True
-                    plain_t.append(step(plain))
+                    step(plain)
                     meter.plain, meter.on = False, True
-                    hooked_t.append(step(hooked))
+                    step(hooked)
                     meter.on = False
                     clocks_ok = clocks_ok and ran_plan(client, plan)
                     transfers.append(0)
+                counts = transfers[:-1]
+                plain_t, hooked_t, ok = paired(
+                    meter, lambda: step(plain), lambda: step(hooked), lambda: ran_plan(client, plan)
+                )
+                clocks_ok = clocks_ok and ok
     finally:
         for n, fn in originals.items():
             setattr(tsched, n, fn)
         dist.destroy_process_group()
-    return summary(meter, plain_t, hooked_t, len(order), iterations, transfers[:-1], clocks_ok)
+    return summary(meter, plain_t, hooked_t, len(order), iterations, counts, clocks_ok)
 
 
 # -- DeepSpeed -------------------------------------------------------------------------------
@@ -430,8 +510,6 @@ def deepspeed_rank(rank: int, iterations: int, microbatches: int, width: int) ->
     plain._INSTRUCTION_MAP = dict(PipelineEngine._INSTRUCTION_MAP)  # the timers' floor
     for k in instr:
         plain._INSTRUCTION_MAP[k] = meter.outside(plain._INSTRUCTION_MAP[k], "instr")
-    plain_t: list[float] = []
-    hooked_t: list[float] = []
     clocks_ok = True
     try:
         with client_for(gpu) as client:
@@ -451,15 +529,20 @@ def deepspeed_rank(rank: int, iterations: int, microbatches: int, width: int) ->
             transfers[:] = [0]
             for _ in range(iterations):
                 meter.plain = True
-                plain_t.append(step(plain))
+                step(plain)
                 meter.plain, meter.on = False, True
-                hooked_t.append(step(hooked))
+                step(hooked)
                 meter.on = False
                 clocks_ok = clocks_ok and ran_plan(client, plan)
                 transfers.append(0)
+            counts = transfers[:-1]
+            plain_t, hooked_t, ok = paired(
+                meter, lambda: step(plain), lambda: step(hooked), lambda: ran_plan(client, plan)
+            )
+            clocks_ok = clocks_ok and ok
     finally:
         dist.destroy_process_group()
-    return summary(meter, plain_t, hooked_t, len(order), iterations, transfers[:-1], clocks_ok)
+    return summary(meter, plain_t, hooked_t, len(order), iterations, counts, clocks_ok)
 
 
 # -- Megatron-core ---------------------------------------------------------------------------
@@ -535,14 +618,12 @@ def megatron_run(iterations: int, microbatches: int, width: int) -> dict[str, An
         setattr(schedules, n, meter.inside(fn))
     gpu = simulated([0])
     plan = changing_plan(order, gpu)
-    plain_t: list[float] = []
-    hooked_t: list[float] = []
     clocks_ok = True
     try:
         with client_for(gpu) as client:
             client.use_plan(plan)
             transfers = counting(client)
-            hooks = perseus_megatron.instrument(client, order)
+            hooks = perseus_megatron.instrument(client, order, **instrument_kwargs())
             hooked_fb = meter.step_outside(hooks.wrap(meter.step_inside(forward_backward)))
             for n in originals:
                 setattr(schedules, n, meter.outside(getattr(schedules, n), "instr"))
@@ -553,17 +634,30 @@ def megatron_run(iterations: int, microbatches: int, width: int) -> dict[str, An
                 # The plain run: the same calls, the hooks passing through (their floor).
                 hooks._active = False
                 meter.plain = True
-                plain_t.append(step(forward_backward))
+                step(forward_backward)
                 hooks._active = True
                 meter.plain, meter.on = False, True
-                hooked_t.append(step(hooked_fb))
+                step(hooked_fb)
                 meter.on = False
                 clocks_ok = clocks_ok and ran_plan(client, plan)
                 transfers.append(0)
+            counts = transfers[:-1]
+
+            def run_plain() -> float:
+                hooks._active = False
+                try:
+                    return step(forward_backward)
+                finally:
+                    hooks._active = True
+
+            plain_t, hooked_t, ok = paired(
+                meter, run_plain, lambda: step(hooked_fb), lambda: ran_plan(client, plan)
+            )
+            clocks_ok = clocks_ok and ok
     finally:
         for n, fn in originals.items():
             setattr(schedules, n, fn)
-    return summary(meter, plain_t, hooked_t, len(order), iterations, transfers[:-1], clocks_ok)
+    return summary(meter, plain_t, hooked_t, len(order), iterations, counts, clocks_ok)
 
 
 # -- driver ----------------------------------------------------------------------------------
@@ -606,7 +700,11 @@ def launch(integration: str, args: argparse.Namespace) -> dict[str, Any]:
                 str(args.width),
                 "--client",
                 args.client,
+                "--pairs",
+                str(args.pairs),
                 *(["--no-transfers"] if args.no_transfers else []),
+                "--transfer-timing",
+                args.transfer_timing,
                 "--out",
                 str(out),
             ]
@@ -627,10 +725,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--integration", choices=INTEGRATIONS, action="append")
     ap.add_argument("--iterations", type=int, default=40)
+    ap.add_argument(
+        "--pairs", type=int, default=400, help="plain/hooked step pairs of the paired phase"
+    )
     ap.add_argument("--microbatches", type=int, default=8)
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--smoke", action="store_true", help="3 iterations of each, 4 microbatches")
+    ap.add_argument(
+        "--smoke", action="store_true", help="3 iterations (4 pairs) of each, 4 microbatches"
+    )
     ap.add_argument(
         "--client",
         choices=["perseus", "null"],
@@ -638,21 +741,33 @@ def main() -> None:
         help="null: a client that does nothing (the integration's wrappers alone)",
     )
     ap.add_argument("--no-transfers", action="store_true", help="transfer timing off")
+    ap.add_argument(
+        "--transfer-timing",
+        choices=["auto", "cpu", "events"],
+        default="auto",
+        help="events: time P2P ops with CUDA events (a GPU machine: needs a CUDA torch)",
+    )
     ap.add_argument("--child", choices=INTEGRATIONS, help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     CLIENT[0] = args.client
     TRANSFERS[0] = not args.no_transfers
+    TIMING[0] = args.transfer_timing
     if args.smoke:
-        args.iterations, args.microbatches = 3, 4
+        args.iterations, args.microbatches, args.pairs = 3, 4, 4
+    PAIRS[0] = args.pairs
     if args.child:
         run = torch_rank if args.child == "torch" else deepspeed_rank
         res = run(args.rank, args.iterations, args.microbatches, args.width)
         if args.rank == 0:
             args.out.write_text(json.dumps(res))
         return
-    results = {name: launch(name, args) for name in args.integration or INTEGRATIONS}
+    results = {}
+    for name in args.integration or INTEGRATIONS:
+        load0 = os.getloadavg()[0]
+        results[name] = launch(name, args)
+        results[name]["load_average_1min"] = [load0, os.getloadavg()[0]]
     if args.json:
         print(json.dumps(results, indent=2))
         return
@@ -666,6 +781,7 @@ def main() -> None:
         ("transfers_recorded_per_iteration", "transfers"),
         ("step_ms_plain_median", "plain ms"),
         ("step_ms_hooked_median", "hooked ms"),
+        ("step_excess_us_per_instruction_median", "excess us"),
         ("clocks_match_plan", "clocks ok"),
     ]
     print(
@@ -678,7 +794,12 @@ def main() -> None:
         cells = [
             f"{res[k]:11.2f}" if isinstance(res[k], float) else f"{res[k]!s:>11s}" for k, _ in cols
         ]
-        print(f"{name:12s}" + "".join(cells))
+        lo, hi = res["step_excess_us_per_instruction_ci95"]
+        load = res["load_average_1min"]
+        print(
+            f"{name:12s}" + "".join(cells) + f"  excess 95% CI [{lo:.1f}, {hi:.1f}] us/instr"
+            f" over {res['pairs']} pairs; load {load[0]:.1f}-{load[1]:.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -49,6 +49,10 @@ def test_hooks_benchmark_smoke() -> None:
         assert r["iteration_boundary_us_median"] > 0
         assert r["hook_us_p99"] >= r["hook_us_median"] - r["timer_floor_us"]
         assert r["step_ms_hooked_median"] > 0
+        # The paired phase: 4 pairs, the median excess inside its interval.
+        assert r["pairs"] == 4
+        lo, hi = r["step_excess_us_per_instruction_ci95"]
+        assert lo <= r["step_excess_us_per_instruction_median"] <= hi
     # 4 microbatches; torch: rank 0 holds stages 0 and 2 of 4, so its 3 boundaries (0, 1, 2)
     # are all to the other rank: 3 links x 2 directions x 4 microbatches.
     assert res["torch"]["instructions_per_iteration"] == 2 * 2 * 4
@@ -176,3 +180,14 @@ def test_hostile_server_benchmark_smoke() -> None:
     assert rows["wall clock stepped back 3600 s"] == {
         "state 3 s after the last rank left, after a -3600 s step": "idle"
     }
+
+
+@pytest.mark.slow
+def test_link_noise_benchmark_smoke() -> None:
+    pytest.importorskip("torch")
+    res: dict[str, Any] = json.loads(run("link_noise.py", "--smoke", "--json"))
+    assert set(res["links"]) == {"0/forward", "0/backward"}
+    for link, r in res["links"].items():
+        assert len(r["per_clock_ms"]) == 2 and r["fit_ms"] > 0, link
+        # Two clocks: too few for the slope test, so one time whatever the steps measured.
+        assert r["fit"] == "one time" and r["old_per_clock"] is True, link

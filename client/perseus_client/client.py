@@ -78,9 +78,10 @@ from perseus_client.defaults import Environment, default_gpu
 from perseus_client.errors import ClientError, ConfigError, PlanMismatchError
 from perseus_client.gpu.applied import ClockSampler
 from perseus_client.gpu.base import GpuBackend
-from perseus_client.measurements import InstructionMeasurement, IterationMeasurement
+from perseus_client.hot_path import InstructionPath
+from perseus_client.measurements import EventTiming, IterationMeasurement
 from perseus_client.options import Connection, FailOpen, RankPosition, Reporting
-from perseus_client.plan import INSTRUCTION_KINDS, Plan, PlanCursor
+from perseus_client.plan import INSTRUCTION_KINDS, Plan
 from perseus_client.reports import IterationRecorder
 from perseus_client.safety import ResetGuard
 
@@ -121,12 +122,15 @@ class _InstructionScope:
         self.stage: int | None = None
 
     def __enter__(self) -> None:
-        self._client._begin_instruction(self.kind, self.microbatch, self.stage)
+        self._client._path.begin(self.kind, self.microbatch, self.stage)
 
     def __exit__(
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._client._end_instruction(ev)
+        if ev is None:
+            self._client._path.end()
+        else:
+            self._client._path.abort()
 
 
 def _server(
@@ -260,9 +264,21 @@ class PerseusClient:
     def _init_state(self) -> None:
         """The per-iteration state the training thread walks (nothing runs yet)."""
         self._mismatch_logged = False
-        self._cursor = PlanCursor(
-            self.max_clock, strict=self.strict, on_mismatch=self._log_mismatch
+        self._path = InstructionPath(
+            self.gpu,
+            self.controller,
+            self.max_clock,
+            pipeline_rank=self.pipeline_rank,
+            strict=self.strict,
+            on_mismatch=self._log_mismatch,
+            torch=self._torch,
         )
+        #: The instruction edges the integrations call (the hot path, no context manager):
+        #: ``begin(kind, microbatch, stage)`` before the instruction's body, ``end()`` after it
+        #: returned, ``abort()`` when it raised (see :mod:`perseus_client.hot_path`).
+        self.begin = self._path.begin
+        self.end = self._path.end
+        self.abort = self._path.abort
         self._iteration_scope = _IterationScope(self)
         self._instruction_scope = _InstructionScope(self)
 
@@ -272,18 +288,10 @@ class PerseusClient:
         self.failed_open = False
         self.iterations = 0
         self._in_iteration = False
-        self._in_instruction = False
         self._profile_iter = 0
-        self._measure_energy = False
-        self._record = False
         self._iter_t0 = 0.0
         self._iter_e0 = 0
         self._rec = IterationRecorder()
-        self._cur_clock = self.max_clock
-        self._cur_t0 = 0.0
-        self._cur_e0 = 0
-        self._cur_start_ev: Any = None
-        self._last_end_ev: Any = None
         #: The last iteration's measurement (also what was queued for the server).
         self.last_report: IterationMeasurement | None = None
         self._closed = False
@@ -360,7 +368,7 @@ class PerseusClient:
         mhz = self.gpu.max_clock
         if mhz != self.max_clock:
             self.max_clock = mhz
-            self._cursor.max_clock = mhz
+            self._path.max_clock = mhz
             self.controller.set_max_clock(mhz)
 
     # -- plans ------------------------------------------------------------------------------------
@@ -437,18 +445,16 @@ class PerseusClient:
         if plan is not self._plan:
             self._plan = plan
             self._profile_iter = 0
-        self._cursor.start(plan)
         task = plan.profiling if plan is not None else None
         if task is not None:
             k = self._profile_iter
             self._profile_iter = k + 1
             # Measure every iteration after the warm-up: the server keeps as many as it needs
             # (``task.iterations``) and moves on to the next clock when it has them.
-            self._measure_energy = k >= task.warmup_iterations
-            self._record = self._measure_energy
+            measure_energy = record = k >= task.warmup_iterations
         else:
-            self._measure_energy = False
-            self._record = self.measure_instructions
+            measure_energy, record = False, self.measure_instructions
+        self._path.start(plan, measure_energy=measure_energy, record=record)
         self._rec.start()
         self._in_iteration = True
         gpu = self.gpu
@@ -460,9 +466,8 @@ class PerseusClient:
         t1 = gpu.timestamp()
         e1 = gpu.energy_mj()
         self._in_iteration = False
-        if self._in_instruction:  # an exception escaped an instruction body
-            self._in_instruction = False
         if exc is not None:
+            self._path.finish()
             # Training hit an exception: never leave the GPU locked while it unwinds, and never
             # wait for the clock thread (the exception may come from a hung collective).
             self.controller.reset_now(close=False)
@@ -476,7 +481,10 @@ class PerseusClient:
         self.iterations = index + 1
         plan = self._plan
         sampler = self.clock_sampler
-        record = self._rec.finish(
+        rec = self._rec
+        build, rec.events = self._path.finish()
+        rec.instructions = build if build is not None else []
+        record = rec.finish(
             index,
             t1 - self._iter_t0,
             plan.version if plan is not None else 0,
@@ -489,7 +497,7 @@ class PerseusClient:
             if failopen is not None and failopen.state != self._told_clock_control[0]:
                 self._on_clock_control()  # e.g. the node daemon went away mid-run, or came back
             self.link.submit(record)
-        self._cursor.finish()
+        self._path.check_complete()
 
     # -- instructions -----------------------------------------------------------------------------
 
@@ -508,73 +516,16 @@ class PerseusClient:
         scope.stage = stage
         return scope
 
-    def _begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:
-        if not self._in_iteration:
-            raise ClientError("instruction() must be used inside a client.iteration() block")
-        if self._in_instruction:
-            raise ClientError("instruction() blocks do not nest")
-        mhz = self._cursor.next_clock(kind, microbatch, stage)
-        self._in_instruction = True
-        self._cur_clock = mhz
-        gpu = self.gpu
-        if self._sync_clocks:
-            self.controller.flush(self.controller.request(mhz, self._last_end_ev, wake=False))
-        else:
-            # The lock lands after the previous instruction's end event: it belongs to this
-            # instruction, which the GPU may reach well after the CPU issued it (the sampler
-            # attributes its samples to the tag, see perseus_client.gpu.applied).
-            self.controller.request(mhz, self._last_end_ev, (kind, microbatch, stage))
-        if self._measure_energy:
-            gpu.synchronize()
-            self._cur_e0 = gpu.energy_mj()
-        elif self._cuda_events and self._record:
-            ev = self._torch.cuda.Event(enable_timing=True)
-            ev.record()
-            self._cur_start_ev = ev
-        gpu.begin_instruction(kind, microbatch, stage)
-        self._cur_t0 = gpu.timestamp()
-
-    def _end_instruction(self, exc: BaseException | None) -> None:
-        gpu = self.gpu
-        self._in_instruction = False
-        if exc is not None:
-            gpu.abort_instruction()
-            return
-        gpu.end_instruction()
-        t1 = gpu.timestamp()
-        end_ev = None
-        if self._cuda_events:
-            end_ev = self._torch.cuda.Event(enable_timing=self._record and not self._measure_energy)
-            end_ev.record()
-            self._last_end_ev = end_ev
-        if not self._record:
-            return
-        scope = self._instruction_scope
-        stage = (
-            scope.stage if scope.stage is not None else self._cursor.last_stage(self.pipeline_rank)
-        )
-        if self._measure_energy:
-            gpu.synchronize()
-            t1 = gpu.timestamp()
-            energy = (gpu.energy_mj() - self._cur_e0) / 1000.0
-        else:
-            energy = 0.0
-            if end_ev is not None:
-                self._rec.events.append((self._cur_start_ev, end_ev))
-        self._rec.instructions.append(
-            InstructionMeasurement(
-                scope.kind, scope.microbatch, stage, self._cur_clock, t1 - self._cur_t0, energy
-            )
-        )
-
     # -- transfers --------------------------------------------------------------------------------
 
     def record_transfer(
-        self, boundary: int, direction: str, microbatch: int, seconds: float
+        self, boundary: int, direction: str, microbatch: int, seconds: float | EventTiming
     ) -> None:
         """Record one timed P2P transfer of the current iteration: ``microbatch``'s activations
         (``direction="forward"``, stage ``boundary`` to ``boundary + 1``) or gradients
-        (``"backward"``, ``boundary + 1`` to ``boundary``), which took ``seconds``.
+        (``"backward"``, ``boundary + 1`` to ``boundary``), which took ``seconds`` (or the
+        :class:`~perseus_client.measurements.EventTiming` of the CUDA events around it on NCCL,
+        resolved when the report is built, off the training thread).
 
         Cheap enough for the hot path: one append, no lock, no check (a transfer the server
         would refuse is dropped when the report is built, off the training thread). Outside an
@@ -582,7 +533,8 @@ class PerseusClient:
         online profiling fits the profile's transfer times from them and detects slow links.
         """
         if self._in_iteration:
-            self._rec.transfers.append((boundary, direction, microbatch, seconds))
+            # An EventTiming stands in for the seconds until the record is resolved.
+            self._rec.transfers.append((boundary, direction, microbatch, seconds))  # type: ignore[arg-type]
 
     # -- shutdown ---------------------------------------------------------------------------------
 

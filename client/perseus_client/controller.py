@@ -16,9 +16,9 @@ training thread never synchronises with the GPU and never waits for NVML (a lock
 **Simulated and recording backends** (``backend.synchronous_clocks``) have no device queue: the
 controller thread applies requests in order, and :meth:`flush` lets the training thread apply
 whatever is still queued itself (under the same lock, so order is kept) right before the
-instruction begins. So the clock in effect when a simulated instruction begins is always the
-clock requested for it, without a thread hand-off on the hot path (the client requests with
-``wake=False``: the controller thread is not woken for a request the caller flushes).
+instruction begins. The client's hot path does both in one call, :meth:`apply_now`: the clock in
+effect when a simulated instruction begins is always the clock requested for it, without a
+thread hand-off (the controller thread is not woken for a change the caller applies).
 
 **Failures fall back to max clocks.** When the backend refuses a clock (no permission, an
 unsupported clock, a driver error), the controller locks the maximum clock instead, and resets the
@@ -129,6 +129,28 @@ class FrequencyController:
         if wake:
             self._wake.set()
         return self._seq
+
+    def apply_now(self, mhz: int, after: Any = None) -> None:
+        """Synchronous backends: request ``mhz`` and apply it in the calling thread, in one call
+        (what :meth:`request` with ``wake=False`` and :meth:`flush` do, without the queue), once
+        ``after`` (a CUDA event, optional) has completed. A no-op when ``mhz`` is the clock last
+        requested. Requests still queued are applied first, under the same lock: order is kept."""
+        if mhz == self._requested or self._closed:
+            return
+        with self._apply_lock:
+            if self._pending:
+                self._drain(None)
+            self._requested = mhz
+            self._seq = seq = self._seq + 1
+            epoch = self._epoch
+            if after is not None:
+                try:
+                    after.synchronize()
+                except Exception as exc:  # noqa: BLE001 - never fail training
+                    self._record_error(exc)
+            self._apply(mhz, epoch, None)
+            if seq > self._applied_seq:
+                self._applied_seq = seq
 
     def request_reset(self) -> int:
         """Ask for the clock lock to be released (queued like a clock change)."""

@@ -23,7 +23,7 @@ from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.wire import PlanUpdate, ProfilingTask
 from perseus_common.wire.codec import decode_plan
 
-__all__ = ["INSTRUCTION_KINDS", "PlanStep", "ProfilingTask", "Plan", "PlanCursor"]
+__all__ = ["INSTRUCTION_KINDS", "PlanStep", "ProfilingTask", "Plan", "PlanCursor", "CompiledPlan"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,20 +174,7 @@ class PlanCursor:
             if k == kind and m == microbatch and (stage is None or stage == s):
                 self._last_stage = s
                 return self._fixed if self._fixed is not None else f
-            expected: tuple[str, int, int] | None = (k, m, s)
-            msg = (
-                f"executed {_describe(kind, microbatch, stage)} but plan version "
-                f"{self._plan.version if self._plan else 0} expects {_describe(k, m, s)} as "
-                f"instruction #{pos} of this iteration"
-            )
-        else:
-            expected = None
-            msg = (
-                f"executed {_describe(kind, microbatch, stage)} but plan version "
-                f"{self._plan.version if self._plan else 0} has only {len(steps)} instructions "
-                f"per iteration"
-            )
-        self._mismatch(msg, (kind, microbatch, stage), expected, pos)
+        self._raise_or_desync(PlanCursor.mismatch_error(self._plan, pos, (kind, microbatch, stage)))
         return self.max_clock
 
     def last_stage(self, default: int) -> int:
@@ -197,32 +184,82 @@ class PlanCursor:
 
     def finish(self) -> None:
         """End the iteration: every planned instruction must have been executed."""
-        steps = self._steps
-        if steps and not self._desynced and self._pos < len(steps):
-            k, m, s, _ = steps[self._pos]
-            msg = (
-                f"iteration ended after {self._pos} instructions but plan version "
-                f"{self._plan.version if self._plan else 0} expects {_describe(k, m, s)} next "
-                f"({len(steps)} per iteration)"
-            )
-            self._mismatch(msg, None, (k, m, s), self._pos)
+        if self._steps and not self._desynced and self._pos < len(self._steps):
+            self._raise_or_desync(PlanCursor.mismatch_error(self._plan, self._pos, None))
 
-    def _mismatch(
-        self,
-        msg: str,
-        executed: tuple[str, int, int | None] | None,
-        expected: tuple[str, int, int] | None,
-        pos: int,
-    ) -> None:
-        err = PlanMismatchError(
-            msg,
-            executed=executed,
-            expected=expected,
-            position=pos,
-            plan_version=self._plan.version if self._plan else 0,
-        )
+    def _raise_or_desync(self, err: PlanMismatchError) -> None:
         if self.strict:
             raise err
         self._desynced = True
         if self.on_mismatch is not None:
             self.on_mismatch(err)
+
+    @staticmethod
+    def mismatch_error(
+        plan: Plan | None, pos: int, executed: tuple[str, int, int | None] | None
+    ) -> PlanMismatchError:
+        """The error for ``executed`` at position ``pos`` of an iteration of ``plan`` (``None``:
+        the iteration ended at ``pos``), naming both the executed and the expected instruction."""
+        steps = plan.steps if plan is not None else ()
+        version = plan.version if plan is not None else 0
+        expected: tuple[str, int, int] | None = None
+        if pos < len(steps):
+            st = steps[pos]
+            expected = (st.kind, st.microbatch, st.stage)
+        if executed is None:
+            assert expected is not None
+            msg = (
+                f"iteration ended after {pos} instructions but plan version {version} expects "
+                f"{_describe(*expected)} next ({len(steps)} per iteration)"
+            )
+        elif expected is not None:
+            msg = (
+                f"executed {_describe(*executed)} but plan version {version} expects "
+                f"{_describe(*expected)} as instruction #{pos} of this iteration"
+            )
+        else:
+            msg = (
+                f"executed {_describe(*executed)} but plan version {version} has only "
+                f"{len(steps)} instructions per iteration"
+            )
+        return PlanMismatchError(
+            msg, executed=executed, expected=expected, position=pos, plan_version=version
+        )
+
+
+class CompiledPlan:
+    """One iteration of a plan as flat tuples the training thread indexes by position:
+    ``keys[i] == (kind, microbatch, stage)`` and ``clocks[i]`` of instruction ``i`` (the
+    profiling task's clock for every instruction while profiling), ``n`` instructions.
+
+    ``n == 0``: no steps to follow (no plan, version 0, or a profiling task without steps):
+    every instruction runs at ``fixed`` (the maximum clock or the task's clock).
+    """
+
+    __slots__ = (
+        "plan",
+        "max_clock",
+        "n",
+        "keys",
+        "kinds",
+        "microbatches",
+        "stages",
+        "clocks",
+        "fixed",
+    )
+
+    def __init__(self, plan: Plan | None, max_clock: int) -> None:
+        self.plan = plan
+        self.max_clock = max_clock
+        steps: tuple[PlanStep, ...] = ()
+        fixed: int | None = max_clock
+        if plan is not None and (plan.steps or plan.profiling is not None):
+            steps = plan.steps
+            fixed = plan.profiling.frequency_mhz if plan.profiling is not None else None
+        self.fixed = fixed
+        self.n = len(steps)
+        self.keys = tuple((s.kind, s.microbatch, s.stage) for s in steps)
+        self.kinds = tuple(s.kind for s in steps)
+        self.microbatches = tuple(s.microbatch for s in steps)
+        self.stages = tuple(s.stage for s in steps)
+        self.clocks = tuple(s.frequency_mhz if fixed is None else fixed for s in steps)

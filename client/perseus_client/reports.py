@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 from perseus_client.gpu.applied import EMPTY_REPORT, AppliedClockReport
@@ -57,7 +58,10 @@ class IterationRecorder:
     __slots__ = ("instructions", "events", "transfers")
 
     def __init__(self) -> None:
-        self.instructions: list[InstructionMeasurement] = []
+        #: The records, or what builds them off the training thread (the client's hot path).
+        self.instructions: (
+            list[InstructionMeasurement] | Callable[[], tuple[InstructionMeasurement, ...]]
+        ) = []
         self.events: list[tuple[Any, Any]] = []
         self.transfers: list[Transfer] = []
 
@@ -79,7 +83,7 @@ class IterationRecorder:
             iteration_time,
             plan_version,
             energy,
-            tuple(self.instructions),
+            self.instructions if callable(self.instructions) else tuple(self.instructions),
             tuple(self.events),
             applied,
             tuple(self.transfers),

@@ -54,7 +54,7 @@ def test_clock_changes_wait_on_the_previous_instructions_end_event(fake_torch, f
     with client.iteration():
         with client.instruction("forward", microbatch=0):
             pass
-        end_of_forward = client._last_end_ev
+        end_of_forward = client._path.last_end_ev
         with client.instruction("backward", microbatch=0):
             pass
     client.controller.flush()
@@ -122,3 +122,122 @@ def test_a_sample_is_attributed_to_the_instruction_whose_lock_is_applied(
     finally:
         GatedEvent.gate.set()
         client.close()
+
+
+# -- transfers timed by CUDA events where the data moves -------------------------------------------
+
+
+class LateEvent:
+    """A timing CUDA event of a GPU that finishes the transfer well after the CPU moved on:
+    ``query()`` is False for 30 ms after ``record()``; elapsed times are on the GPU's own
+    timeline (``GPU_MS``, advanced by the fake transfer), not the CPU's."""
+
+    GPU_MS = [0.0]
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        assert enable_timing
+        self.gpu_ms = 0.0
+        self.done_at = float("inf")
+        self.waited_in: list[str] = []
+
+    def record(self) -> None:
+        self.gpu_ms = LateEvent.GPU_MS[0]
+        self.done_at = time.monotonic() + 0.03
+
+    def query(self) -> bool:
+        return time.monotonic() >= self.done_at
+
+    def synchronize(self) -> None:
+        self.waited_in.append(threading.current_thread().name)
+        time.sleep(max(0.0, self.done_at - time.monotonic()))
+
+    def elapsed_time(self, end: LateEvent) -> float:
+        assert self.query() and end.query(), "elapsed_time before both events completed"
+        return end.gpu_ms - self.gpu_ms
+
+
+def slow_cpu_transfer(*_: object, **__: object) -> list[object]:
+    """The CPU waits 50 ms; the GPU's transfer takes 7 ms of its timeline."""
+    time.sleep(0.05)
+    LateEvent.GPU_MS[0] += 7.0
+    return [object()]
+
+
+def reported_transfers(client: PerseusClient) -> list[tuple[int, str, int, float]]:
+    """The last report's transfers as the reporter thread resolves them (before encoding)."""
+    rec = client.last_report
+    assert rec is not None
+    out: list[object] = []
+    t = threading.Thread(target=lambda: out.append(rec.resolved()), name="perseus-report")
+    t.start()
+    t.join(5)
+    [resolved] = out
+    return list(resolved.transfers)  # type: ignore[attr-defined]
+
+
+def events_of(client: PerseusClient) -> list[LateEvent]:
+    rec = client.last_report
+    assert rec is not None
+    return [e for *_, ev in rec.transfers for e in ev]  # type: ignore[union-attr]
+
+
+def test_torch_pipelining_p2p_ops_are_timed_by_events_resolved_off_the_training_thread(
+    fake_torch, sim_gpu
+):
+    from perseus_client.integrations import _torch_p2p
+    from perseus_client.integrations._timing import event_factory
+
+    fake_torch.cuda.Event = LateEvent
+    client = PerseusClient(offline=True, gpu=sim_gpu, handle_signals=False)
+    batch = _torch_p2p._make_batch(lambda ops: [object()])
+    wait = _torch_p2p._make_wait(slow_cpu_transfer)
+    make_event = event_factory(None, "events")
+    op = types.SimpleNamespace()
+    setattr(op, _torch_p2p.TAG, (client.record_transfer, 1, "forward", 3, make_event))
+    with client.iteration():
+        works = batch([op])
+        wait(works)
+    # The training thread waited on no event; the report carries the events' 7 ms, not the
+    # CPU's 50 ms wait.
+    assert events_of(client) and not any(e.waited_in for e in events_of(client))
+    [(boundary, direction, mb, seconds)] = reported_transfers(client)
+    assert (boundary, direction, mb) == (1, "forward", 3)
+    assert seconds == pytest.approx(0.007)
+    assert {n for e in events_of(client) for n in e.waited_in} == {"perseus-report"}
+    client.close()
+
+
+def test_deepspeed_and_megatron_p2p_calls_are_timed_by_events(fake_torch, sim_gpu):
+    from perseus_client.integrations.deepspeed import EngineHooks
+    from perseus_client.integrations.megatron import MegatronHooks
+
+    fake_torch.cuda.Event = LateEvent
+    client = PerseusClient(offline=True, gpu=sim_gpu, handle_signals=False)
+    ds = EngineHooks(object(), client, transfer_timing="events")
+    ds._active = True
+    send = ds._wrap_p2p(slow_cpu_transfer, 0, 0, "forward")
+    mg = MegatronHooks(client, [["forward", 0, 1], ["backward", 0, 1]], transfer_timing="events")
+    communicate = mg._wrap_communicate(slow_cpu_transfer)
+    with client.iteration():
+        send(object())
+        communicate(types.SimpleNamespace(pp_group=None), recv_prev=True)  # forward 0's input
+    assert not any(e.waited_in for e in events_of(client))
+    assert reported_transfers(client) == [
+        (0, "forward", 0, pytest.approx(0.007)),
+        (0, "forward", 0, pytest.approx(0.007)),
+    ]
+    client.close()
+
+
+def test_gloo_keeps_the_cpu_timing_and_nccl_chooses_events(fake_torch, monkeypatch):
+    from perseus_client.integrations import _timing
+
+    monkeypatch.setattr(_timing, "_backend", lambda group: "gloo")
+    assert _timing.event_factory(None, "auto") is None
+    monkeypatch.setattr(_timing, "_backend", lambda group: "nccl")
+    fake_torch.cuda.Event = LateEvent
+    make = _timing.event_factory(None, "auto")
+    assert make is not None and isinstance(make(), LateEvent)
+    assert _timing.event_factory(None, "cpu") is None
+    with pytest.raises(ValueError, match="transfer_timing"):
+        _timing.event_factory(None, "gpu")

@@ -150,7 +150,7 @@ def test_exception_in_training_resets_without_waiting_for_a_hung_clock_thread(fa
     assert nvml.state["locked"] == (1395, 1395)
     t0 = time.monotonic()
     with pytest.raises(RuntimeError, match="NCCL timeout"), client.iteration():
-        client._last_end_ev = ev  # the previous instruction's end event never completes
+        client._path.last_end_ev = ev  # the previous instruction's end event never completes
         with client.instruction("forward", microbatch=0):
             assert ev.entered.wait(5)
             raise RuntimeError("NCCL timeout")

@@ -16,6 +16,7 @@ from perseus_common.kinds import INSTRUCTION_KINDS
 __all__ = [
     "INSTRUCTION_KINDS",
     "InstructionClient",
+    "InstructionEdges",
     "Orders",
     "custom_schedule",
     "check_orders",
@@ -82,6 +83,35 @@ class InstructionClient(Protocol):
     def instruction(
         self, kind: str, *, microbatch: int, stage: int
     ) -> AbstractContextManager[Any]: ...
+
+
+#: ``(begin(kind, microbatch, stage), end(), abort())``: what an integration calls around an
+#: instruction's body (``abort`` instead of ``end`` when the body raised).
+InstructionEdges = tuple[Callable[[str, int, int], None], Callable[[], None], Callable[[], None]]
+
+
+def instruction_edges(client: InstructionClient) -> InstructionEdges:
+    """The client's instruction edges: ``PerseusClient``'s ``begin`` / ``end`` / ``abort`` (its
+    hot path, no context manager), or the same three through ``client.instruction(...)`` for any
+    other client."""
+    begin, end, abort = (getattr(client, n, None) for n in ("begin", "end", "abort"))
+    if callable(begin) and callable(end) and callable(abort):
+        return begin, end, abort
+    open_: list[AbstractContextManager[Any]] = []
+
+    def cm_begin(kind: str, microbatch: int, stage: int) -> None:
+        cm = client.instruction(kind, microbatch=microbatch, stage=stage)
+        cm.__enter__()
+        open_.append(cm)
+
+    def cm_end() -> None:
+        open_.pop().__exit__(None, None, None)
+
+    def cm_abort() -> None:
+        if open_:
+            open_.pop().__exit__(*sys.exc_info())
+
+    return cm_begin, cm_end, cm_abort
 
 
 def check_orders(orders: Orders) -> Orders:

@@ -3,12 +3,15 @@ the module function ``schedules._batch_p2p`` and waits on them through ``_wait_b
 looked up by name at call time, from the single-stage loops and from the multi-stage runtime).
 
 An instrumented stage tags the ``P2POp`` objects its ``get_{fwd,bwd}_{send,recv}_ops`` return with
-``(record, boundary, direction, microbatch)``. While at least one schedule is instrumented,
+``(record, boundary, direction, microbatch, make_event)``. While at least one schedule is instrumented,
 :func:`acquire` has replaced the two module functions: ``_batch_p2p`` notes the time the tagged ops
 were posted (keyed by the list of works it returns, which the schedules hand to
 ``_wait_batch_p2p`` unchanged), and ``_wait_batch_p2p`` calls ``record(boundary, direction,
 microbatch, seconds)`` for each tagged op once the wait returns, ``seconds`` being the time from
-posting to the end of that wait. Untagged ops (another pipeline's, torch's own warm-up exchange)
+posting to the end of that wait. With ``make_event`` (the stage's process group is NCCL, see
+:mod:`perseus_client.integrations._timing`) a CUDA event is recorded before the ops are posted
+and another after the wait, and ``seconds`` is their :class:`EventTiming`, resolved when the
+report is built. Untagged ops (another pipeline's, torch's own warm-up exchange)
 pass through with one ``getattr`` per op.
 
 What the time means: gloo's and NCCL's P2P works complete only when both ends have posted, so each
@@ -24,6 +27,8 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
+from perseus_client.measurements import EventTiming
+
 __all__ = ["acquire", "release", "TAG"]
 
 #: Attribute set on a tagged ``P2POp``: ``(record, boundary, direction, microbatch)``.
@@ -35,15 +40,22 @@ _MAX_POSTED = 4096
 _lock = threading.Lock()
 _users = 0
 _originals: dict[str, Any] = {}
-# id(list of works) -> (works, post time, tags); the works are kept so the id stays theirs.
-_posted: dict[int, tuple[Any, float, list[tuple[Callable[..., Any], int, str, int]]]] = {}
+Tag = tuple[Callable[..., Any], int, str, int, Callable[[], Any] | None]
+# id(list of works) -> (works, post time or start event, tags); the works are kept so the id stays
+# theirs.
+_posted: dict[int, tuple[Any, Any, list[Tag]]] = {}
 
 
 def _make_batch(original: Callable[..., Any]) -> Callable[..., Any]:
     def _batch_p2p(p2p_ops: Any, *args: Any, **kwargs: Any) -> Any:
-        t0 = perf_counter()
-        works = original(p2p_ops, *args, **kwargs)
         tags = [tag for op in p2p_ops if (tag := getattr(op, TAG, None)) is not None]
+        make_event = tags[0][4] if tags else None
+        if make_event is not None:
+            t0: Any = make_event()
+            t0.record()
+        else:
+            t0 = perf_counter()
+        works = original(p2p_ops, *args, **kwargs)
         if tags and works:
             if len(_posted) > _MAX_POSTED:  # works never waited on (an iteration that raised)
                 _posted.clear()
@@ -60,8 +72,15 @@ def _make_wait(original: Callable[..., Any]) -> Callable[..., Any]:
         posted = _posted.pop(id(work), None) if _posted else None
         result = original(work, *args, **kwargs)
         if posted is not None and posted[0] is work:
-            seconds = perf_counter() - posted[1]
-            for record, boundary, direction, microbatch in posted[2]:
+            start, tags = posted[1], posted[2]
+            make_event = tags[0][4]
+            if make_event is not None:
+                end = make_event()
+                end.record()
+                seconds: Any = EventTiming(start, end)
+            else:
+                seconds = perf_counter() - start
+            for record, boundary, direction, microbatch, _ in tags:
                 record(boundary, direction, microbatch, seconds)
         return result
 

@@ -20,6 +20,9 @@ also time the engine's P2P instructions, which DeepSpeed runs as blocking sends 
 the passes). Each end measures the transfer plus its wait for the other end, so the smaller of a
 transfer's two ends' values is the transfer itself; the first iteration's first send also carries
 DeepSpeed's tensor-metadata exchange. ``instrument(..., transfers=False)`` leaves them alone.
+On NCCL (the default process group's backend) each P2P instruction is timed by CUDA events
+recorded around it instead of the CPU (``transfer_timing``, see
+:mod:`perseus_client.integrations._timing`).
 
 Usage::
 
@@ -39,7 +42,14 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import Any
 
-from perseus_client.integrations._base import InstructionClient, Orders, check_orders, quiet_stdout
+from perseus_client.integrations._base import (
+    InstructionClient,
+    Orders,
+    check_orders,
+    instruction_edges,
+    quiet_stdout,
+)
+from perseus_client.integrations._timing import EventTiming, check_mode, event_factory
 
 __all__ = ["EngineHooks", "instrument", "export_orders", "stage_order"]
 
@@ -86,11 +96,20 @@ def export_orders(micro_batches: int, stages: int) -> Orders:
 class EngineHooks:
     """Hooks installed on one ``PipelineEngine``; :meth:`remove` (or leaving ``with``) undoes them."""
 
-    def __init__(self, engine: Any, client: InstructionClient, *, transfers: bool = True) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        client: InstructionClient,
+        *,
+        transfers: bool = True,
+        transfer_timing: str = "auto",
+    ) -> None:
+        self.transfer_timing = check_mode(transfer_timing)
         self.engine = engine
         self.client = client
+        self._edges = instruction_edges(client)
         record = getattr(client, "record_transfer", None)
-        self._record: Callable[[int, str, int, float], None] | None = (
+        self._record: Callable[[int, str, int, Any], None] | None = (
             record if transfers and callable(record) else None
         )
         #: Whether P2P transfers are timed (see the module docstring).
@@ -143,14 +162,22 @@ class EngineHooks:
         return self
 
     def _wrap(self, method: Callable[..., Any], kind: str, stage: int) -> Callable[..., Any]:
+        begin, end, abort = self._edges
+
         @functools.wraps(method)
         def perseus_exec(engine: Any, *args: Any, **kwargs: Any) -> Any:
             if not self._active:
                 return method(engine, *args, **kwargs)
             mb = self._counts[kind]
             self._counts[kind] = mb + 1
-            with self.client.instruction(kind, microbatch=mb, stage=stage):
-                return method(engine, *args, **kwargs)
+            begin(kind, mb, stage)
+            try:
+                out = method(engine, *args, **kwargs)
+            except BaseException:
+                abort()
+                raise
+            end()
+            return out
 
         return perseus_exec
 
@@ -159,6 +186,7 @@ class EngineHooks:
     ) -> Callable[..., Any]:
         record = self._record
         assert record is not None
+        make_event = event_factory(None, self.transfer_timing)
 
         @functools.wraps(method)
         def perseus_p2p(engine: Any, *args: Any, **kwargs: Any) -> Any:
@@ -167,6 +195,14 @@ class EngineHooks:
             counts = self._p2p_counts
             mb = counts[slot]
             counts[slot] = mb + 1
+            if make_event is not None:
+                start = make_event()
+                start.record()
+                result = method(engine, *args, **kwargs)
+                end = make_event()
+                end.record()
+                record(boundary, direction, mb, EventTiming(start, end))
+                return result
             t0 = perf_counter()
             result = method(engine, *args, **kwargs)
             record(boundary, direction, mb, perf_counter() - t0)
@@ -189,7 +225,9 @@ class EngineHooks:
 
 
 @quiet_stdout
-def instrument(engine: Any, client: InstructionClient, *, transfers: bool = True) -> EngineHooks:
+def instrument(
+    engine: Any, client: InstructionClient, *, transfers: bool = True, transfer_timing: str = "auto"
+) -> EngineHooks:
     """Hook ``client`` into a DeepSpeed ``PipelineEngine``; returns the installed hooks.
     ``transfers``: also time the engine's P2P instructions (when the client has
     ``record_transfer``; see the module docstring)."""
@@ -197,4 +235,6 @@ def instrument(engine: Any, client: InstructionClient, *, transfers: bool = True
         raise TypeError("client: needs iteration() and instruction(kind, microbatch=, stage=)")
     if not hasattr(type(engine), "_INSTRUCTION_MAP"):
         raise TypeError(f"engine: {type(engine).__name__} is not a DeepSpeed PipelineEngine")
-    return EngineHooks(engine, client, transfers=transfers).install()
+    return EngineHooks(
+        engine, client, transfers=transfers, transfer_timing=transfer_timing
+    ).install()

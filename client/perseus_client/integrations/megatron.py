@@ -41,9 +41,10 @@ stage), a receive from the previous rank as that of the next forward in the orde
 stage - 1), and the same for backwards (a send to the previous rank: the last backward's, at its
 stage - 1; a receive from the next rank: the next backward's, at its stage). A combined call
 (``send_forward_recv_backward`` and the like) gives each of its parts the call's time. Calls that
-do not wait (``overlap_p2p_comm``, ``wait_on_reqs=False``) are not timed. The time runs from the
-call to the end of its waits, on the CPU: on NCCL the waits only order the CUDA streams, so there
-it is not the transfer's time (see docs/integrations.md).
+do not wait (``overlap_p2p_comm``, ``wait_on_reqs=False``) are not timed. On gloo the time runs
+from the call to the end of its waits, on the CPU; on NCCL (the communicator's ``pp_group``, else
+the default group) the waits only order the CUDA streams, so the call is timed by CUDA events
+recorded around it (see :mod:`perseus_client.integrations._timing`; ``transfer_timing``).
 """
 
 from __future__ import annotations
@@ -53,7 +54,14 @@ from collections.abc import Callable, Sequence
 from time import perf_counter
 from typing import Any
 
-from perseus_client.integrations._base import InstructionClient, Orders, check_orders, quiet_stdout
+from perseus_client.integrations._base import (
+    InstructionClient,
+    Orders,
+    check_orders,
+    instruction_edges,
+    quiet_stdout,
+)
+from perseus_client.integrations._timing import EventTiming, check_mode, event_factory
 
 __all__ = ["MegatronHooks", "instrument", "export_orders", "stage_order"]
 
@@ -144,6 +152,9 @@ def export_orders(
     )
 
 
+_UNKNOWN = object()
+
+
 class MegatronHooks:
     """Megatron's ``forward_step`` / ``backward_step`` replaced by instrumented wrappers.
 
@@ -154,11 +165,18 @@ class MegatronHooks:
     """
 
     def __init__(
-        self, client: InstructionClient, order: Sequence[Sequence[Any]], *, transfers: bool = True
+        self,
+        client: InstructionClient,
+        order: Sequence[Sequence[Any]],
+        *,
+        transfers: bool = True,
+        transfer_timing: str = "auto",
     ) -> None:
+        self.transfer_timing = check_mode(transfer_timing)
         self.client = client
+        self._edges = instruction_edges(client)
         record = getattr(client, "record_transfer", None)
-        self._record: Callable[[int, str, int, float], None] | None = (
+        self._record: Callable[[int, str, int, Any], None] | None = (
             record if transfers and callable(record) else None
         )
         #: Whether P2P transfers are timed (see the module docstring).
@@ -269,6 +287,8 @@ class MegatronHooks:
         return ops[k]
 
     def _wrap_forward(self, forward_step: Callable[..., Any]) -> Callable[..., Any]:
+        begin, end, abort = self._edges
+
         @functools.wraps(forward_step)
         def perseus_forward_step(*args: Any, **kwargs: Any) -> Any:
             if not self._active:
@@ -287,8 +307,14 @@ class MegatronHooks:
                     f"stage {stage} (chunk {self._chunk[stage]})"
                 )
             self.calls.append(("forward", mb, stage))
-            with self.client.instruction("forward", microbatch=mb, stage=stage):
-                return forward_step(*args, **kwargs)
+            begin("forward", mb, stage)
+            try:
+                out = forward_step(*args, **kwargs)
+            except BaseException:
+                abort()
+                raise
+            end()
+            return out
 
         perseus_forward_step._perseus_hook = True  # type: ignore[attr-defined]
         perseus_forward_step._perseus_owner = self  # type: ignore[attr-defined]
@@ -299,13 +325,29 @@ class MegatronHooks:
         assert record is not None
         forwards, backwards = self._forwards, self._backwards
 
+        makers: dict[int, Any] = {}
+
         @functools.wraps(communicate)
         def perseus_communicate(comm: Any, *args: Any, **kwargs: Any) -> Any:
             if not self._active or not kwargs.get("wait_on_reqs", True):
                 return communicate(comm, *args, **kwargs)
-            t0 = perf_counter()
-            result = communicate(comm, *args, **kwargs)
-            seconds = perf_counter() - t0
+            make_event = makers.get(id(comm), _UNKNOWN)
+            if make_event is _UNKNOWN:  # once per communicator: its group's backend
+                make_event = makers[id(comm)] = event_factory(
+                    getattr(comm, "pp_group", None), self.transfer_timing
+                )
+            seconds: Any
+            if make_event is not None:
+                start = make_event()
+                start.record()
+                result = communicate(comm, *args, **kwargs)
+                end = make_event()
+                end.record()
+                seconds = EventTiming(start, end)
+            else:
+                t0 = perf_counter()
+                result = communicate(comm, *args, **kwargs)
+                seconds = perf_counter() - t0
             nf, nb = self._nf, self._nb
             if kwargs.get("tensor_send_next") is not None and nf > 0:
                 _, mb, stage = forwards[nf - 1]
@@ -326,14 +368,22 @@ class MegatronHooks:
         return perseus_communicate
 
     def _wrap_backward(self, backward_step: Callable[..., Any]) -> Callable[..., Any]:
+        begin, end, abort = self._edges
+
         @functools.wraps(backward_step)
         def perseus_backward_step(*args: Any, **kwargs: Any) -> Any:
             if not self._active:
                 return backward_step(*args, **kwargs)
             _, mb, stage = self._next("backward")
             self.calls.append(("backward", mb, stage))
-            with self.client.instruction("backward", microbatch=mb, stage=stage):
-                return backward_step(*args, **kwargs)
+            begin("backward", mb, stage)
+            try:
+                out = backward_step(*args, **kwargs)
+            except BaseException:
+                abort()
+                raise
+            end()
+            return out
 
         perseus_backward_step._perseus_hook = True  # type: ignore[attr-defined]
         perseus_backward_step._perseus_owner = self  # type: ignore[attr-defined]
@@ -342,11 +392,17 @@ class MegatronHooks:
 
 @quiet_stdout
 def instrument(
-    client: InstructionClient, order: Sequence[Sequence[Any]], *, transfers: bool = True
+    client: InstructionClient,
+    order: Sequence[Sequence[Any]],
+    *,
+    transfers: bool = True,
+    transfer_timing: str = "auto",
 ) -> MegatronHooks:
     """Patch Megatron's ``forward_step`` / ``backward_step`` to drive ``client`` along ``order``
     (this rank's entry of :func:`export_orders`); ``transfers``: also time the P2P calls (when
     the client has ``record_transfer``; see the module docstring)."""
     if not isinstance(client, InstructionClient):
         raise TypeError("client: needs iteration() and instruction(kind, microbatch=, stage=)")
-    return MegatronHooks(client, order, transfers=transfers).install()
+    return MegatronHooks(
+        client, order, transfers=transfers, transfer_timing=transfer_timing
+    ).install()

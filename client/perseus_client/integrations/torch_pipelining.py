@@ -57,7 +57,14 @@ from collections.abc import Callable
 from typing import Any
 
 from perseus_client.integrations import _torch_p2p
-from perseus_client.integrations._base import InstructionClient, Orders, check_orders, quiet_stdout
+from perseus_client.integrations._base import (
+    InstructionClient,
+    Orders,
+    check_orders,
+    instruction_edges,
+    quiet_stdout,
+)
+from perseus_client.integrations._timing import check_mode, event_factory
 from perseus_common.orders import gpipe_orders, one_f_one_b_orders
 
 __all__ = [
@@ -120,11 +127,20 @@ class PipelineHooks:
             ``instrument`` was not told ``transfers=False``).
     """
 
-    def __init__(self, schedule: Any, client: InstructionClient, *, transfers: bool = True) -> None:
+    def __init__(
+        self,
+        schedule: Any,
+        client: InstructionClient,
+        *,
+        transfers: bool = True,
+        transfer_timing: str = "auto",
+    ) -> None:
+        self.transfer_timing = check_mode(transfer_timing)
         self.schedule = schedule
         self.client = client
+        self._edges = instruction_edges(client)
         record = getattr(client, "record_transfer", None)
-        self._record: Callable[[int, str, int, float], None] | None = (
+        self._record: Callable[[int, str, int, Any], None] | None = (
             record if transfers and callable(record) else None
         )
         self.transfers = self._record is not None
@@ -208,12 +224,13 @@ class PipelineHooks:
         boundary = int(stage.stage_index) + offset
         record = self._record
         tag_name = _torch_p2p.TAG
+        make_event = event_factory(getattr(stage, "group", None), self.transfer_timing)
 
         @functools.wraps(original)
         def p2p_ops(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
             ops = original(chunk_id, *args, **kwargs)
             if ops and self._active:
-                tag = (record, boundary, direction, int(chunk_id))
+                tag = (record, boundary, direction, int(chunk_id), make_event)
                 for op in ops:
                     setattr(op, tag_name, tag)
             return ops
@@ -224,13 +241,20 @@ class PipelineHooks:
     def _wrap_forward(self, stage: Any) -> Callable[..., Any]:
         original = stage.forward_one_chunk
         index = int(stage.stage_index)
+        begin, end, abort = self._edges
 
         @functools.wraps(original)
         def forward_one_chunk(fwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
             if not self._active:
                 return original(fwd_chunk_id, *args, **kwargs)
-            with self.client.instruction("forward", microbatch=int(fwd_chunk_id), stage=index):
-                return original(fwd_chunk_id, *args, **kwargs)
+            begin("forward", int(fwd_chunk_id), index)
+            try:
+                out = original(fwd_chunk_id, *args, **kwargs)
+            except BaseException:
+                abort()
+                raise
+            end()
+            return out
 
         forward_one_chunk._perseus_hook = True  # type: ignore[attr-defined]
         return forward_one_chunk
@@ -238,14 +262,21 @@ class PipelineHooks:
     def _wrap_backward(self, stage: Any) -> Callable[..., Any]:
         original = stage.backward_one_chunk
         index = int(stage.stage_index)
+        begin, end, abort = self._edges
 
         @functools.wraps(original)
         def backward_one_chunk(bwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
             if not self._active:
                 return original(bwd_chunk_id, *args, **kwargs)
             kind = "backward" if _full_backward(args, kwargs) else "backward_input"
-            with self.client.instruction(kind, microbatch=int(bwd_chunk_id), stage=index):
-                return original(bwd_chunk_id, *args, **kwargs)
+            begin(kind, int(bwd_chunk_id), index)
+            try:
+                out = original(bwd_chunk_id, *args, **kwargs)
+            except BaseException:
+                abort()
+                raise
+            end()
+            return out
 
         backward_one_chunk._perseus_hook = True  # type: ignore[attr-defined]
         return backward_one_chunk
@@ -253,15 +284,20 @@ class PipelineHooks:
     def _wrap_backward_weight(self, stage: Any) -> Callable[..., Any]:
         original = stage.backward_weight_one_chunk
         index = int(stage.stage_index)
+        begin, end, abort = self._edges
 
         @functools.wraps(original)
         def backward_weight_one_chunk(bwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
             if not self._active:
                 return original(bwd_chunk_id, *args, **kwargs)
-            with self.client.instruction(
-                "backward_weight", microbatch=int(bwd_chunk_id), stage=index
-            ):
-                return original(bwd_chunk_id, *args, **kwargs)
+            begin("backward_weight", int(bwd_chunk_id), index)
+            try:
+                out = original(bwd_chunk_id, *args, **kwargs)
+            except BaseException:
+                abort()
+                raise
+            end()
+            return out
 
         backward_weight_one_chunk._perseus_hook = True  # type: ignore[attr-defined]
         return backward_weight_one_chunk
@@ -277,18 +313,26 @@ _MISSING = _Missing()
 
 @quiet_stdout
 def instrument(
-    schedule: Any, client: InstructionClient, *, transfers: bool = True
+    schedule: Any,
+    client: InstructionClient,
+    *,
+    transfers: bool = True,
+    transfer_timing: str = "auto",
 ) -> PipelineHooks:
     """Hook ``client`` into ``schedule`` (a ``torch.distributed.pipelining`` schedule).
 
     ``transfers``: also time the schedule's P2P transfers (when the client has
-    ``record_transfer``; see the module docstring). Returns the installed
+    ``record_transfer``; see the module docstring); ``transfer_timing``: ``"auto"`` (CUDA events
+    when the stage's process group is NCCL, else the CPU), ``"cpu"`` or ``"events"`` (see
+    :mod:`perseus_client.integrations._timing`). Returns the installed
     :class:`PipelineHooks`; use it as a context manager or call :meth:`PipelineHooks.remove` to
     uninstall.
     """
     if not isinstance(client, InstructionClient):
         raise TypeError("client: needs iteration() and instruction(kind, microbatch=, stage=)")
-    return PipelineHooks(schedule, client, transfers=transfers).install()
+    return PipelineHooks(
+        schedule, client, transfers=transfers, transfer_timing=transfer_timing
+    ).install()
 
 
 def _action_ops(action: Any) -> list[list[Any]]:

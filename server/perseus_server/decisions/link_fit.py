@@ -14,12 +14,39 @@ once every end that reported the link lately has reported it (one end: at once);
 for :data:`STALE_ITERATIONS` is no longer waited for, and an iteration that old is taken as it
 is. Online profiling keeps those per-report times per link
 and clock (:class:`TransferSamples`, at most :data:`SAMPLES_KEPT` of the latest per link and
-clock) and fits each link's time as their median (:func:`fit_transfers`): the time at the
-highest clock measured, and one time per clock when more than one was measured.
+clock) and fits each link's time (:func:`fit_transfers`) by what the data supports:
+
+- **one time per link and direction** (the median of every per-report time of the scan, all
+  clocks together), unless
+- **the producer's clock moves it by more than the measured noise**, two tests passed:
+
+  1. *beyond the within-clock noise*: at least two clocks with :data:`MIN_PER_CLOCK` reports
+     each, and two of their per-clock medians further apart than :data:`DEPENDENCE_Z` standard
+     errors of that difference (:func:`clock_dependence`);
+  2. *a trend in the clock, not a drift in time*: over at least three such clocks, the slope of
+     the per-clock medians against the clock has a 99 % confidence interval that excludes 0 (a
+     least-squares line, Student's t on the medians' scatter about it: :func:`clock_slope_t`).
+     A scan measures one clock after another, so a host whose load changes during the scan (or
+     a warm-up that ends) moves whole steps: their reports agree with each other, and test 1
+     alone would read the step's shift as the clock's.
+
+  The noise of test 1 is the within-clock spread,
+  pooled over the link's clocks: the interquartile range of every report's difference from its
+  clock's median, / 1.349 (a standard deviation that one outlier does not move, and that a host
+  delaying some transfers by milliseconds widens as it should: a median absolute deviation would
+  see only the undelayed mode); a median of ``n`` reports has a standard error of about
+  1.2533 x that / sqrt(n). Then the link keeps one time per clock and its time is the one at the
+  highest clock measured.
+
+A gloo link's time does not depend on the GPU's SM clock; on a loaded host its per-report times
+spread by milliseconds, and per-clock medians of a few reports each differ by noise alone: the
+model would charge a clock for the host's delays and steer plans away from it.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -29,11 +56,17 @@ from perseus_common.communication import Communication, Transfer
 from perseus_server.decisions.report_statistics import link_time, median
 
 __all__ = [
+    "DEPENDENCE_Z",
+    "MIN_PER_CLOCK",
     "SAMPLES_KEPT",
     "LinkCombiner",
     "LinkFit",
     "STALE_ITERATIONS",
     "TransferSamples",
+    "SLOPE_CONFIDENCE",
+    "clock_dependence",
+    "clock_dependent",
+    "clock_slope_t",
     "fit_transfers",
     "link_times",
     "with_measured_transfers",
@@ -41,6 +74,12 @@ __all__ = [
 
 #: Per-report times kept per link and clock during a scan (the latest ones).
 SAMPLES_KEPT = 32
+#: Per-clock medians further apart than this many standard errors: a dependence on the clock.
+DEPENDENCE_Z = 3.5
+#: The slope test's confidence (two-sided) that the per-clock medians trend with the clock.
+SLOPE_CONFIDENCE = 0.99
+#: Reports a clock needs before its median counts towards a dependence on the clock.
+MIN_PER_CLOCK = 3
 #: Iterations after which a link's silent end is no longer waited for.
 STALE_ITERATIONS = 8
 
@@ -155,17 +194,74 @@ class TransferSamples:
         return cls({(int(b), str(d), int(f)): [float(x) for x in v] for b, d, f, *v in doc or ()})
 
 
+def clock_dependence(per_clock: Mapping[int, list[float]]) -> float:
+    """The largest difference of two per-clock medians of ``per_clock`` (clock -> per-report
+    times) in standard errors of that difference (see the module docstring); 0 when fewer than
+    two clocks have :data:`MIN_PER_CLOCK` reports, ``inf`` for a difference without any noise."""
+    clocks = {f: v for f, v in per_clock.items() if len(v) >= MIN_PER_CLOCK}
+    if len(clocks) < 2:
+        return 0.0
+    medians = {f: median(v) for f, v in clocks.items()}
+    q1, _, q3 = statistics.quantiles(
+        [x - medians[f] for f, v in clocks.items() for x in v], n=4, method="inclusive"
+    )
+    sigma = (q3 - q1) / 1.349
+    best = 0.0
+    items = sorted(clocks.items())
+    for i, (f1, v1) in enumerate(items):
+        for f2, v2 in items[i + 1 :]:
+            diff = abs(medians[f1] - medians[f2])
+            se = 1.2533 * sigma * math.sqrt(1.0 / len(v1) + 1.0 / len(v2))
+            if diff > 0:
+                best = max(best, diff / se if se > 0 else math.inf)
+    return best
+
+
+def clock_slope_t(per_clock: Mapping[int, list[float]]) -> tuple[float, int]:
+    """Student's t of the slope of the per-clock medians against the clock (clocks with
+    :data:`MIN_PER_CLOCK` reports), and its degrees of freedom (clocks - 2; 0: fewer than three
+    clocks, t 0); ``inf`` for medians exactly on a sloped line."""
+    pts = sorted((f, median(v)) for f, v in per_clock.items() if len(v) >= MIN_PER_CLOCK)
+    k = len(pts)
+    if k < 3:
+        return 0.0, 0
+    fx = sum(f for f, _ in pts) / k
+    my = sum(m for _, m in pts) / k
+    sxx = sum((f - fx) ** 2 for f, _ in pts)
+    slope = sum((f - fx) * (m - my) for f, m in pts) / sxx
+    rss = sum((m - my - slope * (f - fx)) ** 2 for f, m in pts)
+    se = math.sqrt(rss / (k - 2) / sxx)
+    if se == 0:
+        return (math.inf if slope else 0.0), k - 2
+    return abs(slope) / se, k - 2
+
+
+def clock_dependent(per_clock: Mapping[int, list[float]]) -> bool:
+    """Whether the data supports a per-clock time (both tests of the module docstring)."""
+    if clock_dependence(per_clock) <= DEPENDENCE_Z:
+        return False
+    t, df = clock_slope_t(per_clock)
+    if df == 0:
+        return False
+    from scipy.stats import t as student
+
+    return t > float(student.ppf(0.5 + SLOPE_CONFIDENCE / 2, df))
+
+
 def fit_transfers(samples: TransferSamples) -> dict[Link, LinkFit]:
-    """Each measured link's :class:`LinkFit`: per clock the median of its per-report times; the
-    link's time is the one at the highest clock measured."""
-    by_link: dict[Link, dict[int, float]] = {}
+    """Each measured link's :class:`LinkFit` (see the module docstring): one time per clock
+    only where :func:`clock_dependent`, else the median of every per-report time of the link."""
+    by_link: dict[Link, dict[int, list[float]]] = {}
     for (b, d, f), v in samples.samples.items():
         if v:
-            by_link.setdefault((b, d), {})[f] = median(v)
+            by_link.setdefault((b, d), {})[f] = v
     out: dict[Link, LinkFit] = {}
     for link, per_clock in sorted(by_link.items()):
-        top = per_clock[max(per_clock)]
-        out[link] = LinkFit(top, dict(sorted(per_clock.items())) if len(per_clock) > 1 else None)
+        if clock_dependent(per_clock):
+            medians = {f: median(v) for f, v in sorted(per_clock.items())}
+            out[link] = LinkFit(medians[max(medians)], medians)
+        else:
+            out[link] = LinkFit(median(x for v in per_clock.values() for x in v))
     return out
 
 
