@@ -5,6 +5,7 @@ lines are rate-limited."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -81,9 +82,12 @@ def test_half_sent_headers_are_closed_and_health_goes_on(guarded: ServerProcess)
             except httpx.HTTPError:
                 time.sleep(0.2)
         assert ok, "/healthz never answered while half-open connections were held"
-        # The server closed them (EOF), instead of holding a descriptor each forever.
+        # The server closed them, instead of holding a descriptor each forever: an EOF, or a
+        # reset when it closed one before reading the half-sent bytes (the kernel answers a
+        # close with unread data by RST; which one depends on when the cap closed it).
         socks[0].settimeout(30)
-        assert socks[0].recv(1) == b""
+        with contextlib.suppress(ConnectionResetError):
+            assert socks[0].recv(1) == b""
     finally:
         for s in socks:
             s.close()

@@ -37,6 +37,8 @@ log = logging.getLogger("perseus.server")
 
 #: After a failed idle check (the store refused the change), the next one is this much later (s).
 CHECK_RETRY_SECONDS = 1.0
+#: A change of the wall clock against the monotonic one larger than this (s) is a step.
+WALL_STEP_SECONDS = 1.0
 
 
 @dataclass
@@ -46,8 +48,14 @@ class _Life:
     since: float
     reason: str
     #: When the job last had a connected rank (or was created, or the server started), on the
-    #: monotonic clock.
+    #: monotonic clock (durations) ...
     last_seen: float
+    #: ... and on the wall clock, read at the same moment (dates ``idle_at``, so every read of a
+    #: job shows the same one).
+    seen_at: float
+
+    def seen(self, clock: float, wall: float) -> None:
+        self.last_seen, self.seen_at = clock, wall
 
     def to_json(self) -> dict[str, Any]:
         return {"state": self.state, "since": self.since, "reason": self.reason}
@@ -82,9 +90,8 @@ class Lifecycle:
     def _life(self, job_id: str) -> _Life:
         life = self._jobs.get(job_id)
         if life is None:
-            life = self._jobs[job_id] = _Life(
-                JobActivity.ACTIVE, self.wall(), "created", self.clock()
-            )
+            now = self.wall()
+            life = self._jobs[job_id] = _Life(JobActivity.ACTIVE, now, "created", self.clock(), now)
         return life
 
     def state(self, job_id: str) -> JobActivity:
@@ -110,7 +117,12 @@ class Lifecycle:
         life = self._life(job_id)
         idle_at = None
         if life.state is JobActivity.ACTIVE and not self.ctx.hub.connected(job_id):
-            idle_at = self.wall() + max(0.0, life.last_seen + self.idle_after - self.clock())
+            # Dated on the wall clock as read when the job was last seen (every read shows the
+            # same time), unless the wall clock stepped since: then on today's wall clock.
+            offset, seen_offset = self.wall() - self.clock(), life.seen_at - life.last_seen
+            if abs(offset - seen_offset) < WALL_STEP_SECONDS:
+                offset = seen_offset
+            idle_at = life.last_seen + self.idle_after + offset
         return {**life.to_json(), "idle_at": idle_at}
 
     def counts(self) -> dict[JobActivity, int]:
@@ -138,7 +150,7 @@ class Lifecycle:
         now, started = self.wall(), self.clock()
         for job_id in self.ctx.jobs.ids():
             state, since, reason = stored.get(job_id, ("active", now, "server started"))
-            life = _Life(JobActivity(state), since, reason, started)
+            life = _Life(JobActivity(state), since, reason, started, now)
             self._jobs[job_id] = life
             if life.state is JobActivity.ACTIVE:
                 self._arm(job_id)
@@ -146,7 +158,7 @@ class Lifecycle:
     def added(self, job_id: str) -> None:
         now = self.wall()
         self.ctx.store.put_job_lifecycle(job_id, "active", now, "created")
-        self._jobs[job_id] = _Life(JobActivity.ACTIVE, now, "created", self.clock())
+        self._jobs[job_id] = _Life(JobActivity.ACTIVE, now, "created", self.clock(), now)
         self._arm(job_id)
 
     def removed(self, job_id: str) -> None:
@@ -174,7 +186,7 @@ class Lifecycle:
         if rank_id is not None:
             self._finished_ranks.get(job_id, set()).discard(rank_id)
         life = self._life(job_id)
-        life.last_seen = self.clock()
+        life.seen(self.clock(), self.wall())
         timer = self._timers.pop(job_id, None)
         if timer is not None:
             timer.cancel()
@@ -185,7 +197,7 @@ class Lifecycle:
         """A plan stream of the job closed: with none left, the idle timer starts."""
         if job_id not in self.ctx.jobs or self.ctx.hub.connected(job_id):
             return
-        self._life(job_id).last_seen = self.clock()
+        self._life(job_id).seen(self.clock(), self.wall())
         self._arm(job_id)
 
     def finish(self, job_id: str) -> dict[str, Any]:
