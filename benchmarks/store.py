@@ -49,7 +49,7 @@ async def _run(service: Any, job_id: str, ranks: list[str], reports: int) -> dic
     async def rank(rank_id: str) -> None:
         for it in range(reports):
             await asyncio.sleep(0)  # the next report arrives (a stream's read yields)
-            rep = WireReport(
+            rep = WireReport.of(
                 pb.IterationReport(
                     job_id=job_id,
                     rank_id=rank_id,

@@ -48,7 +48,7 @@ def _setup(service: PerseusService, ranks: int) -> tuple[str, list[str]]:
 
 
 def _rep(job_id: str, rank_id: str, it: int, seq: int) -> WireReport:
-    return WireReport(
+    return WireReport.of(
         pb.IterationReport(
             job_id=job_id,
             rank_id=rank_id,

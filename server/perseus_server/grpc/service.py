@@ -56,9 +56,12 @@ _Context = grpc.aio.ServicerContext[Any, Any]
 
 
 #: A refused report larger than this (bytes) has a garbage collection run (see
-#: :meth:`PlanServicer._collect_refused`); at most one per ``COLLECT_INTERVAL`` seconds.
+#: :meth:`PlanServicer._collect_refused`); at most one per ``COLLECT_INTERVAL`` seconds ...
 LARGE_REFUSED_BYTES = 1 << 20
 COLLECT_INTERVAL = 0.25
+#: ... or sooner, once the refused reports not yet collected add up to this many bytes (so what
+#: they hold is bounded by bytes, however fast they come; a collection per 16 MiB received).
+COLLECT_REFUSED_BYTES = 16 << 20
 
 #: The detail a stream replaced by a newer one for the same rank ends with (``ABORTED``).
 REPLACED_DETAIL = "rank_id: replaced by a newer WatchPlan stream for this rank"
@@ -88,6 +91,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         self.token = token
         self.encode_plan = PlanEncoder()
         self._collected = -math.inf
+        self._refused_bytes = 0
 
     async def _abort(self, context: _Context, method: str, err: ApiError) -> NoReturn:
         code = status_code(err)
@@ -186,21 +190,28 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
                 new, dup = await self.service.ingest_report(WireReport.of(report))
                 accepted, duplicates = accepted + new + dup, duplicates + dup
             except ApiError as e:
-                if report.ByteSize() > LARGE_REFUSED_BYTES:
-                    self._collect_refused()
+                size = report.ByteSize()
+                if size > LARGE_REFUSED_BYTES:
+                    self._collect_refused(size)
                 await self._abort(context, "ReportIterations", e)
         self.service.metrics.grpc_calls.inc(method="ReportIterations", code="OK")
         return encode_ack(ReportAck(accepted, duplicates))
 
-    def _collect_refused(self) -> None:
+    def _collect_refused(self, size: int) -> None:
         """Free what earlier refused large reports left behind. An aborted stream leaves its
         last message in reference cycles inside the gRPC runtime until a full garbage
         collection (twenty refused reports of 100,000 transfers held 150 MiB, sixty 400 MiB);
         collected here, at most once per :data:`COLLECT_INTERVAL` seconds (a full collection
-        takes tens of milliseconds), so refusals hold no more than one interval's messages."""
+        takes tens of milliseconds) or per :data:`COLLECT_REFUSED_BYTES` refused, so refusals
+        hold a bounded number of bytes however fast they come (with the interval alone, fast
+        refusals of 4 MB reports held 86-103 MiB over forty)."""
         now = time.monotonic()
-        if now - self._collected >= COLLECT_INTERVAL:
-            self._collected = now
+        self._refused_bytes += size
+        if (
+            now - self._collected >= COLLECT_INTERVAL
+            or self._refused_bytes >= COLLECT_REFUSED_BYTES
+        ):
+            self._collected, self._refused_bytes = now, 0
             gc.collect()
 
     async def FinishRank(
