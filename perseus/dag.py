@@ -125,81 +125,17 @@ class PipelineDAG:
         ``(model boundary, direction)`` is in ``transfers``, and a phase node after the last op
         of each rank in ``phase_ranks``."""
         ops: list[Op] = [op for order in schedule.orders for op in order]
-        index = {op: i for i, op in enumerate(ops)}
+        comm, src, dst = _edges(schedule, ops, set(transfers), phase_ranks)
         n_ops = len(ops)
-        rank_of = schedule.stage_rank()
-        wanted = set(transfers)
-        comm: list[CommNode] = []
-        src: list[int] = []
-        dst: list[int] = []
-
-        def data_edge(u: int, v: int, boundary: int, direction: str, m: int) -> None:
-            a, b = (boundary, boundary + 1) if direction == "forward" else (boundary + 1, boundary)
-            if (boundary, direction) in wanted and rank_of[a] != rank_of[b]:
-                w = n_ops + len(comm)
-                comm.append(CommNode(f"transfer_{direction}", rank_of[b], boundary, m, u, v))
-                src.extend((u, w))
-                dst.extend((w, v))
-            else:
-                src.append(u)
-                dst.append(v)
-
-        i = 0
-        for order in schedule.orders:
-            for j in range(1, len(order)):
-                src.append(i + j - 1)
-                dst.append(i + j)
-            i += len(order)
-        last = schedule.stages - 1
-        for op, v in index.items():
-            k, m, c = op
-            if k == "forward":
-                if c + 1 <= last:
-                    data_edge(v, index[Op("forward", m, c + 1)], c, "forward", m)
-                else:
-                    src.append(v)
-                    dst.append(index[_grad_op(index, m, c)])
-            elif k in ("backward", "backward_input"):
-                if c > 0:
-                    data_edge(v, index[_grad_op(index, m, c - 1)], c - 1, "backward", m)
-                if k == "backward_input":
-                    src.append(v)
-                    dst.append(index[Op("backward_weight", m, c)])
-        i = 0
-        for r, order in enumerate(schedule.orders):
-            i += len(order)
-            if r in phase_ranks and order:
-                w = n_ops + len(comm)
-                comm.append(CommNode("phase", r, -1, -1, i - 1, -1))
-                src.append(i - 1)
-                dst.append(w)
         n = n_ops + len(comm)
         src_a = np.asarray(src, dtype=np.int64)
         dst_a = np.asarray(dst, dtype=np.int64)
-
-        # Longest-chain levels (Kahn's algorithm, one frontier at a time).
-        indeg = np.bincount(dst_a, minlength=n)
         order_e = np.argsort(src_a, kind="stable")
         out_ptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(src_a, minlength=n), out=out_ptr[1:])
         out_dst = dst_a[order_e]
-        level = np.zeros(n, dtype=np.int64)
-        frontier = np.flatnonzero(indeg == 0)
-        topo_parts = []
-        remaining = indeg.copy()
-        depth = 0
-        while frontier.size:
-            topo_parts.append(frontier)
-            level[frontier] = depth
-            starts, ends = out_ptr[frontier], out_ptr[frontier + 1]
-            succ = (
-                np.concatenate([out_dst[a:b] for a, b in zip(starts, ends, strict=True)])
-                if frontier.size
-                else np.empty(0, np.int64)
-            )
-            np.subtract.at(remaining, succ, 1)
-            frontier = np.unique(succ[remaining[succ] == 0])
-            depth += 1
+        topo_parts, level, remaining = _levels(dst_a, out_ptr, out_dst)
+        depth = len(topo_parts)
         topo = np.concatenate(topo_parts) if topo_parts else np.empty(0, np.int64)
         if topo.size != n:
             stuck = [ops[v] for v in np.flatnonzero(remaining[:n_ops] > 0)[:3]]
@@ -285,3 +221,86 @@ class PipelineDAG:
 def _grad_op(index: dict[Op, int], m: int, c: int) -> Op:
     op = Op("backward", m, c)
     return op if op in index else Op("backward_input", m, c)
+
+
+def _edges(
+    schedule: Schedule, ops: list[Op], wanted: set[tuple[int, str]], phase_ranks: Collection[int]
+) -> tuple[list[CommNode], list[int], list[int]]:
+    """The non-op nodes and the edge list of the DAG over ``ops`` (numbered as given): in-rank
+    order, data edges (through a transfer node where ``(boundary, direction)`` is ``wanted`` and
+    crosses ranks), and an edge into each phase node of ``phase_ranks``."""
+    index = {op: i for i, op in enumerate(ops)}
+    n_ops = len(ops)
+    rank_of = schedule.stage_rank()
+    comm: list[CommNode] = []
+    src: list[int] = []
+    dst: list[int] = []
+
+    def data_edge(u: int, v: int, boundary: int, direction: str, m: int) -> None:
+        a, b = (boundary, boundary + 1) if direction == "forward" else (boundary + 1, boundary)
+        if (boundary, direction) in wanted and rank_of[a] != rank_of[b]:
+            w = n_ops + len(comm)
+            comm.append(CommNode(f"transfer_{direction}", rank_of[b], boundary, m, u, v))
+            src.extend((u, w))
+            dst.extend((w, v))
+        else:
+            src.append(u)
+            dst.append(v)
+
+    i = 0
+    for order in schedule.orders:
+        for j in range(1, len(order)):
+            src.append(i + j - 1)
+            dst.append(i + j)
+        i += len(order)
+    last = schedule.stages - 1
+    for op, v in index.items():
+        k, m, c = op
+        if k == "forward":
+            if c + 1 <= last:
+                data_edge(v, index[Op("forward", m, c + 1)], c, "forward", m)
+            else:
+                src.append(v)
+                dst.append(index[_grad_op(index, m, c)])
+        elif k in ("backward", "backward_input"):
+            if c > 0:
+                data_edge(v, index[_grad_op(index, m, c - 1)], c - 1, "backward", m)
+            if k == "backward_input":
+                src.append(v)
+                dst.append(index[Op("backward_weight", m, c)])
+    i = 0
+    for r, order in enumerate(schedule.orders):
+        i += len(order)
+        if r in phase_ranks and order:
+            w = n_ops + len(comm)
+            comm.append(CommNode("phase", r, -1, -1, i - 1, -1))
+            src.append(i - 1)
+            dst.append(w)
+    return comm, src, dst
+
+
+def _levels(
+    dst: IntArray, out_ptr: IntArray, out_dst: IntArray
+) -> tuple[list[IntArray], IntArray, IntArray]:
+    """Longest-chain levels by Kahn's algorithm, one frontier at a time: the frontiers in order,
+    each node's level, and each node's count of predecessors never done (nonzero on a cycle)."""
+    n = len(out_ptr) - 1
+    indeg = np.bincount(dst, minlength=n)
+    level = np.zeros(n, dtype=np.int64)
+    frontier = np.flatnonzero(indeg == 0)
+    topo_parts = []
+    remaining = indeg.copy()
+    depth = 0
+    while frontier.size:
+        topo_parts.append(frontier)
+        level[frontier] = depth
+        starts, ends = out_ptr[frontier], out_ptr[frontier + 1]
+        succ = (
+            np.concatenate([out_dst[a:b] for a, b in zip(starts, ends, strict=True)])
+            if frontier.size
+            else np.empty(0, np.int64)
+        )
+        np.subtract.at(remaining, succ, 1)
+        frontier = np.unique(succ[remaining[succ] == 0])
+        depth += 1
+    return topo_parts, level, remaining

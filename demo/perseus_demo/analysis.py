@@ -97,6 +97,74 @@ def _index_of(times: list[float], t: float | None) -> int | None:
     return best if abs(times[best] - t) <= 1e-9 * max(1.0, t) else None
 
 
+def _series(rs: list[dict[str, Any]], phase: str, times: list[float]) -> list[dict[str, Any]]:
+    """Per step of ``phase``: the step time, energy, iteration time and plan of the pipeline
+    whose ranks (by stage) are ``rs``."""
+    steps = [[s for s in r["steps"] if s["phase"] == phase] for r in rs]
+    out = []
+    for i in range(min(len(s) for s in steps)):
+        lead = steps[0][i]
+        out.append(
+            {
+                "step_time": lead["step_time"],
+                "energy": sum(s[i]["energy"] for s in steps),
+                "iteration_time": lead["iteration_time"],
+                "index": _index_of(times, lead["expected_time"]),
+                "version": lead["plan_version"],
+                "reason": lead["reason"],
+            }
+        )
+    return out
+
+
+def _phase_summary(
+    ph: str,
+    w: list[int],
+    data: dict[int, list[dict[str, Any]]],
+    ref: dict[int, tuple[float, float]],
+    *,
+    straggler: float,
+    ps: float,
+) -> dict[str, Any]:
+    """Phase ``ph``'s table over the steps ``w``: per pipeline (its ``data``) the median step
+    time and energy against its max-clock baseline (``ref``, slowed for the straggler, with
+    blocking power ``ps`` for the time it waits), and the job's totals."""
+    rows = []
+    for p in sorted(data):
+        ss = [data[p][i] for i in w]
+        k = 1.0 + straggler if (ph == "straggler" and p == 1) else 1.0
+        e = _median([s["energy"] for s in ss])
+        st = _median([s["step_time"] for s in ss])
+        e1, t1 = ref[p]
+        base = k * (e1 - ps * t1) + ps * st
+        plans = sorted({s["index"] for s in data[p] if s["index"] is not None})
+        rows.append(
+            {
+                "pipeline": p,
+                "iteration_time": _median([s["iteration_time"] for s in ss]),
+                "step_time": st,
+                "energy": e,
+                "baseline_energy": base,
+                "saving": 1.0 - e / base,
+                "slowdown": k,
+                "plans": plans,
+                "plan_in_window": ss[-1]["index"],
+                "reason": ss[-1]["reason"],
+            }
+        )
+    job_e = sum(r["energy"] for r in rows)
+    job_base = sum(r["baseline_energy"] for r in rows)
+    return {
+        "phase": ph,
+        "window": [w[0], w[-1]],
+        "pipelines": rows,
+        "step_time": max(r["step_time"] for r in rows),
+        "energy": job_e,
+        "baseline_energy": job_base,
+        "saving": 1.0 - job_e / job_base,
+    }
+
+
 def analyse(
     ranks: list[dict[str, Any]],
     frontier: dict[str, Any],
@@ -124,26 +192,7 @@ def analyse(
     for rs in by_pipe.values():
         rs.sort(key=lambda r: r["stage"])
 
-    def series(p: int, phase: str) -> list[dict[str, Any]]:
-        """Per step of ``phase``: pipeline ``p``'s step time, energy, iteration time, plan."""
-        rs = by_pipe[p]
-        steps = [[s for s in r["steps"] if s["phase"] == phase] for r in rs]
-        out = []
-        for i in range(min(len(s) for s in steps)):
-            lead = steps[0][i]
-            out.append(
-                {
-                    "step_time": lead["step_time"],
-                    "energy": sum(s[i]["energy"] for s in steps),
-                    "iteration_time": lead["iteration_time"],
-                    "index": _index_of(times, lead["expected_time"]),
-                    "version": lead["plan_version"],
-                    "reason": lead["reason"],
-                }
-            )
-        return out
-
-    data = {ph: {p: series(p, ph) for p in range(pipelines)} for ph in PHASES}
+    data = {ph: {p: _series(by_pipe[p], ph, times) for p in range(pipelines)} for ph in PHASES}
     # the phases the ranks ran (records of a run before phase 5 existed have four)
     ran = [ph for ph in PHASES if all(data[ph][p] for p in range(pipelines))]
     n = len(data[PHASES[0]][0])
@@ -175,42 +224,7 @@ def analyse(
     phases: list[dict[str, Any]] = []
     for ph in ran:
         w = list(windows[ph]) or [n - 1]
-        rows = []
-        for p in range(pipelines):
-            ss = [data[ph][p][i] for i in w]
-            k = 1.0 + straggler if (ph == "straggler" and p == 1) else 1.0
-            e = _median([s["energy"] for s in ss])
-            st = _median([s["step_time"] for s in ss])
-            e1, t1 = ref[p]
-            base = k * (e1 - ps * t1) + ps * st
-            plans = sorted({s["index"] for s in data[ph][p] if s["index"] is not None})
-            rows.append(
-                {
-                    "pipeline": p,
-                    "iteration_time": _median([s["iteration_time"] for s in ss]),
-                    "step_time": st,
-                    "energy": e,
-                    "baseline_energy": base,
-                    "saving": 1.0 - e / base,
-                    "slowdown": k,
-                    "plans": plans,
-                    "plan_in_window": ss[-1]["index"],
-                    "reason": ss[-1]["reason"],
-                }
-            )
-        job_e = sum(r["energy"] for r in rows)
-        job_base = sum(r["baseline_energy"] for r in rows)
-        phases.append(
-            {
-                "phase": ph,
-                "window": [w[0], w[-1]],
-                "pipelines": rows,
-                "step_time": max(r["step_time"] for r in rows),
-                "energy": job_e,
-                "baseline_energy": job_base,
-                "saving": 1.0 - job_e / job_base,
-            }
-        )
+        phases.append(_phase_summary(ph, w, data[ph], ref, straggler=straggler, ps=ps))
     by = {ph["phase"]: ph for ph in phases}
 
     def predicted_saving(i: int) -> float:

@@ -58,96 +58,95 @@ def _order(stages: int, microbatches: int, stage: int) -> list[tuple[str, int]]:
     return [(op.kind, op.microbatch) for op in sched.orders[stage]]
 
 
-def main(argv: list[str] | None = None) -> int:
-    warnings.filterwarnings("ignore")
-    ap = argparse.ArgumentParser(prog="python -m perseus_demo.links")
-    ap.add_argument("--config", type=Path, required=True)
-    args = ap.parse_args(argv)
-    cfg = json.loads(args.config.read_text())
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+class _LinksRank:
+    """One rank's run: its client, simulated GPU and process group, the iteration it trains and
+    the records it keeps; the three parts of the module docstring are its methods."""
 
-    import httpx
-    import torch
-    import torch.distributed as dist
+    def __init__(self, cfg: dict[str, Any], rank: int, world: int) -> None:
+        import httpx
+        import torch
+        import torch.distributed as dist
 
-    from perseus_client import PerseusClient, RankPosition, Reporting, SimulatedGpu
+        from perseus_client import PerseusClient, RankPosition, Reporting, SimulatedGpu
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    stages, microbatches = world, int(cfg["microbatches"])
-    profile = {
-        (int(s), str(k)): {int(f): (float(t), float(e)) for f, t, e in pts}
-        for s, k, pts in cfg["profile"]
-    }
-    latency = float(cfg["latency"])
-    gpu = SimulatedGpu(
-        profile,
-        stage=rank,
-        blocking_power=float(cfg["blocking_power"]),
-        time_scale=float(cfg["time_scale"]),
-        name="simulated A100",
-        transfer_times={
-            (b, d): latency for b in range(stages - 1) for d in ("forward", "backward")
-        },
-    )
-    client = PerseusClient(
-        cfg["grpc_target"],
-        job=cfg["job"],
-        gpu=gpu,
-        handle_signals=False,
-        rank=RankPosition(global_rank=rank, pipeline_rank=rank),
-        reporting=Reporting(report_interval=0.02),
-    )
-    http = httpx.Client(base_url=cfg["http_url"], timeout=30.0)
-    order = _order(stages, microbatches, rank)
-    act = torch.zeros(WIDTH)
-    grad = torch.zeros(WIDTH)
+        self.cfg, self.rank, self.dist = cfg, rank, dist
+        self.stages, microbatches = world, int(cfg["microbatches"])
+        profile = {
+            (int(s), str(k)): {int(f): (float(t), float(e)) for f, t, e in pts}
+            for s, k, pts in cfg["profile"]
+        }
+        self.latency = float(cfg["latency"])
+        self.gpu = SimulatedGpu(
+            profile,
+            stage=rank,
+            blocking_power=float(cfg["blocking_power"]),
+            time_scale=float(cfg["time_scale"]),
+            name="simulated A100",
+            transfer_times={
+                (b, d): self.latency
+                for b in range(self.stages - 1)
+                for d in ("forward", "backward")
+            },
+        )
+        self.client = PerseusClient(
+            cfg["grpc_target"],
+            job=cfg["job"],
+            gpu=self.gpu,
+            handle_signals=False,
+            rank=RankPosition(global_rank=rank, pipeline_rank=rank),
+            reporting=Reporting(report_interval=0.02),
+        )
+        self.http = httpx.Client(base_url=cfg["http_url"], timeout=30.0)
+        self.order = _order(self.stages, microbatches, rank)
+        self.act = torch.zeros(WIDTH)
+        self.grad = torch.zeros(WIDTH)
+        self.records: list[dict[str, Any]] = []
+        self.started = time.monotonic()
 
-    def send(boundary: int, direction: str, mb: int, tensor: Any, dst: int) -> None:
+    def send(self, boundary: int, direction: str, mb: int, tensor: Any, dst: int) -> None:
         # The link's latency overlaps the real send: the transfer takes the longer of the two.
-        t0 = gpu.timestamp()
-        req = dist.isend(tensor, dst)
-        gpu.transfer(boundary, direction)
+        t0 = self.gpu.timestamp()
+        req = self.dist.isend(tensor, dst)
+        self.gpu.transfer(boundary, direction)
         if req is not None:
             req.wait()
-        client.record_transfer(boundary, direction, mb, gpu.timestamp() - t0)
+        self.client.record_transfer(boundary, direction, mb, self.gpu.timestamp() - t0)
 
-    def iteration() -> None:
+    def iteration(self) -> None:
+        client, dist, rank, stages = self.client, self.dist, self.rank, self.stages
         with client.iteration():
-            for kind, mb in order:
+            for kind, mb in self.order:
                 if kind == "forward":
                     if rank > 0:
-                        dist.recv(act, rank - 1)
+                        dist.recv(self.act, rank - 1)
                     with client.instruction("forward", microbatch=mb):
                         pass
                     if rank < stages - 1:
-                        send(rank, "forward", mb, act, rank + 1)
+                        self.send(rank, "forward", mb, self.act, rank + 1)
                 else:
                     if rank < stages - 1:
-                        dist.recv(grad, rank + 1)
+                        dist.recv(self.grad, rank + 1)
                     with client.instruction(kind, microbatch=mb):
                         pass
                     if rank > 0:
-                        send(rank - 1, "backward", mb, grad, rank - 1)
+                        self.send(rank - 1, "backward", mb, self.grad, rank - 1)
         dist.barrier()
 
-    def agree(flag: bool) -> bool:
+    def agree(self, flag: bool) -> bool:
         """Rank 0's decision, the same on every rank."""
         box = [flag]
-        dist.broadcast_object_list(box, src=0)
+        self.dist.broadcast_object_list(box, src=0)
         return bool(box[0])
 
-    records: list[dict[str, Any]] = []
-    started = time.monotonic()
-
-    def record(part: str, extra: dict[str, Any] | None = None) -> None:
+    def record(self, part: str, extra: dict[str, Any] | None = None) -> None:
+        client = self.client
         latest = client.latest_plan
-        records.append(
+        self.records.append(
             {
                 "part": part,
                 "plan_version": client.plan_version,
                 "latest_version": latest.version if latest is not None else 0,
-                "wall": time.monotonic() - started,
+                "wall": time.monotonic() - self.started,
                 "iteration_time": client.last_report.iteration_time if client.last_report else None,
                 "profiling_clock": (
                     client.plan.profiling.frequency_mhz
@@ -161,15 +160,17 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
 
-    try:
+    def start_profiling(self) -> None:
+        """Every rank registered; rank 0 starts online profiling and waits for its first task."""
+        cfg, client = self.cfg, self.client
         deadline = time.monotonic() + 60.0
         while client.rank_id is None:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"rank {rank} never registered")
+                raise TimeoutError(f"rank {self.rank} never registered")
             time.sleep(0.02)
-        dist.barrier()
-        if rank == 0:
-            r = http.post(f"/jobs/{cfg['job']}/profiling", json=cfg["profiling"])
+        self.dist.barrier()
+        if self.rank == 0:
+            r = self.http.post(f"/jobs/{cfg['job']}/profiling", json=cfg["profiling"])
             if r.status_code != 202:
                 raise RuntimeError(f"POST profiling: {r.status_code} {r.text}")
             deadline = time.monotonic() + 30.0
@@ -177,52 +178,81 @@ def main(argv: list[str] | None = None) -> int:
                 if time.monotonic() > deadline:
                     raise TimeoutError("no profiling task arrived")
                 time.sleep(0.02)
-        dist.barrier()
-        # 1. Online profiling, until the plan solved from the measured profile is here.
-        limit = time.monotonic() + float(cfg["timeout"])
+        self.dist.barrier()
+
+    def profile(self) -> None:
+        """Part 1: online profiling, until the plan solved from the measured profile is here."""
+        limit = time.monotonic() + float(self.cfg["timeout"])
         while True:
-            iteration()
-            record("profiling")
+            self.iteration()
+            self.record("profiling")
             done = False
-            if rank == 0:  # the frontier's plan deployed (not max clocks while it is solved)
-                dep = http.get(f"/jobs/{cfg['job']}/status").json()["plan"] or {}
-                plan = client.latest_plan
+            if self.rank == 0:  # the frontier's plan deployed (not max clocks while it is solved)
+                dep = self.http.get(f"/jobs/{self.cfg['job']}/status").json()["plan"] or {}
+                plan = self.client.latest_plan
                 done = (
                     dep.get("kind") == "plan"
                     and plan is not None
                     and plan.version >= int(dep["version"])
                 )
-            if agree(done):
+            if self.agree(done):
                 break
             if time.monotonic() > limit:
                 raise TimeoutError("online profiling did not end in a plan")
-        # 2. Steady iterations under the plan.
-        for _ in range(int(cfg["steady"])):
-            iteration()
-            record("steady")
-        # 3. The forward link of boundary 0 slows down; on until the re-solved plan is here.
-        before = client.latest_plan.version if client.latest_plan is not None else 0
-        gpu.set_transfer_time(0, "forward", latency * float(cfg["slow_factor"]))
-        for _ in range(int(cfg["after"])):
-            iteration()
+
+    def steady(self) -> None:
+        """Part 2: steady iterations under the plan."""
+        for _ in range(int(self.cfg["steady"])):
+            self.iteration()
+            self.record("steady")
+
+    def slow_link(self) -> None:
+        """Part 3: the forward link of boundary 0 slows down; on until the re-solved plan is
+        here, then one iteration under it."""
+        latest = self.client.latest_plan
+        before = latest.version if latest is not None else 0
+        self.gpu.set_transfer_time(0, "forward", self.latency * float(self.cfg["slow_factor"]))
+        for _ in range(int(self.cfg["after"])):
+            self.iteration()
             extra: dict[str, Any] = {}
             replanned = False
-            if rank == 0:
-                st = http.get(f"/jobs/{cfg['job']}/status").json()
+            if self.rank == 0:
+                st = self.http.get(f"/jobs/{self.cfg['job']}/status").json()
                 extra["slow_links"] = st["pipelines"][0]["slow_links"]
                 extra["slow_stages"] = st["pipelines"][0]["slow_stages"]
-                plan = client.latest_plan
+                plan = self.client.latest_plan
                 replanned = plan is not None and plan.version > before
-            record("slowed", extra)
-            if agree(replanned):
-                iteration()  # one iteration under the re-solved plan
-                record("replanned")
+            self.record("slowed", extra)
+            if self.agree(replanned):
+                self.iteration()  # one iteration under the re-solved plan
+                self.record("replanned")
                 break
+
+
+def main(argv: list[str] | None = None) -> int:
+    warnings.filterwarnings("ignore")
+    ap = argparse.ArgumentParser(prog="python -m perseus_demo.links")
+    ap.add_argument("--config", type=Path, required=True)
+    args = ap.parse_args(argv)
+    cfg = json.loads(args.config.read_text())
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    run = _LinksRank(cfg, rank, world)
+    try:
+        run.start_profiling()
+        run.profile()
+        run.steady()
+        run.slow_link()
     finally:
-        client.close()
-        http.close()
+        run.client.close()
+        run.http.close()
     out = Path(cfg["out_dir"]) / f"rank{rank}.json"
-    out.write_text(json.dumps({"rank": rank, "iterations": records}))
+    out.write_text(json.dumps({"rank": rank, "iterations": run.records}))
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -180,6 +180,64 @@ def run_ranks(
                 p.wait()
 
 
+def _prepare_output(out: Path, csv_text: str) -> Path:
+    """The output folder with the run's profile and an empty ``ranks`` folder, which it returns."""
+    out.mkdir(parents=True, exist_ok=True)
+    rank_dir = out / "ranks"
+    rank_dir.mkdir(exist_ok=True)
+    for old in rank_dir.glob("rank*.json"):
+        old.unlink()
+    (out / "profile.csv").write_text(csv_text)
+    return rank_dir
+
+
+def _rank_config(
+    opts: DemoOptions,
+    power: float,
+    srv: Any,
+    job: dict[str, Any],
+    budget_watts: float,
+    rank_dir: Path,
+) -> dict[str, Any]:
+    """The config every rank process reads (:mod:`perseus_demo.rank`)."""
+    return {
+        "stages": opts.stages,
+        "pipelines": opts.pipelines,
+        "microbatches": opts.microbatches,
+        "iterations": opts.iterations,
+        "straggler": opts.straggler,
+        "straggler_pipeline": 1,
+        "time_scale": opts.time_scale,
+        "blocking_power": power,
+        "profile_csv": str((rank_dir.parent / "profile.csv").resolve()),
+        "grpc_target": srv.grpc_target,
+        "http_url": srv.http_url,
+        "power_budget": budget_watts,
+        "job": job["job"],
+        "plan_version": job["plan_version"],
+        "out_dir": str(rank_dir.resolve()),
+    }
+
+
+def _draw(
+    png: Path,
+    res: dict[str, Any],
+    fr: dict[str, Any],
+    ranks: list[dict[str, Any]],
+    opts: DemoOptions,
+    log: Callable[[str], None],
+) -> str | None:
+    """The demo's figure at ``png`` (its path), or None (logged) where it could not be drawn."""
+    try:
+        from perseus_demo.plotting import demo_png
+
+        demo_png(png, res, fr, ranks, stages=opts.stages)
+        return str(png.resolve())
+    except Exception as e:  # noqa: BLE001 - a plotting problem must not hide the results
+        log(f"perseus demo: could not draw {png}: {e}")
+        return None
+
+
 def run(opts: DemoOptions, log: Callable[[str], None]) -> dict[str, Any]:
     """Run the demo; its results (what ``results.json`` holds). ``log`` gets progress lines."""
     with profile_path(opts.profile) as path:
@@ -194,12 +252,7 @@ def run(opts: DemoOptions, log: Callable[[str], None]) -> dict[str, Any]:
     from perseus_server import ServerProcess
 
     out = opts.output
-    out.mkdir(parents=True, exist_ok=True)
-    rank_dir = out / "ranks"
-    rank_dir.mkdir(exist_ok=True)
-    for old in rank_dir.glob("rank*.json"):
-        old.unlink()
-    (out / "profile.csv").write_text(csv_text)
+    rank_dir = _prepare_output(out, csv_text)
     world = opts.world
     t_start = time.perf_counter()
     with (
@@ -229,23 +282,7 @@ def run(opts: DemoOptions, log: Callable[[str], None]) -> dict[str, Any]:
                 f"simulated GPUs at time scale {opts.time_scale}); {len(PHASES)} phases of "
                 f"{opts.iterations} steps"
             )
-            cfg = {
-                "stages": opts.stages,
-                "pipelines": opts.pipelines,
-                "microbatches": opts.microbatches,
-                "iterations": opts.iterations,
-                "straggler": opts.straggler,
-                "straggler_pipeline": 1,
-                "time_scale": opts.time_scale,
-                "blocking_power": power,
-                "profile_csv": str((out / "profile.csv").resolve()),
-                "grpc_target": srv.grpc_target,
-                "http_url": srv.http_url,
-                "power_budget": budget["watts"],
-                "job": job["job"],
-                "plan_version": job["plan_version"],
-                "out_dir": str(rank_dir.resolve()),
-            }
+            cfg = _rank_config(opts, power, srv, job, budget["watts"], rank_dir)
             t_ranks = time.perf_counter()
             run_ranks(cfg, world, rank_dir, opts.timeout)
             rank_seconds = time.perf_counter() - t_ranks
@@ -295,14 +332,6 @@ def run(opts: DemoOptions, log: Callable[[str], None]) -> dict[str, Any]:
         wall_seconds={"ranks": rank_seconds, "total": time.perf_counter() - t_start},
         output=str(out.resolve()),
     )
-    png = out / "demo.png"
-    try:
-        from perseus_demo.plotting import demo_png
-
-        demo_png(png, res, fr, ranks, stages=opts.stages)
-        res["png"] = str(png.resolve())
-    except Exception as e:  # noqa: BLE001 - a plotting problem must not hide the results
-        log(f"perseus demo: could not draw {png}: {e}")
-        res["png"] = None
+    res["png"] = _draw(out / "demo.png", res, fr, ranks, opts, log)
     (out / "results.json").write_text(json.dumps(res, indent=1))
     return res

@@ -72,6 +72,83 @@ def _build(cfg: dict[str, Any], rank: int) -> tuple[Any, ...]:
     return schedule, layer, opt, dp_groups[stage], pipe, stage
 
 
+def _simulated_gpu(cfg: dict[str, Any], stage: int) -> SimulatedGpu:
+    """The simulated GPU of ``stage``, from the run's profile."""
+    return SimulatedGpu.from_profile_csv(
+        cfg["profile_csv"],
+        stage=stage,
+        blocking_power=float(cfg["blocking_power"]),
+        time_scale=float(cfg["time_scale"]),
+        name="simulated A100",
+    )
+
+
+def _step_record(
+    client: Any, phase: str, index: int, step_time: float, energy_mj: int, slowdown: float
+) -> dict[str, Any]:
+    """One step's record in ``rank<g>.json``: its time and energy, and the plan it ran."""
+    rep = client.last_report
+    plan = client.plan
+    return {
+        "phase": phase,
+        "index": index,
+        "step_time": step_time,
+        "energy": energy_mj / 1000.0,
+        "iteration_time": rep.iteration_time if rep is not None else None,
+        "plan_version": plan.version if plan is not None else 0,
+        "expected_time": plan.expected_iteration_time if plan is not None else None,
+        "reason": plan.reason if plan is not None else "max clocks (no plan)",
+        "slowdown": slowdown,
+    }
+
+
+def _enter_power_budget(client: Any, cfg: dict[str, Any], rank: int) -> None:
+    """Phase 5's start: rank 0 sets the budget, every rank waits for the server's plan."""
+    import torch.distributed as dist
+
+    dist.barrier()  # nobody is still running phase 4 under the old plan
+    box = [0]
+    failure: BaseException | None = None
+    if rank == 0:
+        import httpx
+
+        try:
+            r = httpx.put(
+                f"{cfg['http_url']}/jobs/{cfg['job']}/plan",
+                json={"power_budget": float(cfg["power_budget"])},
+                timeout=60.0,
+            )
+            if r.status_code >= 400:
+                raise RuntimeError(f"PUT /jobs/{cfg['job']}/plan: {r.status_code} {r.text}")
+            box[0] = int(r.json()["version"])
+        except Exception as exc:  # noqa: BLE001 - re-raised after telling the other ranks
+            failure = exc
+            box[0] = -1  # sentinel: the other ranks must not wait for a plan
+    dist.broadcast_object_list(box, src=0)
+    if failure is not None:
+        raise failure
+    if box[0] < 0:
+        raise RuntimeError(f"rank {rank}: rank 0 could not set the power budget")
+    _wait_for_plan(client, box[0], rank)
+
+
+def _wait_for_plan(client: Any, version: int, rank: int) -> None:
+    """Until ``client`` holds plan ``version`` or a later one (a minute at most)."""
+    deadline = time.monotonic() + 60.0
+    while client.latest_plan is None or client.latest_plan.version < version:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank {rank} never received plan version {version}")
+        time.sleep(0.02)
+
+
+def _write_result(cfg: dict[str, Any], doc: dict[str, Any], rank: int) -> None:
+    """``rank<g>.json`` in the run's folder, written whole or not at all."""
+    out = Path(cfg["out_dir"]) / f"rank{rank}.json"
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc))
+    os.replace(tmp, out)
+
+
 def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore")
     ap = argparse.ArgumentParser(prog="python -m perseus_demo.rank")
@@ -96,13 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     schedule, layer, opt, dp_group, pipe, stage = _build(cfg, rank)
     stages, microbatches = int(cfg["stages"]), int(cfg["microbatches"])
-    sim = SimulatedGpu.from_profile_csv(
-        cfg["profile_csv"],
-        stage=stage,
-        blocking_power=float(cfg["blocking_power"]),
-        time_scale=float(cfg["time_scale"]),
-        name="simulated A100",
-    )
+    sim = _simulated_gpu(cfg, stage)
     gpu = TimelineGpu(sim)
     gen = torch.Generator().manual_seed(7 + pipe)
     steps: list[dict[str, Any]] = []
@@ -131,21 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                 dist.all_reduce(p.grad, group=dp_group)
         opt.step()
         t, e = gpu.timestamp(), gpu.energy_mj()
-        rep = client.last_report
-        plan = client.plan
-        steps.append(
-            {
-                "phase": phase,
-                "index": index,
-                "step_time": t - last[0],
-                "energy": (e - last[1]) / 1000.0,
-                "iteration_time": rep.iteration_time if rep is not None else None,
-                "plan_version": plan.version if plan is not None else 0,
-                "expected_time": plan.expected_iteration_time if plan is not None else None,
-                "reason": plan.reason if plan is not None else "max clocks (no plan)",
-                "slowdown": sim.time_factor,
-            }
-        )
+        steps.append(_step_record(client, phase, index, t - last[0], e - last[1], sim.time_factor))
         timelines[phase] = {"index": index, "spans": list(gpu.spans)}
         return t, e
 
@@ -164,37 +221,6 @@ def main(argv: list[str] | None = None) -> int:
             last = train_step(offline, PHASES[0], i, last)
     offline.close()
 
-    def enter_power_budget(client: Any) -> None:
-        """Phase 5's start: rank 0 sets the budget, every rank waits for the server's plan."""
-        dist.barrier()  # nobody is still running phase 4 under the old plan
-        box = [0]
-        failure: BaseException | None = None
-        if rank == 0:
-            import httpx
-
-            try:
-                r = httpx.put(
-                    f"{cfg['http_url']}/jobs/{cfg['job']}/plan",
-                    json={"power_budget": float(cfg["power_budget"])},
-                    timeout=60.0,
-                )
-                if r.status_code >= 400:
-                    raise RuntimeError(f"PUT /jobs/{cfg['job']}/plan: {r.status_code} {r.text}")
-                box[0] = int(r.json()["version"])
-            except Exception as exc:  # noqa: BLE001 - re-raised after telling the other ranks
-                failure = exc
-                box[0] = -1  # sentinel: the other ranks must not wait for a plan
-        dist.broadcast_object_list(box, src=0)
-        if failure is not None:
-            raise failure
-        if box[0] < 0:
-            raise RuntimeError(f"rank {rank}: rank 0 could not set the power budget")
-        deadline = time.monotonic() + 60.0
-        while client.latest_plan is None or client.latest_plan.version < box[0]:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"rank {rank} never received plan version {box[0]}")
-            time.sleep(0.02)
-
     # Phases 2-5: the connected client with the server's plans.
     client = PerseusClient(
         cfg["grpc_target"],
@@ -205,16 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         reporting=Reporting(report_interval=0.02),
     )
     try:
-        deadline = time.monotonic() + 60.0
-        while client.latest_plan is None or client.latest_plan.version < int(cfg["plan_version"]):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"rank {rank} never received plan version {cfg['plan_version']}")
-            time.sleep(0.02)
+        _wait_for_plan(client, int(cfg["plan_version"]), rank)
         last = sync()
         with torch_pipelining.instrument(schedule, client):
             for phase in PHASES[1:]:
                 if phase == "power-budget":
-                    enter_power_budget(client)
+                    _enter_power_budget(client, cfg, rank)
                     last = sync()
                 note(f"phase {phase} starts")
                 if pipe == slow_pipe:
@@ -225,7 +247,6 @@ def main(argv: list[str] | None = None) -> int:
         client.close()
     dist.barrier()
     note("done")
-    out = Path(cfg["out_dir"]) / f"rank{rank}.json"
     doc = {
         "rank": rank,
         "pipeline": pipe,
@@ -234,9 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps": steps,
         "timelines": timelines,
     }
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc))
-    os.replace(tmp, out)
+    _write_result(cfg, doc, rank)
     dist.destroy_process_group()
     return 0
 
