@@ -45,8 +45,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -62,6 +61,15 @@ from perseus.power import (
 from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.errors import BadRequest, NotFound
 from perseus_server.domain.states import ProfilingStatus
+from perseus_server.service.budget_terms import (
+    ON_INFEASIBLE,
+    BudgetResult,
+    BudgetSettings,
+    BudgetShare,
+    JobDecider,
+    least_power_shares,
+    straggler_time,
+)
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.plans import job_max_power
 from perseus_server.service.power import PlanPowers
@@ -69,109 +77,9 @@ from perseus_server.service.state import Deployment, Job
 from perseus_server.service.tenant_shares import TenantDemand, TenantShare, split
 from perseus_server.service.tenants import Tenants
 
-__all__ = ["ON_INFEASIBLE", "BudgetSettings", "BudgetShare", "PowerBudget", "straggler_time"]
-
-#: What a budget that can no longer be met does (``PUT /power-budget`` ``on_infeasible``).
-ON_INFEASIBLE = ("least_power", "keep_current")
+__all__ = ["PowerBudget"]
 
 log = logging.getLogger("perseus.server")
-
-
-@dataclass(frozen=True)
-class BudgetSettings:
-    """What ``PUT /power-budget`` set: watts, policy, and the jobs (``None``: every job)."""
-
-    watts: float
-    policy: str = "throughput"
-    jobs: tuple[str, ...] | None = None
-    on_infeasible: str = "least_power"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "watts": self.watts,
-            "policy": self.policy,
-            "jobs": None if self.jobs is None else list(self.jobs),
-            "on_infeasible": self.on_infeasible,
-        }
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> BudgetSettings:
-        jobs = doc.get("jobs")
-        return cls(
-            float(doc["watts"]),
-            str(doc["policy"]),
-            None if jobs is None else tuple(jobs),
-            str(doc.get("on_infeasible", "least_power")),
-        )
-
-
-@dataclass(frozen=True)
-class BudgetShare(PlanPolicy):
-    """A job's share of the cluster budget, as the plan policy it runs (frontier point
-    ``value``); its description names the budget."""
-
-    budget: float = 0.0
-    rule: str = "throughput"
-    watts: float = 0.0
-    feasible: bool = True
-    on_infeasible: str = "least_power"
-
-    def describe(self) -> str:
-        base = (
-            f"cluster power budget {self.budget:g} W ({self.rule}): {self.watts:.6g} W for this "
-            f"job, frontier point {int(self.value)}"
-        )
-        if self.feasible:
-            return base
-        return base + f" (the budget is unreachable: {self.on_infeasible.replace('_', ' ')})"
-
-
-def straggler_time(job: Job) -> float | None:
-    """The slowest straggler's iteration time ``T'`` (s, on the profile's axis), a re-solved
-    slow-stage pipeline's fastest time included; ``None`` without stragglers."""
-    times = [s.time for s in job.stragglers.stragglers.values()]
-    times += [
-        float(st.frontier.times[0])
-        for st in job.stragglers.slow_stages.values()
-        if st.ready and st.frontier is not None
-    ]
-    return max(times) if times else None
-
-
-def _least_power_shares(jobs: list[PowerJob]) -> tuple[JobAllocation, ...]:
-    out = []
-    for j in jobs:
-        k = int(j.powers.argmin())
-        out.append(
-            JobAllocation(
-                j.name,
-                int(j.indices[k]),
-                float(j.powers[k]),
-                float(j.times[k]),
-                float(j.slowdowns[k]),
-                j.gpus,
-            )
-        )
-    return tuple(out)
-
-
-@dataclass(frozen=True)
-class _Result:
-    """An allocation (or, when infeasible, every job at its least power) and the lowest
-    achievable power of the covered jobs (W); the tenants' parts."""
-
-    shares: tuple[JobAllocation, ...]
-    feasible: bool
-    lowest_power: float
-    objective: float
-    tenants: tuple[TenantShare, ...] = ()
-
-
-class JobDecider(Protocol):
-    """What the budget calls to re-deploy a job whose share changed (the
-    :class:`~perseus_server.service.deployment.Deployer`)."""
-
-    def decide(self, job: Job, cause: str, *, force: bool = False) -> bool: ...
 
 
 class PowerBudget:
@@ -202,7 +110,7 @@ class PowerBudget:
         self.deployer = deployer
         self.powers = powers
         self.settings: BudgetSettings | None = None
-        self.result: _Result | None = None
+        self.result: BudgetResult | None = None
         self.shares: dict[str, JobAllocation] = {}
         self._inputs: dict[str, tuple[int, float | None]] = {}  # per job: (frontier, T')
         self._busy = False
@@ -262,12 +170,12 @@ class PowerBudget:
         row = self.tenants.get(tenant)
         return row.weight, row.guaranteed_watts
 
-    def _compute(self, settings: BudgetSettings, jobs: list[Job]) -> _Result:
+    def _compute(self, settings: BudgetSettings, jobs: list[Job]) -> BudgetResult:
         groups: dict[str, list[tuple[Job, PowerJob]]] = {}
         for j in jobs:
             groups.setdefault(j.row.tenant, []).append((j, self._power_job(j)))
         if not groups:
-            return _Result((), True, 0.0, 0.0)
+            return BudgetResult((), True, 0.0, 0.0)
         demands = [
             TenantDemand(
                 t,
@@ -292,7 +200,7 @@ class PowerBudget:
             allocated = math.fsum(sh.watts for sh in got)
             tenants.append(TenantShare(d.tenant, parts[d.tenant], allocated, d.high, d.guaranteed))
         lowest = math.fsum(d.low for d in demands)
-        return _Result(tuple(shares), feasible, lowest, objective, tuple(tenants))
+        return BudgetResult(tuple(shares), feasible, lowest, objective, tuple(tenants))
 
     def _allocate(
         self, settings: BudgetSettings, group: list[tuple[Job, PowerJob]], watts: float, high: float
@@ -304,7 +212,7 @@ class PowerBudget:
         try:
             alloc: Allocation = allocate_power(pjobs, watts, policy=settings.policy)
         except PowerBudgetError:
-            shares = _least_power_shares(pjobs)
+            shares = least_power_shares(pjobs)
             if settings.on_infeasible == "keep_current":
                 shares = tuple(self._kept(j, sh) for (j, _), sh in zip(group, shares, strict=True))
             return shares, False, math.nan
