@@ -17,7 +17,8 @@ The ranks run three parts:
    transfer times);
 2. ``steady`` iterations under that plan;
 3. the forward link of boundary 0 is slowed to ``slow_factor`` times its latency; the ranks
-   train until they hold the plan re-solved for it (at most ``after`` iterations), then one
+   train until they hold the plan re-solved for it (at most ``after`` iterations; the server
+   deploys from its solved frontier before that, a version the records show), then one
    more iteration under it; rank 0 records, per iteration, whether the server's status names
    the slow link (and its re-solve) and which plan version it has received.
 
@@ -221,7 +222,15 @@ class _LinksRank:
                 extra["slow_links"] = st["pipelines"][0]["slow_links"]
                 extra["slow_stages"] = st["pipelines"][0]["slow_stages"]
                 plan = self.client.latest_plan
-                replanned = plan is not None and plan.version > before
+                # The re-solved plan (the server acts from the solved frontier first: a plan
+                # version before the re-solve's, which the records show too).
+                resolved = (extra["slow_stages"] or {}).get("status") == "ready"
+                replanned = (
+                    resolved
+                    and plan is not None
+                    and plan.version > before
+                    and plan.version >= int((st["plan"] or {}).get("version", 0))
+                )
             self.record("slowed", extra)
             if self.agree(replanned):
                 self.iteration()  # one iteration under the re-solved plan

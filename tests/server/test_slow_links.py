@@ -1,6 +1,7 @@
 """Measured P2P transfers on the server: refused outside the physical bounds naming the field,
 kept per pipeline and link, and a link whose transfer time grows is detected (status, metric),
-its pipeline's frontier re-solved with the measured time, and dropped when it recovers."""
+its pipeline's frontier re-solved with the measured time (the server acting from the solved
+frontier meanwhile), and dropped when it recovers."""
 
 from __future__ import annotations
 
@@ -19,10 +20,17 @@ from perseus.schedules import make_schedule
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
+from perseus_server.config import Limits
+from perseus_server.domain.states import SlowStageStatus
+from perseus_server.domain.values import IterationReport, TransferReport
 from perseus_server.grpc.codec import decode_report, decode_report_columns
+from perseus_server.runtime.solve_manager import SolveEvents
+from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.service import PerseusService
 from perseus_server.service.slow_stages import with_transfer_times
 
 from .conftest import BLOCKING_A40, register, solved_job
+from .sqlite_backend import JOB, RANK, first_release_database
 
 MICROBATCHES = 4
 
@@ -284,3 +292,81 @@ def test_both_ends_of_a_link_give_the_transfer_itself(
             stub.ReportIterations(iter([rep]), timeout=30)
     (link,) = _status(http, job)["pipelines"][0]["links"]
     assert link["time"] == pytest.approx(true) and link["iterations"] == 5
+
+
+class _HeldSolver:
+    """The service's solve manager with every re-solve held back: started, never finished
+    until the test releases it (``events``)."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, SolveEvents] = {}
+
+    def start(self, key: str, profile_csv: str, *args: Any) -> None:
+        self.events[key] = args[-1]
+
+    def is_active(self, key: str) -> bool:
+        return key in self.events
+
+    def cancel(self, key: str, reason: str = "") -> bool:
+        return self.events.pop(key, None) is not None
+
+
+def test_a_slow_link_deploys_from_the_solved_frontier_before_its_resolve(
+    tmp_path: Any, small_csv: str
+) -> None:
+    """Detected, a slow link moves the other pipeline at once, from the job's frontier, to
+    follow the slowed one as it follows a straggler (its time: the plan's plus the link's excess
+    per microbatch), while the re-solve is held back; the re-solve, once done, replaces it."""
+    found = first_release_database(tmp_path / "perseus.db", small_csv)
+    store = SqliteStore.open(tmp_path / "perseus.db")
+    try:
+        svc = PerseusService(store, Limits(replan_dwell_seconds=0.0))
+        svc.load()
+        held = _HeldSolver()
+        svc.ctx.solver = held  # type: ignore[assignment]
+        svc.stragglers.clear(JOB, None)  # the stored straggler: none left
+        job = svc.jobs.get(JOB)
+        frontier = found["frontier"]
+        assert list(job.deployment.current.indices) == [0, 0]  # type: ignore[union-attr]
+        (slow_links,) = [o for o in svc.reports.observers if type(o).__name__ == "SlowLinks"]
+        its = itertools.count(100)
+
+        def iterate(t: float, n: int) -> None:
+            for _ in range(n):
+                version = job.deployment.version
+                rep = IterationReport(
+                    job_id=JOB,
+                    rank_id=RANK,
+                    iteration=next(its),
+                    iteration_time=1.0,
+                    plan_version=version,
+                    transfers=tuple(TransferReport(0, "forward", m, t) for m in range(4)),
+                )
+                slow_links.observe(svc.reports.check(0, rep))
+
+        iterate(0.002, 3)  # the baseline: the profile has no transfer times
+        version = job.deployment.version
+        iterate(0.05, 3)  # slow for `consecutive` iterations: detected
+        assert set(held.events) == {f"{JOB}:pipeline0"}  # its re-solve started, held back
+        state = job.stragglers.slow_stages[0]
+        assert state.status is SlowStageStatus.SOLVING and state.frontier is None
+        # Deployed from the solved frontier: pipeline 0 a straggler of its plan's time plus the
+        # link's excess once per microbatch, pipeline 1 slowed to match it.
+        dep = job.deployment.current
+        assert dep is not None and job.deployment.version == version + 1
+        t_prime = float(frontier.times[0]) + 4 * (0.05 - 0.002)
+        assert job.stragglers.stragglers[0].time == pytest.approx(t_prime)
+        assert dep.indices[0] == 0 and dep.own == ()
+        assert dep.indices[1] == frontier.index_for_deadline(t_prime, wait=True) > 0
+        assert "slowed to match straggler pipeline 0" in dep.reasons[1]
+        assert "acting from the solved frontier" in job.stragglers.replans[-1]["why"]
+        iterate(0.05, 3)  # still slow, nothing new: no further version
+        assert job.deployment.version == version + 1
+        # The re-solve is done: pipeline 0 runs its re-solved frontier's fastest plan.
+        resolved = frontier  # (any frontier: what it deploys is what matters here)
+        held.events.pop(f"{JOB}:pipeline0").on_done("{}", 0.1, resolved)
+        dep = job.deployment.current
+        assert dep is not None and job.deployment.version == version + 2 and dep.own == (0,)
+        assert "frontier re-solved" in job.stragglers.replans[-1]["why"]
+    finally:
+        store.close()

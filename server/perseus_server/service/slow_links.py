@@ -22,8 +22,12 @@ slow by scheduling jitter alone, and every such call re-solved the pipeline.
 A slow link is a straggler cause like a slow stage: the pipeline's frontier is re-solved by the
 :class:`~perseus_server.service.slow_stages.SlowStageResolver` with the link's measured time in
 the profile's communication part (:meth:`Communication.with_transfer`), then the plans are
-re-decided. A pipeline replanned less than the replan dwell ago holds the change until the
-dwell has passed (see :mod:`perseus_server.service.stragglers`). The status names each
+re-decided. The re-solve takes seconds; meanwhile the server acts from what is solved already
+(:func:`act_from_frontier`): the slowed pipeline counts at once as a straggler of the matching
+size, its deployed plan's time plus the link's excess once per microbatch, so the other
+pipelines follow it as they follow any straggler (the slowed one keeps its plan); the re-solved
+plan replaces that when it is ready. A pipeline replanned less than the replan dwell ago holds
+the change until the dwell has passed (see :mod:`perseus_server.service.stragglers`). The status names each
 pipeline's links (``pipelines[].links``) and slow links (``pipelines[].slow_links``), and
 ``/metrics`` the slow ones (``perseus_slow_link``).
 
@@ -38,9 +42,16 @@ from typing import Any
 
 from perseus.profiles import Profile
 from perseus_server.decisions.detectors import StageDetector
+from perseus_server.decisions.planner import Straggler
 from perseus_server.decisions.report_statistics import median
 from perseus_server.domain.jobs import RankInfo
-from perseus_server.domain.states import DetectorEvent, ProfilingStatus
+from perseus_server.domain.states import (
+    DeploymentKind,
+    DetectorEvent,
+    ProfilingStatus,
+    ReplanKind,
+    StragglerSource,
+)
 from perseus_server.domain.values import IterationReport
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.report_checks import CheckedReport
@@ -51,6 +62,7 @@ from perseus_server.service.stragglers import Stragglers
 __all__ = [
     "LINK_WINDOW",
     "SlowLinks",
+    "act_from_frontier",
     "combined_link_times",
     "link_views",
     "profile_transfer_time",
@@ -196,10 +208,58 @@ class SlowLinks:
         if p in links.pending and active and not self.stragglers.dwelling(job, p):
             links.pending.discard(p)
             self.resolver.changed(job, p)
+            act_from_frontier(self.resolver, job, p)
             self.stragglers.mark_replanned(job, p)
 
     def forget(self, job_id: str) -> None:
         """Nothing to do: the links' times and flags are kept on the job."""
+
+
+def act_from_frontier(resolver: SlowStageResolver, job: Job, p: int) -> bool:
+    """While pipeline ``p``'s re-solve for its slow links runs (started by
+    :meth:`SlowStageResolver.changed`), deploy what is solved already: ``p`` becomes a straggler
+    (source ``slow stage``, replaced by the re-solved one when it is ready, dropped with it) of
+    its deployed plan's time plus each slow link's excess over its baseline once per
+    microbatch, and the plans are re-decided (the other pipelines follow it). Returns whether
+    it acted: not when the pipeline has no re-solve running for links only, or when a ready
+    re-solved frontier still runs (it is the better plan until the new one is ready)."""
+    slow = job.stragglers
+    state = slow.slow_stages.get(p)
+    dep = job.deployment.current
+    frontier = job.frontier.current
+    if (
+        state is None
+        or state.ready
+        or state.factors
+        or not state.links
+        or dep is None
+        or dep.kind is not DeploymentKind.PLAN
+        or frontier is None
+    ):
+        return False
+    held = slow.stragglers.get(p)
+    acted = held is not None and held.source is StragglerSource.SLOW_STAGE
+    if acted and held is not None and held.detail == state.describe():
+        return False  # acted on these links already
+    planned = float(frontier.times[dep.indices[min(p, len(dep.indices) - 1)]])
+    excess = 0.0
+    for (b, d), t in state.links.items():
+        base = baseline(job, (p, b, d))
+        if base is not None:
+            excess += max(0.0, t - base)
+    t_prime = planned + job.schedule.microbatches * excess
+    why = f"pipeline {p} slow {state.describe()}"
+    slow.stragglers = {
+        **{q: s for q, s in slow.stragglers.items() if q != p},
+        p: Straggler(p, t_prime, StragglerSource.SLOW_STAGE, state.describe()),
+    }
+    resolver.deployer.replan(
+        job,
+        f"{why}: acting from the solved frontier while it is re-solved "
+        f"(straggler of {t_prime:.4g} s per iteration)",
+        ReplanKind.SLOW_LINK,
+    )
+    return True
 
 
 def _matters(job: Job, key: LinkKey, base: float, measured: float, threshold: float) -> bool:
