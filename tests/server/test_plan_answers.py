@@ -28,6 +28,10 @@ def _scaled(csv_text: str, time: float, energy: float) -> str:
     return "\n".join(out) + "\n"
 
 
+def _headers(r: httpx.Response) -> list[tuple[bytes, bytes]]:
+    return [(k, v) for k, v in r.headers.raw if k.lower() != b"date"]
+
+
 def _plan(http: httpx.Client, job: str, **params: Any) -> httpx.Response:
     r = http.get(f"/jobs/{job}/plan", params=params)
     assert r.status_code == 200, r.text
@@ -43,7 +47,8 @@ def test_a_cached_answer_is_the_one_built_afresh(http: httpx.Client, small_csv: 
         {"eta": 0.5, "max_power": 300},
     ):
         first, again = _plan(http, job, **query), _plan(http, job, **query)
-        assert again.content == first.content
+        assert again.content == first.content  # the second from PlanAnswerFront
+        assert _headers(again) == _headers(first)
         # another query for the same point is built afresh: the same bytes
         index = first.json()["index"]
         fresh = _plan(http, job, index=index, steps=query.get("steps", False))
@@ -118,3 +123,17 @@ def test_the_cache_is_bounded_per_job_and_in_all() -> None:
     assert answers.get(a, ("slowdown", 99)) is None and len(answers) == 8
     answers.forget("b")
     assert answers.get(b, 3) is None and len(answers) == 4
+
+
+def test_the_cache_is_bounded_in_bytes() -> None:
+    answers = PlanAnswers(per_job=100, total=100, total_bytes=1000)
+    a, b = _job("a"), _job("b")
+    answers.put(a, "huge", b"x" * 1001)  # larger than the bound: not kept
+    assert answers.get(a, "huge") is None and answers.bytes == 0
+    for i in range(3):
+        answers.put(a, i, b"x" * 300)
+    answers.put(a, 0, b"y" * 300)  # replaced, not counted twice
+    assert (len(answers), answers.bytes) == (3, 900)
+    answers.put(b, 0, b"z" * 500)  # a's least recently used two go
+    assert (len(answers), answers.bytes) == (2, 800)
+    assert answers.get(a, 2) is None and answers.get(a, 0) == b"y" * 300

@@ -9,8 +9,9 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from perseus.errors import OptionError
 from perseus.plot import frontier_png
@@ -22,7 +23,7 @@ from perseus_server.models.requests import policy_field
 from perseus_server.rest.docs import operation
 from perseus_server.service import PerseusService
 
-__all__ = ["TAGS", "plans_router"]
+__all__ = ["TAGS", "PlanAnswerFront", "plans_router"]
 
 TAGS = [
     {"name": "frontier", "description": "The time-energy frontier, computed in the background."},
@@ -135,6 +136,7 @@ def plans_router(service: PerseusService) -> APIRouter:
         **operation(PlanDoc, "Query a plan", "The selected frontier point.", 404, 409, 422),
     )
     async def get_plan(
+        request: Request,
         job_id: str,
         given: dict[str, Any] = _POLICY_QUERY,
         steps: bool = Query(
@@ -147,16 +149,13 @@ def plans_router(service: PerseusService) -> APIRouter:
         whole job; ties: least energy), Zeus's cost ``eta`` (``max_power``: one GPU's maximum
         power limit, default the job's), or a point by index); 422 when none fits (a power
         budget's names ``lowest_power``, W). Deploys nothing."""
-        # The hot path: the bytes built for this query before, sent as they are while the
-        # job's frontier stands (the gate authorized the request; PlanDoc documents them).
-        query = (tuple(sorted((k, v) for k, v in given.items() if v is not None)), steps)
-        body = service.cached_plan(job_id, query)
-        if body is None:
-            policy = _policy(given)
-            if all(given.get(name) is None for name in POLICY_NAMES):
-                field = CRITERIA_FIRST[0]
-                raise BadRequest(f"give one of {', '.join(CRITERIA_FIRST)}", field=field)
-            body = service.query_plan(job_id, policy, steps=steps, query=query)
+        policy = _policy(given)
+        if all(given.get(name) is None for name in POLICY_NAMES):
+            raise BadRequest(f"give one of {', '.join(CRITERIA_FIRST)}", field=CRITERIA_FIRST[0])
+        # The bytes are kept under the raw query string: the same query again is answered by
+        # PlanAnswerFront before routing (PlanDoc documents them).
+        query = request.scope.get("query_string", b"")
+        body = service.query_plan(job_id, policy, steps=steps, query=query)
         return Response(body, media_type="application/json")
 
     @router.put(
@@ -171,3 +170,37 @@ def plans_router(service: PerseusService) -> APIRouter:
         return service.deploy(job_id, policy, body.pipelines)
 
     return router
+
+
+class PlanAnswerFront:
+    """Pure ASGI middleware inside the gate (which has authorized the request):
+    ``GET /jobs/{id}/plan?<query>`` answered with the bytes the route built for that exact
+    query string while they stand (:meth:`PerseusService.cached_plan`), sent as the route's
+    ``Response`` sends them, without routing, parsing the query or selecting again. Anything
+    else, and a query not answered before, goes on to the app."""
+
+    def __init__(self, app: ASGIApp, *, service: PerseusService) -> None:
+        self.app, self.service = app, service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = self._cached(scope)
+        if body is None:
+            await self.app(scope, receive, send)
+            return
+        headers = [(b"content-length", str(len(body)).encode()), _JSON]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    def _cached(self, scope: Scope) -> bytes | None:
+        if scope["type"] != "http" or scope.get("method") != "GET":
+            return None
+        path = str(scope.get("path", ""))
+        if not (path.startswith("/jobs/") and path.endswith("/plan")):
+            return None
+        job_id = path[len("/jobs/") : -len("/plan")]
+        if not job_id or "/" in job_id:
+            return None
+        return self.service.cached_plan(job_id, scope.get("query_string", b""))
+
+
+_JSON = (b"content-type", b"application/json")

@@ -108,9 +108,11 @@ def plan_doc(
     return doc
 
 
-#: Cached answers per job, and in all (a caller varying the query evicts the oldest).
+#: Cached answers per job, and in all, and their bytes in all (a caller varying the query
+#: evicts the oldest; an answer larger than the byte bound is not kept).
 ANSWERS_PER_JOB = 256
 ANSWERS_TOTAL = 4096
+ANSWERS_BYTES = 128 * 1024 * 1024
 
 
 def _basis(job: Job) -> tuple[Any, ...]:
@@ -125,17 +127,22 @@ def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
 
 
 class PlanAnswers:
-    """Encoded ``GET /jobs/{id}/plan`` answers per (job, query): at most ``per_job`` per job and
-    ``total`` in all, least recently used evicted first. A job's answers are dropped when its
+    """Encoded ``GET /jobs/{id}/plan`` answers per (job, query): at most ``per_job`` per job,
+    ``total`` and ``total_bytes`` in all, least recently used evicted first. A job's answers are dropped when its
     basis (:func:`_basis`) changed, and on :meth:`forget` (the job deleted). The caller runs the
     authorization before asking (the REST gate runs before the route)."""
 
-    def __init__(self, per_job: int = ANSWERS_PER_JOB, total: int = ANSWERS_TOTAL) -> None:
-        self.per_job, self.total = per_job, total
+    def __init__(
+        self,
+        per_job: int = ANSWERS_PER_JOB,
+        total: int = ANSWERS_TOTAL,
+        total_bytes: int = ANSWERS_BYTES,
+    ) -> None:
+        self.per_job, self.total, self.total_bytes = per_job, total, total_bytes
         self._jobs: OrderedDict[str, tuple[tuple[Any, ...], OrderedDict[Hashable, bytes]]] = (
             OrderedDict()
         )
-        self._count = 0
+        self._count = self.bytes = 0
 
     def __len__(self) -> int:
         return self._count
@@ -154,29 +161,38 @@ class PlanAnswers:
         return body
 
     def put(self, job: Job, query: Hashable, body: bytes) -> None:
+        if len(body) > self.total_bytes:
+            return
         basis = _basis(job)
         entry = self._jobs.get(job.id)
         if entry is None or not _same(entry[0], basis):
             self.forget(job.id)
             entry = self._jobs[job.id] = (basis, OrderedDict())
         answers = entry[1]
-        self._count += query not in answers
+        old = answers.pop(query, None)
+        if old is not None:
+            self._count, self.bytes = self._count - 1, self.bytes - len(old)
         answers[query] = body
+        self._count, self.bytes = self._count + 1, self.bytes + len(body)
         self._jobs.move_to_end(job.id)
         if len(answers) > self.per_job:
-            answers.popitem(last=False)
-            self._count -= 1
-        while self._count > self.total:
+            self._drop(answers)
+        while self._count > self.total or self.bytes > self.total_bytes:
             oldest_id, (_, oldest) = next(iter(self._jobs.items()))
-            oldest.popitem(last=False)
-            self._count -= 1
+            self._drop(oldest)
             if not oldest:
                 del self._jobs[oldest_id]
+
+    def _drop(self, answers: OrderedDict[Hashable, bytes]) -> None:
+        """Drops the least recently used of ``answers``."""
+        body = answers.popitem(last=False)[1]
+        self._count, self.bytes = self._count - 1, self.bytes - len(body)
 
     def forget(self, job_id: str) -> None:
         entry = self._jobs.pop(job_id, None)
         if entry is not None:
             self._count -= len(entry[1])
+            self.bytes -= sum(len(b) for b in entry[1].values())
 
 
 class PlanQueries:
