@@ -19,7 +19,7 @@ from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
 
-from .conftest import problem_field
+from .conftest import problem_field, solved_job
 
 ADMIN = "the-admin-token"
 JOB = {"stages": 2, "microbatches": 2, "blocking_power": 70.0}
@@ -245,3 +245,22 @@ def test_metrics_route_alerts_and_stay_bounded(
     assert max(slow.values()) == ranges[(("job", job), ("stat", "max"))]
     tenants = {s.labels["tenant"] for s in fams["perseus_tenant_info"].samples}
     assert "default" in tenants
+
+
+def test_a_cached_plan_is_still_another_tenants_404(
+    srv: ServerProcess, admin: httpx.Client, small_csv: str
+) -> None:
+    c, d = _tenant(admin, "team-c"), _tenant(admin, "team-d")
+    url = srv.http_url
+    with (
+        httpx.Client(base_url=url, headers=_bearer(c["tenant-read"]), timeout=30.0) as rc,
+        httpx.Client(base_url=url, headers=_bearer(d["tenant"]), timeout=30.0) as td,
+        httpx.Client(base_url=url, headers=_bearer(c["tenant"]), timeout=30.0) as tc,
+    ):
+        job = solved_job(tc, small_csv)
+        path, query = f"/jobs/{job}/plan", {"slowdown": 0.05}
+        mine = [tc.get(path, params=query), rc.get(path, params=query)]  # the second: cached
+        assert [r.status_code for r in mine] == [200, 200] and mine[0].content == mine[1].content
+        got, unknown = td.get(path, params=query), td.get(path.replace(job, "0" * 16), params=query)
+        assert got.status_code == unknown.status_code == 404, got.text
+        assert got.json()["detail"].replace(job, "0" * 16) == unknown.json()["detail"]

@@ -71,6 +71,8 @@ def create_app(
         redoc_url=None,
         openapi_url=None,
     )
+    # inside the gate (the last added is the outermost): answers only what the gate let in
+    app.add_middleware(plans.PlanAnswerFront, service=service)
     app.add_middleware(
         Gate,
         owner=service.tenant_of,

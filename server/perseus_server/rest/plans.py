@@ -9,8 +9,9 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from perseus.errors import OptionError
 from perseus.plot import frontier_png
@@ -22,7 +23,7 @@ from perseus_server.models.requests import policy_field
 from perseus_server.rest.docs import operation
 from perseus_server.service import PerseusService
 
-__all__ = ["TAGS", "plans_router"]
+__all__ = ["TAGS", "PlanAnswerFront", "plans_router"]
 
 TAGS = [
     {"name": "frontier", "description": "The time-energy frontier, computed in the background."},
@@ -135,6 +136,7 @@ def plans_router(service: PerseusService) -> APIRouter:
         **operation(PlanDoc, "Query a plan", "The selected frontier point.", 404, 409, 422),
     )
     async def get_plan(
+        request: Request,
         job_id: str,
         given: dict[str, Any] = _POLICY_QUERY,
         steps: bool = Query(
@@ -150,10 +152,11 @@ def plans_router(service: PerseusService) -> APIRouter:
         policy = _policy(given)
         if all(given.get(name) is None for name in POLICY_NAMES):
             raise BadRequest(f"give one of {', '.join(CRITERIA_FIRST)}", field=CRITERIA_FIRST[0])
-        # The service's cached bytes, sent as they are (the hot path; PlanDoc documents them).
-        return Response(
-            service.query_plan(job_id, policy, steps=steps), media_type="application/json"
-        )
+        # The bytes are kept under the raw query string: the same query again is answered by
+        # PlanAnswerFront before routing (PlanDoc documents them).
+        query = request.scope.get("query_string", b"")
+        body = service.query_plan(job_id, policy, steps=steps, query=query)
+        return Response(body, media_type="application/json")
 
     @router.put(
         "/jobs/{job_id}/plan",
@@ -167,3 +170,37 @@ def plans_router(service: PerseusService) -> APIRouter:
         return service.deploy(job_id, policy, body.pipelines)
 
     return router
+
+
+class PlanAnswerFront:
+    """Pure ASGI middleware inside the gate (which has authorized the request):
+    ``GET /jobs/{id}/plan?<query>`` answered with the bytes the route built for that exact
+    query string while they stand (:meth:`PerseusService.cached_plan`), sent as the route's
+    ``Response`` sends them, without routing, parsing the query or selecting again. Anything
+    else, and a query not answered before, goes on to the app."""
+
+    def __init__(self, app: ASGIApp, *, service: PerseusService) -> None:
+        self.app, self.service = app, service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = self._cached(scope)
+        if body is None:
+            await self.app(scope, receive, send)
+            return
+        headers = [(b"content-length", str(len(body)).encode()), _JSON]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    def _cached(self, scope: Scope) -> bytes | None:
+        if scope["type"] != "http" or scope.get("method") != "GET":
+            return None
+        path = str(scope.get("path", ""))
+        if not (path.startswith("/jobs/") and path.endswith("/plan")):
+            return None
+        job_id = path[len("/jobs/") : -len("/plan")]
+        if not job_id or "/" in job_id:
+            return None
+        return self.service.cached_plan(job_id, scope.get("query_string", b""))
+
+
+_JSON = (b"content-type", b"application/json")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from perseus_server.config import Limits
@@ -46,7 +46,7 @@ from perseus_server.service.measured_power import MeasuredPower
 from perseus_server.service.observers import RankHistory
 from perseus_server.service.online_profiling import OnlineProfiling
 from perseus_server.service.persistence import load_jobs
-from perseus_server.service.plans import PlanQueries, shape_policy
+from perseus_server.service.plans import PlanAnswers, PlanQueries, shape_policy
 from perseus_server.service.power import PlanPowers
 from perseus_server.service.power_budget import PowerBudget
 from perseus_server.service.registration import Registration
@@ -142,6 +142,7 @@ class PerseusService:
         self.profiles = Profiles(ctx)
         self.solves = Solves(ctx, self.deployer)
         self.plans = PlanQueries(ctx, self.powers)
+        self.answers = PlanAnswers()
         self.slow_stages = SlowStageResolver(ctx, self.deployer, withheld=checks.reason)
         self.stragglers = Stragglers(ctx, self.deployer, self.slow_stages, checks)
         self.profiling = OnlineProfiling(ctx, self.deployer, self.profiles, self.solves)
@@ -282,6 +283,7 @@ class PerseusService:
         self.jobs.remove(job_id)
         self.store.delete_job(job.id)
         self.powers.forget(job.id)
+        self.answers.forget(job.id)
         self.lifecycle.removed(job.id)
         self.reports.forget(job.id)
         self.power_budget.job_removed(job.id)
@@ -305,9 +307,26 @@ class PerseusService:
 
     # --- plans -----------------------------------------------------------------------------------
 
-    def query_plan(self, job_id: str, policy: PlanPolicy, *, steps: bool = False) -> bytes:
-        """The plan ``policy`` selects as a JSON document (bytes, cached per frontier point)."""
-        return self.plans.query(job_id, self._shaped(job_id, policy), steps=steps)
+    def cached_plan(self, job_id: str, query: Hashable) -> bytes | None:
+        """The answer :meth:`query_plan` built for ``query`` while the job's frontier and
+        profile are still the ones it was built from (:class:`PlanAnswers`); None when none
+        (or no such job). The caller has authorized the request (the REST gate)."""
+        job = self.jobs.find(job_id)
+        return None if job is None else self.answers.get(job, query)
+
+    def query_plan(
+        self, job_id: str, policy: PlanPolicy, *, steps: bool = False, query: Hashable = None
+    ) -> bytes:
+        """The plan ``policy`` selects as a JSON document (bytes), kept for
+        :meth:`cached_plan` under ``query`` when given. Not kept: the cost policy without its
+        ``max_power`` (the job's comes from its ranks, which register at any time)."""
+        job = self.jobs.get(job_id)
+        body = self.plans.query(job_id, shape_policy(job, policy), steps=steps)
+        if query is not None and not (
+            policy.kind == "eta" and all(k != "max_power" for k, _ in policy.options)
+        ):
+            self.answers.put(job, query, body)
+        return body
 
     def deploy(
         self, job_id: str, policy: PlanPolicy, pipelines: list[int] | None

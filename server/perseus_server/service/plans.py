@@ -1,8 +1,11 @@
-"""Plan queries: the frontier point a policy selects, as a JSON document (cached per point)."""
+"""Plan queries: the frontier point a policy selects, as a JSON document, its bytes cached per
+(job, query) while what they were built from stays (:class:`PlanAnswers`)."""
 
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import replace
 from typing import Any
 
@@ -17,7 +20,14 @@ from perseus_server.service.deployment import require_frontier
 from perseus_server.service.power import PlanPowers
 from perseus_server.service.state import Job
 
-__all__ = ["PlanQueries", "job_max_power", "plan_doc", "policy_error", "shape_policy"]
+__all__ = [
+    "PlanAnswers",
+    "PlanQueries",
+    "job_max_power",
+    "plan_doc",
+    "policy_error",
+    "shape_policy",
+]
 
 
 def policy_error(e: InfeasibleError | OptionError, policy: PlanPolicy) -> BadRequest:
@@ -98,6 +108,93 @@ def plan_doc(
     return doc
 
 
+#: Cached answers per job, and in all, and their bytes in all (a caller varying the query
+#: evicts the oldest; an answer larger than the byte bound is not kept).
+ANSWERS_PER_JOB = 256
+ANSWERS_TOTAL = 4096
+ANSWERS_BYTES = 128 * 1024 * 1024
+
+
+def _basis(job: Job) -> tuple[Any, ...]:
+    """What a job's plan answers are built from: the job, its frontier (a solve sets a new
+    one), its profile (the peak powers; a new profile is a new object) and whether the frontier
+    is partial. An answer is served only while each is the same (``is``, not ``==``)."""
+    return (job, job.frontier.current, job.profile.current, job.frontier.row.partial)
+
+
+def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    return all(x is y for x, y in zip(a, b, strict=True))
+
+
+class PlanAnswers:
+    """Encoded ``GET /jobs/{id}/plan`` answers per (job, query): at most ``per_job`` per job,
+    ``total`` and ``total_bytes`` in all, least recently used evicted first. A job's answers are dropped when its
+    basis (:func:`_basis`) changed, and on :meth:`forget` (the job deleted). The caller runs the
+    authorization before asking (the REST gate runs before the route)."""
+
+    def __init__(
+        self,
+        per_job: int = ANSWERS_PER_JOB,
+        total: int = ANSWERS_TOTAL,
+        total_bytes: int = ANSWERS_BYTES,
+    ) -> None:
+        self.per_job, self.total, self.total_bytes = per_job, total, total_bytes
+        self._jobs: OrderedDict[str, tuple[tuple[Any, ...], OrderedDict[Hashable, bytes]]] = (
+            OrderedDict()
+        )
+        self._count = self.bytes = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def get(self, job: Job, query: Hashable) -> bytes | None:
+        entry = self._jobs.get(job.id)
+        if entry is None:
+            return None
+        if not _same(entry[0], _basis(job)):
+            self.forget(job.id)
+            return None
+        body = entry[1].get(query)
+        if body is not None:
+            self._jobs.move_to_end(job.id)
+            entry[1].move_to_end(query)
+        return body
+
+    def put(self, job: Job, query: Hashable, body: bytes) -> None:
+        if len(body) > self.total_bytes:
+            return
+        basis = _basis(job)
+        entry = self._jobs.get(job.id)
+        if entry is None or not _same(entry[0], basis):
+            self.forget(job.id)
+            entry = self._jobs[job.id] = (basis, OrderedDict())
+        answers = entry[1]
+        old = answers.pop(query, None)
+        if old is not None:
+            self._count, self.bytes = self._count - 1, self.bytes - len(old)
+        answers[query] = body
+        self._count, self.bytes = self._count + 1, self.bytes + len(body)
+        self._jobs.move_to_end(job.id)
+        if len(answers) > self.per_job:
+            self._drop(answers)
+        while self._count > self.total or self.bytes > self.total_bytes:
+            oldest_id, (_, oldest) = next(iter(self._jobs.items()))
+            self._drop(oldest)
+            if not oldest:
+                del self._jobs[oldest_id]
+
+    def _drop(self, answers: OrderedDict[Hashable, bytes]) -> None:
+        """Drops the least recently used of ``answers``."""
+        body = answers.popitem(last=False)[1]
+        self._count, self.bytes = self._count - 1, self.bytes - len(body)
+
+    def forget(self, job_id: str) -> None:
+        entry = self._jobs.pop(job_id, None)
+        if entry is not None:
+            self._count -= len(entry[1])
+            self.bytes -= sum(len(b) for b in entry[1].values())
+
+
 class PlanQueries:
     """``GET /jobs/{id}/plan``."""
 
@@ -106,18 +203,11 @@ class PlanQueries:
         self.powers = powers
 
     def query(self, job_id: str, policy: PlanPolicy, *, steps: bool = False) -> bytes:
-        """The plan ``policy`` selects as a JSON document (bytes, cached per frontier point)."""
+        """The plan ``policy`` selects as a JSON document (bytes)."""
         job = self.ctx.jobs.get(job_id)
         frontier = require_frontier(job)
         try:
             index = resolve_policy(frontier, policy)
         except (InfeasibleError, OptionError) as e:
             raise policy_error(e, policy) from None
-        cache = job.frontier.query_cache
-        key = (index, steps)
-        cached = cache.get(key)
-        if cached is not None:
-            return cached
-        body = json.dumps(plan_doc(job, index, steps=steps, powers=self.powers)).encode()
-        cache[key] = body
-        return body
+        return json.dumps(plan_doc(job, index, steps=steps, powers=self.powers)).encode()

@@ -166,8 +166,6 @@ class ProfileState:
         return table.get(int(mhz))
 
 
-#: Bytes of encoded plan documents cached per job (``GET /jobs/{id}/plan``).
-QUERY_CACHE_BYTES = 32 * 1024 * 1024
 #: Estimated bytes of per-rank plan steps cached per job.
 STEPS_CACHE_BYTES = 64 * 1024 * 1024
 #: Estimated size of one cached plan step (a dict of four keys).
@@ -187,14 +185,10 @@ class FrontierState:
     steps_cache: ByteBoundedCache[int, PlanSteps] = field(
         default_factory=lambda: ByteBoundedCache(STEPS_CACHE_BYTES, _steps_bytes, max_entries=64)
     )
-    query_cache: ByteBoundedCache[tuple[int, bool], bytes] = field(
-        default_factory=lambda: ByteBoundedCache(QUERY_CACHE_BYTES, len, max_entries=256)
-    )
 
     def set(self, frontier: Frontier) -> None:
         self.current = frontier
         self.steps_cache.clear()
-        self.query_cache.clear()
 
     def steps(self, index: int) -> PlanSteps:
         """Every rank's plan at frontier point ``index`` (cached)."""
@@ -348,6 +342,10 @@ class JobTable:
         if job is None:
             raise NotFound(f"no job with id {job_id[:64]!r}", field="job_id")
         return job
+
+    def find(self, job_id: str) -> Job | None:
+        """The job, or None."""
+        return self._jobs.get(job_id)
 
     def add(self, job: Job) -> None:
         self._jobs[job.id] = job
