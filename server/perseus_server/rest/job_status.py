@@ -1,4 +1,5 @@
-"""Response models of a job's live state: status, ranks, stragglers, online profiling.
+"""Response models of a job's live state (``GET /jobs/{id}/status``, which :mod:`.jobs` serves and
+the straggler routes of :mod:`.stragglers` answer): status, ranks, stragglers, online profiling.
 
 Units: times in seconds, energies in joules (per iteration), clocks in MHz, timestamps in
 seconds since the Unix epoch.
@@ -10,22 +11,15 @@ from typing import Literal
 
 from pydantic import Field
 
-from perseus_server.domain import states
-from perseus_server.domain.states import SlowStageStatus, StragglerSource
+from perseus_server.domain.states import JobActivity, JobState, SlowStageStatus, StragglerSource
 from perseus_server.models.base import ResponseModel, omitted
-from perseus_server.models.power import JobPowerBudget
-from perseus_server.models.responses import (
-    DeploymentView,
-    FrontierSummary,
-    JobState,
-    LifecycleView,
-)
+from perseus_server.models.responses import DeploymentView, FrontierSummary
+from perseus_server.models.status import ProfilingProgress
+from perseus_server.rest.power import JobPowerBudget
 
 __all__ = [
+    "LifecycleView",
     "DetectionSettings",
-    "EnergyStep",
-    "ProfilingProgress",
-    "ProfilingStatus",
     "RecentIteration",
     "StragglerView",
     "SlowStagesView",
@@ -39,7 +33,21 @@ __all__ = [
     "ProfileMismatchView",
 ]
 
-ProfilingState = states.ProfilingStatus
+
+class LifecycleView(ResponseModel):
+    """Where a job is in its lifecycle (``docs/server.md``, "Job lifecycle")."""
+
+    state: JobActivity = Field(
+        description="active (ranks connected, or recently), idle (none for "
+        "``--idle-after`` seconds), finished (``POST /jobs/{id}/finish``). Only active jobs "
+        "share a cluster power budget."
+    )
+    since: float = Field(description="Since when (s since the Unix epoch).")
+    reason: str = Field(description="Why it changed to this state.")
+    idle_at: float | None = Field(
+        description="When an active job without connected ranks becomes idle (Unix s); null "
+        "when ranks are connected or it is not active."
+    )
 
 
 class DetectionSettings(ResponseModel):
@@ -52,47 +60,6 @@ class DetectionSettings(ResponseModel):
     recovery: float = Field(
         description="Recovered when within this fraction of the plan (below threshold)."
     )
-
-
-class EnergyStep(ResponseModel):
-    """The job's measured energy per iteration at one scanned clock."""
-
-    frequency: int = Field(description="SM clock (MHz).")
-    energy: float = Field(description="Energy per iteration (J), summed over the ranks.")
-
-
-class ProfilingProgress(ResponseModel):
-    """An online profiling scan: where it is and what it measured."""
-
-    status: ProfilingState
-    error: str | None = Field(description="Why the scan failed or was aborted, or null.")
-    frequencies: list[int] = Field(description="Clocks to scan (MHz), highest first.")
-    step: int = Field(description="Index into ``frequencies`` of the clock being measured.")
-    current_frequency: int | None = Field(
-        description="The clock being measured (MHz); null unless running."
-    )
-    plan_version: int = Field(description="The plan version of the current step.")
-    warmup_iterations: int
-    iterations_per_frequency: int
-    stop_after_rises: int = Field(
-        description="Consecutive clocks at which every instruction's effective cost (energy - "
-        "blocking power x time) rose beyond the measurement noise after its lowest point; the "
-        "scan then stops."
-    )
-    measured_iterations: dict[str, int] = Field(
-        description="Per rank ID, iterations measured at the current clock."
-    )
-    energy_per_iteration: list[EnergyStep] = Field(description="One per finished clock.")
-    consecutive_rises: int = Field(
-        description="The fewest such rises (in a row, after its lowest point) of any "
-        "instruction so far."
-    )
-
-
-class ProfilingStatus(ProfilingProgress):
-    """``GET /jobs/{id}/profiling``."""
-
-    ranks: int = Field(description="Registered ranks.")
 
 
 class RecentIteration(ResponseModel):
