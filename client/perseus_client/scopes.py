@@ -1,5 +1,7 @@
-"""The two context managers a training loop marks its work with: ``client.iteration()`` and
-``client.instruction(kind, microbatch)`` (see :class:`~perseus_client.client.PerseusClient`).
+"""The two context managers a training loop marks its work with.
+
+They are ``client.iteration()`` and ``client.instruction(kind, microbatch)`` (see
+:class:`~perseus_client.client.PerseusClient`).
 
 One object of each per client, reused: iterations and instructions never nest, and the hot path
 allocates nothing per instruction.

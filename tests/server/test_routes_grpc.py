@@ -1,7 +1,9 @@
-"""The gRPC methods are declared once (:mod:`perseus_server.grpc.methods`): every method of the
-``.proto`` has a declaration, classified for the gate (its rule, and how a rank credential's
-requests are checked), and the servicer and the gate are built from those declarations. A new
-method fails here until it is declared and classified."""
+"""The gRPC methods are declared once (:mod:`perseus_server.grpc.methods`).
+
+Every method of the ``.proto`` has a declaration, classified for the gate (its rule, and how a
+rank credential's requests are checked), and the servicer and the gate are built from those
+declarations. A new method fails here until it is declared and classified.
+"""
 
 from __future__ import annotations
 
@@ -97,9 +99,11 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def test_a_method_not_declared_is_the_admins_only(srv: ServerProcess) -> None:
-    """A call to a method of the service that has no declaration: a credential other than the
-    admin's is refused by the gate (PERMISSION_DENIED); the admin's reaches the server, which
-    does not implement it (UNIMPLEMENTED)."""
+    """A method of the service that has no declaration opens to the admin only.
+
+    A credential other than the admin's is refused by the gate (PERMISSION_DENIED); the admin's
+    reaches the server, which does not implement it (UNIMPLEMENTED).
+    """
     with httpx.Client(base_url=srv.http_url, timeout=30.0) as c:
         r = c.post(
             "/jobs",

@@ -1,5 +1,7 @@
-"""What the gRPC server checks before it reads a request: the credential from the call's
-metadata, and each method's request size; and, for a rank credential, what the request is about.
+"""What the gRPC server checks before it reads a request.
+
+It checks the credential from the call's metadata, and each method's request size; and, for a
+rank credential, what the request is about.
 
 :class:`AuthInterceptor` runs when a call's headers arrive. Without a valid credential, it answers
 UNAUTHENTICATED through a request-streaming handler that never reads a message, so an
@@ -230,8 +232,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         return handler._replace(unary_unary=register)
 
     def _watch(self, handler: Any, who: Principal, name: str) -> Any:
-        """A request answered by a stream: the rank checked, then every message sent only
-        while the credential is current."""
+        """A request answered by a stream: the rank checked, then each message while current.
+
+        Every plan message goes out only while the credential is current (not rotated or
+        revoked since the call began).
+        """
         behavior, creds = handler.unary_stream, self.credentials
 
         async def check(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:

@@ -1,5 +1,7 @@
-"""Pydantic models of the frontier and plan routes (:mod:`perseus_server.rest.plans`), and what
-every model shares (:mod:`perseus_server.models.base`).
+"""Pydantic models of the frontier and plan routes, and what every model shares.
+
+The frontier and plan routes are :mod:`perseus_server.rest.plans`; what every model shares is
+:mod:`perseus_server.models.base`.
 
 The other features' request and response models sit next to their routers in
 :mod:`perseus_server.rest` (``jobs.py``, ``job_status.py``, ``profiles.py``, ...); the problem

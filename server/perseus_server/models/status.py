@@ -1,5 +1,7 @@
-"""Response models of an online profiling scan's progress (``GET /jobs/{id}/profiling``, and the
-``profiling`` of a job's status).
+"""Response models of an online profiling scan's progress.
+
+``GET /jobs/{id}/profiling`` answers :class:`ProfilingStatus`; a job's status carries its
+``profiling`` (:class:`ProfilingProgress`).
 
 They stay in this module because of a name: the response model ``ProfilingStatus`` shares it
 with the state enum :class:`perseus_server.domain.states.ProfilingStatus`, so the OpenAPI

@@ -1,5 +1,7 @@
-"""Response models of a job's live state (``GET /jobs/{id}/status``, which :mod:`.jobs` serves and
-the straggler routes of :mod:`.stragglers` answer): status, ranks, stragglers, online profiling.
+"""Response models of a job's live state: status, ranks, stragglers, lifecycle.
+
+``GET /jobs/{id}/status`` answers it (served by :mod:`.jobs`), and so do the straggler routes of
+:mod:`.stragglers`; online profiling's part is in :mod:`perseus_server.models.status`.
 
 Units: times in seconds, energies in joules (per iteration), clocks in MHz, timestamps in
 seconds since the Unix epoch.

@@ -1,6 +1,7 @@
-"""Who may call what: the one authorization table, credential kind x route or gRPC method x
-own / other tenant, that the REST gate (:mod:`perseus_server.rest.gate`) and the gRPC gate
-(:mod:`perseus_server.grpc.gate`) both read. Its rules are named here; the routes' rows are
+"""Who may call what: the one authorization table.
+
+Credential kind x route or gRPC method x own / other tenant, that the REST gate
+(:mod:`perseus_server.rest.gate`) and the gRPC gate (:mod:`perseus_server.grpc.gate`) both read. Its rules are named here; the routes' rows are
 :data:`REST`, the gRPC methods' rows their declarations (each names its rule:
 :mod:`perseus_server.grpc.methods`). ``docs/server.md`` prints it (:func:`markdown_table`), and
 ``tests/server/test_authorization_matrix.py`` checks every cell against a running server,
