@@ -31,6 +31,11 @@ steps a few ms apart see nearly the same machine load, so their difference is no
     .venv/bin/python benchmarks/hooks.py [--integration torch|deepspeed|megatron ...]
         [--iterations 40] [--pairs 400] [--microbatches 8] [--json]
     .venv/bin/python benchmarks/hooks.py --smoke   # 3 iterations, 4 pairs of each (the suite's)
+    .venv/bin/python benchmarks/hooks.py --events  # the CUDA-event transfer check (GPU machine)
+
+``--events`` (and ``--transfer-timing events``, which needs CUDA too) first runs
+``benchmarks/client.py``'s CUDA-event transfer check: a P2P-like copy on a side stream timed by the
+integrations' event timer, its event time against the CPU wait; without CUDA it says it skipped.
 
 Run from another tree's ``PYTHONPATH`` (e.g. ``git worktree`` of an older commit) it measures that
 tree's hooks: the timers wrap whatever the hooks wrap, and are neutral where a hook is missing.
@@ -721,6 +726,18 @@ def launch(integration: str, args: argparse.Namespace) -> dict[str, Any]:
         return json.loads(out.read_text())
 
 
+def event_check() -> dict[str, Any]:
+    """``benchmarks/client.py``'s CUDA-event transfer check (see its ``event_check``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("perseus_bench_client", HERE / "client.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    result: dict[str, Any] = mod.event_check(20)
+    return result
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--integration", choices=INTEGRATIONS, action="append")
@@ -747,6 +764,12 @@ def main() -> None:
         default="auto",
         help="events: time P2P ops with CUDA events (a GPU machine: needs a CUDA torch)",
     )
+    ap.add_argument(
+        "--events",
+        action="store_true",
+        help="only the CUDA-event transfer check of benchmarks/client.py --events (a P2P-like "
+        "copy on a side stream timed by the integrations' event timer; skips without CUDA)",
+    )
     ap.add_argument("--child", choices=INTEGRATIONS, help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
@@ -757,6 +780,13 @@ def main() -> None:
     if args.smoke:
         args.iterations, args.microbatches, args.pairs = 3, 4, 4
     PAIRS[0] = args.pairs
+    if args.events or (args.transfer_timing == "events" and not args.child):
+        ev = event_check()
+        if not ev["cuda"]:
+            print(f"CUDA-event transfer check skipped: {ev['skipped']}", file=sys.stderr)
+        if args.events or not ev["cuda"]:  # events timing needs CUDA: nothing else to run
+            print(json.dumps({"transfer_events": ev}, indent=2))
+            return
     if args.child:
         run = torch_rank if args.child == "torch" else deepspeed_rank
         res = run(args.rank, args.iterations, args.microbatches, args.width)

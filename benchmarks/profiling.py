@@ -427,7 +427,8 @@ def transfer_table(args: argparse.Namespace, gpus: list[str], stage_counts: list
     print(
         f"transfers: {max(stage_counts)} gloo ranks in a chain, {len(pool.iterations)} measured "
         f"iterations of {args.microbatches} microbatches, 16 x {args.width} fp32; {args.load} "
-        f"busy loop(s) beside them; 1-minute load average {l0:.1f} -> {l1:.1f}"
+        f"busy loop(s) beside them; 1-minute load average {l0:.1f} -> {l1:.1f}",
+        flush=True,
     )
     print(
         f"{'job':<10} {'rows':<9} {'savings, measured profile':<29} "
@@ -454,14 +455,16 @@ def transfer_table(args: argparse.Namespace, gpus: list[str], stage_counts: list
                     f"{res.job:<10} {v:<9} {fmt_savings(got.points):<29} "
                     f"{fmt_savings(res.ref.points):<29} {diff:5.2f} "
                     f"{abs(got.points[0] - res.ref.points[0]):5.2f} {max(got.late):5.2f} "
-                    f"{res.scan.iterations:>5}"
+                    f"{res.scan.iterations:>5}",
+                    flush=True,
                 )
             for link, fit in res.fits.items():
                 lo, hi = res.per_clock_ms.get(link, (math.nan, math.nan))
                 print(
                     f"  link {link[0]}/{link[1]:<8} truth {res.truth_ms[link]:.3f} ms; per-clock "
                     f"medians {lo:.3f}-{hi:.3f} ms; z {res.z[link]:.1f} -> "
-                    + ("per clock" if fit.times_by_clock else f"one time {1e3 * fit.time:.3f} ms")
+                    + ("per clock" if fit.times_by_clock else f"one time {1e3 * fit.time:.3f} ms"),
+                    flush=True,
                 )
     for v in VARIANTS:
         print(f"rows {v}: largest diff {worst[v]:.3f} points (goal {GOAL_TRANSFER_POINTS})")

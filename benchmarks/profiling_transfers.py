@@ -54,7 +54,6 @@ def rank_main(rank: int, world: int, iterations: int, microbatches: int, width: 
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    w = torch.randn(width, width) / width**0.5
     x = torch.randn(16, width)
     buf = torch.empty(16, width)
     out: list[list[tuple[int, str, int, float]]] = []
@@ -69,13 +68,13 @@ def rank_main(rank: int, world: int, iterations: int, microbatches: int, width: 
         for mb in range(microbatches):
             if rank > 0:
                 rec.append((rank - 1, "forward", mb, timed(dist.irecv, buf, rank - 1)))
-            y = (buf if rank > 0 else x) @ w
+            y = torch.tanh(buf if rank > 0 else x)  # a little compute (not the point here)
             if rank < world - 1:
                 rec.append((rank, "forward", mb, timed(dist.isend, y, rank + 1)))
         for mb in range(microbatches):
             if rank < world - 1:
                 rec.append((rank, "backward", mb, timed(dist.irecv, buf, rank + 1)))
-            g = buf @ w
+            g = torch.tanh(buf)
             if rank > 0:
                 rec.append((rank - 1, "backward", mb, timed(dist.isend, g, rank - 1)))
         out.append(rec)
@@ -105,15 +104,21 @@ def measure(
     try:
         with tempfile.TemporaryDirectory() as tmp:
             outs = [Path(tmp) / f"rank{r}.json" for r in range(stages)]
-            procs = []
-            for r in range(stages):
-                with outs[r].open("w") as f:
-                    args = [str(a) for a in (r, stages, iterations, microbatches, width)]
-                    procs.append(
-                        subprocess.Popen([sys.executable, str(HERE), *args], env=env, stdout=f)
-                    )
-            if any(p.wait(timeout=900) for p in procs):
-                raise SystemExit("a transfer-measuring rank failed")
+            procs: list[subprocess.Popen[bytes]] = []
+            try:
+                for r in range(stages):
+                    with outs[r].open("w") as f:
+                        args = [str(a) for a in (r, stages, iterations, microbatches, width)]
+                        procs.append(
+                            subprocess.Popen([sys.executable, str(HERE), *args], env=env, stdout=f)
+                        )
+                if any(p.wait(timeout=1800) for p in procs):
+                    raise SystemExit("a transfer-measuring rank failed")
+            finally:
+                for p in procs:
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
             per_rank = [json.loads(o.read_text()) for o in outs]
     finally:
         for p in loops:
