@@ -276,10 +276,13 @@ def client_for(gpu: Any) -> Any:
 
 
 def counting(client: Any) -> list[int]:
-    """Count ``record_transfer`` calls per iteration (the client's own method still runs)."""
+    """Transfers recorded per iteration (the last entry: the iteration running). The real
+    client's are counted from its report afterwards (:func:`note_transfers`): a wrapper around
+    its ``record_transfer`` would run on the hooks' path and be charged to them. The null
+    client, which reports nothing, is wrapped."""
     counts = [0]
     inner = getattr(client, "record_transfer", None)
-    if inner is None:
+    if inner is None or CLIENT[0] != "null":
         return counts
 
     def record(*a: Any) -> None:
@@ -288,6 +291,13 @@ def counting(client: Any) -> list[int]:
 
     client.record_transfer = record
     return counts
+
+
+def note_transfers(client: Any, counts: list[int]) -> None:
+    """After a hooked iteration: its transfers, from the real client's report."""
+    report = getattr(client, "last_report", None)
+    if report is not None:
+        counts[-1] = len(report.transfers)
 
 
 def ran_plan(client: Any, plan: Any) -> bool:
@@ -425,6 +435,7 @@ def torch_rank(rank: int, iterations: int, microbatches: int, width: int) -> dic
                     step(hooked)
                     meter.on = False
                     clocks_ok = clocks_ok and ran_plan(client, plan)
+                    note_transfers(client, transfers)
                     transfers.append(0)
                 counts = transfers[:-1]
                 plain_t, hooked_t, ok = paired(
@@ -539,6 +550,7 @@ def deepspeed_rank(rank: int, iterations: int, microbatches: int, width: int) ->
                 step(hooked)
                 meter.on = False
                 clocks_ok = clocks_ok and ran_plan(client, plan)
+                note_transfers(client, transfers)
                 transfers.append(0)
             counts = transfers[:-1]
             plain_t, hooked_t, ok = paired(
@@ -645,6 +657,7 @@ def megatron_run(iterations: int, microbatches: int, width: int) -> dict[str, An
                 step(hooked_fb)
                 meter.on = False
                 clocks_ok = clocks_ok and ran_plan(client, plan)
+                note_transfers(client, transfers)
                 transfers.append(0)
             counts = transfers[:-1]
 
