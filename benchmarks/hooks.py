@@ -165,11 +165,38 @@ def hooked_by(fn: Any) -> bool:
 
 
 def simulated(stages: list[int]) -> Any:
+    """The rank's GPU: a ``SimulatedGpu`` (``--gpu simulated``) or one that costs the training
+    thread what a real GPU's backend does (``--gpu async``, see :func:`async_gpu`)."""
     from perseus_client import SimulatedGpu
 
     curve = {1410: (0.001, 0.3), 1200: (0.0012, 0.26), 1005: (0.0015, 0.24)}
     kinds = ("forward", "backward", "backward_input", "backward_weight")
-    return SimulatedGpu({(s, k): dict(curve) for s in stages for k in kinds}, time_scale=0.0)
+    curves = {(s, k): dict(curve) for s in stages for k in kinds}
+    if GPU[0] == "async":
+        return async_gpu(curves)
+    return SimulatedGpu(curves, time_scale=0.0)
+
+
+def async_gpu(curves: dict[Any, Any]) -> Any:
+    """A ``SimulatedGpu`` that costs the training thread what ``NvmlGpu`` and ``DaemonGpu`` do.
+
+    Its clock locks are asynchronous (``synchronous_clocks = False``: the client's controller
+    thread applies them, as it does NVML's and the daemon's), its ``begin_instruction`` /
+    ``end_instruction`` only note the running instruction (``GpuBackend``'s own, what the real
+    backends use) instead of the simulator's per-instruction time and energy model, and its
+    timestamps are the wall clock.
+    """
+    from perseus_client import SimulatedGpu
+    from perseus_client.gpu.base import GpuBackend
+
+    class AsyncGpu(SimulatedGpu):
+        synchronous_clocks = False
+        begin_instruction = GpuBackend.begin_instruction
+        end_instruction = GpuBackend.end_instruction
+        abort_instruction = GpuBackend.abort_instruction
+        timestamp = GpuBackend.timestamp
+
+    return AsyncGpu(curves, time_scale=0.0)
 
 
 def changing_plan(order: list[list[Any]], gpu: Any) -> Any:
@@ -213,6 +240,7 @@ CLIENT = ["perseus"]  # or "null" (set by --client)
 PAIRS = [400]  # --pairs: plain/hooked step pairs of the paired phase
 TRANSFERS = [True]  # --no-transfers: instrument(..., transfers=False)
 TIMING = ["auto"]  # --transfer-timing: instrument(..., transfer_timing=...)
+GPU = ["simulated"]  # --gpu: the rank's GPU backend (see simulated())
 
 
 def instrument_kwargs() -> dict[str, Any]:
@@ -723,6 +751,8 @@ def launch(integration: str, args: argparse.Namespace) -> dict[str, Any]:
                 *(["--no-transfers"] if args.no_transfers else []),
                 "--transfer-timing",
                 args.transfer_timing,
+                "--gpu",
+                args.gpu,
                 "--out",
                 str(out),
             ]
@@ -772,6 +802,13 @@ def main() -> None:
     )
     ap.add_argument("--no-transfers", action="store_true", help="transfer timing off")
     ap.add_argument(
+        "--gpu",
+        choices=["simulated", "async"],
+        default="simulated",
+        help="async: clock locks on the controller thread and no per-instruction simulator "
+        "model, what a real GPU's backend costs the training thread",
+    )
+    ap.add_argument(
         "--transfer-timing",
         choices=["auto", "cpu", "events"],
         default="auto",
@@ -790,6 +827,7 @@ def main() -> None:
     CLIENT[0] = args.client
     TRANSFERS[0] = not args.no_transfers
     TIMING[0] = args.transfer_timing
+    GPU[0] = args.gpu
     if args.smoke:
         args.iterations, args.microbatches, args.pairs = 3, 4, 4
     PAIRS[0] = args.pairs

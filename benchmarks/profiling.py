@@ -103,10 +103,9 @@ def simulate_scan(
     old_rule: bool,
     transfers: list[dict[tuple[int, str], float]] | None = None,
 ) -> Scan:
-    """Drive ``session`` with the reports of noisy simulated ranks until it (or, for the old
-    rule, the job's energy) says stop.
+    """Drive ``session`` with the reports of noisy simulated ranks until it says stop.
 
-    ``transfers``: measured link times per iteration (:mod:`profiling_transfers`), handed to
+    For the old rule, the job's energy per iteration says stop. ``transfers``: measured link times per iteration (:mod:`profiling_transfers`), handed to
     the session with the iterations in the order they ran (from the start again if the scan
     needs more), one report per iteration carrying them as the server's link combiner does.
     """
@@ -418,8 +417,10 @@ def run_transfer_job(
 
 
 def transfer_table(args: argparse.Namespace, gpus: list[str], stage_counts: list[int]) -> float:
-    """Measure the transfer pool, scan every job with it and print each variant's savings;
-    returns the largest difference of the ``fitted`` variant (points)."""
+    """Measure the transfer pool, scan every job with it and print each variant's savings.
+
+    Returns the largest difference of the ``fitted`` variant (points).
+    """
     pool = measure(
         max(stage_counts), args.pool, args.microbatches, width=args.width, busy=args.load
     )

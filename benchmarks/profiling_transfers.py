@@ -91,8 +91,10 @@ def busy_loops(n: int) -> list[subprocess.Popen[bytes]]:
 def measure(
     stages: int, iterations: int, microbatches: int, *, width: int = 4096, busy: int = 0
 ) -> TransferPool:
-    """Run the chain of ``stages`` gloo ranks (``busy`` loops beside it) and combine the ends'
-    times per iteration and link."""
+    """Run the chain of ``stages`` gloo ranks and combine the ends' times per iteration and link.
+
+    ``busy`` loops run beside the ranks while they measure.
+    """
     from perseus_server.decisions.link_fit import LinkCombiner
 
     with socket.socket() as s:
