@@ -294,7 +294,7 @@ def gpud_check(
     return out
 
 
-def event_check(repeats: int, megabytes: int = 256) -> dict[str, Any]:
+def event_check(repeats: int, megabytes: int = 1024) -> dict[str, Any]:
     """A P2P-like copy on a side stream timed by the client's CUDA-event transfer timer.
 
     As NCCL runs a P2P op: the side stream waits for the work already queued on the current
@@ -304,7 +304,8 @@ def event_check(repeats: int, megabytes: int = 256) -> dict[str, Any]:
     stream before the op is posted, one after the wait, handed to ``record_transfer`` as an
     :class:`EventTiming` and resolved when the report is (off the training thread). Printed:
     the event-measured time, the CPU time from posting to the end of the wait (what CPU timing
-    would record: nearly nothing), and the copy alone timed with ``synchronize`` (the reference).
+    would record: nearly nothing), and the copy alone timed on the CPU over ten copies with
+    ``synchronize`` (the reference).
     Without CUDA: ``{"cuda": false, "skipped": ...}``.
     """
     try:
@@ -327,12 +328,12 @@ def event_check(repeats: int, megabytes: int = 256) -> dict[str, Any]:
     reference: list[float] = []
     events: list[float] = []
     for _ in range(repeats):
-        for _ in range(3):  # the reference: the copy alone, synchronised
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
+        torch.cuda.synchronize()  # the reference: 10 copies alone, synchronised, per copy
+        t0 = time.perf_counter()
+        for _ in range(10):
             dst.copy_(src)
-            torch.cuda.synchronize()
-            reference.append(time.perf_counter() - t0)
+        torch.cuda.synchronize()
+        reference.append((time.perf_counter() - t0) / 10)
         with client.iteration():
             a @ a  # the producer, queued before the transfer
             start = make()
