@@ -220,3 +220,16 @@ def test_profiling_benchmark_transfers_smoke() -> None:
         assert float(truth) > 0 and float(lo) <= float(hi)
         if one:  # one time: the median of every sample, so within the per-clock medians
             assert float(lo) - 0.001 <= float(one) <= float(hi) + 0.001
+
+
+@pytest.mark.slow
+def test_hooks_benchmark_async_gpu_smoke() -> None:
+    """``--gpu async``: clock locks on the controller thread, the plan's clocks still requested."""
+    pytest.importorskip("torch")
+    pytest.importorskip("megatron.core")
+    args = ("--smoke", "--json", "--gpu", "async", "--integration", "megatron")
+    res: dict[str, Any] = json.loads(run("hooks.py", *args))
+    r = res["megatron"]
+    assert r["iterations"] == 3 and r["pairs"] == 4
+    assert r["clocks_match_plan"] is True
+    assert r["hook_us_p99"] >= r["hook_us_median"] - r["timer_floor_us"]
