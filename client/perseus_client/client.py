@@ -51,7 +51,7 @@ Guarantees:
   incarnation, and the server compares sequences within one incarnation only.
 
 Configuration comes from the arguments or the environment: ``PERSEUS_SERVER`` (``host:port``, or
-``grpcs://host:port`` for TLS), ``PERSEUS_TOKEN`` (bearer token), ``PERSEUS_JOB`` (job id),
+``grpcs://host:port`` for TLS; several, comma-separated, for an active/standby pair), ``PERSEUS_TOKEN`` (bearer token), ``PERSEUS_JOB`` (job id),
 ``PERSEUS_TLS_CA`` (PEM file of a private CA; implies TLS), ``RANK`` (global rank) and
 ``LOCAL_RANK`` (NVML index of the default GPU backend). The default backend is
 :class:`DaemonGpu` (through the node daemon ``perseus gpud``, no privileges needed) when
@@ -69,6 +69,7 @@ import logging
 import socket
 import sys
 import threading
+from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -86,6 +87,7 @@ from perseus_client.reports import IterationRecorder
 from perseus_client.safety import ResetGuard
 
 if TYPE_CHECKING:
+    from perseus_client.addresses import ServerAddress
     from perseus_client.transport import ServerLink
 
 __all__ = ["PerseusClient"]
@@ -134,31 +136,31 @@ class _InstructionScope:
 
 
 def _server(
-    server: str, connection: Connection, env: Environment
-) -> tuple[str, bool, bytes | None]:
-    """``(gRPC target, TLS, root certificates)`` of the server, checked: an explicit root or a
-    CA (``connection.tls_ca``, else ``$PERSEUS_TLS_CA``) means TLS, unless the address says
-    plain gRPC (``grpc://``)."""
-    from perseus_client.transport import TLS_CA_ENV, check_target, parse_target, read_ca_file
+    server: str | Sequence[str], connection: Connection, env: Environment
+) -> tuple[tuple[ServerAddress, ...], bytes | None]:
+    """The server addresses, checked, and the TLS root certificates.
 
-    target, tls = parse_target(str(server))
-    check_target(target)
+    An explicit root or a CA (``connection.tls_ca``, else ``$PERSEUS_TLS_CA``) means TLS for
+    every address that does not say plain gRPC (``grpc://``).
+    """
+    from perseus_client.addresses import parse_servers
+    from perseus_client.transport import TLS_CA_ENV, read_ca_file
+
     roots = connection.tls_root_certificates
-    if roots is not None:
-        return target, True, roots
-    if connection.tls_ca:
+    if roots is None and connection.tls_ca:
         roots = read_ca_file(connection.tls_ca, "tls_ca")
-    elif env.tls_ca:
+    elif roots is None and env.tls_ca:
         roots = read_ca_file(env.tls_ca, TLS_CA_ENV)
-    plain = str(server).strip().startswith("grpc://")
-    return target, tls or (roots is not None and not plain), roots
+    return parse_servers(server, tls_default=roots is not None), roots
 
 
 class PerseusClient:
     """The Perseus client of one training rank (see the module docstring).
 
     Args:
-        server: gRPC address ``host:port`` (``grpcs://`` for TLS); default ``$PERSEUS_SERVER``.
+        server: gRPC address ``host:port`` (``grpcs://`` for TLS), or several (a list, or one
+            comma-separated string: the servers of an active/standby pair, followed to the
+            leader; see :mod:`perseus_client.addresses`); default ``$PERSEUS_SERVER``.
         job: job id; default ``$PERSEUS_JOB``.
         token: bearer token; default ``$PERSEUS_TOKEN`` (none when unset).
         gpu: the GPU backend; default ``DaemonGpu($LOCAL_RANK)`` when a node daemon socket is
@@ -181,7 +183,7 @@ class PerseusClient:
 
     def __init__(
         self,
-        server: str | None = None,
+        server: str | Sequence[str] | None = None,
         job: str | None = None,
         *,
         token: str | None = None,
@@ -202,14 +204,15 @@ class PerseusClient:
         server = server if server is not None else env.server
         job = job if job is not None else env.job
         token = token if token is not None else env.token
-        target, tls, roots = "", False, None
+        addresses: tuple[ServerAddress, ...] = ()
+        roots = None
         if not offline:
             if not server:
                 raise ConfigError("server", "pass server='host:port' or set PERSEUS_SERVER")
             if not job:
                 raise ConfigError("job", "pass job='<job id>' or set PERSEUS_JOB")
             # Configuration errors raise here, before anything starts (a GPU lease included).
-            target, tls, roots = _server(server, connection, env)
+            addresses, roots = _server(server, connection, env)
         self.global_rank = env.integer("RANK", rank.global_rank, 0)
         self.pipeline_rank = rank.pipeline_rank
         self.data_rank = rank.data_rank
@@ -251,7 +254,7 @@ class PerseusClient:
         self._init_state()
         self.link: Any = None
         if not offline:
-            self.link = self._link(target, str(job), gpu, token, tls, roots, connection, reporting)
+            self.link = self._link(addresses, str(job), gpu, token, roots, connection, reporting)
         if self._failopen is not None:
             self._failopen.add_listener(self._on_clock_control)
             self._on_clock_control()
@@ -298,11 +301,10 @@ class PerseusClient:
 
     def _link(
         self,
-        target: str,
+        addresses: tuple[ServerAddress, ...],
         job: str,
         gpu: GpuBackend,
         token: str | None,
-        tls: bool,
         roots: bytes | None,
         connection: Connection,
         reporting: Reporting,
@@ -312,7 +314,7 @@ class PerseusClient:
         from perseus_common.wire import RankRegistration
 
         return ServerLink(
-            target,
+            addresses,
             RankRegistration(
                 job_id=job,
                 global_rank=self.global_rank,
@@ -326,7 +328,6 @@ class PerseusClient:
             ),
             self._receive_plan,
             token=token,
-            tls=tls,
             root_certificates=roots,
             rpc_timeout=connection.rpc_timeout,
             backoff_initial=connection.backoff_initial,
