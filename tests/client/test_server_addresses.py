@@ -6,7 +6,11 @@ at its second."""
 
 from __future__ import annotations
 
+import shutil
+import ssl
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -173,3 +177,58 @@ def test_a_rank_reaches_the_server_at_the_second_address_of_its_name(
         assert link.switches >= 1 and link.rank_id is not None
     finally:
         link.close()
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_tls_to_a_resolved_address_checks_the_name(tmp_path: Path) -> None:
+    """The certificate names the DNS name (and ``localhost``, for the harness), not 127.0.0.1:
+    the rank dials the address the name resolved to and still verifies the name."""
+    d = tmp_path
+    _openssl(
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test CA",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        "-keyout", str(d / "ca.key"), "-out", str(d / "ca.pem"),
+    )  # fmt: skip
+    _openssl(
+        "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=pair.perseus.test",
+        "-keyout", str(d / "server.key"), "-out", str(d / "server.csr"),
+    )  # fmt: skip
+    (d / "ext.cnf").write_text("subjectAltName=DNS:pair.perseus.test,DNS:localhost\n")
+    _openssl(
+        "x509", "-req", "-in", str(d / "server.csr"), "-CA", str(d / "ca.pem"),
+        "-CAkey", str(d / "ca.key"), "-CAcreateserial", "-days", "1",
+        "-extfile", str(d / "ext.cnf"), "-out", str(d / "server.pem"),
+    )  # fmt: skip
+    (d / "chain.pem").write_bytes((d / "server.pem").read_bytes() + (d / "ca.pem").read_bytes())
+    with ServerProcess(
+        d / "p.db", host="localhost", tls_cert=d / "chain.pem", tls_key=d / "server.key"
+    ) as srv:
+        ca = ssl.create_default_context(cafile=str(d / "ca.pem"))
+        job = httpx.post(
+            srv.http_url + "/jobs",
+            json={"stages": 2, "microbatches": 2, "blocking_power": 70.0},
+            verify=ca,
+            timeout=30,
+        ).json()["id"]
+        port = int(srv.grpc_target.rsplit(":", 1)[1])
+        dns = _Resolver({"pair.perseus.test": ["127.0.0.3", "127.0.0.1"]})
+        ident = RankIdentity(job, 0, 0, 0, 0, "NVIDIA A40", (), "test")
+        link = ServerLink(
+            f"grpcs://pair.perseus.test:{port},grpc://127.0.0.1:1",
+            ident,
+            lambda plan: None,
+            root_certificates=(d / "ca.pem").read_bytes(),
+            resolver=dns,
+            backoff_initial=0.05,
+        )
+        link.start()
+        try:
+            assert link.wait_registered(30), link.last_error
+            assert link.target == f"127.0.0.1:{port}"
+        finally:
+            link.close()
