@@ -16,27 +16,42 @@ other. The resolver can be injected (tests; a resolver of one's own).
 :class:`Route` is what :class:`~perseus_client.transport.ServerLink` follows: the address it
 uses now, the next one when a server is unreachable or answers that it is a standby, and the
 leader's address when a standby names it (tried next, whether or not it is in the list).
+
+The trust of TLS addresses is here too: a private CA's file (``tls_ca``, ``$PERSEUS_TLS_CA``;
+:func:`read_tls_ca`, :func:`tls_context` for REST calls), and :func:`credential_in_clear`, true
+when a token would travel without TLS to an address other than loopback.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
+import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from perseus_client.errors import ConfigError
 
 __all__ = [
+    "TLS_CA_ENV",
     "Endpoint",
     "Resolver",
     "Route",
     "ServerAddress",
     "check_target",
+    "credential_in_clear",
+    "is_loopback_target",
     "parse_servers",
     "parse_target",
+    "read_ca_file",
+    "read_tls_ca",
     "system_resolver",
+    "tls_context",
 ]
+
+#: The environment variable naming a PEM file of the CA that signed the server's certificate.
+TLS_CA_ENV = "PERSEUS_TLS_CA"
 
 #: ``resolver(host, port)`` -> the IP addresses ``host`` stands for, in the order to try them.
 Resolver = Callable[[str, int], Sequence[str]]
@@ -230,6 +245,77 @@ def expand(address: ServerAddress, resolver: Resolver | None) -> list[Endpoint]:
     if len(ips) <= 1:
         return [Endpoint(address.target, address.tls)]
     return [Endpoint(f"{ip}:{port}", address.tls, authority=address.target) for ip in ips]
+
+
+def read_tls_ca(path: str | os.PathLike[str] | None = None) -> bytes | None:
+    """The PEM bytes of the CA file ``path`` (default ``$PERSEUS_TLS_CA``; ``None`` when neither
+    is set). Raises :class:`ConfigError` naming the option when the file cannot be read or holds
+    no PEM certificate."""
+    if path is None or not os.fspath(path):
+        env = os.environ.get(TLS_CA_ENV) or None
+        return None if env is None else read_ca_file(env, TLS_CA_ENV)
+    return read_ca_file(path, "tls_ca")
+
+
+def read_ca_file(path: str | os.PathLike[str], field: str) -> bytes:
+    """The PEM bytes of the CA file ``path``; :class:`ConfigError` naming ``field`` (the option
+    or variable that gave it) when it cannot be read or holds no PEM certificate."""
+    try:
+        with open(path, "rb") as f:
+            pem = f.read()
+    except OSError as exc:
+        raise ConfigError(
+            field, f"cannot read the CA file {path!s}: {exc.strerror or exc}"
+        ) from exc
+    if b"-----BEGIN CERTIFICATE-----" not in pem:
+        raise ConfigError(field, f"{path!s} holds no PEM certificate (BEGIN CERTIFICATE)")
+    return pem
+
+
+def tls_context(tls_ca: str | os.PathLike[str] | None = None) -> ssl.SSLContext | None:
+    """An SSL context that trusts the CA file ``tls_ca`` (default ``$PERSEUS_TLS_CA``), for REST
+    calls: ``httpx.Client(verify=ctx)``, ``urllib.request.urlopen(req, context=ctx)``; ``None``
+    when no CA is configured (use the system's roots). Raises :class:`ConfigError` like
+    :func:`read_tls_ca`."""
+    pem = read_tls_ca(tls_ca)
+    if pem is None:
+        return None
+    ctx = ssl.create_default_context()
+    ctx.load_verify_locations(cadata=pem.decode("ascii", errors="replace"))
+    return ctx
+
+
+def is_loopback_target(target: str) -> bool:
+    """True when the gRPC ``target`` (``host:port``, ``[v6]:port``, ``unix:path``...) is local.
+
+    Loopback means ``localhost`` (or a ``.localhost`` name), a loopback IP (127.0.0.0/8, ::1) or
+    a Unix socket; any other name is not resolved and counts as remote.
+    """
+    t = target.strip()
+    if t.startswith(("unix:", "unix-abstract:")):
+        return True
+    for scheme in ("dns:///", "dns:", "ipv4:", "ipv6:"):
+        if t.startswith(scheme):
+            t = t[len(scheme) :]
+            break
+    if t.startswith("["):
+        host = t[1 : t.find("]")] if "]" in t else t[1:]
+    elif t.count(":") == 1:
+        host = t.rsplit(":", 1)[0]
+    else:
+        host = t  # no port, or a bare IPv6 address
+    host = host.strip().rstrip(".").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def credential_in_clear(target: str, *, tls: bool, token: str | None) -> bool:
+    """True when a token would travel without TLS to a non-loopback ``target``."""
+    return bool(token) and not tls and not is_loopback_target(target)
 
 
 class Route:

@@ -30,13 +30,10 @@ this machine also warns).
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import itertools
 import logging
-import os
 import random
 import secrets
-import ssl
 import threading
 import time
 from collections import deque
@@ -46,16 +43,21 @@ from typing import Any
 import grpc
 
 from perseus_client.addresses import (
+    TLS_CA_ENV,
     Endpoint,
     Resolver,
     Route,
     ServerAddress,
     check_target,
+    credential_in_clear,
+    is_loopback_target,
     parse_servers,
     parse_target,
+    read_ca_file,
+    read_tls_ca,
     system_resolver,
+    tls_context,
 )
-from perseus_client.errors import ConfigError
 from perseus_client.measurements import IterationMeasurement
 from perseus_client.plan import Plan
 from perseus_client.reports import report_message
@@ -70,8 +72,10 @@ from perseus_common.wire.codec import (
 )
 
 __all__ = [
+    "LEADER_METADATA",
     "RankIdentity",
     "ServerLink",
+    "leader_hint",
     "parse_target",
     "is_loopback_target",
     "credential_in_clear",
@@ -82,8 +86,6 @@ __all__ = [
     "TLS_CA_ENV",
 ]
 
-#: The environment variable naming a PEM file of the CA that signed the server's certificate.
-TLS_CA_ENV = "PERSEUS_TLS_CA"
 _DUPLICATE_LOG_INTERVAL = 60.0  # seconds between two warnings about reports called duplicates
 
 log = logging.getLogger("perseus_client.transport")
@@ -130,77 +132,6 @@ def leader_hint(exc: grpc.RpcError) -> str | None:
 RankIdentity = RankRegistration
 """What the rank tells the server at registration: the wire's :class:`RankRegistration` (its
 clock control included; ``max_power_limit_w`` is the cost policy's MAXPOWER)."""
-
-
-def read_tls_ca(path: str | os.PathLike[str] | None = None) -> bytes | None:
-    """The PEM bytes of the CA file ``path`` (default ``$PERSEUS_TLS_CA``; ``None`` when neither
-    is set). Raises :class:`ConfigError` naming the option when the file cannot be read or holds
-    no PEM certificate."""
-    if path is None or not os.fspath(path):
-        env = os.environ.get(TLS_CA_ENV) or None
-        return None if env is None else read_ca_file(env, TLS_CA_ENV)
-    return read_ca_file(path, "tls_ca")
-
-
-def read_ca_file(path: str | os.PathLike[str], field: str) -> bytes:
-    """The PEM bytes of the CA file ``path``; :class:`ConfigError` naming ``field`` (the option
-    or variable that gave it) when it cannot be read or holds no PEM certificate."""
-    try:
-        with open(path, "rb") as f:
-            pem = f.read()
-    except OSError as exc:
-        raise ConfigError(
-            field, f"cannot read the CA file {path!s}: {exc.strerror or exc}"
-        ) from exc
-    if b"-----BEGIN CERTIFICATE-----" not in pem:
-        raise ConfigError(field, f"{path!s} holds no PEM certificate (BEGIN CERTIFICATE)")
-    return pem
-
-
-def tls_context(tls_ca: str | os.PathLike[str] | None = None) -> ssl.SSLContext | None:
-    """An SSL context that trusts the CA file ``tls_ca`` (default ``$PERSEUS_TLS_CA``), for REST
-    calls: ``httpx.Client(verify=ctx)``, ``urllib.request.urlopen(req, context=ctx)``; ``None``
-    when no CA is configured (use the system's roots). Raises :class:`ConfigError` like
-    :func:`read_tls_ca`."""
-    pem = read_tls_ca(tls_ca)
-    if pem is None:
-        return None
-    ctx = ssl.create_default_context()
-    ctx.load_verify_locations(cadata=pem.decode("ascii", errors="replace"))
-    return ctx
-
-
-def is_loopback_target(target: str) -> bool:
-    """True when the gRPC ``target`` (``host:port``, ``[v6]:port``, ``unix:path``...) is local.
-
-    Loopback means ``localhost`` (or a ``.localhost`` name), a loopback IP (127.0.0.0/8, ::1) or
-    a Unix socket; any other name is not resolved and counts as remote.
-    """
-    t = target.strip()
-    if t.startswith(("unix:", "unix-abstract:")):
-        return True
-    for scheme in ("dns:///", "dns:", "ipv4:", "ipv6:"):
-        if t.startswith(scheme):
-            t = t[len(scheme) :]
-            break
-    if t.startswith("["):
-        host = t[1 : t.find("]")] if "]" in t else t[1:]
-    elif t.count(":") == 1:
-        host = t.rsplit(":", 1)[0]
-    else:
-        host = t  # no port, or a bare IPv6 address
-    host = host.strip().rstrip(".").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
-    except ValueError:
-        return False
-
-
-def credential_in_clear(target: str, *, tls: bool, token: str | None) -> bool:
-    """True when a token would travel without TLS to a non-loopback ``target``."""
-    return bool(token) and not tls and not is_loopback_target(target)
 
 
 class ServerLink:
@@ -400,6 +331,9 @@ class ServerLink:
             call.cancel()
             return
         self._subscribed = True
+        if self._ever_up:
+            self.reconnects += 1
+        self._ever_up = True
         self._set_up()
         for update in call:
             plan = Plan.from_proto(update)
@@ -465,9 +399,6 @@ class ServerLink:
                 with self._lock:
                     self._call = None
             if self._subscribed:
-                if self._ever_up:
-                    self.reconnects += 1
-                self._ever_up = True
                 backoff, tried, standby = self.backoff_initial, 0, False
             wait, grow = backoff, True
             if action == "replaced":

@@ -154,16 +154,17 @@ def _grpc_server(
     service: PerseusService,
     credentials: Credentials,
     max_connections: int,
-    standby: StandbyInterceptor,
+    standby: StandbyInterceptor | None,
 ) -> grpc.aio.Server:
     """The gRPC server of :func:`serve`, with its interceptors, options and servicer.
 
-    No port yet. The standby's answers come first: nothing else runs until it leads.
+    No port yet. The standby's answers (a server that can be one) come first: nothing else
+    runs until it leads.
     """
     service.metrics.grpc_calls.restrict(method=GRPC_METHODS, code=GRPC_CODES)
     grpc_server = grpc.aio.server(
         interceptors=[
-            standby,
+            *([] if standby is None else [standby]),
             AuthInterceptor(
                 credentials,
                 lambda m, code: service.metrics.grpc_calls.inc(method=m, code=code),
@@ -206,9 +207,12 @@ def _heard(standby: Standby) -> Callable[[str, int, bool, str], None]:
 
 
 class _Front:
-    """The server's two listeners (gRPC and REST), behind the standby's answers."""
+    """The server's two listeners (gRPC and REST), behind the standby's answers (``standby``;
+    ``None`` for a server on its own, SQLite, which leads from the start)."""
 
-    def __init__(self, config: ServerConfig, service: PerseusService, standby: Standby) -> None:
+    def __init__(
+        self, config: ServerConfig, service: PerseusService, standby: Standby | None
+    ) -> None:
         self.config = config
         self.tls = config.tls_cert is not None and config.tls_key is not None
         self.credentials = Credentials(
@@ -219,7 +223,11 @@ class _Front:
         fds = raise_fd_limit()
         max_connections = max(16, min(config.max_connections, (fds - 512) // 2))
         self.grpc_server = _grpc_server(
-            config, service, self.credentials, max_connections, StandbyInterceptor(standby)
+            config,
+            service,
+            self.credentials,
+            max_connections,
+            None if standby is None else StandbyInterceptor(standby),
         )
         # The address it listens on is a name its clients use (unless it is every address).
         own = () if config.host in ("0.0.0.0", "::", "") else (config.host,)
@@ -231,7 +239,7 @@ class _Front:
         )
         self.uv = _Uvicorn(
             uvicorn.Config(
-                StandbyGate(app, standby),
+                app if standby is None else StandbyGate(app, standby),
                 http=guarded_h11(max_connections, config.header_timeout, config.body_timeout),
                 lifespan="off",
                 log_level="warning",
@@ -352,7 +360,7 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
         service.load()
         standby.lead(None)
     warming = warm_kernels(service.solver)  # a standby warms them too: it serves sooner
-    front = _Front(config, service, standby)
+    front = _Front(config, service, standby if postgres else None)
     try:
         front.bind_grpc()
     except OSError:
