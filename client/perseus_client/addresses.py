@@ -143,6 +143,7 @@ class ServerAddress:
         return host, int(port)
 
     def __str__(self) -> str:
+        """The address as a URL (``grpc://`` or ``grpcs://``)."""
         return f"{'grpcs' if self.tls else 'grpc'}://{self.target}"
 
 
@@ -166,6 +167,7 @@ class Endpoint:
         return frozenset(x for x in (self.target, self.authority) if x)
 
     def __str__(self) -> str:
+        """The endpoint as a URL, with the name it stands for."""
         shown = self.target if self.authority is None else f"{self.authority} ({self.target})"
         return f"{'grpcs' if self.tls else 'grpc'}://{shown}"
 
@@ -248,9 +250,11 @@ def expand(address: ServerAddress, resolver: Resolver | None) -> list[Endpoint]:
 
 
 def read_tls_ca(path: str | os.PathLike[str] | None = None) -> bytes | None:
-    """The PEM bytes of the CA file ``path`` (default ``$PERSEUS_TLS_CA``; ``None`` when neither
-    is set). Raises :class:`ConfigError` naming the option when the file cannot be read or holds
-    no PEM certificate."""
+    """The PEM bytes of the CA file ``path`` (default ``$PERSEUS_TLS_CA``).
+
+    Returns ``None`` when neither is set. Raises :class:`ConfigError` naming the option when the
+    file cannot be read or holds no PEM certificate.
+    """
     if path is None or not os.fspath(path):
         env = os.environ.get(TLS_CA_ENV) or None
         return None if env is None else read_ca_file(env, TLS_CA_ENV)
@@ -258,8 +262,11 @@ def read_tls_ca(path: str | os.PathLike[str] | None = None) -> bytes | None:
 
 
 def read_ca_file(path: str | os.PathLike[str], field: str) -> bytes:
-    """The PEM bytes of the CA file ``path``; :class:`ConfigError` naming ``field`` (the option
-    or variable that gave it) when it cannot be read or holds no PEM certificate."""
+    """The PEM bytes of the CA file ``path``.
+
+    Raises :class:`ConfigError` naming ``field`` (the option or variable that gave it) when it
+    cannot be read or holds no PEM certificate.
+    """
     try:
         with open(path, "rb") as f:
             pem = f.read()
@@ -273,10 +280,12 @@ def read_ca_file(path: str | os.PathLike[str], field: str) -> bytes:
 
 
 def tls_context(tls_ca: str | os.PathLike[str] | None = None) -> ssl.SSLContext | None:
-    """An SSL context that trusts the CA file ``tls_ca`` (default ``$PERSEUS_TLS_CA``), for REST
-    calls: ``httpx.Client(verify=ctx)``, ``urllib.request.urlopen(req, context=ctx)``; ``None``
-    when no CA is configured (use the system's roots). Raises :class:`ConfigError` like
-    :func:`read_tls_ca`."""
+    """An SSL context for REST calls that trusts the CA file ``tls_ca``.
+
+    The default is ``$PERSEUS_TLS_CA``. Use it as ``httpx.Client(verify=ctx)`` or
+    ``urllib.request.urlopen(req, context=ctx)``; ``None`` when no CA is configured (use the
+    system's roots). Raises :class:`ConfigError` like :func:`read_tls_ca`.
+    """
     pem = read_tls_ca(tls_ca)
     if pem is None:
         return None
@@ -327,6 +336,7 @@ class Route:
     def __init__(
         self, addresses: Sequence[ServerAddress], resolver: Resolver | None = system_resolver
     ) -> None:
+        """Start at the first address; ``resolver`` expands names (``None``: never)."""
         if not addresses:
             raise ValueError("a route needs at least one address")
         self.addresses = tuple(addresses)

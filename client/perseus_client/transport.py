@@ -351,8 +351,12 @@ class ServerLink:
         self._set_down("the server closed the stream")
 
     def _failed(self, exc: grpc.RpcError) -> str:
-        """What a failed call means: ``"refused"`` (stay: the leader said no), ``"replaced"``
-        (stay, slowly) or ``"move"`` (the next address: unreachable, hung, or a standby)."""
+        """What a failed call means for the watcher.
+
+        Returns:
+            ``"refused"`` (stay: the leader said no), ``"replaced"`` (stay, slowly) or
+            ``"move"`` (the next address: unreachable, hung, or a standby).
+        """
         code = exc.code() if hasattr(exc, "code") else None
         details = exc.details() if hasattr(exc, "details") else str(exc)
         self.last_error = f"{getattr(code, 'name', code)}: {details}"

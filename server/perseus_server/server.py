@@ -189,8 +189,11 @@ def _grpc_server(
 
 
 def _advertise(config: ServerConfig, grpc_port: int, http_port: int, scheme: str) -> str:
-    """The addresses stored with the lease: ``--advertise``, else the bind address (the host
-    name when it binds every address), with the ports it listens on."""
+    """The addresses stored with the lease, with the ports it listens on.
+
+    The host is ``--advertise``, else the bind address (the host name when it binds every
+    address).
+    """
     host = config.advertise or (
         socket.gethostname() if config.host in ("0.0.0.0", "::", "") else config.host
     )
@@ -207,12 +210,19 @@ def _heard(standby: Standby) -> Callable[[str, int, bool, str], None]:
 
 
 class _Front:
-    """The server's two listeners (gRPC and REST), behind the standby's answers (``standby``;
-    ``None`` for a server on its own, SQLite, which leads from the start)."""
+    """The server's two listeners (gRPC and REST), behind the standby's answers."""
 
     def __init__(
         self, config: ServerConfig, service: PerseusService, standby: Standby | None
     ) -> None:
+        """Build both servers (no port yet).
+
+        Args:
+            config: how it runs.
+            service: what it serves.
+            standby: the standby's answers; ``None`` for a server on its own (SQLite), which
+                leads from the start.
+        """
         self.config = config
         self.tls = config.tls_cert is not None and config.tls_key is not None
         self.credentials = Credentials(

@@ -77,8 +77,11 @@ class LeaderAddress:
 
 
 def advertise_problem(host: str) -> str | None:
-    """Why ``host`` cannot be an advertised host (``None`` when it can): a host name or an IP
-    address, without a port or a scheme (the ports are the ones the server listens on)."""
+    """Why ``host`` cannot be an advertised host (``None`` when it can).
+
+    It must be a host name or an IP address, without a port or a scheme (the ports are the ones
+    the server listens on).
+    """
     h = host.strip()
     if h.startswith("[") and h.endswith("]"):
         h = h[1:-1]
@@ -114,6 +117,7 @@ class Standby:
     """Whether this server leads, and who does while it does not."""
 
     def __init__(self) -> None:
+        """Not leading, no leader known yet."""
         self.leading = False
         self.epoch: int | None = None
         self.leader: LeaderAddress | None = None
@@ -123,8 +127,11 @@ class Standby:
         self.leader = leader
 
     def lead(self, epoch: int | None) -> None:
-        """This server leads from now on (``epoch``: its leadership's; ``None`` for a server
-        on its own, with SQLite): calls go through to the service."""
+        """This server leads from now on: calls go through to the service.
+
+        Args:
+            epoch: its leadership's epoch (``None`` for a server on its own, with SQLite).
+        """
         self.epoch = epoch
         self.leading = True
 
@@ -139,10 +146,13 @@ class Standby:
 
 
 class StandbyInterceptor(grpc.aio.ServerInterceptor):
-    """Every gRPC call of a standby answered ``UNAVAILABLE`` naming the leader (first in the
-    interceptor chain: nothing behind it runs until the server leads)."""
+    """Every gRPC call of a standby answered ``UNAVAILABLE``, naming the leader.
+
+    First in the interceptor chain: nothing behind it runs until the server leads.
+    """
 
     def __init__(self, standby: Standby) -> None:
+        """Answer for ``standby`` until it leads."""
         self.standby = standby
 
     async def intercept_service(
@@ -196,6 +206,7 @@ class StandbyGate:
     """The REST app behind a gate: the standby's answers until the server leads (ASGI)."""
 
     def __init__(self, app: Any, standby: Standby) -> None:
+        """Put ``app`` behind ``standby``'s answers."""
         self.app = app
         self.standby = standby
 
