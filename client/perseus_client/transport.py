@@ -93,6 +93,9 @@ log = logging.getLogger("perseus_client.transport")
 _CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
+    # How long a ping's answer is awaited: 60 s by default in gRPC core, whatever
+    # keepalive_timeout_ms says (a hung server was noticed after ~70 s, not 15 s).
+    ("grpc.http2.ping_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.min_reconnect_backoff_ms", 100),
@@ -251,7 +254,13 @@ class ServerLink:
         if self._several:
             # A leader that hangs (stopped, cut off) is left sooner for the next server: the
             # server accepts a ping every 5 s without data, so 6 s + 3 s is the quickest safe.
-            opts.update({"grpc.keepalive_time_ms": 6_000, "grpc.keepalive_timeout_ms": 3_000})
+            opts.update(
+                {
+                    "grpc.keepalive_time_ms": 6_000,
+                    "grpc.keepalive_timeout_ms": 3_000,
+                    "grpc.http2.ping_timeout_ms": 3_000,
+                }
+            )
         if endpoint.authority is not None:
             opts["grpc.default_authority"] = endpoint.authority
             if endpoint.tls:

@@ -6,12 +6,15 @@ reads to the leader and refuses writes with ``503`` and ``Retry-After``, and its
 not ready (``503``, role ``standby``, the leader and the epoch). Then a real rank client given
 both addresses (the standby first): it finds the leader, and when the leader is SIGKILLed it
 receives a plan from the new leader on the same ports, versions never going back, its reports
-acknowledged before and after, every acknowledged one stored.
+acknowledged before and after, every acknowledged one stored; when the leader is SIGSTOPped, it
+leaves it (keepalive) and reaches the new leader while the old one is still stopped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -121,7 +124,7 @@ def _stored_iterations(url: str, rank_id: str) -> set[int]:
 class _Rank:
     """A real rank's link given both addresses, reporting one iteration every 50 ms."""
 
-    def __init__(self, job_id: str, addresses: list[str]) -> None:
+    def __init__(self, job_id: str, addresses: list[str], report: bool = True) -> None:
         self.plans: list[tuple[int, str]] = []  # (version, the server it came from)
         ident = RankIdentity(job_id, 0, 0, 0, 0, "NVIDIA A40", (), "test")
         self.link = ServerLink(
@@ -133,6 +136,7 @@ class _Rank:
             backoff_max=1.0,
         )
         self.submitted = 0
+        self.report = report
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -140,7 +144,7 @@ class _Rank:
         self.plans.append((plan.version, self.link.target))
 
     def _run(self) -> None:
-        while not self._stop.wait(0.05):
+        while self.report and not self._stop.wait(0.05):
             self.link.submit(IterationMeasurement(self.submitted, 0.1, 0, 1.0, ()))
             self.submitted += 1
 
@@ -202,6 +206,48 @@ def test_a_rank_given_both_servers_follows_the_leader_through_a_failover(
         missing = set(range(acknowledged)) - stored
         assert not missing, sorted(missing)[:10]
     finally:
+        if rank is not None:
+            rank.close()
+        for srv in (a, b):
+            srv.stop()
+
+
+def test_a_rank_leaves_a_hung_leader_while_it_is_still_stopped(
+    postgres: PostgresServer, tmp_path: Path, small_csv: str
+) -> None:
+    """SIGSTOP, not SIGKILL: the leader's connections stay open and silent. The rank's
+    keepalive notices, and it reaches the new leader before the old one resumes."""
+    url = database_for(postgres, tmp_path)
+    a, b = ServerProcess(url, extra_args=LEASE), ServerProcess(url, extra_args=LEASE)
+    rank: _Rank | None = None
+    stopped = False
+    try:
+        a.start()
+        with httpx.Client(base_url=a.http_url, timeout=30.0) as http:
+            job_id = solved_job(http, small_csv)
+        waiting = _start_standby(b)
+        # No reports: nothing but the keepalive can tell the stream's silence from a hang.
+        rank = _Rank(job_id, [a.grpc_target, b.grpc_target], report=False)
+        rank.start()
+        _wait(lambda: rank.plans and rank.link.connected, "a plan from the leader")
+        got_before = len(rank.plans)
+        os.kill(a.pid, signal.SIGSTOP)
+        stopped = True
+        waiting.join(60)
+        assert "perseus: leader (epoch 2" in b.output(), b.output()
+        # Held stopped far longer than the keepalive (6 s + 3 s), shorter than gRPC's default
+        # 60 s wait for a ping's answer: the rank must not need the old leader to come back.
+        _wait(
+            lambda: any(t == b.grpc_target for _, t in rank.plans[got_before:]),
+            "a plan from the new leader while the old one is stopped",
+            timeout=45.0,
+        )
+        assert a.returncode is None  # still there, still stopped
+        versions = [v for v, _ in rank.plans]
+        assert versions == sorted(versions), versions
+    finally:
+        if stopped:
+            os.kill(a.pid, signal.SIGCONT)
         if rank is not None:
             rank.close()
         for srv in (a, b):
