@@ -387,7 +387,14 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     loop.add_signal_handler(signal.SIGHUP, tokens.reload, "SIGHUP")
     token_watch = asyncio.create_task(tokens.watch()) if tokens.paths else None
     leader: Leader | None = None
-    if not await front.start(say):
+    try:
+        started = await front.start(say)
+    except BaseException:  # a port it cannot have: what it opened is closed, then it fails
+        if warming is not None:
+            warming.cancel()
+        _close_store(service, None)
+        raise
+    if not started:
         code = 1
     else:
         serving, leader = await _lead(config, service, front, standby, stop, say)
