@@ -14,7 +14,10 @@ With PostgreSQL, ``perseus serve`` listens at once, leader or not (see
   not know the standby acted on nothing);
 - ``GET /healthz``: ``503`` ``{"status": "standby", "role": "standby", "leader": {...},
   "epoch": N}``: not ready, so a Kubernetes Service (readiness on ``/healthz``) sends ranks and
-  requests to the leader alone, while the standby stays alive and reachable.
+  requests to the leader alone, while the standby stays alive and reachable;
+- ``GET /metrics``: the standby's own two gauges, ``perseus_leader 0`` and
+  ``perseus_leader_epoch`` (not redirected: a scraper following it would count the leader's
+  series twice).
 
 Once it leads (:meth:`Standby.lead`), every call goes through to the service as usual, on the
 same ports, without a restart; the leader's ``/healthz`` carries ``Perseus-Role: leader`` and
@@ -202,6 +205,38 @@ async def _respond(
     await send({"type": "http.response.body", "body": b"" if head else payload})
 
 
+async def _metrics(send: Send, leader: LeaderAddress | None, head: bool) -> None:
+    """A standby's own metrics: that it does not lead, and the epoch it knows.
+
+    Not redirected: a scraper that followed a redirect would count the leader's series twice,
+    under the standby's name.
+    """
+    lines = [
+        "# HELP perseus_leader 1 on the leader of an active/standby pair, 0 on a standby.",
+        "# TYPE perseus_leader gauge",
+        "perseus_leader 0",
+    ]
+    if leader is not None:
+        lines += [
+            "# HELP perseus_leader_epoch The leadership epoch this server knows.",
+            "# TYPE perseus_leader_epoch gauge",
+            f"perseus_leader_epoch {leader.epoch}",
+        ]
+    payload = ("\n".join(lines) + "\n").encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [
+                (b"content-type", b"text/plain; version=0.0.4"),
+                (b"content-length", str(len(payload)).encode()),
+                (b"perseus-role", b"standby"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": b"" if head else payload})
+
+
 class StandbyGate:
     """The REST app behind a gate: the standby's answers until the server leads (ASGI)."""
 
@@ -250,6 +285,9 @@ class StandbyGate:
                 "epoch": None if leader is None else leader.epoch,
             }
             await _respond(send, 503, body, headers, head)
+            return
+        if path == "/metrics" and method in ("GET", "HEAD"):
+            await _metrics(send, leader, head)
             return
         if method in ("GET", "HEAD") and leader is not None and leader.rest:
             query = scope.get("query_string", b"")

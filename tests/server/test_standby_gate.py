@@ -63,6 +63,16 @@ def test_with_a_leader_reads_are_redirected_and_writes_refused() -> None:
     )
 
 
+def test_a_standby_answers_its_own_metrics() -> None:
+    s = Standby()
+    assert "perseus_leader_epoch" not in _call(s, "GET", "/metrics").text
+    s.heard(LeaderAddress("a:1:x", 4, "a.example:50051", "https://a.example:8000"))
+    r = _call(s, "GET", "/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    samples = dict(line.split(" ") for line in r.text.splitlines() if not line.startswith("#"))
+    assert samples == {"perseus_leader": "0", "perseus_leader_epoch": "4"}
+
+
 def test_a_leader_without_a_rest_address_gets_no_redirect() -> None:
     s = Standby()
     s.heard(LeaderAddress("a:1:x", 2))  # an older leader that stored no addresses
