@@ -55,6 +55,15 @@ def _wait(cond: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _pair(url: str) -> tuple[ServerProcess, ServerProcess]:
+    """Two servers on one database; the second one's start() waits as a standby as long as the
+    test takes (its start-up allowance covers the wait, not only the start)."""
+    return (
+        ServerProcess(url, extra_args=LEASE),
+        ServerProcess(url, extra_args=LEASE, startup_timeout=600.0),
+    )
+
+
 def _start_standby(srv: ServerProcess) -> threading.Thread:
     """Start ``srv`` (its ``start()`` returns once it leads) and wait until it listens."""
 
@@ -70,7 +79,7 @@ def _start_standby(srv: ServerProcess) -> threading.Thread:
 
 def test_the_standby_answers_naming_the_leader(postgres: PostgresServer, tmp_path: Path) -> None:
     url = database_for(postgres, tmp_path)
-    a, b = ServerProcess(url, extra_args=LEASE), ServerProcess(url, extra_args=LEASE)
+    a, b = _pair(url)
     try:
         a.start()
         with httpx.Client(base_url=a.http_url, timeout=30.0) as http:
@@ -162,7 +171,7 @@ def test_a_rank_given_both_servers_follows_the_leader_through_a_failover(
     postgres: PostgresServer, tmp_path: Path, small_csv: str
 ) -> None:
     url = database_for(postgres, tmp_path)
-    a, b = ServerProcess(url, extra_args=LEASE), ServerProcess(url, extra_args=LEASE)
+    a, b = _pair(url)
     rank: _Rank | None = None
     try:
         a.start()
@@ -218,7 +227,7 @@ def test_a_rank_leaves_a_hung_leader_while_it_is_still_stopped(
     """SIGSTOP, not SIGKILL: the leader's connections stay open and silent. The rank's
     keepalive notices, and it reaches the new leader before the old one resumes."""
     url = database_for(postgres, tmp_path)
-    a, b = ServerProcess(url, extra_args=LEASE), ServerProcess(url, extra_args=LEASE)
+    a, b = _pair(url)
     rank: _Rank | None = None
     stopped = False
     try:
