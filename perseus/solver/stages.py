@@ -51,8 +51,13 @@ ANCHORED_SEARCHES = 16
 ANCHORED_ROUNDS = 4
 #: Per-clock transfers: plans x instructions improved on their anchored models.
 ANCHORED_WORK = 200_000
+#: Per-clock transfers: the bound's relaxed optimum is rounded this much before the middles
+#: of the worst intervals (its plans run late on the truth).
+ANCHORED_EARLIER = (0.0, 0.001, 0.003)
 #: Per-clock transfers: passes splitting the worst intervals in the middle, anchored.
 ANCHORED_PASSES = 3
+#: Per-clock transfers: search trials per plan in those passes (with ``effort > 0``).
+ANCHORED_TRIALS = 128
 #: Deadlines over which the refinement's mean gap is measured.
 _GRID_POINTS = 4096
 
@@ -357,20 +362,37 @@ def _polish_anchored(run: Run) -> None:
     snap, chosen = worst(max(1, ANCHORED_WORK // n))
     if len(chosen) == 0:
         return
+    if run.bound is not None:
+        # the bound's relaxed optimum (the shortest transfers) rounded on the shortest
+        # transfers: late on the truth, each plan lands at its own true time
+        mid = snap.middles(chosen)
+        at = np.concatenate([mid * (1 - x) for x in ANCHORED_EARLIER])
+        at = at[at >= run.bound.t_min]
+        run.pool.batched(
+            anchoring.rounder.round,
+            run.bound.durations_at(at),
+            at,
+            np.ones(len(at), dtype=bool),
+        )
+        snap, chosen = worst(max(1, ANCHORED_WORK // n))
     plans = snap.kept_plans(chosen)
     run.pool.batched(
         lambda p, d: coupling.improve_plans(anchoring, p, d, rounds=2),
         np.concatenate([plans, plans]),
         np.r_[snap.kept_times[chosen], snap.ends[chosen] * (1 - 1e-9)],
     )
+    trials = ANCHORED_TRIALS if o.effort > 0 else 0
     for _ in range(ANCHORED_PASSES):
         snap, chosen = worst(max(1, ANCHORED_WORK // (2 * n)))
         if len(chosen) == 0:
             return
         run.pool.batched(
-            lambda p, d: coupling.improve_plans(anchoring, p, d, rounds=2),
+            lambda p, d, s: coupling.improve_plans(
+                anchoring, p, d, rounds=2, trials=trials, seeds=s
+            ),
             snap.kept_plans(chosen),
             snap.middles(chosen),
+            run.rng.integers(0, 2**31, len(chosen)),
         )
     if o.effort <= 0:
         return
