@@ -8,14 +8,17 @@ evenly over the boundaries, 1 % at the first, 5 % at the last), half of it scali
 transfers of boundary 1 draw 1.25 x the blocking power) and ``bloom`` (the A100 profile's stage
 times scaled so that the transfers are a larger share: every stage its own fraction).
 
-For each input: the gaps of the frontier's plans to its certified bound at 1.0, 1.02, 1.05, 1.1
+For each input (solved with ``SolverOptions(effort=...)``, default 1): the gaps of the frontier's plans to its certified bound at 1.0, 1.02, 1.05, 1.1
 and 1.2 T0 (a plan that finishes early pays blocking power until the deadline), the worst over
 400 deadlines from T0 to 1.5 T0, and the solve's wall time.
 
     python benchmarks/per_clock.py            # every input (a minute or two)
     python benchmarks/per_clock.py --smoke    # one small input (seconds; a test runs it)
+    python benchmarks/per_clock.py --only gpt3-a40
 
-The run ends with ``OK`` when every gap is within ``GAP_GOAL``, else ``FAIL`` (exit status 1).
+The run ends with ``OK`` when every gap (the worst over the range included) is within
+``GAP_GOAL``, else ``FAIL`` and exit status 1 (``--smoke``: the figures only, exit status 0).
+The exact MILP on these inputs: ``benchmarks/milp_check.py --per-clock CASE``.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ CASES = (
     Case("bloom-a40", "a40", 6, 12, scale=1.0),
     Case("bloom-a100", "a100", 6, 12, hot=True),
 )
-SMOKE = Case("smoke-a40", "a40", 3, 4)
+SMOKE = Case("smoke-a40", "a40", 4, 4)
 
 
 def build_problem(case: Case) -> EnergyProblem:
@@ -133,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {case.name} {case.stages}x{case.microbatches} | {n} | {cells} % "
               f"| {100 * worst:.2f} % | {seconds:.1f} |", flush=True)  # fmt: skip
     print("OK" if ok else "FAIL")
-    return 0 if ok else 1
+    return 0 if ok or args.smoke else 1
 
 
 if __name__ == "__main__":
