@@ -55,9 +55,9 @@ ANCHORED_WORK = 200_000
 #: of the worst intervals (its plans run late on the truth).
 ANCHORED_EARLIER = (0.0, 0.001, 0.003)
 #: Per-clock transfers: passes splitting the worst intervals in the middle, anchored.
-ANCHORED_PASSES = 3
+ANCHORED_PASSES = 5
 #: Per-clock transfers: search trials per plan in those passes (with ``effort > 0``).
-ANCHORED_TRIALS = 128
+ANCHORED_TRIALS = 256
 #: Deadlines over which the refinement's mean gap is measured.
 _GRID_POINTS = 4096
 
