@@ -5,14 +5,15 @@ stages of the GPT-3 175B profile on A40 or A100 SXM, 1F1B; every boundary's forw
 backward transfer takes 1-5 % of the sending stage's forward time at its highest clock (spread
 evenly over the boundaries, 1 % at the first, 5 % at the last), half of it scaling as
 ``fmax / f`` with the clock of the instruction that produced the data. Variants: ``hot`` (the
-transfers of boundary 1 draw 1.25 x the blocking power) and ``bloom`` (the A100 profile's stage
-times scaled so that the transfers are a larger share: every stage its own fraction).
+transfers of boundary 1 draw 1.25 x the blocking power) and ``bloom`` (6 stages: a deeper
+pipeline standing in for the Bloom inputs, whose profile is not shipped).
 
-For each input (solved with ``SolverOptions(effort=...)``, default 1): the gaps of the frontier's plans to its certified bound at 1.0, 1.02, 1.05, 1.1
-and 1.2 T0 (a plan that finishes early pays blocking power until the deadline), the worst over
-400 deadlines from T0 to 1.5 T0, and the solve's wall time.
+For each input (solved with ``SolverOptions(effort=...)``, default 1): the gaps of the frontier's
+plans to its certified bound at 1.0, 1.02, 1.05, 1.1 and 1.2 T0 (a plan that finishes early pays
+blocking power until the deadline), the worst over 400 deadlines from T0 to 1.5 T0, and the solve's
+wall time.
 
-    python benchmarks/per_clock.py            # every input (a minute or two)
+    python benchmarks/per_clock.py            # every input (about 30 s of CPU each)
     python benchmarks/per_clock.py --smoke    # one small input (seconds; a test runs it)
     python benchmarks/per_clock.py --only gpt3-a40
 

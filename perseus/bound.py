@@ -196,8 +196,10 @@ class RelaxedBound:
 def envelope(
     curves: list[tuple[FloatArray, FloatArray]], tail_slope: float
 ) -> tuple[FloatArray, FloatArray]:
-    """The breakpoints ``(times, values)`` of the pointwise maximum of convex piecewise-linear
-    functions, each given by all its breakpoints and growing at ``tail_slope`` past its last.
+    """The breakpoints ``(times, values)`` of the pointwise maximum of convex functions.
+
+    Each function is piecewise linear, given by all its breakpoints, and grows at
+    ``tail_slope`` past its last.
 
     Each function is a certified bound, so their maximum is one too, and it is convex and
     piecewise linear: its breakpoints are the functions' own and the points where two of them

@@ -66,8 +66,11 @@ _START_PRICE = 0.1
 
 
 def truth(problem: EnergyProblem) -> EnergyProblem:
-    """The problem as measured: ``problem`` itself, or the truth behind a model of it
-    (:meth:`~perseus.problem.EnergyProblem.producer_charged`, ``cost_charged``)."""
+    """The problem as measured.
+
+    ``problem`` itself, or the truth behind a model of it
+    (:meth:`~perseus.problem.EnergyProblem.producer_charged`, ``cost_charged``).
+    """
     if problem.true_times is None or problem.true_energies is None:
         return problem
     return replace(
@@ -80,9 +83,11 @@ def truth(problem: EnergyProblem) -> EnergyProblem:
 
 
 def priced(problem: EnergyProblem, prices: FloatArray) -> EnergyProblem:
-    """The bound's model with the coupling priced: each per-clock transfer ``j`` given its
-    producer's options (option ``k``: the transfer's time at clock ``k``), ``prices[j] x (t_k -
-    t_min)`` added to the producer's option ``k`` and taken from the transfer's. Built on
+    """The bound's model with the producer-transfer coupling priced.
+
+    Each per-clock transfer ``j`` is given its producer's options (option ``k``: the
+    transfer's time at clock ``k``), ``prices[j] x (t_k - t_min)`` added to the producer's
+    option ``k`` and taken from the transfer's. Built on
     :meth:`~perseus.problem.EnergyProblem.cost_charged` (the transfer's cost at each clock
     already charged to the producer). For every plan in which a transfer takes its producer's
     option (every real plan), durations and the sum of effective costs are the truth's.
@@ -108,8 +113,11 @@ def priced(problem: EnergyProblem, prices: FloatArray) -> EnergyProblem:
 
 
 def _subgradient(problem: EnergyProblem, rel: Relaxation, durations: FloatArray) -> FloatArray:
-    """Per transfer: the time its producer's relaxed duration implies (interpolated between
-    the producer's hull vertices) less the transfer's own relaxed duration."""
+    """The subgradient of the priced relaxation's value in the prices.
+
+    Per transfer: the time its producer's relaxed duration implies (interpolated between the
+    producer's hull vertices) less the transfer's own relaxed duration.
+    """
     out = np.empty(len(problem.clocked_transfers))
     for j, (w, p) in enumerate(
         zip(problem.clocked_transfers.tolist(), problem.clocked_producers.tolist(), strict=True)
@@ -131,9 +139,11 @@ def tighten(
     iterations: int = ITERATIONS,
     sweep_work: int = SWEEP_WORK,
 ) -> RelaxedFrontier:
-    """``plain`` (the bound's relaxed frontier) raised by priced relaxations (:func:`priced`),
-    their prices found by projected subgradient ascent at ``deadlines`` (times ``plain``'s
-    fastest time, those before its slowest): the maximum of every sweep made and ``plain``,
+    """The bound's relaxed frontier ``plain`` raised by priced relaxations.
+
+    The priced relaxations (:func:`priced`) have their prices found by projected subgradient
+    ascent at ``deadlines`` (times ``plain``'s fastest time, those before its slowest): the
+    result is the maximum of every sweep made and ``plain``,
     so never below ``plain`` and certified as each of them is. ``sweep`` relaxes a problem
     (the solver's own core and options). At most ``sweep_work // n`` sweeps (each deadline
     gets ``iterations`` or an equal share, at least 2; the deadlines thinned evenly when even
@@ -173,8 +183,10 @@ def tighten(
 def _useful(
     curves: list[tuple[FloatArray, FloatArray]], pr: float
 ) -> list[tuple[FloatArray, FloatArray]]:
-    """The curves that are the highest somewhere on a grid of their common range (the
-    others add nothing to the maximum there, and little between grid points)."""
+    """The curves that are the highest somewhere on a grid of their common range.
+
+    The others add nothing to the maximum there, and little between grid points.
+    """
     lo = max(float(t[0]) for t, _ in curves)
     hi = max(float(t[-1]) for t, _ in curves)
     grid = np.linspace(lo, hi, 2048)
@@ -189,12 +201,14 @@ def _useful(
 
 
 def anchored(problem: EnergyProblem, plan: PlanArray) -> EnergyProblem:
-    """A model exact at ``plan`` and never faster than the truth elsewhere: each per-clock
-    transfer at its time under ``plan``, each producer's option ``k`` longer by what its
-    transfer would add beyond that (at the blocking power), effective costs the truth's (each
-    transfer's cost at its producer's clock charged to the producer). ``problem`` is the
-    truth, or a model of it (:meth:`~perseus.problem.EnergyProblem.evaluate_many` still gives
-    the truth)."""
+    """A model exact at ``plan`` and never faster than the truth elsewhere.
+
+    Each per-clock transfer is at its time under ``plan``, each producer's option ``k`` longer by
+    what its transfer would add beyond that (at the blocking power), effective costs the truth's
+    (each transfer's cost at its producer's clock charged to the producer). ``problem`` is the
+    truth, or a model of it (:meth:`~perseus.problem.EnergyProblem.evaluate_many` still gives the
+    truth).
+    """
     problem = truth(problem)
     base = problem.cost_charged()
     if not problem.clocked_transfers.size:
@@ -221,14 +235,17 @@ def anchored(problem: EnergyProblem, plan: PlanArray) -> EnergyProblem:
 
 
 class Anchoring:
-    """The :func:`anchored` models of one problem, fast: a :class:`Rounder` of the truth's
-    cost-charged model built once, and per plan only its times changed (the producers' and
-    the transfers' rows). A producer's options keep their order when its transfer's extra
-    time grows with its option's time (slower clocks, longer transfers), and their effective
-    costs change by a constant, so the Pareto options are the same; otherwise a plan's model
-    is built in full."""
+    """The :func:`anchored` models of one problem, fast.
+
+    A :class:`Rounder` of the truth's cost-charged model is built once, and per plan only its times
+    changed (the producers' and the transfers' rows). A producer's options keep their order when its
+    transfer's extra time grows with its option's time (slower clocks, longer transfers), and their
+    effective costs change by a constant, so the Pareto options are the same; otherwise a plan's
+    model is built in full.
+    """
 
     def __init__(self, problem: EnergyProblem, options: RoundingOptions | None = None) -> None:
+        """Build the truth's rounder once (``problem``: the truth or a model of it)."""
         self.problem = truth(problem)
         self.options = options
         base = self.problem.cost_charged()
@@ -268,12 +285,15 @@ def improve_plans(
     seeds: npt.NDArray[np.int64] | None = None,
     options: RoundingOptions | None = None,
 ) -> PlanArray:
-    """Each of ``plans`` given the slack up to its deadline and improved by ``passes`` passes
+    """Plans improved on their anchored models, each within its deadline.
+
+    Each of ``plans`` is given the slack up to its deadline and improved by ``passes`` passes
     of exchanges on its :func:`anchored` model, then ``trials // rounds`` trials of the
     large-neighbourhood search (seeded by ``seeds``) if ``trials``, re-anchored up to ``rounds``
     times while that lowers its true energy. Every plan out is on time on the truth when its
     plan in was (the anchored model is never faster than the truth); the rows keep their
-    order."""
+    order.
+    """
     anchoring = problem if isinstance(problem, Anchoring) else Anchoring(problem, options)
     problem = anchoring.problem
     out = np.array(plans, dtype=np.uint8, copy=True)

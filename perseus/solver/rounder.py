@@ -88,10 +88,12 @@ class Rounder:
         self.diag = diag.astype(np.int64)
 
     def with_times(self, times: FloatArray) -> Rounder:
-        """A copy whose options take ``times`` (``(n, K)``, in this rounder's sorted order,
-        still increasing along each row up to ``nopt``), everything else shared: a model whose
-        durations differ and whose effective costs differ by a constant per node at most
-        (constants change no decision here)."""
+        """A copy whose options take other times, everything else shared.
+
+        ``times`` is ``(n, K)``, in this rounder's sorted order, still increasing along each
+        row up to ``nopt``: a model whose durations differ and whose effective costs differ by
+        a constant per node at most (constants change no decision here).
+        """
         out = object.__new__(Rounder)
         out.__dict__.update(self.__dict__)
         out.times = np.ascontiguousarray(times, dtype=np.float64)

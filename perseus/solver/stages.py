@@ -339,13 +339,16 @@ def polish(run: Run) -> None:
 
 
 def _polish_anchored(run: Run) -> None:
-    """Per-clock transfers: the plans found improved on their anchored models
-    (:func:`~perseus.solver.coupling.improve_plans`: the truth's times around each plan,
-    where the planning model makes a producer's rank wait for its transfer). Every Pareto plan
-    (up to ``ANCHORED_WORK // n``, those furthest from the certified bound first) within its
-    own time and within its interval's end; ``ANCHORED_PASSES`` times, the worst intervals
-    (as many, in half the work) within their middles; then the ``ANCHORED_SEARCHES`` intervals still furthest with searches
-    (``effort x search_work // n`` trials in all) too."""
+    """Per-clock transfers: the plans found improved on their anchored models.
+
+    Improved by :func:`~perseus.solver.coupling.improve_plans` (the truth's times around
+    each plan, where the planning model makes a producer's rank wait for its transfer): every
+    Pareto plan (up to ``ANCHORED_WORK // n``, those furthest from the certified bound first)
+    within its own time and within its interval's end; ``ANCHORED_PASSES`` times, the worst
+    intervals (as many, in half the work) within their middles, with ``ANCHORED_TRIALS``
+    search trials each; then the ``ANCHORED_SEARCHES`` intervals still furthest with
+    ``effort x search_work // n`` search trials in all.
+    """
     o = run.options
     anchoring = coupling.Anchoring(run.problem, run.rounder.options)
     n = run.problem.num_nodes

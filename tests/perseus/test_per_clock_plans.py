@@ -1,6 +1,9 @@
-"""Per-clock transfers: the bound raised by pricing the producer-transfer coupling stays below
-every plan, the anchored model is exact at its plan and never faster elsewhere, and the plans
-come within 0.5 % of the bound on a small input built like benchmarks/per_clock.py's."""
+"""Per-clock transfers: the raised bound, the anchored models and the plans.
+
+The bound raised by pricing the producer-transfer coupling stays below every plan, the
+anchored model is exact at its plan and never faster elsewhere, and the plans come within
+0.5 % of the bound on a small input built like benchmarks/per_clock.py's.
+"""
 
 from __future__ import annotations
 
@@ -28,9 +31,12 @@ A100_BLOCKING_POWER = 83.64  # W, measured with the A100 profile
 
 
 def _tiny(slice_profile, power_factor: float | None) -> EnergyProblem:
-    """2 stages x 3 microbatches x 3 clocks, both transfers per-clock (a third of their time
+    """A problem of 3**12 plans to enumerate.
+
+    2 stages x 3 microbatches x 3 clocks, both transfers per-clock (a third of their time
     scaling as fmax / f), drawing ``power_factor`` x the blocking power (None: the blocking
-    power): 3**12 plans to enumerate."""
+    power).
+    """
     prof = slice_profile((0, 1), FREQS)
     t = 0.15 * float(prof[(0, "forward")].times[0])
     by = {f: t * (2 / 3 + fmax_over(f) / 3) for f in FREQS}
@@ -62,10 +68,13 @@ def _every_plan(problem: EnergyProblem) -> tuple[np.ndarray, np.ndarray]:
 def test_the_raised_bound_is_below_the_optimum_and_above_the_plain_one(
     slice_profile, power_factor: float | None
 ) -> None:
-    """Against every plan enumerated: at every deadline the frontier's bound is at most the
+    """The raised bound lies between the plain bound and the optimum.
+
+    Against every plan enumerated: at every deadline the frontier's bound is at most the
     best plan's energy (waiting included) and at least the plain bound (the shortest
     transfers, each transfer's cost at its producer's clock charged to the producer), and
-    strictly above it somewhere (the pricing does something)."""
+    strictly above it somewhere (the pricing does something).
+    """
     problem = _tiny(slice_profile, power_factor)
     times, energies = _every_plan(problem)
     frontier = solve_problem(problem, SolverOptions(effort=0))
@@ -85,8 +94,11 @@ def test_the_raised_bound_is_below_the_optimum_and_above_the_plain_one(
 
 
 def test_a_priced_model_is_the_truth_on_every_real_plan(slice_profile) -> None:
-    """With the transfers taking their producers' options, the priced model's durations and
-    summed effective costs are the truth's, whatever the prices."""
+    """A priced model is the truth on every real plan, whatever the prices.
+
+    With the transfers taking their producers' options, its durations and summed effective
+    costs are the truth's.
+    """
     problem = _tiny(slice_profile, 1.25)
     rng = np.random.default_rng(3)
     model = priced(problem, rng.uniform(0, 5000, len(problem.clocked_transfers)))
@@ -104,9 +116,12 @@ def test_a_priced_model_is_the_truth_on_every_real_plan(slice_profile) -> None:
 
 
 def test_an_anchored_model_is_exact_at_its_plan_and_never_faster(slice_profile) -> None:
-    """The anchored model of a plan gives that plan its true time and every other plan at
-    least its true time, at the truth's effective costs; the fast per-plan rounder
-    (:class:`Anchoring`) has the same times, in its sorted order."""
+    """An anchored model is exact at its plan and never faster than the truth elsewhere.
+
+    The anchored model of a plan gives that plan its true time and every other plan at least
+    its true time, at the truth's effective costs; the fast per-plan rounder
+    (:class:`Anchoring`) has the same times, in its sorted order.
+    """
     problem = _tiny(slice_profile, 1.25)
     rng = np.random.default_rng(5)
     plans = rng.integers(0, problem.num_options[None, :], size=(30, problem.num_nodes))
@@ -133,8 +148,11 @@ def test_an_anchored_model_is_exact_at_its_plan_and_never_faster(slice_profile) 
 
 
 def test_the_envelope_is_the_pointwise_maximum() -> None:
-    """The breakpoints of the maximum of random convex piecewise-linear functions give it
-    exactly by interpolation, on a fine grid and past every function's last breakpoint."""
+    """The envelope's breakpoints give the pointwise maximum exactly.
+
+    Of random convex piecewise-linear functions, by interpolation, on a fine grid and past
+    every function's last breakpoint.
+    """
     rng = np.random.default_rng(7)
     curves = []
     for _ in range(4):
@@ -155,10 +173,13 @@ def test_the_envelope_is_the_pointwise_maximum() -> None:
 
 
 def test_plans_within_half_a_percent_of_the_bound_with_per_clock_transfers() -> None:
-    """GPT-3 A40, 4 stages x 4 microbatches 1F1B, transfers of 1-5 % of the sending stage's
+    """Plans come within 0.5 % of the bound at the five target deadlines.
+
+    GPT-3 A40, 4 stages x 4 microbatches 1F1B, transfers of 1-5 % of the sending stage's
     forward, half scaling as fmax / f: the plans within 0.5 % of the certified bound at 1.0,
     1.02, 1.05, 1.1 and 1.2 T0 (0.57 % at 1.02 T0 when planned on the producer-charged model
-    against the plain bound)."""
+    against the plain bound).
+    """
     problem = build_problem(Case("small", "a40", 4, 4))
     frontier = solve_problem(problem, SolverOptions())
     t0 = frontier.max_frequency_time
@@ -175,8 +196,10 @@ def test_plans_within_half_a_percent_of_the_bound_with_per_clock_transfers() -> 
 
 
 def test_the_per_clock_benchmark_smoke() -> None:
-    """``benchmarks/per_clock.py --smoke`` runs to the end and prints gaps that are gaps:
-    finite, none below zero (the bound is a bound), the worst at least each target's."""
+    """``benchmarks/per_clock.py --smoke`` runs to the end and prints gaps that are gaps.
+
+    Finite, none below zero (the bound is a bound), the worst at least each target's.
+    """
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
