@@ -147,13 +147,16 @@ def tighten(
     so never below ``plain`` and certified as each of them is. ``sweep`` relaxes a problem
     (the solver's own core and options). At most ``sweep_work // n`` sweeps (each deadline
     gets ``iterations`` or an equal share, at least 2; the deadlines thinned evenly when even
-    that is too many). ``plain`` itself when no transfer is per-clock.
+    that is too many). ``plain`` itself when no transfer is per-clock, and from ``sweep_work //
+    4`` instructions (5,000 by default), where a few sweeps would cost several solves.
     """
     m = len(problem.clocked_transfers)
     if m == 0 or plain.t_max <= plain.t_min or plain.slopes.size:
         return plain  # nothing coupled, nothing to raise, or tangents (the sandwich core)
+    budget = sweep_work // max(1, problem.num_nodes)
+    if budget < 4:
+        return plain  # a sweep there costs about what the whole solve does: not raised
     at = [f * plain.t_min for f in deadlines if f * plain.t_min < plain.t_max]
-    budget = max(4, sweep_work // max(1, problem.num_nodes))
     while len(at) > 1 and 2 * len(at) > budget:
         at = at[::2]
     steps = max(2, min(iterations, budget // max(1, len(at))))

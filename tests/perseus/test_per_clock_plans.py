@@ -22,7 +22,8 @@ from perseus.bound import envelope
 from perseus.problem import EnergyProblem
 from perseus.schedules import one_f_one_b
 from perseus.solver import SolverOptions, solve_problem
-from perseus.solver.coupling import Anchoring, anchored, priced, truth
+from perseus.solver.coupling import Anchoring, anchored, priced, tighten, truth
+from perseus.solver.relaxation import Relaxation, RelaxedFrontier
 from perseus.solver.stages import relax
 from perseus_common.communication import Communication, Transfer
 
@@ -215,3 +216,19 @@ def test_the_per_clock_benchmark_smoke() -> None:
     assert len(gaps) == len(TARGETS)
     assert all(0 <= g <= worst for g in gaps)
     assert proc.stdout.strip().splitlines()[-1] in ("OK", "FAIL")
+
+
+def test_large_problems_keep_the_plain_bound(slice_profile) -> None:
+    """Below four sweeps' worth of ``sweep_work`` the plain bound is kept as it is."""
+    problem = _tiny(slice_profile, None)
+    plain = relax(problem.cost_charged())
+
+    def sweep(p: EnergyProblem, r: Relaxation) -> RelaxedFrontier:
+        return relax(p, relaxation=r)
+
+    n = problem.num_nodes
+    assert tighten(problem, plain, sweep, sweep_work=3 * n) is plain
+    raised = tighten(problem, plain, sweep, sweep_work=40 * n)
+    assert raised is not plain
+    grid = np.linspace(plain.t_min, plain.t_max, 200)
+    assert (raised.bound(grid) >= plain.bound(grid) * (1 - 1e-12)).all()
