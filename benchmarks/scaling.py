@@ -51,7 +51,7 @@ planning and the bounding relaxations are two sweeps (on two threads with two co
 
 The side-by-side one-vs-two-worker table (a few minutes on two idle cores)::
 
-    python benchmarks/scaling.py --only 16x256 --profile a100 --relaxation sweep --workers 1,2
+    python benchmarks/scaling.py --only 16x256x1 --profile a100 --relaxation sweep --workers 1,2
 """
 
 from __future__ import annotations
