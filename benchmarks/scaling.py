@@ -144,9 +144,12 @@ def smooth_profile(stages: int, clocks: int = 64, fmax: int = 1980, step: int = 
 
 
 def build_problem(cfg: Config, transfers: float = 0.0):  # -> EnergyProblem
-    """``cfg``'s problem; ``transfers > 0``: every boundary's transfers at that fraction of the
-    sender's forward time, half of it scaling as ``fmax / f`` with the producer's clock
-    (``benchmarks/communication.py``'s per-clock transfers)."""
+    """The problem of ``cfg``, with per-clock transfers when ``transfers > 0``.
+
+    Every boundary's transfers then take that fraction of the sender's forward time, half of it
+    scaling as ``fmax / f`` with the producer's clock (``benchmarks/communication.py``'s
+    per-clock transfers).
+    """
     from perseus.problem import EnergyProblem
     from perseus.schedules import interleaved_1f1b, one_f_one_b
 
@@ -188,10 +191,13 @@ def thread_cpu() -> dict[int, float]:
 
 
 def threaded_stats():  # -> SolveStats
-    """A :class:`~perseus.solver.solve.SolveStats` that also records, per stage, the CPU seconds
-    of every thread of this process that ran in it (``threads``, largest first; the threads
-    that ended within the stage, as the relaxation's second one does, count as one): the
-    candidate threads end with the solve, so they are read at each stage's end."""
+    """A :class:`~perseus.solver.solve.SolveStats` that also records each thread's CPU per stage.
+
+    ``threads`` maps a stage to the CPU seconds of every thread of this process that ran in it,
+    largest first; the threads that ended within the stage (as the relaxation's second one
+    does) count as one. The candidate threads end with the solve, so they are read at each
+    stage's end.
+    """
     from contextlib import contextmanager
 
     from perseus.solver.solve import SolveStats
@@ -201,6 +207,7 @@ def threaded_stats():  # -> SolveStats
 
         @contextmanager
         def stage(self, name: str):  # type: ignore[no-untyped-def]
+            """The stage's wall and CPU time, and each thread's CPU in it."""
             before, cpu = thread_cpu(), time.process_time()
             with SolveStats.stage(self, name):
                 yield
@@ -215,9 +222,11 @@ def threaded_stats():  # -> SolveStats
 
 
 def critical_cpu(threads: dict[str, list[float]], ranges: list[float]) -> float:
-    """The CPU on the solve's critical path: per stage its busiest thread (the relaxation's
-    busiest worker process when the sweep ran over ranges, plus what this process did), summed:
-    the wall time on idle cores, less the waits."""
+    """The CPU on the solve's critical path: the wall time on idle cores, less the waits.
+
+    Per stage its busiest thread (in the relaxation, plus the busiest range worker process when
+    the sweep ran over ranges), summed.
+    """
     total = 0.0
     for name, used in threads.items():
         busiest = used[0] if used else 0.0

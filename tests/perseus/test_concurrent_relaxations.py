@@ -1,6 +1,8 @@
-"""The two relaxations of a profile with per-clock transfers (the planning model's and the
-bound's) run on two threads when the solve has more than one core: the frontier is the one the
-two run one after the other give, exactly; a failure or a cancel on either side stops both."""
+"""The planning and the bounding relaxations of per-clock transfers, on two threads.
+
+With more than one core the two run at once: the frontier is the one the two run one after the
+other give, exactly; a failure or a cancel on either side stops both.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ P_BLOCK = 70.38
 
 
 def clocked_problem(stages: int = 4, microbatches: int = 8, seed: int = 5) -> EnergyProblem:
+    """A random 1F1B problem with per-clock transfers on every boundary."""
     prof = random_profile(stages, seed).with_communication(
         full_communication(stages, seed, clocked=True)
     )
@@ -120,9 +123,11 @@ def test_a_cancelled_solve_with_concurrent_relaxations_raises() -> None:
 
 
 def test_breakpoint_times_a_rounding_error_out_of_order_are_put_in_order() -> None:
-    """Measured at A100 16 x 64 with per-clock transfers: one sweep step ended 4.4e-14 s
-    after the step before it, and building the bound refused the times. Lowering such a time
-    to the next keeps every value a lower bound on ``G``."""
+    """A breakpoint time a rounding error out of order is lowered, the bound kept below ``G``.
+
+    Measured at A100 16 x 64 with per-clock transfers: one sweep step ended 4.4e-14 s after the
+    step before it, and building the bound refused the times.
+    """
     from perseus.solver.relaxation import Relaxation, RelaxedFrontier
 
     problem = clocked_problem(3, 4)
