@@ -139,11 +139,15 @@ def _watchers(target: str, job_id: str, ranks: list[tuple[int, int, int, int]], 
     from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 
     async def main() -> None:
-        channels = [grpc.aio.insecure_channel(target) for _ in range(4)]
+        # A connection of its own per channel (a process shares one by default), each carrying
+        # at most 256 streams: the server allows 1,024 at once on one connection.
+        k = max(4, -(-len(ranks) // 256))
+        own = [("grpc.use_local_subchannel_pool", 1)]
+        channels = [grpc.aio.insecure_channel(target, options=own) for _ in range(k)]
         stubs = [pb_grpc.PlanServiceStub(c) for c in channels]
         ids = []
         for i, (g, p, d, t) in enumerate(ranks):
-            r = await stubs[i % 4].RegisterRank(
+            r = await stubs[i % k].RegisterRank(
                 pb.RegisterRankRequest(
                     job_id=job_id, global_rank=g, pipeline_rank=p, data_rank=d, tensor_rank=t
                 )
@@ -154,13 +158,24 @@ def _watchers(target: str, job_id: str, ranks: list[tuple[int, int, int, int]], 
         ready = asyncio.Event()
 
         async def watch(i: int) -> None:
-            call = stubs[i % 4].WatchPlan(pb.WatchPlanRequest(job_id=job_id, rank_id=ids[i]))
-            async for msg in call:
-                latest[i] = msg.version
-                got.setdefault(msg.version, []).append(time.time())
-                if all(latest):
-                    ready.set()
+            call = stubs[i % k].WatchPlan(pb.WatchPlanRequest(job_id=job_id, rank_id=ids[i]))
+            try:
+                async for msg in call:
+                    latest[i] = msg.version
+                    got.setdefault(msg.version, []).append(time.time())
+                    if all(latest):
+                        ready.set()
+            except grpc.aio.AioRpcError as e:  # said, rather than waited for forever
+                if not stopping:
+                    had = sum(map(bool, latest))
+                    print(
+                        f"WatchPlan of rank {ranks[i]}: {e.code().name} {e.details()} "
+                        f"({had} of this process's {len(latest)} streams had a plan)"
+                    )
+                    sys.stdout.flush()
+                    os._exit(1)
 
+        stopping = False
         tasks = [asyncio.create_task(watch(i)) for i in range(len(ids))]
         await ready.wait()
         loop = asyncio.get_running_loop()
@@ -173,6 +188,7 @@ def _watchers(target: str, job_id: str, ranks: list[tuple[int, int, int, int]], 
             while len(got.get(want, [])) < len(ids):
                 await asyncio.sleep(0.002)
             conn.send(("got", max(got[want])))
+        stopping = True
         for t in tasks:
             t.cancel()
         for c in channels:
@@ -490,7 +506,11 @@ def queries_and_push(args: argparse.Namespace) -> int:
     microbatches = 8 if args.smoke else MICROBATCHES
     pipelines = max(1, -(-max(args.streams) // (STAGES * TENSOR)))
     trees = [("this", None)] + ([("baseline", Path(args.baseline))] if args.baseline else [])
-    rows: list[tuple[str, str]] = []
+    print("measurement  result")
+
+    def row(what: str, result: str) -> None:
+        print(f"{what}  {result}", flush=True)  # as it comes: a long run shows its progress
+
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         servers = {}
@@ -506,21 +526,20 @@ def queries_and_push(args: argparse.Namespace) -> int:
                 return 1
             for k in range(50):  # every query answered once (the same warm-up for both)
                 http.get(_query_path(job["id"], k)).raise_for_status()
-            rows.append((f"{name}: frontier", f"{st['num_points']} points, job {job['id']}"))
+            row(f"{name}: frontier", f"{st['num_points']} points, job {job['id']}")
         order = list(servers)
         for r in range(args.query_rounds):
             for name in order if r % 2 == 0 else order[::-1]:
                 srv, http, job = servers[name]
                 label = f"GET /plan?slowdown (concurrency {args.concurrency}, {args.client})"
                 got = query_run(srv.http_url, job["id"], args)
-                rows.append((f"{name}: {label} #{r + 1}", f"{got}; load {load_average()}"))
+                row(f"{name}: {label} #{r + 1}", f"{got}; load {load_average()}")
         for n in args.streams:
             for name in order:
                 srv, http, job = servers[name]
                 label = f"push to {n} WatchPlan streams ({args.procs} client processes)"
                 got = push_run(srv.grpc_target, http, job["id"], n, args, pipelines)
-                rows.append((f"{name}: {label}", f"{got}; load {load_average()}"))
-    print_rows(rows)
+                row(f"{name}: {label}", f"{got}; load {load_average()}")
     return 0
 
 
