@@ -174,7 +174,8 @@ def guarded_h11(
 
 
 #: The most bytes of a request line and headers the httptools protocol reads before refusing the
-#: request (h11 refuses past uvicorn's ``h11_max_incomplete_event_size``, the same 16 KiB).
+#: request (h11 refuses an unfinished head past uvicorn's ``h11_max_incomplete_event_size``, the
+#: same 16 KiB).
 MAX_HEAD_BYTES = 16 * 1024
 
 
