@@ -472,7 +472,7 @@ def push_run(
     pipes, procs = [], []
     for chunk in (ranks[i :: args.procs] for i in range(args.procs)):
         a, b = ctx.Pipe()
-        pr = ctx.Process(target=_watchers, args=(target, job_id, chunk, b))
+        pr = ctx.Process(target=_watchers, args=(target, job_id, chunk, b), daemon=True)
         pr.start()
         pipes.append(a)
         procs.append(pr)
