@@ -97,6 +97,7 @@ class PowerPlan:
     tensor_parallel: int = 1
 
     def to_json(self) -> dict[str, Any]:
+        """The point as JSON: every attribute but the job's shape."""
         return {
             "index": self.index,
             "time": self.time,
@@ -139,8 +140,11 @@ def point_powers(frontier: Frontier, *, pipelines: int = 1, tensor_parallel: int
 def power_at(
     frontier: Frontier, deadline: float, *, pipelines: int = 1, tensor_parallel: int = 1
 ) -> float:
-    """Average power (W, whole job) of an iteration lasting ``deadline`` seconds on the
-    least-energy frontier plan within it: ``P * d * energy_at(deadline) / deadline``."""
+    """Average power (W, whole job) of an iteration lasting ``deadline`` seconds.
+
+    The iteration runs the least-energy frontier plan within it: ``P * d * energy_at(deadline) /
+    deadline``.
+    """
     scale = check_shape(pipelines, tensor_parallel)
     return scale * frontier.energy_at(deadline) / deadline
 
@@ -167,9 +171,11 @@ def peak_powers(frontier: Frontier, problem: EnergyProblem) -> FloatArray:
 def lowest_power(
     frontier: Frontier, *, pipelines: int = 1, tensor_parallel: int = 1, wait: bool = False
 ) -> float:
-    """The lowest average power (W, whole job) a plan reaches: the slowest point's at its own
-    time; with ``wait=True`` the blocking power of every GPU, ``P * d * R * P_b``, which
-    iterations stretched by waiting approach but never reach."""
+    """The lowest average power (W, whole job) a plan reaches.
+
+    That is the slowest point's at its own time; with ``wait=True`` the blocking power of every
+    GPU, ``P * d * R * P_b``, which iterations stretched by waiting approach but never reach.
+    """
     scale = check_shape(pipelines, tensor_parallel)
     if wait:
         return scale * frontier.blocking_power * frontier.schedule.ranks
@@ -252,8 +258,9 @@ def deployment_power(
     tensor_parallel: int = 1,
     deadline: float | None = None,
 ) -> tuple[float, float, float]:
-    """``(time, energy, average_power)`` of one iteration of a job whose data-parallel
-    pipelines run different plans, ``plans[p] = (frontier, index)`` (a straggler's own
+    """``(time, energy, average_power)`` of an iteration whose pipelines run different plans.
+
+    The data-parallel pipelines run ``plans[p] = (frontier, index)`` (a straggler's own
     re-solved frontier included).
 
     The pipelines meet at the gradient sync, so the iteration lasts the slowest plan's time (or
@@ -280,12 +287,13 @@ def deployment_power(
 def bound_time_for_power(
     frontier: Frontier, watts: float, *, pipelines: int = 1, tensor_parallel: int = 1
 ) -> float:
-    """The least iteration time ``T`` the relaxed lower bound allows within ``watts`` (whole
-    job): the least ``T`` with ``P d bound(T) <= watts * T`` (``bound``:
-    :attr:`Frontier.relaxed_bound`, see :meth:`perseus.bound.RelaxedBound.time_for_power`).
-    No plan meeting the budget is faster, waiting or not. Returns ``inf`` when no ``T``
-    qualifies (e.g. the budget is at or below the pipeline's blocking power). ``O(b)`` for
-    ``b`` breakpoints or tangent lines.
+    """The least iteration time ``T`` the relaxed lower bound allows within ``watts`` (whole job).
+
+    It is the least ``T`` with ``P d bound(T) <= watts * T`` (``bound``:
+    :attr:`Frontier.relaxed_bound`, see :meth:`perseus.bound.RelaxedBound.time_for_power`). No
+    plan meeting the budget is faster, waiting or not. Returns ``inf`` when no ``T`` qualifies
+    (e.g. the budget is at or below the pipeline's blocking power). ``O(b)`` for ``b``
+    breakpoints or tangent lines.
     """
     w = check_budget(watts) / check_shape(pipelines, tensor_parallel)
     if frontier.bound_times.size == 0:
