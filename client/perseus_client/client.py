@@ -136,9 +136,11 @@ class _InstructionScope:
 def _server(
     server: str, connection: Connection, env: Environment
 ) -> tuple[str, bool, bytes | None]:
-    """``(gRPC target, TLS, root certificates)`` of the server, checked: an explicit root or a
-    CA (``connection.tls_ca``, else ``$PERSEUS_TLS_CA``) means TLS, unless the address says
-    plain gRPC (``grpc://``)."""
+    """``(gRPC target, TLS, root certificates)`` of the server, checked.
+
+    An explicit root or a CA (``connection.tls_ca``, else ``$PERSEUS_TLS_CA``) means TLS, unless
+    the address says plain gRPC (``grpc://``).
+    """
     from perseus_client.transport import TLS_CA_ENV, check_target, parse_target, read_ca_file
 
     target, tls = parse_target(str(server))
@@ -338,8 +340,11 @@ class PerseusClient:
 
     @property
     def clock_control(self) -> str:
-        """``"active"`` while this rank controls its GPU's clocks, else ``"unavailable"`` (the
-        default backend could not be had: see :mod:`perseus_client.clock_control`)."""
+        """``"active"`` while this rank controls its GPU's clocks, else ``"unavailable"``.
+
+        ``"unavailable"``: the default backend could not be had (see
+        :mod:`perseus_client.clock_control`).
+        """
         return self._failopen.state if self._failopen is not None else ACTIVE
 
     @property
@@ -348,8 +353,11 @@ class PerseusClient:
         return self._failopen.reason if self._failopen is not None else None
 
     def _on_clock_control(self) -> None:
-        """The state may have changed (a background thread): refresh the maximum clock at the
-        next iteration boundary and tell the server."""
+        """Clock control may have changed: refresh the maximum clock, and tell the server.
+
+        Called from a background thread; the maximum clock is refreshed at the next
+        iteration boundary.
+        """
         self._clock_changed = True
         state, reason = self.clock_control, self.clock_control_reason
         self._told_clock_control = (state, reason)
@@ -504,8 +512,11 @@ class PerseusClient:
     def instruction(
         self, kind: str, microbatch: int = 0, stage: int | None = None
     ) -> _InstructionScope:
-        """Context manager around one instruction (``forward``, ``backward``, ``backward_input``,
-        ``backward_weight``) of ``microbatch``; ``stage`` is the model stage with virtual stages."""
+        """Context manager around one instruction of ``microbatch``.
+
+        The instruction is ``forward``, ``backward``, ``backward_input`` or
+        ``backward_weight``; ``stage`` is the model stage with virtual stages.
+        """
         if kind not in _KINDS:
             raise ConfigError(
                 "kind", f"unknown instruction kind {kind!r} (one of {', '.join(INSTRUCTION_KINDS)})"
@@ -521,11 +532,13 @@ class PerseusClient:
     def record_transfer(
         self, boundary: int, direction: str, microbatch: int, seconds: float | EventTiming
     ) -> None:
-        """Record one timed P2P transfer of the current iteration: ``microbatch``'s activations
-        (``direction="forward"``, stage ``boundary`` to ``boundary + 1``) or gradients
-        (``"backward"``, ``boundary + 1`` to ``boundary``), which took ``seconds`` (or the
-        :class:`~perseus_client.measurements.EventTiming` of the CUDA events around it on NCCL,
-        resolved when the report is built, off the training thread).
+        """Record one timed P2P transfer of the current iteration.
+
+        The transfer is ``microbatch``'s activations (``direction="forward"``, stage
+        ``boundary`` to ``boundary + 1``) or gradients (``"backward"``, ``boundary + 1`` to
+        ``boundary``), which took ``seconds`` (or the
+        :class:`~perseus_client.measurements.EventTiming` of the CUDA events around it on
+        NCCL, resolved when the report is built, off the training thread).
 
         Cheap enough for the hot path: one append, no lock, no check (a transfer the server
         would refuse is dropped when the report is built, off the training thread). Outside an
@@ -547,9 +560,11 @@ class PerseusClient:
 
     def close(self, *, finished: bool = False) -> None:
         """Reset the clocks, send queued reports (bounded wait), stop the background threads.
+
         ``finished``: the training ended cleanly; the server hears it (``FinishRank``) and
-        marks the job finished once every rank said so (a ``with`` block that ends without an
-        exception says so)."""
+        marks the job finished once every rank said so (a ``with`` block that ends without
+        an exception says so).
+        """
         if self._closed:
             return
         self._closed = True

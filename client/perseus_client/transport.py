@@ -106,8 +106,11 @@ _RESOLVER_SCHEMES = ("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:", "vsock
 
 
 def check_target(target: str) -> None:
-    """Raise :class:`ConfigError` (field ``server``) unless ``target`` is ``host:port`` (a port
-    1..65535; ``[v6]:port`` for IPv6) or names a gRPC resolver (``unix:path``, ``dns:///...``)."""
+    """Raise :class:`ConfigError` (field ``server``) unless ``target`` is a valid gRPC target.
+
+    Valid: ``host:port`` (a port 1..65535; ``[v6]:port`` for IPv6), or a name of a gRPC resolver
+    (``unix:path``, ``dns:///...``).
+    """
     t = target.strip()
     if t.startswith(_RESOLVER_SCHEMES):
         return
@@ -130,9 +133,11 @@ def check_target(target: str) -> None:
 
 
 def read_tls_ca(path: str | os.PathLike[str] | None = None) -> bytes | None:
-    """The PEM bytes of the CA file ``path`` (default ``$PERSEUS_TLS_CA``; ``None`` when neither
-    is set). Raises :class:`ConfigError` naming the option when the file cannot be read or holds
-    no PEM certificate."""
+    """The PEM bytes of the CA file ``path`` (default ``$PERSEUS_TLS_CA``).
+
+    ``None`` when neither is set. Raises :class:`ConfigError` naming the option when the file
+    cannot be read or holds no PEM certificate.
+    """
     if path is None or not os.fspath(path):
         env = os.environ.get(TLS_CA_ENV) or None
         return None if env is None else read_ca_file(env, TLS_CA_ENV)
@@ -140,8 +145,11 @@ def read_tls_ca(path: str | os.PathLike[str] | None = None) -> bytes | None:
 
 
 def read_ca_file(path: str | os.PathLike[str], field: str) -> bytes:
-    """The PEM bytes of the CA file ``path``; :class:`ConfigError` naming ``field`` (the option
-    or variable that gave it) when it cannot be read or holds no PEM certificate."""
+    """The PEM bytes of the CA file ``path``.
+
+    Raises :class:`ConfigError` naming ``field`` (the option or variable that gave it) when it
+    cannot be read or holds no PEM certificate.
+    """
     try:
         with open(path, "rb") as f:
             pem = f.read()
@@ -155,10 +163,12 @@ def read_ca_file(path: str | os.PathLike[str], field: str) -> bytes:
 
 
 def tls_context(tls_ca: str | os.PathLike[str] | None = None) -> ssl.SSLContext | None:
-    """An SSL context that trusts the CA file ``tls_ca`` (default ``$PERSEUS_TLS_CA``), for REST
-    calls: ``httpx.Client(verify=ctx)``, ``urllib.request.urlopen(req, context=ctx)``; ``None``
-    when no CA is configured (use the system's roots). Raises :class:`ConfigError` like
-    :func:`read_tls_ca`."""
+    """An SSL context that trusts the CA file ``tls_ca`` (default ``$PERSEUS_TLS_CA``).
+
+    For REST calls: ``httpx.Client(verify=ctx)``, ``urllib.request.urlopen(req, context=ctx)``;
+    ``None`` when no CA is configured (use the system's roots). Raises :class:`ConfigError` like
+    :func:`read_tls_ca`.
+    """
     pem = read_tls_ca(tls_ca)
     if pem is None:
         return None
@@ -271,6 +281,7 @@ class ServerLink:
         )
 
     def start(self) -> None:
+        """Start the plan watcher and the reporter threads."""
         self._watcher.start()
         self._reporter.start()
 
@@ -315,8 +326,10 @@ class ServerLink:
     def set_clock_control(
         self, state: str, reason: str, *, gpu_name: str, supported_clocks: tuple[int, ...]
     ) -> None:
-        """The rank's clock control changed (any thread): reports carry it from now on, and the
-        rank registers again when its GPU's name or clocks became known."""
+        """The rank's clock control changed (any thread): reports carry it from now on.
+
+        The rank registers again when its GPU's name or clocks became known.
+        """
         self.identity = dataclasses.replace(
             self.identity,
             gpu_name=gpu_name,
@@ -447,8 +460,11 @@ class ServerLink:
         return not self._queue
 
     def _count_duplicates(self, n: int, sent: int) -> None:
-        """The server called ``n`` of ``sent`` reports duplicates: counted, and logged at most
-        once a minute (a re-sent batch is normal; a rank whose every report is one is muted)."""
+        """The server called ``n`` of ``sent`` reports duplicates: count them, and log it.
+
+        Logged at most once a minute (a re-sent batch is normal; a rank whose every report
+        is one is muted).
+        """
         self.duplicates += n
         now = time.monotonic()
         if now - self._duplicates_logged_at >= _DUPLICATE_LOG_INTERVAL:
@@ -483,8 +499,10 @@ class ServerLink:
     # -- shutdown -----------------------------------------------------------------------------------
 
     def finish(self, timeout: float = 1.0) -> bool:
-        """Tell the server this rank's training ended cleanly (``FinishRank``; bounded by
-        ``timeout``, never raises); returns whether the server heard it."""
+        """Tell the server this rank's training ended cleanly; returns whether the server heard it.
+
+        ``FinishRank``; bounded by ``timeout``, never raises.
+        """
         if self.rank_id is None:
             return False
         try:

@@ -120,6 +120,10 @@ class EngineHooks:
         self._saved: dict[str, Any] = {}
 
     def install(self) -> EngineHooks:
+        """Install the hooks on the engine's pipeline instructions; returns ``self``.
+
+        Raises ``RuntimeError`` when the engine is already instrumented.
+        """
         from deepspeed.runtime.pipe import schedule as ds_schedule
 
         engine = self.engine
@@ -229,8 +233,10 @@ def instrument(
     engine: Any, client: InstructionClient, *, transfers: bool = True, transfer_timing: str = "auto"
 ) -> EngineHooks:
     """Hook ``client`` into a DeepSpeed ``PipelineEngine``; returns the installed hooks.
+
     ``transfers``: also time the engine's P2P instructions (when the client has
-    ``record_transfer``; see the module docstring)."""
+    ``record_transfer``; see the module docstring).
+    """
     if not isinstance(client, InstructionClient):
         raise TypeError("client: needs iteration() and instruction(kind, microbatch=, stage=)")
     if not hasattr(type(engine), "_INSTRUCTION_MAP"):

@@ -202,6 +202,10 @@ class MegatronHooks:
     # -- installation ---------------------------------------------------------------------------
 
     def install(self) -> MegatronHooks:
+        """Patch Megatron's step functions to drive the client; returns ``self``.
+
+        Raises ``RuntimeError`` when they are already patched.
+        """
         import importlib
 
         module: Any = importlib.import_module(_MODULE)
@@ -247,8 +251,11 @@ class MegatronHooks:
     # -- iterations -----------------------------------------------------------------------------
 
     def start_iteration(self) -> None:
-        """Restart the counters (done by :meth:`wrap`'s function; call it if you mark iterations
-        with ``client.iteration()`` yourself)."""
+        """Restart the counters.
+
+        Done by :meth:`wrap`'s function; call it if you mark iterations with
+        ``client.iteration()`` yourself.
+        """
         self._nf = 0
         self._nb = 0
         self.calls = []
@@ -398,9 +405,11 @@ def instrument(
     transfers: bool = True,
     transfer_timing: str = "auto",
 ) -> MegatronHooks:
-    """Patch Megatron's ``forward_step`` / ``backward_step`` to drive ``client`` along ``order``
-    (this rank's entry of :func:`export_orders`); ``transfers``: also time the P2P calls (when
-    the client has ``record_transfer``; see the module docstring)."""
+    """Patch Megatron's ``forward_step`` / ``backward_step`` to drive ``client`` along ``order``.
+
+    ``order`` is this rank's entry of :func:`export_orders`; ``transfers``: also time the P2P
+    calls (when the client has ``record_transfer``; see the module docstring).
+    """
     if not isinstance(client, InstructionClient):
         raise TypeError("client: needs iteration() and instruction(kind, microbatch=, stage=)")
     return MegatronHooks(
