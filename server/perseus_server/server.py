@@ -142,8 +142,10 @@ GC_YOUNG = 10_000
 def _grpc_server(
     config: ServerConfig, service: PerseusService, credentials: Credentials, max_connections: int
 ) -> grpc.aio.Server:
-    """The gRPC server of :func:`serve`, with its interceptor, options and servicer (no port
-    yet)."""
+    """The gRPC server of :func:`serve`, with its interceptor, options and servicer.
+
+    No port yet.
+    """
     service.metrics.grpc_calls.restrict(method=GRPC_METHODS, code=GRPC_CODES)
     grpc_server = grpc.aio.server(
         interceptors=[
@@ -173,8 +175,10 @@ def _grpc_server(
 async def _open_service(
     config: ServerConfig, say: Callable[[str], None]
 ) -> tuple[PerseusService, Leader | None] | None:
-    """The store (with PostgreSQL, once this server leads: a standby waits here) and the service
-    loaded from it; None when SIGTERM or SIGINT came while it waited."""
+    """The store and the service loaded from it; None when SIGTERM or SIGINT came while it waited.
+
+    With PostgreSQL, the store is opened once this server leads: a standby waits here.
+    """
     store = open_store(config.db_path)
     try:
         leader = await become_leader(store, config.leader_lease, say)

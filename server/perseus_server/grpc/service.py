@@ -68,6 +68,7 @@ REPLACED_DETAIL = "rank_id: replaced by a newer WatchPlan stream for this rank"
 
 
 def status_code(err: ApiError) -> grpc.StatusCode:
+    """The gRPC status code of an API error."""
     if isinstance(err, Unavailable):
         return grpc.StatusCode.UNAVAILABLE
     if isinstance(err, StreamLimitExceeded):
@@ -101,8 +102,10 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         raise AssertionError("unreachable")
 
     async def _auth(self, context: _Context, method: str) -> None:
-        """The credential again (the interceptor checks it and its scope first, before any
-        body is read)."""
+        """The credential again.
+
+        The interceptor checks it and its scope first, before any body is read.
+        """
         if self.token is None or token_matches(context.invocation_metadata(), self.token):
             return
         await self._abort(
@@ -110,8 +113,11 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         )
 
     def _credential(self, context: _Context) -> str:
-        """Who opens a stream, for the per-credential limit: an issued credential's id; the
-        admin token, the shared token and an open server each count as one."""
+        """Who opens a stream, for the per-credential limit.
+
+        An issued credential's id; the admin token, the shared token and an open server each
+        count as one.
+        """
         if isinstance(self.token, Credentials):
             who = self.token.from_metadata(context.invocation_metadata())
             if who is not None and who.credential_id:
@@ -130,6 +136,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
     async def RegisterRank(
         self, request: pb.RegisterRankRequest, context: _Context
     ) -> pb.RegisterRankResponse:  # noqa: N802
+        """Register a rank with its job; answers its rank id and the job's shape."""
         await self._auth(context, "RegisterRank")
         await self._size(context, "RegisterRank", request)
         try:
@@ -144,6 +151,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
     async def WatchPlan(  # type: ignore[override]  # noqa: N802
         self, request: pb.WatchPlanRequest, context: _Context
     ) -> None:
+        """Stream the rank's plan: the current one, then each new version."""
         await self._auth(context, "WatchPlan")
         await self._size(context, "WatchPlan", request)
         req = decode_plan_request(request)
@@ -183,6 +191,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
     async def ReportIterations(
         self, request_iterator: AsyncIterator[pb.IterationReport], context: _Context
     ) -> pb.ReportAck:  # noqa: N802
+        """Take a stream of iteration reports; answers how many were accepted and duplicates."""
         await self._auth(context, "ReportIterations")
         accepted = duplicates = 0
         async for report in request_iterator:
@@ -198,13 +207,16 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         return encode_ack(ReportAck(accepted, duplicates))
 
     def _collect_refused(self, size: int) -> None:
-        """Free what earlier refused large reports left behind. An aborted stream leaves its
-        last message in reference cycles inside the gRPC runtime until a full garbage
-        collection (twenty refused reports of 100,000 transfers held 150 MiB, sixty 400 MiB);
-        collected here, at most once per :data:`COLLECT_INTERVAL` seconds (a full collection
-        takes tens of milliseconds) or per :data:`COLLECT_REFUSED_BYTES` refused, so refusals
-        hold a bounded number of bytes however fast they come (with the interval alone, fast
-        refusals of 4 MB reports held 86-103 MiB over forty)."""
+        """Free what earlier refused large reports left behind.
+
+        An aborted stream leaves its last message in reference cycles inside the gRPC
+        runtime until a full garbage collection (twenty refused reports of 100,000 transfers
+        held 150 MiB, sixty 400 MiB); collected here, at most once per
+        :data:`COLLECT_INTERVAL` seconds (a full collection takes tens of milliseconds) or
+        per :data:`COLLECT_REFUSED_BYTES` refused, so refusals hold a bounded number of
+        bytes however fast they come (with the interval alone, fast refusals of 4 MB reports
+        held 86-103 MiB over forty).
+        """
         now = time.monotonic()
         self._refused_bytes += size
         if (
@@ -217,6 +229,7 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
     async def FinishRank(
         self, request: pb.FinishRankRequest, context: _Context
     ) -> pb.FinishRankResponse:  # noqa: N802
+        """Mark the rank finished; answers whether the whole job has finished."""
         await self._auth(context, "FinishRank")
         await self._size(context, "FinishRank", request)
         req = decode_finish(request)

@@ -1,5 +1,7 @@
-"""Pydantic models of the REST API (the API boundary only): request bodies, response bodies and
-the problem document of errors."""
+"""Pydantic models of the REST API (the API boundary only).
+
+Request bodies, response bodies and the problem document of errors.
+"""
 
 from perseus_server.models.power import (
     JobPowerBudget,

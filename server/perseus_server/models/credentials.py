@@ -1,5 +1,7 @@
-"""Response and request models of the credential routes, and of a job's creation (which
-carries the job's rank credential once)."""
+"""Response and request models of the credential routes, and of a job's creation.
+
+A job's creation carries the job's rank credential once.
+"""
 
 from __future__ import annotations
 

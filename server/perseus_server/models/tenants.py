@@ -17,8 +17,10 @@ _GUARANTEED += "no other tenant's jobs push it below."
 
 
 class TenantPatch(BaseModel):
-    """``PATCH /tenants/{id}``: the quotas to change (a field left out stays; null: back to
-    the default)."""
+    """``PATCH /tenants/{id}``: the quotas to change.
+
+    A field left out stays; null: back to the default.
+    """
 
     model_config = ConfigDict(extra="forbid")
 

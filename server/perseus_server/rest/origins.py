@@ -1,5 +1,6 @@
-"""Who may talk to an open server (no token) from a browser: DNS rebinding and cross-site
-requests.
+"""Who may talk to an open server (no token) from a browser.
+
+DNS rebinding and cross-site requests.
 
 Without a token, anything that can reach the port can drive the server, and a web page in the
 operator's browser can reach a loopback port: by a name it controls that resolves to 127.0.0.1
@@ -36,8 +37,10 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def host_name(host: str) -> str:
-    """The name of a ``Host`` header or an origin's authority, without port, brackets, case
-    or trailing dot (``"[::1]:8000"`` -> ``"::1"``)."""
+    """The name of a ``Host`` header or an origin's authority, normalised.
+
+    Without port, brackets, case or trailing dot (``"[::1]:8000"`` -> ``"::1"``).
+    """
     host = host.strip().lower()
     if host.startswith("["):
         return host[1:].split("]", 1)[0]
@@ -69,6 +72,7 @@ class Origins:
         self.allowed = frozenset(host_name(h) for h in allowed if h.strip())
 
     def allows(self, name: str) -> bool:
+        """Whether an open server answers host ``name``: loopback names and the allowed ones."""
         return is_loopback_name(name) or name in self.allowed
 
     def refusal(self, scope: Scope, headers: Mapping[str, str]) -> ApiError | None:
