@@ -1,5 +1,7 @@
-"""Connection-level limits: the file-descriptor limit, an HTTP protocol that bounds open
-connections and the time to send a request (headers and body), and the largest gRPC message.
+"""Connection-level limits on the file descriptors, HTTP connections and gRPC messages.
+
+The file-descriptor limit, an HTTP protocol that bounds open connections and the time to send a
+request (headers and body), and the largest gRPC message.
 
 A client that opens connections and never finishes its request holds a file descriptor each;
 without a bound, enough of them exhaust the process's descriptors and every endpoint stops
@@ -56,19 +58,23 @@ def _no_line_folding(lines: Iterable[bytes]) -> Iterator[bytes]:
 
 
 def refuse_line_folding() -> None:
-    """Make h11 refuse (400, connection closed) a request whose headers use obsolete line
-    folding, which RFC 9112 lets a server refuse or unfold: unfolded, ``Transfer-Encoding:``
-    followed by `` chunked`` on the next line frames the body by chunks here while a proxy
-    that does not unfold sees no framing header at all (request smuggling)."""
+    """Make h11 refuse (400, connection closed) a request whose headers use obsolete line folding.
+
+    RFC 9112 lets a server refuse or unfold: unfolded, ``Transfer-Encoding:`` followed by ``
+    chunked`` on the next line frames the body by chunks here while a proxy that does not unfold
+    sees no framing header at all (request smuggling).
+    """
     h11_readers._obsolete_line_fold = _no_line_folding
 
 
 def guarded_h11(
     max_connections: int, header_timeout: float, body_timeout: float = 60.0
 ) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with a connection cap, a request-header timeout and a request-body
-    timeout; over the cap, the connection longest waiting on an incomplete request gives way."""
+    """Uvicorn's h11 protocol with a connection cap, a request-header timeout and a body timeout.
 
+    The body timeout is a request-body timeout. Over the cap, the connection longest waiting on
+    an incomplete request gives way.
+    """
     refuse_line_folding()
 
     class GuardedH11(H11Protocol):
@@ -83,16 +89,21 @@ def guarded_h11(
             self._arm()
 
         def _waiting(self) -> bool:
-            """Whether this connection holds a slot without a request to work on: it has not
-            sent a complete request (headers, or a body still arriving)."""
+            """Whether this connection holds a slot without a request to work on.
+
+            That is, it has not sent a complete request (headers, or a body still
+            arriving).
+            """
             cycle = self.cycle
             if cycle is None or cycle.response_complete:
                 return True
             return bool(cycle.more_body)
 
         def _evict_one(self) -> bool:
-            """Close the connection (not this one) that has waited longest on an incomplete
-            request; False when every other connection has a request being answered."""
+            """Close the connection (not this one) that has waited longest on an incomplete request.
+
+            False when every other connection has a request being answered.
+            """
             others = [
                 c
                 for c in self.connections
