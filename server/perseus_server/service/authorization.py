@@ -1,10 +1,11 @@
-"""Who may call what: the one authorization table, credential kind x route or gRPC method x
-own / other tenant, that the REST gate (:mod:`perseus_server.rest.gate`) and the gRPC gate
-(:mod:`perseus_server.grpc.gate`) both read. ``docs/server.md`` prints it
-(:func:`markdown_table`), and ``tests/server/test_authorization_matrix.py`` checks every cell
-against a running server, walking the routes from the app's router and the methods from the
-``.proto``: a route or method missing here fails that test (and is refused to every credential
-but the admin's).
+"""Who may call what: the one authorization table that both gates read.
+
+Credential kind x route or gRPC method x own / other tenant, that the REST gate
+(:mod:`perseus_server.rest.gate`) and the gRPC gate (:mod:`perseus_server.grpc.gate`) both read.
+``docs/server.md`` prints it (:func:`markdown_table`), and
+``tests/server/test_authorization_matrix.py`` checks every cell against a running server, walking
+the routes from the app's router and the methods from the ``.proto``: a route or method missing here
+fails that test (and is refused to every credential but the admin's).
 
 Credential kinds (:class:`~perseus_server.service.credentials.Scope`):
 
@@ -143,16 +144,21 @@ GRPC: Mapping[str, Rule] = MappingProxyType(
 
 
 def access(who: Principal, rule: Rule | None) -> Access:
-    """What ``who`` may do under ``rule`` (a route or method the table lacks: the admin
-    only)."""
+    """What ``who`` may do under ``rule``.
+
+    A route or method the table lacks: the admin only.
+    """
     if rule is None:
         return Access.ANY if who.scope is Scope.ADMIN else Access.NONE
     return rule[who.scope]
 
 
 def sees_tenant(who: Principal) -> str | None:
-    """The one tenant whose jobs ``who`` sees (None: every tenant's, or, for a rank
-    credential, only its own job's, which the gates check by job)."""
+    """The one tenant whose jobs ``who`` sees.
+
+    None: every tenant's, or, for a rank credential, only its own job's, which the gates check
+    by job.
+    """
     return who.tenant if who.scope in TENANT_SCOPES else None
 
 
