@@ -297,7 +297,7 @@ class FailOpenGpu(GpuBackend):
                 self._unavailable(exc)
 
     def energy_mj(self) -> int:
-        """The energy counter (mJ), continuous across backends; the last value while there is none."""
+        """The energy counter (mJ), continuous across backends; the last value while none."""
         inner = self._inner
         if inner is not None:
             self._last_energy = inner.energy_mj() + self._energy_offset

@@ -67,7 +67,7 @@ class IterationRecorder:
         self.transfers: list[Transfer] = []
 
     def start(self) -> None:
-        """Start recording a new iteration: the lists of instructions, events and transfers emptied."""
+        """Start recording a new iteration: empty the instructions, events and transfers."""
         self.instructions = []
         self.events = []
         self.transfers = []

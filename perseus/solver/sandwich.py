@@ -212,10 +212,10 @@ def sandwich_frontier(
     """The relaxed frontier of ``problem`` as tangent lines at a few deadlines.
 
     See the module's docstring. The lines are certified within ``tolerance`` of the energy bound
-    between them (or as close as ``max_solves`` solves get). ``hulls`` (default ``relaxation``) are the hulls
-    solved (e.g. an :meth:`Relaxation.under_estimate`); ``relaxation`` stays the frontier's, for
-    rounding. ``initial`` deadlines are solved first, from the slowest time down, spaced ever
-    closer towards ``T0`` (where ``G`` bends most).
+    between them (or as close as ``max_solves`` solves get). ``hulls`` (default ``relaxation``)
+    are the hulls solved (e.g. an :meth:`Relaxation.under_estimate`); ``relaxation`` stays the
+    frontier's, for rounding. ``initial`` deadlines are solved first, from the slowest time
+    down, spaced ever closer towards ``T0`` (where ``G`` bends most).
     """
     st = stats if stats is not None else SandwichStats()
     cpu = time.process_time()

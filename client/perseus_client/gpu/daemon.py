@@ -294,7 +294,7 @@ class DaemonGpu(GpuBackend):
                 self._lost(conn, exc)
 
     def energy_mj(self) -> int:
-        """The energy counter (mJ) read through the daemon; the last value while it is unreachable."""
+        """The energy counter (mJ) through the daemon; the last value while it is unreachable."""
         conn = self._conn
         if conn is not None:
             self._energy_now(conn)

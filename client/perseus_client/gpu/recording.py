@@ -92,7 +92,7 @@ class RecordingGpu(GpuBackend):
             self._write({"event": "set", "mhz": int(mhz)})
 
     def reset_locked_clocks(self) -> None:
-        """Remove the inner backend's SM clock lock (safe concurrently and from a signal handler)."""
+        """Remove the inner backend's SM clock lock (safe concurrently and from signal handlers)."""
         with hold_briefly(self._lock):  # safe concurrently and from a signal handler (see base)
             self.inner.reset_locked_clocks()
             self._locked = None

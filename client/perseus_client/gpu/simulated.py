@@ -480,7 +480,7 @@ class SimulatedGpu(GpuBackend):
         return t * self._time_factor, e * self._time_factor
 
     def begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:
-        """Start an instruction: its modelled time and energy at the current clock, noise applied."""
+        """Start an instruction: its modelled time and energy at the clock now, noise applied."""
         t, e = self.instruction_cost(kind, stage)
         if self.noise > 0:
             t *= max(0.0, 1.0 + self.noise * self._rng.gauss(0.0, 1.0))

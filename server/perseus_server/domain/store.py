@@ -159,7 +159,7 @@ class Store(Protocol):
         sequences: dict[tuple[str, int], int] | None = None,
         incarnations_kept: int = 8,
     ) -> None:
-        """Append iterations, keeping the newest ``keep`` per rank, and raise the report sequences.
+        """Append iterations, keep the newest ``keep`` per rank, and raise the report sequences.
 
         The highest accepted report sequence of each ``(rank_id, incarnation)`` is raised to
         ``sequences`` (never lowered), keeping the ``incarnations_kept`` most recently

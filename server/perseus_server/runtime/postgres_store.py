@@ -354,7 +354,7 @@ class PostgresStore:
         sequences: dict[tuple[str, int], int] | None = None,
         incarnations_kept: int = 8,
     ) -> None:
-        """Append iterations, keeping the newest ``keep`` per rank, and raise the report sequences."""
+        """Append iterations, keep the newest ``keep`` per rank, and raise the report sequences."""
         if not rows:
             return
         now = time.time()
