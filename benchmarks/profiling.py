@@ -91,8 +91,10 @@ def simulate_scan(
     seed: int,
     old_rule: bool,
 ) -> Scan:
-    """Drive ``session`` with the reports of noisy simulated ranks until it (or, for the old
-    rule, the job's energy) says stop."""
+    """Drive ``session`` with the reports of noisy simulated ranks until it says stop.
+
+    For the old rule, until the job's energy says stop.
+    """
     dag = EnergyProblem.build(true, schedule, blocking_power).dag
     ranks = [f"rank-{r}" for r in range(schedule.ranks)]
     nodes = [np.flatnonzero(dag.rank == r) for r in range(schedule.ranks)]
@@ -290,8 +292,10 @@ def budget_table(
     tolerance: float,
     cost_tolerance: float = 0.0,
 ) -> None:
-    """The new rule's difference against the true frontier, and its iterations, as the
-    measuring budget scales (see :func:`run_job`), over ``seeds``."""
+    """The new rule's difference against the true frontier, and its iterations, over ``seeds``.
+
+    As the measuring budget scales (see :func:`run_job`).
+    """
     print(
         f"new rule (cost tolerance {cost_tolerance:g}), budget scaling over seeds {seeds}: per "
         f"job the iterations spent (mean over seeds), the largest |points| difference over the "

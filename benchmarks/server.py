@@ -136,7 +136,9 @@ def latency(xs: list[float]) -> str:
 
 def probe_healthz(url: str, stop: Any, out: Any, go: Any = None) -> None:
     """``GET /healthz`` every 10 ms until ``stop``; sends ``(latencies, failures)`` to ``out``.
-    With ``go`` (an event), it first sends ``"ready"`` once connected and waits for ``go``."""
+
+    With ``go`` (an event), it first sends ``"ready"`` once connected and waits for ``go``.
+    """
     import httpx
 
     lat: list[float] = []
@@ -169,9 +171,11 @@ def wait_frontier(http: Any, job_id: str, every: float = 0.2) -> dict[str, Any]:
 def solved_job(
     http: Any, microbatches: int, data_parallel: int
 ) -> tuple[dict[str, Any], dict[str, Any], float]:
-    """An A40 8-stage 1F1B job of ``microbatches`` x ``data_parallel`` with the profile in
-    ``profiles/`` and its frontier computed: the job, the frontier's status and the seconds
-    the computation took."""
+    """An A40 8-stage 1F1B job with its frontier computed, and what the computation took.
+
+    The job has ``microbatches`` x ``data_parallel`` and the profile in ``profiles/``. Returns
+    the job, the frontier's status and the seconds the computation took.
+    """
     job = http.post(
         "/jobs",
         json={
@@ -231,8 +235,10 @@ _CORO = re.compile(r"coro=<([\w.]+)\(")
 
 
 def slow_callbacks(log: str, top: int = 8) -> list[tuple[str, str]]:
-    """asyncio debug mode's slow-callback lines of a server log, grouped by the task's
-    coroutine (or the handle, its addresses blanked), the longest total first."""
+    """Asyncio debug mode's slow-callback lines of a server log, grouped, the longest total first.
+
+    Grouped by the task's coroutine (or the handle, its addresses blanked).
+    """
     groups: dict[str, list[float]] = {}
     for m in _SLOW.finditer(log):
         coro = _CORO.search(m.group(1))
@@ -254,8 +260,10 @@ LOADS = ("uploads", "reports", "solves")
 def healthz_under_load(
     seconds: float, *, loop_trace: bool = False, loads: tuple[str, ...] = LOADS
 ) -> list[tuple[str, str]]:
-    """``/healthz`` latency while uploads, large reports and solve completions (``loads``)
-    run."""
+    """``/healthz`` latency while uploads, large reports and solve completions run.
+
+    The running work is ``loads``.
+    """
     import json
 
     import httpx
