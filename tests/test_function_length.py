@@ -1,7 +1,9 @@
-"""No function over :data:`MAX_LINES` lines (``docs/architecture.md``, "Style"), checked with
-:mod:`ast` over every package; the numba kernels (flat loops over arrays, one per algorithm) are
-the documented exception. A function's docstring is not counted: ruff's D rules require one on
-every public function, and the limit is on code."""
+"""No function over :data:`MAX_LINES` lines, checked with :mod:`ast` over every package.
+
+See ``docs/architecture.md``, "Style". The numba kernels (flat loops over arrays, one per algorithm)
+are the documented exception. A function's docstring is not counted: ruff's D rules require one on
+every public function, and the limit is on code.
+"""
 
 from __future__ import annotations
 
@@ -19,8 +21,10 @@ EXEMPT = ("perseus/kernels",)
 
 
 def long_functions(package: Path, root: Path = ROOT, exempt: tuple[str, ...] = EXEMPT) -> list[str]:
-    """``path:line name (n lines)`` of every function or method over the limit, outside the
-    ``exempt`` folders (relative to ``root``)."""
+    """``path:line name (n lines)`` of every function or method over the limit.
+
+    Outside the ``exempt`` folders (relative to ``root``).
+    """
     found = []
     skip = [root / e for e in exempt]
     for path in sorted(package.rglob("*.py")):

@@ -1,8 +1,10 @@
-"""Request framing and slow bodies, with raw sockets against a real server: the usual request
-smuggling variants (CL.TE, TE.CL, duplicate and malformed ``Transfer-Encoding``) are refused with
-one 400 and a closed connection, so nothing behind them is answered as a second request; body
-limits count what arrives whatever the framing; a body trickled a byte at a time is cut off, and
-``/healthz`` answers while such connections fight over ``--max-connections``."""
+"""Request framing and slow bodies, with raw sockets against a real server.
+
+The usual request smuggling variants (CL.TE, TE.CL, duplicate and malformed ``Transfer-Encoding``)
+are refused with one 400 and a closed connection, so nothing behind them is answered as a second
+request; body limits count what arrives whatever the framing; a body trickled a byte at a time is
+cut off, and ``/healthz`` answers while such connections fight over ``--max-connections``.
+"""
 
 from __future__ import annotations
 
