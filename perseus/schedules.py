@@ -251,7 +251,17 @@ ALIASES = {"interleaved1f1b": "interleaved-1f1b", "interleaved": "interleaved-1f
 
 
 def make_schedule(name: str, stages: int, microbatches: int, virtual_stages: int = 1) -> Schedule:
-    """Build a named schedule; ``stages`` is the number of pipeline ranks."""
+    """Build a named schedule; ``stages`` is the number of pipeline ranks.
+
+    Args:
+        name: one of :data:`SCHEDULE_NAMES` or :data:`ALIASES` (any case, ``_`` for ``-``).
+        stages: pipeline ranks.
+        microbatches: microbatches per iteration.
+        virtual_stages: model chunks per rank (interleaved 1F1B only; the others ignore it).
+
+    Raises:
+        ScheduleError: an unknown name, or sizes the schedule cannot take.
+    """
     key = name.lower().replace("_", "-")
     builder = BUILDERS.get(ALIASES.get(key, key))
     if builder is None:

@@ -200,6 +200,12 @@ def allocate_power(
 ) -> Allocation:
     """The allocation of ``watts`` over ``jobs`` that is best for ``policy`` (module docstring).
 
+    Args:
+        jobs: each job's frontier choices, GPUs and reference time; names must be distinct.
+        watts: the budget (W) shared by all the jobs.
+        policy: ``throughput`` (least GPU-time lost) or ``fair`` (least largest slowdown, then
+            least GPU-time lost).
+
     Raises:
         PowerBudgetError: ``watts`` is not a finite number > 0, or below the sum of the jobs'
             lowest powers (named in the message and in ``lowest_power``).

@@ -198,6 +198,13 @@ def plan_for_power_budget(
     ``D`` with ``P d E(D) <= watts * D`` (``E(D)``: :meth:`Frontier.energy_at`), which is
     ``min_i max(T_i, c_i / w)`` with ``c_i = E_i - P_b R T_i`` and ``w = watts / (P d) - P_b R``.
 
+    Args:
+        frontier: one pipeline's frontier.
+        watts: the budget (W) for the whole job: every pipeline and tensor-parallel copy.
+        pipelines: the job's data-parallel pipelines, each running ``frontier``'s plan.
+        tensor_parallel: GPUs per pipeline stage (each draws the stage's power).
+        wait: whether the iteration may be stretched past the plan's time by waiting.
+
     Raises:
         PowerBudgetError: ``watts`` is not a finite number > 0, or is below the lowest power
             (:func:`lowest_power`, named in the message and in ``lowest_power``).
