@@ -8,6 +8,9 @@ a stage do the same work, so the job draws ``P * d`` times the pipeline's energy
 
     average power (whole job, W) = P * d * E_i / T_i        on P * R * d GPUs
 
+The functions here take the job's shape as ``pipelines`` (``P``, default 1) and
+``tensor_parallel`` (``d``, default 1); watts are always the whole job's.
+
 An iteration that lasts a deadline ``D`` longer than its plan's own time (the pipeline waits for a
 straggler, or is paced) draws the blocking power for the rest, so its power is
 ``P * d * E(D) / D`` with ``E(D) = E_i + P_b * R * (D - T_i)``; the frontier's own
