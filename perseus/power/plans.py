@@ -9,7 +9,8 @@ a stage do the same work, so the job draws ``P * d`` times the pipeline's energy
     average power (whole job, W) = P * d * E_i / T_i        on P * R * d GPUs
 
 The functions here take the job's shape as ``pipelines`` (``P``, default 1) and
-``tensor_parallel`` (``d``, default 1); watts are always the whole job's.
+``tensor_parallel`` (``d``, default 1); budgets (``watts``) and average powers are the whole
+job's, peak powers per GPU.
 
 An iteration that lasts a deadline ``D`` longer than its plan's own time (the pipeline waits for a
 straggler, or is paced) draws the blocking power for the rest, so its power is
