@@ -1,6 +1,6 @@
 """One rank of a real ``torch.distributed.pipelining`` run whose clock requests go through gpud.
 
-(gloo, CPU) whose clock requests go through the node daemon. Started as a subprocess by
+The run is on gloo, CPU, its clocks locked through the node daemon. Started as a subprocess by
 ``test_gpud_torch_e2e.py``.
 
 Like ``tests/integrations/torch_worker.py`` (whose model and training loop it reuses), but each

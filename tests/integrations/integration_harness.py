@@ -190,9 +190,8 @@ def launch_ranks(
 ) -> None:
     """Run ``world`` copies of ``script`` over gloo to completion, from the script's directory.
 
-    (``--rank r --world w --config --out``) over gloo to completion, from the script's
-    directory; ``pythonpath`` goes before the ranks' own path. Fails the calling test with every
-    rank's output tail.
+    Each copy gets ``--rank r --world w --config --out``; ``pythonpath`` goes before the ranks'
+    own path. Fails the calling test with every rank's output tail.
     """
     import subprocess
 

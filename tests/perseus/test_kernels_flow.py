@@ -1,6 +1,7 @@
 """The compiled max-flow / min-cut with lower bounds against networkx.
 
-(:mod:`perseus.kernels.flow`) against networkx as an independent oracle, on random small networks.
+The kernels are :mod:`perseus.kernels.flow`; networkx is the independent oracle, on random small
+networks.
 
 The oracle computes the same answer another way: a flow of value at least ``F`` that respects
 the lower bounds exists iff, on the usual transformed graph (capacities ``hi - lo``, each
@@ -181,7 +182,7 @@ def test_min_cut_with_lower_bounds_matches_networkx(net: Network, warm: bool) ->
 def test_without_lower_bounds_it_is_networkx_minimum_cut(net: Network, warm: bool) -> None:
     """Plain capacities: the value and the cut are networkx's ``minimum_cut``'s.
 
-    (any minimum cut may differ in its vertices, never in its value), from a zero start or from
+    Any minimum cut may differ in its vertices, never in its value. From a zero start or from
     any warm start whose inflow into ``t`` a maximum flow can match.
     """
     status, side, flow = _solve(net, warm)
@@ -265,8 +266,8 @@ def test_an_unbounded_path_is_reported_after_the_repair_used_it() -> None:
 def split_networks(draw: st.DrawFn) -> tuple[int, np.ndarray, np.ndarray, list[int], list[int]]:
     """A random DAG on 1-7 nodes, with capacities per node arc and per DAG edge.
 
-    (edges from lower to higher index), a capacity per node arc (0 switches the node off,
-    ``INF`` is unbounded) and per DAG edge (0 or ``INF``).
+    Edges go from lower to higher index. A node arc's capacity of 0 switches the node off,
+    ``INF`` is unbounded; a DAG edge's is 0 or ``INF``.
     """
     n = draw(st.integers(1, 7))
     pairs = [(u, v) for u in range(n) for v in range(u + 1, n)]

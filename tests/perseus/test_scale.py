@@ -41,8 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def smooth(stages: int, clocks: int, seed: int = 0) -> Profile:
     """A DVFS-model profile, stages a little different from each other.
 
-    (time = memory part + compute part x fmax/f, power = static + dynamic x (f/fmax)^3), stages
-    a little different from each other.
+    Time = memory part + compute part x fmax/f, power = static + dynamic x (f/fmax)^3.
     """
     rng = np.random.default_rng(seed)
     f = 1980 - 15 * np.arange(clocks)
@@ -71,8 +70,8 @@ def check_frontier(problem: EnergyProblem, fr: Frontier) -> None:
 def test_the_sweep_keeps_a_bounded_number_of_durations_and_interpolates_feasibly() -> None:
     """With room for 64 breakpoints' durations, the sweep keeps at most that many.
 
-    (the slowest and the fastest among them), every breakpoint's time and cost, exact durations
-    at the kept ones, and interpolations within their deadlines everywhere.
+    It keeps the slowest and the fastest among them, every breakpoint's time and cost, exact
+    durations at the kept ones, and interpolations within their deadlines everywhere.
     """
     problem = EnergyProblem.build(smooth(4, 24), one_f_one_b(4, 8), 80.0)
     rel = Relaxation.build(problem)

@@ -285,8 +285,8 @@ def instances(
 ) -> tuple[Profile, Schedule, float]:
     """A random profile and schedule, and a blocking power.
 
-    (2-3 stages, 2-5 frequencies, each (stage, kind) measuring a subset, time increasing as the
-    frequency drops, 30-400 W) and a schedule, and a blocking power.
+    The profile has 2-3 stages and 2-5 frequencies, each (stage, kind) measuring a subset, time
+    increasing as the frequency drops, 30-400 W.
     """
     name = draw(st.sampled_from(names))
     ranks = draw(st.integers(2, 3))

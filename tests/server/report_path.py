@@ -143,8 +143,8 @@ def _report(mhz: int) -> pb.IterationReport:
 def trace_report(tmp: Path, *, every_call: bool = False) -> Trace:
     """Handle one report through ``ReportIterations`` and trace its stops.
 
-    (``every_call``: every call of a project function while it is handled, whatever its
-    arguments: how scattered the handling is, helpers on the job's state included).
+    ``every_call``: trace every call of a project function while the report is handled, whatever
+    its arguments (how scattered the handling is, helpers on the job's state included).
     """
     tmp.mkdir(parents=True, exist_ok=True)
     csv = sliced_profile_csv()

@@ -1,8 +1,7 @@
 """The authorization table, every cell checked against a real ``perseus serve``.
 
-(:mod:`perseus_server.service.authorization`), every cell checked against a real ``perseus serve``:
-credential kind x route (from the app's own router) or gRPC method (from the ``.proto``) x own /
-other tenant.
+The table is :mod:`perseus_server.service.authorization`; its cells are credential kind x route
+(from the app's own router) or gRPC method (from the ``.proto``) x own / other tenant.
 
 A route or method that is not in the table fails :func:`test_every_route_and_method_is_classified`
 (and is refused to every credential but the admin's), so a new one is classified the day it is

@@ -1,8 +1,8 @@
 """Crash at every step of a solve's completion, a deployment and a profiling finish, and restart.
 
-(a real server exits at a named point, ``PERSEUS_FAULT``), restart, and check that every endpoint
-answers and the state is the one before or after the step; and a job whose stored state is
-unreadable is marked failed while the server starts anyway.
+A real server exits at a named point (``PERSEUS_FAULT``); after the restart every endpoint answers
+and the state is the one before or after the step. A job whose stored state is unreadable is marked
+failed while the server starts anyway.
 """
 
 from __future__ import annotations

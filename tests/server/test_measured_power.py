@@ -24,7 +24,7 @@ from .conftest import BLOCKING_A40, register, solved_job
 def _max_clock_rank(csv_text: str, microbatches: int) -> dict[int, tuple[float, float]]:
     """Per pipeline rank of a 1F1B job with one stage per rank.
 
-    (energy, busy time) of its instructions at the profile's top clock, summed by hand.
+    The energy and busy time of its instructions at the profile's top clock, summed by hand.
     """
     prof = parse_profile_csv(csv_text)
     out = {}

@@ -322,7 +322,7 @@ def test_a_restart_keeps_the_budget_and_its_plans(tmp_path: Path, small_csv: str
 def exercise_power_budget(c: Any, job_id: str) -> None:
     """``/power-budget``'s documented answers through a :class:`Contract`.
 
-    (each body checked against the published schema): for ``test_openapi_lifecycle`` to call
+    Each body is checked against the published schema; for ``test_openapi_lifecycle`` to call
     with a solved job that has a rank registered.
     """
     c.call("GET", "/power-budget", 404)

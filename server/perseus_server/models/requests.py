@@ -42,8 +42,8 @@ OrderOp = tuple[Annotated[str, Field(max_length=64)], Index, Index]
 def policy_field(p: Parameter, *, query: bool = False) -> tuple[Any, dict[str, Any]]:
     """``(type, Field keywords)`` of a policy parameter as an optional request field.
 
-    (or, with ``query``, a ``fastapi.Query`` parameter, whose integers arrive as text): its
-    bounds and description from the registry.
+    With ``query``, a ``fastapi.Query`` parameter instead, whose integers arrive as text. Its
+    bounds and description come from the registry.
     """
     bounds: dict[str, Any] = {}
     if p.minimum is not None:

@@ -57,9 +57,9 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
     async def rotate_rank_credential(job_id: str) -> dict[str, Any]:
         """A new secret for the job's rank credential.
 
-        (issued if it has none, in force again if it was revoked): the old secret stops
-        working at once; the rank identities registered with the credential stay bound to
-        it. The secret is shown only here.
+        It is issued if the job has none, and in force again if it was revoked. The old
+        secret stops working at once; the rank identities registered with the credential
+        stay bound to it. The secret is shown only here.
         """
         service.jobs.get(job_id)
         return credentials.rotate_rank(job_id).to_json()

@@ -158,11 +158,11 @@ def plans_router(service: PerseusService) -> APIRouter:
     ) -> Response:
         """The plan one policy selects; deploys nothing.
 
-        (give exactly one: the least-energy plan within a deadline, a slowdown or an energy
+        Give exactly one: the least-energy plan within a deadline, a slowdown or an energy
         budget, the fastest plan within a power budget (W, whole job; ties: least energy),
         Zeus's cost ``eta`` (``max_power``: one GPU's maximum power limit, default the
-        job's), or a point by index); 422 when none fits (a power budget's names
-        ``lowest_power``, W). Deploys nothing.
+        job's), or a point by index. 422 when none fits (a power budget's names
+        ``lowest_power``, W).
         """
         policy = _policy(given)
         if all(given.get(name) is None for name in POLICY_NAMES):

@@ -1,7 +1,7 @@
 """``GET /ui``: the operator's page.
 
-(``server/perseus_server/ui/``: HTML, JS and CSS shipped as package data, no build step, nothing
-from elsewhere).
+The page is ``server/perseus_server/ui/``: HTML, JS and CSS shipped as package data, no build step,
+nothing from elsewhere.
 
 The page and its two assets are public: they hold no data, and the page has to load before it
 can ask for a credential. Every data call the page makes goes through the REST API and its

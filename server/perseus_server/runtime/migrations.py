@@ -93,8 +93,8 @@ def _v4_credentials(db: sqlite3.Connection) -> None:
 def _v5_partial_frontiers(db: sqlite3.Connection) -> None:
     """Version 5: whether a job's stored frontier is partial.
 
-    (the first plan of a solve, stored and deployed while the rest is computed; a solve cut
-    short leaves it so).
+    A partial frontier is the first plan of a solve, stored and deployed while the rest is
+    computed; a solve cut short leaves it so.
     """
     db.execute("ALTER TABLE frontiers ADD COLUMN partial INTEGER NOT NULL DEFAULT 0")
 

@@ -137,8 +137,8 @@ class PostgresStore:
     def transaction(self) -> Iterator[None]:
         """One transaction around every write of this thread inside.
 
-        (they nest: inner ones join the outer); callbacks given to :meth:`after_commit`
-        meanwhile run once it has committed.
+        Transactions nest: inner ones join the outer. Callbacks given to
+        :meth:`after_commit` meanwhile run once it has committed.
         """
         with self._tx():
             yield

@@ -26,9 +26,9 @@ __all__ = ["run_solve"]
 def _exit_with_parent(parent: Any) -> None:
     """Exit as soon as the server that started us is gone.
 
-    (killed outright, it cannot cancel us, and nothing would read our results: flushing them
-    could block exit forever). Waits on the parent's sentinel, so a parent that died before we
-    started is noticed too.
+    Killed outright, the server cannot cancel us, and nothing would read our results: flushing
+    them could block exit forever. Waits on the parent's sentinel, so a parent that died before
+    we started is noticed too.
     """
     parent.join()
     os._exit(1)

@@ -100,8 +100,8 @@ class SqliteStore:
     def transaction(self) -> Iterator[None]:
         """One transaction around every write inside.
 
-        (they nest: inner ones join the outer); callbacks given to :meth:`after_commit`
-        meanwhile run once it has committed.
+        Transactions nest: inner ones join the outer. Callbacks given to
+        :meth:`after_commit` meanwhile run once it has committed.
         """
         with self._tx():
             yield
