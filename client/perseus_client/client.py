@@ -66,13 +66,13 @@ place (:class:`perseus_client.defaults.Environment`); the tuning options come gr
 from __future__ import annotations
 
 import logging
-import socket
 import sys
 import threading
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from perseus_client.clock_control import ACTIVE, FailOpenGpu
+from perseus_client.connect import open_link, rank_registration, server_target
 from perseus_client.controller import FrequencyController
 from perseus_client.defaults import Environment, default_gpu
 from perseus_client.errors import ClientError, ConfigError, PlanMismatchError
@@ -84,76 +84,12 @@ from perseus_client.options import Connection, FailOpen, RankPosition, Reporting
 from perseus_client.plan import INSTRUCTION_KINDS, Plan
 from perseus_client.reports import IterationRecorder
 from perseus_client.safety import ResetGuard
-
-if TYPE_CHECKING:
-    from perseus_client.transport import ServerLink
+from perseus_client.scopes import InstructionScope, IterationScope
 
 __all__ = ["PerseusClient"]
 
 log = logging.getLogger("perseus_client")
 _KINDS = frozenset(INSTRUCTION_KINDS)
-
-
-class _IterationScope:
-    __slots__ = ("_client",)
-
-    def __init__(self, client: PerseusClient) -> None:
-        self._client = client
-
-    def __enter__(self) -> PerseusClient:
-        self._client._begin_iteration()
-        return self._client
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._client._end_iteration(ev)
-
-
-class _InstructionScope:
-    """Reusable instruction context (instructions never nest, so one object per client)."""
-
-    __slots__ = ("_client", "kind", "microbatch", "stage")
-
-    def __init__(self, client: PerseusClient) -> None:
-        self._client = client
-        self.kind = "forward"
-        self.microbatch = 0
-        self.stage: int | None = None
-
-    def __enter__(self) -> None:
-        self._client._path.begin(self.kind, self.microbatch, self.stage)
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if ev is None:
-            self._client._path.end()
-        else:
-            self._client._path.abort()
-
-
-def _server(
-    server: str, connection: Connection, env: Environment
-) -> tuple[str, bool, bytes | None]:
-    """``(gRPC target, TLS, root certificates)`` of the server, checked.
-
-    An explicit root or a CA (``connection.tls_ca``, else ``$PERSEUS_TLS_CA``) means TLS, unless
-    the address says plain gRPC (``grpc://``).
-    """
-    from perseus_client.transport import TLS_CA_ENV, check_target, parse_target, read_ca_file
-
-    target, tls = parse_target(str(server))
-    check_target(target)
-    roots = connection.tls_root_certificates
-    if roots is not None:
-        return target, True, roots
-    if connection.tls_ca:
-        roots = read_ca_file(connection.tls_ca, "tls_ca")
-    elif env.tls_ca:
-        roots = read_ca_file(env.tls_ca, TLS_CA_ENV)
-    plain = str(server).strip().startswith("grpc://")
-    return target, tls or (roots is not None and not plain), roots
 
 
 class PerseusClient:
@@ -211,7 +147,7 @@ class PerseusClient:
             if not job:
                 raise ConfigError("job", "pass job='<job id>' or set PERSEUS_JOB")
             # Configuration errors raise here, before anything starts (a GPU lease included).
-            target, tls, roots = _server(server, connection, env)
+            target, tls, roots = server_target(server, connection, env)
         self.global_rank = env.integer("RANK", rank.global_rank, 0)
         self.pipeline_rank = rank.pipeline_rank
         self.data_rank = rank.data_rank
@@ -253,7 +189,10 @@ class PerseusClient:
         self._init_state()
         self.link: Any = None
         if not offline:
-            self.link = self._link(target, str(job), gpu, token, tls, roots, connection, reporting)
+            registration = rank_registration(str(job), self, gpu)
+            self.link = open_link(
+                target, registration, self._receive_plan, token, tls, roots, connection, reporting
+            )
         if self._failopen is not None:
             self._failopen.add_listener(self._on_clock_control)
             self._on_clock_control()
@@ -281,8 +220,8 @@ class PerseusClient:
         self.begin = self._path.begin
         self.end = self._path.end
         self.abort = self._path.abort
-        self._iteration_scope = _IterationScope(self)
-        self._instruction_scope = _InstructionScope(self)
+        self._iteration_scope = IterationScope(self)
+        self._instruction_scope = InstructionScope(self)
 
         self._latest: Plan | None = None  # newest plan received (swapped in at a boundary)
         self._plan: Plan | None = None  # plan of the current / last iteration
@@ -297,44 +236,6 @@ class PerseusClient:
         #: The last iteration's measurement (also what was queued for the server).
         self.last_report: IterationMeasurement | None = None
         self._closed = False
-
-    def _link(
-        self,
-        target: str,
-        job: str,
-        gpu: GpuBackend,
-        token: str | None,
-        tls: bool,
-        roots: bytes | None,
-        connection: Connection,
-        reporting: Reporting,
-    ) -> ServerLink:
-        """The rank's link to the server (registration, plans, reports; not started)."""
-        from perseus_client.transport import ServerLink
-        from perseus_common.wire import RankRegistration
-
-        return ServerLink(
-            target,
-            RankRegistration(
-                job_id=job,
-                global_rank=self.global_rank,
-                pipeline_rank=self.pipeline_rank,
-                data_rank=self.data_rank,
-                tensor_rank=self.tensor_rank,
-                gpu_name=gpu.name,
-                supported_clocks_mhz=tuple(gpu.supported_clocks()),
-                hostname=socket.gethostname(),
-                max_power_limit_w=gpu.max_power_limit_w() or 0.0,
-            ),
-            self._receive_plan,
-            token=token,
-            tls=tls,
-            root_certificates=roots,
-            rpc_timeout=connection.rpc_timeout,
-            backoff_initial=connection.backoff_initial,
-            backoff_max=connection.backoff_max,
-            report_interval=reporting.report_interval,
-        )
 
     # -- clock control ----------------------------------------------------------------------------
 
@@ -438,7 +339,7 @@ class PerseusClient:
 
     # -- iterations -------------------------------------------------------------------------------
 
-    def iteration(self) -> _IterationScope:
+    def iteration(self) -> IterationScope:
         """Context manager marking one training iteration."""
         return self._iteration_scope
 
@@ -511,7 +412,7 @@ class PerseusClient:
 
     def instruction(
         self, kind: str, microbatch: int = 0, stage: int | None = None
-    ) -> _InstructionScope:
+    ) -> InstructionScope:
         """Context manager around one instruction of ``microbatch``.
 
         The instruction is ``forward``, ``backward``, ``backward_input`` or
