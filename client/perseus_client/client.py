@@ -51,15 +51,16 @@ Guarantees:
   incarnation, and the server compares sequences within one incarnation only.
 
 Configuration comes from the arguments or the environment: ``PERSEUS_SERVER`` (``host:port``, or
-``grpcs://host:port`` for TLS), ``PERSEUS_TOKEN`` (bearer token), ``PERSEUS_JOB`` (job id),
-``PERSEUS_TLS_CA`` (PEM file of a private CA; implies TLS), ``RANK`` (global rank) and
-``LOCAL_RANK`` (NVML index of the default GPU backend). The default backend is
-:class:`DaemonGpu` (through the node daemon ``perseus gpud``, no privileges needed) when
-``PERSEUS_GPUD_SOCKET`` is set or the default socket ``/run/perseus/gpud.sock`` exists, else
-the GPU of the vendor the availability probe finds (:mod:`perseus_client.gpu.vendors`;
-:class:`NvmlGpu`); ``PERSEUS_DRY_RUN=1`` opens it in ``dry_run``, which records clock requests
-without applying them. It is built behind :class:`FailOpenGpu`. The environment is read in one
-place (:class:`perseus_client.defaults.Environment`); the tuning options come grouped
+``grpcs://host:port`` for TLS; several, comma-separated, for an active/standby pair),
+``PERSEUS_TOKEN`` (bearer token), ``PERSEUS_JOB`` (job id), ``PERSEUS_TLS_CA`` (PEM file of a
+private CA; implies TLS), ``RANK`` (global rank) and ``LOCAL_RANK`` (NVML index of the default GPU
+backend). The default backend is :class:`DaemonGpu` (through the node daemon ``perseus gpud``, no
+privileges needed) when ``PERSEUS_GPUD_SOCKET`` is set or the default socket
+``/run/perseus/gpud.sock`` exists, else the GPU of the vendor the availability probe finds
+(:mod:`perseus_client.gpu.vendors`; :class:`NvmlGpu`); ``PERSEUS_DRY_RUN=1`` opens it in
+``dry_run``, which records clock requests without applying them. It is built behind
+:class:`FailOpenGpu`. The environment is read in one place
+(:class:`perseus_client.defaults.Environment`); the tuning options come grouped
 (:mod:`perseus_client.options`).
 """
 
@@ -68,11 +69,12 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perseus_client.clock_control import ACTIVE, FailOpenGpu
-from perseus_client.connect import open_link, rank_registration, server_target
+from perseus_client.connect import open_link, rank_registration, server_addresses
 from perseus_client.controller import FrequencyController
 from perseus_client.defaults import Environment, default_gpu
 from perseus_client.errors import ClientError, ConfigError, PlanMismatchError
@@ -86,6 +88,9 @@ from perseus_client.reports import IterationRecorder
 from perseus_client.safety import ResetGuard
 from perseus_client.scopes import InstructionScope, IterationScope
 
+if TYPE_CHECKING:
+    from perseus_client.addresses import ServerAddress
+
 __all__ = ["PerseusClient"]
 
 log = logging.getLogger("perseus_client")
@@ -96,7 +101,9 @@ class PerseusClient:
     """The Perseus client of one training rank (see the module docstring).
 
     Args:
-        server: gRPC address ``host:port`` (``grpcs://`` for TLS); default ``$PERSEUS_SERVER``.
+        server: gRPC address ``host:port`` (``grpcs://`` for TLS), or several (a list, or one
+            comma-separated string: the servers of an active/standby pair, followed to the
+            leader; see :mod:`perseus_client.addresses`); default ``$PERSEUS_SERVER``.
         job: job id; default ``$PERSEUS_JOB``.
         token: bearer token; default ``$PERSEUS_TOKEN`` (none when unset).
         gpu: the GPU backend; default ``DaemonGpu($LOCAL_RANK)`` when a node daemon socket is
@@ -119,7 +126,7 @@ class PerseusClient:
 
     def __init__(
         self,
-        server: str | None = None,
+        server: str | Sequence[str] | None = None,
         job: str | None = None,
         *,
         token: str | None = None,
@@ -140,14 +147,15 @@ class PerseusClient:
         server = server if server is not None else env.server
         job = job if job is not None else env.job
         token = token if token is not None else env.token
-        target, tls, roots = "", False, None
+        addresses: tuple[ServerAddress, ...] = ()
+        roots: bytes | None = None
         if not offline:
             if not server:
                 raise ConfigError("server", "pass server='host:port' or set PERSEUS_SERVER")
             if not job:
                 raise ConfigError("job", "pass job='<job id>' or set PERSEUS_JOB")
             # Configuration errors raise here, before anything starts (a GPU lease included).
-            target, tls, roots = server_target(server, connection, env)
+            addresses, roots = server_addresses(server, connection, env)
         self.global_rank = env.integer("RANK", rank.global_rank, 0)
         self.pipeline_rank = rank.pipeline_rank
         self.data_rank = rank.data_rank
@@ -191,7 +199,7 @@ class PerseusClient:
         if not offline:
             registration = rank_registration(str(job), self, gpu)
             self.link = open_link(
-                target, registration, self._receive_plan, token, tls, roots, connection, reporting
+                addresses, registration, self._receive_plan, token, roots, connection, reporting
             )
         if self._failopen is not None:
             self._failopen.add_listener(self._on_clock_control)

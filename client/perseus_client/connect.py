@@ -1,7 +1,7 @@
 """How a :class:`~perseus_client.client.PerseusClient` reaches its server.
 
-The target and its TLS trust, checked before anything starts; the rank's registration; the link
-(not started).
+The server addresses and their TLS trust, checked before anything starts; the rank's registration;
+the link (not started).
 
 The transport (gRPC) is imported only when a client connects, so an offline client never loads
 it.
@@ -10,7 +10,7 @@ it.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from perseus_client.defaults import Environment
@@ -19,10 +19,11 @@ from perseus_client.options import Connection, Reporting
 from perseus_client.plan import Plan
 
 if TYPE_CHECKING:
+    from perseus_client.addresses import ServerAddress
     from perseus_client.transport import ServerLink
     from perseus_common.wire import RankRegistration
 
-__all__ = ["RankPlace", "open_link", "rank_registration", "server_target"]
+__all__ = ["RankPlace", "open_link", "rank_registration", "server_addresses"]
 
 
 class RankPlace(Protocol):
@@ -34,27 +35,24 @@ class RankPlace(Protocol):
     tensor_rank: int
 
 
-def server_target(
-    server: str, connection: Connection, env: Environment
-) -> tuple[str, bool, bytes | None]:
-    """Return the server's ``(gRPC target, TLS, root certificates)``, checked.
+def server_addresses(
+    server: str | Sequence[str], connection: Connection, env: Environment
+) -> tuple[tuple[ServerAddress, ...], bytes | None]:
+    """Return the server addresses, checked, and the TLS root certificates.
 
-    An explicit root or a CA (``connection.tls_ca``, else ``$PERSEUS_TLS_CA``) means TLS,
-    unless the address says plain gRPC (``grpc://``).
+    ``server`` is one address, several comma-separated, or a list
+    (:func:`~perseus_client.addresses.parse_servers`). An explicit root or a CA
+    (``connection.tls_ca``, else ``$PERSEUS_TLS_CA``) means TLS for every address that does not
+    say plain gRPC (``grpc://``).
     """
-    from perseus_client.transport import TLS_CA_ENV, check_target, parse_target, read_ca_file
+    from perseus_client.addresses import TLS_CA_ENV, parse_servers, read_ca_file
 
-    target, tls = parse_target(str(server))
-    check_target(target)
     roots = connection.tls_root_certificates
-    if roots is not None:
-        return target, True, roots
-    if connection.tls_ca:
+    if roots is None and connection.tls_ca:
         roots = read_ca_file(connection.tls_ca, "tls_ca")
-    elif env.tls_ca:
+    elif roots is None and env.tls_ca:
         roots = read_ca_file(env.tls_ca, TLS_CA_ENV)
-    plain = str(server).strip().startswith("grpc://")
-    return target, tls or (roots is not None and not plain), roots
+    return parse_servers(server, tls_default=roots is not None), roots
 
 
 def rank_registration(job: str, rank: RankPlace, gpu: GpuBackend) -> RankRegistration:
@@ -75,11 +73,10 @@ def rank_registration(job: str, rank: RankPlace, gpu: GpuBackend) -> RankRegistr
 
 
 def open_link(
-    target: str,
+    addresses: Sequence[ServerAddress],
     registration: RankRegistration,
     on_plan: Callable[[Plan], None],
     token: str | None,
-    tls: bool,
     roots: bytes | None,
     connection: Connection,
     reporting: Reporting,
@@ -88,11 +85,10 @@ def open_link(
     from perseus_client.transport import ServerLink
 
     return ServerLink(
-        target,
+        addresses,
         registration,
         on_plan,
         token=token,
-        tls=tls,
         root_certificates=roots,
         rpc_timeout=connection.rpc_timeout,
         backoff_initial=connection.backoff_initial,
