@@ -42,7 +42,17 @@ T0 (``-`` where it did not finish within ``--timeout``). ``--workers 1,2`` solve
 and its worker processes (from the solve's start), ``load`` the 1-minute load average when it
 started, ``ranges CPU s`` each worker's CPU on its deadline range (start solve included; the
 parallel sweep runs from ``perseus.solver.parallel.PARALLEL_MIN_NODES`` nodes), and peak RSS the
-larger of the child's and its largest worker's.
+larger of the child's and its largest worker's. Because wall time on a shared machine is noise,
+each row also says where the CPU went: per stage the two busiest threads' CPU s (the candidate
+threads; threads that ended within a stage count as one), and ``crit``, the CPU on the
+critical path (per stage its busiest thread, plus the busiest range worker in the relaxation):
+what the whole frontier would take on idle cores, less the waits. ``--transfers F`` adds
+per-clock transfers (``F`` of the sender's forward, half scaling as ``fmax / f``), where the
+planning and the bounding relaxations are two sweeps (on two threads with two cores).
+
+The side-by-side one-vs-two-worker table (a few minutes on two idle cores)::
+
+    python benchmarks/scaling.py --only 16x256x1 --profile a100 --relaxation sweep --workers 1,2
 """
 
 from __future__ import annotations
@@ -138,7 +148,13 @@ def smooth_profile(stages: int, clocks: int = 64, fmax: int = 1980, step: int = 
     return Profile(entries)
 
 
-def build_problem(cfg: Config):  # -> EnergyProblem
+def build_problem(cfg: Config, transfers: float = 0.0):  # -> EnergyProblem
+    """The problem of ``cfg``, with per-clock transfers when ``transfers > 0``.
+
+    Every boundary's transfers then take that fraction of the sender's forward time, half of it
+    scaling as ``fmax / f`` with the producer's clock (``benchmarks/communication.py``'s
+    per-clock transfers).
+    """
     from perseus.problem import EnergyProblem
     from perseus.schedules import interleaved_1f1b, one_f_one_b
 
@@ -148,6 +164,10 @@ def build_problem(cfg: Config):  # -> EnergyProblem
         profile, power = smooth_profile(cfg.stages), SMOOTH_BLOCKING_POWER
     else:
         raise ValueError(cfg.profile)
+    if transfers > 0:
+        from communication import with_transfers
+
+        profile = with_transfers(profile, transfers, clocked=True)
     if cfg.virtual == 1:
         schedule = one_f_one_b(cfg.stages, cfg.microbatches)
     else:
@@ -161,7 +181,73 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def child(cfg: Config, cprofile: bool = False, relaxation: str = "sweep", workers: int = 1) -> dict:
+def thread_cpu() -> dict[int, float]:
+    """CPU seconds (user + sys) of each live thread of this process, by thread id."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def threaded_stats():  # -> SolveStats
+    """A :class:`~perseus.solver.solve.SolveStats` that also records each thread's CPU per stage.
+
+    ``threads`` maps a stage to the CPU seconds of every thread of this process that ran in it,
+    largest first; the threads that ended within the stage (as the relaxation's second one
+    does) count as one. The candidate threads end with the solve, so they are read at each
+    stage's end.
+    """
+    from contextlib import contextmanager
+
+    from perseus.solver.solve import SolveStats
+
+    class ThreadedStats(SolveStats):
+        threads: dict[str, list[float]]
+
+        @contextmanager
+        def stage(self, name: str):  # type: ignore[no-untyped-def]
+            """The stage's wall and CPU time, and each thread's CPU in it."""
+            before, cpu = thread_cpu(), time.process_time()
+            with SolveStats.stage(self, name):
+                yield
+            after, cpu = thread_cpu(), time.process_time() - cpu
+            used = [c - before.get(t, 0.0) for t, c in after.items()]
+            used.append(cpu - sum(used))  # threads that ended in the stage, counted as one
+            self.threads[name] = [round(c, 2) for c in sorted(used, reverse=True) if c >= 0.01]
+
+    st = ThreadedStats()
+    st.threads = {}
+    return st
+
+
+def critical_cpu(threads: dict[str, list[float]], ranges: list[float]) -> float:
+    """The CPU on the solve's critical path: the wall time on idle cores, less the waits.
+
+    Per stage its busiest thread (in the relaxation, plus the busiest range worker process when
+    the sweep ran over ranges), summed.
+    """
+    total = 0.0
+    for name, used in threads.items():
+        busiest = used[0] if used else 0.0
+        if name == "relax" and ranges:
+            busiest += max(ranges)
+        total += busiest
+    return total
+
+
+def child(
+    cfg: Config,
+    cprofile: bool = False,
+    relaxation: str = "sweep",
+    workers: int = 1,
+    transfers: float = 0.0,
+) -> dict:
     """Solve ``cfg`` in this process and measure it.
 
     With ``cprofile``: under cProfile, the functions taking the most time printed to stderr.
@@ -170,9 +256,8 @@ def child(cfg: Config, cprofile: bool = False, relaxation: str = "sweep", worker
 
     from perseus.solver import SolverOptions, solve_problem
     from perseus.solver.relaxation import Relaxation
-    from perseus.solver.solve import SolveStats
 
-    problem = build_problem(cfg)
+    problem = build_problem(cfg, transfers)
     tiny = build_problem(Config(cfg.profile, 2, 2))
     solve_problem(tiny)  # kernels loaded (or compiled) before timing
     base_rss = _peak_rss_mib()
@@ -181,7 +266,7 @@ def child(cfg: Config, cprofile: bool = False, relaxation: str = "sweep", worker
     load = os.getloadavg()[0]
     ru = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     t = time.perf_counter()
-    stats = SolveStats()
+    stats = threaded_stats()
     kwargs = {
         "on_first_plan": lambda fr: first.append(time.perf_counter() - t),
         "options": SolverOptions(relaxation=relaxation, workers=workers),
@@ -220,6 +305,9 @@ def child(cfg: Config, cprofile: bool = False, relaxation: str = "sweep", worker
         "solves": stats.sandwich.solves if stats.sandwich else None,
         "pivots": stats.sandwich.pivots if stats.sandwich else None,
         "workers": workers,
+        "transfers": transfers,
+        "threads": stats.threads,
+        "critical": critical_cpu(stats.threads, [r.cpu for r in stats.ranges]),
     }
     for f in DEADLINES:
         # the sweep stops within 1e-9 (relative) of the fastest time, so the bound's first
@@ -266,9 +354,12 @@ def run_child(
     cprofile: bool = False,
     relaxation: str = "sweep",
     workers: int = 1,
+    transfers: float = 0.0,
 ) -> dict:
     """:func:`child` in a fresh process, killed past ``timeout`` s or ``max_rss_gb`` GB."""
-    arg = json.dumps([cfg.profile, cfg.stages, cfg.microbatches, cfg.virtual, relaxation, workers])
+    arg = json.dumps(
+        [cfg.profile, cfg.stages, cfg.microbatches, cfg.virtual, relaxation, workers, transfers]
+    )
     proc = subprocess.Popen(
         [sys.executable, __file__, "--child", arg] + (["--cprofile"] if cprofile else []),
         stdout=subprocess.PIPE,
@@ -298,6 +389,16 @@ def run_child(
     if cprofile:
         print(err, file=sys.stderr)
     return json.loads(out.strip().splitlines()[-1])
+
+
+def _threads(threads: dict[str, list[float]]) -> str:
+    """Each stage's two busiest threads' CPU s, e.g. ``round 6.2+5.8``."""
+    short = {"first plan": "first", "relax": "relax", "round": "round", "search": "search",
+             "polish": "polish"}  # fmt: skip
+    return " ".join(
+        f"{short.get(k, k)} {'+'.join(f'{c:.1f}' for c in v[:2]) or '0'}"
+        for k, v in threads.items()
+    )
 
 
 def _slope(prev: dict | None, cur: dict, key: str) -> str:
@@ -331,10 +432,16 @@ def main(argv: list[str] | None = None) -> int:
         default="1",
         help="comma-separated SolverOptions.workers, each a row per input (e.g. 1,2)",
     )
+    ap.add_argument(
+        "--transfers",
+        type=float,
+        default=0.0,
+        help="per-clock transfers at this fraction of a forward (half scaling as fmax / f)",
+    )
     args = ap.parse_args(argv)
     if args.child:
-        p, s, m, v, rx, wk = json.loads(args.child)
-        print(json.dumps(child(Config(p, s, m, v), args.cprofile, rx, wk)))
+        p, s, m, v, rx, wk, tr = json.loads(args.child)
+        print(json.dumps(child(Config(p, s, m, v), args.cprofile, rx, wk, tr)))
         return 0
     limit = min(args.max_instructions, 8192 if args.quick else 32768)
     profiles = args.profile or (["a100"] if args.smoke else ["smooth", "a100"])
@@ -353,8 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     head = (f"{'input':20} {'instr':>6} {'hull':>5} {'first':>7} {'whole':>7} {'RSS MiB':>8} "
             f"{'pts':>5} {'T/T0-1':>8} {'gap T0':>7} {'1.02':>6} {'1.1':>6} {'slope t':>7} "
             f"{'slope m':>7} | {'relax':>7} {'wall':>7} {'round':>6} {'search':>6} "
-            f"{'polish':>6} {'solves':>6} {'pivots':>9} {'wk':>2} {'CPU':>7} {'load':>5} "
-            f"ranges CPU s")  # fmt: skip
+            f"{'polish':>6} {'solves':>6} {'pivots':>9} {'wk':>2} {'CPU':>7} {'crit':>7} "
+            f"{'load':>5} ranges CPU s | busiest threads CPU s per stage")  # fmt: skip
     if args.compare_sweep:
         head += f" | {'sweep':>7} {'relax':>7} {'gap T0':>7}"
     print(f"relaxation: {args.relaxation}; stage columns: CPU s (relaxation also wall s)")
@@ -364,7 +471,9 @@ def main(argv: list[str] | None = None) -> int:
     prev: dict[str, dict] = {}
     runs = [(cfg, int(w)) for cfg in todo for w in args.workers.split(",")]
     for cfg, wk in runs:
-        r = run_child(cfg, args.timeout, args.max_rss_gb, args.cprofile, args.relaxation, wk)
+        r = run_child(
+            cfg, args.timeout, args.max_rss_gb, args.cprofile, args.relaxation, wk, args.transfers
+        )
         r["config"] = [cfg.profile, cfg.stages, cfg.microbatches, cfg.virtual]
         if args.compare_sweep:
             r["sweep"] = run_child(cfg, args.timeout, args.max_rss_gb, False, "sweep")
@@ -384,8 +493,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"{st['round'][1]:6.1f} {st['search'][1]:6.1f} {st['polish'][1]:6.1f} "
                     f"{r['solves'] if r['solves'] is not None else '-':>6} "
                     f"{r['pivots'] if r['pivots'] is not None else '-':>9} {r['workers']:2d} "
-                    f"{r['cpu']:6.1f}s {r['load']:5.1f} "
-                    f"{' '.join(f'{c:.1f}' for c in r['ranges']) or '-'}")  # fmt: skip
+                    f"{r['cpu']:6.1f}s {r['critical']:6.1f}s {r['load']:5.1f} "
+                    f"{' '.join(f'{c:.1f}' for c in r['ranges']) or '-'} | "
+                    f"{_threads(r['threads'])}")  # fmt: skip
             if args.compare_sweep:
                 sw = r["sweep"]
                 if "error" in sw:

@@ -2,7 +2,11 @@
 
 The training thread calls :meth:`FrequencyController.request` before each instruction. A request
 for the clock already requested is a no-op (nothing is queued). Otherwise the request is queued
-and a background thread applies the queued requests strictly in order.
+and a background thread applies the queued requests in order. The request's hand-off is a deque
+append and one flag test: the controller thread is woken (a lock released, no ``Condition``)
+only when it sleeps; a thread that is still applying earlier requests picks the new one up
+without a wake. A queued request is skipped (coalesced) when the next one's ``after`` event has
+already completed: its instruction has ended, so its lock would only land after it.
 
 **When a change takes effect (GPUs).** CUDA launches are asynchronous: when the CPU enters
 instruction *i*, the GPU may still be running instruction *i-1*. Locking the clock right away
@@ -64,6 +68,16 @@ log = logging.getLogger("perseus_client.controller")
 _RESET = -1  # request code for "reset the locked clocks"
 
 
+def _done(event: Any) -> bool:
+    """Whether a CUDA event (``None``: none) has completed; ``False`` when it cannot tell."""
+    if event is None:
+        return False
+    try:
+        return bool(event.query())
+    except Exception:  # noqa: BLE001 - a fake or broken event: do not skip on its word
+        return False
+
+
 class FrequencyController:
     """Applies clock requests for one GPU in a background thread (see the module docstring)."""
 
@@ -73,7 +87,11 @@ class FrequencyController:
         # seq, mhz, after, epoch, tag
         self._pending: deque[tuple[int, int, Any, int, Instruction | None]] = deque()
         self._apply_lock = threading.RLock()  # orders the controller thread and flush()
-        self._wake = threading.Event()
+        # The controller thread sleeps on this lock (held: asleep); a wake releases it, only
+        # while ``_sleeping`` (see :meth:`_wake`): a request to a busy thread costs no wake.
+        self._gate = threading.Lock()
+        self._gate.acquire()
+        self._sleeping = False
         self._requested: int | None = None  # last requested clock (_RESET after a reset)
         self._seq = 0
         self._applied_seq = 0
@@ -128,11 +146,11 @@ class FrequencyController:
         if mhz == self._requested or self._closed:
             return self._seq
         self._requested = mhz
-        self._seq += 1
-        self._pending.append((self._seq, mhz, after, self._epoch, tag))
-        if wake:
-            self._wake.set()
-        return self._seq
+        self._seq = seq = self._seq + 1
+        self._pending.append((seq, mhz, after, self._epoch, tag))
+        if wake and self._sleeping:
+            self._wake()
+        return seq
 
     def apply_now(self, mhz: int, after: Any = None) -> None:
         """Synchronous backends: request ``mhz`` and apply it in the calling thread, in one call.
@@ -166,7 +184,7 @@ class FrequencyController:
         self._requested = _RESET
         self._seq += 1
         self._pending.append((self._seq, _RESET, None, self._epoch, None))
-        self._wake.set()
+        self._wake()
         return self._seq
 
     def flush(self, upto: int | None = None) -> None:
@@ -202,13 +220,30 @@ class FrequencyController:
 
     # -- controller thread ------------------------------------------------------------------------
 
+    def _wake(self) -> None:
+        """Wake the controller thread if it sleeps (any thread; a second wake is harmless)."""
+        self._sleeping = False
+        try:  # noqa: SIM105 - a plain try: contextlib.suppress costs a context manager per wake
+            self._gate.release()
+        except RuntimeError:  # already released: the thread is awake or about to be
+            pass
+
     def _run(self) -> None:
+        # Lost wakes cannot happen: ``_sleeping`` is set before the queue is checked, and a
+        # request appends before it reads ``_sleeping``; a stale release only costs one empty
+        # round. The thread runs a few bytecodes per wake: the GIL it takes from training.
+        gate = self._gate
+        pending = self._pending
+        drain = self._drain
         while True:
-            self._wake.wait()
-            self._wake.clear()
+            self._sleeping = True
+            if not pending and not self._stopping:
+                gate.acquire()
+            self._sleeping = False
             if self._stopping:
                 return
-            self._drain(None)
+            if pending:
+                drain(None)
 
     def _drain(self, upto: int | None) -> None:
         with self._apply_lock:
@@ -224,6 +259,11 @@ class FrequencyController:
                     break
                 if epoch != self._epoch:
                     continue  # queued before a reset_now(): dropped
+                if upto is None and pending and _done(pending[0][2]):
+                    # Superseded: the next request waits on this instruction's end event,
+                    # which has completed, so this lock would land after its instruction.
+                    self._applied_seq = max(self._applied_seq, seq)
+                    continue
                 if after is not None:
                     try:
                         after.synchronize()
@@ -342,6 +382,6 @@ class FrequencyController:
             self.reset_now()
         self._closed = True
         self._stopping = True
-        self._wake.set()
+        self._wake()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=5.0)

@@ -179,7 +179,8 @@ class InstructionPath:
         pos = self._pos
         self._pos = pos + 1
         p = self._p
-        if pos < p.n and p.keys[pos] == (kind, microbatch, stage):
+        key = (kind, microbatch, stage)
+        if pos < p.n and p.keys[pos] == key:
             mhz = p.clocks[pos]
         else:
             mhz = self._slow_clock(kind, microbatch, stage, pos)
@@ -190,7 +191,7 @@ class InstructionPath:
             # The lock lands after the previous instruction's end event: it belongs to this
             # instruction, which the GPU may reach well after the CPU issued it (the sampler
             # attributes its samples to the tag, see perseus_client.gpu.applied).
-            self._request(mhz, self.last_end_ev, (kind, microbatch, stage))
+            self._request(mhz, self.last_end_ev, key)
         if self._extras:
             self._begin_extras()
         self._gpu_begin(kind, microbatch, stage)

@@ -51,3 +51,31 @@ def test_scaling_relax_only_compares_the_two_bounds() -> None:
     assert "sweep" in lines[1] and "breakpoints" in lines[1]
     lo, hi = (float(x) for x in lines[2].split("[")[1].rstrip("]").split(", "))
     assert -1e-9 <= lo <= hi <= 5e-4  # the sandwich's bound: below the sweep's, within 0.05 %
+
+
+@pytest.mark.slow
+def test_scaling_workers_rows_carry_each_threads_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "scaling.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "scaling.py"), "--smoke", "--workers", "1,2",
+         "--relaxation", "sweep", "--transfers", "0.03", "--json", str(out)],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ), cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert all(k in lines[1] for k in ("wk", "CPU", "crit", "busiest threads"))
+    rows = [line for line in lines if line.startswith("a100    8 x  12")]
+    assert len(rows) == 2 and all("relax" in row and "round" in row for row in rows)
+    one, two = json.loads(out.read_text())
+    assert (one["workers"], two["workers"]) == (1, 2)
+    for r in (one, two):
+        assert r["transfers"] == 0.03
+        assert set(r["threads"]) == {"first plan", "relax", "round", "search", "polish"}
+        for used in r["threads"].values():
+            assert used == sorted(used, reverse=True) and all(c >= 0 for c in used)
+        # the critical path: each stage's busiest thread, never more than all threads' CPU
+        busiest = sum(used[0] for used in r["threads"].values() if used)
+        assert r["critical"] == pytest.approx(busiest)
+        assert r["critical"] <= r["cpu"] + 0.05
+    # the same plans either way: the two relaxations on two threads change nothing
+    assert one["points"] == two["points"] and one["gap@1.0"] == pytest.approx(two["gap@1.0"])
