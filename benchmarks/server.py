@@ -1,16 +1,29 @@
 """Server benchmarks: plan-query throughput/latency and WatchPlan push fan-out.
 
-    python benchmarks/server.py [--seconds 10] [--streams 256 1024] [--procs 4]
+    python benchmarks/server.py [--seconds 10] [--streams 4096 10000] [--procs 4]
+        [--baseline TREE] [--query-rounds 2] [--client raw|httpx] [--smoke]
 
 1. Starts ``perseus serve`` (temporary DB) and solves the A40 8-stage x 96-microbatch 1F1B job
-   (1,536 instructions per pipeline; 128 data-parallel pipelines = 1,024 ranks).
+   (1,536 instructions per pipeline), tensor parallel 2, with as many data-parallel pipelines
+   as the largest ``--streams`` needs (10,240 ranks for 10,000 streams). Each of the 50
+   queries below is sent once before measuring (the same warm-up for every server).
 2. Plan queries: a load generator in another process sends ``GET /jobs/{id}/plan?slowdown=s``
-   (s cycling over 50 values) with ``--concurrency`` requests in flight; prints requests/s and
-   p50/p99 latency.
-3. Push fan-out: ``--procs`` client processes open the WatchPlan streams (256, then 1,024 ranks);
-   once every stream holds the current version, ``PUT /jobs/{id}/plan`` deploys a new plan; the
-   time from just before the PUT until the last stream received the new version is reported
-   (median and max over ``--rounds`` deployments).
+   (s cycling over 50 values) with ``--concurrency`` requests in flight for ``--seconds``;
+   prints requests/s and p50/p99 latency. ``--client raw`` (default) sends each request's
+   bytes, built once, over keep-alive sockets and reads the answer by its length, so the
+   figures are the server's; ``--client httpx`` costs the load generator about as much CPU
+   as the server's answer (on two shared cores it then measures both).
+3. Push fan-out: ``--procs`` client processes open the WatchPlan streams (each count of
+   ``--streams``); once every stream holds the current version, ``PUT /jobs/{id}/plan``
+   deploys a new plan; the time from just before the PUT until the last stream received the
+   new version is reported (median and max over ``--rounds`` deployments).
+
+``--baseline TREE`` runs, beside this tree's server, the server of another source tree (a
+``git worktree`` of an older commit, run with that tree's packages first on the path), both
+solved and warmed alike; the query runs alternate between them (``--query-rounds`` each, in
+the order A B B A ...) and each push count runs on both, every row with the load average:
+the comparison side by side in one run. ``--smoke``: 8 microbatches, 1 s, 16 streams, one
+deployment (a test runs it, against this tree as its own baseline).
 
 ``--healthz-under-load SECONDS`` measures instead how free the event loop stays: a probe
 process polls ``/healthz`` every 10 ms (p50/p99/max) while, at once, profiles of the 16 MiB
@@ -36,7 +49,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing as mp
+import os
 import re
 import statistics
 import sys
@@ -47,13 +62,56 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = ROOT / "profiles" / "gpt3-175b_a40_8stage.csv"
-STAGES, MICROBATCHES, PIPELINES = 8, 96, 128
+#: The job: 8 stages x 96 microbatches, ``TENSOR``-way tensor parallel, as many data-parallel
+#: pipelines as the largest ``--streams`` needs (10,240 ranks for 10,000 streams).
+STAGES, MICROBATCHES, TENSOR = 8, 96, 2
 
 
-def _query_load(url: str, job_id: str, seconds: float, concurrency: int, out: Any) -> None:
-    import httpx
+def _query_path(job_id: str, k: int) -> str:
+    """The ``k``-th query of the load: ``slowdown`` cycling over 50 values (0 to 0.245)."""
+    return f"/jobs/{job_id}/plan?slowdown={(k % 50) * 0.005}"
 
-    async def main() -> list[float]:
+
+def _query_load(
+    url: str, job_id: str, seconds: float, concurrency: int, out: Any, client: str = "raw"
+) -> None:
+    """``concurrency`` requests in flight for ``seconds``; sends ``(latencies, wall)``.
+
+    ``client="raw"``: one keep-alive socket per worker, the request's bytes built once, the
+    answer read by its ``Content-Length`` (a few tens of microseconds a request, so the figures
+    are the server's); ``"httpx"``: an ``httpx.AsyncClient``, which costs the load generator
+    about as much CPU as the server's answer.
+    """
+
+    async def raw() -> list[float]:
+        host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)
+        reqs = [
+            f"GET {_query_path(job_id, k)} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode()
+            for k in range(50)
+        ]
+        lat: list[float] = []
+        stop = time.perf_counter() + seconds
+
+        async def worker(k: int) -> None:
+            reader, writer = await asyncio.open_connection(host, int(port))
+            i = k
+            while time.perf_counter() < stop:
+                t0 = time.perf_counter()
+                writer.write(reqs[i % 50])
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+                await reader.readexactly(length)
+                lat.append(time.perf_counter() - t0)
+                assert head.startswith(b"HTTP/1.1 200 "), head
+                i += concurrency
+            writer.close()
+
+        await asyncio.gather(*(worker(k) for k in range(concurrency)))
+        return lat
+
+    async def with_httpx() -> list[float]:
+        import httpx
+
         lat: list[float] = []
         stop = time.perf_counter() + seconds
         async with httpx.AsyncClient(base_url=url, timeout=30) as c:
@@ -61,9 +119,8 @@ def _query_load(url: str, job_id: str, seconds: float, concurrency: int, out: An
             async def worker(k: int) -> None:
                 i = k
                 while time.perf_counter() < stop:
-                    s = (i % 50) * 0.005
                     t0 = time.perf_counter()
-                    r = await c.get(f"/jobs/{job_id}/plan", params={"slowdown": s})
+                    r = await c.get(_query_path(job_id, i))
                     lat.append(time.perf_counter() - t0)
                     assert r.status_code == 200, r.text
                     i += concurrency
@@ -72,23 +129,29 @@ def _query_load(url: str, job_id: str, seconds: float, concurrency: int, out: An
         return lat
 
     t0 = time.perf_counter()
-    lat = asyncio.run(main())
+    lat = asyncio.run(raw() if client == "raw" else with_httpx())
     out.send((lat, time.perf_counter() - t0))
 
 
-def _watchers(target: str, job_id: str, ranks: list[tuple[int, int, int]], conn: Any) -> None:
+def _watchers(target: str, job_id: str, ranks: list[tuple[int, int, int, int]], conn: Any) -> None:
     import grpc
 
     from perseus_common.proto import perseus_pb2 as pb
     from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 
     async def main() -> None:
-        channels = [grpc.aio.insecure_channel(target) for _ in range(4)]
+        # A connection of its own per channel (a process shares one by default), each carrying
+        # at most 256 streams: the server allows 1,024 at once on one connection.
+        k = max(4, -(-len(ranks) // 256))
+        own = [("grpc.use_local_subchannel_pool", 1)]
+        channels = [grpc.aio.insecure_channel(target, options=own) for _ in range(k)]
         stubs = [pb_grpc.PlanServiceStub(c) for c in channels]
         ids = []
-        for i, (g, p, d) in enumerate(ranks):
-            r = await stubs[i % 4].RegisterRank(
-                pb.RegisterRankRequest(job_id=job_id, global_rank=g, pipeline_rank=p, data_rank=d)
+        for i, (g, p, d, t) in enumerate(ranks):
+            r = await stubs[i % k].RegisterRank(
+                pb.RegisterRankRequest(
+                    job_id=job_id, global_rank=g, pipeline_rank=p, data_rank=d, tensor_rank=t
+                )
             )
             ids.append(r.rank_id)
         latest = [0] * len(ids)
@@ -96,13 +159,24 @@ def _watchers(target: str, job_id: str, ranks: list[tuple[int, int, int]], conn:
         ready = asyncio.Event()
 
         async def watch(i: int) -> None:
-            call = stubs[i % 4].WatchPlan(pb.WatchPlanRequest(job_id=job_id, rank_id=ids[i]))
-            async for msg in call:
-                latest[i] = msg.version
-                got.setdefault(msg.version, []).append(time.time())
-                if all(latest):
-                    ready.set()
+            call = stubs[i % k].WatchPlan(pb.WatchPlanRequest(job_id=job_id, rank_id=ids[i]))
+            try:
+                async for msg in call:
+                    latest[i] = msg.version
+                    got.setdefault(msg.version, []).append(time.time())
+                    if all(latest):
+                        ready.set()
+            except grpc.aio.AioRpcError as e:  # said, rather than waited for forever
+                if not stopping:
+                    had = sum(map(bool, latest))
+                    print(
+                        f"WatchPlan of rank {ranks[i]}: {e.code().name} {e.details()} "
+                        f"({had} of this process's {len(latest)} streams had a plan)"
+                    )
+                    sys.stdout.flush()
+                    os._exit(1)
 
+        stopping = False
         tasks = [asyncio.create_task(watch(i)) for i in range(len(ids))]
         await ready.wait()
         loop = asyncio.get_running_loop()
@@ -115,6 +189,7 @@ def _watchers(target: str, job_id: str, ranks: list[tuple[int, int, int]], conn:
             while len(got.get(want, [])) < len(ids):
                 await asyncio.sleep(0.002)
             conn.send(("got", max(got[want])))
+        stopping = True
         for t in tasks:
             t.cancel()
         for c in channels:
@@ -168,19 +243,19 @@ def wait_frontier(http: Any, job_id: str, every: float = 0.2) -> dict[str, Any]:
     return dict(st)
 
 
-def solved_job(
-    http: Any, microbatches: int, data_parallel: int
-) -> tuple[dict[str, Any], dict[str, Any], float]:
-    """An A40 8-stage 1F1B job with its frontier computed, and what the computation took.
+def start_job(
+    http: Any, microbatches: int, data_parallel: int, tensor_parallel: int = 1
+) -> dict[str, Any]:
+    """An A40 8-stage 1F1B job with the profile in ``profiles/``, its frontier computation started.
 
-    The job has ``microbatches`` x ``data_parallel`` and the profile in ``profiles/``. Returns
-    the job, the frontier's status and the seconds the computation took.
+    Its size is ``microbatches`` x ``data_parallel`` x ``tensor_parallel``.
     """
     job = http.post(
         "/jobs",
         json={
             "stages": STAGES, "microbatches": microbatches, "schedule": "1f1b",
-            "data_parallel": data_parallel, "blocking_power": 70.38, "gpu_model": "A40",
+            "data_parallel": data_parallel, "tensor_parallel": tensor_parallel,
+            "blocking_power": 70.38, "gpu_model": "A40",
         },
     ).json()  # fmt: skip
     http.put(
@@ -188,8 +263,19 @@ def solved_job(
         content=PROFILE.read_text(),
         headers={"content-type": "text/csv"},
     ).raise_for_status()
-    t0 = time.perf_counter()
     http.post(f"/jobs/{job['id']}/frontier").raise_for_status()
+    return dict(job)
+
+
+def solved_job(
+    http: Any, microbatches: int, data_parallel: int, tensor_parallel: int = 1
+) -> tuple[dict[str, Any], dict[str, Any], float]:
+    """:func:`start_job`, then its frontier computed.
+
+    Returns the job, the frontier's status and the seconds the computation took.
+    """
+    t0 = time.perf_counter()
+    job = start_job(http, microbatches, data_parallel, tensor_parallel)
     st = wait_frontier(http, job["id"], 0.2)
     return job, st, time.perf_counter() - t0
 
@@ -349,6 +435,132 @@ def healthz_under_load(
     return rows
 
 
+def tree_env(tree: Path) -> dict[str, str]:
+    """The environment that runs ``python -m perseus_server`` from the source tree ``tree``.
+
+    ``tree`` is a ``git worktree`` of another commit: its packages first on the path, and not
+    the current directory (``PYTHONSAFEPATH``), which would put this tree's ``perseus`` before
+    them.
+    """
+    parts = [tree, tree / "server", tree / "client", tree / "common"]
+    return {"PYTHONSAFEPATH": "1", "PYTHONPATH": os.pathsep.join(str(p) for p in parts)}
+
+
+def load_average() -> str:
+    """The machine's load average (1, 5 and 15 minutes)."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def query_run(url: str, job_id: str, args: argparse.Namespace) -> str:
+    """One query load against ``url``: requests/s, p50 and p99 (ms)."""
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    p = ctx.Process(
+        target=_query_load,
+        args=(url, job_id, args.seconds, args.concurrency, child, args.client),
+    )
+    p.start()
+    lat, wall = parent.recv()
+    p.join()
+    return (
+        f"{len(lat) / wall:.0f} req/s, p50 {pct(lat, 0.5):.2f} ms, "
+        f"p99 {pct(lat, 0.99):.2f} ms ({len(lat)} requests)"
+    )
+
+
+def push_run(
+    target: str, http: Any, job_id: str, n: int, args: argparse.Namespace, pipelines: int
+) -> str:
+    """``n`` WatchPlan streams from ``args.procs`` processes, then ``args.rounds`` deployments.
+
+    The time from just before each ``PUT /plan`` until the last stream had the new version.
+    """
+    ctx = mp.get_context("spawn")
+    ranks = [
+        (d * STAGES * TENSOR + s * TENSOR + t, s, d, t)
+        for d in range(pipelines)
+        for s in range(STAGES)
+        for t in range(TENSOR)
+    ][:n]
+    pipes, procs = [], []
+    for chunk in (ranks[i :: args.procs] for i in range(args.procs)):
+        a, b = ctx.Pipe()
+        pr = ctx.Process(target=_watchers, args=(target, job_id, chunk, b), daemon=True)
+        pr.start()
+        pipes.append(a)
+        procs.append(pr)
+    for c in pipes:
+        c.recv()
+    times = []
+    for r in range(args.rounds):
+        t_put = time.time()
+        dep = http.put(f"/jobs/{job_id}/plan", json={"slowdown": (r % 2) * 0.1 + 0.001 * r})
+        version = dep.json()["version"]
+        for c in pipes:
+            c.send(("wait", version))
+        times.append(max(c.recv()[1] for c in pipes) - t_put)
+    for c in pipes:
+        c.send(("stop",))
+    for pr in procs:
+        pr.join(30)
+    return (
+        f"median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms "
+        f"over {args.rounds} deployments"
+    )
+
+
+def queries_and_push(args: argparse.Namespace) -> int:
+    """The plan-query and push measurements of this tree's server, and of a baseline's.
+
+    With ``--baseline``, of the baseline tree's side by side (both running; the runs alternate).
+    """
+    import httpx
+
+    from perseus_server import ServerProcess
+
+    microbatches = 8 if args.smoke else MICROBATCHES
+    pipelines = max(1, -(-max(args.streams) // (STAGES * TENSOR)))
+    trees = [("this", None)] + ([("baseline", Path(args.baseline))] if args.baseline else [])
+    print("measurement  result")
+
+    def row(what: str, result: str) -> None:
+        print(f"{what}  {result}", flush=True)  # as it comes: a long run shows its progress
+
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        servers = {}
+        for name, tree in trees:
+            env = None if tree is None else tree_env(tree.resolve())
+            srv = stack.enter_context(ServerProcess(tmp / f"{name}.db", env=env))
+            http = stack.enter_context(httpx.Client(base_url=srv.http_url, timeout=600))
+            servers[name] = (srv, http, start_job(http, microbatches, pipelines, TENSOR))
+        for name, (_, http, job) in servers.items():
+            st = wait_frontier(http, job["id"], 0.5)
+            if st["status"] != "done":
+                print(f"{name}: solve failed:", st["error"])
+                return 1
+            for k in range(50):  # every query answered once (the same warm-up for both)
+                http.get(_query_path(job["id"], k)).raise_for_status()
+            row(f"{name}: frontier", f"{st['num_points']} points, job {job['id']}")
+        order = list(servers)
+        for r in range(args.query_rounds):
+            for name in order if r % 2 == 0 else order[::-1]:
+                srv, http, job = servers[name]
+                label = f"GET /plan?slowdown (concurrency {args.concurrency}, {args.client})"
+                got = query_run(srv.http_url, job["id"], args)
+                row(f"{name}: {label} #{r + 1}", f"{got}; load {load_average()}")
+        for n in args.streams:
+            for name in order:
+                srv, http, job = servers[name]
+                label = f"push to {n} WatchPlan streams ({args.procs} client processes)"
+                got = push_run(srv.grpc_target, http, job["id"], n, args, pipelines)
+                row(f"{name}: {label}", f"{got}; load {load_average()}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=10.0)
@@ -385,8 +597,27 @@ def main(argv: list[str] | None = None) -> int:
         "--clocks", type=int, help="with --status-load: clocks per rank (default: most)"
     )
     ap.add_argument("--name-chars", type=int, help="with --status-load: GPU/host name length")
-    ap.add_argument("--smoke", action="store_true", help="with --status-load: 64 ranks, 1 s")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a small run: with --status-load 64 ranks, 1 s; else 8 microbatches, 1 s, 16 streams",
+    )
+    ap.add_argument(
+        "--baseline",
+        metavar="TREE",
+        help="also run the server of another source tree (a git worktree of an older commit) "
+        "and alternate the runs: the comparison side by side",
+    )
+    ap.add_argument(
+        "--client",
+        choices=("raw", "httpx"),
+        default="raw",
+        help="the query load generator: raw sockets (default) or httpx.AsyncClient",
+    )
+    ap.add_argument("--query-rounds", type=int, default=2, help="query runs per server")
     args = ap.parse_args(argv)
+    if args.smoke and not args.status_load:
+        args.seconds, args.streams, args.rounds, args.procs = 1.0, [16], 1, 1
     if args.status_load:
         if str(ROOT) not in sys.path:
             sys.path.insert(0, str(ROOT))
@@ -405,79 +636,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{a}\n  {b}")
         return 0
 
-    import httpx
-
-    from perseus_server import ServerProcess
-
-    ctx = mp.get_context("spawn")
-    rows: list[tuple[str, str]] = []
-    with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp) / "bench.db") as srv:
-        http = httpx.Client(base_url=srv.http_url, timeout=600)
-        job, st, solve_seconds = solved_job(http, MICROBATCHES, PIPELINES)
-        job_id = job["id"]
-        if st["status"] != "done":
-            print("solve failed:", st["error"])
-            return 1
-        rows.append(
-            (
-                "frontier solve (server, worker process)",
-                f"{solve_seconds:.1f} s, {st['num_points']} points, "
-                f"{job['instructions']} instructions",
-            )
-        )
-
-        parent, child = ctx.Pipe()
-        p = ctx.Process(
-            target=_query_load, args=(srv.http_url, job_id, args.seconds, args.concurrency, child)
-        )
-        p.start()
-        lat, wall = parent.recv()
-        p.join()
-        rows.append(
-            (
-                f"GET /plan?slowdown (concurrency {args.concurrency})",
-                f"{len(lat) / wall:.0f} req/s, p50 {pct(lat, 0.5):.2f} ms, "
-                f"p99 {pct(lat, 0.99):.2f} ms ({len(lat)} requests)",
-            )
-        )
-
-        slowdowns = [0.0, 0.1]
-        for n in args.streams:
-            ranks = [(d * STAGES + s, s, d) for d in range(PIPELINES) for s in range(STAGES)][:n]
-            per = [ranks[i :: args.procs] for i in range(args.procs)]
-            pipes, procs = [], []
-            for chunk in per:
-                a, b = ctx.Pipe()
-                pr = ctx.Process(target=_watchers, args=(srv.grpc_target, job_id, chunk, b))
-                pr.start()
-                pipes.append(a)
-                procs.append(pr)
-            version = max(c.recv()[1] for c in pipes)
-            times = []
-            for r in range(args.rounds):
-                t_put = time.time()
-                dep = http.put(
-                    f"/jobs/{job_id}/plan", json={"slowdown": slowdowns[r % 2] + 0.001 * r}
-                ).json()
-                version = dep["version"]
-                for c in pipes:
-                    c.send(("wait", version))
-                last = max(c.recv()[1] for c in pipes)
-                times.append(last - t_put)
-            for c in pipes:
-                c.send(("stop",))
-            for pr in procs:
-                pr.join(30)
-            rows.append(
-                (
-                    f"push fan-out to {n} WatchPlan streams ({args.procs} client processes)",
-                    f"median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms "
-                    f"over {args.rounds} deployments",
-                )
-            )
-        http.close()
-    print_rows(rows)
-    return 0
+    return queries_and_push(args)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ from perseus_server.grpc.codec import decode_report_bytes
 from perseus_server.grpc.gate import GRPC_CODES, GRPC_METHODS, AuthInterceptor
 from perseus_server.grpc.service import PlanServicer
 from perseus_server.rest import create_app
-from perseus_server.runtime.connection_limits import GRPC_MAX_MESSAGE, guarded_h11, raise_fd_limit
+from perseus_server.runtime.connection_limits import GRPC_MAX_MESSAGE, guarded_http, raise_fd_limit
 from perseus_server.runtime.leadership import (
     DEPOSED_EXIT,
     Leader,
@@ -250,7 +250,7 @@ class _Front:
         self.uv = _Uvicorn(
             uvicorn.Config(
                 app if standby is None else StandbyGate(app, standby),
-                http=guarded_h11(max_connections, config.header_timeout, config.body_timeout),
+                http=guarded_http(max_connections, config.header_timeout, config.body_timeout),
                 lifespan="off",
                 log_level="warning",
                 access_log=False,

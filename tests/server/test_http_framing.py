@@ -164,3 +164,34 @@ def test_slow_bodies_are_cut_off_and_health_answers_meanwhile(srv: ServerProcess
         for t in threads:
             t.join(timeout=5)
     assert httpx.get(srv.http_url + "/healthz", timeout=5).status_code == 200
+
+
+def test_a_request_head_is_bounded(srv: ServerProcess) -> None:
+    """A request line and headers past :data:`MAX_HEAD_BYTES` are refused.
+
+    One 400, the connection closed, whether sent at once or a piece at a time; a head just under
+    it is answered.
+    """
+    from perseus_server.runtime.connection_limits import MAX_HEAD_BYTES
+
+    def head(size: int) -> bytes:
+        start = b"GET /healthz HTTP/1.1\r\n" + HOST + b"X-Pad: "
+        return start + b"a" * (size - len(start) - 4) + b"\r\n\r\n"
+
+    data, closed = _exchange(srv, head(MAX_HEAD_BYTES - 512) + BEHIND)
+    assert data.count(b"HTTP/1.1 200 ") == 2, data[:300]  # and the request behind it
+    data, closed = _exchange(srv, head(MAX_HEAD_BYTES + 1024) + BEHIND)
+    assert data.startswith(b"HTTP/1.1 400 ") and data.count(b"HTTP/1.1 ") == 1, data[:300]
+    assert closed
+    # Never finished: an endless header, a kilobyte at a time.
+    with socket.create_connection(_addr(srv), timeout=10) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\n" + HOST + b"X-Pad: ")
+        answer = b""
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            for _ in range(2 * MAX_HEAD_BYTES // 1024):
+                s.sendall(b"a" * 1024)
+                time.sleep(0.001)
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := s.recv(65536):
+                answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 "), answer[:300]

@@ -57,7 +57,8 @@ def create_app(
     ``allowed_hosts``: host names an open server answers besides loopback ones.
     """
     credentials = credentials or Credentials(service.store, admin=token)
-    app = FastAPI(
+    # plan queries go to the gate first (rest/plans.py); the rest as in any FastAPI app
+    app = plans.PlanQueriesFirst(
         title="Perseus",
         version="0.1.0",
         description="Energy scheduler for pipeline-parallel training: time-energy frontiers and "

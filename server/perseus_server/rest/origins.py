@@ -70,10 +70,20 @@ class Origins:
 
     def __init__(self, allowed: Iterable[str] = ()) -> None:
         self.allowed = frozenset(host_name(h) for h in allowed if h.strip())
+        self._seen: dict[str, bool] = {}  # answers for the names last asked (a few dozen)
 
     def allows(self, name: str) -> bool:
-        """Whether an open server answers host ``name``: loopback names and the allowed ones."""
-        return is_loopback_name(name) or name in self.allowed
+        """Whether ``name`` is a loopback name or an allowed one.
+
+        Remembered: an address is otherwise parsed on every request.
+        """
+        known = self._seen.get(name)
+        if known is None:
+            known = is_loopback_name(name) or name in self.allowed
+            if len(self._seen) >= 64:
+                self._seen.clear()
+            self._seen[name] = known
+        return known
 
     def refusal(self, scope: Scope, headers: Mapping[str, str]) -> ApiError | None:
         """Why an open server refuses this request (None: it does not)."""
