@@ -1,5 +1,6 @@
-"""What a plan computed without communication costs on a pipeline that communicates, against the
-plan computed with it.
+"""What a plan computed without communication costs on a pipeline that communicates.
+
+Against the plan computed with it.
 
 Inputs (built here, nothing to download): the shipped GPT-3 175B profiles (A100 SXM and A40, 8
 stages) and the A100 profile tiled over 16 stages (stage ``s`` takes shipped stage ``s % 8``);
@@ -78,8 +79,10 @@ def load(name: str, stages: int):  # -> (Profile, blocking power)
 
 
 def with_transfers(profile, fraction: float, *, clocked: bool = False):  # -> Profile
-    """Every boundary's transfers at ``fraction`` of the sender's forward time at its highest
-    clock; ``clocked``: half of that time scales as ``fmax / f`` with the producer's clock."""
+    """Every boundary's transfers at ``fraction`` of the sender's forward time at its highest clock.
+
+    ``clocked``: half of that time scales as ``fmax / f`` with the producer's clock.
+    """
     from perseus_common.communication import Communication, Transfer
 
     transfers = {}

@@ -74,10 +74,12 @@ def pct(xs: list[float], q: float) -> float:
 
 
 class Meter:
-    """Inside/outside timers (wall and this thread's CPU time, ns). ``instr``: the hooks' time per
-    instruction, the P2P hooks' carried into the next instruction; ``floor``: the same pair of
-    timers around an unhooked call (the plain run's instructions): what the timers themselves
-    add, subtracted from the medians."""
+    """Inside/outside timers (wall and this thread's CPU time, ns).
+
+    ``instr``: the hooks' time per instruction, the P2P hooks' carried into the next
+    instruction; ``floor``: the same pair of timers around an unhooked call (the plain run's
+    instructions): what the timers themselves add, subtracted from the medians.
+    """
 
     def __init__(self) -> None:
         self.inner = (0, 0)
@@ -159,14 +161,20 @@ class Meter:
 
 
 def hooked_by(fn: Any) -> bool:
-    """Whether the hooks replaced ``fn`` (an inside timer): a function they left alone gets no
-    outside timer, so an older tree without transfer hooks is not charged the timers' cost."""
+    """Whether the hooks replaced ``fn`` (an inside timer).
+
+    A function they left alone gets no outside timer, so an older tree without transfer hooks is
+    not charged the timers' cost.
+    """
     return fn not in INSIDE
 
 
 def simulated(stages: list[int]) -> Any:
-    """The rank's GPU: a ``SimulatedGpu`` (``--gpu simulated``) or one that costs the training
-    thread what a real GPU's backend does (``--gpu async``, see :func:`async_gpu`)."""
+    """The rank's GPU: a ``SimulatedGpu``, or one that costs what a real GPU's backend does.
+
+    ``--gpu simulated`` gives the ``SimulatedGpu``; ``--gpu async`` one that costs the training
+    thread what a real GPU's backend does (see :func:`async_gpu`).
+    """
     from perseus_client import SimulatedGpu
 
     curve = {1410: (0.001, 0.3), 1200: (0.0012, 0.26), 1005: (0.0015, 0.24)}
@@ -207,8 +215,11 @@ def changing_plan(order: list[list[Any]], gpu: Any) -> Any:
 
 
 class NullClient:
-    """A client whose calls do nothing (``--client null``): what the integration's own wrappers
-    cost, without the client core's clock requests and measurements."""
+    """A client whose calls do nothing (``--client null``).
+
+    What the integration's own wrappers cost, without the client core's clock requests and
+    measurements.
+    """
 
     last_report = None
 
@@ -251,9 +262,12 @@ def instrument_kwargs() -> dict[str, Any]:
 
 
 def median_ci(xs: list[float], level: float = 0.95) -> tuple[float, float]:
-    """The distribution-free interval of the median (the sign test's): order statistics
-    ``k`` and ``n + 1 - k`` for the largest ``k`` with ``P(Binomial(n, 1/2) < k) <= (1 - level) / 2``
-    (coverage at least ``level``; with too few values, the smallest and the largest)."""
+    """The distribution-free interval of the median (the sign test's).
+
+    Order statistics ``k`` and ``n + 1 - k`` for the largest ``k`` with ``P(Binomial(n, 1/2) <
+    k) <= (1 - level) / 2`` (coverage at least ``level``; with too few values, the smallest and
+    the largest).
+    """
     s = sorted(xs)
     n = len(s)
     if not n:
@@ -271,10 +285,13 @@ def median_ci(xs: list[float], level: float = 0.95) -> tuple[float, float]:
 def paired(
     meter: Meter, plain: Any, hooked: Any, check: Any
 ) -> tuple[list[float], list[float], bool]:
-    """The paired phase: ``PAIRS`` pairs of one plain and one hooked step (callables returning
-    seconds), in the same processes, one right after the other, which first drawn at random with
-    a seed every rank shares (their steps exchange data: both must run the same one), the timers
-    off. ``check()``: whether the hooked step just run ran the plan's clocks."""
+    """The paired phase: ``PAIRS`` pairs of one plain and one hooked step, the timers off.
+
+    The steps are callables returning seconds, run in the same processes, one right after the
+    other, which first drawn at random with a seed every rank shares (their steps exchange data:
+    both must run the same one). ``check()``: whether the hooked step just run ran the plan's
+    clocks.
+    """
     rng = random.Random(20261202)
     meter.bypass = True
     p_t: list[float] = []
@@ -304,10 +321,12 @@ def client_for(gpu: Any) -> Any:
 
 
 def counting(client: Any) -> list[int]:
-    """Transfers recorded per iteration (the last entry: the iteration running). The real
-    client's are counted from its report afterwards (:func:`note_transfers`): a wrapper around
-    its ``record_transfer`` would run on the hooks' path and be charged to them. The null
-    client, which reports nothing, is wrapped."""
+    """Transfers recorded per iteration (the last entry: the iteration running).
+
+    The real client's are counted from its report afterwards (:func:`note_transfers`): a wrapper
+    around its ``record_transfer`` would run on the hooks' path and be charged to them. The null
+    client, which reports nothing, is wrapped.
+    """
     counts = [0]
     inner = getattr(client, "record_transfer", None)
     if inner is None or CLIENT[0] != "null":

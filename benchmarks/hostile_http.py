@@ -1,7 +1,8 @@
-"""Hostile-client figures against a real ``perseus serve`` (loopback): what invented names do to
-``/metrics``, what a CL.TE request does to memory and framing, whether ``/healthz`` answers while
-slow bodies hold ``--max-connections``, whether an open server obeys a foreign ``Host``, and what
-an out-of-range report does to ``PUT /power-budget``.
+"""Hostile-client figures against a real ``perseus serve`` (loopback).
+
+What invented names do to ``/metrics``, what a CL.TE request does to memory and framing, whether
+``/healthz`` answers while slow bodies hold ``--max-connections``, whether an open server obeys a
+foreign ``Host``, and what an out-of-range report does to ``PUT /power-budget``.
 
     python benchmarks/hostile_http.py [--names 1500] [--smuggle-mib 120] [--smoke]
 

@@ -1,8 +1,9 @@
-"""What hostile and faulty input does to a real ``perseus serve`` (issue #32, third round): an
-amplifying stage selection, reports of 100,000 transfers, a rank timing a link it is not an end
-of, a token file swapped for a link to another user's file, a full disk, a step of the wall
-clock under the lifecycle. Each row says what the client sees and what it cost the server
-(time, resident memory), on a fresh server.
+"""What hostile and faulty input does to a real ``perseus serve`` (issue #32, third round).
+
+An amplifying stage selection, reports of 100,000 transfers, a rank timing a link it is not an end
+of, a token file swapped for a link to another user's file, a full disk, a step of the wall clock
+under the lifecycle. Each row says what the client sees and what it cost the server (time, resident
+memory), on a fresh server.
 
     python benchmarks/hostile_server.py [--smoke] [--json]
 
@@ -198,8 +199,11 @@ def full_disk(tmp: Path) -> dict[str, Any]:
 
 
 def clock_step() -> dict[str, Any]:
-    """In process (stepping this machine's clock is not ours to do): a job whose last rank
-    left, then a -3600 s step of the wall clock while the monotonic clock moves on."""
+    """A job whose last rank left, then a -3600 s step of the wall clock; in process.
+
+    In process, since stepping this machine's clock is not ours to do; the monotonic clock moves
+    on meanwhile.
+    """
     from perseus_server.config import Limits
     from perseus_server.domain.jobs import JobSpec
     from perseus_server.runtime.sqlite_store import SqliteStore

@@ -1,5 +1,7 @@
-"""Run lowtime (the Perseus authors' solver, ``lowtime==0.3.0``) on a profile, the way the
-Perseus artifact drives it, and map every plan it produces onto this project's DAG.
+"""Run lowtime on a profile the way the Perseus artifact drives it, and map its plans onto our DAG.
+
+Lowtime is the Perseus authors' solver, ``lowtime==0.3.0``; every plan it produces is mapped onto
+this project's DAG.
 
 How the artifact drives lowtime (upstream lowtime repository, ``examples/perseus.py``; the
 example is not shipped in the wheel or the sdist, so the steps below follow it as closely as we
@@ -121,8 +123,10 @@ class LowtimeResult:
 def _operation_specs(
     profile: Profile, stages: int, blocking_power: float, unit_time: float
 ) -> dict[int, dict[type[Instruction], OperationSpec[int]]]:
-    """Steps 1–3 of the module docstring: candidate options and fitted cost model per
-    (stage, instruction)."""
+    """Steps 1–3 of the module docstring.
+
+    Candidate options and fitted cost model per (stage, instruction).
+    """
     specs: dict[int, dict[type[Instruction], OperationSpec[int]]] = {}
     for stage in range(stages):
         specs[stage] = {}
@@ -188,8 +192,9 @@ def run_lowtime(
     unit_time: float = 1e-3,
     time_limit: float | None = None,
 ) -> LowtimeResult:
-    """Run lowtime's Phillips–Dessouky solver on 1F1B and map each iteration's plan onto
-    ``EnergyProblem.build(load_profile(profile_path), one_f_one_b(stages, microbatches),
+    """Run lowtime's Phillips–Dessouky solver on 1F1B and map each iteration's plan onto our DAG.
+
+    Onto ``EnergyProblem.build(load_profile(profile_path), one_f_one_b(stages, microbatches),
     blocking_power)``.
 
     ``time_limit`` (seconds of solve) stops the iteration early; the result then has

@@ -1,5 +1,7 @@
-"""How much of the gap to the lower bound is the bound's: the exact discrete optimum at a deadline,
-from HiGHS's MILP solver, beside Perseus's plan and the convex-relaxation bound.
+"""How much of the gap to the lower bound is the bound's.
+
+The exact discrete optimum at a deadline, from HiGHS's MILP solver, beside Perseus's plan and the
+convex-relaxation bound.
 
     python benchmarks/milp_check.py [--gpu a40] [--microbatches 12] [--deadlines 1.0 1.05]
         [--time-limit 120] [--effort 4] [--search 50000] [--windows 2]
@@ -62,13 +64,15 @@ def _milp(
     options: dict[str, float],
     links: dict[int, tuple[int, npt.NDArray[np.float64]]] | None = None,
 ) -> tuple[npt.NDArray[np.uint8] | None, Any]:
-    """HiGHS's MILP over ``nodes`` (node ``v`` choosing one of ``opts[v]``): each starts no
-    earlier than its ``release`` and ends by its ``due`` time, ``inner`` (pairs of positions in
-    ``nodes``) orders them, and the sum of effective energies is minimised. ``links`` maps a
-    position in ``nodes`` (a per-clock transfer) to the position of its producer and the
-    transfer's time at each of the producer's options: its duration is then the producer's
-    choice's (the truth's model, exactly). Returns each node's option (``None`` if HiGHS found
-    no plan) and HiGHS's result."""
+    """HiGHS's MILP over ``nodes`` (node ``v`` choosing one of ``opts[v]``).
+
+    Each starts no earlier than its ``release`` and ends by its ``due`` time, ``inner`` (pairs
+    of positions in ``nodes``) orders them, and the sum of effective energies is minimised.
+    ``links`` maps a position in ``nodes`` (a per-clock transfer) to the position of its
+    producer and the transfer's time at each of the producer's options: its duration is then the
+    producer's choice's (the truth's model, exactly). Returns each node's option (``None`` if
+    HiGHS found no plan) and HiGHS's result.
+    """
     cc = problem.cost_charged()  # each transfer's effective cost charged to its producer
     eff = cc.energies - problem.blocking_power * cc.times
     links = links or {}
@@ -122,9 +126,12 @@ def _milp(
 def milp_plan(
     problem: EnergyProblem, deadline: float, time_limit: float
 ) -> tuple[npt.NDArray[np.uint8] | None, float, bool]:
-    """Best plan the MILP finds within ``deadline`` (option indices; ``None`` if none in time),
-    its proven lower bound on the energy (the branch and bound's dual bound: no plan can do
-    better) and whether the plan is proven optimal."""
+    """Best plan the MILP finds within ``deadline``, its proven lower bound, and whether optimal.
+
+    The plan is option indices (``None`` if none in time); its proven lower bound on the energy
+    (the branch and bound's dual bound: no plan can do better) and whether the plan is proven
+    optimal.
+    """
     rel = Relaxation.build(problem)
     n, dag = problem.num_nodes, problem.dag
     fastest = rel.shortest
@@ -164,8 +171,10 @@ def window_milp(
     window: npt.NDArray[np.bool_],
     deadline: float,
 ) -> npt.NDArray[np.uint8] | None:
-    """``plan`` with the instructions in ``window`` given their best options (``opts``) within
-    ``deadline``, the others fixed; ``None`` if HiGHS finds nothing."""
+    """``plan`` with the instructions in ``window`` given their best options within ``deadline``.
+
+    The options are ``opts``; the others are fixed; ``None`` if HiGHS finds nothing.
+    """
     n, dag = problem.num_nodes, problem.dag
     dur = problem.durations(plan)
     start = dag.earliest_start(dur)
@@ -199,8 +208,11 @@ def window_rounds(
     search: int,
     rounder: Rounder,
 ) -> npt.NDArray[np.uint8]:
-    """``plan`` improved by ``rounds`` rounds of two passes of exact window re-optimisation
-    (see the module docstring), each round followed by ``search`` search trials if any."""
+    """``plan`` improved by ``rounds`` rounds of exact window re-optimisation.
+
+    Each round is two passes (see the module docstring), followed by ``search`` search trials if
+    any.
+    """
     rel = Relaxation.build(problem)
     opts = [np.flatnonzero(rel.pareto[v]) for v in range(problem.num_nodes)]
     dag = problem.dag
@@ -234,8 +246,10 @@ def window_rounds(
 
 
 def _fit_energy(problem: EnergyProblem, plan: npt.NDArray[np.uint8], deadline: float) -> float:
-    """Energy of ``plan`` over an iteration of ``deadline`` seconds (waiting included), or
-    infinity if it does not fit."""
+    """Energy of ``plan`` over an iteration of ``deadline`` seconds (waiting included).
+
+    Infinity if it does not fit.
+    """
     t, e = problem.evaluate_many(plan[None, :])
     if t[0] > deadline * (1 + 1e-9):
         return float("inf")

@@ -105,9 +105,10 @@ def simulate_scan(
 ) -> Scan:
     """Drive ``session`` with the reports of noisy simulated ranks until it says stop.
 
-    For the old rule, the job's energy per iteration says stop. ``transfers``: measured link times per iteration (:mod:`profiling_transfers`), handed to
-    the session with the iterations in the order they ran (from the start again if the scan
-    needs more), one report per iteration carrying them as the server's link combiner does.
+    For the old rule, the job's energy per iteration says stop. ``transfers``: measured link
+    times per iteration (:mod:`profiling_transfers`), handed to the session with the iterations
+    in the order they ran (from the start again if the scan needs more), one report per
+    iteration carrying them as the server's link combiner does.
     """
     dag = EnergyProblem.build(true, schedule, blocking_power).dag
     ranks = [f"rank-{r}" for r in range(schedule.ranks)]
@@ -488,8 +489,10 @@ def budget_table(
     tolerance: float,
     cost_tolerance: float = 0.0,
 ) -> None:
-    """The new rule's difference against the true frontier, and its iterations, as the
-    measuring budget scales (see :func:`run_job`), over ``seeds``."""
+    """The new rule's difference against the true frontier, and its iterations, over ``seeds``.
+
+    As the measuring budget scales (see :func:`run_job`).
+    """
     print(
         f"new rule (cost tolerance {cost_tolerance:g}), budget scaling over seeds {seeds}: per "
         f"job the iterations spent (mean over seeds), the largest |points| difference over the "

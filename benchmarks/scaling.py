@@ -1,5 +1,6 @@
-"""How the frontier solver's time and memory grow with the pipeline: deep pipelines, many
-microbatches, fine-grained clocks.
+"""How the frontier solver's time and memory grow with the pipeline.
+
+Deep pipelines, many microbatches, fine-grained clocks.
 
 Inputs (built here, nothing to download):
 
@@ -113,8 +114,10 @@ def configs(profiles: list[str]) -> list[Config]:
 
 
 def tiled_profile(path: Path, stages: int):  # -> Profile
-    """The profile at ``path`` repeated across ``stages`` stages (stage ``s`` takes shipped
-    stage ``s % shipped``)."""
+    """The profile at ``path`` repeated across ``stages`` stages.
+
+    Stage ``s`` takes shipped stage ``s % shipped``.
+    """
     from perseus.profiles import Profile, load_profile
 
     base = load_profile(path)
@@ -122,8 +125,10 @@ def tiled_profile(path: Path, stages: int):  # -> Profile
 
 
 def smooth_profile(stages: int, clocks: int = 64, fmax: int = 1980, step: int = 15):  # -> Profile
-    """A synthetic profile from a DVFS model, the same for every stage up to a small
-    deterministic per-stage factor (first and last stages heavier, as with embeddings/loss).
+    """A synthetic profile from a DVFS model, the same for every stage up to a small factor.
+
+    The factor is deterministic, per stage (first and last stages heavier, as with
+    embeddings/loss).
 
     ``t(f) = t_mem + t_comp * fmax / f``; ``p(f) = p_static + p_dyn * (f / fmax)^3``; energy
     ``p(f) t(f)``. Forward: ``t_comp = 40 ms``, ``t_mem = 8 ms``; backward twice that;
@@ -243,8 +248,10 @@ def child(
     workers: int = 1,
     transfers: float = 0.0,
 ) -> dict:
-    """Solve ``cfg`` in this process and measure it (with ``cprofile``: under cProfile, the
-    functions taking the most time printed to stderr)."""
+    """Solve ``cfg`` in this process and measure it.
+
+    With ``cprofile``: under cProfile, the functions taking the most time printed to stderr.
+    """
     import resource
 
     from perseus.solver import SolverOptions, solve_problem
@@ -311,9 +318,11 @@ def child(
 
 
 def relax_only(cfg: Config, relaxation: str, compare: bool) -> None:
-    """The relaxation alone, in this process: CPU seconds, breakpoints or deadlines solved and
-    pivots; with ``compare`` the sweep too, and the worst relative distance of the two bounds
-    over 2,000 deadlines."""
+    """The relaxation alone, in this process: CPU seconds, breakpoints or deadlines, and pivots.
+
+    With ``compare`` the sweep too, and the worst relative distance of the two bounds over 2,000
+    deadlines.
+    """
     from perseus.solver.relaxation import Relaxation
     from perseus.solver.sandwich import SandwichStats
     from perseus.solver.stages import relax

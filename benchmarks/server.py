@@ -80,7 +80,8 @@ def _query_load(
     ``client="raw"``: one keep-alive socket per worker, the request's bytes built once, the
     answer read by its ``Content-Length`` (a few tens of microseconds a request, so the figures
     are the server's); ``"httpx"``: an ``httpx.AsyncClient``, which costs the load generator
-    about as much CPU as the server's answer."""
+    about as much CPU as the server's answer.
+    """
 
     async def raw() -> list[float]:
         host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)
@@ -210,7 +211,9 @@ def latency(xs: list[float]) -> str:
 
 def probe_healthz(url: str, stop: Any, out: Any, go: Any = None) -> None:
     """``GET /healthz`` every 10 ms until ``stop``; sends ``(latencies, failures)`` to ``out``.
-    With ``go`` (an event), it first sends ``"ready"`` once connected and waits for ``go``."""
+
+    With ``go`` (an event), it first sends ``"ready"`` once connected and waits for ``go``.
+    """
     import httpx
 
     lat: list[float] = []
@@ -243,8 +246,10 @@ def wait_frontier(http: Any, job_id: str, every: float = 0.2) -> dict[str, Any]:
 def start_job(
     http: Any, microbatches: int, data_parallel: int, tensor_parallel: int = 1
 ) -> dict[str, Any]:
-    """An A40 8-stage 1F1B job of ``microbatches`` x ``data_parallel`` x ``tensor_parallel``
-    with the profile in ``profiles/``, its frontier computation started."""
+    """An A40 8-stage 1F1B job with the profile in ``profiles/``, its frontier computation started.
+
+    Its size is ``microbatches`` x ``data_parallel`` x ``tensor_parallel``.
+    """
     job = http.post(
         "/jobs",
         json={
@@ -265,8 +270,10 @@ def start_job(
 def solved_job(
     http: Any, microbatches: int, data_parallel: int, tensor_parallel: int = 1
 ) -> tuple[dict[str, Any], dict[str, Any], float]:
-    """:func:`start_job`, then its frontier computed: the job, the frontier's status and the
-    seconds the computation took."""
+    """:func:`start_job`, then its frontier computed.
+
+    Returns the job, the frontier's status and the seconds the computation took.
+    """
     t0 = time.perf_counter()
     job = start_job(http, microbatches, data_parallel, tensor_parallel)
     st = wait_frontier(http, job["id"], 0.2)
@@ -314,8 +321,10 @@ _CORO = re.compile(r"coro=<([\w.]+)\(")
 
 
 def slow_callbacks(log: str, top: int = 8) -> list[tuple[str, str]]:
-    """asyncio debug mode's slow-callback lines of a server log, grouped by the task's
-    coroutine (or the handle, its addresses blanked), the longest total first."""
+    """Asyncio debug mode's slow-callback lines of a server log, grouped, the longest total first.
+
+    Grouped by the task's coroutine (or the handle, its addresses blanked).
+    """
     groups: dict[str, list[float]] = {}
     for m in _SLOW.finditer(log):
         coro = _CORO.search(m.group(1))
@@ -337,8 +346,10 @@ LOADS = ("uploads", "reports", "solves")
 def healthz_under_load(
     seconds: float, *, loop_trace: bool = False, loads: tuple[str, ...] = LOADS
 ) -> list[tuple[str, str]]:
-    """``/healthz`` latency while uploads, large reports and solve completions (``loads``)
-    run."""
+    """``/healthz`` latency while uploads, large reports and solve completions run.
+
+    The running work is ``loads``.
+    """
     import json
 
     import httpx
@@ -425,9 +436,12 @@ def healthz_under_load(
 
 
 def tree_env(tree: Path) -> dict[str, str]:
-    """The environment that runs ``python -m perseus_server`` from the source tree ``tree`` (a
-    ``git worktree`` of another commit): its packages first on the path, and not the current
-    directory (``PYTHONSAFEPATH``), which would put this tree's ``perseus`` before them."""
+    """The environment that runs ``python -m perseus_server`` from the source tree ``tree``.
+
+    ``tree`` is a ``git worktree`` of another commit: its packages first on the path, and not
+    the current directory (``PYTHONSAFEPATH``), which would put this tree's ``perseus`` before
+    them.
+    """
     parts = [tree, tree / "server", tree / "client", tree / "common"]
     return {"PYTHONSAFEPATH": "1", "PYTHONPATH": os.pathsep.join(str(p) for p in parts)}
 
@@ -460,8 +474,10 @@ def query_run(url: str, job_id: str, args: argparse.Namespace) -> str:
 def push_run(
     target: str, http: Any, job_id: str, n: int, args: argparse.Namespace, pipelines: int
 ) -> str:
-    """``n`` WatchPlan streams from ``args.procs`` processes, then ``args.rounds`` deployments:
-    the time from just before each ``PUT /plan`` until the last stream had the new version."""
+    """``n`` WatchPlan streams from ``args.procs`` processes, then ``args.rounds`` deployments.
+
+    The time from just before each ``PUT /plan`` until the last stream had the new version.
+    """
     ctx = mp.get_context("spawn")
     ranks = [
         (d * STAGES * TENSOR + s * TENSOR + t, s, d, t)
@@ -497,8 +513,10 @@ def push_run(
 
 
 def queries_and_push(args: argparse.Namespace) -> int:
-    """The plan-query and push measurements, of this tree's server and, with ``--baseline``,
-    of the baseline tree's side by side (both running; the runs alternate)."""
+    """The plan-query and push measurements of this tree's server, and of a baseline's.
+
+    With ``--baseline``, of the baseline tree's side by side (both running; the runs alternate).
+    """
     import httpx
 
     from perseus_server import ServerProcess

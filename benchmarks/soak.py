@@ -42,8 +42,10 @@ def _ranks_proc(
     stop: Any,
     out: Any,
 ) -> None:
-    """Register ``ranks``, watch their plans, report until ``stop``; send back the last
-    acknowledged iteration per rank id and counts."""
+    """Register ``ranks``, watch their plans, report until ``stop``.
+
+    Sends back the last acknowledged iteration per rank id and counts.
+    """
     import grpc
 
     from perseus_common.proto import perseus_pb2 as pb

@@ -1,6 +1,8 @@
-"""``benchmarks/server.py --status-load``: what one job's status costs at the largest
-registration the server allows, and how free ``/healthz`` stays meanwhile (see that script's
-docstring)."""
+"""``benchmarks/server.py --status-load``: what one job's status costs at the largest size.
+
+The largest registration the server allows; also how free ``/healthz`` stays meanwhile (see that
+script's docstring).
+"""
 
 from __future__ import annotations
 

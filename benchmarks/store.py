@@ -1,6 +1,8 @@
-"""Report ingestion on each store, side by side in one run: SQLite, PostgreSQL with reports
-committed in groups off the event loop (what ``perseus serve --db postgresql://...`` does), and
-PostgreSQL called on the loop one commit per report (what it would do without the writer).
+"""Report ingestion on each store, side by side in one run.
+
+SQLite, PostgreSQL with reports committed in groups off the event loop (what ``perseus serve --db
+postgresql://...`` does), and PostgreSQL called on the loop one commit per report (what it would do
+without the writer).
 
     python benchmarks/store.py [--ranks 1024] [--reports 20] [--json]
     python benchmarks/store.py --smoke   # 32 ranks x 5 reports (the suite's)

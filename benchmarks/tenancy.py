@@ -128,8 +128,10 @@ class Scenario:
         self.streams.append(stream)
 
     def row(self, step: str) -> dict[str, Any]:
-        """Every job's slowdown (0: at its own fastest plan) and the budget's state, once the
-        server has settled (budget recomputations are merged over half a second)."""
+        """Every job's slowdown (0: at its own fastest plan) and the budget's state, once settled.
+
+        Settled: budget recomputations are merged over half a second.
+        """
         time.sleep(1.0)
         budget = self.admin.get("/power-budget").json()
         shares = {j["id"]: j for j in budget["jobs"]}

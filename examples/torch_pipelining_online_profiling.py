@@ -1,4 +1,4 @@
-"""Online profiling with torch.distributed.pipelining, from nothing to a deployed plan.
+r"""Online profiling with torch.distributed.pipelining, from nothing to a deployed plan.
 
 What a new user does, in order, on one machine without a GPU:
 
@@ -23,7 +23,7 @@ Run it (one command; it launches two ranks over gloo itself, like ``torchrun`` w
 
 or against a running server (``perseus serve``)::
 
-    python examples/torch_pipelining_online_profiling.py --server http://localhost:8000 \\
+    python examples/torch_pipelining_online_profiling.py --server http://localhost:8000 \
         --grpc localhost:50051
 
 (a server with TLS and a private CA: ``--server https://host:8000 --grpc host:50051
@@ -141,8 +141,11 @@ def _without_options(argv: list[str], names: tuple[str, ...]) -> list[str]:
 
 
 class Rest:
-    """The server's REST API through the standard library (raises on any error, with the
-    server's answer), so that a rank needs nothing beyond the light client and torch."""
+    """The server's REST API through the standard library, raising on any error.
+
+    The error carries the server's answer; so a rank needs nothing beyond the light client and
+    torch.
+    """
 
     def __init__(self, base: str, tls_ca: str | None = None) -> None:
         from perseus_client.transport import tls_context

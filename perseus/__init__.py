@@ -1,5 +1,6 @@
-"""Perseus: the iteration time-energy frontier of pipeline-parallel training, and the
-per-instruction GPU frequency plans on it.
+"""Perseus: the iteration time-energy frontier of pipeline-parallel training.
+
+Also the per-instruction GPU frequency plans on that frontier.
 
 The core library's public API. Names are imported on first use (PEP 562), so that importing
 ``perseus`` or a light part of it (profiles, schedules) never loads numba or scipy; the solver's

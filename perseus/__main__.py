@@ -1,3 +1,5 @@
+"""``python -m perseus``: the ``perseus`` command."""
+
 import sys
 
 from perseus.cli import main

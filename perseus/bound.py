@@ -1,5 +1,6 @@
-"""The relaxation's contract: a certified lower bound on the energy of any plan, as a function of
-the iteration time ``T``.
+"""The relaxation's contract: a certified lower bound on the energy of any plan.
+
+The bound is a function of the iteration time ``T``.
 
 The relaxed optimum ``G(T)`` (see :mod:`perseus.solver.relaxation`) is convex and piecewise
 linear; the energy bound is ``B(T) = G(T) + P R T`` (``P`` the blocking power, ``R`` the ranks).
@@ -122,8 +123,11 @@ class RelaxedBound:
         return result
 
     def slope(self, deadlines: npt.ArrayLike) -> Any:
-        """A subgradient of the bound at each deadline (the slope of the piece or line that
-        holds it up, on the right of a breakpoint); ``nan`` below the fastest time."""
+        """A subgradient of the bound at each deadline; ``nan`` below the fastest time.
+
+        The subgradient is the slope of the piece or line that holds the bound up, on the
+        right of a breakpoint.
+        """
         d = np.asarray(deadlines, dtype=np.float64)
         x = np.atleast_1d(d).reshape(-1)
         t, v = self.times, self.values
@@ -141,10 +145,12 @@ class RelaxedBound:
         return float(shaped) if shaped.ndim == 0 else shaped
 
     def time_for_power(self, watts: float) -> float:
-        """The least ``T`` at or past the fastest time with ``B(T) <= watts * T`` (``inf`` when
-        there is none). ``B(T) - w T`` is convex: for breakpoints, the first breakpoint under the
-        line and the piece before it; for tangents, each line gives a lower or an upper limit on
-        ``T``. ``O(b)``."""
+        """The least ``T`` at or past the fastest time with ``B(T) <= watts * T``.
+
+        ``inf`` when there is none. ``B(T) - w T`` is convex: for breakpoints, the first
+        breakpoint under the line and the piece before it; for tangents, each line gives a
+        lower or an upper limit on ``T``. ``O(b)``.
+        """
         w = float(watts)
         t, v = self.times, self.values
         if t.size == 0:
@@ -176,8 +182,10 @@ class RelaxedBound:
         return float((v[-1] - self.tail_slope * t[-1]) / (w - self.tail_slope))
 
     def durations_at(self, deadlines: FloatArray) -> FloatArray:
-        """Relaxed durations at each deadline (``(k, n)``), interpolated between the kept
-        solutions (see :func:`interpolate_durations`)."""
+        """Relaxed durations at each deadline (``(k, n)``), interpolated between the kept solutions.
+
+        See :func:`interpolate_durations`.
+        """
         if self.kept_times is None or self.kept_durations is None:
             raise ValueError("this bound carries no relaxed solutions (durations_at)")
         return interpolate_durations(self.kept_times, self.kept_durations, deadlines)
@@ -239,11 +247,13 @@ def envelope(
 def interpolate_durations(
     kept_times: FloatArray, kept_durations: FloatArray, deadlines: FloatArray
 ) -> FloatArray:
-    """Durations at each of ``deadlines`` (``(k, n)``): the convex combination of the two kept
-    solutions around it (clamped to the first and the last). Each kept row is feasible for its
-    own time and the longest path is convex in the durations, so the combination is feasible
-    for the same combination of times; between two consecutive breakpoints of ``G`` it is the
-    relaxed optimum itself."""
+    """Durations at each of ``deadlines`` (``(k, n)``), interpolated between the kept solutions.
+
+    Each is the convex combination of the two kept solutions around it (clamped to the first and
+    the last). Each kept row is feasible for its own time and the longest path is convex in the
+    durations, so the combination is feasible for the same combination of times; between two
+    consecutive breakpoints of ``G`` it is the relaxed optimum itself.
+    """
     bp_t, bp_d = kept_times, kept_durations
     j = np.clip(np.searchsorted(bp_t, deadlines, side="right") - 1, 0, len(bp_t) - 1)
     k = np.minimum(j + 1, len(bp_t) - 1)

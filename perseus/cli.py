@@ -1,5 +1,6 @@
-"""The ``perseus`` command: ``frontier``, ``plot``, ``serve``, ``db``, ``demo``, ``gpud`` and
-``--version``.
+"""The ``perseus`` command.
+
+Its subcommands: ``frontier``, ``plot``, ``serve``, ``db``, ``demo``, ``gpud``, and ``--version``.
 
 The entry point of the core library that also starts the applications: ``serve`` dispatches to
 :mod:`perseus_server.cli`, ``db`` to :mod:`perseus_server.db_cli`, ``demo`` to
@@ -152,9 +153,11 @@ def _cmd_frontier(args: argparse.Namespace) -> int:
 
 
 def _selection(args: argparse.Namespace) -> tuple[str, float, dict[str, float]] | None:
-    """The plan policy given on the command line (one option per public parameter of
-    :data:`perseus.policies.POLICIES`), ``eta``'s ``max_power`` defaulting to the known GPU of
-    the profile's name; ``None`` when no policy is given."""
+    """The plan policy given on the command line; ``None`` when no policy is given.
+
+    There is one option per public parameter of :data:`perseus.policies.POLICIES`; ``eta``'s
+    ``max_power`` defaults to the known GPU of the profile's name.
+    """
     from perseus.errors import OptionError
     from perseus.policies import POLICIES, chosen
     from perseus_common.gpus import known_gpu_for
@@ -186,8 +189,10 @@ def _selection(args: argparse.Namespace) -> tuple[str, float, dict[str, float]] 
 def _selected_doc(
     frontier: Any, name: str, value: float, options: dict[str, float]
 ) -> dict[str, Any]:
-    """The point policy ``name`` selects as the JSON's ``selected`` entry; raises
-    :class:`~perseus.errors.InfeasibleError` when no plan meets it."""
+    """The point policy ``name`` selects, as the JSON's ``selected`` entry.
+
+    Raises :class:`~perseus.errors.InfeasibleError` when no plan meets it.
+    """
     from perseus.policies import POLICIES, resolve
 
     i = resolve(frontier, name, value, options)
@@ -203,8 +208,12 @@ def _selected_doc(
 
 
 def _power_budget_doc(frontier: Any, profile: Any, blocking: float, watts: float) -> dict[str, Any]:
-    """The fastest plan of ``frontier`` within ``watts`` (one pipeline) as the JSON's
-    ``power_budget`` entry; raises :class:`~perseus.power.PowerBudgetError` when none is."""
+    """The fastest plan of ``frontier`` within ``watts``, as the JSON's ``power_budget`` entry.
+
+    ``watts`` is for one pipeline.
+
+    Raises :class:`~perseus.power.PowerBudgetError` when none is.
+    """
     from perseus.power import peak_power, plan_for_power_budget
     from perseus.problem import EnergyProblem
 
@@ -242,9 +251,11 @@ _CLI_HELP = {
 
 
 def _add_policy_options(f: argparse.ArgumentParser) -> None:
-    """One option per public parameter of :data:`perseus.policies.POLICIES` (at most one
-    policy): the selected point goes to stderr and to the JSON's ``selected``; exit status 2
-    when no plan meets it."""
+    """Add one option per public parameter of :data:`perseus.policies.POLICIES`.
+
+    At most one policy may be given: the selected point goes to stderr and to the JSON's
+    ``selected``; the exit status is 2 when no plan meets it.
+    """
     from perseus.policies import POLICIES
 
     group = f.add_mutually_exclusive_group()

@@ -50,10 +50,13 @@ KIND_CODES = {
 
 @dataclass(frozen=True)
 class CommNode:
-    """A node that is not an op: a transfer (``kind`` ``transfer_forward`` /
-    ``transfer_backward`` across model ``boundary`` for ``microbatch``, from node ``producer`` to
-    node ``consumer``, on the receiving ``rank``) or a ``phase`` node (the iteration-end phases of
-    ``rank``, after its last op ``producer``; ``boundary``, ``microbatch``, ``consumer`` -1)."""
+    """A node that is not an op: a transfer or a ``phase`` node.
+
+    A transfer has ``kind`` ``transfer_forward`` / ``transfer_backward`` across model
+    ``boundary`` for ``microbatch``, from node ``producer`` to node ``consumer``, on the
+    receiving ``rank``. A ``phase`` node holds the iteration-end phases of ``rank``, after its
+    last op ``producer``; its ``boundary``, ``microbatch`` and ``consumer`` are -1.
+    """
 
     kind: str
     rank: int
@@ -102,6 +105,7 @@ class PipelineDAG:
 
     @property
     def num_nodes(self) -> int:
+        """Every node: the ops, then the transfer and phase nodes."""
         return len(self.ops) + len(self.comm)
 
     @property
@@ -111,6 +115,7 @@ class PipelineDAG:
 
     @property
     def num_ranks(self) -> int:
+        """The number of pipeline ranks in the schedule."""
         return self.schedule.ranks
 
     @classmethod
@@ -121,9 +126,12 @@ class PipelineDAG:
         transfers: Collection[tuple[int, str]] = (),
         phase_ranks: Collection[int] = (),
     ) -> PipelineDAG:
-        """The DAG of ``schedule``; with a transfer node on each cross-rank data edge whose
-        ``(model boundary, direction)`` is in ``transfers``, and a phase node after the last op
-        of each rank in ``phase_ranks``."""
+        """The DAG of ``schedule``, with transfer and phase nodes where asked.
+
+        A transfer node sits on each cross-rank data edge whose ``(model boundary,
+        direction)`` is in ``transfers``, and a phase node after the last op of each rank in
+        ``phase_ranks``.
+        """
         ops: list[Op] = [op for order in schedule.orders for op in order]
         comm, src, dst = _edges(schedule, ops, set(transfers), phase_ranks)
         n_ops = len(ops)
@@ -226,9 +234,12 @@ def _grad_op(index: dict[Op, int], m: int, c: int) -> Op:
 def _edges(
     schedule: Schedule, ops: list[Op], wanted: set[tuple[int, str]], phase_ranks: Collection[int]
 ) -> tuple[list[CommNode], list[int], list[int]]:
-    """The non-op nodes and the edge list of the DAG over ``ops`` (numbered as given): in-rank
-    order, data edges (through a transfer node where ``(boundary, direction)`` is ``wanted`` and
-    crosses ranks), and an edge into each phase node of ``phase_ranks``."""
+    """The non-op nodes and the edge list of the DAG over ``ops`` (numbered as given).
+
+    The edges: in-rank order, data edges (through a transfer node where ``(boundary,
+    direction)`` is ``wanted`` and crosses ranks), and an edge into each phase node of
+    ``phase_ranks``.
+    """
     index = {op: i for i, op in enumerate(ops)}
     n_ops = len(ops)
     rank_of = schedule.stage_rank()
@@ -282,8 +293,11 @@ def _edges(
 def _levels(
     dst: IntArray, out_ptr: IntArray, out_dst: IntArray
 ) -> tuple[list[IntArray], IntArray, IntArray]:
-    """Longest-chain levels by Kahn's algorithm, one frontier at a time: the frontiers in order,
-    each node's level, and each node's count of predecessors never done (nonzero on a cycle)."""
+    """Longest-chain levels by Kahn's algorithm, one frontier at a time.
+
+    Returns the frontiers in order, each node's level, and each node's count of predecessors
+    never done (nonzero on a cycle).
+    """
     n = len(out_ptr) - 1
     indeg = np.bincount(dst, minlength=n)
     level = np.zeros(n, dtype=np.int64)

@@ -24,9 +24,12 @@ class PerseusError(Exception):
 
 
 class ProfileError(PerseusError, LocatedError):
-    """A profile is malformed or inconsistent (``detail``, ``field`` and ``row``: see
-    :class:`~perseus_common.errors.LocatedError`, the constructor it shares with the common
-    reader's :class:`~perseus_common.profile_csv.ProfileFormatError`)."""
+    """A profile is malformed or inconsistent.
+
+    For ``detail``, ``field`` and ``row`` see :class:`~perseus_common.errors.LocatedError`, the
+    constructor it shares with the common reader's
+    :class:`~perseus_common.profile_csv.ProfileFormatError`.
+    """
 
 
 class ScheduleError(PerseusError, ValueError):

@@ -23,8 +23,11 @@ PlanArray = npt.NDArray[np.uint8]
 
 @dataclass(frozen=True)
 class FrontierPoint:
-    """One plan on the frontier: its true iteration time (s) and energy (J), and the certified
-    lower bound on the energy of any plan that finishes within ``time``."""
+    """One plan on the frontier: its true iteration time (s) and energy (J), and a bound.
+
+    The bound is the certified lower bound on the energy of any plan that finishes within
+    ``time``.
+    """
 
     time: float
     energy: float
@@ -82,6 +85,7 @@ class Frontier:
 
     @property
     def points(self) -> list[FrontierPoint]:
+        """Every frontier point: time, energy and lower bound, by index."""
         return [
             FrontierPoint(float(t), float(e), float(lb))
             for t, e, lb in zip(self.times, self.energies, self.lower_bounds, strict=True)
@@ -94,9 +98,11 @@ class Frontier:
 
     @cached_property
     def relaxed_bound(self) -> RelaxedBound:
-        """The certified lower bound as a function of the iteration time (breakpoints, or
-        tangent lines when :attr:`bound_slopes` is set); past the last breakpoint everything
-        waits at blocking power."""
+        """The certified lower bound as a function of the iteration time.
+
+        Breakpoints, or tangent lines when :attr:`bound_slopes` is set; past the last
+        breakpoint everything waits at blocking power.
+        """
         return RelaxedBound.from_arrays(
             self.bound_times,
             self.bound_energies,
@@ -105,15 +111,20 @@ class Frontier:
         )
 
     def lower_bound_at(self, deadline: float) -> float:
-        """Certified lower bound on the energy of one iteration lasting ``deadline`` seconds
-        (any plan, waiting included); ``inf`` below the fastest possible time. The relaxed sweep
-        may end up to a relative 1e-9 past that time: a deadline within it reads as the fastest
-        time itself (``lower_bound_at(T0)`` is finite). See :attr:`relaxed_bound`."""
+        """Certified lower bound on the energy of one iteration lasting ``deadline`` seconds.
+
+        The bound holds for any plan, waiting included; ``inf`` below the fastest possible
+        time. The relaxed sweep may end up to a relative 1e-9 past that time: a deadline
+        within it reads as the fastest time itself (``lower_bound_at(T0)`` is finite). See
+        :attr:`relaxed_bound`.
+        """
         return float(self.relaxed_bound.bound(float(deadline)))
 
     def energy_at(self, deadline: float) -> float:
-        """Least energy of an iteration lasting ``deadline`` seconds using a frontier plan
-        (a plan that finishes early waits at blocking power)."""
+        """Least energy of an iteration lasting ``deadline`` seconds using a frontier plan.
+
+        A plan that finishes early waits at blocking power.
+        """
         i = self.index_for_deadline(deadline, wait=True)
         return float(
             self.energies[i]

@@ -1,5 +1,6 @@
-"""Compact encodings of a frontier's plans: what ``perseus frontier --plans`` writes and the
-server stores.
+"""Compact encodings of a frontier's plans.
+
+What ``perseus frontier --plans`` writes and the server stores.
 
 A frontier's plans are a ``(k, n)`` ``uint8`` array (one option index per DAG node and point).
 Neighbouring points share most of their clocks (A100 tiled 32 x 64: 6 % of the instructions
@@ -76,10 +77,13 @@ def encode_rank_plans(
     op_freqs: npt.NDArray[np.int64],
     plans: PlanArray,
 ) -> tuple[dict[str, Any], list[str]]:
-    """``(plan_encoding, one string per point)``: ``op_freqs`` is ``(num_ops, K)``, the MHz of
-    every op's options, ops in rank order (the ranks' ``orders`` one after the other); ``plans``
-    ``(k, >= num_ops)`` option indices. A rank's clock table holds every clock its ops have.
-    Memory: one row at a time, besides the strings."""
+    """Encode plans per rank: ``(plan_encoding, one string per point)``.
+
+    ``op_freqs`` is ``(num_ops, K)``, the MHz of every op's options, ops in rank order (the
+    ranks' ``orders`` one after the other); ``plans`` ``(k, >= num_ops)`` option indices. A
+    rank's clock table holds every clock its ops have. Memory: one row at a time, besides the
+    strings.
+    """
     clocks: list[list[int]] = []
     lookup = np.empty(op_freqs.shape, dtype=np.int64)  # option -> index in its rank's table
     at = 0
@@ -128,9 +132,12 @@ def _iter_rank_freqs(doc: Mapping[str, Any]) -> Iterator[list[list[int]]]:
 
 
 def decode_rank_plans(doc: Mapping[str, Any]) -> Iterator[list[list[dict[str, Any]]]]:
-    """Every point's plan of a ``--plans`` document, in order, as one list per rank of
-    ``{instruction, microbatch, stage, frequency}`` in execution order (the old form, a list per
-    rank of ``{instruction, microbatch, frequency}``, is passed through as it was written)."""
+    """Every point's plan of a ``--plans`` document, in order, as one list per rank.
+
+    Each list holds ``{instruction, microbatch, stage, frequency}`` in execution order (the old
+    form, a list per rank of ``{instruction, microbatch, frequency}``, is passed through as it
+    was written).
+    """
     if "plan_encoding" not in doc:
         for p in doc["points"]:
             yield p["plan"]

@@ -15,8 +15,11 @@ def frontier_png(
     marked: Sequence[tuple[int, str]] = (),
     title: str = "",
 ) -> bytes:
-    """Energy vs iteration time of a frontier JSON document (``Frontier.to_json()``), with the
-    lower bound, the all-max-frequency point (T0, E0) and ``marked`` points ``(index, label)``."""
+    """Energy vs iteration time of a frontier JSON document (``Frontier.to_json()``).
+
+    Also drawn: the lower bound, the all-max-frequency point (T0, E0) and ``marked`` points
+    ``(index, label)``.
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -125,6 +125,7 @@ class Policy:
 
     @property
     def name(self) -> str:
+        """The policy's name: its main parameter's."""
         return self.parameter.name
 
     @property
@@ -269,10 +270,12 @@ CRITERIA_FIRST: tuple[str, ...] = tuple(n for n in POLICY_NAMES if n != "index")
 
 
 def chosen(given: Mapping[str, float | None]) -> tuple[str, float, dict[str, float]] | None:
-    """The one policy among ``given`` (request fields / query parameters / CLI options; those
-    that are ``None`` were not given): ``(name, value, options)``, or ``None`` when no policy is
-    given. Raises :class:`OptionError` naming the field for two policies, an option without its
-    policy, or a value out of bounds."""
+    """The one policy among ``given``: ``(name, value, options)``, or ``None`` when none is given.
+
+    ``given`` holds request fields, query parameters or CLI options; those that are ``None``
+    were not given. Raises :class:`OptionError` naming the field for two policies, an option
+    without its policy, or a value out of bounds.
+    """
     names = [n for n in POLICY_NAMES if given.get(n) is not None]
     if len(names) > 1:
         raise OptionError(f"give at most one of {', '.join(POLICY_NAMES)}", field=names[1])
@@ -299,9 +302,11 @@ def chosen(given: Mapping[str, float | None]) -> tuple[str, float, dict[str, flo
 def resolve(
     frontier: Frontier, name: str, value: float, options: Mapping[str, float] | None = None
 ) -> int:
-    """The frontier index policy ``name`` selects with ``value``; raises
-    :class:`~perseus.errors.InfeasibleError` when no plan meets it and
-    :class:`~perseus.errors.OptionError` (naming the field) for a bad name or value."""
+    """The frontier index policy ``name`` selects with ``value``.
+
+    Raises :class:`~perseus.errors.InfeasibleError` when no plan meets it and
+    :class:`~perseus.errors.OptionError` (naming the field) for a bad name or value.
+    """
     policy = POLICIES.get(name)
     if policy is None:
         raise OptionError(

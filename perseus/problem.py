@@ -1,5 +1,6 @@
-"""An energy-scheduling problem: a pipeline DAG whose nodes have measured (frequency, time,
-energy) options, and the true evaluation of plans.
+"""An energy-scheduling problem, and the true evaluation of plans.
+
+A pipeline DAG whose nodes have measured (frequency, time, energy) options.
 
 A *plan* is an array of option indices, one per DAG node (``uint8``; index 0 is the node's
 highest frequency), so storing many plans costs one byte per instruction each.
@@ -56,6 +57,8 @@ ZERO_BUBBLE_SPLIT = {"backward_input": 0.5, "backward_weight": 0.5}
 
 @dataclass(frozen=True)
 class PlanEvaluation:
+    """The true iteration time (s) and energy (J) of one plan."""
+
     time: float
     energy: float
 
@@ -206,6 +209,7 @@ class EnergyProblem:
 
     @property
     def num_nodes(self) -> int:
+        """The number of DAG nodes: ops, transfers and phases."""
         return self.dag.num_nodes
 
     def durations(self, plan: PlanArray) -> FloatArray:
@@ -239,21 +243,24 @@ class EnergyProblem:
         return t, energy
 
     def max_frequency_plan(self) -> PlanArray:
+        """The plan that runs every node at its first option, the highest clock."""
         return np.zeros(self.num_nodes, dtype=np.uint8)
 
     def frequencies_of(self, plan: PlanArray) -> IntArray:
+        """The clock (MHz) of every node under ``plan``."""
         return self.freqs[np.arange(self.num_nodes), np.asarray(plan, dtype=np.int64)]
 
     def cost_charged(self) -> EnergyProblem:
-        """The problem the solver bounds on when transfers have per-clock times: each
-        producer's option ``k`` also carries the effective cost its transfer has at that clock
-        beyond the transfer node's, ``(power - P) * (t_k - t_min)`` in its energy (its time
-        unchanged; the transfer node keeps the shortest time ``t_min``). For every plan the sum
-        of effective costs then equals the truth's exactly and every duration is at most the
-        true one, so the relaxation of this model is below the truth whatever the transfer's
-        power: below the blocking power (the excess negative, a longer transfer *cheaper*) as
-        much as above it. :meth:`evaluate_many` still gives the truth. ``self`` when no
-        per-clock transfer draws other than the blocking power.
+        """The problem the solver bounds on when transfers have per-clock times.
+
+        Each producer's option ``k`` also carries the effective cost its transfer has at
+        that clock beyond the transfer node's, ``(power - P) * (t_k - t_min)`` in its energy
+        (its time unchanged; the transfer node keeps the shortest time ``t_min``). For every
+        plan the sum of effective costs then equals the truth's exactly and every duration
+        is at most the true one, so the relaxation of this model is below the truth whatever
+        the transfer's power: below the blocking power (the excess negative, a longer
+        transfer *cheaper*) as much as above it. :meth:`evaluate_many` still gives the
+        truth. ``self`` when no per-clock transfer draws other than the blocking power.
         """
         if not self.clocked_transfers.size:
             return self
@@ -272,13 +279,15 @@ class EnergyProblem:
         )
 
     def producer_charged(self) -> EnergyProblem:
-        """The problem the solver plans on when transfers have per-clock times: each producer's
-        option ``k`` also takes the extra time its transfer needs at that clock (over the
-        transfer node's, the highest clock's), at the blocking power (its effective cost is
-        unchanged). For every plan this model's iteration time is at least the true one (the
-        data leaves no earlier; only the producer's own rank waits longer than it truly
-        does), and they agree at the highest clocks, so a plan on time here is on time on the
-        truth. :meth:`evaluate_many` still gives the truth. ``self`` when nothing is clocked.
+        """The problem the solver plans on when transfers have per-clock times.
+
+        Each producer's option ``k`` also takes the extra time its transfer needs at that
+        clock (over the transfer node's, the highest clock's), at the blocking power (its
+        effective cost is unchanged). For every plan this model's iteration time is at least
+        the true one (the data leaves no earlier; only the producer's own rank waits longer
+        than it truly does), and they agree at the highest clocks, so a plan on time here is
+        on time on the truth. :meth:`evaluate_many` still gives the truth. ``self`` when
+        nothing is clocked.
         """
         if not self.clocked_transfers.size:
             return self

@@ -66,6 +66,7 @@ class InstructionProfile:
 
     @property
     def max_frequency(self) -> int:
+        """The highest measured clock (MHz): the first, as options are sorted."""
         return int(self.frequencies[0])
 
     def effective_costs(self, blocking_power: float) -> FloatArray:
@@ -107,8 +108,12 @@ def pareto_indices(times: FloatArray, costs: FloatArray) -> IntArray:
 
 
 def lower_hull_indices(times: FloatArray, costs: FloatArray) -> IntArray:
-    """Indices (into the given arrays, which must be sorted by time and Pareto-filtered) of the
-    vertices of the lower convex hull, by increasing time (Andrew's monotone chain)."""
+    """Indices of the vertices of the lower convex hull, by increasing time.
+
+    Found by Andrew's monotone chain.
+
+    The indices are into the given arrays, which must be sorted by time and Pareto-filtered.
+    """
     hull: list[int] = []
     for i in range(len(times)):
         while len(hull) >= 2:
@@ -155,6 +160,7 @@ class Profile:
             ) from None
 
     def has(self, stage: int, kind: str) -> bool:
+        """Whether the profile measured instruction ``kind`` of ``stage``."""
         return (stage, kind) in self.entries
 
     def select_stages(self, stages: Iterable[int]) -> Profile:
@@ -199,12 +205,15 @@ class Profile:
         return sorted(freqs, reverse=True)
 
     def records(self) -> Iterable[dict[str, Any]]:
-        """Every row: computation by stage and kind, then communication (whose ``frequency``
-        and ``energy`` may be None: an empty field)."""
+        """Every row: computation by stage and kind, then communication.
+
+        A communication row's ``frequency`` and ``energy`` may be None: an empty field.
+        """
         yield from self.compute_records()
         yield from self.communication.records()
 
     def compute_records(self) -> Iterable[dict[str, Any]]:
+        """The computation rows as CSV-like records, by stage and then instruction kind."""
         for (stage, kind), p in sorted(
             self.entries.items(), key=lambda kv: (kv[0][0], INSTRUCTION_KINDS.index(kv[0][1]))
         ):
@@ -218,6 +227,7 @@ class Profile:
                 }
 
     def to_csv(self) -> str:
+        """The profile as CSV text, one row per record, header first."""
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(_COLUMNS)
@@ -226,6 +236,7 @@ class Profile:
         return out.getvalue()
 
     def to_json(self) -> dict[str, Any]:
+        """The profile as a ``perseus-profile/1`` JSON document."""
         return {"format": "perseus-profile/1", "records": list(self.records())}
 
     def scaled(
@@ -285,8 +296,10 @@ def parse_profile_csv(text: str) -> Profile:
 
 
 def parse_profile_json(obj: Any) -> Profile:
-    """Validate a profile given as JSON (a parsed object, or a string of JSON, parsed with the
-    shared reader's bounds on nesting and integer length)."""
+    """Validate a profile given as JSON: a parsed object, or a string of JSON.
+
+    A string is parsed with the shared reader's bounds on nesting and integer length.
+    """
     if isinstance(obj, str | bytes):
         try:
             obj = profile_csv.load_json(obj)
@@ -308,10 +321,12 @@ def parse_profile_json(obj: Any) -> Profile:
 
 
 def parse_stage_list(text: str, limit: int = 100_000) -> list[int]:
-    """Stages from a list such as ``"0-3"``, ``"0,2,4"`` or ``"4-7,0"`` (ranges inclusive), in
-    the order written; :class:`ProfileError` (field ``stages``) names what is malformed, or a
-    list naming more than ``limit`` stages in all (counted before the list is built, so a
-    short text of many long ranges costs nothing)."""
+    """Stages from a list such as ``"0-3"``, ``"0,2,4"`` or ``"4-7,0"``, in the order written.
+
+    Ranges are inclusive. :class:`ProfileError` (field ``stages``) names what is malformed, or a
+    list naming more than ``limit`` stages in all (counted before the list is built, so a short
+    text of many long ranges costs nothing).
+    """
     ranges: list[tuple[int, int]] = []
     total = 0
     for part in text.split(","):

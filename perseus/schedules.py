@@ -73,10 +73,12 @@ class Schedule:
 
     @property
     def virtual_stages(self) -> int:
+        """Model stages per rank (1 unless interleaved)."""
         return self.stages // self.ranks
 
     @property
     def num_instructions(self) -> int:
+        """The number of instructions over all ranks."""
         return sum(len(o) for o in self.orders)
 
     def stage_rank(self) -> dict[int, int]:
@@ -84,6 +86,7 @@ class Schedule:
         return {op.stage: r for r, order in enumerate(self.orders) for op in order}
 
     def to_json(self) -> dict[str, object]:
+        """The schedule as JSON: name, sizes and every rank's order of ops."""
         return {
             "name": self.name,
             "ranks": self.ranks,
@@ -96,6 +99,10 @@ class Schedule:
 
     @classmethod
     def from_json(cls, obj: dict[str, object]) -> Schedule:
+        """Parse a schedule from :meth:`to_json`'s form.
+
+        Raises :class:`ScheduleError` naming what is malformed.
+        """
         orders = obj.get("orders")
         if not isinstance(orders, list):
             raise ScheduleError("'orders' must be a list with one list of ops per rank")
@@ -244,7 +251,17 @@ ALIASES = {"interleaved1f1b": "interleaved-1f1b", "interleaved": "interleaved-1f
 
 
 def make_schedule(name: str, stages: int, microbatches: int, virtual_stages: int = 1) -> Schedule:
-    """Build a named schedule; ``stages`` is the number of pipeline ranks."""
+    """Build a named schedule; ``stages`` is the number of pipeline ranks.
+
+    Args:
+        name: one of :data:`SCHEDULE_NAMES` or :data:`ALIASES` (any case, ``_`` for ``-``).
+        stages: pipeline ranks.
+        microbatches: microbatches per iteration.
+        virtual_stages: model chunks per rank (interleaved 1F1B only; the others ignore it).
+
+    Raises:
+        ScheduleError: an unknown name, or sizes the schedule cannot take.
+    """
     key = name.lower().replace("_", "-")
     builder = BUILDERS.get(ALIASES.get(key, key))
     if builder is None:

@@ -35,8 +35,10 @@ OUTPUTS = {
 
 
 def generate(out_dir: Path) -> list[Path]:
-    """Compile every .proto of :data:`OUTPUTS` and write its modules and type stubs into
-    ``out_dir``; return their paths."""
+    """Compile every .proto of :data:`OUTPUTS` into ``out_dir``; return the paths written.
+
+    Its modules and type stubs are written into ``out_dir``.
+    """
     from grpc_tools import protoc  # dev-time dependencies only: grpcio-tools, mypy-protobuf
 
     plugin = shutil.which("protoc-gen-mypy_grpc", path=str(Path(sys.executable).parent))

@@ -1,6 +1,8 @@
-"""Write ``deploy/requirements.lock``: every Python dependency of the image (``.[server]``), pinned
-to one version with the sha256 of its wheel for the image's platform (CPython 3.11, Linux
-x86_64, manylinux), for ``pip install --require-hashes`` in ``deploy/Dockerfile``.
+"""Write ``deploy/requirements.lock``: every Python dependency of the image, pinned with hashes.
+
+The image installs ``.[server]``; each dependency is pinned to one version with the sha256 of
+its wheel for the image's platform (CPython 3.11, Linux x86_64, manylinux), for ``pip install
+--require-hashes`` in ``deploy/Dockerfile``.
 
 Usage::
 

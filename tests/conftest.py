@@ -1,6 +1,8 @@
-"""Fixtures shared by every test (the core's in ``tests/perseus/``, each app's in its own folder):
-the real profiles in ``profiles/``, a way to cut them down to a few stages and frequencies for
-small, fast instances, and the project built as a wheel."""
+"""Fixtures shared by every test (the core's in ``tests/perseus/``, each app's in its own folder).
+
+The real profiles in ``profiles/``, a way to cut them down to a few stages and frequencies for
+small, fast instances, and the project built as a wheel.
+"""
 
 from __future__ import annotations
 
@@ -33,8 +35,11 @@ def a100() -> Profile:
 
 @pytest.fixture(scope="session")
 def slice_profile(a100: Profile) -> Callable[[Iterable[int], Iterable[int] | None], Profile]:
-    """``slice_profile(stages, freqs)``: the A100 profile cut to the given stages (renumbered
-    0..k-1 in the given order) and frequencies (``None``: all of them)."""
+    """``slice_profile(stages, freqs)``: the A100 profile cut down.
+
+    The A100 profile cut to the given stages (renumbered 0..k-1 in the given order) and
+    frequencies (``None``: all of them).
+    """
 
     def cut(stages: Iterable[int], freqs: Iterable[int] | None = None) -> Profile:
         renumber = {s: i for i, s in enumerate(stages)}
@@ -53,8 +58,10 @@ def slice_profile(a100: Profile) -> Callable[[Iterable[int], Iterable[int] | Non
 
 @pytest.fixture(scope="session")
 def project_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The project built as a wheel, from a clean copy of the tree (a build in the checkout
-    would reuse whatever an earlier build left in ``build/``)."""
+    """The project built as a wheel, from a clean copy of the tree.
+
+    A build in the checkout would reuse whatever an earlier build left in ``build/``.
+    """
     setuptools = pytest.importorskip("setuptools")
     if int(setuptools.__version__.split(".")[0]) < 68:
         pytest.skip(f"building needs setuptools >= 68, not {setuptools.__version__}")

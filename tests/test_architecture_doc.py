@@ -1,5 +1,8 @@
-"""`docs/architecture.md` and the server's tree stay in step: every module of
-``server/perseus_server/`` is in the doc's module table, and every module the table names exists."""
+"""`docs/architecture.md` and the server's tree stay in step.
+
+Every module of ``server/perseus_server/`` is in the doc's module table, and every module the table
+names exists.
+"""
 
 from __future__ import annotations
 

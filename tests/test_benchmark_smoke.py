@@ -1,5 +1,6 @@
-"""Every benchmark's ``--smoke`` mode runs to the end and prints figures that make sense, so a
-benchmark that breaks fails the suite (``benchmarks/client.py`` has its own test in
+"""Every benchmark's ``--smoke`` mode runs to the end and prints figures that make sense.
+
+So a benchmark that breaks fails the suite (``benchmarks/client.py`` has its own test in
 ``tests/client/test_benchmark_client.py``; ``status_load``/``server`` and ``communication`` theirs).
 
 Each runs as a subprocess, as a user would run it; the checks read its table or JSON, never its
@@ -146,8 +147,11 @@ def test_failover_benchmark_smoke() -> None:
 
 @pytest.mark.slow
 def test_tenancy_benchmark_smoke() -> None:
-    """The starvation scenario (issue #31): tenant A's slowdown stays 0 while tenant B's jobs
-    are created, solved and never started, and once A is guaranteed its watts."""
+    """The starvation scenario (issue #31).
+
+    Tenant A's slowdown stays 0 while tenant B's jobs are created, solved and never started, and
+    once A is guaranteed its watts.
+    """
     rows: list[dict[str, Any]] = json.loads(run("tenancy.py", "--smoke", "--json"))
     assert [r["step"][0] for r in rows] == ["0", "1", "2", "3", "4"]
     for r in (rows[0], rows[1], rows[2], rows[4]):
@@ -237,8 +241,11 @@ def test_hooks_benchmark_async_gpu_smoke() -> None:
 
 @pytest.mark.slow
 def test_server_queries_and_push_smoke() -> None:
-    """``benchmarks/server.py --smoke --baseline .``: this tree's server and the same tree run
-    as the baseline (from its sources, by ``PYTHONPATH``), each solved, queried and pushed to."""
+    """``benchmarks/server.py --smoke --baseline .`` runs against itself as the baseline.
+
+    This tree's server and the same tree run as the baseline (from its sources, by
+    ``PYTHONPATH``), each solved, queried and pushed to.
+    """
     out = run("server.py", "--smoke", "--baseline", str(ROOT))
     rows = dict(
         re.match(r"(\S+: .+?)  +(.+)$", line).groups()  # type: ignore[union-attr]

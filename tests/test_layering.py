@@ -47,8 +47,11 @@ FRAMEWORKS = frozenset({"torch", "deepspeed", "megatron"})
 
 @dataclass(frozen=True)
 class Import:
-    """One import in a source file: the absolute module name, where, and whether it runs only
-    when a function is called (``lazy``)."""
+    """One import in a source file.
+
+    The absolute module name, where, and whether it runs only when a function is called
+    (``lazy``).
+    """
 
     module: str
     path: Path
@@ -75,8 +78,11 @@ def _package_of(path: Path) -> str:
 
 
 def imports_of(path: Path) -> list[Import]:
-    """Every import in ``path``: ``import``, ``from ... import`` (relative ones resolved) and
-    ``importlib.import_module`` / ``__import__`` of a string constant."""
+    """Every import in ``path``.
+
+    ``import``, ``from ... import`` (relative ones resolved) and ``importlib.import_module`` /
+    ``__import__`` of a string constant.
+    """
     tree = ast.parse(path.read_text(), filename=str(path))
     package = _package_of(path)
     found: list[Import] = []
@@ -154,8 +160,11 @@ def test_the_scanner_sees_every_kind_of_import(tmp_path: Path) -> None:
 
 
 def test_importing_the_core_imports_none_of_the_apps() -> None:
-    """Import every core module (found with pkgutil, the CLI entry point aside) in a fresh
-    interpreter: none of the apps ends up in ``sys.modules``."""
+    """Importing any core module in a fresh interpreter imports none of the apps.
+
+    Import every core module (found with pkgutil, the CLI entry point aside) in a fresh
+    interpreter: none of the apps ends up in ``sys.modules``.
+    """
     probe = f"""
 import importlib, json, pkgutil, sys
 import perseus
@@ -193,8 +202,10 @@ print(json.dumps({{"file": perseus.__file__, "names": names, "loaded": loaded}})
 
 
 def test_the_core_imports_nothing_above_it() -> None:
-    """Not the apps, not even lazily inside a function: of ours, only itself and the shared
-    vocabulary."""
+    """Not the apps, not even lazily inside a function.
+
+    Of ours, only itself and the shared vocabulary.
+    """
     bad = [
         str(i)
         for i in imports_in(CORE, skip=ENTRY_POINTS)
@@ -220,15 +231,20 @@ def test_the_shared_vocabulary_imports_nothing_of_ours_and_nothing_heavy() -> No
 
 
 def test_the_client_imports_only_the_shared_vocabulary() -> None:
-    """A training rank installs the light client: nothing of the core, the server or the demo,
-    none of the scheduler's dependencies, anywhere (lazily included)."""
+    """A training rank installs the light client.
+
+    Nothing of the core, the server or the demo, none of the scheduler's dependencies, anywhere
+    (lazily included).
+    """
     forbidden = {"perseus", "perseus_server", "perseus_demo"} | SCHEDULER_DEPENDENCIES
     assert [str(i) for i in imports_in(CLIENT) if i.top in forbidden] == []
 
 
 def test_only_the_clients_integrations_import_the_frameworks() -> None:
-    """Outside ``integrations/``, the client may use torch only lazily (CUDA events when it is
-    already there) and never DeepSpeed or Megatron."""
+    """Outside ``integrations/``, the client uses torch only lazily, never DeepSpeed or Megatron.
+
+    Lazily: CUDA events when torch is already there.
+    """
     integrations = CLIENT / "integrations"
     bad = [
         str(i)
@@ -249,8 +265,10 @@ def test_the_server_imports_neither_the_client_nor_the_demo() -> None:
 
 
 def test_the_demo_is_a_package_of_its_own() -> None:
-    """The demo lives in ``demo/perseus_demo``, the core has no demo module, and the rank
-    processes run the demo's rank program."""
+    """The demo lives in ``demo/perseus_demo``, and the rank processes run its rank program.
+
+    The core has no demo module.
+    """
     import importlib.util
 
     from perseus_demo.orchestration import RANK_MODULE
@@ -284,8 +302,10 @@ SERVER_GROUPS: dict[str, frozenset[str]] = {
 
 
 def _server_group(module: str) -> str:
-    """``perseus_server.service.facade`` -> ``service``; ``perseus_server.testing.faults`` ->
-    ``testing.faults``; a top-level module -> its name."""
+    """``perseus_server.service.facade`` -> ``service``.
+
+    ``perseus_server.testing.faults`` -> ``testing.faults``; a top-level module -> its name.
+    """
     parts = module.split(".")[1:]
     if not parts:
         return "__init__"

@@ -51,15 +51,16 @@ Guarantees:
   incarnation, and the server compares sequences within one incarnation only.
 
 Configuration comes from the arguments or the environment: ``PERSEUS_SERVER`` (``host:port``, or
-``grpcs://host:port`` for TLS; several, comma-separated, for an active/standby pair), ``PERSEUS_TOKEN`` (bearer token), ``PERSEUS_JOB`` (job id),
-``PERSEUS_TLS_CA`` (PEM file of a private CA; implies TLS), ``RANK`` (global rank) and
-``LOCAL_RANK`` (NVML index of the default GPU backend). The default backend is
-:class:`DaemonGpu` (through the node daemon ``perseus gpud``, no privileges needed) when
-``PERSEUS_GPUD_SOCKET`` is set or the default socket ``/run/perseus/gpud.sock`` exists, else
-the GPU of the vendor the availability probe finds (:mod:`perseus_client.gpu.vendors`;
-:class:`NvmlGpu`); ``PERSEUS_DRY_RUN=1`` opens it in ``dry_run``, which records clock requests
-without applying them. It is built behind :class:`FailOpenGpu`. The environment is read in one
-place (:class:`perseus_client.defaults.Environment`); the tuning options come grouped
+``grpcs://host:port`` for TLS; several, comma-separated, for an active/standby pair),
+``PERSEUS_TOKEN`` (bearer token), ``PERSEUS_JOB`` (job id), ``PERSEUS_TLS_CA`` (PEM file of a
+private CA; implies TLS), ``RANK`` (global rank) and ``LOCAL_RANK`` (NVML index of the default GPU
+backend). The default backend is :class:`DaemonGpu` (through the node daemon ``perseus gpud``, no
+privileges needed) when ``PERSEUS_GPUD_SOCKET`` is set or the default socket
+``/run/perseus/gpud.sock`` exists, else the GPU of the vendor the availability probe finds
+(:mod:`perseus_client.gpu.vendors`; :class:`NvmlGpu`); ``PERSEUS_DRY_RUN=1`` opens it in
+``dry_run``, which records clock requests without applying them. It is built behind
+:class:`FailOpenGpu`. The environment is read in one place
+(:class:`perseus_client.defaults.Environment`); the tuning options come grouped
 (:mod:`perseus_client.options`).
 """
 
@@ -248,8 +249,11 @@ class PerseusClient:
 
     @property
     def clock_control(self) -> str:
-        """``"active"`` while this rank controls its GPU's clocks, else ``"unavailable"`` (the
-        default backend could not be had: see :mod:`perseus_client.clock_control`)."""
+        """``"active"`` while this rank controls its GPU's clocks, else ``"unavailable"``.
+
+        ``"unavailable"``: the default backend could not be had (see
+        :mod:`perseus_client.clock_control`).
+        """
         return self._failopen.state if self._failopen is not None else ACTIVE
 
     @property
@@ -258,8 +262,11 @@ class PerseusClient:
         return self._failopen.reason if self._failopen is not None else None
 
     def _on_clock_control(self) -> None:
-        """The state may have changed (a background thread): refresh the maximum clock at the
-        next iteration boundary and tell the server."""
+        """Clock control may have changed: refresh the maximum clock, and tell the server.
+
+        Called from a background thread; the maximum clock is refreshed at the next
+        iteration boundary.
+        """
         self._clock_changed = True
         state, reason = self.clock_control, self.clock_control_reason
         self._told_clock_control = (state, reason)
@@ -414,8 +421,11 @@ class PerseusClient:
     def instruction(
         self, kind: str, microbatch: int = 0, stage: int | None = None
     ) -> InstructionScope:
-        """Context manager around one instruction (``forward``, ``backward``, ``backward_input``,
-        ``backward_weight``) of ``microbatch``; ``stage`` is the model stage with virtual stages."""
+        """Context manager around one instruction of ``microbatch``.
+
+        The instruction is ``forward``, ``backward``, ``backward_input`` or
+        ``backward_weight``; ``stage`` is the model stage with virtual stages.
+        """
         if kind not in _KINDS:
             raise ConfigError(
                 "kind", f"unknown instruction kind {kind!r} (one of {', '.join(INSTRUCTION_KINDS)})"
@@ -431,11 +441,13 @@ class PerseusClient:
     def record_transfer(
         self, boundary: int, direction: str, microbatch: int, seconds: float | EventTiming
     ) -> None:
-        """Record one timed P2P transfer of the current iteration: ``microbatch``'s activations
-        (``direction="forward"``, stage ``boundary`` to ``boundary + 1``) or gradients
-        (``"backward"``, ``boundary + 1`` to ``boundary``), which took ``seconds`` (or the
-        :class:`~perseus_client.measurements.EventTiming` of the CUDA events around it on NCCL,
-        resolved when the report is built, off the training thread).
+        """Record one timed P2P transfer of the current iteration.
+
+        The transfer is ``microbatch``'s activations (``direction="forward"``, stage
+        ``boundary`` to ``boundary + 1``) or gradients (``"backward"``, ``boundary + 1`` to
+        ``boundary``), which took ``seconds`` (or the
+        :class:`~perseus_client.measurements.EventTiming` of the CUDA events around it on
+        NCCL, resolved when the report is built, off the training thread).
 
         Cheap enough for the hot path: one append, no lock, no check (a transfer the server
         would refuse is dropped when the report is built, off the training thread). Outside an
@@ -457,9 +469,11 @@ class PerseusClient:
 
     def close(self, *, finished: bool = False) -> None:
         """Reset the clocks, send queued reports (bounded wait), stop the background threads.
+
         ``finished``: the training ended cleanly; the server hears it (``FinishRank``) and
-        marks the job finished once every rank said so (a ``with`` block that ends without an
-        exception says so)."""
+        marks the job finished once every rank said so (a ``with`` block that ends without
+        an exception says so).
+        """
         if self._closed:
             return
         self._closed = True

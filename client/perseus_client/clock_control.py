@@ -225,24 +225,29 @@ class FailOpenGpu(GpuBackend):
 
     @property
     def name(self) -> str:  # type: ignore[override]
+        """The real backend's name; empty while there is none."""
         inner = self._inner
         return inner.name if inner is not None else ""
 
     @property
     def synchronous_clocks(self) -> bool:  # type: ignore[override]
+        """Whether the real backend applies clocks synchronously; False while there is none."""
         inner = self._inner
         return bool(inner.synchronous_clocks) if inner is not None else False
 
     @property
     def samples_itself(self) -> bool:  # type: ignore[override]
+        """Whether the real backend samples its applied clocks itself; False while there is none."""
         inner = self._inner
         return bool(inner.samples_itself) if inner is not None else False
 
     def identity(self) -> DeviceIdentity:
+        """The real backend's device identity; index 0, the rest unknown, while there is none."""
         inner = self._inner
         return inner.identity() if inner is not None else DeviceIdentity(0)
 
     def supported_clocks(self) -> tuple[int, ...]:
+        """The real backend's supported SM clocks (MHz); none while there is no backend."""
         inner = self._inner
         return inner.supported_clocks() if inner is not None else ()
 
@@ -253,6 +258,11 @@ class FailOpenGpu(GpuBackend):
         return clocks[0] if clocks else 0
 
     def set_locked_clocks(self, mhz: int) -> None:
+        """Lock the SM clock at ``mhz`` (0 or less resets), or remember it until control is had.
+
+        When the backend refuses, clock control becomes unavailable and the retry thread is
+        woken.
+        """
         mhz = int(mhz)
         if mhz <= 0:
             self.reset_locked_clocks()
@@ -275,6 +285,7 @@ class FailOpenGpu(GpuBackend):
             self._notify()
 
     def reset_locked_clocks(self) -> None:
+        """Remove the SM clock lock, now if control is had; no clock is wanted from now on."""
         with hold_briefly(self._lock):
             self._desired = None
             inner = self._inner
@@ -286,51 +297,62 @@ class FailOpenGpu(GpuBackend):
                 self._unavailable(exc)
 
     def energy_mj(self) -> int:
+        """The energy counter (mJ), continuous across backends; the last value while none."""
         inner = self._inner
         if inner is not None:
             self._last_energy = inner.energy_mj() + self._energy_offset
         return self._last_energy
 
     def timestamp(self) -> float:
+        """The real backend's time (s); wall time while there is none."""
         inner = self._inner
         return inner.timestamp() if inner is not None else time.perf_counter()
 
     def read_clock(self) -> tuple[int, frozenset[str]] | None:
+        """The real backend's SM clock and clock-event reasons; ``None`` while there is none."""
         inner = self._inner
         return inner.read_clock() if inner is not None else None
 
     def power_w(self) -> float | None:
+        """The real backend's power draw (W); ``None`` while there is none."""
         inner = self._inner
         return inner.power_w() if inner is not None else None
 
     def begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:
+        """Tell the real backend, if any, that an instruction starts."""
         inner = self._inner
         if inner is not None:
             inner.begin_instruction(kind, microbatch, stage)
 
     def end_instruction(self) -> None:
+        """Tell the real backend, if any, that the instruction's body returned."""
         inner = self._inner
         if inner is not None:
             inner.end_instruction()
 
     def abort_instruction(self) -> None:
+        """Tell the real backend, if any, that the instruction's body raised."""
         inner = self._inner
         if inner is not None:
             inner.abort_instruction()
 
     def sample_applied_clock(self) -> tuple[int, frozenset[str]] | None:
+        """The real backend's applied-clock sample; ``None`` while there is none."""
         inner = self._inner
         return inner.sample_applied_clock() if inner is not None else None
 
     def running_instruction(self) -> Instruction | None:
+        """The real backend's running instruction; ``None`` while there is none."""
         inner = self._inner
         return inner.running_instruction() if inner is not None else None
 
     def take_applied_clocks(self) -> AppliedClockReport | None:
+        """The real backend's applied clocks since the last call; ``None`` while there is none."""
         inner = self._inner
         return inner.take_applied_clocks() if inner is not None else None
 
     def synchronize(self) -> None:
+        """Wait for the real backend's queued work, if there is a backend."""
         inner = self._inner
         if inner is not None:
             inner.synchronize()

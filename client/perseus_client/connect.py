@@ -1,7 +1,7 @@
 """How a :class:`~perseus_client.client.PerseusClient` reaches its server.
 
-The server addresses and their TLS trust, checked before anything starts; the rank's registration; the link
-(not started).
+The server addresses and their TLS trust, checked before anything starts; the rank's registration;
+the link (not started).
 
 The transport (gRPC) is imported only when a client connects, so an offline client never loads
 it.

@@ -123,18 +123,22 @@ class FrequencyController:
 
     @property
     def closed(self) -> bool:
-        """True after :meth:`reset_now` (or :meth:`close`): requests are ignored until
-        :meth:`reopen`."""
+        """True after :meth:`reset_now` (or :meth:`close`).
+
+        Requests are ignored until :meth:`reopen`.
+        """
         return self._closed
 
     def request(
         self, mhz: int, after: Any = None, tag: Instruction | None = None, *, wake: bool = True
     ) -> int:
-        """Ask for ``mhz`` to be locked once ``after`` (a CUDA event, optional) has completed;
+        """Ask for ``mhz`` to be locked once ``after`` (a CUDA event, optional) has completed.
+
         ``tag`` is the instruction it is for, published with the lock (:meth:`lock_state`).
-        ``wake=False``: leave the controller thread asleep, the caller applies the request with
-        :meth:`flush` (what the client does for synchronous backends: waking the thread only to
-        find the queue drained cost the training thread a GIL hand-off per instruction).
+        ``wake=False``: leave the controller thread asleep, the caller applies the request
+        with :meth:`flush` (what the client does for synchronous backends: waking the thread
+        only to find the queue drained cost the training thread a GIL hand-off per
+        instruction).
 
         Returns the request's sequence number (the previous one for a no-op request; its tag is
         dropped: the lock stays attributed to the instruction that requested it).
@@ -149,10 +153,13 @@ class FrequencyController:
         return seq
 
     def apply_now(self, mhz: int, after: Any = None) -> None:
-        """Synchronous backends: request ``mhz`` and apply it in the calling thread, in one call
-        (what :meth:`request` with ``wake=False`` and :meth:`flush` do, without the queue), once
-        ``after`` (a CUDA event, optional) has completed. A no-op when ``mhz`` is the clock last
-        requested. Requests still queued are applied first, under the same lock: order is kept."""
+        """Synchronous backends: request ``mhz`` and apply it in the calling thread, in one call.
+
+        This is what :meth:`request` with ``wake=False`` and :meth:`flush` do, without the
+        queue, once ``after`` (a CUDA event, optional) has completed. A no-op when ``mhz``
+        is the clock last requested. Requests still queued are applied first, under the same
+        lock: order is kept.
+        """
         if mhz == self._requested or self._closed:
             return
         with self._apply_lock:
@@ -188,8 +195,10 @@ class FrequencyController:
 
     @property
     def applied_clock(self) -> int | None:
-        """The clock the backend last locked (the max clock after a fallback); ``None`` when
-        reset or not known. Read by the applied-clock sampler thread."""
+        """The clock the backend last locked (the max clock after a fallback).
+
+        ``None`` when reset or not known. Read by the applied-clock sampler thread.
+        """
         a = self._applied
         return None if a is None or a == _RESET else a
 

@@ -1,5 +1,6 @@
-"""The client's defaults from the environment, read in one place (:class:`Environment`), and the
-default GPU backend they select.
+"""The client's defaults from the environment, and the default GPU backend they select.
+
+The defaults are read in one place (:class:`Environment`).
 
 =========================  ============================================================
 ``PERSEUS_SERVER``         the server's address (``host:port``, ``grpcs://host:port``), or
@@ -52,6 +53,10 @@ class Environment:
 
     @classmethod
     def read(cls, environ: Mapping[str, str] | None = None) -> Environment:
+        """Read the ``PERSEUS_*`` variables (and the rank's) from ``environ``.
+
+        ``environ`` defaults to ``os.environ``.
+        """
         env = os.environ if environ is None else environ
         return cls(
             server=env.get("PERSEUS_SERVER"),
@@ -65,8 +70,11 @@ class Environment:
         )
 
     def integer(self, name: str, value: int | None, default: int) -> int:
-        """``value`` if given, else the variable ``name`` (``RANK`` or ``LOCAL_RANK``) as an
-        integer (``default`` when unset or empty); a malformed one raises ConfigError."""
+        """``value`` if given, else the variable ``name`` as an integer.
+
+        ``name`` is ``RANK`` or ``LOCAL_RANK``; ``default`` when unset or empty; a malformed
+        one raises ConfigError.
+        """
         if value is not None:
             return int(value)
         raw = {"RANK": self.rank, "LOCAL_RANK": self.local_rank}[name]
@@ -79,8 +87,10 @@ class Environment:
 
 
 def backend_factory(env: Environment | None = None) -> Callable[[], GpuBackend]:
-    """What builds the default backend: the node daemon's GPU when a daemon socket is configured
-    or present, else the GPU of the vendor the availability probe finds (NVML's when none:
+    """What builds the default backend.
+
+    The node daemon's GPU when a daemon socket is configured or present, else the GPU of the
+    vendor the availability probe finds (NVML's when none:
     :func:`~perseus_client.gpu.vendors.choose_vendor`; ``PERSEUS_DRY_RUN``: the vendor's,
     recording requests only).
 
@@ -119,6 +129,9 @@ def backend_factory(env: Environment | None = None) -> Callable[[], GpuBackend]:
 def default_gpu(
     retry_initial: float = 1.0, retry_max: float = 30.0, env: Environment | None = None
 ) -> FailOpenGpu:
-    """The default backend behind :class:`FailOpenGpu`: never raises because clock control is
-    unavailable (see :mod:`perseus_client.clock_control`)."""
+    """The default backend behind :class:`FailOpenGpu`.
+
+    It never raises because clock control is unavailable (see
+    :mod:`perseus_client.clock_control`).
+    """
     return FailOpenGpu(backend_factory(env), retry_initial=retry_initial, retry_max=retry_max)

@@ -63,8 +63,10 @@ class GpuError(ClientError):
 
 
 class ClockControlUnavailableError(GpuError):
-    """Clock control cannot be had now: no NVML or driver, no permission, the node daemon
-    unreachable (socket missing, refused, not permitted), or the GPU leased by another process.
+    """Clock control cannot be had now.
+
+    No NVML or driver, no permission, the node daemon unreachable (socket missing, refused, not
+    permitted), or the GPU leased by another process.
 
     A :class:`~perseus_client.PerseusClient` with its default backend never raises these: it
     runs at the GPU's current clocks, retries in the background and reports the reason

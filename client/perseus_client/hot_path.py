@@ -52,8 +52,11 @@ def build_records(
     off: dict[int, tuple[str, int, int, int] | None],
     energy: dict[int, float] | None,
 ) -> tuple[InstructionMeasurement, ...]:
-    """One iteration's instruction records from its timestamps (two per instruction), the
-    compiled plan's entries and the slow path's records (``off``; ``None``: aborted)."""
+    """One iteration's instruction records from its timestamps (two per instruction).
+
+    Also from the compiled plan's entries and the slow path's records (``off``; ``None``:
+    aborted).
+    """
     count = len(stamps) // 2
     times = [b - a for a, b in zip(stamps[0::2], stamps[1::2], strict=False)]
     if not off and energy is None and count <= p.n:
@@ -154,9 +157,11 @@ class InstructionPath:
             self._mismatch(None, self._pos)
 
     def finish(self) -> tuple[Callable[[], tuple[InstructionMeasurement, ...]] | None, list[Any]]:
-        """End the iteration: what builds its instruction records (``None`` unless ``record``;
-        called off the training thread, when the report is built or read) and their CUDA event
-        pairs (see :meth:`check_complete`)."""
+        """End the iteration: what builds its instruction records, and their CUDA event pairs.
+
+        The builder is ``None`` unless ``record``; it is called off the training thread,
+        when the report is built or read. For the event pairs see :meth:`check_complete`.
+        """
         self.phase = IDLE
         if not self.record:
             return None, []
@@ -219,8 +224,11 @@ class InstructionPath:
         raise ClientError("instruction() blocks do not nest")
 
     def _slow_clock(self, kind: str, microbatch: int, stage: int | None, pos: int) -> int:
-        """Not the plan's next instruction as given: no plan, a profiling task without steps,
-        no stage given, after a mismatch, or a mismatch."""
+        """Whether the instruction is not the plan's next one as given.
+
+        That is: no plan, a profiling task without steps, no stage given, after a mismatch,
+        or a mismatch.
+        """
         if kind not in _KINDS:
             raise ConfigError(
                 "kind", f"unknown instruction kind {kind!r} (one of {', '.join(INSTRUCTION_KINDS)})"

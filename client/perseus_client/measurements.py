@@ -26,8 +26,10 @@ TRANSFER_DIRECTIONS = ("forward", "backward")
 
 
 class EventTiming(NamedTuple):
-    """A transfer timed by two CUDA events around it (see
-    :mod:`perseus_client.integrations._timing`), resolved off the training thread."""
+    """A transfer timed by two CUDA events around it, resolved off the training thread.
+
+    See :mod:`perseus_client.integrations._timing`.
+    """
 
     start: Any
     end: Any
@@ -89,8 +91,11 @@ class IterationMeasurement:
         return r
 
     def resolved(self) -> IterationMeasurement:
-        """Replace instruction and transfer times by CUDA-event elapsed times (blocks until the
-        events complete: the reporter thread calls it, never the training thread)."""
+        """Replace instruction and transfer times by CUDA-event elapsed times.
+
+        This blocks until the events complete: the reporter thread calls it, never the
+        training thread.
+        """
         timed = [i for i, t in enumerate(self.transfers) if isinstance(t[3], EventTiming)]
         if not self.cuda_events and not timed:
             return self

@@ -1,5 +1,6 @@
-"""The :class:`~perseus_client.PerseusClient`'s options, grouped into small frozen values (as
-httpx groups ``Timeout`` and ``Limits``), each checked when built.
+"""The :class:`~perseus_client.PerseusClient`'s options, grouped into small frozen values.
+
+As httpx groups ``Timeout`` and ``Limits``; each is checked when built.
 
 - :class:`RankPosition` — where the rank sits in its job: global, pipeline (stage), data-parallel
   and tensor-parallel rank;

@@ -55,8 +55,10 @@ class Plan:
         reason: str = "",
         expected_iteration_time: float = 0.0,
     ) -> Plan:
-        """Build from :class:`PlanStep` objects or ``perseus.frontier.Frontier.plan_steps`` dicts
-        (``{"instruction", "microbatch", "stage", "frequency"}``)."""
+        """Build from :class:`PlanStep` objects or ``perseus.frontier.Frontier.plan_steps`` dicts.
+
+        The dicts are ``{"instruction", "microbatch", "stage", "frequency"}``.
+        """
         out: list[PlanStep] = []
         for i, s in enumerate(steps):
             if isinstance(s, PlanStep):
@@ -87,8 +89,10 @@ class Plan:
 
     @classmethod
     def from_wire(cls, update: PlanUpdate) -> Plan:
-        """Build from a decoded ``perseus.v1.PlanUpdate`` (a profiling task at clock 0 is none;
-        negative iteration counts count as 0)."""
+        """Build from a decoded ``perseus.v1.PlanUpdate``.
+
+        A profiling task at clock 0 is none; negative iteration counts count as 0.
+        """
         p = update.profiling
         profiling = None
         if p is not None and p.frequency_mhz > 0:
@@ -198,8 +202,11 @@ class PlanCursor:
     def mismatch_error(
         plan: Plan | None, pos: int, executed: tuple[str, int, int | None] | None
     ) -> PlanMismatchError:
-        """The error for ``executed`` at position ``pos`` of an iteration of ``plan`` (``None``:
-        the iteration ended at ``pos``), naming both the executed and the expected instruction."""
+        """The error for ``executed`` at position ``pos`` of an iteration of ``plan``.
+
+        ``executed`` is ``None`` when the iteration ended at ``pos``; the error names both
+        the executed and the expected instruction.
+        """
         steps = plan.steps if plan is not None else ()
         version = plan.version if plan is not None else 0
         expected: tuple[str, int, int] | None = None
@@ -228,7 +235,8 @@ class PlanCursor:
 
 
 class CompiledPlan:
-    """One iteration of a plan as flat tuples the training thread indexes by position:
+    """One iteration of a plan as flat tuples the training thread indexes by position.
+
     ``keys[i] == (kind, microbatch, stage)`` and ``clocks[i]`` of instruction ``i`` (the
     profiling task's clock for every instruction while profiling), ``n`` instructions.
 

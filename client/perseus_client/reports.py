@@ -1,7 +1,8 @@
-"""Building what the client reports: the iteration record on the training thread
-(:class:`IterationRecorder`) and, off it, its wire value (:func:`report_value`, a
-:class:`perseus_common.wire.IterationReport`) and message (:func:`report_message`, through the
-codec both ends share).
+"""Building what the client reports: the iteration record and its wire value and message.
+
+The iteration record on the training thread (:class:`IterationRecorder`) and, off it, its wire value
+(:func:`report_value`, a :class:`perseus_common.wire.IterationReport`) and message
+(:func:`report_message`, through the codec both ends share).
 
 The training thread only appends: one :class:`~perseus_client.measurements.InstructionMeasurement`
 per measured instruction, one plain tuple per timed transfer
@@ -66,6 +67,7 @@ class IterationRecorder:
         self.transfers: list[Transfer] = []
 
     def start(self) -> None:
+        """Start recording a new iteration: empty the instructions, events and transfers."""
         self.instructions = []
         self.events = []
         self.transfers = []
@@ -78,6 +80,7 @@ class IterationRecorder:
         energy: float,
         applied: AppliedClockReport | None,
     ) -> IterationMeasurement:
+        """The iteration's measurement, from what was recorded and the given figures."""
         return IterationMeasurement(
             index,
             iteration_time,
@@ -91,9 +94,11 @@ class IterationRecorder:
 
 
 def valid_transfer(t: Transfer) -> bool:
-    """Whether the server would accept ``t`` (a boundary and microbatch >= 0, a known direction,
-    a finite time of at most :data:`MAX_TRANSFER_SECONDS`; a time under :data:`TINY` is sent as
-    :data:`TINY`)."""
+    """Whether the server would accept ``t``.
+
+    A boundary and microbatch >= 0, a known direction, a finite time of at most
+    :data:`MAX_TRANSFER_SECONDS`; a time under :data:`TINY` is sent as :data:`TINY`).
+    """
     try:
         boundary, direction, microbatch, seconds = t
         return (
@@ -140,9 +145,11 @@ def report_value(
     clock_control: str = "",
     clock_control_reason: str = "",
 ) -> IterationReport:
-    """The wire value of ``record`` (CUDA events resolved: may block on the GPU); times are
-    clamped to at least :data:`TINY`, energies to at least 0, and transfers the server would
-    refuse dropped (logged once)."""
+    """The wire value of ``record`` (CUDA events resolved: may block on the GPU).
+
+    Times are clamped to at least :data:`TINY`, energies to at least 0, and transfers the server
+    would refuse dropped (logged once).
+    """
     rec = record.resolved()
     applied = rec.applied_clocks
     if applied is None or not applied.samples:

@@ -225,6 +225,7 @@ class ServerLink:
         )
 
     def start(self) -> None:
+        """Start the plan watcher and the reporter threads."""
         self._watcher.start()
         self._reporter.start()
 
@@ -314,8 +315,10 @@ class ServerLink:
     def set_clock_control(
         self, state: str, reason: str, *, gpu_name: str, supported_clocks: tuple[int, ...]
     ) -> None:
-        """The rank's clock control changed (any thread): reports carry it from now on, and the
-        rank registers again when its GPU's name or clocks became known."""
+        """The rank's clock control changed (any thread): reports carry it from now on.
+
+        The rank registers again when its GPU's name or clocks became known.
+        """
         self.identity = dataclasses.replace(
             self.identity,
             gpu_name=gpu_name,
@@ -486,8 +489,11 @@ class ServerLink:
         return not self._queue
 
     def _count_duplicates(self, n: int, sent: int) -> None:
-        """The server called ``n`` of ``sent`` reports duplicates: counted, and logged at most
-        once a minute (a re-sent batch is normal; a rank whose every report is one is muted)."""
+        """The server called ``n`` of ``sent`` reports duplicates: count them, and log it.
+
+        Logged at most once a minute (a re-sent batch is normal; a rank whose every report
+        is one is muted).
+        """
         self.duplicates += n
         now = time.monotonic()
         if now - self._duplicates_logged_at >= _DUPLICATE_LOG_INTERVAL:
@@ -522,8 +528,10 @@ class ServerLink:
     # -- shutdown -----------------------------------------------------------------------------------
 
     def finish(self, timeout: float = 1.0) -> bool:
-        """Tell the server this rank's training ended cleanly (``FinishRank``; bounded by
-        ``timeout``, never raises); returns whether the server heard it."""
+        """Tell the server this rank's training ended cleanly; returns whether the server heard it.
+
+        ``FinishRank``; bounded by ``timeout``, never raises.
+        """
         if self.rank_id is None:
             return False
         try:

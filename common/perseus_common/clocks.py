@@ -1,5 +1,6 @@
-"""GPU clock vocabulary the rank client and the server share: the SM clock bound and NVML's
-clock-event reason names.
+"""GPU clock vocabulary the rank client and the server share.
+
+The SM clock bound and NVML's clock-event reason names.
 
 * :data:`MAX_CLOCK_MHZ` — the largest SM clock accepted anywhere (rank registration, profiles,
   reports, online profiling's clocks); far above any GPU's and far below int32.
@@ -57,8 +58,10 @@ def reason_names(mask: int) -> tuple[str, ...]:
 
 
 def reason_mask(names: Iterable[str]) -> int:
-    """The bits of reason ``names`` (the inverse of :func:`reason_names`; a name neither known
-    nor ``"0x..."`` has no bit)."""
+    """The bits of reason ``names``: the inverse of :func:`reason_names`.
+
+    A name neither known nor ``"0x..."`` has no bit.
+    """
     mask = 0
     for name in names:
         bit = _BITS.get(name)

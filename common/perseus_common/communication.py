@@ -127,8 +127,11 @@ class Transfer:
             object.__setattr__(self, "times_by_clock", dict(sorted(by.items(), reverse=True)))
 
     def time_at(self, clock: int | None) -> float:
-        """Seconds when the producing instruction ran at ``clock`` (the nearest measured clock;
-        ``time`` when there is no per-clock data or no clock)."""
+        """Seconds when the producing instruction ran at ``clock``.
+
+        The nearest measured clock counts; ``time`` when there is no per-clock data or no
+        clock.
+        """
         if self.times_by_clock is None or clock is None:
             return self.time
         return self.times_by_clock[_nearest(self.times_by_clock, int(clock))]
@@ -233,22 +236,30 @@ class Communication:
 
     @property
     def is_none(self) -> bool:
+        """Whether the profile measured no transfers and no phases."""
         return not self.transfers and not self.phases
 
     def transfer(self, boundary: int, direction: str) -> Transfer | None:
+        """The transfer across ``boundary`` in ``direction``, or ``None`` when not measured."""
         return self.transfers.get((boundary, direction))
 
     def with_transfer(self, boundary: int, direction: str, time: float) -> Communication:
-        """A copy with one transfer's time replaced by ``time`` (a measured time: it holds at
-        every clock, so per-clock times are dropped; the power is kept)."""
+        """A copy with one transfer's time replaced by ``time``; the power is kept.
+
+        ``time`` is a measured time: it holds at every clock, so per-clock times are
+        dropped.
+        """
         old = self.transfers.get((boundary, direction))
         new = dict(self.transfers)
         new[(boundary, direction)] = Transfer(time, None if old is None else old.power)
         return Communication(new, self.phases)
 
     def check_stages(self, stages: int) -> None:
-        """Raise unless every boundary is below ``stages - 1`` and every phase's stage below
-        ``stages``."""
+        """Raise unless every boundary and every phase's stage are within ``stages``.
+
+        Every boundary must be below ``stages - 1`` and every phase's stage below
+        ``stages``.
+        """
         for b, d in self.transfers:
             if b >= stages - 1:
                 raise ProfileFormatError(
@@ -264,10 +275,12 @@ class Communication:
                 )
 
     def select_stages(self, chosen: Sequence[int]) -> Communication:
-        """The communication of ``chosen`` stages renumbered ``0..k-1`` (see
-        ``Profile.select_stages``). New boundary ``i`` keeps old boundary ``chosen[i]``'s
-        transfers when ``chosen[i + 1] == chosen[i] + 1``; stages not adjacent before have no
-        measured link, and their transfers take no time."""
+        """The communication of ``chosen`` stages, renumbered ``0..k-1``.
+
+        See ``Profile.select_stages``. New boundary ``i`` keeps old boundary ``chosen[i]``'s
+        transfers when ``chosen[i + 1] == chosen[i] + 1``; stages not adjacent before have
+        no measured link, and their transfers take no time.
+        """
         transfers: dict[tuple[int, str], Transfer] = {}
         for i in range(len(chosen) - 1):
             if chosen[i + 1] == chosen[i] + 1:
@@ -297,6 +310,7 @@ class Communication:
                         yield _record(s, kind, c, tc, ec)
 
     def to_json(self) -> dict[str, Any]:
+        """The communication as JSON: ``{"records": [...]}``."""
         return {"records": list(self.records())}
 
     @classmethod
@@ -328,8 +342,9 @@ def _empty(value: Any) -> bool:
 def parse_rows(
     rows: Iterable[tuple[int, Mapping[str, Any]]], *, stages: int | None = None
 ) -> Communication:
-    """Validate the communication rows of a profile (``(row number, record)``; rows of other
-    instructions are not expected here) into a :class:`Communication`.
+    """Validate the communication rows of a profile into a :class:`Communication`.
+
+    The rows are ``(row number, record)``; rows of other instructions are not expected here.
 
     ``stage`` is an integer >= 0 (with ``stages``, a boundary below ``stages - 1`` or a stage
     below ``stages``); ``frequency`` empty or a clock; ``time`` positive and finite; ``energy``

@@ -63,14 +63,18 @@ Measurements = dict[tuple[int, str], list[tuple[int, float, float]]]
 
 
 def is_communication_instruction(kind: str) -> bool:
-    """Whether a row's ``instruction`` is a transfer or a phase (read by
-    :func:`perseus_common.communication.parse_rows`, not as computation)."""
+    """Whether a row's ``instruction`` is a transfer or a phase.
+
+    Such rows are read by :func:`perseus_common.communication.parse_rows`, not as computation.
+    """
     return kind in ("transfer_forward", "transfer_backward") or kind.startswith("phase:")
 
 
 class ProfileFormatError(LocatedError):
-    """A profile row or the profile as a whole is malformed (``detail``, ``field`` and ``row``:
-    see :class:`~perseus_common.errors.LocatedError`)."""
+    """A profile row or the profile as a whole is malformed.
+
+    For ``detail``, ``field`` and ``row`` see :class:`~perseus_common.errors.LocatedError`.
+    """
 
 
 def csv_rows(text: str) -> Iterator[tuple[int, dict[str, str]]]:

@@ -59,10 +59,12 @@ def uniform_power_limit_phase(
     blocking_power: float,
     watts: float,
 ) -> dict[str, Any]:
-    """What a uniform per-GPU power limit whose job-wide average power is ``watts`` gives, from
-    the profile (:func:`perseus.power.uniform_power_limit`, one pipeline at ``watts /
+    """What a uniform per-GPU power limit whose job-wide average power is ``watts`` gives.
+
+    From the profile (:func:`perseus.power.uniform_power_limit`, one pipeline at ``watts /
     pipelines``): the limit (W per GPU), the slowdown and energy ratio against max clocks, and
-    the average power (W, whole job)."""
+    the average power (W, whole job).
+    """
     from perseus.power import PowerBudgetError, uniform_power_limit
     from perseus.problem import EnergyProblem
     from perseus.profiles import parse_profile_csv
@@ -98,8 +100,10 @@ def _index_of(times: list[float], t: float | None) -> int | None:
 
 
 def _series(rs: list[dict[str, Any]], phase: str, times: list[float]) -> list[dict[str, Any]]:
-    """Per step of ``phase``: the step time, energy, iteration time and plan of the pipeline
-    whose ranks (by stage) are ``rs``."""
+    """Per step of ``phase``: the step time, energy, iteration time and plan of one pipeline.
+
+    The pipeline is the one whose ranks (by stage) are ``rs``.
+    """
     steps = [[s for s in r["steps"] if s["phase"] == phase] for r in rs]
     out = []
     for i in range(min(len(s) for s in steps)):
@@ -126,9 +130,11 @@ def _phase_summary(
     straggler: float,
     ps: float,
 ) -> dict[str, Any]:
-    """Phase ``ph``'s table over the steps ``w``: per pipeline (its ``data``) the median step
-    time and energy against its max-clock baseline (``ref``, slowed for the straggler, with
-    blocking power ``ps`` for the time it waits), and the job's totals."""
+    """Phase ``ph``'s table over the steps ``w``: per pipeline, and the job's totals.
+
+    Per pipeline (its ``data``): the median step time and energy against its max-clock baseline
+    (``ref``, slowed for the straggler, with blocking power ``ps`` for the time it waits).
+    """
     rows = []
     for p in sorted(data):
         ss = [data[p][i] for i in w]
@@ -277,10 +283,12 @@ def analyse(
 
 
 def _phase5(by: dict[str, dict[str, Any]], budget: dict[str, Any]) -> dict[str, Any]:
-    """Phase 5 against phase 1 and against a uniform power limit with the same average power:
-    measured power (the job's energy per step over the step time, waiting included), step time
+    """Phase 5 against phase 1 and against a uniform power limit with the same average power.
+
+    Measured power (the job's energy per step over the step time, waiting included), step time
     and energy; the uniform limit's predicted from the profile, relative to max clocks, applied
-    to phase 1's measured step time and energy."""
+    to phase 1's measured step time and energy.
+    """
     p1, p5 = by["max-clocks"], by["power-budget"]
     u = budget["uniform"]
     plan = budget["plan"]

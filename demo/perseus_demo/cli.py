@@ -15,8 +15,11 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``perseus demo`` with ``argv`` (``None``: ``sys.argv``). Exit status: 0 when every
-    promise is kept, 1 when one is missed, 2 when the demo could not run, 130 on Ctrl-C."""
+    """Run ``perseus demo`` with ``argv`` (``None``: ``sys.argv``).
+
+    Exit status: 0 when every promise is kept, 1 when one is missed, 2 when the demo could not
+    run, 130 on Ctrl-C.
+    """
     opts = parse_options(argv)
 
     def log(msg: str) -> None:

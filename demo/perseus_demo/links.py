@@ -1,5 +1,7 @@
-"""Measured links end to end: two real torch ranks over gloo, a P2P transfer latency injected per
-stage boundary, online profiling that measures it, and a link slowed mid-run.
+"""Measured links end to end: two real torch ranks over gloo.
+
+A P2P transfer latency injected per stage boundary, online profiling that measures it, and a link
+slowed mid-run.
 
 :func:`run_links` starts a job of ``stages`` stages (GPipe) on a running server and
 ``stages`` rank processes (``python -m perseus_demo.links --config CFG``). Each rank runs its
@@ -60,8 +62,11 @@ def _order(stages: int, microbatches: int, stage: int) -> list[tuple[str, int]]:
 
 
 class _LinksRank:
-    """One rank's run: its client, simulated GPU and process group, the iteration it trains and
-    the records it keeps; the three parts of the module docstring are its methods."""
+    """One rank's run; the three parts of the module docstring are its methods.
+
+    It holds its client, simulated GPU and process group, the iteration it trains and the
+    records it keeps.
+    """
 
     def __init__(self, cfg: dict[str, Any], rank: int, world: int) -> None:
         import httpx
@@ -208,8 +213,10 @@ class _LinksRank:
             self.record("steady")
 
     def slow_link(self) -> None:
-        """Part 3: the forward link of boundary 0 slows down; on until the re-solved plan is
-        here, then one iteration under it."""
+        """Part 3: the forward link of boundary 0 slows down.
+
+        The rank trains on until the re-solved plan is here, then one iteration under it.
+        """
         latest = self.client.latest_plan
         before = latest.version if latest is not None else 0
         self.gpu.set_transfer_time(0, "forward", self.latency * float(self.cfg["slow_factor"]))
@@ -239,6 +246,10 @@ class _LinksRank:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one rank of the links demo; returns the exit status.
+
+    ``RANK`` and ``WORLD_SIZE`` come from the environment, the rest from ``--config``.
+    """
     warnings.filterwarnings("ignore")
     ap = argparse.ArgumentParser(prog="python -m perseus_demo.links")
     ap.add_argument("--config", type=Path, required=True)
@@ -283,8 +294,10 @@ def run_links(
     profiling: dict[str, Any] | None = None,
     timeout: float = 120.0,
 ) -> dict[str, Any]:
-    """Create the job, run its ranks (see the module docstring); the job id and each rank's
-    iteration records."""
+    """Create the job and run its ranks (see the module docstring).
+
+    Returns the job id and each rank's iteration records.
+    """
     import httpx
 
     from perseus_demo.orchestration import run_ranks

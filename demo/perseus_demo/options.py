@@ -124,8 +124,10 @@ def parse_options(argv: list[str] | None = None) -> DemoOptions:
 
 
 def check_options(opts: DemoOptions, profile_stages: int) -> None:
-    """Raise :class:`DemoError` naming the first option out of range (the profile has
-    ``profile_stages`` stages)."""
+    """Raise :class:`DemoError` naming the first option out of range.
+
+    The profile has ``profile_stages`` stages.
+    """
 
     def bad(name: str, why: str) -> None:
         raise DemoError(f"--{name}: {why}")

@@ -96,9 +96,11 @@ def _setup_job(api: _Api, opts: DemoOptions, csv_text: str, power: float) -> dic
 
 
 def _power_budget(api: _Api, opts: DemoOptions, job: dict[str, Any]) -> dict[str, Any]:
-    """Phase 5's budget: ``--power-fraction`` of the job's max-clock average power (W, whole
-    job), and the plan the server picks under it; a budget no plan meets is a :class:`DemoError`
-    naming the lowest power the job can reach."""
+    """Phase 5's budget, and the plan the server picks under it.
+
+    The budget is ``--power-fraction`` of the job's max-clock average power (W, whole job). A
+    budget no plan meets is a :class:`DemoError` naming the lowest power the job can reach.
+    """
     fr = job["frontier"]
     max_power = opts.pipelines * fr["max_frequency_energy"] / fr["max_frequency_time"]
     watts = opts.power_fraction * max_power
@@ -129,8 +131,10 @@ def _free_port() -> int:
 def run_ranks(
     cfg: dict[str, Any], world: int, rank_dir: Path, timeout: float, module: str = RANK_MODULE
 ) -> None:
-    """Run ``world`` rank processes of ``module`` (default :data:`RANK_MODULE`) on ``cfg`` (written to
-    ``rank_dir/config.json``; each rank logs to ``rank_dir/rank<g>.log``) until all exit 0.
+    """Run ``world`` rank processes of ``module`` on ``cfg`` until all exit 0.
+
+    ``module`` defaults to :data:`RANK_MODULE`; ``cfg`` is written to ``rank_dir/config.json``;
+    each rank logs to ``rank_dir/rank<g>.log``.
 
     Raises :class:`DemoError` with the log's tail when a rank fails, or when they are not done
     within ``timeout`` seconds; every rank still running is killed on the way out.

@@ -1,5 +1,8 @@
-"""``demo.png``: the frontier with the plans each phase ran, and a per-rank timeline of one step
-of phases 2 and 3 coloured by clock (matplotlib's Agg backend; no pyplot global state)."""
+"""``demo.png``: the frontier with the plans each phase ran, and a per-rank timeline.
+
+The timeline is of one step of phases 2 and 3, coloured by clock (matplotlib's Agg backend; no
+pyplot global state).
+"""
 
 from __future__ import annotations
 
@@ -17,8 +20,11 @@ def demo_png(
     *,
     stages: int,
 ) -> None:
-    """Draw the run's results ``res`` (:func:`~perseus_demo.analysis.analyse`), its
-    ``frontier`` (the server's frontier document) and the ``ranks``' timelines to ``path``."""
+    """Draw the run's results ``res``, its ``frontier`` and the ``ranks``' timelines to ``path``.
+
+    ``res`` is from :func:`~perseus_demo.analysis.analyse`; ``frontier`` is the server's
+    frontier document.
+    """
     import matplotlib
     from matplotlib import cm, colors
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -35,8 +35,11 @@ def sample_profile(name: str = DEFAULT_PROFILE) -> Traversable:
 
 @contextlib.contextmanager
 def profile_path(given: Path | None) -> Iterator[Path]:
-    """The file system path of the profile to run: ``given``, or the sample profile (extracted
-    to a temporary file for as long as the context lasts, should the package be zipped)."""
+    """The file system path of the profile to run: ``given``, or the sample profile.
+
+    The sample profile is extracted to a temporary file for as long as the context lasts, should
+    the package be zipped.
+    """
     if given is not None:
         if not given.is_file():
             raise DemoError(f"--profile: {given} is not a file")
@@ -50,9 +53,11 @@ def profile_path(given: Path | None) -> Iterator[Path]:
 
 
 def blocking_power_for(profile_name: str, given: float | None) -> float:
-    """The watts a waiting GPU draws: ``given``, else the measured value of the known GPU the
-    profile's file name names (:func:`perseus_common.gpus.known_gpu_for`, the lookup the
-    ``perseus`` CLI uses too)."""
+    """The watts a waiting GPU draws: ``given``, else the known GPU's measured value.
+
+    The known GPU is the one the profile's file name names
+    (:func:`perseus_common.gpus.known_gpu_for`, the lookup the ``perseus`` CLI uses too).
+    """
     if given is not None:
         if not (given >= 0):
             raise DemoError("--blocking-power: must be >= 0 watts")
@@ -64,9 +69,12 @@ def blocking_power_for(profile_name: str, given: float | None) -> float:
 
 
 def slice_profile(path: Path, stages: int) -> tuple[str, int]:
-    """CSV text of the first ``stages`` stages of the profile (all of them when it has fewer:
-    the caller checks), and how many stages it has; :meth:`perseus.profiles.Profile.select_stages`
-    does the selecting, as ``perseus frontier --profile-stages`` does."""
+    """CSV text of the first ``stages`` stages of the profile, and how many stages it has.
+
+    All of them when it has fewer (the caller checks);
+    :meth:`perseus.profiles.Profile.select_stages` does the selecting, as ``perseus frontier
+    --profile-stages`` does.
+    """
     from perseus.profiles import load_profile
 
     prof = load_profile(path)

@@ -1,5 +1,6 @@
-"""One training rank of ``perseus demo``: a real ``torch.distributed.pipelining`` stage over gloo
-with a Perseus client on a simulated GPU.
+"""One training rank of ``perseus demo``.
+
+A real ``torch.distributed.pipelining`` stage over gloo with a Perseus client on a simulated GPU.
 
 Started by :mod:`perseus_demo.orchestration` as ``python -m perseus_demo.rank --config CFG`` with ``RANK``,
 ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` set. Global rank ``g`` is stage
@@ -150,6 +151,10 @@ def _write_result(cfg: dict[str, Any], doc: dict[str, Any], rank: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one rank of the demo; returns the exit status.
+
+    ``RANK`` and ``WORLD_SIZE`` come from the environment, the rest from ``--config``.
+    """
     warnings.filterwarnings("ignore")
     ap = argparse.ArgumentParser(prog="python -m perseus_demo.rank")
     ap.add_argument("--config", type=Path, required=True)

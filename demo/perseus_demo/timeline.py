@@ -1,5 +1,7 @@
-"""A GPU backend that forwards to another and records each instruction's span and clock, for
-the demo's timeline plot."""
+"""A GPU backend that forwards to another and records each instruction's span and clock.
+
+For the demo's timeline plot.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +14,11 @@ __all__ = ["TimelineGpu"]
 
 
 class TimelineGpu(GpuBackend):
-    """Forward to ``inner`` (a simulated GPU) and record, per instruction, ``[kind, microbatch,
-    stage, clock, start, end]`` (``time.perf_counter()`` seconds) in :attr:`spans`."""
+    """Forward to ``inner`` (a simulated GPU) and record each instruction's span in :attr:`spans`.
+
+    Per instruction: ``[kind, microbatch, stage, clock, start, end]`` (``time.perf_counter()``
+    seconds).
+    """
 
     synchronous_clocks = True
 
@@ -24,30 +29,38 @@ class TimelineGpu(GpuBackend):
         self._open: list[Any] | None = None
 
     def supported_clocks(self) -> tuple[int, ...]:
+        """The inner GPU's supported clocks (MHz)."""
         return tuple(self.inner.supported_clocks())
 
     def set_locked_clocks(self, mhz: int) -> None:
+        """Lock the inner GPU's SM clock at ``mhz``."""
         self.inner.set_locked_clocks(mhz)
 
     def reset_locked_clocks(self) -> None:
+        """Reset the inner GPU's locked clocks."""
         self.inner.reset_locked_clocks()
 
     def energy_mj(self) -> int:
+        """The inner GPU's energy counter (mJ)."""
         return int(self.inner.energy_mj())
 
     def timestamp(self) -> float:
+        """The inner GPU's clock (s)."""
         return float(self.inner.timestamp())
 
     def begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:
+        """Start an instruction on the inner GPU and open its span at the current clock."""
         self.inner.begin_instruction(kind, microbatch, stage)
         self._open = [kind, microbatch, stage, self.inner.current_clock, time.perf_counter()]
 
     def end_instruction(self) -> None:
+        """End the instruction on the inner GPU and record its span."""
         self.inner.end_instruction()
         if self._open is not None:
             self.spans.append([*self._open, time.perf_counter()])
             self._open = None
 
     def abort_instruction(self) -> None:
+        """Abort the instruction on the inner GPU; its span is dropped."""
         self.inner.abort_instruction()
         self._open = None

@@ -32,11 +32,13 @@ NO_KERNELS = frozenset({"__init__.py", "cache.py", "warm.py"})
 def drop_stale_caches(
     package: Path, cache: Path | None = None, exclude: Collection[str] = ()
 ) -> int:
-    """Delete numba's cache files in ``cache`` (default ``package/__pycache__``) older than any
-    ``*.py`` in ``package`` (but those named in ``exclude``); returns how many. numba keys each
-    function's cache on its own source file only, so a kernel compiled with a callee from
-    another module would otherwise keep the old callee after that module changes. Run once,
-    before the kernels are imported."""
+    """Delete numba's cache files that are older than any ``*.py`` in ``package``; returns how many.
+
+    The files are those in ``cache`` (default ``package/__pycache__``); the sources named in
+    ``exclude`` do not count. numba keys each function's cache on its own source file only, so a
+    kernel compiled with a callee from another module would otherwise keep the old callee after
+    that module changes. Run once, before the kernels are imported.
+    """
     sources = [p.stat().st_mtime for p in package.glob("*.py") if p.name not in exclude]
     if not sources:
         return 0
@@ -63,8 +65,10 @@ def _writable(path: Path) -> bool:
 
 
 def cache_dir_for(package: Path, root: Path) -> Path:
-    """Where numba, given ``NUMBA_CACHE_DIR=root``, keeps the kernels of ``package`` (numba's
-    own naming: the directory's name and a hash of its path)."""
+    """Where numba, given ``NUMBA_CACHE_DIR=root``, keeps the kernels of ``package``.
+
+    Numba's own naming: the directory's name and a hash of its path.
+    """
     from numba.core.caching import UserProvidedCacheLocator
 
     sub = UserProvidedCacheLocator.get_suitable_cache_subpath(str(package / "__init__.py"))
@@ -90,9 +94,10 @@ def configure_cache(
     writable: Callable[[Path], bool] = _writable,
     roots: Sequence[Path] | None = None,
 ) -> Path | None:
-    """Make the kernels of ``package`` load from a writable cache. Returns the cache root
-    chosen, or ``None`` when nothing needed changing (``NUMBA_CACHE_DIR`` is set, or
-    ``package/__pycache__`` is writable).
+    """Make the kernels of ``package`` load from a writable cache.
+
+    Returns the cache root chosen, or ``None`` when nothing needed changing (``NUMBA_CACHE_DIR``
+    is set, or ``package/__pycache__`` is writable).
 
     Otherwise numba's cache directory becomes the first writable of
     ``$XDG_CACHE_HOME/perseus/numba``, ``~/.cache/perseus/numba`` and
@@ -100,7 +105,8 @@ def configure_cache(
     ``package/__pycache__`` that it lacks or holds older copies of. Must run before the kernels
     are imported (numba picks a kernel's cache when it is defined). ``writable`` (whether a
     directory can be written, creating it) and ``roots`` (the candidates, in order) are for
-    tests."""
+    tests.
+    """
     from numba.core import config
 
     if os.environ.get("NUMBA_CACHE_DIR") or getattr(config, "CACHE_DIR", ""):

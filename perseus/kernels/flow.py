@@ -48,7 +48,8 @@ def dinic(nn, ptr, to, cap, rev, frm, s, t, limit, level):
     ``cap`` is updated in place (so the residual graph of the result is left behind); returns
     the flow value pushed, stopping at ``limit``. ``level`` (``nn`` integers, overwritten):
     when the flow stopped below ``limit``, ``level[v] >= 0`` exactly for the vertices the last
-    residual graph reaches from ``s`` (the source side of a minimum cut)."""
+    residual graph reaches from ``s`` (the source side of a minimum cut).
+    """
     it = np.empty(nn, np.int64)
     queue = np.empty(nn, np.int64)
     path = np.empty(nn + 1, np.int64)
@@ -115,10 +116,12 @@ def dinic(nn, ptr, to, cap, rev, frm, s, t, limit, level):
 
 @njit(cache=True, nogil=True)
 def _by_tail(nn, atail, ahead, narcs):
-    """Arcs ``0..narcs-1`` and their reverses ``narcs..2*narcs-1`` (``atail``/``ahead``) laid
-    out grouped by tail (a counting sort, ``O(nn + narcs)``): returns ``ptr`` (arcs of ``u`` at
-    ``ptr[u]..ptr[u+1]-1``), ``pos_of`` (arc ``j``'s position), and per position ``to``, ``frm``
-    and ``rev`` (the position of its reverse)."""
+    """Arcs and their reverses laid out grouped by tail (a counting sort, ``O(nn + narcs)``).
+
+    The arcs are ``0..narcs-1`` and their reverses ``narcs..2*narcs-1`` (``atail``/``ahead``).
+    Returns ``ptr`` (arcs of ``u`` at ``ptr[u]..ptr[u+1]-1``), ``pos_of`` (arc ``j``'s
+    position), and per position ``to``, ``frm`` and ``rev`` (the position of its reverse).
+    """
     ptr = np.zeros(nn + 1, np.int64)
     for j in range(2 * narcs):
         ptr[atail[j] + 1] += 1
@@ -142,9 +145,10 @@ def _by_tail(nn, atail, ahead, narcs):
 
 @njit(cache=True, nogil=True)
 def min_cut_lower_bounds(nn, tail, head, lo, hi, s, t, inf, flow):
-    """Minimum ``s``-``t`` cut of a network whose arcs carry flow in ``[lo, hi]`` (integers;
-    ``hi == inf`` is unbounded). The value of a cut is ``sum(hi of forward arcs) -
-    sum(lo of backward arcs)``.
+    """Minimum ``s``-``t`` cut of a network whose arcs carry flow in ``[lo, hi]``.
+
+    The bounds are integers; ``hi == inf`` is unbounded. The value of a cut is ``sum(hi of
+    forward arcs) - sum(lo of backward arcs)``.
 
     ``flow`` is a starting flow per arc (clamped into ``[lo, hi]``; it need not conserve flow):
     warm-starting from the previous step's flow leaves little to augment. It is overwritten with
@@ -246,8 +250,11 @@ def min_cut_lower_bounds(nn, tail, head, lo, hi, s, t, inf, flow):
 
 @njit(cache=True, nogil=True)
 def split_graph(n, src, dst, has_pred, has_succ):
-    """The residual graph of the node-split network of a DAG with ``n`` nodes and edges
-    ``src[e] -> dst[e]``, grouped by tail as :func:`dinic` reads it.
+    """The residual graph of the node-split network of a DAG, grouped by tail.
+
+    The grouping is as :func:`dinic` reads it.
+
+    The DAG has ``n`` nodes and edges ``src[e] -> dst[e]``.
 
     Vertices: ``2 i`` and ``2 i + 1`` (node ``i``'s in and out), the source ``2 n`` and the sink
     ``2 n + 1``. Arcs: node ``i`` (``2 i -> 2 i + 1``), edge ``e`` (``2 src + 1 -> 2 dst``), a

@@ -90,8 +90,10 @@ def latest_finish_into(topo, succ_ptr, succ_idx, d, deadline, lf):
 
 @njit(cache=True, nogil=True)
 def earliest_start_k(topo, pred_ptr, pred_idx, d, a, tol):
-    """Earliest finish of every node and, over the tight (longest) paths into it, the smallest
-    sum of ``a`` along such a path (node itself included)."""
+    """Earliest finish of every node, and the least sum of ``a`` along a tight path into it.
+
+    The sum is over the tight (longest) paths into the node, the node itself included.
+    """
     n = d.shape[0]
     ef = np.zeros(n)
     ka = np.zeros(n)

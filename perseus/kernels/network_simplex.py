@@ -41,10 +41,12 @@ __all__ = ["init_tree", "reprice", "simplex"]
 
 @njit(cache=True, nogil=True)
 def init_tree(nn, big):
-    """The first strongly feasible tree of an ``nn``-vertex circulation: vertex ``nn`` is the
-    root, vertex ``v``'s parent arc is artificial arc ``v`` (``v -> root``, cost ``big``).
-    Returns ``(parent, pedge, size, nxt, prv, last, pi)``; artificial arc ``v`` is numbered
-    ``E + v`` by the caller's arc arrays."""
+    """The first strongly feasible tree of an ``nn``-vertex circulation.
+
+    Vertex ``nn`` is the root, vertex ``v``'s parent arc is artificial arc ``v`` (``v -> root``,
+    cost ``big``). Returns ``(parent, pedge, size, nxt, prv, last, pi)``; artificial arc ``v``
+    is numbered ``E + v`` by the caller's arc arrays.
+    """
     parent = np.full(nn + 1, -1, np.int64)
     pedge = np.full(nn + 1, -1, np.int64)
     size = np.ones(nn + 1, np.int64)
@@ -69,8 +71,10 @@ def init_tree(nn, big):
 
 @njit(cache=True, nogil=True)
 def reprice(src, dst, cost, parent, pedge, nxt, pi, root):
-    """Recompute every potential from the tree (tree arcs' reduced costs zero, the root's
-    potential zero), walking the thread from the root: ``O(V)``."""
+    """Recompute every potential from the tree, walking the thread from the root: ``O(V)``.
+
+    Tree arcs' reduced costs are zero, and the root's potential is zero.
+    """
     pi[root] = 0
     v = nxt[root]
     while v != root:
@@ -94,7 +98,8 @@ def simplex(src, dst, cap, cost, flow, parent, pedge, size, nxt, prv, last, pi, 
     """Pivot until no arc prices out (optimal) or ``max_pivots`` pivots (all arrays in place).
 
     ``state``: ``[block start, pivots so far, degenerate pivots so far]``. Returns whether the
-    circulation is optimal."""
+    circulation is optimal.
+    """
     m = src.shape[0]
     root = parent.shape[0] - 1
     block = max(1, int(np.ceil(np.sqrt(m))))

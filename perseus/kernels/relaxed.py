@@ -56,8 +56,9 @@ def relaxed_chunk(
     node_flow, edge_flow, src_flow, snk_flow, kv, keep,
     g_ptr, g_to, g_frm, g_rev, node_pos, edge_pos, src_pos, snk_pos, g_cap, g_level,
 ):  # fmt: skip
-    """Up to ``max_steps`` steps of the min-cut iteration along the relaxed frontier, starting
-    from relaxed durations ``d0`` (see ``perseus.solver``).
+    """Up to ``max_steps`` steps of the min-cut iteration along the relaxed frontier.
+
+    The steps start from relaxed durations ``d0`` (see ``perseus.solver``).
 
     Returns ``(times, costs, slopes, kept, durations, d_next, done)``: per step the iteration
     time, the sum of relaxed effective costs, the cut value (``inf`` at the fastest point) and
@@ -231,13 +232,15 @@ def _warm_cut(
     node_flow, edge_flow, src_flow, snk_flow,
     g_ptr, g_to, g_frm, g_rev, node_pos, edge_pos, src_pos, snk_pos, g_cap, g_level, side,
 ):  # fmt: skip
-    """The minimum cut of this step's critical network (nodes with ``local >= 0``) on the
-    persistent node-split graph of :func:`perseus.kernels.flow.split_graph`, by maximum flow
-    from the last step's flow. Every arc off the network gets no capacity. Returns 0 (``side``:
-    the source side, per split vertex; flows updated), 1 (every cut is infinite) or 3: the last
-    flow does not fit this network's bounds (or the network needs an arc the layout lacks), and
-    nothing was computed. Between breakpoints the last maximum flow stays feasible (slopes only
-    steepen as ``T`` falls), so 3 is rare."""
+    """The minimum cut of this step's critical network, by maximum flow from the last step's flow.
+
+    The critical network is the nodes with ``local >= 0``, on the persistent node-split graph of
+    :func:`perseus.kernels.flow.split_graph`. Every arc off the network gets no capacity.
+    Returns 0 (``side``: the source side, per split vertex; flows updated), 1 (every cut is
+    infinite) or 3: the last flow does not fit this network's bounds (or the network needs an
+    arc the layout lacks), and nothing was computed. Between breakpoints the last maximum flow
+    stays feasible (slopes only steepen as ``T`` falls), so 3 is rare.
+    """
     fits = True
     for i in range(n):
         p = node_pos[i]
@@ -315,12 +318,14 @@ def _rebuilt_cut(
     n, local, es, d, T, tol, u, lo, src, dst, scale, inf,
     node_flow, edge_flow, src_flow, snk_flow, side,
 ):  # fmt: skip
-    """:func:`_warm_cut` on a network built for this step alone, the last flow clamped into it
-    and repaired (:func:`perseus.kernels.flow.min_cut_lower_bounds`). A start the bounds cannot
-    take (its value more than the network carries, which integer rounding of the bounds can
-    cause) is dropped for a cold solve, from a zero flow, which any feasible flow repairs;
-    only bounds that admit no flow at all are dropped (no lengthening this step). Returns 0, 1
-    as :func:`_warm_cut`, or 2 (nothing can move: the sweep stops)."""
+    """:func:`_warm_cut` on a network built for this step alone, the last flow clamped into it.
+
+    The clamped flow is repaired (:func:`perseus.kernels.flow.min_cut_lower_bounds`). A start
+    the bounds cannot take (its value more than the network carries, which integer rounding of
+    the bounds can cause) is dropped for a cold solve, from a zero flow, which any feasible flow
+    repairs; only bounds that admit no flow at all are dropped (no lengthening this step).
+    Returns 0, 1 as :func:`_warm_cut`, or 2 (nothing can move: the sweep stops).
+    """
     m = 0
     for i in range(n):
         if local[i] >= 0:

@@ -50,9 +50,11 @@ __all__ = ["top_rate", "reclaim", "round_and_reclaim", "reclaim_plans"]
 
 @njit(cache=True, nogil=True)
 def _best_jump(ts, cs, v, nopt, p, limit, theta, jump):
-    """The slowest option of node ``v`` after position ``p`` (only the next one unless
-    ``jump``) that fits in ``limit`` and saves at least ``theta`` per second of extra time
-    (``p`` when none does)."""
+    """The slowest option of node ``v`` after position ``p`` that fits and saves enough; else ``p``.
+
+    Only the next option is looked at unless ``jump``; the option must fit in ``limit`` and save
+    at least ``theta`` per second of extra time (``p`` when none does).
+    """
     best = p
     t0 = ts[v, p]
     c0 = cs[v, p]
@@ -256,8 +258,11 @@ def round_and_reclaim(
 
 @njit(cache=True, nogil=True)
 def reclaim_plans(dag, ts, cs, nopt, picks, deadlines, levels, decay, max_rounds, exchange_passes):
-    """Rows of ``picks`` (plans as positions in the sorted options) each given the slack up to
-    its deadline (:func:`reclaim`) and improved by :func:`exchange`."""
+    """Reclaim then exchange: rows of ``picks`` given their slack and improved.
+
+    ``picks`` holds plans as positions in the sorted options; each row is given the slack up to
+    its deadline (:func:`reclaim`) and improved by :func:`exchange`.
+    """
     out = picks.copy()
     top = top_rate(ts, cs, nopt)
     free = np.full(out.shape[1], np.inf)

@@ -38,12 +38,14 @@ __all__ = ["repair", "search_plans"]
 
 @njit(cache=True, nogil=True)
 def repair(dag, ts, cs, deadline, forced, pick, cur, es):
-    """Speed nodes of a plan that overruns ``deadline`` up until it fits (``pick``/``cur`` in
-    place; ``es`` is scratch space); nodes with ``forced`` set stay as they are. Each step
-    follows one longest path back from its end and, on it, makes the speed-up that costs least
-    per second saved, among each node's faster options up to the first that covers the
-    overrun (options between hull vertices lie above the hull: the next faster one alone can
-    look cheap and then leave a costly jump for the rest). Returns whether the plan fits."""
+    """Speed up nodes of a plan that overruns ``deadline`` until it fits; returns whether it fits.
+
+    ``pick``/``cur`` change in place; ``es`` is scratch space; nodes with ``forced`` set stay as
+    they are. Each step follows one longest path back from its end and, on it, makes the
+    speed-up that costs least per second saved, among each node's faster options up to the first
+    that covers the overrun (options between hull vertices lie above the hull: the next faster
+    one alone can look cheap and then leave a costly jump for the rest).
+    """
     topo, pred_ptr, pred_idx = dag[0], dag[1], dag[2]
     n = pick.shape[0]
     eps = 1e-12 * deadline
@@ -97,8 +99,10 @@ def _plan_cost(cs, pick):
 
 @njit(cache=True, nogil=True)
 def _next_vertex(hull, nopt, v, p):
-    """Position of node ``v``'s next hull vertex slower than position ``p`` (``p`` itself at
-    the slowest)."""
+    """Position of node ``v``'s next hull vertex slower than position ``p``.
+
+    ``p`` itself at the slowest.
+    """
     j = p + 1
     while j < nopt[v] - 1 and not hull[v, j]:
         j += 1
@@ -107,8 +111,10 @@ def _next_vertex(hull, nopt, v, p):
 
 @njit(cache=True, nogil=True)
 def _slower(hull, nopt, v, p, vertex, k):
-    """Node ``v`` slowed from position ``p``: to its next slower hull vertex, or by ``k``
-    options (both stop at the slowest)."""
+    """Node ``v`` slowed from position ``p``: to its next slower hull vertex, or by ``k`` options.
+
+    Both stop at the slowest.
+    """
     if vertex:
         return _next_vertex(hull, nopt, v, p)
     return min(p + k, nopt[v] - 1)
@@ -116,23 +122,25 @@ def _slower(hull, nopt, v, p, vertex, k):
 
 @njit(cache=True, nogil=True)
 def _search(dag, ts, cs, nopt, hull, rank_ptr, diag, deadline, iters, top, pick):
-    """Large-neighbourhood search on a plan within ``deadline`` (``pick`` in place; the caller
-    seeds numba's generator). Each of ``iters`` trials perturbs a copy of the plan, reclaims its
-    slack (:func:`reclaim`, with a random price schedule) and keeps it when its energy is lower.
-    Half the trials slow instructions down and repair the overrun by speeding up others
-    (:func:`repair`): 1-4 consecutive instructions of one rank by 1-5 options each; every
-    instruction, or every other one, of a run of up to 8 on one rank to its next slower hull
-    vertex (``hull``: flags in the sorted options); a band across the pipeline (on each of
-    a random run of ranks, the instruction running at one random moment); or a diagonal (the
-    same pass of 1-2 microbatches on a run of consecutive stages, as it travels through the
-    pipeline: ``diag[stage, kind, microbatch]`` is its node, -1 for none). Bands and diagonals
-    move each instruction by the same 1-5 options or to its next slower hull vertex. A
-    diagonal slows one microbatch's pass as a whole. The jumps to hull vertices cross options
-    that lie above the hull's chord, which no step of a few options would be kept for. The
-    rest of the trials speed instructions up by 1-3 options, freeing
-    time to hand out afresh: those running in a random window of up to 5 % of the deadline, a
-    run on one rank, or a scattered few. ``rank_ptr`` delimits each rank's instructions
-    (numbered rank by rank, in execution order). Returns the plan's total effective cost."""
+    """Large-neighbourhood search on a plan within ``deadline``; returns its total effective cost.
+
+    ``pick`` changes in place; the caller seeds numba's generator. Each of ``iters`` trials
+    perturbs a copy of the plan, reclaims its slack (:func:`reclaim`, with a random price
+    schedule) and keeps it when its energy is lower. Half the trials slow instructions down and
+    repair the overrun by speeding up others (:func:`repair`): 1-4 consecutive instructions of
+    one rank by 1-5 options each; every instruction, or every other one, of a run of up to 8 on
+    one rank to its next slower hull vertex (``hull``: flags in the sorted options); a band
+    across the pipeline (on each of a random run of ranks, the instruction running at one random
+    moment); or a diagonal (the same pass of 1-2 microbatches on a run of consecutive stages, as
+    it travels through the pipeline: ``diag[stage, kind, microbatch]`` is its node, -1 for
+    none). Bands and diagonals move each instruction by the same 1-5 options or to its next
+    slower hull vertex. A diagonal slows one microbatch's pass as a whole. The jumps to hull
+    vertices cross options that lie above the hull's chord, which no step of a few options would
+    be kept for. The rest of the trials speed instructions up by 1-3 options, freeing time to
+    hand out afresh: those running in a random window of up to 5 % of the deadline, a run on one
+    rank, or a scattered few. ``rank_ptr`` delimits each rank's instructions (numbered rank by
+    rank, in execution order). Returns the plan's total effective cost.
+    """
     n = pick.shape[0]
     ranks = rank_ptr.shape[0] - 1
     free = np.full(n, np.inf)
@@ -237,10 +245,13 @@ def _search(dag, ts, cs, nopt, hull, rank_ptr, diag, deadline, iters, top, pick)
 def search_plans(
     dag, ts, cs, nopt, hull, rank_ptr, diag, picks, deadlines, iters, seeds, levels, decay
 ):
-    """Rows of ``picks`` (plans as positions in the sorted options) each given the slack up to
+    """Reclaim then search: rows of ``picks`` given their slack and improved by :func:`_search`.
+
+    ``picks`` holds plans as positions in the sorted options; each row is given the slack up to
     its deadline (:func:`reclaim`) and then improved by :func:`_search` (``iters`` trials,
     numba's generator seeded with ``seeds[r]`` for row ``r``, so results do not depend on how
-    rows are split over threads)."""
+    rows are split over threads).
+    """
     out = picks.copy()
     top = top_rate(ts, cs, nopt)
     free = np.full(out.shape[1], np.inf)

@@ -36,9 +36,11 @@ def _tiny_problem():  # -> EnergyProblem
 
 
 def warm() -> float:
-    """Solve a tiny problem with every stage switched on (so that every kernel runs); returns
-    the seconds it took (the compile time on a cold cache, a fraction of a second on a warm
-    one)."""
+    """Solve a tiny problem with every stage switched on; returns the seconds it took.
+
+    Every stage on means every kernel runs. The time is the compile time on a cold cache, a
+    fraction of a second on a warm one.
+    """
     from perseus.solver import SolverOptions, solve_problem
 
     t = time.perf_counter()
@@ -75,6 +77,10 @@ def kernel_stats() -> dict[str, tuple[int, int]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Compile (or load) every kernel and print the seconds it took.
+
+    Returns the exit status: 1 with ``--check`` when any kernel had to compile, else 0.
+    """
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="fail if any kernel had to compile")
     args = ap.parse_args(argv)

@@ -1,5 +1,7 @@
-"""Power budgets: the power of plans, one job's fastest plan under a cap, one cap shared by
-several jobs, and the uniform settings operators use today as baselines.
+"""Power budgets: the power of plans, and plans under a power cap.
+
+One job's fastest plan under a cap, one cap shared by several jobs, and the uniform settings
+operators use today as baselines.
 
 * :mod:`perseus.power.plans`: average and peak power of frontier plans, the fastest plan within
   a job's budget (:func:`plan_for_power_budget`), the relaxed bound's least time within it;

@@ -114,14 +114,17 @@ class PowerJob:
 
     @property
     def slowdowns(self) -> FloatArray:
+        """The slowdown of each choice relative to the reference time."""
         return np.asarray(self.times / self.reference_time - 1.0, dtype=np.float64)
 
     @property
     def lowest_power(self) -> float:
+        """The least average power (W) among the choices."""
         return float(self.powers.min())
 
     @property
     def max_power(self) -> float:
+        """The highest average power (W) among the choices."""
         return float(self.powers.max())
 
 
@@ -137,6 +140,7 @@ class JobAllocation:
     gpus: int
 
     def to_json(self) -> dict[str, Any]:
+        """The job's share as JSON: id, watts, slowdown and frontier point."""
         return {
             "id": self.name,
             "watts": self.watts,
@@ -164,6 +168,7 @@ class Allocation:
 
     @property
     def allocated_watts(self) -> float:
+        """The sum of the jobs' shares (W)."""
         return math.fsum(j.watts for j in self.jobs)
 
     @property
@@ -173,6 +178,7 @@ class Allocation:
 
     @property
     def max_slowdown(self) -> float:
+        """The largest slowdown of any job."""
         return max(j.slowdown for j in self.jobs)
 
     def to_json(self) -> dict[str, Any]:
@@ -193,6 +199,12 @@ def allocate_power(
     policy: str = "throughput",
 ) -> Allocation:
     """The allocation of ``watts`` over ``jobs`` that is best for ``policy`` (module docstring).
+
+    Args:
+        jobs: each job's frontier choices, GPUs and reference time; names must be distinct.
+        watts: the budget (W) shared by all the jobs.
+        policy: ``throughput`` (least GPU-time lost) or ``fair`` (least largest slowdown, then
+            least GPU-time lost).
 
     Raises:
         PowerBudgetError: ``watts`` is not a finite number > 0, or below the sum of the jobs'
@@ -264,10 +276,12 @@ def _least_max_slowdown(jobs: Sequence[PowerJob], w: float) -> float:
 def _min_gpu_time_lost(
     jobs: Sequence[PowerJob], masks: Sequence[npt.NDArray[np.bool_]], w: float, upper: float
 ) -> list[int]:
-    """Each job's choice minimising ``sum g_j s_jk`` within ``w`` among the allowed choices
-    (``masks``); ties: the least power. Exact: the Pareto dynamic programme of the module
-    docstring; ``upper``, the cost of an allocation known to fit, prunes states that cannot
-    beat it."""
+    """Each job's choice minimising ``sum g_j s_jk`` within ``w`` among the allowed choices.
+
+    The allowed choices are ``masks``; ties: the least power. Exact: the Pareto dynamic
+    programme of the module docstring; ``upper``, the cost of an allocation known to fit, prunes
+    states that cannot beat it.
+    """
     allowed = [np.flatnonzero(m) for m in masks]
     floor = [float(j.powers[a].min()) for j, a in zip(jobs, allowed, strict=True)]
     rest = [math.fsum(floor[r + 1 :]) for r in range(len(jobs))]  # least power of later jobs
@@ -307,8 +321,10 @@ def _min_gpu_time_lost(
 def _pareto(
     power: FloatArray, cost: FloatArray, parent: IntArray, choice: IntArray
 ) -> tuple[FloatArray, FloatArray, IntArray, IntArray]:
-    """The states no other state beats in both power and cost (ties: the first), by increasing
-    power."""
+    """The states no other state beats in both power and cost, by increasing power.
+
+    Ties: the first.
+    """
     order = np.lexsort((cost, power))
     c = cost[order]
     before = np.concatenate([[np.inf], np.minimum.accumulate(c)[:-1]])

@@ -8,6 +8,10 @@ a stage do the same work, so the job draws ``P * d`` times the pipeline's energy
 
     average power (whole job, W) = P * d * E_i / T_i        on P * R * d GPUs
 
+The functions here take the job's shape as ``pipelines`` (``P``, default 1) and
+``tensor_parallel`` (``d``, default 1); budgets (``watts``) and average powers are the whole
+job's, peak powers per GPU.
+
 An iteration that lasts a deadline ``D`` longer than its plan's own time (the pipeline waits for a
 straggler, or is paced) draws the blocking power for the rest, so its power is
 ``P * d * E(D) / D`` with ``E(D) = E_i + P_b * R * (D - T_i)``; the frontier's own
@@ -97,6 +101,7 @@ class PowerPlan:
     tensor_parallel: int = 1
 
     def to_json(self) -> dict[str, Any]:
+        """The point as JSON: every attribute but the job's shape."""
         return {
             "index": self.index,
             "time": self.time,
@@ -139,8 +144,11 @@ def point_powers(frontier: Frontier, *, pipelines: int = 1, tensor_parallel: int
 def power_at(
     frontier: Frontier, deadline: float, *, pipelines: int = 1, tensor_parallel: int = 1
 ) -> float:
-    """Average power (W, whole job) of an iteration lasting ``deadline`` seconds on the
-    least-energy frontier plan within it: ``P * d * energy_at(deadline) / deadline``."""
+    """Average power (W, whole job) of an iteration lasting ``deadline`` seconds.
+
+    The iteration runs the least-energy frontier plan within it: ``P * d * energy_at(deadline) /
+    deadline``.
+    """
     scale = check_shape(pipelines, tensor_parallel)
     return scale * frontier.energy_at(deadline) / deadline
 
@@ -167,9 +175,11 @@ def peak_powers(frontier: Frontier, problem: EnergyProblem) -> FloatArray:
 def lowest_power(
     frontier: Frontier, *, pipelines: int = 1, tensor_parallel: int = 1, wait: bool = False
 ) -> float:
-    """The lowest average power (W, whole job) a plan reaches: the slowest point's at its own
-    time; with ``wait=True`` the blocking power of every GPU, ``P * d * R * P_b``, which
-    iterations stretched by waiting approach but never reach."""
+    """The lowest average power (W, whole job) a plan reaches.
+
+    That is the slowest point's at its own time; with ``wait=True`` the blocking power of every
+    GPU, ``P * d * R * P_b``, which iterations stretched by waiting approach but never reach.
+    """
     scale = check_shape(pipelines, tensor_parallel)
     if wait:
         return scale * frontier.blocking_power * frontier.schedule.ranks
@@ -191,6 +201,13 @@ def plan_for_power_budget(
     also be stretched by waiting at blocking power (a pipeline paced to a deadline): the least
     ``D`` with ``P d E(D) <= watts * D`` (``E(D)``: :meth:`Frontier.energy_at`), which is
     ``min_i max(T_i, c_i / w)`` with ``c_i = E_i - P_b R T_i`` and ``w = watts / (P d) - P_b R``.
+
+    Args:
+        frontier: one pipeline's frontier.
+        watts: the budget (W) for the whole job: every pipeline and tensor-parallel copy.
+        pipelines: the job's data-parallel pipelines, each running ``frontier``'s plan.
+        tensor_parallel: GPUs per pipeline stage (each draws the stage's power).
+        wait: whether the iteration may be stretched past the plan's time by waiting.
 
     Raises:
         PowerBudgetError: ``watts`` is not a finite number > 0, or is below the lowest power
@@ -252,8 +269,9 @@ def deployment_power(
     tensor_parallel: int = 1,
     deadline: float | None = None,
 ) -> tuple[float, float, float]:
-    """``(time, energy, average_power)`` of one iteration of a job whose data-parallel
-    pipelines run different plans, ``plans[p] = (frontier, index)`` (a straggler's own
+    """``(time, energy, average_power)`` of an iteration whose pipelines run different plans.
+
+    The data-parallel pipelines run ``plans[p] = (frontier, index)`` (a straggler's own
     re-solved frontier included).
 
     The pipelines meet at the gradient sync, so the iteration lasts the slowest plan's time (or
@@ -280,12 +298,13 @@ def deployment_power(
 def bound_time_for_power(
     frontier: Frontier, watts: float, *, pipelines: int = 1, tensor_parallel: int = 1
 ) -> float:
-    """The least iteration time ``T`` the relaxed lower bound allows within ``watts`` (whole
-    job): the least ``T`` with ``P d bound(T) <= watts * T`` (``bound``:
-    :attr:`Frontier.relaxed_bound`, see :meth:`perseus.bound.RelaxedBound.time_for_power`).
-    No plan meeting the budget is faster, waiting or not. Returns ``inf`` when no ``T``
-    qualifies (e.g. the budget is at or below the pipeline's blocking power). ``O(b)`` for
-    ``b`` breakpoints or tangent lines.
+    """The least iteration time ``T`` the relaxed lower bound allows within ``watts`` (whole job).
+
+    It is the least ``T`` with ``P d bound(T) <= watts * T`` (``bound``:
+    :attr:`Frontier.relaxed_bound`, see :meth:`perseus.bound.RelaxedBound.time_for_power`). No
+    plan meeting the budget is faster, waiting or not. Returns ``inf`` when no ``T`` qualifies
+    (e.g. the budget is at or below the pipeline's blocking power). ``O(b)`` for ``b``
+    breakpoints or tangent lines.
     """
     w = check_budget(watts) / check_shape(pipelines, tensor_parallel)
     if frontier.bound_times.size == 0:

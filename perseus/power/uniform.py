@@ -53,6 +53,7 @@ class UniformPlan:
 
     @property
     def average_power(self) -> float:
+        """Average power (W): energy over time."""
         return self.energy / self.time
 
 
@@ -62,8 +63,10 @@ def _valid(problem: EnergyProblem) -> npt.NDArray[np.bool_]:
 
 
 def power_limit_plan(problem: EnergyProblem, limit: float) -> PlanArray:
-    """Each instruction at its highest clock whose power ``e / t`` is at most ``limit`` W (its
-    lowest clock when none is)."""
+    """Each instruction at its highest clock whose power ``e / t`` is at most ``limit`` W.
+
+    Its lowest clock when none is.
+    """
     power = problem.energies / problem.times
     ok = (power <= limit) & _valid(problem)
     first = np.argmax(ok, axis=1)  # options are by decreasing clock
@@ -80,8 +83,10 @@ def clock_lock_plan(problem: EnergyProblem, clock: float) -> PlanArray:
 
 
 def uniform_power_limit(problem: EnergyProblem, watts: float) -> UniformPlan:
-    """The highest uniform per-GPU power limit whose plan's average power ``E / T`` is at most
-    ``watts`` (one pipeline), by bisection over the option powers.
+    """The highest uniform per-GPU power limit whose plan's average power is within ``watts``.
+
+    The plan's average power ``E / T`` is at most ``watts`` (one pipeline); found by bisection
+    over the option powers.
 
     Raises:
         PowerBudgetError: ``watts`` is bad, or even the lowest limit (every instruction at its
@@ -120,8 +125,9 @@ def uniform_power_limit(problem: EnergyProblem, watts: float) -> UniformPlan:
 
 
 def uniform_clock_lock(problem: EnergyProblem, watts: float) -> UniformPlan:
-    """The highest SM clock, the same for every instruction, whose plan's average power is at
-    most ``watts`` (one pipeline).
+    """The highest SM clock, the same for every instruction, whose plan fits ``watts``.
+
+    The plan's average power is at most ``watts`` (one pipeline).
 
     Raises:
         PowerBudgetError: ``watts`` is bad, or even the lowest clock exceeds it.

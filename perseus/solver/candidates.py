@@ -1,5 +1,6 @@
-"""Every distinct plan a solve has found, with its true time and energy, and what it says about
-where the frontier is still far from the bound.
+"""Every distinct plan a solve has found, with its true time and energy.
+
+Also what the plans say about where the frontier is still far from the bound.
 
 A :class:`CandidatePool` keeps each plan once, evaluated exactly from the measurements
 (:meth:`~perseus.problem.EnergyProblem.evaluate_many`), and runs batches of plan-making work over
@@ -33,8 +34,11 @@ PlanArray = npt.NDArray[np.uint8]
 
 
 def pareto(times: FloatArray, waiting: FloatArray) -> IntArray:
-    """Indices, by increasing time, of the points with strictly decreasing ``waiting``
-    (``energy - P R time``: what a plan costs at any later deadline, less a constant)."""
+    """Indices, by increasing time, of the points with strictly decreasing ``waiting``.
+
+    ``waiting`` is ``energy - P R time``: what a plan costs at any later deadline, less a
+    constant.
+    """
     keep = []
     best = np.inf
     for i in np.lexsort((waiting, times)):
@@ -67,8 +71,10 @@ class Snapshot:
     peak: FloatArray
 
     def worst(self, count: int, above: float) -> IntArray:
-        """Positions (in ``keep``) of up to ``count`` intervals with the highest peaks, those
-        above ``above`` only."""
+        """Positions (in ``keep``) of up to ``count`` intervals with the highest peaks.
+
+        Only those above ``above``.
+        """
         chosen = np.argsort(-self.peak, kind="stable")[:count]
         out: IntArray = chosen[self.peak[chosen] > above]
         return out
@@ -84,8 +90,9 @@ class Snapshot:
 
 
 class CandidatePool:
-    """Distinct plans found so far, and a thread pool to find more (a context manager: the
-    threads stop on exit).
+    """Distinct plans found so far, and a thread pool to find more.
+
+    A context manager: the threads stop on exit.
 
     ``cancel`` is polled before every batch; returning ``True`` raises
     :class:`~perseus.errors.SolverCancelled`.
@@ -140,16 +147,20 @@ class CandidatePool:
             self._energies.append(e)
 
     def batched(self, fn: Callable[..., PlanArray], *arrays: Any) -> None:
-        """``fn`` on rows of ``arrays`` (split over the threads, each part in one call), and
-        every plan it returns added."""
+        """Run ``fn`` on rows of ``arrays`` over the threads, and add every plan it returns.
+
+        The rows are split over the threads, each part in one call.
+        """
         self.check_cancel()
         parts = np.array_split(np.arange(len(arrays[0])), min(self.threads, len(arrays[0])))
         for plans in self.pool.map(lambda rows: fn(*(a[rows] for a in arrays)), parts):
             self.add(plans)
 
     def map(self, fn: Callable[..., PlanArray], *iterables: Any) -> list[PlanArray]:
-        """``fn`` on the threads, one call per item of ``iterables`` (taken in step), results
-        in order; nothing is added."""
+        """Run ``fn`` on the threads, one call per item of ``iterables``; results in order.
+
+        The iterables are taken in step; nothing is added.
+        """
         return list(self.pool.map(fn, *iterables))
 
     def snapshot(self) -> Snapshot:

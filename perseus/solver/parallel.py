@@ -1,5 +1,6 @@
-"""The relaxed sweep on several cores: deadline ranges swept by worker processes, merged into
-one frontier of breakpoints.
+"""The relaxed sweep on several cores.
+
+Deadline ranges are swept by worker processes and merged into one frontier of breakpoints.
 
 The time range ``[t_min, t_max]`` is cut at deadlines ``T_1 > ... > T_{W-1}``, closer together
 towards ``t_min`` where breakpoints crowd (``t_min + (t_max - t_min) (r / W)^2``). Worker 0 sweeps
@@ -58,8 +59,11 @@ def default_workers() -> int:
 
 @dataclass(frozen=True)
 class RangeStats:
-    """One worker's range: its upper and lower deadline, breakpoints, CPU s (start solve
-    included), the start's error (J) and the margin its costs were lowered by (J)."""
+    """One worker's range and what it cost.
+
+    Its upper and lower deadline, breakpoints, CPU s (start solve included), the start's error
+    (J) and the margin its costs were lowered by (J).
+    """
 
     t_hi: float
     t_lo: float
@@ -97,9 +101,11 @@ def _hull_value(h: Relaxation, d: FloatArray) -> float:
 def _exact_start(
     problem: EnergyProblem, h: Relaxation, deadline: float
 ) -> tuple[FloatArray, float, float] | None:
-    """Durations optimal at their own time, from the circulation at ``deadline``:
-    ``(durations, their time, certified lower value of G there)``; None if off by more than
-    :data:`START_TOLERANCE`."""
+    """Durations optimal at their own time, from the circulation at ``deadline``.
+
+    Returns ``(durations, their time, certified lower value of G there)``; None if off by more
+    than :data:`START_TOLERANCE`.
+    """
     from perseus.solver.sandwich import Circulation, time_unit
 
     unit = time_unit(problem, h)
@@ -157,9 +163,11 @@ def parallel_sweep(
     hulls: Relaxation | None = None,
     stats: list[RangeStats] | None = None,
 ) -> RelaxedFrontier:
-    """:meth:`RelaxedFrontier.sweep` by ``workers`` processes (see the module's docstring);
-    the one-core sweep itself when ``workers < 2`` or fork is not available. ``stats`` gets
-    one :class:`RangeStats` per range."""
+    """:meth:`RelaxedFrontier.sweep` by ``workers`` processes (see the module's docstring).
+
+    The one-core sweep itself when ``workers < 2`` or fork is not available. ``stats`` gets one
+    :class:`RangeStats` per range.
+    """
     h = relaxation if hulls is None else hulls
     if workers < 2 or "fork" not in mp.get_all_start_methods():
         return RelaxedFrontier.sweep(

@@ -113,8 +113,9 @@ class Relaxation:
     def under_estimate(
         self, floor: FloatArray, tolerance: float, min_vertices: int = THIN_MIN_VERTICES
     ) -> Relaxation:
-        """Hulls with fewer pieces, each below the original by at most ``tolerance x
-        floor[i]``, for the sweep; hulls of fewer than ``min_vertices`` vertices are kept.
+        """Hulls with fewer pieces, each below the original by at most ``tolerance x floor[i]``.
+
+        For the sweep; hulls of fewer than ``min_vertices`` vertices are kept.
 
         Each new hull is the maximum of a subset of the original segments' lines (those of the
         first and the last segment always), chosen greedily by :func:`thin_hull`. A convex
@@ -151,10 +152,11 @@ class Relaxation:
 
 
 def thin_hull(tau: FloatArray, cost: FloatArray, tolerance: float) -> tuple[FloatArray, FloatArray]:
-    """A convex piecewise-linear function with fewer pieces below the convex piecewise-linear
-    one through ``(tau, cost)`` (increasing ``tau``, increasing slopes), by at most
-    ``tolerance`` anywhere on ``[tau[0], tau[-1]]``: the vertices ``(durations, costs)`` of the
-    maximum of some of its segments' lines.
+    """A convex piecewise-linear function with fewer pieces, below the one through ``(tau, cost)``.
+
+    The given function has increasing ``tau`` and increasing slopes; the result is below it by
+    at most ``tolerance`` anywhere on ``[tau[0], tau[-1]]``: the vertices ``(durations, costs)``
+    of the maximum of some of its segments' lines.
 
     Greedy: from a kept segment ``k``, keep next the farthest segment ``k2`` whose line meets
     ``k``'s at most ``tolerance`` below the function (the largest difference between the
@@ -201,8 +203,11 @@ def thin_hull(tau: FloatArray, cost: FloatArray, tolerance: float) -> tuple[Floa
 
 @dataclass(frozen=True)
 class RelaxedStep:
-    """One breakpoint of the relaxed frontier: iteration time, ``G(T)`` (sum of relaxed
-    effective costs), the cut value (``-dG/dT`` just below ``T``) and the durations."""
+    """One breakpoint of the relaxed frontier.
+
+    Its iteration time, ``G(T)`` (sum of relaxed effective costs), the cut value (``-dG/dT``
+    just below ``T``) and the durations.
+    """
 
     time: float
     cost: float
@@ -242,13 +247,15 @@ def _sweep(
     start: FloatArray | None = None,
     t_stop: float | None = None,
 ) -> Iterator[_Chunk]:
-    """The min-cut iteration in chunks of steps, ``(times, costs, slopes, kept, durations,
-    done)`` each, ``durations`` holding the rows of the steps with ``kept`` set: every
-    ``stride``-th step by index since the start (``stride`` read before each chunk), the first
-    step in each of ``cells`` equal cells of time between the slowest and the fastest point,
-    and the last step. ``start``: relaxed durations optimal at their own longest path to start
-    from (default the longest durations); ``t_stop``: stop at the first step at or below it
-    (default the fastest time)."""
+    """The min-cut iteration in chunks of steps.
+
+    Each chunk is ``(times, costs, slopes, kept, durations, done)``, ``durations`` holding the
+    rows of the steps with ``kept`` set: every ``stride``-th step by index since the start
+    (``stride`` read before each chunk), the first step in each of ``cells`` equal cells of time
+    between the slowest and the fastest point, and the last step. ``start``: relaxed durations
+    optimal at their own longest path to start from (default the longest durations); ``t_stop``:
+    stop at the first step at or below it (default the fastest time).
+    """
     dag = problem.dag
     d = rel.longest.copy() if start is None else np.array(start, dtype=np.float64)
     t_min = float(dag.iteration_time(rel.shortest)) if t_stop is None else float(t_stop)
@@ -291,8 +298,9 @@ def _sweep(
 
 @dataclass(frozen=True, eq=False)
 class RelaxedFrontier:
-    """Every breakpoint of the relaxed frontier, by increasing time, the bound they give, and
-    the relaxed optimum's durations at some of them.
+    """Every breakpoint of the relaxed frontier, by increasing time, and the bound they give.
+
+    Also the relaxed optimum's durations at some of them.
 
     Attributes:
         relaxation: the hulls the breakpoints come from.
@@ -323,8 +331,10 @@ class RelaxedFrontier:
 
     @cached_property
     def relaxed_bound(self) -> RelaxedBound:
-        """The energy bound ``G(T) + P R T`` (:class:`~perseus.bound.RelaxedBound`), with the
-        kept durations."""
+        """The energy bound ``G(T) + P R T`` (:class:`~perseus.bound.RelaxedBound`).
+
+        With the kept durations.
+        """
         pr = self.ranks_power
         values = self.costs + pr * self.times
         kept = {"kept_times": self.kept_times, "kept_durations": self.kept_durations}
@@ -336,8 +346,10 @@ class RelaxedFrontier:
     def from_steps(
         cls, problem: EnergyProblem, relaxation: Relaxation, steps: list[RelaxedStep]
     ) -> RelaxedFrontier:
-        """The frontier of ``steps`` as :func:`relaxed_frontier` yields them (slowest first),
-        every step's durations kept."""
+        """The frontier of ``steps`` as :func:`relaxed_frontier` yields them (slowest first).
+
+        Every step's durations are kept.
+        """
         ordered = steps[::-1]  # by increasing time
         times = np.array([s.time for s in ordered])
         return cls._make(
@@ -360,14 +372,16 @@ class RelaxedFrontier:
         progress: Callable[[float], None] | None = None,
         hulls: Relaxation | None = None,
     ) -> RelaxedFrontier:
-        """Every breakpoint (:func:`relaxed_frontier`), keeping the durations of at most about
-        ``memory`` bytes' worth of them (at least 64): a quarter the first breakpoint in each
-        of as many equal cells of time, the rest spread evenly by index (breakpoints crowd
-        where the frontier bends), thinned by half whenever they overflow; the slowest and
-        the fastest always. ``progress`` gets the fraction of the time range swept.
-        ``hulls`` (default ``relaxation``): the hulls swept, e.g. an
-        :meth:`Relaxation.under_estimate` of ``relaxation`` (the bound is then its frontier's);
-        ``relaxation`` stays the frontier's, for rounding.
+        """Every breakpoint (:func:`relaxed_frontier`), with the durations of some of them kept.
+
+        The durations kept are of at most about ``memory`` bytes' worth of breakpoints (at
+        least 64): a quarter the first breakpoint in each of as many equal cells of time,
+        the rest spread evenly by index (breakpoints crowd where the frontier bends),
+        thinned by half whenever they overflow; the slowest and the fastest always.
+        ``progress`` gets the fraction of the time range swept. ``hulls`` (default
+        ``relaxation``): the hulls swept, e.g. an :meth:`Relaxation.under_estimate` of
+        ``relaxation`` (the bound is then its frontier's); ``relaxation`` stays the
+        frontier's, for rounding.
 
         Memory: ``O(b + memory)`` for ``b`` breakpoints, whatever ``b`` is; time as
         :func:`relaxed_frontier`.
@@ -410,13 +424,18 @@ class RelaxedFrontier:
         )
 
     def durations_at(self, deadlines: FloatArray) -> FloatArray:
-        """The relaxed durations at each of ``deadlines`` (``(k, n)``), interpolated between
-        the kept solutions (the relaxed optimum between two consecutive breakpoints)."""
+        """The relaxed durations at each of ``deadlines`` (``(k, n)``).
+
+        Interpolated between the kept solutions (the relaxed optimum between two consecutive
+        breakpoints).
+        """
         return interpolate_durations(self.kept_times, self.kept_durations, deadlines)
 
     def bound(self, times: FloatArray) -> FloatArray:
-        """The certified lower bound ``G(T) + P R T`` at each of ``times`` (``inf`` below the
-        fastest time; :attr:`relaxed_bound`)."""
+        """The certified lower bound ``G(T) + P R T`` at each of ``times``.
+
+        ``inf`` below the fastest time; see :attr:`relaxed_bound`.
+        """
         out: FloatArray = np.asarray(self.relaxed_bound.bound(times), dtype=np.float64)
         return out
 
@@ -431,10 +450,12 @@ def sweep_range(
     start: FloatArray | None = None,
     t_stop: float | None = None,
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """The breakpoints of ``swept``'s relaxed frontier from ``start`` (default the longest
-    durations) down to ``t_stop`` (default the fastest time), by increasing time:
-    ``(times, costs, kept_times, kept_durations)``, the durations of about ``memory`` bytes'
-    worth kept as :meth:`RelaxedFrontier.sweep` says."""
+    """The breakpoints of ``swept``'s relaxed frontier from ``start`` down to ``t_stop``.
+
+    ``start`` defaults to the longest durations, ``t_stop`` to the fastest time. By increasing
+    time: ``(times, costs, kept_times, kept_durations)``, the durations of about ``memory``
+    bytes' worth kept as :meth:`RelaxedFrontier.sweep` says.
+    """
     n = problem.num_nodes
     budget = max(64, memory // (8 * max(n, 1)))
     cells = budget // 4
@@ -477,8 +498,9 @@ def sweep_range(
 def path_bound(
     problem: EnergyProblem, relaxation: Relaxation, deadline: float
 ) -> tuple[float, float]:
-    """A certified lower bound on ``G`` that needs no sweep: ``(a, F)`` with
-    ``G(T) >= a - F T`` for every ``T``, tightest at ``deadline``.
+    """A certified lower bound on ``G`` that needs no sweep.
+
+    Returns ``(a, F)`` with ``G(T) >= a - F T`` for every ``T``, tightest at ``deadline``.
 
     Lagrangian duality: for any flow ``f`` through the DAG of value ``F`` (node throughputs
     ``f_i``), every schedule within ``T`` has ``sum_i f_i d_i <= F T`` (decompose ``f`` into
@@ -526,8 +548,11 @@ def path_bound(
 def _hull_table(
     hulls: list[tuple[FloatArray, FloatArray]], width: int
 ) -> tuple[FloatArray, FloatArray, FloatArray, IntArray]:
-    """Hull vertices padded to ``width`` columns: times (``inf`` past the last vertex), costs
-    (the last one repeated), segment slopes, and each hull's vertex count."""
+    """Hull vertices padded to ``width`` columns.
+
+    Returns times (``inf`` past the last vertex), costs (the last one repeated), segment slopes,
+    and each hull's vertex count.
+    """
     tau = np.full((len(hulls), width), np.inf)
     cost = np.zeros((len(hulls), width))
     slope = np.zeros((len(hulls), max(width - 1, 1)))

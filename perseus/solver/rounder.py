@@ -30,8 +30,9 @@ PlanArray = npt.NDArray[np.uint8]
 
 
 class Rounder:
-    """Rounds relaxed durations to measured plans within deadlines, reclaims the slack of
-    existing plans, and improves them by exchanges and by search.
+    """Rounds relaxed durations to measured plans within deadlines, and improves plans.
+
+    Also reclaims the slack of existing plans, and improves them by exchanges and by search.
 
     Plans in and out are option indices ``(k, n)`` (``uint8``, as in
     :class:`~perseus.problem.EnergyProblem`); every plan that comes out uses only Pareto-optimal
@@ -105,8 +106,11 @@ class Rounder:
     def _improve(
         self, plans: PlanArray, kernel: Callable[[IntArray, BoolArray], IntArray]
     ) -> PlanArray:
-        """``plans`` (option indices) passed to ``kernel`` as positions in the sorted options,
-        with the mask of the rows it gets; rows using a dominated option come back unchanged."""
+        """``plans`` (option indices) passed to ``kernel`` as positions in the sorted options.
+
+        Also passed: the mask of the rows it gets; rows using a dominated option come back
+        unchanged.
+        """
         picks = self.position[np.arange(plans.shape[1])[None, :], plans]
         ok: BoolArray = np.asarray((picks >= 0).all(axis=1))
         out = plans.copy()
@@ -121,8 +125,9 @@ class Rounder:
         jumps: BoolArray,
         up_at: FloatArray | None = None,
     ) -> PlanArray:
-        """Plans (option indices, ``(k, n)``) for rows of relaxed ``durations``, each within its
-        deadline.
+        """Plans (option indices, ``(k, n)``) for rows of relaxed ``durations``.
+
+        Each plan is within its deadline.
 
         A node whose relaxed duration lies between two hull vertices goes to the slower one
         when it fits and the duration is past ``up_at`` (default one half) of the way there.
@@ -144,9 +149,11 @@ class Rounder:
     def reclaim(
         self, plans: PlanArray, deadlines: FloatArray, exchange_passes: int | None = None
     ) -> PlanArray:
-        """``plans`` (option indices) each given the slack up to its deadline, then improved by
-        ``exchange_passes`` passes of exchanges (default: the options', none unless set).
-        Plans using a dominated option are returned unchanged."""
+        """``plans`` (option indices) each given the slack up to its deadline, then improved.
+
+        The improvement is ``exchange_passes`` passes of exchanges (default: the options',
+        none unless set). Plans using a dominated option are returned unchanged.
+        """
         o = self.options
         passes = o.exchange_passes if exchange_passes is None else exchange_passes
         return self._improve(
@@ -159,16 +166,20 @@ class Rounder:
         )  # fmt: skip
 
     def exchange(self, plans: PlanArray, deadlines: FloatArray, passes: int = 2) -> PlanArray:
-        """``plans`` given the slack up to their deadlines, then improved by up to ``passes``
-        passes of exchanges within them."""
+        """``plans`` given the slack up to their deadlines, then improved by exchanges.
+
+        Up to ``passes`` passes of exchanges within the deadlines.
+        """
         return self.reclaim(plans, deadlines, exchange_passes=passes)
 
     def search(
         self, plans: PlanArray, deadlines: FloatArray, seeds: IntArray, iters: int
     ) -> PlanArray:
-        """``plans`` given the slack up to their deadlines, then improved by ``iters`` trials of
-        a large-neighbourhood search each (seeded by ``seeds``). Plans using a dominated option
-        are returned unchanged."""
+        """``plans`` given the slack up to their deadlines, then improved by search.
+
+        Each plan gets ``iters`` trials of a large-neighbourhood search (seeded by
+        ``seeds``). Plans using a dominated option are returned unchanged.
+        """
         o = self.options
         return self._improve(
             plans,

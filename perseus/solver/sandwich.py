@@ -1,5 +1,6 @@
-"""The relaxed frontier where it is needed: exact solves at a few deadlines, certified between
-them by their tangent lines (the ``"sandwich"`` relaxation core).
+"""The relaxed frontier where it is needed (the ``"sandwich"`` relaxation core).
+
+Exact solves at a few deadlines, certified between them by their tangent lines.
 
 Each deadline ``T`` is solved exactly as the LP's dual, a minimum-cost circulation on the
 node-split DAG (:mod:`perseus.kernels.network_simplex`): node ``i`` is an "in" vertex ``i`` and
@@ -53,8 +54,10 @@ _PIVOTS_PER_CALL = 200_000  # cancelling is heard between calls
 
 
 def time_unit(problem: EnergyProblem, hulls: Relaxation, finest: float = 1e12) -> float:
-    """The finest time unit (at most ``finest`` per second) whose integer costs keep the
-    network simplex's potentials and reduced costs within ``int64`` (a margin of 8x)."""
+    """The finest time unit (at most ``finest`` per second) whose integer costs stay in ``int64``.
+
+    The network simplex's potentials and reduced costs stay within ``int64`` (a margin of 8x).
+    """
     total = float(np.where(np.isfinite(hulls.tau), np.abs(hulls.tau), 0.0).sum())
     total += float(problem.dag.iteration_time(hulls.longest))
     return float(min(finest, 2.0**59 / (6.0 * max(total, 1e-9))))
@@ -77,8 +80,11 @@ class Circulation:
     """The node-split network of one problem and hull table, with its warm simplex state."""
 
     def __init__(self, problem: EnergyProblem, hulls: Relaxation, unit: float = NS) -> None:
-        """``unit``: time units per second of the integer costs (default nanoseconds; the
-        parallel sweep's range starts use picoseconds, :func:`time_unit`)."""
+        """Build the sandwich core.
+
+        ``unit``: time units per second of the integer costs (default nanoseconds; the
+        parallel sweep's range starts use picoseconds, :func:`time_unit`).
+        """
         dag = problem.dag
         self.unit = unit
         n = problem.num_nodes
@@ -145,9 +151,11 @@ class Circulation:
     def solve(
         self, deadline: float, cancel: Callable[[], bool] | None = None
     ) -> tuple[float, float, FloatArray]:
-        """The circulation at ``deadline``, warm-started from the last: ``(L, F, durations)``
-        with ``G(T') >= L - F (T' - deadline)`` for every ``T'`` (tangent at ``deadline``) and
-        durations feasible within ``deadline``."""
+        """The circulation at ``deadline``, warm-started from the last: ``(L, F, durations)``.
+
+        ``G(T') >= L - F (T' - deadline)`` for every ``T'`` (tangent at ``deadline``) and
+        the durations are feasible within ``deadline``.
+        """
         t_ns = max(int(np.rint(deadline * self.unit)), self.t0_ns + 1)
         self.cost[self.ret] = t_ns
         root = self.parent.shape[0] - 1
@@ -171,9 +179,13 @@ class Circulation:
         return lagrangian, big_f, self._feasible(d, deadline)
 
     def _feasible(self, d: FloatArray, deadline: float) -> FloatArray:
-        """``d`` pulled towards the shortest durations until its longest path is within
-        ``deadline`` (the potentials are integer nanoseconds): the longest path is convex in
-        the durations, so the mix at ``(T - T0) / (T' - T0)`` fits."""
+        """``d`` pulled towards the shortest durations until it fits ``deadline``.
+
+        It fits when its longest path is within ``deadline``.
+
+        The potentials are integer nanoseconds. The longest path is convex in the durations,
+        so the mix at ``(T - T0) / (T' - T0)`` fits.
+        """
         dag = self.problem.dag
         lo = self.hulls.shortest
         t = float(dag.iteration_time(d))
@@ -197,12 +209,14 @@ def sandwich_frontier(
     progress: Callable[[float], None] | None = None,
     stats: SandwichStats | None = None,
 ) -> RelaxedFrontier:
-    """The relaxed frontier of ``problem`` as tangent lines at a few deadlines (see the
-    module's docstring), certified within ``tolerance`` of the energy bound between them (or
-    as close as ``max_solves`` solves get). ``hulls`` (default ``relaxation``) are the hulls
-    solved (e.g. an :meth:`Relaxation.under_estimate`); ``relaxation`` stays the frontier's,
-    for rounding. ``initial`` deadlines are solved first, from the slowest time down, spaced
-    ever closer towards ``T0`` (where ``G`` bends most)."""
+    """The relaxed frontier of ``problem`` as tangent lines at a few deadlines.
+
+    See the module's docstring. The lines are certified within ``tolerance`` of the energy bound
+    between them (or as close as ``max_solves`` solves get). ``hulls`` (default ``relaxation``)
+    are the hulls solved (e.g. an :meth:`Relaxation.under_estimate`); ``relaxation`` stays the
+    frontier's, for rounding. ``initial`` deadlines are solved first, from the slowest time
+    down, spaced ever closer towards ``T0`` (where ``G`` bends most).
+    """
     st = stats if stats is not None else SandwichStats()
     cpu = time.process_time()
     h = relaxation if hulls is None else hulls

@@ -1,5 +1,7 @@
-"""The entry points: the frontier of an :class:`~perseus.problem.EnergyProblem`, or of a profile
-and a schedule."""
+"""The entry points of the solver.
+
+The frontier of an :class:`~perseus.problem.EnergyProblem`, or of a profile and a schedule.
+"""
 
 from __future__ import annotations
 
@@ -40,9 +42,12 @@ __all__ = [
 
 @dataclass
 class SolveStats:
-    """Where a solve spent its time: per stage ``(wall s, CPU s of this process)``, in order
-    (``first plan``, ``relax``, ``round`` (seed and refine), ``search``, ``polish``), and the
-    sandwich core's counters (deadlines solved, pivots) when it ran."""
+    """Where a solve spent its time.
+
+    Per stage ``(wall s, CPU s of this process)``, in order (``first plan``, ``relax``,
+    ``round`` (seed and refine), ``search``, ``polish``), and the sandwich core's counters
+    (deadlines solved, pivots) when it ran.
+    """
 
     stages: dict[str, tuple[float, float]] = field(default_factory=dict)
     relaxation: str = "sweep"
@@ -52,6 +57,7 @@ class SolveStats:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        """Time the ``with`` block as stage ``name``: wall and CPU seconds."""
         w, c = time.perf_counter(), time.process_time()
         try:
             yield
@@ -69,10 +75,11 @@ FirstPlan = Callable[[Frontier], None]
 
 
 def first_plan(problem: EnergyProblem, relaxation: Relaxation, rounder: Rounder) -> Frontier:
-    """A deployable zero-slowdown plan before any relaxed sweep: the all-max-frequency plan
-    given the slack up to its own time (:meth:`Rounder.reclaim`), truly evaluated and kept only
-    when it finishes within ``T0`` (else the all-max-frequency plan itself), as a frontier of
-    one point.
+    """A deployable zero-slowdown plan before any relaxed sweep, as a frontier of one point.
+
+    The all-max-frequency plan given the slack up to its own time (:meth:`Rounder.reclaim`),
+    truly evaluated and kept only when it finishes within ``T0`` (else the all-max-frequency
+    plan itself), as a frontier of one point.
 
     Its bound is :func:`~perseus.solver.relaxation.path_bound` at ``T0`` (certified but looser
     than the full solve's, so its gap reads higher); ``bound_times`` holds ``T0`` and the

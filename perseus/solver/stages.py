@@ -64,10 +64,12 @@ _GRID_POINTS = 4096
 
 @dataclass(frozen=True, eq=False)
 class Run:
-    """What the stages after :func:`relax` share: the problem, its relaxed frontier, the
-    rounder, the candidates found so far, the options, the seeded generator, the progress
-    callback and the certified bound's relaxed frontier (when it is not ``relaxed``'s: per-clock
-    transfers)."""
+    """What the stages after :func:`relax` share.
+
+    The problem, its relaxed frontier, the rounder, the candidates found so far, the options,
+    the seeded generator, the progress callback and the certified bound's relaxed frontier (when
+    it is not ``relaxed``'s: per-clock transfers).
+    """
 
     problem: EnergyProblem
     relaxed: RelaxedFrontier
@@ -79,6 +81,7 @@ class Run:
     bound: RelaxedFrontier | None = None
 
     def report(self, fraction: float) -> None:
+        """Pass ``fraction`` of the solve done to the progress callback, if any."""
         if self.progress is not None:
             self.progress(fraction)
 
@@ -97,16 +100,18 @@ def relax(
     workers: int = 1,
     ranges: list[RangeStats] | None = None,
 ) -> RelaxedFrontier:
-    """The relaxed frontier (progress runs to 0.6). ``core="sweep"`` (or ``"auto"``): every
-    breakpoint, the durations of about ``memory`` bytes' worth of them kept;
-    ``core="sandwich"``: exact solves at a few deadlines, tangent lines between them within
-    ``tolerance`` (:func:`~perseus.solver.sandwich.sandwich_frontier`, ``stats`` filled in).
-    With ``hull_tolerance > 0`` either runs on hulls with fewer pieces, each below its node's
-    by at most ``hull_tolerance`` times the node's least energy
+    """The relaxed frontier (progress runs to 0.6).
+
+    ``core="sweep"`` (or ``"auto"``): every breakpoint, the durations of about ``memory`` bytes'
+    worth of them kept; ``core="sandwich"``: exact solves at a few deadlines, tangent lines
+    between them within ``tolerance`` (:func:`~perseus.solver.sandwich.sandwich_frontier`,
+    ``stats`` filled in). With ``hull_tolerance > 0`` either runs on hulls with fewer pieces,
+    each below its node's by at most ``hull_tolerance`` times the node's least energy
     (:meth:`Relaxation.under_estimate`): a bound looser by at most that share of the energy,
     with fewer breakpoints to visit (fewer arcs to price). ``workers > 1``: the sweep over
     deadline ranges in that many processes (:func:`~perseus.solver.parallel.parallel_sweep`,
-    from ``PARALLEL_MIN_NODES`` nodes; ``ranges`` gets each range's figures)."""
+    from ``PARALLEL_MIN_NODES`` nodes; ``ranges`` gets each range's figures).
+    """
     rel = Relaxation.build(problem) if relaxation is None else relaxation
     hulls = None
     if hull_tolerance > 0:
@@ -145,9 +150,11 @@ def relax(
 
 
 def diagonal_up_at(problem: EnergyProblem, offsets: FloatArray) -> FloatArray:
-    """Rounding thresholds (one row per offset) shared by a microbatch's instructions of one
-    kind on every stage; successive microbatches' thresholds a golden-ratio step apart (evenly
-    spread for any run of them), each kind's half a turn from the forwards'."""
+    """Rounding thresholds shared by a microbatch's instructions of one kind on every stage.
+
+    One row per offset. Successive microbatches' thresholds a golden-ratio step apart (evenly
+    spread for any run of them), each kind's half a turn from the forwards'.
+    """
     dag = problem.dag
     out: FloatArray = (
         dag.microbatch[None, :] * _GOLDEN + 0.5 * dag.kind[None, :] + offsets[:, None]
@@ -156,8 +163,10 @@ def diagonal_up_at(problem: EnergyProblem, offsets: FloatArray) -> FloatArray:
 
 
 def seed_candidates(run: Run) -> None:
-    """The all-max-frequency plan, and ``initial_candidates`` relaxed breakpoints (spread
-    evenly by index) rounded."""
+    """The all-max-frequency plan, and some relaxed breakpoints rounded.
+
+    ``initial_candidates`` relaxed breakpoints, spread evenly by index.
+    """
     run.pool.add(run.problem.max_frequency_plan()[None, :])
     rf = run.relaxed
     bp_t = rf.times
@@ -172,15 +181,19 @@ def seed_candidates(run: Run) -> None:
 
 
 def refine(run: Run) -> None:
-    """Split the intervals whose gap peaks highest, round after round, then give the hard ones
-    randomised roundings (progress runs from 0.6 to 0.95)."""
+    """Split the intervals whose gap peaks highest, then give the hard ones randomised roundings.
+
+    Splitting goes round after round; progress runs from 0.6 to 0.95.
+    """
     _split_rounds(run)
     _randomised_rounds(run)
 
 
 def _split_rounds(run: Run) -> None:
-    """Up to ``refine_rounds`` rounds of :func:`_split`, stopping once a round no longer
-    lowers the mean gap over a grid of deadlines by 1 %."""
+    """Up to ``refine_rounds`` rounds of :func:`_split`, while each lowers the mean gap by 1 %.
+
+    Stops once a round no longer lowers the mean gap over a grid of deadlines by 1 %.
+    """
     rf = run.relaxed
     if rf.t_max > rf.t_min:
         grid = np.linspace(rf.t_min, rf.t_max, _GRID_POINTS)
@@ -201,8 +214,10 @@ def _split_rounds(run: Run) -> None:
 
 
 def _mean_gap(snap: Snapshot, grid: FloatArray, lb_grid: FloatArray, pr: float) -> float:
-    """The mean over ``grid`` of the gap of the best found plan (waiting included) to the
-    bound ``lb_grid``, each capped at 1."""
+    """The mean over ``grid`` of the best found plan's gap to the bound ``lb_grid``.
+
+    The plan's energy includes waiting; each gap is capped at 1.
+    """
     kt, kw = snap.kept_times, snap.kept_waiting
     idx = np.searchsorted(kt, grid * (1 + 1e-12), side="right") - 1
     gap = np.where(idx >= 0, (kw[np.maximum(idx, 0)] + pr * grid) / lb_grid - 1, np.inf)
@@ -210,10 +225,12 @@ def _mean_gap(snap: Snapshot, grid: FloatArray, lb_grid: FloatArray, pr: float) 
 
 
 def _split(run: Run, snap: Snapshot) -> bool:
-    """At the middle of each of the ``refine_batch`` intervals peaking highest (above
-    ``target_gap``): the relaxed optimum rounded, a diagonal rounding too where the peak is
-    above ``hard_gap``, and the interval's own plan given the slack up to there. Returns
-    whether any interval was split."""
+    """Split the ``refine_batch`` intervals peaking highest; returns whether any was split.
+
+    At the middle of each of the intervals peaking highest (above ``target_gap``): the relaxed
+    optimum rounded, a diagonal rounding too where the peak is above ``hard_gap``, and the
+    interval's own plan given the slack up to there. Returns whether any interval was split.
+    """
     o = run.options
     chosen = snap.worst(o.refine_batch, o.target_gap)
     if len(chosen) == 0:
@@ -232,10 +249,12 @@ def _split(run: Run, snap: Snapshot) -> bool:
 
 
 def _randomised_rounds(run: Run) -> None:
-    """Intervals still peaking above ``hard_gap``: up to ``hard_rounds`` times,
-    ``random_trials`` randomised roundings in the middle of each of the ``hard_intervals``
-    worst (each fractional node goes to the slower hull vertex past a random point of the way
-    there, when it fits; every other rounding diagonal)."""
+    """Randomised roundings of the intervals still peaking above ``hard_gap``.
+
+    Up to ``hard_rounds`` times, ``random_trials`` randomised roundings in the middle of each of
+    the ``hard_intervals`` worst (each fractional node goes to the slower hull vertex past a
+    random point of the way there, when it fits; every other rounding diagonal).
+    """
     o, rng = run.options, run.rng
     for _ in range(o.hard_rounds):
         snap = run.pool.snapshot()
@@ -257,16 +276,22 @@ def _randomised_rounds(run: Run) -> None:
 
 
 def search(run: Run) -> None:
-    """Large-neighbourhood searches: the zero-slowdown plan's, then one round on the worst
-    intervals per whole unit of ``effort`` past 1 (progress runs from 0.95 to 0.99)."""
+    """Large-neighbourhood searches on the zero-slowdown plan and the worst intervals.
+
+    The zero-slowdown plan's, then one round on the worst intervals per whole unit of ``effort``
+    past 1 (progress runs from 0.95 to 0.99).
+    """
     _search_fastest(run)
     _search_intervals(run)
 
 
 def _search_fastest(run: Run) -> None:
-    """When ``effort > 0`` and the fastest plan (the zero-slowdown one: what a pipeline without
+    """Independently seeded searches on the fastest plan within its own time, when it is worth it.
+
+    When ``effort > 0`` and the fastest plan (the zero-slowdown one: what a pipeline without
     stragglers runs) is above ``hard_gap``: :data:`SEARCH_STARTS` independently seeded searches
-    within its own time, side by side, in chunks so that cancelling is heard."""
+    within its own time, side by side, in chunks so that cancelling is heard.
+    """
     o, pool = run.options, run.pool
     snap = pool.snapshot()
     kt, kw = snap.kept_times, snap.kept_waiting
@@ -298,9 +323,12 @@ def _search_fastest(run: Run) -> None:
 
 
 def _search_intervals(run: Run) -> None:
-    """Each whole unit of ``effort`` past 1: a round of searches on the ``search_intervals``
-    intervals with the highest peaks above ``hard_gap``, each from the interval's plan within
-    the interval's middle (a new plan there splits the interval)."""
+    """A round of searches on the worst intervals per whole unit of ``effort`` past 1.
+
+    A round of searches on the ``search_intervals`` intervals with the highest peaks above
+    ``hard_gap``, each from the interval's plan within the interval's middle (a new plan there
+    splits the interval).
+    """
     o = run.options
     rounds = max(0, int(o.effort) - 1)
     trials = max(1, o.search_work // run.problem.num_nodes)
@@ -319,10 +347,13 @@ def _search_intervals(run: Run) -> None:
 
 
 def polish(run: Run) -> None:
-    """The plans of the ``polish_plans`` intervals peaking highest above ``hard_gap`` improved
-    by exchanges: within their own times (each kept exchange lowers the energy of the whole
-    interval), and within the interval's end (a plan that only fits there once another node is
-    sped up). A pass of exchanges costs ``O(n^2)``: at most ``polish_nodes // n`` plans."""
+    """Improve by exchanges the plans of the ``polish_plans`` intervals peaking highest.
+
+    Only intervals above ``hard_gap``. Within their own times (each kept exchange lowers the
+    energy of the whole interval), and within the interval's end (a plan that only fits there
+    once another node is sped up). A pass of exchanges costs ``O(n^2)``: at most ``polish_nodes
+    // n`` plans.
+    """
     o = run.options
     count = max(1, min(o.polish_plans, o.polish_nodes // run.problem.num_nodes))
     snap = run.pool.snapshot()
@@ -416,8 +447,10 @@ def _polish_anchored(run: Run) -> None:
 def assemble(
     problem: EnergyProblem, relaxed: RelaxedFrontier, found: Snapshot, progress: Progress = None
 ) -> Frontier:
-    """The :class:`~perseus.frontier.Frontier` of the Pareto plans found, each with the bound
-    at its own time (progress reaches 1)."""
+    """The :class:`~perseus.frontier.Frontier` of the Pareto plans found (progress reaches 1).
+
+    Each with the bound at its own time.
+    """
     fastest = problem.evaluate(problem.max_frequency_plan())
     ft = found.times[found.keep]
     fe = found.energies[found.keep]

@@ -50,6 +50,7 @@ def _add_leadership_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser(prog: str = "perseus serve") -> argparse.ArgumentParser:
+    """The ``perseus serve`` command line: its options and their help."""
     p = argparse.ArgumentParser(
         prog=prog,
         description="Serve the Perseus REST API and the gRPC plan push from one process. "
@@ -166,8 +167,10 @@ def build_parser(prog: str = "perseus serve") -> argparse.ArgumentParser:
 
 
 def _read_token(parser: argparse.ArgumentParser, flag: str, path: Path | None) -> str | None:
-    """The token in ``path`` (None without one); refuses an empty file, a token with spaces,
-    and a file other users can read."""
+    """The token in ``path`` (None without one).
+
+    Refuses an empty file, a token with spaces, and a file other users can read.
+    """
     if path is None:
         return None
     try:

@@ -15,14 +15,16 @@ MAX_TOKEN_FILE_BYTES = 4096
 
 
 def read_token(path: Path) -> str:
-    """The bearer token in ``path``; raises :class:`ValueError` (the message says what is
-    wrong) for an unreadable or empty file, a token with spaces, or a file another user could
-    have written or can read.
+    """The bearer token in ``path``.
+
+    Raises :class:`ValueError` (the message says what is wrong) for an unreadable or empty file,
+    a token with spaces, or a file another user could have written or can read.
 
     A token file must be a regular file owned by the server's user or root and accessible to
     its owner only (mode 600 or 400). Symlinks are resolved and their target checked the same
     way; the checked file is the one read (opened once, checked through its descriptor), so a
-    link swapped in between cannot give another user's file."""
+    link swapped in between cannot give another user's file.
+    """
     try:
         target = path.resolve(strict=True)
         fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)

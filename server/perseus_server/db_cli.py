@@ -17,6 +17,7 @@ __all__ = ["build_parser", "main"]
 
 
 def build_parser(prog: str = "perseus db") -> argparse.ArgumentParser:
+    """The ``perseus db`` command line: its maintenance subcommands."""
     p = argparse.ArgumentParser(prog=prog, description="The server's store: maintenance.")
     sub = p.add_subparsers(dest="command", required=True)
     m = sub.add_parser(
@@ -33,6 +34,7 @@ def build_parser(prog: str = "perseus db") -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``perseus db`` with ``argv``; returns the exit status."""
     args = build_parser().parse_args(argv)
     try:
         copied = copy_database(args.src, args.dst, say=lambda line: print(f"perseus db: {line}"))

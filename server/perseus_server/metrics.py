@@ -61,39 +61,70 @@ class _Restricted:
 
 
 class JobEnergySource(Protocol):
-    """What exports the jobs' measured power and energy saved (the service's measured-power
-    part, :class:`perseus_server.service.measured_power.MeasuredPower`)."""
+    """What exports the jobs' measured power and energy saved.
 
-    def powers(self) -> dict[Labels, float]: ...
+    The service's measured-power part,
+    :class:`perseus_server.service.measured_power.MeasuredPower`.
+    """
 
-    def savings(self) -> dict[Labels, float]: ...
+    def powers(self) -> dict[Labels, float]:
+        """``perseus_job_power_watts`` by job."""
+        ...
+
+    def savings(self) -> dict[Labels, float]:
+        """``perseus_energy_saved_joules`` by job."""
+        ...
 
 
 class JobGaugeSource(Protocol):
-    """What exports the jobs' sizes, lifecycles, power budget and deployed slowdowns (the
-    service's :class:`perseus_server.service.job_gauges.JobGauges`)."""
+    """What exports the jobs' sizes, lifecycles, power budget and deployed slowdowns.
 
-    def world_sizes(self) -> dict[Labels, float]: ...
+    The service's :class:`perseus_server.service.job_gauges.JobGauges`.
+    """
 
-    def lifecycles(self) -> dict[Labels, float]: ...
+    def world_sizes(self) -> dict[Labels, float]:
+        """``perseus_job_world_size`` by job."""
+        ...
 
-    def budget_watts(self) -> dict[Labels, float]: ...
+    def lifecycles(self) -> dict[Labels, float]:
+        """``perseus_job_lifecycle`` by job and state."""
+        ...
 
-    def budget_feasible(self) -> dict[Labels, float]: ...
+    def budget_watts(self) -> dict[Labels, float]:
+        """``perseus_power_budget_watts``; empty when no budget is set."""
+        ...
 
-    def allocations(self) -> dict[Labels, float]: ...
+    def budget_feasible(self) -> dict[Labels, float]:
+        """``perseus_power_budget_feasible``; empty when no budget is set."""
+        ...
 
-    def slowdowns(self) -> dict[Labels, float]: ...
+    def allocations(self) -> dict[Labels, float]:
+        """``perseus_power_budget_allocation_watts`` by job."""
+        ...
 
-    def profile_mismatches(self) -> dict[Labels, float]: ...
+    def slowdowns(self) -> dict[Labels, float]:
+        """``perseus_deployed_slowdown_ratio`` by job and pipeline."""
+        ...
 
-    def slow_links(self) -> dict[Labels, float]: ...
+    def profile_mismatches(self) -> dict[Labels, float]:
+        """``perseus_profile_mismatch`` by job."""
+        ...
 
-    def job_infos(self) -> dict[Labels, float]: ...
+    def slow_links(self) -> dict[Labels, float]:
+        """The slow-link gauges by job and link."""
+        ...
 
-    def slowdown_ranges(self) -> dict[Labels, float]: ...
+    def job_infos(self) -> dict[Labels, float]:
+        """``perseus_job_info``: 1 per job, labelled with its name and tenant."""
+        ...
 
-    def tenant_gauges(self, name: str) -> dict[Labels, float]: ...
+    def slowdown_ranges(self) -> dict[Labels, float]:
+        """``perseus_job_deployed_slowdown_ratio`` by job and stat (min, max)."""
+        ...
+
+    def tenant_gauges(self, name: str) -> dict[Labels, float]:
+        """The per-tenant gauge ``name`` (see :data:`TENANT_GAUGES`) by tenant."""
+        ...
 
 
 #: The per-tenant gauges: name -> help (read through ``JobGaugeSource.tenant_gauges(name)``).
@@ -118,8 +149,10 @@ _SOLVE_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 2700, 360
 
 
 def solve_buckets(limit: float) -> tuple[float, ...]:
-    """``perseus_solve_seconds`` buckets: the standard ones below ``limit``, then ``limit``
-    itself (the solve time limit), so every solve that ran to its limit has a bucket."""
+    """``perseus_solve_seconds`` buckets: the standard ones below ``limit``, then ``limit`` itself.
+
+    ``limit`` is the solve time limit, so every solve that ran to its limit has a bucket.
+    """
     return tuple(b for b in _SOLVE_BUCKETS if b < limit) + (float(limit),)
 
 
@@ -151,6 +184,7 @@ class Counter(_Restricted):
         self.values: dict[Labels, float] = {}
 
     def inc(self, amount: float = 1.0, **labels: str) -> None:
+        """Add ``amount`` to the series of ``labels``."""
         key = self._key(labels)
         self.values[key] = self.values.get(key, 0.0) + amount
 
@@ -161,6 +195,7 @@ class Counter(_Restricted):
             del self.values[key]
 
     def render(self) -> list[str]:
+        """The counter's sample lines, by labels."""
         return [
             f"{self.name}{_fmt_labels(k)} {_fmt_value(v)}" for k, v in sorted(self.values.items())
         ]
@@ -178,9 +213,11 @@ class Gauge:
         self.values: dict[Labels, float] = {}
 
     def set(self, value: float, **labels: str) -> None:
+        """Set the series of ``labels`` to ``value``."""
         self.values[tuple(sorted(labels.items()))] = value
 
     def render(self) -> list[str]:
+        """The gauge's sample lines, by labels (read from its source when it has one)."""
         values = self._read() if self._read is not None else self.values
         return [f"{self.name}{_fmt_labels(k)} {_fmt_value(v)}" for k, v in sorted(values.items())]
 
@@ -197,6 +234,7 @@ class Histogram(_Restricted):
         self.series: dict[Labels, list[float]] = {}  # per label set: bucket counts..., sum, count
 
     def observe(self, value: float, **labels: str) -> None:
+        """Count ``value`` in the series of ``labels``."""
         key = self._key(labels)
         s = self.series.get(key)
         if s is None:
@@ -208,6 +246,7 @@ class Histogram(_Restricted):
         s[-1] += 1
 
     def render(self) -> list[str]:
+        """The histogram's sample lines: cumulative buckets, sum and count per series."""
         out = []
         for key, s in sorted(self.series.items()):
             acc = 0.0
@@ -231,10 +270,12 @@ class Registry:
         self._metrics: list[Counter | Gauge | Histogram] = []
 
     def add(self, metric: Counter | Gauge | Histogram) -> Counter | Gauge | Histogram:
+        """Add ``metric`` to the registry; returns it."""
         self._metrics.append(metric)
         return metric
 
     def render(self) -> str:
+        """Every metric in the Prometheus text format, with its help and type."""
         lines = []
         for m in self._metrics:
             lines.append(f"# HELP {m.name} {m.help}")
@@ -258,8 +299,11 @@ class Metrics:
         job_energy: JobEnergySource | None = None,
         without_clock_control: Callable[[], dict[Labels, float]] | None = None,
     ) -> None:
-        """The gauges' sources: ``jobs`` (by state), ``connected`` and ``registered`` ranks (by
-        job), ``job_energy`` (measured power and energy saved; None: those gauges are empty)."""
+        """Build the registry and its gauges' sources.
+
+        ``jobs`` (by state), ``connected`` and ``registered`` ranks (by job), ``job_energy``
+        (measured power and energy saved; None: those gauges are empty).
+        """
         self.registry = Registry()
         r = self.registry
         self.started = time.time()
@@ -354,8 +398,11 @@ class Metrics:
     def _add_activity(
         self, r: Registry, solve_limit: float, job_energy: JobEnergySource | None
     ) -> None:
-        """The counters and histograms of what the server does (solves, deployments, requests,
-        reports) and the measured-power gauges (part of :meth:`__init__`)."""
+        """The counters and histograms of what the server does, and the measured-power gauges.
+
+        What the server does: solves, deployments, requests, reports. Part of
+        :meth:`__init__`.
+        """
         self.solves: Counter = r.add(
             Counter("perseus_solves_total", "Frontier computations finished, by outcome.")
         )  # type: ignore[assignment]
@@ -471,9 +518,12 @@ class Metrics:
         self.registry.add(Gauge(name, help, read))
 
     def add_job_gauges(self, source: JobGaugeSource) -> None:
-        """Read the per-job gauges (lifecycle, budget, mismatch, slowdown, world size) from
-        ``source`` (the service's :class:`~perseus_server.service.job_gauges.JobGauges`, built
-        after this registry since it reads the service's parts)."""
+        """Read the per-job gauges from ``source``.
+
+        The gauges: lifecycle, budget, mismatch, slowdown, world size. ``source`` is the
+        service's :class:`~perseus_server.service.job_gauges.JobGauges`, built after this
+        registry since it reads the service's parts.
+        """
         self.job_gauges = source
 
     def drop_job(self, job_id: str) -> None:
@@ -482,11 +532,14 @@ class Metrics:
             counter.drop(job=job_id)
 
     def render(self) -> str:
+        """Every metric in the Prometheus text format."""
         return self.registry.render()
 
     def render_for(self, jobs: set[str], tenant: str) -> str:
-        """What one tenant's credential sees: the samples of its ``jobs`` and of its
-        ``tenant`` only (a sample with neither label, a cluster-wide one, is left out)."""
+        """What one tenant's credential sees: the samples of its ``jobs`` and ``tenant`` only.
+
+        A sample with neither label, a cluster-wide one, is left out.
+        """
         out = []
         for line in self.render().splitlines():
             if line.startswith("#"):

@@ -1,7 +1,9 @@
-"""The fail-open client's two backoffs double from their initial delay up to their maximum, with
-a maximum large enough that doubling and jumping to the maximum differ (issue #32: a seeded bug
-that jumped to the maximum after the first failure passed every test, whose maximum was twice
-the initial delay). Each loop runs in the test's thread with its waits recorded, not slept."""
+"""The fail-open client's two backoffs double from their initial delay up to their maximum.
+
+The maximum is large enough that doubling and jumping to the maximum differ (issue #32: a seeded bug
+that jumped to the maximum after the first failure passed every test, whose maximum was twice the
+initial delay). Each loop runs in the test's thread with its waits recorded, not slept.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""Applied-clock verification on the client: the one-step off-plan rule, the tally, the sampler
-thread (off the training thread), SimulatedGpu.throttle and NvmlGpu's read-only sampling."""
+"""Applied-clock verification on the client.
+
+The one-step off-plan rule, the tally, the sampler thread (off the training thread),
+SimulatedGpu.throttle and NvmlGpu's read-only sampling.
+"""
 
 from __future__ import annotations
 

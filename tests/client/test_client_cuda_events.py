@@ -128,9 +128,11 @@ def test_a_sample_is_attributed_to_the_instruction_whose_lock_is_applied(
 
 
 class LateEvent:
-    """A timing CUDA event of a GPU that finishes the transfer well after the CPU moved on:
+    """A timing CUDA event of a GPU that finishes the transfer well after the CPU moved on.
+
     ``query()`` is False for 30 ms after ``record()``; elapsed times are on the GPU's own
-    timeline (``GPU_MS``, advanced by the fake transfer), not the CPU's."""
+    timeline (``GPU_MS``, advanced by the fake transfer), not the CPU's.
+    """
 
     GPU_MS = [0.0]
 

@@ -1,5 +1,8 @@
-"""End to end against a real ``perseus serve`` subprocess: registration, plans, reports,
-version swaps at iteration boundaries, server restart, fail-open, SIGTERM, online profiling."""
+"""End to end against a real ``perseus serve`` subprocess.
+
+Registration, plans, reports, version swaps at iteration boundaries, server restart, fail-open,
+SIGTERM, online profiling.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""Fail-open from the first line: a real trainer process whose clock control is unavailable
-(node daemon's socket missing, refused or not permitted, the GPU's lease held, NVML missing or
-not permitted) trains to completion at the GPU's current clocks, takes control when it can, and
-the server shows each rank's clock control (``GET /jobs/{id}/status``, ``/metrics``).
+"""Fail-open from the first line.
+
+A real trainer process whose clock control is unavailable (node daemon's socket missing, refused or
+not permitted, the GPU's lease held, NVML missing or not permitted) trains to completion at the
+GPU's current clocks, takes control when it can, and the server shows each rank's clock control
+(``GET /jobs/{id}/status``, ``/metrics``).
 
 Every part is real: a ``perseus serve`` subprocess, ``perseus gpud --simulate`` subprocesses on
 Unix sockets, trainer subprocesses (``failopen_trainer.py``, unprivileged where the cause needs

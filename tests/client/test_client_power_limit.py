@@ -1,6 +1,8 @@
-"""Every GPU backend tells the GPU's maximum power limit (the cost policy's MAXPOWER), which
-the client registers with the server: NVML's power-limit constraints, the simulated GPU's
-argument or the known-GPU table, forwarded by the recording backend."""
+"""Every GPU backend tells the GPU's maximum power limit, which the client registers.
+
+The limit is the cost policy's MAXPOWER, registered with the server: NVML's power-limit constraints,
+the simulated GPU's argument or the known-GPU table, forwarded by the recording backend.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""Resets that never wait on the clock thread, fallback to max clocks, concurrent backend resets,
-the signal guard's chaining rules, and the warning for a token sent in clear (in-process)."""
+"""Resets that never wait on the clock thread, and the client's other safety rules (in-process).
+
+Also fallback to max clocks, concurrent backend resets, the signal guard's chaining rules, and the
+warning for a token sent in clear.
+"""
 
 from __future__ import annotations
 

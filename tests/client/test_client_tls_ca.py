@@ -1,6 +1,8 @@
-"""``PERSEUS_TLS_CA`` / ``tls_ca=`` / ``--tls-ca``: clients trust a private CA without code, for
-gRPC and REST, against a real ``perseus serve`` with TLS whose certificate a CA made here signed
-(``openssl``)."""
+"""``PERSEUS_TLS_CA`` / ``tls_ca=`` / ``--tls-ca``.
+
+Clients trust a private CA without code, for gRPC and REST, against a real ``perseus serve`` with
+TLS whose certificate a CA made here signed (``openssl``).
+"""
 
 from __future__ import annotations
 

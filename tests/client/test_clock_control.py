@@ -1,6 +1,9 @@
-"""``FailOpenGpu`` in one process: what it does while the backend cannot be built, and how it
-takes over (the clock last asked for applied, the energy counter continuous, listeners told).
-The real-process causes are in ``test_client_failopen.py``."""
+"""``FailOpenGpu`` in one process.
+
+What it does while the backend cannot be built, and how it takes over (the clock last asked for
+applied, the energy counter continuous, listeners told). The real-process causes are in
+``test_client_failopen.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""A restarted rank is never muted by its previous run's report sequences (issue: a rank that
-restarts on a host whose clock is behind, or after a report with sequence 2^63-1, had every
-report acknowledged as a duplicate and stored nowhere).
+"""A restarted rank is never muted by its previous run's report sequences.
+
+The issue: a rank that restarts on a host whose clock is behind, or after a report with sequence
+2^63-1, had every report acknowledged as a duplicate and stored nowhere.
 
 Real processes: a ``perseus serve`` subprocess and trainer subprocesses built on
 ``PerseusClient``, each a new client incarnation; the second one runs with its clock set back a

@@ -24,8 +24,11 @@ from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 
 
 class _Server(pb_grpc.PlanServiceServicer):
-    """One server: it sends ``versions`` on each WatchPlan, then ends the stream UNAVAILABLE;
-    or, with ``standby_for``, answers every call as a standby naming that leader."""
+    """One server that sends plans, then ends the stream, or answers as a standby.
+
+    It sends ``versions`` on each WatchPlan, then ends the stream UNAVAILABLE; or, with
+    ``standby_for``, answers every call as a standby naming that leader.
+    """
 
     def __init__(self, versions: tuple[int, ...] = (), standby_for: str | None = None) -> None:
         self.versions = versions

@@ -1,7 +1,9 @@
-"""The rank client's report sequence numbers against a real ``perseus serve``: each queued
-record gets one per rank, increasing; a batch re-sent after an error (the server stored it, the
-answer was lost) carries the same numbers and the server acknowledges it as duplicates, counting
-nothing twice; a restarted client numbers above everything it sent before."""
+"""The rank client's report sequence numbers against a real ``perseus serve``.
+
+Each queued record gets one per rank, increasing; a batch re-sent after an error (the server stored
+it, the answer was lost) carries the same numbers and the server acknowledges it as duplicates,
+counting nothing twice; a restarted client numbers above everything it sent before.
+"""
 
 from __future__ import annotations
 
@@ -36,8 +38,11 @@ class _LostAnswer(grpc.RpcError):
 
 
 class _Recorder:
-    """Wraps the link's stub: records every batch's sequence numbers and the server's ack, and
-    loses the answer of the next ``lose`` calls after the server took them."""
+    """Wraps the link's stub: records sequence numbers and acks, and loses some answers.
+
+    It records every batch's sequence numbers and the server's ack, and loses the answer of the
+    next ``lose`` calls after the server took them.
+    """
 
     def __init__(self, stub: Any) -> None:
         self.stub, self.lose = stub, 0

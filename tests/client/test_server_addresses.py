@@ -1,8 +1,10 @@
-"""The server addresses a rank is given: several (a comma-separated string or a list), TLS per
-address, a DNS name with several addresses counted as several (through an injected resolver),
-bad input named by position and reason, and the order a rank tries them in (the leader a
-standby names first). One real check: a name whose first address refuses reaches the server
-at its second."""
+"""The server addresses a rank is given, checked, and the order it tries them in.
+
+Several (a comma-separated string or a list), TLS per address, a DNS name with several addresses
+counted as several (through an injected resolver), bad input named by position and reason, and the
+order a rank tries them in (the leader a standby names first). One real check: a name whose first
+address refuses reaches the server at its second.
+"""
 
 from __future__ import annotations
 
@@ -185,8 +187,11 @@ def _openssl(*args: str) -> None:
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 def test_tls_to_a_resolved_address_checks_the_name(tmp_path: Path) -> None:
-    """The certificate names the DNS name (and ``localhost``, for the harness), not 127.0.0.1:
-    the rank dials the address the name resolved to and still verifies the name."""
+    """TLS to a resolved address still verifies the DNS name.
+
+    The certificate names the DNS name (and ``localhost``, for the harness), not 127.0.0.1: the
+    rank dials the address the name resolved to and still verifies the name.
+    """
     d = tmp_path
     _openssl(
         "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test CA",

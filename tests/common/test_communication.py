@@ -1,5 +1,8 @@
-"""Communication in profiles: transfer and phase rows in CSV and JSON, the dataclasses' API, and
-every validation error naming its row and field; compute-only profiles keep their meaning."""
+"""Communication in profiles.
+
+Transfer and phase rows in CSV and JSON, the dataclasses' API, and every validation error naming its
+row and field; compute-only profiles keep their meaning.
+"""
 
 from __future__ import annotations
 

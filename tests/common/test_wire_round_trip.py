@@ -1,6 +1,8 @@
-"""The wire written once: every ``perseus.v1`` message has one value class in
-:mod:`perseus_common.wire` with its fields, and decoding what the other end encoded gives back
-the value, field for field (hypothesis over every field of every message, through the bytes).
+"""The wire written once: one value class per message, and round trips give the value back.
+
+Every ``perseus.v1`` message has one value class in :mod:`perseus_common.wire` with its fields, and
+decoding what the other end encoded gives back the value, field for field (hypothesis over every
+field of every message, through the bytes).
 
 The last tests cross the ends as they run: the rank client's report builder encodes, the
 server's adapter decodes (its per-object and its columnar decoder), and the other way round for

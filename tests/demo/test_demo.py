@@ -1,5 +1,8 @@
-"""``perseus demo`` end to end: a real server, 8 torch pipeline ranks over gloo on simulated GPUs,
-a straggler and its recovery; the numbers the demo promises are checked on a short run."""
+"""``perseus demo`` end to end.
+
+A real server, 8 torch pipeline ranks over gloo on simulated GPUs, a straggler and its recovery; the
+numbers the demo promises are checked on a short run.
+"""
 
 from __future__ import annotations
 
@@ -161,10 +164,13 @@ def test_bad_options_name_the_option(tmp_path: Path, capsys: pytest.CaptureFixtu
 def _records(
     restore_at: int | None, n: int = 8, budget: tuple[float, float] | None = None
 ) -> list[dict[str, Any]]:
-    """Two one-stage pipelines through the four phases. Frontier: point 0 (1.0 s, 90 J, the
-    default) and point 1 (1.2 s, 80 J); pipeline 1 straggles by 20 % in phase 3, pipeline 0
-    moves to point 1 from step 2 and back to point 0 at step ``restore_at`` of phase 4.
-    ``budget``: phase 5 too, both pipelines at point 1 with these (step time, energy)."""
+    """Two one-stage pipelines through the four phases.
+
+    Frontier: point 0 (1.0 s, 90 J, the default) and point 1 (1.2 s, 80 J); pipeline 1 straggles
+    by 20 % in phase 3, pipeline 0 moves to point 1 from step 2 and back to point 0 at step
+    ``restore_at`` of phase 4. ``budget``: phase 5 too, both pipelines at point 1 with these
+    (step time, energy).
+    """
 
     def step(phase: str, t: float, e: float, expected: float | None) -> dict[str, Any]:
         return {"phase": phase, "step_time": t, "energy": e, "iteration_time": t,
@@ -215,8 +221,10 @@ def test_a_missed_promise_is_named_and_fails_the_demo(
 
 
 def _budget(uniform_slowdown: float, point: int) -> dict[str, Any]:
-    """Phase 5 at 80 % of the max-clock 200 W; the server's plan is ``point`` (the ranks run
-    point 1, 2 x 80 J / 1.2 s)."""
+    """Phase 5 at 80 % of the max-clock 200 W.
+
+    The server's plan is ``point`` (the ranks run point 1, 2 x 80 J / 1.2 s).
+    """
     return {
         "fraction": 0.8, "max_clock_power": 200.0, "watts": 160.0,
         "plan": {"index": point, "time": 1.2, "energy": 80.0, "average_power": 133.3},
@@ -237,8 +245,11 @@ def _budget(uniform_slowdown: float, point: int) -> dict[str, Any]:
 def test_phase5_promises(
     step: tuple[float, float], uniform_slowdown: float, server_point: int, missed: list[str]
 ) -> None:
-    """Phase 5 must run the server's plan, stay within the budget, and be no slower than a
-    uniform power limit with the same average power (its measured figures against phase 1)."""
+    """Phase 5 must run the server's plan, stay within the budget, and beat a uniform power limit.
+
+    It must be no slower than a uniform power limit with the same average power (its measured
+    figures against phase 1).
+    """
     res = analyse(
         _records(3, budget=step), FRONTIER, stages=1, pipelines=2, blocking_power=10.0,
         straggler=0.2, default_index=0, power_budget=_budget(uniform_slowdown, server_point),
@@ -281,8 +292,10 @@ def test_the_parser_defaults_are_the_options_defaults() -> None:
 
 
 def test_the_default_profile_is_the_shipped_sample() -> None:
-    """The sample profiles are package data (a link to ``profiles/``), found through
-    importlib.resources rather than a path relative to the checkout."""
+    """The sample profiles are package data (a link to ``profiles/``), found through importlib.
+
+    They are found through importlib.resources rather than a path relative to the checkout.
+    """
     source = ROOT / "profiles" / DEFAULT_PROFILE
     assert sample_profile().read_bytes() == source.read_bytes()
     assert sample_profile("gpt3-175b_a40_8stage.csv").is_file()
@@ -313,8 +326,10 @@ PROFILE_NAMES = {
 def test_the_demo_and_the_cli_agree_on_blocking_power(
     name: str, key: str | None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Both look the GPU up in perseus_common.gpus (they once had two tables and two lookups
-    that disagreed)."""
+    """Both look the GPU up in perseus_common.gpus.
+
+    They once had two tables and two lookups that disagreed.
+    """
     try:
         demo: float | None = blocking_power_for(name, None)
     except DemoError as e:
@@ -336,8 +351,7 @@ def test_the_demo_and_the_cli_agree_on_blocking_power(
 
 @pytest.mark.slow
 def test_an_installed_wheel_ships_the_sample_profiles(tmp_path: Path, project_wheel: Path) -> None:
-    """Built as a (non-editable) wheel, the demo finds its default profile without the
-    checkout."""
+    """Built as a (non-editable) wheel, the demo finds its default profile without the checkout."""
     import zipfile
 
     wheel = project_wheel

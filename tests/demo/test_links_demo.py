@@ -1,9 +1,11 @@
-"""Measured links end to end (``perseus_demo.links``): two real torch ranks over gloo on
-simulated GPUs, a transfer latency of 3 % of a stage's forward time injected on the stage
-boundary, online profiling that measures it (within 10 %), the plan solved with it running
-without slowdown (within 0.5 % of the max-clock step time), and a link slowed mid-run that the
-server names within 5 iterations and replans for: from the solved frontier at once (a new plan
-at the ranks within 5 iterations), then with the re-solve."""
+"""Measured links end to end (``perseus_demo.links``).
+
+Two real torch ranks over gloo on simulated GPUs, a transfer latency of 3 % of a stage's forward
+time injected on the stage boundary, online profiling that measures it (within 10 %), the plan
+solved with it running without slowdown (within 0.5 % of the max-clock step time), and a link slowed
+mid-run that the server names within 5 iterations and replans for: from the solved frontier at once
+(a new plan at the ranks within 5 iterations), then with the re-solve.
+"""
 
 from __future__ import annotations
 

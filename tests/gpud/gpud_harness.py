@@ -1,10 +1,12 @@
-"""Helpers and fixtures of the node-daemon tests: real ``perseus gpud --simulate`` subprocesses
-on temporary sockets, trainer processes (``trainer.py``) that can run as an unprivileged user, and
-a launcher for torch rank processes.
+"""Helpers and fixtures of the node-daemon tests.
+
+Real ``perseus gpud --simulate`` subprocesses on temporary sockets, trainer processes
+(``trainer.py``) that can run as an unprivileged user, and a launcher for torch rank processes.
 
 The fixtures live here, imported by the test modules, rather than in a ``conftest.py``: other test
 directories import helpers with ``from conftest import ...``, which a third ``conftest`` module
-would shadow."""
+would shadow.
+"""
 
 from __future__ import annotations
 

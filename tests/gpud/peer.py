@@ -1,5 +1,7 @@
-"""A scriptable daemon peer for the gpud tests: a real process, optionally unprivileged, that
-opens connections and leases as told on stdin and answers one JSON line per command on stdout.
+"""A scriptable daemon peer for the gpud tests.
+
+A real process, optionally unprivileged, that opens connections and leases as told on stdin and
+answers one JSON line per command on stdout.
 
     python peer.py --socket S [--uid U --gid G [--groups G1,G2]] [--device FILE]
 
@@ -37,8 +39,10 @@ from perseus_common.proto import gpud_pb2
 
 
 def _admitted(sock: socket.socket) -> bool:
-    """Whether the daemon kept this connection: a heartbeat is answered (True), or the daemon
-    sent BUSY and closed it (False)."""
+    """Whether the daemon kept this connection.
+
+    A heartbeat is answered (True), or the daemon sent BUSY and closed it (False).
+    """
     request = gpud_pb2.Request(id=7, heartbeat=gpud_pb2.Empty()).SerializeToString()
     sock.settimeout(30.0)
     with contextlib.suppress(OSError):  # already closed: its BUSY frame is still there to read

@@ -1,5 +1,7 @@
-"""Which GPU a process asks the daemon for, from what the runtime gave it
-(:func:`perseus_client.gpu.discovery.discover_gpu`)."""
+"""Which GPU a process asks the daemon for, from what the runtime gave it.
+
+See :func:`perseus_client.gpu.discovery.discover_gpu`.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""Connections to a real ``perseus gpud --simulate`` from real processes: idle connections of
-peers that may not lease cannot lock trainers out (per-uid cap, a reserve for allowed peers, the
-open-file limit raised), idle non-leasing connections and partial frames time out, a leasing
-connection is governed by its lease alone, and a trainer connects through a read-only mount of
-the socket's directory (the kit's trainer pods)."""
+"""Connections to a real ``perseus gpud --simulate`` from real processes.
+
+Idle connections of peers that may not lease cannot lock trainers out (per-uid cap, a reserve for
+allowed peers, the open-file limit raised), idle non-leasing connections and partial frames time
+out, a leasing connection is governed by its lease alone, and a trainer connects through a read-only
+mount of the socket's directory (the kit's trainer pods).
+"""
 
 from __future__ import annotations
 
@@ -117,9 +119,12 @@ def test_idle_connections_and_partial_frames_time_out_a_lease_does_not(
 def test_a_trainer_leases_through_a_read_only_mount_of_the_socket_directory(
     start_daemon: Callable[..., Daemon], start_peer: Callable[..., PeerProcess], workdir: Path
 ) -> None:
-    """What the kit's trainer pods get (a hostPath mounted ``readOnly``, which the kubelet makes a
+    """An unprivileged trainer leases through a read-only mount of the socket's directory.
+
+    What the kit's trainer pods get (a hostPath mounted ``readOnly``, which the kubelet makes a
     read-only bind mount): an unprivileged trainer leases through it, and even root there cannot
-    replace the socket. gpud's lock record is elsewhere (``--state``), out of the mount."""
+    replace the socket. The daemon's lock record is elsewhere (``--state``), out of the mount.
+    """
     state = workdir / "state" / "gpud.state.json"
     daemon = start_daemon(
         "--simulate", "1", "--allow-uid", str(NOBODY), "--group", "nogroup", "--state", str(state)

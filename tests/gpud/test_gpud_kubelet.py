@@ -1,14 +1,17 @@
-"""Ownership on a node with a kubelet: a real ``perseus gpud --simulate`` asks a real gRPC server
-implementing ``v1.PodResourcesLister`` on a Unix socket (the kubelet's stand-in), and its peers
-are real processes placed in real cgroups (cgroup v1, ``name=systemd``) at the paths the kubelet
-gives pods, at the hierarchy's root as the kubelet makes them.
+"""Ownership on a node with a kubelet.
+
+A real ``perseus gpud --simulate`` asks a real gRPC server implementing ``v1.PodResourcesLister`` on
+a Unix socket (the kubelet's stand-in), and its peers are real processes placed in real cgroups
+(cgroup v1, ``name=systemd``) at the paths the kubelet gives pods, at the hierarchy's root as the
+kubelet makes them.
 
 What is checked: a process in a pod owns only the GPUs the kubelet assigned to its pod (another
 pod's device node held open proves nothing); a host process with a device node open owns only a
 GPU the kubelet gave no pod; a cgroup outside the kubelet's hierarchy whose path
 names a pod is no pod; the holder's labels come from the peer; the kubelet's answer is cached and
 asked one call at a time on a thread of its own, so a device-node owner's lease never waits on a
-slow kubelet (its timing is measured in ``benchmarks/gpud_kubelet.py``, not here)."""
+slow kubelet (its timing is measured in ``benchmarks/gpud_kubelet.py``, not here).
+"""
 
 from __future__ import annotations
 
@@ -39,7 +42,9 @@ CGROUP_ROOT = Path("/sys/fs/cgroup/systemd")  # a cgroup v1 hierarchy this machi
 
 class Kubelet(podresources_pb2_grpc.PodResourcesListerServicer):
     """The kubelet's pod-resources API: ``pods`` is ``(namespace, name, container, [GPU UUIDs])``.
-    While ``gate`` is clear, ``List`` waits on it (a slow kubelet)."""
+
+    While ``gate`` is clear, ``List`` waits on it (a slow kubelet).
+    """
 
     def __init__(self, pods: list[tuple[str, str, str, list[str]]]) -> None:
         self.pods = pods
@@ -78,8 +83,11 @@ def serve_kubelet(kubelet: Kubelet, sock: Path) -> Iterator[None]:
 
 @pytest.fixture
 def cgroups() -> Iterator[Callable[[str, int], None]]:
-    """Put a process into the cgroup at a path from the hierarchy's root (what this fixture
-    created is removed afterwards; a shared parent such as ``kubepods`` only when empty)."""
+    """Put a process into the cgroup at a path from the hierarchy's root.
+
+    What this fixture created is removed afterwards; a shared parent such as ``kubepods`` only
+    when empty.
+    """
     probe = CGROUP_ROOT / f"perseus-probe-{os.getpid()}"
     try:
         probe.mkdir()
@@ -197,9 +205,11 @@ def test_a_device_node_owner_in_no_pod_is_not_judged_by_the_kubelet(
     workdir: Path,
     cgroups: Callable[[str, int], None],
 ) -> None:
-    """A slow kubelet: pod peers wait for its one ``List`` call; a host process that holds its
-    GPU's device node leases meanwhile, without a call of its own, and its labels name no pod
-    (they come from the peer, never from the GPU's assignment)."""
+    """A slow kubelet: pod peers wait for its one ``List`` call.
+
+    A host process that holds its GPU's device node leases meanwhile, without a call of its own,
+    and its labels name no pod (they come from the peer, never from the GPU's assignment).
+    """
     pods = [(f"team-{i}", "train-0", str(uuidlib.uuid4())) for i in range(4)]
     logs = pod_log_dirs(workdir / "pods", *pods)
     kubelet = Kubelet(
@@ -236,9 +246,11 @@ def test_a_device_node_owner_in_no_pod_is_not_judged_by_the_kubelet(
 
 
 def test_the_benchmark_runs(cgroups: Callable[[str, int], None]) -> None:
-    """``benchmarks/gpud_kubelet.py --smoke`` runs to the end and reports every lease (its
-    timings are the benchmark's business, not asserted here). It writes cgroups as this file's
-    tests do (the fixture skips where that is impossible)."""
+    """``benchmarks/gpud_kubelet.py --smoke`` runs to the end and reports every lease.
+
+    Its timings are the benchmark's business, not asserted here. It writes cgroups as this
+    file's tests do (the fixture skips where that is impossible).
+    """
     import json
     import subprocess
     import sys

@@ -1,7 +1,9 @@
-"""gpud's Prometheus metrics and its log, from a real ``perseus gpud --simulate``: the metrics
-page and the textfile are parsed with ``prometheus_client``'s parser (a real Prometheus text
-parser) and checked for the naming conventions and the values a client set; the log has one
-INFO line per lease, release, reset and refusal, and clock changes only at DEBUG."""
+"""gpud's Prometheus metrics and its log, from a real ``perseus gpud --simulate``.
+
+The metrics page and the textfile are parsed with ``prometheus_client``'s parser (a real Prometheus
+text parser) and checked for the naming conventions and the values a client set; the log has one
+INFO line per lease, release, reset and refusal, and clock changes only at DEBUG.
+"""
 
 from __future__ import annotations
 
@@ -199,9 +201,12 @@ def test_the_log_has_one_info_line_per_event_and_clock_changes_at_debug(
 
 
 def test_the_textfile_never_follows_a_link(tmp_path: Path) -> None:
-    """The textfile's directory may be writable by others: a link planted at the target is
-    refused (the file it points to untouched), and a link planted at any name the daemon might
-    use for its temporary file is never followed (the name is new each time, made O_EXCL)."""
+    """The textfile's directory may be writable by others.
+
+    A link planted at the target is refused (the file it points to untouched), and a link
+    planted at any name the daemon might use for its temporary file is never followed (the name
+    is new each time, made O_EXCL).
+    """
     victim = tmp_path / "victim"
     victim.write_text("root's file\n")
     target = tmp_path / "gpud.prom"
@@ -226,9 +231,12 @@ def test_the_textfile_never_follows_a_link(tmp_path: Path) -> None:
 def test_a_lease_label_is_checked(
     start_daemon: Callable[..., Daemon], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The job and tenant a client names at lease time are bounded labels; older clients send
-    none and lease as before; ``DaemonGpu`` takes them from ``$PERSEUS_JOB``/``$PERSEUS_TENANT``,
-    clipped to what the daemon accepts (a long label never costs the lease)."""
+    """The job and tenant a client names at lease time are bounded labels.
+
+    Older clients send none and lease as before; ``DaemonGpu`` takes them from
+    ``$PERSEUS_JOB``/``$PERSEUS_TENANT``, clipped to what the daemon accepts (a long label never
+    costs the lease).
+    """
     daemon = start_daemon("--simulate", "1")
     daemon.own(0)
     with GpudConnection(daemon.socket) as conn:

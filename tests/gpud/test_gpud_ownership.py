@@ -1,9 +1,11 @@
-"""Ownership: gpud leases a GPU only to a process the node gave it to, tested with real
-processes against a real ``perseus gpud --simulate``: simulated device nodes opened by the peer
-(or a parent of the same uid); a peer sees only the GPUs it leases or owns. Also: a lease dies
-with the process that took it (a real fork), and malformed state files are refused with a
+"""Ownership: gpud leases a GPU only to a process the node gave it to.
+
+Tested with real processes against a real ``perseus gpud --simulate``: simulated device nodes opened
+by the peer (or a parent of the same uid); a peer sees only the GPUs it leases or owns. Also: a
+lease dies with the process that took it (a real fork), and malformed state files are refused with a
 message, not a traceback. The Kubernetes route (the kubelet's pod-resources API) is
-``test_gpud_kubelet.py``."""
+``test_gpud_kubelet.py``.
+"""
 
 from __future__ import annotations
 
@@ -85,8 +87,10 @@ def test_a_parents_device_node_counts_only_for_the_same_uid(
 def test_a_peer_sees_only_the_gpus_it_leases_or_owns(
     start_daemon: Callable[..., Daemon], start_peer: Callable[..., PeerProcess]
 ) -> None:
-    """Status and samples: root and the admin group see every GPU; any other peer, allowed or
-    not, only the GPUs it leases or owns (and no other holder)."""
+    """Status and samples: root and the admin group see every GPU.
+
+    Any other peer, allowed or not, only the GPUs it leases or owns (and no other holder).
+    """
     daemon = start_daemon(
         "--simulate", "3", "--allow-uid", str(NOBODY), "--admin-gid", "1234", "--group", "nogroup"
     )  # fmt: skip
@@ -187,10 +191,13 @@ def test_a_malformed_state_file_is_a_clear_error(
 def test_real_device_nodes_are_matched_by_device_number_through_proc(
     start_peer: Callable[..., PeerProcess], workdir: Path
 ) -> None:
-    """The path gpud takes on a GPU node: ``/proc/PID/fd`` → ``stat`` → a character device's
-    major and minor, through a parent of the same uid too. No GPU here, so the major is that of
-    ``/dev/zero`` and ``/dev/full`` (1) instead of NVIDIA's 195; a name other
-    than ``/dev/...`` (a container's own device node) matches all the same."""
+    """The path gpud takes on a GPU node.
+
+    ``/proc/PID/fd`` → ``stat`` → a character device's major and minor, through a parent of the
+    same uid too. No GPU here, so the major is that of ``/dev/zero`` and ``/dev/full`` (1)
+    instead of NVIDIA's 195; a name other than ``/dev/...`` (a container's own device node)
+    matches all the same.
+    """
     from perseus_client.gpud.ownership import DeviceNodeOwnership
 
     alias = workdir / "renamed-zero"

@@ -1,5 +1,7 @@
-"""The node daemon reads each GPU's maximum power limit from NVML and sends it with the lease,
-so a trainer without NVML access (``DaemonGpu``) registers it too."""
+"""The node daemon reads each GPU's maximum power limit from NVML and sends it with the lease.
+
+So a trainer without NVML access (``DaemonGpu``) registers it too.
+"""
 
 from __future__ import annotations
 

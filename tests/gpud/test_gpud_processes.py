@@ -1,6 +1,9 @@
-"""The node daemon with real processes: an unprivileged trainer locks clocks through a
-``perseus gpud --simulate`` subprocess, and whatever happens to the trainer (SIGKILL, SIGSTOP) or
-to the daemon (SIGKILL and restart), no GPU stays locked."""
+"""The node daemon with real processes.
+
+An unprivileged trainer locks clocks through a ``perseus gpud --simulate`` subprocess, and whatever
+happens to the trainer (SIGKILL, SIGSTOP) or to the daemon (SIGKILL and restart), no GPU stays
+locked.
+"""
 
 from __future__ import annotations
 

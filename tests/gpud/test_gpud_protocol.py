@@ -1,6 +1,8 @@
-"""The daemon's protocol and rules, against a real ``perseus gpud --simulate`` subprocess: size
-bound, malformed requests, leases required, supported clocks only, read-only mode, stop resets,
-injected throttling seen by ``DaemonGpu``'s applied-clock samples, default backend selection."""
+"""The daemon's protocol and rules, against a real ``perseus gpud --simulate`` subprocess.
+
+Size bound, malformed requests, leases required, supported clocks only, read-only mode, stop resets,
+injected throttling seen by ``DaemonGpu``'s applied-clock samples, default backend selection.
+"""
 
 from __future__ import annotations
 

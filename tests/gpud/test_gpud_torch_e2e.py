@@ -1,10 +1,12 @@
-"""torch.distributed.pipelining ranks whose clock requests go through ``perseus gpud``: two gloo
-ranks, a real ``perseus serve``, a real ``PerseusClient`` per rank, and a ``--simulate`` daemon
-that locks every clock the server's plan gives (``torch_gpud_worker.py``).
+"""torch.distributed.pipelining ranks whose clock requests go through ``perseus gpud``.
+
+Two gloo ranks, a real ``perseus serve``, a real ``PerseusClient`` per rank, and a ``--simulate``
+daemon that locks every clock the server's plan gives (``torch_gpud_worker.py``).
 
 Checked per rank: the executed order and the clock before each instruction are the plan's, the
 losses equal the unhooked run's, and the daemon locked exactly the plan's clock changes (in
-order, for that rank's pid, on that rank's GPU) and reset the GPU when the rank closed."""
+order, for that rank's pid, on that rank's GPU) and reset the GPU when the rank closed.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
-"""A real ``perseus gpud --simulate`` daemon whose stand-in is throttled, a real client through
+"""Off-plan instructions under a throttling daemon show up in the server's status and metrics.
+
+A real ``perseus gpud --simulate`` daemon whose stand-in is throttled, a real client through
 ``DaemonGpu`` and a real server: the off-plan instructions show up in the server's status and
-metrics."""
+metrics.
+"""
 
 from __future__ import annotations
 

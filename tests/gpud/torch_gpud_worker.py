@@ -1,5 +1,7 @@
-"""One rank of a real ``torch.distributed.pipelining`` run (gloo, CPU) whose clock requests go
-through the node daemon. Started as a subprocess by ``test_gpud_torch_e2e.py``.
+"""One rank of a real ``torch.distributed.pipelining`` run whose clock requests go through gpud.
+
+The run is on gloo, CPU, its clocks locked through the node daemon. Started as a subprocess by
+``test_gpud_torch_e2e.py``.
 
 Like ``tests/integrations/torch_worker.py`` (whose model and training loop it reuses), but each
 rank's GPU backend composes the in-process ``SimulatedGpu`` (durations, energy) with a
@@ -43,8 +45,10 @@ from perseus_client.integrations import torch_pipelining  # noqa: E402
 
 
 class DaemonClocks(GpuBackend):
-    """Clocks through the daemon (and the model, which needs them for its durations); time,
-    energy and instruction hooks from the in-process model."""
+    """Clocks through the daemon (and the model, which needs them for its durations).
+
+    Time, energy and instruction hooks from the in-process model.
+    """
 
     synchronous_clocks = True
 

@@ -1,5 +1,8 @@
-"""Fixtures of the integration tests: one real ``perseus serve`` shared by the whole directory, and
-a launcher that runs rank worker scripts as real processes over gloo."""
+"""Fixtures of the integration tests.
+
+One real ``perseus serve`` shared by the whole directory, and a launcher that runs rank worker
+scripts as real processes over gloo.
+"""
 
 from __future__ import annotations
 

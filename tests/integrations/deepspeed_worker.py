@@ -1,5 +1,6 @@
-"""One rank of a real DeepSpeed ``PipelineEngine`` run (CPU accelerator, gloo) driven by a real
-Perseus server and client. Started as a subprocess by ``test_deepspeed.py``.
+"""One rank of a real DeepSpeed ``PipelineEngine`` run (CPU accelerator, gloo).
+
+Driven by a real Perseus server and client. Started as a subprocess by ``test_deepspeed.py``.
 
 The rank trains a 2-stage ``PipelineModule`` for a few ``train_batch`` calls without hooks (the
 reference losses), then rebuilds the identical engine; rank 0 creates a job with the order exported

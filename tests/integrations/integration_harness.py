@@ -1,5 +1,7 @@
-"""Shared pieces of the integration tests: profile slices, simulated GPUs, the REST calls that set a
-job up on a real ``perseus serve``, and the result files rank processes write.
+"""Shared pieces of the integration tests.
+
+Profile slices, simulated GPUs, the REST calls that set a job up on a real ``perseus serve``, and
+the result files rank processes write.
 
 Imported both by the pytest modules and by the rank worker scripts (run as separate processes).
 """
@@ -30,8 +32,11 @@ def free_port() -> int:
 
 
 def profile_slice(stages: int, frequencies: tuple[int, ...] = FREQUENCIES) -> str:
-    """CSV text of the A100 GPT-3 profile restricted to model stages ``0..stages-1`` and a few
-    clocks (the profile has 8 stages; more model stages reuse them cyclically)."""
+    """CSV text of the A100 GPT-3 profile restricted to some stages and a few clocks.
+
+    The stages are model stages ``0..stages-1``; the profile has 8 stages, and more model stages
+    reuse them cyclically.
+    """
     rows = list(csv.DictReader(PROFILE.read_text().splitlines()))
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=["stage", "instruction", "frequency", "time", "energy"])
@@ -183,9 +188,11 @@ def launch_ranks(
     timeout: float = 240.0,
     pythonpath: str | None = None,
 ) -> None:
-    """Run ``world`` copies of ``script`` (``--rank r --world w --config --out``) over gloo to
-    completion, from the script's directory; ``pythonpath`` goes before the ranks' own path.
-    Fails the calling test with every rank's output tail."""
+    """Run ``world`` copies of ``script`` over gloo to completion, from the script's directory.
+
+    Each copy gets ``--rank r --world w --config --out``; ``pythonpath`` goes before the ranks'
+    own path. Fails the calling test with every rank's output tail.
+    """
     import subprocess
 
     import pytest

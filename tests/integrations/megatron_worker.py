@@ -1,5 +1,6 @@
-"""One rank of Megatron-core's 1F1B pipeline (2 ranks over gloo, CPU) with the Perseus hooks
-timing its P2P transfers. Started as a subprocess by ``test_megatron_transfers.py``.
+"""One rank of Megatron-core's 1F1B pipeline (2 ranks over gloo, CPU).
+
+The Perseus hooks time its P2P transfers. Started as a subprocess by ``test_megatron_transfers.py``.
 
 Megatron's pipelined schedule functions need CUDA, so the rank runs the calls of
 ``forward_backward_pipelining_without_interleaving`` itself, in its order: the real

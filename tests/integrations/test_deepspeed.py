@@ -1,5 +1,8 @@
-"""Unit tests of the DeepSpeed integration that need no process group: the order derived from
-``TrainSchedule`` and argument checking (the hooks themselves run in ``test_deepspeed_e2e.py``)."""
+"""Unit tests of the DeepSpeed integration that need no process group.
+
+The order derived from ``TrainSchedule`` and argument checking (the hooks themselves run in
+``test_deepspeed_e2e.py``).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""DeepSpeed ``PipelineEngine`` with Perseus, for real: a 2-stage ``PipelineModule`` on 2 gloo ranks
-(CPU accelerator), ``TrainSchedule``, a real ``perseus serve`` and real clients.
+"""DeepSpeed ``PipelineEngine`` with Perseus, for real.
+
+A 2-stage ``PipelineModule`` on 2 gloo ranks (CPU accelerator), ``TrainSchedule``, a real ``perseus
+serve`` and real clients.
 
 The job is created with the order exported from ``TrainSchedule``; checked per rank: every
 iteration ran exactly the server's plan (instruction, microbatch, stage), at the plan's clock, and

@@ -63,8 +63,11 @@ def forward_step_func(data: Iterator[Any], model: Tiny) -> tuple[Any, Any]:
 
 
 def no_pipelining(model: Tiny, num_microbatches: int) -> list[float]:
-    """Megatron's forward_backward_no_pipelining loop on CPU: the real ``forward_step`` and
-    ``backward_step``, looked up on the module at call time as Megatron does."""
+    """Megatron's forward_backward_no_pipelining loop on CPU.
+
+    The real ``forward_step`` and ``backward_step``, looked up on the module at call time as
+    Megatron does.
+    """
     gen = torch.Generator().manual_seed(3)
     data = iter(
         [

@@ -1,7 +1,8 @@
-"""Megatron-core's P2P transfers timed by the Perseus hooks, for real: 2 gloo ranks running the
-calls of Megatron's 1F1B schedule (its real ``P2PCommunicator`` and ``forward_step`` /
-``backward_step``; see ``megatron_worker.py`` for the one stand-in, the CUDA device), a real
-offline ``PerseusClient`` per rank.
+"""Megatron-core's P2P transfers timed by the Perseus hooks, for real.
+
+2 gloo ranks running the calls of Megatron's 1F1B schedule (its real ``P2PCommunicator`` and
+``forward_step`` / ``backward_step``; see ``megatron_worker.py`` for the one stand-in, the CUDA
+device), a real offline ``PerseusClient`` per rank.
 
 Checked: each rank records exactly the transfers 1F1B runs at its end of the one boundary
 (activations and gradients of every microbatch, once per iteration), with the microbatch the

@@ -1,6 +1,9 @@
-"""Integrations keep stdout clean: exporting orders and printing them as JSON gives JSON on stdout
-alone, even when the framework warns at import (DeepSpeed logs "Setting accelerator to CPU" to
-stdout on a machine without a GPU); what the framework says goes to stderr."""
+"""Integrations keep stdout clean.
+
+Exporting orders and printing them as JSON gives JSON on stdout alone, even when the framework warns
+at import (DeepSpeed logs "Setting accelerator to CPU" to stdout on a machine without a GPU); what
+the framework says goes to stderr.
+"""
 
 from __future__ import annotations
 

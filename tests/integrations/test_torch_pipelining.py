@@ -1,5 +1,7 @@
-"""Unit tests of the torch.distributed.pipelining hooks on real schedules in one process (a 1-rank
-gloo group holding every stage), with a recording client and with a real offline client."""
+"""Unit tests of the torch.distributed.pipelining hooks on real schedules in one process.
+
+A 1-rank gloo group holds every stage; the hooks drive a recording client and a real offline client.
+"""
 
 from __future__ import annotations
 

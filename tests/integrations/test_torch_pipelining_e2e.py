@@ -1,5 +1,7 @@
-"""torch.distributed.pipelining with Perseus, for real: 2 gloo ranks, a real ``perseus serve``, a
-real ``PerseusClient`` per rank on a recording ``SimulatedGpu``.
+"""torch.distributed.pipelining with Perseus, for real.
+
+2 gloo ranks, a real ``perseus serve``, a real ``PerseusClient`` per rank on a recording
+``SimulatedGpu``.
 
 For each schedule the job is created with the order exported from the schedule object, so the
 server's DAG is the one the hooks must follow. Checked per rank: the executed (instruction,

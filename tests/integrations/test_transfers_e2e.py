@@ -1,5 +1,6 @@
-"""The torch.distributed.pipelining hooks time the P2P transfers the schedule really runs: 2 gloo
-ranks, a real ``PerseusClient`` (offline) on a recording ``SimulatedGpu`` per rank.
+"""The torch.distributed.pipelining hooks time the P2P transfers the schedule really runs.
+
+2 gloo ranks, a real ``PerseusClient`` (offline) on a recording ``SimulatedGpu`` per rank.
 
 Checked per schedule: every rank records exactly the transfers its stages exchange with a stage
 on the other rank (boundary, direction, microbatch), once per iteration each, and none between two

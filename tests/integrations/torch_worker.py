@@ -1,5 +1,6 @@
-"""One rank of a real ``torch.distributed.pipelining`` run (gloo, CPU) driven by a real Perseus
-server and client. Started as a subprocess by ``test_torch_pipelining.py``.
+"""One rank of a real ``torch.distributed.pipelining`` run (gloo, CPU).
+
+Driven by a real Perseus server and client. Started as a subprocess by ``test_torch_pipelining.py``.
 
 For every schedule named in the config the rank:
 

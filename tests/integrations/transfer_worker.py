@@ -1,5 +1,6 @@
-"""One rank of a real ``torch.distributed.pipelining`` run (gloo, CPU) whose P2P transfers the
-Perseus hooks time. Started as a subprocess by ``test_transfers_e2e.py``.
+"""One rank of a real ``torch.distributed.pipelining`` run (gloo, CPU).
+
+The Perseus hooks time its P2P transfers. Started as a subprocess by ``test_transfers_e2e.py``.
 
 For every schedule named in the config the rank trains a few iterations with the hooks and an
 offline ``PerseusClient`` on a recording ``SimulatedGpu`` and writes every

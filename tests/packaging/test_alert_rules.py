@@ -1,8 +1,10 @@
-"""The shipped alert rules (``deploy/prometheus/alerts.yml``): Prometheus accepts them, their
-unit tests (``alerts.test.yml``) pass under ``promtool test rules`` (Debian's ``prometheus``;
-skipped, saying so, only where ``promtool`` is absent: ``scripts/setup`` installs it), and every
-series a rule or its test uses is one that the server or gpud exports, so a renamed metric
-fails here rather than silently never alerting."""
+"""The shipped alert rules (``deploy/prometheus/alerts.yml``).
+
+Prometheus accepts them, their unit tests (``alerts.test.yml``) pass under ``promtool test rules``
+(Debian's ``prometheus``; skipped, saying so, only where ``promtool`` is absent: ``scripts/setup``
+installs it), and every series a rule or its test uses is one that the server or gpud exports, so a
+renamed metric fails here rather than silently never alerting.
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
-"""The active/standby variants of the kit: ``deploy/kubernetes/ha/serve-ha.yaml`` (two replicas
-on an external PostgreSQL, the URL from a Secret) and the systemd drop-in
-``deploy/systemd/perseus-serve.service.d/postgres.conf``: their ``perseus serve`` command is
-accepted by the CLI, the drop-in passes ``systemd-analyze verify`` with its unit, and what makes
-a standby work is there (ready only while leading, no liveness probe it would fail, restarted
-after losing the lease)."""
+"""The active/standby variants of the kit.
+
+``deploy/kubernetes/ha/serve-ha.yaml`` (two replicas on an external PostgreSQL, the URL from a
+Secret) and the systemd drop-in ``deploy/systemd/perseus-serve.service.d/postgres.conf``: their
+``perseus serve`` command is accepted by the CLI, the drop-in passes ``systemd-analyze verify`` with
+its unit, and what makes a standby work is there (ready only while leading, no liveness probe it
+would fail, restarted after losing the lease).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""The Kubernetes kit against a security review (issue #31, item 5), offline:
+"""The Kubernetes kit against a security review (issue #31, item 5), offline.
+
+What is checked:
 
 - every manifest validates against the Kubernetes API's schemas (``kubernetes-validate``, which
   ships them: no cluster, no network), strictly (an unknown field fails), for the oldest
@@ -220,8 +222,10 @@ def test_the_images_dependencies_are_pinned_with_hashes() -> None:
 
 
 def _admits(pod: dict[str, Any]) -> list[str]:
-    """The messages of the trainer policy's validations that ``pod`` fails (empty: admitted),
-    its CEL evaluated by ``cel-python`` as the API server would, ``variables`` included."""
+    """The messages of the trainer policy's validations that ``pod`` fails (empty: admitted).
+
+    Its CEL is evaluated by ``cel-python`` as the API server would, ``variables`` included.
+    """
     celpy = pytest.importorskip("celpy")
     spec = _objects()[("ValidatingAdmissionPolicy", "perseus-trainer-pods")]["spec"]
     env = celpy.Environment()

@@ -1,5 +1,6 @@
-"""An independent LP of the continuous relaxation of the energy-scheduling problem, solved with
-scipy's HiGHS: the test oracle for the solver's certified lower bounds.
+"""An independent LP of the continuous relaxation of the energy-scheduling problem.
+
+Solved with scipy's HiGHS: the test oracle for the solver's certified lower bounds.
 
 For a deadline ``T`` it computes::
 
@@ -85,8 +86,10 @@ def hull_cost(times: FloatArray, costs: FloatArray, d: float) -> float:
 
 
 class LPRelaxation:
-    """The relaxation of one problem; the constraint matrix is built once and reused for every
-    deadline (only the right-hand side depends on ``T``).
+    """The relaxation of one problem.
+
+    The constraint matrix is built once and reused for every deadline (only the right-hand side
+    depends on ``T``).
 
     Variables are ordered ``[x (n), d (n), z (n)]``.
     """

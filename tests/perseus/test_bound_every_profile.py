@@ -1,10 +1,12 @@
-"""The certified bound is a bound for every communication profile the parser accepts: transfers
-drawing less than the blocking power (a negative excess energy), more, or exactly it; fixed or
-per-clock times (clocks the producer does not have included); phases; 1F1B and interleaved,
+"""The certified bound is a bound for every communication profile the parser accepts.
+
+Transfers drawing less than the blocking power (a negative excess energy), more, or exactly it;
+fixed or per-clock times (clocks the producer does not have included); phases; 1F1B and interleaved,
 profiles per model stage or per rank. Every plan of the problem (all of them when there are few,
 else a random sample plus the frontier's own) is evaluated on the truth, and no bound the frontier
 reports exceeds it: not a point's ``lower_bound``, not ``lower_bound_at`` at the plan's time, and
-not any point's bound at a later deadline once the plan pays the blocking power until then."""
+not any point's bound at a later deadline once the plan pays the blocking power until then.
+"""
 
 from __future__ import annotations
 
@@ -136,9 +138,11 @@ def test_no_reported_bound_exceeds_any_plans_true_energy(case: tuple[EnergyProbl
 
 
 def test_the_issues_profile_bounds_every_plan(tmp_path: Path) -> None:
-    """Per-clock transfers at 25 W: the bound once charged the shortest transfer's cost, above
-    the truth's (the longer transfer idles less at the blocking power), and 5 of 9 points
-    reported ``lower_bound > energy``."""
+    """Per-clock transfers at 25 W.
+
+    The bound once charged the shortest transfer's cost, above the truth's (the longer transfer
+    idles less at the blocking power), and 5 of 9 points reported ``lower_bound > energy``.
+    """
     path = tmp_path / "x.csv"
     path.write_text(ISSUE_CSV)
     problem = EnergyProblem.build(load_profile(path), one_f_one_b(2, 2), P_BLOCK)

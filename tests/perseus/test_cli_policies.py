@@ -1,5 +1,7 @@
-"""``perseus frontier`` selects a point by any plan policy of the registry (Zeus's cost
-``--eta`` among them), run as a real subprocess."""
+"""``perseus frontier`` selects a point by any plan policy of the registry.
+
+Zeus's cost ``--eta`` among them; run as a real subprocess.
+"""
 
 from __future__ import annotations
 

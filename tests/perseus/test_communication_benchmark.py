@@ -1,5 +1,7 @@
-"""``benchmarks/communication.py --smoke`` runs, prints its table, and meets its goal: the
-communication-aware zero-slowdown plan on time and within 0.5 % of its bound."""
+"""``benchmarks/communication.py --smoke`` runs, prints its table, and meets its goal.
+
+The communication-aware zero-slowdown plan on time and within 0.5 % of its bound.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
-"""Communication in the model: transfer nodes on every cross-rank data edge of every schedule,
-phase nodes after each rank's last op, a hand-computed example of (T, E), the true evaluation
-against an event simulation that shares no code with :mod:`perseus.dag`, the solver's bound
-against the independent LP, and the plan each rank receives unchanged."""
+"""Communication in the model.
+
+Transfer nodes on every cross-rank data edge of every schedule, phase nodes after each rank's last
+op, a hand-computed example of (T, E), the true evaluation against an event simulation that shares
+no code with :mod:`perseus.dag`, the solver's bound against the independent LP, and the plan each
+rank receives unchanged.
+"""
 
 from __future__ import annotations
 
@@ -309,8 +312,11 @@ def steps_keys(steps: list[list[dict[str, object]]]) -> list[list[list[str]]]:
 
 
 def test_blind_plan_is_late_on_the_truth_and_the_aware_plan_is_not() -> None:
-    """The shipped A100 profile with 5 % transfers: the plan computed without communication
-    runs past the true T0, the plan computed with it does not."""
+    """The shipped A100 profile with 5 % transfers.
+
+    The plan computed without communication runs past the true T0, the plan computed with it
+    does not.
+    """
     prof = load_profile("profiles/gpt3-175b_a100-sxm_8stage.csv")
     sched = one_f_one_b(8, 8)
     fwd = float(prof[(0, F)].times[0])
@@ -329,8 +335,11 @@ def test_blind_plan_is_late_on_the_truth_and_the_aware_plan_is_not() -> None:
 
 
 def test_every_policy_chooses_on_the_truth_with_communication() -> None:
-    """Deadline, slowdown, energy and power budgets and Zeus's cost pick plans whose true
-    (T, E), transfers and phases included, meet them; T0 is the true one."""
+    """Every policy picks plans whose true (T, E), communication included, meet it.
+
+    Deadline, slowdown, energy and power budgets and Zeus's cost pick plans whose true (T, E),
+    transfers and phases included, meet them; T0 is the true one.
+    """
     sched = one_f_one_b(4, 6)
     prof = random_profile(4, 5).with_communication(full_communication(4, 5, clocked=True))
     problem = EnergyProblem.build(prof, sched, P_BLOCK)
@@ -363,9 +372,12 @@ def test_every_policy_chooses_on_the_truth_with_communication() -> None:
 
 
 def test_a_per_rank_profile_names_the_links_between_ranks() -> None:
-    """Interleaved on 4 ranks from a 4-stage (per-rank) profile: model boundary ``c`` crosses
-    ranks ``c % 4 -> (c + 1) % 4``, which is profile boundary ``min`` of the two; the wrap from
-    rank 3 back to rank 0 takes the direction's slowest transfer. Phases: once per rank."""
+    """Interleaved on 4 ranks from a 4-stage (per-rank) profile.
+
+    Model boundary ``c`` crosses ranks ``c % 4 -> (c + 1) % 4``, which is profile boundary
+    ``min`` of the two; the wrap from rank 3 back to rank 0 takes the direction's slowest
+    transfer. Phases: once per rank.
+    """
     sched = interleaved_1f1b(4, 4, 2)
     times = {0: 0.01, 1: 0.03, 2: 0.02}
     comm = Communication(
@@ -384,10 +396,12 @@ def test_a_per_rank_profile_names_the_links_between_ranks() -> None:
 
 
 def test_a_sweep_stopped_short_of_the_fastest_time_still_bounds_it() -> None:
-    """On long paths (16 x 32 1F1B with transfers) the sweep can stop a hair above the fastest
-    time; the bound there is then the cost reached, held flat (certified: the relaxed cost
-    does not rise as the deadline grows), never ``inf``. Simulated by dropping the fastest
-    steps of a full sweep; checked against the independent LP."""
+    """On long paths (16 x 32 1F1B with transfers) the sweep can stop a hair above the fastest time.
+
+    The bound there is then the cost reached, held flat (certified: the relaxed cost does not
+    rise as the deadline grows), never ``inf``. Simulated by dropping the fastest steps of a
+    full sweep; checked against the independent LP.
+    """
     sched = one_f_one_b(3, 4)
     prof = random_profile(3, 4).with_communication(full_communication(3, 4))
     problem = EnergyProblem.build(prof, sched, P_BLOCK)
@@ -407,10 +421,13 @@ def test_a_sweep_stopped_short_of_the_fastest_time_still_bounds_it() -> None:
 
 @pytest.mark.parametrize("name", ["1f1b", "interleaved", "zero-bubble"])
 def test_per_clock_transfers_are_planned_on_a_model_never_faster_than_the_truth(name: str) -> None:
-    """With transfer times that grow at low producer clocks, the solver plans on the model
-    that charges the extra to the producer (never faster than the truth, equal at the highest
-    clocks) and bounds with the shortest transfers (never slower) at the truth's costs: the
-    zero-slowdown plan is on time, saves energy, and lies above that model's LP."""
+    """With per-clock transfer times, the solver plans on a model never faster than the truth.
+
+    With transfer times that grow at low producer clocks, the solver plans on the model that
+    charges the extra to the producer (never faster than the truth, equal at the highest clocks)
+    and bounds with the shortest transfers (never slower) at the truth's costs: the
+    zero-slowdown plan is on time, saves energy, and lies above that model's LP.
+    """
     sched = SCHEDULES[name]()
     prof = random_profile(sched.stages, 9).with_communication(
         full_communication(sched.stages, 9, clocked=True)
@@ -452,10 +469,12 @@ def test_per_clock_transfers_are_planned_on_a_model_never_faster_than_the_truth(
 
 
 def test_per_clock_transfers_on_the_shipped_profile_leave_a_small_gap() -> None:
-    """A100, 4 stages, 1F1B x 8, transfers of 5 % of a forward, half of each scaling as
-    fmax / f: planned on the shortest transfers alone, every plan rounded at T0 was late on the
-    truth and the zero-slowdown plan was the highest clocks (0 % saved, 6.9 % above the bound);
-    planned on the producer-charged model it saves energy within 0.5 % of the bound."""
+    """A100, 4 stages, 1F1B x 8, transfers of 5 % of a forward, half of each scaling as fmax / f.
+
+    Planned on the shortest transfers alone, every plan rounded at T0 was late on the truth and
+    the zero-slowdown plan was the highest clocks (0 % saved, 6.9 % above the bound); planned on
+    the producer-charged model it saves energy within 0.5 % of the bound.
+    """
     prof = load_profile("profiles/gpt3-175b_a100-sxm_8stage.csv").select_stages(range(4))
     fmax = int(prof[(0, F)].frequencies[0])
     transfers = {}

@@ -1,6 +1,9 @@
-"""Deep pipelines (16-32 stages, few microbatches): the relaxed sweep's certified bound against
-the independent LP (``tests/perseus/lp_reference.py``), for every schedule kind and for fine-grained
-clocks (swept on thinned hulls), and every frontier point truly evaluated."""
+"""Deep pipelines (16-32 stages, few microbatches).
+
+The relaxed sweep's certified bound against the independent LP (``tests/perseus/lp_reference.py``),
+for every schedule kind and for fine-grained clocks (swept on thinned hulls), and every frontier
+point truly evaluated.
+"""
 
 from __future__ import annotations
 
@@ -20,9 +23,11 @@ DEADLINES = (1.0, 1.02, 1.1, 1.3)
 
 
 def stepped(stages: int, clocks: int, seed: int) -> Profile:
-    """Measured-looking options: random times and energies per clock (not on a smooth curve,
-    so only some clocks are on the hull, and the Pareto filter drops some), stages unlike each
-    other."""
+    """Measured-looking options.
+
+    Random times and energies per clock (not on a smooth curve, so only some clocks are on the
+    hull, and the Pareto filter drops some), stages unlike each other.
+    """
     rng = np.random.default_rng(seed)
     entries = {}
     for s in range(stages):
@@ -35,8 +40,11 @@ def stepped(stages: int, clocks: int, seed: int) -> Profile:
 
 
 def _check_bound(problem: EnergyProblem, opts: SolverOptions, slack: float) -> None:
-    """Every point above its bound, the fastest within T0, and the bound at each deadline at
-    most the LP's and at least the LP's less ``slack`` (a share of the nodes' least energies)."""
+    """Check every point against its bound and the bound against the LP.
+
+    Every point above its bound, the fastest within T0, and the bound at each deadline at most
+    the LP's and at least the LP's less ``slack`` (a share of the nodes' least energies).
+    """
     fr = solve_problem(problem, opts)
     check_frontier(problem, fr)
     valid = np.arange(problem.energies.shape[1])[None, :] < problem.num_options[:, None]
@@ -61,7 +69,9 @@ def test_deep_schedules_bound_equals_the_lp(
     kind: str, stages: int, clocks: int, power: float, seed: int
 ) -> None:
     """Coarse measured profiles (swept exactly): the bound is the LP's at every deadline.
-    (Interleaving needs as many microbatches as stages: 16 stages keep it at 1,024 nodes.)"""
+
+    (Interleaving needs as many microbatches as stages: 16 stages keep it at 1,024 nodes.)
+    """
     if kind == "interleaved":
         stages = 16
         schedule = interleaved_1f1b(stages, stages, 2)
@@ -78,8 +88,11 @@ def test_deep_schedules_bound_equals_the_lp(
 def test_deep_fine_grained_bound_is_certified_within_the_tolerance(
     stages: int, microbatches: int, seed: int
 ) -> None:
-    """A smooth 40-clock profile: the sweep runs on thinned hulls; its bound is below the LP on
-    the exact hulls and within ``hull_tolerance`` of the energy of it."""
+    """A smooth 40-clock profile.
+
+    The sweep runs on thinned hulls; its bound is below the LP on the exact hulls and within
+    ``hull_tolerance`` of the energy of it.
+    """
     tol = 1e-3
     problem = EnergyProblem.build(smooth(stages, 40, seed), one_f_one_b(stages, microbatches), 80.0)
     _check_bound(problem, SolverOptions(effort=0.0, hull_tolerance=tol), tol)
@@ -87,8 +100,11 @@ def test_deep_fine_grained_bound_is_certified_within_the_tolerance(
 
 @pytest.mark.parametrize("stages", [16, 32])
 def test_deep_single_microbatch_is_a_chain(stages: int) -> None:
-    """One microbatch through 16 or 32 stages is one path: the bound is the LP's, and at T0
-    the only plan is the all-max-frequency one (nothing can slow without delaying the end)."""
+    """One microbatch through 16 or 32 stages is one path.
+
+    The bound is the LP's, and at T0 the only plan is the all-max-frequency one (nothing can
+    slow without delaying the end).
+    """
     problem = EnergyProblem.build(stepped(stages, 6, stages), one_f_one_b(stages, 1), 60.0)
     fr = solve_problem(problem, SolverOptions(effort=0.0))
     check_frontier(problem, fr)

@@ -1,5 +1,7 @@
-"""The compiled max-flow / min-cut with lower bounds (:mod:`perseus.kernels.flow`) against
-networkx as an independent oracle, on random small networks.
+"""The compiled max-flow / min-cut with lower bounds against networkx.
+
+The kernels are :mod:`perseus.kernels.flow`; networkx is the independent oracle, on random small
+networks.
 
 The oracle computes the same answer another way: a flow of value at least ``F`` that respects
 the lower bounds exists iff, on the usual transformed graph (capacities ``hi - lo``, each
@@ -44,8 +46,11 @@ class Network:
 
 @st.composite
 def networks(draw: st.DrawFn, lower_bounds: bool = True, unbounded: bool = True) -> Network:
-    """2-7 vertices; ``s = 0`` has no arcs in and ``t = nn - 1`` none out, as in the solver's
-    time-cost networks (so every flow value is >= 0); parallel arcs and cycles allowed."""
+    """Random networks of 2-7 vertices, shaped as the solver's time-cost networks.
+
+    ``s = 0`` has no arcs in and ``t = nn - 1`` none out, as in the solver's time-cost networks
+    (so every flow value is >= 0); parallel arcs and cycles allowed.
+    """
     nn = draw(st.integers(2, 7))
     pairs = [(u, v) for u in range(nn - 1) for v in range(1, nn) if u != v]
     arcs = draw(st.lists(st.sampled_from(pairs), min_size=1, max_size=14))
@@ -63,8 +68,10 @@ def networks(draw: st.DrawFn, lower_bounds: bool = True, unbounded: bool = True)
 
 
 def _feasible(net: Network, at_least: int) -> bool:
-    """Whether a flow within the bounds, of value at least ``at_least``, exists (networkx's
-    maximum flow on the transformed graph)."""
+    """Whether a flow within the bounds, of value at least ``at_least``, exists.
+
+    Networkx's maximum flow on the transformed graph decides.
+    """
     g = nx.DiGraph()
     excess = np.zeros(net.nn, dtype=np.int64)
 
@@ -149,9 +156,12 @@ def _cut_value(net: Network, side: np.ndarray) -> int:
 @settings(max_examples=300, deadline=None)
 @given(networks(), st.booleans())
 def test_min_cut_with_lower_bounds_matches_networkx(net: Network, warm: bool) -> None:
-    """Status, cut value and flow all as networkx finds them. A warm start is repaired into a
-    flow of at least its own inflow into ``t`` (see the kernel's docstring): status 2 says no
-    such flow exists; from a cold start, that no flow within the bounds exists at all."""
+    """Status, cut value and flow all as networkx finds them.
+
+    A warm start is repaired into a flow of at least its own inflow into ``t`` (see the kernel's
+    docstring): status 2 says no such flow exists; from a cold start, that no flow within the
+    bounds exists at all.
+    """
     status, side, flow = _solve(net, warm)
     if not _feasible(net, _start_value(net) if warm else 0):
         assert status == 2
@@ -170,9 +180,11 @@ def test_min_cut_with_lower_bounds_matches_networkx(net: Network, warm: bool) ->
 @settings(max_examples=200, deadline=None)
 @given(networks(lower_bounds=False, unbounded=False), st.booleans())
 def test_without_lower_bounds_it_is_networkx_minimum_cut(net: Network, warm: bool) -> None:
-    """Plain capacities: the value and the cut are networkx's ``minimum_cut``'s (any minimum
-    cut may differ in its vertices, never in its value), from a zero start or from any warm
-    start whose inflow into ``t`` a maximum flow can match."""
+    """Plain capacities: the value and the cut are networkx's ``minimum_cut``'s.
+
+    Any minimum cut may differ in its vertices, never in its value. From a zero start or from
+    any warm start whose inflow into ``t`` a maximum flow can match.
+    """
     status, side, flow = _solve(net, warm)
     g = nx.DiGraph()
     g.add_nodes_from(range(net.nn))
@@ -204,10 +216,13 @@ def test_infeasible_lower_bounds_are_reported() -> None:
 
 @pytest.mark.parametrize("warm", [False, True])
 def test_a_backward_lower_bound_lowers_the_cut(warm: bool) -> None:
-    """``s -> a -> b -> t`` (capacity 4 each) and ``s -> b`` (1); without lower bounds the
-    maximum flow is 4. ``b -> a`` must carry at least 3 back, which ``a -> b`` must pass on, so
-    only 1 more can enter ``a`` from ``s``: the maximum flow is 2, and the one minimum cut is
-    ``{s, a}`` (forward ``a -> b`` 4 and ``s -> b`` 1, less backward ``b -> a``'s 3)."""
+    """``s -> a -> b -> t`` (capacity 4 each) and ``s -> b`` (1).
+
+    Without lower bounds the maximum flow is 4. ``b -> a`` must carry at least 3 back, which ``a
+    -> b`` must pass on, so only 1 more can enter ``a`` from ``s``: the maximum flow is 2, and
+    the one minimum cut is ``{s, a}`` (forward ``a -> b`` 4 and ``s -> b`` 1, less backward ``b
+    -> a``'s 3).
+    """
     s_, a, b, t = 0, 1, 2, 3
     net = Network(
         4,
@@ -227,8 +242,10 @@ def test_a_backward_lower_bound_lowers_the_cut(warm: bool) -> None:
 
 
 def test_an_unbounded_path_is_reported_after_the_repair_used_it() -> None:
-    """``s -> a -> t`` unbounded, the start's 1 on ``a -> t`` repaired through ``s -> a``:
-    every cut is still infinite (the repair's flow must not hide the unbounded path)."""
+    """``s -> a -> t`` unbounded, the start's 1 on ``a -> t`` repaired through ``s -> a``.
+
+    Every cut is still infinite (the repair's flow must not hide the unbounded path).
+    """
     net = Network(
         3,
         np.array([0, 0, 1]),
@@ -247,8 +264,11 @@ def test_an_unbounded_path_is_reported_after_the_repair_used_it() -> None:
 
 @st.composite
 def split_networks(draw: st.DrawFn) -> tuple[int, np.ndarray, np.ndarray, list[int], list[int]]:
-    """A random DAG on 1-7 nodes (edges from lower to higher index), a capacity per node arc
-    (0 switches the node off, ``INF`` is unbounded) and per DAG edge (0 or ``INF``)."""
+    """A random DAG on 1-7 nodes, with capacities per node arc and per DAG edge.
+
+    Edges go from lower to higher index. A node arc's capacity of 0 switches the node off,
+    ``INF`` is unbounded; a DAG edge's is 0 or ``INF``.
+    """
     n = draw(st.integers(1, 7))
     pairs = [(u, v) for u in range(n) for v in range(u + 1, n)]
     edges = sorted(set(draw(st.lists(st.sampled_from(pairs), max_size=12)))) if pairs else []
@@ -260,8 +280,10 @@ def split_networks(draw: st.DrawFn) -> tuple[int, np.ndarray, np.ndarray, list[i
 
 
 def _split_oracle(n, src, dst, node_cap, edge_cap) -> tuple[float, set[int]]:
-    """networkx's maximum flow value and the minimal source side (what the residual graph of
-    any maximum flow reaches from ``s``) of the node-split network."""
+    """Networkx's maximum flow value and the minimal source side of the node-split network.
+
+    The minimal source side is what the residual graph of any maximum flow reaches from ``s``.
+    """
     g = nx.DiGraph()
     s, t = 2 * n, 2 * n + 1
     g.add_nodes_from(range(2 * n + 2))
@@ -300,10 +322,12 @@ def _split_oracle(n, src, dst, node_cap, edge_cap) -> tuple[float, set[int]]:
 @settings(max_examples=300, deadline=None)
 @given(split_networks(), st.booleans())
 def test_split_graph_max_flow_matches_networkx(net, warm: bool) -> None:
-    """Capacities written into :func:`split_graph`'s layout, as a relaxed step writes them:
+    """Capacities written into :func:`split_graph`'s layout, as a relaxed step writes them.
+
     :func:`dinic` finds networkx's maximum flow value and its minimal source side, from a zero
     flow and from a maximum flow of the same network with some capacities lowered first (the
-    warm start of the sweep, which only ever raises a bound between steps)."""
+    warm start of the sweep, which only ever raises a bound between steps).
+    """
     n, src, dst, node_cap, edge_cap = net
     has_pred = np.zeros(n, dtype=np.bool_)
     has_succ = np.zeros(n, dtype=np.bool_)

@@ -136,8 +136,10 @@ def test_deadline_below_fastest_is_infeasible(tiny) -> None:
 
 
 def synthetic_unit_step_profile(rng: np.random.Generator, stages: int, power: float) -> Profile:
-    """Two options per (stage, instruction): integer time t and t + 1, the slower one cheaper in
-    effective cost (energy - power * time)."""
+    """Two options per (stage, instruction).
+
+    Integer time t and t + 1, the slower one cheaper in effective cost (energy - power * time).
+    """
     lines = ["stage,instruction,frequency,time,energy"]
     for s in range(stages):
         for kind in ("forward", "backward"):
@@ -163,8 +165,10 @@ def test_exact_with_unit_step_two_options(seed: int) -> None:
 
 
 def greedy_chain(lp: LPRelaxation, power: float, deadline: float) -> float:
-    """Exact continuous optimum on one rank: start cheapest, buy back time along the hull
-    segments of least cost per second first."""
+    """Exact continuous optimum on one rank.
+
+    Start cheapest, buy back time along the hull segments of least cost per second first.
+    """
     segments = []
     for t, c in lp.hulls:
         for k in range(len(t) - 1):

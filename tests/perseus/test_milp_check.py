@@ -1,6 +1,9 @@
-"""The exact solvers that ``benchmarks/milp_check.py`` puts beside Perseus: its figures are only
-evidence if the MILP really finds the optimum, and if a time window's MILP (the others fixed,
-entering only as release and due times) really is the whole problem restricted to the window."""
+"""The exact solvers that ``benchmarks/milp_check.py`` puts beside Perseus.
+
+Its figures are only evidence if the MILP really finds the optimum, and if a time window's MILP (the
+others fixed, entering only as release and due times) really is the whole problem restricted to the
+window.
+"""
 
 from __future__ import annotations
 
@@ -58,8 +61,11 @@ def test_the_milp_finds_the_enumerated_optimum(tiny: EnergyProblem, slowdown: fl
 def test_a_window_milp_is_the_problem_restricted_to_the_window(
     tiny: EnergyProblem, seed: int
 ) -> None:
-    """With every instruction outside a time window fixed, the window's MILP equals the best of
-    every combination of the window's options."""
+    """A window's MILP equals the best of every combination of the window's options.
+
+    With every instruction outside a time window fixed, the window's MILP equals the best of
+    every combination of the window's options.
+    """
     rng = np.random.default_rng(seed)
     t0 = tiny.evaluate(tiny.max_frequency_plan()).time
     deadline = (1.02 + 0.06 * rng.random()) * t0

@@ -1,8 +1,10 @@
-"""The relaxed sweep over deadline ranges in worker processes (:mod:`perseus.solver.parallel`):
-the merged bound equals the one-core sweep's (never above it, below by at most a relative
-1e-9) on 1F1B, interleaved and thinned smooth hulls, with 2 and 3 workers; equals the
-independent LP; a refused range start falls back to a sweep from the longest durations; a whole
-solve with workers; ``SolverOptions.workers``."""
+"""The relaxed sweep over deadline ranges in worker processes (:mod:`perseus.solver.parallel`).
+
+The merged bound equals the one-core sweep's (never above it, below by at most a relative 1e-9) on
+1F1B, interleaved and thinned smooth hulls, with 2 and 3 workers; equals the independent LP; a
+refused range start falls back to a sweep from the longest durations; a whole solve with workers;
+``SolverOptions.workers``.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
-"""The compact plan encodings (:mod:`perseus.plan_codec`): exact round trips of the stored and
-the per-rank forms (narrow and wide clock tables), the old forms still read, the ``--plans``
-document a small fraction of the old one's size, and the frontier's JSON built on them."""
+"""The compact plan encodings (:mod:`perseus.plan_codec`).
+
+Exact round trips of the stored and the per-rank forms (narrow and wide clock tables), the old forms
+still read, the ``--plans`` document a small fraction of the old one's size, and the frontier's JSON
+built on them.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""How good the plans are, not only how honest the bound is: the gap of the frontier's plans to
-the certified bound, at several deadlines and over the whole range, on both shipped profiles and
-every schedule kind.
+"""How good the plans are, not only how honest the bound is.
+
+The gap of the frontier's plans to the certified bound, at several deadlines and over the whole
+range, on both shipped profiles and every schedule kind.
 
 The solver is deterministic, so each case's gaps are fixed numbers; the budgets below are those
 measured (2026-12-01) with a margin: the five deadlines within the issue's 0.5 %, the worst gap

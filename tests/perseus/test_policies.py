@@ -1,5 +1,8 @@
-"""The plan-policy registry: each policy's resolver is the frontier query it names, Zeus's cost
-policy is the brute-force argmin of its cost, and the CLI and the docs follow the registry."""
+"""The plan-policy registry.
+
+Each policy's resolver is the frontier query it names, Zeus's cost policy is the brute-force argmin
+of its cost, and the CLI and the docs follow the registry.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
-"""Power budgets (``perseus.power``): plan power against the evaluator, the per-job query against
-brute force over the frontier, the cluster allocation against brute force over every
-combination, and the uniform baselines against their definitions."""
+"""Power budgets (``perseus.power``).
+
+Plan power against the evaluator, the per-job query against brute force over the frontier, the
+cluster allocation against brute force over every combination, and the uniform baselines against
+their definitions.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""Profiles: CSV/JSON round trips, every validation error naming its row and field, and the
-choice of options worth running (Pareto on effective cost, lower convex hull)."""
+"""Profiles: CSV/JSON round trips, validation errors, and the choice of options worth running.
+
+Every validation error names its row and field; the options worth running are Pareto on effective
+cost, on the lower convex hull.
+"""
 
 from __future__ import annotations
 
@@ -289,7 +292,8 @@ def two_option_profile() -> Profile:
 
     Slower *and* more energy: useless on its own, but at blocking power P its effective cost is
     150 - 2P against 100 - P, i.e. the slow option wins whenever P > 50 W (waiting 1 s at P costs
-    more than the extra 50 J)."""
+    more than the extra 50 J).
+    """
     fwd = InstructionProfile(np.array([1400, 1000]), np.array([1.0, 2.0]), np.array([100.0, 150.0]))
     return Profile({(0, "forward"): fwd, (0, "backward"): fwd})
 

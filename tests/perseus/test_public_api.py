@@ -1,5 +1,8 @@
-"""The core's public API (``perseus/__init__``): every exported name resolves, importing the light
-parts never loads the solver's heavy dependencies, and the README's example runs."""
+"""The core's public API (``perseus/__init__``).
+
+Every exported name resolves, importing the light parts never loads the solver's heavy dependencies,
+and the README's example runs.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""The relaxation's contract (:class:`perseus.bound.RelaxedBound`): breakpoints and tangent lines
-give a certified bound, checked against the independent LP (``tests/perseus/lp_reference.py``); a
-frontier carries either (JSON included; old frontiers still load), and every user of the bound
-goes through it."""
+"""The relaxation's contract (:class:`perseus.bound.RelaxedBound`).
+
+Breakpoints and tangent lines give a certified bound, checked against the independent LP
+(``tests/perseus/lp_reference.py``); a frontier carries either (JSON included; old frontiers still
+load), and every user of the bound goes through it.
+"""
 
 from __future__ import annotations
 
@@ -96,8 +98,10 @@ def test_tangents_from_exact_samples_lie_below_the_breakpoints(problem) -> None:
 
 
 def test_a_frontier_with_tangents_uses_them(problem) -> None:
-    """Interpolating tangent points would put the bound above ``G`` between them: the frontier
-    (``lower_bound_at``, JSON, power budgets) must read the lines."""
+    """Interpolating tangent points would put the bound above ``G`` between them.
+
+    The frontier (``lower_bound_at``, JSON, power budgets) must read the lines.
+    """
     fr = solve_problem(problem, SolverOptions(effort=0))
     exact = fr.relaxed_bound
     t0, t1 = fr.max_frequency_time, float(exact.times[-1])

@@ -1,6 +1,9 @@
-"""The sandwich relaxation core: the network simplex kernel against networkx (cold and warm
-started), the sandwich's tangent-line bound against the independent LP and the exact sweep,
-its durations within their deadlines, and a whole solve with it."""
+"""The sandwich relaxation core.
+
+The network simplex kernel against networkx (cold and warm started), the sandwich's tangent-line
+bound against the independent LP and the exact sweep, its durations within their deadlines, and a
+whole solve with it.
+"""
 
 from __future__ import annotations
 
@@ -22,8 +25,10 @@ P_A100 = 83.64
 
 
 class Net:
-    """A random circulation network (with a return arc whose cost is changed) for the kernel,
-    and the same as a networkx graph."""
+    """A random circulation network for the kernel, and the same as a networkx graph.
+
+    The network has a return arc whose cost is changed.
+    """
 
     def __init__(self, rng: np.random.Generator, nn: int, m: int) -> None:
         pairs = {(int(a), int(b)) for a, b in rng.integers(0, nn, (m, 2)) if a != b}

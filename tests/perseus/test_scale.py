@@ -1,5 +1,8 @@
-"""The solver at scale: bounded relaxed memory, the early zero-slowdown plan, deep pipelines, and
-kernels compiled ahead of time."""
+"""The solver at scale.
+
+Bounded relaxed memory, the early zero-slowdown plan, deep pipelines, and kernels compiled ahead of
+time.
+"""
 
 from __future__ import annotations
 
@@ -36,8 +39,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def smooth(stages: int, clocks: int, seed: int = 0) -> Profile:
-    """A DVFS-model profile (time = memory part + compute part x fmax/f, power = static +
-    dynamic x (f/fmax)^3), stages a little different from each other."""
+    """A DVFS-model profile, stages a little different from each other.
+
+    Time = memory part + compute part x fmax/f, power = static + dynamic x (f/fmax)^3.
+    """
     rng = np.random.default_rng(seed)
     f = 1980 - 15 * np.arange(clocks)
     x = f / f[0]
@@ -63,9 +68,11 @@ def check_frontier(problem: EnergyProblem, fr: Frontier) -> None:
 
 
 def test_the_sweep_keeps_a_bounded_number_of_durations_and_interpolates_feasibly() -> None:
-    """With room for 64 breakpoints' durations, the sweep keeps at most that many (the slowest
-    and the fastest among them), every breakpoint's time and cost, exact durations at the kept
-    ones, and interpolations within their deadlines everywhere."""
+    """With room for 64 breakpoints' durations, the sweep keeps at most that many.
+
+    It keeps the slowest and the fastest among them, every breakpoint's time and cost, exact
+    durations at the kept ones, and interpolations within their deadlines everywhere.
+    """
     problem = EnergyProblem.build(smooth(4, 24), one_f_one_b(4, 8), 80.0)
     rel = Relaxation.build(problem)
     steps = list(relaxed_frontier(problem, rel))[::-1]
@@ -116,10 +123,12 @@ def _chunk(problem: EnergyProblem, rel: Relaxation, d, flows, kv, steps: int):
 
 
 def test_a_flow_that_does_not_fit_is_rebuilt_and_repaired() -> None:
-    """Each step augments the last step's maximum flow on the persistent graph; a flow that
-    does not fit the network (here: every flow dropped mid-sweep, below the lower bounds of the
-    nodes between hull vertices) makes the step build its network alone and repair the flow,
-    and the sweep follows the same breakpoints as without the interruption."""
+    """Each step augments the last step's maximum flow on the persistent graph.
+
+    A flow that does not fit the network (here: every flow dropped mid-sweep, below the lower
+    bounds of the nodes between hull vertices) makes the step build its network alone and repair
+    the flow, and the sweep follows the same breakpoints as without the interruption.
+    """
     problem = EnergyProblem.build(smooth(4, 12, seed=5), one_f_one_b(4, 6), 80.0)
     rel = Relaxation.build(problem)
     n, m = problem.num_nodes, len(problem.dag.src)
@@ -143,11 +152,14 @@ def test_a_flow_that_does_not_fit_is_rebuilt_and_repaired() -> None:
 
 
 def test_a_flow_larger_than_the_network_carries_is_solved_cold() -> None:
-    """A last flow of more value than the next network can carry (integer rounding of the
-    bounds can leave one a few units too large) cannot be repaired into it; the step solves
-    its network from a zero flow instead, and the sweep still reaches the fastest time along
-    the same breakpoints. (Dropping the lower bounds then, as the sweep once did, ended it
-    early: on an interleaved 16 x 64 V=4 pipeline at 1.14 T0.)"""
+    """A last flow of more value than the next network can carry is solved cold.
+
+    A last flow of more value than the next network can carry (integer rounding of the bounds
+    can leave one a few units too large) cannot be repaired into it; the step solves its network
+    from a zero flow instead, and the sweep still reaches the fastest time along the same
+    breakpoints. (Dropping the lower bounds then, as the sweep once did, ended it early: on an
+    interleaved 16 x 64 V=4 pipeline at 1.14 T0.)
+    """
     problem = EnergyProblem.build(smooth(4, 12, seed=7), one_f_one_b(4, 6), 80.0)
     rel = Relaxation.build(problem)
     n, m = problem.num_nodes, len(problem.dag.src)
@@ -173,9 +185,12 @@ def test_a_flow_larger_than_the_network_carries_is_solved_cold() -> None:
 
 
 def test_the_first_plan_comes_before_the_sweep_and_is_certified() -> None:
-    """One call, before any progress of the sweep, with one verified zero-slowdown point whose
+    """The first plan comes before any progress of the sweep, and it is certified.
+
+    One call, before any progress of the sweep, with one verified zero-slowdown point whose
     bound is below the exact relaxed bound at every deadline; the final frontier's fastest plan
-    is at least as good."""
+    is at least as good.
+    """
     problem = EnergyProblem.build(smooth(4, 16), one_f_one_b(4, 8), 80.0)
     progress: list[float] = []
     got: list[tuple[int, Frontier]] = []
@@ -236,8 +251,11 @@ def test_first_plan_falls_back_to_max_frequency_when_nothing_can_slow() -> None:
     st.integers(0, 2**16),
 )
 def test_deep_pipelines(stages: int, microbatches: int, clocks: int, power: float, seed: int):
-    """16-32 stages, few microbatches: plans are truly evaluated, the fastest within T0, every
-    point above its bound, and the bound equal to an independent LP's at T0 and 1.1 T0."""
+    """16-32 stages, few microbatches.
+
+    Plans are truly evaluated, the fastest within T0, every point above its bound, and the bound
+    equal to an independent LP's at T0 and 1.1 T0.
+    """
     problem = EnergyProblem.build(
         smooth(stages, clocks, seed), one_f_one_b(stages, microbatches), power
     )
@@ -260,8 +278,11 @@ def test_deep_interleaved_pipeline() -> None:
 
 
 def test_a_read_only_install_gets_a_seeded_writable_cache(tmp_path: Path) -> None:
-    """When the package's ``__pycache__`` cannot be written, numba's cache goes to the first
-    writable root, seeded with the up-to-date compiled kernels (stale ones are not copied)."""
+    """A read-only install gets a writable numba cache, seeded with the compiled kernels.
+
+    When the package's ``__pycache__`` cannot be written, numba's cache goes to the first
+    writable root, seeded with the up-to-date compiled kernels (stale ones are not copied).
+    """
     from numba.core import config
 
     pkg = tmp_path / "pkg"
@@ -292,8 +313,10 @@ def test_a_read_only_install_gets_a_seeded_writable_cache(tmp_path: Path) -> Non
 
 
 def test_warm_leaves_nothing_to_compile() -> None:
-    """After ``python -m perseus.kernels.warm`` (the tests' own process has run the kernels
-    already), a fresh process compiles nothing."""
+    """After ``python -m perseus.kernels.warm``, a fresh process compiles nothing.
+
+    The tests' own process has run the kernels already.
+    """
     for args in ([], ["--check"]):  # the first compiles whatever a cold cache lacks
         out = subprocess.run(
             [sys.executable, "-m", "perseus.kernels.warm", *args],
@@ -315,8 +338,10 @@ def test_warm_leaves_nothing_to_compile() -> None:
     st.floats(0.0, 0.05),
 )
 def test_thin_hull_lies_below_within_tolerance(widths, bends, tol: float):
-    """The thinned function is convex, below the original everywhere by at most ``tol``,
-    exact at both ends, and has no more pieces."""
+    """The thinned function is convex, below the original everywhere by at most ``tol``.
+
+    It is exact at both ends, and has no more pieces.
+    """
     k = min(len(widths), len(bends))
     tau = np.concatenate([[0.1], 0.1 + np.cumsum(widths[:k])])
     slopes = -np.cumsum(bends[:k])[::-1]  # increasing, negative
@@ -344,9 +369,11 @@ def test_coarse_hulls_are_swept_exactly():
 
 
 def test_thinned_sweep_bound_is_certified_and_close():
-    """On a fine-grained profile the sweep on thinned hulls visits fewer breakpoints; its bound
-    lies below the independent LP's (on the exact hulls) and within ``hull_tolerance`` of the
-    energy of it; with ``hull_tolerance=0`` it equals the LP's."""
+    """On a fine-grained profile the sweep on thinned hulls visits fewer breakpoints.
+
+    Its bound lies below the independent LP's (on the exact hulls) and within ``hull_tolerance``
+    of the energy of it; with ``hull_tolerance=0`` it equals the LP's.
+    """
     problem = EnergyProblem.build(smooth(4, 48, seed=3), one_f_one_b(4, 6), 80.0)
     tol = 2e-3
     thin = solve_problem(problem, SolverOptions(effort=0.0, hull_tolerance=tol))

@@ -1,5 +1,7 @@
-"""``benchmarks/scaling.py --smoke`` runs (child processes and all) and prints its columns for
-both relaxation cores side by side."""
+"""``benchmarks/scaling.py --smoke`` runs (child processes and all) and prints its columns.
+
+For both relaxation cores side by side.
+"""
 
 from __future__ import annotations
 

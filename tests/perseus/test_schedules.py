@@ -1,5 +1,7 @@
-"""Schedules: the per-rank orders of GPipe, 1F1B and interleaved 1F1B written out by hand, and
-validation of arbitrary orders."""
+"""Schedules: the per-rank orders written out by hand, and validation of arbitrary orders.
+
+The orders of GPipe, 1F1B and interleaved 1F1B are written out by hand.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""The frontier solver: exactness against brute force on tiny instances, its lower bound against
-an independent LP, property tests on random profiles and schedules, progress and cancellation.
+"""The frontier solver: exactness, its lower bound, property tests, progress and cancellation.
+
+Exactness against brute force on tiny instances, its lower bound against an independent LP, property
+tests on random profiles and schedules, progress and cancellation.
 
 Plans are re-evaluated here by :func:`simulate`, a plain event simulation of the schedule that
 shares no code with :mod:`perseus.dag`.
@@ -188,9 +190,11 @@ def _slice(stages: tuple[int, ...], freqs: frozenset[int]) -> Profile:
 
 @pytest.mark.parametrize("case", TINY, ids=TINY_IDS)
 def test_every_solver_point_is_on_the_true_frontier_or_its_gap_is_honest(case: Tiny) -> None:
-    """Each reported plan is a real plan; where enumeration finds a better one at the same
-    time, the reported lower bound is still below that optimum (the gap shown is honest), and
-    the excess is small."""
+    """Each reported plan is a real plan.
+
+    Where enumeration finds a better one at the same time, the reported lower bound is still
+    below that optimum (the gap shown is honest), and the excess is small.
+    """
     en = enumerated(case)
     fr = en.frontier
     dominated = 0
@@ -279,8 +283,11 @@ def instances(
     max_microbatches: int = 4,
     max_freqs: int = 5,
 ) -> tuple[Profile, Schedule, float]:
-    """A random profile (2-3 stages, 2-5 frequencies, each (stage, kind) measuring a subset,
-    time increasing as the frequency drops, 30-400 W) and a schedule, and a blocking power."""
+    """A random profile and schedule, and a blocking power.
+
+    The profile has 2-3 stages and 2-5 frequencies, each (stage, kind) measuring a subset, time
+    increasing as the frequency drops, 30-400 W.
+    """
     name = draw(st.sampled_from(names))
     ranks = draw(st.integers(2, 3))
     if name == "interleaved-1f1b":
@@ -382,11 +389,13 @@ def test_lower_bound_matches_the_lp_on_random_instances(
 def test_random_tiny_instances_against_brute_force(
     instance: tuple[Profile, Schedule, float],
 ) -> None:
-    """Every plan enumerated (at most 3^12): the bound never exceeds a real plan's energy and
-    the ends of the frontier are exact. (Coverage between the ends is not bounded on such coarse
-    random profiles: over 300 generated instances the worst gap of energy_at(T) to the true
-    optimum was 0 % median, 1.1 % at p90, 16 % at p99 and 27 % at worst; see
-    test_plan_between_relaxation_breakpoints_is_missed.)"""
+    """Every plan enumerated (at most 3^12).
+
+    The bound never exceeds a real plan's energy and the ends of the frontier are exact.
+    (Coverage between the ends is not bounded on such coarse random profiles: over 300 generated
+    instances the worst gap of energy_at(T) to the true optimum was 0 % median, 1.1 % at p90, 16
+    % at p99 and 27 % at worst; see test_plan_between_relaxation_breakpoints_is_missed.)
+    """
     profile, schedule, power = instance
     problem = EnergyProblem.build(profile, schedule, power)
     plans = np.array(
@@ -436,8 +445,11 @@ def test_plan_between_breakpoints_is_found_and_its_bound_is_honest() -> None:
 
 
 def test_exchange_swaps_which_node_is_slowed() -> None:
-    """From the 0.1937 s plan (stage 1's forward slowed) with 4.1 ms to spare, slowing stage 0's
-    backward needs 4.2 ms: reclaiming cannot, an exchange (speed the forward back up) can."""
+    """An exchange finds the plan that slows another node, where reclaiming cannot.
+
+    From the 0.1937 s plan (stage 1's forward slowed) with 4.1 ms to spare, slowing stage 0's
+    backward needs 4.2 ms: reclaiming cannot, an exchange (speed the forward back up) can.
+    """
     problem = knapsack_problem()
     rounder = Rounder(problem, Relaxation.build(problem))
     fr = solve_problem(problem)
@@ -451,8 +463,11 @@ def test_exchange_swaps_which_node_is_slowed() -> None:
 
 
 def test_search_finds_the_plan_only_an_exchange_reaches() -> None:
-    """The large-neighbourhood search gets there too, from any seed: one of its trials slows
-    stage 0's backward and repairs the overrun by speeding the forward back up."""
+    """The large-neighbourhood search gets there too, from any seed.
+
+    One of its trials slows stage 0's backward and repairs the overrun by speeding the forward
+    back up.
+    """
     problem = knapsack_problem()
     rounder = Rounder(problem, Relaxation.build(problem))
     start = solve_problem(problem).plans[1][None, :]
@@ -474,10 +489,12 @@ CHAIN_CSV = """stage,instruction,frequency,time,energy
 
 
 def test_repair_makes_the_cheapest_speed_up_per_second_that_it_needs() -> None:
-    """Both slowest (4 s) overrun a 3 s deadline by 1 s. The forward's next faster option costs
-    least per second (0.5 J/s) but covers 0.1 s; taking the forward all the way to 1.0 s would
-    cost 5 J/s. The repair takes the cheap step and then speeds the backward up (2 J/s):
-    12.05 J, where taking the forward to its fastest costs 15 J."""
+    """Both slowest (4 s) overrun a 3 s deadline by 1 s.
+
+    The forward's next faster option costs least per second (0.5 J/s) but covers 0.1 s; taking
+    the forward all the way to 1.0 s would cost 5 J/s. The repair takes the cheap step and then
+    speeds the backward up (2 J/s): 12.05 J, where taking the forward to its fastest costs 15 J.
+    """
     problem = EnergyProblem.build(parse_profile_csv(CHAIN_CSV), make_schedule("gpipe", 1, 1), 0.0)
     rounder = Rounder(problem, Relaxation.build(problem))
     pick = rounder.nopt - 1  # positions in each node's options by time: the slowest
@@ -522,8 +539,11 @@ def test_a_slower_costlier_plan_is_kept_when_it_beats_waiting() -> None:
 
 
 def test_energy_falls_to_the_least_energy_plan_except_where_waiting_pays() -> None:
-    """Before the least-energy plan, a point may only rise in energy over the one before it if
-    it beats that one plus waiting (it is on the frontier for that reason alone)."""
+    """Before the least-energy plan, a point's energy rises only where waiting pays.
+
+    Before the least-energy plan, a point may only rise in energy over the one before it if it
+    beats that one plus waiting (it is on the frontier for that reason alone).
+    """
     fr = rising_frontier()
     p, r = fr.blocking_power, fr.schedule.ranks
     for i in range(1, fr.min_energy_index + 1):
@@ -539,9 +559,12 @@ def test_energy_falls_to_the_least_energy_plan_except_where_waiting_pays() -> No
 def test_rounding_reclaim_and_exchange_keep_every_plan_within_its_deadline(
     instance: tuple[Profile, Schedule, float], seed: int
 ) -> None:
-    """Rounded plans (nearest-vertex and randomised) meet the relaxed optimum's time and use
-    only undominated measured options; giving a plan more slack, exchanging or searching never
-    raises its energy at the deadline (waiting included) and keeps it within the deadline."""
+    """Rounding, reclaiming, exchanging and searching keep every plan within its deadline.
+
+    Rounded plans (nearest-vertex and randomised) meet the relaxed optimum's time and use only
+    undominated measured options; giving a plan more slack, exchanging or searching never raises
+    its energy at the deadline (waiting included) and keeps it within the deadline.
+    """
     profile, schedule, power = instance
     problem = EnergyProblem.build(profile, schedule, power)
     rel = Relaxation.build(problem)
@@ -577,8 +600,10 @@ def test_rounding_reclaim_and_exchange_keep_every_plan_within_its_deadline(
     ids=["1f1b", "interleaved", "gpipe"],
 )
 def test_diagonals_follow_each_pass_through_the_stages(slice_profile, schedule: Schedule) -> None:
-    """The search's diagonal moves find the node of every (model stage, kind, microbatch): each
-    node exactly once, at its own op's place, and nothing else."""
+    """The search's diagonal moves find the node of every (model stage, kind, microbatch).
+
+    Each node exactly once, at its own op's place, and nothing else.
+    """
     profile = slice_profile(list(range(schedule.ranks)), {1410, 1200, 990})
     problem = EnergyProblem.build(profile, schedule, P_A100)
     diag = Rounder(problem, Relaxation.build(problem)).diag
@@ -589,8 +614,10 @@ def test_diagonals_follow_each_pass_through_the_stages(slice_profile, schedule: 
 
 
 def test_solve_is_reproducible(slice_profile) -> None:
-    """The randomised roundings come from a seeded generator: the same input gives the same
-    frontier, plans included."""
+    """The randomised roundings come from a seeded generator.
+
+    The same input gives the same frontier, plans included.
+    """
     profile = slice_profile([0, 1, 2, 3], {1410, 1305, 1200, 1095, 990, 855})
     problem = EnergyProblem.build(profile, one_f_one_b(4, 6), P_A100)
     a, b = (
@@ -601,12 +628,13 @@ def test_solve_is_reproducible(slice_profile) -> None:
 
 
 def test_search_improves_the_zero_slowdown_plan_reproducibly() -> None:
-    """A40, 8 stages x 8 microbatches (rounding leaves the fastest plan 0.32 % above the bound):
-    the default search lowers its energy at the same (no-slowdown) iteration time to within
-    0.23 % of the bound (0.18-0.22 % over seeds 0-7; moves of a few options at a time reached
-    0.25 %: the last stage's forwards must jump from 1740 MHz straight to the next hull
-    vertex, 1320), more effort
-    lowers it further, and the seeded search gives the same frontier every time."""
+    """A40, 8 stages x 8 microbatches (rounding leaves the fastest plan 0.32 % above the bound).
+
+    The default search lowers its energy at the same (no-slowdown) iteration time to within 0.23
+    % of the bound (0.18-0.22 % over seeds 0-7; moves of a few options at a time reached 0.25 %:
+    the last stage's forwards must jump from 1740 MHz straight to the next hull vertex, 1320),
+    more effort lowers it further, and the seeded search gives the same frontier every time.
+    """
     problem = EnergyProblem.build(load_profile(A40_CSV), one_f_one_b(8, 8), P_A40)
     plain = solve_problem(problem, SolverOptions(effort=0))
     a, b = solve_problem(problem), solve_problem(problem)
@@ -625,10 +653,13 @@ def test_search_improves_the_zero_slowdown_plan_reproducibly() -> None:
 
 
 def test_diagonal_roundings_lower_the_worst_gap_where_the_a40_mixes_vertices() -> None:
-    """A40, 8 stages x 24 microbatches: just past T0 the relaxation runs every rank's backwards
-    between two far-apart hull vertices (1335 and 960 MHz). Rounding by whole microbatches
-    (diagonals) finds plans closer to the bound there than rounding node by node: the worst gap
-    from T0 to 1.1 T0 falls (0.73 % to 0.67 % when measured, without the search)."""
+    """A40, 8 stages x 24 microbatches.
+
+    Just past T0 the relaxation runs every rank's backwards between two far-apart hull vertices
+    (1335 and 960 MHz). Rounding by whole microbatches (diagonals) finds plans closer to the
+    bound there than rounding node by node: the worst gap from T0 to 1.1 T0 falls (0.73 % to
+    0.67 % when measured, without the search).
+    """
     problem = EnergyProblem.build(load_profile(A40_CSV), one_f_one_b(8, 24), P_A40)
     on = solve_problem(problem, SolverOptions(effort=0))
     off = solve_problem(problem, SolverOptions(effort=0, diagonal_rounding=False))

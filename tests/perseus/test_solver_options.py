@@ -1,5 +1,8 @@
-"""SolverOptions and RoundingOptions: every bad value is refused by name, the defaults are the
-solver's, and the options reach the stages they govern."""
+"""SolverOptions and RoundingOptions.
+
+Every bad value is refused by name, the defaults are the solver's, and the options reach the stages
+they govern.
+"""
 
 from __future__ import annotations
 
@@ -129,8 +132,10 @@ def test_solve_frontier_effort_replaces_the_options_effort() -> None:
 
 
 def test_rounding_options_reach_the_rounder() -> None:
-    """With ``exchange_passes`` set, a plain reclaim exchanges too: from the 0.1937 s plan it
-    reaches the 0.1969 s one, which reclaiming alone cannot."""
+    """With ``exchange_passes`` set, a plain reclaim exchanges too.
+
+    From the 0.1937 s plan it reaches the 0.1969 s one, which reclaiming alone cannot.
+    """
     problem = knapsack()
     rel = Relaxation.build(problem)
     start = solve_problem(problem).plans[1][None, :]

@@ -44,9 +44,11 @@ def small_freqs(small_csv: str) -> list[int]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """One server (no auth) shared by the tests of a module; no replan dwell, so tests may
-    detect a straggler and its recovery in a few reports (tests/server/test_replan_guards.py
-    checks the dwell)."""
+    """One server (no auth) shared by the tests of a module.
+
+    No replan dwell, so tests may detect a straggler and its recovery in a few reports
+    (tests/server/test_replan_guards.py checks the dwell).
+    """
     db = tmp_path_factory.mktemp("db") / "perseus.db"
     with ServerProcess(db, extra_args=["--replan-dwell", "0"]) as srv:
         yield srv

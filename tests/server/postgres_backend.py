@@ -1,6 +1,8 @@
-"""Test-only access to a real PostgreSQL server: one per test session (``initdb`` / ``pg_ctl``
-in a temporary directory, see :class:`~perseus_server.testing.postgres.PostgresServer`), one
-fresh database per test (``CREATE DATABASE`` copies an empty template in a few milliseconds).
+"""Test-only access to a real PostgreSQL server.
+
+One per test session (``initdb`` / ``pg_ctl`` in a temporary directory, see
+:class:`~perseus_server.testing.postgres.PostgresServer`), one fresh database per test (``CREATE
+DATABASE`` copies an empty template in a few milliseconds).
 
 Without PostgreSQL installed the tests that need it skip, saying so (CI has it: ``scripts/setup``
 installs Debian's ``postgresql``).

@@ -1,5 +1,7 @@
-"""The path one iteration report takes through the server's modules, from the gRPC entry
-(``PlanServicer.ReportIterations``) to the last observer, traced with :func:`sys.setprofile`.
+"""The path one iteration report takes through the server's modules.
+
+From the gRPC entry (``PlanServicer.ReportIterations``) to the last observer, traced with
+:func:`sys.setprofile`.
 
 The report is followed as a parameter: every call of a function of the project's modules
 (``perseus_server``, ``perseus_common``, ``perseus``) that receives it (the wire message, the
@@ -64,8 +66,11 @@ class Trace:
 
 
 def _carriers() -> tuple[type, ...]:
-    """The types a report travels as: the wire message, the domain value, the checked report
-    (in ``service/observers.py`` since the report pipeline, in ``service/reports.py`` before)."""
+    """The types a report travels as.
+
+    The wire message, the domain value, the checked report (in ``service/observers.py`` since
+    the report pipeline, in ``service/reports.py`` before).
+    """
     import perseus_server.service.reports as reports
 
     types: list[type] = [pb.IterationReport, IterationReport]
@@ -79,8 +84,10 @@ def _carriers() -> tuple[type, ...]:
 
 
 def _carries(frame: FrameType, carriers: tuple[type, ...]) -> bool:
-    """Whether the called function received the report among its arguments, or an object
-    holding it (the adapter's wrapper of the wire message)."""
+    """Whether the called function received the report among its arguments.
+
+    Or an object holding it (the adapter's wrapper of the wire message).
+    """
     code = frame.f_code
     n = code.co_argcount + code.co_kwonlyargcount
     for a in code.co_varnames[:n]:
@@ -134,9 +141,11 @@ def _report(mhz: int) -> pb.IterationReport:
 
 
 def trace_report(tmp: Path, *, every_call: bool = False) -> Trace:
-    """Handle one report through ``ReportIterations`` and trace its stops (``every_call``:
-    every call of a project function while it is handled, whatever its arguments: how
-    scattered the handling is, helpers on the job's state included)."""
+    """Handle one report through ``ReportIterations`` and trace its stops.
+
+    ``every_call``: trace every call of a project function while the report is handled, whatever
+    its arguments (how scattered the handling is, helpers on the job's state included).
+    """
     tmp.mkdir(parents=True, exist_ok=True)
     csv = sliced_profile_csv()
     first_release_database(tmp / "perseus.db", csv)

@@ -1,5 +1,7 @@
-"""The REST application's routes, taken from its own router (not a hand-made list), so that the
-tests that walk every route cover a new one the day it is added, included routers too."""
+"""The REST application's routes, taken from its own router (not a hand-made list).
+
+So that the tests that walk every route cover a new one the day it is added, included routers too.
+"""
 
 from __future__ import annotations
 
@@ -18,8 +20,10 @@ __all__ = ["api_routes", "app_routes"]
 
 
 def api_routes(routes: list[Any]) -> Iterator[APIRoute]:
-    """Every ``APIRoute`` in ``routes``, descending into included routers (FastAPI keeps those
-    in an ``_IncludedRouter`` entry, not as ``APIRoute`` entries of the app)."""
+    """Every ``APIRoute`` in ``routes``, descending into included routers.
+
+    FastAPI keeps those in an ``_IncludedRouter`` entry, not as ``APIRoute`` entries of the app.
+    """
     for route in routes:
         if isinstance(route, APIRoute):
             yield route
@@ -31,8 +35,10 @@ def api_routes(routes: list[Any]) -> Iterator[APIRoute]:
 
 
 def app_routes(tmp: Path, **app_options: Any) -> list[APIRoute]:
-    """Every API route of the REST application, checked to cover every operation its OpenAPI
-    document lists."""
+    """Every API route of the REST application.
+
+    Checked to cover every operation its OpenAPI document lists.
+    """
     store = SqliteStore.open(tmp / "walk.db")
     try:
         app = create_app(PerseusService(store, Limits()), **app_options)

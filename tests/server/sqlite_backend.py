@@ -1,5 +1,7 @@
-"""Test-only access to the SQLite backend below the :class:`~perseus_server.domain.store.Store`
-protocol: the only place the tests open a database file with :mod:`sqlite3` themselves.
+"""Test-only access to the SQLite backend below the store protocol.
+
+The protocol is :class:`~perseus_server.domain.store.Store`; this is the only place the tests open a
+database file with :mod:`sqlite3` themselves.
 
 What only this backend has (its schema version, a database as the first release wrote it, a
 row corrupted on disk, what the file holds) is read and written here; everything else goes
@@ -102,9 +104,12 @@ VERSION = 5
 
 
 def first_release_database(path: Path, small_csv: str | None = None) -> dict[str, Any]:
-    """A database as the first release wrote it: one job (2 stages x 4 microbatches, 2
-    pipelines) with a profile, its frontier, a deployed plan with a reported straggler, a rank
-    and two iterations. Returns what the test should find again."""
+    """A database as the first release wrote it.
+
+    One job (2 stages x 4 microbatches, 2 pipelines) with a profile, its frontier, a deployed
+    plan with a reported straggler, a rank and two iterations. Returns what the test should find
+    again.
+    """
     db = sqlite3.connect(path)
     db.executescript(SCHEMA_41619ED)
     now = time.time()

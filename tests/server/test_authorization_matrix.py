@@ -1,7 +1,8 @@
-"""The authorization table (:mod:`perseus_server.service.authorization`, the gRPC rows from
-:mod:`perseus_server.grpc.methods`), every cell checked
-against a real ``perseus serve``: credential kind x route (from the app's own router) or gRPC
-method (from the ``.proto``) x own / other tenant.
+"""The authorization table, every cell checked against a real ``perseus serve``.
+
+The table is :mod:`perseus_server.service.authorization`, its gRPC rows from
+:mod:`perseus_server.grpc.methods`; its cells are credential kind x route (from the app's own
+router) or gRPC method (from the ``.proto``) x own / other tenant.
 
 A route or method that is not in the table fails :func:`test_every_route_and_method_is_classified`
 (and is refused to every credential but the admin's), so a new one is classified the day it is
@@ -62,8 +63,10 @@ def admin(srv: ServerProcess) -> Iterator[httpx.Client]:
 
 @pytest.fixture(scope="module")
 def tokens(admin: httpx.Client) -> dict[Scope, str]:
-    """A credential of each kind but rank (a rank credential comes with each fresh job); the
-    tenant ones of ``team-a``."""
+    """A credential of each kind but rank (a rank credential comes with each fresh job).
+
+    The tenant ones of ``team-a``.
+    """
     out = {Scope.ADMIN: ADMIN, Scope.READ: READ}
     for scope in (Scope.TENANT, Scope.TENANT_READ):
         r = admin.post("/credentials", json={"scope": scope.value, "tenant": "team-a"})
@@ -94,9 +97,12 @@ def test_every_route_and_method_is_classified(tmp_path: Path) -> None:
 
 
 def test_the_table_keeps_tenants_apart() -> None:
-    """What the cells must say, whatever is added: a tenant's credentials never reach another
-    tenant's jobs; read-only kinds change nothing; a rank credential reads only its job's
-    status on REST; tenants, quotas, credentials and the cluster budget are the admin's."""
+    """The table keeps tenants apart: what the cells must say, whatever is added.
+
+    A tenant's credentials never reach another tenant's jobs; read-only kinds change nothing; a
+    rank credential reads only its job's status on REST; tenants, quotas, credentials and the
+    cluster budget are the admin's.
+    """
     for key, rule in REST.items():
         method, path = key.split(" ", 1)
         if key in PUBLIC:

@@ -1,6 +1,8 @@
-"""Every REST route and gRPC method, fed the boundary values of each of its fields, answers 2xx
-or a client error naming the field, within a bounded time (each call has a deadline; one that
-hangs fails) and memory (the server's resident memory over the whole walk).
+"""Every REST route and gRPC method, fed boundary values, answers 2xx or a client error.
+
+Fed the boundary values of each of its fields, answers 2xx or a client error naming the field,
+within a bounded time (each call has a deadline; one that hangs fails) and memory (the server's
+resident memory over the whole walk).
 
 The fields and their types come from the application's own OpenAPI document (query and path
 parameters, the top-level properties of each JSON body, ``$ref`` resolved) and from the proto
@@ -79,8 +81,11 @@ def body_values(schema: dict[str, Any]) -> list[Any]:
 
 
 def names_field(r: httpx.Response, name: str) -> bool:
-    """Whether the problem names ``name``: as its field (or a part of it), one of its errors'
-    fields, or in its detail (a rule between two fields names both there)."""
+    """Whether the problem names ``name``.
+
+    As its field (or a part of it), one of its errors' fields, or in its detail (a rule between
+    two fields names both there).
+    """
     doc = r.json()
     fields = [str(doc.get("field") or "")] + [str(e.get("field")) for e in doc.get("errors", [])]
     return name in str(doc.get("detail", "")) or any(
@@ -108,8 +113,10 @@ class Walk:
         return self.spec["components"]["schemas"][ref.rsplit("/", 1)[1]] if ref else schema
 
     def call(self, method: str, path: str, body: Any = None, **kw: Any) -> httpx.Response:
-        """One request; a body is sent as JSON with NaN and infinities as their bare tokens
-        (what a careless client's encoder writes)."""
+        """One request; a body is sent as JSON with NaN and infinities as their bare tokens.
+
+        What a careless client's encoder writes.
+        """
         self.cases += 1
         if body is not None:
             kw["content"] = json.dumps(body, allow_nan=True)

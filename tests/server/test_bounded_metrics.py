@@ -1,5 +1,8 @@
-"""Metric labels come from bounded sets the server defines: invented HTTP methods, paths and
-gRPC method names, refused before authentication or not, never add a series."""
+"""Metric labels come from bounded sets the server defines.
+
+Invented HTTP methods, paths and gRPC method names, refused before authentication or not, never add
+a series.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""Applied-clock verification against a real server: off-plan instructions in the status and
-``/metrics``, a pipeline whose rank runs off-plan treated as slow (its measured times), bad
-fields refused; and a real client whose simulated GPU is throttled."""
+"""Applied-clock verification against a real server.
+
+Off-plan instructions in the status and ``/metrics``, a pipeline whose rank runs off-plan treated as
+slow (its measured times), bad fields refused; and a real client whose simulated GPU is throttled.
+"""
 
 from __future__ import annotations
 
@@ -60,8 +62,10 @@ def _off_plan(stage: int | None = 1, reasons: tuple[str, ...] = (THERMAL,)) -> A
 def test_an_off_plan_rank_shows_up_and_makes_its_pipeline_a_straggler(
     http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str
 ) -> None:
-    """Pipeline 1's leader (rank 2) reports the plan's time; its rank 3 runs off-plan and
-    slower. Without the off-plan rule only the leader would count and nothing would happen."""
+    """Pipeline 1's leader (rank 2) reports the plan's time; its rank 3 runs off-plan and slower.
+
+    Without the off-plan rule only the leader would count and nothing would happen.
+    """
     job = solved_job(http, small_csv, data_parallel=2)
     ids = {g: register(stub, job, g, g % 2, data_rank=g // 2).rank_id for g in range(4)}
     status = http.get(f"/jobs/{job}/status").json()
@@ -166,8 +170,11 @@ def _train(client: PerseusClient, iterations: int) -> None:
 def test_a_throttled_simulated_gpu_shows_up_in_status_and_metrics(
     server: ServerProcess, http: httpx.Client, small_csv: str
 ) -> None:
-    """Real clients in threads: pipeline 0's rank and pipeline 1's two ranks; rank 2 (pipeline
-    1, stage 1) runs on a GPU throttled to its lowest clock with a thermal reason."""
+    """Real clients in threads: pipeline 0's rank and pipeline 1's two ranks.
+
+    Rank 2 (pipeline 1, stage 1) runs on a GPU throttled to its lowest clock with a thermal
+    reason.
+    """
     job = solved_job(http, small_csv, data_parallel=2)
     ranks = {0: (0, 1), 1: (1, 0), 2: (1, 1)}  # global rank: (pipeline, stage)
     clients: dict[int, PerseusClient] = {}

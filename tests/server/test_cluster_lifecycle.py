@@ -1,6 +1,8 @@
-"""A shared cluster's server (issue 24): jobs' lifecycles and the power budget that follows them,
-profile mismatches and the replan dwell, the metrics an operator alerts on (parsed with
-prometheus_client's parser), the small doors (blocking power, ``?stages=``), token rotation.
+"""A shared cluster's server (issue 24).
+
+Jobs' lifecycles and the power budget that follows them, profile mismatches and the replan dwell,
+the metrics an operator alerts on (parsed with prometheus_client's parser), the small doors
+(blocking power, ``?stages=``), token rotation.
 
 Everything runs against real ``perseus serve`` processes over real gRPC streams.
 """
@@ -86,9 +88,11 @@ def _shares(http: httpx.Client) -> dict[str, float]:
 def test_budget_follows_the_jobs_that_run(
     http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str
 ) -> None:
-    """Three jobs share a budget; one finishes, one goes idle, one joins: after each step the
-    watts go to the active jobs only, within the budget's recompute interval (changes within
-    half a second of the last are merged), and the metrics and status say so."""
+    """Three jobs share a budget; one finishes, one goes idle, one joins.
+
+    After each step the watts go to the active jobs only, within the budget's recompute interval
+    (changes within half a second of the last are merged), and the metrics and status say so.
+    """
     a, b, c = (solved_job(http, small_csv, name=n) for n in "abc")
     streams = {j: _connect(stub, j) for j in (a, b, c)}
     r = http.put("/power-budget", json={"watts": 1e6})
@@ -166,8 +170,11 @@ def test_budget_follows_the_jobs_that_run(
 
 
 def test_metrics_follow_the_naming_conventions(http: httpx.Client, small_csv: str) -> None:
-    """Parsed with prometheus_client: ``_total`` only on counters, units in the names, and every
-    job exports its connected ranks (0 included) and world size."""
+    """The metrics follow the naming conventions, parsed with prometheus_client.
+
+    ``_total`` only on counters, units in the names, and every job exports its connected ranks
+    (0 included) and world size.
+    """
     job = solved_job(http, small_csv, name="metrics")
     fams = _metrics(http)
     for name, fam in fams.items():
@@ -204,9 +211,12 @@ def test_metrics_follow_the_naming_conventions(http: httpx.Client, small_csv: st
 def test_a_profile_that_does_not_describe_the_job_is_flagged(
     http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str
 ) -> None:
-    """Iterations at 2 % of the plan's time: profile_mismatch, energy saved withheld, no
-    replan (the issue's 93 plan versions in 90 s); a straggler's detection is not held back by
-    it once the profile matches, but its recovery waits for the dwell (30 s here)."""
+    """A profile that does not describe the job is flagged.
+
+    Iterations at 2 % of the plan's time: profile_mismatch, energy saved withheld, no replan
+    (the issue's 93 plan versions in 90 s); a straggler's detection is not held back by it once
+    the profile matches, but its recovery waits for the dwell (30 s here).
+    """
     job = solved_job(http, small_csv, data_parallel=2, name="mismatch")
     ranks = {d: register(stub, job, d * 2, 0, data_rank=d).rank_id for d in (0, 1)}
     st = http.get(f"/jobs/{job}/status").json()
@@ -314,8 +324,11 @@ def test_admin_token_rotates_on_sighup(tmp_path: Path) -> None:
 
 
 def test_lifecycles_survive_a_restart(tmp_path: Path) -> None:
-    """A finished job stays finished across a restart; an active one without ranks gets the
-    idle timeout again from the server's start, then is idle (stored too)."""
+    """A finished job stays finished across a restart.
+
+    An active one without ranks gets the idle timeout again from the server's start, then is
+    idle (stored too).
+    """
     db = tmp_path / "perseus.db"
     body = {"stages": 2, "microbatches": 4, "blocking_power": 70.0}
     with ServerProcess(db) as s, httpx.Client(base_url=s.http_url) as c:
@@ -334,9 +347,11 @@ def test_lifecycles_survive_a_restart(tmp_path: Path) -> None:
 
 
 def test_a_job_whose_ranks_all_exit_cleanly_is_finished(tmp_path: Path) -> None:
-    """Two real clients (``with PerseusClient``, simulated GPUs) end without an exception:
-    each sends FinishRank, and the job is finished once both did; a rank credential may not
-    finish another job's rank."""
+    """Two real clients (``with PerseusClient``, simulated GPUs) end without an exception.
+
+    Each sends FinishRank, and the job is finished once both did; a rank credential may not
+    finish another job's rank.
+    """
     from perseus_client import PerseusClient, RankPosition, SimulatedGpu
 
     profile = {

@@ -1,6 +1,8 @@
-"""Cost proportional to size: paged job lists, bounded caches and solve queues, solves over
-their memory or time limit failing with the limit named, a worker's half-written result never
-blocking, and the loop answering while large reports are checked.
+"""Cost proportional to size: every list, cache, queue and solve is bounded.
+
+Paged job lists, bounded caches and solve queues, solves over their memory or time limit failing
+with the limit named, a worker's half-written result never blocking, and the loop answering while
+large reports are checked.
 
 Bounds asserted here are generous ones that only a blocked loop or a runaway allocation breaks.
 """
@@ -155,8 +157,10 @@ def test_a_solve_over_its_limit_fails_naming_it(
 def test_large_reports_do_not_block_the_loop(
     http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str, server: ServerProcess
 ) -> None:
-    """Reports of 100k measurements each, sent back to back, while /healthz is polled: every
-    probe answers (a loop blocked for the whole run would time the probes out)."""
+    """Reports of 100k measurements each, sent back to back, while /healthz is polled.
+
+    Every probe answers (a loop blocked for the whole run would time the probes out).
+    """
     job_id = solved_job(http, small_csv, microbatches=1000)
     rank = register(stub, job_id, 0, 0).rank_id
     ops = [

@@ -1,6 +1,9 @@
-"""Zeus's cost policy end to end: a real server, real rank clients registering their GPUs'
-maximum power limit over gRPC, ``GET``/``PUT /jobs/{id}/plan?eta=...`` checked against a
-brute-force argmin over the frontier's points, and the limit kept across a restart."""
+"""Zeus's cost policy end to end.
+
+A real server, real rank clients registering their GPUs' maximum power limit over gRPC,
+``GET``/``PUT /jobs/{id}/plan?eta=...`` checked against a brute-force argmin over the frontier's
+points, and the limit kept across a restart.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""Rank and read credentials on a real ``perseus serve``: issued once at job creation, only their
-SHA-256 stored, rotation and revocation take effect at once and survive a restart, a rank
-identity is bound to the credential that registered it, the rank client works with its job's
-credential, and the command line refuses unusable read-token files."""
+"""Rank and read credentials on a real ``perseus serve``.
+
+Issued once at job creation, only their SHA-256 stored, rotation and revocation take effect at once
+and survive a restart, a rank identity is bound to the credential that registered it, the rank
+client works with its job's credential, and the command line refuses unusable read-token files.
+"""
 
 from __future__ import annotations
 
@@ -31,8 +33,10 @@ ADMIN = "admin-" + "a" * 26
 
 
 def exercise_credentials(c: Any, job_id: str) -> None:
-    """Every credential route's documented success through ``c`` (a ``test_openapi.Contract``:
-    each answer is checked against the published schema); for the lifecycle test."""
+    """Every credential route's documented success through ``c``; for the lifecycle test.
+
+    ``c`` is a ``test_openapi.Contract``: each answer is checked against the published schema.
+    """
     issued = c.call("POST", "/credentials", 201, json={"scope": "read"}).json()
     assert issued["scope"] == "read" and issued["credential"]
     listed = c.call("GET", "/credentials", 200).json()["credentials"]

@@ -1,6 +1,9 @@
-"""``perseus db migrate SRC DST``: a populated SQLite store copied into PostgreSQL and back
-reads the same through every read method of the store contract; a destination that holds data,
-and a source with tables this server does not know, are refused with nothing written."""
+"""``perseus db migrate SRC DST``.
+
+A populated SQLite store copied into PostgreSQL and back reads the same through every read method of
+the store contract; a destination that holds data, and a source with tables this server does not
+know, are refused with nothing written.
+"""
 
 from __future__ import annotations
 

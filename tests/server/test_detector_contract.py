@@ -1,8 +1,11 @@
-"""The :class:`~perseus_server.decisions.detectors.Detector` contract, run against every
-implementation in :data:`~perseus_server.decisions.detectors.DETECTORS`: the detector owns its
-calibration (callers give raw measured seconds and get T' on the profile's axis; the T' they
-know is on that axis too), detects, follows a changed pace, recovers and forgets; and the
-settings are one dataclass, built by keyword, that the REST body mirrors field for field."""
+"""The detector contract, run against every implementation.
+
+The :class:`~perseus_server.decisions.detectors.Detector` contract, run against every implementation
+in :data:`~perseus_server.decisions.detectors.DETECTORS`: the detector owns its calibration (callers
+give raw measured seconds and get T' on the profile's axis; the T' they know is on that axis too),
+detects, follows a changed pace, recovers and forgets; and the settings are one dataclass, built by
+keyword, that the REST body mirrors field for field.
+"""
 
 from __future__ import annotations
 
@@ -40,8 +43,10 @@ def _warm(det: Detector, pipelines: int = 3, n: int = 5) -> None:
 
 
 def _feed(det: Detector, p: int, slowdown: float, n: int, **kw: object) -> list[Decision]:
-    """``n`` iterations of pipeline ``p`` at ``slowdown`` on the profile's axis (measured: with
-    the overhead); the other pipelines keep the common pace."""
+    """``n`` iterations of pipeline ``p`` at ``slowdown`` on the profile's axis.
+
+    Measured: with the overhead; the other pipelines keep the common pace.
+    """
     out = []
     for _ in range(n):
         out.append(det.observe(p, OVERHEAD * PLANNED * slowdown, PLANNED, **kw))  # type: ignore[arg-type]
@@ -67,8 +72,10 @@ def test_a_straggler_is_detected_with_t_prime_on_the_profiles_axis(detector: Det
 
 
 def test_a_known_pace_is_given_on_the_profiles_axis(detector: Detector) -> None:
-    """The straggler runs at the T' it is known by (profile's axis): not a changed pace, though
-    its measured time is 30 % above that T'."""
+    """The straggler runs at the T' it is known by (profile's axis).
+
+    Not a changed pace, though its measured time is 30 % above that T'.
+    """
     _warm(detector)
     known = 1.2 * PLANNED
     decisions = _feed(detector, 1, 1.2, 6, flagged=True, current=known)
@@ -101,9 +108,11 @@ def test_a_straggler_recovers_with_hysteresis(detector: Detector) -> None:
 
 
 def test_t_prime_stays_within_the_report_bounds(detector: Detector) -> None:
-    """Pipelines reporting iterations a million times faster than planned make a tiny
-    calibration; a pipeline at the slowest time a report may carry must still get a T' a report
-    could carry (found by the report-bounds property test: T' = 1.9e12 s)."""
+    """Pipelines reporting iterations a million times faster than planned make a tiny calibration.
+
+    A pipeline at the slowest time a report may carry must still get a T' a report could carry
+    (found by the report-bounds property test: T' = 1.9e12 s).
+    """
     for _ in range(5):
         for p in (0, 2):
             detector.observe(p, 1e-6, PLANNED, False)

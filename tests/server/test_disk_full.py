@@ -1,11 +1,13 @@
-"""A full disk is a clear, retryable error (issue #32 item 5: it was a 500 "Internal server
-error" over REST and ``UNKNOWN`` over gRPC): REST 503 with ``Retry-After`` and a problem body
-(``kind: disk_full``), gRPC ``UNAVAILABLE``, a log line, ``perseus_store_errors_total{kind=
-"disk_full"}``; nothing acknowledged is lost, and writes succeed again once space returns,
-without a restart.
+"""A full disk is a clear, retryable error.
+
+Issue #32 item 5: it was a 500 "Internal server error" over REST and ``UNKNOWN`` over gRPC. Now REST
+answers 503 with ``Retry-After`` and a problem body (``kind: disk_full``), gRPC ``UNAVAILABLE``,
+with a log line and ``perseus_store_errors_total{kind="disk_full"}``; nothing acknowledged is lost,
+and writes succeed again once space returns, without a restart.
 
 For real on a 3 MiB tmpfs when running as root (``mount`` needs it); in process, with the
-store's connection made to fail as SQLite does on a full disk, everywhere."""
+store's connection made to fail as SQLite does on a full disk, everywhere.
+"""
 
 from __future__ import annotations
 

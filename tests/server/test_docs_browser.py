@@ -1,10 +1,12 @@
-"""``GET /docs`` in a real headless Chromium (Selenium) against a real ``perseus serve`` with auth
-on: Swagger UI loads from the server alone (every request the browser made, read from its
-performance log, went to the server; the page's Content-Security-Policy names no other host),
-its *Authorize* button takes the token, and *Try it out* → *Execute* on ``GET /jobs`` answers
-200 with the job the server holds, the request carrying the bearer credential.
+"""``GET /docs`` in a real headless Chromium (Selenium) against a real ``perseus serve``.
 
-Skips, naming what is missing, without Chromium, its driver or Selenium (CI installs them)."""
+With auth on: Swagger UI loads from the server alone (every request the browser made, read from its
+performance log, went to the server; the page's Content-Security-Policy names no other host), its
+*Authorize* button takes the token, and *Try it out* → *Execute* on ``GET /jobs`` answers 200 with
+the job the server holds, the request carrying the bearer credential.
+
+Skips, naming what is missing, without Chromium, its driver or Selenium (CI installs them).
+"""
 
 from __future__ import annotations
 

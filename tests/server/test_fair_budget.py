@@ -1,10 +1,12 @@
-"""The cluster power budget shared fairly (issue #31) on a real ``perseus serve``: a job draws
-only once its training started (never from its creation alone), its claim is bounded by what
-its GPUs can draw (with the reason in its status), ``on_infeasible`` can be changed while the
-budget is unreachable, and ranks coming and going fast do not redeploy the other jobs' plans
-at their pace. (The 1,024-pipeline starvation scenario with guaranteed shares is
-``benchmarks/tenancy.py``, run in ``tests/test_benchmark_smoke.py``; the split between tenants
-is unit-tested in ``test_tenant_shares.py``.)"""
+"""The cluster power budget shared fairly (issue #31) on a real ``perseus serve``.
+
+A job draws only once its training started (never from its creation alone), its claim is bounded by
+what its GPUs can draw (with the reason in its status), ``on_infeasible`` can be changed while the
+budget is unreachable, and ranks coming and going fast do not redeploy the other jobs' plans at
+their pace. (The 1,024-pipeline starvation scenario with guaranteed shares is
+``benchmarks/tenancy.py``, run in ``tests/test_benchmark_smoke.py``; the split between tenants is
+unit-tested in ``test_tenant_shares.py``.)
+"""
 
 from __future__ import annotations
 

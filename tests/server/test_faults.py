@@ -1,7 +1,9 @@
-"""Crash at every step of a solve's completion, a deployment and a profiling finish (a real
-server exits at a named point, ``PERSEUS_FAULT``), restart, and check that every endpoint
-answers and the state is the one before or after the step; and a job whose stored state is
-unreadable is marked failed while the server starts anyway."""
+"""Crash at every step of a solve's completion, a deployment and a profiling finish, and restart.
+
+A real server exits at a named point (``PERSEUS_FAULT``); after the restart every endpoint answers
+and the state is the one before or after the step. A job whose stored state is unreadable is marked
+failed while the server starts anyway.
+"""
 
 from __future__ import annotations
 
@@ -67,8 +69,10 @@ def check_everything_answers(tmp: Path, srv: ServerProcess, job_id: str) -> dict
 
 
 def solve_until_the_fault(srv: ServerProcess, small_csv: str) -> str:
-    """A job with a profile and one registered rank whose solve runs into the server's fault
-    point; the server is restarted after it died there. Returns the job's id."""
+    """A job with a profile and one registered rank whose solve runs into the server's fault point.
+
+    The server is restarted after it died there. Returns the job's id.
+    """
     with httpx.Client(base_url=srv.http_url, timeout=30.0) as http:
         job_id = make_job(http)
         r = http.put(

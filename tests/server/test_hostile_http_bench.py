@@ -1,6 +1,8 @@
-"""``benchmarks/hostile_http.py --smoke`` runs, and its rows show the fixed behaviour: a constant
-series count, one 400 for a CL.TE request, ``/healthz`` answered under slow bodies, foreign host
-and origin refused, an out-of-range report refused."""
+"""``benchmarks/hostile_http.py --smoke`` runs, and its rows show the fixed behaviour.
+
+A constant series count, one 400 for a CL.TE request, ``/healthz`` answered under slow bodies,
+foreign host and origin refused, an out-of-range report refused.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
-"""Hostile input against a real ``perseus serve``: every malformed input is a 4xx problem body
-naming the field, never a 5xx, and nothing an input asks for is sized by a number inside it.
+"""Hostile input against a real ``perseus serve``.
+
+Every malformed input is a 4xx problem body naming the field, never a 5xx, and nothing an input asks
+for is sized by a number inside it.
 
 The route walk takes the routes from the application itself (not a hand-made list), so a new
 route is covered the day it is added.

@@ -1,8 +1,10 @@
-"""Request framing and slow bodies, with raw sockets against a real server: the usual request
-smuggling variants (CL.TE, TE.CL, duplicate and malformed ``Transfer-Encoding``) are refused with
-one 400 and a closed connection, so nothing behind them is answered as a second request; body
-limits count what arrives whatever the framing; a body trickled a byte at a time is cut off, and
-``/healthz`` answers while such connections fight over ``--max-connections``."""
+"""Request framing and slow bodies, with raw sockets against a real server.
+
+The usual request smuggling variants (CL.TE, TE.CL, duplicate and malformed ``Transfer-Encoding``)
+are refused with one 400 and a closed connection, so nothing behind them is answered as a second
+request; body limits count what arrives whatever the framing; a body trickled a byte at a time is
+cut off, and ``/healthz`` answers while such connections fight over ``--max-connections``.
+"""
 
 from __future__ import annotations
 
@@ -165,8 +167,11 @@ def test_slow_bodies_are_cut_off_and_health_answers_meanwhile(srv: ServerProcess
 
 
 def test_a_request_head_is_bounded(srv: ServerProcess) -> None:
-    """A request line and headers past :data:`MAX_HEAD_BYTES` are refused (one 400, the
-    connection closed), sent at once or a piece at a time; a head just under it is answered."""
+    """A request line and headers past :data:`MAX_HEAD_BYTES` are refused.
+
+    One 400, the connection closed, whether sent at once or a piece at a time; a head just under
+    it is answered.
+    """
     from perseus_server.runtime.connection_limits import MAX_HEAD_BYTES
 
     def head(size: int) -> bytes:

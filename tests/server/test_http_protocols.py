@@ -1,7 +1,10 @@
-"""Both HTTP protocols ``perseus serve`` may run (uvicorn's httptools one, and its h11 one where
-httptools is missing) keep the guards of ``runtime/connection_limits.py``, on a real uvicorn on
-a real port: a request is answered, a connection that sends nothing is closed after the header
-timeout, and a request head that goes on past the bound is refused with the connection closed."""
+"""Both HTTP protocols ``perseus serve`` may run keep the connection guards.
+
+The protocols are uvicorn's httptools one, and its h11 one where httptools is missing; the guards
+are ``runtime/connection_limits.py``'s. On a real uvicorn on a real port: a request is answered, a
+connection that sends nothing is closed after the header timeout, and a request head that goes on
+past the bound is refused with the connection closed.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""Idempotent reports: a re-sent report (same rank, sequence not above the last accepted one) is
-acknowledged and dropped, never counted twice (online profiling included, across a restart);
-reports without a sequence (old clients) are taken as before; within one stream, a repeated or
-lower sequence is one duplicate, stored once."""
+"""Idempotent reports: a re-sent report is acknowledged and dropped, never counted twice.
+
+A re-sent report has the same rank and a sequence not above the last accepted one (online profiling
+included, across a restart). Reports without a sequence (old clients) are taken as before; within
+one stream, a repeated or lower sequence is one duplicate, stored once.
+"""
 
 from __future__ import annotations
 

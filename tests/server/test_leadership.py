@@ -1,8 +1,11 @@
-"""Active/standby on one PostgreSQL database: one lease holder at a time, a new epoch only once
-the lease expired, and fencing: a deposed leader's writes are refused (nothing written), while
-a write in flight when the epoch moves on finishes first and is seen by the new leader. Then
-two real ``perseus serve`` processes: the standby takes over when the leader is killed, and a
-leader stopped past its lease stops itself when it resumes, writing nothing."""
+"""Active/standby on one PostgreSQL database.
+
+One lease holder at a time, a new epoch only once the lease expired, and fencing: a deposed leader's
+writes are refused (nothing written), while a write in flight when the epoch moves on finishes first
+and is seen by the new leader. Then two real ``perseus serve`` processes: the standby takes over
+when the leader is killed, and a leader stopped past its lease stops itself when it resumes, writing
+nothing.
+"""
 
 from __future__ import annotations
 

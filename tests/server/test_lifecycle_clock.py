@@ -1,7 +1,9 @@
-"""The lifecycle measures its idle timeout on the monotonic clock, and its timer looks again
-when a check finds the time not yet up (issue #32 item 6: after a -3,600 s step of the system
-clock a job whose ranks had all left stayed ``active``). The clocks are injected: a fake
-``time`` module for the module, a fake monotonic and wall clock for the object."""
+"""The lifecycle measures its idle timeout on the monotonic clock.
+
+And its timer looks again when a check finds the time not yet up (issue #32 item 6: after a -3,600 s
+step of the system clock a job whose ranks had all left stayed ``active``). The clocks are injected:
+a fake ``time`` module for the module, a fake monotonic and wall clock for the object.
+"""
 
 from __future__ import annotations
 
@@ -22,8 +24,10 @@ IDLE_AFTER = 0.05
 
 
 class Clocks:
-    """A wall clock that an operator (or NTP) may step, and a monotonic one that only moves
-    forward; both moved by the test alone."""
+    """A wall clock that an operator (or NTP) may step, and a monotonic one that only moves forward.
+
+    Both moved by the test alone.
+    """
 
     def __init__(self) -> None:
         self.wall, self.mono = 1.7e9, 1000.0

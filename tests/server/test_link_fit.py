@@ -1,5 +1,8 @@
-"""Measured transfer times: a report's time per link (median), the scan's samples per clock
-(kept with the persisted session), and the fit online profiling gives the profile."""
+"""Measured transfer times: per report, per clock, and the fit for the profile.
+
+A report's time per link (median), the scan's samples per clock (kept with the persisted session),
+and the fit online profiling gives the profile.
+"""
 
 from __future__ import annotations
 

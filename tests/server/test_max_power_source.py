@@ -1,7 +1,9 @@
-"""Where the cost policy's ``max_power`` comes from when the request gives none: the limits the
-job's ranks registered first, the known-GPU table only when no rank told (docs/server.md, "in
-order"). A seeded bug that consulted the table first passed every test, none of which had a job
-with both a known GPU model and ranks registering a different limit (issue #32)."""
+"""Where the cost policy's ``max_power`` comes from when the request gives none.
+
+The limits the job's ranks registered first, the known-GPU table only when no rank told
+(docs/server.md, "in order"). A seeded bug that consulted the table first passed every test, none of
+which had a job with both a known GPU model and ranks registering a different limit (issue #32).
+"""
 
 from __future__ import annotations
 

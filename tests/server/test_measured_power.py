@@ -1,6 +1,8 @@
-"""Measured power and energy saved per job on a real server, from real gRPC report streams:
-the status's ``measured`` and the ``/metrics`` series against figures computed here from the
-profile and the frontier (``docs/power.md``)."""
+"""Measured power and energy saved per job on a real server, from real gRPC report streams.
+
+The status's ``measured`` and the ``/metrics`` series against figures computed here from the profile
+and the frontier (``docs/power.md``).
+"""
 
 from __future__ import annotations
 
@@ -20,8 +22,10 @@ from .conftest import BLOCKING_A40, register, solved_job
 
 
 def _max_clock_rank(csv_text: str, microbatches: int) -> dict[int, tuple[float, float]]:
-    """Per pipeline rank of a 1F1B job with one stage per rank: (energy, busy time) of its
-    instructions at the profile's top clock, summed by hand."""
+    """Per pipeline rank of a 1F1B job with one stage per rank.
+
+    The energy and busy time of its instructions at the profile's top clock, summed by hand.
+    """
     prof = parse_profile_csv(csv_text)
     out = {}
     for s in range(prof.stages):
@@ -59,8 +63,10 @@ class _Job:
     def report(
         self, energies: dict[tuple[int, int], float], seconds: float, version: int, n: int = 1
     ) -> None:
-        """``n`` iterations from the ranks in ``energies`` (J each), ``seconds`` long, in one
-        stream per rank, each report with a fresh sequence number."""
+        """``n`` iterations from the ranks in ``energies`` (J each), ``seconds`` long.
+
+        One stream per rank, each report with a fresh sequence number.
+        """
         for key, e in energies.items():
             reps = []
             for i in range(n):

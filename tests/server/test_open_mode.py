@@ -1,6 +1,8 @@
-"""An open server (no token) against DNS rebinding and cross-site requests: only loopback and
-allowed host names are answered, a state-changing request from a foreign origin is refused
-(403, a problem body naming the header), and no CORS header opens an answer to another site."""
+"""An open server (no token) against DNS rebinding and cross-site requests.
+
+Only loopback and allowed host names are answered, a state-changing request from a foreign origin is
+refused (403, a problem body naming the header), and no CORS header opens an answer to another site.
+"""
 
 from __future__ import annotations
 

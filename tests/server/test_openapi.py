@@ -1,5 +1,7 @@
-"""The published OpenAPI document: every operation documented, response models closed, and the
-checker that validates real responses against it (used by ``test_openapi_lifecycle``).
+"""The published OpenAPI document.
+
+Every operation documented, response models closed, and the checker that validates real responses
+against it (used by ``test_openapi_lifecycle``).
 
 :class:`Contract` sends a request, finds the documented response of that path, method and
 status, and validates the body against its JSON schema (``$ref`` resolved into the document's
@@ -64,8 +66,11 @@ class Contract:
         path: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> httpx.Response:
-        """Send ``method template`` (``path`` fills its parameters), assert ``status`` and check
-        the body against the documented response; returns the response."""
+        """Send ``method template`` and check the answer; returns the response.
+
+        ``path`` fills its parameters; asserts ``status`` and checks the body against the
+        documented response.
+        """
         r = self.http.request(method, template.format(**(path or {})), **kwargs)
         assert r.status_code == status, f"{method} {template}: {r.status_code} {r.text[:500]}"
         self.check(method, template, r)
@@ -277,8 +282,10 @@ def test_the_wire_format_is_the_services_dicts(local: Any, small_csv: str) -> No
 
 
 def test_an_undeclared_key_is_refused_not_dropped(local: Any, monkeypatch: Any) -> None:
-    """A service dict with a key its model lacks fails response validation (a 500 in
-    production), rather than losing the key or sending an undocumented one."""
+    """A service dict with a key its model lacks fails response validation.
+
+    That is a 500 in production, rather than losing the key or sending an undocumented one.
+    """
     client, service = local
     job_id = service.create_job(JobSpec(stages=2, microbatches=4))["id"]
     real = service.views.job

@@ -1,5 +1,7 @@
-"""Real responses of a real server, through a job's whole life, validated against the schema
-the server publishes at ``/openapi.json``; every documented success response is exercised.
+"""Real responses of a real server, through a job's whole life, validated against its schema.
+
+The schema is the one the server publishes at ``/openapi.json``; every documented success response
+is exercised.
 
 Variants covered: job views before a profile, with one, solving, ready, failed (cancelled) and
 with custom and interleaved schedules; the frontier before, during and after a solve, with and

@@ -1,5 +1,8 @@
-"""``GET /jobs`` paging: it goes on when the job its cursor names is deleted meanwhile, and a page
-that ends exactly at the last job gives no ``next`` cursor."""
+"""``GET /jobs`` paging survives a deleted cursor job, and ends cleanly.
+
+It goes on when the job its cursor names is deleted meanwhile, and a page that ends exactly at the
+last job gives no ``next`` cursor.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""The partial frontier's life in a real server: a solve's first plan stored and deployed (a plan
-version pushed to a real WatchPlan stream) while the rest is computed, plan queries answered
-from it and saying so, then the whole frontier replacing it with the deployment re-decided on
-it (a higher version); a cancel in between keeps the first plan; a fast solve deploys only its
-whole frontier. And the kernel warm-up at start: solves wait for it, ``/healthz`` says so.
+"""The partial frontier's life in a real server.
+
+A solve's first plan stored and deployed (a plan version pushed to a real WatchPlan stream) while
+the rest is computed, plan queries answered from it and saying so, then the whole frontier replacing
+it with the deployment re-decided on it (a higher version); a cancel in between keeps the first
+plan; a fast solve deploys only its whole frontier. And the kernel warm-up at start: solves wait for
+it, ``/healthz`` says so.
 
 The partial phase is stretched by the test-only ``PERSEUS_TEST_SOLVE_DELAY`` (the worker waits
 that long after sending its first plan), the warm-up by ``PERSEUS_TEST_WARM_DELAY``.

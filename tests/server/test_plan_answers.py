@@ -1,7 +1,9 @@
-"""``GET /jobs/{id}/plan`` is answered from bytes built once per (job, query): the cached answer
-is byte for byte the one built afresh (and what the model's path would send), a new profile,
-a new solve and the job's deletion each give a fresh answer, and the cache is bounded per job
-and in all (:class:`perseus_server.service.plans.PlanAnswers`)."""
+"""``GET /jobs/{id}/plan`` is answered from bytes built once per (job, query).
+
+The cached answer is byte for byte the one built afresh (and what the model's path would send), a
+new profile, a new solve and the job's deletion each give a fresh answer, and the cache is bounded
+per job and in all (:class:`perseus_server.service.plans.PlanAnswers`).
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,11 @@
-"""A plan query is answered ahead of the framework's outer middleware (``PlanQueriesFirst``)
-and, once asked, from its kept bytes (``PlanAnswerFront``): on a real ``perseus serve``, every
-check of the gate still applies to such an answer: the bearer credential, its scope, the job's
-tenant (another tenant's job answers 404 exactly as an unknown one), an open server's allowed
-hosts; and each request is counted under the plan route's label."""
+"""A plan query answered ahead of the outer middleware still gets every check of the gate.
+
+A plan query is answered ahead of the framework's outer middleware (``PlanQueriesFirst``) and, once
+asked, from its kept bytes (``PlanAnswerFront``): on a real ``perseus serve``, every check of the
+gate still applies to such an answer: the bearer credential, its scope, the job's tenant (another
+tenant's job answers 404 exactly as an unknown one), an open server's allowed hosts; and each
+request is counted under the plan route's label.
+"""
 
 from __future__ import annotations
 

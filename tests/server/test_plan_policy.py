@@ -1,7 +1,10 @@
-"""The server's stored plan policy: any policy of the registry, its options kept through the
-store's JSON, described in words, and resolved or refused as infeasible (so that a job falls
-back to its fastest plan rather than fail); with stragglers of different speeds, every other
-pipeline is slowed to the slowest straggler's time, whatever order they are held in."""
+"""The server's stored plan policy.
+
+Any policy of the registry, its options kept through the store's JSON, described in words, and
+resolved or refused as infeasible (so that a job falls back to its fastest plan rather than fail);
+with stragglers of different speeds, every other pipeline is slowed to the slowest straggler's time,
+whatever order they are held in.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""The server on PostgreSQL: reports committed in groups off the event loop
-(:class:`~perseus_server.service.ingest.ReportWriter`), nothing acknowledged lost, re-sent
-reports still dropped, a failed commit failing its whole group (and nothing of it remembered);
-and a real ``perseus serve --db postgresql://...`` keeping what it acknowledged across a
-restart."""
+"""The server on PostgreSQL.
+
+Reports committed in groups off the event loop
+(:class:`~perseus_server.service.ingest.ReportWriter`), nothing acknowledged lost, re-sent reports
+still dropped, a failed commit failing its whole group (and nothing of it remembered); and a real
+``perseus serve --db postgresql://...`` keeping what it acknowledged across a restart.
+"""
 
 from __future__ import annotations
 

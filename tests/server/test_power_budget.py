@@ -1,6 +1,9 @@
-"""Power budgets on a real server: plan powers, the per-job query against brute force over the
-frontier, the cluster budget (optimal on small instances, never over budget, recomputed on job
-add/delete and straggler changes, pushed to real gRPC streams), bad budgets, and a restart."""
+"""Power budgets on a real server.
+
+Plan powers, the per-job query against brute force over the frontier, the cluster budget (optimal on
+small instances, never over budget, recomputed on job add/delete and straggler changes, pushed to
+real gRPC streams), bad budgets, and a restart.
+"""
 
 from __future__ import annotations
 
@@ -30,8 +33,10 @@ def _points(http: httpx.Client, job: str) -> list[dict[str, Any]]:
 
 
 def _fastest_within(points: list[dict[str, Any]], watts: float) -> int | None:
-    """Brute force: the fastest point whose average power is within ``watts``; ties: least
-    energy."""
+    """Brute force: the fastest point whose average power is within ``watts``.
+
+    Ties: least energy.
+    """
     ok = [p for p in points if p["average_power"] <= watts * (1 + 1e-12)]
     if not ok:
         return None
@@ -315,9 +320,11 @@ def test_a_restart_keeps_the_budget_and_its_plans(tmp_path: Path, small_csv: str
 
 
 def exercise_power_budget(c: Any, job_id: str) -> None:
-    """``/power-budget``'s documented answers through a :class:`Contract` (each body checked
-    against the published schema): for ``test_openapi_lifecycle`` to call with a solved job
-    that has a rank registered."""
+    """``/power-budget``'s documented answers through a :class:`Contract`.
+
+    Each body is checked against the published schema; for ``test_openapi_lifecycle`` to call
+    with a solved job that has a rank registered.
+    """
     c.call("GET", "/power-budget", 404)
     body = c.call("PUT", "/power-budget", 200, json={"watts": 1e5, "jobs": [job_id]}).json()
     assert body["feasible"] and [j["id"] for j in body["jobs"]] == [job_id]

@@ -1,7 +1,9 @@
-"""Nothing before authentication, and connections bounded: unauthenticated gRPC bodies are not
-read, per-method sizes are enforced, connections that never finish their headers are closed,
-the descriptor limit is raised, the server refuses unsafe listening setups, and repeated log
-lines are rate-limited."""
+"""Nothing before authentication, and connections bounded.
+
+Unauthenticated gRPC bodies are not read, per-method sizes are enforced, connections that never
+finish their headers are closed, the descriptor limit is raised, the server refuses unsafe listening
+setups, and repeated log lines are rate-limited.
+"""
 
 from __future__ import annotations
 

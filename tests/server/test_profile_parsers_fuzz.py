@@ -1,5 +1,8 @@
-"""Hypothesis on the profile parsers the server runs on uploads: arbitrary bytes only ever raise
-:class:`ProfileFormatError` (a 422), never another exception (a 500)."""
+"""Hypothesis on the profile parsers the server runs on uploads.
+
+Arbitrary bytes only ever raise :class:`ProfileFormatError` (a 422), never another exception (a
+500).
+"""
 
 from __future__ import annotations
 

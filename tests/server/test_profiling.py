@@ -147,8 +147,11 @@ def test_abort_profiling(
 def test_the_clients_warm_up_iterations_count_once(
     http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str, small_freqs: list[int]
 ) -> None:
-    """A real client reports its warm-up iterations without measurements; they are the warm-up,
-    and the next ``iterations`` measured reports finish the clock (no second warm-up)."""
+    """A real client reports its warm-up iterations without measurements.
+
+    They are the warm-up, and the next ``iterations`` measured reports finish the clock (no
+    second warm-up).
+    """
     job_id = make_job(http)
     ranks = [register(stub, job_id, p, p, clocks=small_freqs).rank_id for p in (0, 1)]
     streams = [
@@ -181,8 +184,10 @@ def test_the_clients_warm_up_iterations_count_once(
 def test_the_tolerance_parameter(
     http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str, small_freqs: list[int]
 ) -> None:
-    """``tolerance`` is a relative standard error in [0, 0.5] (422 naming it outside); a loose
-    one finishes a clock after one measured iteration that the default would repeat."""
+    """``tolerance`` is a relative standard error in [0, 0.5] (422 naming it outside).
+
+    A loose one finishes a clock after one measured iteration that the default would repeat.
+    """
     job_id = make_job(http)
     ranks = [register(stub, job_id, p, p, clocks=small_freqs).rank_id for p in (0, 1)]
     for bad in (-0.001, 0.51, "x", True):

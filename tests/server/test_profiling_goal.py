@@ -1,5 +1,7 @@
-"""The online-profiling goal on small jobs (the CI-short form of ``benchmarks/profiling.py``):
-seeded simulated GPUs that follow the shipped profiles with realistic measurement noise."""
+"""The online-profiling goal on small jobs (the CI-short form of ``benchmarks/profiling.py``).
+
+Seeded simulated GPUs that follow the shipped profiles with realistic measurement noise.
+"""
 
 from __future__ import annotations
 
@@ -15,10 +17,13 @@ NOISE, ENERGY_NOISE = 0.005, 0.015
 def test_the_zero_slowdown_plan_of_a_noisy_scan_saves_what_the_true_profiles_does(
     gpu: str, stages: int
 ) -> None:
-    """At T0 the plan from the measured profile saves within 0.1 point of the true profile's
-    and is not late by more than a few hundredths of a percent: before the fastest clocks were
-    measured again and the times smoothed, a clock whose time read as fast as the highest
-    clock's by noise was taken and the plan ran 0.1-0.2 % late (0.5-1 point off)."""
+    """At T0 the plan from a noisy scan saves within 0.1 point of the true profile's.
+
+    At T0 the plan from the measured profile saves within 0.1 point of the true profile's and is
+    not late by more than a few hundredths of a percent: before the fastest clocks were measured
+    again and the times smoothed, a clock whose time read as fast as the highest clock's by
+    noise was taken and the plan ran 0.1-0.2 % late (0.5-1 point off).
+    """
     _, ref, res = run_job(
         gpu,
         stages,

@@ -80,8 +80,10 @@ def drive(
 
 
 def valley_curve(valleys: dict[int, int], freqs: int) -> Curve:
-    """Time grows as the clock falls; energy falls by 5 % a step down to ``valleys[stage]``,
-    then rises by 5 % a step."""
+    """A curve with an energy valley per stage; time grows as the clock falls.
+
+    Energy falls by 5 % a step down to ``valleys[stage]``, then rises by 5 % a step.
+    """
 
     def curve(stage: int, kind: str, step: int) -> tuple[float, float]:
         v = valleys[stage]
@@ -157,9 +159,12 @@ def test_a_noisy_flat_cost_does_not_stop_the_scan_and_a_real_rise_does() -> None
 
 
 def test_a_seeded_noisy_gpu_on_the_a40_profile_scans_to_its_valleys() -> None:
-    """SimulatedGpu ranks on the A40 profile's first two stages, 1.5 % noise: the job-energy
-    rule stopped within the first clocks (the A40 cannot hold its top clocks); the scan goes
-    down to the lowest clocks, where every instruction's effective cost has its valley."""
+    """SimulatedGpu ranks on the A40 profile's first two stages, 1.5 % noise.
+
+    The job-energy rule stopped within the first clocks (the A40 cannot hold its top clocks);
+    the scan goes down to the lowest clocks, where every instruction's effective cost has its
+    valley.
+    """
     true = load_profile(A40).select_stages(range(2))
     schedule = one_f_one_b(2, 4)
     dag = EnergyProblem.build(true, schedule, BLOCKING_A40).dag

@@ -1,6 +1,8 @@
-"""The profile-mismatch rule (``service/stragglers.py``'s :class:`ProfileChecks`) on real job
-state: the band, the healthiest pipeline, the hysteresis, and a new profile resetting it. The
-end-to-end checks (status, metrics, no replans, the dwell) are in test_cluster_lifecycle.py."""
+"""The profile-mismatch rule (``service/stragglers.py``'s :class:`ProfileChecks`) on real job state.
+
+The band, the healthiest pipeline, the hysteresis, and a new profile resetting it. The end-to-end
+checks (status, metrics, no replans, the dwell) are in test_cluster_lifecycle.py.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""Physical bounds on reports, the same on every path: a report outside them is refused naming
-the field, and nothing the server derives from the ones it takes (a straggler's time, a
-slow-stage factor, a power budget's lowest power, the status) becomes non-finite; ``PUT
-/power-budget`` never answers 500. A property test over the report fields, on a real server
-fed over real gRPC streams."""
+"""Physical bounds on reports, the same on every path.
+
+A report outside them is refused naming the field, and nothing the server derives from the ones it
+takes (a straggler's time, a slow-stage factor, a power budget's lowest power, the status) becomes
+non-finite; ``PUT /power-budget`` never answers 500. A property test over the report fields, on a
+real server fed over real gRPC streams.
+"""
 
 from __future__ import annotations
 

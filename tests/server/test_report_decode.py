@@ -120,8 +120,11 @@ def old_check_instructions(i: int, rep: IterationReport, job: Any, limits: Limit
 
 
 def old_stage_factors(job: Any, rank: Any, instructions: Any) -> dict[int, float] | None:
-    """The per-stage factors one measurement at a time (the row path before there was one
-    implementation): the median measured/profiled time per stage, stages in first-seen order."""
+    """The per-stage factors one measurement at a time.
+
+    The row path before there was one implementation: the median measured/profiled time per
+    stage, stages in first-seen order.
+    """
     profile = job.profile.current
     if job.deployment.plan is None or job.frontier.current is None or profile is None:
         return None

@@ -1,7 +1,9 @@
-"""The :class:`~perseus_server.service.observers.ReportObserver` contract, run over every observer
-the service registers (as ``test_detector_contract.py`` does for detectors), and the report
-pipeline's own: each accepted report goes to every observer once, in the registered order; a
-re-sent one to none; a deleted job is forgotten by all.
+"""The observer contract, run over every observer the service registers.
+
+The :class:`~perseus_server.service.observers.ReportObserver` contract, run over every observer the
+service registers (as ``test_detector_contract.py`` does for detectors), and the report pipeline's
+own: each accepted report goes to every observer once, in the registered order; a re-sent one to
+none; a deleted job is forgotten by all.
 
 The observers run in-process over a real service and store: a database as the first release
 wrote it gives a job with a frontier, a deployed plan and a reported straggler, so the
@@ -53,8 +55,11 @@ OBSERVERS = (
 
 @pytest.fixture
 def service(tmp_path: Path, small_csv: str) -> Iterator[PerseusService]:
-    """A service over a first-release database: job ``JOB`` with a plan deployed (version
-    ``VERSION``), its rank ``RANK`` (pipeline 0, stage 0) and a second one (pipeline 1)."""
+    """A service over a first-release database.
+
+    Job ``JOB`` with a plan deployed (version ``VERSION``), its rank ``RANK`` (pipeline 0, stage
+    0) and a second one (pipeline 1).
+    """
     path = tmp_path / "perseus.db"
     first_release_database(path, small_csv)
     store = SqliteStore.open(path)
@@ -75,8 +80,10 @@ def _clock(service: PerseusService, job_id: str) -> int:
 def _report(
     service: PerseusService, job_id: str, rank_id: str, it: int, **kw: Any
 ) -> IterationReport:
-    """A report with every part a rank may send: measurements, transfers, energy, an off-plan
-    instruction and clock samples."""
+    """A report with every part a rank may send.
+
+    Measurements, transfers, energy, an off-plan instruction and clock samples.
+    """
     mhz = _clock(service, job_id)
     fields: dict[str, Any] = dict(
         job_id=job_id,
@@ -111,9 +118,12 @@ def _checked(service: PerseusService, rep: IterationReport) -> CheckedReport:
 
 
 def _job_keys(observer: Any, job_id: str, service: PerseusService) -> list[str]:
-    """Where ``observer`` holds something keyed by ``job_id``: a dict key or set member that is
-    the id or a tuple holding it, in its own attributes (not in the service's shared parts or
-    the other observers, which hold the job legitimately until they forget it)."""
+    """Where ``observer`` holds something keyed by ``job_id``.
+
+    A dict key or set member that is the id or a tuple holding it, in its own attributes (not in
+    the service's shared parts or the other observers, which hold the job legitimately until
+    they forget it).
+    """
     others = {id(o) for o in service.reports.observers if o is not observer}
     found: list[str] = []
 
@@ -157,8 +167,11 @@ def test_the_service_registers_every_observer_in_order(service: PerseusService) 
 def test_an_observer_takes_a_report_of_a_job_without_a_plan(
     service: PerseusService, name: str
 ) -> None:
-    """A job with no profile, frontier or plan: every observer takes a full report without an
-    error (the report is stored already) and publishes no plan."""
+    """A job with no profile, frontier or plan.
+
+    Every observer takes a full report without an error (the report is stored already) and
+    publishes no plan.
+    """
     view = service.create_job(JobSpec(stages=2, microbatches=4, blocking_power=70.0))
     job_id = str(view["id"])
     rank = service.registration.register(RankRegistration(job_id, 0, 0, 0)).rank_id
@@ -182,8 +195,10 @@ def test_an_observer_keeps_nothing_of_a_job_it_forgot(service: PerseusService, n
 
 
 def test_the_forget_contract_is_not_vacuous(service: PerseusService) -> None:
-    """The observers that keep a job's state off the job hold it until they forget it (else
-    the test above would pass on observers that keep nothing at all)."""
+    """The observers that keep a job's state off the job hold it until they forget it.
+
+    Else the test above would pass on observers that keep nothing at all.
+    """
     for it in range(6):
         service.reports.record([_report(service, JOB, RANK, it)])
     for name in ("MeasuredPower", "Stragglers"):
@@ -207,9 +222,11 @@ def _detection_state(job: Job) -> tuple[Any, ...]:
 def test_an_observer_of_a_profiled_job_leaves_detection_to_the_scan(
     service: PerseusService, name: str
 ) -> None:
-    """While a job is profiled, no observer but online profiling acts on its reports: the
-    detectors stand aside (their state and the plan stay as they are, however slow the
-    reports), and only the scan takes the links' transfer times."""
+    """While a job is profiled, no observer but online profiling acts on its reports.
+
+    The detectors stand aside (their state and the plan stay as they are, however slow the
+    reports), and only the scan takes the links' transfer times.
+    """
     if name == "OnlineProfiling":
         pytest.skip("the scan itself takes these reports")
     profile = service.jobs.get(JOB).profile.current

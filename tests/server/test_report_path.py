@@ -1,7 +1,9 @@
-"""An iteration report's path from the gRPC entry to the last observer goes forward: decoded,
-checked, stored, then handed to each observer in the registered order, never back into a
-module it has left but for the one callback of the adapter's decoder (the service decides
-where a report is decoded; see ``tests/server/report_path.py`` for how the path is traced)."""
+"""An iteration report's path from the gRPC entry to the last observer goes forward.
+
+Decoded, checked, stored, then handed to each observer in the registered order, never back into a
+module it has left but for the one callback of the adapter's decoder (the service decides where a
+report is decoded; see ``tests/server/report_path.py`` for how the path is traced).
+"""
 
 from __future__ import annotations
 

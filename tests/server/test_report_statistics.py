@@ -1,6 +1,8 @@
-"""The statistics the report observers share (:mod:`perseus_server.decisions.report_statistics`),
-against the standard library's, and the callers that reach them: the straggler detector's
-calibration and the profile check's ratio are one statistic."""
+"""The statistics the report observers share, against the standard library's.
+
+The statistics are :mod:`perseus_server.decisions.report_statistics`; also the callers that reach
+them: the straggler detector's calibration and the profile check's ratio are one statistic.
+"""
 
 from __future__ import annotations
 

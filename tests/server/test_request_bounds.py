@@ -1,7 +1,10 @@
-"""What one request can make the server build is bounded by its total before it is built, and
-a report's transfers by what its rank can make in one iteration, from a link's two ends only
-(issue #32 items 1-3): a stage selection of many long ranges, a report of 100,000 transfers, a
-rank timing a link it is not an end of."""
+"""What one request can make the server build is bounded before it is built.
+
+What one request can make the server build is bounded by its total before it is built, and a
+report's transfers by what its rank can make in one iteration, from a link's two ends only (issue
+#32 items 1-3): a stage selection of many long ranges, a report of 100,000 transfers, a rank timing
+a link it is not an end of.
+"""
 
 from __future__ import annotations
 
@@ -177,8 +180,11 @@ def test_too_many_transfers_are_refused_before_the_report_is_decoded(
 
 @pytest.mark.slow
 def test_refused_large_reports_do_not_accumulate_in_memory(tmp_path: Path) -> None:
-    """Each refused report of 100,000 transfers (4 MB) stayed in the gRPC runtime's reference
-    cycles until a full garbage collection: sixty of them held 400 MiB. Now a bounded few."""
+    """Refused large reports do not accumulate in memory: a bounded few stay.
+
+    Each refused report of 100,000 transfers (4 MB) stayed in the gRPC runtime's reference
+    cycles until a full garbage collection: sixty of them held 400 MiB. Now a bounded few.
+    """
     import grpc
 
     from perseus_common.proto import perseus_pb2 as pb

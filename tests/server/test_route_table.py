@@ -1,8 +1,10 @@
-"""The REST routes, the gate's rule and the endpoint table of ``docs/server.md`` stay in step:
-every route of the application (from its own router, :mod:`tests.server.routes`) is a row of the
-table, named with the router module that serves it and the credential the gate asks of it, and
-every row is a route (or a page the gate leaves public). A new route fails here until it is
-classified in the table; a route whose credential changes fails until the table says so."""
+"""The REST routes, the gate's rule and the endpoint table of ``docs/server.md`` stay in step.
+
+Every route of the application (from its own router, :mod:`tests.server.routes`) is a row of the
+table, named with the router module that serves it and the credential the gate asks of it, and every
+row is a route (or a page the gate leaves public). A new route fails here until it is classified in
+the table; a route whose credential changes fails until the table says so.
+"""
 
 from __future__ import annotations
 
@@ -78,8 +80,10 @@ def test_every_route_is_in_the_table_with_its_router_and_credential(tmp_path: Pa
 
 
 def test_the_pages_in_the_table_are_public(tmp_path: Path) -> None:
-    """The pages the table lists answer without a credential on a server with a token, and a
-    gated route does not (so the page rows are not vacuous)."""
+    """The pages the table lists answer without a credential on a server with a token.
+
+    And a gated route does not (so the page rows are not vacuous).
+    """
     table = _table()
     pages = {k for k, (_, credential) in table.items() if k in PAGES}
     assert pages == PAGES and all(table[k][1] == "none" for k in pages)

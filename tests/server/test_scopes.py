@@ -1,9 +1,11 @@
-"""Scopes on every route and gRPC method of a real ``perseus serve`` with an admin token, a
-configured read token and issued credentials. The routes come from the app's own router (not a
-hand-made list), so a new route is covered the day it is added: with a read credential every
-``GET``/``HEAD`` answers (never 401/403) and every other method 403 naming the admin scope; a
-rank credential opens only its own job's status on REST; read and rank credentials outside their job get
-PERMISSION_DENIED on gRPC."""
+"""Scopes on every route and gRPC method of a real ``perseus serve``.
+
+With an admin token, a configured read token and issued credentials. The routes come from the app's
+own router (not a hand-made list), so a new route is covered the day it is added: with a read
+credential every ``GET``/``HEAD`` answers (never 401/403) and every other method 403 naming the
+admin scope; a rank credential opens only its own job's status on REST; read and rank credentials
+outside their job get PERMISSION_DENIED on gRPC.
+"""
 
 from __future__ import annotations
 

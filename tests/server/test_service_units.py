@@ -1,5 +1,8 @@
-"""Unit tests of the service's pure parts: the straggler filter of a slow stage's recovery, the
-states' string values, and the codec between the service's plain values and protobuf."""
+"""Unit tests of the service's pure parts.
+
+The straggler filter of a slow stage's recovery, the states' string values, and the codec between
+the service's plain values and protobuf.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
-"""Measured P2P transfers on the server: refused outside the physical bounds naming the field,
-kept per pipeline and link, and a link whose transfer time grows is detected (status, metric),
-its pipeline's frontier re-solved with the measured time (the server acting from the solved
-frontier meanwhile), and dropped when it recovers."""
+"""Measured P2P transfers on the server.
+
+Refused outside the physical bounds naming the field, kept per pipeline and link, and a link whose
+transfer time grows is detected (status, metric), its pipeline's frontier re-solved with the
+measured time (the server acting from the solved frontier meanwhile), and dropped when it recovers.
+"""
 
 from __future__ import annotations
 
@@ -265,8 +267,11 @@ def test_a_slow_links_resolve_survives_a_restart_and_respects_the_dwell(
 def test_both_ends_of_a_link_give_the_transfer_itself(
     http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str
 ) -> None:
-    """Each end of a transfer measures it plus its wait for the other end (as the integrations
-    time them): the link's time is, per microbatch, the smaller of the two."""
+    """The link's time is, per microbatch, the smaller of its two ends' times.
+
+    Each end of a transfer measures it plus its wait for the other end (as the integrations time
+    them): the link's time is, per microbatch, the smaller of the two.
+    """
     job_id = solved_job(http, small_csv, data_parallel=1)
     ranks = [register(stub, job_id, s, s).rank_id for s in (0, 1)]
     job = {"id": job_id, "ranks": ranks, "it": itertools.count(1)}
@@ -295,8 +300,10 @@ def test_both_ends_of_a_link_give_the_transfer_itself(
 
 
 class _HeldSolver:
-    """The service's solve manager with every re-solve held back: started, never finished
-    until the test releases it (``events``)."""
+    """The service's solve manager with every re-solve held back.
+
+    Started, never finished until the test releases it (``events``).
+    """
 
     def __init__(self) -> None:
         self.events: dict[str, SolveEvents] = {}
@@ -314,9 +321,12 @@ class _HeldSolver:
 def test_a_slow_link_deploys_from_the_solved_frontier_before_its_resolve(
     tmp_path: Any, small_csv: str
 ) -> None:
-    """Detected, a slow link moves the other pipeline at once, from the job's frontier, to
-    follow the slowed one as it follows a straggler (its time: the plan's plus the link's excess
-    per microbatch), while the re-solve is held back; the re-solve, once done, replaces it."""
+    """A detected slow link deploys from the solved frontier before its re-solve.
+
+    Detected, a slow link moves the other pipeline at once, from the job's frontier, to follow
+    the slowed one as it follows a straggler (its time: the plan's plus the link's excess per
+    microbatch), while the re-solve is held back; the re-solve, once done, replaces it.
+    """
     found = first_release_database(tmp_path / "perseus.db", small_csv)
     store = SqliteStore.open(tmp_path / "perseus.db")
     try:

@@ -1,7 +1,10 @@
-"""A slow stage inside a pipeline: detected from per-instruction times, that pipeline's frontier
-re-solved with the stage's profile scaled, its fastest plan deployed to it, its new time the T'
-of the others; recovery returns everyone to the default plan. The stage detector's pace-change
-rule (unit), and a slow stage whose pace changes re-solved again."""
+"""A slow stage inside a pipeline.
+
+Detected from per-instruction times, that pipeline's frontier re-solved with the stage's profile
+scaled, its fastest plan deployed to it, its new time the T' of the others; recovery returns
+everyone to the default plan. The stage detector's pace-change rule (unit), and a slow stage whose
+pace changes re-solved again.
+"""
 
 from __future__ import annotations
 
@@ -192,8 +195,11 @@ def test_resolved_plan_survives_a_restart(tmp_path: Any, small_csv: str) -> None
 def test_slow_stage_straggler_is_dropped_on_recovery_and_others_stay(
     tmp_path: Any, small_csv: str
 ) -> None:
-    """A re-solved slow stage makes its pipeline a straggler of source ``slow stage``; the stage's
-    recovery drops that straggler, while a straggler of another source on the pipeline stays."""
+    """A re-solved slow stage makes its pipeline a straggler of source ``slow stage``.
+
+    The stage's recovery drops that straggler, while a straggler of another source on the
+    pipeline stays.
+    """
     with (
         ServerProcess(tmp_path / "perseus.db") as srv,
         httpx.Client(base_url=srv.http_url, timeout=30.0) as http,

@@ -56,8 +56,11 @@ def _wait(cond: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
 
 
 def _pair(url: str) -> tuple[ServerProcess, ServerProcess]:
-    """Two servers on one database; the second one's start() waits as a standby as long as the
-    test takes (its start-up allowance covers the wait, not only the start)."""
+    """Two servers on one database; the second one's start() waits as a standby.
+
+    It waits as long as the test takes (its start-up allowance covers the wait, not only the
+    start).
+    """
     return (
         ServerProcess(url, extra_args=LEASE),
         ServerProcess(url, extra_args=LEASE, startup_timeout=600.0),
@@ -224,8 +227,10 @@ def test_a_rank_given_both_servers_follows_the_leader_through_a_failover(
 def test_a_rank_leaves_a_hung_leader_while_it_is_still_stopped(
     postgres: PostgresServer, tmp_path: Path, small_csv: str
 ) -> None:
-    """SIGSTOP, not SIGKILL: the leader's connections stay open and silent. The rank's
-    keepalive notices, and it reaches the new leader before the old one resumes."""
+    """SIGSTOP, not SIGKILL: the leader's connections stay open and silent.
+
+    The rank's keepalive notices, and it reaches the new leader before the old one resumes.
+    """
     url = database_for(postgres, tmp_path)
     a, b = _pair(url)
     rank: _Rank | None = None

@@ -1,5 +1,8 @@
-"""``--advertise``: what a leader stores with its lease for a standby to name, checked on entry
-(a bad value names the option and why, before anything starts) and read back defensively."""
+"""``--advertise``: what a leader stores with its lease for a standby to name.
+
+It is checked on entry (a bad value names the option and why, before anything starts) and read back
+defensively.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""The standby's REST answers in every state, through the gate itself (ASGI, no server): no
-leader known yet, a leader known, HEAD, a leader that advertised no REST address, and the switch
-to serving (the app behind it answers, ``/healthz`` with the role and epoch)."""
+"""The standby's REST answers in every state, through the gate itself (ASGI, no server).
+
+No leader known yet, a leader known, HEAD, a leader that advertised no REST address, and the switch
+to serving (the app behind it answers, ``/healthz`` with the role and epoch).
+"""
 
 from __future__ import annotations
 

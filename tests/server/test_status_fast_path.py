@@ -1,7 +1,9 @@
-"""The job status is sent as the service built it (``rest.docs.built_response``), without the
-model's validation: what goes on the wire must be what the model's path would send (every key
-declared, the same values, the same order), also for a status with plans, stragglers and
-measured power; a value that is not plain JSON still takes the model's path."""
+"""The job status is sent as the service built it, without the model's validation.
+
+The sender is ``rest.docs.built_response``. What goes on the wire must be what the model's path
+would send (every key declared, the same values, the same order), also for a status with plans,
+stragglers and measured power; a value that is not plain JSON still takes the model's path.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
-"""A status costs the page, not the job: at most ``?ranks=`` ranks' detail (64 unless asked),
-``ranks_next`` to go on; registrations carry bounded clocks and names; the status benchmark's
-smoke mode runs."""
+"""A status costs the page, not the job.
+
+At most ``?ranks=`` ranks' detail (64 unless asked), ``ranks_next`` to go on; registrations carry
+bounded clocks and names; the status benchmark's smoke mode runs.
+"""
 
 from __future__ import annotations
 

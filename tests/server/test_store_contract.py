@@ -1,4 +1,6 @@
-"""The :class:`~perseus_server.domain.store.Store` contract, run against every implementation (as
+"""The store contract, run against every implementation.
+
+The :class:`~perseus_server.domain.store.Store` contract, run against every implementation (as
 networkx runs its max-flow tests over every flow function): transactions that nest, rollback,
 after-commit callbacks, each row type written and read back, ordering, deletion, and (for the
 backends that keep a file) what survives a reopen and a database of the first release.
@@ -33,10 +35,13 @@ __all__ = ["postgres"]  # the session's PostgreSQL server (a fixture)
 
 @dataclass(frozen=True)
 class Backend:
-    """How the suite opens one implementation: ``open(tmp_path)``; ``reopen(tmp_path)`` opens
-    the same database again (None: it does not outlive its store); ``old_database(path)``
-    writes a database of the first release there, ``newer_database(path)`` marks a database as
-    written by a newer server (None: the backend has none)."""
+    """How the suite opens one implementation.
+
+    ``open(tmp_path)``; ``reopen(tmp_path)`` opens the same database again (None: it does not
+    outlive its store); ``old_database(path)`` writes a database of the first release there,
+    ``newer_database(path)`` marks a database as written by a newer server (None: the backend
+    has none).
+    """
 
     name: str
     open: Callable[[Path], Store]

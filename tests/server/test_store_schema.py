@@ -1,6 +1,9 @@
-"""The store's schema version: ordered migrations applied on start, and a database written by
-the first release (schema version 1, without ``user_version``) served by this server, its
-finished frontier still finished (not partial) after migration."""
+"""The store's schema version.
+
+Ordered migrations applied on start, and a database written by the first release (schema version 1,
+without ``user_version``) served by this server, its finished frontier still finished (not partial)
+after migration.
+"""
 
 from __future__ import annotations
 

@@ -111,9 +111,11 @@ def test_detected_straggler_and_recovery(
 def test_a_detected_stragglers_new_pace_moves_the_others_again(
     http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str
 ) -> None:
-    """A straggler that slows down further (or partly recovers) is re-measured: three slow
-    iterations in a row all more than the threshold away from T' give the new T'; a drift within
-    the threshold changes nothing."""
+    """A straggler that slows down further (or partly recovers) is re-measured.
+
+    Three slow iterations in a row all more than the threshold away from T' give the new T'; a
+    drift within the threshold changes nothing.
+    """
     job = solved_job(http, small_csv, data_parallel=2)
     leaders = {d: register(stub, job, d * 2, 0, data_rank=d).rank_id for d in (0, 1)}
     status = http.get(f"/jobs/{job}/status").json()
@@ -173,8 +175,10 @@ def test_detection_settings(http: httpx.Client, job: str) -> None:
 
 
 def test_t_prime_is_not_dragged_down_by_the_iteration_that_straddles_the_slowdown() -> None:
-    """The first slow iteration often ran partly at the old pace: T' is the straggler's new
-    pace (the median of the slow iterations), not their mean."""
+    """The first slow iteration often ran partly at the old pace.
+
+    T' is the straggler's new pace (the median of the slow iterations), not their mean.
+    """
     det = StragglerDetector()
     for _ in range(5):
         assert det.observe(1, 1.0, 1.0, False) == (None, 0.0)

@@ -1,6 +1,8 @@
-"""Bounded ``WatchPlan`` streams, over real gRPC streams to a real ``perseus serve``: a rank holds
-one stream (a newer one replaces it, and the older ends with ABORTED saying so), and a credential
-holds at most ``--max-streams-per-credential`` (one more is RESOURCE_EXHAUSTED naming the limit).
+"""Bounded ``WatchPlan`` streams, over real gRPC streams to a real ``perseus serve``.
+
+A rank holds one stream (a newer one replaces it, and the older ends with ABORTED saying so), and a
+credential holds at most ``--max-streams-per-credential`` (one more is RESOURCE_EXHAUSTED naming the
+limit).
 """
 
 from __future__ import annotations
@@ -96,8 +98,11 @@ def ended(call: Any) -> grpc.RpcError:
 
 
 def refused(job: Job, call: Any, g: int) -> grpc.RpcError:
-    """How the stream of rank ``g`` opened past the limit ended; fails as soon as the status
-    shows it connected (one stream too many taken) instead of waiting for its deadline."""
+    """How the stream of rank ``g`` opened past the limit ended.
+
+    Fails as soon as the status shows it connected (one stream too many taken) instead of
+    waiting for its deadline.
+    """
     wait_for(lambda: not call.is_active() or g in job.connected(), f"stream {g} to be refused")
     assert not call.is_active(), f"the stream of rank {g} was taken past the limit of {LIMIT}"
     return ended(call)

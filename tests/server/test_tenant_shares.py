@@ -1,6 +1,8 @@
-"""How the cluster budget is split between tenants (:func:`tenant_shares.split`): guarantees
-first, then what lets every tenant run, then by weight; and, over many random cases, that no
-tenant ever gets less than it is guaranteed and the parts never exceed the budget."""
+"""How the cluster budget is split between tenants (:func:`tenant_shares.split`).
+
+Guarantees first, then what lets every tenant run, then by weight; and, over many random cases, that
+no tenant ever gets less than it is guaranteed and the parts never exceed the budget.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
-"""Tenants on a real ``perseus serve``: a tenant's credentials see and change only its jobs
-(listings, status, profiles, metrics, the power budget, credentials), its quotas hold, the
-admin alone manages tenants, and a single-tenant deployment's jobs live in ``default``."""
+"""Tenants on a real ``perseus serve``.
+
+A tenant's credentials see and change only its jobs (listings, status, profiles, metrics, the power
+budget, credentials), its quotas hold, the admin alone manages tenants, and a single-tenant
+deployment's jobs live in ``default``.
+"""
 
 from __future__ import annotations
 
@@ -26,8 +29,10 @@ JOB = {"stages": 2, "microbatches": 2, "blocking_power": 70.0}
 
 
 def exercise_tenants(c: Any) -> None:
-    """Every tenant route's documented success through ``c`` (a ``test_openapi.Contract``:
-    each answer is checked against the published schema); for the lifecycle test."""
+    """Every tenant route's documented success through ``c``; for the lifecycle test.
+
+    ``c`` is a ``test_openapi.Contract``: each answer is checked against the published schema.
+    """
     made = c.call("POST", "/tenants", 201, json={"id": "contract-team", "max_jobs": 3}).json()
     assert made["id"] == "contract-team" and made["max_jobs"] == 3 and made["jobs"] == 0
     assert "contract-team" in {t["id"] for t in c.call("GET", "/tenants", 200).json()["tenants"]}
@@ -198,8 +203,11 @@ def test_bad_tenants_and_credentials_are_refused_naming_the_field(admin: httpx.C
 def test_metrics_route_alerts_and_stay_bounded(
     srv: ServerProcess, admin: httpx.Client, small_csv: str
 ) -> None:
-    """``perseus_job_info`` to join on, the node of ranks without clock control, and a
-    64-pipeline job that adds 8 pipeline slowdown series (its slowest) and its min and max."""
+    """``/metrics`` for alerts: job info, ranks without clock control, bounded slowdown series.
+
+    ``perseus_job_info`` to join on, the node of ranks without clock control, and a 64-pipeline
+    job that adds 8 pipeline slowdown series (its slowest) and its min and max.
+    """
     import grpc
     from prometheus_client.parser import text_string_to_metric_families
 

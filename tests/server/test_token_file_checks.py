@@ -1,7 +1,10 @@
-"""A token file is taken only when it is a regular file owned by the server's user or root and
-accessible to its owner only; a symlink is resolved and its target checked the same way
-(issue #32 item 4: a token file replaced by a link to another user's 0600 file was taken, and
-that user's token opened everything). A refused reload keeps the old token and says why."""
+"""A token file is taken only when it is a regular file that only its owner can access.
+
+A token file is taken only when it is a regular file owned by the server's user or root and
+accessible to its owner only; a symlink is resolved and its target checked the same way (issue #32
+item 4: a token file replaced by a link to another user's 0600 file was taken, and that user's token
+opened everything). A refused reload keeps the old token and says why.
+"""
 
 from __future__ import annotations
 
@@ -28,8 +31,11 @@ def _token_file(path: Path, token: str, mode: int = 0o600) -> Path:
 
 
 def _another_users(path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """``path`` as another (ordinary) user's file: chowned when running as root, else the
-    server's user is made someone else (a file we own is then not the server user's)."""
+    """``path`` as another (ordinary) user's file.
+
+    Chowned when running as root, else the server's user is made someone else (a file we own is
+    then not the server user's).
+    """
     if os.geteuid() == 0:
         os.chown(path, OTHER_UID, OTHER_UID)
     else:

@@ -1,7 +1,10 @@
-"""With a token configured, every REST route but ``/healthz`` and every gRPC method refuse a call
-without it, with a wrong one or in another scheme (401 / UNAUTHENTICATED): the routes come from
-the application's router and the methods from the service descriptor, not a hand-made list, so a
-route that skips the check fails here the day it is added."""
+"""With a token configured, every route but ``/healthz`` and every gRPC method needs it.
+
+With a token configured, every REST route but ``/healthz`` and every gRPC method refuse a call
+without it, with a wrong one or in another scheme (401 / UNAUTHENTICATED): the routes come from the
+application's router and the methods from the service descriptor, not a hand-made list, so a route
+that skips the check fails here the day it is added.
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
-"""``GET /ui`` in a real headless Chromium (Selenium) against a real ``perseus serve`` with auth
-on, two solved jobs whose ranks reported energy over gRPC, and a cluster power budget: the page
-asks for the credential once, shows both jobs' numbers and the allocation, refreshes by itself,
+"""``GET /ui`` in a real headless Chromium (Selenium) against a real ``perseus serve``.
+
+With auth on, two solved jobs whose ranks reported energy over gRPC, and a cluster power budget: the
+page asks for the credential once, shows both jobs' numbers and the allocation, refreshes by itself,
 and the browser console stays free of errors and warnings.
 
-Skips, naming what is missing, without Chromium, its driver or Selenium (CI installs them)."""
+Skips, naming what is missing, without Chromium, its driver or Selenium (CI installs them).
+"""
 
 from __future__ import annotations
 

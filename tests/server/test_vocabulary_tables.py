@@ -1,8 +1,11 @@
-"""The server's open vocabularies come from their one table each: plan policies
-(:data:`perseus.policies.POLICIES`), schedules (:data:`perseus.schedules.SCHEDULE_NAMES`), NVML's
-clock-event reason names and the clock bound (:mod:`perseus_common.clocks`), the profile-error
-constructor (:class:`perseus_common.errors.LocatedError`). A policy or schedule added to its table
-but not reaching the API fails here."""
+"""The server's open vocabularies come from their one table each.
+
+Plan policies (:data:`perseus.policies.POLICIES`), schedules
+(:data:`perseus.schedules.SCHEDULE_NAMES`), NVML's clock-event reason names and the clock bound
+(:mod:`perseus_common.clocks`), the profile-error constructor
+(:class:`perseus_common.errors.LocatedError`). A policy or schedule added to its table but not
+reaching the API fails here.
+"""
 
 from __future__ import annotations
 

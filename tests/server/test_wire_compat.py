@@ -1,6 +1,8 @@
-"""The wire protocol evolves additively: a client built from the first release's ``.proto``
-(``fixtures/perseus_v1_41619ed.proto``, ``perseus.proto`` at commit 41619ed) registers, watches
-its plan and reports iterations against this server.
+"""The wire protocol evolves additively.
+
+A client built from the first release's ``.proto`` (``fixtures/perseus_v1_41619ed.proto``,
+``perseus.proto`` at commit 41619ed) registers, watches its plan and reports iterations against this
+server.
 
 The old stubs are compiled at test time and imported under their own module name
 (``perseus_v1_41619ed_pb2``) in a separate interpreter: protobuf's default descriptor pool holds

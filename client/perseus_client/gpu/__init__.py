@@ -1,5 +1,7 @@
-"""GPU backends behind one small interface (:class:`GpuBackend`), one module per vendor, chosen
-by an availability probe over the registry :data:`~perseus_client.gpu.vendors.VENDORS`.
+"""GPU backends behind one small interface (:class:`GpuBackend`), one module per vendor.
+
+The vendor is chosen by an availability probe over the registry
+:data:`~perseus_client.gpu.vendors.VENDORS`.
 
 - :class:`NvmlGpu`: a real NVIDIA GPU through NVML (``dry_run`` records without applying);
 - :class:`DaemonGpu`: a GPU through the node daemon ``perseus gpud`` (no privileges needed);

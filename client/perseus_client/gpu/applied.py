@@ -96,8 +96,10 @@ class LockState(NamedTuple):
 
 
 def fixed_lock(mhz: int | None) -> Callable[[], LockState]:
-    """A :class:`LockState` callable that always answers ``mhz``, settled long ago (a lock that
-    never changes: tests, a backend locked once by hand)."""
+    """A :class:`LockState` callable that always answers ``mhz``, settled long ago.
+
+    A lock that never changes: tests, a backend locked once by hand.
+    """
     state = LockState(0, mhz, float("-inf"), None)
     return lambda: state
 
@@ -167,8 +169,11 @@ class AppliedClockTally:
     def record(
         self, instruction: Instruction, locked: int, sampled: int, reasons: Iterable[str]
     ) -> bool:
-        """One sample taken while ``instruction`` ran with ``locked`` in effect; returns whether
-        it counted as off-plan (``gpu_idle`` samples are skipped: see the module docstring)."""
+        """One sample taken while ``instruction`` ran; returns whether it counted as off-plan.
+
+        ``locked`` was in effect meanwhile; ``gpu_idle`` samples are skipped: see the module
+        docstring.
+        """
         names = frozenset(reasons)
         if "gpu_idle" in names:
             return False
@@ -246,9 +251,12 @@ class ClockSampler:
     def for_backend(
         cls, gpu: GpuBackend, locked: Callable[[], LockState], interval: float
     ) -> ClockSampler | None:
-        """A sampler for ``gpu``, or ``None`` when there is nothing to sample: ``interval`` is 0,
-        the backend samples itself (:attr:`GpuBackend.samples_itself`; its tally is not touched)
-        or cannot be read (:meth:`GpuBackend.sample_applied_clock` answers ``None`` or fails)."""
+        """A sampler for ``gpu``, or ``None`` when there is nothing to sample.
+
+        Nothing to sample: ``interval`` is 0, the backend samples itself
+        (:attr:`GpuBackend.samples_itself`; its tally is not touched) or cannot be read
+        (:meth:`GpuBackend.sample_applied_clock` answers ``None`` or fails).
+        """
         if interval <= 0 or gpu.samples_itself:
             return None
         try:
@@ -260,8 +268,10 @@ class ClockSampler:
         return cls(gpu, locked, interval=interval)
 
     def sample(self) -> bool:
-        """Take one sample now (the thread's step; tests call it directly); returns whether a
-        sample was recorded."""
+        """Take one sample now; returns whether a sample was recorded.
+
+        The thread's step; tests call it directly.
+        """
         before = self._locked()
         locked = before.mhz
         if locked is None or before.generation % 2:
@@ -293,9 +303,11 @@ class ClockSampler:
             self.sample()
 
     def take(self) -> AppliedClockReport:
+        """The tally since the previous call, and start a new one."""
         return self.tally.take()
 
     def close(self) -> None:
+        """Stop the sampler thread (waits up to a second unless called from it)."""
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=1.0)

@@ -1,5 +1,6 @@
-"""The one small interface every GPU backend implements, used by the rank client and the node
-daemon alike.
+"""The one small interface every GPU backend implements.
+
+Used by the rank client and the node daemon alike.
 
 - **identity** (:meth:`GpuBackend.identity`): the device's index, UUID and device node
   (:class:`DeviceIdentity`; a backend that cannot tell leaves the UUID and node ``None``);
@@ -86,9 +87,12 @@ def hold_briefly(
 
 @dataclass(frozen=True)
 class DeviceIdentity:
-    """Which device a backend drives: its index on the node (the vendor library's), its UUID
-    (``GPU-...`` for NVIDIA; what the node daemon leases by) and its device node
-    (``/dev/nvidia3``: what the daemon checks a trainer holds open); ``None``: cannot tell."""
+    """Which device a backend drives: its index, UUID and device node.
+
+    Its index on the node (the vendor library's), its UUID (``GPU-...`` for NVIDIA; what the
+    node daemon leases by) and its device node (``/dev/nvidia3``: what the daemon checks a
+    trainer holds open); ``None``: cannot tell.
+    """
 
     index: int
     uuid: str | None = None
@@ -96,8 +100,10 @@ class DeviceIdentity:
 
 
 def device_minor(node: str | None) -> int | None:
-    """The minor number a device node's name carries (``/dev/nvidia3`` -> 3,
-    ``/dev/dri/renderD128`` -> 128); ``None`` without one."""
+    """The minor number a device node's name carries; ``None`` without one.
+
+    For example ``/dev/nvidia3`` -> 3, ``/dev/dri/renderD128`` -> 128.
+    """
     if not node:
         return None
     digits = len(node) - len(node.rstrip("0123456789"))
@@ -106,8 +112,9 @@ def device_minor(node: str | None) -> int | None:
 
 @dataclass(frozen=True)
 class GpuVendor:
-    """One vendor's entry in the registry (:mod:`perseus_client.gpu.vendors`): how to tell its
-    GPUs are here and how to open them.
+    """One vendor's entry in the registry (:mod:`perseus_client.gpu.vendors`).
+
+    How to tell its GPUs are here and how to open them.
 
     ``available()`` is the availability probe: cheap, no side effect (its library importable and
     its device nodes present). ``open(index, dry_run)`` opens GPU ``index`` (``dry_run``: read
@@ -152,9 +159,11 @@ class GpuBackend(ABC):
         return self.supported_clocks()[0]
 
     def max_power_limit_w(self) -> float | None:
-        """The GPU's maximum power limit in watts (NVML's
-        ``nvmlDeviceGetPowerManagementLimitConstraints``, its max), registered with the server as
-        the cost policy's ``MAXPOWER``; ``None`` (the default): this backend cannot tell."""
+        """The GPU's maximum power limit in watts; ``None`` (the default): this backend cannot tell.
+
+        NVML's ``nvmlDeviceGetPowerManagementLimitConstraints``, its max; registered with
+        the server as the cost policy's ``MAXPOWER``.
+        """
         return None
 
     @abstractmethod
@@ -176,9 +185,11 @@ class GpuBackend(ABC):
         """The cumulative energy counter in millijoules (only differences are meaningful)."""
 
     def read_clock(self) -> tuple[int, frozenset[str]] | None:
-        """The SM clock (MHz) the GPU runs at now and the names of its clock-event reasons
-        (``sw_power_cap``, ``hw_thermal_slowdown``, ...); ``None`` (the default): cannot tell.
-        Read-only, whatever the backend's mode."""
+        """The SM clock (MHz) the GPU runs at now and the names of its clock-event reasons.
+
+        The reasons are names such as ``sw_power_cap``, ``hw_thermal_slowdown``; ``None``
+        (the default): cannot tell. Read-only, whatever the backend's mode.
+        """
         return None
 
     def power_w(self) -> float | None:
@@ -204,23 +215,30 @@ class GpuBackend(ABC):
         self._running = None
 
     def running_instruction(self) -> Instruction | None:
-        """The instruction between ``begin_instruction`` and its end (``None``: none); read from
-        the sampler thread."""
+        """The instruction between ``begin_instruction`` and its end (``None``: none).
+
+        Read from the sampler thread.
+        """
         return self._running
 
     # -- applied clocks -----------------------------------------------------------------------------
 
     def sample_applied_clock(self) -> tuple[int, frozenset[str]] | None:
-        """What the applied-clock sampler compares with the lock: :meth:`read_clock` by default
-        (``None``: nothing to verify, e.g. a backend that never applies a lock).
+        """What the applied-clock sampler compares with the lock: :meth:`read_clock` by default.
+
+        ``None``: nothing to verify, e.g. a backend that never applies a lock.
 
         Called from the client's sampler thread, never from the training thread; read-only.
         """
         return self.read_clock()
 
     def take_applied_clocks(self) -> AppliedClockReport | None:
-        """For backends that sample their applied clocks themselves: what was seen since the
-        previous call; ``None`` (the default): the client samples, or nobody does."""
+        """The applied clocks seen since the previous call, for backends that sample them.
+
+        For backends that sample their applied clocks themselves.
+
+        ``None`` (the default): the client samples, or nobody does.
+        """
         return None
 
     def synchronize(self) -> None:  # noqa: B027

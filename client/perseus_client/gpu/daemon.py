@@ -256,6 +256,7 @@ class DaemonGpu(GpuBackend):
         return DeviceIdentity(self.index, self.uuid)
 
     def supported_clocks(self) -> tuple[int, ...]:
+        """Supported SM clocks (MHz), highest first, as the daemon told them."""
         return self._clocks
 
     def max_power_limit_w(self) -> float | None:
@@ -263,6 +264,7 @@ class DaemonGpu(GpuBackend):
         return self._max_power
 
     def set_locked_clocks(self, mhz: int) -> None:
+        """Ask the daemon to lock the SM clock at ``mhz``; raises when ``mhz`` is not supported."""
         mhz = int(mhz)
         if mhz not in self._clocks:
             raise UnsupportedClockError(
@@ -275,6 +277,7 @@ class DaemonGpu(GpuBackend):
         self._apply(mhz, request)
 
     def reset_locked_clocks(self) -> None:
+        """Ask the daemon to remove the SM clock lock."""
         self._apply(None, gpud_pb2.Request(reset_clock=self._ref()))
 
     def _apply(self, mhz: int | None, request: gpud_pb2.Request) -> None:
@@ -291,6 +294,7 @@ class DaemonGpu(GpuBackend):
                 self._lost(conn, exc)
 
     def energy_mj(self) -> int:
+        """The energy counter (mJ) through the daemon; the last value while it is unreachable."""
         conn = self._conn
         if conn is not None:
             self._energy_now(conn)

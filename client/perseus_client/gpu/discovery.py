@@ -1,5 +1,6 @@
-"""Which GPU is this process's: worked out from what the runtime gave it, so no node-level index
-has to be configured.
+"""Which GPU is this process's: worked out from what the runtime gave it.
+
+So no node-level index has to be configured.
 
 :func:`discover_gpu` reads ``LOCAL_RANK`` (default 0) and the visible-device list:
 ``CUDA_VISIBLE_DEVICES`` if set, else ``NVIDIA_VISIBLE_DEVICES`` (the container runtime's; ``all``,

@@ -126,8 +126,11 @@ class NvmlGpu(GpuBackend):
         return clocks
 
     def identity(self) -> DeviceIdentity:
-        """Index, UUID (``nvmlDeviceGetUUID``) and device node ``/dev/nvidia<minor>``
-        (``nvmlDeviceGetMinorNumber``), read once."""
+        """Index, UUID and device node of the GPU, read once.
+
+        The UUID from ``nvmlDeviceGetUUID``, the device node ``/dev/nvidia<minor>`` from
+        ``nvmlDeviceGetMinorNumber``.
+        """
         if self._identity is None:
             nvml = self._nvml
             raw = self._call("read the GPU UUID", nvml.nvmlDeviceGetUUID, self._handle)
@@ -139,11 +142,14 @@ class NvmlGpu(GpuBackend):
         return self._identity
 
     def supported_clocks(self) -> tuple[int, ...]:
+        """Supported SM clocks (MHz), highest first, read from NVML once."""
         return self._clocks
 
     def max_power_limit_w(self) -> float | None:
-        """The largest power limit NVML allows on this GPU (W; read once, read-only); ``None``
-        where NVML cannot tell (an older driver, a GPU without power management)."""
+        """The largest power limit NVML allows on this GPU (W; read once, read-only).
+
+        ``None`` where NVML cannot tell (an older driver, a GPU without power management).
+        """
         if not hasattr(self, "_max_power"):
             self._max_power: float | None = None
             fn = getattr(self._nvml, "nvmlDeviceGetPowerManagementLimitConstraints", None)
@@ -157,6 +163,7 @@ class NvmlGpu(GpuBackend):
         return self._max_power
 
     def energy_mj(self) -> int:
+        """NVML's total energy counter (mJ)."""
         return int(
             self._call(
                 "read the energy counter",
@@ -183,6 +190,7 @@ class NvmlGpu(GpuBackend):
         return int(self._call("read the clock-event reasons", fn, self._handle))
 
     def read_clock(self) -> tuple[int, frozenset[str]]:
+        """The SM clock now (MHz) and the names of NVML's clock-event reasons."""
         return self.current_sm_clock(), frozenset(reason_names(self.clock_event_reasons()))
 
     def power_w(self) -> float:
@@ -191,6 +199,7 @@ class NvmlGpu(GpuBackend):
         return float(self._call("read the power", nvml.nvmlDeviceGetPowerUsage, self._handle)) / 1e3
 
     def sample_applied_clock(self) -> tuple[int, frozenset[str]] | None:
+        """:meth:`read_clock`; ``None`` in dry-run mode, where no lock was applied."""
         if self.dry_run:
             return None  # no lock was applied: nothing to verify
         return self.read_clock()
@@ -198,6 +207,7 @@ class NvmlGpu(GpuBackend):
     # -- control ------------------------------------------------------------------------------
 
     def set_locked_clocks(self, mhz: int) -> None:
+        """Lock the SM clock at ``mhz`` through NVML; raises when ``mhz`` is not supported."""
         mhz = int(mhz)
         if mhz not in self._clocks:
             raise UnsupportedClockError(
@@ -217,6 +227,7 @@ class NvmlGpu(GpuBackend):
             )
 
     def reset_locked_clocks(self) -> None:
+        """Remove the SM clock lock through NVML, waiting only briefly for this backend's lock."""
         # NVML is thread-safe; the lock only orders this backend's calls, so a reset waits for it
         # only briefly (a set stuck in the driver must not keep the GPU locked; see base).
         with hold_briefly(self._lock):
@@ -230,11 +241,13 @@ class NvmlGpu(GpuBackend):
             )
 
     def synchronize(self) -> None:
+        """Wait for torch's queued CUDA work, when torch has CUDA initialised."""
         torch = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
 
     def close(self) -> None:
+        """Shut NVML down, once; clocks are left as they are."""
         if getattr(self, "_initialised", False):
             self._initialised = False
             with contextlib.suppress(Exception):  # shutting down; nothing useful to do

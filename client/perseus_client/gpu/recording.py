@@ -67,12 +67,15 @@ class RecordingGpu(GpuBackend):
             self._log.write(json.dumps(doc) + "\n")
 
     def identity(self) -> DeviceIdentity:
+        """The inner backend's device identity."""
         return self.inner.identity()
 
     def supported_clocks(self) -> tuple[int, ...]:
+        """The inner backend's supported SM clocks (MHz)."""
         return self.inner.supported_clocks()
 
     def max_power_limit_w(self) -> float | None:
+        """The inner backend's maximum power limit (W)."""
         return self.inner.max_power_limit_w()
 
     @property
@@ -81,6 +84,7 @@ class RecordingGpu(GpuBackend):
         return self._locked
 
     def set_locked_clocks(self, mhz: int) -> None:
+        """Lock the inner backend's SM clock at ``mhz``, and remember it for the records."""
         with self._lock:
             self.inner.set_locked_clocks(mhz)
             self._locked = int(mhz)
@@ -88,6 +92,7 @@ class RecordingGpu(GpuBackend):
             self._write({"event": "set", "mhz": int(mhz)})
 
     def reset_locked_clocks(self) -> None:
+        """Remove the inner backend's SM clock lock (safe concurrently and from signal handlers)."""
         with hold_briefly(self._lock):  # safe concurrently and from a signal handler (see base)
             self.inner.reset_locked_clocks()
             self._locked = None
@@ -95,18 +100,23 @@ class RecordingGpu(GpuBackend):
             self._write({"event": "reset", "mhz": None})
 
     def energy_mj(self) -> int:
+        """The inner backend's energy counter (mJ)."""
         return self.inner.energy_mj()
 
     def read_clock(self) -> tuple[int, frozenset[str]] | None:
+        """The inner backend's SM clock and clock-event reasons."""
         return self.inner.read_clock()
 
     def power_w(self) -> float | None:
+        """The inner backend's power draw (W)."""
         return self.inner.power_w()
 
     def timestamp(self) -> float:
+        """The inner backend's time (s)."""
         return self.inner.timestamp()
 
     def begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:
+        """Record the instruction with the clock locked now, then start it on the inner backend."""
         rec = InstructionRecord(kind, microbatch, stage, self._locked)
         self.instructions.append(rec)
         if self._log is not None:
@@ -114,24 +124,31 @@ class RecordingGpu(GpuBackend):
         self.inner.begin_instruction(kind, microbatch, stage)
 
     def end_instruction(self) -> None:
+        """End the instruction on the inner backend."""
         self.inner.end_instruction()
 
     def abort_instruction(self) -> None:
+        """Abort the instruction on the inner backend."""
         self.inner.abort_instruction()
 
     def synchronize(self) -> None:
+        """Wait for the inner backend's queued work."""
         self.inner.synchronize()
 
     def sample_applied_clock(self) -> tuple[int, frozenset[str]] | None:
+        """The inner backend's applied-clock sample."""
         return self.inner.sample_applied_clock()
 
     def running_instruction(self) -> tuple[str, int, int | None] | None:
+        """The inner backend's running instruction."""
         return self.inner.running_instruction()
 
     def take_applied_clocks(self) -> AppliedClockReport | None:
+        """The inner backend's applied clocks since the last call."""
         return self.inner.take_applied_clocks()
 
     def close(self) -> None:
+        """Close the request log, if one is open."""
         if self._log is not None:
             self._log.close()
             self._log = None

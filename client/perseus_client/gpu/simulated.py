@@ -293,9 +293,11 @@ class SimulatedGpu(GpuBackend):
     # -- GpuBackend -------------------------------------------------------------------------------
 
     def supported_clocks(self) -> tuple[int, ...]:
+        """Supported SM clocks (MHz), highest first: the profile's."""
         return self._clocks
 
     def max_power_limit_w(self) -> float | None:
+        """The maximum power limit (W): the one given, else the known GPU's; ``None`` if neither."""
         return self._max_power
 
     @property
@@ -305,8 +307,10 @@ class SimulatedGpu(GpuBackend):
 
     @property
     def current_clock(self) -> int:
-        """The clock instructions run at now: the locked clock (else the maximum), capped by
-        :meth:`throttle`."""
+        """The clock instructions run at now.
+
+        The locked clock (else the maximum), capped by :meth:`throttle`.
+        """
         clock = self._clocks[0] if self._locked is None else self._locked
         cap = self._cap
         return clock if cap is None else min(clock, cap[0])
@@ -314,9 +318,11 @@ class SimulatedGpu(GpuBackend):
     def throttle(
         self, max_mhz: int | None, reasons: Iterable[str] = ("sw_thermal_slowdown",)
     ) -> None:
-        """Cap the applied clock at ``max_mhz`` MHz, reported with NVML clock-event ``reasons``
-        (names of :data:`~perseus_client.gpu.nvml.CLOCK_EVENT_REASONS`); ``None`` lifts the cap.
-        Thread-safe; takes effect from the next instruction."""
+        """Cap the applied clock at ``max_mhz`` MHz, reported with NVML clock-event ``reasons``.
+
+        The reasons are names of :data:`~perseus_client.gpu.nvml.CLOCK_EVENT_REASONS`;
+        ``None`` lifts the cap. Thread-safe; takes effect from the next instruction.
+        """
         if max_mhz is None:
             self._cap = None
             return
@@ -333,16 +339,20 @@ class SimulatedGpu(GpuBackend):
         self._cap = (max_mhz, names)
 
     def sample_applied_clock(self) -> tuple[int, frozenset[str]] | None:
-        """The clock the running instruction was modelled at (else the clock now), with the
-        throttle's reasons while its cap binds."""
+        """The clock the running instruction was modelled at (else the clock now).
+
+        With the throttle's reasons while its cap binds.
+        """
         applied = self._pending_applied
         if applied is not None and self._pending is not None:
             return applied
         return self._applied_now()
 
     def read_clock(self) -> tuple[int, frozenset[str]]:
-        """The clock instructions run at now (the lock, else the maximum), capped by
-        :meth:`throttle`, with the throttle's reasons while its cap binds."""
+        """The clock instructions run at now, with the throttle's reasons while its cap binds.
+
+        The lock, else the maximum, capped by :meth:`throttle`.
+        """
         return self._applied_now()
 
     def _applied_now(self) -> tuple[int, frozenset[str]]:
@@ -353,6 +363,7 @@ class SimulatedGpu(GpuBackend):
         return cap[0], cap[1]
 
     def set_locked_clocks(self, mhz: int) -> None:
+        """Lock the simulated SM clock at ``mhz``; raises when ``mhz`` is not supported."""
         mhz = int(mhz)
         if mhz not in self._clocks:
             raise UnsupportedClockError(
@@ -365,6 +376,7 @@ class SimulatedGpu(GpuBackend):
             self._persist()
 
     def reset_locked_clocks(self) -> None:
+        """Remove the simulated SM clock lock (safe concurrently and from a signal handler)."""
         with hold_briefly(self._state_lock):  # safe concurrently and from a signal handler
             self._locked = None
             self.resets += 1
@@ -376,15 +388,21 @@ class SimulatedGpu(GpuBackend):
         return self._time_factor
 
     def set_time_factor(self, factor: float) -> None:
-        """Make every following instruction take ``factor`` times its profiled time and energy
-        (straggler injection; ``1.2`` is 20 % slower)."""
+        """Make every following instruction take ``factor`` times its profiled time and energy.
+
+        Straggler injection; ``1.2`` is 20 % slower.
+        """
         if not (math.isfinite(factor) and factor > 0):
             raise ConfigError("time_factor", f"must be a positive finite factor, got {factor}")
         self._time_factor = float(factor)
 
     def set_transfer_time(self, boundary: int, direction: str, seconds: float) -> None:
-        """Inject ``seconds`` (simulated) of latency into every following transfer of
-        ``boundary`` in ``direction`` (``forward``/``backward``); 0 removes it."""
+        """Inject ``seconds`` of latency into every following transfer of ``boundary``.
+
+        Only transfers in ``direction`` (``forward``/``backward``).
+
+        The seconds are simulated; 0 removes it.
+        """
         if direction not in ("forward", "backward"):
             raise ConfigError("direction", f"must be forward or backward, got {direction!r}")
         if not (isinstance(boundary, int) and boundary >= 0):
@@ -398,9 +416,11 @@ class SimulatedGpu(GpuBackend):
         return self._transfers.get((boundary, direction), 0.0)
 
     def transfer(self, boundary: int, direction: str) -> float:
-        """Occupy one transfer's injected latency on ``(boundary, direction)``: ``time_scale``
-        times it in wall time (its sleep's overshoot not counted, as for an instruction), the GPU
-        idle meanwhile. Returns the simulated seconds injected."""
+        """Occupy one transfer's injected latency on ``(boundary, direction)``.
+
+        ``time_scale`` times it in wall time (its sleep's overshoot not counted, as for an
+        instruction), the GPU idle meanwhile. Returns the simulated seconds injected.
+        """
         t = self._transfers.get((boundary, direction), 0.0)
         if t <= 0:
             return 0.0
@@ -416,8 +436,10 @@ class SimulatedGpu(GpuBackend):
 
     @property
     def slowdown(self) -> float:
-        """Deprecated: the :attr:`time_factor` (a factor, not the fraction "slowdown" means
-        elsewhere in Perseus)."""
+        """Deprecated: the :attr:`time_factor`.
+
+        A factor, not the fraction "slowdown" means elsewhere in Perseus.
+        """
         _deprecated_slowdown()
         return self._time_factor
 
@@ -429,11 +451,13 @@ class SimulatedGpu(GpuBackend):
         self.set_time_factor(factor)
 
     def timestamp(self) -> float:
+        """Simulated seconds: scaled wall time when ``time_scale > 0``, else the virtual clock."""
         if self.time_scale > 0:
             return self._sim_base + (time.perf_counter() - self._wall_base) / self.time_scale
         return self._virtual
 
     def energy_mj(self) -> int:
+        """The modelled energy counter (mJ), idle time at the blocking power included."""
         energy = self._energy
         if self.time_scale > 0 and self.blocking_power > 0:
             pending = self._pending
@@ -456,6 +480,7 @@ class SimulatedGpu(GpuBackend):
         return t * self._time_factor, e * self._time_factor
 
     def begin_instruction(self, kind: str, microbatch: int, stage: int | None) -> None:
+        """Start an instruction: its modelled time and energy at the clock now, noise applied."""
         t, e = self.instruction_cost(kind, stage)
         if self.noise > 0:
             t *= max(0.0, 1.0 + self.noise * self._rng.gauss(0.0, 1.0))
@@ -472,6 +497,7 @@ class SimulatedGpu(GpuBackend):
         super().begin_instruction(kind, microbatch, stage)
 
     def end_instruction(self) -> None:
+        """End the instruction: its modelled time passes and its energy is counted."""
         self._end()
         super().end_instruction()
 

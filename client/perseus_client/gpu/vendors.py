@@ -25,8 +25,11 @@ VENDORS: tuple[GpuVendor, ...] = (nvml.VENDOR,)
 
 
 def choose_vendor(vendors: Sequence[GpuVendor] | None = None) -> GpuVendor:
-    """The first of ``vendors`` (default :data:`VENDORS`) whose probe says its GPUs are here;
-    else the first one (opening its GPU then fails with the reason)."""
+    """The first of ``vendors`` whose probe says its GPUs are here; else the first one.
+
+    ``vendors`` defaults to :data:`VENDORS`; when none is here, opening the first one's GPU
+    fails with the reason.
+    """
     vendors = VENDORS if vendors is None else vendors
     if not vendors:
         raise ValueError("vendors: no GPU vendor is registered")

@@ -1,6 +1,7 @@
-"""Who may do what with which GPU, for the daemon's server: the owner a lease goes to, what a
-peer sees in status, whose GPU a peer may read, the labels a lease may carry; and the socket
-the daemon listens on.
+"""Who may do what with which GPU, for the daemon's server; and the socket it listens on.
+
+The owner a lease goes to, what a peer sees in status, whose GPU a peer may read, the labels a lease
+may carry; and the socket the daemon listens on.
 
 Root and the admin groups (:meth:`~perseus_client.gpud.peers.PeerPolicy.is_admin`) see and read
 every GPU; any other peer only the GPUs it leases or owns (:mod:`~perseus_client.gpud.ownership`),
@@ -96,8 +97,10 @@ class Access:
         leases: Collection[int],
         gpus: Mapping[int, ManagedGpu],
     ) -> set[int] | None:
-        """The GPUs ``peer`` may see in status (``None``: all, for root and admins): those its
-        connection leases and, for an allowed peer, those it owns."""
+        """The GPUs ``peer`` may see in status (``None``: all, for root and admins).
+
+        Those its connection leases and, for an allowed peer, those it owns.
+        """
         if self.policy.is_admin(peer):
             return None
         seen = set(leases)
@@ -109,8 +112,10 @@ class Access:
         return seen
 
     async def may_read(self, peer: Peer, leases: Collection[int], gpu: ManagedGpu) -> None:
-        """Refuse a read of ``gpu`` (clocks, energy, samples) by a peer that neither leases nor
-        owns it (root and admins read every GPU)."""
+        """Refuse a read of ``gpu`` by a peer that neither leases nor owns it.
+
+        A read is of clocks, energy or samples; root and admins read every GPU.
+        """
         if gpu.index in leases or self.policy.is_admin(peer):
             return
         owner = await self.ownership.check(peer.pid, gpu.uuid, gpu.minor)
@@ -127,8 +132,11 @@ async def listen_unix(
     gid: int | None,
     mode: int,
 ) -> asyncio.AbstractServer:
-    """Listen on the Unix socket ``path`` (a stale socket of a dead daemon is replaced; anything
-    else there, or a live daemon, raises :class:`GpudStartError`), group ``gid``, ``mode``."""
+    """Listen on the Unix socket ``path``, group ``gid``, ``mode``.
+
+    A stale socket of a dead daemon is replaced; anything else there, or a live daemon, raises
+    :class:`GpudStartError`.
+    """
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, mode=0o755, exist_ok=True)
     if os.path.lexists(path):

@@ -379,10 +379,13 @@ def _run_daemon(args: argparse.Namespace) -> int:
 
 
 def status_rows(path: str | None = None, *, timeout: float = 5.0) -> list[dict[str, Any]]:
-    """The daemon's status as ``gpud status --json`` prints it: one dict per GPU with ``index``,
-    ``uuid``, ``name``, ``locked_mhz`` (``None`` when reset) and ``holder`` (``None`` or
-    ``{"pid", "uid", "pod", "namespace", "slurm_job", "owned_by", "job", "tenant"}``, strings
-    empty when unknown). Root sees every GPU; another user only the GPUs it leases or owns."""
+    """The daemon's status as ``gpud status --json`` prints it: one dict per GPU.
+
+    Each dict has ``index``, ``uuid``, ``name``, ``locked_mhz`` (``None`` when reset) and
+    ``holder`` (``None`` or ``{"pid", "uid", "pod", "namespace", "slurm_job", "owned_by", "job",
+    "tenant"}``, strings empty when unknown). Root sees every GPU; another user only the GPUs it
+    leases or owns.
+    """
     with GpudConnection(path, timeout=timeout) as conn:
         status = conn.call(status=gpud_pb2.Empty()).status
     return [

@@ -39,8 +39,10 @@ log = logging.getLogger("perseus_client.gpud")
 
 
 class ManagedGpu:
-    """One GPU the daemon manages (see the module docstring); methods block (run them in
-    :attr:`worker`)."""
+    """One GPU the daemon manages (see the module docstring).
+
+    Its methods block (run them in :attr:`worker`).
+    """
 
     def __init__(
         self, gpu: GpuBackend, *, read_only: bool, record: LockRecord | None = None
@@ -88,8 +90,10 @@ class ManagedGpu:
 
     def reset(self, forget: bool = True) -> bool:
         """Remove the SM clock lock; return whether it was applied (False: read-only).
+
         ``forget``: also drop the GPU from the lock record (at the end of a lease; a reset
-        within a lease keeps it, so the next lock writes nothing)."""
+        within a lease keeps it, so the next lock writes nothing).
+        """
         self.gpu.reset_locked_clocks()
         if self.read_only:
             self.would.append(("reset", None))
@@ -159,9 +163,12 @@ def open_gpus(
     read_only: bool,
     record: LockRecord | None = None,
 ) -> list[ManagedGpu]:
-    """:func:`open_devices` through NVML on ``nvml`` (a ``pynvml``-like module: the simulated
-    one of ``--simulate``), or, with ``nvml=None``, through the vendor the availability probe
-    finds (:func:`~perseus_client.gpu.vendors.choose_vendor`; NVML's when none is found)."""
+    """:func:`open_devices` through NVML on ``nvml``, or through the vendor the probe finds.
+
+    ``nvml`` is a ``pynvml``-like module (the simulated one of ``--simulate``); with
+    ``nvml=None``, the vendor is the one the availability probe finds
+    (:func:`~perseus_client.gpu.vendors.choose_vendor`; NVML's when none is found).
+    """
     from perseus_client.gpu.nvml import vendor
     from perseus_client.gpu.vendors import choose_vendor
 

@@ -1,5 +1,7 @@
-"""Files the root daemon writes (its lock record, the metrics textfile), written safely in a
-directory that others may be able to write."""
+"""Files the root daemon writes (its lock record, the metrics textfile).
+
+They are written safely in a directory that others may be able to write.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +14,13 @@ __all__ = ["replace_file"]
 
 
 def replace_file(path: str, text: str, mode: int = 0o644) -> None:
-    """Write ``text`` to ``path`` atomically and safely in a directory others may write: a new
-    file of an unpredictable name (``mkstemp``: created with ``O_EXCL``, so no planted file or
-    link is followed), written, flushed, then renamed over ``path``. Raises ``OSError`` when
-    ``path`` is a symbolic link (or not a regular file), which is never followed or replaced."""
+    """Write ``text`` to ``path`` atomically and safely in a directory others may write.
+
+    A new file of an unpredictable name (``mkstemp``: created with ``O_EXCL``, so no planted
+    file or link is followed), written, flushed, then renamed over ``path``. Raises ``OSError``
+    when ``path`` is a symbolic link (or not a regular file), which is never followed or
+    replaced.
+    """
     try:
         st = os.lstat(path)
     except FileNotFoundError:

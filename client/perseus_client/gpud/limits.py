@@ -53,8 +53,10 @@ class ConnectionLimits:
             raise ValueError("idle_timeout, frame_timeout: must be > 0 seconds")
 
     def refusal(self, total: int, from_uid: int, uid: int, allowed: bool) -> str | None:
-        """Why a new connection must be refused (``None``: admit it), given ``total`` open
-        connections and ``from_uid`` of them from the peer's ``uid``."""
+        """Why a new connection must be refused (``None``: admit it).
+
+        Given ``total`` open connections and ``from_uid`` of them from the peer's ``uid``.
+        """
         if total >= self.max_connections:
             return f"the daemon has {total} connections, its limit (--max-connections)"
         if not allowed and total >= self.max_connections - self.reserved:
@@ -81,17 +83,22 @@ def raise_fd_limit() -> tuple[int, int]:
 
 
 class ConnectionTimeout(Exception):
-    """A connection was idle too long, or did not complete a frame in time (the message says
-    which, naming the option)."""
+    """A connection was idle too long, or did not complete a frame in time.
+
+    The message says which, naming the option.
+    """
 
 
 async def read_request(
     reader: asyncio.StreamReader, idle: float | None, frame_timeout: float
 ) -> bytes:
-    """One frame's body: the first byte may take ``idle`` seconds (``None``: no limit, for a
-    leasing connection, which the lease timeout governs), the rest ``frame_timeout`` seconds.
-    Raises :class:`ConnectionTimeout`, ``FrameTooLargeError``, or
-    ``asyncio.IncompleteReadError`` at end of stream."""
+    """One frame's body, read within the time limits.
+
+    The first byte may take ``idle`` seconds (``None``: no limit, for a leasing connection,
+    which the lease timeout governs), the rest ``frame_timeout`` seconds. Raises
+    :class:`ConnectionTimeout`, ``FrameTooLargeError``, or ``asyncio.IncompleteReadError`` at
+    end of stream.
+    """
     try:
         first = await asyncio.wait_for(reader.readexactly(1), idle)
     except TimeoutError:

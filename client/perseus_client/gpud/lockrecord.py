@@ -1,5 +1,7 @@
-"""The daemon's record of the clocks it locked (``--state``), so that it resets at start only
-what it set itself, never a clock another tool (``nvidia-smi -lgc``, DCGM) set.
+"""The daemon's record of the clocks it locked (``--state``).
+
+So that it resets at start only what it set itself, never a clock another tool (``nvidia-smi -lgc``,
+DCGM) set.
 
 A JSON file ``{"version": 1, "locked": {"<GPU UUID>": <MHz>, ...}}`` (the MHz of the lease's
 first lock, for the log), replaced atomically (and synced) when it changes. A GPU is recorded
@@ -80,6 +82,7 @@ class LockRecord:
                 self._write()
 
     def forget(self, uuid: str) -> None:
+        """Drop ``uuid`` from the record (written to disk when it was there)."""
         with self._lock:
             if self._locked.pop(uuid, None) is not None:
                 self._write()

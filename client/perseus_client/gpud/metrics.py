@@ -1,6 +1,8 @@
-"""The daemon's Prometheus metrics: per GPU clocks, power, energy, throttle reasons, holder and
-refusals, served on a loopback port (``--metrics-port``) and/or written to a file for
-node-exporter's textfile collector (``--metrics-textfile``).
+"""The daemon's Prometheus metrics.
+
+Per GPU clocks, power, energy, throttle reasons, holder and refusals, served on a loopback port
+(``--metrics-port``) and/or written to a file for node-exporter's textfile collector
+(``--metrics-textfile``).
 
 Every per-GPU sample carries ``uuid`` and ``index`` and nothing that changes with the holder,
 so a GPU's series do not churn as leases come and go; the holder's identity (pid, uid, pod,
@@ -185,8 +187,10 @@ async def serve_http(server: GpudServer, port: int, host: str = "127.0.0.1") -> 
 
 
 async def write_textfile(server: GpudServer, path: str) -> None:
-    """Write the metrics to ``path`` atomically (a ``.prom`` file of the textfile collector),
-    safely (:func:`replace_file`)."""
+    """Write the metrics to ``path`` atomically, safely (:func:`replace_file`).
+
+    ``path`` is a ``.prom`` file of the textfile collector.
+    """
     replace_file(path, await render(server))
 
 

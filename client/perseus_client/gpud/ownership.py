@@ -119,6 +119,7 @@ class DeviceNodeOwnership:
         self.major = major
 
     def owns(self, pid: int, minor: int) -> bool:
+        """Whether ``pid`` or a parent of the same uid has the device node of ``minor`` open."""
         for p in procfs.ancestors(pid, self.proc):
             if self.dev_dir is None:
                 if minor in procfs.open_nvidia_minors(p, self.proc, self.major):
@@ -128,6 +129,7 @@ class DeviceNodeOwnership:
         return False
 
     def describe(self) -> str:
+        """The rule this check applies, for refusal messages."""
         node = "/dev/nvidia<minor>" if self.dev_dir is None else f"{self.dev_dir}/nvidia<minor>"
         return f"its process (or a parent of the same uid) has {node} open"
 
@@ -152,9 +154,10 @@ def list_assignments(socket: str, timeout: float) -> Assignments:
 
 
 class KubeletAssignments:
-    """The kubelet's GPU assignments, cached for ``ttl`` seconds and asked one call at a time on
-    a thread of their own (all askers meanwhile await that one call). A failure is cached too, so
-    a kubelet that is down is not asked once per lease.
+    """The kubelet's GPU assignments, cached for ``ttl`` seconds.
+
+    They are asked one call at a time on a thread of their own (all askers meanwhile await that
+    one call). A failure is cached too, so a kubelet that is down is not asked once per lease.
 
     Used from one event loop (the daemon's). ``calls`` counts the ``List`` calls made.
     """
@@ -190,8 +193,10 @@ class KubeletAssignments:
         return self._inflight
 
     def peek(self) -> Assignments | None:
-        """The last answer the kubelet gave, of any age, without waiting (``None``: none yet);
-        when it is older than ``ttl``, a new call starts in the background."""
+        """The last answer the kubelet gave, of any age, without waiting (``None``: none yet).
+
+        When it is older than ``ttl``, a new call starts in the background.
+        """
         cached = self._cached
         if cached is None or time.monotonic() - cached[0] >= self.ttl:
             self._ask()
@@ -207,6 +212,7 @@ class KubeletAssignments:
             self._last = future.result()
 
     def close(self) -> None:
+        """Stop the thread that asks the kubelet; a call under way is not waited for."""
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
@@ -257,6 +263,7 @@ class PodResourcesOwnership:
         )
 
     def describe(self) -> str:
+        """The rule this check applies, for refusal messages."""
         return f"the kubelet ({self.socket}) assigned the GPU to its pod"
 
 
@@ -297,9 +304,11 @@ class Ownership:
 
     @property
     def checked(self) -> bool:
+        """Whether any ownership check is configured."""
         return self.device_node is not None or self.pod_resources is not None
 
     def describe(self) -> str:
+        """The rules the configured checks apply, for refusal messages."""
         if self.pod_resources is not None and self.device_node is not None:
             return (
                 f"{self.pod_resources.describe()} (a process in a pod), or "
@@ -341,6 +350,7 @@ class Ownership:
         return Denied("it runs in no Kubernetes pod (its cgroup is not in the kubelet's hierarchy)")
 
     def close(self) -> None:
+        """Stop the threads that read ``/proc`` and ask the kubelet."""
         self._procfs.shutdown(wait=False, cancel_futures=True)
         if self.pod_resources is not None:
             self.pod_resources.kubelet.close()

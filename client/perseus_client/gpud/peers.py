@@ -25,9 +25,11 @@ class Peer:
 
 @dataclass(frozen=True)
 class PeerPolicy:
-    """Which peers may lease GPUs and use them: root, ``uids``, and members of ``gids``; and
-    who sees every GPU in status and samples: root and members of ``admin_gids`` (any other
-    peer sees only the GPUs it leases or owns)."""
+    """Which peers may lease GPUs and use them, and who sees every GPU in status and samples.
+
+    Root, ``uids``, and members of ``gids``; and who sees every GPU in status and samples: root
+    and members of ``admin_gids`` (any other peer sees only the GPUs it leases or owns).
+    """
 
     uids: frozenset[int] = frozenset()
     gids: frozenset[int] = frozenset()

@@ -1,5 +1,6 @@
-"""What the daemon reads about its peers from ``/proc``: liveness, parents, uids, open device
-nodes, the cgroup's Kubernetes pod UID and the Slurm job id.
+"""What the daemon reads about its peers from ``/proc``.
+
+Liveness, parents, uids, open device nodes, the cgroup's Kubernetes pod UID and the Slurm job id.
 
 Everything takes the pid as the kernel reported it (``SO_PEERCRED``) and returns ``None`` (or an
 empty result) when the process is gone or its files cannot be read; nothing here raises for a
@@ -54,7 +55,8 @@ def _stat_fields(pid: int, proc: str) -> list[str] | None:
 def start_time(pid: int, proc: str = "/proc") -> int | None:
     """The process's start time (clock ticks since boot), or ``None`` when it is gone or a zombie.
 
-    A pid and its start time name one process: a pid reused by a new process has another."""
+    A pid and its start time name one process: a pid reused by a new process has another.
+    """
     if pid <= 0:
         return None
     fields = _stat_fields(pid, proc)
@@ -82,8 +84,11 @@ def real_uid(pid: int, proc: str = "/proc") -> int | None:
 
 
 def ancestors(pid: int, proc: str = "/proc", *, limit: int = 64) -> list[int]:
-    """``pid`` and its parents with the same real uid, nearest first; pid 1 is never included
-    (init, or a container's first process, which is no one's proof of ownership but its own)."""
+    """``pid`` and its parents with the same real uid, nearest first.
+
+    Pid 1 is never included (init, or a container's first process, which is no one's proof of
+    ownership but its own).
+    """
     uid = real_uid(pid, proc)
     out: list[int] = []
     current: int | None = pid
@@ -103,9 +108,12 @@ def _fds(pid: int, proc: str) -> list[str]:
 
 
 def open_nvidia_minors(pid: int, proc: str = "/proc", major: int = NVIDIA_MAJOR) -> set[int]:
-    """Minor numbers of the NVIDIA GPU device nodes (character devices of ``major``, 195, minor
-    below 255) the process has open. The node is matched by its device number, not its name, so a node
-    that a container runtime created under another path counts too."""
+    """Minor numbers of the NVIDIA GPU device nodes the process has open.
+
+    The nodes are character devices of ``major``, 195, minor below 255. The node is matched by
+    its device number, not its name, so a node that a container runtime created under another
+    path counts too.
+    """
     minors = set()
     for link in _fds(pid, proc):
         try:
@@ -139,7 +147,8 @@ def pod_in_cgroup(path: str) -> str | None:
     ``pod<uid>`` (``/user.slice/.../pod<uid>``, which a delegated subtree lets its user create) is
     no pod. A path seen from another cgroup namespace starts with ``..`` (the reader's own cgroup
     is below the common ancestor); only the kubelet's hierarchy itself can then start right after
-    the ``..``: a QoS or pod level is accepted there, as the reader is inside ``kubepods``."""
+    the ``..``: a QoS or pod level is accepted there, as the reader is inside ``kubepods``.
+    """
     parts = [p for p in path.strip().split("/") if p]
     relative = bool(parts) and parts[0] == ".."
     while parts and parts[0] == "..":
@@ -159,8 +168,10 @@ def pod_in_cgroup(path: str) -> str | None:
 
 
 def pod_uid(pid: int, proc: str = "/proc") -> str | None:
-    """The Kubernetes pod UID of the process's own cgroup (see :func:`pod_in_cgroup`), or
-    ``None``: not in a pod, unreadable, or two hierarchies naming different pods."""
+    """The Kubernetes pod UID of the process's own cgroup (see :func:`pod_in_cgroup`), or ``None``.
+
+    ``None``: not in a pod, unreadable, or two hierarchies naming different pods.
+    """
     try:
         with open(f"{proc}/{pid}/cgroup") as f:
             lines = f.read().splitlines()
@@ -172,7 +183,9 @@ def pod_uid(pid: int, proc: str = "/proc") -> str | None:
 
 def environ_value(pid: int, key: str, proc: str = "/proc") -> str | None:
     """``key`` in the process's environment as it started (``/proc/PID/environ``), or ``None``.
-    The process chose its environment: use the value as a label, never as a proof."""
+
+    The process chose its environment: use the value as a label, never as a proof.
+    """
     try:
         with open(f"{proc}/{pid}/environ", "rb") as f:
             raw = f.read(1 << 20)

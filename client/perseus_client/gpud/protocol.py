@@ -93,8 +93,11 @@ class GpudPermissionError(GpudRefusedError, GpuPermissionError):
 
 
 class GpudNotOwnerError(GpudRefusedError, ClockControlUnavailableError):
-    """The GPU is not this process's, as far as the daemon can tell (no device node of it open,
-    no pod given it): for a trainer that asks before CUDA opened its GPU, a later try succeeds."""
+    """The GPU is not this process's, as far as the daemon can tell.
+
+    No device node of it is open, no pod was given it: for a trainer that asks before CUDA
+    opened its GPU, a later try succeeds.
+    """
 
 
 class GpudBusyError(GpudRefusedError, ClockControlUnavailableError):

@@ -15,8 +15,10 @@ __all__ = ["clock_state", "gpu_info", "holder_labels", "resolve_gpu", "status_me
 def resolve_gpu(
     gpus: Mapping[int, ManagedGpu], ref: gpud_pb2.GpuRef | gpud_pb2.SetClock
 ) -> ManagedGpu:
-    """The GPU a request names: by UUID (or a unique prefix of 8 characters or more), else by
-    index; ``LookupError`` with a message when it names none."""
+    """The GPU a request names: by UUID (or a unique prefix of 8 characters or more), else by index.
+
+    Raises ``LookupError`` with a message when it names none.
+    """
     uuid = str(ref.uuid)
     if uuid:
         matches = [g for g in gpus.values() if g.uuid == uuid]
@@ -64,8 +66,10 @@ def status_message(
     lease_timeout: float,
     visible: Collection[int] | None = None,
 ) -> gpud_pb2.Status:
-    """The ``Status`` message: every GPU (of ``visible``; ``None``: all), its lock and its live
-    holder (``holder(index)``)."""
+    """The ``Status`` message: every GPU, its lock and its live holder.
+
+    The GPUs are those of ``visible`` (``None``: all); the holder is ``holder(index)``.
+    """
     status = gpud_pb2.Status(read_only=read_only, lease_timeout_s=lease_timeout)
     for index, gpu in gpus.items():
         if visible is not None and index not in visible:

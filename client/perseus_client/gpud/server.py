@@ -157,8 +157,10 @@ class GpudServer:
         mode: int = 0o660,
         ready: Callable[[], None] | None = None,
     ) -> None:
-        """Reset what the record says was left locked, listen on ``path`` until :meth:`stop`,
-        then reset the GPUs this daemon locked."""
+        """Reset what the record says was left locked, listen on ``path`` until :meth:`stop`.
+
+        Then reset the GPUs this daemon locked.
+        """
         self._stop = asyncio.Event()
         await self._recover()
         server = await listen_unix(path, self._serve_connection, gid, mode)
@@ -415,8 +417,10 @@ class GpudServer:
             return error_response(request.id, exc.code, str(exc))
 
     def _holder_check(self, conn: _Conn, gpu: ManagedGpu) -> None:
-        """Refuse a change by a connection that does not hold the lease (``NOT_LEASED``; who
-        holds it is told only to a peer that owns the GPU, when it asks for the lease)."""
+        """Refuse a change by a connection that does not hold the lease (``NOT_LEASED``).
+
+        Who holds it is told only to a peer that owns the GPU, when it asks for the lease.
+        """
         if self._leases.get(gpu.index) is not conn:
             raise Refused(
                 gpud_pb2.NOT_LEASED,
@@ -530,4 +534,5 @@ class GpudServer:
         return conn.peer, conn.owners.get(index, Owner("unchecked"))
 
     def connection_count(self) -> int:
+        """The number of connections open now."""
         return len(self._conns)

@@ -189,8 +189,10 @@ class SimulatedNvml:
 
     @staticmethod
     def read_state(path: str | os.PathLike[str]) -> dict[str, Any]:
-        """The JSON a ``state_path`` stand-in keeps: ``{"gpus": [{"index", "locked_mhz",
-        "energy_mj", "sets", "resets"}, ...]}``."""
+        """The JSON a ``state_path`` stand-in keeps.
+
+        ``{"gpus": [{"index", "locked_mhz", "energy_mj", "sets", "resets"}, ...]}``.
+        """
         return dict(json.loads(Path(path).read_text()))
 
     def _read_throttle(self) -> None:
@@ -251,26 +253,31 @@ class SimulatedNvml:
     # -- pynvml ------------------------------------------------------------------------------------
 
     def nvmlInit(self) -> None:
+        """Initialise the simulated NVML (counted, as NVML counts its inits)."""
         with self._lock:
             self._inits += 1
 
     def nvmlShutdown(self) -> None:
+        """Undo one :meth:`nvmlInit`; raises NVML's ``UNINITIALIZED`` when there is none."""
         with self._lock:
             if self._inits <= 0:
                 raise self._error(pynvml.NVML_ERROR_UNINITIALIZED)
             self._inits -= 1
 
     def nvmlDeviceGetCount(self) -> int:
+        """The number of simulated GPUs; raises ``UNINITIALIZED`` before :meth:`nvmlInit`."""
         if self._inits <= 0:
             raise self._error(pynvml.NVML_ERROR_UNINITIALIZED)
         return len(self._devices)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> _Handle:
+        """The handle of GPU ``index``; raises NVML's error for an unknown index."""
         handle = _Handle(int(index))
         self._device(handle)
         return handle
 
     def nvmlDeviceGetName(self, handle: Any) -> str:
+        """The simulated GPU's product name."""
         self._device(handle)
         return _NAME
 
@@ -280,16 +287,22 @@ class SimulatedNvml:
         return (100_000, 400_000)
 
     def nvmlDeviceGetSupportedMemoryClocks(self, handle: Any) -> list[int]:
+        """The one memory clock (MHz) the simulated GPU supports."""
         self._device(handle)
         return [A100_MEMORY_MHZ]
 
     def nvmlDeviceGetSupportedGraphicsClocks(self, handle: Any, memory_mhz: int) -> list[int]:
+        """The supported SM clocks (MHz) at ``memory_mhz``.
+
+        Raises NVML's ``INVALID_ARGUMENT`` for another memory clock.
+        """
         self._device(handle)
         if int(memory_mhz) != A100_MEMORY_MHZ:
             raise self._error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return list(self.clocks)
 
     def nvmlDeviceSetGpuLockedClocks(self, handle: Any, min_mhz: int, max_mhz: int) -> None:
+        """Lock the SM clock between ``min_mhz`` and ``max_mhz``; needs root, as NVML does."""
         with self._lock:
             dev = self._device(handle)
             self._privileged()
@@ -302,6 +315,7 @@ class SimulatedNvml:
             self._persist()
 
     def nvmlDeviceResetGpuLockedClocks(self, handle: Any) -> None:
+        """Remove the SM clock lock; needs root, as NVML does."""
         with self._lock:
             dev = self._device(handle)
             self._privileged()
@@ -311,6 +325,7 @@ class SimulatedNvml:
             self._persist()
 
     def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
+        """The simulated GPU's total energy counter (mJ)."""
         with self._lock:
             dev = self._device(handle)
             self._read_throttle()
@@ -318,6 +333,7 @@ class SimulatedNvml:
             return int(dev.energy_j * 1000.0)
 
     def nvmlDeviceGetClockInfo(self, handle: Any, clock_type: int) -> int:
+        """The simulated SM clock (MHz); only ``NVML_CLOCK_SM`` is supported."""
         with self._lock:
             dev = self._device(handle)
             if clock_type != pynvml.NVML_CLOCK_SM:
@@ -326,6 +342,7 @@ class SimulatedNvml:
             return self._clock_of(dev)
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
+        """The bit mask of the simulated GPU's current clock-event reasons."""
         with self._lock:
             dev = self._device(handle)
             self._read_throttle()
@@ -333,9 +350,11 @@ class SimulatedNvml:
             return 0 if cap is None else cap[1]
 
     def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        """The simulated GPU's UUID."""
         return simulated_uuid(self._device(handle).index)
 
     def nvmlDeviceGetMinorNumber(self, handle: Any) -> int:
+        """The simulated GPU's device minor number: its index."""
         return self._device(handle).index
 
     def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:

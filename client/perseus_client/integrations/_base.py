@@ -1,6 +1,9 @@
-"""What every integration shares: the client surface it drives, the order format it exports,
-and :func:`quiet_stdout`: an integration never writes to stdout (a framework's import-time
-warnings included), so orders printed as JSON and redirected to a file stay JSON."""
+"""What every integration shares.
+
+The client surface it drives, the order format it exports, and :func:`quiet_stdout`: an integration
+never writes to stdout (a framework's import-time warnings included), so orders printed as JSON and
+redirected to a file stay JSON.
+"""
 
 from __future__ import annotations
 
@@ -39,9 +42,12 @@ def _stdout_handlers(out: Any) -> Iterator[logging.StreamHandler[Any]]:
 
 @contextmanager
 def stdout_to_stderr() -> Iterator[None]:
-    """While inside, what would go to stdout goes to stderr: ``print`` and ``sys.stdout``
-    writes, and log handlers that write to stdout (DeepSpeed's logger does: its import warns
-    "Setting accelerator to CPU" there). Handlers created inside keep stderr."""
+    """While inside, what would go to stdout goes to stderr.
+
+    ``print`` and ``sys.stdout`` writes, and log handlers that write to stdout (DeepSpeed's
+    logger does: its import warns "Setting accelerator to CPU" there). Handlers created inside
+    keep stderr.
+    """
     out = sys.stdout
     swapped = [(h, h.stream) for h in _stdout_handlers(out)]
     for h, _ in swapped:
@@ -91,9 +97,11 @@ InstructionEdges = tuple[Callable[[str, int, int], None], Callable[[], None], Ca
 
 
 def instruction_edges(client: InstructionClient) -> InstructionEdges:
-    """The client's instruction edges: ``PerseusClient``'s ``begin`` / ``end`` / ``abort`` (its
-    hot path, no context manager), or the same three through ``client.instruction(...)`` for any
-    other client."""
+    """The client's instruction edges: ``begin`` / ``end`` / ``abort``.
+
+    ``PerseusClient``'s ``begin`` / ``end`` / ``abort`` (its hot path, no context manager), or
+    the same three through ``client.instruction(...)`` for any other client.
+    """
     begin, end, abort = (getattr(client, n, None) for n in ("begin", "end", "abort"))
     if callable(begin) and callable(end) and callable(abort):
         return begin, end, abort

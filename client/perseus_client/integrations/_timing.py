@@ -46,8 +46,10 @@ def check_mode(mode: str) -> str:
 
 
 def event_factory(group: Any = None, mode: str = "auto") -> Callable[[], Any] | None:
-    """A maker of timing CUDA events for the P2P ops of ``group`` (``None``: the default group),
-    or ``None`` when they are timed on the CPU (see the module docstring)."""
+    """A maker of timing CUDA events for the P2P ops of ``group`` (``None``: the default group).
+
+    ``None`` when they are timed on the CPU (see the module docstring).
+    """
     if check_mode(mode) == "cpu" or (mode == "auto" and "nccl" not in _backend(group)):
         return None
     import torch

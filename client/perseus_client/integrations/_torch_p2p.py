@@ -1,6 +1,8 @@
-"""Transfer timing for ``torch.distributed.pipelining``: every schedule posts its P2P ops through
-the module function ``schedules._batch_p2p`` and waits on them through ``_wait_batch_p2p`` (both
-looked up by name at call time, from the single-stage loops and from the multi-stage runtime).
+"""Transfer timing for ``torch.distributed.pipelining``.
+
+Every schedule posts its P2P ops through the module function ``schedules._batch_p2p`` and waits on
+them through ``_wait_batch_p2p`` (both looked up by name at call time, from the single-stage loops
+and from the multi-stage runtime).
 
 An instrumented stage tags the ``P2POp`` objects its ``get_{fwd,bwd}_{send,recv}_ops`` return with
 ``(record, boundary, direction, microbatch, make_event)``. While at least one schedule is instrumented,

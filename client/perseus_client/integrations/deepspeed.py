@@ -120,6 +120,10 @@ class EngineHooks:
         self._saved: dict[str, Any] = {}
 
     def install(self) -> EngineHooks:
+        """Install the hooks on the engine's pipeline instructions; returns ``self``.
+
+        Raises ``RuntimeError`` when the engine is already instrumented.
+        """
         from deepspeed.runtime.pipe import schedule as ds_schedule
 
         engine = self.engine
@@ -229,8 +233,20 @@ def instrument(
     engine: Any, client: InstructionClient, *, transfers: bool = True, transfer_timing: str = "auto"
 ) -> EngineHooks:
     """Hook ``client`` into a DeepSpeed ``PipelineEngine``; returns the installed hooks.
-    ``transfers``: also time the engine's P2P instructions (when the client has
-    ``record_transfer``; see the module docstring)."""
+
+    Args:
+        engine: the ``PipelineEngine`` whose instructions drive ``client``.
+        client: what the hooks call: ``iteration()`` and ``instruction(kind, microbatch=,
+            stage=)``, e.g. a ``PerseusClient``.
+        transfers: also time the engine's P2P instructions (when the client has
+            ``record_transfer``; see the module docstring).
+        transfer_timing: ``"auto"`` (CUDA events on NCCL, the CPU otherwise), ``"events"`` or
+            ``"cpu"`` (see :mod:`perseus_client.integrations._timing`).
+
+    Raises:
+        TypeError: ``engine`` is not a ``PipelineEngine``, or ``client`` lacks those calls.
+        ValueError: an unknown ``transfer_timing``.
+    """
     if not isinstance(client, InstructionClient):
         raise TypeError("client: needs iteration() and instruction(kind, microbatch=, stage=)")
     if not hasattr(type(engine), "_INSTRUCTION_MAP"):

@@ -84,7 +84,20 @@ def stage_order(
     virtual_pipeline_size: int | None = None,
     microbatch_group_size_per_vp_stage: int | None = None,
 ) -> list[list[Any]]:
-    """Pipeline rank ``pipeline_rank``'s ``[[kind, microbatch, stage], ...]`` as Megatron runs it."""
+    """Pipeline rank ``pipeline_rank``'s ``[[kind, microbatch, stage], ...]`` as Megatron runs it.
+
+    Args:
+        num_microbatches: microbatches per iteration (Megatron's ``num_microbatches``).
+        pipeline_parallel_size: pipeline ranks.
+        pipeline_rank: the rank whose order this is, ``0..pipeline_parallel_size - 1``.
+        virtual_pipeline_size: model chunks per rank for the interleaved schedule (``None``:
+            not interleaved, 1F1B).
+        microbatch_group_size_per_vp_stage: Megatron's option of that name (``None``: its
+            default, ``pipeline_parallel_size``).
+
+    Raises:
+        ValueError: a size out of range, naming the argument.
+    """
     pp, rank, m = int(pipeline_parallel_size), int(pipeline_rank), int(num_microbatches)
     if m < 1:
         raise ValueError(f"num_microbatches: must be >= 1, got {m}")
@@ -137,7 +150,7 @@ def export_orders(
     virtual_pipeline_size: int | None = None,
     microbatch_group_size_per_vp_stage: int | None = None,
 ) -> Orders:
-    """Every pipeline rank's order (see :func:`stage_order`)."""
+    """Every pipeline rank's order (see :func:`stage_order`, whose arguments these are)."""
     return check_orders(
         [
             stage_order(
@@ -202,6 +215,10 @@ class MegatronHooks:
     # -- installation ---------------------------------------------------------------------------
 
     def install(self) -> MegatronHooks:
+        """Patch Megatron's step functions to drive the client; returns ``self``.
+
+        Raises ``RuntimeError`` when they are already patched.
+        """
         import importlib
 
         module: Any = importlib.import_module(_MODULE)
@@ -247,8 +264,11 @@ class MegatronHooks:
     # -- iterations -----------------------------------------------------------------------------
 
     def start_iteration(self) -> None:
-        """Restart the counters (done by :meth:`wrap`'s function; call it if you mark iterations
-        with ``client.iteration()`` yourself)."""
+        """Restart the counters.
+
+        Done by :meth:`wrap`'s function; call it if you mark iterations with
+        ``client.iteration()`` yourself.
+        """
         self._nf = 0
         self._nb = 0
         self.calls = []
@@ -398,9 +418,17 @@ def instrument(
     transfers: bool = True,
     transfer_timing: str = "auto",
 ) -> MegatronHooks:
-    """Patch Megatron's ``forward_step`` / ``backward_step`` to drive ``client`` along ``order``
-    (this rank's entry of :func:`export_orders`); ``transfers``: also time the P2P calls (when
-    the client has ``record_transfer``; see the module docstring)."""
+    """Patch Megatron's ``forward_step`` / ``backward_step`` to drive ``client`` along ``order``.
+
+    Args:
+        client: what the hooks call: ``iteration()`` and ``instruction(kind, microbatch=,
+            stage=)``, e.g. a ``PerseusClient``.
+        order: this rank's entry of :func:`export_orders`.
+        transfers: also time the P2P calls (when the client has ``record_transfer``; see the
+            module docstring).
+        transfer_timing: ``"auto"`` (CUDA events on NCCL, the CPU otherwise), ``"events"`` or
+            ``"cpu"`` (see :mod:`perseus_client.integrations._timing`).
+    """
     if not isinstance(client, InstructionClient):
         raise TypeError("client: needs iteration() and instruction(kind, microbatch=, stage=)")
     return MegatronHooks(

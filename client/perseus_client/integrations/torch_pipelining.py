@@ -159,6 +159,10 @@ class PipelineHooks:
         setattr(obj, name, replacement)
 
     def install(self) -> PipelineHooks:
+        """Install the hooks on every stage of the schedule; returns ``self``.
+
+        Raises ``RuntimeError`` when they are already installed.
+        """
         if self._installed:
             raise RuntimeError("hooks: already installed on this schedule")
         for stage in schedule_stages(self.schedule):
@@ -398,8 +402,10 @@ def orders_for(
     microbatches: int,
     stages_per_rank: int | None = None,
 ) -> Orders:
-    """The per-rank order of a schedule class (or name, as ``get_schedule_class`` takes it) without
-    building stages or a process group, e.g. to create the job before launching the ranks.
+    """The per-rank order of a schedule class, without building stages or a process group.
+
+    The class may be given by name, as ``get_schedule_class`` takes it; e.g. to create the job
+    before launching the ranks.
 
     Single-stage GPipe / 1F1B come from :mod:`perseus_common.orders` (see the module docstring); the
     others from ``torch.distributed.pipelining._schedule_visualizer.get_schedule_ops`` with the

@@ -77,6 +77,7 @@ def _state_name(msg: pb.ClockControl) -> str:
 
 
 def encode_registration(reg: RankRegistration) -> pb.RegisterRankRequest:
+    """Encode a rank's registration as a ``RegisterRankRequest``."""
     return pb.RegisterRankRequest(
         job_id=reg.job_id,
         global_rank=reg.global_rank,
@@ -92,6 +93,7 @@ def encode_registration(reg: RankRegistration) -> pb.RegisterRankRequest:
 
 
 def decode_registration(req: pb.RegisterRankRequest) -> RankRegistration:
+    """Decode a ``RegisterRankRequest`` into a :class:`RankRegistration`."""
     return RankRegistration(
         job_id=req.job_id,
         global_rank=req.global_rank,
@@ -108,6 +110,7 @@ def decode_registration(req: pb.RegisterRankRequest) -> RankRegistration:
 
 
 def encode_registered(resp: RegisteredRank) -> pb.RegisterRankResponse:
+    """Encode the server's answer to a registration as a ``RegisterRankResponse``."""
     return pb.RegisterRankResponse(
         rank_id=resp.rank_id,
         plan_version=resp.plan_version,
@@ -118,6 +121,7 @@ def encode_registered(resp: RegisteredRank) -> pb.RegisterRankResponse:
 
 
 def decode_registered(msg: pb.RegisterRankResponse) -> RegisteredRank:
+    """Decode a ``RegisterRankResponse`` into a :class:`RegisteredRank`."""
     return RegisteredRank(
         rank_id=msg.rank_id,
         plan_version=msg.plan_version,
@@ -131,16 +135,19 @@ def decode_registered(msg: pb.RegisterRankResponse) -> RegisteredRank:
 
 
 def encode_plan_request(req: PlanRequest) -> pb.WatchPlanRequest:
+    """Encode a plan subscription as a ``WatchPlanRequest``."""
     return pb.WatchPlanRequest(
         job_id=req.job_id, rank_id=req.rank_id, known_version=req.known_version
     )
 
 
 def decode_plan_request(msg: pb.WatchPlanRequest) -> PlanRequest:
+    """Decode a ``WatchPlanRequest`` into a :class:`PlanRequest`."""
     return PlanRequest(job_id=msg.job_id, rank_id=msg.rank_id, known_version=msg.known_version)
 
 
 def encode_plan(update: PlanUpdate) -> pb.PlanUpdate:
+    """Encode a plan update (steps and any profiling task) as a ``PlanUpdate`` message."""
     msg = pb.PlanUpdate(
         version=update.version,
         reason=update.reason,
@@ -168,6 +175,7 @@ def encode_plan(update: PlanUpdate) -> pb.PlanUpdate:
 
 
 def decode_plan(msg: pb.PlanUpdate) -> PlanUpdate:
+    """Decode a ``PlanUpdate`` message, its profiling task included when set."""
     profiling = None
     if msg.HasField("profiling"):
         p = msg.profiling
@@ -187,6 +195,7 @@ def decode_plan(msg: pb.PlanUpdate) -> PlanUpdate:
 
 
 def encode_instruction(m: InstructionReport) -> pb.InstructionMeasurement:
+    """Encode one instruction's measurement as an ``InstructionMeasurement``."""
     return pb.InstructionMeasurement(
         instruction=m.instruction,
         microbatch=m.microbatch,
@@ -198,6 +207,7 @@ def encode_instruction(m: InstructionReport) -> pb.InstructionMeasurement:
 
 
 def decode_instruction(m: pb.InstructionMeasurement) -> InstructionReport:
+    """Decode an ``InstructionMeasurement`` into an :class:`InstructionReport`."""
     return InstructionReport(
         instruction=m.instruction,
         microbatch=m.microbatch,
@@ -209,6 +219,7 @@ def decode_instruction(m: pb.InstructionMeasurement) -> InstructionReport:
 
 
 def encode_report(rep: IterationReport) -> pb.IterationReport:
+    """Encode an iteration report, its measurements included, as an ``IterationReport`` message."""
     return pb.IterationReport(
         job_id=rep.job_id,
         rank_id=rep.rank_id,
@@ -246,8 +257,11 @@ def encode_report(rep: IterationReport) -> pb.IterationReport:
 def decode_report(
     rep: pb.IterationReport, instructions: Sequence[InstructionReport] | None = None
 ) -> IterationReport:
-    """The report; its measurements as one :class:`InstructionReport` each, unless the caller
-    decoded them its own way (the server's columns) and passes them as ``instructions``."""
+    """The report, with its measurements as one :class:`InstructionReport` each.
+
+    Unless the caller decoded them its own way (the server's columns) and passes them as
+    ``instructions``.
+    """
     return IterationReport(
         job_id=rep.job_id,
         rank_id=rep.rank_id,
@@ -283,10 +297,12 @@ def decode_report(
 
 
 def encode_ack(ack: ReportAck) -> pb.ReportAck:
+    """Encode the server's answer to a batch of reports as a ``ReportAck``."""
     return pb.ReportAck(accepted=ack.accepted, duplicates=ack.duplicates)
 
 
 def decode_ack(msg: pb.ReportAck) -> ReportAck:
+    """Decode a ``ReportAck`` into a :class:`ReportAck`."""
     return ReportAck(accepted=msg.accepted, duplicates=msg.duplicates)
 
 
@@ -294,14 +310,17 @@ def decode_ack(msg: pb.ReportAck) -> ReportAck:
 
 
 def encode_finish(req: FinishRank) -> pb.FinishRankRequest:
+    """Encode a rank's finish as a ``FinishRankRequest``."""
     return pb.FinishRankRequest(job_id=req.job_id, rank_id=req.rank_id)
 
 
 def decode_finish(msg: pb.FinishRankRequest) -> FinishRank:
+    """Decode a ``FinishRankRequest`` into a :class:`FinishRank`."""
     return FinishRank(job_id=msg.job_id, rank_id=msg.rank_id)
 
 
 def encode_finished(resp: FinishedRank) -> pb.FinishRankResponse:
+    """Encode the answer to a rank's finish as a ``FinishRankResponse``."""
     return pb.FinishRankResponse(
         job_finished=resp.job_finished,
         ranks_finished=resp.ranks_finished,
@@ -310,6 +329,7 @@ def encode_finished(resp: FinishedRank) -> pb.FinishRankResponse:
 
 
 def decode_finished(msg: pb.FinishRankResponse) -> FinishedRank:
+    """Decode a ``FinishRankResponse`` into a :class:`FinishedRank`."""
     return FinishedRank(
         job_finished=msg.job_finished,
         ranks_finished=msg.ranks_finished,

@@ -35,8 +35,10 @@ CLOCK_CONTROL_STATES: tuple[str, ...] = ("", "active", "unavailable")
 
 @dataclass(frozen=True)
 class RankRegistration:
-    """A rank asking to join its job (``RegisterRankRequest``); ``max_power_limit_w``: its GPU's
-    maximum power limit (W; 0: unknown)."""
+    """A rank asking to join its job (``RegisterRankRequest``).
+
+    ``max_power_limit_w``: its GPU's maximum power limit (W; 0: unknown).
+    """
 
     job_id: str
     global_rank: int
@@ -121,8 +123,11 @@ class InstructionReport:
 
 @dataclass(frozen=True)
 class TransferReport:
-    """One timed P2P transfer (``TransferMeasurement``): ``microbatch``'s activations
-    (``forward``, stage ``boundary`` to ``boundary + 1``) or gradients (``backward``, back)."""
+    """One timed P2P transfer (``TransferMeasurement``).
+
+    ``microbatch``'s activations (``forward``, stage ``boundary`` to ``boundary + 1``) or
+    gradients (``backward``, back).
+    """
 
     boundary: int
     direction: str
@@ -132,8 +137,9 @@ class TransferReport:
 
 @dataclass(frozen=True)
 class OffPlanReport:
-    """An instruction during which the GPU ran more than one supported step below its locked
-    clock (``OffPlanInstruction``).
+    """An instruction during which the GPU ran below its locked clock (``OffPlanInstruction``).
+
+    Below by more than one supported step.
 
     ``stage`` None: the rank's pipeline_rank; ``sampled_mhz`` the lowest clock sampled;
     ``reasons`` the clock-event reasons seen in its off-plan samples (sorted); ``samples`` their
@@ -178,8 +184,11 @@ class IterationReport:
 
 @dataclass(frozen=True)
 class ReportAck:
-    """The server's answer to a batch of reports: how many it acknowledged (duplicates
-    included) and how many of them were re-sent ones it dropped."""
+    """The server's answer to a batch of reports.
+
+    How many it acknowledged (duplicates included) and how many of them were re-sent ones it
+    dropped.
+    """
 
     accepted: int
     duplicates: int

@@ -1,5 +1,6 @@
-"""Straggler detection from reported iteration times, with hysteresis; slow-stage detection from
-reported per-instruction times.
+"""Straggler detection from reported iteration times, with hysteresis.
+
+Also slow-stage detection from reported per-instruction times.
 
 **Pipelines.** Each reported iteration of a data-parallel pipeline gives a ratio ``observed /
 planned`` (the planned time of the plan version the iteration ran). A real run never matches the
@@ -74,9 +75,12 @@ OFF_PLAN_WINDOW = 16
 
 @dataclass
 class RankClocks:
-    """A rank's applied-clock record: per iteration of the window ``(iteration, off-plan
-    instructions, reasons seen in them, samples)``, the all-time count, and the latest off-plan
-    instruction (a JSON-ready dict with its iteration)."""
+    """A rank's applied-clock record.
+
+    Per iteration of the window ``(iteration, off-plan instructions, reasons seen in them,
+    samples)``, the all-time count, and the latest off-plan instruction (a JSON-ready dict with
+    its iteration).
+    """
 
     recent: deque[tuple[int, int, frozenset[str], int]] = field(
         default_factory=lambda: deque(maxlen=OFF_PLAN_WINDOW)
@@ -92,8 +96,11 @@ class RankClocks:
 
 @dataclass(frozen=True)
 class DetectorSettings:
-    """The detectors' settings (``PUT /jobs/{id}/straggler-detection``), the one place they are
-    named: built by keyword (:meth:`from_json`), stored and shown as :meth:`to_json`."""
+    """The detectors' settings, the one place they are named.
+
+    Set by ``PUT /jobs/{id}/straggler-detection``. Built by keyword (:meth:`from_json`), stored
+    and shown as :meth:`to_json`.
+    """
 
     #: A pipeline (stage) is slow beyond ``calibration * (1 + threshold)`` (``1 + threshold``).
     threshold: float = 0.05
@@ -103,12 +110,16 @@ class DetectorSettings:
     recovery: float = 0.02
 
     def to_json(self) -> dict[str, Any]:
+        """The settings as a document of their fields by name."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> DetectorSettings:
-        """Settings from a document of their fields by name (missing ones: the defaults;
-        unknown ones: a :class:`ValueError` naming them)."""
+        """Settings from a document of their fields by name.
+
+        Missing fields take the defaults; unknown ones raise a :class:`ValueError` naming
+        them.
+        """
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(doc) - names)
         if unknown:
@@ -153,15 +164,19 @@ class Detector(Protocol):
         flagged: bool,
         current: float | None = None,
     ) -> Decision:
-        """Feed one iteration of ``pipeline`` that took ``time`` seconds (measured) where its plan
-        takes ``expected``; ``flagged``: whether it is a straggler now; ``current``: the T' it
-        is known to run at, on the profile's axis (None: not known here, e.g. reported by a
-        cluster monitor; then its pace never "changed")."""
+        """Feed one iteration of ``pipeline`` that took ``time`` seconds (measured).
+
+        Its plan takes ``expected``. ``flagged``: whether it is a straggler now;
+        ``current``: the T' it is known to run at, on the profile's axis (None: not known
+        here, e.g. reported by a cluster monitor; then its pace never "changed").
+        """
         ...
 
     def explain(self, pipeline: int, expected: float) -> str:
-        """The last ``slow`` or ``changed`` decision on ``pipeline``, in words (for the replan
-        log and the status), measured and on the profile's axis."""
+        """The last ``slow`` or ``changed`` decision on ``pipeline``, in words.
+
+        For the replan log and the status; measured and on the profile's axis.
+        """
         ...
 
     def reset(self, pipeline: int | None = None) -> None:
@@ -170,8 +185,10 @@ class Detector(Protocol):
 
 @dataclass
 class StragglerDetector:
-    """The :class:`Detector` of the module docstring: per-pipeline runs of slow and fast
-    iterations against the calibration, with hysteresis."""
+    """The :class:`Detector` of the module docstring.
+
+    Per-pipeline runs of slow and fast iterations against the calibration, with hysteresis.
+    """
 
     settings: DetectorSettings = field(default_factory=DetectorSettings)
     #: Per rank id, its applied-clock record (see the module docstring).
@@ -263,6 +280,7 @@ class StragglerDetector:
         return None, t_prime
 
     def reset(self, pipeline: int | None = None) -> None:
+        """Forget the runs of slow and fast iterations of ``pipeline`` (None: of every pipeline)."""
         if pipeline is None:
             self._slow.clear()
             self._fast.clear()
@@ -313,6 +331,7 @@ class StageDetector:
         return None, factor
 
     def reset(self, pipeline: int | None = None) -> None:
+        """Forget the recent stage factors of ``pipeline`` (None: of every pipeline)."""
         if pipeline is None:
             self._recent.clear()
         else:
@@ -332,6 +351,8 @@ DETECTORS: tuple[type[StragglerDetector], ...] = (StragglerDetector,)
 def make_detectors(
     settings: DetectorSettings, clocks: dict[str, RankClocks] | None = None
 ) -> tuple[Detector, StageDetector]:
-    """A job's pipeline detector and stage detector, from one settings value (``clocks``: the
-    ranks' applied-clock records to keep)."""
+    """A job's pipeline detector and stage detector, from one settings value.
+
+    ``clocks``: the ranks' applied-clock records to keep.
+    """
     return StragglerDetector(settings, {} if clocks is None else clocks), StageDetector(settings)

@@ -1,5 +1,6 @@
-"""Measured P2P transfer times: one report's time per link, and the fit online profiling gives
-the profile's communication part.
+"""Measured P2P transfer times.
+
+One report's time per link, and the fit online profiling gives the profile's communication part.
 
 A *link* is one stage boundary in one direction, ``(boundary, direction)``. A rank times every
 transfer it runs (one per microbatch); one report gives each link's **median** over them
@@ -96,8 +97,10 @@ class _Transfer(Protocol):
 
 
 def link_times(transfers: Iterable[_Transfer]) -> dict[Link, float]:
-    """One report's time per link: the median of its transfers on that link (links in first-seen
-    order)."""
+    """One report's time per link: the median of its transfers on that link.
+
+    Links in first-seen order.
+    """
     groups: dict[Link, list[float]] = {}
     for t in transfers:
         groups.setdefault((int(t.boundary), str(t.direction)), []).append(float(t.time))
@@ -106,8 +109,10 @@ def link_times(transfers: Iterable[_Transfer]) -> dict[Link, float]:
 
 @dataclass
 class LinkCombiner:
-    """The ends' times of each link combined per iteration (see the module docstring). Keys are
-    any hashable link key (the server's: ``(pipeline, boundary, direction)``)."""
+    """The ends' times of each link combined per iteration (see the module docstring).
+
+    Keys are any hashable link key (the server's: ``(pipeline, boundary, direction)``).
+    """
 
     #: Per key: per open iteration, per microbatch the smallest time, and the ends that reported.
     pending: dict[Any, dict[int, tuple[dict[int, float], set[str]]]] = field(default_factory=dict)
@@ -119,18 +124,22 @@ class LinkCombiner:
     def add(
         self, key: Any, end: str, iteration: int, times: Iterable[tuple[int, float]]
     ) -> list[float]:
-        """One end's transfers ``(microbatch, seconds)`` of ``iteration``; returns the link's
-        time of each iteration this completes, oldest first. A report of an iteration already
-        given out is dropped (an end that came late), unless it is far behind (a restarted rank
-        counts from 0 again: the link starts over)."""
+        """Add one end's transfers ``(microbatch, seconds)`` of ``iteration``.
+
+        Returns the link's time of each iteration this completes, oldest first. A report of
+        an iteration already given out is dropped (an end that came late), unless it is far
+        behind (a restarted rank counts from 0 again: the link starts over).
+        """
         return [m for m, _ in self.add_with_fastest(key, end, iteration, times)]
 
     def add_with_fastest(
         self, key: Any, end: str, iteration: int, times: Iterable[tuple[int, float]]
     ) -> list[tuple[float, float]]:
-        """:meth:`add`, each completed iteration as ``(median, fastest)`` over its microbatches:
-        the fastest is what slow-link detection compares (a link slowed for real slows every
-        transfer; a host that holds up a rank delays some of them)."""
+        """:meth:`add`, each completed iteration as ``(median, fastest)`` over its microbatches.
+
+        The fastest is what slow-link detection compares (a link slowed for real slows every
+        transfer; a host that holds up a rank delays some of them).
+        """
         done = self.closed.get(key)
         if done is not None and done - iteration >= STALE_ITERATIONS:
             self.pending.pop(key, None)
@@ -164,8 +173,10 @@ class LinkCombiner:
 
 @dataclass(frozen=True)
 class LinkFit:
-    """One link's fitted transfer time (s per microbatch) and, when measured at more than one
-    clock, its time per clock (MHz)."""
+    """One link's fitted transfer time (s per microbatch), and its time per clock.
+
+    The time per clock (MHz) is there when measured at more than one clock.
+    """
 
     time: float
     times_by_clock: dict[int, float] | None = None
@@ -178,6 +189,7 @@ class TransferSamples:
     samples: dict[tuple[int, str, int], list[float]] = field(default_factory=dict)
 
     def add(self, frequency: int, times: Mapping[Link, float]) -> None:
+        """Add one report's time per link measured at clock ``frequency``."""
         for (b, d), t in times.items():
             acc = self.samples.setdefault((b, d, int(frequency)), [])
             acc.append(float(t))
@@ -187,17 +199,25 @@ class TransferSamples:
         return bool(self.samples)
 
     def to_json(self) -> list[list[Any]]:
+        """The samples as JSON: one list per link and clock.
+
+        Each list is ``[boundary, direction, frequency, *times]``.
+        """
         return [[b, d, f, *v] for (b, d, f), v in self.samples.items()]
 
     @classmethod
     def from_json(cls, doc: list[list[Any]] | None) -> TransferSamples:
+        """Read :meth:`to_json`'s document (None: no samples)."""
         return cls({(int(b), str(d), int(f)): [float(x) for x in v] for b, d, f, *v in doc or ()})
 
 
 def clock_dependence(per_clock: Mapping[int, list[float]]) -> float:
-    """The largest difference of two per-clock medians of ``per_clock`` (clock -> per-report
-    times) in standard errors of that difference (see the module docstring); 0 when fewer than
-    two clocks have :data:`MIN_PER_CLOCK` reports, ``inf`` for a difference without any noise."""
+    """How far apart ``per_clock``'s medians are, in standard errors (see the module docstring).
+
+    The largest difference of two per-clock medians of ``per_clock`` (clock -> per-report times)
+    in standard errors of that difference; 0 when fewer than two clocks have
+    :data:`MIN_PER_CLOCK` reports, ``inf`` for a difference without any noise.
+    """
     clocks = {f: v for f, v in per_clock.items() if len(v) >= MIN_PER_CLOCK}
     if len(clocks) < 2:
         return 0.0
@@ -218,9 +238,12 @@ def clock_dependence(per_clock: Mapping[int, list[float]]) -> float:
 
 
 def clock_slope_t(per_clock: Mapping[int, list[float]]) -> tuple[float, int]:
-    """Student's t of the slope of the per-clock medians against the clock (clocks with
-    :data:`MIN_PER_CLOCK` reports), and its degrees of freedom (clocks - 2; 0: fewer than three
-    clocks, t 0); ``inf`` for medians exactly on a sloped line."""
+    """Student's t of the slope of the per-clock medians against the clock, and its freedom.
+
+    Only clocks with :data:`MIN_PER_CLOCK` reports count. The degrees of freedom are returned
+    too: clocks - 2 (0: fewer than three clocks, t 0); ``inf`` for medians exactly on a sloped
+    line.
+    """
     pts = sorted((f, median(v)) for f, v in per_clock.items() if len(v) >= MIN_PER_CLOCK)
     k = len(pts)
     if k < 3:
@@ -249,8 +272,11 @@ def clock_dependent(per_clock: Mapping[int, list[float]]) -> bool:
 
 
 def fit_transfers(samples: TransferSamples) -> dict[Link, LinkFit]:
-    """Each measured link's :class:`LinkFit` (see the module docstring): one time per clock
-    only where :func:`clock_dependent`, else the median of every per-report time of the link."""
+    """Each measured link's :class:`LinkFit` (see the module docstring).
+
+    One time per clock only where :func:`clock_dependent`, else the median of every per-report
+    time of the link.
+    """
     by_link: dict[Link, dict[int, list[float]]] = {}
     for (b, d, f), v in samples.samples.items():
         if v:
@@ -268,9 +294,12 @@ def fit_transfers(samples: TransferSamples) -> dict[Link, LinkFit]:
 def with_measured_transfers(
     profile: Profile, fits: Mapping[Link, LinkFit], previous: Profile | None = None
 ) -> Profile:
-    """``profile`` (a scan's measured compute profile) with the fitted transfer times as its
-    communication part. What the ``previous`` profile had (of as many stages) is kept where
-    nothing was measured: its phases, the links not timed, a link's power."""
+    """``profile`` with the fitted transfer times as its communication part.
+
+    ``profile`` is a scan's measured compute profile. What the ``previous`` profile had (of as
+    many stages) is kept where nothing was measured: its phases, the links not timed, a link's
+    power.
+    """
     base = (
         previous.communication
         if previous is not None and previous.stages == profile.stages

@@ -24,12 +24,14 @@ __all__ = ["PlanPolicy", "PipelinePlan", "PlanDecision", "Straggler", "decide", 
 
 @dataclass(frozen=True)
 class PlanPolicy:
-    """How the default plan is chosen: ``kind``, a policy of :data:`perseus.policies.POLICIES`
-    (``index``, ``deadline``, ``slowdown``, ...) and ``value`` its main parameter. The
-    default, ``index 0``, is the fastest plan. ``copies``: the job's
-    ``data_parallel x tensor_parallel`` copies of one pipeline (for ``power_budget``, watts of
-    the whole job). ``options``: the policy's further parameters (``eta``'s ``max_power``), as
-    resolved when the policy was set."""
+    """How the default plan is chosen.
+
+    ``kind``, a policy of :data:`perseus.policies.POLICIES` (``index``, ``deadline``,
+    ``slowdown``, ...) and ``value`` its main parameter. The default, ``index 0``, is the
+    fastest plan. ``copies``: the job's ``data_parallel x tensor_parallel`` copies of one
+    pipeline (for ``power_budget``, watts of the whole job). ``options``: the policy's further
+    parameters (``eta``'s ``max_power``), as resolved when the policy was set.
+    """
 
     kind: str = "index"
     value: float = 0.0
@@ -37,6 +39,7 @@ class PlanPolicy:
     options: tuple[tuple[str, float], ...] = field(default=(), kw_only=True)
 
     def to_json(self) -> dict[str, Any]:
+        """The policy as stored: kind, value and options."""
         doc: dict[str, Any] = {"kind": self.kind, "value": self.value}
         spec = POLICIES.get(self.kind)
         if spec is not None and any(p.name == "copies" for p in spec.options):
@@ -46,6 +49,7 @@ class PlanPolicy:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any] | None) -> PlanPolicy:
+        """Read :meth:`to_json`'s document (empty or None: the default policy)."""
         if not doc:
             return cls()
         kind = str(doc["kind"])
@@ -60,13 +64,16 @@ class PlanPolicy:
         return policy
 
     def describe(self) -> str:
+        """The policy in words, as its registry entry describes it."""
         return self._spec().describe(self.value, dict(self.options))
 
 
 @dataclass(frozen=True)
 class Straggler:
-    """A pipeline known to be slow: its observed iteration time (s), where that came from and,
-    for a slow stage, which stages and by how much (``detail``)."""
+    """A pipeline known to be slow: its observed iteration time (s) and where that came from.
+
+    For a slow stage, also which stages and by how much (``detail``).
+    """
 
     pipeline: int
     time: float
@@ -76,8 +83,10 @@ class Straggler:
 
 @dataclass(frozen=True)
 class PipelinePlan:
-    """The frontier point a pipeline runs and the reason it was chosen; ``own``: the index is
-    into the pipeline's own re-solved frontier rather than the job's."""
+    """The frontier point a pipeline runs and the reason it was chosen.
+
+    ``own``: the index is into the pipeline's own re-solved frontier rather than the job's.
+    """
 
     index: int
     reason: str
@@ -86,18 +95,24 @@ class PipelinePlan:
 
 @dataclass(frozen=True)
 class PlanDecision:
+    """The plan of every pipeline, and why it was chosen."""
+
     plans: tuple[PipelinePlan, ...]
     reason: str
 
     def indices(self) -> list[int]:
+        """Each pipeline's frontier index."""
         return [p.index for p in self.plans]
 
 
 def resolve_policy(frontier: Frontier, policy: PlanPolicy) -> int:
-    """The frontier index the policy selects; raises :class:`InfeasibleError` when none fits,
-    also for a value out of bounds (then with the ``field`` it names), so that a caller that
-    falls back to the default plan on an infeasible policy does so for any policy it cannot
-    resolve (an unknown kind, as a stored policy of another version may have)."""
+    """The frontier index the policy selects.
+
+    Raises :class:`InfeasibleError` when none fits, also for a value out of bounds (then with
+    the ``field`` it names), so that a caller that falls back to the default plan on an
+    infeasible policy does so for any policy it cannot resolve (an unknown kind, as a stored
+    policy of another version may have).
+    """
     policy._spec()
     try:
         return resolve(

@@ -63,8 +63,10 @@ class Curve:
 
 
 def time_needs(curve: Curve, *, sigmas: float, top_tolerance: float) -> set[int]:
-    """The clocks to measure again so that the zero-slowdown plan is not late on noise (see
-    the module docstring)."""
+    """The clocks to measure again so that the zero-slowdown plan is not late on noise.
+
+    See the module docstring.
+    """
     freqs, t, t_se, e = curve.frequencies, curve.time, curve.time_se, curve.energy
     if top_tolerance <= 0 or len(freqs) < 2 or not np.all(t_se > 0):
         return set()
@@ -78,8 +80,10 @@ def time_needs(curve: Curve, *, sigmas: float, top_tolerance: float) -> set[int]
 
 
 def cost_needs(curve: Curve, *, sigmas: float, cost_tolerance: float) -> set[int]:
-    """The clocks to measure again so that the frontier's close choices between clocks are
-    told apart (see the module docstring)."""
+    """The clocks to measure again so that the frontier's close choices are told apart.
+
+    The choices are between clocks; see the module docstring.
+    """
     freqs, t, c, se = curve.frequencies, curve.time, curve.cost, curve.cost_se
     m = len(freqs)
     if cost_tolerance <= 0 or m < 2 or not np.all(se > 0):

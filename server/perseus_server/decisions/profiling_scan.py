@@ -158,8 +158,10 @@ class InstructionStats:
 
 
 def _real_rises(points: list[InstructionStats], sigmas: float) -> int:
-    """Consecutive real rises above the valley at the end of ``points`` (fastest clock first);
-    none count before the cost has really fallen below the first clock's."""
+    """Consecutive real rises above the valley at the end of ``points`` (fastest clock first).
+
+    None count before the cost has really fallen below the first clock's.
+    """
     if not points:
         return 0
     first = valley = points[0]
@@ -319,8 +321,11 @@ class ProfilingSession:
         )
 
     def advance(self) -> bool:
-        """Close the current clock; returns True when the scan is over (the descending scan
-        and then the re-measuring of the fastest clocks, see the module docstring)."""
+        """Close the current clock; returns True when the scan is over.
+
+        The scan is the descending scan and then the re-measuring of the fastest clocks (see
+        the module docstring).
+        """
         f = self.frequency
         self.iterations_spent += max(self.seen.values(), default=0)
         if self.revisit is not None:
@@ -391,8 +396,10 @@ class ProfilingSession:
         return max(self.blocking_power, self.measured_blocking_power or 0.0)
 
     def stats(self) -> dict[tuple[int, str], list[tuple[int, InstructionStats]]]:
-        """Per (stage, instruction): ``(frequency, stats)`` of every finished clock, in scan
-        order."""
+        """Per (stage, instruction): ``(frequency, stats)`` of every finished clock.
+
+        In scan order.
+        """
         pb = self.effective_blocking_power
         order = {f: i for i, f in enumerate(self.frequencies[: len(self.energies)])}
         out: dict[tuple[int, str], list[tuple[int, InstructionStats]]] = {}
@@ -411,8 +418,11 @@ class ProfilingSession:
         }
 
     def _curves(self, *, smooth: bool) -> dict[tuple[int, str], Curve]:
-        """Per (stage, instruction): its curve over every finished clock (highest first);
-        times smoothed across clocks when ``smooth`` (the costs then use the smoothed times)."""
+        """Per (stage, instruction): its curve over every finished clock (highest first).
+
+        Times are smoothed across clocks when ``smooth`` (the costs then use the smoothed
+        times).
+        """
         pb = self.effective_blocking_power
         out = {}
         for key, points in self.stats().items():
@@ -428,9 +438,11 @@ class ProfilingSession:
         return out
 
     def profile_csv(self, *, raw: bool = False) -> str:
-        """The measured profile as ``stage,instruction,frequency,time,energy`` CSV: mean
-        energies, and mean times smoothed across clocks (unless ``raw`` or the session's
-        ``smooth`` is off; see :mod:`perseus_server.decisions.profile_fit`)."""
+        """The measured profile as ``stage,instruction,frequency,time,energy`` CSV.
+
+        Mean energies, and mean times smoothed across clocks (unless ``raw`` or the
+        session's ``smooth`` is off; see :mod:`perseus_server.decisions.profile_fit`).
+        """
         lines = ["stage,instruction,frequency,time,energy"]
         for (stage, kind), c in sorted(self._curves(smooth=self.smooth and not raw).items()):
             for f, ti, ei in zip(c.frequencies, c.time, c.energy, strict=True):
@@ -438,9 +450,11 @@ class ProfilingSession:
         return "\n".join(lines) + "\n"
 
     def progress(self) -> dict[str, Any]:
-        """The scan's progress (keys fixed by the REST model); ``consecutive_rises`` is the
-        fewest consecutive real rises of any instruction (the scan stops at
-        ``stop_after_rises``)."""
+        """The scan's progress (keys fixed by the REST model).
+
+        ``consecutive_rises`` is the fewest consecutive real rises of any instruction (the
+        scan stops at ``stop_after_rises``).
+        """
         rises = self.instruction_rises() if self.energies else {}
         return {
             "status": self.status,
@@ -463,6 +477,7 @@ class ProfilingSession:
     # -- persistence ------------------------------------------------------------------------------
 
     def to_json(self) -> dict[str, Any]:
+        """The session as stored: its settings and every clock's measurements."""
         return {
             "frequencies": self.frequencies,
             "warmup_iterations": self.warmup_iterations,
@@ -492,8 +507,11 @@ class ProfilingSession:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> ProfilingSession:
-        """Read :meth:`to_json`'s document, or one stored before the noise-aware scan (no
-        squares: zero noise; no tolerance: every clock measures ``iterations``)."""
+        """Read :meth:`to_json`'s document, or one stored before the noise-aware scan.
+
+        An older document has no squares (zero noise) and no tolerance (every clock measures
+        ``iterations``).
+        """
         energies = [float(e) for e in doc["energies"]]
         waits = [[float(e), float(t)] for e, t in doc.get("waits", [])]
         waits += [[0.0, 0.0] for _ in range(len(energies) - len(waits))]

@@ -28,9 +28,12 @@ __all__ = ["calibration", "link_time", "median", "stage_factors"]
 
 
 def median(values: Iterable[float] | npt.NDArray[np.float64]) -> float:
-    """The median of ``values`` (at least one): the middle of the sorted values, or the mean of
-    the two middle ones. An array is sorted by numpy (``O(n log n)``, a few microseconds for a
-    small report, where :func:`numpy.median`'s overhead is a hundred times that)."""
+    """The median of ``values`` (at least one).
+
+    The middle of the sorted values, or the mean of the two middle ones. An array is sorted by
+    numpy (``O(n log n)``, a few microseconds for a small report, where :func:`numpy.median`'s
+    overhead is a hundred times that).
+    """
     a: Sequence[float] | npt.NDArray[np.float64]
     a = np.sort(values) if isinstance(values, np.ndarray) else sorted(values)
     h = len(a) // 2
@@ -38,9 +41,13 @@ def median(values: Iterable[float] | npt.NDArray[np.float64]) -> float:
 
 
 def calibration(windows: Iterable[Collection[float]], full: int = 1) -> float | None:
-    """The smallest median over the ``windows`` holding at least ``full`` values (None when none
-    does): a job's common overhead from each pipeline's recent ratios of measured to planned
-    iteration time."""
+    """The smallest median over the ``windows`` holding at least ``full`` values.
+
+    None when none does.
+
+    A job's common overhead from each pipeline's recent ratios of measured to planned iteration
+    time.
+    """
     medians = [median(w) for w in windows if len(w) >= max(1, full)]
     return min(medians) if medians else None
 
@@ -48,12 +55,17 @@ def calibration(windows: Iterable[Collection[float]], full: int = 1) -> float | 
 def stage_factors(
     ratios: Mapping[int, Sequence[float] | npt.NDArray[np.float64]],
 ) -> dict[int, float]:
-    """One iteration's slowdown factor per stage, from each stage's ratios of measured over
-    profiled time (one per measured instruction): their median, stages in the order given."""
+    """One iteration's slowdown factor per stage, stages in the order given.
+
+    Each stage's factor is the median of its ratios of measured over profiled time (one per
+    measured instruction).
+    """
     return {stage: median(np.asarray(r, dtype=np.float64)) for stage, r in ratios.items()}
 
 
 def link_time(times: Collection[float]) -> tuple[float, float]:
-    """One iteration's time of a link from its microbatches' transfer times (at least one):
-    ``(median, fastest)``."""
+    """One iteration's time of a link: ``(median, fastest)``.
+
+    From its microbatches' transfer times (at least one).
+    """
     return median(times), min(times)

@@ -1,9 +1,11 @@
-"""The physical bounds of what ranks and operators report, the same on every path (gRPC
-reports, REST straggler reports): an iteration or instruction time, an energy, and the
-slow-stage factors derived from them; and what one registration may carry (its clocks and
-names), so that a job's size in memory and in its status is bounded by its world size. A value outside its bounds is refused naming the field;
-inside them, every figure the server derives (a straggler's time, a slow-stage factor, a power,
-a power budget's lowest power, the status) stays finite.
+"""The physical bounds of what ranks and operators report, the same on every path.
+
+The paths are gRPC reports and REST straggler reports. An iteration or instruction time, an energy,
+and the slow-stage factors derived from them; and what one registration may carry (its clocks and
+names), so that a job's size in memory and in its status is bounded by its world size. A value
+outside its bounds is refused naming the field; inside them, every figure the server derives (a
+straggler's time, a slow-stage factor, a power, a power budget's lowest power, the status) stays
+finite.
 
 Why these numbers: an iteration of more than ``MAX_SECONDS`` (11.6 days) or an energy beyond
 ``MAX_ENERGY`` (10 kW for that long) is no measurement; products and sums of a few million such

@@ -23,8 +23,10 @@ MAX_DETAIL = 1024
 
 
 class ApiError(Exception):
-    """A client error: an HTTP status, a short title, a detail (at most :data:`MAX_DETAIL`
-    characters) and the field at fault."""
+    """A client error: an HTTP status, a short title, a detail and the field at fault.
+
+    The detail has at most :data:`MAX_DETAIL` characters.
+    """
 
     status: int = 400
     title: str = "Bad request"
@@ -91,8 +93,10 @@ class Unauthorized(ApiError):
 
 
 class Unavailable(ApiError):
-    """The server cannot take the request now, through no fault of the client's: retry after
-    ``retry_after`` seconds (HTTP 503 with ``Retry-After``, gRPC UNAVAILABLE)."""
+    """The server cannot take the request now, through no fault of the client's.
+
+    Retry after ``retry_after`` seconds (HTTP 503 with ``Retry-After``, gRPC UNAVAILABLE).
+    """
 
     status = 503
     title = "Service unavailable"
@@ -102,12 +106,15 @@ class Unavailable(ApiError):
         self.retry_after = retry_after
 
     def headers(self) -> dict[str, str]:
+        """The ``Retry-After`` header of the HTTP answer."""
         return {"Retry-After": str(self.retry_after)}
 
 
 class StoreUnavailable(Unavailable):
-    """The store cannot write now (``kind``: ``disk_full``); nothing of the request was stored,
-    and the same request succeeds once the cause is gone (space freed)."""
+    """The store cannot write now (``kind``: ``disk_full``); nothing of the request was stored.
+
+    The same request succeeds once the cause is gone (space freed).
+    """
 
     def __init__(self, detail: str, *, kind: str, retry_after: int) -> None:
         super().__init__(detail, retry_after=retry_after)

@@ -17,8 +17,10 @@ __all__ = ["JobSpec", "RankInfo"]
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One training job: ``data_parallel`` pipelines of ``stages`` ranks (each ``tensor_parallel``
-    GPUs wide) running ``schedule`` over ``microbatches`` microbatches per iteration.
+    """One training job: ``data_parallel`` pipelines of ``stages`` ranks running ``schedule``.
+
+    Each rank is ``tensor_parallel`` GPUs wide; the schedule runs ``microbatches`` microbatches
+    per iteration.
 
     ``orders`` is set only for explicit per-rank schedules (``schedule == "custom"``).
     """
@@ -36,6 +38,7 @@ class JobSpec:
 
     @property
     def world_size(self) -> int:
+        """The number of ranks the job expects: stages x data parallel x tensor parallel."""
         return self.stages * self.data_parallel * self.tensor_parallel
 
     def build_schedule(self) -> Schedule:
@@ -138,6 +141,7 @@ class JobSpec:
                     )
 
     def to_json(self) -> dict[str, Any]:
+        """The job as stored: its fields, a custom schedule's orders included."""
         sched: dict[str, Any] = {"name": self.schedule}
         if self.orders is not None:
             sched["orders"] = [[list(op) for op in o] for o in self.orders]
@@ -156,6 +160,7 @@ class JobSpec:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> JobSpec:
+        """Read :meth:`to_json`'s document."""
         sched = doc.get("schedule", {})
         orders = sched.get("orders")
         return cls(
@@ -176,9 +181,11 @@ class JobSpec:
 
 @dataclass(frozen=True)
 class RankInfo:
-    """A registered training rank; ``max_power_limit_w``: its GPU's maximum power limit (W,
-    NVML's power-limit constraints; 0: the rank did not tell), as the rank registers it. Its
-    JSON (the status, the store) keeps the key ``max_power_limit``."""
+    """A registered training rank, as it registers.
+
+    ``max_power_limit_w``: its GPU's maximum power limit (W, NVML's power-limit constraints; 0:
+    the rank did not tell). Its JSON (the status, the store) keeps the key ``max_power_limit``.
+    """
 
     job_id: str
     rank_id: str
@@ -192,6 +199,7 @@ class RankInfo:
     max_power_limit_w: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
+        """The rank as stored and shown in the status."""
         return {
             "rank_id": self.rank_id,
             "global_rank": self.global_rank,

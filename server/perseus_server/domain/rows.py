@@ -1,5 +1,7 @@
-"""The rows a :class:`~perseus_server.domain.store.Store` reads and writes: plain values, the
-same whichever backend keeps them (SQLite today: :mod:`perseus_server.runtime.sqlite_store`)."""
+"""The rows a :class:`~perseus_server.domain.store.Store` reads and writes: plain values.
+
+The same whichever backend keeps them (SQLite today: :mod:`perseus_server.runtime.sqlite_store`).
+"""
 
 from __future__ import annotations
 
@@ -80,9 +82,12 @@ class FrontierRow:
 
 
 class CredentialRow:
-    """A stored credential: its ``scope`` (``read``, ``rank``, ``tenant`` or ``tenant-read``),
-    job (rank credentials), the SHA-256 digest of its secret, when it was created, last rotated
-    and revoked, and its tenant (tenant credentials; None for the others)."""
+    """A stored credential: its scope, job, secret's digest, dates and tenant.
+
+    Its ``scope`` (``read``, ``rank``, ``tenant`` or ``tenant-read``), job (rank credentials),
+    the SHA-256 digest of its secret, when it was created, last rotated and revoked, and its
+    tenant (tenant credentials; None for the others).
+    """
 
     __slots__ = ("id", "scope", "job_id", "hash", "created", "rotated", "revoked", "tenant")
 
@@ -103,9 +108,12 @@ class CredentialRow:
 
 
 class TenantRow:
-    """A stored tenant (a team: a Kubernetes namespace, a Slurm account) and its quotas:
-    ``max_jobs`` and ``max_gpus`` (None: the server's defaults), its ``weight`` in the cluster
-    power budget and the watts it is guaranteed there (``guaranteed_watts``)."""
+    """A stored tenant and its quotas.
+
+    A tenant is a team: a Kubernetes namespace, a Slurm account. Its quotas: ``max_jobs`` and
+    ``max_gpus`` (None: the server's defaults), its ``weight`` in the cluster power budget and
+    the watts it is guaranteed there (``guaranteed_watts``).
+    """
 
     __slots__ = ("id", "created", "max_jobs", "max_gpus", "weight", "guaranteed_watts")
 

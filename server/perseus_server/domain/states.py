@@ -35,11 +35,13 @@ class JobState(StrEnum):
 
 
 class JobActivity(StrEnum):
-    """A job's lifecycle (``GET /jobs/{id}`` ``lifecycle.state``): ``active`` while ranks are
-    connected (and for ``Limits.idle_after_seconds`` after the last one left, or after it was
-    created or the server started), then ``idle``; ``finished`` once ``POST
-    /jobs/{id}/finish`` said so (until a rank connects again). Only active jobs share a cluster
-    power budget."""
+    """A job's lifecycle (``GET /jobs/{id}`` ``lifecycle.state``).
+
+    ``active`` while ranks are connected (and for ``Limits.idle_after_seconds`` after the last
+    one left, or after it was created or the server started), then ``idle``; ``finished`` once
+    ``POST /jobs/{id}/finish`` said so (until a rank connects again). Only active jobs share a
+    cluster power budget.
+    """
 
     ACTIVE = "active"
     IDLE = "idle"
@@ -59,6 +61,7 @@ class SolveStatus(StrEnum):
 
     @property
     def active(self) -> bool:
+        """Whether a solve is still under way: queued, running or partial."""
         return self in (SolveStatus.QUEUED, SolveStatus.RUNNING, SolveStatus.PARTIAL)
 
 

@@ -65,31 +65,44 @@ class Store(Protocol):
     # --- transactions ----------------------------------------------------------------------------
 
     def transaction(self) -> AbstractContextManager[None]:
-        """One transaction around every write inside; nests (inner ones join the outermost);
-        an exception rolls all of it back."""
+        """One transaction around every write inside; an exception rolls all of it back.
+
+        Transactions nest: inner ones join the outermost.
+        """
         ...
 
     def after_commit(self, fn: Callable[[], object]) -> None:
-        """Run ``fn`` once the outermost transaction commits (at once outside of one); dropped
-        on rollback."""
+        """Run ``fn`` once the outermost transaction commits (at once outside of one).
+
+        Dropped on rollback.
+        """
 
     # --- jobs ------------------------------------------------------------------------------------
 
     def add_job(self, job_id: str, spec: JobSpec, tenant: str = "default") -> JobRow:
-        """Store a new job of ``tenant`` (``job_id`` not stored yet); returns its row (whose
-        ``tenant`` :meth:`jobs` reads back)."""
+        """Store a new job of ``tenant`` (``job_id`` not stored yet); returns its row.
+
+        The row's ``tenant`` is what :meth:`jobs` reads back.
+        """
         ...
 
     def jobs(self, on_error: Callable[[str, Exception], None] | None = None) -> list[JobRow]:
-        """Every job whose description can be read, oldest first; ``on_error(id, exc)`` hears of
-        the others (without it, an unreadable row raises)."""
+        """Every job whose description can be read, oldest first.
+
+        ``on_error(id, exc)`` hears of the others (without it, an unreadable row raises).
+        """
         ...
 
-    def count_jobs(self) -> int: ...
+    def count_jobs(self) -> int:
+        """The number of stored jobs."""
+        ...
 
     def delete_job(self, job_id: str) -> None:
-        """Forget the job and everything stored of it (profile, frontier, deployment, ranks,
-        iterations, profiling, report sequences, its credentials and rank bindings)."""
+        """Forget the job and everything stored of it.
+
+        Profile, frontier, deployment, ranks, iterations, profiling, report sequences, its
+        credentials and rank bindings.
+        """
 
     # --- profiles, frontiers, deployments, profiling sessions ------------------------------------
 
@@ -105,7 +118,9 @@ class Store(Protocol):
         """The job's frontier state (a default row when none is stored)."""
         ...
 
-    def put_frontier(self, job_id: str, row: FrontierRow) -> None: ...
+    def put_frontier(self, job_id: str, row: FrontierRow) -> None:
+        """Store the job's frontier state (replacing any)."""
+        ...
 
     def interrupted_solves(self) -> list[str]:
         """The jobs whose stored frontier state is queued, running or partial."""
@@ -115,13 +130,17 @@ class Store(Protocol):
         """``(plan version, deployment document)``, or None."""
         ...
 
-    def put_deployment(self, job_id: str, version: int, doc: dict[str, Any]) -> None: ...
+    def put_deployment(self, job_id: str, version: int, doc: dict[str, Any]) -> None:
+        """Store the job's deployment document as ``version``."""
+        ...
 
     def profiling(self, job_id: str) -> dict[str, Any] | None:
         """The job's online-profiling session document, or None."""
         ...
 
-    def put_profiling(self, job_id: str, doc: dict[str, Any]) -> None: ...
+    def put_profiling(self, job_id: str, doc: dict[str, Any]) -> None:
+        """Store the job's online-profiling session document."""
+        ...
 
     # --- ranks and their iterations --------------------------------------------------------------
 
@@ -140,10 +159,12 @@ class Store(Protocol):
         sequences: dict[tuple[str, int], int] | None = None,
         incarnations_kept: int = 8,
     ) -> None:
-        """Append iterations; keep the newest ``keep`` per rank; raise the highest accepted
-        report sequence of each ``(rank_id, incarnation)`` to ``sequences`` (never lower it),
-        keeping the ``incarnations_kept`` most recently updated incarnations of each rank, in
-        the same transaction."""
+        """Append iterations, keep the newest ``keep`` per rank, and raise the report sequences.
+
+        The highest accepted report sequence of each ``(rank_id, incarnation)`` is raised to
+        ``sequences`` (never lowered), keeping the ``incarnations_kept`` most recently
+        updated incarnations of each rank, in the same transaction.
+        """
 
     def report_sequences(self, job_id: str) -> dict[str, dict[int, int]]:
         """Per rank of the job, the highest accepted report sequence of each incarnation."""
@@ -170,7 +191,9 @@ class Store(Protocol):
         """The credential whose secret has this digest, revoked or not."""
         ...
 
-    def credential(self, credential_id: str) -> CredentialRow | None: ...
+    def credential(self, credential_id: str) -> CredentialRow | None:
+        """The credential ``credential_id``, or None."""
+        ...
 
     def credentials(self, job_id: str | None = None) -> list[CredentialRow]:
         """Every credential (of one job when ``job_id`` is given), oldest first."""
@@ -184,11 +207,15 @@ class Store(Protocol):
         ...
 
     def bind_rank(self, rank_id: str, job_id: str, global_rank: int, credential_id: str) -> str:
-        """Bind a rank identity (and its job's slot) to a credential unless bound already;
-        returns the credential it is bound to."""
+        """Bind a rank identity (and its job's slot) to a credential unless bound already.
+
+        Returns the credential it is bound to.
+        """
         ...
 
-    def slot_binding(self, job_id: str, global_rank: int) -> str | None: ...
+    def slot_binding(self, job_id: str, global_rank: int) -> str | None:
+        """The credential the job's slot ``global_rank`` is bound to, or None."""
+        ...
 
     def rank_binding(self, rank_id: str) -> tuple[str, str] | None:
         """``(job_id, credential_id)`` the rank identity is bound to, or None."""
@@ -204,13 +231,17 @@ class Store(Protocol):
         """Store a new tenant, or replace a stored one's quotas (keeping its ``created``)."""
 
     def delete_tenant(self, tenant_id: str) -> bool:
-        """Forget a tenant and the credentials of its tenant; False when it is unknown. Its
-        jobs are not touched (the service refuses to delete a tenant that has any)."""
+        """Forget a tenant and the credentials of its tenant; False when it is unknown.
+
+        Its jobs are not touched (the service refuses to delete a tenant that has any).
+        """
         ...
 
     # --- the cluster power budget ----------------------------------------------------------------
 
-    def power_budget(self) -> dict[str, Any] | None: ...
+    def power_budget(self) -> dict[str, Any] | None:
+        """The cluster power budget's settings, or None when none is set."""
+        ...
 
     def put_power_budget(self, doc: dict[str, Any] | None) -> None:
         """Store the budget's settings (None: remove them)."""

@@ -48,8 +48,9 @@ __all__ = [
 
 @dataclass(frozen=True, eq=False)
 class InstructionColumns(Sequence[InstructionReport]):
-    """The measurements of a large report as columns: one array per field, the instruction
-    names as indices into ``kinds`` (its distinct names, in first-seen order).
+    """The measurements of a large report as columns: one array per field.
+
+    The instruction names are indices into ``kinds`` (its distinct names, in first-seen order).
 
     A sequence of :class:`InstructionReport` (equal to the tuple of the same measurements, each
     item built on access), so code written for the tuple works unchanged; the report path reads

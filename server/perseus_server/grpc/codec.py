@@ -1,8 +1,10 @@
-"""Protobuf (``perseus.v1``) to and from the service's plain values: the server's side of
-:mod:`perseus_common.wire.codec` (the encoders and decoders both ends share), plus what only the
-server needs: a large report's measurements decoded into columns, and plan messages encoded
-once per :class:`~perseus_server.domain.values.PlanUpdate` object (the service hands one object
-to every stream of the same plan, so a push to many streams builds the message once).
+"""Protobuf (``perseus.v1``) to and from the service's plain values.
+
+The server's side of :mod:`perseus_common.wire.codec` (the encoders and decoders both ends share),
+plus what only the server needs: a large report's measurements decoded into columns, and plan
+messages encoded once per :class:`~perseus_server.domain.values.PlanUpdate` object (the service
+hands one object to every stream of the same plan, so a push to many streams builds the message
+once).
 """
 
 from __future__ import annotations
@@ -40,9 +42,11 @@ __all__ = [
 
 
 def decode_report_columns(rep: pb.IterationReport) -> IterationReport:
-    """The report with its measurements as :class:`InstructionColumns` (equal to
-    :func:`decode_report`'s): one pass per field over the repeated message, no object per
-    measurement beyond the protobuf's own."""
+    """The report with its measurements as :class:`InstructionColumns`.
+
+    Equal to :func:`decode_report`'s: one pass per field over the repeated message, no object
+    per measurement beyond the protobuf's own.
+    """
     ms = rep.instructions
     n = len(ms)
     index: dict[str, int] = {}
@@ -62,8 +66,10 @@ def decode_report_columns(rep: pb.IterationReport) -> IterationReport:
 
 
 def decode_report_bytes(data: bytes) -> IterationReport:
-    """:func:`decode_report_columns` of a serialized ``IterationReport`` (what the report
-    worker process runs: see :mod:`perseus_server.runtime.parse_pool`)."""
+    """:func:`decode_report_columns` of a serialized ``IterationReport``.
+
+    What the report worker process runs: see :mod:`perseus_server.runtime.parse_pool`.
+    """
     return decode_report_columns(pb.IterationReport.FromString(data))
 
 
@@ -76,6 +82,7 @@ class PlanEncoder:
         self._cache: OrderedDict[int, tuple[PlanUpdate, pb.PlanUpdate]] = OrderedDict()
 
     def __call__(self, update: PlanUpdate) -> pb.PlanUpdate:
+        """The ``PlanUpdate`` message of ``update``, built once per object."""
         key = id(update)
         hit = self._cache.get(key)
         if hit is not None and hit[0] is update:

@@ -57,8 +57,11 @@ GRPC_CODES = frozenset(c.name for c in grpc.StatusCode)
 
 
 def method_label(method: str) -> str:
-    """The metric label of a call to ``method`` (``/package.Service/Name``): the method's name
-    when the service defines it, else ``other`` (never a name the caller made up)."""
+    """The metric label of a call to ``method`` (``/package.Service/Name``).
+
+    The method's name when the service defines it, else ``other`` (never a name the caller made
+    up).
+    """
     name = method.rsplit("/", 1)[-1]
     return name if method == SERVICE + name and name in GRPC_METHODS else OTHER
 
@@ -76,8 +79,10 @@ class TooLargeMessage:
 
 
 def token_matches(metadata: Any, token: str | Credentials) -> bool:
-    """Whether ``metadata`` carries ``authorization: Bearer <token>`` (constant-time compare);
-    given :class:`Credentials`, whether it carries any credential they accept."""
+    """Whether ``metadata`` carries ``authorization: Bearer <token>`` (constant-time compare).
+
+    Given :class:`Credentials`, whether it carries any credential they accept.
+    """
     if isinstance(token, Credentials):
         return token.from_metadata(metadata) is not None
     for key, value in metadata or ():
@@ -164,6 +169,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> Any:
+        """Check the call's credential and scope before its request is read.
+
+        A refused call gets a handler that refuses it; any other gets the servicer's
+        handler, its request size capped and, for a rank credential, its job checked per
+        request.
+        """
         method = handler_call_details.method
         name = method_label(method)
         who = self.credentials.from_metadata(handler_call_details.invocation_metadata)

@@ -68,7 +68,10 @@ REPLACED_DETAIL = "rank_id: replaced by a newer WatchPlan stream for this rank"
 
 
 class Servicer(Protocol):
-    """What a method's body uses of the servicer (:class:`~perseus_server.grpc.service.PlanServicer`)."""
+    """What a method's body uses of the servicer.
+
+    The servicer is :class:`~perseus_server.grpc.service.PlanServicer`.
+    """
 
     service: PerseusService
     encode_plan: PlanEncoder

@@ -1,7 +1,9 @@
-"""A ``ReportIterations`` message as the service takes it: the adapter hands the service the
-message and how to decode it, and the service decides where (on the event loop, a thread, or
-the report worker process from the wire bytes; see
-:meth:`~perseus_server.service.facade.PerseusService.ingest_report`)."""
+"""A ``ReportIterations`` message as the service takes it.
+
+The adapter hands the service the message and how to decode it, and the service decides where (on
+the event loop, a thread, or the report worker process from the wire bytes; see
+:meth:`~perseus_server.service.facade.PerseusService.ingest_report`).
+"""
 
 from __future__ import annotations
 
@@ -16,8 +18,10 @@ __all__ = ["WireReport"]
 
 @dataclass(frozen=True)
 class WireReport:
-    """A ``ReportIterations`` message as the service takes it
-    (:class:`~perseus_server.service.report_checks.ReceivedReport`)."""
+    """A ``ReportIterations`` message as the service takes it.
+
+    See :class:`~perseus_server.service.report_checks.ReceivedReport`.
+    """
 
     message: pb.IterationReport
     #: What the service checks before decoding (read once here: plain values, not calls).
@@ -27,17 +31,22 @@ class WireReport:
 
     @classmethod
     def of(cls, message: pb.IterationReport) -> WireReport:
+        """Wrap a received ``IterationReport`` message."""
         return cls(message, message.job_id, message.rank_id, len(message.transfers))
 
     @property
     def size(self) -> int:
-        """Measurements, off-plan instructions and transfers: what decides where it is
-        decoded."""
+        """Measurements, off-plan instructions and transfers: what decides where it is decoded.
+
+        Their count.
+        """
         m = self.message
         return len(m.instructions) + len(m.off_plan) + len(m.transfers)
 
     def decode(self) -> IterationReport:
+        """Decode the message into an :class:`IterationReport`."""
         return decode_report(self.message)
 
     def wire(self) -> bytes:
+        """The message's wire bytes, for the report worker process."""
         return self.message.SerializeToString()

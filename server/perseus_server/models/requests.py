@@ -20,9 +20,11 @@ __all__ = ["PlanSelect", "policy_field"]
 
 
 def policy_field(p: Parameter, *, query: bool = False) -> tuple[Any, dict[str, Any]]:
-    """``(type, Field keywords)`` of a policy parameter as an optional request field (or, with
-    ``query``, a ``fastapi.Query`` parameter, whose integers arrive as text): its bounds and
-    description from the registry."""
+    """``(type, Field keywords)`` of a policy parameter as an optional request field.
+
+    With ``query``, a ``fastapi.Query`` parameter instead, whose integers arrive as text. Its
+    bounds and description come from the registry.
+    """
     bounds: dict[str, Any] = {}
     if p.minimum is not None:
         bounds["gt" if p.exclusive_minimum else "ge"] = p.minimum
@@ -50,8 +52,10 @@ else:
 
 
 class PlanSelect(_PolicyFields):
-    """``PUT /jobs/{id}/plan``: at most one policy (none: the fastest plan) and its options;
-    one field per parameter of :data:`perseus.policies.POLICIES`."""
+    """``PUT /jobs/{id}/plan``: at most one policy (none: the fastest plan) and its options.
+
+    One field per parameter of :data:`perseus.policies.POLICIES`.
+    """
 
     model_config = ConfigDict(extra="forbid")
     pipelines: list[Index] | None = Field(

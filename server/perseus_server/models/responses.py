@@ -169,8 +169,11 @@ else:
 
 
 class _PlanPolicyBase(ResponseModel):
-    """How the default plan is chosen: a policy of :data:`perseus.policies.POLICIES`, its
-    value and its options (``eta``'s ``max_power``, as resolved when the policy was set)."""
+    """How the default plan is chosen: a policy, its value and its options.
+
+    The policy is one of :data:`perseus.policies.POLICIES`; the options are ``eta``'s
+    ``max_power``, as resolved when the policy was set.
+    """
 
     kind: PolicyName
     value: float = Field(

@@ -51,9 +51,11 @@ def create_app(
     credentials: Credentials | None = None,
     allowed_hosts: Sequence[str] = (),
 ) -> FastAPI:
-    """The REST application over ``service`` (state is passed explicitly, no globals);
+    """The REST application over ``service`` (state is passed explicitly, no globals).
+
     ``credentials`` (default: just the admin ``token``, issued ones in ``service.store``);
-    ``allowed_hosts``: host names an open server answers besides loopback ones."""
+    ``allowed_hosts``: host names an open server answers besides loopback ones.
+    """
     credentials = credentials or Credentials(service.store, admin=token)
     # plan queries go to the gate first (rest/plans.py); the rest as in any FastAPI app
     app = plans.PlanQueriesFirst(

@@ -1,7 +1,9 @@
-"""Credential routes: a job's rank credential (rotate, revoke), read and tenant credentials
-(issue, list, revoke), and the issuing of a job's rank credential when it is created
-(:func:`create_job_with_credential`). Who may call each: the table of
-:mod:`perseus_server.service.authorization`, which the Gate enforces."""
+"""Credential routes: a job's rank credential, and read and tenant credentials.
+
+A job's rank credential (rotate, revoke), read and tenant credentials (issue, list, revoke), and the
+issuing of a job's rank credential when it is created (:func:`create_job_with_credential`). Who may
+call each: the table of :mod:`perseus_server.service.authorization`, which the Gate enforces.
+"""
 
 from __future__ import annotations
 
@@ -91,8 +93,10 @@ class CredentialList(ResponseModel):
 def create_job_with_credential(
     service: PerseusService, credentials: Credentials, spec: JobSpec, tenant: str
 ) -> dict[str, Any]:
-    """``POST /jobs``: the job of ``tenant`` and, when a token is configured, its rank
-    credential, stored in one transaction (the secret is in the answer only)."""
+    """``POST /jobs``: the job of ``tenant`` and, when a token is configured, its rank credential.
+
+    Both are stored in one transaction (the secret is in the answer only).
+    """
     if not credentials.enabled:
         return service.create_job(spec, tenant)
     with service.store.transaction():
@@ -112,9 +116,12 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
         ),
     )
     async def rotate_rank_credential(job_id: str) -> dict[str, Any]:
-        """A new secret for the job's rank credential (issued if it has none, in force again
-        if it was revoked): the old secret stops working at once; the rank identities
-        registered with the credential stay bound to it. The secret is shown only here."""
+        """A new secret for the job's rank credential.
+
+        It is issued if the job has none, and in force again if it was revoked. The old
+        secret stops working at once; the rank identities registered with the credential
+        stay bound to it. The secret is shown only here.
+        """
         service.jobs.get(job_id)
         return credentials.rotate_rank(job_id).to_json()
 
@@ -124,8 +131,10 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
         **operation(None, "Revoke a job's rank credential", "Revoked.", 404, status=204),
     )
     async def revoke_rank_credential(job_id: str) -> Response:
-        """The job's rank credential stops working (its ranks' calls are refused) until it is
-        rotated; 404 when the job has none in force."""
+        """The job's rank credential stops working until it is rotated.
+
+        Its ranks' calls are refused; 404 when the job has none in force.
+        """
         service.jobs.get(job_id)
         if not credentials.revoke_rank(job_id):
             raise NotFound(f"job {job_id} has no rank credential in force", field="job_id")
@@ -138,9 +147,12 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
         ),
     )
     async def issue_credential(body: CredentialIn) -> dict[str, Any]:
-        """A cluster read credential (monitoring, the operator's page), or a tenant's
-        credential (``tenant``: its jobs; ``tenant-read``: reading them), naming the tenant.
-        The secret is shown only here; the server keeps its SHA-256."""
+        """A cluster read credential, or a tenant's credential naming the tenant.
+
+        A read credential is for monitoring and the operator's page; a tenant's credential
+        is ``tenant`` (its jobs) or ``tenant-read`` (reading them). The secret is shown only
+        here; the server keeps its SHA-256.
+        """
         scope = Scope(body.scope)
         if scope is Scope.READ:
             if body.tenant is not None:
@@ -161,9 +173,11 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
         **operation(CredentialList, "List credentials", "The issued credentials, without secrets."),
     )
     async def list_credentials(who: Principal = CALLER) -> dict[str, Any]:
-        """Every issued credential (read, tenant and rank): id, scope, job or tenant, when it
-        was issued, rotated and revoked (a tenant's credential: its tenant's and its jobs').
-        Secrets are never shown again."""
+        """Every issued credential (read, tenant and rank); secrets are never shown again.
+
+        For each: id, scope, job or tenant, when it was issued, rotated and revoked (a
+        tenant's credential: its tenant's and its jobs').
+        """
         tenant = sees_tenant(who)
         if tenant is None:
             return {"credentials": credentials.listing()}

@@ -1,5 +1,6 @@
-"""How each REST operation is documented in OpenAPI: its response model, its error answers, the
-media types of its bodies.
+"""How each REST operation is documented in OpenAPI.
+
+Its response model, its error answers, the media types of its bodies.
 
 :func:`operation` builds the keyword arguments of a route decorator: the response model
 (serialised with ``exclude_unset``, so a key is on the wire exactly when the service set it),
@@ -87,9 +88,10 @@ def operation(
 
 
 def built_response(doc: dict[str, Any], model: type[BaseModel], status: int = 200) -> Response:
-    """``doc``, a document of plain JSON values the service built, as the route's response,
-    serialised as it is (``pydantic_core.to_json``) rather than validated through ``model``
-    first.
+    """``doc``, a document of plain JSON values the service built, as the route's response.
+
+    It is serialised as it is (``pydantic_core.to_json``) rather than validated through
+    ``model`` first.
 
     At 4,096 ranks (512 pipelines) the job status is 350 KiB, and its validation took as long
     as building it, on the event loop. The wire format is the model's: the keys the service
@@ -122,8 +124,11 @@ def _refs(node: Any) -> set[str]:
 
 
 def _tidy(schema: dict[str, Any]) -> None:
-    """Problems under their media type; no FastAPI default 422 (our 422 is a problem too); the
-    bearer scheme on every operation but the public ones."""
+    """Tidy the OpenAPI document: problems under their media type, no default 422, bearer auth.
+
+    No FastAPI default 422 (our 422 is a problem too); the bearer scheme on every operation but
+    the public ones.
+    """
     schema.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
     for path, ops in schema.get("paths", {}).items():
         for op in ops.values():

@@ -1,6 +1,8 @@
-"""Pure ASGI middleware in front of the REST app: unambiguous framing, the host and origin of an
-open server's requests, credentials and their scope, body-size cap, request metrics, and the
-catch-all that turns an unexpected exception into a logged 500 problem body.
+"""Pure ASGI middleware in front of the REST app.
+
+Unambiguous framing, the host and origin of an open server's requests, credentials and their scope,
+body-size cap, request metrics, and the catch-all that turns an unexpected exception into a logged
+500 problem body.
 
 Framing: a request with both ``Content-Length`` and ``Transfer-Encoding``, several of either, or
 a coding other than ``chunked`` is refused (400) and its connection closed, so no bytes behind
@@ -118,6 +120,11 @@ class Gate:
         self._forbidden = {key: _needed(rule) for key, rule in authz.REST.items()}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Check a request's framing, host, credential and size, then pass it on.
+
+        A refused request is answered with a problem body; an unexpected exception with a
+        logged 500.
+        """
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -149,9 +156,11 @@ class Gate:
             self.metrics.requests.inc(route=path, method=method, status=str(status[0]))
 
     def _route(self, scope: Scope) -> str:
-        """The route label: the path template of the app's route the request matches (also
-        when it was refused before routing), else ``other``; never the path the caller sent,
-        so the label's values are bounded by the app's routes."""
+        """The route label: the template of the app's route the request matches, else ``other``.
+
+        The template is of the path; also when the request was refused before routing. Never
+        the path the caller sent, so the label's values are bounded by the app's routes.
+        """
         found = getattr(scope.get("route"), "path", None)
         if found is not None:
             return str(found)
@@ -272,8 +281,10 @@ def _template_re(template: str) -> re.Pattern[str]:
 
 
 def _needed(rule: authz.Rule) -> tuple[CredentialScope, bool]:
-    """The scope a 403 names (``read`` when a read credential opens the route, else ``admin``)
-    and whether a tenant credential opens it too."""
+    """The scope a 403 names, and whether a tenant credential opens the route too.
+
+    The scope is ``read`` when a read credential opens the route, else ``admin``.
+    """
     needed = (
         CredentialScope.READ
         if rule[CredentialScope.READ] is not authz.Access.NONE
@@ -293,10 +304,12 @@ def _bad_framing(detail: str, field: str) -> ApiError:
 
 
 def _framing_problem(raw: list[tuple[bytes, bytes]]) -> ApiError | None:
-    """Why a request's framing is ambiguous (None: it is not). A request with both
-    ``Content-Length`` and ``Transfer-Encoding`` is framed differently by different parsers
-    (a proxy in front may read the length, this server the chunks: request smuggling), as is
-    one with several of either or a coding other than ``chunked``."""
+    """Why a request's framing is ambiguous (None: it is not).
+
+    A request with both ``Content-Length`` and ``Transfer-Encoding`` is framed differently by
+    different parsers (a proxy in front may read the length, this server the chunks: request
+    smuggling), as is one with several of either or a coding other than ``chunked``.
+    """
     te = [v for k, v in raw if k.lower() == b"transfer-encoding"]
     cl = [v for k, v in raw if k.lower() == b"content-length"]
     if te and cl:

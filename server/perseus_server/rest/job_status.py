@@ -88,8 +88,10 @@ class StragglerView(ResponseModel):
 
 
 class LinkView(ResponseModel):
-    """One link of a pipeline (a stage boundary in one direction) and its measured transfer
-    time."""
+    """One link of a pipeline and its measured transfer time.
+
+    A link is a stage boundary in one direction.
+    """
 
     boundary: int = Field(description="The boundary between model stage b and b + 1.")
     direction: str = Field(description="``forward`` (activations) or ``backward`` (gradients).")

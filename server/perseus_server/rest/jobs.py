@@ -1,10 +1,12 @@
-"""Job routes: create (with its rank credential), list, get, its live status, finish, delete;
-their request and response models; and how a request's job description becomes a
-:class:`~perseus_server.domain.jobs.JobSpec` (schedule, blocking power from the known GPUs).
-The schedule names come from their one table (:data:`perseus.schedules.SCHEDULE_NAMES`).
+"""Job routes: create (with its rank credential), list, get, its live status, finish, delete.
+
+Also their request and response models, and how a request's job description becomes a
+:class:`~perseus_server.domain.jobs.JobSpec` (schedule, blocking power from the known GPUs). The
+schedule names come from their one table (:data:`perseus.schedules.SCHEDULE_NAMES`).
 
 Routers are included in an order that declares ``/jobs`` before the paths under it (the OpenAPI
-document lists paths in that order; schemathesis infers its stateful links from it)."""
+document lists paths in that order; schemathesis infers its stateful links from it).
+"""
 
 from __future__ import annotations
 
@@ -233,8 +235,11 @@ def _spec(body: JobIn) -> JobSpec:
 
 
 def _job_tenant(who: Principal, named: str | None, service: PerseusService) -> str:
-    """The tenant a new job belongs to: a tenant credential's own (naming another is
-    refused), else the one named (an unknown one is refused), else ``default``."""
+    """The tenant a new job belongs to.
+
+    A tenant credential's own (naming another is refused), else the one named (an unknown one is
+    refused), else ``default``.
+    """
     if who.scope in TENANT_SCOPES:
         assert who.tenant is not None
         if named is not None and named != who.tenant:
@@ -257,8 +262,10 @@ def _known_gpu(model: str) -> float | None:
 
 
 def _blocking_power(gpu_model: str, given: float | None) -> float:
-    """``blocking_power`` as given, else the known GPU's; a GPU the table does not know needs
-    it (422 saying how to measure it), never a silent 0 W."""
+    """``blocking_power`` as given, else the known GPU's.
+
+    A GPU the table does not know needs it (422 saying how to measure it), never a silent 0 W.
+    """
     if given is not None:
         words = "".join(c if c.isalnum() else " " for c in gpu_model.lower()).split()
         for g in KNOWN_GPUS:
@@ -294,9 +301,11 @@ def jobs_router(service: PerseusService, credentials: Credentials) -> APIRouter:
         "/jobs", **operation(JobCreated, "Create a job", "The new job.", 409, 413, 422, status=201)
     )
     async def create_job(body: JobIn, who: Principal = CALLER) -> dict[str, Any]:
-        """A training job: pipelines of ``stages`` ranks running ``schedule`` over
-        ``microbatches``, in the caller's tenant (the admin: ``tenant``, default ``default``);
-        409 when the server holds its maximum number of jobs, or the tenant its quota."""
+        """A training job: pipelines of ``stages`` ranks running ``schedule`` over ``microbatches``.
+
+        In the caller's tenant (the admin: ``tenant``, default ``default``); 409 when the
+        server holds its maximum number of jobs, or the tenant its quota.
+        """
         tenant = _job_tenant(who, body.tenant, service)
         spec = _spec(body)
         if body.blocking_power is None and not body.gpu_model.strip():
@@ -323,9 +332,11 @@ def jobs_router(service: PerseusService, credentials: Credentials) -> APIRouter:
         ),
         who: Principal = CALLER,
     ) -> dict[str, Any]:
-        """The jobs, oldest first, a page at a time (``next`` is present when more follow);
-        custom schedules are summarised by name, their orders are on ``GET /jobs/{id}``. A
-        tenant's credential lists its tenant's jobs only."""
+        """The jobs, oldest first, a page at a time (``next`` is present when more follow).
+
+        Custom schedules are summarised by name, their orders are on ``GET /jobs/{id}``. A
+        tenant's credential lists its tenant's jobs only.
+        """
         return service.jobs_page(limit, after, sees_tenant(who))
 
     @router.get("/jobs/{job_id}", **operation(JobView, "Get a job", "The job.", 404))
@@ -353,10 +364,14 @@ def jobs_router(service: PerseusService, credentials: Credentials) -> APIRouter:
             "``ranks_next`` of the previous page).",
         ),
     ) -> Response:
-        """Ranks (registered, connected, last report), the deployment, the frontier computation,
-        each pipeline's recent iterations, stragglers and slow stages, and profiling. Ranks'
-        detail comes a page at a time (``ranks`` per page, by global rank; ``ranks_next``
-        names the next page's ``after``), so a status costs the same at any world size."""
+        """The job's live status: ranks, deployment, frontier, iterations, stragglers and profiling.
+
+        Ranks (registered, connected, last report), the deployment, the frontier
+        computation, each pipeline's recent iterations, stragglers and slow stages, and
+        profiling. Ranks' detail comes a page at a time (``ranks`` per page, by global rank;
+        ``ranks_next`` names the next page's ``after``), so a status costs the same at any
+        world size.
+        """
         return built_response(service.views.status(job_id, ranks, after), JobStatus)
 
     @router.post(
@@ -364,9 +379,11 @@ def jobs_router(service: PerseusService, credentials: Credentials) -> APIRouter:
         **operation(LifecycleView, "Finish a job", "The job's lifecycle.", 404, 409),
     )
     async def finish_job(job_id: str) -> dict[str, Any]:
-        """The job is done: it leaves the cluster power budget at once (the others share it
-        again) and stays stored (``DELETE`` removes it). 409 when already finished; a rank
-        that connects again makes it active."""
+        """The job is done: it leaves the cluster power budget at once and stays stored.
+
+        The others share the budget again; ``DELETE`` removes the job. 409 when already
+        finished; a rank that connects again makes it active.
+        """
         return service.finish_job(job_id)
 
     @router.delete(

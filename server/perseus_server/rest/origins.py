@@ -1,5 +1,6 @@
-"""Who may talk to an open server (no token) from a browser: DNS rebinding and cross-site
-requests.
+"""Who may talk to an open server (no token) from a browser.
+
+DNS rebinding and cross-site requests.
 
 Without a token, anything that can reach the port can drive the server, and a web page in the
 operator's browser can reach a loopback port: by a name it controls that resolves to 127.0.0.1
@@ -36,8 +37,10 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def host_name(host: str) -> str:
-    """The name of a ``Host`` header or an origin's authority, without port, brackets, case
-    or trailing dot (``"[::1]:8000"`` -> ``"::1"``)."""
+    """The name of a ``Host`` header or an origin's authority, normalised.
+
+    Without port, brackets, case or trailing dot (``"[::1]:8000"`` -> ``"::1"``).
+    """
     host = host.strip().lower()
     if host.startswith("["):
         return host[1:].split("]", 1)[0]
@@ -70,8 +73,10 @@ class Origins:
         self._seen: dict[str, bool] = {}  # answers for the names last asked (a few dozen)
 
     def allows(self, name: str) -> bool:
-        """Whether ``name`` is a loopback name or an allowed one (remembered: an address is
-        otherwise parsed on every request)."""
+        """Whether ``name`` is a loopback name or an allowed one.
+
+        Remembered: an address is otherwise parsed on every request.
+        """
         known = self._seen.get(name)
         if known is None:
             known = is_loopback_name(name) or name in self.allowed

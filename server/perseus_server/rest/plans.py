@@ -1,6 +1,9 @@
-"""Frontier and plan routes: compute, read, cancel and plot a job's time-energy frontier; query a
-plan by a policy of :data:`perseus.policies.POLICIES` and deploy one. The policies' query
-parameters are built from that registry."""
+"""Frontier and plan routes.
+
+Compute, read, cancel and plot a job's time-energy frontier; query a plan by a policy of
+:data:`perseus.policies.POLICIES` and deploy one. The policies' query parameters are built from that
+registry.
+"""
 
 from __future__ import annotations
 
@@ -36,9 +39,11 @@ TAGS = [
 
 
 def _policy(given: Mapping[str, Any]) -> PlanPolicy:
-    """The plan policy among the request's fields or query parameters (none: the fastest
-    plan); a 422 naming the field for two policies, an option without its policy or a value
-    out of bounds (:func:`perseus.policies.chosen`)."""
+    """The plan policy among the request's fields or query parameters (none: the fastest plan).
+
+    A 422 naming the field for two policies, an option without its policy or a value out of
+    bounds (:func:`perseus.policies.chosen`).
+    """
     try:
         found = chosen(given)
     except OptionError as e:
@@ -50,8 +55,11 @@ def _policy(given: Mapping[str, Any]) -> PlanPolicy:
 
 
 def _policy_query(**given: Any) -> dict[str, Any]:
-    """The plan policies' query parameters, one per public parameter of
-    :data:`perseus.policies.POLICIES` (the signature below is built from the registry)."""
+    """The plan policies' query parameters.
+
+    One per public parameter of :data:`perseus.policies.POLICIES` (the signature below is built
+    from the registry).
+    """
     return given
 
 
@@ -84,8 +92,10 @@ def plans_router(service: PerseusService) -> APIRouter:
         ),
     )
     async def start_frontier(job_id: str) -> dict[str, Any]:
-        """Starts computing the job's time-energy frontier in a worker process; poll
-        ``GET /jobs/{id}/frontier``. When done, the fastest plan is deployed."""
+        """Starts computing the job's time-energy frontier in a worker process.
+
+        Poll ``GET /jobs/{id}/frontier``. When done, the fastest plan is deployed.
+        """
         return service.solves.start(job_id)
 
     @router.get(
@@ -94,8 +104,10 @@ def plans_router(service: PerseusService) -> APIRouter:
         **operation(FrontierStatus, "Get the frontier", "The computation and frontier.", 404, 422),
     )
     async def get_frontier(job_id: str, points: bool = True) -> dict[str, Any]:
-        """The computation's progress and, once computed, every frontier point (``points=false``:
-        leave them out)."""
+        """The computation's progress and, once computed, every frontier point.
+
+        ``points=false``: leave them out.
+        """
         return service.frontier_status(job_id, points=points)
 
     @router.delete(
@@ -145,11 +157,14 @@ def plans_router(service: PerseusService) -> APIRouter:
             description="Include every rank's (instruction, microbatch, stage, frequency) list.",
         ),
     ) -> Response:
-        """The plan one policy selects (give exactly one: the least-energy plan within a
-        deadline, a slowdown or an energy budget, the fastest plan within a power budget (W,
-        whole job; ties: least energy), Zeus's cost ``eta`` (``max_power``: one GPU's maximum
-        power limit, default the job's), or a point by index); 422 when none fits (a power
-        budget's names ``lowest_power``, W). Deploys nothing."""
+        """The plan one policy selects; deploys nothing.
+
+        Give exactly one: the least-energy plan within a deadline, a slowdown or an energy
+        budget, the fastest plan within a power budget (W, whole job; ties: least energy),
+        Zeus's cost ``eta`` (``max_power``: one GPU's maximum power limit, default the
+        job's), or a point by index. 422 when none fits (a power budget's names
+        ``lowest_power``, W).
+        """
         policy = _policy(given)
         if all(given.get(name) is None for name in POLICY_NAMES):
             raise BadRequest(f"give one of {', '.join(CRITERIA_FIRST)}", field=CRITERIA_FIRST[0])
@@ -165,8 +180,11 @@ def plans_router(service: PerseusService) -> APIRouter:
         **operation(PlanDeployment, "Deploy a plan", "The new deployment.", 404, 409, 413, 422),
     )
     async def put_plan(job_id: str, body: PlanSelect) -> dict[str, Any] | None:
-        """Sets the job's default policy (at most one criterion; none: the fastest plan), or
-        pins the given ``pipelines`` to the selected point, and pushes the plans to the ranks."""
+        """Sets the job's default policy or pins pipelines to a point; pushes the plans to ranks.
+
+        The policy has at most one criterion (none: the fastest plan); pinning sets the
+        given ``pipelines`` to the selected point.
+        """
         policy = _policy(body.model_dump(exclude={"pipelines"}))
         return service.deploy(job_id, policy, body.pipelines)
 
@@ -174,16 +192,20 @@ def plans_router(service: PerseusService) -> APIRouter:
 
 
 class PlanAnswerFront:
-    """Pure ASGI middleware inside the gate (which has authorized the request):
-    ``GET /jobs/{id}/plan?<query>`` answered with the bytes the route built for that exact
-    query string while they stand (:meth:`PerseusService.cached_plan`), sent as the route's
-    ``Response`` sends them, without routing, parsing the query or selecting again. Anything
-    else, and a query not answered before, goes on to the app."""
+    """Pure ASGI middleware inside the gate that answers a repeated plan query from its bytes.
+
+    The gate has authorized the request. ``GET /jobs/{id}/plan?<query>`` answered with the bytes
+    the route built for that exact query string while they stand
+    (:meth:`PerseusService.cached_plan`), sent as the route's ``Response`` sends them, without
+    routing, parsing the query or selecting again. Anything else, and a query not answered
+    before, goes on to the app.
+    """
 
     def __init__(self, app: ASGIApp, *, service: PerseusService) -> None:
         self.app, self.service = app, service
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer a plan query from its built bytes when they stand; else pass it on."""
         body = self._cached(scope)
         if body is None:
             await self.app(scope, receive, send)
@@ -222,18 +244,22 @@ _JSON = (b"content-type", b"application/json")
 
 
 class PlanQueriesFirst(FastAPI):
-    """The REST application, whose plan queries (``GET /jobs/{id}/plan``) go straight to the
+    """The REST application, whose plan queries go straight to its gate.
+
+    Plan queries (``GET /jobs/{id}/plan``) go straight to the
     :class:`~perseus_server.rest.gate.Gate` of its middleware (and so to
-    :class:`PlanAnswerFront` inside it, then the routes) instead of through the outer
-    layers first: FastAPI's telemetry (this server configures none), the server-error
-    middleware (the gate answers an unexpected error itself) and the body limit, the
-    ``/ui`` and ``/docs`` pages' fronts (other paths). Every check the gate makes (framing,
-    hosts, credentials, scopes, tenants, the body's size, metrics) applies as before; every
-    other request takes the whole stack."""
+    :class:`PlanAnswerFront` inside it, then the routes) instead of through the outer layers
+    first: FastAPI's telemetry (this server configures none), the server-error middleware (the
+    gate answers an unexpected error itself) and the body limit, the ``/ui`` and ``/docs``
+    pages' fronts (other paths). Every check the gate makes (framing, hosts, credentials,
+    scopes, tenants, the body's size, metrics) applies as before; every other request takes the
+    whole stack.
+    """
 
     _gate: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Send a plan query straight to the gate; any other request through the whole stack."""
         plan = scope["type"] == "http" and scope.get("method") == "GET"
         if plan and plan_job(str(scope.get("path", ""))) is not None:
             gate = self._gate or self._find_gate()

@@ -1,5 +1,7 @@
-"""``/power-budget``: one power cap (W) over several jobs, each job's plan deployed from its
-share (see :mod:`perseus_server.service.power_budget`)."""
+"""``/power-budget``: one power cap (W) over several jobs.
+
+Each job's plan is deployed from its share (see :mod:`perseus_server.service.power_budget`).
+"""
 
 from __future__ import annotations
 
@@ -151,12 +153,14 @@ def power_router(service: PerseusService) -> APIRouter:
         ),
     )
     async def put_power_budget(body: PowerBudgetIn) -> dict[str, Any]:
-        """Shares ``watts`` (W) between the covered jobs (``jobs``, or every job with a
-        frontier) by ``policy`` and deploys each job's plan. A budget that is not a finite
-        number > 0, names an unknown job or one without a frontier, or is below the lowest
-        power the jobs can reach (``lowest_power``, W) is refused with 422 and changes
-        nothing. Only active jobs share it (idle and finished ones are left out); when it can
-        no longer be met (a job joined), ``on_infeasible`` says what runs."""
+        """Shares ``watts`` (W) between the covered jobs by ``policy`` and deploys each job's plan.
+
+        The covered jobs are ``jobs``, or every job with a frontier. A budget that is not a
+        finite number > 0, names an unknown job or one without a frontier, or is below the
+        lowest power the jobs can reach (``lowest_power``, W) is refused with 422 and
+        changes nothing. Only active jobs share it (idle and finished ones are left out);
+        when it can no longer be met (a job joined), ``on_infeasible`` says what runs.
+        """
         return service.power_budget.put(body.watts, body.policy, body.jobs, body.on_infeasible)
 
     @router.get(
@@ -164,9 +168,12 @@ def power_router(service: PerseusService) -> APIRouter:
         **operation(PowerBudgetView, "Get the power budget", "The budget and its allocation.", 404),
     )
     async def get_power_budget(who: Principal = CALLER) -> dict[str, Any]:
-        """The budget (W), the allocated watts and each job's share: watts, slowdown and
-        frontier point (404 when none is set). A tenant's credential sees the cluster's
-        totals and its own jobs' and tenant's shares only."""
+        """The budget (W), the allocated watts and each job's share.
+
+        Each share: watts, slowdown and frontier point (404 when no budget is set). A
+        tenant's credential sees the cluster's totals and its own jobs' and tenant's shares
+        only.
+        """
         return service.power_budget.view(sees_tenant(who))
 
     @router.delete(

@@ -1,5 +1,8 @@
-"""Errors as RFC 9457 problem documents: the service's :class:`ApiError`, request validation
-and routing errors (404, 405) all answer ``application/problem+json`` with the field at fault."""
+"""Errors as RFC 9457 problem documents.
+
+The service's :class:`ApiError`, request validation and routing errors (404, 405) all answer
+``application/problem+json`` with the field at fault.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""Profile routes: upload (optionally some of its stages) and download a job's profile, and
-online profiling, the scan of the SM clocks that measures one from the ranks' reports."""
+"""Profile routes: upload and download a job's profile, and online profiling.
+
+An upload may take some of the profile's stages. Online profiling is the scan of the SM clocks that
+measures a profile from the ranks' reports.
+"""
 
 from __future__ import annotations
 
@@ -101,10 +104,12 @@ class ProfilingIn(BaseModel):
 
 
 def _select_stages(body: bytes, content_type: str, stages: str, limit: int) -> bytes:
-    """``PUT /jobs/{id}/profile?stages=0-3``: the profile's ``stages`` only, renumbered from 0
-    (as ``perseus frontier --profile-stages``), as CSV. A list naming more than ``limit``
-    stages (the job's model stages: the profile must have as many) is refused before it is
-    built."""
+    """``PUT /jobs/{id}/profile?stages=0-3``: the profile's ``stages`` only, as CSV.
+
+    Renumbered from 0 (as ``perseus frontier --profile-stages``). A list naming more than
+    ``limit`` stages (the job's model stages: the profile must have as many) is refused before
+    it is built.
+    """
     try:
         chosen = parse_stage_list(stages, limit)
     except ProfileError as e:
@@ -156,11 +161,15 @@ def profiles_router(service: PerseusService) -> APIRouter:
             "``0,2,4``): e.g. an 8-stage profile for a 4-rank job.",
         ),
     ) -> dict[str, Any]:
-        """``stage,instruction,frequency,time,energy`` CSV (seconds, joules, MHz) or its JSON
-        form. It must cover the job's schedule and only use clocks the registered ranks
-        support; a bad profile leaves the stored one in place (422 naming the row and field).
-        ``stages`` selects some of the profile's stages (as ``perseus frontier
-        --profile-stages``)."""
+        """Upload the job's profile: ``stage,instruction,frequency,time,energy`` CSV, or JSON.
+
+        The JSON is the CSV's JSON form.
+
+        The CSV is in seconds, joules and MHz. It must cover the job's schedule and only use
+        clocks the registered ranks support; a bad profile leaves the stored one in place
+        (422 naming the row and field). ``stages`` selects some of the profile's stages (as
+        ``perseus frontier --profile-stages``).
+        """
         model_stages = service.jobs.get(job_id).schedule.stages  # 404 before the body
         body = await request.body()
         content_type = request.headers.get("content-type", "")
@@ -201,8 +210,11 @@ def profiles_router(service: PerseusService) -> APIRouter:
         ),
     )
     async def start_profiling(job_id: str, body: ProfilingIn) -> dict[str, Any]:
-        """Scans the SM clocks from the highest down, one plan version per clock, measuring the
-        job's own profile from its ranks' reports; then computes and deploys its frontier."""
+        """Scans the SM clocks from the highest down, measuring the job's own profile.
+
+        One plan version per clock, measured from its ranks' reports; then computes and
+        deploys its frontier.
+        """
         return service.profiling.start(
             job_id,
             body.frequencies,

@@ -1,5 +1,8 @@
-"""The server's status routes: its liveness (``/healthz``, public) and its Prometheus metrics (a
-job's live status is a job route, :mod:`perseus_server.rest.jobs`)."""
+"""The server's status routes: its liveness and its Prometheus metrics.
+
+Liveness is ``/healthz``, public. A job's live status is a job route,
+:mod:`perseus_server.rest.jobs`.
+"""
 
 from __future__ import annotations
 
@@ -57,7 +60,9 @@ def status_router(service: PerseusService) -> APIRouter:
     )
     async def metrics(who: Principal = CALLER) -> PrometheusText:
         """Request, solve, deployment, replan and report counters and histograms; job gauges.
-        A tenant's credential sees only the series of its jobs and its tenant."""
+
+        A tenant's credential sees only the series of its jobs and its tenant.
+        """
         tenant = sees_tenant(who)
         if tenant is None:
             return PrometheusText(service.metrics.render())

@@ -1,6 +1,8 @@
-"""Straggler routes: report a pipeline known to be slow, clear stragglers, and set a job's
-straggler detection (see :mod:`perseus_server.service.stragglers`). Each answers the job's
-status after replanning (or the settings)."""
+"""Straggler routes: report a slow pipeline, clear stragglers, set a job's straggler detection.
+
+See :mod:`perseus_server.service.stragglers`. Each answers the job's status after replanning (or the
+settings).
+"""
 
 from __future__ import annotations
 
@@ -60,8 +62,11 @@ def stragglers_router(service: PerseusService) -> APIRouter:
         ),
     )
     async def report_straggler(job_id: str, body: StragglerIn) -> Response:
-        """A pipeline known to be slow (by ``slowdown`` or ``iteration_time``, s): the others
-        move to the least-energy plan that finishes with it."""
+        """A pipeline known to be slow: the others move to the plan that finishes with it.
+
+        Given by ``slowdown`` or ``iteration_time`` (s); the others' plan is the
+        least-energy one that finishes with it.
+        """
         status = service.report_straggler(job_id, body.pipeline, body.slowdown, body.iteration_time)
         return built_response(status, JobStatus)
 
@@ -82,8 +87,11 @@ def stragglers_router(service: PerseusService) -> APIRouter:
         **operation(DetectionSettings, "Set straggler detection", "The settings.", 404, 413, 422),
     )
     async def set_detection(job_id: str, body: DetectionIn) -> dict[str, Any]:
-        """When a pipeline counts as slow (``threshold`` above plan for ``consecutive``
-        iterations) and as recovered (within ``recovery``)."""
+        """When a pipeline counts as slow and as recovered.
+
+        Slow: ``threshold`` above plan for ``consecutive`` iterations; recovered: within
+        ``recovery``.
+        """
         if body.recovery >= body.threshold:
             raise BadRequest("recovery must be below threshold (hysteresis)", field="recovery")
         settings = DetectorSettings.from_json(body.model_dump())

@@ -1,5 +1,6 @@
-"""``GET /docs``: Swagger UI over ``/openapi.json``, served from the package, nothing from
-elsewhere (an air-gapped cluster has no CDN).
+"""``GET /docs``: Swagger UI over ``/openapi.json``, served from the package.
+
+Nothing comes from elsewhere (an air-gapped cluster has no CDN).
 
 The page's script and style sheet are the Swagger UI distribution that the ``fastapi-offline``
 package ships (a dependency of the ``server`` extra); the page itself and its start-up script
@@ -85,8 +86,10 @@ def swagger_assets() -> dict[str, tuple[bytes, str]]:
 
 
 class _DocsFront:
-    """ASGI: ``GET``/``HEAD`` of the page, its files and ``/openapi.json`` answered from memory
-    (the schema serialised once, on its first request); the rest passed on."""
+    """ASGI: the page, its files and ``/openapi.json`` answered from memory; the rest passed on.
+
+    For ``GET``/``HEAD``; the schema is serialised once, on its first request.
+    """
 
     def __init__(
         self,
@@ -143,7 +146,10 @@ async def _send(
 
 
 def install_swagger(app: FastAPI) -> None:
-    """Serve ``/docs`` and ``/openapi.json`` on ``app``, outside its token gate (call it after
-    the gate is added: the last middleware added is the outermost). Create ``app`` with
-    ``docs_url``, ``redoc_url`` and ``openapi_url`` ``None``: these answers replace FastAPI's."""
+    """Serve ``/docs`` and ``/openapi.json`` on ``app``, outside its token gate.
+
+    Call it after the gate is added: the last middleware added is the outermost. Create ``app``
+    with ``docs_url``, ``redoc_url`` and ``openapi_url`` ``None``: these answers replace
+    FastAPI's.
+    """
     app.add_middleware(_DocsFront, files=swagger_assets(), schema=lambda: app.openapi())

@@ -1,7 +1,9 @@
-"""``/tenants``: teams sharing the server, their quotas and budget shares (see
-:mod:`perseus_server.service.tenants`). The admin alone creates, changes and deletes them; a
+"""``/tenants``: teams sharing the server, their quotas and budget shares.
+
+See :mod:`perseus_server.service.tenants`. The admin alone creates, changes and deletes them; a
 tenant's own credentials read only their tenant (the table of
-:mod:`perseus_server.service.authorization`, enforced by the Gate)."""
+:mod:`perseus_server.service.authorization`, enforced by the Gate).
+"""
 
 from __future__ import annotations
 
@@ -40,8 +42,10 @@ _GUARANTEED += "no other tenant's jobs push it below."
 
 
 class TenantPatch(BaseModel):
-    """``PATCH /tenants/{id}``: the quotas to change (a field left out stays; null: back to
-    the default)."""
+    """``PATCH /tenants/{id}``: the quotas to change.
+
+    A field left out stays; null: back to the default.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -91,8 +95,10 @@ def tenants_router(service: PerseusService) -> APIRouter:
         **operation(TenantView, "Create a tenant", "The new tenant.", 409, 413, 422, status=201),
     )
     async def create_tenant(body: TenantIn) -> dict[str, Any]:
-        """A tenant (a team: a Kubernetes namespace, a Slurm account) with its quotas; issue
-        its credentials with ``POST /credentials``. 409 when it exists."""
+        """A tenant with its quotas; issue its credentials with ``POST /credentials``.
+
+        A tenant is a team: a Kubernetes namespace, a Slurm account. 409 when it exists.
+        """
         return tenants.create(body.id, body.model_dump(exclude={"id"}, exclude_unset=True))
 
     @router.get("/tenants", **operation(TenantList, "List tenants", "The tenants."))
@@ -110,8 +116,11 @@ def tenants_router(service: PerseusService) -> APIRouter:
         **operation(TenantView, "Change a tenant's quotas", "The tenant.", 404, 413, 422),
     )
     async def patch_tenant(tenant_id: str, body: TenantPatch) -> dict[str, Any]:
-        """The quotas given change (null: back to the default); a new weight or guarantee
-        re-shares the cluster power budget at once. Jobs it holds beyond a lowered quota stay."""
+        """The quotas given change (null: back to the default).
+
+        A new weight or guarantee re-shares the cluster power budget at once. Jobs it holds
+        beyond a lowered quota stay.
+        """
         out = tenants.patch(tenant_id, body.model_dump(exclude_unset=True))
         service.power_budget.recompute(f"tenant {tenant_id} changed")
         return out
@@ -122,8 +131,10 @@ def tenants_router(service: PerseusService) -> APIRouter:
         **operation(None, "Delete a tenant", "Deleted.", 404, 409, status=204),
     )
     async def delete_tenant(tenant_id: str) -> Response:
-        """Deletes the tenant and its credentials; 409 while it holds jobs, and for the
-        ``default`` tenant."""
+        """Deletes the tenant and its credentials.
+
+        409 while it holds jobs, and for the ``default`` tenant.
+        """
         tenants.delete(tenant_id)
         return Response(status_code=204)
 

@@ -1,5 +1,7 @@
-"""``GET /ui``: the operator's page (``server/perseus_server/ui/``: HTML, JS and CSS shipped as
-package data, no build step, nothing from elsewhere).
+"""``GET /ui``: the operator's page.
+
+The page is ``server/perseus_server/ui/``: HTML, JS and CSS shipped as package data, no build step,
+nothing from elsewhere.
 
 The page and its two assets are public: they hold no data, and the page has to load before it
 can ask for a credential. Every data call the page makes goes through the REST API and its
@@ -55,8 +57,10 @@ def load_ui(*, auth: bool) -> UiFiles:
 
 
 class _UiFront:
-    """ASGI: ``GET``/``HEAD`` of a :data:`UI_PATHS` path answered from memory; the rest passed
-    on. ``/ui/`` redirects to ``/ui`` (the page's relative links assume it)."""
+    """ASGI: ``GET``/``HEAD`` of a :data:`UI_PATHS` path answered from memory.
+
+    The rest is passed on. ``/ui/`` redirects to ``/ui`` (the page's relative links assume it).
+    """
 
     def __init__(self, app: ASGIApp, *, ui: UiFiles) -> None:
         self.app, self.ui = app, ui
@@ -103,6 +107,8 @@ class _UiFront:
 
 
 def install_ui(app: FastAPI, *, auth: bool) -> None:
-    """Serve the page on ``app``, outside its token gate (call it after the gate is added: the
-    last middleware added is the outermost)."""
+    """Serve the page on ``app``, outside its token gate.
+
+    Call it after the gate is added: the last middleware added is the outermost.
+    """
     app.add_middleware(_UiFront, ui=load_ui(auth=auth))

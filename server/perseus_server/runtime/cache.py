@@ -30,6 +30,7 @@ class ByteBoundedCache(Generic[K, V]):
         self.bytes = 0
 
     def get(self, key: K) -> V | None:
+        """The value of ``key`` (now the most recently used), or None."""
         hit = self._data.get(key)
         if hit is None:
             return None
@@ -56,5 +57,6 @@ class ByteBoundedCache(Generic[K, V]):
         return key in self._data
 
     def clear(self) -> None:
+        """Drop every entry."""
         self._data.clear()
         self.bytes = 0

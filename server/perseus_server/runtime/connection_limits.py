@@ -1,5 +1,7 @@
-"""Connection-level limits: the file-descriptor limit, an HTTP protocol that bounds open
-connections and the time to send a request (headers and body), and the largest gRPC message.
+"""Connection-level limits on the file descriptors, HTTP connections and gRPC messages.
+
+The file-descriptor limit, an HTTP protocol that bounds open connections and the time to send a
+request (headers and body), and the largest gRPC message.
 
 A client that opens connections and never finishes its request holds a file descriptor each;
 without a bound, enough of them exhaust the process's descriptors and every endpoint stops
@@ -63,17 +65,21 @@ def _no_line_folding(lines: Iterable[bytes]) -> Iterator[bytes]:
 
 
 def refuse_line_folding() -> None:
-    """Make h11 refuse (400, connection closed) a request whose headers use obsolete line
-    folding, which RFC 9112 lets a server refuse or unfold: unfolded, ``Transfer-Encoding:``
-    followed by `` chunked`` on the next line frames the body by chunks here while a proxy
-    that does not unfold sees no framing header at all (request smuggling)."""
+    """Make h11 refuse (400, connection closed) a request whose headers use obsolete line folding.
+
+    RFC 9112 lets a server refuse or unfold: unfolded, ``Transfer-Encoding:`` followed by ``
+    chunked`` on the next line frames the body by chunks here while a proxy that does not unfold
+    sees no framing header at all (request smuggling).
+    """
     h11_readers._obsolete_line_fold = _no_line_folding
 
 
 class _Guard:
-    """The connection cap and the timeouts of :func:`guarded_h11` and :func:`guarded_http`,
-    mixed into uvicorn's h11 or httptools protocol (both keep the request in ``self.cycle``,
-    whose ``more_body`` says its body is still to come, and call ``on_response_complete``)."""
+    """The connection cap and the timeouts of :func:`guarded_h11` and :func:`guarded_http`.
+
+    Mixed into uvicorn's h11 or httptools protocol (both keep the request in ``self.cycle``,
+    whose ``more_body`` says its body is still to come, and call ``on_response_complete``).
+    """
 
     max_connections = 1 << 30
     header_timeout = 30.0
@@ -85,8 +91,10 @@ class _Guard:
     transport: asyncio.Transport
 
     def _admit(self) -> bool:
-        """Called once connected: False when the connection is over the cap and no other may
-        give way (it is aborted then)."""
+        """Called once connected: False when the connection is over the cap and none may give way.
+
+        Such a connection is aborted then.
+        """
         self._since = self.loop.time()
         if len(self.connections) > self.max_connections and not self._evict_one():
             self.transport.abort()
@@ -95,16 +103,20 @@ class _Guard:
         return True
 
     def _waiting(self) -> bool:
-        """Whether this connection holds a slot without a request to work on: it has not
-        sent a complete request (headers, or a body still arriving)."""
+        """Whether this connection holds a slot without a request to work on.
+
+        That is, it has not sent a complete request (headers, or a body still arriving).
+        """
         cycle = self.cycle
         if cycle is None or cycle.response_complete:
             return True
         return bool(cycle.more_body)
 
     def _evict_one(self) -> bool:
-        """Close the connection (not this one) that has waited longest on an incomplete
-        request; False when every other connection has a request being answered."""
+        """Close the connection (not this one) that has waited longest on an incomplete request.
+
+        False when every other connection has a request being answered.
+        """
         others = [
             c for c in self.connections if c is not self and isinstance(c, _Guard) and c._waiting()
         ]
@@ -125,8 +137,11 @@ class _Guard:
             self.transport.close()
 
     def _began(self, before: Any) -> None:
-        """After the parser ran: a new request (``self.cycle`` is not ``before``) starts its
-        clock, and a body still to come has ``body_timeout``."""
+        """After the parser ran: start a new request's clock, and a body's timeout.
+
+        A new request (``self.cycle`` is not ``before``) starts its clock, and a body still
+        to come has ``body_timeout``.
+        """
         cycle = self.cycle
         if cycle is not before and cycle is not None:
             self._since = self.loop.time()
@@ -149,9 +164,11 @@ class _Guard:
 def guarded_h11(
     max_connections: int, header_timeout: float, body_timeout: float = 60.0
 ) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with a connection cap, a request-header timeout and a request-body
-    timeout; over the cap, the connection longest waiting on an incomplete request gives way."""
+    """Uvicorn's h11 protocol with a connection cap, a request-header timeout and a body timeout.
 
+    The body timeout is a request-body timeout. Over the cap, the connection longest waiting on
+    an incomplete request gives way.
+    """
     refuse_line_folding()
 
     class GuardedH11(_Guard, H11Protocol):
@@ -182,9 +199,11 @@ MAX_HEAD_BYTES = 16 * 1024
 def guarded_http(
     max_connections: int, header_timeout: float, body_timeout: float = 60.0
 ) -> type[asyncio.Protocol]:
-    """The HTTP protocol ``perseus serve`` runs: uvicorn's httptools protocol (llhttp, a C
-    parser) with the guards of :func:`guarded_h11` and a bound on a request's head, when
-    httptools is installed; else :func:`guarded_h11`."""
+    """The HTTP protocol ``perseus serve`` runs: httptools' guarded, else :func:`guarded_h11`.
+
+    Uvicorn's httptools protocol (llhttp, a C parser) with the guards of :func:`guarded_h11` and
+    a bound on a request's head, when httptools is installed; else :func:`guarded_h11`.
+    """
     try:
         import httptools
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol

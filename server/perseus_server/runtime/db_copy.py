@@ -1,5 +1,6 @@
-"""``perseus db migrate SRC DST``: copy a whole store into an empty one, SQLite into PostgreSQL
-or back (either end a path, ``sqlite:///PATH`` or ``postgresql://...``).
+"""``perseus db migrate SRC DST``: copy a whole store into an empty one.
+
+SQLite into PostgreSQL or back (either end a path, ``sqlite:///PATH`` or ``postgresql://...``).
 
 Both ends are first opened as stores (bringing each to this server's schema), then every table
 is copied row by row, as stored: creation times, profile revisions, credential digests and
@@ -139,8 +140,10 @@ def _connect(target: str) -> Iterator[_End]:
 def copy_database(
     src: str, dst: str, *, say: Callable[[str], None] | None = None
 ) -> dict[str, int]:
-    """Copy every table of ``src`` into the empty ``dst`` (see the module docstring); returns
-    the rows copied per table. Raises :class:`StoreError` naming what is wrong."""
+    """Copy every table of ``src`` into the empty ``dst``; returns the rows copied per table.
+
+    See the module docstring. Raises :class:`StoreError` naming what is wrong.
+    """
     if src == dst:
         raise StoreError("the source and the destination are the same database")
     for target in (src, dst):

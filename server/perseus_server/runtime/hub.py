@@ -1,13 +1,15 @@
-"""Plan fan-out: every open ``WatchPlan`` stream is a subscriber that always holds the newest
-plan for its rank (older undelivered versions are simply replaced). Plans travel as the
-service's plain :class:`~perseus_server.domain.values.PlanUpdate`; the gRPC adapter encodes
-them.
+"""Plan fan-out to the open ``WatchPlan`` streams, each with the newest plan for its rank.
+
+Every open ``WatchPlan`` stream is a subscriber that always holds the newest plan for its rank
+(older undelivered versions are simply replaced). Plans travel as the service's plain
+:class:`~perseus_server.domain.values.PlanUpdate`; the gRPC adapter encodes them.
 
 **Bounded streams.** A rank identity holds one stream: a new stream for the same rank replaces
 the old one, which ends (:attr:`StreamEnd.REPLACED`; the gRPC adapter ends it with ``ABORTED``
 saying so). A credential holds at most ``max_streams_per_credential`` streams in all; one more is
 refused with :class:`StreamLimitExceeded` (``RESOURCE_EXHAUSTED`` naming the limit), unless it
-replaces a stream of the same credential."""
+replaces a stream of the same credential.
+"""
 
 from __future__ import annotations
 
@@ -72,9 +74,12 @@ class PlanHub:
         self._per_credential: dict[str, int] = {}
 
     def subscribe(self, rank: RankInfo, credential: str = "") -> Subscriber:
-        """A new stream for ``rank``, opened with ``credential``: it replaces the rank's open
-        stream (which ends, :attr:`StreamEnd.REPLACED`); raises :class:`StreamLimitExceeded`
-        when ``credential`` holds its limit of streams already (see the module docstring)."""
+        """A new stream for ``rank``, opened with ``credential``.
+
+        It replaces the rank's open stream (which ends, :attr:`StreamEnd.REPLACED`); raises
+        :class:`StreamLimitExceeded` when ``credential`` holds its limit of streams already
+        (see the module docstring).
+        """
         old = self._by_rank.get(rank.rank_id)
         held = self._per_credential.get(credential, 0)
         frees = old is not None and old.credential == credential
@@ -96,6 +101,7 @@ class PlanHub:
         return sub
 
     def unsubscribe(self, sub: Subscriber) -> None:
+        """End ``sub``'s subscription; its credential's stream count goes down."""
         subs = self._subs.get(sub.rank.job_id)
         if subs is not None:
             subs.discard(sub)
@@ -138,7 +144,9 @@ class PlanHub:
                 sub.event.set()
 
     def connected(self, job_id: str) -> set[str]:
+        """The rank ids with an open stream in job ``job_id``."""
         return {s.rank.rank_id for s in self._subs.get(job_id, ())}
 
     def connected_counts(self) -> dict[str, int]:
+        """Per job, the number of ranks with an open stream."""
         return {j: len({s.rank.rank_id for s in subs}) for j, subs in self._subs.items()}

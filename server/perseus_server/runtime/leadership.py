@@ -87,8 +87,10 @@ class Lease:
             raise
 
     def try_acquire(self) -> int | None:
-        """Take the lease if it is free or expired (or ours) and raise the epoch; returns the
-        new epoch, or None while another server holds it."""
+        """Take the lease if it is free or expired (or ours) and raise the epoch.
+
+        Returns the new epoch, or None while another server holds it.
+        """
 
         def take(conn: Any) -> int | None:
             with conn.transaction():
@@ -117,8 +119,10 @@ class Lease:
         return epoch
 
     def renew(self) -> bool:
-        """Extend the lease; False when it is no longer ours (expired and taken, or the epoch
-        moved on)."""
+        """Extend the lease; False when it is no longer ours.
+
+        It is no longer ours when it expired and was taken, or the epoch moved on.
+        """
         row = self._call(
             lambda conn: conn.execute(
                 "UPDATE perseus_lease SET expires = now() + make_interval(secs => %s) "
@@ -130,8 +134,10 @@ class Lease:
         return row is not None
 
     def leader(self) -> tuple[str, int, bool]:
-        """``(holder, epoch, live)``: who holds the lease, the current epoch, and whether the
-        lease is still running."""
+        """``(holder, epoch, live)`` of the lease.
+
+        Who holds the lease, the current epoch, and whether the lease is still running.
+        """
         holder, live, epoch = self._call(
             lambda conn: conn.execute(
                 "SELECT l.holder, l.expires > now(), e.epoch FROM perseus_lease l, perseus_epoch e"
@@ -155,8 +161,10 @@ class Lease:
         return str(holder), int(epoch), bool(live), str(advertise)
 
     def release(self) -> None:
-        """Give the lease up at once (a clean stop: the standby need not wait for it to
-        expire). Best effort."""
+        """Give the lease up at once; best effort.
+
+        A clean stop: the standby need not wait for it to expire.
+        """
         import psycopg
 
         try:
@@ -170,6 +178,7 @@ class Lease:
             log.warning("could not release the leader lease: %s", e)
 
     def close(self) -> None:
+        """Close the lease's database connection."""
         if self._conn is not None:
             try:
                 self._conn.close()
@@ -178,9 +187,12 @@ class Lease:
 
 
 class LeaseKeeper:
-    """Renews a held lease on a thread of its own every ``ttl / 3`` s; calls ``lost(why)`` once
-    (from that thread) when the lease is no longer ours or could not be renewed for ``ttl``
-    seconds (by this machine's clock, counted from before the last renewal that succeeded)."""
+    """Renews a held lease on a thread of its own every ``ttl / 3`` s.
+
+    Calls ``lost(why)`` once (from that thread) when the lease is no longer ours or could not be
+    renewed for ``ttl`` seconds (by this machine's clock, counted from before the last renewal
+    that succeeded).
+    """
 
     def __init__(self, lease: Lease, lost: Callable[[str], None]) -> None:
         self.lease = lease
@@ -189,6 +201,7 @@ class LeaseKeeper:
         self._thread = threading.Thread(target=self._run, name="perseus-lease", daemon=True)
 
     def start(self) -> LeaseKeeper:
+        """Start renewing on the keeper's thread; returns ``self``."""
         self._thread.start()
         return self
 
@@ -211,6 +224,7 @@ class LeaseKeeper:
                 log.warning("renewing the leader lease failed (retrying): %s", e)
 
     def stop(self) -> None:
+        """Stop renewing (waits up to 10 s for the thread)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
@@ -221,8 +235,10 @@ class StoppedWaiting(Exception):
 
 
 class Leader:
-    """This server's leadership while it serves: the lease, kept renewed, and what to do when
-    it is lost."""
+    """This server's leadership while it serves.
+
+    The lease, kept renewed, and what to do when it is lost.
+    """
 
     def __init__(self, lease: Lease) -> None:
         self.lease = lease

@@ -1,5 +1,6 @@
-"""Rate-limited logging: a flood of the same line (a client retrying an error in a loop, a
-resource exhausted on every accept) must not fill the disk.
+"""Rate-limited logging: a flood of the same line must not fill the disk.
+
+A flood such as a client retrying an error in a loop, or a resource exhausted on every accept.
 
 :class:`RateLimit` is a :class:`logging.Filter` keyed by the record's logger, level and message
 template: at most ``burst`` records per key pass in any ``window`` seconds; the first record
@@ -33,6 +34,11 @@ class RateLimit(logging.Filter):
         self._seen: OrderedDict[tuple[str, int, str], list[float]] = OrderedDict()
 
     def filter(self, record: logging.LogRecord) -> bool:
+        """Whether to pass ``record``: at most ``burst`` of the same line per ``window`` seconds.
+
+        The first record of a new window says how many similar lines were suppressed in the
+        last.
+        """
         key = (record.name, record.levelno, str(record.msg))
         now = self.clock()
         slot = self._seen.get(key)

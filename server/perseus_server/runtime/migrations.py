@@ -1,7 +1,9 @@
-"""The store's schema versions: the database's ``PRAGMA user_version`` is its schema version, and
-:func:`migrate` applies the missing :data:`MIGRATIONS` in order, each in its own transaction (a
-database of the first release, which set no version, is version 1). A change of what is stored
-appends a migration here; one that shipped is never edited.
+"""The store's schema versions, and the migrations between them.
+
+The database's ``PRAGMA user_version`` is its schema version, and :func:`migrate` applies the
+missing :data:`MIGRATIONS` in order, each in its own transaction (a database of the first release,
+which set no version, is version 1). A change of what is stored appends a migration here; one that
+shipped is never edited.
 """
 
 from __future__ import annotations
@@ -70,8 +72,11 @@ def _v2_report_sequences(db: sqlite3.Connection) -> None:
 
 
 def _v4_credentials(db: sqlite3.Connection) -> None:
-    """Version 4: scoped credentials (their SHA-256 digests, never the secrets) and the rank
-    identities bound to the credential that registered them."""
+    """Version 4: scoped credentials and the rank identities bound to them.
+
+    Credentials are stored as their SHA-256 digests, never the secrets; a rank identity is bound
+    to the credential that registered it.
+    """
     db.execute(
         "CREATE TABLE IF NOT EXISTS credentials ("
         "id TEXT PRIMARY KEY, scope TEXT NOT NULL, job_id TEXT, hash TEXT NOT NULL UNIQUE, "
@@ -86,14 +91,19 @@ def _v4_credentials(db: sqlite3.Connection) -> None:
 
 
 def _v5_partial_frontiers(db: sqlite3.Connection) -> None:
-    """Version 5: whether a job's stored frontier is partial (the first plan of a solve, stored
-    and deployed while the rest is computed; a solve cut short leaves it so)."""
+    """Version 5: whether a job's stored frontier is partial.
+
+    A partial frontier is the first plan of a solve, stored and deployed while the rest is
+    computed; a solve cut short leaves it so.
+    """
     db.execute("ALTER TABLE frontiers ADD COLUMN partial INTEGER NOT NULL DEFAULT 0")
 
 
 def _v6_job_lifecycle(db: sqlite3.Connection) -> None:
-    """Version 6: each job's lifecycle (``active`` / ``idle`` / ``finished``, since when, why),
-    so a finished or idle job stays out of the power budget after a restart."""
+    """Version 6: each job's lifecycle (``active`` / ``idle`` / ``finished``, since when, why).
+
+    So a finished or idle job stays out of the power budget after a restart.
+    """
     db.execute(
         "CREATE TABLE IF NOT EXISTS job_lifecycle ("
         "job_id TEXT PRIMARY KEY, state TEXT NOT NULL, since REAL NOT NULL, reason TEXT NOT NULL)"
@@ -101,9 +111,11 @@ def _v6_job_lifecycle(db: sqlite3.Connection) -> None:
 
 
 def _v7_report_incarnations(db: sqlite3.Connection) -> None:
-    """Version 7: report sequences per (rank, client incarnation), so a restarted rank's reports
-    are never compared with its previous run's sequences (incarnation 0: clients that send none,
-    and every sequence stored before)."""
+    """Version 7: report sequences per (rank, client incarnation).
+
+    So a restarted rank's reports are never compared with its previous run's sequences
+    (incarnation 0: clients that send none, and every sequence stored before).
+    """
     db.execute(
         "CREATE TABLE report_sequences_v7 ("
         "rank_id TEXT NOT NULL, incarnation INTEGER NOT NULL, job_id TEXT NOT NULL, "
@@ -120,9 +132,11 @@ def _v7_report_incarnations(db: sqlite3.Connection) -> None:
 
 
 def _v8_tenants(db: sqlite3.Connection) -> None:
-    """Version 8: tenants (teams) with their quotas and budget shares; every job and issued
-    credential names its tenant. The jobs stored before belong to the ``default`` tenant, which
-    is created here (a single-tenant deployment goes on unchanged)."""
+    """Version 8: tenants (teams) with their quotas and budget shares.
+
+    Every job and issued credential names its tenant. The jobs stored before belong to the
+    ``default`` tenant, which is created here (a single-tenant deployment goes on unchanged).
+    """
     db.execute(
         "CREATE TABLE IF NOT EXISTS tenants ("
         "id TEXT PRIMARY KEY, created REAL NOT NULL, max_jobs INTEGER, max_gpus INTEGER, "
@@ -157,8 +171,11 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def schema_version(db: sqlite3.Connection) -> int:
-    """The database's schema version: ``PRAGMA user_version``, or 1 for a database of the first
-    release (which set no version but has the ``jobs`` table), or 0 for an empty one."""
+    """The database's schema version: ``PRAGMA user_version``, 1 or 0.
+
+    1 for a database of the first release (which set no version but has the ``jobs`` table), or
+    0 for an empty one.
+    """
     version = int(db.execute("PRAGMA user_version").fetchone()[0])
     if (
         version == 0
@@ -174,8 +191,11 @@ def migrate(
     db: sqlite3.Connection,
     migrations: tuple[Callable[[sqlite3.Connection], None], ...] = MIGRATIONS,
 ) -> int:
-    """Bring ``db`` to version ``len(migrations)``, one transaction per step; returns the version
-    it had. Raises :class:`StoreError` when the database is newer than ``migrations`` knows."""
+    """Bring ``db`` to version ``len(migrations)``, one transaction per step.
+
+    Returns the version it had. Raises :class:`StoreError` when the database is newer than
+    ``migrations`` knows.
+    """
     found = schema_version(db)
     target = len(migrations)
     if found > target:

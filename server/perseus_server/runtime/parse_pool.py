@@ -1,5 +1,6 @@
-"""Profile parsing and report decoding in worker processes, for inputs large enough to hold the
-GIL for long.
+"""Profile parsing and report decoding in worker processes.
+
+For inputs large enough to hold the GIL for long.
 
 Parsing runs in C for long stretches (``json.loads``, the regular expressions of the depth
 check) that keep the GIL, so a worker *thread* would still stall the event loop; a worker
@@ -37,8 +38,10 @@ PROCESS_THRESHOLD = 1024 * 1024
 def parse_profile_doc(
     text: str, is_json: bool, schedule_json: dict[str, Any], blocking_power: float
 ) -> tuple[Any, ...]:
-    """Parse and check a profile against the schedule: ``("ok", profile, csv_text)`` or
-    ``("error", detail, field, row)``."""
+    """Parse and check a profile against the schedule.
+
+    Returns ``("ok", profile, csv_text)`` or ``("error", detail, field, row)``.
+    """
     from perseus.errors import ProfileError
     from perseus.problem import EnergyProblem
     from perseus.profiles import parse_profile_csv, parse_profile_json
@@ -63,6 +66,11 @@ class ParsePool:
     async def parse(
         self, text: str, is_json: bool, schedule_json: dict[str, Any], blocking_power: float
     ) -> tuple[Any, ...]:
+        """Parse and check a profile as :func:`parse_profile_doc` does; a large one in the worker.
+
+        Texts above ``threshold`` characters go to the worker process, the others to a
+        thread. A worker that dies raises, and the next call starts a fresh one.
+        """
         args = (text, is_json, schedule_json, blocking_power)
         if len(text) <= self.threshold:
             return await asyncio.to_thread(parse_profile_doc, *args)
@@ -77,26 +85,34 @@ class ParsePool:
             raise
 
     def close(self) -> None:
+        """Shut the worker process down, if one was started."""
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
 
 
 class ReportPool:
-    """One spawned worker process that decodes large iteration reports (see the module
-    docstring)."""
+    """One spawned worker process that decodes large iteration reports.
+
+    See the module docstring.
+    """
 
     def __init__(self, decode_bytes: Callable[[bytes], IterationReport]) -> None:
-        """``decode_bytes``: a module-level function (it runs in the worker) from a serialized
-        ``IterationReport`` to the service's value, measurements as columns."""
+        """Set up the pool; its worker decodes with ``decode_bytes``.
+
+        ``decode_bytes``: a module-level function (it runs in the worker) from a serialized
+        ``IterationReport`` to the service's value, measurements as columns.
+        """
         self.decode_bytes = decode_bytes
         self._pool: ProcessPoolExecutor | None = None
 
     async def decode(
         self, serialize: Callable[[], bytes], fallback: Callable[[], IterationReport]
     ) -> IterationReport:
-        """``serialize()`` (run on a thread) decoded in the worker; ``fallback()`` (on a
-        thread) when the worker fails."""
+        """``serialize()`` decoded in the worker; ``fallback()`` when the worker fails.
+
+        Both ``serialize()`` and ``fallback()`` run on a thread.
+        """
         data = await asyncio.to_thread(serialize)
         if self._pool is None:
             self._pool = ProcessPoolExecutor(1, mp_context=mp.get_context("spawn"))
@@ -108,6 +124,7 @@ class ReportPool:
             return await asyncio.to_thread(fallback)
 
     def close(self) -> None:
+        """Shut the worker process down, if one was started."""
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None

@@ -1,6 +1,8 @@
-"""The PostgreSQL store's schema versions: the one row of ``perseus_schema`` holds the database's
-version, and :func:`migrate` applies the missing :data:`MIGRATIONS` in order, all in one
-transaction under an advisory lock (two servers starting on one database migrate it once).
+"""The PostgreSQL store's schema versions, and the migrations between them.
+
+The one row of ``perseus_schema`` holds the database's version, and :func:`migrate` applies the
+missing :data:`MIGRATIONS` in order, all in one transaction under an advisory lock (two servers
+starting on one database migrate it once).
 
 ``iterations.n`` numbers each rank's rows (1, 2, ...): a rank keeps its newest rows by deleting
 a range of its numbers, without counting what it holds.
@@ -128,9 +130,11 @@ def schema_version(conn: Any) -> int:
 
 
 def migrate(conn: Any, migrations: tuple[str, ...] = MIGRATIONS) -> int:
-    """Bring the database of ``conn`` (a psycopg connection in autocommit mode) to version
-    ``len(migrations)`` in one transaction; returns the version it had. Raises
-    :class:`StoreError` when the database is newer than ``migrations`` knows."""
+    """Bring the database of ``conn`` to version ``len(migrations)`` in one transaction.
+
+    ``conn`` is a psycopg connection in autocommit mode. Returns the version it had. Raises
+    :class:`StoreError` when the database is newer than ``migrations`` knows.
+    """
     target = len(migrations)
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))

@@ -1,6 +1,8 @@
-"""The PostgreSQL store: the :class:`~perseus_server.domain.store.Store` protocol on a database
-server (``perseus serve --db postgresql://user@host/db``), for deployments that already run
-PostgreSQL and want the server's state off its machine.
+"""The PostgreSQL store: the store protocol on a database server.
+
+It implements :class:`~perseus_server.domain.store.Store` (``perseus serve --db
+postgresql://user@host/db``), for deployments that already run PostgreSQL and want the server's
+state off its machine.
 
 The same contract as the SQLite store (transactions that nest, rollback, after-commit
 callbacks, ordering; one contract suite runs on both), with these differences:
@@ -66,7 +68,9 @@ class _Thread(threading.local):
 
 class PostgresStore:
     """PostgreSQL persistence of the server state (a :class:`~perseus_server.domain.store.Store`).
-    Open with :meth:`open` (a ``postgresql://`` URL); close with :meth:`close`."""
+
+    Open with :meth:`open` (a ``postgresql://`` URL); close with :meth:`close`.
+    """
 
     #: Safe to call from several threads at once (see the module docstring).
     thread_safe = True
@@ -79,17 +83,22 @@ class PostgresStore:
         self.epoch: int | None = None
 
     def fence(self, epoch: int) -> None:
-        """From now on, a transaction commits only while ``epoch`` is the database's current
-        leadership epoch (:mod:`perseus_server.runtime.leadership`); otherwise it raises
-        :class:`NotLeader` and writes nothing. A new leader's epoch waits for the transactions
-        under the old one to end, so every commit of an epoch precedes the next epoch."""
+        """Commit transactions from now on only while ``epoch`` is the current leadership epoch.
+
+        The epoch is the database's (:mod:`perseus_server.runtime.leadership`); otherwise it
+        raises :class:`NotLeader` and writes nothing. A new leader's epoch waits for the
+        transactions under the old one to end, so every commit of an epoch precedes the next
+        epoch.
+        """
         self.epoch = epoch
 
     @classmethod
     def open(cls, url: str, *, pool_size: int = 4, timeout: float = 10.0) -> PostgresStore:
-        """Connect (a pool of up to ``pool_size`` connections) and migrate the schema; raises
-        :class:`StoreError` when the database cannot be reached in ``timeout`` seconds or was
-        written by a newer server."""
+        """Connect (a pool of up to ``pool_size`` connections) and migrate the schema.
+
+        Raises :class:`StoreError` when the database cannot be reached in ``timeout``
+        seconds or was written by a newer server.
+        """
         import psycopg
         from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -119,19 +128,23 @@ class PostgresStore:
         return cls(pool, url)
 
     def close(self) -> None:
+        """Flush and release the database; the store is not used afterwards."""
         self._pool.close()
 
     # --- transactions ----------------------------------------------------------------------------
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """One transaction around every write of this thread inside (they nest: inner ones join
-        the outer); callbacks given to :meth:`after_commit` meanwhile run once it has
-        committed."""
+        """One transaction around every write of this thread inside.
+
+        Transactions nest: inner ones join the outer. Callbacks given to
+        :meth:`after_commit` meanwhile run once it has committed.
+        """
         with self._tx():
             yield
 
     def after_commit(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` once the outermost transaction commits (at once outside of one)."""
         st = self._local
         if st.depth == 0:
             fn()
@@ -173,8 +186,10 @@ class PostgresStore:
             )
 
     def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
-        """Every row of a query: on this thread's transaction if one is open, else on any
-        connection."""
+        """Every row of a query.
+
+        On this thread's transaction if one is open, else on any connection.
+        """
         conn = self._local.conn
         if conn is not None:
             return conn.execute(sql, args).fetchall()
@@ -188,6 +203,7 @@ class PostgresStore:
     # --- jobs ------------------------------------------------------------------------------------
 
     def add_job(self, job_id: str, spec: JobSpec, tenant: str = DEFAULT_TENANT) -> JobRow:
+        """Store a new job of ``tenant`` (``job_id`` not stored yet); returns its row."""
         now = time.time()
         with self._tx() as db:
             db.execute(
@@ -197,6 +213,7 @@ class PostgresStore:
         return JobRow(job_id, now, spec, tenant)
 
     def jobs(self, on_error: Callable[[str, Exception], None] | None = None) -> list[JobRow]:
+        """Every job whose description can be read, oldest first."""
         out = []
         for r in self._rows("SELECT id, created, spec, tenant FROM jobs ORDER BY created, id"):
             try:
@@ -208,9 +225,11 @@ class PostgresStore:
         return out
 
     def count_jobs(self) -> int:
+        """The number of stored jobs."""
         return int(self._row("SELECT COUNT(*) FROM jobs")[0])
 
     def delete_job(self, job_id: str) -> None:
+        """Forget the job and everything stored of it."""
         with self._tx() as db:
             for table, col in JOB_TABLES:
                 db.execute(f"DELETE FROM {table} WHERE {col} = %s", (job_id,))
@@ -218,6 +237,7 @@ class PostgresStore:
     # --- profiles, frontiers, deployments, profiling sessions ------------------------------------
 
     def put_profile(self, job_id: str, csv_text: str, source: str) -> int:
+        """Store the job's profile (canonical CSV); returns its new revision (1, 2, ...)."""
         with self._tx() as db:
             row = db.execute(
                 "INSERT INTO profiles (job_id, csv, revision, updated, source) "
@@ -229,14 +249,17 @@ class PostgresStore:
         return int(row[0])
 
     def profile(self, job_id: str) -> tuple[str, int, str] | None:
+        """``(csv, revision, source)``, or None."""
         row = self._row("SELECT csv, revision, source FROM profiles WHERE job_id = %s", (job_id,))
         return None if row is None else (row[0], int(row[1]), row[2])
 
     def frontier(self, job_id: str) -> FrontierRow:
+        """The job's frontier state (a default row when none is stored)."""
         row = self._row(f"SELECT {_FRONTIER_COLUMNS} FROM frontiers WHERE job_id = %s", (job_id,))
         return FrontierRow() if row is None else FrontierRow(*row)
 
     def put_frontier(self, job_id: str, row: FrontierRow) -> None:
+        """Store the job's frontier state (replacing any)."""
         values = (
             job_id,
             row.status.value,
@@ -258,6 +281,7 @@ class PostgresStore:
             )
 
     def interrupted_solves(self) -> list[str]:
+        """The jobs whose stored frontier state is queued, running or partial."""
         rows = self._rows(
             "SELECT job_id FROM frontiers WHERE status IN (%s, %s, %s) ORDER BY job_id",
             (SolveStatus.QUEUED.value, SolveStatus.RUNNING.value, SolveStatus.PARTIAL.value),
@@ -265,10 +289,12 @@ class PostgresStore:
         return [r[0] for r in rows]
 
     def deployment(self, job_id: str) -> tuple[int, dict[str, Any]] | None:
+        """``(plan version, deployment document)``, or None."""
         row = self._row("SELECT version, doc FROM deployments WHERE job_id = %s", (job_id,))
         return None if row is None else (int(row[0]), json.loads(row[1]))
 
     def put_deployment(self, job_id: str, version: int, doc: dict[str, Any]) -> None:
+        """Store the job's deployment document as ``version``."""
         with self._tx() as db:
             db.execute(
                 "INSERT INTO deployments (job_id, version, doc, updated) VALUES (%s, %s, %s, %s) "
@@ -278,10 +304,12 @@ class PostgresStore:
             )
 
     def profiling(self, job_id: str) -> dict[str, Any] | None:
+        """The job's online-profiling session document, or None."""
         row = self._row("SELECT doc FROM profiling WHERE job_id = %s", (job_id,))
         return None if row is None else json.loads(row[0])
 
     def put_profiling(self, job_id: str, doc: dict[str, Any]) -> None:
+        """Store the job's online-profiling session document."""
         with self._tx() as db:
             db.execute(
                 "INSERT INTO profiling (job_id, doc) VALUES (%s, %s) "
@@ -292,12 +320,14 @@ class PostgresStore:
     # --- ranks and their iterations --------------------------------------------------------------
 
     def ranks(self, job_id: str) -> list[RankInfo]:
+        """The job's registered ranks by global rank."""
         rows = self._rows(
             "SELECT info FROM ranks WHERE job_id = %s ORDER BY global_rank", (job_id,)
         )
         return [rank_from_json(job_id, json.loads(r[0])) for r in rows]
 
     def put_rank(self, rank: RankInfo) -> None:
+        """Store (or replace) the rank in its job's slot ``global_rank``."""
         with self._tx() as db:
             # As SQLite's INSERT OR REPLACE: the row of the slot and any row of the identity go.
             db.execute(
@@ -324,6 +354,7 @@ class PostgresStore:
         sequences: dict[tuple[str, int], int] | None = None,
         incarnations_kept: int = 8,
     ) -> None:
+        """Append iterations, keep the newest ``keep`` per rank, and raise the report sequences."""
         if not rows:
             return
         now = time.time()
@@ -366,8 +397,10 @@ class PostgresStore:
     def _raise_sequences(
         db: Any, job_id: str, sequences: dict[tuple[str, int], int], now: float, kept: int
     ) -> None:
-        """Raise each ``(rank, incarnation)``'s highest sequence (never lower it); a rank that
-        gained an incarnation keeps its ``kept`` most recently updated ones."""
+        """Raise each ``(rank, incarnation)``'s highest sequence (never lower it).
+
+        A rank that gained an incarnation keeps its ``kept`` most recently updated ones.
+        """
         keys = list(sequences)
         got = db.execute(
             "INSERT INTO report_sequences (rank_id, incarnation, job_id, last, updated) "
@@ -394,6 +427,7 @@ class PostgresStore:
             )
 
     def report_sequences(self, job_id: str) -> dict[str, dict[int, int]]:
+        """Per rank of the job, the highest accepted report sequence of each incarnation."""
         out: dict[str, dict[int, int]] = {}
         for rank_id, incarnation, last in self._rows(
             "SELECT rank_id, incarnation, last FROM report_sequences WHERE job_id = %s "
@@ -404,6 +438,7 @@ class PostgresStore:
         return out
 
     def iterations(self, rank_id: str, limit: int) -> list[RankIteration]:
+        """The newest ``limit`` iterations of a rank, oldest first."""
         rows = self._rows(
             "SELECT iteration, time, energy, plan_version FROM iterations WHERE rank_id = %s "
             "ORDER BY n DESC LIMIT %s",
@@ -421,6 +456,7 @@ class PostgresStore:
         digest: str,
         tenant: str | None = None,
     ) -> CredentialRow:
+        """Store a new credential (``tenant``: a tenant credential's tenant)."""
         now = time.time()
         with self._tx() as db:
             db.execute(
@@ -431,16 +467,19 @@ class PostgresStore:
         return CredentialRow(credential_id, scope, job_id, digest, now, None, None, tenant)
 
     def credential_by_hash(self, digest: str) -> CredentialRow | None:
+        """The credential whose secret has this digest, revoked or not."""
         row = self._row(f"SELECT {_CREDENTIAL_COLUMNS} FROM credentials WHERE hash = %s", (digest,))
         return None if row is None else CredentialRow(*row)
 
     def credential(self, credential_id: str) -> CredentialRow | None:
+        """The credential ``credential_id``, or None."""
         row = self._row(
             f"SELECT {_CREDENTIAL_COLUMNS} FROM credentials WHERE id = %s", (credential_id,)
         )
         return None if row is None else CredentialRow(*row)
 
     def credentials(self, job_id: str | None = None) -> list[CredentialRow]:
+        """Every credential (of one job when ``job_id`` is given), oldest first."""
         where, args = ("WHERE job_id = %s", (job_id,)) if job_id is not None else ("", ())
         rows = self._rows(
             f"SELECT {_CREDENTIAL_COLUMNS} FROM credentials {where} ORDER BY created, id", args
@@ -448,6 +487,7 @@ class PostgresStore:
         return [CredentialRow(*r) for r in rows]
 
     def rotate_credential(self, credential_id: str, digest: str) -> None:
+        """A new secret digest (the old one stops working); un-revokes."""
         with self._tx() as db:
             db.execute(
                 "UPDATE credentials SET hash = %s, rotated = %s, revoked = NULL WHERE id = %s",
@@ -455,6 +495,7 @@ class PostgresStore:
             )
 
     def revoke_credential(self, credential_id: str) -> bool:
+        """Mark it revoked; False when it is unknown or was revoked already."""
         with self._tx() as db:
             cur = db.execute(
                 "UPDATE credentials SET revoked = %s WHERE id = %s AND revoked IS NULL",
@@ -463,6 +504,7 @@ class PostgresStore:
             return bool(cur.rowcount > 0)
 
     def bind_rank(self, rank_id: str, job_id: str, global_rank: int, credential_id: str) -> str:
+        """Bind a rank identity (and its job's slot) to a credential unless bound already."""
         with self._tx() as db:
             db.execute(
                 "INSERT INTO rank_bindings (rank_id, job_id, global_rank, credential_id) "
@@ -477,6 +519,7 @@ class PostgresStore:
         return str(row[0])
 
     def slot_binding(self, job_id: str, global_rank: int) -> str | None:
+        """The credential the job's slot ``global_rank`` is bound to, or None."""
         row = self._row(
             "SELECT credential_id FROM rank_bindings WHERE job_id = %s AND global_rank = %s",
             (job_id, global_rank),
@@ -484,6 +527,7 @@ class PostgresStore:
         return None if row is None else str(row[0])
 
     def rank_binding(self, rank_id: str) -> tuple[str, str] | None:
+        """``(job_id, credential_id)`` the rank identity is bound to, or None."""
         row = self._row(
             "SELECT job_id, credential_id FROM rank_bindings WHERE rank_id = %s", (rank_id,)
         )
@@ -492,10 +536,12 @@ class PostgresStore:
     # --- tenants ---------------------------------------------------------------------------------
 
     def tenants(self) -> list[TenantRow]:
+        """Every tenant, oldest first (ties by id). A new database holds the ``default`` one."""
         rows = self._rows(f"SELECT {_TENANT_COLUMNS} FROM tenants ORDER BY created, id")
         return [TenantRow(*r) for r in rows]
 
     def put_tenant(self, row: TenantRow) -> None:
+        """Store a new tenant, or replace a stored one's quotas (keeping its ``created``)."""
         with self._tx() as db:
             db.execute(
                 f"INSERT INTO tenants ({_TENANT_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s) "
@@ -507,6 +553,7 @@ class PostgresStore:
             )  # fmt: skip
 
     def delete_tenant(self, tenant_id: str) -> bool:
+        """Forget a tenant and the credentials of its tenant; False when it is unknown."""
         with self._tx() as db:
             cur = db.execute("DELETE FROM tenants WHERE id = %s", (tenant_id,))
             db.execute("DELETE FROM credentials WHERE tenant = %s", (tenant_id,))
@@ -515,10 +562,12 @@ class PostgresStore:
     # --- the cluster power budget ----------------------------------------------------------------
 
     def power_budget(self) -> dict[str, Any] | None:
+        """The cluster power budget's settings, or None when none is set."""
         row = self._row("SELECT doc FROM power_budget WHERE id = 1")
         return None if row is None else json.loads(row[0])
 
     def put_power_budget(self, doc: dict[str, Any] | None) -> None:
+        """Store the budget's settings (None: remove them)."""
         with self._tx() as db:
             if doc is None:
                 db.execute("DELETE FROM power_budget")
@@ -532,10 +581,12 @@ class PostgresStore:
     # --- job lifecycles --------------------------------------------------------------------------
 
     def job_lifecycles(self) -> dict[str, tuple[str, float, str]]:
+        """Per job, its stored lifecycle ``(state, since, reason)`` (jobs never stored: absent)."""
         rows = self._rows("SELECT job_id, state, since, reason FROM job_lifecycle")
         return {str(r[0]): (str(r[1]), float(r[2]), str(r[3])) for r in rows}
 
     def put_job_lifecycle(self, job_id: str, state: str, since: float, reason: str) -> None:
+        """Store (or replace) a job's lifecycle; deleting the job removes it."""
         with self._tx() as db:
             db.execute(
                 "INSERT INTO job_lifecycle (job_id, state, since, reason) VALUES (%s, %s, %s, %s) "

@@ -41,9 +41,12 @@ __all__ = ["SolveEvents", "SolveLimits", "SolveManager", "rss_bytes"]
 
 @dataclass(frozen=True)
 class SolveLimits:
-    """Per-solve bounds: ``memory_bytes`` of resident memory, ``seconds`` of wall time, and
-    ``max_queued`` solves waiting for a worker slot (``start`` refuses more); and how long a
-    first plan waits before it is handed on (``first_plan_after``, see the module docstring)."""
+    """Per-solve bounds on memory, time and queue, and how long a first plan waits.
+
+    ``memory_bytes`` of resident memory, ``seconds`` of wall time, and ``max_queued`` solves
+    waiting for a worker slot (``start`` refuses more); and how long a first plan waits before
+    it is handed on (``first_plan_after``, see the module docstring).
+    """
 
     memory_bytes: int = 8 * 1024**3
     seconds: float = 3600.0
@@ -54,10 +57,13 @@ class SolveLimits:
 
 @dataclass(frozen=True)
 class SolveEvents:
-    """Callbacks (run on the event loop) for one solve; ``prepare`` runs on a worker thread
-    with the result document before ``on_done`` gets both. With ``on_first_plan``, the worker
-    sends its first plan too, and ``on_first_plan`` gets its document and what ``prepare``
-    made of it (at most once, before ``on_done``/``on_failed``; never after a cancel)."""
+    """Callbacks (run on the event loop) for one solve.
+
+    ``prepare`` runs on a worker thread with the result document before ``on_done`` gets both.
+    With ``on_first_plan``, the worker sends its first plan too, and ``on_first_plan`` gets its
+    document and what ``prepare`` made of it (at most once, before ``on_done``/``on_failed``;
+    never after a cancel).
+    """
 
     on_running: Callable[[int], None]
     on_progress: Callable[[float], None]
@@ -93,8 +99,10 @@ def _read_all(
     loop: asyncio.AbstractEventLoop,
     on_first: Callable[[str, Any], None] | None = None,
 ) -> tuple[Any, ...]:
-    """Thread body: read messages until a final one or EOF; progress and the first plan (made
-    ready by ``prepare`` here) go to the loop."""
+    """Thread body: read messages until a final one or EOF.
+
+    Progress and the first plan (made ready by ``prepare`` here) go to the loop.
+    """
     try:
         while True:
             msg = conn.recv()
@@ -127,8 +135,10 @@ def _read_all(
 def _reader_thread(
     conn: Any, events: SolveEvents, name: str, on_first: Callable[[str, Any], None]
 ) -> asyncio.Future[tuple[Any, ...]]:
-    """Read ``conn`` on a thread of its own (a solve holds it for its whole run, so the
-    loop's shared executor is never tied up); the future resolves with the final message."""
+    """Read ``conn`` on a thread of its own; the future resolves with the final message.
+
+    A solve holds the thread for its whole run, so the loop's shared executor is never tied up.
+    """
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[tuple[Any, ...]] = loop.create_future()
 
@@ -173,6 +183,7 @@ class SolveManager:
         return self._hold is not None and not self._hold.done()
 
     def is_active(self, job_id: str) -> bool:
+        """Whether job ``job_id`` has a solve queued or running."""
         return job_id in self._solves
 
     def queued(self) -> int:
@@ -180,9 +191,11 @@ class SolveManager:
         return sum(1 for s in self._solves.values() if not s.running)
 
     def queue_full(self) -> bool:
+        """Whether ``max_queued`` solves already wait for a worker slot."""
         return self.queued() >= self.limits.max_queued
 
     def worker_pid(self, job_id: str) -> int | None:
+        """The process id of the job's solve worker, or None when none runs."""
         s = self._solves.get(job_id)
         return None if s is None or s.process is None else s.process.pid
 
@@ -194,6 +207,10 @@ class SolveManager:
         blocking_power: float,
         events: SolveEvents,
     ) -> None:
+        """Queue a solve of the job's profile and schedule; ``events`` hears how it goes.
+
+        Raises ``RuntimeError`` when the job is solving already.
+        """
         if job_id in self._solves:
             raise RuntimeError(f"job {job_id} is already solving")
         solve = _Solve(cancel=self._ctx.Event())
@@ -289,8 +306,10 @@ class SolveManager:
             events.on_failed(str(outcome[1]))
 
     def _first_arrived(self, solve: _Solve, events: SolveEvents, doc: str, prepared: Any) -> None:
-        """The first plan is here: hand it on in ``first_plan_after`` s unless the solve has
-        ended or been cancelled by then."""
+        """The first plan is here: hand it on in ``first_plan_after`` s.
+
+        Unless the solve has ended or been cancelled by then.
+        """
         on_first = events.on_first_plan
         if on_first is None or solve.ended or solve.cancel.is_set():
             return

@@ -24,9 +24,12 @@ __all__ = ["run_solve"]
 
 
 def _exit_with_parent(parent: Any) -> None:
-    """Exit as soon as the server that started us is gone (killed outright, it cannot cancel
-    us, and nothing would read our results: flushing them could block exit forever). Waits on
-    the parent's sentinel, so a parent that died before we started is noticed too."""
+    """Exit as soon as the server that started us is gone.
+
+    Killed outright, the server cannot cancel us, and nothing would read our results: flushing
+    them could block exit forever. Waits on the parent's sentinel, so a parent that died before
+    we started is noticed too.
+    """
     parent.join()
     os._exit(1)
 
@@ -56,8 +59,11 @@ def run_solve(
     memory_bytes: int | None = None,
     first_plan: bool = False,
 ) -> None:
-    """Solve and report through ``conn``; ``cancel`` is a multiprocessing Event; with
-    ``first_plan``, the early zero-slowdown plan is sent as soon as the solver has it."""
+    """Solve and report through ``conn``.
+
+    ``cancel`` is a multiprocessing Event; with ``first_plan``, the early zero-slowdown plan is
+    sent as soon as the solver has it.
+    """
     from perseus.errors import PerseusError, SolverCancelled
     from perseus.frontier import Frontier
     from perseus.profiles import parse_profile_csv

@@ -1,7 +1,9 @@
-"""The embedded SQLite store (WAL mode), the first implementation of the
-:class:`~perseus_server.domain.store.Store` protocol (its contract: transactions that nest,
-rollback, after-commit callbacks, ordering): jobs, profiles, frontiers, deployed plans, ranks,
-iteration history, online-profiling sessions, credentials and the power budget.
+"""The embedded SQLite store (WAL mode).
+
+The first implementation of the :class:`~perseus_server.domain.store.Store` protocol (its contract:
+transactions that nest, rollback, after-commit callbacks, ordering): jobs, profiles, frontiers,
+deployed plans, ranks, iteration history, online-profiling sessions, credentials and the power
+budget.
 
 Every write is one transaction, so a process killed at any moment leaves the database at the
 last committed state. ``synchronous=NORMAL`` with WAL survives a killed process (not a power cut
@@ -58,7 +60,9 @@ _TENANT_COLUMNS = "id, created, max_jobs, max_gpus, weight, guaranteed_watts"
 
 class SqliteStore:
     """SQLite persistence of the server state (a :class:`~perseus_server.domain.store.Store`).
-    Open with :meth:`open` (a file, or ``":memory:"``); close with :meth:`close`."""
+
+    Open with :meth:`open` (a file, or ``":memory:"``); close with :meth:`close`.
+    """
 
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self._db = conn
@@ -70,6 +74,7 @@ class SqliteStore:
 
     @classmethod
     def open(cls, path: str | Path) -> SqliteStore:
+        """Open (and migrate) the SQLite database at ``path``: a file, or ``":memory:"``."""
         p = Path(path)
         if str(p) != ":memory:":
             p.parent.mkdir(parents=True, exist_ok=True)
@@ -85,6 +90,7 @@ class SqliteStore:
         return cls(conn, p)
 
     def close(self) -> None:
+        """Flush and release the database; the store is not used afterwards."""
         try:
             self._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
@@ -92,14 +98,19 @@ class SqliteStore:
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
-        """One transaction around every write inside (they nest: inner ones join the outer);
-        callbacks given to :meth:`after_commit` meanwhile run once it has committed."""
+        """One transaction around every write inside.
+
+        Transactions nest: inner ones join the outer. Callbacks given to
+        :meth:`after_commit` meanwhile run once it has committed.
+        """
         with self._tx():
             yield
 
     def after_commit(self, fn: Callable[[], object]) -> None:
-        """Run ``fn`` once the current transaction commits (now, outside of one); dropped on
-        rollback."""
+        """Run ``fn`` once the current transaction commits (now, outside of one).
+
+        Dropped on rollback.
+        """
         if self._depth == 0:
             fn()
         else:
@@ -147,6 +158,7 @@ class SqliteStore:
     # --- jobs ------------------------------------------------------------------------------------
 
     def add_job(self, job_id: str, spec: JobSpec, tenant: str = DEFAULT_TENANT) -> JobRow:
+        """Store a new job of ``tenant`` (``job_id`` not stored yet); returns its row."""
         now = time.time()
         with self._tx() as db:
             db.execute(
@@ -156,8 +168,10 @@ class SqliteStore:
         return JobRow(job_id, now, spec, tenant)
 
     def jobs(self, on_error: Callable[[str, Exception], None] | None = None) -> list[JobRow]:
-        """Every job whose description can be read; ``on_error(id, exc)`` hears of the others
-        (without it, an unreadable row raises)."""
+        """Every job whose description can be read.
+
+        ``on_error(id, exc)`` hears of the others (without it, an unreadable row raises).
+        """
         rows = self._db.execute(
             "SELECT id, created, spec, tenant FROM jobs ORDER BY created, id"
         ).fetchall()
@@ -172,9 +186,11 @@ class SqliteStore:
         return out
 
     def count_jobs(self) -> int:
+        """The number of stored jobs."""
         return int(self._db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0])
 
     def delete_job(self, job_id: str) -> None:
+        """Forget the job and everything stored of it."""
         with self._tx() as db:
             for table, col in JOB_TABLES:
                 db.execute(f"DELETE FROM {table} WHERE {col} = ?", (job_id,))
@@ -202,6 +218,7 @@ class SqliteStore:
     # --- frontiers -------------------------------------------------------------------------------
 
     def frontier(self, job_id: str) -> FrontierRow:
+        """The job's frontier state (a default row when none is stored)."""
         row = self._db.execute(
             "SELECT status, progress, error, doc, profile_revision, started, finished, solve_seconds, "
             "partial FROM frontiers WHERE job_id = ?",
@@ -210,6 +227,7 @@ class SqliteStore:
         return FrontierRow() if row is None else FrontierRow(*row)
 
     def put_frontier(self, job_id: str, row: FrontierRow) -> None:
+        """Store the job's frontier state (replacing any)."""
         with self._tx() as db:
             db.execute(
                 "INSERT OR REPLACE INTO frontiers (job_id, status, progress, error, doc, profile_revision, "
@@ -229,6 +247,7 @@ class SqliteStore:
             )
 
     def interrupted_solves(self) -> list[str]:
+        """The jobs whose stored frontier state is queued, running or partial."""
         rows = self._db.execute(
             "SELECT job_id FROM frontiers WHERE status IN (?, ?, ?)",
             (SolveStatus.QUEUED.value, SolveStatus.RUNNING.value, SolveStatus.PARTIAL.value),
@@ -238,12 +257,14 @@ class SqliteStore:
     # --- deployments -----------------------------------------------------------------------------
 
     def deployment(self, job_id: str) -> tuple[int, dict[str, Any]] | None:
+        """``(plan version, deployment document)``, or None."""
         row = self._db.execute(
             "SELECT version, doc FROM deployments WHERE job_id = ?", (job_id,)
         ).fetchone()
         return None if row is None else (int(row[0]), json.loads(row[1]))
 
     def put_deployment(self, job_id: str, version: int, doc: dict[str, Any]) -> None:
+        """Store the job's deployment document as ``version``."""
         with self._tx() as db:
             db.execute(
                 "INSERT OR REPLACE INTO deployments (job_id, version, doc, updated) VALUES (?, ?, ?, ?)",
@@ -253,12 +274,14 @@ class SqliteStore:
     # --- ranks -----------------------------------------------------------------------------------
 
     def ranks(self, job_id: str) -> list[RankInfo]:
+        """The job's registered ranks by global rank."""
         rows = self._db.execute(
             "SELECT info FROM ranks WHERE job_id = ? ORDER BY global_rank", (job_id,)
         ).fetchall()
         return [rank_from_json(job_id, json.loads(r[0])) for r in rows]
 
     def put_rank(self, rank: RankInfo) -> None:
+        """Store (or replace) the rank in its job's slot ``global_rank``."""
         with self._tx() as db:
             db.execute(
                 "INSERT OR REPLACE INTO ranks (job_id, global_rank, rank_id, info, registered) VALUES (?, ?, ?, ?, ?)",
@@ -281,10 +304,12 @@ class SqliteStore:
         sequences: dict[tuple[str, int], int] | None = None,
         incarnations_kept: int = 8,
     ) -> None:
-        """Append ``(rank_id, iteration, time, energy, plan_version)`` rows; keep the newest ``keep``
-        per rank; record the highest accepted report ``sequences`` of each ``(rank_id,
-        incarnation)`` in the same transaction, keeping the ``incarnations_kept`` most recently
-        updated incarnations of each rank."""
+        """Append ``(rank_id, iteration, time, energy, plan_version)`` rows; record the sequences.
+
+        Keep the newest ``keep`` per rank; record the highest accepted report ``sequences``
+        of each ``(rank_id, incarnation)`` in the same transaction, keeping the
+        ``incarnations_kept`` most recently updated incarnations of each rank.
+        """
         if not rows:
             return
         now = time.time()
@@ -316,9 +341,11 @@ class SqliteStore:
                 )
 
     def report_sequences(self, job_id: str) -> dict[str, dict[int, int]]:
-        """The highest accepted report sequence of each (rank, incarnation) of the job:
-        ``{rank_id: {incarnation: last}}``, each rank's incarnations least recently updated
-        first."""
+        """The highest accepted report sequence of each (rank, incarnation) of the job.
+
+        As ``{rank_id: {incarnation: last}}``, each rank's incarnations least recently
+        updated first.
+        """
         rows = self._db.execute(
             "SELECT rank_id, incarnation, last FROM report_sequences WHERE job_id = ? "
             "ORDER BY updated, rowid",
@@ -341,10 +368,12 @@ class SqliteStore:
     # --- profiling sessions ----------------------------------------------------------------------
 
     def profiling(self, job_id: str) -> dict[str, Any] | None:
+        """The job's online-profiling session document, or None."""
         row = self._db.execute("SELECT doc FROM profiling WHERE job_id = ?", (job_id,)).fetchone()
         return None if row is None else json.loads(row[0])
 
     def put_profiling(self, job_id: str, doc: dict[str, Any]) -> None:
+        """Store the job's online-profiling session document."""
         with self._tx() as db:
             db.execute(
                 "INSERT OR REPLACE INTO profiling (job_id, doc) VALUES (?, ?)",
@@ -361,6 +390,7 @@ class SqliteStore:
         digest: str,
         tenant: str | None = None,
     ) -> CredentialRow:
+        """Store a new credential (``tenant``: a tenant credential's tenant)."""
         now = time.time()
         with self._tx() as db:
             db.execute(
@@ -378,6 +408,7 @@ class SqliteStore:
         return None if row is None else CredentialRow(*row)
 
     def credential(self, credential_id: str) -> CredentialRow | None:
+        """The credential ``credential_id``, or None."""
         row = self._db.execute(
             f"SELECT {_CREDENTIAL_COLUMNS} FROM credentials WHERE id = ?", (credential_id,)
         ).fetchone()
@@ -409,8 +440,10 @@ class SqliteStore:
         return cur.rowcount > 0
 
     def bind_rank(self, rank_id: str, job_id: str, global_rank: int, credential_id: str) -> str:
-        """Bind a rank identity to a credential unless it is bound already; returns the
-        credential it is bound to (``credential_id`` or the earlier one)."""
+        """Bind a rank identity to a credential unless it is bound already.
+
+        Returns the credential it is bound to (``credential_id`` or the earlier one).
+        """
         with self._tx() as db:
             db.execute(
                 "INSERT OR IGNORE INTO rank_bindings (rank_id, job_id, global_rank, credential_id) "
@@ -461,8 +494,10 @@ class SqliteStore:
             )  # fmt: skip
 
     def delete_tenant(self, tenant_id: str) -> bool:
-        """Forget a tenant and its credentials (its jobs are the caller's business); False when
-        it is unknown."""
+        """Forget a tenant and its credentials; False when it is unknown.
+
+        Its jobs are the caller's business.
+        """
         with self._tx() as db:
             cur = db.execute("DELETE FROM tenants WHERE id = ?", (tenant_id,))
             db.execute("DELETE FROM credentials WHERE tenant = ?", (tenant_id,))
@@ -471,6 +506,7 @@ class SqliteStore:
     # --- the cluster power budget ----------------------------------------------------------------
 
     def power_budget(self) -> dict[str, Any] | None:
+        """The cluster power budget's settings, or None when none is set."""
         row = self._db.execute("SELECT doc FROM power_budget WHERE id = 1").fetchone()
         return None if row is None else json.loads(row[0])
 
@@ -493,6 +529,7 @@ class SqliteStore:
         return {str(r[0]): (str(r[1]), float(r[2]), str(r[3])) for r in rows.fetchall()}
 
     def put_job_lifecycle(self, job_id: str, state: str, since: float, reason: str) -> None:
+        """Store (or replace) a job's lifecycle; deleting the job removes it."""
         with self._tx() as db:
             db.execute(
                 "INSERT OR REPLACE INTO job_lifecycle (job_id, state, since, reason) "

@@ -1,7 +1,8 @@
-"""What a store does when its disk cannot take a write: the request is refused with a clear,
-retryable error instead of a 500, said once per failure in the log and counted, and nothing
-of it is kept (its transaction is rolled back). Nothing else changes: once space returns, the
-next write succeeds (the store needs no restart).
+"""What a store does when its disk cannot take a write.
+
+The request is refused with a clear, retryable error instead of a 500, said once per failure in the
+log and counted, and nothing of it is kept (its transaction is rolled back). Nothing else changes:
+once space returns, the next write succeeds (the store needs no restart).
 
 REST answers :class:`~perseus_server.domain.errors.StoreUnavailable` with 503, ``Retry-After``
 and a problem body (``kind: disk_full``); gRPC with ``UNAVAILABLE``, which the rank clients
@@ -37,8 +38,10 @@ class ObservesErrors(Protocol):
 
 
 def disk_full(e: BaseException, where: str) -> StoreUnavailable | None:
-    """The retryable error for ``e`` when it says the disk (or the database) is full; None
-    for any other error (which stays what it is)."""
+    """The retryable error for ``e`` when it says the disk (or the database) is full.
+
+    None for any other error (which stays what it is).
+    """
     if isinstance(e, sqlite3.Error):
         full = getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL
     else:

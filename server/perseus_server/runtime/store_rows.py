@@ -1,5 +1,7 @@
-"""What every store backend writes the same way: the tables that hold a job's rows (deleted
-with it) and the stored form of a registered rank."""
+"""What every store backend writes the same way.
+
+The tables that hold a job's rows (deleted with it) and the stored form of a registered rank.
+"""
 
 from __future__ import annotations
 

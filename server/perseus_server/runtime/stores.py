@@ -1,6 +1,8 @@
-"""Which store ``--db`` names: a PostgreSQL URL (``postgresql://user@host:5432/db``, or
-``postgres://``) opens a :class:`~perseus_server.runtime.postgres_store.PostgresStore`; a file
-path or ``sqlite:///path`` (``sqlite:////abs/path``, ``sqlite:///:memory:``) the embedded
+"""Which store ``--db`` names: PostgreSQL for a PostgreSQL URL, else the embedded SQLite.
+
+A PostgreSQL URL (``postgresql://user@host:5432/db``, or ``postgres://``) opens a
+:class:`~perseus_server.runtime.postgres_store.PostgresStore`; a file path or ``sqlite:///path``
+(``sqlite:////abs/path``, ``sqlite:///:memory:``) the embedded
 :class:`~perseus_server.runtime.sqlite_store.SqliteStore`, the default.
 
 The only place that names the store classes besides the tests (``server.py`` and
@@ -24,8 +26,10 @@ def is_postgres(target: str | Path) -> bool:
 
 
 def sqlite_path(target: str | Path) -> Path:
-    """The SQLite file ``target`` names (a path, or a ``sqlite:///`` URL); raises
-    :class:`StoreError` for a URL of another kind."""
+    """The SQLite file ``target`` names (a path, or a ``sqlite:///`` URL).
+
+    Raises :class:`StoreError` for a URL of another kind.
+    """
     if isinstance(target, Path):
         return target
     if target.startswith(_SQLITE):

@@ -46,8 +46,10 @@ class KernelState(StrEnum):
 
 
 def warm_kernels(solver: SolveManager) -> asyncio.Task[None] | None:
-    """Start the warm-up on the running loop (None when ``PERSEUS_WARM_KERNELS=0``); solves on
-    ``solver`` wait for it and ``solver.kernels`` follows its state."""
+    """Start the warm-up on the running loop (None when ``PERSEUS_WARM_KERNELS=0``).
+
+    Solves on ``solver`` wait for it and ``solver.kernels`` follows its state.
+    """
     if os.environ.get(WARM_ENV, "1").strip() == "0":
         solver.kernels = KernelState.SKIPPED
         return None

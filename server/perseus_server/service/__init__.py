@@ -1,5 +1,7 @@
-"""The Perseus service: jobs, profiles, frontier computations, plan deployment, ranks and
-iteration reports. REST and gRPC are thin adapters over :class:`PerseusService` and its parts.
+"""The Perseus service: jobs, profiles, frontiers, plan deployment, ranks and reports.
+
+Jobs, profiles, frontier computations, plan deployment, ranks and iteration reports. REST and gRPC
+are thin adapters over :class:`PerseusService` and its parts.
 
 One module per concern: :mod:`.state` (the jobs' in-memory state, in parts),
 :mod:`.persistence` (to and from the :class:`~perseus_server.domain.store.Store`),

@@ -134,16 +134,21 @@ REST: Mapping[str, Rule] = MappingProxyType(
 
 
 def access(who: Principal, rule: Rule | None) -> Access:
-    """What ``who`` may do under ``rule`` (a route or method the table lacks: the admin
-    only)."""
+    """What ``who`` may do under ``rule``.
+
+    A route or method the table lacks: the admin only.
+    """
     if rule is None:
         return Access.ANY if who.scope is Scope.ADMIN else Access.NONE
     return rule[who.scope]
 
 
 def sees_tenant(who: Principal) -> str | None:
-    """The one tenant whose jobs ``who`` sees (None: every tenant's, or, for a rank
-    credential, only its own job's, which the gates check by job)."""
+    """The one tenant whose jobs ``who`` sees.
+
+    None: every tenant's, or, for a rank credential, only its own job's, which the gates check
+    by job.
+    """
     return who.tenant if who.scope in TENANT_SCOPES else None
 
 

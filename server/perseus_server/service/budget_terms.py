@@ -1,6 +1,8 @@
-"""The terms the cluster power budget works in (:mod:`perseus_server.service.power_budget`): its
-stored settings, the plan policy a job's share becomes, a job's straggler time, the least-power
-shares an unreachable budget falls back to, and what one allocation produced."""
+"""The terms the cluster power budget works in (:mod:`perseus_server.service.power_budget`).
+
+Its stored settings, the plan policy a job's share becomes, a job's straggler time, the least-power
+shares an unreachable budget falls back to, and what one allocation produced.
+"""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ class BudgetSettings:
     on_infeasible: str = "least_power"
 
     def to_json(self) -> dict[str, Any]:
+        """The settings as stored: watts, policy, covered jobs and what runs when infeasible."""
         return {
             "watts": self.watts,
             "policy": self.policy,
@@ -45,6 +48,7 @@ class BudgetSettings:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> BudgetSettings:
+        """Read :meth:`to_json`'s document."""
         jobs = doc.get("jobs")
         return cls(
             float(doc["watts"]),
@@ -56,8 +60,10 @@ class BudgetSettings:
 
 @dataclass(frozen=True)
 class BudgetShare(PlanPolicy):
-    """A job's share of the cluster budget, as the plan policy it runs (frontier point
-    ``value``); its description names the budget."""
+    """A job's share of the cluster budget, as the plan policy it runs (frontier point ``value``).
+
+    Its description names the budget.
+    """
 
     budget: float = 0.0
     rule: str = "throughput"
@@ -66,6 +72,7 @@ class BudgetShare(PlanPolicy):
     on_infeasible: str = "least_power"
 
     def describe(self) -> str:
+        """The share in words for the plan's reason: the budget, the job's watts and point."""
         base = (
             f"cluster power budget {self.budget:g} W ({self.rule}): {self.watts:.6g} W for this "
             f"job, frontier point {int(self.value)}"
@@ -76,8 +83,10 @@ class BudgetShare(PlanPolicy):
 
 
 def straggler_time(job: Job) -> float | None:
-    """The slowest straggler's iteration time ``T'`` (s, on the profile's axis), a re-solved
-    slow-stage pipeline's fastest time included; ``None`` without stragglers."""
+    """The slowest straggler's iteration time ``T'`` (s, on the profile's axis).
+
+    A re-solved slow-stage pipeline's fastest time is included; ``None`` without stragglers.
+    """
     times = [s.time for s in job.stragglers.stragglers.values()]
     times += [
         float(st.frontier.times[0])
@@ -88,6 +97,7 @@ def straggler_time(job: Job) -> float | None:
 
 
 def least_power_shares(jobs: list[PowerJob]) -> tuple[JobAllocation, ...]:
+    """Every job at its least-power frontier point (what an unreachable budget falls back to)."""
     out = []
     for j in jobs:
         k = int(j.powers.argmin())
@@ -106,8 +116,10 @@ def least_power_shares(jobs: list[PowerJob]) -> tuple[JobAllocation, ...]:
 
 @dataclass(frozen=True)
 class BudgetResult:
-    """An allocation (or, when infeasible, every job at its least power) and the lowest
-    achievable power of the covered jobs (W); the tenants' parts."""
+    """An allocation and the lowest achievable power of the covered jobs (W); the tenants' parts.
+
+    When infeasible, the allocation is every job at its least power.
+    """
 
     shares: tuple[JobAllocation, ...]
     feasible: bool
@@ -117,7 +129,14 @@ class BudgetResult:
 
 
 class JobDecider(Protocol):
-    """What the budget calls to re-deploy a job whose share changed (the
-    :class:`~perseus_server.service.deployment.Deployer`)."""
+    """What the budget calls to re-deploy a job whose share changed.
 
-    def decide(self, job: Job, cause: str, *, force: bool = False) -> bool: ...
+    That is the :class:`~perseus_server.service.deployment.Deployer`.
+    """
+
+    def decide(self, job: Job, cause: str, *, force: bool = False) -> bool:
+        """Re-decide and deploy ``job``'s plans for ``cause``.
+
+        Returns whether a new plan was pushed.
+        """
+        ...

@@ -99,8 +99,10 @@ class ClockVerification:
 
 
 def off_plan_ranks(job: Job, pipeline: int) -> list[RankInfo]:
-    """The ranks of ``pipeline`` that ran off-plan within their window, lowest global rank
-    first."""
+    """The ranks of ``pipeline`` that ran off-plan within their window.
+
+    Lowest global rank first.
+    """
     clocks = job.stragglers.detector.clocks
     return sorted(
         (
@@ -113,8 +115,11 @@ def off_plan_ranks(job: Job, pipeline: int) -> list[RankInfo]:
 
 
 def detector_feeder(job: Job, pipeline: int) -> int | None:
-    """The global rank whose reports feed ``pipeline``'s iteration detector: its lowest-ranked
-    off-plan rank, else its leader (lowest global rank); ``None``: no rank registered."""
+    """The global rank whose reports feed ``pipeline``'s iteration detector.
+
+    Its lowest-ranked off-plan rank, else its leader (lowest global rank); ``None``: no rank
+    registered.
+    """
     off = off_plan_ranks(job, pipeline)
     if off:
         return off[0].global_rank

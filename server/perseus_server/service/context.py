@@ -1,5 +1,8 @@
-"""What every part of the service shares: the store, the limits, the jobs, the plan hub, the
-solve manager and the metrics (one explicit object, passed to each part; no globals)."""
+"""What every part of the service shares.
+
+The store, the limits, the jobs, the plan hub, the solve manager and the metrics (one explicit
+object, passed to each part; no globals).
+"""
 
 from __future__ import annotations
 

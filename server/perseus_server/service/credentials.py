@@ -69,8 +69,10 @@ class Scope(StrEnum):
 
 
 class Forbidden(ApiError):
-    """The credential is valid but its scope does not allow the call (HTTP 403, gRPC
-    PERMISSION_DENIED)."""
+    """The credential is valid but its scope does not allow the call.
+
+    HTTP 403, gRPC PERMISSION_DENIED.
+    """
 
     status = 403
     title = "Forbidden"
@@ -78,8 +80,10 @@ class Forbidden(ApiError):
 
 @dataclass(frozen=True)
 class Principal:
-    """Who a request comes from: a scope, and for issued credentials their id (and job, or
-    tenant)."""
+    """Who a request comes from: a scope, and for issued credentials their id.
+
+    Also, for issued credentials, their job or tenant.
+    """
 
     scope: Scope
     credential_id: str | None = None
@@ -108,6 +112,7 @@ class IssuedCredential:
     tenant: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """The principal as shown: id, scope, and its job or tenant when it has one."""
         out: dict[str, Any] = {"id": self.id, "scope": self.scope.value}
         if self.job_id is not None:
             out["job_id"] = self.job_id
@@ -147,8 +152,10 @@ def _view(row: CredentialRow) -> dict[str, Any]:
 
 
 class Credentials:
-    """The configured tokens and the issued credentials (in ``store``); see the module
-    docstring. ``store`` may be None when only configured tokens are used."""
+    """The configured tokens and the issued credentials (in ``store``).
+
+    See the module docstring. ``store`` may be None when only configured tokens are used.
+    """
 
     def __init__(self, store: Store | None, *, admin: str | None, read: Sequence[str] = ()) -> None:
         if read and admin is None:
@@ -186,8 +193,10 @@ class Credentials:
         return Principal(Scope(row.scope), row.id, row.job_id, gen, row.tenant)
 
     def current(self, who: Principal) -> bool:
-        """Whether ``who``'s credential is still the one it was identified with (not rotated or
-        revoked since); ``O(1)``. Configured tokens are always current."""
+        """Whether ``who``'s credential is still the one it was identified with; ``O(1)``.
+
+        That is, not rotated or revoked since. Configured tokens are always current.
+        """
         cid = who.credential_id
         return cid is None or self._generation.get(cid, 0) == who.generation
 
@@ -219,8 +228,11 @@ class Credentials:
     def issue(
         self, scope: Scope, job_id: str | None = None, tenant: str | None = None
     ) -> IssuedCredential:
-        """A new credential of ``scope`` (``job_id``: the job of a rank credential;
-        ``tenant``: the tenant of a tenant or tenant-read credential)."""
+        """A new credential of ``scope``.
+
+        ``job_id``: the job of a rank credential; ``tenant``: the tenant of a tenant or
+        tenant-read credential.
+        """
         if (scope is Scope.RANK) != (job_id is not None):
             raise ValueError("a rank credential, and only one, names its job")
         if (scope in (Scope.TENANT, Scope.TENANT_READ)) != (tenant is not None):
@@ -239,9 +251,11 @@ class Credentials:
         return rows[0] if rows else None
 
     def rotate_rank(self, job_id: str) -> IssuedCredential:
-        """A new secret for the job's rank credential (issued if it has none): the old secret
-        stops working, a revoked credential works again with the new one, and the rank
-        identities bound to it stay bound."""
+        """A new secret for the job's rank credential (issued if it has none).
+
+        The old secret stops working, a revoked credential works again with the new one, and
+        the rank identities bound to it stay bound.
+        """
         row = self.rank_credential(job_id)
         if row is None:
             return self.issue(Scope.RANK, job_id)
@@ -267,8 +281,10 @@ class Credentials:
         return [_view(r) for r in self._store().credentials()]
 
     def tenant_listing(self, tenant: str, jobs: Callable[[str], bool]) -> list[dict[str, Any]]:
-        """A tenant's credentials and its jobs' rank credentials (what ``GET /credentials``
-        shows a tenant credential)."""
+        """A tenant's credentials and its jobs' rank credentials.
+
+        What ``GET /credentials`` shows a tenant credential.
+        """
         return [
             _view(r)
             for r in self._store().credentials()
@@ -294,8 +310,11 @@ class Credentials:
         return None
 
     def bind(self, who: Principal, rank_id: str, job_id: str, global_rank: int) -> str | None:
-        """Bind a rank identity just registered by ``who`` (rank scope); returns why it is
-        refused when another credential got it first (None: bound to ``who``)."""
+        """Bind a rank identity just registered by ``who`` (rank scope).
+
+        Returns why it is refused when another credential got it first (None: bound to
+        ``who``).
+        """
         if who.scope is not Scope.RANK or who.credential_id is None:
             return None
         got = self._store().bind_rank(rank_id, job_id, global_rank, who.credential_id)
@@ -304,8 +323,10 @@ class Credentials:
         return None
 
     def rank_refusal(self, who: Principal, job_id: str, rank_id: str) -> str | None:
-        """Why ``who`` may not watch plans or report as ``rank_id`` of ``job_id`` (None: it
-        may)."""
+        """Why ``who`` may not watch plans or report as ``rank_id`` of ``job_id``.
+
+        None: it may.
+        """
         if who.scope is Scope.ADMIN:
             return None
         if who.scope is not Scope.RANK:

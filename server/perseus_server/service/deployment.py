@@ -1,5 +1,7 @@
-"""Deployment: deciding what every pipeline runs, publishing it as the job's next plan version,
-and building each rank's :class:`~perseus_server.domain.values.PlanUpdate`.
+"""Deployment: deciding what every pipeline runs, and publishing it as the job's next plan.
+
+Publishing as the job's next plan version, and building each rank's
+:class:`~perseus_server.domain.values.PlanUpdate`.
 
 Plan versions: each job has one version counter. Every deployment (a plan per data-parallel
 pipeline, a profiling frequency step, or the max-clock plan while the profile of an online
@@ -42,24 +44,30 @@ def require_frontier(job: Job) -> Frontier:
 
 
 class DeploymentBudget(Protocol):
-    """What the deployer asks of a budget over the server's jobs. The cluster power budget
-    (:class:`~perseus_server.service.power_budget.PowerBudget`) implements it (a budget that
-    covers no job leaves every job its own policy)."""
+    """What the deployer asks of a budget over the server's jobs.
+
+    The cluster power budget (:class:`~perseus_server.service.power_budget.PowerBudget`)
+    implements it (a budget that covers no job leaves every job its own policy).
+    """
 
     def policy_for(self, job: Job) -> PlanPolicy | None:
         """The plan policy the budget imposes on ``job`` (None: the job's own)."""
         ...
 
     def stragglers_changed(self, job: Job) -> bool:
-        """``job``'s stragglers changed (the caller re-decides it); returns whether the budget
-        re-deployed it already."""
+        """``job``'s stragglers changed (the caller re-decides it).
+
+        Returns whether the budget re-deployed it already.
+        """
         ...
 
     def deployment_power(
         self, job: Job, dep: Deployment, frontiers: list[Frontier]
     ) -> dict[str, Any] | None:
-        """The powers of a deployed plan for its view (``pipelines``: one dict per pipeline,
-        merged into each; the rest into the view), or None: no power in the view."""
+        """The powers of a deployed plan for its view, or None: no power in the view.
+
+        ``pipelines``: one dict per pipeline, merged into each; the rest goes into the view.
+        """
         ...
 
 
@@ -276,10 +284,13 @@ class Deployer(Generic[B]):
     def _pipelines(
         self, job: Job, dep: Deployment, frontiers: list[Frontier], per: list[Any] | None
     ) -> list[dict[str, Any]]:
-        """The view's ``pipelines``: each one's point, with its powers ``per`` (when the budget
-        gives them). Kept per job while the deployment, the frontiers and ``per`` (the powers'
-        cache keeps the same list while they hold) are the same objects: at 512 pipelines it
-        was half of a status request; every call gets new dicts."""
+        """The view's ``pipelines``: each one's point, with its powers ``per``.
+
+        The powers are there when the budget gives them. Kept per job while the deployment,
+        the frontiers and ``per`` (the powers' cache keeps the same list while they hold)
+        are the same objects: at 512 pipelines it was half of a status request; every call
+        gets new dicts.
+        """
         key = (dep, per, *frontiers)
         hit = self._views.get(job.id)
         if (

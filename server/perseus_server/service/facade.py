@@ -1,7 +1,9 @@
-"""The service's facade: :class:`PerseusService` builds the parts, each given what it calls
-when it is built, and offers the operations that span parts. Where one part does the work,
-the REST and gRPC adapters call that part (``service.profiles.put(...)``,
-``service.registration.register(...)``); the facade has no method that only forwards.
+"""The service's facade: :class:`PerseusService` builds the parts and spans them.
+
+:class:`PerseusService` builds the parts, each given what it calls when it is built, and offers the
+operations that span parts. Where one part does the work, the REST and gRPC adapters call that part
+(``service.profiles.put(...)``, ``service.registration.register(...)``); the facade has no method
+that only forwards.
 
 The parts take and return plain values (dicts shaped as the REST API answers, and the frozen
 values of :mod:`perseus_server.domain.values` for the ranks). Everything runs on the server's
@@ -83,11 +85,14 @@ class PerseusService:
         report_decoder: Callable[[bytes], IterationReport] | None = None,
         ingest_off_loop: bool = False,
     ) -> None:
-        """``report_decoder``: how the report worker decodes a large report's wire bytes (the
+        """Build the parts of the service, each given what it calls.
+
+        ``report_decoder``: how the report worker decodes a large report's wire bytes (the
         gRPC adapter's decoder); without one, large reports are decoded on a thread.
         ``ingest_off_loop``: commit reports in groups on a thread of their own
         (:class:`~perseus_server.service.ingest.ReportWriter`; the store must be safe to use
-        from two threads: PostgreSQL's is)."""
+        from two threads: PostgreSQL's is).
+        """
         self.store = store
         self.limits = limits
         self.hub = PlanHub(limits.max_streams_per_credential)
@@ -192,6 +197,10 @@ class PerseusService:
         self.power_budget.load()
 
     async def shutdown(self) -> None:
+        """Stop the service: close the plan streams, stop the solves and the workers.
+
+        The workers are the worker pools and the report writer.
+        """
         self.hub.close(None, StreamEnd.SHUTDOWN)
         await self.solver.shutdown()
         self.profiles.pool.close()
@@ -219,10 +228,12 @@ class PerseusService:
         }
 
     def _clock_control_gauge(self) -> dict[Labels, float]:
-        """Per job with registered ranks and node (the ranks' host name): how many ranks say
-        their clock control is unavailable; the nodes that have any, at most
-        ``CLOCK_CONTROL_NODES`` per job (the rest summed as ``other``); a job with none has
-        one sample, ``node=""``, 0."""
+        """Per job with registered ranks and node: how many ranks have no clock control.
+
+        The node is the ranks' host name; the count is of ranks that say their clock control
+        is unavailable. The nodes that have any, at most ``CLOCK_CONTROL_NODES`` per job
+        (the rest summed as ``other``); a job with none has one sample, ``node=""``, 0.
+        """
         out: dict[Labels, float] = {}
         for j in self.jobs:
             if not j.ranks.by_global:
@@ -266,8 +277,10 @@ class PerseusService:
     def jobs_page(
         self, limit: int = 100, after: str | None = None, tenant: str | None = None
     ) -> dict[str, Any]:
-        """``GET /jobs``: at most ``limit`` summaries after job ``after``, and ``next``
-        (``tenant``: that tenant's jobs only)."""
+        """``GET /jobs``: at most ``limit`` summaries after job ``after``, and ``next``.
+
+        ``tenant``: that tenant's jobs only.
+        """
         jobs, cursor = self.views.jobs(limit, after, tenant)
         page: dict[str, Any] = {"jobs": jobs}
         if cursor is not None:
@@ -275,6 +288,10 @@ class PerseusService:
         return page
 
     async def delete_job(self, job_id: str) -> None:
+        """Delete the job: cancel its solves, close its streams, forget it everywhere.
+
+        The store and every part of the service forget it.
+        """
         job = self.jobs.get(job_id)
         self.solver.cancel(job_id, "the job was deleted")
         for p in list(job.stragglers.slow_stages):
@@ -290,8 +307,10 @@ class PerseusService:
         self.metrics.drop_job(job.id)
 
     def finish_rank(self, job_id: str, rank_id: str) -> tuple[bool, int, int]:
-        """``FinishRank``: a rank's training ended cleanly; returns (job finished, ranks that
-        said so, ranks registered)."""
+        """``FinishRank``: a rank's training ended cleanly.
+
+        Returns (job finished, ranks that said so, ranks registered).
+        """
         return self.lifecycle.rank_finished(job_id, rank_id)
 
     def finish_job(self, job_id: str) -> dict[str, Any]:
@@ -308,18 +327,24 @@ class PerseusService:
     # --- plans -----------------------------------------------------------------------------------
 
     def cached_plan(self, job_id: str, query: Hashable) -> bytes | None:
-        """The answer :meth:`query_plan` built for ``query`` while the job's frontier and
-        profile are still the ones it was built from (:class:`PlanAnswers`); None when none
-        (or no such job). The caller has authorized the request (the REST gate)."""
+        """The answer :meth:`query_plan` built for ``query``, while it still stands; None when none.
+
+        It stands while the job's frontier and profile are still the ones it was built from
+        (:class:`PlanAnswers`); None also when there is no such job. The caller has
+        authorized the request (the REST gate).
+        """
         job = self.jobs.find(job_id)
         return None if job is None else self.answers.get(job, query)
 
     def query_plan(
         self, job_id: str, policy: PlanPolicy, *, steps: bool = False, query: Hashable = None
     ) -> bytes:
-        """The plan ``policy`` selects as a JSON document (bytes), kept for
-        :meth:`cached_plan` under ``query`` when given. Not kept: the cost policy without its
-        ``max_power`` (the job's comes from its ranks, which register at any time)."""
+        """The plan ``policy`` selects as a JSON document (bytes).
+
+        Kept for :meth:`cached_plan` under ``query`` when given. Not kept: the cost policy
+        without its ``max_power`` (the job's comes from its ranks, which register at any
+        time).
+        """
         job = self.jobs.get(job_id)
         body = self.plans.query(job_id, shape_policy(job, policy), steps=steps)
         if query is not None and not (
@@ -343,18 +368,24 @@ class PerseusService:
     def report_straggler(
         self, job_id: str, pipeline: int, slowdown: float | None, iteration_time: float | None
     ) -> dict[str, Any]:
+        """Report pipeline ``pipeline`` as a straggler and replan; returns the job's status."""
         self.stragglers.report(job_id, pipeline, slowdown, iteration_time)
         return self.views.status(job_id)
 
     def clear_stragglers(self, job_id: str, pipeline: int | None) -> dict[str, Any]:
+        """Clear the job's stragglers and replan; returns the job's status.
+
+        ``pipeline``: the one pipeline to clear (None: all).
+        """
         self.stragglers.clear(job_id, pipeline)
         return self.views.status(job_id)
 
     # --- iteration reports -----------------------------------------------------------------------
 
     async def ingest_report(self, received: ReceivedReport) -> tuple[int, int]:
-        """Decode, check, store and observe one report; returns (new, duplicates): a re-sent
-        report is acknowledged and dropped.
+        """Decode, check, store and observe one report; returns (new, duplicates).
+
+        A re-sent report is acknowledged and dropped.
 
         The job, the rank and the number of transfers are checked first, before anything is
         decoded (:func:`check_before_decoding`). A report of more than ``OFFLOAD_INSTRUCTIONS``

@@ -48,8 +48,10 @@ class ReportWriter:
         self.written = 0
 
     async def record(self, checked: CheckedReport) -> tuple[int, int]:
-        """Store one checked report with whatever else is waiting; returns (new, duplicates)
-        once committed and applied."""
+        """Store one checked report with whatever else is waiting.
+
+        Returns (new, duplicates) once committed and applied.
+        """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[tuple[int, int]] = loop.create_future()
         self._queue.append((checked, future))
@@ -100,6 +102,7 @@ class ReportWriter:
             self.reports.write(prepared)
 
     def close(self) -> None:
+        """Stop the writer thread once what is queued is written."""
         self._thread.shutdown(wait=True)
 
 

@@ -1,8 +1,10 @@
-"""The per-job and per-tenant gauges of ``/metrics`` an operator alerts on
-(``docs/operations.md``): each job's info (name, tenant: what alerts join on to route), world
-size, lifecycle, the power budget and each job's share, the deployed slowdowns (bounded per
-job: its slowest ``SLOWDOWN_SERIES`` pipelines and its min and max), profile mismatches, and
-each tenant's jobs, quotas and budget share. Read at every scrape, ``O(jobs x pipelines)``."""
+"""The per-job and per-tenant gauges of ``/metrics`` an operator alerts on (``docs/operations.md``).
+
+Each job's info (name, tenant: what alerts join on to route), world size, lifecycle, the power
+budget and each job's share, the deployed slowdowns (bounded per job: its slowest
+``SLOWDOWN_SERIES`` pipelines and its min and max), profile mismatches, and each tenant's jobs,
+quotas and budget share. Read at every scrape, ``O(jobs x pipelines)``.
+"""
 
 from __future__ import annotations
 
@@ -42,9 +44,11 @@ class JobGauges:
         self.checks = checks
 
     def world_sizes(self) -> dict[Labels, float]:
+        """``perseus_job_world_size`` by job."""
         return {(("job", j.id),): float(j.spec.world_size) for j in self.ctx.jobs}
 
     def lifecycles(self) -> dict[Labels, float]:
+        """``perseus_job_lifecycle``: 1 for each job's state, 0 for the others."""
         out: dict[Labels, float] = {}
         for job_id in self.ctx.jobs.ids():
             state = self.lifecycle.state(job_id)
@@ -53,18 +57,25 @@ class JobGauges:
         return out
 
     def budget_watts(self) -> dict[Labels, float]:
+        """``perseus_power_budget_watts``; empty when no budget is set."""
         watts, _, _ = self.budget.gauges()
         return {} if watts is None else {(): watts}
 
     def budget_feasible(self) -> dict[Labels, float]:
+        """``perseus_power_budget_feasible``: 1 when the budget is met, else 0.
+
+        Empty when no budget is set.
+        """
         watts, feasible, _ = self.budget.gauges()
         return {} if watts is None else {(): 1.0 if feasible else 0.0}
 
     def allocations(self) -> dict[Labels, float]:
+        """``perseus_power_budget_allocation_watts``: each covered job's share (W)."""
         _, _, shares = self.budget.gauges()
         return {(("job", j),): float(s.watts) for j, s in shares.items()}
 
     def job_infos(self) -> dict[Labels, float]:
+        """``perseus_job_info``: 1 per job, labelled with its name and tenant."""
         return {
             (("job", j.id), ("name", j.spec.name), ("tenant", j.row.tenant)): 1.0
             for j in self.ctx.jobs
@@ -93,6 +104,7 @@ class JobGauges:
         return out
 
     def slowdown_ranges(self) -> dict[Labels, float]:
+        """``perseus_job_deployed_slowdown_ratio``: each job's least and greatest slowdown."""
         out: dict[Labels, float] = {}
         for job_id, rows in self._slowdowns().items():
             if rows:
@@ -126,9 +138,11 @@ class JobGauges:
         return out
 
     def slow_links(self) -> dict[Labels, float]:
+        """``perseus_slow_link``: 1 per slow link."""
         return slow_link_gauges(self.ctx.jobs)
 
     def profile_mismatches(self) -> dict[Labels, float]:
+        """``perseus_profile_mismatch``: 1 for a job whose profile does not describe it, else 0."""
         return {
             (("job", j.id),): 1.0 if self.checks.reason(j) is not None else 0.0
             for j in self.ctx.jobs

@@ -1,5 +1,8 @@
-"""A job's profile: uploaded (CSV or JSON) or measured online, validated against the job's
-schedule and its ranks' supported clocks, stored with a revision number."""
+"""A job's profile: uploaded (CSV or JSON) or measured online, validated and stored.
+
+It is validated against the job's schedule and its ranks' supported clocks, and stored with a
+revision number.
+"""
 
 from __future__ import annotations
 
@@ -51,6 +54,10 @@ class Profiles:
         self.pool = ParsePool()
 
     async def put(self, job_id: str, body: bytes, content_type: str) -> dict[str, Any]:
+        """``PUT /jobs/{id}/profile``: parse, check and store the body as the job's new profile.
+
+        Refused with 409 while a frontier computation runs; returns the profile's summary.
+        """
         job = self.ctx.jobs.get(job_id)
         if self.ctx.solver.is_active(job_id):
             raise Conflict(
@@ -85,14 +92,17 @@ class Profiles:
     def store(
         self, job: Job, profile: Profile, source: str, csv_text: str | None = None
     ) -> dict[str, Any]:
-        """Store ``profile`` (its canonical CSV, when already made) as the job's new revision;
-        returns its summary."""
+        """Store ``profile`` as the job's new revision; returns its summary.
+
+        Its canonical CSV is used when already made.
+        """
         csv_text = profile.to_csv() if csv_text is None else csv_text
         rev = self.ctx.store.put_profile(job.id, csv_text, source)
         job.profile.set(profile, rev, source)
         return self.summary(job.id)
 
     def summary(self, job_id: str) -> dict[str, Any]:
+        """The summary of the job's current profile; 404 when it has none."""
         job = self.ctx.jobs.get(job_id)
         profile = job.profile.current
         if profile is None:
@@ -107,6 +117,7 @@ class Profiles:
         }
 
     def get(self, job_id: str) -> Profile:
+        """The job's current profile; 404 when it has none."""
         profile = self.ctx.jobs.get(job_id).profile.current
         if profile is None:
             raise NotFound(_NO_PROFILE, field="profile")

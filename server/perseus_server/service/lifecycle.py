@@ -1,6 +1,8 @@
-"""Jobs' lifecycles: ``active`` while ranks are connected, ``idle`` once none has been for
-``Limits.idle_after_seconds``, ``finished`` on request (``POST /jobs/{id}/finish``) or once every registered rank said its
-training ended cleanly (gRPC ``FinishRank``, which the client sends on a clean exit).
+"""Jobs' lifecycles: ``active``, ``idle`` and ``finished``.
+
+``active`` while ranks are connected, ``idle`` once none has been for ``Limits.idle_after_seconds``,
+``finished`` on request (``POST /jobs/{id}/finish``) or once every registered rank said its training
+ended cleanly (gRPC ``FinishRank``, which the client sends on a clean exit).
 
 A job is ``active`` when it is created and, after a restart, when the server starts (its ranks
 get ``idle_after_seconds`` to reconnect); a job stored ``idle`` or ``finished`` stays so until
@@ -73,9 +75,12 @@ class Lifecycle:
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
-        """``changed``: called with (job id, new state, cause) after every change (the
-        service recomputes the power budget). ``clock`` measures durations (monotonic),
-        ``wall`` dates the states."""
+        """Track every job's lifecycle.
+
+        ``changed``: called with (job id, new state, cause) after every change (the service
+        recomputes the power budget). ``clock`` measures durations (monotonic), ``wall``
+        dates the states.
+        """
         self.ctx = ctx
         self.clock, self.wall = clock, wall
         self.idle_after = float(idle_after)
@@ -95,6 +100,7 @@ class Lifecycle:
         return life
 
     def state(self, job_id: str) -> JobActivity:
+        """The job's lifecycle state."""
         return self._life(job_id).state
 
     def active(self, job_id: str) -> bool:
@@ -102,8 +108,11 @@ class Lifecycle:
         return self._life(job_id).state is JobActivity.ACTIVE
 
     def drawing(self, job_id: str) -> bool:
-        """Whether the job draws on a power budget: it is active and its training started (a
-        rank of it registered); never from its creation alone."""
+        """Whether the job draws on a power budget.
+
+        It does when it is active and its training started (a rank of it registered); never
+        from its creation alone.
+        """
         return self.active(job_id) and bool(self.ctx.jobs.get(job_id).ranks.by_global)
 
     def registered(self, job_id: str) -> None:
@@ -111,8 +120,11 @@ class Lifecycle:
         self.changed(job_id, self.state(job_id), "its first rank registered")
 
     def view(self, job_id: str) -> dict[str, Any]:
-        """``lifecycle`` of a job's view and status: state, since (Unix s), reason, and when it
-        becomes idle if no rank connects (``idle_at``, None when it will not)."""
+        """``lifecycle`` of a job's view and status.
+
+        State, since (Unix s), reason, and when it becomes idle if no rank connects
+        (``idle_at``, None when it will not).
+        """
         self.check(job_id)
         life = self._life(job_id)
         idle_at = None
@@ -126,6 +138,7 @@ class Lifecycle:
         return {**life.to_json(), "idle_at": idle_at}
 
     def counts(self) -> dict[JobActivity, int]:
+        """How many jobs are in each lifecycle state."""
         out = dict.fromkeys(JobActivity, 0)
         for job_id in self.ctx.jobs.ids():
             out[self.state(job_id)] += 1
@@ -144,8 +157,11 @@ class Lifecycle:
         self.changed(job_id, state, reason)
 
     def load(self) -> None:
-        """After a restart: stored idle and finished jobs stay so; the others are active and
-        their ranks have ``idle_after_seconds`` to reconnect."""
+        """Load the lifecycles after a restart.
+
+        Stored idle and finished jobs stay so; the others are active and their ranks have
+        ``idle_after_seconds`` to reconnect.
+        """
         stored = self.ctx.store.job_lifecycles()
         now, started = self.wall(), self.clock()
         for job_id in self.ctx.jobs.ids():
@@ -156,12 +172,14 @@ class Lifecycle:
                 self._arm(job_id)
 
     def added(self, job_id: str) -> None:
+        """A new job: ``active`` from now (``created``), stored, and its idle timeout armed."""
         now = self.wall()
         self.ctx.store.put_job_lifecycle(job_id, "active", now, "created")
         self._jobs[job_id] = _Life(JobActivity.ACTIVE, now, "created", self.clock(), now)
         self._arm(job_id)
 
     def removed(self, job_id: str) -> None:
+        """A deleted job: forget its lifecycle and cancel its idle timeout."""
         self._jobs.pop(job_id, None)
         self._finished_ranks.pop(job_id, None)
         timer = self._timers.pop(job_id, None)
@@ -169,8 +187,11 @@ class Lifecycle:
             timer.cancel()
 
     def rank_finished(self, job_id: str, rank_id: str) -> tuple[bool, int, int]:
-        """``FinishRank``: the rank's training ended cleanly. Once every registered rank said
-        so, the job is finished. Returns (finished, ranks that said so, ranks registered)."""
+        """``FinishRank``: the rank's training ended cleanly.
+
+        Once every registered rank said so, the job is finished. Returns (finished, ranks
+        that said so, ranks registered).
+        """
         job = self.ctx.jobs.get(job_id)
         if rank_id not in job.ranks.by_id:
             raise Conflict(f"rank {rank_id!r} is not registered in job {job_id}", field="rank_id")
@@ -227,8 +248,10 @@ class Lifecycle:
                 self._set(jid, JobActivity.IDLE, f"no rank connected for {self.idle_after:g} s")
 
     def _arm(self, job_id: str, at_least: float = 0.0) -> None:
-        """Check the job once its idle timeout has passed, and not before ``at_least`` seconds
-        (when an event loop runs)."""
+        """Check the job once its idle timeout has passed.
+
+        Not before ``at_least`` seconds (when an event loop runs).
+        """
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:

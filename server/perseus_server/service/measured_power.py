@@ -1,5 +1,6 @@
-"""Measured power and energy saved per job, from the ranks' iteration reports
-(``docs/power.md``, "Measured power and energy saved").
+"""Measured power and energy saved per job, from the ranks' iteration reports.
+
+See ``docs/power.md``, "Measured power and energy saved".
 
 Every report that carries an energy reading (``energy > 0``; the client sends 0 when it did not
 measure) and does not come from an online profiling scan counts. Per rank ``r`` the server keeps:
@@ -73,16 +74,22 @@ __all__ = [
 
 @dataclass(frozen=True)
 class MaxClockBaseline:
-    """Per pipeline rank, the energy ``compute[r]`` (J) and busy time ``busy[r]`` (s) of its
-    instructions at the top clock; ``blocking_power`` (W) for the rest of an iteration."""
+    """Per pipeline rank, the energy and busy time of its instructions at the top clock.
+
+    The energy ``compute[r]`` (J) and busy time ``busy[r]`` (s) of its instructions at the top
+    clock; ``blocking_power`` (W) for the rest of an iteration.
+    """
 
     compute: tuple[float, ...]
     busy: tuple[float, ...]
     blocking_power: float
 
     def energy(self, rank: int, seconds: float) -> float:
-        """The max-clock energy (J) of one GPU of pipeline rank ``rank`` over an iteration of
-        ``seconds``: its instructions at the top clock, waiting at blocking power otherwise."""
+        """The max-clock energy (J) of one GPU of pipeline rank ``rank`` over ``seconds``.
+
+        Over an iteration of ``seconds``: its instructions at the top clock, waiting at
+        blocking power otherwise.
+        """
         return self.compute[rank] + self.blocking_power * (seconds - self.busy[rank])
 
 
@@ -130,8 +137,11 @@ class MeasuredPower:
     def __init__(
         self, jobs: JobTable, withheld: Callable[[Job], str | None] = lambda job: None
     ) -> None:
-        """``jobs``: the service's jobs (what it exports is of the jobs still there);
-        ``withheld``: why a job's saved figures are withheld (None: they are not)."""
+        """Export the measured figures of the service's jobs.
+
+        ``jobs``: the service's jobs (what it exports is of the jobs still there);
+        ``withheld``: why a job's saved figures are withheld (None: they are not).
+        """
         self.jobs = jobs
         self._jobs: dict[str, _JobEnergy] = {}
         self.withheld = withheld
@@ -234,8 +244,10 @@ class MeasuredPower:
         }
 
     def savings(self) -> dict[Labels, float]:
-        """``perseus_energy_saved_joules`` by job (jobs with a max-clock baseline whose
-        figures are not withheld)."""
+        """``perseus_energy_saved_joules`` by job.
+
+        Jobs with a max-clock baseline whose figures are not withheld.
+        """
         return {
             (("job", j),): float(v["energy_saved"])
             for j, v in self._views().items()
@@ -244,8 +256,10 @@ class MeasuredPower:
 
 
 def _sums(ranks: Iterable[_RankEnergy], world: int) -> dict[str, Any]:
-    """The view's figures over the ranks' sums, in one pass (``max_clock_energy`` before the
-    withholding is decided)."""
+    """The view's figures over the ranks' sums, in one pass.
+
+    ``max_clock_energy`` comes before the withholding is decided.
+    """
     newest, power_sum, power_ranks, power_iterations = -1, 0.0, 0, 0
     counted, measured, max_clock, iterations = 0, 0.0, 0.0, 0
     for r in ranks:

@@ -1,6 +1,8 @@
-"""What an accepted iteration report is handed to: the :class:`ReportObserver` protocol (each
-receives the :class:`~perseus_server.service.report_checks.CheckedReport`), and the first
-observer, the ranks' recent iterations (:class:`RankHistory`).
+"""What an accepted iteration report is handed to.
+
+The :class:`ReportObserver` protocol (each receives the
+:class:`~perseus_server.service.report_checks.CheckedReport`), and the first observer, the ranks'
+recent iterations (:class:`RankHistory`).
 
 :class:`~perseus_server.service.reports.Reports` validates and stores a report, then hands it to
 the ordered list of observers the service gives it at construction
@@ -41,10 +43,13 @@ class ReportObserver(Protocol):
 
 
 class RankHistory:
-    """Each rank's recent iterations, and each pipeline's iteration time (its slowest rank's);
-    kept on the job (``job.ranks``), which the status and the profile checks read."""
+    """Each rank's recent iterations, and each pipeline's iteration time (its slowest rank's).
+
+    Kept on the job (``job.ranks``), which the status and the profile checks read.
+    """
 
     def observe(self, checked: CheckedReport) -> None:
+        """Add the iteration to its rank's history; raise its pipeline's iteration time."""
         rep, ranks = checked.report, checked.job.ranks
         it = int(rep.iteration)
         ranks.history.setdefault(checked.rank.rank_id, deque(maxlen=HISTORY_PER_RANK)).append(

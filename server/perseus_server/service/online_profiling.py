@@ -1,6 +1,9 @@
-"""Online profiling of a job: the frequency scan of :class:`~perseus_server.decisions.profiling_scan.ProfilingSession`
-deployed one clock step at a time, its measured profile stored and solved at the end (max clocks
-meanwhile), or the previous plan restored when it fails or is aborted."""
+"""Online profiling of a job: a frequency scan deployed one clock step at a time.
+
+The frequency scan of :class:`~perseus_server.decisions.profiling_scan.ProfilingSession` deployed
+one clock step at a time, its measured profile stored and solved at the end (max clocks meanwhile),
+or the previous plan restored when it fails or is aborted.
+"""
 
 from __future__ import annotations
 
@@ -31,8 +34,11 @@ __all__ = ["OnlineProfiling"]
 
 
 def _frequencies(job: Job, given: list[int] | None) -> list[int]:
-    """The clocks to scan, fastest first: ``given`` (checked against the ranks' supported
-    clocks) or every clock all registered ranks support."""
+    """The clocks to scan, fastest first.
+
+    ``given`` (checked against the ranks' supported clocks) or every clock all registered ranks
+    support.
+    """
     ranks = list(job.ranks.by_global.values())
     if given is None:
         if not ranks or any(not r.supported_clocks for r in ranks):
@@ -74,9 +80,12 @@ class OnlineProfiling:
         self.solves = solves
 
     def observe(self, checked: CheckedReport) -> None:
-        """One accepted report while the job is profiled: its measurements (none in the
-        client's warm-up iterations, which count too: the warm-up is counted once, here), its
-        links' times; then the next clock step, or the measured profile, when it completes one."""
+        """One accepted report while the job is profiled.
+
+        Its measurements (none in the client's warm-up iterations, which count too: the
+        warm-up is counted once, here), its links' times; then the next clock step, or the
+        measured profile, when it completes one.
+        """
         job, rank, rep = checked.job, checked.rank, checked.report
         if not job.profiling_is(ProfilingStatus.RUNNING):
             return
@@ -214,6 +223,7 @@ class OnlineProfiling:
         )
 
     def abort(self, job_id: str) -> dict[str, Any]:
+        """Abort the job's online profiling; 409 when none is running."""
         job = self.ctx.jobs.get(job_id)
         if job.profiling is None or job.profiling.status is not ProfilingStatus.RUNNING:
             raise Conflict("no online profiling is running for this job", field="profiling")
@@ -223,6 +233,7 @@ class OnlineProfiling:
         return self.status(job_id)
 
     def status(self, job_id: str) -> dict[str, Any]:
+        """The job's online-profiling progress; 404 when it was never started."""
         job = self.ctx.jobs.get(job_id)
         if job.profiling is None:
             raise NotFound("online profiling was never started for this job", field="profiling")

@@ -1,6 +1,8 @@
-"""Jobs to and from the store: rebuilding the in-memory state at start, and the deployment
-document (what is deployed, the policy, stragglers, detector settings, re-solved slow stages)
-written whenever it changes."""
+"""Jobs to and from the store: the state rebuilt at start, and the deployment document.
+
+Rebuilding the in-memory state at start, and the deployment document (what is deployed, the policy,
+stragglers, detector settings, re-solved slow stages) written whenever it changes.
+"""
 
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ def deployment_doc(job: Job) -> dict[str, Any]:
 
 
 def persist_deployment(store: Store, job: Job) -> None:
+    """Store the job's deployment document under its current version."""
     store.put_deployment(job.id, job.deployment.version, deployment_doc(job))
 
 
@@ -103,8 +106,10 @@ def _unreadable(what: str, e: Exception) -> str:
 
 
 def _load_job(store: Store, job: Job) -> str | None:
-    """Fill ``job`` from the store piece by piece; returns why a piece could not be read (the
-    pieces after a bad frontier, which refer to it, are left out too), or None."""
+    """Fill ``job`` from the store piece by piece; returns why a piece could not be read, or None.
+
+    The pieces after a bad frontier, which refer to it, are left out too.
+    """
     row = job.row
     try:
         prof = store.profile(row.id)

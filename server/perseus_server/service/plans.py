@@ -1,5 +1,7 @@
-"""Plan queries: the frontier point a policy selects, as a JSON document, its bytes cached per
-(job, query) while what they were built from stays (:class:`PlanAnswers`)."""
+"""Plan queries: the frontier point a policy selects, as a JSON document.
+
+Its bytes are cached per (job, query) while what they were built from stays (:class:`PlanAnswers`).
+"""
 
 from __future__ import annotations
 
@@ -31,18 +33,22 @@ __all__ = [
 
 
 def policy_error(e: InfeasibleError | OptionError, policy: PlanPolicy) -> BadRequest:
-    """The 422 of a policy no plan meets (or a value out of bounds: the field it names); a power
-    budget's names the lowest achievable power."""
+    """The 422 of a policy no plan meets (or a value out of bounds: the field it names).
+
+    A power budget's names the lowest achievable power.
+    """
     if isinstance(e, PowerBudgetError):
         return BadRequest(str(e), field=policy.kind, lowest_power=e.lowest_power)
     return BadRequest(str(e), field=getattr(e, "field", None) or policy.kind)
 
 
 def job_max_power(job: Job) -> tuple[float, str] | None:
-    """One GPU's maximum power limit (W) for the cost policy's ``MAXPOWER``, and where it came
-    from: the mean of what the job's ranks registered (NVML's power-limit constraints), else
-    the known-GPU table (:data:`perseus_common.gpus.KNOWN_GPUS`) for the ranks' GPU name or the
-    job's ``gpu_model``; ``None`` when none of these tells."""
+    """One GPU's maximum power limit (W) for the cost policy's ``MAXPOWER``, and where it came from.
+
+    The mean of what the job's ranks registered (NVML's power-limit constraints), else the
+    known-GPU table (:data:`perseus_common.gpus.KNOWN_GPUS`) for the ranks' GPU name or the
+    job's ``gpu_model``; ``None`` when none of these tells.
+    """
     ranks = list(job.ranks.by_global.values())
     limits = [r.max_power_limit_w for r in ranks if r.max_power_limit_w > 0]
     if limits:
@@ -55,9 +61,12 @@ def job_max_power(job: Job) -> tuple[float, str] | None:
 
 
 def shape_policy(job: Job, policy: PlanPolicy) -> PlanPolicy:
-    """``policy`` with what the job supplies: its pipeline copies (``power_budget``: watts of
-    the whole job) and, for the cost policy (``eta``) without a ``max_power``, the job's
-    (:func:`job_max_power`); a 422 naming ``max_power`` when the job has none."""
+    """``policy`` with what the job supplies.
+
+    Its pipeline copies (``power_budget``: watts of the whole job) and, for the cost policy
+    (``eta``) without a ``max_power``, the job's (:func:`job_max_power`); a 422 naming
+    ``max_power`` when the job has none.
+    """
     options = dict(policy.options)
     if policy.kind == "eta" and "max_power" not in options:
         found = job_max_power(job)
@@ -83,8 +92,10 @@ def shape_policy(job: Job, policy: PlanPolicy) -> PlanPolicy:
 def plan_doc(
     job: Job, index: int, *, steps: bool, powers: PlanPowers | None = None
 ) -> dict[str, Any]:
-    """Frontier point ``index`` of ``job``: its time, energy, bound, savings and frequencies;
-    ``partial`` when the job's frontier is only a first plan (the answer is from what exists)."""
+    """Frontier point ``index`` of ``job``: its time, energy, bound, savings and frequencies.
+
+    ``partial`` when the job's frontier is only a first plan (the answer is from what exists).
+    """
     f = job.frontier.current
     assert f is not None
     plan = job.frontier.steps(index)
@@ -116,9 +127,12 @@ ANSWERS_BYTES = 128 * 1024 * 1024
 
 
 def _basis(job: Job) -> tuple[Any, ...]:
-    """What a job's plan answers are built from: the job, its frontier (a solve sets a new
-    one), its profile (the peak powers; a new profile is a new object) and whether the frontier
-    is partial. An answer is served only while each is the same (``is``, not ``==``)."""
+    """What a job's plan answers are built from.
+
+    The job, its frontier (a solve sets a new one), its profile (the peak powers; a new profile
+    is a new object) and whether the frontier is partial. An answer is served only while each is
+    the same (``is``, not ``==``).
+    """
     return (job, job.frontier.current, job.profile.current, job.frontier.row.partial)
 
 
@@ -127,10 +141,13 @@ def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
 
 
 class PlanAnswers:
-    """Encoded ``GET /jobs/{id}/plan`` answers per (job, query): at most ``per_job`` per job,
-    ``total`` and ``total_bytes`` in all, least recently used evicted first. A job's answers are dropped when its
-    basis (:func:`_basis`) changed, and on :meth:`forget` (the job deleted). The caller runs the
-    authorization before asking (the REST gate runs before the route)."""
+    """Encoded ``GET /jobs/{id}/plan`` answers per (job, query), least recently used evicted first.
+
+    At most ``per_job`` per job, ``total`` and ``total_bytes`` in all, least recently used
+    evicted first. A job's answers are dropped when its basis (:func:`_basis`) changed, and on
+    :meth:`forget` (the job deleted). The caller runs the authorization before asking (the REST
+    gate runs before the route).
+    """
 
     def __init__(
         self,
@@ -148,6 +165,10 @@ class PlanAnswers:
         return self._count
 
     def get(self, job: Job, query: Hashable) -> bytes | None:
+        """The answer kept for ``query`` while its basis holds; None otherwise.
+
+        A job whose basis changed has its answers dropped here.
+        """
         entry = self._jobs.get(job.id)
         if entry is None:
             return None
@@ -161,6 +182,10 @@ class PlanAnswers:
         return body
 
     def put(self, job: Job, query: Hashable, body: bytes) -> None:
+        """Keep ``body`` as the answer to ``query``; the least recently used are evicted.
+
+        A body larger than ``total_bytes`` is not kept.
+        """
         if len(body) > self.total_bytes:
             return
         basis = _basis(job)
@@ -189,6 +214,7 @@ class PlanAnswers:
         self._count, self.bytes = self._count - 1, self.bytes - len(body)
 
     def forget(self, job_id: str) -> None:
+        """Drop the job's answers (the job was deleted)."""
         entry = self._jobs.pop(job_id, None)
         if entry is not None:
             self._count -= len(entry[1])

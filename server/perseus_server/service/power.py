@@ -31,8 +31,11 @@ FloatArray = npt.NDArray[np.float64]
 
 @dataclass(frozen=True, eq=False)
 class FramePowers:
-    """The powers of one frontier's points: ``average`` (W, whole job) and ``peak`` (W per GPU;
-    ``None`` when the job's profile no longer matches the frontier's options)."""
+    """The powers of one frontier's points: ``average`` and ``peak``.
+
+    ``average`` (W, whole job) and ``peak`` (W per GPU; ``None`` when the job's profile no
+    longer matches the frontier's options).
+    """
 
     frontier: Frontier
     profile: Profile | None
@@ -91,6 +94,7 @@ class PlanPowers:
         return powers
 
     def forget(self, job_id: str) -> None:
+        """Drop the job's cached powers (the job was deleted)."""
         for k in [k for k in self._cache if k[0] == job_id]:
             del self._cache[k]
         self._deployments.pop(job_id, None)
@@ -117,15 +121,17 @@ class PlanPowers:
         return status
 
     def deployment(self, job: Job, dep: Deployment, frontiers: list[Frontier]) -> dict[str, Any]:
-        """The whole deployment's powers: ``average_power`` (W, whole job, waiting for the
-        slowest pipeline included) and ``peak_power`` (W per GPU, the hottest pipeline's);
-        ``pipelines``: each pipeline's own ``{"average_power", "peak_power"}`` (W, its share:
-        ``tensor_parallel x E / T``).
+        """The whole deployment's powers: ``average_power``, ``peak_power`` and ``pipelines``.
+
+        ``average_power`` (W, whole job, waiting for the slowest pipeline included) and
+        ``peak_power`` (W per GPU, the hottest pipeline's); ``pipelines``: each pipeline's
+        own ``{"average_power", "peak_power"}`` (W, its share: ``tensor_parallel x E / T``).
 
         Kept per job until the deployment, a frontier or the profile changes (the job status
         asks for it on every request; at 512 pipelines it took longer than the rest of the
         plan's view): the same ``pipelines`` list comes back while nothing changed, the outer
-        dict is new each time."""
+        dict is new each time.
+        """
         key = (dep, job.profile.current, *frontiers)
         hit = self._deployments.get(job.id)
         if (

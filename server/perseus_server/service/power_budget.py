@@ -83,9 +83,11 @@ log = logging.getLogger("perseus.server")
 
 
 class PowerBudget:
-    """The cluster power budget: its settings, its allocation, and the
-    :class:`~perseus_server.service.deployment.DeploymentBudget` the deployer asks (built by
-    the deployer, given it as ``deployer``)."""
+    """The cluster power budget: its settings, its allocation, and the deployer's view of it.
+
+    The deployer asks it as a :class:`~perseus_server.service.deployment.DeploymentBudget`
+    (built by the deployer, given it as ``deployer``).
+    """
 
     def __init__(
         self,
@@ -96,9 +98,12 @@ class PowerBudget:
         tenants: Tenants | None = None,
         why_out: Callable[[Job], str] = lambda job: "not drawing",
     ) -> None:
-        """``participates``: whether a job takes part in the budget (the service: active jobs
-        with a connected rank, see :mod:`perseus_server.service.lifecycle`); ``tenants``: their
-        weights and guarantees (None: every job shares alike)."""
+        """Set up the budget over the jobs that take part.
+
+        ``participates``: whether a job takes part in the budget (the service: active jobs
+        with a connected rank, see :mod:`perseus_server.service.lifecycle`); ``tenants``:
+        their weights and guarantees (None: every job shares alike).
+        """
         self.ctx = ctx
         self.tenants = tenants
         self.why_out = why_out
@@ -121,6 +126,11 @@ class PowerBudget:
     # --- which jobs, and what they can do ----------------------------------------------------
 
     def covers(self, job: Job) -> bool:
+        """Whether the budget covers ``job`` now.
+
+        It does while a budget is set and names the job (or every job), the job has a
+        frontier and is not being profiled, and it takes part (:attr:`participates`).
+        """
         s = self.settings
         return (
             s is not None
@@ -219,8 +229,11 @@ class PowerBudget:
         return alloc.jobs, True, alloc.objective
 
     def _kept(self, job: Job, least: JobAllocation) -> JobAllocation:
-        """``keep_current``: the job's share of the last feasible allocation, if it was made
-        for the frontier the job has now (else its least-power share)."""
+        """``keep_current``: the job's share of the last feasible allocation, if still valid.
+
+        It holds if it was made for the frontier the job has now (else its least-power
+        share).
+        """
         kept = self._last_feasible.get(job.id)
         if kept is None or kept[1] != id(job.frontier.current):
             return least
@@ -229,9 +242,12 @@ class PowerBudget:
     # --- what the deployer asks (DeploymentBudget) ------------------------------------------
 
     def policy_for(self, job: Job) -> PlanPolicy | None:
-        """The plan policy the budget imposes on ``job`` (None: the job's own). A job the last
-        allocation did not see as it is now (a new or re-solved frontier, other stragglers)
-        has the allocation recomputed first (the other jobs are re-deployed by it)."""
+        """The plan policy the budget imposes on ``job`` (None: the job's own).
+
+        A job the last allocation did not see as it is now (a new or re-solved frontier,
+        other stragglers) has the allocation recomputed first (the other jobs are
+        re-deployed by it).
+        """
         if not self.covers(job):
             return None
         if not self._busy and self._inputs.get(job.id) != self._input(job):
@@ -247,8 +263,10 @@ class PowerBudget:
                            self.result.feasible, s.on_infeasible)  # fmt: skip
 
     def stragglers_changed(self, job: Job) -> bool:
-        """A job's stragglers changed: recompute, re-deploying the other jobs (the job itself
-        is re-decided by the caller); returns False (the job was not re-deployed here)."""
+        """A job's stragglers changed: recompute, re-deploying the other jobs; returns False.
+
+        The job itself is re-decided by the caller; False says it was not re-deployed here.
+        """
         if self.covers(job) and not self._busy:
             self.recompute(f"job {job.id}'s stragglers changed", skip=job.id)
         return False
@@ -274,10 +292,12 @@ class PowerBudget:
     # --- recomputing -------------------------------------------------------------------------
 
     def request_recompute(self, cause: str) -> None:
-        """Recompute for a change of which jobs draw (a rank came or went, a lifecycle
-        changed): at once when the last recomputation is ``Limits.budget_recompute_seconds``
-        old, else once at the end of that interval for every change meanwhile (without a
-        running event loop: at once)."""
+        """Recompute for a change of which jobs draw (a rank came or went, a lifecycle changed).
+
+        At once when the last recomputation is ``Limits.budget_recompute_seconds`` old, else
+        once at the end of that interval for every change meanwhile (without a running event
+        loop: at once).
+        """
         if self.settings is None:
             return
         self._pending_causes.append(cause)
@@ -312,8 +332,10 @@ class PowerBudget:
         return {t.tenant: t for t in self.result.tenants}
 
     def recompute(self, cause: str, *, skip: str | None = None) -> None:
-        """Allocate again over the covered jobs and push every changed plan (``skip``: a job
-        its caller re-decides itself)."""
+        """Allocate again over the covered jobs and push every changed plan.
+
+        ``skip``: a job its caller re-decides itself.
+        """
         before = set(self.shares)
         was_feasible = self.result is None or self.result.feasible
         settings = self.settings
@@ -365,14 +387,17 @@ class PowerBudget:
             )
 
     def load(self) -> None:
-        """After a restart: the stored budget, its allocation recomputed (unchanged plans are
-        not pushed again)."""
+        """Load the stored budget after a restart, its allocation recomputed.
+
+        Unchanged plans are not pushed again.
+        """
         doc = self.ctx.store.power_budget()
         if doc is not None:
             self.settings = BudgetSettings.from_json(doc)
             self.recompute("server restarted")
 
     def job_removed(self, job_id: str) -> None:
+        """A deleted job: drop it from the settings and the shares, and recompute."""
         s = self.settings
         if s is None:
             return
@@ -447,8 +472,10 @@ class PowerBudget:
         return self.ctx.jobs.get(job_id).row.tenant if job_id in self.ctx.jobs else None
 
     def view(self, tenant: str | None = None) -> dict[str, Any]:
-        """``GET /power-budget``; 404 when none is set. ``tenant``: only that tenant's jobs
-        are listed (the totals stay the cluster's)."""
+        """``GET /power-budget``; 404 when none is set.
+
+        ``tenant``: only that tenant's jobs are listed (the totals stay the cluster's).
+        """
         s, r = self.settings, self.result
         if s is None or r is None:
             raise NotFound("no power budget is set; PUT /power-budget first", field="power_budget")

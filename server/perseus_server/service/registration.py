@@ -90,13 +90,21 @@ class Registration:
     """Rank registration and plan subscriptions."""
 
     def __init__(self, ctx: ServiceContext, deployer: Deployer, lifecycle: Lifecycle) -> None:
-        """``lifecycle``: told when a rank's plan stream opens and closes (a job with no open
-        stream goes idle)."""
+        """Set up rank registration.
+
+        ``lifecycle``: told when a rank's plan stream opens and closes (a job with no open
+        stream goes idle).
+        """
         self.ctx = ctx
         self.deployer = deployer
         self.lifecycle = lifecycle
 
     def register(self, req: RankRegistration) -> RegisteredRank:
+        """``RegisterRank``: check the registration and store the rank in its job's slot.
+
+        Returns what the rank needs to follow plans; a malformed registration is refused
+        naming the field.
+        """
         job = self.ctx.jobs.get(req.job_id)
         clocks = _validate(job, req)
         existing = job.ranks.by_global.get(req.global_rank)
@@ -145,7 +153,8 @@ class Registration:
 
         The rank's open stream, if any, ends (a rank holds one); ``credential`` (who opens it)
         may hold ``Limits.max_streams_per_credential`` streams in all
-        (:class:`~perseus_server.runtime.hub.StreamLimitExceeded` beyond)."""
+        (:class:`~perseus_server.runtime.hub.StreamLimitExceeded` beyond).
+        """
         job = self.ctx.jobs.get(job_id)
         rank = job.ranks.by_id.get(rank_id)
         if rank is None:
@@ -158,5 +167,6 @@ class Registration:
         return sub, self.deployer.message(job, rank)
 
     def unsubscribe(self, sub: Subscriber) -> None:
+        """End a plan stream; the job's lifecycle hears that a rank disconnected."""
         self.ctx.hub.unsubscribe(sub)
         self.lifecycle.disconnected(sub.rank.job_id)

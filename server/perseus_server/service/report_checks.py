@@ -1,9 +1,10 @@
-"""Every check of an iteration report, before anything is stored: its reporter (a rank of the
-job), its fields (times, energies, sequence, clock control, measurements, transfers, applied
-clocks; a bad one is refused naming the field), and what is measured of it ahead, off the event
-loop for a large report (its per-stage slowdown factors, online profiling's measurements). The
-product is the :class:`CheckedReport` the report pipeline stores and hands to its observers
-(:mod:`perseus_server.service.reports`).
+"""Every check of an iteration report, before anything is stored.
+
+Its reporter (a rank of the job), its fields (times, energies, sequence, clock control,
+measurements, transfers, applied clocks; a bad one is refused naming the field), and what is
+measured of it ahead, off the event loop for a large report (its per-stage slowdown factors, online
+profiling's measurements). The product is the :class:`CheckedReport` the report pipeline stores and
+hands to its observers (:mod:`perseus_server.service.reports`).
 
 A large report arrives as :class:`~perseus_server.domain.values.InstructionColumns`; its
 measurements are then checked with array operations (:func:`first_bad_instruction`), with the
@@ -75,31 +76,49 @@ _REASON = re.compile(r"[a-z0-9_]{1,64}")
 
 
 class ReceivedReport(Protocol):
-    """One report as it arrived (from the gRPC adapter): its job and rank, how many transfers
-    it holds, its size in measurements, off-plan instructions and transfers, and how to decode
-    it, or send its wire bytes to a decoding worker."""
+    """One report as it arrived (from the gRPC adapter), and how to decode it.
+
+    Its job and rank, how many transfers it holds, its size in measurements, off-plan
+    instructions and transfers, and how to decode it, or send its wire bytes to a decoding
+    worker.
+    """
 
     @property
-    def job_id(self) -> str: ...
+    def job_id(self) -> str:
+        """The job the report is for."""
+        ...
 
     @property
-    def rank_id(self) -> str: ...
+    def rank_id(self) -> str:
+        """The rank that sent it."""
+        ...
 
     @property
-    def transfers(self) -> int: ...
+    def transfers(self) -> int:
+        """How many transfers it holds."""
+        ...
 
     @property
-    def size(self) -> int: ...
+    def size(self) -> int:
+        """Its size: measurements, off-plan instructions and transfers."""
+        ...
 
-    def decode(self) -> IterationReport: ...
+    def decode(self) -> IterationReport:
+        """Decode it into an :class:`IterationReport`."""
+        ...
 
-    def wire(self) -> bytes: ...
+    def wire(self) -> bytes:
+        """Its wire bytes, for a decoding worker."""
+        ...
 
 
 @dataclass(frozen=True)
 class CheckedReport:
-    """A validated report with its job, rank and what was measured of it ahead (off the event
-    loop for a large report): the per-stage factors and online profiling's measurements."""
+    """A validated report with its job, rank and what was measured of it ahead.
+
+    Measured ahead (off the event loop for a large report): the per-stage factors and online
+    profiling's measurements.
+    """
 
     index: int
     job: Job
@@ -115,8 +134,10 @@ class CheckedReport:
 
 
 def check_report(jobs: JobTable, limits: Limits, i: int, rep: IterationReport) -> CheckedReport:
-    """Validate report ``i`` of a batch and measure it (linear in its length, no change to the
-    state: a large report is checked off the event loop)."""
+    """Validate report ``i`` of a batch and measure it.
+
+    Linear in its length, no change to the state: a large report is checked off the event loop.
+    """
     job, rank = _reporter(jobs, i, rep)
     validate_report(i, rep, job, limits, rank)
     profile = job.profile.current
@@ -126,9 +147,12 @@ def check_report(jobs: JobTable, limits: Limits, i: int, rep: IterationReport) -
 
 
 def check_before_decoding(jobs: JobTable, job_id: str, rank_id: str, transfers: int) -> None:
-    """What can be refused before a report is decoded (``O(1)``): its job and rank, and more
-    transfers than its rank makes in one iteration (:func:`transfers_per_iteration`), so a
-    report of 100,000 transfers costs neither a decode nor memory."""
+    """What can be refused before a report is decoded (``O(1)``).
+
+    Its job and rank, and more transfers than its rank makes in one iteration
+    (:func:`transfers_per_iteration`), so a report of 100,000 transfers costs neither a decode
+    nor memory.
+    """
     job = jobs.get(job_id)
     _check_transfer_count(0, transfers, job, _reporter_rank(job, 0, rank_id))
 
@@ -195,9 +219,11 @@ def validate_report(
 
 
 def transfers_per_iteration(job: Job, pipeline_rank: int) -> int:
-    """The most P2P transfers a rank at ``pipeline_rank`` makes in one iteration: for every
-    boundary it is an end of (twice when it runs both stages), each microbatch's activations
-    forward and gradients backward."""
+    """The most P2P transfers a rank at ``pipeline_rank`` makes in one iteration.
+
+    For every boundary it is an end of (twice when it runs both stages), each microbatch's
+    activations forward and gradients backward.
+    """
     ends = sum((a == pipeline_rank) + (b == pipeline_rank) for a, b in job.boundary_ends)
     return ends * len(TRANSFER_DIRECTIONS) * job.spec.microbatches
 
@@ -213,11 +239,14 @@ def _check_transfer_count(i: int, count: int, job: Job, rank: RankInfo) -> None:
 
 
 def _check_transfers(i: int, rep: IterationReport, job: Job, rank: RankInfo) -> None:
-    """The report's timed transfers: at most as many as its rank makes in one iteration
-    (:func:`transfers_per_iteration`), each on a boundary of the job's model (``0 <= boundary <
-    stages - 1``) that the rank is an end of (only a link's two ends time its transfers), a
-    known direction, a microbatch of the job, a time within :mod:`perseus_server.domain.bounds`.
-    The count is checked first: a long list is refused before any item is looked at."""
+    """Check the report's timed transfers.
+
+    At most as many as its rank makes in one iteration (:func:`transfers_per_iteration`), each
+    on a boundary of the job's model (``0 <= boundary < stages - 1``) that the rank is an end of
+    (only a link's two ends time its transfers), a known direction, a microbatch of the job, a
+    time within :mod:`perseus_server.domain.bounds`. The count is checked first: a long list is
+    refused before any item is looked at.
+    """
     _check_transfer_count(i, len(rep.transfers), job, rank)
     ends, microbatches = job.boundary_ends, job.spec.microbatches
     for j, t in enumerate(rep.transfers):
@@ -302,8 +331,10 @@ def _check_reasons(where: str, reasons: tuple[str, ...], field: str) -> None:
 
 
 def validate_applied_clocks(i: int, rep: IterationReport, job: Job, limits: Limits) -> None:
-    """Raise :class:`BadRequest` naming the field when report ``i``'s applied-clock fields are
-    malformed (old clients send none: nothing to check)."""
+    """Raise :class:`BadRequest` naming the field when report ``i``'s applied clocks are malformed.
+
+    Old clients send no applied-clock fields: nothing to check.
+    """
     if rep.clock_samples < 0:
         raise BadRequest(
             f"report {i}: must be >= 0, got {rep.clock_samples}", field="clock_samples"
@@ -356,9 +387,10 @@ def measurements(rep: IterationReport) -> list[Measurement]:
 def report_stage_factors(
     job: Job, rank: RankInfo, instructions: Sequence[InstructionReport]
 ) -> dict[int, float] | None:
-    """One report's slowdown factor per stage (None when no plan runs): each measurement's
-    time over its profiled time, grouped by stage (in first-seen order; a measurement the
-    profile has no positive time for is left out), given to the one statistic,
+    """One report's slowdown factor per stage (None when no plan runs).
+
+    Each measurement's time over its profiled time, grouped by stage (in first-seen order; a
+    measurement the profile has no positive time for is left out), given to the one statistic,
     :func:`perseus_server.decisions.report_statistics.stage_factors`. Rows and
     :class:`~perseus_server.domain.values.InstructionColumns` alike.
 
@@ -383,11 +415,13 @@ def report_stage_factors(
 def checked_stage_factors(
     job: Job, rank: RankInfo, rep: IterationReport
 ) -> dict[int, float] | None:
-    """The report's per-stage factors, each within :func:`bounded_factor`'s bounds; None for
-    an iteration that ran off-plan (some instruction more than a clock step below its locked
-    clock): its slowness is its clocks', which the off-plan straggler path of
+    """The report's per-stage factors, each within :func:`bounded_factor`'s bounds.
+
+    None for an iteration that ran off-plan (some instruction more than a clock step below its
+    locked clock): its slowness is its clocks', which the off-plan straggler path of
     :mod:`perseus_server.decisions.detectors` acts on, not its stages' pace at their locked
-    clocks (counting it in both made which path fired first a race)."""
+    clocks (counting it in both made which path fired first a race).
+    """
     if rep.off_plan:
         return None
     factors = report_stage_factors(job, rank, rep.instructions)
@@ -397,9 +431,11 @@ def checked_stage_factors(
 def _column_ratios(
     job: Job, rank: RankInfo, cols: InstructionColumns, per_rank: bool
 ) -> dict[int, npt.NDArray[np.float64]]:
-    """The ratios of a large report, per stage in first-seen order, by array operations: one
-    profile lookup per distinct (stage, instruction, clock), then a sort (``O(n log n)`` array
-    work, ``O(distinct)`` Python work); the same groups as the loop over rows."""
+    """The ratios of a large report, per stage in first-seen order, by array operations.
+
+    One profile lookup per distinct (stage, instruction, clock), then a sort (``O(n log n)``
+    array work, ``O(distinct)`` Python work); the same groups as the loop over rows.
+    """
     n = len(cols)
     if per_rank:
         stage = np.full(n, rank.pipeline_rank, dtype=np.int64)

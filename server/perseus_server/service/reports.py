@@ -1,8 +1,10 @@
-"""Iteration reports from the ranks: validated (a batch is taken whole or not at all), stored
-once, then handed to the ordered list of observers the service gives at construction
-(:class:`~perseus_server.service.observers.ReportObserver`: the ranks' history, clock
-verification, measured power, stragglers, slow links, slow stages, online profiling). The checks
-before anything is stored are :mod:`perseus_server.service.report_checks`.
+"""Iteration reports from the ranks: validated, stored once, then handed to the observers.
+
+A batch is taken whole or not at all. Each report is stored once, then handed to the ordered list of
+observers the service gives at construction
+(:class:`~perseus_server.service.observers.ReportObserver`: the ranks' history, clock verification,
+measured power, stragglers, slow links, slow stages, online profiling). The checks before anything
+is stored are :mod:`perseus_server.service.report_checks`.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ INCARNATIONS_KEPT = 8
 
 
 def _remember(last: dict[str, dict[int, int]], seqs: dict[tuple[str, int], int]) -> None:
-    """Record accepted sequences: each (rank, incarnation) moves to its rank's most recent end,
-    and a rank keeps its :data:`INCARNATIONS_KEPT` most recent incarnations (as the store)."""
+    """Record accepted sequences, keeping each rank's most recent incarnations.
+
+    Each (rank, incarnation) moves to its rank's most recent end, and a rank keeps its
+    :data:`INCARNATIONS_KEPT` most recent incarnations (as the store).
+    """
     for (rank_id, incarnation), seq in seqs.items():
         per_rank = last.setdefault(rank_id, {})
         per_rank[incarnation] = max(seq, per_rank.pop(incarnation, 0))
@@ -33,9 +38,11 @@ def _remember(last: dict[str, dict[int, int]], seqs: dict[tuple[str, int], int])
 
 @dataclass(frozen=True)
 class PreparedReports:
-    """A batch of checked reports ready to store: the new ones, the sequences they bring per
-    job and (rank, incarnation), and per report of the batch whether it is new (False:
-    re-sent)."""
+    """A batch of checked reports ready to store.
+
+    The new ones, the sequences they bring per job and (rank, incarnation), and per report of
+    the batch whether it is new (False: re-sent).
+    """
 
     accepted: list[CheckedReport]
     seqs_by_job: dict[str, dict[tuple[str, int], int]]
@@ -51,18 +58,24 @@ class Reports:
         self.observers = tuple(observers)
 
     def check(self, i: int, rep: IterationReport) -> CheckedReport:
-        """:func:`~perseus_server.service.report_checks.check_report` against this service's
-        jobs and limits."""
+        """Check report ``i`` against this service's jobs and limits.
+
+        See :func:`~perseus_server.service.report_checks.check_report`.
+        """
         return check_report(self.ctx.jobs, self.ctx.limits, i, rep)
 
     def record(self, reports: Sequence[IterationReport]) -> int:
-        """Validate and store a batch of iteration reports (all or nothing); returns how many
-        were acknowledged (re-sent ones included: see :meth:`record_counted`)."""
+        """Validate and store a batch of iteration reports (all or nothing).
+
+        Returns how many were acknowledged (re-sent ones included: see
+        :meth:`record_counted`).
+        """
         return sum(self.record_counted([self.check(i, rep) for i, rep in enumerate(reports)]))
 
     def record_counted(self, batch: Sequence[CheckedReport]) -> tuple[int, int]:
-        """Store reports :meth:`check` accepted, then hand each new one to every observer in
-        order; returns (new, duplicates).
+        """Store reports :meth:`check` accepted, then hand each new one to every observer in order.
+
+        Returns (new, duplicates).
 
         A report whose ``sequence`` is not above the last one accepted from the same rank *and
         client incarnation* is a re-sent one: acknowledged, counted as a duplicate, and dropped
@@ -76,14 +89,18 @@ class Reports:
         return self.apply(prepared)
 
     def prepare(self, batch: Sequence[CheckedReport]) -> PreparedReports:
-        """The first step of :meth:`record_counted`: the batch's new reports and their
-        sequences (no store call: the second step, :meth:`write`, may run on another thread,
-        and :meth:`apply` follows once it committed)."""
+        """The first step of :meth:`record_counted`: the batch's new reports and their sequences.
+
+        No store call: the second step, :meth:`write`, may run on another thread, and
+        :meth:`apply` follows once it committed.
+        """
         return PreparedReports(*self._admit(batch))
 
     def write(self, prepared: PreparedReports) -> None:
-        """Store the accepted reports' iterations and sequences, per job in one call (one
-        transaction per job unless the caller holds one); touches nothing but the store."""
+        """Store the accepted reports' iterations and sequences, per job in one call.
+
+        One transaction per job unless the caller holds one; touches nothing but the store.
+        """
         rows_by_job: dict[str, list[tuple[str, int, float, float, int]]] = {}
         for c in prepared.accepted:
             rep = c.report
@@ -107,9 +124,11 @@ class Reports:
             )
 
     def apply(self, prepared: PreparedReports) -> tuple[int, int]:
-        """Once stored: remember the sequences and hand each new report to every observer in
-        order; returns (new, duplicates). A job deleted or replaced since :meth:`prepare` is
-        skipped."""
+        """Once stored: remember the sequences and hand each new report to every observer in order.
+
+        Returns (new, duplicates). A job deleted or replaced since :meth:`prepare` is
+        skipped.
+        """
         jobs = self.ctx.jobs
         live = {
             c.job.id for c in prepared.accepted if c.job.id in jobs and jobs.get(c.job.id) is c.job
@@ -135,9 +154,12 @@ class Reports:
     def _admit(
         self, batch: Sequence[CheckedReport]
     ) -> tuple[list[CheckedReport], dict[str, dict[tuple[str, int], int]], list[bool]]:
-        """The batch's new reports (checked again if their job changed meanwhile; a rank's
-        reported clock control recorded, re-sent ones too), the sequences they bring per job
-        and (rank, incarnation), and per report whether it is new."""
+        """The batch's new reports, the sequences they bring, and whether each report is new.
+
+        The reports are checked again if their job changed meanwhile, and a rank's reported
+        clock control is recorded (re-sent reports' too). The sequences are per job and (rank,
+        incarnation); whether it is new is per report.
+        """
         accepted: list[CheckedReport] = []
         new: list[bool] = []
         seqs_by_job: dict[str, dict[tuple[str, int], int]] = {}

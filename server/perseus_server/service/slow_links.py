@@ -88,9 +88,11 @@ def profile_transfer_time(profile: Profile | None, boundary: int, direction: str
 
 
 def sender_time(profile: Profile | None, boundary: int, direction: str) -> float | None:
-    """The profiled time, at its highest clock, of the instruction that sends over a link (the
-    forward of stage ``boundary`` for ``"forward"``, the backward of stage ``boundary + 1``
-    for ``"backward"``; None when the profile has neither per model stage)."""
+    """The profiled time, at its highest clock, of the instruction that sends over a link.
+
+    The instruction is the forward of stage ``boundary`` for ``"forward"``, the backward of stage
+    ``boundary + 1`` for ``"backward"``; None when the profile has neither per model stage.
+    """
     if profile is None:
         return None
     stage = boundary if direction == "forward" else boundary + 1
@@ -105,18 +107,22 @@ def sender_time(profile: Profile | None, boundary: int, direction: str) -> float
 def combined_link_times(
     job: Job, rank: RankInfo, rep: IterationReport
 ) -> list[tuple[tuple[int, str], float]]:
-    """The link times one report completes, in order: ``((boundary, direction), seconds)``, each
-    an iteration's fastest transfer over the link (what detection compares, see the module
+    """The link times one report completes, in order: ``((boundary, direction), seconds)``.
+
+    Each an iteration's fastest transfer over the link (what detection compares, see the module
     docstring): online profiling fits the profile's transfer times, the links' baselines, from
-    them."""
+    them.
+    """
     return [(link, low) for link, _, low in _combined(job, rank, rep)]
 
 
 def _combined(
     job: Job, rank: RankInfo, rep: IterationReport
 ) -> list[tuple[tuple[int, str], float, float]]:
-    """:func:`combined_link_times` with each iteration's fastest transfer too: ``((boundary,
-    direction), median, fastest)``."""
+    """:func:`combined_link_times` with each iteration's fastest transfer too.
+
+    As ``((boundary, direction), median, fastest)``.
+    """
     groups: dict[tuple[int, str], list[tuple[int, float]]] = {}
     for t in rep.transfers:
         groups.setdefault((int(t.boundary), str(t.direction)), []).append(
@@ -132,8 +138,10 @@ def _combined(
 
 
 def baseline(job: Job, key: LinkKey) -> float | None:
-    """A link's baseline: the profile's transfer time, else its first measured window's median
-    (None: not measured enough yet)."""
+    """A link's baseline: the profile's transfer time, else its first measured window's median.
+
+    None: not measured enough yet.
+    """
     t = profile_transfer_time(job.profile.current, key[1], key[2])
     return t if t is not None else job.stragglers.links.baselines.get(key)
 
@@ -216,13 +224,15 @@ class SlowLinks:
 
 
 def act_from_frontier(resolver: SlowStageResolver, job: Job, p: int) -> bool:
-    """While pipeline ``p``'s re-solve for its slow links runs (started by
-    :meth:`SlowStageResolver.changed`), deploy what is solved already: ``p`` becomes a straggler
+    """Deploy what is solved already while pipeline ``p``'s re-solve for its slow links runs.
+
+    The re-solve was started by :meth:`SlowStageResolver.changed`. ``p`` becomes a straggler
     (source ``slow stage``, replaced by the re-solved one when it is ready, dropped with it) of
-    its deployed plan's time plus each slow link's excess over its baseline once per
-    microbatch, and the plans are re-decided (the other pipelines follow it). Returns whether
-    it acted: not when the pipeline has no re-solve running for links only, or when a ready
-    re-solved frontier still runs (it is the better plan until the new one is ready)."""
+    its deployed plan's time plus each slow link's excess over its baseline once per microbatch,
+    and the plans are re-decided (the other pipelines follow it). Returns whether it acted: not
+    when the pipeline has no re-solve running for links only, or when a ready re-solved frontier
+    still runs (it is the better plan until the new one is ready).
+    """
     slow = job.stragglers
     state = slow.slow_stages.get(p)
     dep = job.deployment.current
@@ -263,8 +273,10 @@ def act_from_frontier(resolver: SlowStageResolver, job: Job, p: int) -> bool:
 
 
 def _matters(job: Job, key: LinkKey, base: float, measured: float, threshold: float) -> bool:
-    """Whether a link measured at ``measured`` s slows its sender's step by ``threshold`` (see
-    the module docstring); True when the profile gives no sender time to compare with."""
+    """Whether a link measured at ``measured`` s slows its sender's step by ``threshold``.
+
+    See the module docstring; True when the profile gives no sender time to compare with.
+    """
     ref = sender_time(job.profile.current, key[1], key[2])
     return ref is None or measured - base >= threshold * ref
 
@@ -301,8 +313,11 @@ def link_views(job: Job, p: int) -> dict[str, Any]:
 
 
 def slow_link_gauges(jobs: Any) -> dict[tuple[tuple[str, str], ...], float]:
-    """``perseus_slow_link``: 1 per slow link, by job, pipeline, boundary and direction (label
-    values from bounded sets: the job's pipelines, its model's boundaries, two directions)."""
+    """``perseus_slow_link``: 1 per slow link, by job, pipeline, boundary and direction.
+
+    Label values come from bounded sets: the job's pipelines, its model's boundaries, two
+    directions.
+    """
     out: dict[tuple[tuple[str, str], ...], float] = {}
     for job in jobs:
         for p, b, d in job.stragglers.links.flags:

@@ -1,9 +1,11 @@
-"""Slow stages: a stage of one pipeline that runs slower than its profile (from reported
-per-instruction times, see :class:`~perseus_server.decisions.detectors.StageDetector`). That pipeline's
-frontier is re-solved with the stage's profile scaled; once ready, the pipeline runs its fastest
-plan and counts as a straggler of source ``slow stage`` (the others slow down to its time). When
-its stages are back to their profiled speed, the re-solved frontier and that straggler are
-dropped; a straggler of another source stays.
+"""Slow stages: a stage of one pipeline that runs slower than its profile.
+
+It is found from reported per-instruction times (see
+:class:`~perseus_server.decisions.detectors.StageDetector`). That pipeline's frontier is re-solved
+with the stage's profile scaled; once ready, the pipeline runs its fastest plan and counts as a
+straggler of source ``slow stage`` (the others slow down to its time). When its stages are back to
+their profiled speed, the re-solved frontier and that straggler are dropped; a straggler of another
+source stays.
 
 Slow links (:mod:`perseus_server.service.slow_links`) take the same way: the re-solve puts each
 slow link's measured transfer time into the profile's communication part.
@@ -57,8 +59,10 @@ def drop_slow_stage_straggler(stragglers: dict[int, Straggler], p: int) -> dict[
 
 
 def with_transfer_times(profile: Profile, times: dict[tuple[int, str], float]) -> Profile:
-    """``profile`` with the given links' transfer times (s per microbatch) in its
-    communication part (a measured time replaces the profiled one)."""
+    """``profile`` with the given links' transfer times in its communication part.
+
+    The times are in s per microbatch; a measured time replaces the profiled one.
+    """
     comm = profile.communication
     for (b, d), t in sorted(times.items()):
         comm = comm.with_transfer(b, d, t)
@@ -74,15 +78,20 @@ class SlowStageResolver:
         deployer: Deployer,
         withheld: Callable[[Job], str | None] = lambda job: None,
     ) -> None:
-        """``withheld``: why a job's measured figures are withheld (its profile does not
-        describe it: its slow-stage replans pause too; None: they are not)."""
+        """Set up the slow-stage resolver.
+
+        ``withheld``: why a job's measured figures are withheld (its profile does not
+        describe it: its slow-stage replans pause too; None: they are not).
+        """
         self.ctx = ctx
         self.deployer = deployer
         self.withheld = withheld
 
     def observe(self, checked: CheckedReport) -> None:
-        """The per-stage factors of one accepted report with measurements (not while the
-        job is profiled, nor while its profile does not describe it)."""
+        """Take the per-stage factors of one accepted report with measurements.
+
+        Not while the job is profiled, nor while its profile does not describe it.
+        """
         job, rank, rep = checked.job, checked.rank, checked.report
         if not rep.instructions or job.profiling_is(ProfilingStatus.RUNNING):
             return
@@ -96,8 +105,10 @@ class SlowStageResolver:
             self.apply(job, rank, factors)
 
     def forget(self, job_id: str) -> None:
-        """Nothing to do: the slow stages are kept on the job (the facade cancels its
-        re-solves)."""
+        """Nothing to do: the slow stages are kept on the job.
+
+        The facade cancels its re-solves.
+        """
 
     def apply(self, job: Job, rank: RankInfo, factors: dict[int, float]) -> None:
         """Feed one iteration's per-stage factors (:func:`checked_stage_factors`) to the detector."""
@@ -229,8 +240,10 @@ class SlowStageResolver:
         ctx.spawn(retry())
 
     def drop(self, job: Job, p: int, *, links: bool = True) -> None:
-        """Forget pipeline ``p``'s slow stages (and slow links unless ``links`` is False: they
-        are known slow still), their re-solve and their straggler."""
+        """Forget pipeline ``p``'s slow stages, their re-solve and their straggler.
+
+        Its slow links too, unless ``links`` is False (they are known slow still).
+        """
         slow = job.stragglers
         self.ctx.solver.cancel(stage_solve_key(job, p), "the slow stage recovered")
         slow.slow_stages.pop(p, None)

@@ -1,5 +1,7 @@
-"""A job's frontier computation: started in a worker process (see
-:mod:`perseus_server.runtime.solve_manager`), followed, cancelled, and deployed when it is done.
+"""A job's frontier computation: started, followed, cancelled, and deployed when done.
+
+Started in a worker process (see :mod:`perseus_server.runtime.solve_manager`), followed, cancelled,
+and deployed when it is done.
 
 The partial frontier: when the job has no frontier of the profile revision being solved, the
 solver's first plan (a verified zero-slowdown plan) is stored as the job's frontier, one point,
@@ -46,6 +48,11 @@ class Solves:
         self.deployer = deployer
 
     def start(self, job_id: str) -> dict[str, Any]:
+        """``POST /jobs/{id}/frontier``: start computing the job's frontier; returns its status.
+
+        Refused with 409 when the job has no profile, or a computation (or online profiling)
+        is under way.
+        """
         job = self.ctx.jobs.get(job_id)
         if job.profile.current is None:
             raise Conflict(
@@ -168,12 +175,14 @@ class Solves:
         )
 
     def cancel(self, job_id: str) -> dict[str, Any]:
+        """Cancel the job's frontier computation; returns its status (409 when none runs)."""
         self.ctx.jobs.get(job_id)
         if not self.ctx.solver.cancel(job_id, "cancelled by request"):
             raise Conflict("no frontier computation is running for this job", field="frontier")
         return self.status(job_id, points=False)
 
     def status(self, job_id: str, *, points: bool = True) -> dict[str, Any]:
+        """The computation's status and, once computed and with ``points``, every frontier point."""
         job = self.ctx.jobs.get(job_id)
         row, f = job.frontier.row, job.frontier.current
         out: dict[str, Any] = {

@@ -72,6 +72,7 @@ class Deployment:
     own: tuple[int, ...] = ()  # pipelines whose index is into their own re-solved frontier
 
     def to_json(self) -> dict[str, Any]:
+        """The deployment as stored: kind, reasons, indices, own, profiling and max clock."""
         return {
             "kind": self.kind,
             "reason": self.reason,
@@ -85,6 +86,7 @@ class Deployment:
 
     @classmethod
     def from_json(cls, version: int, d: dict[str, Any]) -> Deployment:
+        """Read :meth:`to_json`'s document as deployment ``version``."""
         return cls(
             version,
             DeploymentKind(d["kind"]),
@@ -100,9 +102,11 @@ class Deployment:
 
 @dataclass
 class SlowStages:
-    """A pipeline with slow stages or slow links: the stages' factors, the links' measured
-    transfer times (s per microbatch, per ``(boundary, direction)``), and the frontier re-solved
-    for them."""
+    """A pipeline with slow stages or slow links, and the frontier re-solved for them.
+
+    The stages' factors, the links' measured transfer times (s per microbatch, per ``(boundary,
+    direction)``), and the frontier re-solved for them.
+    """
 
     factors: dict[int, float]
     status: SlowStageStatus = SlowStageStatus.SOLVING
@@ -116,15 +120,18 @@ class SlowStages:
 
     @property
     def ready(self) -> bool:
+        """Whether the re-solved frontier is ready."""
         return self.status is SlowStageStatus.READY and self.frontier is not None
 
     def describe(self) -> str:
+        """The slow stages and links in words, for the plan's reason."""
         return ", ".join(
             [f"stage {s} x{f:.3g}" for s, f in sorted(self.factors.items())]
             + [f"link {b} {d} {t * 1e3:.4g} ms" for (b, d), t in sorted(self.links.items())]
         )
 
     def to_json(self) -> dict[str, Any]:
+        """The slow stages as stored and shown: factors, links, the re-solve's status and times."""
         return {
             "factors": {str(k): v for k, v in self.factors.items()},
             "status": self.status,
@@ -149,6 +156,7 @@ class ProfileState:
     _times: dict[tuple[int, str], dict[int, float]] = field(default_factory=dict)
 
     def set(self, profile: Profile, revision: int, source: str) -> None:
+        """Make ``profile`` the current one, of ``revision`` from ``source``."""
         self.current, self.revision, self.source = profile, revision, source
         self._times.clear()
 
@@ -187,6 +195,7 @@ class FrontierState:
     )
 
     def set(self, frontier: Frontier) -> None:
+        """Make ``frontier`` the current one; the cached plans are dropped."""
         self.current = frontier
         self.steps_cache.clear()
 
@@ -202,8 +211,10 @@ class FrontierState:
 
 @dataclass
 class DeploymentState:
-    """The version counter, what is deployed, the policy and pins behind it, and the messages
-    built for the ranks (per version)."""
+    """The version counter, what is deployed, the policy and pins behind it, and the rank messages.
+
+    The messages are those built for the ranks, per version.
+    """
 
     version: int = 0
     current: Deployment | None = None
@@ -224,8 +235,10 @@ LinkKey = tuple[int, int, str]
 
 @dataclass
 class LinkState:
-    """Measured P2P transfer times per pipeline and link, and the slow-link detector (see
-    :mod:`perseus_server.service.slow_links`)."""
+    """Measured P2P transfer times per pipeline and link, and the slow-link detector.
+
+    See :mod:`perseus_server.service.slow_links`.
+    """
 
     #: The latest per-iteration times (each a report's median) per link, for the status and the
     #: baseline of a link the profile has no time for.
@@ -262,8 +275,10 @@ class StragglerState:
 
 @dataclass
 class RankState:
-    """Registered ranks (by global rank and by id), their recent iterations, and each
-    pipeline's recent iteration times (the slowest of its ranks)."""
+    """Registered ranks (by global rank and by id), their recent iterations, and pipelines' times.
+
+    Each pipeline's recent iteration times are the slowest of its ranks'.
+    """
 
     by_global: dict[int, RankInfo] = field(default_factory=dict)
     by_id: dict[str, RankInfo] = field(default_factory=dict)
@@ -278,6 +293,7 @@ class RankState:
     clock_control: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def add(self, rank: RankInfo) -> None:
+        """Add (or replace) a registered rank."""
         self.by_global[rank.global_rank] = rank
         self.by_id[rank.rank_id] = rank
         self.history.setdefault(rank.rank_id, deque(maxlen=32))
@@ -298,24 +314,32 @@ class Job:
 
     @property
     def spec(self) -> JobSpec:
+        """The job's description."""
         return self.row.spec
 
     @property
     def id(self) -> str:
+        """The job's id."""
         return self.row.id
 
     @functools.cached_property
     def boundary_ends(self) -> tuple[tuple[int, int], ...]:
-        """Per stage boundary ``b`` (model stage ``b`` to ``b + 1``), the pipeline ranks at its
-        two ends: the ranks that run its producer and its consumer stage (the schedule does not
-        change for the job's life)."""
+        """Per stage boundary ``b``, the pipeline ranks at its two ends.
+
+        Boundary ``b`` is from model stage ``b`` to ``b + 1``.
+
+        The ranks that run its producer and its consumer stage (the schedule does not change
+        for the job's life).
+        """
         where = self.schedule.stage_rank()
         return tuple((where[b], where[b + 1]) for b in range(self.schedule.stages - 1))
 
     def profiling_is(self, *statuses: ProfilingStatus) -> bool:
+        """Whether online profiling is in one of ``statuses``."""
         return self.profiling is not None and self.profiling.status in statuses
 
     def state(self) -> JobState:
+        """What the job is doing: profiling, solving, failed, ready, profiled or created."""
         if self.profiling_is(ProfilingStatus.RUNNING):
             return JobState.PROFILING
         st = self.frontier.row.status
@@ -348,9 +372,11 @@ class JobTable:
         return self._jobs.get(job_id)
 
     def add(self, job: Job) -> None:
+        """Add ``job``."""
         self._jobs[job.id] = job
 
     def remove(self, job_id: str) -> None:
+        """Remove job ``job_id``."""
         del self._jobs[job_id]
 
     def __contains__(self, job_id: object) -> bool:
@@ -363,4 +389,5 @@ class JobTable:
         return iter(list(self._jobs.values()))
 
     def ids(self) -> list[str]:
+        """Every job's id, in the order added."""
         return list(self._jobs)

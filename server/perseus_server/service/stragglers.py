@@ -1,7 +1,9 @@
-"""Straggling pipelines: reported through the REST API, detected from reported iteration times
-(by the job's :class:`~perseus_server.decisions.detectors.Detector`, which owns its calibration: this
-module passes raw measured times and takes T' back on the profile's axis), cleared; each change
-re-decides the plans (the others move to the frontier point that matches the straggler's time).
+"""Straggling pipelines: reported, detected, cleared; each change re-decides the plans.
+
+Reported through the REST API, detected from reported iteration times (by the job's
+:class:`~perseus_server.decisions.detectors.Detector`, which owns its calibration: this module
+passes raw measured times and takes T' back on the profile's axis), cleared; each change re-decides
+the plans (the others move to the frontier point that matches the straggler's time).
 
 Two guards keep noise from pushing plan versions (``docs/server.md``, "Replanning"):
 
@@ -48,8 +50,11 @@ log = logging.getLogger("perseus.server")
 
 @dataclass
 class Mismatch:
-    """A job's profile judged against its measured iterations: each pipeline's recent ratios
-    of measured to planned iteration time, and the mismatch when there is one."""
+    """A job's profile judged against its measured iterations.
+
+    Each pipeline's recent ratios of measured to planned iteration time, and the mismatch when
+    there is one.
+    """
 
     profile_revision: int = 0
     ratios: dict[int, deque[float]] = field(default_factory=dict)
@@ -59,12 +64,14 @@ class Mismatch:
 
 
 class ProfileChecks:
-    """``profile_mismatch`` (see the module docstring): over the last ``iterations`` reported
-    iterations of each pipeline, the job's ratio is the smallest of the pipelines' median
-    ratios of measured to planned time (a straggler does not count; overhead common to every
-    pipeline does). Outside the band ``(low, high)`` the job is mismatched; it clears once the
-    ratio is back within the band's geometric middle half (``sqrt(low)..sqrt(high)``:
-    hysteresis), or when a new profile is stored."""
+    """``profile_mismatch`` (see the module docstring), with hysteresis.
+
+    Over the last ``iterations`` reported iterations of each pipeline, the job's ratio is the
+    smallest of the pipelines' median ratios of measured to planned time (a straggler does not
+    count; overhead common to every pipeline does). Outside the band ``(low, high)`` the job is
+    mismatched; it clears once the ratio is back within the band's geometric middle half
+    (``sqrt(low)..sqrt(high)``: hysteresis), or when a new profile is stored.
+    """
 
     def __init__(self, band: tuple[float, float], iterations: int) -> None:
         self.low, self.high = float(band[0]), float(band[1])
@@ -72,6 +79,7 @@ class ProfileChecks:
         self._jobs: dict[str, Mismatch] = {}
 
     def get(self, job: Job) -> Mismatch:
+        """The job's mismatch record, started afresh when its profile changed."""
         m = self._jobs.get(job.id)
         if m is None or m.profile_revision != job.profile.revision:
             m = self._jobs[job.id] = Mismatch(job.profile.revision)
@@ -85,6 +93,7 @@ class ProfileChecks:
         return m.reason
 
     def forget(self, job_id: str) -> None:
+        """Drop the job's record (the job was deleted)."""
         self._jobs.pop(job_id, None)
 
     def flags(self) -> dict[str, bool]:
@@ -92,8 +101,10 @@ class ProfileChecks:
         return {j: m.reason is not None for j, m in self._jobs.items()}
 
     def observe(self, job: Job, pipeline: int, ratio: float) -> bool:
-        """One iteration of ``pipeline`` ran ``ratio`` times its planned time; returns whether
-        the job is mismatched now."""
+        """One iteration of ``pipeline`` ran ``ratio`` times its planned time.
+
+        Returns whether the job is mismatched now.
+        """
         m = self.get(job)
         recent = m.ratios.setdefault(pipeline, deque(maxlen=self.iterations))
         recent.append(ratio)
@@ -117,8 +128,10 @@ class ProfileChecks:
         return m.reason is not None
 
     def view(self, job: Job) -> dict[str, Any] | None:
-        """``profile_mismatch`` of the job's status (None: the profile matches, or too few
-        iterations were reported to tell)."""
+        """``profile_mismatch`` of the job's status.
+
+        None: the profile matches, or too few iterations were reported to tell.
+        """
         m = self._jobs.get(job.id)
         if m is None or m.reason is None or m.profile_revision != job.profile.revision:
             return None
@@ -250,6 +263,7 @@ class Stragglers:
         self._mark_replanned(job, pipeline)
 
     def set_detector(self, job_id: str, settings: DetectorSettings) -> None:
+        """Set the job's detector settings: new detectors, the ranks' applied-clock records kept."""
         job = self.ctx.jobs.get(job_id)
         slow = job.stragglers  # the ranks' applied-clock records stay
         slow.detector, slow.stage_detector = make_detectors(settings, slow.detector.clocks)
@@ -257,8 +271,10 @@ class Stragglers:
             persist_deployment(self.ctx.store, job)
 
     def observe(self, checked: CheckedReport) -> None:
-        """One accepted report (not while the job is profiled): the pipeline's leader rank
-        feeds the iteration detector."""
+        """One accepted report (not while the job is profiled).
+
+        The pipeline's leader rank feeds the iteration detector.
+        """
         job, rank = checked.job, checked.rank
         if job.profiling_is(ProfilingStatus.RUNNING):
             return

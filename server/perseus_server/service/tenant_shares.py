@@ -1,5 +1,6 @@
-"""How the cluster power budget is shared between tenants before each tenant's jobs share
-their tenant's part (``docs/power.md``, *Tenants*).
+"""How the cluster power budget is shared between tenants.
+
+Before each tenant's jobs share their tenant's part (``docs/power.md``, *Tenants*).
 
 Each tenant whose jobs draw on the budget says what they can use: ``low`` (every job at its
 least-power plan) and ``high`` (every job at its fastest), both with claims bounded by the
@@ -40,8 +41,10 @@ class TenantDemand:
 
 @dataclass(frozen=True)
 class TenantShare:
-    """One tenant's part of the budget (``watts``) and what its jobs were given (``allocated``,
-    the sum of their shares)."""
+    """One tenant's part of the budget (``watts``) and what its jobs were given.
+
+    ``allocated``: the sum of their shares.
+    """
 
     tenant: str
     watts: float
@@ -70,6 +73,7 @@ class TenantShare:
         raise KeyError(name)
 
     def to_json(self) -> dict[str, float | str | bool]:
+        """The tenant's share as shown: watts, allocated watts, demand and guarantee."""
         return {
             "tenant": self.tenant,
             "watts": self.watts,

@@ -1,6 +1,8 @@
-"""Tenants: teams sharing one server (on Kubernetes a namespace, on Slurm an account), each
-with its own credentials (:mod:`perseus_server.service.credentials`), quotas and share of the
-cluster power budget (``docs/server.md``, *Tenants*).
+"""Tenants: teams sharing one server, each with its credentials, quotas and power share.
+
+A team is a namespace on Kubernetes, an account on Slurm; each with its own credentials
+(:mod:`perseus_server.service.credentials`), quotas and share of the cluster power budget
+(``docs/server.md``, *Tenants*).
 
 A tenant's quotas: ``max_jobs`` jobs stored at once (default: ``Limits.tenant_job_share`` of
 the server's ``max_jobs``, so no one tenant fills the server; the ``default`` tenant, which a
@@ -36,8 +38,10 @@ QUOTA_FIELDS = ("max_jobs", "max_gpus", "weight", "guaranteed_watts")
 
 
 def unknown_tenant(tenant_id: str) -> NotFound:
-    """The answer to an unknown tenant (and to another tenant's, so existence does not
-    leak)."""
+    """The answer to an unknown tenant.
+
+    Also to another tenant's, so existence does not leak.
+    """
     return NotFound(f"no tenant {tenant_id[:64]!r}", field="tenant_id")
 
 
@@ -49,6 +53,7 @@ class Tenants:
         self._rows: dict[str, TenantRow] = {}
 
     def load(self) -> None:
+        """Read the tenants from the store (the ``default`` one is always there)."""
         self._rows = {row.id: row for row in self.ctx.store.tenants()}
         if DEFAULT_TENANT not in self._rows:  # a store that predates tenants in memory
             self._rows[DEFAULT_TENANT] = TenantRow(DEFAULT_TENANT, time.time())
@@ -59,17 +64,22 @@ class Tenants:
         return tenant_id in self._rows
 
     def ids(self) -> list[str]:
+        """Every tenant's id."""
         return list(self._rows)
 
     def get(self, tenant_id: str) -> TenantRow:
+        """The tenant ``tenant_id``; 404 when it is unknown."""
         row = self._rows.get(tenant_id)
         if row is None:
             raise unknown_tenant(tenant_id)
         return row
 
     def max_jobs(self, row: TenantRow) -> int:
-        """The tenant's job quota (its own, else the default: the whole cap for the default
-        tenant, ``tenant_job_share`` of it for the others)."""
+        """The tenant's job quota.
+
+        Its own, else the default: the whole cap for the default tenant,
+        ``tenant_job_share`` of it for the others.
+        """
         limits = self.ctx.limits
         if row.max_jobs is not None:
             return row.max_jobs
@@ -87,6 +97,7 @@ class Tenants:
         return jobs, gpus
 
     def view(self, tenant_id: str) -> dict[str, Any]:
+        """``GET /tenants/{id}``: the tenant, its quotas and what its jobs hold."""
         row = self.get(tenant_id)
         jobs, gpus = self.usage(tenant_id)
         return {
@@ -146,8 +157,10 @@ class Tenants:
         return self.view(tenant_id)
 
     def patch(self, tenant_id: str, quotas: dict[str, Any]) -> dict[str, Any]:
-        """``PATCH /tenants/{id}``: the given quotas change, the others stay (null: the
-        default again)."""
+        """``PATCH /tenants/{id}``: the given quotas change, the others stay.
+
+        Null: the default again.
+        """
         old = self.get(tenant_id)
         row = TenantRow(
             old.id, old.created, old.max_jobs, old.max_gpus, old.weight, old.guaranteed_watts

@@ -1,5 +1,7 @@
-"""Read-only views of the state: a job, its status (ranks, pipelines, plan, frontier,
-stragglers, profiling) and the server's health, as the REST API returns them."""
+"""Read-only views of the state, as the REST API returns them.
+
+A job, its status (ranks, pipelines, plan, frontier, stragglers, profiling) and the server's health.
+"""
 
 from __future__ import annotations
 
@@ -28,8 +30,11 @@ def _micros(created: float) -> int:
 
 
 def _cursor(micros: int, job_id: str) -> str:
-    """The opaque ``next`` cursor after job ``job_id`` created at ``micros`` (hexadecimal
-    microseconds since the epoch, a dot, the id): it keeps its place when the job is deleted."""
+    """The opaque ``next`` cursor after job ``job_id`` created at ``micros``.
+
+    The cursor is hexadecimal microseconds since the epoch, a dot, the id: it keeps its place
+    when the job is deleted.
+    """
     return f"{micros:x}{_CURSOR_SEP}{job_id}"
 
 
@@ -40,9 +45,11 @@ MAX_STATUS_RANKS = 1024
 
 
 def _off_plan_by_pipeline(job: Job) -> dict[int, list[int]]:
-    """Per pipeline, the global ranks that ran off-plan within their window, lowest first (what
-    :func:`off_plan_ranks` gives one pipeline at a time), in one pass over the ranks that
-    verify their clocks rather than one pass over every rank per pipeline."""
+    """Per pipeline, the global ranks that ran off-plan within their window, lowest first.
+
+    What :func:`off_plan_ranks` gives one pipeline at a time, in one pass over the ranks that
+    verify their clocks rather than one pass over every rank per pipeline.
+    """
     out: dict[int, list[int]] = {}
     for rank_id, record in job.stragglers.detector.clocks.items():
         r = job.ranks.by_id.get(rank_id)
@@ -67,10 +74,13 @@ class Views:
         lifecycle: Callable[[str], dict[str, Any]],
         profile_mismatch: Callable[[Job], dict[str, Any] | None],
     ) -> None:
-        """``power_share``: a job's share of the cluster power budget for its status (None:
-        the budget does not cover it); ``lifecycle``: a job's lifecycle view (state, since,
+        """Set up the views.
+
+        ``power_share``: a job's share of the cluster power budget for its status (None: the
+        budget does not cover it); ``lifecycle``: a job's lifecycle view (state, since,
         reason); ``profile_mismatch``: whether the job's profile describes it (None: no
-        mismatch)."""
+        mismatch).
+        """
         self.ctx = ctx
         self.deployer = deployer
         self.solves = solves
@@ -84,6 +94,7 @@ class Views:
         self.measured = measured
 
     def job(self, job_id: str) -> dict[str, Any]:
+        """``GET /jobs/{id}``: the job's description, tenant, state, profile, plan and lifecycle."""
         job = self.ctx.jobs.get(job_id)
         return {
             "id": job.id,
@@ -104,13 +115,15 @@ class Views:
     def jobs(
         self, limit: int, after: str | None = None, tenant: str | None = None
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """A page of at most ``limit`` job summaries after the cursor ``after`` (creation order),
-        and the cursor of the next page (None: the last page). Custom orders are left out: the
-        page's size follows ``limit``, not the jobs' schedules.
+        """A page of at most ``limit`` job summaries after the cursor ``after`` (creation order).
+
+        And the cursor of the next page (None: the last page). Custom orders are left out:
+        the page's size follows ``limit``, not the jobs' schedules.
 
         A cursor names the creation time and id of the last job listed (:func:`_cursor`), so a
         listing goes on when that job is deleted meanwhile; a plain job id (an older cursor)
-        is accepted while its job exists. ``tenant``: that tenant's jobs only."""
+        is accepted while its job exists. ``tenant``: that tenant's jobs only.
+        """
         order = sorted(
             (_micros(j.row.created), j.id)
             for j in self.ctx.jobs
@@ -125,8 +138,11 @@ class Views:
         return [self.summary(j) for j in page], (_cursor(*last) if more and last else None)
 
     def _position(self, after: str, tenant: str | None = None) -> tuple[int, str]:
-        """Where a cursor (or a job's id) stands; another tenant's job id is no cursor of a
-        tenant's listing (its existence does not leak)."""
+        """Where a cursor (or a job's id) stands.
+
+        Another tenant's job id is no cursor of a tenant's listing (its existence does not
+        leak).
+        """
         if after in self.ctx.jobs and (
             tenant is None or self.ctx.jobs.get(after).row.tenant == tenant
         ):
@@ -151,8 +167,10 @@ class Views:
     def _ranks(
         self, job: Job, connected: set[str], limit: int, after: int | None
     ) -> tuple[list[dict[str, Any]], int | None]:
-        """A page of at most ``limit`` ranks after global rank ``after``, by global rank, and
-        the ``after`` of the next page (None: the last). Costs the page, not the job."""
+        """A page of at most ``limit`` ranks after global rank ``after``, by global rank.
+
+        And the ``after`` of the next page (None: the last). Costs the page, not the job.
+        """
         keys = sorted(job.ranks.by_global)
         start = 0 if after is None else bisect.bisect_right(keys, after)
         chosen = keys[start : start + limit]
@@ -207,9 +225,13 @@ class Views:
     def status(
         self, job_id: str, ranks: int = STATUS_RANKS, after: int | None = None
     ) -> dict[str, Any]:
-        """The job's live state, with the detail of at most ``ranks`` ranks after global rank
-        ``after`` (``ranks_next``: the ``after`` of the next page, or None): its cost is bounded
-        by the page, not by the job's world size."""
+        """The job's live state, with the detail of at most ``ranks`` ranks after ``after``.
+
+        ``after`` is a global rank.
+
+        ``ranks_next`` is the ``after`` of the next page, or None. Its cost is bounded by
+        the page, not by the job's world size.
+        """
         job = self.ctx.jobs.get(job_id)
         connected = self.ctx.hub.connected(job_id)
         slow = job.stragglers
@@ -240,6 +262,7 @@ class Views:
         }
 
     def health(self) -> dict[str, Any]:
+        """``GET /healthz``: status, number of jobs, uptime and the kernels' state."""
         return {
             "status": "ok",
             "jobs": len(self.ctx.jobs),

@@ -1,5 +1,7 @@
-"""A throwaway PostgreSQL server for tests and benchmarks: ``initdb`` and ``pg_ctl`` (Debian's
-``postgresql`` package) in a temporary directory, listening on a Unix socket there only.
+"""A throwaway PostgreSQL server for tests and benchmarks.
+
+``initdb`` and ``pg_ctl`` (Debian's ``postgresql`` package) in a temporary directory, listening on a
+Unix socket there only.
 
 Example::
 
@@ -34,8 +36,10 @@ USER = "perseus"
 
 
 def postgres_binaries() -> Path | None:
-    """The directory holding ``initdb`` and ``pg_ctl`` (PATH first, then Debian's
-    ``/usr/lib/postgresql/<version>/bin``, newest first), or None."""
+    """The directory holding ``initdb`` and ``pg_ctl``, or None.
+
+    PATH first, then Debian's ``/usr/lib/postgresql/<version>/bin``, newest first.
+    """
     found = shutil.which("initdb")
     if found and shutil.which("pg_ctl"):
         return Path(found).parent
@@ -88,6 +92,7 @@ class PostgresServer:
             raise RuntimeError(f"{args[0]} failed ({out.returncode}): {out.stdout}{out.stderr}")
 
     def start(self) -> PostgresServer:
+        """Create the database cluster and start the server; returns ``self``."""
         self._run(
             "initdb", "-D", str(self.data), "-U", USER, "--auth=trust", "-E", "UTF8", "--no-sync"
         )
@@ -119,12 +124,14 @@ class PostgresServer:
         return self.url(name)
 
     def log(self) -> str:
+        """The server's log so far (empty when it cannot be read)."""
         try:
             return (self.dir / "log").read_text(errors="replace")
         except OSError:
             return ""
 
     def stop(self) -> None:
+        """Stop the server, if it was started."""
         if self.started:
             self.started = False
             with contextlib.suppress(RuntimeError):

@@ -86,20 +86,24 @@ class ServerProcess:
 
     @property
     def pid(self) -> int:
+        """The server process's id; raises ``RuntimeError`` before it is started."""
         if self._proc is None:
             raise RuntimeError("the server is not started")
         return self._proc.pid
 
     @property
     def returncode(self) -> int | None:
+        """The server process's exit status; None while it runs or before it is started."""
         return None if self._proc is None else self._proc.poll()
 
     @property
     def headers(self) -> dict[str, str]:
+        """The REST headers that carry the token (none without one)."""
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     @property
     def grpc_metadata(self) -> tuple[tuple[str, str], ...]:
+        """The gRPC metadata that carries the token (none without one)."""
         return (("authorization", f"Bearer {self.token}"),) if self.token else ()
 
     def output(self) -> str:
@@ -112,6 +116,7 @@ class ServerProcess:
     # --- lifecycle -------------------------------------------------------------------------------
 
     def command(self) -> list[str]:
+        """The command line that runs the server."""
         cmd = [
             sys.executable,
             "-m",
@@ -135,6 +140,10 @@ class ServerProcess:
         return cmd + self.extra_args
 
     def start(self) -> ServerProcess:
+        """Start the server and wait until it is healthy; returns ``self``.
+
+        Raises ``RuntimeError`` when it is already running, or when it exits while starting.
+        """
         if self._proc is not None and self._proc.poll() is None:
             raise RuntimeError("the server is already running")
         env = dict(os.environ)
@@ -216,6 +225,7 @@ class ServerProcess:
             self._proc.wait()
 
     def close(self) -> None:
+        """Stop the server and remove its temporary directory."""
         self.stop()
         self._tmp.cleanup()
 
