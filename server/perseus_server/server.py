@@ -189,7 +189,7 @@ async def _open_service(
         report_decoder=decode_report_bytes,
         ingest_off_loop=is_postgres(config.db_path),
     )
-    service.load()
+    service.load(resume_solves=leader is not None)  # a new leader resumes solves
     return service, leader
 
 
