@@ -4,8 +4,8 @@
     python benchmarks/failover.py --smoke   # 3 rounds (one per fault), 16 ranks, a 2 s lease
 
 Starts a PostgreSQL server (``initdb`` / ``pg_ctl``, PostgreSQL's default durability), a leader
-and a standby with ``--leader-lease`` on fixed ports, each reaching the database through a
-proxy of its own (so its connection can be cut, see ``failover_load.py``), and solves a
+and a standby with ``--leader-lease`` on fixed ports, each connecting as a database role of
+its own (so that its connections alone can be cut), and solves a
 2-stage job with ``ranks / 2`` data-parallel pipelines. ``--procs`` processes simulate the
 ranks with the real gRPC API against both addresses (register, a ``WatchPlan`` stream to each
 address, one sequence-numbered report per rank every ``--interval`` s). Each round deploys a
@@ -14,8 +14,9 @@ new plan version, waits until every rank has it, and faults the leader, the faul
 - ``SIGKILL``: the leader dies;
 - ``SIGSTOP``: the leader hangs for ``--hang`` s, then is resumed (SIGCONT) and must stop
   itself (exit status 3), having written nothing more;
-- ``dbcut``: the leader's database connections are cut (every one closed, new ones refused)
-  until it has stopped itself, at least ``--cut`` s; PostgreSQL and the standby are fine.
+- ``dbcut``: the leader's database connections are cut (its open connections terminated,
+  new ones refused by ``pg_hba.conf``) until it has stopped itself, at least ``--cut`` s;
+  PostgreSQL and the standby are fine.
 
 Measured per round, from the fault: the standby's ``perseus: leader`` line, its readiness (both
 ports listening), and the time until every rank has received a plan on its stream to the new
@@ -39,7 +40,6 @@ import signal
 import socket
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -47,7 +47,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from failover_load import proxy_proc, ranks_proc  # noqa: E402
+from failover_load import ranks_proc  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = ROOT / "profiles" / "gpt3-175b_a40_8stage.csv"
@@ -89,35 +89,43 @@ def _wait_line(srv: Any, text: str, timeout: float, after: int = 0) -> float:
 
 
 class Slot:
-    """One server's place: fixed ports, a proxy to the database, the process running there."""
+    """One server's place: fixed ports, a database role of its own (so that its connections
+    alone can be cut), the process running there."""
 
     def __init__(self, name: str, cluster: Cluster) -> None:
         self.name, self.cluster, self.gen = name, cluster, 0
         self.http_port, self.grpc_port = _free_port(), _free_port()
-        self.proxy_dir = Path(tempfile.mkdtemp(prefix=f"perseus-proxy-{name}-"))
-        self.pipe, child = cluster.ctx.Pipe()
-        pg = cluster.pg
-        self.proxy = cluster.ctx.Process(
-            target=proxy_proc,
-            args=(
-                str(self.proxy_dir / f".s.PGSQL.{pg.port}"),
-                str(pg.dir / f".s.PGSQL.{pg.port}"),
-                child,
-            ),
-            daemon=True,
-        )
-        self.proxy.start()
-        assert self.pipe.recv() == "ok"
+        self.role = f"perseus_{name}"
+        cluster.sql(f"CREATE ROLE {self.role} LOGIN SUPERUSER")
         self.srv: Any = None
         self.waiting: threading.Thread | None = None
+        self._hba: str | None = None
 
     @property
     def target(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
 
-    def proxy_cmd(self, cmd: str) -> None:
-        self.pipe.send((cmd,))
-        assert self.pipe.recv() == "ok"
+    def cut(self) -> None:
+        """Cut this server off the database: its role's connections are refused (pg_hba) and
+        the open ones terminated; PostgreSQL and the other server go on."""
+        hba = self.cluster.pg.data / "pg_hba.conf"
+        self._hba = hba.read_text()
+        hba.write_text(
+            f"local all {self.role} reject\nhost all {self.role} all reject\n{self._hba}"
+        )
+        self.cluster.sql("SELECT pg_reload_conf()")
+        for _ in range(10):  # a connection made before the reload took effect is ended too
+            self.cluster.sql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                (self.role,),
+            )
+            time.sleep(0.1)
+
+    def restore(self) -> None:
+        if self._hba is not None:
+            (self.cluster.pg.data / "pg_hba.conf").write_text(self._hba)
+            self._hba = None
+            self.cluster.sql("SELECT pg_reload_conf()")
 
     def launch(self) -> None:
         """Start a new server process here (``start`` returns once it leads: on a thread)."""
@@ -126,7 +134,7 @@ class Slot:
         c = self.cluster
         self.gen += 1
         url = (
-            f"postgresql://perseus@/{c.db}?host={self.proxy_dir}&port={c.pg.port}"
+            f"postgresql://{self.role}@/{c.db}?host={c.pg.dir}&port={c.pg.port}"
             f"&application_name=perseus-{self.name}{self.gen}"
         )
         self.srv = ServerProcess(
@@ -151,9 +159,6 @@ class Slot:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.srv.pid, signal.SIGCONT)
             self.srv.stop()
-        with contextlib.suppress(Exception):
-            self.proxy_cmd("stop")
-        self.proxy.join(5)
 
 
 class Cluster:
@@ -167,6 +172,13 @@ class Cluster:
         self.slots = [Slot("a", self), Slot("b", self)]
         self.leader = 0
         self.loads: list[tuple[Any, Any]] = []
+
+    def sql(self, query: str, params: tuple[Any, ...] = ()) -> None:
+        """Run ``query`` as the database's superuser."""
+        import psycopg
+
+        with psycopg.connect(self.pg.url(self.db), autocommit=True) as conn:
+            conn.execute(query, params)
 
     def ask(self, *cmd: Any) -> list[Any]:
         for pipe, _ in self.loads:
@@ -283,7 +295,7 @@ def _fault(cl: Cluster, fault: str) -> None:
     elif fault == "SIGSTOP":
         os.kill(old.srv.pid, signal.SIGSTOP)
     else:
-        old.proxy_cmd("cut")
+        old.cut()
 
 
 def _end_fault(cl: Cluster, fault: str, t0: float, args: argparse.Namespace) -> int | None:
@@ -300,7 +312,7 @@ def _end_fault(cl: Cluster, fault: str, t0: float, args: argparse.Namespace) -> 
         time.sleep(0.05)
     if fault == "dbcut":
         time.sleep(max(0.0, t0 + args.cut - time.monotonic()))
-        old.proxy_cmd("restore")
+        old.restore()
     code = old.srv.returncode
     if code is None:
         old.srv.kill()
@@ -345,7 +357,7 @@ def _round(
         "version_went_back": plans["back"],
         "deposed_exit": exit_code,
         "acked": len(acked),
-        "lost": cl.lost(acked),  # type: ignore[arg-type]
+        "lost": cl.lost(acked),
         "failed_sends": sum(d["failed_sends"] for d in drained),
     }
     cl.leader = 1 - cl.leader
@@ -463,12 +475,16 @@ def parser(doc: str) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ap = parser(__doc__ or "")
     ap.add_argument("--rounds", type=int, default=3, help="failovers, the faults rotating")
+    ap.add_argument("--faults", default=",".join(FAULTS), help="the faults, in turn")
     ap.add_argument("--smoke", action="store_true", help="3 rounds, 16 ranks, a 2 s lease")
     args = ap.parse_args(argv)
+    faults = args.faults.split(",")
+    if not set(faults) <= set(FAULTS):
+        ap.error(f"--faults: each must be one of {', '.join(FAULTS)}")
     if args.smoke:
         args.rounds, args.ranks, args.procs, args.lease = 3, 16, 1, 2.0
         args.hang, args.cut, args.settle, args.interval = 3.0, 3.0, 1.0, 0.5
-    res = run(args, [FAULTS[i % len(FAULTS)] for i in range(args.rounds)])
+    res = run(args, [faults[i % len(faults)] for i in range(args.rounds)])
     if args.json:
         print(json.dumps(res))
         return 0

@@ -1,4 +1,4 @@
-"""The load of the failover benchmarks: simulated ranks, and the cuttable way to the database.
+"""The load of the failover benchmarks: simulated ranks using the real gRPC API.
 
 :func:`ranks_proc` (run in a few processes) is a share of a job's ranks using the real gRPC API
 against every server address at once, as ranks given ``PERSEUS_SERVER=a,b`` can: each rank
@@ -8,23 +8,17 @@ nothing), and reports one iteration every ``interval`` s (sequence-numbered; gro
 sent to the address that last acknowledged one, the other on a failure or a 2 s timeout).
 The parent asks it, over a pipe, when each rank first received a plan from an address after a
 moment, and which reports were acknowledged.
-
-:func:`proxy_proc` is a Unix-socket proxy between one server and PostgreSQL that the benchmark
-cuts: every connection through it is closed, and new ones are closed as they arrive, until it
-is restored (the server has lost the database; PostgreSQL and the other server have not).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
-import socket
 import threading
 import time
 from typing import Any
 
-__all__ = ["proxy_proc", "ranks_proc"]
+__all__ = ["ranks_proc"]
 
 #: Channels per address per process (each holds up to this process's ranks / CHANNELS streams).
 CHANNELS = 2
@@ -221,67 +215,3 @@ def ranks_proc(
             await c.close()
 
     asyncio.run(main())
-
-
-def _pump(src: socket.socket, dst: socket.socket) -> None:
-    try:
-        while data := src.recv(65536):
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for s in (src, dst):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-
-
-def proxy_proc(listen: str, target: str, conn: Any) -> None:
-    """Process body: forward Unix-socket connections from ``listen`` to ``target`` until
-    ``("stop",)`` on ``conn``; ``("cut",)`` closes them all and refuses new ones until
-    ``("restore",)``. Answers each command with ``"ok"``."""
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(listen)
-    srv.listen(128)
-    cut = threading.Event()
-    lock = threading.Lock()
-    open_: list[socket.socket] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                c, _ = srv.accept()
-            except OSError:
-                return
-            if cut.is_set():
-                c.close()
-                continue
-            up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                up.connect(target)
-            except OSError:
-                c.close()
-                continue
-            with lock:
-                open_.extend((c, up))
-            threading.Thread(target=_pump, args=(c, up), daemon=True).start()
-            threading.Thread(target=_pump, args=(up, c), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    conn.send("ok")
-    while True:
-        cmd = conn.recv()
-        if cmd[0] == "cut":
-            cut.set()
-            with lock:
-                for s in open_:
-                    with contextlib.suppress(OSError):
-                        s.shutdown(socket.SHUT_RDWR)
-                    with contextlib.suppress(OSError):
-                        s.close()
-                open_.clear()
-        elif cmd[0] == "restore":
-            cut.clear()
-        conn.send("ok")
-        if cmd[0] == "stop":
-            srv.close()
-            return

@@ -112,6 +112,23 @@ def test_soak_smoke() -> None:
     assert len(memory) >= 2 and all(float(m) > 0 for m in memory)
 
 
+@pytest.mark.slow
+def test_soak_failover_smoke() -> None:
+    from perseus_server.testing.postgres import postgres_binaries
+
+    if postgres_binaries() is None:
+        pytest.skip("PostgreSQL is not installed (initdb / pg_ctl; Debian package postgresql)")
+    res: dict[str, Any] = json.loads(run("soak.py", "--failover", "--smoke", "--json"))
+    rows = res["rounds"]
+    assert [r["fault"] for r in rows] == ["SIGKILL", "SIGSTOP"]
+    assert all(r["lost"] == 0 and r["acked"] > 0 for r in rows), rows
+    assert all(r["ranks_with_plan"] == r["ranks"] == 16 for r in rows), rows
+    assert [r["version_went_back"] for r in rows] == [0, 0]
+    # The restarted server leads the second round: versions go on from the first's.
+    assert rows[1]["deployed_version"] > rows[0]["deployed_version"]
+    assert res["two_leaders_in_an_epoch"] == 0 and len(res["commits_by_epoch"]) == 3
+
+
 def test_store_benchmark_smoke() -> None:
     from perseus_server.testing.postgres import postgres_binaries
 
