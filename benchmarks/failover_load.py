@@ -3,8 +3,8 @@
 :func:`ranks_proc` (run in a few processes) is a share of a job's ranks using the real gRPC API
 against every server address at once, as ranks given ``PERSEUS_SERVER=a,b`` can: each rank
 registers (with whichever server answers), holds a ``WatchPlan`` stream to every address
-(retrying one that fails every 0.25-0.75 s, so a standby that does not answer yet costs
-nothing), and reports one iteration every ``interval`` s (sequence-numbered; grouped in batches
+(waiting for an address that does not listen to listen, its channels reconnecting every 0.2-0.5
+s; retrying a call that ends every 0.25-0.75 s), and reports one iteration every ``interval`` s (sequence-numbered; grouped in batches
 sent to the address that last acknowledged one, the other on a failure or a 2 s timeout).
 The parent asks it, over a pipe, when each rank first received a plan from an address after a
 moment, and which reports were acknowledged.
@@ -28,7 +28,7 @@ REPORT_TIMEOUT = 2.0
 CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.min_reconnect_backoff_ms", 200),
-    ("grpc.max_reconnect_backoff_ms", 1000),
+    ("grpc.max_reconnect_backoff_ms", 500),
 ]
 
 
@@ -110,7 +110,9 @@ async def _watch(st: _Ranks, stubs: list[list[Any]], job_id: str, i: int, s: int
     req = pb.WatchPlanRequest(job_id=job_id, rank_id=st.ids[i])
     while not st.stop.is_set():
         try:
-            async for msg in stubs[s][i % CHANNELS].WatchPlan(req):
+            # Waits for the address to listen (no retries against a closed port); a server
+            # that answers (a standby saying so) ends the call, and it is retried.
+            async for msg in stubs[s][i % CHANNELS].WatchPlan(req, wait_for_ready=True):
                 st.plans[i].append((time.time(), s, int(msg.version)))
                 st.version[i] = max(st.version[i], int(msg.version))
                 st.counts["plans"] += 1

@@ -161,7 +161,8 @@ def test_failover_benchmark_smoke() -> None:
         assert r["version_went_back"] == 0 and r["deployed_version"] >= 2, r
         # Every rank got a plan on its stream to the new leader, after it had taken over.
         assert r["ranks_with_plan"] == r["ranks"] == 16, r
-        assert 0 < r["to_leader_s"] <= r["to_ready_s"] <= r["plans_max_s"], r
+        # (the ports listen a moment before /healthz is seen to answer: ready is not a bound)
+        assert 0 < r["to_leader_s"] <= min(r["to_ready_s"], r["plans_max_s"]), r
     # A hung or cut-off leader stops itself once it knows it was deposed.
     assert [r["deposed_exit"] for r in rows] == [None, 3, 3]
     # One committing server per epoch: the first leader's and one per failover.
