@@ -319,6 +319,14 @@ def _end_fault(cl: Cluster, fault: str, t0: float, args: argparse.Namespace) -> 
     return code
 
 
+def _merged(counts: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
 def _round(
     cl: Cluster, job_id: str, i: int, fault: str, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -359,6 +367,7 @@ def _round(
         "acked": len(acked),
         "lost": cl.lost(acked),
         "failed_sends": sum(d["failed_sends"] for d in drained),
+        "send_errors": _merged(d["errors"] for d in drained),
     }
     cl.leader = 1 - cl.leader
     old.launch()

@@ -42,7 +42,9 @@ class _Ranks:
         self.version = [0] * n
         #: Acknowledged (rank id, iteration) not yet handed to the parent.
         self.acked: list[tuple[str, int]] = []
-        self.counts = {"reports": 0, "failed_sends": 0, "plans": 0, "refused": 0}
+        self.counts = {"reports": 0, "failed_sends": 0, "partial_acks": 0, "plans": 0, "refused": 0}
+        #: Why sends failed (status code and details), since the last drain.
+        self.errors: dict[str, int] = {}
         self.stop = asyncio.Event()
         self.slots = slots
 
@@ -62,7 +64,8 @@ class _Ranks:
 
     def drain(self) -> dict[str, Any]:
         out, self.acked = self.acked, []
-        return {"acked": out, **self.counts}
+        errors, self.errors = self.errors, {}
+        return {"acked": out, "errors": errors, **self.counts}
 
 
 def _stubs(targets: list[str]) -> tuple[list[Any], list[list[Any]]]:
@@ -151,13 +154,17 @@ async def _report(
                 ack = await stubs[s][mine[0] % CHANNELS].ReportIterations(
                     iter(batch), timeout=REPORT_TIMEOUT
                 )
-            except grpc.aio.AioRpcError:
+            except grpc.aio.AioRpcError as e:
                 st.counts["failed_sends"] += 1
+                why = f"{e.code().name}: {e.details()}"[:120]
+                st.errors[why] = st.errors.get(why, 0) + 1
                 continue
             cur = s
             if ack.accepted == len(batch):
                 st.acked += [(st.ids[i], it) for i in mine]
                 st.counts["reports"] += len(batch) - int(ack.duplicates)
+            else:
+                st.counts["partial_acks"] += 1
             break
         await asyncio.sleep(interval)
 
