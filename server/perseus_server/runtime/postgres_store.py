@@ -15,6 +15,12 @@ callbacks, ordering; one contract suite runs on both), with these differences:
   job that was deleted meanwhile are dropped (the job row is read ``FOR SHARE`` first).
 - **Durability.** A commit is durable when PostgreSQL says so (``synchronous_commit`` of the
   database: ``on`` by default, which survives the database server's crash as well).
+- **The database lost.** A write whose connection fails (the database restarted, the network
+  cut, the connection terminated, no connection to be had from the pool) is refused with the
+  retryable :class:`~perseus_server.domain.errors.StoreUnavailable` (``kind:
+  database_unreachable``: REST 503, gRPC ``UNAVAILABLE``), counted like a full disk; nothing of
+  it was committed, so nothing acknowledged is lost. A leader that stays cut off loses its lease
+  (:mod:`perseus_server.runtime.leadership`).
 
 Schema versions: :meth:`PostgresStore.open` brings the database to this code's version with
 :mod:`perseus_server.runtime.postgres_migrations`.
@@ -23,12 +29,14 @@ Schema versions: :meth:`PostgresStore.open` brings the database to this code's v
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
+from perseus_server.domain.errors import StoreUnavailable
 from perseus_server.domain.jobs import JobSpec, RankInfo
 from perseus_server.domain.rows import (
     DEFAULT_TENANT,
@@ -47,6 +55,11 @@ from perseus_server.runtime.store_rows import JOB_TABLES, rank_from_json
 from perseus_server.runtime.stores import describe
 
 __all__ = ["SCHEMA_VERSION", "NotLeader", "PostgresStore", "StoreError"]
+
+#: What ``Retry-After`` says when the database cannot be reached (s): a failover takes a lease.
+UNREACHABLE_RETRY_SECONDS = 5
+
+log = logging.getLogger("perseus.server")
 
 _CREDENTIAL_COLUMNS = "id, scope, job_id, hash, created, rotated, revoked, tenant"
 _TENANT_COLUMNS = "id, created, max_jobs, max_gpus, weight, guaranteed_watts"
@@ -77,6 +90,8 @@ class PostgresStore:
         self._local = _Thread()
         #: The leadership epoch every write checks (None: not fenced; see :meth:`fence`).
         self.epoch: int | None = None
+        #: Told the kind of every write refused (``database_unreachable``); the service counts.
+        self.on_error: Callable[[str], None] = lambda kind: None
 
     def fence(self, epoch: int) -> None:
         """From now on, a transaction commits only while ``epoch`` is the database's current
@@ -157,12 +172,34 @@ class PostgresStore:
                     yield conn
                 finally:
                     st.conn, st.depth = None, 0
-        except BaseException:
+        except BaseException as e:
             st.after.clear()
-            raise
+            self._refuse(e)
         after, st.after = st.after, []
         for fn in after:
             fn()
+
+    def _refuse(self, e: BaseException) -> NoReturn:
+        """Raise ``e``, or the retryable :class:`StoreUnavailable` when the database could not
+        be reached (counted; see the module docstring)."""
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        if not isinstance(e, psycopg.OperationalError | PoolTimeout):
+            raise e
+        full = isinstance(e, psycopg.errors.DiskFull)
+        kind = "disk_full" if full else "database_unreachable"
+        what = "the database's disk is full" if full else "the database cannot be reached"
+        log.warning("store %s: %s (%s); the write was refused", self, what, e)
+        self.on_error(kind)
+        raise StoreUnavailable(
+            f"{what}; nothing of this request was stored: retry in {UNREACHABLE_RETRY_SECONDS} s",
+            kind=kind,
+            retry_after=UNREACHABLE_RETRY_SECONDS,
+        ) from e
+
+    def __str__(self) -> str:
+        return describe(self.url)
 
     def _check_epoch(self, conn: Any) -> None:
         row = conn.execute("SELECT epoch FROM perseus_epoch WHERE id = 1 FOR SHARE").fetchone()
