@@ -288,26 +288,33 @@ def _setup(cl: Cluster, args: argparse.Namespace) -> str:
     return job_id
 
 
-def _fault(cl: Cluster, fault: str) -> None:
+def _fault(cl: Cluster, fault: str, hang: float) -> threading.Timer | None:
+    """Fault the leader; for SIGSTOP, the timer that resumes it ``hang`` s later (whatever
+    happens meanwhile: a standby that waits for the hung leader must not wait for us)."""
     old = cl.slots[cl.leader]
     if fault == "SIGKILL":
         old.srv.kill()
     elif fault == "SIGSTOP":
         os.kill(old.srv.pid, signal.SIGSTOP)
+        resume = threading.Timer(hang, os.kill, (old.srv.pid, signal.SIGCONT))
+        resume.start()
+        return resume
     else:
         old.cut()
+    return None
 
 
-def _end_fault(cl: Cluster, fault: str, t0: float, args: argparse.Namespace) -> int | None:
-    """Resume or reconnect the faulted leader as the fault says; its exit status (None after
-    SIGKILL)."""
+def _end_fault(
+    cl: Cluster, fault: str, t0: float, args: argparse.Namespace, resume: threading.Timer | None
+) -> int | None:
+    """Wait for the faulted leader to stop (resumed, or reconnected, as the fault says); its
+    exit status (None after SIGKILL)."""
     old = cl.slots[cl.leader]
     if fault == "SIGKILL":
         return None
+    if resume is not None:
+        resume.join()
     deadline = time.monotonic() + 120
-    if fault == "SIGSTOP":
-        time.sleep(max(0.0, t0 + args.hang - time.monotonic()))
-        os.kill(old.srv.pid, signal.SIGCONT)
     while old.srv.returncode is None and time.monotonic() < deadline:
         time.sleep(0.05)
     if fault == "dbcut":
@@ -340,13 +347,13 @@ def _round(
     time.sleep(args.settle)  # reports flow to the leader
     offset = len(new.srv.output())
     t0, m0 = time.time(), time.monotonic()
-    _fault(cl, fault)
+    resume = _fault(cl, fault, args.hang)
     to_leader = _wait_line(new.srv, "perseus: leader", 120, offset) - m0
     assert new.waiting is not None
     new.waiting.join(120)
     to_ready = time.monotonic() - m0
     plans = cl.plans_since(t0, 1 - cl.leader, 0, 120)
-    exit_code = _end_fault(cl, fault, m0, args)
+    exit_code = _end_fault(cl, fault, m0, args, resume)
     time.sleep(args.settle)  # reports flow to the new leader
     drained = cl.ask("drain")
     acked = [tuple(a) for d in drained for a in d["acked"]]

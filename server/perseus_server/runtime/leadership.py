@@ -264,7 +264,7 @@ async def become_leader(store: Any, ttl: float, say: Callable[[str], None]) -> L
             try:
                 epoch = await asyncio.to_thread(lease.try_acquire)
                 if epoch is not None:
-                    store.fence(epoch)
+                    store.fence(epoch, idle_limit=ttl)  # a hung leader cannot hold it
                     say(f"perseus: leader (epoch {epoch}, {lease.holder})")
                     return Leader(lease)
                 holder, current, _ = await asyncio.to_thread(lease.leader)

@@ -90,15 +90,25 @@ class PostgresStore:
         self._local = _Thread()
         #: The leadership epoch every write checks (None: not fenced; see :meth:`fence`).
         self.epoch: int | None = None
+        #: How long a fenced transaction may wait on this server between statements (s).
+        self.idle_limit: float | None = None
         #: Told the kind of every write refused (``database_unreachable``); the service counts.
         self.on_error: Callable[[str], None] = lambda kind: None
 
-    def fence(self, epoch: int) -> None:
+    def fence(self, epoch: int, idle_limit: float | None = None) -> None:
         """From now on, a transaction commits only while ``epoch`` is the database's current
         leadership epoch (:mod:`perseus_server.runtime.leadership`); otherwise it raises
         :class:`NotLeader` and writes nothing. A new leader's epoch waits for the transactions
-        under the old one to end, so every commit of an epoch precedes the next epoch."""
+        under the old one to end, so every commit of an epoch precedes the next epoch.
+
+        ``idle_limit`` (the lease, say): PostgreSQL ends a transaction of this store that waits
+        on the server longer than this between statements (its session is terminated, the
+        transaction rolled back, nothing of it acknowledged). A leader hung in the middle of
+        a transaction (SIGSTOP, a paused machine) would otherwise hold the epoch row, and the
+        new leader's epoch would wait for it for as long as the hang lasts.
+        """
         self.epoch = epoch
+        self.idle_limit = idle_limit
 
     @classmethod
     def open(cls, url: str, *, pool_size: int = 4, timeout: float = 10.0) -> PostgresStore:
@@ -185,7 +195,8 @@ class PostgresStore:
         import psycopg
         from psycopg_pool import PoolTimeout
 
-        if not isinstance(e, psycopg.OperationalError | PoolTimeout):
+        ended = psycopg.errors.IdleInTransactionSessionTimeout  # hung past the idle limit
+        if not isinstance(e, psycopg.OperationalError | PoolTimeout | ended):
             raise e
         full = isinstance(e, psycopg.errors.DiskFull)
         kind = "disk_full" if full else "database_unreachable"
@@ -202,7 +213,12 @@ class PostgresStore:
         return describe(self.url)
 
     def _check_epoch(self, conn: Any) -> None:
-        row = conn.execute("SELECT epoch FROM perseus_epoch WHERE id = 1 FOR SHARE").fetchone()
+        limit = "0" if self.idle_limit is None else f"{max(1, round(self.idle_limit * 1000))}ms"
+        row = conn.execute(
+            "SELECT epoch, set_config('idle_in_transaction_session_timeout', %s, true) "
+            "FROM perseus_epoch WHERE id = 1 FOR SHARE",
+            (limit,),
+        ).fetchone()
         if row is None or int(row[0]) != self.epoch:
             raise NotLeader(
                 f"this server is no longer the leader (its epoch {self.epoch}, the database's "
