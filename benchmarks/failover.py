@@ -374,6 +374,7 @@ def _round(
         "acked": len(acked),
         "lost": cl.lost(acked),
         "failed_sends": sum(d["failed_sends"] for d in drained),
+        "partial_acks": sum(d["partial_acks"] for d in drained),
         "send_errors": _merged(d["errors"] for d in drained),
     }
     cl.leader = 1 - cl.leader
