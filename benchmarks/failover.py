@@ -89,8 +89,10 @@ def _wait_line(srv: Any, text: str, timeout: float, after: int = 0) -> float:
 
 
 class Slot:
-    """One server's place: fixed ports, a database role of its own (so that its connections
-    alone can be cut), the process running there."""
+    """One server's place: fixed ports, its own database role, the process running there.
+
+    The role of its own lets the benchmark cut this server's connections alone.
+    """
 
     def __init__(self, name: str, cluster: Cluster) -> None:
         self.name, self.cluster, self.gen = name, cluster, 0
@@ -106,8 +108,10 @@ class Slot:
         return f"127.0.0.1:{self.grpc_port}"
 
     def cut(self) -> None:
-        """Cut this server off the database: its role's connections are refused (pg_hba) and
-        the open ones terminated; PostgreSQL and the other server go on."""
+        """Cut this server off the database; PostgreSQL and the other server go on.
+
+        Its role's connections are refused (``pg_hba.conf``) and the open ones terminated.
+        """
         hba = self.cluster.pg.data / "pg_hba.conf"
         self._hba = hba.read_text()
         hba.write_text(
@@ -200,8 +204,11 @@ class Cluster:
             assert a.recv()[0] == "registered"
 
     def plans_since(self, t0: float, slot: int, min_version: int, timeout: float) -> dict[str, Any]:
-        """Wait until every rank has a plan of ``min_version`` or more from ``slot`` since
-        ``t0`` (or ``timeout``); the delays of those that have, and versions gone back."""
+        """Wait until every rank has a plan of ``min_version`` or more from ``slot`` since ``t0``.
+
+        Returns after ``timeout`` s at most: the delays of the ranks that have one, and the
+        ranks given a version older than one they had.
+        """
         deadline = time.monotonic() + timeout
         while True:
             got = self.ask("plans_since", t0, slot, min_version)
@@ -289,8 +296,11 @@ def _setup(cl: Cluster, args: argparse.Namespace) -> str:
 
 
 def _fault(cl: Cluster, fault: str, hang: float) -> threading.Timer | None:
-    """Fault the leader; for SIGSTOP, the timer that resumes it ``hang`` s later (whatever
-    happens meanwhile: a standby that waits for the hung leader must not wait for us)."""
+    """Fault the leader; for SIGSTOP, return the timer that resumes it ``hang`` s later.
+
+    The timer resumes it whatever happens meanwhile: a standby that waits for the hung leader
+    must not wait for the benchmark.
+    """
     old = cl.slots[cl.leader]
     if fault == "SIGKILL":
         old.srv.kill()
@@ -307,8 +317,10 @@ def _fault(cl: Cluster, fault: str, hang: float) -> threading.Timer | None:
 def _end_fault(
     cl: Cluster, fault: str, t0: float, args: argparse.Namespace, resume: threading.Timer | None
 ) -> int | None:
-    """Wait for the faulted leader to stop (resumed, or reconnected, as the fault says); its
-    exit status (None after SIGKILL)."""
+    """Wait for the faulted leader to stop; its exit status (None after SIGKILL).
+
+    Resumed or reconnected as the fault says.
+    """
     old = cl.slots[cl.leader]
     if fault == "SIGKILL":
         return None

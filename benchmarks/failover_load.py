@@ -49,9 +49,11 @@ class _Ranks:
         self.slots = slots
 
     def plans_since(self, t0: float, slot: int, min_version: int) -> dict[str, Any]:
-        """Per rank, the first plan from ``slot`` at or after ``t0`` of at least
-        ``min_version``: how many have one, their delays, and the ranks that got from it a
-        version older than one they had before ``t0`` (a version gone back)."""
+        """Per rank, the first plan from ``slot`` at or after ``t0`` of ``min_version`` or more.
+
+        Returns how many ranks have one, their delays, and how many got from it a version
+        older than one they had before ``t0`` (a version gone back).
+        """
         delays, back = [], 0
         for got in self.plans:
             before = max((v for t, _, v in got if t < t0), default=0)
@@ -176,10 +178,12 @@ def ranks_proc(
     interval: float,
     conn: Any,
 ) -> None:
-    """Process body: ``ranks`` (global, pipeline, data rank) of ``job_id`` against every one of
-    ``targets``; answers the parent's requests on ``conn`` (see the module docstring):
-    ``("plans_since", t0, slot, min_version)``, ``("drain",)`` and ``("stop",)``; sends
-    ``("registered", n)`` first."""
+    """Process body: ``ranks`` of ``job_id`` against every one of ``targets``.
+
+    ``ranks`` are (global, pipeline, data rank). Sends ``("registered", n)`` first, then
+    answers the parent's requests on ``conn`` (see the module docstring):
+    ``("plans_since", t0, slot, min_version)``, ``("drain",)`` and ``("stop",)``.
+    """
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

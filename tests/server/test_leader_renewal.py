@@ -1,7 +1,9 @@
-"""A new leader renews its lease from the moment it takes it: loading the state (before the
-server serves and watches its leadership) may take longer than the lease, and must not let a
-standby take over meanwhile. A leadership lost before the server watches it stops the server
-as soon as it does."""
+"""A new leader renews its lease from the moment it takes it.
+
+Loading the state (before the server serves and watches its leadership) may take longer than
+the lease, and must not let a standby take over meanwhile. A leadership lost before the server
+watches it stops the server as soon as it does.
+"""
 
 from __future__ import annotations
 

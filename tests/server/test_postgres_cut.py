@@ -1,8 +1,11 @@
-"""The PostgreSQL store when its connections are cut: a write is refused with the retryable
-``StoreUnavailable`` (``database_unreachable``; gRPC ``UNAVAILABLE``, REST 503), counted, and
-nothing of it is committed; once the database can be reached again the next write succeeds
-without a restart. A real PostgreSQL whose backends are terminated by a superuser. And a
-leader hung in the middle of a transaction does not hold up the next leader."""
+"""The PostgreSQL store when its connections are cut.
+
+A write is refused with the retryable ``StoreUnavailable`` (``database_unreachable``; gRPC
+``UNAVAILABLE``, REST 503), counted, and nothing of it is committed; once the database can be
+reached again the next write succeeds without a restart. A real PostgreSQL whose backends are
+terminated by a superuser. And a leader hung in the middle of a transaction does not hold up
+the next leader.
+"""
 
 from __future__ import annotations
 
@@ -58,10 +61,12 @@ def test_a_write_on_a_cut_connection_is_refused_and_retryable(
 def test_a_leader_hung_in_a_transaction_does_not_hold_up_the_next_epoch(
     postgres: PostgresServer, tmp_path: Path
 ) -> None:
-    """The old leader stops between two statements of a transaction (as under SIGSTOP): its
-    transaction holds the epoch row, and the new epoch waits for it; PostgreSQL ends it after
-    the fenced store's idle limit, so the standby takes over while the old one still hangs,
-    and the hung write, when it resumes, is refused with nothing of it kept."""
+    """A leader stopped between two statements of a transaction does not block the next one.
+
+    Its transaction holds the epoch row, and the new epoch waits for it; PostgreSQL ends it
+    after the fenced store's idle limit, so the standby takes over while the old one still
+    hangs, and the hung write, when it resumes, is refused with nothing of it kept.
+    """
     url = database_for(postgres, tmp_path)
     old, new = PostgresStore.open(url, pool_size=1), PostgresStore.open(url, pool_size=1)
     a, b = Lease(url, ttl=0.3, holder="a"), Lease(url, ttl=5.0, holder="b")

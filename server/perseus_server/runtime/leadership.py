@@ -199,9 +199,11 @@ class StoppedWaiting(Exception):
 
 
 class Leader:
-    """This server's leadership while it serves: the lease, kept renewed from the moment it
-    was taken (loading the state may take longer than the lease), and what to do when it is
-    lost."""
+    """This server's leadership: the lease, kept renewed, and what to do when it is lost.
+
+    The lease is renewed from the moment it was taken: loading the state may take longer
+    than the lease.
+    """
 
     def __init__(self, lease: Lease) -> None:
         self.lease = lease

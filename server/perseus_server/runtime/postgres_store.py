@@ -96,9 +96,10 @@ class PostgresStore:
         self.on_error: Callable[[str], None] = lambda kind: None
 
     def fence(self, epoch: int, idle_limit: float | None = None) -> None:
-        """From now on, a transaction commits only while ``epoch`` is the database's current
-        leadership epoch (:mod:`perseus_server.runtime.leadership`); otherwise it raises
-        :class:`NotLeader` and writes nothing. A new leader's epoch waits for the transactions
+        """Commit from now on only while ``epoch`` is the database's leadership epoch.
+
+        Otherwise a transaction raises :class:`NotLeader` and writes nothing
+        (:mod:`perseus_server.runtime.leadership`). A new leader's epoch waits for the transactions
         under the old one to end, so every commit of an epoch precedes the next epoch.
 
         ``idle_limit`` (the lease, say): PostgreSQL ends a transaction of this store that waits
@@ -190,8 +191,10 @@ class PostgresStore:
             fn()
 
     def _refuse(self, e: BaseException) -> NoReturn:
-        """Raise ``e``, or the retryable :class:`StoreUnavailable` when the database could not
-        be reached (counted; see the module docstring)."""
+        """Raise ``e``, or the retryable :class:`StoreUnavailable` for a database lost.
+
+        A refusal is counted (``on_error``; see the module docstring).
+        """
         import psycopg
         from psycopg_pool import PoolTimeout
 

@@ -57,11 +57,11 @@ class Solves:
         self.hand_over = False
 
     def resume(self, job_ids: list[str]) -> None:
-        """Start again the solves of ``job_ids``, acknowledged by a previous leader and cut
-        short, from their stored profiles; from now on, this server's own solves cut short by
-        its stop are left to the next leader likewise.
+        """Start again the solves of ``job_ids`` that a previous leader acknowledged.
 
-        Called while the event loop runs (the solves start on it once it is free).
+        They start from their stored profiles. From now on, this server's own solves cut short
+        by its stop are left to the next leader likewise. Called while the event loop runs
+        (the solves start on it once it is free).
         """
         self.hand_over = True
         for job_id in job_ids:
