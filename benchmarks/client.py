@@ -25,7 +25,10 @@ every instruction; the round trips run on the controller thread).
 
 ``--nvml`` is the read-only GPU check (needs an NVIDIA GPU; never changes a clock): it lists the
 supported SM clocks through :class:`NvmlGpu`, reads the energy counter around a bf16 matmul
-workload, and measures the hooks with ``NvmlGpu(dry_run=True)`` and CUDA events (torch).
+workload, and measures the hooks with ``NvmlGpu(dry_run=True)`` and CUDA events (torch); it
+also runs the CUDA-event transfer check (``--events`` alone: a P2P-like copy on a side stream
+timed by the integrations' event timer, event time against the CPU wait and a synchronised
+reference; without CUDA it prints a line saying it was skipped and ``"cuda": false``).
 """
 
 from __future__ import annotations
@@ -33,10 +36,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from typing import Any
 
 from perseus_client import PerseusClient, Plan, PlanStep, Reporting, SimulatedGpu
+from perseus_client.measurements import EventTiming
 
 PROFILE = {
     (0, "forward"): {1410: (0.010, 3.0), 1200: (0.012, 2.6), 1000: (0.015, 2.4)},
@@ -289,6 +294,77 @@ def gpud_check(
     return out
 
 
+def event_check(repeats: int, megabytes: int = 1024) -> dict[str, Any]:
+    """A P2P-like copy on a side stream timed by the client's CUDA-event transfer timer.
+
+    As NCCL runs a P2P op: the side stream waits for the work already queued on the current
+    stream (a matmul, the producer), copies ``megabytes`` device to device, and the "wait"
+    makes the current stream wait for the side stream and returns at once. Around it, the
+    integrations' timer (``event_factory(mode="events")``): one event recorded on the current
+    stream before the op is posted, one after the wait, handed to ``record_transfer`` as an
+    :class:`EventTiming` and resolved when the report is (off the training thread). Printed:
+    the event-measured time, the CPU time from posting to the end of the wait (what CPU timing
+    would record: nearly nothing), and the copy alone timed on the CPU over ten copies with
+    ``synchronize`` (the reference).
+    Without CUDA: ``{"cuda": false, "skipped": ...}``.
+    """
+    try:
+        import torch
+    except ImportError:
+        return {"cuda": False, "skipped": "torch is not installed: CUDA-event timing not checked"}
+    if not torch.cuda.is_available():
+        return {"cuda": False, "skipped": "no CUDA device: CUDA-event timing not checked"}
+    from perseus_client.integrations._timing import event_factory
+
+    make = event_factory(None, "events")
+    assert make is not None
+    n = megabytes * 2**20 // 4
+    src, dst = torch.randn(n, device="cuda"), torch.empty(n, device="cuda")
+    a = torch.randn(4096, 4096, device="cuda")
+    side = torch.cuda.Stream()
+    gpu = SimulatedGpu(PROFILE, time_scale=0.0)
+    client = PerseusClient(offline=True, gpu=gpu, handle_signals=False)
+    cpu_wait: list[float] = []
+    reference: list[float] = []
+    events: list[float] = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()  # the reference: 10 copies alone, synchronised, per copy
+        t0 = time.perf_counter()
+        for _ in range(10):
+            dst.copy_(src)
+        torch.cuda.synchronize()
+        reference.append((time.perf_counter() - t0) / 10)
+        with client.iteration():
+            a @ a  # the producer, queued before the transfer
+            start = make()
+            t0 = time.perf_counter()
+            start.record()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                dst.copy_(src)
+            torch.cuda.current_stream().wait_stream(side)  # the op's wait: returns at once
+            end = make()
+            end.record()
+            cpu_wait.append(time.perf_counter() - t0)
+            client.record_transfer(0, "forward", 0, EventTiming(start, end))
+        report = client.last_report
+        assert report is not None
+        events.extend(float(t[3]) for t in report.resolved().transfers)
+    client.close()
+    med_ev, med_ref = statistics.median(events), statistics.median(reference)
+    return {
+        "cuda": True,
+        "device": torch.cuda.get_device_name(),
+        "copy_megabytes": megabytes,
+        "repeats": repeats,
+        "event_ms_median": 1e3 * med_ev,
+        "cpu_wait_ms_median": 1e3 * statistics.median(cpu_wait),
+        "reference_ms_median": 1e3 * med_ref,
+        "event_vs_reference": med_ev / med_ref,
+        "within_10_percent": abs(med_ev / med_ref - 1) <= 0.10,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--iterations", type=int, default=300)
@@ -299,6 +375,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--nvml", action="store_true", help="read-only check on a real NVIDIA GPU")
     ap.add_argument("--gpud", action="store_true", help="latencies through the node daemon (root)")
+    ap.add_argument(
+        "--events",
+        action="store_true",
+        help="only the CUDA-event transfer check (part of --nvml; skips with a line without CUDA)",
+    )
     args = ap.parse_args(argv)
     if args.smoke:
         args.iterations = min(args.iterations, 3)
@@ -306,8 +387,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpud:
         print(json.dumps(gpud_check(args.iterations, order), indent=2))
         return 0
-    if args.nvml:
-        print(json.dumps(nvml_check(args.iterations, order), indent=2))
+    if args.events or args.nvml:
+        ev = event_check(3 if args.smoke else 20)
+        if not ev["cuda"]:
+            print(f"CUDA-event transfer check skipped: {ev['skipped']}", file=sys.stderr)
+        if args.events:
+            print(json.dumps(ev, indent=2))
+            return 0
+        res = nvml_check(args.iterations, order)
+        res["transfer_events"] = ev
+        print(json.dumps(res, indent=2))
         return 0
     # warm up (imports, caches)
     bench_client(order, 5, [1410, 1200, 1000])

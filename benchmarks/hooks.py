@@ -31,6 +31,11 @@ steps a few ms apart see nearly the same machine load, so their difference is no
     .venv/bin/python benchmarks/hooks.py [--integration torch|deepspeed|megatron ...]
         [--iterations 40] [--pairs 400] [--microbatches 8] [--json]
     .venv/bin/python benchmarks/hooks.py --smoke   # 3 iterations, 4 pairs of each (the suite's)
+    .venv/bin/python benchmarks/hooks.py --events  # the CUDA-event transfer check (GPU machine)
+
+``--events`` (and ``--transfer-timing events``, which needs CUDA too) first runs
+``benchmarks/client.py``'s CUDA-event transfer check: a P2P-like copy on a side stream timed by the
+integrations' event timer, its event time against the CPU wait; without CUDA it says it skipped.
 
 Run from another tree's ``PYTHONPATH`` (e.g. ``git worktree`` of an older commit) it measures that
 tree's hooks: the timers wrap whatever the hooks wrap, and are neutral where a hook is missing.
@@ -160,11 +165,38 @@ def hooked_by(fn: Any) -> bool:
 
 
 def simulated(stages: list[int]) -> Any:
+    """The rank's GPU: a ``SimulatedGpu`` (``--gpu simulated``) or one that costs the training
+    thread what a real GPU's backend does (``--gpu async``, see :func:`async_gpu`)."""
     from perseus_client import SimulatedGpu
 
     curve = {1410: (0.001, 0.3), 1200: (0.0012, 0.26), 1005: (0.0015, 0.24)}
     kinds = ("forward", "backward", "backward_input", "backward_weight")
-    return SimulatedGpu({(s, k): dict(curve) for s in stages for k in kinds}, time_scale=0.0)
+    curves = {(s, k): dict(curve) for s in stages for k in kinds}
+    if GPU[0] == "async":
+        return async_gpu(curves)
+    return SimulatedGpu(curves, time_scale=0.0)
+
+
+def async_gpu(curves: dict[Any, Any]) -> Any:
+    """A ``SimulatedGpu`` that costs the training thread what ``NvmlGpu`` and ``DaemonGpu`` do.
+
+    Its clock locks are asynchronous (``synchronous_clocks = False``: the client's controller
+    thread applies them, as it does NVML's and the daemon's), its ``begin_instruction`` /
+    ``end_instruction`` only note the running instruction (``GpuBackend``'s own, what the real
+    backends use) instead of the simulator's per-instruction time and energy model, and its
+    timestamps are the wall clock.
+    """
+    from perseus_client import SimulatedGpu
+    from perseus_client.gpu.base import GpuBackend
+
+    class AsyncGpu(SimulatedGpu):
+        synchronous_clocks = False
+        begin_instruction = GpuBackend.begin_instruction
+        end_instruction = GpuBackend.end_instruction
+        abort_instruction = GpuBackend.abort_instruction
+        timestamp = GpuBackend.timestamp
+
+    return AsyncGpu(curves, time_scale=0.0)
 
 
 def changing_plan(order: list[list[Any]], gpu: Any) -> Any:
@@ -208,6 +240,7 @@ CLIENT = ["perseus"]  # or "null" (set by --client)
 PAIRS = [400]  # --pairs: plain/hooked step pairs of the paired phase
 TRANSFERS = [True]  # --no-transfers: instrument(..., transfers=False)
 TIMING = ["auto"]  # --transfer-timing: instrument(..., transfer_timing=...)
+GPU = ["simulated"]  # --gpu: the rank's GPU backend (see simulated())
 
 
 def instrument_kwargs() -> dict[str, Any]:
@@ -271,10 +304,13 @@ def client_for(gpu: Any) -> Any:
 
 
 def counting(client: Any) -> list[int]:
-    """Count ``record_transfer`` calls per iteration (the client's own method still runs)."""
+    """Transfers recorded per iteration (the last entry: the iteration running). The real
+    client's are counted from its report afterwards (:func:`note_transfers`): a wrapper around
+    its ``record_transfer`` would run on the hooks' path and be charged to them. The null
+    client, which reports nothing, is wrapped."""
     counts = [0]
     inner = getattr(client, "record_transfer", None)
-    if inner is None:
+    if inner is None or CLIENT[0] != "null":
         return counts
 
     def record(*a: Any) -> None:
@@ -283,6 +319,13 @@ def counting(client: Any) -> list[int]:
 
     client.record_transfer = record
     return counts
+
+
+def note_transfers(client: Any, counts: list[int]) -> None:
+    """After a hooked iteration: its transfers, from the real client's report."""
+    report = getattr(client, "last_report", None)
+    if report is not None:
+        counts[-1] = len(report.transfers)
 
 
 def ran_plan(client: Any, plan: Any) -> bool:
@@ -420,6 +463,7 @@ def torch_rank(rank: int, iterations: int, microbatches: int, width: int) -> dic
                     step(hooked)
                     meter.on = False
                     clocks_ok = clocks_ok and ran_plan(client, plan)
+                    note_transfers(client, transfers)
                     transfers.append(0)
                 counts = transfers[:-1]
                 plain_t, hooked_t, ok = paired(
@@ -534,6 +578,7 @@ def deepspeed_rank(rank: int, iterations: int, microbatches: int, width: int) ->
                 step(hooked)
                 meter.on = False
                 clocks_ok = clocks_ok and ran_plan(client, plan)
+                note_transfers(client, transfers)
                 transfers.append(0)
             counts = transfers[:-1]
             plain_t, hooked_t, ok = paired(
@@ -640,6 +685,7 @@ def megatron_run(iterations: int, microbatches: int, width: int) -> dict[str, An
                 step(hooked_fb)
                 meter.on = False
                 clocks_ok = clocks_ok and ran_plan(client, plan)
+                note_transfers(client, transfers)
                 transfers.append(0)
             counts = transfers[:-1]
 
@@ -705,6 +751,8 @@ def launch(integration: str, args: argparse.Namespace) -> dict[str, Any]:
                 *(["--no-transfers"] if args.no_transfers else []),
                 "--transfer-timing",
                 args.transfer_timing,
+                "--gpu",
+                args.gpu,
                 "--out",
                 str(out),
             ]
@@ -719,6 +767,18 @@ def launch(integration: str, args: argparse.Namespace) -> dict[str, Any]:
                 f"{integration}: ranks failed:\n" + "\n".join(e[-3000:] for e in errors)
             )
         return json.loads(out.read_text())
+
+
+def event_check() -> dict[str, Any]:
+    """``benchmarks/client.py``'s CUDA-event transfer check (see its ``event_check``)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("perseus_bench_client", HERE / "client.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    result: dict[str, Any] = mod.event_check(20)
+    return result
 
 
 def main() -> None:
@@ -742,10 +802,23 @@ def main() -> None:
     )
     ap.add_argument("--no-transfers", action="store_true", help="transfer timing off")
     ap.add_argument(
+        "--gpu",
+        choices=["simulated", "async"],
+        default="simulated",
+        help="async: clock locks on the controller thread and no per-instruction simulator "
+        "model, what a real GPU's backend costs the training thread",
+    )
+    ap.add_argument(
         "--transfer-timing",
         choices=["auto", "cpu", "events"],
         default="auto",
         help="events: time P2P ops with CUDA events (a GPU machine: needs a CUDA torch)",
+    )
+    ap.add_argument(
+        "--events",
+        action="store_true",
+        help="only the CUDA-event transfer check of benchmarks/client.py --events (a P2P-like "
+        "copy on a side stream timed by the integrations' event timer; skips without CUDA)",
     )
     ap.add_argument("--child", choices=INTEGRATIONS, help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
@@ -754,9 +827,17 @@ def main() -> None:
     CLIENT[0] = args.client
     TRANSFERS[0] = not args.no_transfers
     TIMING[0] = args.transfer_timing
+    GPU[0] = args.gpu
     if args.smoke:
         args.iterations, args.microbatches, args.pairs = 3, 4, 4
     PAIRS[0] = args.pairs
+    if args.events or (args.transfer_timing == "events" and not args.child):
+        ev = event_check()
+        if not ev["cuda"]:
+            print(f"CUDA-event transfer check skipped: {ev['skipped']}", file=sys.stderr)
+        if args.events or not ev["cuda"]:  # events timing needs CUDA: nothing else to run
+            print(json.dumps({"transfer_events": ev}, indent=2))
+            return
     if args.child:
         run = torch_rank if args.child == "torch" else deepspeed_rank
         res = run(args.rank, args.iterations, args.microbatches, args.width)

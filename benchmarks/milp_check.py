@@ -3,6 +3,11 @@ from HiGHS's MILP solver, beside Perseus's plan and the convex-relaxation bound.
 
     python benchmarks/milp_check.py [--gpu a40] [--microbatches 12] [--deadlines 1.0 1.05]
         [--time-limit 120] [--effort 4] [--search 50000] [--windows 2]
+    python benchmarks/milp_check.py --per-clock gpt3-a40 --deadlines 1.02 1.05
+
+With ``--per-clock CASE`` the input is one of ``benchmarks/per_clock.py``'s: a per-clock
+transfer's duration in the MILP is its producer's choice's (a sum over the producer's binaries),
+its effective cost charged to the producer, and a producer keeps all its options.
 
 The MILP: a binary per (instruction, Pareto-optimal option), exactly one per instruction;
 start times with the DAG's precedence; every instruction done by the deadline; minimise the sum of
@@ -39,6 +44,7 @@ from scipy.sparse import lil_array
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
+from benchmarks.per_clock import CASES, SMOKE, build_problem  # noqa: E402
 from benchmarks.solver import GPUS, STAGES  # noqa: E402
 from perseus.problem import EnergyProblem
 from perseus.profiles import load_profile
@@ -54,14 +60,28 @@ def _milp(
     due: npt.NDArray[np.float64],
     inner: list[tuple[int, int]],
     options: dict[str, float],
+    links: dict[int, tuple[int, npt.NDArray[np.float64]]] | None = None,
 ) -> tuple[npt.NDArray[np.uint8] | None, Any]:
     """HiGHS's MILP over ``nodes`` (node ``v`` choosing one of ``opts[v]``): each starts no
     earlier than its ``release`` and ends by its ``due`` time, ``inner`` (pairs of positions in
-    ``nodes``) orders them, and the sum of effective energies is minimised. Returns each node's
-    option (``None`` if HiGHS found no plan) and HiGHS's result."""
-    eff = problem.energies - problem.blocking_power * problem.times
+    ``nodes``) orders them, and the sum of effective energies is minimised. ``links`` maps a
+    position in ``nodes`` (a per-clock transfer) to the position of its producer and the
+    transfer's time at each of the producer's options: its duration is then the producer's
+    choice's (the truth's model, exactly). Returns each node's option (``None`` if HiGHS found
+    no plan) and HiGHS's result."""
+    cc = problem.cost_charged()  # each transfer's effective cost charged to its producer
+    eff = cc.energies - problem.blocking_power * cc.times
+    links = links or {}
     k = len(nodes)
     cols = np.r_[0, np.cumsum([len(opts[v]) for v in nodes])]
+
+    def duration(i: int) -> tuple[slice, npt.NDArray[np.float64]]:
+        """The columns and coefficients of position ``i``'s duration."""
+        if i in links:
+            p, tt = links[i]
+            return slice(cols[p], cols[p + 1]), tt[opts[nodes[p]]]
+        return slice(cols[i], cols[i + 1]), problem.times[nodes[i], opts[nodes[i]]]
+
     nx = int(cols[-1])
     c = np.zeros(nx + k)
     a = lil_array((2 * k + len(inner), nx + k))
@@ -72,15 +92,17 @@ def _milp(
         a[i, cols[i] : cols[i + 1]] = 1  # one option each
         lo.append(1)
         hi.append(1)
-    for i, v in enumerate(nodes):  # done by the due time
+    for i in range(k):  # done by the due time
         a[k + i, nx + i] = 1
-        a[k + i, cols[i] : cols[i + 1]] = problem.times[v, opts[v]]
+        at, coef = duration(i)
+        a[k + i, at] = coef
         lo.append(-np.inf)
         hi.append(due[i])
     for r, (i, j) in enumerate(inner):  # start_j >= start_i + duration_i
         a[2 * k + r, nx + j] = 1
         a[2 * k + r, nx + i] = -1
-        a[2 * k + r, cols[i] : cols[i + 1]] = -problem.times[nodes[i], opts[nodes[i]]]
+        at, coef = duration(i)
+        a[2 * k + r, at] = -coef
         lo.append(0)
         hi.append(np.inf)
     res = milp(
@@ -107,7 +129,20 @@ def milp_plan(
     n, dag = problem.num_nodes, problem.dag
     fastest = rel.shortest
     longest_fit = dag.latest_finish(fastest, deadline) - dag.earliest_start(fastest)
-    fits = rel.pareto & (problem.times <= longest_fit[:, None] * (1 + 1e-12))
+    # a per-clock transfer's producer keeps every option: one dominated on its own time and
+    # cost may still have the shorter transfer
+    useful = rel.pareto.copy()
+    useful[problem.clocked_producers] = (
+        np.arange(problem.times.shape[1])[None, :]
+        < problem.num_options[problem.clocked_producers][:, None]
+    )
+    fits = useful & (problem.times <= longest_fit[:, None] * (1 + 1e-12))
+    links = {
+        int(v): (int(p), problem.clocked_times[j])
+        for j, (v, p) in enumerate(
+            zip(problem.clocked_transfers, problem.clocked_producers, strict=True)
+        )
+    }
     plan, res = _milp(
         problem,
         np.arange(n),
@@ -116,6 +151,7 @@ def milp_plan(
         np.full(n, deadline),
         list(zip(dag.src.tolist(), dag.dst.tolist(), strict=True)),
         {"time_limit": time_limit, "mip_rel_gap": 1e-6},
+        links,
     )
     dual = float(res.mip_dual_bound + problem.blocking_power * dag.num_ranks * deadline)
     return plan, dual, plan is not None and res.status == 0
@@ -238,14 +274,25 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="also re-optimise Perseus's plan exactly by time windows, this many rounds",
     )
+    ap.add_argument(
+        "--per-clock",
+        metavar="CASE",
+        choices=[c.name for c in (*CASES, SMOKE)],
+        help="instead: an input of benchmarks/per_clock.py (per-clock transfer times)",
+    )
     args = ap.parse_args(argv)
     path, power = GPUS[args.gpu]
     problem = EnergyProblem.build(load_profile(path), one_f_one_b(STAGES, args.microbatches), power)
+    if args.per_clock:
+        problem = build_problem(next(c for c in (*CASES, SMOKE) if c.name == args.per_clock))
+        if args.windows:
+            ap.error("--windows: only without --per-clock (a window fixes producers' clocks)")
     frontier = solve_problem(problem)
     harder = solve_problem(problem, SolverOptions(effort=args.effort)) if args.effort > 0 else None
     rounder = Rounder(problem, Relaxation.build(problem))  # the solver's own search
     t0 = frontier.max_frequency_time
-    print(f"{args.gpu.upper()} {STAGES}x{args.microbatches}: T0 = {t0:.4f} s")
+    name = args.per_clock or f"{args.gpu.upper()} {STAGES}x{args.microbatches}"
+    print(f"{name}: T0 = {t0:.4f} s")
     print(
         f"{'deadline':>11} {'bound':>11} {'Perseus':>11} {'MILP':>11} {'Perseus/bound':>14} "
         + (f"{f'effort {args.effort:g}/bound':>16} " if harder else "")

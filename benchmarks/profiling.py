@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from profiling_transfers import TransferPool, measure
 
 from perseus.frontier import Frontier
 from perseus.problem import EnergyProblem
@@ -52,7 +53,15 @@ from perseus.profiles import Profile, load_profile, parse_profile_csv
 from perseus.schedules import Schedule, one_f_one_b
 from perseus.solver import solve_problem
 from perseus_client.gpu import SimulatedGpu
+from perseus_common.communication import Communication, Transfer
 from perseus_common.gpus import known_gpu_for
+from perseus_server.decisions.link_fit import (
+    LinkFit,
+    TransferSamples,
+    clock_dependence,
+    fit_transfers,
+    with_measured_transfers,
+)
 from perseus_server.decisions.profiling_scan import (
     DEFAULT_MAX_REVISITS,
     Measurement,
@@ -66,6 +75,8 @@ PROFILES = {
 }
 DEADLINES = (1.0, 1.05, 1.1, 1.2)
 GOAL_POINTS = 0.1
+#: The issue's goal with transfers measured (points at T0, 1.05, 1.1, 1.2 T0).
+GOAL_TRANSFER_POINTS = 0.2
 
 
 @dataclass(frozen=True)
@@ -90,9 +101,14 @@ def simulate_scan(
     energy_noise: float,
     seed: int,
     old_rule: bool,
+    transfers: list[dict[tuple[int, str], float]] | None = None,
 ) -> Scan:
-    """Drive ``session`` with the reports of noisy simulated ranks until it (or, for the old
-    rule, the job's energy) says stop."""
+    """Drive ``session`` with the reports of noisy simulated ranks until it says stop.
+
+    For the old rule, the job's energy per iteration says stop. ``transfers``: measured link times per iteration (:mod:`profiling_transfers`), handed to
+    the session with the iterations in the order they ran (from the start again if the scan
+    needs more), one report per iteration carrying them as the server's link combiner does.
+    """
     dag = EnergyProblem.build(true, schedule, blocking_power).dag
     ranks = [f"rank-{r}" for r in range(schedule.ranks)]
     nodes = [np.flatnonzero(dag.rank == r) for r in range(schedule.ranks)]
@@ -112,6 +128,7 @@ def simulate_scan(
     d = np.empty(dag.num_nodes)
     e = np.empty(dag.num_nodes)
     version = 0
+    it = 0
     while True:
         version += 1
         session.step_version = version
@@ -127,6 +144,14 @@ def simulate_scan(
                     g.end_instruction()
                     d[i], e[i] = g.timestamp() - t0, (g.energy_mj() - e0) / 1000.0
             t_iter = float(dag.iteration_time(d))
+            links = None
+            if transfers:
+                links = {
+                    k: v
+                    for k, v in transfers[it % len(transfers)].items()
+                    if k[0] < true.stages - 1
+                }
+            it += 1
             for r, rank in enumerate(ranks):
                 idx = nodes[r]
                 idle = t_iter - float(d[idx].sum())
@@ -136,7 +161,12 @@ def simulate_scan(
                     for i in idx
                 ]
                 session.record(
-                    rank, version, float(e[idx].sum()) + p_wait * idle, ms, iteration_time=t_iter
+                    rank,
+                    version,
+                    float(e[idx].sum()) + p_wait * idle,
+                    ms,
+                    iteration_time=t_iter,
+                    transfers=links if r == len(ranks) - 1 else None,
                 )
         done = session.advance()
         if done or (old_rule and session.rises >= session.stop_after_rises):
@@ -179,8 +209,9 @@ def deployed_savings(
     """What the server would deploy at each of ``DEADLINES`` x T0, truly evaluated.
 
     At ``x``, the plan is ``frontier.index_for_deadline(x * T0', wait=True)`` with ``T0'`` the
-    frontier's own all-max-clock time (for a measured frontier: the measured one). It is mapped
-    by clock onto the true profile's options (a measured profile's clocks are a subset) and
+    frontier's own all-max-clock time (for a measured frontier: the measured one). Its ops are
+    mapped by clock onto the true profile's options (a measured profile's clocks are a subset;
+    transfer and phase nodes have one option, whether the measured profile had them or not) and
     evaluated there: true time ``t`` and energy ``e``. The iteration lasts ``D = max(x T0, t)``
     (true ``T0``, ``E0``); the saving is ``1 - (e + P_b R (D - t)) / (E0 + P_b R (D - T0))``
     (the baseline: max clocks over the same time, waiting), and the true frontier's saving
@@ -194,8 +225,8 @@ def deployed_savings(
     for x in DEADLINES:
         k = frontier.index_for_deadline(x * frontier.max_frequency_time, wait=True)
         freqs = frontier.frequencies(k)
-        plan = np.empty(n, dtype=np.uint8)
-        for i in range(n):
+        plan = np.zeros(n, dtype=np.uint8)
+        for i in range(true_problem.num_ops):
             row = true_problem.freqs[i, : true_problem.num_options[i]]
             plan[i] = int(np.flatnonzero(row == freqs[i])[0])
         ev = true_problem.evaluate(plan)
@@ -225,6 +256,29 @@ def _truth(
     return true, schedule, pb, true_problem, true_frontier, ref
 
 
+def new_session(
+    true: Profile,
+    pb: float,
+    old: bool,
+    tolerance: float,
+    budget: float = 1.0,
+    cost_tolerance: float = 0.0,
+) -> ProfilingSession:
+    """The scan of a job by the old rule or the session's (see :func:`run_job`)."""
+    return ProfilingSession(
+        true.frequencies,
+        warmup_iterations=2,
+        iterations=math.ceil(5 * budget),
+        stop_after_rises=3,
+        blocking_power=pb,
+        tolerance=0.0 if old else tolerance / math.sqrt(budget),
+        noise_sigmas=math.inf if old else 3.0,
+        smooth=not old,
+        max_revisits=0 if old else DEFAULT_MAX_REVISITS,
+        cost_tolerance=0.0 if old else cost_tolerance,
+    )
+
+
 def run_job(
     gpu: str,
     stages: int,
@@ -247,18 +301,7 @@ def run_job(
     true, schedule, pb, true_problem, true_frontier, ref = _truth(gpu, stages, microbatches)
     out: dict[str, tuple[Scan, Savings]] = {}
     for old in (r == "old" for r in rules):
-        session = ProfilingSession(
-            true.frequencies,
-            warmup_iterations=2,
-            iterations=math.ceil(5 * budget),
-            stop_after_rises=3,
-            blocking_power=pb,
-            tolerance=0.0 if old else tolerance / math.sqrt(budget),
-            noise_sigmas=math.inf if old else 3.0,
-            smooth=not old,
-            max_revisits=0 if old else DEFAULT_MAX_REVISITS,
-            cost_tolerance=0.0 if old else cost_tolerance,
-        )
+        session = new_session(true, pb, old, tolerance, budget, cost_tolerance)
         scan = simulate_scan(
             true,
             schedule,
@@ -272,6 +315,161 @@ def run_job(
         frontier = solve_problem(EnergyProblem.build(scan.profile, schedule, pb))
         out[scan.rule] = (scan, deployed_savings(frontier, true_problem, true_frontier))
     return f"{gpu.upper()} {stages}x{microbatches}", ref, out
+
+
+VARIANTS = ("none", "fitted", "per clock")
+
+
+@dataclass(frozen=True)
+class TransferJob:
+    """One job scanned with measured transfers: the plans of each variant of its profile.
+
+    Variants: ``none`` (the measured profile without transfer rows), ``fitted`` (the server's
+    :func:`fit_transfers`: one time per link unless the data shows a clock dependence) and
+    ``per clock`` (the previous rule: each scanned clock's median, always).
+    """
+
+    job: str
+    ref: Savings
+    scan: Scan
+    got: dict[str, Savings]
+    truth_ms: dict[tuple[int, str], float]
+    fits: dict[tuple[int, str], LinkFit]
+    z: dict[tuple[int, str], float]
+    per_clock_ms: dict[tuple[int, str], tuple[float, float]]
+
+
+def _per_link(samples: TransferSamples) -> dict[tuple[int, str], dict[int, list[float]]]:
+    by: dict[tuple[int, str], dict[int, list[float]]] = {}
+    for (b, d, f), v in samples.samples.items():
+        by.setdefault((b, d), {})[f] = v
+    return by
+
+
+def run_transfer_job(
+    gpu: str,
+    stages: int,
+    microbatches: int,
+    pool: TransferPool,
+    *,
+    noise: float,
+    energy_noise: float,
+    seed: int,
+    tolerance: float,
+) -> TransferJob:
+    """Scan a job whose reports carry ``pool``'s measured link times (the session's rule).
+
+    The truth: the job's compute profile with each link's median over the whole pool as its
+    time (a gloo link does not depend on the SM clock: one time per link is the truth); each
+    variant's plans are evaluated on it (:func:`deployed_savings`).
+    """
+    compute, schedule, pb, _, _, _ = _truth(gpu, stages, microbatches)
+    links = [(b, d) for b in range(stages - 1) for d in ("forward", "backward")]
+    truth_s = {k: pool.median(k) for k in links}
+    true = compute.with_communication(Communication({k: Transfer(t) for k, t in truth_s.items()}))
+    true_problem = EnergyProblem.build(true, schedule, pb)
+    true_frontier = solve_problem(true_problem)
+    ref = deployed_savings(true_frontier, true_problem, true_frontier)
+    session = new_session(compute, pb, False, tolerance)
+    scan = simulate_scan(
+        compute,
+        schedule,
+        pb,
+        session,
+        noise=noise,
+        energy_noise=energy_noise,
+        seed=seed,
+        old_rule=False,
+        transfers=pool.iterations,
+    )
+    fits = fit_transfers(session.transfers)
+    per_link = _per_link(session.transfers)
+    per_clock_fits = {}
+    for link, per_clock in per_link.items():
+        medians = {f: float(np.median(v)) for f, v in per_clock.items()}
+        per_clock_fits[link] = LinkFit(medians[max(medians)], medians)
+    profiles = {
+        "none": scan.profile,
+        "fitted": with_measured_transfers(scan.profile, fits),
+        "per clock": with_measured_transfers(scan.profile, per_clock_fits),
+    }
+    got = {
+        name: deployed_savings(
+            solve_problem(EnergyProblem.build(p, schedule, pb)), true_problem, true_frontier
+        )
+        for name, p in profiles.items()
+    }
+    spread = {
+        k: (min(f.times_by_clock.values()) * 1e3, max(f.times_by_clock.values()) * 1e3)
+        for k, f in per_clock_fits.items()
+        if f.times_by_clock
+    }
+    return TransferJob(
+        f"{gpu.upper()} {stages}x{microbatches}",
+        ref,
+        scan,
+        got,
+        {k: 1e3 * t for k, t in truth_s.items()},
+        fits,
+        {k: clock_dependence(v) for k, v in per_link.items()},
+        spread,
+    )
+
+
+def transfer_table(args: argparse.Namespace, gpus: list[str], stage_counts: list[int]) -> float:
+    """Measure the transfer pool, scan every job with it and print each variant's savings.
+
+    Returns the largest difference of the ``fitted`` variant (points).
+    """
+    pool = measure(
+        max(stage_counts), args.pool, args.microbatches, width=args.width, busy=args.load
+    )
+    l0, l1 = pool.load_average
+    print(
+        f"transfers: {max(stage_counts)} gloo ranks in a chain, {len(pool.iterations)} measured "
+        f"iterations of {args.microbatches} microbatches, 16 x {args.width} fp32; {args.load} "
+        f"busy loop(s) beside them; 1-minute load average {l0:.1f} -> {l1:.1f}",
+        flush=True,
+    )
+    print(
+        f"{'job':<10} {'rows':<9} {'savings, measured profile':<29} "
+        f"{'savings, true profile':<29} {'diff':>5} {'at T0':>5} {'late':>5} {'iters':>5}"
+    )
+    worst = {v: 0.0 for v in VARIANTS}
+    for gpu in gpus:
+        for k in stage_counts:
+            res = run_transfer_job(
+                gpu,
+                k,
+                args.microbatches,
+                pool,
+                noise=args.noise,
+                energy_noise=args.energy_noise,
+                seed=args.seed,
+                tolerance=args.tolerance,
+            )
+            for v in VARIANTS:
+                got = res.got[v]
+                diff = max(abs(a - b) for a, b in zip(got.points, res.ref.points, strict=True))
+                worst[v] = max(worst[v], diff)
+                print(
+                    f"{res.job:<10} {v:<9} {fmt_savings(got.points):<29} "
+                    f"{fmt_savings(res.ref.points):<29} {diff:5.2f} "
+                    f"{abs(got.points[0] - res.ref.points[0]):5.2f} {max(got.late):5.2f} "
+                    f"{res.scan.iterations:>5}",
+                    flush=True,
+                )
+            for link, fit in res.fits.items():
+                lo, hi = res.per_clock_ms.get(link, (math.nan, math.nan))
+                print(
+                    f"  link {link[0]}/{link[1]:<8} truth {res.truth_ms[link]:.3f} ms; per-clock "
+                    f"medians {lo:.3f}-{hi:.3f} ms; z {res.z[link]:.1f} -> "
+                    + ("per clock" if fit.times_by_clock else f"one time {1e3 * fit.time:.3f} ms"),
+                    flush=True,
+                )
+    for v in VARIANTS:
+        print(f"rows {v}: largest diff {worst[v]:.3f} points (goal {GOAL_TRANSFER_POINTS})")
+    return worst["fitted"]
 
 
 def fmt_savings(points: tuple[float, ...]) -> str:
@@ -344,7 +542,8 @@ def budget_table(
         )
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The command line (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--gpu", choices=sorted(PROFILES), action="append")
     ap.add_argument("--stages", type=int, action="append", help="2..4 (default: 2, 3, 4)")
@@ -368,10 +567,44 @@ def main() -> None:
         help="new rule: measure close effective costs again down to this relative error "
         "(0: off, the server's default)",
     )
-    args = ap.parse_args()
+    ap.add_argument(
+        "--transfers",
+        action="store_true",
+        help="instead: the reports carry real gloo transfer times (a chain of torch ranks); "
+        "the plans with no transfer rows, the fitted ones and per-clock ones",
+    )
+    ap.add_argument(
+        "--load", type=int, default=0, help="busy loops beside the transfer-measuring ranks"
+    )
+    ap.add_argument("--pool", type=int, default=240, help="transfer iterations measured")
+    ap.add_argument("--width", type=int, default=4096, help="activation width (16 rows, fp32)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the suite's: --transfers, A100 2 stages x 2 microbatches, 24 transfer iterations",
+    )
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
+    if args.smoke:
+        args.transfers, args.gpu, args.stages, args.microbatches = True, ["a100"], [2], 2
+        args.pool, args.width = 24, 256
     gpus = args.gpu or ["a100", "a40"]
     stage_counts = args.stages or [2, 3, 4]
-    if args.budgets:
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    print(
+        f"commit {commit}; noise: time {args.noise:.3g}, energy {args.energy_noise:.3g} "
+        f"(relative std-dev); seed {args.seed}; 1F1B x{args.microbatches}; warm-up 2, at most 5 "
+        f"iterations per clock, stop after 3; new rule's tolerance {args.tolerance:.3g}"
+    )
+    t_start = time.perf_counter()
+    if args.transfers:
+        transfer_table(args, gpus, stage_counts)
+    elif args.budgets:
         budget_table(
             gpus,
             stage_counts,
@@ -383,15 +616,13 @@ def main() -> None:
             tolerance=args.tolerance,
             cost_tolerance=args.cost_tolerance,
         )
-        return
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
-    print(
-        f"commit {commit}; noise: time {args.noise:.3g}, energy {args.energy_noise:.3g} "
-        f"(relative std-dev); seed {args.seed}; 1F1B x{args.microbatches}; warm-up 2, at most 5 "
-        f"iterations per clock, stop after 3; new rule's tolerance {args.tolerance:.3g}"
-    )
+    else:
+        rule_table(args, gpus, stage_counts)
+    print(f"wall time {time.perf_counter() - t_start:.1f} s")
+
+
+def rule_table(args: argparse.Namespace, gpus: list[str], stage_counts: list[int]) -> None:
+    """The old and the new rule's scans of every job, side by side (the default table)."""
     print(
         f"savings (%) at {' / '.join(f'{x:g}' for x in DEADLINES)} T0; diff: largest |points| "
         f"against the true frontier; late: largest % beyond the deadline; loss@t: largest "
@@ -405,7 +636,6 @@ def main() -> None:
     print(header)
     print("-" * len(header))
     worst = {"old": [0.0, 0.0, 0.0], "new": [0.0, 0.0, 0.0]}
-    t_start = time.perf_counter()
     for gpu in gpus:
         for k in stage_counts:
             job, ref, res = run_job(
@@ -434,7 +664,6 @@ def main() -> None:
             f"{rule} rule: largest diff {diff:.3f} points (goal {GOAL_POINTS}), late {late:.3f} %, "
             f"loss@t {loss:.3f} points"
         )
-    print(f"wall time {time.perf_counter() - t_start:.1f} s")
 
 
 if __name__ == "__main__":

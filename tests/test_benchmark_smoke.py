@@ -216,3 +216,45 @@ def test_link_noise_benchmark_smoke() -> None:
         assert len(r["per_clock_ms"]) == 2 and r["fit_ms"] > 0, link
         # Two clocks: too few for the slope test, so one time whatever the steps measured.
         assert r["fit"] == "one time" and r["old_per_clock"] is True, link
+
+
+@pytest.mark.slow
+def test_profiling_benchmark_transfers_smoke() -> None:
+    pytest.importorskip("torch")
+    out = run("profiling.py", "--smoke")
+    rows = re.findall(
+        r"^A100 2x2\s+(none|fitted|per clock)\s+((?:-?\d+\.\d+ / ){3}-?\d+\.\d+)\s+"
+        r"((?:-?\d+\.\d+ / ){3}-?\d+\.\d+)\s+(\d+\.\d+)",
+        out,
+        re.M,
+    )
+    assert [r[0] for r in rows] == ["none", "fitted", "per clock"], out
+    for variant, got, truth, diff in rows:
+        got_pts = [float(x) for x in got.split(" / ")]
+        true_pts = [float(x) for x in truth.split(" / ")]
+        # The printed difference is the largest over the four deadlines.
+        largest = max(abs(a - b) for a, b in zip(got_pts, true_pts, strict=True))
+        assert abs(float(diff) - largest) <= 0.011, variant
+    links = re.findall(
+        r"link 0/(\w+)\s+truth (\d+\.\d+) ms; per-clock medians (\d+\.\d+)-(\d+\.\d+) ms; "
+        r"z (\S+) -> (per clock|one time (\d+\.\d+) ms)",
+        out,
+    )
+    assert sorted(link[0] for link in links) == ["backward", "forward"], out
+    for _, truth, lo, hi, _z, _fit, one in links:
+        assert float(truth) > 0 and float(lo) <= float(hi)
+        if one:  # one time: the median of every sample, so within the per-clock medians
+            assert float(lo) - 0.001 <= float(one) <= float(hi) + 0.001
+
+
+@pytest.mark.slow
+def test_hooks_benchmark_async_gpu_smoke() -> None:
+    """``--gpu async``: clock locks on the controller thread, the plan's clocks still requested."""
+    pytest.importorskip("torch")
+    pytest.importorskip("megatron.core")
+    args = ("--smoke", "--json", "--gpu", "async", "--integration", "megatron")
+    res: dict[str, Any] = json.loads(run("hooks.py", *args))
+    r = res["megatron"]
+    assert r["iterations"] == 3 and r["pairs"] == 4
+    assert r["clocks_match_plan"] is True
+    assert r["hook_us_p99"] >= r["hook_us_median"] - r["timer_floor_us"]

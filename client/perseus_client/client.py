@@ -51,7 +51,7 @@ Guarantees:
   incarnation, and the server compares sequences within one incarnation only.
 
 Configuration comes from the arguments or the environment: ``PERSEUS_SERVER`` (``host:port``, or
-``grpcs://host:port`` for TLS), ``PERSEUS_TOKEN`` (bearer token), ``PERSEUS_JOB`` (job id),
+``grpcs://host:port`` for TLS; several, comma-separated, for an active/standby pair), ``PERSEUS_TOKEN`` (bearer token), ``PERSEUS_JOB`` (job id),
 ``PERSEUS_TLS_CA`` (PEM file of a private CA; implies TLS), ``RANK`` (global rank) and
 ``LOCAL_RANK`` (NVML index of the default GPU backend). The default backend is
 :class:`DaemonGpu` (through the node daemon ``perseus gpud``, no privileges needed) when
@@ -66,13 +66,14 @@ place (:class:`perseus_client.defaults.Environment`); the tuning options come gr
 from __future__ import annotations
 
 import logging
-import socket
 import sys
 import threading
+from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from perseus_client.clock_control import ACTIVE, FailOpenGpu
+from perseus_client.connect import open_link, rank_registration, server_addresses
 from perseus_client.controller import FrequencyController
 from perseus_client.defaults import Environment, default_gpu
 from perseus_client.errors import ClientError, ConfigError, PlanMismatchError
@@ -84,9 +85,10 @@ from perseus_client.options import Connection, FailOpen, RankPosition, Reporting
 from perseus_client.plan import INSTRUCTION_KINDS, Plan
 from perseus_client.reports import IterationRecorder
 from perseus_client.safety import ResetGuard
+from perseus_client.scopes import InstructionScope, IterationScope
 
 if TYPE_CHECKING:
-    from perseus_client.transport import ServerLink
+    from perseus_client.addresses import ServerAddress
 
 __all__ = ["PerseusClient"]
 
@@ -94,71 +96,13 @@ log = logging.getLogger("perseus_client")
 _KINDS = frozenset(INSTRUCTION_KINDS)
 
 
-class _IterationScope:
-    __slots__ = ("_client",)
-
-    def __init__(self, client: PerseusClient) -> None:
-        self._client = client
-
-    def __enter__(self) -> PerseusClient:
-        self._client._begin_iteration()
-        return self._client
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._client._end_iteration(ev)
-
-
-class _InstructionScope:
-    """Reusable instruction context (instructions never nest, so one object per client)."""
-
-    __slots__ = ("_client", "kind", "microbatch", "stage")
-
-    def __init__(self, client: PerseusClient) -> None:
-        self._client = client
-        self.kind = "forward"
-        self.microbatch = 0
-        self.stage: int | None = None
-
-    def __enter__(self) -> None:
-        self._client._path.begin(self.kind, self.microbatch, self.stage)
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if ev is None:
-            self._client._path.end()
-        else:
-            self._client._path.abort()
-
-
-def _server(
-    server: str, connection: Connection, env: Environment
-) -> tuple[str, bool, bytes | None]:
-    """``(gRPC target, TLS, root certificates)`` of the server, checked: an explicit root or a
-    CA (``connection.tls_ca``, else ``$PERSEUS_TLS_CA``) means TLS, unless the address says
-    plain gRPC (``grpc://``)."""
-    from perseus_client.transport import TLS_CA_ENV, check_target, parse_target, read_ca_file
-
-    target, tls = parse_target(str(server))
-    check_target(target)
-    roots = connection.tls_root_certificates
-    if roots is not None:
-        return target, True, roots
-    if connection.tls_ca:
-        roots = read_ca_file(connection.tls_ca, "tls_ca")
-    elif env.tls_ca:
-        roots = read_ca_file(env.tls_ca, TLS_CA_ENV)
-    plain = str(server).strip().startswith("grpc://")
-    return target, tls or (roots is not None and not plain), roots
-
-
 class PerseusClient:
     """The Perseus client of one training rank (see the module docstring).
 
     Args:
-        server: gRPC address ``host:port`` (``grpcs://`` for TLS); default ``$PERSEUS_SERVER``.
+        server: gRPC address ``host:port`` (``grpcs://`` for TLS), or several (a list, or one
+            comma-separated string: the servers of an active/standby pair, followed to the
+            leader; see :mod:`perseus_client.addresses`); default ``$PERSEUS_SERVER``.
         job: job id; default ``$PERSEUS_JOB``.
         token: bearer token; default ``$PERSEUS_TOKEN`` (none when unset).
         gpu: the GPU backend; default ``DaemonGpu($LOCAL_RANK)`` when a node daemon socket is
@@ -181,7 +125,7 @@ class PerseusClient:
 
     def __init__(
         self,
-        server: str | None = None,
+        server: str | Sequence[str] | None = None,
         job: str | None = None,
         *,
         token: str | None = None,
@@ -202,14 +146,15 @@ class PerseusClient:
         server = server if server is not None else env.server
         job = job if job is not None else env.job
         token = token if token is not None else env.token
-        target, tls, roots = "", False, None
+        addresses: tuple[ServerAddress, ...] = ()
+        roots: bytes | None = None
         if not offline:
             if not server:
                 raise ConfigError("server", "pass server='host:port' or set PERSEUS_SERVER")
             if not job:
                 raise ConfigError("job", "pass job='<job id>' or set PERSEUS_JOB")
             # Configuration errors raise here, before anything starts (a GPU lease included).
-            target, tls, roots = _server(server, connection, env)
+            addresses, roots = server_addresses(server, connection, env)
         self.global_rank = env.integer("RANK", rank.global_rank, 0)
         self.pipeline_rank = rank.pipeline_rank
         self.data_rank = rank.data_rank
@@ -251,7 +196,10 @@ class PerseusClient:
         self._init_state()
         self.link: Any = None
         if not offline:
-            self.link = self._link(target, str(job), gpu, token, tls, roots, connection, reporting)
+            registration = rank_registration(str(job), self, gpu)
+            self.link = open_link(
+                addresses, registration, self._receive_plan, token, roots, connection, reporting
+            )
         if self._failopen is not None:
             self._failopen.add_listener(self._on_clock_control)
             self._on_clock_control()
@@ -279,8 +227,8 @@ class PerseusClient:
         self.begin = self._path.begin
         self.end = self._path.end
         self.abort = self._path.abort
-        self._iteration_scope = _IterationScope(self)
-        self._instruction_scope = _InstructionScope(self)
+        self._iteration_scope = IterationScope(self)
+        self._instruction_scope = InstructionScope(self)
 
         self._latest: Plan | None = None  # newest plan received (swapped in at a boundary)
         self._plan: Plan | None = None  # plan of the current / last iteration
@@ -295,44 +243,6 @@ class PerseusClient:
         #: The last iteration's measurement (also what was queued for the server).
         self.last_report: IterationMeasurement | None = None
         self._closed = False
-
-    def _link(
-        self,
-        target: str,
-        job: str,
-        gpu: GpuBackend,
-        token: str | None,
-        tls: bool,
-        roots: bytes | None,
-        connection: Connection,
-        reporting: Reporting,
-    ) -> ServerLink:
-        """The rank's link to the server (registration, plans, reports; not started)."""
-        from perseus_client.transport import ServerLink
-        from perseus_common.wire import RankRegistration
-
-        return ServerLink(
-            target,
-            RankRegistration(
-                job_id=job,
-                global_rank=self.global_rank,
-                pipeline_rank=self.pipeline_rank,
-                data_rank=self.data_rank,
-                tensor_rank=self.tensor_rank,
-                gpu_name=gpu.name,
-                supported_clocks_mhz=tuple(gpu.supported_clocks()),
-                hostname=socket.gethostname(),
-                max_power_limit_w=gpu.max_power_limit_w() or 0.0,
-            ),
-            self._receive_plan,
-            token=token,
-            tls=tls,
-            root_certificates=roots,
-            rpc_timeout=connection.rpc_timeout,
-            backoff_initial=connection.backoff_initial,
-            backoff_max=connection.backoff_max,
-            report_interval=reporting.report_interval,
-        )
 
     # -- clock control ----------------------------------------------------------------------------
 
@@ -430,7 +340,7 @@ class PerseusClient:
 
     # -- iterations -------------------------------------------------------------------------------
 
-    def iteration(self) -> _IterationScope:
+    def iteration(self) -> IterationScope:
         """Context manager marking one training iteration."""
         return self._iteration_scope
 
@@ -503,7 +413,7 @@ class PerseusClient:
 
     def instruction(
         self, kind: str, microbatch: int = 0, stage: int | None = None
-    ) -> _InstructionScope:
+    ) -> InstructionScope:
         """Context manager around one instruction (``forward``, ``backward``, ``backward_input``,
         ``backward_weight``) of ``microbatch``; ``stage`` is the model stage with virtual stages."""
         if kind not in _KINDS:

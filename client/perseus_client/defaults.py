@@ -2,7 +2,9 @@
 default GPU backend they select.
 
 =========================  ============================================================
-``PERSEUS_SERVER``         the server's address (``host:port``, ``grpcs://host:port``)
+``PERSEUS_SERVER``         the server's address (``host:port``, ``grpcs://host:port``), or
+                           several, comma-separated (``a:50051,b:50051``: an active/standby
+                           pair; the client follows the leader)
 ``PERSEUS_JOB``            the job id
 ``PERSEUS_TOKEN``          the bearer token
 ``PERSEUS_TLS_CA``         a PEM file of a private CA (implies TLS)

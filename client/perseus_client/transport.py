@@ -1,13 +1,20 @@
 """The client's network side: registration, the WatchPlan stream and batched reports.
 
-:class:`ServerLink` owns one gRPC channel and two daemon threads:
+:class:`ServerLink` owns one gRPC channel (to the address it uses now) and two daemon threads:
 
 - the *watcher* registers the rank (``RegisterRank``), then holds ``WatchPlan`` open and hands
-  every :class:`~perseus_client.plan.Plan` to a callback. When the stream breaks (server down or
-  restarting) it re-registers and re-subscribes with exponential backoff and jitter
-  (``backoff_initial`` doubling up to ``backoff_max``). :meth:`ServerLink.unreachable_for` says
-  how long the server has been unreachable (0 while the stream is up), which the client compares
-  with its fail-open timeout;
+  every :class:`~perseus_client.plan.Plan` to a callback, never one older than a version it
+  handed on already. When the stream breaks (server down or restarting) it re-registers and
+  re-subscribes with exponential backoff and jitter (``backoff_initial`` doubling up to
+  ``backoff_max``). :meth:`ServerLink.unreachable_for` says how long the server has been
+  unreachable (0 while the stream is up), which the client compares with its fail-open timeout;
+- given several addresses (an active/standby pair; :mod:`perseus_client.addresses`), the
+  watcher **follows the leader**: when the server it uses is unreachable, hangs past the RPC
+  timeout, or answers as a standby (``UNAVAILABLE`` with the leader's address in the trailing
+  metadata ``perseus-leader``), it moves to the leader the standby named, else to the next
+  address, at once; after a whole round without a leader it waits the backoff (at most
+  1 s while a standby says the leader is being replaced). The rank keeps its registration,
+  incarnation and report sequence numbers: the new leader, on the same database, knows them;
 - the *reporter* sends queued :class:`~perseus_client.measurements.IterationMeasurement` records
   every ``report_interval`` seconds as one ``ReportIterations`` call. Records that could not be
   sent stay queued (at most ``max_queued``, oldest dropped first) and are retried.
@@ -23,22 +30,34 @@ this machine also warns).
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import itertools
 import logging
-import os
 import random
 import secrets
-import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
 
-from perseus_client.errors import ConfigError
+from perseus_client.addresses import (
+    TLS_CA_ENV,
+    Endpoint,
+    Resolver,
+    Route,
+    ServerAddress,
+    check_target,
+    credential_in_clear,
+    is_loopback_target,
+    parse_servers,
+    parse_target,
+    read_ca_file,
+    read_tls_ca,
+    system_resolver,
+    tls_context,
+)
 from perseus_client.measurements import IterationMeasurement
 from perseus_client.plan import Plan
 from perseus_client.reports import report_message
@@ -53,8 +72,10 @@ from perseus_common.wire.codec import (
 )
 
 __all__ = [
+    "LEADER_METADATA",
     "RankIdentity",
     "ServerLink",
+    "leader_hint",
     "parse_target",
     "is_loopback_target",
     "credential_in_clear",
@@ -65,8 +86,6 @@ __all__ = [
     "TLS_CA_ENV",
 ]
 
-#: The environment variable naming a PEM file of the CA that signed the server's certificate.
-TLS_CA_ENV = "PERSEUS_TLS_CA"
 _DUPLICATE_LOG_INTERVAL = 60.0  # seconds between two warnings about reports called duplicates
 
 log = logging.getLogger("perseus_client.transport")
@@ -74,6 +93,9 @@ log = logging.getLogger("perseus_client.transport")
 _CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
+    # How long a ping's answer is awaited: 60 s by default in gRPC core, whatever
+    # keepalive_timeout_ms says (a hung server was noticed after ~70 s, not 15 s).
+    ("grpc.http2.ping_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.min_reconnect_backoff_ms", 100),
@@ -81,6 +103,33 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 2_000),
 ]
 _BATCH = 256
+#: What the leader answers when it will not serve this rank: retrying elsewhere would not help.
+_REFUSALS = (
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.UNAUTHENTICATED,
+    grpc.StatusCode.PERMISSION_DENIED,
+)
+#: The longest wait between two rounds while a standby says the leader is being replaced (s).
+_STANDBY_RETRY = 1.0
+#: The trailing metadata key in which a standby names the leader's gRPC address.
+LEADER_METADATA = "perseus-leader"
+
+
+def leader_hint(exc: grpc.RpcError) -> str | None:
+    """The leader's address a standby named in its answer's trailing metadata.
+
+    ``None`` when the answer is not a standby's; ``""`` for a standby that knows no leader yet.
+    """
+    try:
+        trailing: Any = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    except Exception:  # noqa: BLE001 - an answer without metadata
+        return None
+    for item in trailing or ():
+        key, value = item[0], item[1]
+        if key == LEADER_METADATA:
+            return value.decode() if isinstance(value, bytes) else str(value)
+    return None
 
 
 RankIdentity = RankRegistration
@@ -88,124 +137,12 @@ RankIdentity = RankRegistration
 clock control included; ``max_power_limit_w`` is the cost policy's MAXPOWER)."""
 
 
-def parse_target(server: str) -> tuple[str, bool]:
-    """``host:port``, ``grpc://host:port`` or ``grpcs://host:port`` -> (target, tls)."""
-    s = server.strip()
-    for prefix, tls in (
-        ("grpcs://", True),
-        ("grpc://", False),
-        ("https://", True),
-        ("http://", False),
-    ):
-        if s.startswith(prefix):
-            return s[len(prefix) :].rstrip("/"), tls
-    return s, False
-
-
-_RESOLVER_SCHEMES = ("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:", "vsock:")
-
-
-def check_target(target: str) -> None:
-    """Raise :class:`ConfigError` (field ``server``) unless ``target`` is ``host:port`` (a port
-    1..65535; ``[v6]:port`` for IPv6) or names a gRPC resolver (``unix:path``, ``dns:///...``)."""
-    t = target.strip()
-    if t.startswith(_RESOLVER_SCHEMES):
-        return
-    host, sep, port = t.rpartition(":")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    ok = (
-        sep == ":"
-        and bool(host)
-        and not any(c.isspace() or c in "/?#@" for c in host)
-        and (":" not in host or t.startswith("["))
-        and port.isdigit()
-        and 1 <= int(port) <= 65535
-    )
-    if not ok:
-        raise ConfigError(
-            "server",
-            f"expected host:port (grpcs://host:port for TLS, [v6 address]:port), got {target!r}",
-        )
-
-
-def read_tls_ca(path: str | os.PathLike[str] | None = None) -> bytes | None:
-    """The PEM bytes of the CA file ``path`` (default ``$PERSEUS_TLS_CA``; ``None`` when neither
-    is set). Raises :class:`ConfigError` naming the option when the file cannot be read or holds
-    no PEM certificate."""
-    if path is None or not os.fspath(path):
-        env = os.environ.get(TLS_CA_ENV) or None
-        return None if env is None else read_ca_file(env, TLS_CA_ENV)
-    return read_ca_file(path, "tls_ca")
-
-
-def read_ca_file(path: str | os.PathLike[str], field: str) -> bytes:
-    """The PEM bytes of the CA file ``path``; :class:`ConfigError` naming ``field`` (the option
-    or variable that gave it) when it cannot be read or holds no PEM certificate."""
-    try:
-        with open(path, "rb") as f:
-            pem = f.read()
-    except OSError as exc:
-        raise ConfigError(
-            field, f"cannot read the CA file {path!s}: {exc.strerror or exc}"
-        ) from exc
-    if b"-----BEGIN CERTIFICATE-----" not in pem:
-        raise ConfigError(field, f"{path!s} holds no PEM certificate (BEGIN CERTIFICATE)")
-    return pem
-
-
-def tls_context(tls_ca: str | os.PathLike[str] | None = None) -> ssl.SSLContext | None:
-    """An SSL context that trusts the CA file ``tls_ca`` (default ``$PERSEUS_TLS_CA``), for REST
-    calls: ``httpx.Client(verify=ctx)``, ``urllib.request.urlopen(req, context=ctx)``; ``None``
-    when no CA is configured (use the system's roots). Raises :class:`ConfigError` like
-    :func:`read_tls_ca`."""
-    pem = read_tls_ca(tls_ca)
-    if pem is None:
-        return None
-    ctx = ssl.create_default_context()
-    ctx.load_verify_locations(cadata=pem.decode("ascii", errors="replace"))
-    return ctx
-
-
-def is_loopback_target(target: str) -> bool:
-    """True when the gRPC ``target`` (``host:port``, ``[v6]:port``, ``unix:path``...) is local.
-
-    Loopback means ``localhost`` (or a ``.localhost`` name), a loopback IP (127.0.0.0/8, ::1) or
-    a Unix socket; any other name is not resolved and counts as remote.
-    """
-    t = target.strip()
-    if t.startswith(("unix:", "unix-abstract:")):
-        return True
-    for scheme in ("dns:///", "dns:", "ipv4:", "ipv6:"):
-        if t.startswith(scheme):
-            t = t[len(scheme) :]
-            break
-    if t.startswith("["):
-        host = t[1 : t.find("]")] if "]" in t else t[1:]
-    elif t.count(":") == 1:
-        host = t.rsplit(":", 1)[0]
-    else:
-        host = t  # no port, or a bare IPv6 address
-    host = host.strip().rstrip(".").lower()
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
-    except ValueError:
-        return False
-
-
-def credential_in_clear(target: str, *, tls: bool, token: str | None) -> bool:
-    """True when a token would travel without TLS to a non-loopback ``target``."""
-    return bool(token) and not tls and not is_loopback_target(target)
-
-
 class ServerLink:
     """Registration, plan subscription and reporting for one rank (see the module docstring)."""
 
     def __init__(
         self,
-        target: str,
+        target: str | Sequence[ServerAddress],
         identity: RankIdentity,
         on_plan: Callable[[Plan], None],
         *,
@@ -217,23 +154,34 @@ class ServerLink:
         backoff_max: float = 5.0,
         report_interval: float = 0.5,
         max_queued: int = 10_000,
+        resolver: Resolver | None = system_resolver,
     ) -> None:
-        self.target = target
+        if isinstance(target, str):
+            addresses = (
+                parse_servers(target, tls_default=tls)
+                if "," in target
+                else (ServerAddress(target.strip(), tls),)
+            )
+        else:
+            addresses = tuple(target)
+        #: The addresses it was given, and the one it uses now (:mod:`perseus_client.addresses`).
+        self.route = Route(addresses, resolver)
         self.identity = identity
         self._on_plan = on_plan
         self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        if credential_in_clear(target, tls=tls, token=token):
-            log.warning(
-                "perseus: sending the token to %s without TLS: anyone on the network path can "
-                "read it (use grpcs://%s, or a loopback address)",
-                target,
-                target,
-            )
-        if tls:
-            creds = grpc.ssl_channel_credentials(root_certificates=root_certificates)
-            self._channel = grpc.secure_channel(target, creds, options=_CHANNEL_OPTIONS)
-        else:
-            self._channel = grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+        for a in addresses:
+            if credential_in_clear(a.target, tls=a.tls, token=token):
+                log.warning(
+                    "perseus: sending the token to %s without TLS: anyone on the network path "
+                    "can read it (use grpcs://%s, or a loopback address)",
+                    a.target,
+                    a.target,
+                )
+        self._roots = root_certificates
+        self._several = self.route.size > 1 or len(addresses) > 1
+        self._lock = threading.Lock()
+        self._endpoint = self.route.current
+        self._channel = self._open(self._endpoint)
         self._stub = perseus_pb2_grpc.PlanServiceStub(self._channel)
         self.rpc_timeout = rpc_timeout
         self.backoff_initial = backoff_initial
@@ -255,10 +203,16 @@ class ServerLink:
         self._replaced_logged = False
         self._stop = threading.Event()
         self._call: Any = None
-        self._lock = threading.Lock()
         #: rank id the server gave at the last registration (``None`` before the first).
         self.rank_id: str | None = None
+        #: The newest plan version handed on: an older one (a server that lags) is dropped.
         self.known_version = 0
+        #: Times it moved to another address (unreachable, or a standby answered).
+        self.switches = 0
+        #: The leader a standby named last (``host:port``; ``None`` before any).
+        self.leader_hint: str | None = None
+        self._subscribed = False
+        self._ever_up = False
         self._up = False
         self._down_since = time.monotonic()
         self.reconnects = 0
@@ -289,6 +243,46 @@ class ServerLink:
         """Block until the first successful registration (tests and tools; never the hot path)."""
         return self._registered.wait(timeout)
 
+    @property
+    def target(self) -> str:
+        """The gRPC target it uses now (one of the addresses it was given, or the leader's)."""
+        return self._endpoint.target
+
+    def _open(self, endpoint: Endpoint) -> grpc.Channel:
+        """A channel to ``endpoint``; a resolved address keeps its name as the TLS authority."""
+        opts: dict[str, Any] = dict(_CHANNEL_OPTIONS)
+        if self._several:
+            # A leader that hangs (stopped, cut off) is left sooner for the next server: the
+            # server accepts a ping every 5 s without data, so 6 s + 3 s is the quickest safe.
+            opts.update(
+                {
+                    "grpc.keepalive_time_ms": 6_000,
+                    "grpc.keepalive_timeout_ms": 3_000,
+                    "grpc.http2.ping_timeout_ms": 3_000,
+                }
+            )
+        if endpoint.authority is not None:
+            opts["grpc.default_authority"] = endpoint.authority
+            if endpoint.tls:
+                opts["grpc.ssl_target_name_override"] = endpoint.authority.rpartition(":")[0]
+        options = list(opts.items())
+        if endpoint.tls:
+            creds = grpc.ssl_channel_credentials(root_certificates=self._roots)
+            return grpc.secure_channel(endpoint.target, creds, options=options)
+        return grpc.insecure_channel(endpoint.target, options=options)
+
+    def _use(self, endpoint: Endpoint) -> None:
+        """Talk to ``endpoint`` from now on (a new channel; the old one is closed)."""
+        if endpoint == self._endpoint:
+            return
+        channel = self._open(endpoint)
+        with self._lock:
+            old, self._channel, self._endpoint = self._channel, channel, endpoint
+            self._stub = perseus_pb2_grpc.PlanServiceStub(channel)
+        old.close()
+        self.switches += 1
+        log.info("perseus: trying the server at %s", endpoint)
+
     def _set_up(self) -> None:
         if not self._up:
             self._up = True
@@ -309,7 +303,12 @@ class ServerLink:
         resp = self._stub.RegisterRank(
             encode_registration(self.identity), timeout=self.rpc_timeout, metadata=self._metadata
         )
-        self.rank_id = decode_registered(resp).rank_id
+        rank_id = decode_registered(resp).rank_id
+        if self.rank_id is not None and rank_id != self.rank_id:
+            # The server no longer knew this rank (its job was created again): versions
+            # start over with the rank's new registration.
+            self.known_version = 0
+        self.rank_id = rank_id
         self._registered.set()
 
     def set_clock_control(
@@ -326,62 +325,85 @@ class ServerLink:
         )
         self._reregister.set()
 
+    def _stream(self) -> None:
+        """Register, subscribe, and hand on every plan until the stream ends (or raise)."""
+        self._register()
+        call = self._stub.WatchPlan(
+            encode_plan_request(
+                PlanRequest(self.identity.job_id, self.rank_id or "", self.known_version)
+            ),
+            metadata=self._metadata,
+        )
+        with self._lock:
+            self._call = call
+        if self._stop.is_set():
+            call.cancel()
+            return
+        self._subscribed = True
+        if self._ever_up:
+            self.reconnects += 1
+        self._ever_up = True
+        self._set_up()
+        for update in call:
+            plan = Plan.from_proto(update)
+            if plan.version < self.known_version:
+                # A server behind the one that sent the newer version: never go back.
+                log.warning(
+                    "perseus: %s sent plan version %d after version %d; ignored",
+                    self._endpoint,
+                    plan.version,
+                    self.known_version,
+                )
+                continue
+            self.known_version = plan.version
+            self._on_plan(plan)
+        self._set_down("the server closed the stream")
+
+    def _failed(self, exc: grpc.RpcError) -> str:
+        """What a failed call means for the watcher.
+
+        Returns:
+            ``"refused"`` (stay: the leader said no), ``"replaced"`` (stay, slowly) or
+            ``"move"`` (the next address: unreachable, hung, or a standby).
+        """
+        code = exc.code() if hasattr(exc, "code") else None
+        details = exc.details() if hasattr(exc, "details") else str(exc)
+        self.last_error = f"{getattr(code, 'name', code)}: {details}"
+        self._set_down(self.last_error)
+        if code in _REFUSALS:
+            log.error(
+                "perseus: the server refused rank %s: %s",
+                self.identity.global_rank,
+                self.last_error,
+            )
+            return "refused"
+        if code == grpc.StatusCode.ABORTED and "replaced" in str(details):
+            # Another stream for this rank took our place: another process runs this rank, or
+            # the server saw our reconnect first. Retry, slowly, and say so.
+            if not self._replaced_logged:
+                self._replaced_logged = True
+                log.warning(
+                    "perseus: the plan stream of rank %s was replaced by a newer one "
+                    "(is another process running this rank?); reconnecting",
+                    self.identity.global_rank,
+                )
+            return "replaced"
+        return "move"
+
     def _watch_loop(self) -> None:
         backoff = self.backoff_initial
-        first = True
+        tried = 0  # addresses tried since one served
+        standby = False  # a standby answered in this round: the leader is being replaced
         while not self._stop.is_set():
+            self._subscribed = False
+            action, hint = "stay", None
             try:
-                self._register()
-                call = self._stub.WatchPlan(
-                    encode_plan_request(
-                        PlanRequest(self.identity.job_id, self.rank_id or "", self.known_version)
-                    ),
-                    metadata=self._metadata,
-                )
-                with self._lock:
-                    self._call = call
-                if self._stop.is_set():
-                    call.cancel()
-                    break
-                self._set_up()
-                if not first:
-                    self.reconnects += 1
-                first = False
-                backoff = self.backoff_initial
-                for update in call:
-                    plan = Plan.from_proto(update)
-                    self.known_version = plan.version
-                    self._on_plan(plan)
-                self._set_down("the server closed the stream")
+                self._stream()
             except grpc.RpcError as exc:
                 if self._stop.is_set():
                     break
-                code = exc.code() if hasattr(exc, "code") else None
-                details = exc.details() if hasattr(exc, "details") else str(exc)
-                self.last_error = f"{getattr(code, 'name', code)}: {details}"
-                if code in (
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    grpc.StatusCode.NOT_FOUND,
-                    grpc.StatusCode.UNAUTHENTICATED,
-                    grpc.StatusCode.PERMISSION_DENIED,
-                ):
-                    log.error(
-                        "perseus: the server refused rank %s: %s",
-                        self.identity.global_rank,
-                        self.last_error,
-                    )
-                elif code == grpc.StatusCode.ABORTED and "replaced" in str(details):
-                    # Another stream for this rank took our place: another process runs this
-                    # rank, or the server saw our reconnect first. Retry, slowly, and say so.
-                    if not self._replaced_logged:
-                        self._replaced_logged = True
-                        log.warning(
-                            "perseus: the plan stream of rank %s was replaced by a newer one "
-                            "(is another process running this rank?); reconnecting",
-                            self.identity.global_rank,
-                        )
-                    backoff = self.backoff_max
-                self._set_down(self.last_error)
+                action = self._failed(exc)
+                hint = leader_hint(exc)
             except Exception as exc:  # noqa: BLE001 - the watcher must survive anything
                 self.last_error = repr(exc)
                 log.exception("perseus: plan watcher error")
@@ -389,9 +411,26 @@ class ServerLink:
             finally:
                 with self._lock:
                     self._call = None
-            if self._stop.wait(backoff * random.uniform(0.5, 1.0)):
+            if self._subscribed:
+                backoff, tried, standby = self.backoff_initial, 0, False
+            wait, grow = backoff, True
+            if action == "replaced":
+                wait = self.backoff_max
+            elif action == "move":
+                if hint is not None:
+                    standby = True
+                    self.leader_hint = hint or self.leader_hint
+                self._use(self.route.advance(hint or None))
+                tried += 1
+                if tried < self.route.size:
+                    wait, grow = self.backoff_initial, False  # the rest of the round, at once
+                else:
+                    wait = min(backoff, _STANDBY_RETRY) if standby else backoff
+                    tried, standby = 0, False
+            if self._stop.wait(wait * random.uniform(0.5, 1.0)):
                 break
-            backoff = min(backoff * 2.0, self.backoff_max)
+            if grow:
+                backoff = min(backoff * 2.0, self.backoff_max)
 
     # -- reporter -----------------------------------------------------------------------------------
 

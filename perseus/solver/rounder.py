@@ -87,6 +87,18 @@ class Rounder:
         diag[d.stage, d.kind, d.microbatch] = np.arange(len(d.stage))
         self.diag = diag.astype(np.int64)
 
+    def with_times(self, times: FloatArray) -> Rounder:
+        """A copy whose options take other times, everything else shared.
+
+        ``times`` is ``(n, K)``, in this rounder's sorted order, still increasing along each
+        row up to ``nopt``: a model whose durations differ and whose effective costs differ by
+        a constant per node at most (constants change no decision here).
+        """
+        out = object.__new__(Rounder)
+        out.__dict__.update(self.__dict__)
+        out.times = np.ascontiguousarray(times, dtype=np.float64)
+        return out
+
     def _options(self, picks: IntArray) -> PlanArray:
         return self.order[np.arange(picks.shape[1])[None, :], picks].astype(np.uint8)
 

@@ -16,6 +16,7 @@ from perseus.problem import EnergyProblem
 from perseus.profiles import Profile
 from perseus.schedules import Schedule
 from perseus.solver.candidates import CandidatePool
+from perseus.solver.coupling import tighten
 from perseus.solver.options import SolverOptions
 from perseus.solver.parallel import RangeStats
 from perseus.solver.relaxation import Relaxation, RelaxedFrontier, path_bound
@@ -184,10 +185,13 @@ def solve_problem(
         bound = relaxed
         if planning is not bounding:
             bound = relaxed_of(bounding, bound_rel, None, report=False)
+            # per-clock transfers: raised by pricing the producer-transfer coupling
+            bound = tighten(problem, bound, lambda p, r: relaxed_of(p, r, None, report=False))
     with CandidatePool(planning, relaxed, cancel, threads=cores) as pool:
         run = Run(
-            planning, relaxed, rounder, pool, opts, np.random.default_rng(opts.seed), progress
-        )
+            planning, relaxed, rounder, pool, opts, np.random.default_rng(opts.seed), progress,
+            bound,
+        )  # fmt: skip
         pool.add(early.plans)
         with st.stage("round"):
             seed_candidates(run)

@@ -17,6 +17,7 @@ import numpy.typing as npt
 
 from perseus.frontier import Frontier
 from perseus.problem import EnergyProblem
+from perseus.solver import coupling
 from perseus.solver.candidates import CandidatePool, Snapshot
 from perseus.solver.options import SolverOptions
 from perseus.solver.parallel import PARALLEL_MIN_NODES, RangeStats, parallel_sweep
@@ -45,6 +46,18 @@ Progress = Callable[[float], None] | None
 #: result does not depend on the machine's cores).
 SEARCH_STARTS = 2
 _GOLDEN = (np.sqrt(5.0) - 1) / 2
+#: Per-clock transfers: intervals searched on their anchored models, and the re-anchorings.
+ANCHORED_SEARCHES = 16
+ANCHORED_ROUNDS = 4
+#: Per-clock transfers: plans x instructions improved on their anchored models.
+ANCHORED_WORK = 200_000
+#: Per-clock transfers: the bound's relaxed optimum is rounded this much before the middles
+#: of the worst intervals (its plans run late on the truth).
+ANCHORED_EARLIER = (0.0, 0.001, 0.003)
+#: Per-clock transfers: passes splitting the worst intervals in the middle, anchored.
+ANCHORED_PASSES = 5
+#: Per-clock transfers: search trials per plan in those passes (with ``effort > 0``).
+ANCHORED_TRIALS = 256
 #: Deadlines over which the refinement's mean gap is measured.
 _GRID_POINTS = 4096
 
@@ -52,8 +65,9 @@ _GRID_POINTS = 4096
 @dataclass(frozen=True, eq=False)
 class Run:
     """What the stages after :func:`relax` share: the problem, its relaxed frontier, the
-    rounder, the candidates found so far, the options, the seeded generator and the progress
-    callback."""
+    rounder, the candidates found so far, the options, the seeded generator, the progress
+    callback and the certified bound's relaxed frontier (when it is not ``relaxed``'s: per-clock
+    transfers)."""
 
     problem: EnergyProblem
     relaxed: RelaxedFrontier
@@ -62,6 +76,7 @@ class Run:
     options: SolverOptions
     rng: np.random.Generator
     progress: Progress = None
+    bound: RelaxedFrontier | None = None
 
     def report(self, fraction: float) -> None:
         if self.progress is not None:
@@ -319,6 +334,83 @@ def polish(run: Run) -> None:
             np.concatenate([plans, plans]),
             np.r_[snap.kept_times[chosen], snap.ends[chosen] * (1 - 1e-9)],
         )
+    if run.problem.clocked_transfers.size:
+        _polish_anchored(run)
+
+
+def _polish_anchored(run: Run) -> None:
+    """Per-clock transfers: the plans found improved on their anchored models.
+
+    Improved by :func:`~perseus.solver.coupling.improve_plans` (the truth's times around
+    each plan, where the planning model makes a producer's rank wait for its transfer): every
+    Pareto plan (up to ``ANCHORED_WORK // n``, those furthest from the certified bound first)
+    within its own time and within its interval's end; ``ANCHORED_PASSES`` times, the worst
+    intervals (as many, in half the work) within their middles, with ``ANCHORED_TRIALS``
+    search trials each; then the ``ANCHORED_SEARCHES`` intervals still furthest with
+    ``effort x search_work // n`` search trials in all.
+    """
+    o = run.options
+    anchoring = coupling.Anchoring(run.problem, run.rounder.options)
+    n = run.problem.num_nodes
+    ref = run.relaxed if run.bound is None else run.bound
+
+    def worst(count: int) -> tuple[Snapshot, IntArray]:
+        snap = run.pool.snapshot()
+        peak = (snap.kept_waiting[: len(snap.ends)] + ref.ranks_power * snap.ends) / ref.bound(
+            snap.ends
+        ) - 1
+        chosen = np.argsort(-peak, kind="stable")[:count]
+        return snap, chosen[peak[chosen] > o.target_gap]
+
+    snap, chosen = worst(max(1, ANCHORED_WORK // n))
+    if len(chosen) == 0:
+        return
+    if run.bound is not None:
+        # the bound's relaxed optimum (the shortest transfers) rounded on the shortest
+        # transfers: late on the truth, each plan lands at its own true time
+        mid = snap.middles(chosen)
+        at = np.concatenate([mid * (1 - x) for x in ANCHORED_EARLIER])
+        at = at[at >= run.bound.t_min]
+        run.pool.batched(
+            anchoring.rounder.round,
+            run.bound.durations_at(at),
+            at,
+            np.ones(len(at), dtype=bool),
+        )
+        snap, chosen = worst(max(1, ANCHORED_WORK // n))
+    plans = snap.kept_plans(chosen)
+    run.pool.batched(
+        lambda p, d: coupling.improve_plans(anchoring, p, d, rounds=2),
+        np.concatenate([plans, plans]),
+        np.r_[snap.kept_times[chosen], snap.ends[chosen] * (1 - 1e-9)],
+    )
+    trials = ANCHORED_TRIALS if o.effort > 0 else 0
+    for _ in range(ANCHORED_PASSES):
+        snap, chosen = worst(max(1, ANCHORED_WORK // (2 * n)))
+        if len(chosen) == 0:
+            return
+        run.pool.batched(
+            lambda p, d, s: coupling.improve_plans(
+                anchoring, p, d, rounds=2, trials=trials, seeds=s
+            ),
+            snap.kept_plans(chosen),
+            snap.middles(chosen),
+            run.rng.integers(0, 2**31, len(chosen)),
+        )
+    if o.effort <= 0:
+        return
+    snap, hard = worst(ANCHORED_SEARCHES)
+    if len(hard) == 0:
+        return
+    trials = max(ANCHORED_ROUNDS, int(o.effort * o.search_work) // (n * len(hard)))
+    run.pool.batched(
+        lambda p, d, s: coupling.improve_plans(
+            anchoring, p, d, rounds=ANCHORED_ROUNDS, trials=trials, seeds=s
+        ),
+        snap.kept_plans(hard),
+        snap.ends[hard] * (1 - 1e-9),
+        run.rng.integers(0, 2**31, len(hard)),
+    )
 
 
 def assemble(

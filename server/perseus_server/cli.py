@@ -16,6 +16,7 @@ from perseus_server.config import read_token as read_token_file
 from perseus_server.domain.store import StoreError
 from perseus_server.runtime.logs import install_rate_limit
 from perseus_server.runtime.stores import is_postgres, sqlite_path
+from perseus_server.standby import advertise_problem
 
 __all__ = ["main", "build_parser", "is_loopback"]
 
@@ -28,6 +29,24 @@ def is_loopback(host: str) -> bool:
         return False
     addrs = {str(info[4][0]) for info in infos}
     return bool(addrs) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addrs)
+
+
+def _add_leadership_options(p: argparse.ArgumentParser) -> None:
+    """The options of an active/standby pair on PostgreSQL."""
+    p.add_argument(
+        "--leader-lease",
+        type=float,
+        default=ServerConfig().leader_lease,
+        help="with PostgreSQL: seconds the leader's lease lasts unrenewed, after which a standby "
+        "sharing the database takes over (default %(default)s)",
+    )
+    p.add_argument(
+        "--advertise",
+        metavar="HOST",
+        help="with PostgreSQL: the host name or address ranks and clients reach this server at "
+        "when it leads, which a standby names in its answers (default: --host, or this "
+        "machine's host name when --host is every address)",
+    )
 
 
 def build_parser(prog: str = "perseus serve") -> argparse.ArgumentParser:
@@ -49,13 +68,7 @@ def build_parser(prog: str = "perseus serve") -> argparse.ArgumentParser:
         help="the store: a SQLite file (default ./perseus.db; also sqlite:///PATH) or a "
         "PostgreSQL URL (postgresql://USER@HOST/DB)",
     )
-    p.add_argument(
-        "--leader-lease",
-        type=float,
-        default=ServerConfig().leader_lease,
-        help="with PostgreSQL: seconds the leader's lease lasts unrenewed, after which a standby "
-        "sharing the database takes over (default %(default)s)",
-    )
+    _add_leadership_options(p)
     p.add_argument(
         "--token-file", type=Path, help="file holding the bearer token every call must carry"
     )
@@ -178,6 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--header-timeout, --body-timeout and --max-connections must be positive")
     if not 0 < args.leader_lease <= 3600:
         parser.error("--leader-lease must be between 0 and 3600 seconds")
+    if args.advertise is not None:
+        problem = advertise_problem(args.advertise)
+        if problem is not None:
+            parser.error(f"--advertise {args.advertise!r}: {problem}")
     if args.max_streams_per_credential < 1:
         parser.error("--max-streams-per-credential must be positive")
     if not is_postgres(args.db):
@@ -221,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         grpc_port=args.grpc_port,
         db_path=args.db,
         leader_lease=args.leader_lease,
+        advertise=args.advertise,
         token=token,
         read_token=read_token,
         token_file=args.token_file,

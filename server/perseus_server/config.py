@@ -142,6 +142,10 @@ class ServerConfig:
     db_path: Path | str = Path("perseus.db")
     #: Seconds the PostgreSQL leader's lease lasts without renewal (a standby takes over after).
     leader_lease: float = 5.0
+    #: With PostgreSQL: the host name or address other servers' standbys name as this server's
+    #: when it leads (``None``: ``host``, or the machine's host name when ``host`` is every
+    #: address); stored with its lease, with the ports it listens on.
+    advertise: str | None = None
     token: str | None = None
     #: Where ``token`` and ``read_token`` were read from: read again on SIGHUP (rotation).
     token_file: Path | None = None

@@ -12,8 +12,10 @@ Shutdown on SIGTERM/SIGINT: open WatchPlan streams are ended, gRPC stops with a 
 uvicorn finishes in-flight requests, running solves are stopped (their jobs are marked failed),
 and the SQLite WAL is checkpointed (or the PostgreSQL connections closed).
 
-With PostgreSQL, the server first takes the leadership of its database (a standby waits; see
-:mod:`perseus_server.runtime.leadership`), and stops with exit status 3 when it loses it.
+With PostgreSQL, the server listens at once and then takes the leadership of its database; until
+it leads, it answers as a standby, naming the leader (:mod:`perseus_server.standby`), and once it
+leads it loads the state and serves on the same ports, without a restart (see
+:mod:`perseus_server.runtime.leadership`). It stops with exit status 3 when it loses the lead.
 """
 
 from __future__ import annotations
@@ -50,6 +52,14 @@ from perseus_server.runtime.stores import describe, is_postgres, open_store
 from perseus_server.runtime.warmup import warm_kernels
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
+from perseus_server.standby import (
+    LeaderAddress,
+    Standby,
+    StandbyGate,
+    StandbyInterceptor,
+    advertised,
+    read_advertised,
+)
 
 __all__ = ["TOKEN_POLL_SECONDS", "TokenFiles", "serve"]
 
@@ -140,17 +150,25 @@ GC_YOUNG = 10_000
 
 
 def _grpc_server(
-    config: ServerConfig, service: PerseusService, credentials: Credentials, max_connections: int
+    config: ServerConfig,
+    service: PerseusService,
+    credentials: Credentials,
+    max_connections: int,
+    standby: StandbyInterceptor | None,
 ) -> grpc.aio.Server:
-    """The gRPC server of :func:`serve`, with its interceptor, options and servicer (no port
-    yet)."""
+    """The gRPC server of :func:`serve`, with its interceptors, options and servicer.
+
+    No port yet. The standby's answers (a server that can be one) come first: nothing else
+    runs until it leads.
+    """
     service.metrics.grpc_calls.restrict(method=GRPC_METHODS, code=GRPC_CODES)
     grpc_server = grpc.aio.server(
         interceptors=[
+            *([] if standby is None else [standby]),
             AuthInterceptor(
                 credentials,
                 lambda m, code: service.metrics.grpc_calls.inc(method=m, code=code),
-            )
+            ),
         ],
         options=[
             ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE),
@@ -170,33 +188,161 @@ def _grpc_server(
     return grpc_server
 
 
-async def _open_service(
-    config: ServerConfig, say: Callable[[str], None]
-) -> tuple[PerseusService, Leader | None] | None:
-    """The store (with PostgreSQL, once this server leads: a standby waits here) and the service
-    loaded from it; None when SIGTERM or SIGINT came while it waited."""
-    store = open_store(config.db_path)
-    try:
-        leader = await become_leader(store, config.leader_lease, say)
-    except StoppedWaiting:
-        store.close()
-        return None
-    # A database server's round trips stay off the event loop where the service can wait for
-    # them: reports are committed in groups on a thread (only a store safe to share does so).
-    service = PerseusService(
-        store,
-        config.limits,
-        report_decoder=decode_report_bytes,
-        ingest_off_loop=is_postgres(config.db_path),
+def _advertise(config: ServerConfig, grpc_port: int, http_port: int, scheme: str) -> str:
+    """The addresses stored with the lease, with the ports it listens on.
+
+    The host is ``--advertise``, else the bind address (the host name when it binds every
+    address).
+    """
+    host = config.advertise or (
+        socket.gethostname() if config.host in ("0.0.0.0", "::", "") else config.host
     )
-    service.load(resume_solves=leader is not None)  # a new leader resumes solves
-    return service, leader
+    host = _fmt_host(host.strip("[]"))
+    return advertised(f"{host}:{grpc_port}", f"{scheme}://{host}:{http_port}")
+
+
+def _heard(standby: Standby) -> Callable[[str, int, bool, str], None]:
+    def heard(holder: str, epoch: int, live: bool, where: str) -> None:
+        grpc_address, rest = read_advertised(where)
+        standby.heard(LeaderAddress(holder, epoch, grpc_address, rest, live))
+
+    return heard
+
+
+class _Front:
+    """The server's two listeners (gRPC and REST), behind the standby's answers."""
+
+    def __init__(
+        self, config: ServerConfig, service: PerseusService, standby: Standby | None
+    ) -> None:
+        """Build both servers (no port yet).
+
+        Args:
+            config: how it runs.
+            service: what it serves.
+            standby: the standby's answers; ``None`` for a server on its own (SQLite), which
+                leads from the start.
+        """
+        self.config = config
+        self.tls = config.tls_cert is not None and config.tls_key is not None
+        self.credentials = Credentials(
+            service.store,
+            admin=config.token,
+            read=() if config.read_token is None else (config.read_token,),
+        )
+        fds = raise_fd_limit()
+        max_connections = max(16, min(config.max_connections, (fds - 512) // 2))
+        self.grpc_server = _grpc_server(
+            config,
+            service,
+            self.credentials,
+            max_connections,
+            None if standby is None else StandbyInterceptor(standby),
+        )
+        # The address it listens on is a name its clients use (unless it is every address).
+        own = () if config.host in ("0.0.0.0", "::", "") else (config.host,)
+        app = create_app(
+            service,
+            token=config.token,
+            credentials=self.credentials,
+            allowed_hosts=(*config.allowed_hosts, *own),
+        )
+        self.uv = _Uvicorn(
+            uvicorn.Config(
+                app if standby is None else StandbyGate(app, standby),
+                http=guarded_h11(max_connections, config.header_timeout, config.body_timeout),
+                lifespan="off",
+                log_level="warning",
+                access_log=False,
+                ssl_certfile=str(config.tls_cert) if self.tls else None,
+                ssl_keyfile=str(config.tls_key) if self.tls else None,
+                timeout_graceful_shutdown=max(1, int(config.shutdown_grace)),
+                timeout_keep_alive=5,
+            )
+        )
+        self.grpc_port = self.http_port = 0
+        self.http_task: asyncio.Task[None] | None = None
+
+    def bind_grpc(self) -> None:
+        """Add the gRPC port (OSError when it cannot be had)."""
+        config = self.config
+        grpc_addr = f"{_fmt_host(config.host)}:{config.grpc_port}"
+        if self.tls:
+            assert config.tls_cert is not None and config.tls_key is not None
+            creds = grpc.ssl_server_credentials(
+                [(config.tls_key.read_bytes(), config.tls_cert.read_bytes())]
+            )
+            self.grpc_port = self.grpc_server.add_secure_port(grpc_addr, creds)
+        else:
+            self.grpc_port = self.grpc_server.add_insecure_port(grpc_addr)
+        if self.grpc_port == 0:
+            raise OSError(f"cannot listen for gRPC on {grpc_addr}")
+
+    async def start(self, say: Callable[[str], None]) -> bool:
+        """Listen on both ports; False when uvicorn could not start."""
+        sock = _bind(self.config.host, self.config.http_port)
+        self.http_port = sock.getsockname()[1]
+        await self.grpc_server.start()
+        self.http_task = http_task = asyncio.create_task(self.uv.serve(sockets=[sock]))
+        while not self.uv.started and not http_task.done():
+            await asyncio.sleep(0.01)
+        if http_task.done():
+            await self.grpc_server.stop(0)
+            http_task.result()
+            return False
+        host = _fmt_host(self.config.host)
+        say(f"perseus: REST listening on {self.scheme}://{host}:{self.http_port}")
+        say(f"perseus: gRPC listening on {host}:{self.grpc_port}")
+        return True
+
+    @property
+    def scheme(self) -> str:
+        """``https`` with TLS, else ``http``."""
+        return "https" if self.tls else "http"
+
+    async def stop(self, grace: float) -> None:
+        """Stop both listeners (in-flight REST requests finish)."""
+        await self.grpc_server.stop(grace)
+        self.uv.should_exit = True
+        if self.http_task is not None:
+            with contextlib.suppress(Exception):
+                await self.http_task
 
 
 def _close_store(service: PerseusService, leader: Leader | None) -> None:
     service.store.close()
     if leader is not None:
         leader.close()
+
+
+async def _lead(
+    config: ServerConfig,
+    service: PerseusService,
+    front: _Front,
+    standby: Standby,
+    stop: asyncio.Event,
+    say: Callable[[str], None],
+) -> tuple[bool, Leader | None]:
+    """Become the leader (a standby answers meanwhile), load the state and serve it.
+
+    Returns ``(serving, leader)``: ``serving`` is False when ``stop`` was set while it waited.
+    """
+    try:
+        leader = await become_leader(
+            service.store,
+            config.leader_lease,
+            say,
+            advertise=_advertise(config, front.grpc_port, front.http_port, front.scheme),
+            heard=_heard(standby),
+            stop=stop,
+        )
+    except StoppedWaiting:
+        return False, None
+    if leader is not None:
+        # As the leader: every commit of the epochs before is there; solves cut short resume.
+        service.load(resume_solves=True)
+        standby.lead(leader.lease.epoch or 0)
+    return True, leader
 
 
 async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None = None) -> int:
@@ -211,96 +357,92 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_YOUNG, 10, 10)
-    opened = await _open_service(config, say)
-    if opened is None:
-        return 0
-    service, leader = opened
-    store = service.store
-    warming = warm_kernels(service.solver)
-    tls = config.tls_cert is not None and config.tls_key is not None
-    credentials = Credentials(
-        store, admin=config.token, read=() if config.read_token is None else (config.read_token,)
+    postgres = is_postgres(config.db_path)
+    # A database server's round trips stay off the event loop where the service can wait for
+    # them: reports are committed in groups on a thread (only a store safe to share does so).
+    service = PerseusService(
+        open_store(config.db_path),
+        config.limits,
+        report_decoder=decode_report_bytes,
+        ingest_off_loop=postgres,
     )
-
-    fds = raise_fd_limit()
-    max_connections = max(16, min(config.max_connections, (fds - 512) // 2))
-    grpc_server = _grpc_server(config, service, credentials, max_connections)
-    grpc_addr = f"{_fmt_host(config.host)}:{config.grpc_port}"
-    if tls:
-        assert config.tls_cert is not None and config.tls_key is not None
-        creds = grpc.ssl_server_credentials(
-            [(config.tls_key.read_bytes(), config.tls_cert.read_bytes())]
-        )
-        grpc_port = grpc_server.add_secure_port(grpc_addr, creds)
-    else:
-        grpc_port = grpc_server.add_insecure_port(grpc_addr)
-    if grpc_port == 0:
+    standby = Standby()
+    if not postgres:  # one server on its own file: it leads from the start
+        service.load()
+        standby.lead(None)
+    warming = warm_kernels(service.solver)  # a standby warms them too: it serves sooner
+    front = _Front(config, service, standby if postgres else None)
+    try:
+        front.bind_grpc()
+    except OSError:
         if warming is not None:
             warming.cancel()
-        _close_store(service, leader)
-        raise OSError(f"cannot listen for gRPC on {grpc_addr}")
-
-    sock = _bind(config.host, config.http_port)
-    http_port = sock.getsockname()[1]
-    # The address it listens on is a name its clients use (unless it is every address).
-    own = () if config.host in ("0.0.0.0", "::", "") else (config.host,)
-    app = create_app(
-        service,
-        token=config.token,
-        credentials=credentials,
-        allowed_hosts=(*config.allowed_hosts, *own),
-    )
-    uv = _Uvicorn(
-        uvicorn.Config(
-            app,
-            http=guarded_h11(max_connections, config.header_timeout, config.body_timeout),
-            lifespan="off",
-            log_level="warning",
-            access_log=False,
-            ssl_certfile=str(config.tls_cert) if tls else None,
-            ssl_keyfile=str(config.tls_key) if tls else None,
-            timeout_graceful_shutdown=max(1, int(config.shutdown_grace)),
-            timeout_keep_alive=5,
-        )
-    )
+        _close_store(service, None)
+        raise
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    if leader is not None:
-        leader.watch(stop)  # losing the lease stops the server
-    tokens = TokenFiles(config, credentials)
+    tokens = TokenFiles(config, front.credentials)
     loop.add_signal_handler(signal.SIGHUP, tokens.reload, "SIGHUP")
     token_watch = asyncio.create_task(tokens.watch()) if tokens.paths else None
-
-    await grpc_server.start()
-    http_task = asyncio.create_task(uv.serve(sockets=[sock]))
-    while not uv.started and not http_task.done():
-        await asyncio.sleep(0.01)
-    if http_task.done():
+    leader: Leader | None = None
+    try:
+        started = await front.start(say)
+    except BaseException:  # a port it cannot have: what it opened is closed, then it fails
         if warming is not None:
             warming.cancel()
-        await grpc_server.stop(0)
-        _close_store(service, leader)
-        http_task.result()
-        return 1
-    scheme = "https" if tls else "http"
-    say(f"perseus: REST listening on {scheme}://{_fmt_host(config.host)}:{http_port}")
-    say(f"perseus: gRPC listening on {_fmt_host(config.host)}:{grpc_port}")
+        _close_store(service, None)
+        raise
+    if not started:
+        code = 1
+    else:
+        serving, leader = await _lead(config, service, front, standby, stop, say)
+        if serving:
+            await _serve_until_stopped(config, service, front, leader, stop, say)
+        code = 0
+    await _shut_down(config, service, front, warming, token_watch)
+    _close_store(service, leader)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.remove_signal_handler(sig)
+    deposed = leader is not None and leader.deposed is not None
+    if code == 0:
+        say("perseus: stopped (deposed)" if deposed else "perseus: stopped")
+    sys.stdout.flush()
+    return DEPOSED_EXIT if deposed else code
+
+
+async def _serve_until_stopped(
+    config: ServerConfig,
+    service: PerseusService,
+    front: _Front,
+    leader: Leader | None,
+    stop: asyncio.Event,
+    say: Callable[[str], None],
+) -> None:
+    if leader is not None:
+        leader.watch(stop)  # losing the lease stops the server
+    tls = front.tls
     say(
         f"perseus: ready (db {describe(config.db_path)}, auth {'on' if config.token else 'off'}, tls {'on' if tls else 'off'})"
     )
-
     stop_task = asyncio.create_task(stop.wait())
-    await asyncio.wait({http_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+    assert front.http_task is not None
+    await asyncio.wait({front.http_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+    stop_task.cancel()
+
+
+async def _shut_down(
+    config: ServerConfig,
+    service: PerseusService,
+    front: _Front,
+    warming: asyncio.Task[None] | None,
+    token_watch: asyncio.Task[None] | None,
+) -> None:
     log.info("shutting down")
     service.hub.close(None, StreamEnd.SHUTDOWN)
-    await grpc_server.stop(config.shutdown_grace)
-    uv.should_exit = True
-    with contextlib.suppress(Exception):
-        await http_task
-    stop_task.cancel()
+    await front.stop(config.shutdown_grace)
     if token_watch is not None:
         token_watch.cancel()
     if warming is not None and not warming.done():
@@ -309,10 +451,3 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
             await warming
     with contextlib.suppress(NotLeader):  # deposed: what it would still write is refused
         await service.shutdown()
-    _close_store(service, leader)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        loop.remove_signal_handler(sig)
-    deposed = leader is not None and leader.deposed is not None
-    say("perseus: stopped (deposed)" if deposed else "perseus: stopped")
-    sys.stdout.flush()
-    return DEPOSED_EXIT if deposed else 0

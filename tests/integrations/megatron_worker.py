@@ -8,6 +8,11 @@ Megatron's pipelined schedule functions need CUDA, so the rank runs the calls of
 real ``forward_step`` / ``backward_step`` through the schedules module. The one stand-in is the
 device: ``P2PCommunicator`` allocates its receive buffers on ``torch.cuda.current_device()``,
 which here answers the CPU. Writes every ``record_transfer`` call and the losses.
+
+With ``"backend": "nccl"`` in the config (a machine with a GPU per rank) nothing stands in: each
+rank runs on its own GPU over NCCL, and the hooks time the transfers with CUDA events (the
+integrations' choice for NCCL); their :class:`EventTiming` is resolved here, after the
+iteration, and the worker writes which timer the hooks handed to ``record_transfer``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from integration_harness import profile_slice, simulated_gpu, write_result  # no
 
 from perseus_client import PerseusClient  # noqa: E402
 from perseus_client.integrations import megatron as perseus_megatron  # noqa: E402
+from perseus_client.measurements import EventTiming  # noqa: E402
 
 WIDTH = 4
 SHAPE = (2, WIDTH)
@@ -42,13 +48,19 @@ def main() -> int:
     args = ap.parse_args()
     cfg = json.loads(args.config.read_text())
     rank, pp, m = args.rank, args.world, int(cfg["microbatches"])
-    torch.cuda.current_device = lambda: "cpu"  # the device this machine lacks (see the docstring)
+    backend = str(cfg.get("backend", "gloo"))
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+        device: Any = torch.device("cuda", rank)
+    else:
+        torch.cuda.current_device = lambda: "cpu"  # the device this machine lacks (docstring)
+        device = torch.device("cpu")
     from megatron.core import ModelParallelConfig
     from megatron.core.enums import ModelType
     from megatron.core.pipeline_parallel import schedules
     from megatron.core.pipeline_parallel.p2p_communication import P2PCommunicator
 
-    dist.init_process_group("gloo", rank=rank, world_size=pp)
+    dist.init_process_group(backend, rank=rank, world_size=pp)
     config = ModelParallelConfig(pipeline_dtype=torch.float32, batch_p2p_sync=False)
     first, last = rank == 0, rank == pp - 1
 
@@ -67,10 +79,14 @@ def main() -> int:
         def forward(self, x: Any) -> Any:
             return self.lin(x if self.input_tensor is None else self.input_tensor)
 
-    model = Stage()
+    model = Stage().to(device)
     gen = torch.Generator().manual_seed(7)
     batches = [
-        (torch.randn(*SHAPE, generator=gen), torch.randn(*SHAPE, generator=gen)) for _ in range(m)
+        (
+            torch.randn(*SHAPE, generator=gen).to(device),
+            torch.randn(*SHAPE, generator=gen).to(device),
+        )
+        for _ in range(m)
     ]
     store: list[Any] = []
 
@@ -120,10 +136,12 @@ def main() -> int:
     order = perseus_megatron.export_orders(m, pp)[rank]
     gpu = simulated_gpu(profile_slice(pp), [rank])
     transfers: list[list[Any]] = []
+    timers: set[str] = set()
     with PerseusClient(offline=True, gpu=gpu, handle_signals=False) as client:
         inner = client.record_transfer
 
-        def record(b: int, d: str, mb: int, s: float) -> None:
+        def record(b: int, d: str, mb: int, s: Any) -> None:
+            timers.add(type(s).__name__)
             transfers[-1].append([b, d, mb, s])
             inner(b, d, mb, s)
 
@@ -135,7 +153,12 @@ def main() -> int:
                 transfers.append([])
                 run(forward_only=False)
                 dist.barrier()
-            reported = [list(t) for t in client.last_report.transfers]
+                # CUDA events (NCCL): resolved now, off the hooks' path, as the reporter does.
+                transfers[-1] = [
+                    [b, d, mb, s.seconds() if isinstance(s, EventTiming) else s]
+                    for b, d, mb, s in transfers[-1]
+                ]
+            reported = [list(t) for t in client.last_report.resolved().transfers]
             calls = [list(c) for c in hooks.calls]
         restored = not getattr(P2PCommunicator._communicate, "_perseus_hook", False)
     write_result(
@@ -149,6 +172,8 @@ def main() -> int:
             "reported_last": reported,
             "restored": restored,
             "losses": len(store),
+            "backend": backend,
+            "timers": sorted(timers),
         },
     )
     dist.destroy_process_group()

@@ -437,16 +437,18 @@ def test_per_clock_transfers_are_planned_on_a_model_never_faster_than_the_truth(
     t, e = problem.evaluate_many(frontier.plans)
     np.testing.assert_allclose(frontier.times, t, rtol=1e-12)
     np.testing.assert_allclose(frontier.energies, e, rtol=1e-12)
-    # The bound: the shortest transfers, each transfer's cost at its producer's clock charged
-    # to the producer (below every true plan); tighter than the shortest transfers' own costs
-    # here, where every transfer draws at least the blocking power.
+    # The bound: at least the shortest transfers' with each transfer's cost at its producer's
+    # clock charged to the producer (below every true plan; tighter than the shortest
+    # transfers' own costs here, where every transfer draws at least the blocking power), raised
+    # by pricing the coupling (tests/perseus/test_per_clock_plans.py checks it against the
+    # coupled LP and every plan).
     lp = LPRelaxation(problem.cost_charged())
     short = LPRelaxation(problem)
     for deadline in (t0.time, 1.1 * t0.time):
         ref = lp.solve(deadline).value
-        assert frontier.lower_bound_at(deadline) == pytest.approx(ref, rel=1e-6)
+        assert frontier.lower_bound_at(deadline) >= ref * (1 - 1e-6)
         assert ref >= short.solve(deadline).value * (1 - 1e-9)
-        assert frontier.energy_at(deadline) >= ref * (1 - 1e-9)
+        assert frontier.energy_at(deadline) >= frontier.lower_bound_at(deadline) * (1 - 1e-9)
 
 
 def test_per_clock_transfers_on_the_shipped_profile_leave_a_small_gap() -> None:

@@ -1,4 +1,5 @@
-"""The authorization table (:mod:`perseus_server.service.authorization`), every cell checked
+"""The authorization table (:mod:`perseus_server.service.authorization`, the gRPC rows from
+:mod:`perseus_server.grpc.methods`), every cell checked
 against a real ``perseus serve``: credential kind x route (from the app's own router) or gRPC
 method (from the ``.proto``) x own / other tenant.
 
@@ -26,7 +27,8 @@ import pytest
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
-from perseus_server.service.authorization import GRPC, PUBLIC, REST, Access, markdown_table
+from perseus_server.grpc.methods import GRPC
+from perseus_server.service.authorization import PUBLIC, REST, Access, markdown_table
 from perseus_server.service.credentials import Scope
 
 from .routes import app_routes
@@ -116,7 +118,7 @@ def test_the_table_keeps_tenants_apart() -> None:
 
 
 def test_the_docs_print_the_table() -> None:
-    assert markdown_table() in (ROOT / "docs" / "server.md").read_text()
+    assert markdown_table(GRPC) in (ROOT / "docs" / "server.md").read_text()
 
 
 def _unknown_detail(r: httpx.Response, param: str, value: str) -> bool:

@@ -18,7 +18,7 @@ from perseus_server.decisions.detectors import (
 )
 from perseus_server.domain.bounds import MAX_SECONDS
 from perseus_server.domain.states import DetectorEvent
-from perseus_server.models.requests import DetectionIn
+from perseus_server.rest.stragglers import DetectionIn
 
 #: The common overhead every pipeline runs with (measured / planned).
 OVERHEAD = 1.3

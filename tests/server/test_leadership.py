@@ -139,7 +139,7 @@ def test_the_standby_takes_over_and_a_resumed_leader_stops(
         while "perseus: standby" not in b.output() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert "perseus: standby (the leader is" in b.output()
-        assert "REST listening" not in b.output()  # a standby does not serve
+        assert "perseus: ready" not in b.output()  # a standby answers, but does not serve
         a.kill()
         killed = time.monotonic()
         waiting.join(60)

@@ -16,9 +16,8 @@ from fastapi.exceptions import ResponseValidationError
 
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
-from perseus_server.models import JobStatus
-from perseus_server.models.status import RecentIteration
 from perseus_server.rest.docs import built_response
+from perseus_server.rest.job_status import JobStatus, RecentIteration
 
 from .conftest import register, solved_job
 

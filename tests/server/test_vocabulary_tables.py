@@ -20,9 +20,10 @@ from perseus_common.clocks import CLOCK_EVENT_REASONS, MAX_CLOCK_MHZ
 from perseus_common.errors import LocatedError
 from perseus_common.profile_csv import MAX_FREQUENCY_MHZ, ProfileFormatError
 from perseus_server.config import Limits
-from perseus_server.models import JobIn, NamedScheduleView, PlanPolicyView, PlanSelect, ScheduleIn
-from perseus_server.models.requests import MAX_CLOCK_MHZ as MODELS_MAX_CLOCK
+from perseus_server.models import PlanPolicyView, PlanSelect
 from perseus_server.rest import create_app
+from perseus_server.rest.jobs import JobIn, NamedScheduleView, ScheduleIn
+from perseus_server.rest.profiles import ProfilingIn
 from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService
 from perseus_server.service.clock_verification import KNOWN_REASONS
@@ -109,7 +110,8 @@ def test_one_table_of_reason_names_and_one_clock_bound() -> None:
     assert CLIENT_REASONS is CLOCK_EVENT_REASONS
     assert frozenset(CLOCK_EVENT_REASONS.values()) == KNOWN_REASONS
     assert reason_names(0x4 | 0x40) == ("sw_power_cap", "hw_thermal_slowdown")
-    assert MODELS_MAX_CLOCK is MAX_CLOCK_MHZ and MAX_FREQUENCY_MHZ is MAX_CLOCK_MHZ
+    clocks = ProfilingIn.model_json_schema()["properties"]["frequencies"]["anyOf"][0]["items"]
+    assert clocks["maximum"] == MAX_CLOCK_MHZ and MAX_FREQUENCY_MHZ is MAX_CLOCK_MHZ
 
 
 def test_profile_errors_share_one_constructor() -> None:

@@ -47,20 +47,31 @@ _posted: dict[int, tuple[Any, Any, list[Tag]]] = {}
 
 
 def _make_batch(original: Callable[..., Any]) -> Callable[..., Any]:
+    posted = _posted
+
     def _batch_p2p(p2p_ops: Any, *args: Any, **kwargs: Any) -> Any:
-        tags = [tag for op in p2p_ops if (tag := getattr(op, TAG, None)) is not None]
-        make_event = tags[0][4] if tags else None
+        if len(p2p_ops) == 1:  # the common case: one op, one tag at most (no list built)
+            tag = getattr(p2p_ops[0], TAG, None)
+            if tag is None:
+                return original(p2p_ops, *args, **kwargs)
+            tags: Any = (tag,)
+        else:
+            tags = [tag for op in p2p_ops if (tag := getattr(op, TAG, None)) is not None]
+            if not tags:
+                return original(p2p_ops, *args, **kwargs)
+            # A stage with several output tensors sends one op per tensor: one transfer.
+            tags = list(dict.fromkeys(tags))
+        make_event = tags[0][4]
         if make_event is not None:
             t0: Any = make_event()
             t0.record()
         else:
             t0 = perf_counter()
         works = original(p2p_ops, *args, **kwargs)
-        if tags and works:
-            if len(_posted) > _MAX_POSTED:  # works never waited on (an iteration that raised)
-                _posted.clear()
-            # A stage with several output tensors sends one op per tensor: one transfer.
-            _posted[id(works)] = (works, t0, tags if len(tags) == 1 else list(dict.fromkeys(tags)))
+        if works:
+            if len(posted) > _MAX_POSTED:  # works never waited on (an iteration that raised)
+                posted.clear()
+            posted[id(works)] = (works, t0, tags)
         return works
 
     _batch_p2p._perseus_hook = True  # type: ignore[attr-defined]
@@ -68,18 +79,21 @@ def _make_batch(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _make_wait(original: Callable[..., Any]) -> Callable[..., Any]:
+    posted_works = _posted
+
     def _wait_batch_p2p(work: Any, *args: Any, **kwargs: Any) -> Any:
-        posted = _posted.pop(id(work), None) if _posted else None
+        if not posted_works:
+            return original(work, *args, **kwargs)
+        posted = posted_works.pop(id(work), None)
         result = original(work, *args, **kwargs)
         if posted is not None and posted[0] is work:
             start, tags = posted[1], posted[2]
-            make_event = tags[0][4]
-            if make_event is not None:
-                end = make_event()
-                end.record()
-                seconds: Any = EventTiming(start, end)
+            if tags[0][4] is None:
+                seconds: Any = perf_counter() - start
             else:
-                seconds = perf_counter() - start
+                end = tags[0][4]()
+                end.record()
+                seconds = EventTiming(start, end)
             for record, boundary, direction, microbatch, _ in tags:
                 record(boundary, direction, microbatch, seconds)
         return result

@@ -44,8 +44,9 @@ A stage ``s`` records its forward send and backward receive at boundary ``s`` an
 receive and backward send at boundary ``s - 1``; transfers between two stages on one rank (no
 P2P op) are not recorded. ``instrument(..., transfers=False)`` leaves them alone.
 
-Overhead: one context-manager entry per instruction on the training thread and, with transfer
-timing, a few attribute writes and one clock read per P2P op; no synchronisation (benchmark:
+Overhead: the client's ``begin`` / ``end`` per instruction on the training thread and, with
+transfer timing, one attribute write per P2P op (its tag built once per microbatch), one clock
+read when the ops are posted and one when their wait returns; no synchronisation (benchmark:
 ``benchmarks/hooks.py``). Custom per-action functions registered through ``register_custom_function`` bypass the stage
 methods and are not seen by these hooks.
 """
@@ -226,11 +227,15 @@ class PipelineHooks:
         tag_name = _torch_p2p.TAG
         make_event = event_factory(getattr(stage, "group", None), self.transfer_timing)
 
+        tags: dict[int, Any] = {}  # per microbatch, its tag (built once)
+
         @functools.wraps(original)
         def p2p_ops(chunk_id: int, *args: Any, **kwargs: Any) -> Any:
             ops = original(chunk_id, *args, **kwargs)
             if ops and self._active:
-                tag = (record, boundary, direction, int(chunk_id), make_event)
+                tag = tags.get(chunk_id)
+                if tag is None:
+                    tag = tags[chunk_id] = (record, boundary, direction, int(chunk_id), make_event)
                 for op in ops:
                     setattr(op, tag_name, tag)
             return ops

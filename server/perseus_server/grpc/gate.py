@@ -1,17 +1,22 @@
-"""What the gRPC server checks before it reads a request: the credential from the call's
-metadata, and each method's request size; and, for a rank credential, what the request is about.
+"""What the gRPC server checks before it reads a request.
+
+It checks the credential from the call's metadata, and each method's request size; and, for a
+rank credential, what the request is about.
 
 :class:`AuthInterceptor` runs when a call's headers arrive. Without a valid credential, it answers
 UNAUTHENTICATED through a request-streaming handler that never reads a message, so an
 unauthenticated body is neither parsed nor kept (a unary handler would receive it first); a
-credential whose kind the authorization table (:data:`perseus_server.service.authorization.GRPC`)
-does not open the method to gets PERMISSION_DENIED the same way. Otherwise the method's own handler runs, its
-deserializer refusing a message over the method's limit (:data:`METHOD_LIMITS`) before parsing
-it: a registration is small, a report batch message is bounded by ``max_report_instructions``.
+credential whose kind the method's rule does not open it to gets PERMISSION_DENIED the same way.
+Otherwise the method's own handler runs, its deserializer refusing a message over the method's
+limit (:data:`METHOD_LIMITS`) before parsing it: a registration is small, a report batch message
+is bounded by ``max_report_instructions``. The rules, the limits and the rank checks are the
+methods' declarations (:data:`perseus_server.grpc.methods.METHODS`); a method not declared
+opens to the admin only.
 
-A rank credential (see :mod:`perseus_server.service.credentials`) opens its own job's ``RegisterRank``,
-``WatchPlan`` and ``ReportIterations`` only: the handler is wrapped so that each request (each
-report of a stream) naming another job, or a rank identity bound to another credential, is
+A rank credential (see :mod:`perseus_server.service.credentials`) opens its own job's rank
+methods only: the handler is wrapped, by the method's
+:class:`~perseus_server.grpc.methods.RankCheck` and the call's shape, so that each request (each
+message of a stream) naming another job, or a rank identity bound to another credential, is
 refused with PERMISSION_DENIED before the servicer sees it, and a registration binds the identity.
 A stream opened with a credential that is rotated or revoked meanwhile ends with UNAUTHENTICATED
 at its next report, or before its next plan message (:meth:`Credentials.current`).
@@ -28,6 +33,7 @@ from typing import Any
 import grpc
 
 from perseus_common.proto import perseus_pb2 as pb
+from perseus_server.grpc.methods import METHODS, SERVICE, RankCheck, by_path
 from perseus_server.service import authorization as authz
 from perseus_server.service.credentials import Credentials, Principal
 
@@ -43,11 +49,9 @@ __all__ = [
 
 #: The label of a method the service does not define (as :data:`perseus_server.metrics.OTHER`).
 OTHER = "other"
-_DESCRIPTOR = pb.DESCRIPTOR.services_by_name["PlanService"]
-_SERVICE = f"/{_DESCRIPTOR.full_name}/"
 #: The methods of the service descriptor: the only values of the ``method`` metric label
 #: (with ``other``).
-GRPC_METHODS = frozenset(m.name for m in _DESCRIPTOR.methods)
+GRPC_METHODS = frozenset(m.name for m in pb.DESCRIPTOR.services_by_name["PlanService"].methods)
 #: The status code names: the only values of the ``code`` metric label.
 GRPC_CODES = frozenset(c.name for c in grpc.StatusCode)
 
@@ -56,15 +60,12 @@ def method_label(method: str) -> str:
     """The metric label of a call to ``method`` (``/package.Service/Name``): the method's name
     when the service defines it, else ``other`` (never a name the caller made up)."""
     name = method.rsplit("/", 1)[-1]
-    return name if method == _SERVICE + name and name in GRPC_METHODS else OTHER
+    return name if method == SERVICE + name and name in GRPC_METHODS else OTHER
 
 
-#: Largest request message per method, in bytes (the server's overall cap applies to others).
-METHOD_LIMITS = {
-    _SERVICE + "RegisterRank": 64 * 1024,
-    _SERVICE + "WatchPlan": 4 * 1024,
-    _SERVICE + "FinishRank": 4 * 1024,
-}
+#: Largest request message per method path, in bytes, from the declarations (the server's
+#: overall cap applies to the others).
+METHOD_LIMITS = {m.path: m.limit for m in METHODS if m.limit is not None}
 
 
 class TooLargeMessage:
@@ -169,8 +170,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         if who is None:
             self.on_refused(name, "UNAUTHENTICATED")
             return grpc.stream_unary_rpc_method_handler(_refuse)
-        got = authz.access(who, authz.GRPC.get(name))
-        if got is authz.Access.NONE or (got is authz.Access.OWN and name not in _RANK_METHODS):
+        declared = by_path(method)
+        got = authz.access(who, declared.rule if declared is not None else None)
+        if got is authz.Access.NONE or (
+            got is authz.Access.OWN and (declared is None or declared.rank_check is None)
+        ):
             self.on_refused(name, "PERMISSION_DENIED")
             return grpc.stream_unary_rpc_method_handler(
                 _denier(f"a {who.scope} credential cannot call {name}")
@@ -183,8 +187,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             handler = handler._replace(
                 request_deserializer=_sized(handler.request_deserializer, limit)
             )
-        if got is authz.Access.OWN:  # its own job's ranks only (checked per request)
-            handler = _RANK_METHODS[name](self, handler, who)
+        if got is authz.Access.OWN and declared is not None and declared.rank_check is not None:
+            handler = self._own_ranks(handler, who, name, declared.rank_check)
         return handler
 
     # --- a rank credential's own job and identities ----------------------------------------------
@@ -192,7 +196,23 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     def _refused(self, method: str) -> None:
         self.on_refused(method, "PERMISSION_DENIED")
 
-    def _register(self, handler: Any, who: Principal) -> Any:
+    def _own_ranks(self, handler: Any, who: Principal, name: str, check: RankCheck) -> Any:
+        """``handler`` wrapped so that a rank credential reaches its own job's ranks only.
+
+        The wrapper is chosen by the method's :class:`RankCheck` and the call's shape.
+        """
+        if check is RankCheck.REGISTER and handler.unary_unary is not None:
+            return self._register(handler, who, name)
+        if check is RankCheck.RANK and handler.unary_unary is not None:
+            return self._unary(handler, who, name)
+        if check is RankCheck.RANK and handler.unary_stream is not None:
+            return self._watch(handler, who, name)
+        if check is RankCheck.RANK and handler.stream_unary is not None:
+            return self._reports(handler, who, name)
+        raise TypeError(f"{name}: no {check} check for this kind of call")
+
+    def _register(self, handler: Any, who: Principal, name: str) -> Any:
+        """A registration: a rank of the credential's job, then its identity bound to it."""
         behavior, creds = handler.unary_unary, self.credentials
 
         async def register(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
@@ -200,18 +220,23 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 return await behavior(request, context)
             why = creds.register_refusal(who, request.job_id, request.global_rank)
             if why is not None:
-                self._refused("RegisterRank")
+                self._refused(name)
                 await _deny(context, why)
             response = await behavior(request, context)
             why = creds.bind(who, response.rank_id, request.job_id, request.global_rank)
             if why is not None:
-                self._refused("RegisterRank")
+                self._refused(name)
                 await _deny(context, why)
             return response
 
         return handler._replace(unary_unary=register)
 
-    def _watch(self, handler: Any, who: Principal) -> Any:
+    def _watch(self, handler: Any, who: Principal, name: str) -> Any:
+        """A request answered by a stream: the rank checked, then each message while current.
+
+        Every plan message goes out only while the credential is current (not rotated or
+        revoked since the call began).
+        """
         behavior, creds = handler.unary_stream, self.credentials
 
         async def check(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
@@ -219,7 +244,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 return
             why = creds.rank_refusal(who, request.job_id, request.rank_id)
             if why is not None:
-                self._refused("WatchPlan")
+                self._refused(name)
                 await _deny(context, why)
 
         if inspect.isasyncgenfunction(behavior):
@@ -228,7 +253,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
                 await check(request, context)
                 async for msg in behavior(request, context):
                     if not creds.current(who):
-                        self.on_refused("WatchPlan", "UNAUTHENTICATED")
+                        self.on_refused(name, "UNAUTHENTICATED")
                         await _stale(context)
                     yield msg
 
@@ -236,26 +261,27 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
         async def watch(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             await check(request, context)
-            stale = functools.partial(self.on_refused, "WatchPlan", "UNAUTHENTICATED")
+            stale = functools.partial(self.on_refused, name, "UNAUTHENTICATED")
             return await behavior(request, _CheckedWrites(context, creds, who, stale))
 
         return handler._replace(unary_stream=watch)
 
-    def _finish(self, handler: Any, who: Principal) -> Any:
-        """``FinishRank``: a rank credential finishes only its own job's ranks."""
+    def _unary(self, handler: Any, who: Principal, name: str) -> Any:
+        """A unary call (``FinishRank``): only its own job's ranks."""
         behavior, creds = handler.unary_unary, self.credentials
 
-        async def finish(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        async def unary(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             if not isinstance(request, TooLargeMessage):
                 why = creds.rank_refusal(who, request.job_id, request.rank_id)
                 if why is not None:
-                    self._refused("FinishRank")
+                    self._refused(name)
                     await _deny(context, why)
             return await behavior(request, context)
 
-        return handler._replace(unary_unary=finish)
+        return handler._replace(unary_unary=unary)
 
-    def _reports(self, handler: Any, who: Principal) -> Any:
+    def _reports(self, handler: Any, who: Principal, name: str) -> Any:
+        """A request stream (``ReportIterations``): every message checked as it arrives."""
         behavior, creds = handler.stream_unary, self.credentials
 
         async def reports(
@@ -264,23 +290,14 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             async def checked() -> AsyncIterator[Any]:
                 async for report in request_iterator:
                     if not creds.current(who):
-                        self.on_refused("ReportIterations", "UNAUTHENTICATED")
+                        self.on_refused(name, "UNAUTHENTICATED")
                         await _stale(context)
                     why = creds.rank_refusal(who, report.job_id, report.rank_id)
                     if why is not None:
-                        self._refused("ReportIterations")
+                        self._refused(name)
                         await _deny(context, why)
                     yield report
 
             return await behavior(checked(), context)
 
         return handler._replace(stream_unary=reports)
-
-
-#: The methods a rank credential opens, each with the wrapper that checks its requests.
-_RANK_METHODS: dict[str, Callable[[AuthInterceptor, Any, Principal], Any]] = {
-    "RegisterRank": AuthInterceptor._register,
-    "WatchPlan": AuthInterceptor._watch,
-    "ReportIterations": AuthInterceptor._reports,
-    "FinishRank": AuthInterceptor._finish,
-}

@@ -1,7 +1,9 @@
 """The gRPC PlanService (``perseus.v1``) over :class:`~perseus_server.service.PerseusService`.
 
-Requests are decoded into the service's plain values and its answers encoded back by
-:mod:`perseus_server.grpc.codec`; the service itself never sees a protobuf message.
+The servicer is built from the methods' declarations (:data:`perseus_server.grpc.methods.METHODS`):
+each one's body answers the method of its name. Requests are decoded into the service's plain
+values and its answers encoded back by :mod:`perseus_server.grpc.codec`; the service itself
+never sees a protobuf message.
 
 Errors map to status codes: bad fields -> INVALID_ARGUMENT, unknown job -> NOT_FOUND, state
 conflicts (rank not registered, identity clash) -> FAILED_PRECONDITION, missing or wrong bearer
@@ -18,12 +20,10 @@ from __future__ import annotations
 import gc
 import math
 import time
-from collections.abc import AsyncIterator
 from typing import Any, NoReturn
 
 import grpc
 
-from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server.domain.errors import (
     ApiError,
@@ -33,41 +33,26 @@ from perseus_server.domain.errors import (
     Unauthorized,
     Unavailable,
 )
-from perseus_server.domain.states import StreamEnd
-from perseus_server.domain.values import FinishedRank, ReportAck
-from perseus_server.grpc.codec import (
-    PlanEncoder,
-    decode_finish,
-    decode_plan_request,
-    decode_registration,
-    encode_ack,
-    encode_finished,
-    encode_registered,
-)
+from perseus_server.grpc.codec import PlanEncoder
 from perseus_server.grpc.gate import TooLargeMessage, token_matches
-from perseus_server.grpc.received import WireReport
+from perseus_server.grpc.methods import METHODS, REPLACED_DETAIL, Body, Context, Method
 from perseus_server.runtime.hub import StreamLimitExceeded
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
 
-__all__ = ["PlanServicer", "status_code"]
-
-_Context = grpc.aio.ServicerContext[Any, Any]
-
+__all__ = ["REPLACED_DETAIL", "PlanServicer", "status_code"]
 
 #: A refused report larger than this (bytes) has a garbage collection run (see
-#: :meth:`PlanServicer._collect_refused`); at most one per ``COLLECT_INTERVAL`` seconds ...
+#: :meth:`PlanServicer.refused_report`); at most one per ``COLLECT_INTERVAL`` seconds ...
 LARGE_REFUSED_BYTES = 1 << 20
 COLLECT_INTERVAL = 0.25
 #: ... or sooner, once the refused reports not yet collected add up to this many bytes (so what
 #: they hold is bounded by bytes, however fast they come; a collection per 16 MiB received).
 COLLECT_REFUSED_BYTES = 16 << 20
 
-#: The detail a stream replaced by a newer one for the same rank ends with (``ABORTED``).
-REPLACED_DETAIL = "rank_id: replaced by a newer WatchPlan stream for this rank"
-
 
 def status_code(err: ApiError) -> grpc.StatusCode:
+    """The status code a call that fails with ``err`` ends with."""
     if isinstance(err, Unavailable):
         return grpc.StatusCode.UNAVAILABLE
     if isinstance(err, StreamLimitExceeded):
@@ -83,8 +68,17 @@ def status_code(err: ApiError) -> grpc.StatusCode:
     return grpc.StatusCode.INVALID_ARGUMENT
 
 
-class PlanServicer(pb_grpc.PlanServiceServicer):
-    """RegisterRank, WatchPlan, ReportIterations and FinishRank."""
+#: The generated base class, typed as ``Any``: its stub declares each method abstract, and here
+#: they are set from the declarations after the class is built (which a type checker cannot see).
+_GeneratedServicer: Any = pb_grpc.PlanServiceServicer
+
+
+class PlanServicer(_GeneratedServicer):
+    """RegisterRank, WatchPlan, ReportIterations and FinishRank, built from their declarations.
+
+    One attribute per declared method (:data:`~perseus_server.grpc.methods.METHODS`) runs its
+    body, given this servicer (:class:`~perseus_server.grpc.methods.Servicer`).
+    """
 
     def __init__(self, service: PerseusService, token: str | Credentials | None) -> None:
         self.service = service
@@ -93,33 +87,31 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
         self._collected = -math.inf
         self._refused_bytes = 0
 
-    async def _abort(self, context: _Context, method: str, err: ApiError) -> NoReturn:
+    async def abort(self, context: Context, method: str, err: ApiError) -> NoReturn:
+        """End the call with ``err``'s status code (:func:`status_code`), counted."""
         code = status_code(err)
         self.service.metrics.grpc_calls.inc(method=method, code=code.name)
         detail = f"{err.field}: {err.detail}" if err.field else err.detail
         await context.abort(code, detail)
         raise AssertionError("unreachable")
 
-    async def _auth(self, context: _Context, method: str) -> None:
-        """The credential again (the interceptor checks it and its scope first, before any
-        body is read)."""
-        if self.token is None or token_matches(context.invocation_metadata(), self.token):
-            return
-        await self._abort(
-            context, method, Unauthorized("missing or wrong bearer token", field="authorization")
-        )
+    def ok(self, method: str) -> None:
+        """Count a call of ``method`` that ended well."""
+        self.service.metrics.grpc_calls.inc(method=method, code="OK")
 
-    def _credential(self, context: _Context) -> str:
-        """Who opens a stream, for the per-credential limit: an issued credential's id; the
-        admin token, the shared token and an open server each count as one."""
-        if isinstance(self.token, Credentials):
-            who = self.token.from_metadata(context.invocation_metadata())
-            if who is not None and who.credential_id:
-                return f"credential:{who.credential_id}"
-            return "admin"
-        return "token" if self.token else "open"
+    async def admit(self, context: Context, method: str, request: Any) -> None:
+        """Check the credential again, then the request's size.
 
-    async def _size(self, context: _Context, method: str, request: Any) -> None:
+        The interceptor checks the credential and its scope first, before any body is read; a
+        message over the method's limit arrives as a
+        :class:`~perseus_server.grpc.gate.TooLargeMessage`.
+        """
+        if self.token is not None and not token_matches(context.invocation_metadata(), self.token):
+            await self.abort(
+                context,
+                method,
+                Unauthorized("missing or wrong bearer token", field="authorization"),
+            )
         if isinstance(request, TooLargeMessage):
             code = grpc.StatusCode.RESOURCE_EXHAUSTED
             self.service.metrics.grpc_calls.inc(method=method, code=code.name)
@@ -127,84 +119,32 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
                 code, f"request: {request.size} bytes exceed this method's {request.limit}"
             )
 
-    async def RegisterRank(
-        self, request: pb.RegisterRankRequest, context: _Context
-    ) -> pb.RegisterRankResponse:  # noqa: N802
-        await self._auth(context, "RegisterRank")
-        await self._size(context, "RegisterRank", request)
-        try:
-            resp = self.service.registration.register(decode_registration(request))
-        except ApiError as e:
-            await self._abort(context, "RegisterRank", e)
-        self.service.metrics.grpc_calls.inc(method="RegisterRank", code="OK")
-        return encode_registered(resp)
+    def credential(self, context: Context) -> str:
+        """Who opens a stream, for the per-credential limit.
 
-    # Streams through ``context.write`` (grpc.aio allows it), which the generated stub's
-    # iterator-returning signature does not describe.
-    async def WatchPlan(  # type: ignore[override]  # noqa: N802
-        self, request: pb.WatchPlanRequest, context: _Context
-    ) -> None:
-        await self._auth(context, "WatchPlan")
-        await self._size(context, "WatchPlan", request)
-        req = decode_plan_request(request)
-        try:
-            sub, first = self.service.registration.subscribe(
-                req.job_id, req.rank_id, self._credential(context)
-            )
-        except ApiError as e:
-            await self._abort(context, "WatchPlan", e)
-        metrics = self.service.metrics
-        try:
-            last = -1
-            if first is not None:
-                sub.latest = None  # the current plan goes out now; don't send it twice
-                await context.write(self.encode_plan(first))
-                last = first.version
-            while True:
-                msg = await sub.next()
-                if msg is None:
-                    if sub.closed is StreamEnd.DELETED:
-                        await self._abort(
-                            context, "WatchPlan", NotFound("the job was deleted", field="job_id")
-                        )
-                    if sub.closed is StreamEnd.REPLACED:
-                        metrics.grpc_calls.inc(method="WatchPlan", code="ABORTED")
-                        await context.abort(grpc.StatusCode.ABORTED, REPLACED_DETAIL)
-                    break
-                if msg.version == last:
-                    continue
-                await context.write(self.encode_plan(msg))
-                last = msg.version
-                metrics.push_latency.observe(time.perf_counter() - sub.published_at)
-        finally:
-            self.service.registration.unsubscribe(sub)
-        metrics.grpc_calls.inc(method="WatchPlan", code="OK")
+        An issued credential's id; the admin token, the shared token and an open server each
+        count as one.
+        """
+        if isinstance(self.token, Credentials):
+            who = self.token.from_metadata(context.invocation_metadata())
+            if who is not None and who.credential_id:
+                return f"credential:{who.credential_id}"
+            return "admin"
+        return "token" if self.token else "open"
 
-    async def ReportIterations(
-        self, request_iterator: AsyncIterator[pb.IterationReport], context: _Context
-    ) -> pb.ReportAck:  # noqa: N802
-        await self._auth(context, "ReportIterations")
-        accepted = duplicates = 0
-        async for report in request_iterator:
-            try:
-                new, dup = await self.service.ingest_report(WireReport.of(report))
-                accepted, duplicates = accepted + new + dup, duplicates + dup
-            except ApiError as e:
-                size = report.ByteSize()
-                if size > LARGE_REFUSED_BYTES:
-                    self._collect_refused(size)
-                await self._abort(context, "ReportIterations", e)
-        self.service.metrics.grpc_calls.inc(method="ReportIterations", code="OK")
-        return encode_ack(ReportAck(accepted, duplicates))
+    def refused_report(self, size: int) -> None:
+        """Free what earlier refused large reports left behind.
 
-    def _collect_refused(self, size: int) -> None:
-        """Free what earlier refused large reports left behind. An aborted stream leaves its
-        last message in reference cycles inside the gRPC runtime until a full garbage
-        collection (twenty refused reports of 100,000 transfers held 150 MiB, sixty 400 MiB);
-        collected here, at most once per :data:`COLLECT_INTERVAL` seconds (a full collection
-        takes tens of milliseconds) or per :data:`COLLECT_REFUSED_BYTES` refused, so refusals
-        hold a bounded number of bytes however fast they come (with the interval alone, fast
-        refusals of 4 MB reports held 86-103 MiB over forty)."""
+        An aborted stream leaves its last message in reference cycles inside the gRPC runtime
+        until a full garbage collection (twenty refused reports of 100,000 transfers held
+        150 MiB, sixty 400 MiB). A refused report over :data:`LARGE_REFUSED_BYTES` is counted,
+        and a collection runs at most once per :data:`COLLECT_INTERVAL` seconds (a full
+        collection takes tens of milliseconds) or per :data:`COLLECT_REFUSED_BYTES` refused,
+        so refusals hold a bounded number of bytes however fast they come (with the interval
+        alone, fast refusals of 4 MB reports held 86-103 MiB over forty).
+        """
+        if size <= LARGE_REFUSED_BYTES:
+            return
         now = time.monotonic()
         self._refused_bytes += size
         if (
@@ -214,15 +154,18 @@ class PlanServicer(pb_grpc.PlanServiceServicer):
             self._collected, self._refused_bytes = now, 0
             gc.collect()
 
-    async def FinishRank(
-        self, request: pb.FinishRankRequest, context: _Context
-    ) -> pb.FinishRankResponse:  # noqa: N802
-        await self._auth(context, "FinishRank")
-        await self._size(context, "FinishRank", request)
-        req = decode_finish(request)
-        try:
-            done, finished, registered = self.service.finish_rank(req.job_id, req.rank_id)
-        except ApiError as e:
-            await self._abort(context, "FinishRank", e)
-        self.service.metrics.grpc_calls.inc(method="FinishRank", code="OK")
-        return encode_finished(FinishedRank(done, finished, registered))
+
+def _answer(method: Method) -> Any:
+    """The servicer attribute that answers ``method``: its body, given the servicer."""
+    body: Body = method.body
+
+    async def answer(self: PlanServicer, request: Any, context: Context) -> Any:
+        return await body(self, request, context)
+
+    answer.__name__ = answer.__qualname__ = method.name
+    answer.__doc__ = body.__doc__
+    return answer
+
+
+for _method in METHODS:
+    setattr(PlanServicer, _method.name, _answer(_method))

@@ -1,113 +1,43 @@
-"""Pydantic models of the REST API (the API boundary only): request bodies, response bodies and
-the problem document of errors."""
+"""Pydantic models of the frontier and plan routes, and what every model shares.
 
-from perseus_server.models.power import (
-    JobPowerBudget,
-    PowerBudgetIn,
-    PowerBudgetView,
-    PowerShareView,
-)
-from perseus_server.models.problems import FieldError, Problem
-from perseus_server.models.requests import (
-    DetectionIn,
-    JobIn,
-    PlanSelect,
-    ProfilingIn,
-    ScheduleIn,
-    StragglerIn,
-)
+The frontier and plan routes are :mod:`perseus_server.rest.plans`; what every model shares is
+:mod:`perseus_server.models.base`.
+
+The other features' request and response models sit next to their routers in
+:mod:`perseus_server.rest` (``jobs.py``, ``job_status.py``, ``profiles.py``, ...); the problem
+document of errors in :mod:`perseus_server.rest.problems`.
+"""
+
+from perseus_server.models.requests import PlanSelect
 from perseus_server.models.responses import (
-    CustomScheduleSummary,
-    CustomScheduleView,
     DeploymentView,
     FrontierPoint,
     FrontierState,
     FrontierStatus,
     FrontierSummary,
-    Health,
-    JobList,
-    JobState,
-    JobSummary,
-    JobView,
     MaxClockDeployment,
-    NamedScheduleView,
     PipelineDeployment,
     PlanDeployment,
     PlanDoc,
     PlanPolicyView,
     PlanStep,
-    ProfileDocument,
-    ProfileRecord,
-    ProfileRef,
-    ProfileSummary,
     ProfilingDeployment,
     ProfilingStepView,
 )
-from perseus_server.models.status import (
-    DetectionSettings,
-    EnergyStep,
-    JobStatus,
-    PipelineStatus,
-    ProfilingProgress,
-    ProfilingStatus,
-    RankStatus,
-    RecentIteration,
-    Replan,
-    SlowStagesView,
-    StragglerView,
-)
 
 __all__ = [
-    # requests
-    "DetectionIn",
-    "JobIn",
-    "PlanSelect",
-    "ProfilingIn",
-    "ScheduleIn",
-    "StragglerIn",
-    # errors
-    "FieldError",
-    "Problem",
-    # responses
-    "CustomScheduleView",
     "DeploymentView",
-    "DetectionSettings",
-    "EnergyStep",
     "FrontierPoint",
     "FrontierState",
     "FrontierStatus",
     "FrontierSummary",
-    "Health",
-    "JobList",
-    "JobSummary",
-    "CustomScheduleSummary",
-    "JobState",
-    "JobStatus",
-    "JobView",
     "MaxClockDeployment",
-    "NamedScheduleView",
     "PipelineDeployment",
-    "PipelineStatus",
     "PlanDeployment",
     "PlanDoc",
     "PlanPolicyView",
+    "PlanSelect",
     "PlanStep",
-    "ProfileDocument",
-    "ProfileRecord",
-    "ProfileRef",
-    "ProfileSummary",
     "ProfilingDeployment",
-    "ProfilingProgress",
-    "ProfilingStatus",
     "ProfilingStepView",
-    "RankStatus",
-    "RecentIteration",
-    "Replan",
-    "SlowStagesView",
-    "StragglerView",
-    # the power budget
-    "JobPowerBudget",
-    "PowerBudgetIn",
-    "PowerBudgetView",
-    "PowerShareView",
 ]

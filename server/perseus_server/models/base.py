@@ -1,4 +1,4 @@
-"""What every response model shares: a closed schema, and fields that may be left out.
+"""What every model shares: a closed schema, fields that may be left out, common field types.
 
 A response model is complete: ``extra="forbid"`` makes its JSON schema say
 ``additionalProperties: false``, so a key the service adds without declaring it fails response
@@ -11,11 +11,20 @@ when present); a field whose value may be ``null`` is declared ``T | None`` with
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-__all__ = ["ResponseModel", "omitted"]
+__all__ = ["INT32_MAX", "Index", "OptTimestamp", "ResponseModel", "Timestamp", "omitted"]
+
+#: Largest value of an int32 wire field: indices beyond it could not travel to a rank.
+INT32_MAX = 2**31 - 1
+
+#: An index that travels to a rank (a pipeline, a global rank).
+Index = Annotated[StrictInt, Field(ge=0, le=INT32_MAX)]
+
+Timestamp = Annotated[float, Field(description="Seconds since the Unix epoch.")]
+OptTimestamp = Annotated[float | None, Field(description="Seconds since the Unix epoch, or null.")]
 
 
 class ResponseModel(BaseModel):

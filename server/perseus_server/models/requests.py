@@ -1,42 +1,22 @@
-"""Pydantic models of the REST API's request bodies (the API boundary only).
+"""The plan-selection request models (``PUT /jobs/{id}/plan``, ``GET /jobs/{id}/plan``).
 
-The schedule names and the plan policies come from their one table each
-(:data:`perseus.schedules.SCHEDULE_NAMES`, :data:`perseus.policies.POLICIES`): the Literals and
-:class:`PlanSelect`'s fields are built from them at import (type checkers see ``str`` and a plain
-model; ``tests/server/test_vocabulary.py`` checks the built ones).
+The plan policies come from their one table (:data:`perseus.policies.POLICIES`):
+:class:`PlanSelect`'s fields are built from it at import (type checkers see a plain model;
+``tests/server/test_vocabulary_tables.py`` checks the built ones). The other features' request
+models sit next to their routers in :mod:`perseus_server.rest`; these stay here while
+:mod:`perseus_server.rest.plans` imports them from here.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, create_model
 
 from perseus.policies import POLICIES, Parameter
-from perseus.schedules import SCHEDULE_NAMES
-from perseus_common.clocks import MAX_CLOCK_MHZ
+from perseus_server.models.base import Index
 
-__all__ = [
-    "INT32_MAX",
-    "MAX_CLOCK_MHZ",
-    "JobIn",
-    "ScheduleIn",
-    "PlanSelect",
-    "ScheduleName",
-    "policy_field",
-    "ProfilingIn",
-    "StragglerIn",
-    "DetectionIn",
-]
-
-#: Largest value of an int32 wire field: indices beyond it could not travel to a rank.
-INT32_MAX = 2**31 - 1
-
-Count = Annotated[StrictInt, Field(ge=1, le=1_000_000)]
-Watts = Annotated[float, Field(ge=0, le=10_000, allow_inf_nan=False)]
-Index = Annotated[StrictInt, Field(ge=0, le=INT32_MAX)]
-Clock = Annotated[StrictInt, Field(ge=1, le=MAX_CLOCK_MHZ)]
-OrderOp = tuple[Annotated[str, Field(max_length=64)], Index, Index]
+__all__ = ["PlanSelect", "policy_field"]
 
 
 def policy_field(p: Parameter, *, query: bool = False) -> tuple[Any, dict[str, Any]]:
@@ -54,11 +34,8 @@ def policy_field(p: Parameter, *, query: bool = False) -> tuple[Any, dict[str, A
 
 
 if TYPE_CHECKING:
-    ScheduleName = str
     _PolicyFields = BaseModel
 else:
-    #: A built-in schedule's name.
-    ScheduleName = Literal[SCHEDULE_NAMES]
     _PolicyFields = create_model(
         "_PolicyFields",
         __config__=ConfigDict(extra="forbid"),
@@ -72,46 +49,6 @@ else:
     )
 
 
-class ScheduleIn(BaseModel):
-    """A named schedule, or an explicit per-rank order (``name: custom`` with ``orders``)."""
-
-    model_config = ConfigDict(extra="forbid")
-    name: ScheduleName | Literal["custom"] = "1f1b"
-    virtual_stages: Annotated[StrictInt, Field(ge=1, le=1024)] = 1
-    orders: list[list[OrderOp]] | None = Field(
-        default=None,
-        description="Per rank, the ops it runs in order: [instruction, microbatch, stage].",
-    )
-
-
-class JobIn(BaseModel):
-    """``POST /jobs``."""
-
-    model_config = ConfigDict(extra="forbid")
-    name: str = Field(default="", max_length=200)
-    tenant: str | None = Field(
-        default=None,
-        max_length=63,
-        description="The tenant the job belongs to. The admin may name any (default: "
-        "``default``); a tenant credential's jobs are its tenant's (naming another is refused).",
-    )
-    stages: Count = Field(description="Pipeline ranks per pipeline.")
-    microbatches: Count
-    schedule: ScheduleIn | ScheduleName = "1f1b"
-    virtual_stages: Annotated[StrictInt, Field(ge=1, le=1024)] | None = None
-    data_parallel: Count = 1
-    tensor_parallel: Count = 1
-    gpu_model: str = Field(default="", max_length=200)
-    blocking_power: Watts | None = Field(
-        default=None,
-        description="Watts a GPU draws while waiting on a pipeline neighbour. Omitted: the "
-        "table's value for a known ``gpu_model`` (A100, A40); for a ``gpu_model`` the table does "
-        "not know it must be given (measure it: the GPU's power draw during a blocking receive, "
-        "e.g. ``nvidia-smi --query-gpu=power.draw``, or run online profiling, which measures "
-        "it); 0 when neither is given.",
-    )
-
-
 class PlanSelect(_PolicyFields):
     """``PUT /jobs/{id}/plan``: at most one policy (none: the fastest plan) and its options;
     one field per parameter of :data:`perseus.policies.POLICIES`."""
@@ -122,53 +59,3 @@ class PlanSelect(_PolicyFields):
         max_length=1_000_000,
         description="Deploy only to these data-parallel pipelines (default: all, as the new default).",
     )
-
-
-class ProfilingIn(BaseModel):
-    """``POST /jobs/{id}/profiling``."""
-
-    model_config = ConfigDict(extra="forbid")
-    frequencies: list[Clock] | None = Field(
-        default=None,
-        max_length=1024,
-        description="Clocks to scan (MHz); default: every clock all registered ranks support.",
-    )
-    warmup_iterations: Annotated[StrictInt, Field(ge=0, le=1000)] = Field(
-        default=2, description="Iterations at each new clock that are not measured."
-    )
-    iterations_per_frequency: Annotated[StrictInt, Field(ge=1, le=1000)] = Field(
-        default=5,
-        description="The most measured iterations per rank at a clock (fewer once every "
-        "instruction's mean time and energy are known within ``tolerance``).",
-    )
-    stop_after_rises: Annotated[StrictInt, Field(ge=1, le=1000)] = Field(
-        default=3,
-        description="Per instruction: how many clocks in a row its effective cost must rise "
-        "beyond the noise, after its lowest point, before the scan may stop.",
-    )
-    tolerance: Annotated[float, Field(ge=0, le=0.5, allow_inf_nan=False)] = Field(
-        default=0.01,
-        description="Relative standard error at which a clock's means are known: a clock is "
-        "finished once every instruction's mean time and energy are known within it (from at "
-        "least two samples), else after ``iterations_per_frequency``. 0: always measure "
-        "``iterations_per_frequency`` iterations and do not measure the fastest clocks again "
-        "after the scan.",
-    )
-
-
-class StragglerIn(BaseModel):
-    """``POST /jobs/{id}/stragglers``: a pipeline known to be slow."""
-
-    model_config = ConfigDict(extra="forbid")
-    pipeline: Index
-    slowdown: Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)] | None = None
-    iteration_time: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
-
-
-class DetectionIn(BaseModel):
-    """``PUT /jobs/{id}/straggler-detection``."""
-
-    model_config = ConfigDict(extra="forbid")
-    threshold: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] = 0.05
-    consecutive: Annotated[StrictInt, Field(ge=1, le=1000)] = 3
-    recovery: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = 0.02

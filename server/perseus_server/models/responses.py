@@ -1,6 +1,7 @@
-"""Response models of the REST API: jobs, profiles, frontiers, plans and deployments.
+"""Response models of the frontier and plan routes: frontiers, plans and deployments.
 
-Each model is the exact shape of a JSON body the service returns (same keys, in the same
+They stay here while :mod:`perseus_server.rest.plans` imports them from here (the other
+features' models sit next to their routers in :mod:`perseus_server.rest`). Each model is the exact shape of a JSON body the service returns (same keys, in the same
 order); see :mod:`perseus_server.models.base` for how optional keys are declared. Units: times
 in seconds, energies in joules (per iteration), powers in watts, clocks in MHz, timestamps in
 seconds since the Unix epoch.
@@ -13,23 +14,10 @@ from typing import TYPE_CHECKING, Annotated, Literal
 from pydantic import Field, create_model
 
 from perseus.policies import POLICIES, POLICY_NAMES
-from perseus_server.domain.states import DeploymentKind, JobActivity, JobState, SolveStatus
-from perseus_server.models.base import ResponseModel, omitted
-from perseus_server.models.requests import ScheduleName
+from perseus_server.domain.states import DeploymentKind, SolveStatus
+from perseus_server.models.base import OptTimestamp, ResponseModel, Timestamp, omitted
 
 __all__ = [
-    "LifecycleView",
-    "Health",
-    "NamedScheduleView",
-    "CustomScheduleView",
-    "ProfileRef",
-    "JobView",
-    "JobList",
-    "JobSummary",
-    "CustomScheduleSummary",
-    "ProfileSummary",
-    "ProfileRecord",
-    "ProfileDocument",
     "FrontierPoint",
     "FrontierSummary",
     "FrontierStatus",
@@ -43,7 +31,6 @@ __all__ = [
     "ProfilingDeployment",
     "MaxClockDeployment",
     "DeploymentView",
-    "JobState",
     "FrontierState",
 ]
 
@@ -56,158 +43,12 @@ _PEAK_POWER = (
     "Per GPU, the highest power (W) of any instruction's option in the plan (what a per-GPU "
     "power limit sees); null when the stored profile no longer matches the frontier's clocks."
 )
-Timestamp = Annotated[float, Field(description="Seconds since the Unix epoch.")]
-OptTimestamp = Annotated[float | None, Field(description="Seconds since the Unix epoch, or null.")]
-
-
-class Health(ResponseModel):
-    """``GET /healthz``."""
-
-    status: Literal["ok"] = Field(description="Always ``ok`` while the server answers.")
-    jobs: int = Field(description="Jobs the server holds.")
-    uptime_seconds: float = Field(description="Seconds since the server started.")
-    kernels: Literal["warming", "ready", "failed", "skipped"] = Field(
-        description="The solver kernels' warm-up at start: ``warming`` (every other request is "
-        "served; solves wait ``queued`` until it ends), ``ready`` (compiled or loaded), "
-        "``failed`` (solves compile what they lack), ``skipped`` (``PERSEUS_WARM_KERNELS=0``)."
-    )
 
 
 # --- jobs ----------------------------------------------------------------------------------------
 
 
-class NamedScheduleView(ResponseModel):
-    """A built-in schedule."""
-
-    name: ScheduleName
-    virtual_stages: int = Field(description="Model chunks per rank (interleaved schedules).")
-
-
-class CustomScheduleView(ResponseModel):
-    """An explicit per-rank order."""
-
-    name: Literal["custom"]
-    orders: list[list[tuple[str, int, int]]] = Field(
-        description="Per rank, the ops it runs in order: [instruction, microbatch, stage]."
-    )
-
-
-class CustomScheduleSummary(ResponseModel):
-    """An explicit per-rank order, summarised (``GET /jobs/{id}`` has the orders)."""
-
-    name: Literal["custom"]
-
-
-class ProfileRef(ResponseModel):
-    """Which profile a job holds."""
-
-    revision: int = Field(description="Increases with every stored profile of the job.")
-    source: str = Field(description="``upload`` or ``online profiling``.")
-
-
-class LifecycleView(ResponseModel):
-    """Where a job is in its lifecycle (``docs/server.md``, "Job lifecycle")."""
-
-    state: JobActivity = Field(
-        description="active (ranks connected, or recently), idle (none for "
-        "``--idle-after`` seconds), finished (``POST /jobs/{id}/finish``). Only active jobs "
-        "share a cluster power budget."
-    )
-    since: float = Field(description="Since when (s since the Unix epoch).")
-    reason: str = Field(description="Why it changed to this state.")
-    idle_at: float | None = Field(
-        description="When an active job without connected ranks becomes idle (Unix s); null "
-        "when ranks are connected or it is not active."
-    )
-
-
-class JobView(ResponseModel):
-    """A job: its description and where it stands."""
-
-    id: str = Field(description="The job's ID (path parameter ``job_id``).")
-    created: Timestamp
-    tenant: str = Field(
-        description="The tenant (team) the job belongs to (``default``: none named)."
-    )
-    state: JobState = Field(
-        description="created -> profiled (profile stored) -> solving -> ready (frontier computed); "
-        "profiling while an online scan runs; failed when the last computation failed."
-    )
-    name: str
-    stages: int = Field(description="Pipeline ranks per pipeline.")
-    microbatches: int = Field(description="Microbatches per iteration.")
-    schedule: NamedScheduleView | CustomScheduleView
-    data_parallel: int = Field(description="Data-parallel pipelines.")
-    tensor_parallel: int = Field(description="GPUs per pipeline rank.")
-    gpu_model: str
-    blocking_power: float = Field(description="Watts a GPU draws while waiting.")
-    instructions: int = Field(description="Instructions per pipeline and iteration.")
-    world_size: int = Field(description="stages x data_parallel x tensor_parallel ranks.")
-    profile: ProfileRef | None = Field(description="The stored profile, or null.")
-    frontier_status: FrontierState
-    plan_version: int = Field(description="The deployed plan version (0: nothing deployed).")
-    lifecycle: LifecycleView
-
-
-class JobSummary(ResponseModel):
-    """A job in the list: :class:`JobView` without a custom schedule's orders."""
-
-    id: str = Field(description="The job's ID (path parameter ``job_id``).")
-    created: Timestamp
-    tenant: str = Field(description="The tenant (team) the job belongs to.")
-    state: JobState
-    name: str
-    stages: int
-    microbatches: int
-    schedule: NamedScheduleView | CustomScheduleSummary
-    data_parallel: int
-    tensor_parallel: int
-    gpu_model: str
-    blocking_power: float
-    instructions: int
-    world_size: int
-    profile: ProfileRef | None
-    frontier_status: FrontierState
-    plan_version: int
-    lifecycle: LifecycleView
-
-
-class JobList(ResponseModel):
-    """``GET /jobs``: a page of jobs, oldest first."""
-
-    jobs: list[JobSummary]
-    next: str = omitted("Present when more jobs follow: pass it as ``after`` to get the next page.")
-
-
 # --- profiles ------------------------------------------------------------------------------------
-
-
-class ProfileSummary(ResponseModel):
-    """A stored profile, summarised."""
-
-    revision: int = Field(description="Increases with every stored profile of the job.")
-    source: str = Field(description="``upload`` or ``online profiling``.")
-    stages: int = Field(description="Stages the profile covers.")
-    instructions: list[str] = Field(description="Instruction kinds the profile covers.")
-    frequencies: list[int] = Field(description="Every measured SM clock (MHz), decreasing.")
-    rows: int = Field(description="Measurements: (stage, instruction, frequency) rows.")
-
-
-class ProfileRecord(ResponseModel):
-    """One measurement of a profile."""
-
-    stage: int
-    instruction: str
-    frequency: int = Field(description="SM clock (MHz).")
-    time: float = Field(description="Seconds the instruction takes at this clock.")
-    energy: float = Field(description="Joules the instruction uses at this clock.")
-
-
-class ProfileDocument(ResponseModel):
-    """A profile as JSON (``GET /jobs/{id}/profile?format=json``)."""
-
-    format: Literal["perseus-profile/1"]
-    records: list[ProfileRecord]
 
 
 # --- frontier ------------------------------------------------------------------------------------

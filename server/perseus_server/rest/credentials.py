@@ -5,26 +5,87 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter
 from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field
 
 from perseus_server.domain.errors import BadRequest, NotFound
 from perseus_server.domain.jobs import JobSpec
-from perseus_server.models.credentials import CredentialIn, CredentialList, IssuedCredentialView
+from perseus_server.models.base import ResponseModel, omitted
 from perseus_server.rest.docs import operation
 from perseus_server.rest.gate import CALLER
 from perseus_server.service import PerseusService
 from perseus_server.service.authorization import sees_tenant
 from perseus_server.service.credentials import Credentials, Principal, Scope
 
-__all__ = ["TAG", "create_job_with_credential", "credentials_router"]
+__all__ = [
+    "TAG",
+    "CredentialIn",
+    "CredentialList",
+    "CredentialView",
+    "IssuedCredentialView",
+    "create_job_with_credential",
+    "credentials_router",
+]
 
 TAG = {
     "name": "credentials",
     "description": "Scoped credentials: read-only ones for monitoring, rank ones per job.",
 }
+
+
+# --- models ---------------------------------------------------------------------------------------
+
+_SCOPE = "``read`` (the cluster's monitoring: reads every tenant's jobs), ``tenant`` (its "
+_SCOPE += "tenant's jobs), ``tenant-read`` (reads its tenant's jobs) or ``rank`` (its job's "
+_SCOPE += "gRPC calls as its ranks, and its status)."
+_Scope = Literal["read", "tenant", "tenant-read", "rank"]
+
+
+class CredentialIn(BaseModel):
+    """The credential to issue."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scope: Literal["read", "tenant", "tenant-read"] = Field(
+        description="``read``: reads every tenant's jobs (monitoring, the operator's page); "
+        "``tenant``: creates jobs in ``tenant`` and reads and changes only those; "
+        "``tenant-read``: reads ``tenant``'s jobs only."
+    )
+    tenant: str | None = Field(
+        default=None, max_length=63, description="The tenant of a tenant credential."
+    )
+
+
+class IssuedCredentialView(ResponseModel):
+    """A credential just issued or rotated: its secret is shown this once."""
+
+    id: str = Field(description="The credential's ID (path parameter ``credential_id``).")
+    scope: _Scope = Field(description=_SCOPE)
+    job_id: str = omitted("Rank credentials: their job.")
+    tenant: str = omitted("Tenant credentials: their tenant.")
+    credential: str = Field(description="The secret: send it as ``Authorization: Bearer ...``.")
+    created: float = Field(description="When it was first issued (Unix time, s).")
+
+
+class CredentialView(ResponseModel):
+    """An issued credential, without its secret."""
+
+    id: str = Field(description="The credential's ID (path parameter ``credential_id``).")
+    scope: _Scope = Field(description=_SCOPE)
+    job_id: str = omitted("Rank credentials: their job.")
+    tenant: str = omitted("Tenant credentials: their tenant.")
+    created: float = Field(description="When it was first issued (Unix time, s).")
+    rotated: float | None = Field(description="When its secret was last replaced, or null.")
+    revoked: float | None = Field(description="When it was revoked, or null (in force).")
+
+
+class CredentialList(ResponseModel):
+    """Every issued credential (the configured admin and read tokens are not listed)."""
+
+    credentials: list[CredentialView]
 
 
 def create_job_with_credential(

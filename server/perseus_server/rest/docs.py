@@ -24,9 +24,8 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
-from perseus_server.models import Problem
 from perseus_server.rest.gate import PUBLIC_PATHS
-from perseus_server.rest.problems import PROBLEM
+from perseus_server.rest.problems import PROBLEM, Problem
 
 __all__ = ["BEARER", "ERRORS", "built_response", "operation", "install_openapi"]
 

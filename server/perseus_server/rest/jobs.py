@@ -1,34 +1,51 @@
 """Job routes: create (with its rank credential), list, get, its live status, finish, delete;
-and how a request's job description becomes a :class:`~perseus_server.domain.jobs.JobSpec`
-(schedule, blocking power from the known GPUs).
+their request and response models; and how a request's job description becomes a
+:class:`~perseus_server.domain.jobs.JobSpec` (schedule, blocking power from the known GPUs).
+The schedule names come from their one table (:data:`perseus.schedules.SCHEDULE_NAMES`).
 
 Routers are included in an order that declares ``/jobs`` before the paths under it (the OpenAPI
 document lists paths in that order; schemathesis infers its stateful links from it)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from perseus.schedules import SCHEDULE_NAMES
 from perseus_common.gpus import KNOWN_GPUS
 from perseus_server.domain.errors import BadRequest
 from perseus_server.domain.jobs import JobSpec
-from perseus_server.models import JobIn, JobList, JobStatus, JobView
-from perseus_server.models.credentials import JobCreated
-from perseus_server.models.requests import INT32_MAX
-from perseus_server.models.responses import LifecycleView
+from perseus_server.domain.states import JobState
+from perseus_server.models.base import INT32_MAX, Index, ResponseModel, Timestamp, omitted
+from perseus_server.models.responses import FrontierState
 from perseus_server.rest.credentials import create_job_with_credential
 from perseus_server.rest.docs import built_response, operation
 from perseus_server.rest.gate import CALLER
+from perseus_server.rest.job_status import JobStatus, LifecycleView
 from perseus_server.service import PerseusService
 from perseus_server.service.authorization import TENANT_SCOPES, sees_tenant
 from perseus_server.service.credentials import Credentials, Principal
 from perseus_server.service.tenants import DEFAULT_TENANT
 from perseus_server.service.views import MAX_STATUS_RANKS, STATUS_RANKS
 
-__all__ = ["TAG", "jobs_router"]
+__all__ = [
+    "TAG",
+    "CustomScheduleSummary",
+    "CustomScheduleView",
+    "JobCreated",
+    "JobIn",
+    "JobList",
+    "JobSummary",
+    "JobView",
+    "NamedScheduleView",
+    "ProfileRef",
+    "ScheduleIn",
+    "ScheduleName",
+    "jobs_router",
+]
 
 TAG = {"name": "jobs", "description": "Training jobs and their live status."}
 
@@ -37,6 +54,157 @@ _MEASURE_IT = (
     "Measure it as the power draw during a blocking receive (e.g. `nvidia-smi "
     "--query-gpu=power.draw --format=csv -lms 100` while a rank waits in recv), or give "
 )
+
+
+# --- models ---------------------------------------------------------------------------------------
+
+if TYPE_CHECKING:
+    ScheduleName = str
+else:
+    #: A built-in schedule's name.
+    ScheduleName = Literal[SCHEDULE_NAMES]
+
+Count = Annotated[StrictInt, Field(ge=1, le=1_000_000)]
+
+Watts = Annotated[float, Field(ge=0, le=10_000, allow_inf_nan=False)]
+
+OrderOp = tuple[Annotated[str, Field(max_length=64)], Index, Index]
+
+
+class ScheduleIn(BaseModel):
+    """A named schedule, or an explicit per-rank order (``name: custom`` with ``orders``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: ScheduleName | Literal["custom"] = "1f1b"
+    virtual_stages: Annotated[StrictInt, Field(ge=1, le=1024)] = 1
+    orders: list[list[OrderOp]] | None = Field(
+        default=None,
+        description="Per rank, the ops it runs in order: [instruction, microbatch, stage].",
+    )
+
+
+class JobIn(BaseModel):
+    """``POST /jobs``."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(default="", max_length=200)
+    tenant: str | None = Field(
+        default=None,
+        max_length=63,
+        description="The tenant the job belongs to. The admin may name any (default: "
+        "``default``); a tenant credential's jobs are its tenant's (naming another is refused).",
+    )
+    stages: Count = Field(description="Pipeline ranks per pipeline.")
+    microbatches: Count
+    schedule: ScheduleIn | ScheduleName = "1f1b"
+    virtual_stages: Annotated[StrictInt, Field(ge=1, le=1024)] | None = None
+    data_parallel: Count = 1
+    tensor_parallel: Count = 1
+    gpu_model: str = Field(default="", max_length=200)
+    blocking_power: Watts | None = Field(
+        default=None,
+        description="Watts a GPU draws while waiting on a pipeline neighbour. Omitted: the "
+        "table's value for a known ``gpu_model`` (A100, A40); for a ``gpu_model`` the table does "
+        "not know it must be given (measure it: the GPU's power draw during a blocking receive, "
+        "e.g. ``nvidia-smi --query-gpu=power.draw``, or run online profiling, which measures "
+        "it); 0 when neither is given.",
+    )
+
+
+class NamedScheduleView(ResponseModel):
+    """A built-in schedule."""
+
+    name: ScheduleName
+    virtual_stages: int = Field(description="Model chunks per rank (interleaved schedules).")
+
+
+class CustomScheduleView(ResponseModel):
+    """An explicit per-rank order."""
+
+    name: Literal["custom"]
+    orders: list[list[tuple[str, int, int]]] = Field(
+        description="Per rank, the ops it runs in order: [instruction, microbatch, stage]."
+    )
+
+
+class CustomScheduleSummary(ResponseModel):
+    """An explicit per-rank order, summarised (``GET /jobs/{id}`` has the orders)."""
+
+    name: Literal["custom"]
+
+
+class ProfileRef(ResponseModel):
+    """Which profile a job holds."""
+
+    revision: int = Field(description="Increases with every stored profile of the job.")
+    source: str = Field(description="``upload`` or ``online profiling``.")
+
+
+class JobView(ResponseModel):
+    """A job: its description and where it stands."""
+
+    id: str = Field(description="The job's ID (path parameter ``job_id``).")
+    created: Timestamp
+    tenant: str = Field(
+        description="The tenant (team) the job belongs to (``default``: none named)."
+    )
+    state: JobState = Field(
+        description="created -> profiled (profile stored) -> solving -> ready (frontier computed); "
+        "profiling while an online scan runs; failed when the last computation failed."
+    )
+    name: str
+    stages: int = Field(description="Pipeline ranks per pipeline.")
+    microbatches: int = Field(description="Microbatches per iteration.")
+    schedule: NamedScheduleView | CustomScheduleView
+    data_parallel: int = Field(description="Data-parallel pipelines.")
+    tensor_parallel: int = Field(description="GPUs per pipeline rank.")
+    gpu_model: str
+    blocking_power: float = Field(description="Watts a GPU draws while waiting.")
+    instructions: int = Field(description="Instructions per pipeline and iteration.")
+    world_size: int = Field(description="stages x data_parallel x tensor_parallel ranks.")
+    profile: ProfileRef | None = Field(description="The stored profile, or null.")
+    frontier_status: FrontierState
+    plan_version: int = Field(description="The deployed plan version (0: nothing deployed).")
+    lifecycle: LifecycleView
+
+
+class JobSummary(ResponseModel):
+    """A job in the list: :class:`JobView` without a custom schedule's orders."""
+
+    id: str = Field(description="The job's ID (path parameter ``job_id``).")
+    created: Timestamp
+    tenant: str = Field(description="The tenant (team) the job belongs to.")
+    state: JobState
+    name: str
+    stages: int
+    microbatches: int
+    schedule: NamedScheduleView | CustomScheduleSummary
+    data_parallel: int
+    tensor_parallel: int
+    gpu_model: str
+    blocking_power: float
+    instructions: int
+    world_size: int
+    profile: ProfileRef | None
+    frontier_status: FrontierState
+    plan_version: int
+    lifecycle: LifecycleView
+
+
+class JobList(ResponseModel):
+    """``GET /jobs``: a page of jobs, oldest first."""
+
+    jobs: list[JobSummary]
+    next: str = omitted("Present when more jobs follow: pass it as ``after`` to get the next page.")
+
+
+class JobCreated(JobView):
+    """A new job; with a token configured, also its rank credential (shown only here)."""
+
+    rank_credential: str = omitted(
+        "The job's rank credential (bearer token of its ranks' gRPC calls), present when the "
+        "server has a token. Shown once: only its SHA-256 is stored; rotate it to get a new one."
+    )
 
 
 def _spec(body: JobIn) -> JobSpec:

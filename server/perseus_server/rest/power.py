@@ -3,21 +3,141 @@ share (see :mod:`perseus_server.service.power_budget`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter
 from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field
 
-from perseus_server.models import PowerBudgetIn, PowerBudgetView
+from perseus_server.models.base import ResponseModel
 from perseus_server.rest.docs import operation
 from perseus_server.rest.gate import CALLER
 from perseus_server.service import PerseusService
 from perseus_server.service.authorization import sees_tenant
 from perseus_server.service.credentials import Principal
 
-__all__ = ["TAG", "power_router"]
+__all__ = [
+    "TAG",
+    "JobPowerBudget",
+    "PowerBudgetIn",
+    "PowerBudgetView",
+    "PowerShareView",
+    "power_router",
+]
 
 TAG = {"name": "power", "description": "A power budget (W) shared by several jobs."}
+
+
+# --- models ---------------------------------------------------------------------------------------
+
+JobId = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+class PowerBudgetIn(BaseModel):
+    """``PUT /power-budget``: one cap (W) over several jobs."""
+
+    model_config = ConfigDict(extra="forbid")
+    watts: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        description="The budget (W), all covered jobs' average power together."
+    )
+    policy: Literal["throughput", "fair"] = Field(
+        default="throughput",
+        description="``throughput``: least GPU-time lost (slowdown x GPUs, summed); ``fair``: "
+        "least largest slowdown.",
+    )
+    jobs: list[JobId] | None = Field(
+        default=None,
+        max_length=10_000,
+        description="The jobs it covers; default: every job with a frontier, later ones included.",
+    )
+    on_infeasible: Literal["least_power", "keep_current"] = Field(
+        default="least_power",
+        description="What runs when the budget can no longer be met (a job joined): "
+        "``least_power``: every covered job its least-power plan; ``keep_current``: the plans of "
+        "the last feasible allocation (a job without one: its least-power plan).",
+    )
+
+
+class PowerShareView(ResponseModel):
+    """One job's share of the budget."""
+
+    id: str = Field(description="The job's ID.")
+    watts: float = Field(description="Its average power (W, whole job) at its point.")
+    slowdown: float = Field(
+        description="Its slowdown against max clocks, or against its straggler's time (0.05 = 5 %)."
+    )
+    point: int = Field(description="The frontier point it runs.")
+    time: float = Field(description="Its iteration time (s) at that point.")
+
+
+class LeftOutJob(ResponseModel):
+    """A job the budget leaves out."""
+
+    job: str = Field(description="The job's ID.")
+    why: str = Field(description="Why it takes no share.")
+
+
+class TenantShareView(ResponseModel):
+    """One tenant's part of the budget."""
+
+    tenant: str = Field(description="The tenant.")
+    watts: float = Field(description="Its part (W): guaranteed watts, then shared by weight.")
+    allocated_watts: float = Field(description="What its jobs' shares sum to (W).")
+    demand_watts: float = Field(
+        description="What its drawing jobs could use at their fastest plans (W, claims bounded "
+        "by their GPUs)."
+    )
+    guaranteed_watts: float = Field(description="Its guaranteed watts (0: none).")
+
+
+class PowerBudgetView(ResponseModel):
+    """``GET /power-budget``: the budget and its allocation."""
+
+    watts: float = Field(description="The budget (W).")
+    policy: Literal["throughput", "fair"]
+    allocated_watts: float = Field(
+        description="The shares' sum (W), at most the budget if feasible."
+    )
+    feasible: bool = Field(
+        description="false when the covered jobs cannot get under the budget (a job joined "
+        "after it was set): ``on_infeasible`` says what runs then."
+    )
+    lowest_power: float = Field(description="The least the covered jobs can draw together (W).")
+    covers: list[str] | None = Field(description="The jobs it was set for, or null: every job.")
+    gap: float | None = Field(
+        description="The allocation's distance from the optimum (0: exact), null when infeasible."
+    )
+    on_infeasible: Literal["least_power", "keep_current"] = Field(
+        description="What runs when the budget cannot be met."
+    )
+    over_by: float = Field(
+        description="How far the covered jobs' lowest power is above the budget (W; 0 when met)."
+    )
+    left_out: list[LeftOutJob] = Field(
+        description="Jobs it would cover that do not draw (idle, finished, or no rank "
+        "connected): they take no share."
+    )
+    jobs: list[PowerShareView] = Field(description="One share per drawing job.")
+    tenants: list[TenantShareView] = Field(
+        description="Each drawing tenant's part (a tenant's credential: its own)."
+    )
+
+
+class JobPowerBudget(ResponseModel):
+    """A job's share of the cluster power budget (in its status)."""
+
+    budget: float = Field(description="The cluster budget (W).")
+    policy: Literal["throughput", "fair"]
+    watts: float = Field(description="This job's share (W, average power of the whole job).")
+    slowdown: float = Field(description="Its slowdown under the budget (0.05 = 5 %).")
+    point: int = Field(description="The frontier point it runs.")
+    feasible: bool = Field(description="Whether the budget is met.")
+    on_infeasible: Literal["least_power", "keep_current"] = Field(
+        description="What runs when the budget cannot be met."
+    )
+    claim: str | None = Field(
+        description="Why its plans' powers were bounded by what its GPUs can draw, or null."
+    )
 
 
 def power_router(service: PerseusService) -> APIRouter:

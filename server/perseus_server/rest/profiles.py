@@ -4,25 +4,100 @@ online profiling, the scan of the SM clocks that measures one from the ranks' re
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from perseus.errors import ProfileError
 from perseus.profiles import parse_profile_csv, parse_profile_json, parse_stage_list
+from perseus_common.clocks import MAX_CLOCK_MHZ
 from perseus_common.profile_csv import load_json
 from perseus_server.domain.errors import BadRequest
-from perseus_server.models import ProfileDocument, ProfileSummary, ProfilingIn, ProfilingStatus
+from perseus_server.models.base import ResponseModel
+from perseus_server.models.status import ProfilingStatus
 from perseus_server.rest.docs import operation
 from perseus_server.service import PerseusService
 
-__all__ = ["TAGS", "profiles_router"]
+__all__ = [
+    "TAGS",
+    "ProfileDocument",
+    "ProfileRecord",
+    "ProfileSummary",
+    "ProfilingIn",
+    "profiles_router",
+]
 
 TAGS = [
     {"name": "profiles", "description": "Per-stage time/energy profiles of a job."},
     {"name": "profiling", "description": "Online profiling: a scan of the SM clocks."},
 ]
+
+
+# --- models ---------------------------------------------------------------------------------------
+
+Clock = Annotated[StrictInt, Field(ge=1, le=MAX_CLOCK_MHZ)]
+
+
+class ProfileSummary(ResponseModel):
+    """A stored profile, summarised."""
+
+    revision: int = Field(description="Increases with every stored profile of the job.")
+    source: str = Field(description="``upload`` or ``online profiling``.")
+    stages: int = Field(description="Stages the profile covers.")
+    instructions: list[str] = Field(description="Instruction kinds the profile covers.")
+    frequencies: list[int] = Field(description="Every measured SM clock (MHz), decreasing.")
+    rows: int = Field(description="Measurements: (stage, instruction, frequency) rows.")
+
+
+class ProfileRecord(ResponseModel):
+    """One measurement of a profile."""
+
+    stage: int
+    instruction: str
+    frequency: int = Field(description="SM clock (MHz).")
+    time: float = Field(description="Seconds the instruction takes at this clock.")
+    energy: float = Field(description="Joules the instruction uses at this clock.")
+
+
+class ProfileDocument(ResponseModel):
+    """A profile as JSON (``GET /jobs/{id}/profile?format=json``)."""
+
+    format: Literal["perseus-profile/1"]
+    records: list[ProfileRecord]
+
+
+class ProfilingIn(BaseModel):
+    """``POST /jobs/{id}/profiling``."""
+
+    model_config = ConfigDict(extra="forbid")
+    frequencies: list[Clock] | None = Field(
+        default=None,
+        max_length=1024,
+        description="Clocks to scan (MHz); default: every clock all registered ranks support.",
+    )
+    warmup_iterations: Annotated[StrictInt, Field(ge=0, le=1000)] = Field(
+        default=2, description="Iterations at each new clock that are not measured."
+    )
+    iterations_per_frequency: Annotated[StrictInt, Field(ge=1, le=1000)] = Field(
+        default=5,
+        description="The most measured iterations per rank at a clock (fewer once every "
+        "instruction's mean time and energy are known within ``tolerance``).",
+    )
+    stop_after_rises: Annotated[StrictInt, Field(ge=1, le=1000)] = Field(
+        default=3,
+        description="Per instruction: how many clocks in a row its effective cost must rise "
+        "beyond the noise, after its lowest point, before the scan may stop.",
+    )
+    tolerance: Annotated[float, Field(ge=0, le=0.5, allow_inf_nan=False)] = Field(
+        default=0.01,
+        description="Relative standard error at which a clock's means are known: a clock is "
+        "finished once every instruction's mean time and energy are known within it (from at "
+        "least two samples), else after ``iterations_per_frequency``. 0: always measure "
+        "``iterations_per_frequency`` iterations and do not measure the fastest clocks again "
+        "after the scan.",
+    )
 
 
 def _select_stages(body: bytes, content_type: str, stages: str, limit: int) -> bytes:

@@ -3,21 +3,35 @@ job's live status is a job route, :mod:`perseus_server.rest.jobs`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
+from pydantic import Field
 
-from perseus_server.models import Health
+from perseus_server.models.base import ResponseModel
 from perseus_server.rest.docs import operation
 from perseus_server.rest.gate import CALLER
 from perseus_server.service import PerseusService
 from perseus_server.service.authorization import sees_tenant
 from perseus_server.service.credentials import Principal
 
-__all__ = ["TAG", "PrometheusText", "status_router"]
+__all__ = ["TAG", "Health", "PrometheusText", "status_router"]
 
 TAG = {"name": "service", "description": "Liveness and Prometheus metrics."}
+
+
+class Health(ResponseModel):
+    """``GET /healthz``."""
+
+    status: Literal["ok"] = Field(description="Always ``ok`` while the server answers.")
+    jobs: int = Field(description="Jobs the server holds.")
+    uptime_seconds: float = Field(description="Seconds since the server started.")
+    kernels: Literal["warming", "ready", "failed", "skipped"] = Field(
+        description="The solver kernels' warm-up at start: ``warming`` (every other request is "
+        "served; solves wait ``queued`` until it ends), ``ready`` (compiled or loaded), "
+        "``failed`` (solves compile what they lack), ``skipped`` (``PERSEUS_WARM_KERNELS=0``)."
+    )
 
 
 class PrometheusText(PlainTextResponse):

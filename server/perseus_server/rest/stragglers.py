@@ -4,21 +4,43 @@ status after replanning (or the settings)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from perseus_server.decisions.detectors import DetectorSettings
 from perseus_server.domain.errors import BadRequest
-from perseus_server.models import DetectionIn, DetectionSettings, JobStatus, StragglerIn
-from perseus_server.models.requests import INT32_MAX
+from perseus_server.models.base import INT32_MAX, Index
 from perseus_server.rest.docs import built_response, operation
+from perseus_server.rest.job_status import DetectionSettings, JobStatus
 from perseus_server.service import PerseusService
 
-__all__ = ["TAG", "stragglers_router"]
+__all__ = ["TAG", "DetectionIn", "StragglerIn", "stragglers_router"]
 
 TAG = {"name": "stragglers", "description": "Slow pipelines: reports, detection, replanning."}
+
+
+# --- models ---------------------------------------------------------------------------------------
+
+
+class StragglerIn(BaseModel):
+    """``POST /jobs/{id}/stragglers``: a pipeline known to be slow."""
+
+    model_config = ConfigDict(extra="forbid")
+    pipeline: Index
+    slowdown: Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)] | None = None
+    iteration_time: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+
+
+class DetectionIn(BaseModel):
+    """``PUT /jobs/{id}/straggler-detection``."""
+
+    model_config = ConfigDict(extra="forbid")
+    threshold: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] = 0.05
+    consecutive: Annotated[StrictInt, Field(ge=1, le=1000)] = 3
+    recovery: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = 0.02
 
 
 def stragglers_router(service: PerseusService) -> APIRouter:

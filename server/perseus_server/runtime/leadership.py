@@ -10,8 +10,10 @@ afterwards every write of a deposed leader (one that was stopped for longer than
 resumes, say) is refused with :class:`NotLeader`. So no two leaders commit in one epoch, and the
 new leader, which loads the state after raising the epoch, sees every commit acknowledged before.
 
-``perseus serve --db postgresql://...`` takes the lease before it loads the state and listens
-(a standby waits, printing who leads); it stops, exit status 3, when it can no longer renew.
+``perseus serve --db postgresql://...`` listens at once, and takes the lease before it loads the
+state and serves; a standby waits, printing who leads, and answers on its ports that it is a
+standby, naming the leader's advertised addresses (stored with the lease;
+:mod:`perseus_server.standby`). A leader stops, exit status 3, when it can no longer renew.
 """
 
 from __future__ import annotations
@@ -53,11 +55,16 @@ class NotLeader(StoreError):
 class Lease:
     """One server's view of the lease (its own connection to the database)."""
 
-    def __init__(self, url: str, ttl: float = 5.0, holder: str | None = None) -> None:
+    def __init__(
+        self, url: str, ttl: float = 5.0, holder: str | None = None, advertise: str = ""
+    ) -> None:
         if not ttl > 0:
             raise ValueError("the lease must last a positive number of seconds")
         self.url = url
         self.ttl = ttl
+        #: Where the leader can be reached, stored with the lease it takes (opaque text here:
+        #: :func:`perseus_server.standby.advertised` writes it, the standby reads it).
+        self.advertise = advertise
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.epoch: int | None = None
         self._conn: Any = None
@@ -92,8 +99,8 @@ class Lease:
                     return None
                 conn.execute(
                     "UPDATE perseus_lease SET holder = %s, expires = now() + make_interval("
-                    "secs => %s) WHERE id = 1",
-                    (self.holder, self.ttl),
+                    "secs => %s), advertise = %s WHERE id = 1",
+                    (self.holder, self.ttl, self.advertise),
                 )
                 # Waits for the writes of the old epoch (they hold the row FOR SHARE).
                 return int(
@@ -131,6 +138,21 @@ class Lease:
             ).fetchone()
         )
         return str(holder), int(epoch), bool(live)
+
+    def leader_info(self) -> tuple[str, int, bool, str]:
+        """Who leads, with where it said it can be reached.
+
+        Returns:
+            ``(holder, epoch, live, advertise)``: :meth:`leader`'s answer and the text the
+            holder stored with its lease.
+        """
+        holder, live, epoch, advertise = self._call(
+            lambda conn: conn.execute(
+                "SELECT l.holder, l.expires > now(), e.epoch, l.advertise "
+                "FROM perseus_lease l, perseus_epoch e"
+            ).fetchone()
+        )
+        return str(holder), int(epoch), bool(live), str(advertise)
 
     def release(self) -> None:
         """Give the lease up at once (a clean stop: the standby need not wait for it to
@@ -245,20 +267,34 @@ class Leader:
         self.lease.close()
 
 
-async def become_leader(store: Any, ttl: float, say: Callable[[str], None]) -> Leader | None:
-    """Take the leadership of ``store``'s database and fence the store with its epoch, waiting
-    as a standby while another server leads; None for a store without leadership (SQLite).
-    Raises :class:`StoppedWaiting` when SIGTERM or SIGINT arrive meanwhile."""
+async def become_leader(
+    store: Any,
+    ttl: float,
+    say: Callable[[str], None],
+    *,
+    advertise: str = "",
+    heard: Callable[[str, int, bool, str], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> Leader | None:
+    """Take the leadership of ``store``'s database and fence the store with its epoch.
+
+    Waits as a standby while another server leads; None for a store without leadership
+    (SQLite). ``advertise``: where this server can be reached, stored with the lease it takes.
+    ``heard(holder, epoch, live, advertise)``: told who leads each time the standby looks
+    (every ``ttl / 5`` s). Raises :class:`StoppedWaiting` when ``stop`` is set meanwhile
+    (without one: when SIGTERM or SIGINT arrive).
+    """
     from perseus_server.runtime.postgres_store import PostgresStore
 
     if not isinstance(store, PostgresStore):
         return None
     import psycopg
 
-    lease = Lease(store.url, ttl)
+    lease = Lease(store.url, ttl, advertise=advertise)
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    signals = () if stop is not None else (signal.SIGTERM, signal.SIGINT)
+    stop = stop or asyncio.Event()
+    for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     told: tuple[str, int] | None = None
     try:
@@ -269,7 +305,9 @@ async def become_leader(store: Any, ttl: float, say: Callable[[str], None]) -> L
                     store.fence(epoch, idle_limit=ttl)  # a hung leader cannot hold it
                     say(f"perseus: leader (epoch {epoch}, {lease.holder})")
                     return Leader(lease)
-                holder, current, _ = await asyncio.to_thread(lease.leader)
+                holder, current, live, where = await asyncio.to_thread(lease.leader_info)
+                if heard is not None:
+                    heard(holder, current, live, where)
                 if told != (holder, current):
                     say(f"perseus: standby (the leader is {holder}, epoch {current})")
                     told = (holder, current)
@@ -278,7 +316,7 @@ async def become_leader(store: Any, ttl: float, say: Callable[[str], None]) -> L
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), ttl / 5)
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in signals:
             loop.remove_signal_handler(sig)
     lease.close()
     raise StoppedWaiting

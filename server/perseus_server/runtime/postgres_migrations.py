@@ -6,7 +6,8 @@ transaction under an advisory lock (two servers starting on one database migrate
 a range of its numbers, without counting what it holds.
 
 ``perseus_lease`` and ``perseus_epoch`` are the leadership of the servers sharing the database
-(:mod:`perseus_server.runtime.leadership`).
+(:mod:`perseus_server.runtime.leadership`); version 2 stores the leader's advertised addresses
+with its lease.
 
 Its versions are its own (not SQLite's ``user_version``): version 1 is the whole schema of the
 first PostgreSQL release, equal in content to SQLite's version 8 (tenants included). A change of what is stored
@@ -100,9 +101,15 @@ CREATE TABLE perseus_epoch (
 INSERT INTO perseus_epoch (id, epoch, holder, since) VALUES (1, 0, '', now())
 """
 
+# The leader's advertised addresses (JSON: its gRPC address and REST URL), which a standby names
+# in its answers (perseus_server.standby).
+_V2 = """
+ALTER TABLE perseus_lease ADD COLUMN advertise TEXT NOT NULL DEFAULT ''
+"""
+
 #: The ordered migrations: ``MIGRATIONS[k]`` (statements separated by ``;``) takes a database at
 #: version ``k`` to ``k + 1``.
-MIGRATIONS: tuple[str, ...] = (_V1,)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 
 #: The schema version this code reads and writes.
 SCHEMA_VERSION = len(MIGRATIONS)

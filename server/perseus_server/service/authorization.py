@@ -1,10 +1,12 @@
-"""Who may call what: the one authorization table, credential kind x route or gRPC method x
-own / other tenant, that the REST gate (:mod:`perseus_server.rest.gate`) and the gRPC gate
-(:mod:`perseus_server.grpc.gate`) both read. ``docs/server.md`` prints it
-(:func:`markdown_table`), and ``tests/server/test_authorization_matrix.py`` checks every cell
-against a running server, walking the routes from the app's router and the methods from the
-``.proto``: a route or method missing here fails that test (and is refused to every credential
-but the admin's).
+"""Who may call what: the one authorization table.
+
+Credential kind x route or gRPC method x own / other tenant, that the REST gate
+(:mod:`perseus_server.rest.gate`) and the gRPC gate (:mod:`perseus_server.grpc.gate`) both read. Its rules are named here; the routes' rows are
+:data:`REST`, the gRPC methods' rows their declarations (each names its rule:
+:mod:`perseus_server.grpc.methods`). ``docs/server.md`` prints it (:func:`markdown_table`), and
+``tests/server/test_authorization_matrix.py`` checks every cell against a running server,
+walking the routes from the app's router and the methods from the ``.proto``: a route or method
+missing fails that test (and is refused to every credential but the admin's).
 
 Credential kinds (:class:`~perseus_server.service.credentials.Scope`):
 
@@ -32,7 +34,6 @@ from types import MappingProxyType
 from perseus_server.service.credentials import Principal, Scope
 
 __all__ = [
-    "GRPC",
     "PUBLIC",
     "REST",
     "TENANT_SCOPES",
@@ -131,16 +132,6 @@ REST: Mapping[str, Rule] = MappingProxyType(
     }
 )
 
-#: gRPC ``perseus.v1.PlanService``: method name -> the rule.
-GRPC: Mapping[str, Rule] = MappingProxyType(
-    {
-        "RegisterRank": RANK_CALL,
-        "WatchPlan": RANK_CALL,
-        "ReportIterations": RANK_CALL,
-        "FinishRank": RANK_CALL,
-    }
-)
-
 
 def access(who: Principal, rule: Rule | None) -> Access:
     """What ``who`` may do under ``rule`` (a route or method the table lacks: the admin
@@ -156,14 +147,17 @@ def sees_tenant(who: Principal) -> str | None:
     return who.tenant if who.scope in TENANT_SCOPES else None
 
 
-def markdown_table() -> str:
-    """The table as Markdown (``docs/server.md`` prints it; a test keeps them equal)."""
+def markdown_table(grpc: Mapping[str, Rule]) -> str:
+    """The table as Markdown: :data:`REST`, then the gRPC methods' ``grpc`` rules.
+
+    ``docs/server.md`` prints it (a test keeps them equal).
+    """
     kinds = list(Scope)
     head = "| route or method | " + " | ".join(k.value for k in kinds) + " |"
     lines = [head, "|---" * (len(kinds) + 1) + "|"]
     for key, rule in REST.items():
         shown = f"`{key}`" + (" (public)" if key in PUBLIC else "")
         lines.append(f"| {shown} | " + " | ".join(rule[k].value for k in kinds) + " |")
-    for name, rule in GRPC.items():
+    for name, rule in grpc.items():
         lines.append(f"| gRPC `{name}` | " + " | ".join(rule[k].value for k in kinds) + " |")
     return "\n".join(lines)
