@@ -2,6 +2,16 @@
 
     python benchmarks/soak.py [--seconds 600] [--ranks 1024] [--procs 4]
     python benchmarks/soak.py --smoke   # 8 s, 16 ranks (the suite's)
+    python benchmarks/soak.py --failover [--failovers 20] [--ranks 1024] [--hang 30] [--lease 5]
+    python benchmarks/soak.py --failover --smoke   # 2 failovers, 16 ranks (the suite's)
+
+With ``--failover``: a leader and a standby on one PostgreSQL database under the ranks' load,
+and ``--failovers`` faults of the leader in turn (SIGKILL, SIGSTOP for ``--hang`` s, its
+database connection cut), each measured as ``failover.py`` does (the same rounds: that file's
+docstring says what each column is); prints the table, the worst time per fault until every
+rank has a plan from the new leader (the goal is 10 s), and the invariants over the whole run:
+acknowledged reports lost, plan versions gone back, epochs in which two servers committed.
+Exits 1 when an invariant or the goal does not hold.
 
 1. Starts ``perseus serve`` (temporary DB) and solves a 2-stage x 8-microbatch job with
    ``ranks / 2`` data-parallel pipelines, so every rank identity is a real rank of it.
@@ -21,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing as mp
 import random
 import sys
@@ -144,7 +155,34 @@ def _rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def _failover(argv: list[str]) -> int:
+    """``--failover``: the failovers in turn (see the module docstring)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import failover
+
+    ap = failover.parser(__doc__ or "")
+    ap.add_argument("--failover", action="store_true", help="failovers instead of the load soak")
+    ap.add_argument("--failovers", type=int, default=20, help="faults, rotating")
+    ap.add_argument("--smoke", action="store_true", help="2 failovers, 16 ranks, a 2 s lease")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.failovers, args.ranks, args.procs, args.lease = 2, 16, 1, 2.0
+        args.hang, args.cut, args.settle, args.interval = 3.0, 3.0, 1.0, 0.5
+    t0 = time.monotonic()
+    faults = [failover.FAULTS[i % len(failover.FAULTS)] for i in range(args.failovers)]
+    res = failover.run(args, faults)
+    res["seconds"] = time.monotonic() - t0
+    if args.json:
+        print(json.dumps(res))
+        return 0
+    print(f"soak --failover: {len(res['rounds'])} failovers in {res['seconds']:.0f} s")
+    return 0 if failover.report(res) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--failover" in argv:
+        return _failover(argv)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=600.0)
     ap.add_argument("--ranks", type=int, default=1024)

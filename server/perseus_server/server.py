@@ -339,7 +339,8 @@ async def _lead(
     except StoppedWaiting:
         return False, None
     if leader is not None:
-        service.load()  # as the leader: every commit of the epochs before is there
+        # As the leader: every commit of the epochs before is there; solves cut short resume.
+        service.load(resume_solves=True)
         standby.lead(leader.lease.epoch or 0)
     return True, leader
 

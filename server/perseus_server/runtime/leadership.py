@@ -235,29 +235,42 @@ class StoppedWaiting(Exception):
 
 
 class Leader:
-    """This server's leadership while it serves.
+    """This server's leadership: the lease, kept renewed, and what to do when it is lost.
 
-    The lease, kept renewed, and what to do when it is lost.
+    The lease is renewed from the moment it was taken: loading the state may take longer
+    than the lease.
     """
 
     def __init__(self, lease: Lease) -> None:
         self.lease = lease
-        self.keeper: LeaseKeeper | None = None
         self.deposed: str | None = None
+        self._lock = threading.Lock()
+        self._tell: Callable[[str], None] | None = None
+        self.keeper: LeaseKeeper | None = LeaseKeeper(lease, self._heard).start()
+
+    def _heard(self, why: str) -> None:
+        with self._lock:
+            self.deposed = why
+            tell = self._tell
+        if tell is not None:
+            tell(why)
 
     def watch(self, stop: asyncio.Event) -> None:
-        """Renew the lease; when it is lost, log it and set ``stop`` (on the event loop)."""
+        """When the lease is lost (or was already), log it and set ``stop`` (on the loop)."""
         loop = asyncio.get_running_loop()
 
         def lost(why: str) -> None:
             log.error("lost the leadership (%s); stopping", why)
             stop.set()
 
-        def heard(why: str) -> None:
-            self.deposed = why
+        def tell(why: str) -> None:
             loop.call_soon_threadsafe(lost, why)
 
-        self.keeper = LeaseKeeper(self.lease, heard).start()
+        with self._lock:
+            self._tell = tell
+            deposed = self.deposed
+        if deposed is not None:
+            lost(deposed)
 
     def close(self) -> None:
         """Stop renewing; give the lease up unless it was lost (a standby takes over at once)."""
@@ -303,7 +316,7 @@ async def become_leader(
             try:
                 epoch = await asyncio.to_thread(lease.try_acquire)
                 if epoch is not None:
-                    store.fence(epoch)
+                    store.fence(epoch, idle_limit=ttl)  # a hung leader cannot hold it
                     say(f"perseus: leader (epoch {epoch}, {lease.holder})")
                     return Leader(lease)
                 holder, current, live, where = await asyncio.to_thread(lease.leader_info)

@@ -17,6 +17,12 @@ callbacks, ordering; one contract suite runs on both), with these differences:
   job that was deleted meanwhile are dropped (the job row is read ``FOR SHARE`` first).
 - **Durability.** A commit is durable when PostgreSQL says so (``synchronous_commit`` of the
   database: ``on`` by default, which survives the database server's crash as well).
+- **The database lost.** A write whose connection fails (the database restarted, the network
+  cut, the connection terminated, no connection to be had from the pool) is refused with the
+  retryable :class:`~perseus_server.domain.errors.StoreUnavailable` (``kind:
+  database_unreachable``: REST 503, gRPC ``UNAVAILABLE``), counted like a full disk; nothing of
+  it was committed, so nothing acknowledged is lost. A leader that stays cut off loses its lease
+  (:mod:`perseus_server.runtime.leadership`).
 
 Schema versions: :meth:`PostgresStore.open` brings the database to this code's version with
 :mod:`perseus_server.runtime.postgres_migrations`.
@@ -25,12 +31,14 @@ Schema versions: :meth:`PostgresStore.open` brings the database to this code's v
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NoReturn
 
+from perseus_server.domain.errors import StoreUnavailable
 from perseus_server.domain.jobs import JobSpec, RankInfo
 from perseus_server.domain.rows import (
     DEFAULT_TENANT,
@@ -49,6 +57,11 @@ from perseus_server.runtime.store_rows import JOB_TABLES, rank_from_json
 from perseus_server.runtime.stores import describe
 
 __all__ = ["SCHEMA_VERSION", "NotLeader", "PostgresStore", "StoreError"]
+
+#: What ``Retry-After`` says when the database cannot be reached (s): a failover takes a lease.
+UNREACHABLE_RETRY_SECONDS = 5
+
+log = logging.getLogger("perseus.server")
 
 _CREDENTIAL_COLUMNS = "id, scope, job_id, hash, created, rotated, revoked, tenant"
 _TENANT_COLUMNS = "id, created, max_jobs, max_gpus, weight, guaranteed_watts"
@@ -81,16 +94,26 @@ class PostgresStore:
         self._local = _Thread()
         #: The leadership epoch every write checks (None: not fenced; see :meth:`fence`).
         self.epoch: int | None = None
+        #: How long a fenced transaction may wait on this server between statements (s).
+        self.idle_limit: float | None = None
+        #: Told the kind of every write refused (``database_unreachable``); the service counts.
+        self.on_error: Callable[[str], None] = lambda kind: None
 
-    def fence(self, epoch: int) -> None:
-        """Commit transactions from now on only while ``epoch`` is the current leadership epoch.
+    def fence(self, epoch: int, idle_limit: float | None = None) -> None:
+        """Commit from now on only while ``epoch`` is the database's leadership epoch.
 
-        The epoch is the database's (:mod:`perseus_server.runtime.leadership`); otherwise it
-        raises :class:`NotLeader` and writes nothing. A new leader's epoch waits for the
-        transactions under the old one to end, so every commit of an epoch precedes the next
-        epoch.
+        Otherwise a transaction raises :class:`NotLeader` and writes nothing
+        (:mod:`perseus_server.runtime.leadership`). A new leader's epoch waits for the transactions
+        under the old one to end, so every commit of an epoch precedes the next epoch.
+
+        ``idle_limit`` (the lease, say): PostgreSQL ends a transaction of this store that waits
+        on the server longer than this between statements (its session is terminated, the
+        transaction rolled back, nothing of it acknowledged). A leader hung in the middle of
+        a transaction (SIGSTOP, a paused machine) would otherwise hold the epoch row, and the
+        new leader's epoch would wait for it for as long as the hang lasts.
         """
         self.epoch = epoch
+        self.idle_limit = idle_limit
 
     @classmethod
     def open(cls, url: str, *, pool_size: int = 4, timeout: float = 10.0) -> PostgresStore:
@@ -170,15 +193,45 @@ class PostgresStore:
                     yield conn
                 finally:
                     st.conn, st.depth = None, 0
-        except BaseException:
+        except BaseException as e:
             st.after.clear()
-            raise
+            self._refuse(e)
         after, st.after = st.after, []
         for fn in after:
             fn()
 
+    def _refuse(self, e: BaseException) -> NoReturn:
+        """Raise ``e``, or the retryable :class:`StoreUnavailable` for a database lost.
+
+        A refusal is counted (``on_error``; see the module docstring).
+        """
+        import psycopg
+        from psycopg_pool import PoolTimeout
+
+        ended = psycopg.errors.IdleInTransactionSessionTimeout  # hung past the idle limit
+        if not isinstance(e, psycopg.OperationalError | PoolTimeout | ended):
+            raise e
+        full = isinstance(e, psycopg.errors.DiskFull)
+        kind = "disk_full" if full else "database_unreachable"
+        what = "the database's disk is full" if full else "the database cannot be reached"
+        log.warning("store %s: %s (%s); the write was refused", self, what, e)
+        self.on_error(kind)
+        raise StoreUnavailable(
+            f"{what}; nothing of this request was stored: retry in {UNREACHABLE_RETRY_SECONDS} s",
+            kind=kind,
+            retry_after=UNREACHABLE_RETRY_SECONDS,
+        ) from e
+
+    def __str__(self) -> str:
+        return describe(self.url)
+
     def _check_epoch(self, conn: Any) -> None:
-        row = conn.execute("SELECT epoch FROM perseus_epoch WHERE id = 1 FOR SHARE").fetchone()
+        limit = "0" if self.idle_limit is None else f"{max(1, round(self.idle_limit * 1000))}ms"
+        row = conn.execute(
+            "SELECT epoch, set_config('idle_in_transaction_session_timeout', %s, true) "
+            "FROM perseus_epoch WHERE id = 1 FOR SHARE",
+            (limit,),
+        ).fetchone()
         if row is None or int(row[0]) != self.epoch:
             raise NotLeader(
                 f"this server is no longer the leader (its epoch {self.epoch}, the database's "

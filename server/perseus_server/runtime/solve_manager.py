@@ -170,6 +170,8 @@ class SolveManager:
         self._solves: dict[str, _Solve] = {}
         self.limits = limits or SolveLimits()
         self._hold: asyncio.Future[Any] | None = None
+        #: Set by :meth:`shutdown`: solves that fail from now on were stopped with the server.
+        self.stopping = False
         #: The kernels' warm-up state (see :mod:`perseus_server.runtime.warmup`; ``skipped``: none ran).
         self.kernels: str = "skipped"
 
@@ -229,7 +231,8 @@ class SolveManager:
         return True
 
     async def shutdown(self) -> None:
-        """Stop every solve (their jobs are marked failed by the callbacks)."""
+        """Stop every solve (their ``on_failed`` callbacks run; :attr:`stopping` is set)."""
+        self.stopping = True
         for job_id in list(self._solves):
             self.cancel(job_id, "the server shut down during the computation")
         tasks = [s.task for s in self._solves.values() if s.task is not None]

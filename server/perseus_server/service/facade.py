@@ -189,12 +189,19 @@ class PerseusService:
 
     # --- lifecycle -------------------------------------------------------------------------------
 
-    def load(self) -> None:
-        """Rebuild the in-memory state from the store; solves cut short by a restart are failed."""
+    def load(self, *, resume_solves: bool = False) -> None:
+        """Rebuild the in-memory state from the store; solves cut short by a restart are failed.
+
+        With ``resume_solves`` (a leader of a shared database), they are started again instead,
+        and this server's own solves are left to the next leader when it stops
+        (:meth:`Solves.resume`).
+        """
         self.tenants.load()
-        load_jobs(self.store, self.jobs)
+        resumed = load_jobs(self.store, self.jobs, resume=resume_solves)
         self.lifecycle.load()
         self.power_budget.load()
+        if resume_solves:
+            self.solves.resume(resumed)
 
     async def shutdown(self) -> None:
         """Stop the service: close the plan streams, stop the solves and the workers.

@@ -157,14 +157,17 @@ def _check_deployment(job: Job) -> None:
         raise ValueError("the deployed plan points past the stored frontier")
 
 
-def load_jobs(store: Store, jobs: JobTable) -> None:
+def load_jobs(store: Store, jobs: JobTable, *, resume: bool = False) -> list[str]:
     """Rebuild every job from the store; solves cut short by a restart are marked failed.
 
     A job whose stored state cannot be read is marked failed with the reason (its frontier
     row says why) and the server starts anyway; one whose description itself is unreadable
-    is left out with an error in the log.
+    is left out with an error in the log. With ``resume`` (a new leader taking over from
+    one that died), solves cut short are left as stored and their jobs' ids returned, for
+    the caller to start again; otherwise none are returned.
     """
-    for job_id in store.interrupted_solves():
+    interrupted = store.interrupted_solves()
+    for job_id in () if resume else interrupted:
         try:
             frow = store.frontier(job_id)
         except Exception:  # noqa: BLE001 - handled per job below
@@ -194,7 +197,12 @@ def load_jobs(store: Store, jobs: JobTable) -> None:
             frow.doc = frow.doc if job.frontier.current is not None else None
             store.put_frontier(row.id, frow)
         jobs.add(job)
+    resumed = [
+        j for j in interrupted if resume and j in jobs and jobs.get(j).frontier.row.status.active
+    ]
     for job in jobs:
+        if job.id in resumed:
+            continue  # its solve is started again: its profiling goes on with it
         if (
             job.profiling is not None
             and job.profiling.status is ProfilingStatus.SOLVING
@@ -205,3 +213,4 @@ def load_jobs(store: Store, jobs: JobTable) -> None:
                 "interrupted: the server restarted while solving the measured profile"
             )
             store.put_profiling(job.id, job.profiling.to_json())
+    return resumed

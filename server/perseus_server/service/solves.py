@@ -11,6 +11,14 @@ replaces it and the deployment is re-decided on it in one transaction (the polic
 meanwhile are kept), so no deployment points past the stored frontier. A solve that fails or is
 cancelled after its first plan leaves that plan stored and deployed (it is a real plan, no
 slower than all maximum clocks): the frontier stays ``partial`` with the failure as its error.
+
+Solves resumed (active/standby on one database): a solve is acknowledged once its frontier row
+says ``queued``, and that row, the job's profile, schedule and blocking power are all it needs.
+A new leader starts every solve the store still shows active (queued, running or partial) again
+from the stored profile (:meth:`Solves.resume`), so a solve the old leader acknowledged and did
+not finish is finished by the new one, without the job asking again; a partial frontier stays
+deployed meanwhile. A leader that stops cleanly leaves its solves as stored for the next one
+instead of marking them failed.
 """
 
 from __future__ import annotations
@@ -46,6 +54,28 @@ class Solves:
     def __init__(self, ctx: ServiceContext, deployer: Deployer) -> None:
         self.ctx = ctx
         self.deployer = deployer
+        #: Solves stopped by this server's shutdown stay active in the store, for the next
+        #: leader to resume (set by :meth:`resume`).
+        self.hand_over = False
+
+    def resume(self, job_ids: list[str]) -> None:
+        """Start again the solves of ``job_ids`` that a previous leader acknowledged.
+
+        They start from their stored profiles. From now on, this server's own solves cut short
+        by its stop are left to the next leader likewise. Called while the event loop runs
+        (the solves start on it once it is free).
+        """
+        self.hand_over = True
+        for job_id in job_ids:
+            job = self.ctx.jobs.get(job_id)
+            if job.profile.current is None:  # cannot happen through the API; said, not hidden
+                row = job.frontier.row
+                row.status, row.finished = SolveStatus.FAILED, time.time()
+                row.error = "interrupted, and the job has no profile to solve again"
+                self.ctx.store.put_frontier(job_id, row)
+                continue
+            log.info("job %s: resuming the frontier computation a previous leader began", job_id)
+            self.launch(job, resumed=True)
 
     def start(self, job_id: str) -> dict[str, Any]:
         """``POST /jobs/{id}/frontier``: start computing the job's frontier; returns its status.
@@ -76,19 +106,24 @@ class Solves:
         self.launch(job)
         return self.status(job_id, points=False)
 
-    def launch(self, job: Job) -> None:
-        """Solve the job's current profile; deploy the fastest plan when it is done."""
+    def launch(self, job: Job, *, resumed: bool = False) -> None:
+        """Solve the job's current profile; deploy the fastest plan when it is done.
+
+        ``resumed``: the solve is one a previous leader began (see :meth:`resume`); a first
+        plan it stored and deployed counts as this solve's.
+        """
         profile = job.profile.current
         assert profile is not None
         ctx, row = self.ctx, job.frontier.row
         revision = job.profile.revision
         # A first plan helps only where no frontier of this profile revision is stored yet.
         wants_first = job.frontier.current is None or row.profile_revision != revision
+        had_first = resumed and row.partial and not wants_first
         row.status, row.progress, row.error = SolveStatus.QUEUED, 0.0, None
         row.started, row.finished = time.time(), None
         ctx.store.put_frontier(job.id, row)
         t0 = time.perf_counter()
-        first: list[bool] = [False]  # this solve's first plan is stored and deployed
+        first: list[bool] = [had_first]  # this solve's first plan is stored and deployed
 
         def alive() -> bool:
             return job.id in ctx.jobs
@@ -149,6 +184,9 @@ class Solves:
 
         def on_failed(reason: str) -> None:
             if not alive():
+                return
+            if self.hand_over and ctx.solver.stopping:
+                log.info("job %s: solve stopped with the server; left to the next leader", job.id)
                 return
             row.status, row.error, row.finished = SolveStatus.FAILED, reason, time.time()
             ctx.store.put_frontier(job.id, row)
