@@ -40,12 +40,16 @@ import argparse
 import functools
 import math
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from profiling_transfers import TransferPool, measure
+
+# its sibling, whether this runs as a script or is imported as ``benchmarks.profiling``
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from profiling_transfers import TransferPool, measure  # noqa: E402
 
 from perseus.frontier import Frontier
 from perseus.problem import EnergyProblem
