@@ -245,20 +245,33 @@ def deployed_savings(
 
 
 @functools.cache
+def _job(gpu: str, stages: int, microbatches: int) -> tuple[Profile, Schedule, float]:
+    """A job's true compute profile, its schedule and the GPU's blocking power."""
+    full = load_profile(PROFILES[gpu])
+    known = known_gpu_for(PROFILES[gpu].name)
+    assert known is not None
+    return (
+        full.select_stages(range(stages)),
+        one_f_one_b(stages, microbatches),
+        known.blocking_power,
+    )
+
+
+def _reference(
+    true: Profile, schedule: Schedule, pb: float
+) -> tuple[EnergyProblem, Frontier, Savings]:
+    """The true problem, its frontier and the savings of its own plans."""
+    true_problem = EnergyProblem.build(true, schedule, pb)
+    true_frontier = solve_problem(true_problem)
+    return true_problem, true_frontier, deployed_savings(true_frontier, true_problem, true_frontier)
+
+
 def _truth(
     gpu: str, stages: int, microbatches: int
 ) -> tuple[Profile, Schedule, float, EnergyProblem, Frontier, Savings]:
     """A job's true profile, schedule, blocking power, problem, frontier and savings."""
-    full = load_profile(PROFILES[gpu])
-    known = known_gpu_for(PROFILES[gpu].name)
-    assert known is not None
-    pb = known.blocking_power
-    true = full.select_stages(range(stages))
-    schedule = one_f_one_b(stages, microbatches)
-    true_problem = EnergyProblem.build(true, schedule, pb)
-    true_frontier = solve_problem(true_problem)
-    ref = deployed_savings(true_frontier, true_problem, true_frontier)
-    return true, schedule, pb, true_problem, true_frontier, ref
+    true, schedule, pb = _job(gpu, stages, microbatches)
+    return true, schedule, pb, *_reference(true, schedule, pb)
 
 
 def new_session(
@@ -368,13 +381,11 @@ def run_transfer_job(
     time (a gloo link does not depend on the SM clock: one time per link is the truth); each
     variant's plans are evaluated on it (:func:`deployed_savings`).
     """
-    compute, schedule, pb, _, _, _ = _truth(gpu, stages, microbatches)
+    compute, schedule, pb = _job(gpu, stages, microbatches)
     links = [(b, d) for b in range(stages - 1) for d in ("forward", "backward")]
     truth_s = {k: pool.median(k) for k in links}
     true = compute.with_communication(Communication({k: Transfer(t) for k, t in truth_s.items()}))
-    true_problem = EnergyProblem.build(true, schedule, pb)
-    true_frontier = solve_problem(true_problem)
-    ref = deployed_savings(true_frontier, true_problem, true_frontier)
+    true_problem, true_frontier, ref = _reference(true, schedule, pb)
     session = new_session(compute, pb, False, tolerance)
     scan = simulate_scan(
         compute,
