@@ -19,6 +19,7 @@ from perseus_server.decisions.report_statistics import (
     calibration,
     link_time,
     median,
+    overhead,
     stage_factors,
 )
 
@@ -61,3 +62,17 @@ def test_the_detector_calibrates_by_the_shared_statistic() -> None:
         for r in ratios:
             det.observe(p, r, 1.0, flagged=False)
     assert det.calibration() == calibration([[1.2, 1.1, 1.3], [1.05, 1.4, 1.0]]) == 1.05
+
+
+@given(st.lists(st.tuples(values, values), min_size=1, max_size=6))
+def test_the_overhead_is_the_median_excess_of_the_calibrations_pipeline(
+    windows: list[tuple[list[float], list[float]]],
+) -> None:
+    healthiest = min(windows, key=lambda w: statistics.median(w[0]))
+    assert overhead(windows) == pytest.approx(statistics.median(healthiest[1]), rel=1e-15)
+
+
+def test_the_overhead_of_nothing_is_none() -> None:
+    assert overhead([]) is None and overhead([([], [])]) is None
+    # the pipeline of the smallest median ratio (1.1), not the smallest excess (0.1)
+    assert overhead([([1.3, 1.5], [0.1, 0.1]), ([1.1], [0.4])]) == 0.4

@@ -9,8 +9,15 @@ so ratios are compared against the job's *calibration* ``c``: the smallest, over
 the median of their last few ratios (the healthiest pipeline's overhead; 1 before any report). A
 pipeline is a straggler when its ratio exceeds ``c * (1 + threshold)`` (default 5 %) for
 ``consecutive`` iterations in a row (default 3); its observed time T' is the median of those
-iterations (``T' / c`` on the profile's time axis): the first of them often straddles the moment
-the pipeline slowed down, and the median does not let it drag T' below the new pace. While it is a
+iterations: the first of them often straddles the moment the pipeline slowed down, and the
+median does not let it drag T' below the new pace. On the profile's time axis T' is ``T' - o``,
+where ``o`` is the same healthiest pipeline's overhead in seconds (the median of its last few
+excesses of observed over planned time): the overhead is mostly a cost per iteration that a
+slower plan does not lengthen (the data-parallel reduction, the optimizer step, launches, waits
+for the host), so it is taken out as seconds, not as the ratio ``c``. Taken out as a ratio, it
+made T' on the profile's axis too short by the overhead's share of the slowdown: the pipelines
+that follow a straggler ran up to 2 % faster than it on a loaded machine, where the overhead was
+5 % (``docs/results/2026-12-02-overhead.md``). While it is a
 straggler, ``consecutive`` slow iterations in a row that all differ from the current T' by more
 than the threshold mean its pace changed: their median is the new T' (as for slow stages). It
 recovers when ``consecutive`` iterations in a row are below the straggler threshold and their mean
@@ -51,7 +58,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from perseus_server.decisions.report_statistics import calibration, median
+from perseus_server.decisions.report_statistics import calibration, median, overhead
 from perseus_server.domain.bounds import MAX_SECONDS
 from perseus_server.domain.states import DetectorEvent
 
@@ -133,7 +140,7 @@ class Decision(NamedTuple):
     #: ``slow`` / ``changed`` / ``recovered``, or None: nothing changed.
     event: DetectorEvent | None
     #: T', the pipeline's iteration time on the profile's time axis (the planned times'
-    #: axis, the common overhead taken out); 0 when it is not slow.
+    #: axis, the common overhead's seconds taken out); 0 when it is not slow.
     time: float
 
 
@@ -196,14 +203,24 @@ class StragglerDetector:
     _slow: dict[int, deque[float]] = field(default_factory=dict)
     _fast: dict[int, deque[float]] = field(default_factory=dict)
     _ratios: dict[int, deque[float]] = field(default_factory=dict)
+    #: Per pipeline, the same iterations' excesses of observed over planned time (seconds).
+    _excess: dict[int, deque[float]] = field(default_factory=dict)
     #: Per pipeline, its last slow/changed decision in measured seconds: (event, T', the
-    #: calibration it was divided by, the T' it was before), for :meth:`explain`.
-    _last: dict[int, tuple[DetectorEvent, float, float, float | None]] = field(default_factory=dict)
+    #: calibration and the overhead it was compared with, the T' it was before), for
+    #: :meth:`explain`.
+    _last: dict[int, tuple[DetectorEvent, float, float, float, float | None]] = field(
+        default_factory=dict
+    )
 
     def calibration(self) -> float:
         """The common-mode ratio of observed to planned iteration time (see the module doc)."""
         c = calibration(self._ratios.values())
         return 1.0 if c is None else c
+
+    def overhead(self) -> float:
+        """The common overhead in seconds, the healthiest pipeline's (0 before any report)."""
+        o = overhead((self._ratios[p], self._excess.get(p, ())) for p in self._ratios)
+        return 0.0 if o is None else o
 
     def observe(
         self,
@@ -214,26 +231,24 @@ class StragglerDetector:
         current: float | None = None,
     ) -> Decision:
         """See :meth:`Detector.observe`."""
-        # The known T' in measured seconds, at the calibration before this iteration counts.
-        known = current * self.calibration() if current else None
+        # The known T' in measured seconds, at the overhead before this iteration counts.
+        known = _measured(current, self.overhead(), self.calibration()) if current else None
         event, t_prime = self._observe(pipeline, time, expected, flagged, known)
-        c = self.calibration()
+        c, o = self.calibration(), self.overhead()
         if event in (DetectorEvent.SLOW, DetectorEvent.CHANGED):
             assert event is not None
-            self._last[pipeline] = (event, t_prime, c, known)
-        # A calibration from iterations far faster than their plan (a profile that does not
-        # describe the job, before the mismatch check has seen enough of them) would put T' past
-        # any time a report may carry: it is never longer than MAX_SECONDS.
-        return Decision(event, min(t_prime / c, MAX_SECONDS))
+            self._last[pipeline] = (event, t_prime, c, o, known)
+        return Decision(event, _on_axis(t_prime, o, c))
 
     def explain(self, pipeline: int, expected: float) -> str:
         """See :meth:`Detector.explain`."""
-        event, t_prime, c, known = self._last[pipeline]
-        on_axis = f"T'={t_prime / c:.4g} s on the profile's axis"
+        event, t_prime, c, o, known = self._last[pipeline]
+        on_axis = f"T'={_on_axis(t_prime, o, c):.4g} s on the profile's axis"
         if event is DetectorEvent.SLOW:
             return (
                 f"pipeline {pipeline} detected slow: {t_prime:.4g} s per iteration vs "
-                f"{expected:.4g} s planned (x{c:.3f} common overhead: {on_axis})"
+                f"{expected:.4g} s planned (x{c:.3f}, {1000 * o:+.4g} ms common overhead: "
+                f"{on_axis})"
             )
         return (
             f"pipeline {pipeline} pace changed: {t_prime:.4g} s per iteration, was "
@@ -252,8 +267,9 @@ class StragglerDetector:
         s = self.settings
         n = max(1, s.consecutive)
         ratio = time / expected if expected > 0 else 1.0
-        hist = self._ratios.setdefault(pipeline, deque(maxlen=max(CALIBRATION_WINDOW, n)))
-        hist.append(ratio)
+        window = max(CALIBRATION_WINDOW, n)
+        self._ratios.setdefault(pipeline, deque(maxlen=window)).append(ratio)
+        self._excess.setdefault(pipeline, deque(maxlen=window)).append(time - expected)
         c = self.calibration()
         slow = self._slow.setdefault(pipeline, deque(maxlen=n))
         fast = self._fast.setdefault(pipeline, deque(maxlen=n))
@@ -342,6 +358,25 @@ class StageDetector:
         """Whether every stage of ``pipeline`` seen so far has observed ``count`` iterations."""
         counts = [n for (p, _), n in self.seen.items() if p == pipeline]
         return bool(counts) and min(counts) >= count
+
+
+def _on_axis(t_prime: float, overhead: float, calibration: float) -> float:
+    """A measured T' on the profile's time axis: ``overhead`` seconds taken out (0: not slow).
+
+    A T' no longer than the overhead (a profile that does not describe the job, before the
+    mismatch check has seen enough of it) is divided by the ``calibration`` instead. A
+    calibration from iterations far faster than their plan would put T' past any time a report
+    may carry: it is never longer than MAX_SECONDS.
+    """
+    if t_prime <= 0:
+        return 0.0
+    t = t_prime - overhead if t_prime > overhead else t_prime / calibration
+    return min(t, MAX_SECONDS)
+
+
+def _measured(t: float, overhead: float, calibration: float) -> float:
+    """A T' on the profile's axis in measured seconds: :func:`_on_axis`'s inverse."""
+    return t + overhead if t + overhead > 0 else t * calibration
 
 
 #: Every :class:`Detector` implementation (the contract suite runs over each).

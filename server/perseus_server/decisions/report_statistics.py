@@ -5,8 +5,10 @@
   link's time and a scan's transfer fit are medians.
 * :func:`calibration`: the common overhead of a job's pipelines, the smallest over the
   pipelines of the median of their recent ratios of measured to planned iteration time (the
-  healthiest pipeline's overhead). The straggler detector divides by it; the profile check
-  (``profile_mismatch``) judges it against its band.
+  healthiest pipeline's overhead). The straggler detector compares ratios against it; the
+  profile check (``profile_mismatch``) judges it against its band.
+* :func:`overhead`: the same pipeline's overhead in seconds, the median of its recent excesses of
+  measured over planned time. The straggler detector takes it out of T'.
 * :func:`stage_factors`: one iteration's slowdown factor per stage, the median of its
   measurements' ratios of measured over profiled time.
 * :func:`link_time`: one iteration's time of a link from its microbatches' transfer times:
@@ -24,7 +26,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["calibration", "link_time", "median", "stage_factors"]
+__all__ = ["calibration", "link_time", "median", "overhead", "stage_factors"]
 
 
 def median(values: Iterable[float] | npt.NDArray[np.float64]) -> float:
@@ -50,6 +52,23 @@ def calibration(windows: Iterable[Collection[float]], full: int = 1) -> float | 
     """
     medians = [median(w) for w in windows if len(w) >= max(1, full)]
     return min(medians) if medians else None
+
+
+def overhead(windows: Iterable[tuple[Collection[float], Collection[float]]]) -> float | None:
+    """The healthiest pipeline's overhead in seconds; None when no pipeline has a value.
+
+    ``windows``: per pipeline, its recent ratios of measured to planned iteration time and its
+    recent excesses of measured over planned time (seconds), of the same iterations. The
+    pipeline is the one whose median ratio is the :func:`calibration`; its overhead is the
+    median of its excesses.
+    """
+    best: tuple[float, float] | None = None
+    for ratios, excesses in windows:
+        if ratios and excesses:
+            m = median(ratios)
+            if best is None or m < best[0]:
+                best = (m, median(excesses))
+    return None if best is None else best[1]
 
 
 def stage_factors(
