@@ -116,3 +116,34 @@ def test_others_are_slowed_to_the_slowest_stragglers_time(six_clocks: Frontier) 
     }
     d = decide(six_clocks, PlanPolicy(), pipelines, mixed)
     assert [d.plans[p].index for p in (0, 3, 4)] == [want] * 3
+
+
+def test_a_resolved_pipeline_follows_a_slower_straggler_on_its_own_frontier(
+    fr: Frontier, six_clocks: Frontier
+) -> None:
+    """A re-solved pipeline that is not the slowest straggler waits for it like the others.
+
+    It gets the least-energy plan of its own frontier within the slowest's T' (it ran its
+    fastest plan, and lost its whole saving, when a noisy slow link was flagged on it while
+    another pipeline straggled); when it is the slowest, it runs its fastest plan.
+    """
+    own = six_clocks  # pipeline 1's re-solved frontier
+    t_own = float(own.times[0])
+    t_slow = 1.12 * t_own
+    want = own.index_for_deadline(t_slow, wait=True)
+    assert want > 0
+    resolved = {1: (own, "link 0 forward 3.5 ms")}
+    slower = {2: Straggler(2, t_slow, StragglerSource.DETECTED)}
+    d = decide(fr, PlanPolicy(), 4, slower, resolved=resolved)
+    plan = d.plans[1]
+    assert plan.own and plan.index == want, plan
+    assert "straggler pipeline 2" in plan.reason and f"T'={t_slow:.4g} s" in plan.reason
+    assert float(own.times[want]) <= t_slow
+    assert d.plans[2].index == 0  # the slowest keeps its plan
+    assert d.plans[0].index == fr.index_for_deadline(t_slow, wait=True)
+    # the re-solved pipeline is the slowest: its fastest plan, the others follow it
+    faster = {2: Straggler(2, 0.9 * t_own, StragglerSource.DETECTED)}
+    d = decide(fr, PlanPolicy(), 4, faster, resolved=resolved)
+    assert d.plans[1].own and d.plans[1].index == 0
+    assert "runs the fastest plan of its re-solved frontier" in d.plans[1].reason
+    assert d.plans[0].index == fr.index_for_deadline(t_own, wait=True)

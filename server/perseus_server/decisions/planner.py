@@ -5,7 +5,10 @@ pipeline runs the plan its *policy* selects (after a solve: the fastest plan, po
 pipelines straggle, the others move to the least-energy plan that still finishes within the
 straggler's observed iteration time T' (they would wait for it at the gradient sync anyway);
 the stragglers keep the policy plan. A pipeline with a slow stage whose frontier was re-solved
-(``resolved``) runs the fastest plan of its own frontier, and its time is the T' of the others.
+(``resolved``) runs the fastest plan of its own frontier, and its time is the T' of the others;
+when another straggler is slower still, it too follows the slowest: the least-energy plan of its
+own frontier within that T' (its own frontier describes it; a straggler without one keeps the
+policy plan, for how a slower plan would run on it is not known).
 """
 
 from __future__ import annotations
@@ -141,7 +144,8 @@ def decide(
         stragglers: slow pipelines by index (their time T' drives the others' plans).
         overrides: pipelines pinned to an explicit index (``PUT /plan`` with ``pipelines``).
         resolved: pipelines with a slow stage: their re-solved frontier and a description of the
-            slowdown; they run its fastest plan (point 0), whose time is their T'.
+            slowdown; they run its fastest plan (point 0), whose time is their T', or, when a
+            straggler is slower, its least-energy plan within the slowest T'.
 
     The others get the plan that uses the least energy over an iteration of T' seconds, waiting
     included (``Frontier.index_for_deadline(T', wait=True)``): they wait for the straggler at
@@ -172,15 +176,7 @@ def decide(
     out = []
     for p in range(pipelines):
         if p in resolved:
-            own, why = resolved[p]
-            out.append(
-                PipelinePlan(
-                    0,
-                    f"slow stage ({why}): runs the fastest plan of its re-solved frontier "
-                    f"({float(own.times[0]):.4g} s per iteration)",
-                    own=True,
-                )
-            )
+            out.append(_resolved_plan(*resolved[p], slowest))
         elif p in stragglers:
             s = stragglers[p]
             out.append(
@@ -202,4 +198,33 @@ def decide(
     names = ", ".join(str(p) for p in sorted(stragglers))
     return PlanDecision(
         tuple(out), f"straggler pipeline(s) {names}; others slowed to T'={t_prime:.4g} s"
+    )
+
+
+def _resolved_plan(own: Frontier, why: str, slowest: Straggler) -> PipelinePlan:
+    """The plan of a pipeline with a re-solved frontier ``own``, given the ``slowest`` straggler.
+
+    Its fastest plan when it is the slowest; else the least-energy plan of ``own`` within the
+    slowest's T' (waiting included), as the pipelines without a straggler are given on the
+    job's frontier.
+    """
+    fastest = float(own.times[0])
+    index = 0
+    if slowest.time > fastest:
+        try:
+            index = own.index_for_deadline(slowest.time, wait=True)
+        except InfeasibleError:
+            index = 0
+    if index == 0:
+        return PipelinePlan(
+            0,
+            f"slow stage ({why}): runs the fastest plan of its re-solved frontier "
+            f"({fastest:.4g} s per iteration)",
+            own=True,
+        )
+    return PipelinePlan(
+        index,
+        f"slow stage ({why}): slowed on its re-solved frontier to match straggler pipeline "
+        f"{slowest.pipeline} (T'={slowest.time:.4g} s, plan takes {float(own.times[index]):.4g} s)",
+        own=True,
     )

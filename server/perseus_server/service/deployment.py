@@ -273,9 +273,11 @@ class Deployer(Generic[B]):
         if p in dep.own:
             st = job.stragglers.slow_stages.get(p)
             if st is not None and st.frontier is not None:
-                if st.steps is None:
-                    st.steps = st.frontier.plan_steps(0)
-                return st.frontier, st.steps
+                index = dep.indices[p]
+                steps = st.steps.get(index)
+                if steps is None:
+                    steps = st.steps[index] = st.frontier.plan_steps(index)
+                return st.frontier, steps
         assert job.frontier.current is not None
         return job.frontier.current, job.frontier.steps(dep.indices[p])
 

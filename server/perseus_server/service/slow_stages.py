@@ -3,9 +3,10 @@
 It is found from reported per-instruction times (see
 :class:`~perseus_server.decisions.detectors.StageDetector`). That pipeline's frontier is re-solved
 with the stage's profile scaled; once ready, the pipeline runs its fastest plan and counts as a
-straggler of source ``slow stage`` (the others slow down to its time). When its stages are back to
-their profiled speed, the re-solved frontier and that straggler are dropped; a straggler of another
-source stays.
+straggler of source ``slow stage`` (the others slow down to its time; when another straggler is
+slower, it follows that one on its own frontier: :func:`~perseus_server.decisions.planner.decide`).
+When its stages are back to their profiled speed, the re-solved frontier and that straggler are
+dropped; a straggler of another source stays.
 
 Slow links (:mod:`perseus_server.service.slow_links`) take the same way: the re-solve puts each
 slow link's measured transfer time into the profile's communication part.
@@ -192,7 +193,7 @@ class SlowStageResolver:
             if job.id not in ctx.jobs or cur is None:
                 return
             cur.frontier = frontier
-            cur.status, cur.steps, cur.error = SlowStageStatus.READY, None, None
+            cur.status, cur.steps, cur.error = SlowStageStatus.READY, {}, None
             cur.solve_seconds, cur.wall_seconds = seconds, time.perf_counter() - t0
             ctx.metrics.stage_resolve_seconds.observe(seconds)
             slow.detector.reset(p)

@@ -115,7 +115,8 @@ class SlowStages:
     wall_seconds: float = 0.0
     error: str | None = None
     generation: int = 0
-    steps: PlanSteps | None = None
+    #: Per-rank plan steps of the re-solved frontier's points the pipeline ran, by index.
+    steps: dict[int, PlanSteps] = field(default_factory=dict)
     links: dict[tuple[int, str], float] = field(default_factory=dict)
 
     @property
