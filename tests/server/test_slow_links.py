@@ -380,3 +380,44 @@ def test_a_slow_link_deploys_from_the_solved_frontier_before_its_resolve(
         assert "frontier re-solved" in job.stragglers.replans[-1]["why"]
     finally:
         store.close()
+
+
+def test_a_link_slowed_in_every_pipeline_alike_is_the_hosts_not_a_slow_link(
+    http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str
+) -> None:
+    """A host that holds up every rank delays a link in every pipeline: nobody's slow link.
+
+    Each pipeline's link is compared with the same link in the other pipelines (their common
+    mode), as a straggler is with the healthiest pipeline: on a loaded machine the demo's
+    pipelines were flagged by turns, and each flag re-solved a healthy pipeline. The same
+    slowdown in one pipeline alone is still a slow link.
+    """
+    job_id = solved_job(http, small_csv, data_parallel=2)
+    body = {"threshold": 0.05, "consecutive": 3, "recovery": 0.02}
+    assert http.put(f"/jobs/{job_id}/straggler-detection", json=body).status_code == 200
+    job = {
+        "id": job_id,
+        "ranks": [register(stub, job_id, 2 * p, 0, p).rank_id for p in (0, 1)],
+        "it": itertools.count(1),
+    }
+    version = _status(http, job)["plan"]["version"]
+    link = (0, "forward")
+
+    def iterate(times: tuple[float, float], n: int) -> dict[str, Any]:
+        for _ in range(n):
+            reps = [_report(job, version, p, _transfers({link: times[p]})) for p in (0, 1)]
+            stub.ReportIterations(iter(reps), timeout=30)
+        return _status(http, job)
+
+    iterate((0.002, 0.002), 4)  # the baselines
+    st = iterate((0.05, 0.05), 6)  # both pipelines' link 25 times slower, together
+    assert [p["slow_links"] for p in st["pipelines"]] == [[], []]
+    assert st["plan"]["version"] == version
+    assert all(p["slow_stages"] is None for p in st["pipelines"])
+    iterate((0.002, 0.002), 4)
+    iterate((0.002, 0.05), 3)  # pipeline 1's alone
+    st = _wait(http, job, lambda s: s["pipelines"][1]["slow_links"] != [])
+    (slow,) = st["pipelines"][1]["slow_links"]
+    assert (slow["boundary"], slow["direction"]) == link
+    assert slow["time"] == pytest.approx(0.05)
+    assert st["pipelines"][0]["slow_links"] == []

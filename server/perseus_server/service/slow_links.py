@@ -17,7 +17,10 @@ baseline must be at least ``threshold`` times the sending instruction's profiled
 highest clock (:func:`sender_time`; the forward of stage ``b`` for activations, the backward
 of stage ``b + 1`` for gradients), as a slow stage must be ``threshold`` slower. Without it a
 link whose baseline is a fraction of a millisecond (a small tensor over a fast link) was called
-slow by scheduling jitter alone, and every such call re-solved the pipeline.
+slow by scheduling jitter alone, and every such call re-solved the pipeline. And a link is
+compared with the same link in the job's other pipelines: its factor is divided by their common
+mode (:func:`common_link_factor`), so a loaded host that delays every pipeline's transfers alike
+flags none of them.
 
 A slow link is a straggler cause like a slow stage: the pipeline's frontier is re-solved by the
 :class:`~perseus_server.service.slow_stages.SlowStageResolver` with the link's measured time in
@@ -64,6 +67,7 @@ __all__ = [
     "SlowLinks",
     "act_from_frontier",
     "combined_link_times",
+    "common_link_factor",
     "link_views",
     "profile_transfer_time",
     "sender_time",
@@ -196,11 +200,14 @@ class SlowLinks:
                 if len(fastest) >= n:
                     links.baselines[key] = median(list(fastest)[:n])
                 continue
+            if len(fastest) >= n:
+                links.factors.setdefault((b, d), {})[p] = median(list(fastest)[-n:]) / base
             if not active:
                 continue
             current = links.flags.get(key)
+            common = common_link_factor(job, key, int(rep.iteration))
             event, factor = det.observe(
-                p, _index(b, d), t / base, None if current is None else current / base
+                p, _index(b, d), t / base / common, None if current is None else current / base
             )
             if event in (DetectorEvent.SLOW, DetectorEvent.CHANGED):
                 if _matters(job, key, base, factor * base, det.settings.threshold):
@@ -270,6 +277,28 @@ def act_from_frontier(resolver: SlowStageResolver, job: Job, p: int) -> bool:
         ReplanKind.SLOW_LINK,
     )
     return True
+
+
+def common_link_factor(job: Job, key: LinkKey, iteration: int) -> float:
+    """How slow the same link is in the job's other pipelines: their common mode (at least 1).
+
+    The smallest of the other pipelines' latest factors of the link (the median of their last
+    few fastest transfers over the baseline, kept in :attr:`LinkState.factors`), taken once per
+    iteration and link; 1 when no other pipeline has one (one pipeline) or when they are faster
+    than their baselines. A host that holds up every rank (a loaded CPU) delays the link in
+    every pipeline alike: the link's factor is divided by this, so it is slow only when it is
+    slower than the same link elsewhere, as a pipeline is a straggler only against the
+    healthiest pipeline's overhead.
+    """
+    p, b, d = key
+    links = job.stragglers.links
+    memo = links.common.get((b, d))
+    if memo is None or memo[0] != iteration:
+        factors = links.factors.get((b, d), {})
+        memo = (iteration, tuple(sorted((f, q) for q, f in factors.items())[:2]))
+        links.common[(b, d)] = memo
+    others = [f for f, q in memo[1] if q != p]
+    return max(1.0, others[0]) if others else 1.0
 
 
 def _matters(job: Job, key: LinkKey, base: float, measured: float, threshold: float) -> bool:

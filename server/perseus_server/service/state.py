@@ -249,6 +249,14 @@ class LinkState:
     #: The baseline of a link the profile has no time for: the median of its first measured
     #: window's fastest transfers.
     baselines: dict[LinkKey, float] = field(default_factory=dict)
+    #: Per link ``(boundary, direction)``, each pipeline's latest factor: the median of its last
+    #: few fastest transfers over the baseline (the common mode's inputs).
+    factors: dict[tuple[int, str], dict[int, float]] = field(default_factory=dict)
+    #: Per link, the iteration its common mode was last taken at and the two smallest
+    #: ``(factor, pipeline)`` then (so that each pipeline's is taken without itself).
+    common: dict[tuple[int, str], tuple[int, tuple[tuple[float, int], ...]]] = field(
+        default_factory=dict
+    )
     #: Slow links and their measured time (s per microbatch).
     flags: dict[LinkKey, float] = field(default_factory=dict)
     #: Pipelines whose slow links changed while they dwelled after a replan (acted on after).
