@@ -148,6 +148,15 @@ def _fmt_host(host: str) -> str:
 #: Allocations (less deallocations) between collections of the youngest generation.
 GC_YOUNG = 10_000
 
+#: gRPC calls that have arrived but that the event loop has not yet taken up, which gRPC's core
+#: keeps waiting (``grpc.server.max_pending_requests``). Past this many it refuses new calls at
+#: random, the more the longer the queue and all of them at twice this; a refused call ends
+#: ``CANCELLED`` at its client, and the server never sees it (nothing in its log). The loop
+#: takes calls up one at a time, so a whole job's ranks opening ``WatchPlan`` at once (a
+#: restart or a failover) queue thousands: gRPC's default, 1,000 (3,000 for all), cancelled
+#: about one stream in ten of 2,048 opened at once. This is the most ranks a job may have.
+GRPC_MAX_PENDING_CALLS = 65_536
+
 
 def _grpc_server(
     config: ServerConfig,
@@ -179,6 +188,8 @@ def _grpc_server(
             ("grpc.server_handshake_timeout_ms", int(config.header_timeout * 1000)),
             ("grpc.max_connection_idle_ms", 600_000),
             ("grpc.max_concurrent_streams", 1024),
+            ("grpc.server.max_pending_requests", GRPC_MAX_PENDING_CALLS),
+            ("grpc.server.max_pending_requests_hard_limit", 2 * GRPC_MAX_PENDING_CALLS),
             ("grpc.max_allowed_incoming_connections", max_connections),
         ],
     )
