@@ -33,12 +33,11 @@ from pathlib import Path
 import grpc
 import uvicorn
 
-from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server.config import ServerConfig, read_token
 from perseus_server.domain.states import StreamEnd
 from perseus_server.grpc.codec import decode_report_bytes
 from perseus_server.grpc.gate import GRPC_CODES, GRPC_METHODS, AuthInterceptor
-from perseus_server.grpc.service import PlanServicer
+from perseus_server.grpc.service import PlanServicer, add_to_server
 from perseus_server.rest import create_app
 from perseus_server.runtime.connection_limits import GRPC_MAX_MESSAGE, guarded_http, raise_fd_limit
 from perseus_server.runtime.leadership import (
@@ -193,9 +192,7 @@ def _grpc_server(
             ("grpc.max_allowed_incoming_connections", max_connections),
         ],
     )
-    pb_grpc.add_PlanServiceServicer_to_server(
-        PlanServicer(service, credentials if credentials.enabled else None), grpc_server
-    )
+    add_to_server(PlanServicer(service, credentials if credentials.enabled else None), grpc_server)
     return grpc_server
 
 
