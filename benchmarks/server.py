@@ -18,7 +18,9 @@
    deploys a new plan; the time from just before the PUT until the last stream received the
    new version is reported (median and max over ``--rounds`` deployments). A registration
    that ends ``CANCELLED``, or a stream that does before its first plan, is tried again, as a
-   rank's client does, and counted (the row says how many).
+   rank's client does, and counted (the row says how many). From the server's
+   ``perseus_push_latency_seconds`` histogram, each row also says within which of its buckets
+   the server had written every stream's message (what is left is the client processes').
 
 ``--baseline TREE`` runs, beside this tree's server, the server of another source tree (a
 ``git worktree`` of an older commit, run with that tree's packages first on the path), both
@@ -508,12 +510,30 @@ def query_run(url: str, job_id: str, args: argparse.Namespace) -> str:
     )
 
 
+_PUSH_BUCKET = re.compile(r'^perseus_push_latency_seconds_bucket\{le="([^"]+)"\} (\S+)$', re.M)
+
+
+def push_buckets(http: Any) -> dict[float, float]:
+    """The server's ``perseus_push_latency_seconds`` histogram: writes within each bound (s)."""
+    text = http.get("/metrics").text
+    return {float(le): float(n) for le, n in _PUSH_BUCKET.findall(text)}
+
+
+def written_within(before: dict[float, float], after: dict[float, float]) -> float:
+    """The least bound (s) within which the server wrote every message between two readings."""
+    delta = {le: after[le] - before.get(le, 0.0) for le in after}
+    total = delta.get(float("inf"), 0.0)
+    return min((le for le, n in delta.items() if n >= total), default=float("inf"))
+
+
 def push_run(
     target: str, http: Any, job_id: str, n: int, args: argparse.Namespace, pipelines: int
 ) -> str:
     """``n`` WatchPlan streams from ``args.procs`` processes, then ``args.rounds`` deployments.
 
-    The time from just before each ``PUT /plan`` until the last stream had the new version.
+    The time from just before each ``PUT /plan`` until the last stream had the new version;
+    and, from the server's ``perseus_push_latency_seconds``, the bucket within which the server
+    itself had written every stream's message (the rest is the client processes' share).
     """
     ctx = mp.get_context("spawn")
     ranks = [
@@ -530,21 +550,24 @@ def push_run(
         pipes.append(a)
         procs.append(pr)
     retried = sum(c.recv()[1] for c in pipes)
-    times = []
+    times, written = [], []
     for r in range(args.rounds):
+        before = push_buckets(http)
         t_put = time.time()
         dep = http.put(f"/jobs/{job_id}/plan", json={"slowdown": (r % 2) * 0.1 + 0.001 * r})
         version = dep.json()["version"]
         for c in pipes:
             c.send(("wait", version))
         times.append(max(c.recv()[1] for c in pipes) - t_put)
+        written.append(written_within(before, push_buckets(http)))
     for c in pipes:
         c.send(("stop",))
     for pr in procs:
         pr.join(30)
     return (
         f"median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms "
-        f"over {args.rounds} deployments; {retried} calls retried after CANCELLED"
+        f"over {args.rounds} deployments (server wrote all within "
+        f"{'/'.join(f'{w * 1000:g}' for w in written)} ms); {retried} calls retried after CANCELLED"
     )
 
 
