@@ -56,6 +56,7 @@ import asyncio
 import contextlib
 import multiprocessing as mp
 import os
+import random
 import re
 import statistics
 import sys
@@ -142,6 +143,14 @@ def _query_load(
 REOPENS = 20
 
 
+def retry_wait(attempt: int) -> float:
+    """Seconds before try ``attempt + 1``: 0.05 s doubling up to 1 s, each at random 0.5-1x.
+
+    As a rank's client backs off (it from 0.1 s up to 5 s), so that retries spread out.
+    """
+    return min(1.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.0)
+
+
 def _watchers(target: str, job_id: str, ranks: list[tuple[int, int, int, int]], conn: Any) -> None:
     """Register ``ranks`` and hold a ``WatchPlan`` stream for each (a client process of the push).
 
@@ -177,7 +186,7 @@ def _watchers(target: str, job_id: str, ranks: list[tuple[int, int, int, int]], 
                     if e.code() is not grpc.StatusCode.CANCELLED or attempt == REOPENS:
                         raise
                     retried += 1  # as a rank's client does: again, after a short wait
-                    await asyncio.sleep(0.05)
+                    await asyncio.sleep(retry_wait(attempt))
             raise AssertionError("unreachable")
 
         ids = [await register(i) for i in range(len(ranks))]
@@ -205,7 +214,7 @@ def _watchers(target: str, job_id: str, ranks: list[tuple[int, int, int, int]], 
                         and attempt < REOPENS
                     ):
                         retried += 1  # as a rank's client does: again, after a short wait
-                        await asyncio.sleep(0.05)
+                        await asyncio.sleep(retry_wait(attempt))
                         continue
                     had = sum(map(bool, latest))
                     print(
