@@ -16,7 +16,11 @@
 3. Push fan-out: ``--procs`` client processes open the WatchPlan streams (each count of
    ``--streams``); once every stream holds the current version, ``PUT /jobs/{id}/plan``
    deploys a new plan; the time from just before the PUT until the last stream received the
-   new version is reported (median and max over ``--rounds`` deployments).
+   new version is reported (median and max over ``--rounds`` deployments). A registration
+   that ends ``CANCELLED``, or a stream that does before its first plan, is tried again, as a
+   rank's client does, and counted (the row says how many). From the server's
+   ``perseus_push_latency_seconds`` histogram, each row also says within which of its buckets
+   the server had written every stream's message (what is left is the client processes').
 
 ``--baseline TREE`` runs, beside this tree's server, the server of another source tree (a
 ``git worktree`` of an older commit, run with that tree's packages first on the path), both
@@ -52,6 +56,7 @@ import asyncio
 import contextlib
 import multiprocessing as mp
 import os
+import random
 import re
 import statistics
 import sys
@@ -133,7 +138,27 @@ def _query_load(
     out.send((lat, time.perf_counter() - t0))
 
 
+#: Times a benchmark registration that ends ``CANCELLED``, or a stream that does before its
+#: first plan, is tried again.
+REOPENS = 20
+
+
+def retry_wait(attempt: int) -> float:
+    """Seconds before try ``attempt + 1``: 0.05 s doubling up to 1 s, each at random 0.5-1x.
+
+    As a rank's client backs off (it from 0.1 s up to 5 s), so that retries spread out.
+    """
+    return min(1.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.0)
+
+
 def _watchers(target: str, job_id: str, ranks: list[tuple[int, int, int, int]], conn: Any) -> None:
+    """Register ``ranks`` and hold a ``WatchPlan`` stream for each (a client process of the push).
+
+    A registration that ends ``CANCELLED``, or a stream that does before its first plan, is
+    tried again (as a rank's client does), at most :data:`REOPENS` times, and counted: the count
+    goes to ``conn`` with ``"ready"``. Any other end, or a stream's end after a plan, ends the
+    process with the status said.
+    """
     import grpc
 
     from perseus_common.proto import perseus_pb2 as pb
@@ -146,28 +171,51 @@ def _watchers(target: str, job_id: str, ranks: list[tuple[int, int, int, int]], 
         own = [("grpc.use_local_subchannel_pool", 1)]
         channels = [grpc.aio.insecure_channel(target, options=own) for _ in range(k)]
         stubs = [pb_grpc.PlanServiceStub(c) for c in channels]
-        ids = []
-        for i, (g, p, d, t) in enumerate(ranks):
-            r = await stubs[i % k].RegisterRank(
-                pb.RegisterRankRequest(
-                    job_id=job_id, global_rank=g, pipeline_rank=p, data_rank=d, tensor_rank=t
-                )
+        retried = 0
+
+        async def register(i: int) -> str:
+            nonlocal retried
+            g, p, d, t = ranks[i]
+            req = pb.RegisterRankRequest(
+                job_id=job_id, global_rank=g, pipeline_rank=p, data_rank=d, tensor_rank=t
             )
-            ids.append(r.rank_id)
+            for attempt in range(REOPENS + 1):
+                try:
+                    return str((await stubs[i % k].RegisterRank(req)).rank_id)
+                except grpc.aio.AioRpcError as e:
+                    if e.code() is not grpc.StatusCode.CANCELLED or attempt == REOPENS:
+                        raise
+                    retried += 1  # as a rank's client does: again, after a short wait
+                    await asyncio.sleep(retry_wait(attempt))
+            raise AssertionError("unreachable")
+
+        ids = [await register(i) for i in range(len(ranks))]
         latest = [0] * len(ids)
         got: dict[int, list[float]] = {}
         ready = asyncio.Event()
 
         async def watch(i: int) -> None:
-            call = stubs[i % k].WatchPlan(pb.WatchPlanRequest(job_id=job_id, rank_id=ids[i]))
-            try:
-                async for msg in call:
-                    latest[i] = msg.version
-                    got.setdefault(msg.version, []).append(time.time())
-                    if all(latest):
-                        ready.set()
-            except grpc.aio.AioRpcError as e:  # said, rather than waited for forever
-                if not stopping:
+            nonlocal retried
+            for attempt in range(REOPENS + 1):
+                call = stubs[i % k].WatchPlan(pb.WatchPlanRequest(job_id=job_id, rank_id=ids[i]))
+                try:
+                    async for msg in call:
+                        latest[i] = msg.version
+                        got.setdefault(msg.version, []).append(time.time())
+                        if all(latest):
+                            ready.set()
+                    return
+                except grpc.aio.AioRpcError as e:  # said, rather than waited for forever
+                    if stopping:
+                        return
+                    if (
+                        not latest[i]
+                        and e.code() is grpc.StatusCode.CANCELLED
+                        and attempt < REOPENS
+                    ):
+                        retried += 1  # as a rank's client does: again, after a short wait
+                        await asyncio.sleep(retry_wait(attempt))
+                        continue
                     had = sum(map(bool, latest))
                     print(
                         f"WatchPlan of rank {ranks[i]}: {e.code().name} {e.details()} "
@@ -180,7 +228,7 @@ def _watchers(target: str, job_id: str, ranks: list[tuple[int, int, int, int]], 
         tasks = [asyncio.create_task(watch(i)) for i in range(len(ids))]
         await ready.wait()
         loop = asyncio.get_running_loop()
-        conn.send(("ready", max(latest)))
+        conn.send(("ready", retried))
         while True:
             cmd = await loop.run_in_executor(None, conn.recv)
             if cmd[0] == "stop":
@@ -471,12 +519,30 @@ def query_run(url: str, job_id: str, args: argparse.Namespace) -> str:
     )
 
 
+_PUSH_BUCKET = re.compile(r'^perseus_push_latency_seconds_bucket\{le="([^"]+)"\} (\S+)$', re.M)
+
+
+def push_buckets(http: Any) -> dict[float, float]:
+    """The server's ``perseus_push_latency_seconds`` histogram: writes within each bound (s)."""
+    text = http.get("/metrics").text
+    return {float(le): float(n) for le, n in _PUSH_BUCKET.findall(text)}
+
+
+def written_within(before: dict[float, float], after: dict[float, float]) -> float:
+    """The least bound (s) within which the server wrote every message between two readings."""
+    delta = {le: after[le] - before.get(le, 0.0) for le in after}
+    total = delta.get(float("inf"), 0.0)
+    return min((le for le, n in delta.items() if n >= total), default=float("inf"))
+
+
 def push_run(
     target: str, http: Any, job_id: str, n: int, args: argparse.Namespace, pipelines: int
 ) -> str:
     """``n`` WatchPlan streams from ``args.procs`` processes, then ``args.rounds`` deployments.
 
-    The time from just before each ``PUT /plan`` until the last stream had the new version.
+    The time from just before each ``PUT /plan`` until the last stream had the new version;
+    and, from the server's ``perseus_push_latency_seconds``, the bucket within which the server
+    itself had written every stream's message (the rest is the client processes' share).
     """
     ctx = mp.get_context("spawn")
     ranks = [
@@ -492,23 +558,25 @@ def push_run(
         pr.start()
         pipes.append(a)
         procs.append(pr)
-    for c in pipes:
-        c.recv()
-    times = []
+    retried = sum(c.recv()[1] for c in pipes)
+    times, written = [], []
     for r in range(args.rounds):
+        before = push_buckets(http)
         t_put = time.time()
         dep = http.put(f"/jobs/{job_id}/plan", json={"slowdown": (r % 2) * 0.1 + 0.001 * r})
         version = dep.json()["version"]
         for c in pipes:
             c.send(("wait", version))
         times.append(max(c.recv()[1] for c in pipes) - t_put)
+        written.append(written_within(before, push_buckets(http)))
     for c in pipes:
         c.send(("stop",))
     for pr in procs:
         pr.join(30)
     return (
         f"median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms "
-        f"over {args.rounds} deployments"
+        f"over {args.rounds} deployments (server wrote all within "
+        f"{'/'.join(f'{w * 1000:g}' for w in written)} ms); {retried} calls retried after CANCELLED"
     )
 
 

@@ -285,4 +285,9 @@ def test_server_queries_and_push_smoke() -> None:
             assert m, q
             assert int(m.group(4)) > 0 and float(m.group(2)) <= float(m.group(3))
         push = rows[f"{name}: push to 16 WatchPlan streams (1 client processes)"]
-        assert re.match(r"median \d+ ms, max \d+ ms over 1 deployments; load ", push), push
+        assert re.match(
+            r"median \d+ ms, max \d+ ms over 1 deployments \(server wrote all within [\d.]+ ms\); "
+            r"0 calls retried after CANCELLED; "
+            r"load ",
+            push,
+        ), push

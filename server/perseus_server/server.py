@@ -33,12 +33,11 @@ from pathlib import Path
 import grpc
 import uvicorn
 
-from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server.config import ServerConfig, read_token
 from perseus_server.domain.states import StreamEnd
 from perseus_server.grpc.codec import decode_report_bytes
 from perseus_server.grpc.gate import GRPC_CODES, GRPC_METHODS, AuthInterceptor
-from perseus_server.grpc.service import PlanServicer
+from perseus_server.grpc.service import PlanServicer, add_to_server
 from perseus_server.rest import create_app
 from perseus_server.runtime.connection_limits import GRPC_MAX_MESSAGE, guarded_http, raise_fd_limit
 from perseus_server.runtime.leadership import (
@@ -148,6 +147,15 @@ def _fmt_host(host: str) -> str:
 #: Allocations (less deallocations) between collections of the youngest generation.
 GC_YOUNG = 10_000
 
+#: gRPC calls that have arrived but that the event loop has not yet taken up, which gRPC's core
+#: keeps waiting (``grpc.server.max_pending_requests``). Past this many it refuses new calls at
+#: random, the more the longer the queue and all of them at twice this; a refused call ends
+#: ``CANCELLED`` at its client, and the server never sees it (nothing in its log). The loop
+#: takes calls up one at a time, so a whole job's ranks opening ``WatchPlan`` at once (a
+#: restart or a failover) queue thousands: gRPC's default, 1,000 (3,000 for all), cancelled
+#: about one stream in ten of 2,048 opened at once. This is the most ranks a job may have.
+GRPC_MAX_PENDING_CALLS = 65_536
+
 
 def _grpc_server(
     config: ServerConfig,
@@ -179,12 +187,12 @@ def _grpc_server(
             ("grpc.server_handshake_timeout_ms", int(config.header_timeout * 1000)),
             ("grpc.max_connection_idle_ms", 600_000),
             ("grpc.max_concurrent_streams", 1024),
+            ("grpc.server.max_pending_requests", GRPC_MAX_PENDING_CALLS),
+            ("grpc.server.max_pending_requests_hard_limit", 2 * GRPC_MAX_PENDING_CALLS),
             ("grpc.max_allowed_incoming_connections", max_connections),
         ],
     )
-    pb_grpc.add_PlanServiceServicer_to_server(
-        PlanServicer(service, credentials if credentials.enabled else None), grpc_server
-    )
+    add_to_server(PlanServicer(service, credentials if credentials.enabled else None), grpc_server)
     return grpc_server
 
 

@@ -239,8 +239,8 @@ def test_a_report_the_client_builds_is_what_the_server_decodes(
 @settings(max_examples=40, deadline=None)
 @given(VALUES["PlanUpdate"])
 def test_a_plan_the_server_pushes_is_the_plan_the_client_runs(update: wire.PlanUpdate) -> None:
-    msg = PlanEncoder()(update)
-    plan = Plan.from_wire(codec.decode_plan(pb.PlanUpdate.FromString(msg.SerializeToString())))
+    data = PlanEncoder()(update)
+    plan = Plan.from_wire(codec.decode_plan(pb.PlanUpdate.FromString(data)))
     assert (plan.version, plan.reason, plan.expected_iteration_time) == (
         update.version,
         update.reason,

@@ -18,6 +18,7 @@ from perseus_server.grpc.codec import (
     encode_plan,
     encode_registered,
 )
+from perseus_server.grpc.service import serialized
 from perseus_server.service import (
     PlanStep,
     PlanUpdate,
@@ -76,17 +77,24 @@ def test_plan_update_encodes_as_the_wire_message() -> None:
     assert msg.profiling.frequency_mhz == 900 and msg.profiling.warmup_iterations == 2
 
 
-def test_plan_encoder_caches_per_object() -> None:
+def test_plan_encoder_serializes_once_per_object() -> None:
     enc = PlanEncoder(size=2)
-    a = PlanUpdate(1, (), "a")
-    b = PlanUpdate(1, (), "a")  # equal fields, another object
+    a = PlanUpdate(1, (PlanStep("forward", 0, 1410, 0),), "a")
+    b = PlanUpdate(1, (PlanStep("forward", 0, 1410, 0),), "a")  # equal fields, another object
     assert enc(a) is enc(a)
-    assert enc(b) is not enc(a)
-    assert enc(b).SerializeToString() == enc(a).SerializeToString()
+    assert enc(a) == encode_plan(a).SerializeToString()
+    assert enc(b) is not enc(a) and enc(b) == enc(a)
     c = PlanUpdate(2, (), "c")
     enc(c)
     first = enc(a)  # evicted by the bounded cache, then encoded again
-    assert first.version == 1
+    assert pb.PlanUpdate.FromString(first).version == 1
+
+
+def test_responses_go_out_as_given_bytes_or_serialized() -> None:
+    msg = pb.ReportAck(accepted=3)
+    assert serialized(msg) == msg.SerializeToString()
+    data = PlanEncoder()(PlanUpdate(4, (), "r"))
+    assert serialized(data) is data
 
 
 def test_registration_and_reports_decode() -> None:

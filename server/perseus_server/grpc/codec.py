@@ -2,9 +2,9 @@
 
 The server's side of :mod:`perseus_common.wire.codec` (the encoders and decoders both ends share),
 plus what only the server needs: a large report's measurements decoded into columns, and plan
-messages encoded once per :class:`~perseus_server.domain.values.PlanUpdate` object (the service
-hands one object to every stream of the same plan, so a push to many streams builds the message
-once).
+messages encoded and serialized once per :class:`~perseus_server.domain.values.PlanUpdate` object
+(the service hands one object to every stream of the same plan, so a push to many streams
+serializes the message once).
 """
 
 from __future__ import annotations
@@ -74,22 +74,28 @@ def decode_report_bytes(data: bytes) -> IterationReport:
 
 
 class PlanEncoder:
-    """:func:`encode_plan` with a bounded cache per plan object (identity)."""
+    """The serialized ``PlanUpdate`` message of a plan, with a bounded cache per plan object.
+
+    The service hands one object to every stream of the same plan (per version, pipeline plan
+    and stage), so a push serializes each distinct message once, not once per stream: the
+    ``WatchPlan`` handler writes these bytes as they are (see
+    :func:`perseus_server.grpc.service.add_to_server`).
+    """
 
     def __init__(self, size: int = 256) -> None:
         self._size = size
-        # id -> (the value, kept alive so that its id stays its own; its encoding)
-        self._cache: OrderedDict[int, tuple[PlanUpdate, pb.PlanUpdate]] = OrderedDict()
+        # id -> (the value, kept alive so that its id stays its own; its serialized message)
+        self._cache: OrderedDict[int, tuple[PlanUpdate, bytes]] = OrderedDict()
 
-    def __call__(self, update: PlanUpdate) -> pb.PlanUpdate:
-        """The ``PlanUpdate`` message of ``update``, built once per object."""
+    def __call__(self, update: PlanUpdate) -> bytes:
+        """:func:`encode_plan` of ``update``, serialized: once per object (while cached)."""
         key = id(update)
         hit = self._cache.get(key)
         if hit is not None and hit[0] is update:
             self._cache.move_to_end(key)
             return hit[1]
-        msg = encode_plan(update)
-        self._cache[key] = (update, msg)
+        data = encode_plan(update).SerializeToString()
+        self._cache[key] = (update, data)
         if len(self._cache) > self._size:
             self._cache.popitem(last=False)
-        return msg
+        return data

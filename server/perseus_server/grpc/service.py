@@ -20,10 +20,12 @@ from __future__ import annotations
 import gc
 import math
 import time
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import grpc
 
+from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server.domain.errors import (
     ApiError,
@@ -40,7 +42,7 @@ from perseus_server.runtime.hub import StreamLimitExceeded
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
 
-__all__ = ["REPLACED_DETAIL", "PlanServicer", "status_code"]
+__all__ = ["REPLACED_DETAIL", "PlanServicer", "add_to_server", "serialized", "status_code"]
 
 #: A refused report larger than this (bytes) has a garbage collection run (see
 #: :meth:`PlanServicer.refused_report`); at most one per ``COLLECT_INTERVAL`` seconds ...
@@ -169,3 +171,38 @@ def _answer(method: Method) -> Any:
 
 for _method in METHODS:
     setattr(PlanServicer, _method.name, _answer(_method))
+
+_SERVICE = pb.DESCRIPTOR.services_by_name["PlanService"]
+#: The handler of a method by its shape: (client streaming, server streaming).
+_HANDLERS: dict[tuple[bool, bool], Callable[..., grpc.RpcMethodHandler]] = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+def serialized(message: Any) -> bytes:
+    """A response's bytes on the wire: ``message`` itself when it is serialized already."""
+    return message if isinstance(message, bytes) else bytes(message.SerializeToString())
+
+
+def add_to_server(servicer: PlanServicer, server: grpc.aio.Server) -> None:
+    """Serve ``servicer``'s methods on ``server``, as the generated code would.
+
+    Except that a response may be bytes serialized already: ``WatchPlan`` writes each plan's
+    message serialized once per plan (:class:`~perseus_server.grpc.codec.PlanEncoder`), not
+    once per stream.
+    """
+    handlers = {
+        m.name: _HANDLERS[m.client_streaming, m.server_streaming](
+            getattr(servicer, m.name),
+            request_deserializer=getattr(pb, m.input_type.name).FromString,
+            response_serializer=serialized,
+        )
+        for m in _SERVICE.methods
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(_SERVICE.full_name, handlers),)
+    )
+    server.add_registered_method_handlers(_SERVICE.full_name, handlers)
