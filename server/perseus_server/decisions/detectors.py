@@ -16,8 +16,8 @@ excesses of observed over planned time): the overhead is mostly a cost per itera
 slower plan does not lengthen (the data-parallel reduction, the optimizer step, launches, waits
 for the host), so it is taken out as seconds, not as the ratio ``c``. Taken out as a ratio, it
 made T' on the profile's axis too short by the overhead's share of the slowdown: the pipelines
-that follow a straggler ran up to 2 % faster than it on a loaded machine, where the overhead was
-5 % (``docs/results/2026-12-02-overhead.md``). While it is a
+that follow a straggler ran up to 2.3 % faster than it on a loaded machine, where the overhead
+was 5 % (``docs/results/2026-12-02-overhead.md``). While it is a
 straggler, ``consecutive`` slow iterations in a row that all differ from the current T' by more
 than the threshold mean its pace changed: their median is the new T' (as for slow stages). It
 recovers when ``consecutive`` iterations in a row are below the straggler threshold and their mean
@@ -269,7 +269,9 @@ class StragglerDetector:
         ratio = time / expected if expected > 0 else 1.0
         window = max(CALIBRATION_WINDOW, n)
         self._ratios.setdefault(pipeline, deque(maxlen=window)).append(ratio)
-        self._excess.setdefault(pipeline, deque(maxlen=window)).append(time - expected)
+        self._excess.setdefault(pipeline, deque(maxlen=window)).append(
+            time - expected if expected > 0 else 0.0
+        )
         c = self.calibration()
         slow = self._slow.setdefault(pipeline, deque(maxlen=n))
         fast = self._fast.setdefault(pipeline, deque(maxlen=n))
