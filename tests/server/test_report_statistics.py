@@ -69,10 +69,14 @@ def test_the_overhead_is_the_median_excess_of_the_calibrations_pipeline(
     windows: list[tuple[list[float], list[float]]],
 ) -> None:
     healthiest = min(windows, key=lambda w: statistics.median(w[0]))
-    assert overhead(windows) == pytest.approx(statistics.median(healthiest[1]), rel=1e-15)
+    got = overhead(windows)
+    assert got is not None
+    # its ratio is the calibration, its seconds the median excess of that pipeline
+    assert got[0] == calibration([w[0] for w in windows])
+    assert got[1] == pytest.approx(statistics.median(healthiest[1]), rel=1e-15)
 
 
 def test_the_overhead_of_nothing_is_none() -> None:
     assert overhead([]) is None and overhead([([], [])]) is None
     # the pipeline of the smallest median ratio (1.1), not the smallest excess (0.1)
-    assert overhead([([1.3, 1.5], [0.1, 0.1]), ([1.1], [0.4])]) == 0.4
+    assert overhead([([1.3, 1.5], [0.1, 0.1]), ([1.1], [0.4])]) == (1.1, 0.4)

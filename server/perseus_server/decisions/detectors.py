@@ -219,8 +219,12 @@ class StragglerDetector:
 
     def overhead(self) -> float:
         """The common overhead in seconds, the healthiest pipeline's (0 before any report)."""
-        o = overhead((self._ratios[p], self._excess.get(p, ())) for p in self._ratios)
-        return 0.0 if o is None else o
+        return self._common()[1]
+
+    def _common(self) -> tuple[float, float]:
+        """The calibration and the overhead in seconds, in one pass (``(1, 0)`` before reports)."""
+        h = overhead((self._ratios[p], self._excess.get(p, ())) for p in self._ratios)
+        return (1.0, 0.0) if h is None else h
 
     def observe(
         self,
@@ -232,9 +236,10 @@ class StragglerDetector:
     ) -> Decision:
         """See :meth:`Detector.observe`."""
         # The known T' in measured seconds, at the overhead before this iteration counts.
-        known = _measured(current, self.overhead(), self.calibration()) if current else None
+        c, o = self._common()
+        known = _measured(current, o, c) if current else None
         event, t_prime = self._observe(pipeline, time, expected, flagged, known)
-        c, o = self.calibration(), self.overhead()
+        c, o = self._common()
         if event in (DetectorEvent.SLOW, DetectorEvent.CHANGED):
             assert event is not None
             self._last[pipeline] = (event, t_prime, c, o, known)

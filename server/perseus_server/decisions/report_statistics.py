@@ -7,8 +7,9 @@
   pipelines of the median of their recent ratios of measured to planned iteration time (the
   healthiest pipeline's overhead). The straggler detector compares ratios against it; the
   profile check (``profile_mismatch``) judges it against its band.
-* :func:`overhead`: the same pipeline's overhead in seconds, the median of its recent excesses of
-  measured over planned time. The straggler detector takes it out of T'.
+* :func:`overhead`: that pipeline's median ratio (the calibration) and its overhead in seconds,
+  the median of its recent excesses of measured over planned time, in one pass. The straggler
+  detector takes the seconds out of T'.
 * :func:`stage_factors`: one iteration's slowdown factor per stage, the median of its
   measurements' ratios of measured over profiled time.
 * :func:`link_time`: one iteration's time of a link from its microbatches' transfer times:
@@ -54,13 +55,15 @@ def calibration(windows: Iterable[Collection[float]], full: int = 1) -> float | 
     return min(medians) if medians else None
 
 
-def overhead(windows: Iterable[tuple[Collection[float], Collection[float]]]) -> float | None:
-    """The healthiest pipeline's overhead in seconds; None when no pipeline has a value.
+def overhead(
+    windows: Iterable[tuple[Collection[float], Collection[float]]],
+) -> tuple[float, float] | None:
+    """The healthiest pipeline's ``(median ratio, overhead in seconds)``; None when none has values.
 
     ``windows``: per pipeline, its recent ratios of measured to planned iteration time and its
     recent excesses of measured over planned time (seconds), of the same iterations. The
-    pipeline is the one whose median ratio is the :func:`calibration`; its overhead is the
-    median of its excesses.
+    pipeline is the one whose median ratio is the smallest (the :func:`calibration`, which comes
+    first); its overhead is the median of its excesses. Both in one pass over the pipelines.
     """
     best: tuple[float, float] | None = None
     for ratios, excesses in windows:
@@ -68,7 +71,7 @@ def overhead(windows: Iterable[tuple[Collection[float], Collection[float]]]) -> 
             m = median(ratios)
             if best is None or m < best[0]:
                 best = (m, median(excesses))
-    return None if best is None else best[1]
+    return best
 
 
 def stage_factors(
