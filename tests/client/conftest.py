@@ -8,20 +8,9 @@ from typing import Any
 
 import pynvml
 import pytest
+from client_data import PROFILE, PROFILE_CSV, steps_plan
 
-from perseus_client import Plan, PlanStep, SimulatedGpu
-
-# A tiny two-stage profile: (stage, kind) -> {MHz: (seconds, joules)}.
-PROFILE: dict[tuple[int, str], dict[int, tuple[float, float]]] = {
-    (0, "forward"): {1410: (0.010, 3.0), 1200: (0.012, 2.6), 1000: (0.015, 2.4)},
-    (0, "backward"): {1410: (0.020, 6.0), 1200: (0.024, 5.2), 1000: (0.030, 4.8)},
-    (1, "forward"): {1410: (0.011, 3.3), 1200: (0.013, 2.9), 1000: (0.016, 2.7)},
-    (1, "backward"): {1410: (0.022, 6.6), 1200: (0.026, 5.7), 1000: (0.033, 5.3)},
-}
-
-PROFILE_CSV = "stage,instruction,frequency,time,energy\n" + "".join(
-    f"{s},{k},{f},{t},{e}\n" for (s, k), pts in PROFILE.items() for f, (t, e) in pts.items()
-)
+from perseus_client import Plan, SimulatedGpu
 
 
 def make_fake_nvml(
@@ -138,11 +127,6 @@ def fake_nvml() -> Callable[..., Any]:
 def sim_gpu() -> Iterator[SimulatedGpu]:
     gpu = SimulatedGpu(PROFILE, stage=0, blocking_power=50.0, time_scale=0.0)
     yield gpu
-
-
-def steps_plan(version: int, steps: list[tuple[str, int, int]], stage: int = 0, **kw: Any) -> Plan:
-    """A plan from ``(kind, microbatch, mhz)`` triples."""
-    return Plan(version, tuple(PlanStep(k, m, f, stage) for k, m, f in steps), **kw)
 
 
 @pytest.fixture

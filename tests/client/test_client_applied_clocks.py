@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import PROFILE, steps_plan
+from client_data import PROFILE, steps_plan
 
 from perseus_client import (
     FrequencyController,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import PROFILE
+from client_data import PROFILE
 
 from perseus_client import (
     PerseusClient,

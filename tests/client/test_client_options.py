@@ -6,7 +6,7 @@ import dataclasses
 import inspect
 
 import pytest
-from conftest import PROFILE
+from client_data import PROFILE
 
 from perseus_client import (
     ConfigError,

@@ -7,7 +7,7 @@ import math
 import time
 
 import pytest
-from conftest import PROFILE
+from client_data import PROFILE
 
 from perseus_client import ConfigError, PerseusClient, SimulatedGpu
 from perseus_client.reports import report_message

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PROFILE
+from client_data import PROFILE
 
 from perseus_client.clock_control import FailOpenGpu
 from perseus_client.defaults import backend_factory

@@ -235,3 +235,10 @@ def launch_ranks(
             for r in range(world)
         )
         pytest.fail(f"{script.name} ranks failed:\n{tails}")
+
+
+def run_ranks(
+    script: str, world: int, config: dict[str, Any], out: Path, timeout: float = 240.0
+) -> None:
+    """Run ``world`` copies of ``script`` (one per rank) to completion; fail with their output."""
+    launch_ranks(Path(__file__).resolve().parent / script, world, config, out, timeout)

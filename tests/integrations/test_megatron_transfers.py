@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_ranks
-from integration_harness import read_results
+from integration_harness import read_results, run_ranks
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")

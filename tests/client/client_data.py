@@ -1,0 +1,28 @@
+"""The client tests' small profile data and plan helper, by a name no other test folder uses.
+
+The test files import them from here, not from ``conftest`` (a module name every test folder
+has: whichever folder's was imported first would answer).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from perseus_client import Plan, PlanStep
+
+# A tiny two-stage profile: (stage, kind) -> {MHz: (seconds, joules)}.
+PROFILE: dict[tuple[int, str], dict[int, tuple[float, float]]] = {
+    (0, "forward"): {1410: (0.010, 3.0), 1200: (0.012, 2.6), 1000: (0.015, 2.4)},
+    (0, "backward"): {1410: (0.020, 6.0), 1200: (0.024, 5.2), 1000: (0.030, 4.8)},
+    (1, "forward"): {1410: (0.011, 3.3), 1200: (0.013, 2.9), 1000: (0.016, 2.7)},
+    (1, "backward"): {1410: (0.022, 6.6), 1200: (0.026, 5.7), 1000: (0.033, 5.3)},
+}
+
+PROFILE_CSV = "stage,instruction,frequency,time,energy\n" + "".join(
+    f"{s},{k},{f},{t},{e}\n" for (s, k), pts in PROFILE.items() for f, (t, e) in pts.items()
+)
+
+
+def steps_plan(version: int, steps: list[tuple[str, int, int]], stage: int = 0, **kw: Any) -> Plan:
+    """A plan from ``(kind, microbatch, mhz)`` triples."""
+    return Plan(version, tuple(PlanStep(k, m, f, stage) for k, m, f in steps), **kw)
