@@ -13,14 +13,24 @@ jobs cannot get under its part of the power budget) and its ``/metrics`` page is
 - ``perseus_leader`` is 1 on the server that serves; ``perseus_job_frontier_failed`` is 1 for the
   job whose solve failed and 0 for the others; ``perseus_tenant_power_budget_feasible`` is 0 for
   the tenant over its part and 1 for the one within it.
+
+Then a real Prometheus (Debian's ``prometheus``; skipped, saying so, where it is absent) scrapes a
+real server with a read credential, as ``docs/operations.md`` configures it (no ``honor_labels``),
+and evaluates the shipped rules: a tenant's failed solve fires ``PerseusSolvesFailing`` naming the
+tenant, the job and its name, with Prometheus's own ``job`` left as the scrape's.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import signal
+import socket
+import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -188,3 +198,77 @@ def test_the_server_exports_what_the_alert_rules_read(
         written = {frozenset(s.labels) - {"le"} for s in family.samples}
         if written:
             assert label_sets <= written, (name, label_sets, written)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _prometheus(tmp_path: Path, target: str, read_token: str) -> tuple[subprocess.Popen[str], str]:
+    """A real Prometheus scraping ``target`` every second with the shipped rules."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("prometheus not installed (Debian's prometheus package; scripts/setup adds it)")
+    shutil.copy(PROMETHEUS / "alerts.yml", tmp_path / "alerts.yml")
+    (tmp_path / "token").write_text(read_token)
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": ["alerts.yml"],
+        "scrape_configs": [
+            {
+                "job_name": "perseus",
+                "authorization": {"credentials_file": str(tmp_path / "token")},
+                "static_configs": [{"targets": [target]}],
+            }
+        ],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    url = f"127.0.0.1:{_free_port()}"
+    with (tmp_path / "prometheus.log").open("w") as log:  # the child keeps its own copy
+        proc = subprocess.Popen(
+            [binary, f"--config.file={tmp_path / 'prometheus.yml'}", f"--web.listen-address={url}",
+             f"--storage.tsdb.path={tmp_path / 'data'}"],
+            stdout=subprocess.DEVNULL, stderr=log, text=True,
+        )  # fmt: skip
+    return proc, f"http://{url}"
+
+
+def _firing(prometheus: str) -> list[dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(f"{prometheus}/api/v1/alerts", timeout=5) as r:
+            alerts = json.load(r)["data"]["alerts"]
+    except OSError:
+        return []  # not listening yet
+    return [a["labels"] for a in alerts if a["state"] == "firing"]
+
+
+def test_a_real_prometheus_fires_a_tenants_alert_from_a_real_server(
+    admin: tuple[httpx.Client, ServerProcess], tmp_path: Path
+) -> None:
+    http, srv = admin
+    read = http.post("/credentials", json={"scope": "read"}).json()["credential"]
+    proc, prometheus = _prometheus(tmp_path, srv.http_url.removeprefix("http://"), read)
+    try:
+        with _tenant(http, "team-c") as team_c:
+            job = _failed_solve(team_c)
+        fired = _until(
+            lambda: [a for a in _firing(prometheus) if a["alertname"] == "PerseusSolvesFailing"],
+            timeout=60,
+        )
+        assert fired == [
+            {
+                "alertname": "PerseusSolvesFailing",
+                "severity": "warning",
+                "job": "perseus",  # Prometheus's own: the scrape's, not overwritten
+                "instance": srv.http_url.removeprefix("http://"),
+                "perseus_job": job,
+                "name": "killed",
+                "tenant": "team-c",
+            }
+        ]
+        assert "PerseusNoLeader" not in {a["alertname"] for a in _firing(prometheus)}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
