@@ -350,6 +350,7 @@ async def _lead(
         # As the leader: every commit of the epochs before is there; solves cut short resume.
         service.load(resume_solves=True)
         standby.lead(leader.lease.epoch or 0)
+        service.metrics.leader_epoch = leader.lease.epoch or 0
     return True, leader
 
 
