@@ -4,7 +4,8 @@ One real ``perseus serve`` with two tenants. Every route of the app (walked from
 so a route added tomorrow is walked too) and every gRPC method (from the ``.proto``) is called
 by each credential kind scoped to one tenant or job (tenant, tenant-read, rank) twice: naming a
 job of another tenant (with a profile: it has everything a route could read), then an id of
-the same length that no job has. Everything the caller can observe must be the same, the id
+the same length that no job has; the id in the path, in the query (``job_id``, ``after``) and
+in a JSON body, wherever a route might read one. Everything the caller can observe must be the same, the id
 aside: the status, the body, the headers (the date aside), and the deltas of the caller's own
 ``/metrics``. Then the same over raw sockets with a body of 20 MB announced and none sent,
 and with a body that stalls half way: both answered at once, alike.
@@ -172,7 +173,7 @@ def test_every_route_answers_another_tenants_job_as_an_unknown_one(
                     r = http.request(
                         method,
                         _path(world, template, job_id),
-                        params={"job_id": job_id},
+                        params={"job_id": job_id, "after": job_id},
                         content=content,
                         headers=headers,
                     )
