@@ -4,7 +4,7 @@ Its subcommands: ``frontier``, ``plot``, ``serve``, ``db``, ``demo``, ``gpud``, 
 
 The entry point of the core library that also starts the applications: ``serve`` dispatches to
 :mod:`perseus_server.cli`, ``db`` to :mod:`perseus_server.db_cli`, ``demo`` to
-:mod:`perseus_demo.cli` and ``gpud`` (the node daemon) to :mod:`perseus_client.gpud.cli`, each
+:mod:`perseus_demo.cli` and ``gpud`` (the node daemon) to :mod:`perseus_gpud.cli`, each
 imported only when its command runs, so the core itself imports none of them. ``gpud`` and
 ``--version`` work on a plain (rank-client) install.
 """
@@ -396,7 +396,7 @@ def _dispatch(argv: list[str]) -> int:
 
         return demo_main(argv[1:])
     if argv and argv[0] == "gpud":
-        from perseus_client.gpud.cli import main as gpud_main
+        from perseus_gpud.cli import main as gpud_main
 
         return gpud_main(argv[1:])
     args = build_parser().parse_args(argv)

@@ -6,6 +6,9 @@
 - the shared vocabulary (``perseus_common``) -> nothing of ours, nothing heavy;
 - the rank client (``perseus_client``) -> the shared vocabulary only, and none of the
   scheduler's dependencies (its framework integrations alone may import the frameworks);
+  nothing of the node daemon;
+- the node daemon (``perseus_gpud``) -> the client's GPU layer (``perseus_client.gpu``, its
+  errors) and the shared vocabulary: one way only, the client never imports it;
 - the server -> the core and the shared vocabulary, not the client or the demo;
 - the demo -> anything (it is an application, using the server and the client as a user would).
 
@@ -28,13 +31,23 @@ ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "perseus"
 COMMON = ROOT / "common" / "perseus_common"
 CLIENT = ROOT / "client" / "perseus_client"
+GPUD = ROOT / "gpud" / "perseus_gpud"
 SERVER = ROOT / "server" / "perseus_server"
 DEMO = ROOT / "demo" / "perseus_demo"
 
 #: Our top-level packages.
-OURS = frozenset({"perseus", "perseus_common", "perseus_client", "perseus_server", "perseus_demo"})
+OURS = frozenset(
+    {
+        "perseus",
+        "perseus_common",
+        "perseus_client",
+        "perseus_gpud",
+        "perseus_server",
+        "perseus_demo",
+    }
+)
 #: The applications built on the core.
-APPS = frozenset({"perseus_server", "perseus_client", "perseus_demo"})
+APPS = frozenset({"perseus_server", "perseus_client", "perseus_gpud", "perseus_demo"})
 #: The core's modules that start the apps (and may import them, lazily).
 ENTRY_POINTS = frozenset({"cli.py", "__main__.py"})
 #: What a training rank must never need: the scheduler's dependencies.
@@ -240,6 +253,38 @@ def test_the_client_imports_only_the_shared_vocabulary() -> None:
     assert [str(i) for i in imports_in(CLIENT) if i.top in forbidden] == []
 
 
+def test_the_client_imports_nothing_of_the_node_daemon() -> None:
+    """The daemon uses the client's GPU layer, never the other way round.
+
+    What both ends of the daemon's socket share (frames, socket location, messages) is in the
+    shared vocabulary; the client's connection and errors are the client's.
+    """
+    assert [str(i) for i in imports_in(CLIENT) if i.top == "perseus_gpud"] == []
+
+
+#: What of the rank client the node daemon may import: its GPU layer and its errors.
+CLIENT_PARTS_FOR_THE_DAEMON = ("perseus_client.gpu", "perseus_client.errors")
+
+
+def test_the_node_daemon_imports_only_the_clients_gpu_layer_and_the_shared_vocabulary() -> None:
+    """``perseus_gpud``: no core, server, demo, scheduler dependency or framework, anywhere."""
+    bad = []
+    for i in imports_in(GPUD):
+        if i.top in ("perseus_gpud", "perseus_common"):
+            continue
+        if i.top == "perseus_client":
+            parts = i.module.split(".")
+            if ".".join(parts[:2]) in CLIENT_PARTS_FOR_THE_DAEMON:
+                continue
+            bad.append(str(i))
+        elif i.top in OURS or i.top in SCHEDULER_DEPENDENCIES or i.top in FRAMEWORKS:
+            bad.append(str(i))
+    assert bad == []
+    # the scanner sees the daemon's real imports (the rule must not pass vacuously)
+    seen = {i.module for i in imports_in(GPUD)}
+    assert {"perseus_client.gpu.base", "perseus_common.gpud_wire"} <= seen, sorted(seen)
+
+
 def test_only_the_clients_integrations_import_the_frameworks() -> None:
     """Outside ``integrations/``, the client uses torch only lazily, never DeepSpeed or Megatron.
 
@@ -259,8 +304,9 @@ def test_only_the_clients_integrations_import_the_frameworks() -> None:
 # --- the apps --------------------------------------------------------------------------------
 
 
-def test_the_server_imports_neither_the_client_nor_the_demo() -> None:
-    bad = [str(i) for i in imports_in(SERVER) if i.top in ("perseus_client", "perseus_demo")]
+def test_the_server_imports_neither_the_client_nor_the_daemon_nor_the_demo() -> None:
+    apps = ("perseus_client", "perseus_gpud", "perseus_demo")
+    bad = [str(i) for i in imports_in(SERVER) if i.top in apps]
     assert bad == []
 
 
