@@ -1,8 +1,8 @@
 """The import layering: who may import whom.
 
-- the core library (``perseus``, minus its CLI entry point) -> the shared vocabulary only: it
-  imports none of the apps, not even lazily inside a function;
-- the CLI entry point (``perseus.cli``, ``perseus.__main__``) -> the apps, lazily only;
+- the core library (``perseus``, its CLI included) -> the shared vocabulary only: it imports
+  none of the apps, not even lazily inside a function; the apps register their subcommands of
+  ``perseus`` as entry points, which the CLI discovers;
 - the shared vocabulary (``perseus_common``) -> nothing of ours, nothing heavy;
 - the rank client (``perseus_client``) -> the shared vocabulary only, and none of the
   scheduler's dependencies (its framework integrations alone may import the frameworks);
@@ -48,8 +48,6 @@ OURS = frozenset(
 )
 #: The applications built on the core.
 APPS = frozenset({"perseus_server", "perseus_client", "perseus_gpud", "perseus_demo"})
-#: The core's modules that start the apps (and may import them, lazily).
-ENTRY_POINTS = frozenset({"cli.py", "__main__.py"})
 #: What a training rank must never need: the scheduler's dependencies.
 SCHEDULER_DEPENDENCIES = frozenset(
     {"numba", "scipy", "networkx", "fastapi", "uvicorn", "matplotlib", "starlette", "httpx"}
@@ -129,16 +127,13 @@ def imports_of(path: Path) -> list[Import]:
     return found
 
 
-def sources(root: Path, *, skip: frozenset[str] = frozenset()) -> Iterator[Path]:
-    """The package's Python files (generated gRPC stubs included), minus top-level ``skip``."""
-    for path in sorted(root.rglob("*.py")):
-        if path.parent == root and path.name in skip:
-            continue
-        yield path
+def sources(root: Path) -> Iterator[Path]:
+    """The package's Python files (generated gRPC stubs included)."""
+    yield from sorted(root.rglob("*.py"))
 
 
-def imports_in(root: Path, *, skip: frozenset[str] = frozenset()) -> list[Import]:
-    return [i for path in sources(root, skip=skip) for i in imports_of(path)]
+def imports_in(root: Path) -> list[Import]:
+    return [i for path in sources(root) for i in imports_of(path)]
 
 
 # --- the scanner itself ----------------------------------------------------------------------
@@ -175,18 +170,20 @@ def test_the_scanner_sees_every_kind_of_import(tmp_path: Path) -> None:
 def test_importing_the_core_imports_none_of_the_apps() -> None:
     """Importing any core module in a fresh interpreter imports none of the apps.
 
-    Import every core module (found with pkgutil, the CLI entry point aside) in a fresh
-    interpreter: none of the apps ends up in ``sys.modules``.
+    Import every core module (found with pkgutil, the CLI included; ``__main__`` runs the
+    command) in a fresh interpreter, and build the command's parser as a core subcommand does:
+    none of the apps ends up in ``sys.modules``.
     """
     probe = f"""
 import importlib, json, pkgutil, sys
 import perseus
-skip = {{"perseus.cli", "perseus.__main__"}}
+skip = {{"perseus.__main__"}}
 names = ["perseus"] + [
     m.name for m in pkgutil.walk_packages(perseus.__path__, "perseus.") if m.name not in skip
 ]
 for name in names:
     importlib.import_module(name)
+importlib.import_module("perseus.cli").build_parser(describe_apps=False)
 apps = {sorted(APPS)!r}
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in apps)
 print(json.dumps({{"file": perseus.__file__, "names": names, "loaded": loaded}}))
@@ -210,28 +207,53 @@ print(json.dumps({{"file": perseus.__file__, "names": names, "loaded": loaded}})
         "power",
     }
     assert expected <= modules, sorted(modules)
-    assert not modules & {"cli", "__main__", "demo", "demo_rank"}
+    assert "cli" in modules and not modules & {"__main__", "demo", "demo_rank"}
     assert doc["loaded"] == []
 
 
 def test_the_core_imports_nothing_above_it() -> None:
-    """Not the apps, not even lazily inside a function.
+    """Not the apps, not even lazily inside a function, not even from its CLI.
 
     Of ours, only itself and the shared vocabulary.
     """
     bad = [
         str(i)
-        for i in imports_in(CORE, skip=ENTRY_POINTS)
+        for i in imports_in(CORE)
         if i.top in OURS and i.top not in ("perseus", "perseus_common")
     ]
     assert bad == []
+    # the scanner reads the CLI (the rule must not pass vacuously)
+    assert any(i.module == "perseus.app_commands" for i in imports_of(CORE / "cli.py"))
 
 
-def test_the_cli_starts_the_apps_lazily() -> None:
-    mods = [i for name in sorted(ENTRY_POINTS) for i in imports_of(CORE / name)]
-    assert not [str(i) for i in mods if i.top in APPS and not i.lazy]
-    dispatched = {i.module for i in mods if i.top in APPS}
-    assert {"perseus_server.cli", "perseus_demo.cli"} <= dispatched
+def test_the_apps_register_their_subcommands_in_light_modules() -> None:
+    """Each app's ``perseus`` subcommands, as ``pyproject.toml`` registers them.
+
+    The installed metadata says the same (a stale install would hide a subcommand), each
+    target is in its app, and importing every registration module loads none of the
+    scheduler's dependencies, so ``perseus --help`` works on a plain install.
+    """
+    import tomllib
+    from importlib.metadata import entry_points
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = project["entry-points"]["perseus.commands"]
+    installed = {e.name: e.value for e in entry_points(group="perseus.commands")}
+    assert installed == declared, "reinstall the project (pip install -e .): its metadata is stale"
+    modules = sorted({value.split(":")[0] for value in declared.values()})
+    assert {m.split(".")[0] for m in modules} == APPS - {"perseus_client"}
+    probe = f"""
+import importlib, json, sys
+for name in {modules!r}:
+    importlib.import_module(name)
+print(json.dumps(sorted(sys.modules)))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    heavy = SCHEDULER_DEPENDENCIES | FRAMEWORKS | {"numpy", "pydantic"}
+    assert [m for m in json.loads(out.stdout) if m.split(".")[0] in heavy] == []
 
 
 # --- the shared vocabulary and the client ----------------------------------------------------
