@@ -350,17 +350,15 @@ def test_the_demo_is_a_package_of_its_own() -> None:
 # --- inside the server: its groups by role -------------------------------------------------
 
 #: Each group of the server and the groups (or top-level modules) it may import; see
-#: docs/architecture.md, "The server's tree". ``testing.faults`` (crash points, inert unless
-#: ``PERSEUS_FAULT`` names one) is the one part of ``testing`` production code may import.
+#: docs/architecture.md, "The server's tree". None imports ``testing``: the fault points are
+#: production's seam (``runtime/faults.py``), whose hooks the tests install.
 SERVER_GROUPS: dict[str, frozenset[str]] = {
     "domain": frozenset({"domain", "config"}),
     "config": frozenset({"config"}),
     "decisions": frozenset({"decisions", "domain", "config"}),
-    "runtime": frozenset({"runtime", "domain", "config", "testing.faults"}),
+    "runtime": frozenset({"runtime", "domain", "config"}),
     "metrics": frozenset({"metrics", "domain"}),
-    "service": frozenset(
-        {"service", "decisions", "runtime", "domain", "config", "metrics", "testing.faults"}
-    ),
+    "service": frozenset({"service", "decisions", "runtime", "domain", "config", "metrics"}),
     "models": frozenset({"models", "domain", "config"}),
     "rest": frozenset(
         {"rest", "models", "service", "decisions", "domain", "config", "metrics", "runtime"}
@@ -397,6 +395,30 @@ def test_the_server_groups_import_only_the_groups_below_them() -> None:
             if target not in allowed and not (target.startswith("testing.") and target in allowed):
                 bad.append(f"{i} ({group} -> {target})")
     assert bad == []
+
+
+def test_no_production_module_imports_the_test_fault_hooks() -> None:
+    """Outside ``testing/``, nothing imports ``perseus_server.testing.faults``, lazily or not.
+
+    (Nor ``from perseus_server.testing import ...``, which could name it.)
+    """
+    testing = SERVER / "testing"
+    bad = [
+        str(i)
+        for path in sources(SERVER)
+        if not path.is_relative_to(testing)
+        for i in imports_of(path)
+        if i.module in ("perseus_server.testing", "perseus_server.testing.faults")
+    ]
+    assert bad == []
+    # the seam the fault points call is production's, and they call it
+    users = {
+        str(path.relative_to(SERVER))
+        for path in sources(SERVER)
+        for i in imports_of(path)
+        if i.module == "perseus_server.runtime.faults"
+    }
+    assert {"service/solves.py", "runtime/solve_worker.py", "runtime/warmup.py"} <= users
 
 
 def test_the_server_group_rules_cover_every_group() -> None:
