@@ -339,10 +339,20 @@ def build_parser(describe_apps: bool = True) -> argparse.ArgumentParser:
     pl.add_argument("--output", "-o", required=True)
     pl.set_defaults(func=_cmd_plot)
 
-    for name, entry in app_commands().items():  # run by _dispatch before parsing
+    apps = app_commands()
+    for name, entry in apps.items():  # run by _dispatch before parsing
         if name not in CORE_COMMANDS:
             sub.add_parser(name, help=describe(entry) if describe_apps else None, add_help=False)
+    if not apps:  # e.g. run from a source tree that was never installed
+        p.epilog = NO_APPS
     return p
+
+
+#: What ``perseus --help`` adds when no application registered a subcommand.
+NO_APPS = (
+    "No application's subcommand is registered: they are found in the installed metadata, so "
+    "install Perseus (pip install -e . from a checkout) to run the server, the demo or gpud."
+)
 
 
 #: What the scheduler's commands import that a plain (rank-client) install lacks.

@@ -131,3 +131,20 @@ def test_describe_names_what_is_wrong_with_an_entry_point() -> None:
 
     missing = EntryPoint(name="x", value="perseus_no_such_module:X", group=GROUP)
     assert describe(missing).startswith("(cannot be loaded: ModuleNotFoundError")
+
+
+def test_without_installed_metadata_help_says_to_install(tmp_path: Path) -> None:
+    """A source tree on the path but never installed: the core runs, and says what is missing."""
+    root = Path(__file__).resolve().parents[2]
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": f"{root}{os.pathsep}{root / 'common'}"}
+    probe = (
+        "import sys; sys.path[:] = [p for p in sys.path if 'site-packages' not in p]; "
+        "from perseus.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", probe, "--help"],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "{frontier,plot}" in out.stdout
+    assert "install Perseus (pip install -e . from a checkout)" in " ".join(out.stdout.split())
