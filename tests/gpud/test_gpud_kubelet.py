@@ -28,8 +28,8 @@ import grpc
 import pytest
 from gpud_harness import Daemon, PeerProcess, wait_for
 
-from perseus_client.gpud import podresources_pb2, podresources_pb2_grpc, procfs
-from perseus_client.gpud.simnvml import simulated_uuid
+from perseus_gpud import podresources_pb2, podresources_pb2_grpc, procfs
+from perseus_gpud.simnvml import simulated_uuid
 
 workdir = gpud_harness.workdir
 start_daemon = gpud_harness.start_daemon

@@ -23,10 +23,11 @@ from gpud_harness import Daemon, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from perseus_client import DaemonGpu
-from perseus_client.gpud import GpudConnection, GpudRefusedError
-from perseus_client.gpud.files import replace_file
-from perseus_client.gpud.simnvml import simulated_uuid
+from perseus_client.errors import GpudRefusedError
+from perseus_client.gpu.daemon_connection import GpudConnection
 from perseus_common.proto import gpud_pb2
+from perseus_gpud.files import replace_file
+from perseus_gpud.simnvml import simulated_uuid
 
 workdir = gpud_harness.workdir
 start_daemon = gpud_harness.start_daemon

@@ -60,7 +60,7 @@ def _series_in(text: str) -> set[str]:
 
 def _exported() -> set[str]:
     """Every metric name the server and gpud export (from their code)."""
-    from perseus_client.gpud import metrics as gpud_metrics
+    from perseus_gpud import metrics as gpud_metrics
 
     names = set(gpud_metrics._HELP)
     for path in (ROOT / "server" / "perseus_server").rglob("*.py"):

@@ -24,10 +24,10 @@ from perseus_server.domain.errors import BadRequest, Conflict
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import DeploymentKind, ProfilingStatus, ReplanKind
 from perseus_server.domain.values import PlanStep, PlanUpdate, ProfilingTask
+from perseus_server.runtime.faults import fault_point
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.persistence import persist_deployment
 from perseus_server.service.state import Deployment, Job, PlanSteps
-from perseus_server.testing.faults import fault_point
 
 __all__ = ["Deployer", "DeploymentBudget", "require_frontier"]
 

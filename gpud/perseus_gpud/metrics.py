@@ -47,14 +47,14 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from perseus_client.gpu.nvml import CLOCK_EVENT_REASONS
-from perseus_client.gpud.files import replace_file
+from perseus_gpud.files import replace_file
 
 if TYPE_CHECKING:
-    from perseus_client.gpud.server import GpudServer
+    from perseus_gpud.server import GpudServer
 
 __all__ = ["render", "serve_http", "write_textfile_forever", "write_textfile"]
 
-log = logging.getLogger("perseus_client.gpud")
+log = logging.getLogger("perseus_gpud")
 
 _HELP = {
     "perseus_gpud_sm_clock_hertz": ("gauge", "SM clock the GPU runs at now"),
