@@ -32,7 +32,6 @@ from integration_harness import (  # noqa: E402
     profile_slice,
     rank_environment,
     read_results,
-    run_ranks,
 )
 from zeus_fake_gpu import MEMORY_CLOCKS, read_calls  # noqa: E402
 
@@ -98,6 +97,28 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         assert secret["credential"] not in srv.output()  # never logged
 
 
+def _launch(world: int, config: dict[str, Any], out: Path) -> None:
+    """Run the ``world`` ranks (``zeus_worker.py`` forks them) to completion; fail with their logs."""
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = out / "config.json"
+    cfg.write_text(json.dumps(config))
+    argv = [sys.executable, str(WORKER), "--world", str(world), "--config", str(cfg)]
+    proc = subprocess.run(
+        [*argv, "--out", str(out)],
+        env=rank_environment(free_port()),
+        cwd=str(WORKER.parent),
+        capture_output=True,
+        timeout=300,
+    )
+    if proc.returncode != 0:
+        logs = "\n".join(
+            f"--- rank {r} ---\n" + (out / f"rank{r}.log").read_text(errors="replace")[-3000:]
+            for r in range(world)
+            if (out / f"rank{r}.log").exists()
+        )
+        pytest.fail(f"zeus ranks failed: {proc.stdout.decode()}{proc.stderr.decode()}\n{logs}")
+
+
 def _dedup(clocks: list[int]) -> list[int]:
     out: list[int] = []
     for c in clocks:
@@ -156,7 +177,7 @@ def test_zeus_client_trains_on_perseus_plans(
         "metadata": metadata,
         "clocks": CLOCKS,
     }
-    run_ranks("zeus_worker.py", pp * dp, config, tmp_path, timeout=300)
+    _launch(pp * dp, config, tmp_path)
     results = read_results(tmp_path, "zeus", pp * dp)
     admin = setup["admin"]
     run = _check_plan(admin, results, dp)
@@ -185,17 +206,7 @@ def test_the_client_raises_the_servers_refusal_at_start(
         "clocks": CLOCKS,
         "expect_error": True,
     }
-    cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps(config))
-    argv = [sys.executable, str(WORKER), "--rank", "0", "--world", "1"]
-    proc = subprocess.run(
-        [*argv, "--config", str(cfg), "--out", str(tmp_path)],
-        env=rank_environment(free_port()),
-        cwd=str(WORKER.parent),
-        capture_output=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout.decode()[-3000:] + proc.stderr.decode()[-3000:]
+    _launch(1, config, tmp_path)
     error = read_results(tmp_path, "zeus", 1)[0]["error"]
     assert "PFO server returned status code 422" in error
     assert "no job named 'no-such-prototype'" in error and "job_metadata" in error

@@ -1,6 +1,9 @@
-"""One rank of a pipeline trained under Zeus's unmodified ``PipelineFrequencyOptimizer`` over gloo.
+"""The ranks of a pipeline trained under Zeus's unmodified ``PipelineFrequencyOptimizer`` over gloo.
 
-Started as a subprocess by ``test_zeus_e2e.py`` against a real ``perseus serve --zeus``. The rank
+Started as a subprocess by ``test_zeus_e2e.py`` against a real ``perseus serve --zeus``: it imports
+torch and Zeus once, then forks one process per rank (each its own gloo rank; the imports, seconds
+of CPU each, are shared), waits for them, and fails when one does (each rank's output is in
+``rank<r>.log``). Each rank
 holds one linear layer of a ``pp``-stage pipeline (``dp`` pipelines, their gradients all-reduced),
 trains two iterations in synchronous 1F1B order (the order Merak and DeepSpeed run: each stage's
 warm-up forwards, then one forward and one backward, then the remaining backwards), activations
@@ -104,20 +107,46 @@ class Stage:
         return loss
 
 
+def launch(world: int, cfg: dict[str, Any], out: Path) -> int:
+    """Fork ``world`` ranks, wait for them; 0 when every one exits 0."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pids = {}
+    for rank in range(world):
+        pid = os.fork()
+        if pid == 0:  # the rank: its output to its log; exits through the interpreter (atexit)
+            fd = os.open(out / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(fd, 1)
+            os.dup2(fd, 2)
+            sys.exit(run_rank(rank, world, cfg, out))
+        pids[pid] = rank
+    failed = 0
+    for _ in range(world):
+        pid, status = os.wait()
+        if os.waitstatus_to_exitcode(status) != 0:
+            print(f"rank {pids[pid]} exited with {os.waitstatus_to_exitcode(status)}")
+            failed += 1
+    return 1 if failed else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--world", type=int, required=True)
     ap.add_argument("--config", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    cfg = json.loads(args.config.read_text())
+    import zeus.optimizer.pipeline_frequency  # noqa: F401  (imported once, before the fork)
+
+    return launch(args.world, json.loads(args.config.read_text()), args.out)
+
+
+def run_rank(rank: int, world: int, cfg: dict[str, Any], out: Path) -> int:
+    """Train as rank ``rank``; 0 when done."""
     pp, dp, microbatches = int(cfg["pp"]), int(cfg["dp"]), int(cfg["microbatches"])
-    rank, world = args.rank, args.world
     assert world == pp * dp
     dist.init_process_group("gloo", rank=rank, world_size=world)
     groups = [dist.new_group([d * pp + s for d in range(dp)]) for s in range(pp)] if dp > 1 else []
-    install(cfg["clocks"], args.out / f"clocks.rank{rank}.jsonl")
+    install(cfg["clocks"], out / f"clocks.rank{rank}.jsonl")
 
     from zeus.optimizer.pipeline_frequency import PipelineFrequencyOptimizer
 
@@ -139,7 +168,7 @@ def main() -> int:
     except RuntimeError as e:  # a refusal the test expects: what the client raised
         if not cfg.get("expect_error"):
             raise
-        write_result(args.out, "zeus", rank, {"error": str(e)})
+        write_result(out, "zeus", rank, {"error": str(e)})
         dist.destroy_process_group()
         return 0
     ran: list[list[str]] = []
@@ -159,7 +188,7 @@ def main() -> int:
         pfo.on_step_end()
         ran.append(names)
     write_result(
-        args.out,
+        out,
         "zeus",
         rank,
         {

@@ -279,11 +279,21 @@ class ZeusRuns:
     # --- the runs' calls -------------------------------------------------------------------------
 
     def _run(self, tenant: str | None, job_id: str) -> tuple[_Run, Job]:
-        """The run ``job_id`` of ``tenant``; anything else answers as an unknown id does."""
-        run = self._runs.get(job_id)
+        """The run ``job_id`` of ``tenant``.
+
+        Another tenant's job answers as an unknown id does (404); a job of the caller's that is
+        not a Zeus run (or one made before the server last started) is a 409 saying so.
+        """
         job = self.service.jobs.find(job_id)
-        if run is None or job is None or (tenant is not None and run.tenant != tenant):
+        if job is None or (tenant is not None and job.row.tenant != tenant):
             raise NotFound(f"no job with id {job_id[:64]!r}", field="job_id")
+        run = self._runs.get(job_id)
+        if run is None:
+            raise Conflict(
+                f"job {job_id} is not a Zeus run of this server (runs are made by POST "
+                "/register_job, and are not kept across a restart): start the training again",
+                field="job_id",
+            )
         return run, job
 
     def _contact(self, job_id: str) -> None:
