@@ -286,3 +286,28 @@ def test_without_the_flag_there_are_no_zeus_routes(tmp_path: Path) -> None:
                 assert r.status_code == status, r.text
     finally:
         store.close()
+
+
+def test_a_run_under_a_power_budget_gets_its_share(
+    srv: ServerProcess, admin: httpx.Client, world: Any
+) -> None:
+    """The schedule is the plan the budget deploys for the run once its ranks draw on it."""
+    with _zeus(srv, world["team-a"]) as z:
+        run = _ok(z.post("/register_job", json=_job_info()))
+        fastest = _ok(admin.get(f"/jobs/{run}/status"))["plan"]
+        assert fastest["constraint"] == "own policy" and fastest["pipelines"][0]["index"] == 0
+        watts = 0.9 * fastest["average_power"]
+        _ok(admin.put("/power-budget", json={"watts": watts, "jobs": [run]}))
+        try:
+            for rank in range(2):
+                _ok(z.post(f"/register_rank/{run}", json=_rank(rank, 2, world["clocks"])))
+            schedules = [_ok(z.get(f"/schedule/{run}", params={"rank": r})) for r in range(2)]
+            plan = _ok(admin.get(f"/jobs/{run}/status"))["plan"]
+        finally:
+            _ok(admin.delete("/power-budget"), 204)
+    assert plan["constraint"] == "power budget", plan
+    index = plan["pipelines"][0]["index"]
+    assert index > 0 and plan["average_power"] <= watts, plan
+    steps = _ok(admin.get(f"/jobs/{run}/plan", params={"index": index, "steps": True}))["steps"]
+    for rank, doc in enumerate(schedules):
+        assert doc["frequencies"] == [[s["instruction"], s["frequency"]] for s in steps[rank]]
