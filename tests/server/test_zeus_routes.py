@@ -17,6 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from perseus.schedules import one_f_one_b
+from perseus_server.cli import main as cli_main
 from perseus_server.config import Limits, ZeusConfig
 from perseus_server.rest import create_app
 from perseus_server.runtime.sqlite_store import SqliteStore
@@ -284,6 +285,8 @@ def test_without_the_flag_there_are_no_zeus_routes(tmp_path: Path) -> None:
             with TestClient(app, base_url="http://localhost") as client:
                 r = client.post("/zeus/register_job", json=_job_info(metadata="nope"))
                 assert r.status_code == status, r.text
+            documented = {p for p in app.openapi()["paths"] if p.startswith("/zeus/")}
+            assert len(documented) == (0 if zeus is None else 4)
     finally:
         store.close()
 
@@ -311,3 +314,14 @@ def test_a_run_under_a_power_budget_gets_its_share(
     steps = _ok(admin.get(f"/jobs/{run}/plan", params={"index": index, "steps": True}))["steps"]
     for rank, doc in enumerate(schedules):
         assert doc["frequencies"] == [[s["instruction"], s["frequency"]] for s in steps[rank]]
+
+
+def test_the_zeus_options_need_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, says in (
+        (["--zeus-plan-wait", "5"], "need --zeus"),
+        (["--zeus-default-prototype", "p"], "need --zeus"),
+        (["--zeus", "--zeus-plan-wait", "0"], "--zeus-plan-wait must be"),
+    ):
+        with pytest.raises(SystemExit) as exit:
+            cli_main(argv)
+        assert exit.value.code == 2 and says in capsys.readouterr().err

@@ -392,11 +392,10 @@ class ZeusRuns:
         if job is None:
             return True  # deleted: the caller answers 404
         proto = self.service.jobs.find(run.prototype)
-        if proto is not None and (
-            job.frontier.current is None
-            or (job.frontier.row.partial and not proto.frontier.row.partial)
-        ):
-            with self.service.store.transaction():
+        newer = proto is not None and proto.frontier.current is not job.frontier.current
+        if newer and (job.frontier.current is None or job.frontier.row.partial):
+            assert proto is not None
+            with self.service.store.transaction():  # the prototype's new (or whole) frontier
                 self._take_frontier(job, proto)
         if job.deployment.plan is None:
             return False
