@@ -28,7 +28,7 @@ metric                                          type     meaning
 ``perseus_gpud_leased``                         gauge    1 while a process holds the lease
 ``perseus_gpud_lease_holder_info``              gauge    1, labels ``pid``, ``uid``,
                                                          ``owned_by``, ``pod``, ``namespace``,
-                                                         ``slurm_job``, ``job``, ``tenant``
+                                                         ``slurm_job``, ``perseus_job``, ``tenant``
 ``perseus_gpud_refusals_total``                 counter  refused requests by ``reason`` (the
                                                          error code), ``uid``, ``uuid`` (absent:
                                                          no GPU named)
@@ -119,7 +119,8 @@ async def _gpu_samples(server: GpudServer) -> list[tuple[str, dict[str, Any], fl
                 "pod": owner.pod,
                 "namespace": owner.namespace,
                 "slurm_job": owner.slurm_job,
-                "job": owner.job,
+                # not `job`: Prometheus's own (the scrape's) would overwrite it
+                "perseus_job": owner.job,
                 "tenant": owner.tenant,
             }
             out.append(("perseus_gpud_lease_holder_info", info, 1.0))

@@ -181,7 +181,7 @@ class Deployer(Generic[B]):
         changed = self.decide(job, why) or budgeted
         if not changed:
             persist_deployment(self.ctx.store, job)
-        self.ctx.metrics.replans.inc(job=job.id, reason=kind)
+        self.ctx.metrics.replans.inc(perseus_job=job.id, reason=kind)
         replans = job.stragglers.replans
         replans.append(
             {"time": time.time(), "why": why, "version": job.deployment.version, "changed": changed}
@@ -201,7 +201,7 @@ class Deployer(Generic[B]):
         with store.transaction():
             persist_deployment(store, job)
             fault_point("after_deployment_store")
-        self.ctx.metrics.deploys.inc(job=job.id, kind=dep.kind)
+        self.ctx.metrics.deploys.inc(perseus_job=job.id, kind=dep.kind)
         log.info("job %s: plan version %d (%s): %s", job.id, dep.version, cause, dep.reason)
         # Ranks hear of a version only once it is stored (inside a larger update: committed).
         store.after_commit(lambda: self.ctx.hub.publish(job.id, lambda r: self.message(job, r)))
