@@ -11,7 +11,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from perseus_server.config import Limits, ServerConfig
+from perseus_server.config import Limits, ServerConfig, ZeusConfig
 from perseus_server.config import read_token as read_token_file
 from perseus_server.domain.store import StoreError
 from perseus_server.runtime.logs import install_rate_limit
@@ -163,7 +163,45 @@ def build_parser(prog: str = "perseus serve") -> argparse.ArgumentParser:
         help="open connections per protocol at most (default %(default)s; also bounded by "
         "the file-descriptor limit)",
     )
+    _add_zeus_options(p)
     return p
+
+
+def _add_zeus_options(p: argparse.ArgumentParser) -> None:
+    """The options of Zeus's pipeline-frequency-optimizer routes (``docs/zeus.md``)."""
+    z = ZeusConfig()
+    p.add_argument(
+        "--zeus",
+        action="store_true",
+        help="also answer Zeus's pipeline-frequency-optimizer routes under /zeus on the REST "
+        "port (a Zeus client's server_url: http://HOST:PORT/zeus; docs/zeus.md)",
+    )
+    p.add_argument(
+        "--zeus-default-prototype",
+        metavar="NAME_OR_ID",
+        help="with --zeus: the prototype job of a Zeus run whose job_metadata is empty (a job's "
+        "name or id, in the run's tenant; default: such a run is refused)",
+    )
+    p.add_argument(
+        "--zeus-plan-wait",
+        type=float,
+        default=z.plan_wait,
+        metavar="SECONDS",
+        help="with --zeus: the longest a Zeus rank waits for its run's plan before it gets the "
+        "max-clock schedule (default %(default)s)",
+    )
+
+
+def _zeus_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ZeusConfig | None:
+    """The Zeus routes' settings (None without ``--zeus``); refuses options without it."""
+    if not args.zeus:
+        if args.zeus_default_prototype is not None or args.zeus_plan_wait != ZeusConfig().plan_wait:
+            parser.error("--zeus-default-prototype and --zeus-plan-wait need --zeus")
+        return None
+    if not 0 < args.zeus_plan_wait <= 3600:
+        parser.error("--zeus-plan-wait must be between 0 and 3600 seconds")
+    default = (args.zeus_default_prototype or "").strip() or None
+    return ZeusConfig(default_prototype=default, plan_wait=args.zeus_plan_wait)
 
 
 def _read_token(parser: argparse.ArgumentParser, flag: str, path: Path | None) -> str | None:
@@ -218,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--profile-mismatch-band must be two numbers LOW,HIGH, e.g. 0.5,2")
     if not (0 < low < 1 < high < float("inf")):
         parser.error("--profile-mismatch-band needs 0 < LOW < 1 < HIGH")
+    zeus = _zeus_config(parser, args)
     token = _read_token(parser, "--token-file", args.token_file)
     read_token = _read_token(parser, "--read-token-file", args.read_token_file)
     if read_token is not None and token is None:
@@ -252,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         body_timeout=args.body_timeout,
         max_connections=args.max_connections,
         allowed_hosts=tuple(args.allowed_host),
+        zeus=zeus,
         limits=replace(
             Limits(),
             solve_memory_bytes=args.solve_memory_mib * 2**20,

@@ -7,7 +7,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Limits", "ServerConfig", "read_token"]
+__all__ = ["Limits", "ServerConfig", "ZeusConfig", "read_token"]
 
 
 #: The longest token file read (bytes): a token is one short line.
@@ -133,6 +133,21 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class ZeusConfig:
+    """Zeus's pipeline-frequency-optimizer routes under ``/zeus`` (``perseus serve --zeus``).
+
+    Attributes:
+        default_prototype: the prototype job (a name or an id, looked up in the caller's
+            tenant) of a run whose ``job_metadata`` is empty; None: such a run is refused.
+        plan_wait: the longest a rank's ``GET /zeus/schedule`` waits for its run's plan (s);
+            past it, the rank gets the max-clock schedule and the run's status says why.
+    """
+
+    default_prototype: str | None = None
+    plan_wait: float = 30.0
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """How ``perseus serve`` runs. Port 0 picks a free port (the real one is printed)."""
 
@@ -167,3 +182,5 @@ class ServerConfig:
     max_connections: int = 8192
     #: Host names an open server (no token) answers besides loopback ones (DNS rebinding).
     allowed_hosts: tuple[str, ...] = ()
+    #: Zeus's pipeline-frequency-optimizer routes (None: not mounted).
+    zeus: ZeusConfig | None = None

@@ -254,6 +254,7 @@ class _Front:
             token=config.token,
             credentials=self.credentials,
             allowed_hosts=(*config.allowed_hosts, *own),
+            zeus_routes=config.zeus,
         )
         self.uv = _Uvicorn(
             uvicorn.Config(

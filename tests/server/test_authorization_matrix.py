@@ -28,6 +28,7 @@ import pytest
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
+from perseus_server.config import ZeusConfig
 from perseus_server.grpc.methods import GRPC
 from perseus_server.service.authorization import PUBLIC, REST, Access, markdown_table
 from perseus_server.service.credentials import Scope
@@ -48,7 +49,8 @@ def _bearer(token: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     d = tmp_path_factory.mktemp("authz")
-    with ServerProcess(d / "perseus.db", token=ADMIN, extra_args=read_token_args(d, READ)) as s:
+    args = [*read_token_args(d, READ), "--zeus"]  # Zeus's routes are in the table too
+    with ServerProcess(d / "perseus.db", token=ADMIN, extra_args=args) as s:
         yield s
 
 
@@ -65,10 +67,11 @@ def admin(srv: ServerProcess) -> Iterator[httpx.Client]:
 def tokens(admin: httpx.Client) -> dict[Scope, str]:
     """A credential of each kind but rank (a rank credential comes with each fresh job).
 
-    The tenant ones of ``team-a``.
+    The tenant ones of ``team-a``. The zeus one is sent as a bearer header here, as every other
+    (in a URL it opens the same routes: tests/server/test_zeus_routes.py).
     """
     out = {Scope.ADMIN: ADMIN, Scope.READ: READ}
-    for scope in (Scope.TENANT, Scope.TENANT_READ):
+    for scope in (Scope.TENANT, Scope.TENANT_READ, Scope.ZEUS):
         r = admin.post("/credentials", json={"scope": scope.value, "tenant": "team-a"})
         assert r.status_code == 201, r.text
         out[scope] = r.json()["credential"]
@@ -82,7 +85,8 @@ def _job(admin: httpx.Client, tenant: str) -> tuple[str, str]:
 
 
 def _routes(tmp: Path) -> list[tuple[str, str]]:
-    return sorted({(m, r.path) for r in app_routes(tmp, token="x") for m in r.methods})
+    routes = app_routes(tmp, token="x", zeus_routes=ZeusConfig())
+    return sorted({(m, r.path) for r in routes for m in r.methods})
 
 
 def test_every_route_and_method_is_classified(tmp_path: Path) -> None:
@@ -113,6 +117,9 @@ def test_the_table_keeps_tenants_apart() -> None:
             assert rule[Scope.READ] is Access.NONE and rule[Scope.TENANT_READ] is Access.NONE
         expected_rank = Access.OWN if key == "GET /jobs/{job_id}/status" else Access.NONE
         assert rule[Scope.RANK] is expected_rank, key
+        # a zeus credential (in a URL) opens its tenant's Zeus runs and nothing else
+        expected_zeus = Access.OWN if path.startswith("/zeus/") else Access.NONE
+        assert rule[Scope.ZEUS] is expected_zeus, key
         admin_only = (
             path.startswith("/tenants") or path.startswith("/power-budget") or "credentials" in path
         ) and method != "GET"
@@ -120,7 +127,10 @@ def test_the_table_keeps_tenants_apart() -> None:
             assert all(rule[k] is Access.NONE for k in Scope if k is not Scope.ADMIN), key
     for name, rule in GRPC.items():
         assert rule[Scope.RANK] is Access.OWN, name
-        assert all(rule[k] is Access.NONE for k in (Scope.READ, Scope.TENANT, Scope.TENANT_READ))
+        assert all(
+            rule[k] is Access.NONE
+            for k in (Scope.READ, Scope.TENANT, Scope.TENANT_READ, Scope.ZEUS)
+        )
 
 
 def test_the_docs_print_the_table() -> None:

@@ -2,7 +2,8 @@
 
 One real ``perseus serve`` with two tenants. Every route of the app (walked from its own router,
 so a route added tomorrow is walked too) and every gRPC method (from the ``.proto``) is called
-by each credential kind scoped to one tenant or job (tenant, tenant-read, rank) twice: naming a
+by each credential kind scoped to one tenant or job (tenant, tenant-read, rank, zeus; the
+server mounts Zeus's routes, walked too) twice: naming a
 job of another tenant (with a profile: it has everything a route could read), then an id of
 the same length that no job has; the id in the path, in the query (``job_id``, ``after``) and
 in a JSON body, wherever a route might read one. Everything the caller can observe must be the same, the id
@@ -25,6 +26,7 @@ import pytest
 
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_server import ServerProcess
+from perseus_server.config import ZeusConfig
 from perseus_server.service.credentials import Scope
 
 from .routes import app_routes
@@ -32,7 +34,7 @@ from .routes import app_routes
 ADMIN = "the-admin-token"
 JOB = {"stages": 2, "microbatches": 2, "blocking_power": 70.0}
 #: Callers scoped to one tenant or one job (the admin and read kinds see every tenant).
-SCOPED = (Scope.TENANT, Scope.TENANT_READ, Scope.RANK)
+SCOPED = (Scope.TENANT, Scope.TENANT_READ, Scope.RANK, Scope.ZEUS)
 SERVICE = pb.DESCRIPTOR.services_by_name["PlanService"]
 #: Sample lines of the Prometheus text: ``name{labels} value``.
 _SAMPLE = re.compile(r"^([^#\s][^\s]*)\s+(\S+)$")
@@ -53,7 +55,7 @@ class World:
     def __init__(self, srv: ServerProcess, admin: httpx.Client, csv: str) -> None:
         self.srv, self.admin = srv, admin
         self.tokens: dict[Scope, str] = {}
-        for scope in (Scope.TENANT, Scope.TENANT_READ):
+        for scope in (Scope.TENANT, Scope.TENANT_READ, Scope.ZEUS):
             r = admin.post("/credentials", json={"scope": scope.value, "tenant": "team-a"})
             assert r.status_code == 201, r.text
             self.tokens[scope] = r.json()["credential"]
@@ -113,7 +115,7 @@ def _masked(value: Any, job_id: str, tenant: str) -> Any:
 def world(tmp_path_factory: pytest.TempPathFactory, small_csv: str) -> Iterator[World]:
     d = tmp_path_factory.mktemp("oracle")
     # A short body timeout: a server that waits for a stalled body answers within this.
-    args = ["--body-timeout", "3"]
+    args = ["--body-timeout", "3", "--zeus"]  # Zeus's routes (/zeus) are walked too
     with (
         ServerProcess(d / "perseus.db", token=ADMIN, extra_args=args) as srv,
         httpx.Client(base_url=srv.http_url, headers=_bearer(ADMIN), timeout=60.0) as admin,
@@ -126,7 +128,8 @@ def world(tmp_path_factory: pytest.TempPathFactory, small_csv: str) -> Iterator[
 
 def _routes(tmp: Path) -> list[tuple[str, str]]:
     """Every ``(method, template)`` of the app, from its own router."""
-    return sorted({(m, r.path) for r in app_routes(tmp, token="x") for m in r.methods})
+    routes = app_routes(tmp, token="x", zeus_routes=ZeusConfig())
+    return sorted({(m, r.path) for r in routes for m in r.methods})
 
 
 def _path(world: World, template: str, job_id: str) -> str:

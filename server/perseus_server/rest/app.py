@@ -9,7 +9,8 @@ service built it, without the model's validation (:func:`~perseus_server.rest.do
 
 The routers: :mod:`.status` (liveness, metrics), :mod:`.jobs` (with a job's status), :mod:`.profiles`
 (uploads and online profiling), :mod:`.plans` (frontier and plans), :mod:`.stragglers`,
-:mod:`.power` (the cluster power budget), :mod:`.credentials`, :mod:`.tenants`; the pages outside the gate,
+:mod:`.power` (the cluster power budget), :mod:`.credentials`, :mod:`.tenants`, and with
+``perseus serve --zeus`` :mod:`.zeus` (Zeus's routes); the pages outside the gate,
 :mod:`.swagger` (``/docs``, ``/openapi.json``) and :mod:`.ui` (``/ui``).
 """
 
@@ -19,8 +20,9 @@ from collections.abc import Sequence
 
 from fastapi import FastAPI
 
+from perseus_server.config import ZeusConfig
 from perseus_server.rest import credentials as credential_routes
-from perseus_server.rest import jobs, plans, power, profiles, status, stragglers, tenants
+from perseus_server.rest import jobs, plans, power, profiles, status, stragglers, tenants, zeus
 from perseus_server.rest.docs import install_openapi
 from perseus_server.rest.gate import Gate
 from perseus_server.rest.problems import install_error_handlers
@@ -28,6 +30,7 @@ from perseus_server.rest.swagger import install_swagger
 from perseus_server.rest.ui import install_ui
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
+from perseus_server.service.zeus import ZeusRuns
 
 __all__ = ["create_app", "TAGS"]
 
@@ -50,11 +53,13 @@ def create_app(
     token: str | None = None,
     credentials: Credentials | None = None,
     allowed_hosts: Sequence[str] = (),
+    zeus_routes: ZeusConfig | None = None,
 ) -> FastAPI:
     """The REST application over ``service`` (state is passed explicitly, no globals).
 
     ``credentials`` (default: just the admin ``token``, issued ones in ``service.store``);
-    ``allowed_hosts``: host names an open server answers besides loopback ones.
+    ``allowed_hosts``: host names an open server answers besides loopback ones;
+    ``zeus_routes``: mount Zeus's routes under ``/zeus`` with these settings (None: not).
     """
     credentials = credentials or Credentials(service.store, admin=token)
     # plan queries go to the gate first (rest/plans.py); the rest as in any FastAPI app
@@ -68,7 +73,7 @@ def create_app(
         "configured, every route except `/healthz` needs `Authorization: Bearer <credential>`: "
         "the admin token opens everything, a read credential reads, a tenant's credential "
         "its tenant's jobs only (another tenant's answer 404; 403 beyond its kind).",
-        openapi_tags=TAGS,
+        openapi_tags=TAGS if zeus_routes is None else [*TAGS, zeus.TAG],
         # /docs and /openapi.json are served by rest/swagger.py (offline, outside the gate)
         docs_url=None,
         redoc_url=None,
@@ -84,6 +89,9 @@ def create_app(
         metrics=service.metrics,
         allowed_hosts=allowed_hosts,
     )
+    if zeus_routes is not None:  # outside the gate: it hands the gate the URL's credential
+        app.add_middleware(zeus.ZeusCredentialPath, credentials=credentials)
+        app.include_router(zeus.zeus_router(ZeusRuns(service, zeus_routes)))
     install_error_handlers(app)
     install_openapi(app)
     app.include_router(status.status_router(service))

@@ -41,9 +41,10 @@ TAG = {
 # --- models ---------------------------------------------------------------------------------------
 
 _SCOPE = "``read`` (the cluster's monitoring: reads every tenant's jobs), ``tenant`` (its "
-_SCOPE += "tenant's jobs), ``tenant-read`` (reads its tenant's jobs) or ``rank`` (its job's "
-_SCOPE += "gRPC calls as its ranks, and its status)."
-_Scope = Literal["read", "tenant", "tenant-read", "rank"]
+_SCOPE += "tenant's jobs), ``tenant-read`` (reads its tenant's jobs), ``rank`` (its job's "
+_SCOPE += "gRPC calls as its ranks, and its status) or ``zeus`` (its tenant's Zeus runs, in the "
+_SCOPE += "URL ``/zeus/<credential>/``)."
+_Scope = Literal["read", "tenant", "tenant-read", "rank", "zeus"]
 
 
 class CredentialIn(BaseModel):
@@ -51,10 +52,11 @@ class CredentialIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    scope: Literal["read", "tenant", "tenant-read"] = Field(
+    scope: Literal["read", "tenant", "tenant-read", "zeus"] = Field(
         description="``read``: reads every tenant's jobs (monitoring, the operator's page); "
         "``tenant``: creates jobs in ``tenant`` and reads and changes only those; "
-        "``tenant-read``: reads ``tenant``'s jobs only."
+        "``tenant-read``: reads ``tenant``'s jobs only; ``zeus``: ``tenant``'s Zeus runs "
+        "only, given in the Zeus client's server URL (``http://HOST:PORT/zeus/<credential>``)."
     )
     tenant: str | None = Field(
         default=None, max_length=63, description="The tenant of a tenant credential."
@@ -150,7 +152,8 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
         """A cluster read credential, or a tenant's credential naming the tenant.
 
         A read credential is for monitoring and the operator's page; a tenant's credential
-        is ``tenant`` (its jobs) or ``tenant-read`` (reading them). The secret is shown only
+        is ``tenant`` (its jobs), ``tenant-read`` (reading them) or ``zeus`` (its Zeus runs,
+        the credential in the Zeus client's URL). The secret is shown only
         here; the server keeps its SHA-256.
         """
         scope = Scope(body.scope)

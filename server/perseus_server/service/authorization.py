@@ -17,6 +17,8 @@ Credential kinds (:class:`~perseus_server.service.credentials.Scope`):
   only those.
 - ``tenant-read``: reads its tenant's jobs only.
 - ``rank``: one job's rank credential: that job's gRPC calls as its ranks, and its status.
+- ``zeus``: a tenant's credential for Zeus clients, sent in the URL: that tenant's Zeus runs
+  (the ``/zeus`` routes, :mod:`perseus_server.rest.zeus`), nothing else.
 
 A cell is an :class:`Access`: ``any`` (any job or tenant), ``own`` (the caller's tenant's jobs,
 or a rank credential's own job; another's answers 404 exactly as an unknown id does, so
@@ -64,6 +66,7 @@ def _rule(
     tenant: Access = Access.NONE,
     tenant_read: Access = Access.NONE,
     rank: Access = Access.NONE,
+    zeus: Access = Access.NONE,
 ) -> Rule:
     return MappingProxyType(
         {
@@ -72,6 +75,7 @@ def _rule(
             Scope.TENANT: tenant,
             Scope.TENANT_READ: tenant_read,
             Scope.RANK: rank,
+            Scope.ZEUS: zeus,
         }
     )
 
@@ -87,6 +91,8 @@ JOB_WRITE = _rule(tenant=_O)
 ADMIN_ONLY = _rule()
 #: A rank's gRPC calls: its own job's ranks only.
 RANK_CALL = _rule(rank=_O)
+#: Zeus's routes (``perseus serve --zeus``): a tenant's runs, through a tenant or zeus credential.
+ZEUS_RUN = _rule(tenant=_O, zeus=_O)
 
 #: Routes that need no credential (they hold no data).
 PUBLIC = frozenset({"GET /healthz"})
@@ -129,6 +135,10 @@ REST: Mapping[str, Rule] = MappingProxyType(
         "GET /tenants/{tenant_id}": JOB_READ,
         "PATCH /tenants/{tenant_id}": ADMIN_ONLY,
         "DELETE /tenants/{tenant_id}": ADMIN_ONLY,
+        "POST /zeus/register_job": ZEUS_RUN,
+        "POST /zeus/register_rank/{job_id}": ZEUS_RUN,
+        "GET /zeus/schedule/{job_id}": ZEUS_RUN,
+        "POST /zeus/result/{job_id}": ZEUS_RUN,
     }
 )
 

@@ -1,6 +1,6 @@
 """Scoped credentials: who a call comes from, once a token is configured.
 
-Five scopes (:class:`Scope`); what each opens is the authorization table of
+Six scopes (:class:`Scope`); what each opens is the authorization table of
 :mod:`perseus_server.service.authorization`:
 
 - **admin** — the configured token (``--token-file``): every REST route and gRPC method;
@@ -11,7 +11,10 @@ Five scopes (:class:`Scope`); what each opens is the authorization table of
 - **rank** — issued per job when it is created (``rank_credential`` in the answer, shown once),
   rotated by ``POST /jobs/{id}/credentials/rotate`` and revoked by
   ``DELETE /jobs/{id}/credentials``: that job's ``RegisterRank`` / ``WatchPlan`` /
-  ``ReportIterations`` / ``FinishRank``, and its status.
+  ``ReportIterations`` / ``FinishRank``, and its status;
+- **zeus** — issued by the admin for one tenant: that tenant's Zeus runs (the ``/zeus`` routes of
+  ``perseus serve --zeus``), sent in the URL (``/zeus/<credential>/...``) as the Zeus client
+  cannot send a header; nothing else.
 
 A rank identity registered with a rank credential is bound to it (:meth:`Credentials.bind`):
 registering the same ``(job, global_rank)``, watching or reporting as that rank with any other
@@ -66,6 +69,7 @@ class Scope(StrEnum):
     TENANT = "tenant"
     TENANT_READ = "tenant-read"
     RANK = "rank"
+    ZEUS = "zeus"
 
 
 class Forbidden(ApiError):
@@ -230,12 +234,12 @@ class Credentials:
     ) -> IssuedCredential:
         """A new credential of ``scope``.
 
-        ``job_id``: the job of a rank credential; ``tenant``: the tenant of a tenant or
-        tenant-read credential.
+        ``job_id``: the job of a rank credential; ``tenant``: the tenant of a tenant,
+        tenant-read or zeus credential.
         """
         if (scope is Scope.RANK) != (job_id is not None):
             raise ValueError("a rank credential, and only one, names its job")
-        if (scope in (Scope.TENANT, Scope.TENANT_READ)) != (tenant is not None):
+        if (scope in (Scope.TENANT, Scope.TENANT_READ, Scope.ZEUS)) != (tenant is not None):
             raise ValueError("a tenant credential, and only one, names its tenant")
         if scope is Scope.ADMIN:
             raise ValueError("the admin token is configured, never issued")
