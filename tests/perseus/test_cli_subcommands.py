@@ -136,7 +136,13 @@ def test_describe_names_what_is_wrong_with_an_entry_point() -> None:
 def test_without_installed_metadata_help_says_to_install(tmp_path: Path) -> None:
     """A source tree on the path but never installed: the core runs, and says what is missing."""
     root = Path(__file__).resolve().parents[2]
-    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": f"{root}{os.pathsep}{root / 'common'}"}
+    # The packages alone, linked into a folder of their own: the checkout's root also holds the
+    # metadata an editable install writes there (perseus.egg-info), which would be found.
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "perseus").symlink_to(root / "perseus")
+    (tree / "perseus_common").symlink_to(root / "common" / "perseus_common")
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(tree)}
     probe = (
         "import sys; sys.path[:] = [p for p in sys.path if 'site-packages' not in p]; "
         "from perseus.cli import main; sys.exit(main(sys.argv[1:]))"
