@@ -83,6 +83,7 @@ def create_app(
         limits=service.limits,
         metrics=service.metrics,
         allowed_hosts=allowed_hosts,
+        writes=service.write_limits,
     )
     install_error_handlers(app)
     install_openapi(app)
