@@ -208,6 +208,10 @@ def backlog() -> dict[str, Any]:
     """A's one solve after B queued 10 (6 may wait, 4 run)."""
     with cluster("--max-queued-solves", "6") as c:
         assert c is not None
+        deadline = time.monotonic() + 600  # the kernels warmed: solves run, not held queued
+        while c.admin.get("/healthz").json().get("kernels") == "warming":
+            assert time.monotonic() < deadline, "the kernels did not warm in time"
+            time.sleep(0.2)
         ta, tb = c.tenant("team-a"), c.tenant("team-b")
         b_jobs = [c.job(tb, solve=False) for _ in range(10)]
         a_job = c.job(ta, solve=False)
@@ -275,7 +279,7 @@ def writes(n: int) -> dict[str, Any]:
                 "a_write": a_code}  # fmt: skip
 
 
-def run(smoke: bool) -> dict[str, Any]:
+def run(smoke: bool, only: list[str] | None = None) -> dict[str, Any]:
     scenarios: dict[str, Callable[[], Any]] = {
         "churn": lambda: churn(10 if smoke else 30, 0.7 if smoke else 1.9),
         "phantom": phantom,
@@ -284,15 +288,16 @@ def run(smoke: bool) -> dict[str, Any]:
         "streams": streams,
         "writes": lambda: writes(400 if smoke else 600),
     }
-    return {name: f() for name, f in scenarios.items()}
+    return {name: f() for name, f in scenarios.items() if not only or name in only}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--smoke", action="store_true", help="fewer changes and writes")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--only", action="append", help="run only this scenario (repeatable)")
     args = ap.parse_args()
-    out = run(args.smoke)
+    out = run(args.smoke, args.only)
     if args.json:
         json.dump(out, sys.stdout, indent=1)
         print()
