@@ -258,8 +258,9 @@ class PowerBudget:
         """The plan policy the budget imposes on ``job`` (None: the job's own).
 
         A job the last allocation did not see as it is now (a new or re-solved frontier,
-        other stragglers) has the allocation recomputed first (the other jobs are
-        re-deployed by it).
+        other stragglers, other complete pipelines) asks for a recomputation (merged, see
+        *Merged*; the other jobs are re-deployed by it); until it runs, a new frontier's job
+        runs :meth:`_interim`.
         """
         if not self.covers(job):
             return None
@@ -268,9 +269,9 @@ class PowerBudget:
         return self._share_policy(job)
 
     def _share_policy(self, job: Job) -> BudgetShare | None:
-        share = self.shares.get(job.id) if self.covers(job) else None
         if self.settings is None or self.result is None or not self.covers(job):
             return None
+        share = self.shares.get(job.id)
         if self._inputs.get(job.id, (None,))[0] != id(job.frontier.current):
             share = self._interim(job, share)  # a recomputation is pending: until then
         if share is None:
