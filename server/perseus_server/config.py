@@ -78,12 +78,14 @@ class Limits:
         max_gpus: GPUs the stored jobs hold at once (the sum of their world sizes); tenants'
             default GPU quotas are shares of it.
         history_per_rank: iteration reports kept per rank (older ones are dropped).
-        max_concurrent_solves: frontier computations running at once (more wait, ``queued``).
+        max_concurrent_solves: frontier computations running at once (more wait, ``queued``;
+            a slot that frees goes to the tenants in turn, ``runtime/fair_slots.py``).
         max_report_instructions: instruction measurements in one ``IterationReport``.
         solve_memory_bytes: resident memory one frontier computation may use; over it, the
             computation fails naming this limit (the server and other solves go on).
         solve_seconds: wall time one frontier computation may take (idem).
-        max_queued_solves: computations waiting for a worker at once (409 beyond; one per job).
+        max_queued_solves: computations waiting for a worker at once (409 beyond; one per job);
+            each tenant may have its share waiting, this divided by the number of tenants.
         max_jobs_page: most jobs one ``GET /jobs`` page lists.
         idle_after_seconds: a job with no connected rank for this long becomes ``idle`` and
             leaves the cluster power budget (``docs/power.md``).
