@@ -173,6 +173,8 @@ def huge_report(tmp: Path) -> str:
             rank = stub.RegisterRank(
                 pb.RegisterRankRequest(job_id=job, global_rank=0, pipeline_rank=0)
             ).rank_id
+            # pipeline 0 complete: the job draws on a power budget
+            stub.RegisterRank(pb.RegisterRankRequest(job_id=job, global_rank=1, pipeline_rank=1))
             rep = pb.IterationReport(job_id=job, rank_id=rank, iteration=1, iteration_time=1e308,
                                      plan_version=version, sequence=1)  # fmt: skip
             try:

@@ -8,12 +8,13 @@ of ``--budget`` W (1,500) with policy ``fair``, and walks these steps, printing 
 every job's slowdown under the budget, the budget's feasibility and tenant A's watts:
 
 0. tenant A's job (4 stages x 8 microbatches, the A40 profile: 765.8 W at its fastest plan)
-   runs: a rank of it is connected;
+   runs: its ranks are connected;
 1. tenant B creates a 1,024-pipeline job (``data_parallel`` 1024), uploads its profile and
    solves it, and never starts it;
 2. tenant B creates a one-pipeline job (4 GPUs) claiming ``blocking_power`` 10,000 W per GPU,
    solved, never started;
-3. tenant B's two jobs start (a rank of each connects, saying it is an A40);
+3. tenant B's two jobs start (the ranks of one pipeline of each connect, saying they are A40s:
+   since issue #39 a pipeline draws only once all its ranks are connected);
 4. the admin gives tenant A a guaranteed 800 W.
 
 It runs on a server without tenants too (the code before them): tenants are then skipped and
@@ -109,20 +110,27 @@ class Scenario:
         raise TimeoutError(f"job {label} was not solved in time")
 
     def start(self, label: str) -> None:
-        """A rank of the job registers (as an A40) and watches its plans."""
+        """The ranks of the job's first pipeline register (as A40s); the first watches its plans.
+
+        A pipeline draws on the budget only once every rank of it is registered (since
+        issue #39; before, one rank made the whole job draw).
+        """
         from perseus_common.proto import perseus_pb2 as pb
 
         job_id, token = self.jobs[label]
         md = (("authorization", f"Bearer {token}"),)
-        rank = self.stub.RegisterRank(
-            pb.RegisterRankRequest(
-                job_id=job_id, global_rank=0, pipeline_rank=0, gpu_name="NVIDIA A40",
-                hostname="node-0", max_power_limit_w=300.0,
-            ),
-            metadata=md, timeout=30,
-        )  # fmt: skip
+        ranks = [
+            self.stub.RegisterRank(
+                pb.RegisterRankRequest(
+                    job_id=job_id, global_rank=g, pipeline_rank=g, gpu_name="NVIDIA A40",
+                    hostname="node-0", max_power_limit_w=300.0,
+                ),
+                metadata=md, timeout=30,
+            )
+            for g in range(self.stages)
+        ]  # fmt: skip
         stream = self.stub.WatchPlan(
-            pb.WatchPlanRequest(job_id=job_id, rank_id=rank.rank_id), metadata=md
+            pb.WatchPlanRequest(job_id=job_id, rank_id=ranks[0].rank_id), metadata=md
         )
         next(stream)  # connected: its first plan arrived
         self.streams.append(stream)

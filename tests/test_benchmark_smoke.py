@@ -191,6 +191,22 @@ def test_tenancy_benchmark_smoke() -> None:
 
 
 @pytest.mark.slow
+def test_tenant_fairness_benchmark_smoke() -> None:
+    """Fairness between tenants (issue #39): what team B's credential does to team A."""
+    out: dict[str, Any] = json.loads(run("tenant_fairness.py", "--smoke", "--json", timeout=900))
+    churn = out["churn"]
+    assert churn["redeploys"] <= 1 + 2 * (churn["seconds"] / 0.5 + 1), churn  # merged, not 10
+    assert churn["received"] <= churn["redeploys"] + 1, churn
+    phantom = out["phantom"]
+    assert phantom["a_after"] == phantom["a_before"] and phantom["b_demand"] == 0.0, phantom
+    assert out["backlog"]["a_answer"] == 202, out["backlog"]
+    assert out["quota"]["fifth_first_job"] == 201, out["quota"]
+    assert out["streams"]["open"] == out["streams"]["cap"], out["streams"]
+    writes = out["writes"]
+    assert writes["a_write"] == 201 and writes["refused_429"] > 0, writes
+
+
+@pytest.mark.slow
 def test_hostile_server_benchmark_smoke() -> None:
     rows: dict[str, Any] = json.loads(run("hostile_server.py", "--smoke", "--json"))
     selection = rows["stage selection, 6 ranges of 100,000"]

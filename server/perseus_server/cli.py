@@ -10,6 +10,7 @@ import socket
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from perseus_server.config import Limits, ServerConfig, ZeusConfig
 from perseus_server.config import read_token as read_token_file
@@ -70,6 +71,7 @@ def build_parser(prog: str = "perseus serve") -> argparse.ArgumentParser:
         "PostgreSQL URL (postgresql://USER@HOST/DB)",
     )
     _add_leadership_options(p)
+    _add_tenancy_options(p)
     p.add_argument(
         "--token-file", type=Path, help="file holding the bearer token every call must carry"
     )
@@ -204,6 +206,64 @@ def _zeus_config(parser: argparse.ArgumentParser, args: argparse.Namespace) -> Z
     return ZeusConfig(default_prototype=default, plan_wait=args.zeus_plan_wait)
 
 
+def _add_tenancy_options(p: argparse.ArgumentParser) -> None:
+    """The caps tenants share and the pace of their writes (``docs/server.md``, *Fairness*)."""
+    d = Limits()
+    p.add_argument(
+        "--max-jobs",
+        type=int,
+        default=d.max_jobs,
+        help="jobs the server holds at once; tenants' default quotas are shares of it "
+        "(default %(default)s)",
+    )
+    p.add_argument(
+        "--max-gpus",
+        type=int,
+        default=d.max_gpus,
+        help="GPUs (world sizes summed) the server's jobs hold at once; tenants' default GPU "
+        "quotas are shares of it (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-concurrent-solves",
+        type=int,
+        default=d.max_concurrent_solves,
+        help="frontier computations running at once, served to the tenants in turn "
+        "(default %(default)s)",
+    )
+    p.add_argument(
+        "--tenant-write-rate",
+        type=float,
+        default=d.tenant_write_rate,
+        help="REST writes per second one tenant's credentials may make, sustained (429 with "
+        "Retry-After beyond; default %(default)s; 0: no limit)",
+    )
+    p.add_argument(
+        "--tenant-write-burst",
+        type=int,
+        default=d.tenant_write_burst,
+        help="REST writes one tenant may make at once before the rate applies "
+        "(default %(default)s)",
+    )
+
+
+def _tenancy_limits(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`Limits` fields of :func:`_add_tenancy_options`, checked."""
+    if min(args.max_jobs, args.max_gpus, args.max_concurrent_solves, args.tenant_write_burst) < 1:
+        parser.error(
+            "--max-jobs, --max-gpus, --max-concurrent-solves and --tenant-write-burst must be "
+            "positive"
+        )
+    if not 0 <= args.tenant_write_rate < float("inf"):
+        parser.error("--tenant-write-rate must be a number >= 0")
+    return {
+        "max_jobs": args.max_jobs,
+        "max_gpus": args.max_gpus,
+        "max_concurrent_solves": args.max_concurrent_solves,
+        "tenant_write_rate": args.tenant_write_rate,
+        "tenant_write_burst": args.tenant_write_burst,
+    }
+
+
 def _read_token(parser: argparse.ArgumentParser, flag: str, path: Path | None) -> str | None:
     """The token in ``path`` (None without one).
 
@@ -301,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
             replan_dwell_seconds=args.replan_dwell,
             profile_mismatch_band=(low, high),
             max_streams_per_credential=args.max_streams_per_credential,
+            **_tenancy_limits(parser, args),
         ),
     )
     from perseus_server.server import serve

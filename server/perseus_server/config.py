@@ -75,13 +75,17 @@ class Limits:
         max_ranks: ``stages * data_parallel * tensor_parallel``.
         max_instructions: instructions in one pipeline iteration (DAG nodes).
         max_jobs: jobs stored at once.
+        max_gpus: GPUs the stored jobs hold at once (the sum of their world sizes); tenants'
+            default GPU quotas are shares of it.
         history_per_rank: iteration reports kept per rank (older ones are dropped).
-        max_concurrent_solves: frontier computations running at once (more wait, ``queued``).
+        max_concurrent_solves: frontier computations running at once (more wait, ``queued``;
+            a slot that frees goes to the tenants in turn, ``runtime/fair_slots.py``).
         max_report_instructions: instruction measurements in one ``IterationReport``.
         solve_memory_bytes: resident memory one frontier computation may use; over it, the
             computation fails naming this limit (the server and other solves go on).
         solve_seconds: wall time one frontier computation may take (idem).
-        max_queued_solves: computations waiting for a worker at once (409 beyond; one per job).
+        max_queued_solves: computations waiting for a worker at once (409 beyond; one per job);
+            each tenant may have its share waiting, this divided by the number of tenants.
         max_jobs_page: most jobs one ``GET /jobs`` page lists.
         idle_after_seconds: a job with no connected rank for this long becomes ``idle`` and
             leaves the cluster power budget (``docs/power.md``).
@@ -95,14 +99,19 @@ class Limits:
         max_streams_per_credential: ``WatchPlan`` streams one credential holds at once (a rank
             holds one: a new stream for it replaces the old); more are refused with
             ``RESOURCE_EXHAUSTED``. The shared ``--token-file`` token counts as one credential.
-        tenant_job_share: a tenant's default job quota, as a fraction of ``max_jobs`` (the
-            ``default`` tenant's is the whole of it); ``PATCH /tenants/{id}`` sets another.
+        tenant_job_share: the most a tenant's default job and GPU quotas may be, as a fraction
+            of ``max_jobs`` and ``max_gpus`` (not for the ``default`` tenant); the defaults are
+            also equal parts of what explicit quotas leave, so they never over-commit the
+            server (``service/tenants.py``); ``PATCH /tenants/{id}`` sets another.
         budget_recompute_seconds: the least time between two recomputations of the cluster
-            power budget that jobs' ranks coming and going cause (more within it are merged
-            into one at its end).
+            power budget that jobs cause (ranks coming and going, lifecycles, straggler marks,
+            re-solves, deletions: more within it are merged into one at its end).
         max_gpu_watts: what one GPU is taken to draw at most when nothing better is known of
             it (no registered power limit, a GPU the known-GPU table lacks, nothing measured):
             a job's claim on the power budget is bounded by it per GPU.
+        tenant_write_rate: REST writes a tenant's credentials may make per second, sustained
+            (429 with ``Retry-After`` beyond; 0: no limit; ``runtime/write_limits.py``).
+        tenant_write_burst: the writes a tenant may make at once before the rate applies.
     """
 
     max_body_bytes: int = 4 * 1024 * 1024
@@ -115,6 +124,7 @@ class Limits:
     max_ranks: int = 65536
     max_instructions: int = 32_768
     max_jobs: int = 1000
+    max_gpus: int = 65536
     history_per_rank: int = 256
     max_concurrent_solves: int = 4
     max_report_instructions: int = 100_000
@@ -130,6 +140,8 @@ class Limits:
     tenant_job_share: float = 0.25
     budget_recompute_seconds: float = 0.5
     max_gpu_watts: float = 1000.0
+    tenant_write_rate: float = 20.0
+    tenant_write_burst: int = 200
 
 
 @dataclass(frozen=True)

@@ -493,7 +493,15 @@ class Metrics:
             Counter(
                 "perseus_refusals_total",
                 "Requests refused for a tenant's credential or job, by tenant and reason "
-                "(job_quota, gpu_quota, forbidden, not_found, power_claim_clipped).",
+                "(job_quota, gpu_quota, forbidden, not_found, power_claim_clipped, "
+                "rate_limited, solve_queue).",
+            )
+        )  # type: ignore[assignment]
+        self.budget_recomputations: Counter = r.add(
+            Counter(
+                "perseus_power_budget_recomputations_total",
+                "Recomputations of the cluster power budget (changes within "
+                "budget_recompute_seconds of the last are merged into one).",
             )
         )  # type: ignore[assignment]
         self.internal_errors: Counter = r.add(

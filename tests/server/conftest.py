@@ -114,6 +114,7 @@ def register(
     data_rank: int = 0,
     clocks: list[int] | None = None,
     metadata: Any = (),
+    tensor_rank: int = 0,
 ) -> pb.RegisterRankResponse:
     return stub.RegisterRank(
         pb.RegisterRankRequest(
@@ -121,6 +122,7 @@ def register(
             global_rank=global_rank,
             pipeline_rank=pipeline_rank,
             data_rank=data_rank,
+            tensor_rank=tensor_rank,
             gpu_name="NVIDIA A40",
             supported_clocks_mhz=clocks or [],
             hostname="test",
@@ -128,6 +130,18 @@ def register(
         metadata=metadata,
         timeout=10,
     )
+
+
+def register_all(
+    stub: pb_grpc.PlanServiceStub, job_id: str, stages: int, data_parallel: int = 1, tp: int = 1
+) -> list[str]:
+    """Register every rank of a job: its pipelines can run and draw on a power budget."""
+    return [
+        register(stub, job_id, (d * stages + s) * tp + t, s, data_rank=d, tensor_rank=t).rank_id
+        for d in range(data_parallel)
+        for s in range(stages)
+        for t in range(tp)
+    ]
 
 
 def problem_field(r: httpx.Response) -> str | None:

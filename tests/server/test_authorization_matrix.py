@@ -49,7 +49,9 @@ def _bearer(token: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     d = tmp_path_factory.mktemp("authz")
-    args = [*read_token_args(d, READ), "--zeus"]  # Zeus's routes are in the table too
+    # Zeus's routes are in the table too. Two tenants of 1,000 jobs each: quotas are
+    # reservations, so the server holds room for them.
+    args = [*read_token_args(d, READ), "--zeus", "--max-jobs", "3000"]
     with ServerProcess(d / "perseus.db", token=ADMIN, extra_args=args) as s:
         yield s
 

@@ -65,8 +65,9 @@ def _until(what: Callable[[], Any], timeout: float = 30.0) -> Any:
 
 
 def _connect(stub: pb_grpc.PlanServiceStub, job: str) -> Any:
-    """Register the job's one rank and open its plan stream (its first plan read)."""
+    """Register the job's two ranks (it can run) and open rank 0's plan stream (first plan read)."""
     rank = register(stub, job, 0, 0).rank_id
+    register(stub, job, 1, 1)
     stream = stub.WatchPlan(pb.WatchPlanRequest(job_id=job, rank_id=rank), timeout=600)
     next(stream)
     return stream

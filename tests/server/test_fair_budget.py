@@ -44,10 +44,15 @@ _MD = (("authorization", f"Bearer {ADMIN}"),)
 
 
 def _start(stub: pb_grpc.PlanServiceStub, job: str, **fields: Any) -> str:
-    req = pb.RegisterRankRequest(
-        job_id=job, global_rank=0, pipeline_rank=0, gpu_name="NVIDIA A40", hostname="n", **fields
-    )
-    return str(stub.RegisterRank(req, metadata=_MD, timeout=10).rank_id)
+    """Register both ranks of the (2-stage, one-pipeline) job: it can run; the first's id."""
+    ids = []
+    for g in (0, 1):
+        req = pb.RegisterRankRequest(
+            job_id=job, global_rank=g, pipeline_rank=g, gpu_name="NVIDIA A40", hostname="n",
+            **fields,
+        )  # fmt: skip
+        ids.append(str(stub.RegisterRank(req, metadata=_MD, timeout=10).rank_id))
+    return ids[0]
 
 
 def _fastest(http: httpx.Client, job: str) -> float:
@@ -129,6 +134,10 @@ def test_a_rank_flapping_does_not_redeploy_the_other_jobs_at_its_pace(
     rank_b = _start(stub, b)
     both = _fastest(http, a) + _fastest(http, b)
     assert http.put("/power-budget", json={"watts": 0.8 * both}).status_code == 200
+    # b's other rank has finished: b is finished each time rank_b finishes too.
+    other = next(r["rank_id"] for r in http.get(f"/jobs/{b}/status").json()["ranks"]
+                 if r["rank_id"] != rank_b)  # fmt: skip
+    stub.FinishRank(pb.FinishRankRequest(job_id=b, rank_id=other), metadata=_MD, timeout=10)
     time.sleep(0.6)
     before = http.get(f"/jobs/{a}").json()["plan_version"]
     flaps, t0 = 0, time.monotonic()

@@ -30,7 +30,7 @@ from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 from perseus_server.testing.faults import TEST_SOLVE_DELAY_ENV
 
-from .conftest import A40, BLOCKING_A40, register
+from .conftest import A40, BLOCKING_A40, register, register_all
 from .test_credentials import exercise_credentials
 from .test_openapi import Contract
 from .test_power_budget import exercise_power_budget
@@ -283,7 +283,7 @@ def test_real_responses_match_the_published_schema(
     c.call("GET", "/healthz", 200)
     _errors(c, small_csv)
     job_id = _main_job(c, small_csv)
-    register(stub, job_id, 0, 0)  # started: it draws on a power budget
+    register_all(stub, job_id, 2, 2)  # every rank connected: it draws on a power budget
     exercise_power_budget(c, job_id)
     exercise_credentials(c, job_id)
     exercise_tenants(c)

@@ -160,7 +160,11 @@ def test_quotas_hold_and_the_cap_cannot_be_filled_by_one_tenant(tmp_path: Path) 
             # The others still get in.
             assert admin.post("/jobs", json=JOB).status_code == 201
             # A GPU quota: world sizes summed.
-            admin.patch("/tenants/greedy", json={"max_jobs": 8, "max_gpus": 6})
+            # Quotas are reservations: 8 jobs for greedy would leave default none.
+            r = admin.patch("/tenants/greedy", json={"max_jobs": 8, "max_gpus": 6})
+            assert r.status_code == 409 and problem_field(r) == "max_jobs", r.text
+            r = admin.patch("/tenants/greedy", json={"max_jobs": 6, "max_gpus": 6})
+            assert r.status_code == 200, r.text
             r = admin.post("/jobs", json={**JOB, "data_parallel": 2}, **g)
             assert r.status_code == 409 and problem_field(r) == "max_gpus", r.text
             assert admin.post("/jobs", json=JOB, **g).status_code == 201

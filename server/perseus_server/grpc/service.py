@@ -124,11 +124,18 @@ class PlanServicer(_GeneratedServicer):
     def credential(self, context: Context) -> str:
         """Who opens a stream, for the per-credential limit.
 
-        An issued credential's id; the admin token, the shared token and an open server each
-        count as one.
+        A tenant's credentials count as one: its own and its jobs' rank credentials (one per
+        job), so the limit is per tenant, never multiplied by its jobs; another issued
+        credential's id; the admin token, the shared token and an open server each count as
+        one.
         """
         if isinstance(self.token, Credentials):
             who = self.token.from_metadata(context.invocation_metadata())
+            tenant = who.tenant if who is not None else None
+            if who is not None and tenant is None and who.job_id is not None:
+                tenant = self.service.tenant_of(who.job_id)
+            if tenant is not None:
+                return f"tenant:{tenant}"
             if who is not None and who.credential_id:
                 return f"credential:{who.credential_id}"
             return "admin"

@@ -88,6 +88,7 @@ def create_app(
         limits=service.limits,
         metrics=service.metrics,
         allowed_hosts=allowed_hosts,
+        writes=service.write_limits,
     )
     if zeus_routes is not None:  # outside the gate: it hands the gate the URL's credential
         app.add_middleware(zeus.ZeusCredentialPath, credentials=credentials)

@@ -42,6 +42,7 @@ from perseus_server.domain.errors import ApiError, NotFound, TooLarge, Unauthori
 from perseus_server.metrics import OTHER, Metrics
 from perseus_server.rest.origins import Origins
 from perseus_server.rest.problems import problem_response
+from perseus_server.runtime.write_limits import WRITE_METHODS, WriteLimits
 from perseus_server.service import authorization as authz
 from perseus_server.service.credentials import ADMIN, Credentials, Forbidden, Principal
 from perseus_server.service.credentials import Scope as CredentialScope
@@ -116,8 +117,10 @@ class Gate:
         token: str | None = None,
         allowed_hosts: Iterable[str] = (),
         owner: Callable[[str], str | None] = lambda job_id: None,
+        writes: WriteLimits | None = None,
     ) -> None:
         self.app, self.limits, self.metrics = app, limits, metrics
+        self.writes = writes  # each tenant's writes, paced (runtime/write_limits.py)
         self.owner = owner
         self.credentials = credentials or Credentials(None, admin=token)
         self.origins = Origins(allowed_hosts)
@@ -206,6 +209,16 @@ class Gate:
                 return unknown_tenant(tenant_id)
         return None
 
+    def _paced(self, who: Principal, scope: Scope) -> ApiError | None:
+        """A tenant's write over its rate: 429 (before its job is looked at)."""
+        if self.writes is None or who.tenant is None or scope.get("method") not in WRITE_METHODS:
+            return None
+        wait = self.writes.take(who.tenant)
+        if wait is None:
+            return None
+        self._refused(who, "rate_limited")
+        return self.writes.refusal(who.tenant, wait)
+
     def _visible(self, who: Principal, job_id: str) -> bool:
         """Whether ``job_id`` is a job ``who`` may see: its own, never an unknown id.
 
@@ -241,7 +254,7 @@ class Gate:
                 headers_401 = {"WWW-Authenticate": "Bearer"}
                 await problem_response(refused, headers_401)(scope, receive, send)
                 return
-            refused = self._authorize(who, scope)
+            refused = self._paced(who, scope) or self._authorize(who, scope)
             if refused is not None:
                 await problem_response(refused)(scope, receive, send)
                 return

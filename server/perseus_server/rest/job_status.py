@@ -17,7 +17,7 @@ from perseus_server.domain.states import JobActivity, JobState, SlowStageStatus,
 from perseus_server.models.base import ResponseModel, omitted
 from perseus_server.models.responses import DeploymentView, FrontierSummary
 from perseus_server.models.status import ProfilingProgress
-from perseus_server.rest.power import JobPowerBudget
+from perseus_server.rest.power import JobPowerBudget, JobPowerDraw
 
 __all__ = [
     "LifecycleView",
@@ -304,6 +304,11 @@ class JobStatus(ResponseModel):
     profiling: ProfilingProgress | None = Field(description="The last online profiling scan.")
     power_budget: JobPowerBudget | None = Field(
         description="The job's share of the cluster power budget, or null: not covered."
+    )
+    power_draw: JobPowerDraw | None = Field(
+        default=None,
+        description="What the job draws on a cluster power budget: only its pipelines whose "
+        "every rank is connected count (their claim and demand), and why.",
     )
     measured: MeasuredPowerView | None = Field(
         description="Measured power and energy saved, or null until a rank reported energy.",

@@ -142,6 +142,21 @@ class JobPowerBudget(ResponseModel):
     )
 
 
+class JobPowerDraw(ResponseModel):
+    """What a job draws on a cluster power budget (in its status), and why."""
+
+    pipelines_counted: int = Field(
+        description="Its pipelines whose every rank is connected: only they count toward its "
+        "claim and demand (0: it draws nothing)."
+    )
+    pipelines: int = Field(description="Its pipelines (data_parallel).")
+    ranks_per_pipeline: int = Field(description="The ranks one pipeline needs (stages x tp).")
+    why: str = Field(
+        description="Why it draws what it draws, e.g. 'pipeline 1 has 3 of 4 ranks "
+        "connected: not counted'."
+    )
+
+
 def power_router(service: PerseusService) -> APIRouter:
     """The routes of the cluster power budget over ``service``."""
     router = APIRouter(tags=["power"])

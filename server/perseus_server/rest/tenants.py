@@ -30,9 +30,11 @@ TAG = {
 
 # --- models ---------------------------------------------------------------------------------------
 
-_MAX_JOBS = "Jobs the tenant may hold at once (null: the default, a share of the server's cap)."
+_MAX_JOBS = "Jobs the tenant may hold at once (null: the default, an equal part of what the "
+_MAX_JOBS += "explicit quotas leave of the server's max_jobs, at most tenant_job_share of it)."
 
-_MAX_GPUS = "GPUs (the sum of its jobs' world sizes) it may hold (null: no bound of its own)."
+_MAX_GPUS = "GPUs (the sum of its jobs' world sizes) it may hold (null: the default, an equal "
+_MAX_GPUS += "part of what the explicit quotas leave of the server's max_gpus, as for jobs)."
 
 _WEIGHT = "Its weight in the cluster power budget: the watts above the guaranteed ones are "
 _WEIGHT += "shared in proportion to the weights of the tenants whose jobs draw on it."
@@ -72,7 +74,7 @@ class TenantView(ResponseModel):
     id: str = Field(description="The tenant's id (path parameter ``tenant_id``).")
     created: float = Field(description="When it was created (Unix time, s).")
     max_jobs: int = Field(description="Its job quota in force.")
-    max_gpus: int | None = Field(description=_MAX_GPUS)
+    max_gpus: int = Field(description="Its GPU quota in force.")
     weight: float = Field(description=_WEIGHT)
     guaranteed_watts: float = Field(description=_GUARANTEED)
     jobs: int = Field(description="Jobs it holds.")
@@ -97,7 +99,9 @@ def tenants_router(service: PerseusService) -> APIRouter:
     async def create_tenant(body: TenantIn) -> dict[str, Any]:
         """A tenant with its quotas; issue its credentials with ``POST /credentials``.
 
-        A tenant is a team: a Kubernetes namespace, a Slurm account. 409 when it exists.
+        A tenant is a team: a Kubernetes namespace, a Slurm account. 409 when it exists, or
+        when the server's caps cannot reserve every tenant's quota with it (field
+        ``max_jobs`` or ``max_gpus``).
         """
         return tenants.create(body.id, body.model_dump(exclude={"id"}, exclude_unset=True))
 
@@ -113,13 +117,14 @@ def tenants_router(service: PerseusService) -> APIRouter:
 
     @router.patch(
         "/tenants/{tenant_id}",
-        **operation(TenantView, "Change a tenant's quotas", "The tenant.", 404, 413, 422),
+        **operation(TenantView, "Change a tenant's quotas", "The tenant.", 404, 409, 413, 422),
     )
     async def patch_tenant(tenant_id: str, body: TenantPatch) -> dict[str, Any]:
         """The quotas given change (null: back to the default).
 
         A new weight or guarantee re-shares the cluster power budget at once. Jobs it holds
-        beyond a lowered quota stay.
+        beyond a lowered quota stay. A quota the server's caps cannot reserve (with every
+        other tenant's) is refused with 409 naming it.
         """
         out = tenants.patch(tenant_id, body.model_dump(exclude_unset=True))
         service.power_budget.recompute(f"tenant {tenant_id} changed")

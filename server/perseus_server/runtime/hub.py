@@ -6,7 +6,8 @@ Every open ``WatchPlan`` stream is a subscriber that always holds the newest pla
 
 **Bounded streams.** A rank identity holds one stream: a new stream for the same rank replaces
 the old one, which ends (:attr:`StreamEnd.REPLACED`; the gRPC adapter ends it with ``ABORTED``
-saying so). A credential holds at most ``max_streams_per_credential`` streams in all; one more is
+saying so). A credential holds at most ``max_streams_per_credential`` streams in all (the
+gRPC adapter counts a tenant's credentials, its jobs' rank credentials included, as one); one more is
 refused with :class:`StreamLimitExceeded` (``RESOURCE_EXHAUSTED`` naming the limit), unless it
 replaces a stream of the same credential.
 """
@@ -87,7 +88,8 @@ class PlanHub:
         if held - frees >= limit:
             raise StreamLimitExceeded(
                 f"this credential holds {held} WatchPlan streams, the limit "
-                f"(max_streams_per_credential = {limit})",
+                f"(max_streams_per_credential = {limit}; a tenant's rank credentials, one per "
+                "job, count as one)",
                 field="authorization",
             )
         if old is not None:

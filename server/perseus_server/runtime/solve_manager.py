@@ -2,7 +2,10 @@
 
 Each solve runs in its own spawned process (a crash or a kill of one never affects the server
 or another solve); at most ``max_concurrent`` run at once, the others wait ``queued`` (at most
-``max_queued``, one per key). Every worker has a memory budget (its resident set, polled, and an
+``max_queued``, one per key; a tenant at most its share of them, :meth:`SolveManager.queue_full`).
+A slot that frees goes to the tenants in turn, each tenant's solves first come first served
+(:mod:`perseus_server.runtime.fair_slots`): one tenant's backlog never holds another's solve
+back for more than one slot's release. Every worker has a memory budget (its resident set, polled, and an
 address-space limit set in the worker) and a time limit; a solve over either fails with a reason
 naming the limit, and the others go on.
 
@@ -30,10 +33,11 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from perseus_server.runtime.fair_slots import FairSlots
 from perseus_server.runtime.solve_worker import run_solve
 
 __all__ = ["SolveEvents", "SolveLimits", "SolveManager", "rss_bytes"]
@@ -82,6 +86,7 @@ class _Solve:
     running: bool = False
     first: asyncio.TimerHandle | None = None  # the pending hand-over of the first plan
     ended: bool = False  # the final message has arrived
+    tenant: str = "default"  # whose solve it is (served in turn with the other tenants')
 
 
 def rss_bytes(pid: int) -> int | None:
@@ -165,7 +170,7 @@ class SolveManager:
         limits: SolveLimits | None = None,
     ) -> None:
         self._ctx = mp.get_context("spawn")
-        self._sem = asyncio.Semaphore(max_concurrent)
+        self._slots = FairSlots(max_concurrent)
         self._poll = poll_interval
         self._solves: dict[str, _Solve] = {}
         self.limits = limits or SolveLimits()
@@ -192,8 +197,19 @@ class SolveManager:
         """Solves waiting for a worker slot."""
         return sum(1 for s in self._solves.values() if not s.running)
 
-    def queue_full(self) -> bool:
-        """Whether ``max_queued`` solves already wait for a worker slot."""
+    def queued_of(self, tenant: str) -> int:
+        """Solves of ``tenant`` waiting for a worker slot."""
+        return sum(1 for s in self._solves.values() if not s.running and s.tenant == tenant)
+
+    def queue_full(self, tenant: str | None = None, share: int | None = None) -> bool:
+        """Whether a new solve must wait no more.
+
+        ``max_queued`` solves already wait, or, with ``tenant``, it has ``share`` waiting
+        (its share of ``max_queued``: the shares sum to it at most, so no tenant's backlog
+        refuses another's solve).
+        """
+        if tenant is not None and share is not None:
+            return self.queued_of(tenant) >= share
         return self.queued() >= self.limits.max_queued
 
     def worker_pid(self, job_id: str) -> int | None:
@@ -208,14 +224,16 @@ class SolveManager:
         schedule_json: dict[str, Any],
         blocking_power: float,
         events: SolveEvents,
+        tenant: str = "default",
     ) -> None:
         """Queue a solve of the job's profile and schedule; ``events`` hears how it goes.
 
-        Raises ``RuntimeError`` when the job is solving already.
+        ``tenant``: whose it is (worker slots go to the tenants in turn). Raises
+        ``RuntimeError`` when the job is solving already.
         """
         if job_id in self._solves:
             raise RuntimeError(f"job {job_id} is already solving")
-        solve = _Solve(cancel=self._ctx.Event())
+        solve = _Solve(cancel=self._ctx.Event(), tenant=tenant)
         self._solves[job_id] = solve
         solve.task = asyncio.get_running_loop().create_task(
             self._run(job_id, solve, profile_csv, schedule_json, blocking_power, events)
@@ -255,7 +273,7 @@ class SolveManager:
         try:
             while self._hold is not None and not self._hold.done() and not solve.cancel.is_set():
                 await asyncio.wait({self._hold}, timeout=self._poll)  # held: stays queued
-            async with self._sem:
+            async with self._slot(solve):
                 if solve.cancel.is_set():
                     outcome = ("failed", solve.reason, None)
                 else:
@@ -307,6 +325,17 @@ class SolveManager:
             events.on_done(outcome[1], float(seconds), outcome[3] if len(outcome) > 3 else None)
         else:
             events.on_failed(str(outcome[1]))
+
+    @contextlib.asynccontextmanager
+    async def _slot(self, solve: _Solve) -> AsyncIterator[None]:
+        """Hold a worker slot for ``solve`` (given in turn); a cancel stops the wait."""
+        slot = self._slots.acquire(solve.tenant)
+        try:
+            while not slot.done() and not solve.cancel.is_set():
+                await asyncio.wait({slot}, timeout=self._poll)
+            yield
+        finally:
+            self._slots.withdraw(solve.tenant, slot)  # a slot held is released
 
     def _first_arrived(self, solve: _Solve, events: SolveEvents, doc: str, prepared: Any) -> None:
         """The first plan is here: hand it on in ``first_plan_after`` s.

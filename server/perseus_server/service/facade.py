@@ -37,6 +37,7 @@ from perseus_server.runtime.hub import PlanHub
 from perseus_server.runtime.parse_pool import ReportPool
 from perseus_server.runtime.solve_manager import SolveLimits, SolveManager
 from perseus_server.runtime.store_errors import ObservesErrors
+from perseus_server.runtime.write_limits import WriteLimits
 from perseus_server.service.clock_verification import ClockVerification
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
@@ -51,6 +52,7 @@ from perseus_server.service.persistence import load_jobs
 from perseus_server.service.plans import PlanAnswers, PlanQueries, shape_policy
 from perseus_server.service.power import PlanPowers
 from perseus_server.service.power_budget import PowerBudget
+from perseus_server.service.power_draw import draw_view, why_drawn
 from perseus_server.service.registration import Registration
 from perseus_server.service.report_checks import (
     ReceivedReport,
@@ -122,6 +124,8 @@ class PerseusService:
         self.ctx = ctx
         self.tenants = Tenants(ctx)
         self.tenants.load()
+        #: Each tenant's REST writes, paced (the gate takes one per write).
+        self.write_limits = WriteLimits(limits.tenant_write_rate, limits.tenant_write_burst)
         self.powers = PlanPowers()
         # Job lifecycles: a change (idle, finished, active again) recomputes the power budget,
         # which covers active jobs only.
@@ -136,16 +140,12 @@ class PerseusService:
                 self.powers,
                 participates=lambda job: self.lifecycle.drawing(job.id),
                 tenants=self.tenants,
-                why_out=lambda job: (
-                    "not active (idle or finished)"
-                    if not self.lifecycle.active(job.id)
-                    else "not started (no rank registered)"
-                ),
+                why_out=lambda job: why_drawn(job, self.lifecycle.active(job.id)),
             ),
         )
         self.power_budget = self.deployer.budget
         self.profiles = Profiles(ctx)
-        self.solves = Solves(ctx, self.deployer)
+        self.solves = Solves(ctx, self.deployer, tenants=lambda: len(self.tenants.ids()))
         self.plans = PlanQueries(ctx, self.powers)
         self.answers = PlanAnswers()
         self.slow_stages = SlowStageResolver(ctx, self.deployer, withheld=checks.reason)
@@ -176,6 +176,7 @@ class PerseusService:
             measured,
             time.time(),
             power_share=self.power_budget.job_share,
+            power_draw=lambda job: draw_view(job, self.lifecycle.active(job.id)),
             lifecycle=self.lifecycle.view,
             profile_mismatch=checks.view,
         )
@@ -272,6 +273,13 @@ class PerseusService:
                 field="job_id",
             )
         schedule = spec.validate(self.limits)
+        held = sum(j.spec.world_size for j in self.jobs)
+        if held + spec.world_size > self.limits.max_gpus:
+            raise Conflict(
+                f"the server's jobs hold {held} of its maximum of {self.limits.max_gpus} GPUs "
+                f"and this one needs {spec.world_size} (world_size); delete a job first",
+                field="max_gpus",
+            )
         self.tenants.admit(tenant, spec)
         job_id = secrets.token_hex(8)
         row = self.store.add_job(job_id, spec, tenant)

@@ -9,8 +9,8 @@ get ``idle_after_seconds`` to reconnect); a job stored ``idle`` or ``finished`` 
 a rank opens a plan stream again (it is then ``active``: a finished job whose ranks come back
 is running after all). Every change is stored (so a restart keeps it), logged, and reported to
 :attr:`Lifecycle.changed` (the power budget, which only shares its watts among the jobs that
-:meth:`Lifecycle.drawing`: active, with ranks registered), as is a job's first rank
-registering.
+:meth:`Lifecycle.drawing`: active, with a pipeline whose every rank is connected), as is a
+pipeline's last rank registering.
 
 The idle timeout needs no polling: when a job's last stream closes, a timer is set on the
 event loop for ``idle_after_seconds`` later; a stream opened meanwhile makes the check a
@@ -32,6 +32,7 @@ from typing import Any
 from perseus_server.domain.errors import Conflict
 from perseus_server.domain.states import JobActivity
 from perseus_server.service.context import ServiceContext
+from perseus_server.service.power_draw import counted_pipelines
 
 __all__ = ["Lifecycle"]
 
@@ -110,14 +111,15 @@ class Lifecycle:
     def drawing(self, job_id: str) -> bool:
         """Whether the job draws on a power budget.
 
-        It does when it is active and its training started (a rank of it registered); never
-        from its creation alone.
+        It does when it is active and at least one of its pipelines has all its ranks
+        connected (:mod:`perseus_server.service.power_draw`); never from its creation alone,
+        nor for a pipeline that cannot run.
         """
-        return self.active(job_id) and bool(self.ctx.jobs.get(job_id).ranks.by_global)
+        return self.active(job_id) and counted_pipelines(self.ctx.jobs.get(job_id)) > 0
 
-    def registered(self, job_id: str) -> None:
-        """The job's first rank registered: it starts drawing on a budget (if active)."""
-        self.changed(job_id, self.state(job_id), "its first rank registered")
+    def registered(self, job_id: str, why: str = "its first rank registered") -> None:
+        """What the job draws changed (a pipeline became complete, a rank's power limit moved)."""
+        self.changed(job_id, self.state(job_id), why)
 
     def view(self, job_id: str) -> dict[str, Any]:
         """``lifecycle`` of a job's view and status.

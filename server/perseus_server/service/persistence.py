@@ -135,8 +135,7 @@ def _load_job(store: Store, job: Job) -> str | None:
         return _unreadable("deployment", e)
     try:
         for r in store.ranks(row.id):
-            job.ranks.by_global[r.global_rank] = r
-            job.ranks.by_id[r.rank_id] = r
+            job.ranks.add(r)
             job.ranks.history[r.rank_id] = deque(store.iterations(r.rank_id, 32), maxlen=32)
         job.ranks.last_sequence = store.report_sequences(row.id)
         prof_doc = store.profiling(row.id)

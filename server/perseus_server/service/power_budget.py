@@ -9,16 +9,22 @@ stragglers still slow the other pipelines to them). The allocation is recomputed
 when the budget changes, when a job is added (its first frontier), re-solved or deleted, and
 when its stragglers change; the budget is stored, so a restart recomputes the same allocation.
 
-Only jobs that *draw* share the budget: active (``service/lifecycle.py``) and started (a rank
-registered), never from their creation alone. A job that goes idle or is finished leaves it
-and the rest is shared again; one whose first rank registers, or that comes back, joins it.
-Those changes are merged: a recomputation they cause waits until ``Limits.budget_recompute_seconds``
-after the previous one (:meth:`PowerBudget.request_recompute`), so ranks coming and going fast
-cannot redeploy the other jobs' plans at their pace.
+Only jobs that *draw* share the budget: active (``service/lifecycle.py``), and only for their
+pipelines whose every rank is connected (:mod:`perseus_server.service.power_draw`), never from
+their creation alone. A job that goes idle or is finished leaves it and the rest is shared
+again; one whose first pipeline completes, or that comes back, joins it.
+
+**Merged.** Every change a job makes is merged: its ranks and lifecycle, its stragglers marked
+or cleared, a new frontier (a re-solve), its deletion. The first recomputes at once; more within
+``Limits.budget_recompute_seconds`` of it wait and are recomputed once at the end of that
+interval (:meth:`PowerBudget.request_recompute`), so no job, whatever its tenant does, can
+redeploy the other jobs' plans at its pace. Until then a job whose frontier changed runs its
+new frontier's fastest plan within its last share (:meth:`PowerBudget._interim`). The admin's
+changes (the budget, a tenant's terms) recompute at once.
 
 **Claims are bounded.** A job's power at each frontier point comes from its profile and
-``blocking_power``; what it can draw is bounded by its GPUs: ``world_size`` times one GPU's
-maximum power limit (its ranks' registered limits, else the known-GPU table for their GPU or
+``blocking_power``; what it can draw is bounded by its GPUs: those of its counted pipelines
+(``pipelines x stages x tensor_parallel``) times one GPU's maximum power limit (its ranks' registered limits, else the known-GPU table for their GPU or
 the job's ``gpu_model``, else ``Limits.max_gpu_watts``). A point above it counts as that bound,
 and the job's share says so (``claim``), so an absurd claim (``blocking_power`` 10 kW) takes no
 more of the budget than the GPUs could draw.
@@ -40,10 +46,8 @@ slows the running ones down.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -61,6 +65,7 @@ from perseus.power import (
 from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.errors import BadRequest, NotFound
 from perseus_server.domain.states import ProfilingStatus
+from perseus_server.service.budget_pacing import Pacer
 from perseus_server.service.budget_terms import (
     ON_INFEASIBLE,
     BudgetResult,
@@ -73,6 +78,7 @@ from perseus_server.service.budget_terms import (
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.plans import job_max_power
 from perseus_server.service.power import PlanPowers
+from perseus_server.service.power_draw import counted_pipelines
 from perseus_server.service.state import Deployment, Job
 from perseus_server.service.tenant_shares import TenantDemand, TenantShare, split
 from perseus_server.service.tenants import Tenants
@@ -109,15 +115,16 @@ class PowerBudget:
         self.why_out = why_out
         #: Per job whose claim was bounded by its GPUs: why (shown in its share).
         self.claims: dict[str, str] = {}
-        self._last_recompute = -math.inf
-        self._pending: asyncio.TimerHandle | None = None
-        self._pending_causes: list[str] = []
+        self._pacer = Pacer(
+            lambda: ctx.limits.budget_recompute_seconds,
+            lambda cause, skip: self.recompute(cause, skip=skip),
+        )
         self.deployer = deployer
         self.powers = powers
         self.settings: BudgetSettings | None = None
         self.result: BudgetResult | None = None
         self.shares: dict[str, JobAllocation] = {}
-        self._inputs: dict[str, tuple[int, float | None]] = {}  # per job: (frontier, T')
+        self._inputs: dict[str, tuple[int, float | None, int]] = {}  # (frontier, T', pipelines)
         self._busy = False
         self.participates = participates
         #: The shares of the last feasible allocation (what ``keep_current`` keeps).
@@ -140,17 +147,21 @@ class PowerBudget:
             and self.participates(job)
         )
 
-    def _input(self, job: Job) -> tuple[int, float | None]:
-        return (id(job.frontier.current), straggler_time(job))
+    def _input(self, job: Job) -> tuple[int, float | None, int]:
+        return (id(job.frontier.current), straggler_time(job), counted_pipelines(job))
 
     def _power_job(self, job: Job) -> PowerJob:
-        """The job's choices, each point's power bounded by what its GPUs can draw."""
+        """The job's choices for its complete pipelines, bounded by what their GPUs can draw.
+
+        Only pipelines whose every rank is connected count (:mod:`.power_draw`).
+        """
         f = job.frontier.current
         assert f is not None
+        pipelines = max(1, counted_pipelines(job))  # a covered job has one at least
         pj = PowerJob.from_frontier(
             job.id,
             f,
-            pipelines=job.spec.data_parallel,
+            pipelines=pipelines,
             tensor_parallel=job.spec.tensor_parallel,
             min_time=straggler_time(job),
         )
@@ -158,13 +169,15 @@ class PowerBudget:
             self.ctx.limits.max_gpu_watts,
             "the server's bound for a GPU it knows nothing of (max_gpu_watts)",
         )
-        bound = per_gpu * job.spec.world_size
+        gpus = pipelines * job.spec.stages * job.spec.tensor_parallel
+        bound = per_gpu * gpus
         if pj.max_power <= bound:
             self.claims.pop(job.id, None)
             return pj
         why = (
-            f"its plans claim up to {pj.max_power:.6g} W, more than its {job.spec.world_size} "
-            f"GPU(s) can draw ({per_gpu:.6g} W each, {source}): counted as {bound:.6g} W"
+            f"its plans claim up to {pj.max_power:.6g} W, more than the {gpus} GPU(s) of its "
+            f"{pipelines} counted pipeline(s) can draw ({per_gpu:.6g} W each, {source}): "
+            f"counted as {bound:.6g} W"
         )
         if self.claims.get(job.id) != why:
             self.ctx.metrics.refusals.inc(tenant=job.row.tenant, reason="power_claim_clipped")
@@ -247,22 +260,39 @@ class PowerBudget:
         """The plan policy the budget imposes on ``job`` (None: the job's own).
 
         A job the last allocation did not see as it is now (a new or re-solved frontier,
-        other stragglers) has the allocation recomputed first (the other jobs are
-        re-deployed by it).
+        other stragglers, other complete pipelines) asks for a recomputation (merged, see
+        *Merged*; the other jobs are re-deployed by it); until it runs, a new frontier's job
+        runs :meth:`_interim`.
         """
         if not self.covers(job):
             return None
         if not self._busy and self._inputs.get(job.id) != self._input(job):
-            self.recompute(f"job {job.id} changed", skip=job.id)
+            self.request_recompute(f"job {job.id} changed", skip=job.id)
         return self._share_policy(job)
 
     def _share_policy(self, job: Job) -> BudgetShare | None:
-        share = self.shares.get(job.id) if self.covers(job) else None
-        if share is None or self.settings is None or self.result is None:
+        if self.settings is None or self.result is None or not self.covers(job):
+            return None
+        share = self.shares.get(job.id)
+        if self._inputs.get(job.id, (None,))[0] != id(job.frontier.current):
+            share = self._interim(job, share)  # a recomputation is pending: until then
+        if share is None:
             return None
         s = self.settings
         return BudgetShare("index", float(share.index), 1, s.watts, s.policy, share.watts,
                            self.result.feasible, s.on_infeasible)  # fmt: skip
+
+    def _interim(self, job: Job, old: JobAllocation | None) -> JobAllocation:
+        """What a job whose frontier changed runs until the pending recomputation.
+
+        Its new frontier's fastest point within the watts its last share had (a job new to
+        the budget: its least-power point), so waiting for the merge never takes more.
+        """
+        pj = self._power_job(job)
+        fits = np.flatnonzero(pj.powers <= (old.watts if old is not None else -math.inf))
+        k = int(fits[np.argmin(pj.times[fits])]) if fits.size else int(pj.powers.argmin())
+        return JobAllocation(job.id, int(pj.indices[k]), float(pj.powers[k]),
+                             float(pj.times[k]), float(pj.slowdowns[k]), pj.gpus)  # fmt: skip
 
     def stragglers_changed(self, job: Job) -> bool:
         """A job's stragglers changed: recompute, re-deploying the other jobs; returns False.
@@ -270,7 +300,7 @@ class PowerBudget:
         The job itself is re-decided by the caller; False says it was not re-deployed here.
         """
         if self.covers(job) and not self._busy:
-            self.recompute(f"job {job.id}'s stragglers changed", skip=job.id)
+            self.request_recompute(f"job {job.id}'s stragglers changed", skip=job.id)
         return False
 
     def deployment_power(
@@ -293,39 +323,13 @@ class PowerBudget:
 
     # --- recomputing -------------------------------------------------------------------------
 
-    def request_recompute(self, cause: str) -> None:
-        """Recompute for a change of which jobs draw (a rank came or went, a lifecycle changed).
+    def request_recompute(self, cause: str, *, skip: str | None = None) -> None:
+        """Recompute for a change a job made, merged (see the module docstring, *Merged*).
 
-        At once when the last recomputation is ``Limits.budget_recompute_seconds`` old, else
-        once at the end of that interval for every change meanwhile (without a running event
-        loop: at once).
+        ``skip``: a job its caller re-decides itself (when it runs at once).
         """
-        if self.settings is None:
-            return
-        self._pending_causes.append(cause)
-        if self._pending is not None:
-            return
-        wait = self._last_recompute + self.ctx.limits.budget_recompute_seconds - time.monotonic()
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            wait = 0.0
-        if wait <= 0:
-            self._run_pending()
-            return
-        self._pending = loop.call_later(wait, self._run_pending)
-
-    def _run_pending(self) -> None:
-        self._pending = None
-        self._last_recompute = time.monotonic()
-        causes, self._pending_causes = self._pending_causes, []
-        if not causes:
-            return
-        cause = causes[0] if len(causes) == 1 else f"{causes[-1]} (and {len(causes) - 1} more)"
-        try:
-            self.recompute(cause)
-        except Exception:  # a timer must never take the loop down
-            log.exception("power budget: recomputation failed (%s)", cause)
+        if self.settings is not None:
+            self._pacer.request(cause, skip)
 
     def tenant_shares(self) -> dict[str, TenantShare] | None:
         """Each drawing tenant's part of the budget (None: no budget set)."""
@@ -336,8 +340,11 @@ class PowerBudget:
     def recompute(self, cause: str, *, skip: str | None = None) -> None:
         """Allocate again over the covered jobs and push every changed plan.
 
-        ``skip``: a job its caller re-decides itself.
+        ``skip``: a job its caller re-decides itself. Every change merged so far is in it: a
+        pending merged recomputation is dropped.
         """
+        self._pacer.covered()
+        self.ctx.metrics.budget_recomputations.inc()
         before = set(self.shares)
         was_feasible = self.result is None or self.result.feasible
         settings = self.settings
@@ -410,7 +417,7 @@ class PowerBudget:
             self.ctx.store.put_power_budget(self.settings.to_json())
         self.shares.pop(job_id, None)
         self._inputs.pop(job_id, None)
-        self.recompute(f"job {job_id} deleted")
+        self.request_recompute(f"job {job_id} deleted")
 
     # --- the REST operations -----------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.job_profiles import check_clocks
 from perseus_server.service.lifecycle import Lifecycle
+from perseus_server.service.power_draw import pipeline_width
 from perseus_server.service.report_checks import validate_clock_control
 from perseus_server.service.state import Job
 
@@ -131,10 +132,15 @@ class Registration:
                 raise BadRequest(e.detail, field="supported_clocks_mhz") from None
         if rank != existing:
             self.ctx.store.put_rank(rank)
-        first = not job.ranks.by_global
         job.ranks.add(rank)
-        if first or (existing is not None and existing.max_power_limit_w != rank.max_power_limit_w):
-            self.lifecycle.registered(job.id)  # it draws on a budget now, or its bound moved
+        width = pipeline_width(job)
+        if existing is None and job.ranks.per_pipeline.get(rank.data_rank) == width:
+            # A pipeline that can run: the job draws on a budget for it now.
+            self.lifecycle.registered(
+                job.id, f"pipeline {rank.data_rank} has all its {width} ranks connected"
+            )
+        elif existing is not None and existing.max_power_limit_w != rank.max_power_limit_w:
+            self.lifecycle.registered(job.id, f"rank {rank.global_rank}'s power limit changed")
         if req.clock_control:
             job.ranks.clock_control[rank.rank_id] = (req.clock_control, req.clock_control_reason)
         max_clock = clocks[0] if clocks else (profile.frequencies[0] if profile is not None else 0)

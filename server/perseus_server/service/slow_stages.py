@@ -225,6 +225,7 @@ class SlowStageResolver:
                 job.schedule.to_json(),
                 job.spec.blocking_power,
                 SolveEvents(lambda pid: None, lambda f: None, on_done, on_failed, decode_frontier),
+                tenant=job.row.tenant,
             )
 
         if not ctx.solver.is_active(key):

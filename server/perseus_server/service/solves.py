@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from perseus.frontier import Frontier
@@ -51,9 +52,13 @@ def decode_frontier(doc: str) -> Frontier:
 class Solves:
     """Frontier computations of jobs' profiles."""
 
-    def __init__(self, ctx: ServiceContext, deployer: Deployer) -> None:
+    def __init__(
+        self, ctx: ServiceContext, deployer: Deployer, tenants: Callable[[], int] = lambda: 1
+    ) -> None:
+        """Set up the solves; ``tenants``: how many tenants share the solve queue now."""
         self.ctx = ctx
         self.deployer = deployer
+        self.tenants = tenants
         #: Solves stopped by this server's shutdown stay active in the store, for the next
         #: leader to resume (set by :meth:`resume`).
         self.hand_over = False
@@ -97,14 +102,28 @@ class Solves:
                 "online profiling is running; the frontier is computed when it ends",
                 field="frontier",
             )
-        if self.ctx.solver.queue_full():
-            raise Conflict(
-                f"{self.ctx.solver.limits.max_queued} frontier computations are already waiting "
-                "for a worker (max_queued_solves); retry later",
-                field="frontier",
-            )
+        self._admit(job)
         self.launch(job)
         return self.status(job_id, points=False)
+
+    def queue_share(self) -> int:
+        """The solves one tenant may have waiting: its share of ``max_queued_solves``.
+
+        The shares of every tenant sum to the limit at most (one each at least).
+        """
+        return max(1, self.ctx.solver.limits.max_queued // max(1, self.tenants()))
+
+    def _admit(self, job: Job) -> None:
+        """Refuse (409) a solve its tenant has no room left in the queue for."""
+        tenant, share = job.row.tenant, self.queue_share()
+        if self.ctx.solver.queue_full(tenant, share):
+            self.ctx.metrics.refusals.inc(tenant=tenant, reason="solve_queue")
+            limit, n = self.ctx.solver.limits.max_queued, max(1, self.tenants())
+            raise Conflict(
+                f"tenant {tenant!r} has its share of {share} frontier computation(s) waiting for "
+                f"a worker (max_queued_solves {limit} over {n} tenant(s)); retry later",
+                field="frontier",
+            )
 
     def launch(self, job: Job, *, resumed: bool = False) -> None:
         """Solve the job's current profile; deploy the fastest plan when it is done.
@@ -210,6 +229,7 @@ class Solves:
                 decode_frontier,
                 on_first_plan if wants_first else None,
             ),
+            tenant=job.row.tenant,
         )
 
     def cancel(self, job_id: str) -> dict[str, Any]:

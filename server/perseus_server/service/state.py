@@ -300,12 +300,21 @@ class RankState:
     #: Each rank's clock control as it last said: ``(state, reason)``, state ``active`` or
     #: ``unavailable`` (a rank that never said is absent).
     clock_control: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: Per pipeline (``data_rank``), how many of its ranks registered (a rank's slot is fixed
+    #: once registered, so a count only grows).
+    per_pipeline: dict[int, int] = field(default_factory=dict)
 
     def add(self, rank: RankInfo) -> None:
         """Add (or replace) a registered rank."""
+        if rank.global_rank not in self.by_global:
+            self.per_pipeline[rank.data_rank] = self.per_pipeline.get(rank.data_rank, 0) + 1
         self.by_global[rank.global_rank] = rank
         self.by_id[rank.rank_id] = rank
         self.history.setdefault(rank.rank_id, deque(maxlen=32))
+
+    def complete(self, width: int) -> int:
+        """How many pipelines have all their ``width`` ranks (stages x tensor_parallel) registered."""
+        return sum(1 for n in self.per_pipeline.values() if n >= width)
 
 
 @dataclass

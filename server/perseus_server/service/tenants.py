@@ -4,12 +4,19 @@ A team is a namespace on Kubernetes, an account on Slurm; each with its own cred
 (:mod:`perseus_server.service.credentials`), quotas and share of the cluster power budget
 (``docs/server.md``, *Tenants*).
 
-A tenant's quotas: ``max_jobs`` jobs stored at once (default: ``Limits.tenant_job_share`` of
-the server's ``max_jobs``, so no one tenant fills the server; the ``default`` tenant, which a
-single-tenant deployment's jobs belong to, may use the whole cap), ``max_gpus`` GPUs over its
-jobs' world sizes (default: no bound but the server's), and in the power budget a ``weight``
-and ``guaranteed_watts`` (see :mod:`perseus_server.service.tenant_shares`). A job over a quota
-is refused with 409 naming the quota, and counted in ``perseus_refusals_total{tenant, reason}``.
+A tenant's quotas: ``max_jobs`` jobs stored at once and ``max_gpus`` GPUs over its jobs' world
+sizes, and in the power budget a ``weight`` and ``guaranteed_watts`` (see
+:mod:`perseus_server.service.tenant_shares`). A job over a quota is refused with 409 naming the
+quota, and counted in ``perseus_refusals_total{tenant, reason}``.
+
+**Quotas never over-commit the server.** A tenant without a quota of its own gets an equal part
+of what the explicit quotas leave of the server's cap (``Limits.max_jobs``, ``Limits.max_gpus``),
+and at most ``Limits.tenant_job_share`` of the cap (the ``default`` tenant, which a single-tenant
+deployment's jobs belong to, is not held to that fraction: alone, it has the whole cap). The
+quotas are *reservations*: a tenant is created, or a quota set, only while every tenant's
+``max(held, quota)`` still fits in the cap (409 naming the quota otherwise), so a tenant below
+its quota can always create its next job, whatever the others hold, and the server's cap never
+refuses it.
 
 The admin alone creates, changes and deletes tenants; a tenant with jobs cannot be deleted
 (409), nor can the ``default`` one.
@@ -74,18 +81,53 @@ class Tenants:
             raise unknown_tenant(tenant_id)
         return row
 
-    def max_jobs(self, row: TenantRow) -> int:
-        """The tenant's job quota.
-
-        Its own, else the default: the whole cap for the default tenant,
-        ``tenant_job_share`` of it for the others.
-        """
+    def _cap(self, kind: str) -> int:
         limits = self.ctx.limits
-        if row.max_jobs is not None:
-            return row.max_jobs
-        if row.id == DEFAULT_TENANT:
-            return limits.max_jobs
-        return max(1, int(limits.max_jobs * limits.tenant_job_share))
+        return limits.max_jobs if kind == "max_jobs" else limits.max_gpus
+
+    def quotas(self, kind: str, rows: list[TenantRow] | None = None) -> dict[str, int]:
+        """Every tenant's ``kind`` quota (``max_jobs`` or ``max_gpus``) in force.
+
+        Its own, else an equal part of what the explicit ones leave of the cap, at most
+        ``tenant_job_share`` of it (not for ``default``).
+        """
+        rows = list(self._rows.values()) if rows is None else rows
+        cap = self._cap(kind)
+        out = {r.id: int(getattr(r, kind)) for r in rows if getattr(r, kind) is not None}
+        open_ = [r.id for r in rows if getattr(r, kind) is None]
+        if open_:
+            per = max(0, cap - sum(out.values())) // len(open_)
+            share = max(1, int(cap * self.ctx.limits.tenant_job_share))
+            for t in open_:
+                out[t] = per if t == DEFAULT_TENANT else min(per, share)
+        return out
+
+    def max_jobs(self, row: TenantRow) -> int:
+        """The tenant's job quota in force (:meth:`quotas`)."""
+        return self.quotas("max_jobs")[row.id]
+
+    def max_gpus(self, row: TenantRow) -> int:
+        """The tenant's GPU quota in force (:meth:`quotas`)."""
+        return self.quotas("max_gpus")[row.id]
+
+    def _check_reserved(self, rows: list[TenantRow], changed: str) -> None:
+        """409 unless every tenant's ``max(held, quota)`` fits in the caps with ``rows``.
+
+        ``changed``: the tenant being created or changed (named in the refusal).
+        """
+        usage = {r.id: self.usage(r.id) for r in rows}
+        for k, (kind, what) in enumerate((("max_jobs", "jobs"), ("max_gpus", "GPUs"))):
+            cap, quotas = self._cap(kind), self.quotas(kind, rows)
+            empty = [t for t, q in quotas.items() if q < 1]
+            reserved = sum(max(usage[t][k], q) for t, q in quotas.items())
+            if reserved > cap or empty:
+                raise Conflict(
+                    f"the server's {cap} {what} ({kind}) cannot be reserved for every tenant "
+                    f"with tenant {changed!r} so: their quotas and holdings come to {reserved}"
+                    + (f", and tenant {empty[0]!r} would get none" if empty else "")
+                    + "; lower a quota (PATCH /tenants/{id}) or delete jobs first",
+                    field=kind,
+                )
 
     def usage(self, tenant_id: str) -> tuple[int, int]:
         """(jobs, GPUs over their world sizes) the tenant holds."""
@@ -104,7 +146,7 @@ class Tenants:
             "id": row.id,
             "created": row.created,
             "max_jobs": self.max_jobs(row),
-            "max_gpus": row.max_gpus,
+            "max_gpus": self.max_gpus(row),
             "weight": row.weight,
             "guaranteed_watts": row.guaranteed_watts,
             "jobs": jobs,
@@ -129,10 +171,11 @@ class Tenants:
                 field="max_jobs",
                 tenant=tenant_id,
             )
-        if row.max_gpus is not None and gpus + spec.world_size > row.max_gpus:
+        most = self.max_gpus(row)
+        if gpus + spec.world_size > most:
             self.ctx.metrics.refusals.inc(tenant=tenant_id, reason="gpu_quota")
             raise Conflict(
-                f"tenant {tenant_id!r} may hold {row.max_gpus} GPUs; its jobs hold {gpus} and "
+                f"tenant {tenant_id!r} may hold {most} GPUs; its jobs hold {gpus} and "
                 f"this one needs {spec.world_size} (world_size)",
                 field="max_gpus",
                 tenant=tenant_id,
@@ -152,6 +195,7 @@ class Tenants:
             raise Conflict(f"tenant {tenant_id!r} exists; PATCH it", field="id")
         row = TenantRow(tenant_id, time.time())
         self._apply(row, quotas)
+        self._check_reserved([*self._rows.values(), row], tenant_id)
         self.ctx.store.put_tenant(row)
         self._rows[tenant_id] = row
         return self.view(tenant_id)
@@ -166,6 +210,10 @@ class Tenants:
             old.id, old.created, old.max_jobs, old.max_gpus, old.weight, old.guaranteed_watts
         )
         self._apply(row, quotas)
+        if (row.max_jobs, row.max_gpus) != (old.max_jobs, old.max_gpus):
+            self._check_reserved(
+                [row if r.id == tenant_id else r for r in self._rows.values()], tenant_id
+            )
         self.ctx.store.put_tenant(row)
         self._rows[tenant_id] = row
         return self.view(tenant_id)

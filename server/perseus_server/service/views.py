@@ -73,13 +73,15 @@ class Views:
         power_share: Callable[[Job], dict[str, Any] | None],
         lifecycle: Callable[[str], dict[str, Any]],
         profile_mismatch: Callable[[Job], dict[str, Any] | None],
+        power_draw: Callable[[Job], dict[str, Any]] | None = None,
     ) -> None:
         """Set up the views.
 
         ``power_share``: a job's share of the cluster power budget for its status (None: the
         budget does not cover it); ``lifecycle``: a job's lifecycle view (state, since,
         reason); ``profile_mismatch``: whether the job's profile describes it (None: no
-        mismatch).
+        mismatch); ``power_draw``: what the job draws on a power budget, and why (the
+        pipelines counted).
         """
         self.ctx = ctx
         self.deployer = deployer
@@ -91,6 +93,7 @@ class Views:
         self.power_share = power_share
         self.lifecycle = lifecycle
         self.profile_mismatch = profile_mismatch
+        self.power_draw = power_draw
         self.measured = measured
 
     def job(self, job_id: str) -> dict[str, Any]:
@@ -257,6 +260,7 @@ class Views:
             "recent_replans": list(slow.replans),
             "profiling": job.profiling.progress() if job.profiling is not None else None,
             "power_budget": self.power_share(job),
+            "power_draw": self.power_draw(job) if self.power_draw is not None else None,
             "measured": self.measured.view(job),
             "profile_mismatch": self.profile_mismatch(job),
         }
