@@ -308,7 +308,7 @@ class _HeldSolver:
     def __init__(self) -> None:
         self.events: dict[str, SolveEvents] = {}
 
-    def start(self, key: str, profile_csv: str, *args: Any) -> None:
+    def start(self, key: str, profile_csv: str, *args: Any, tenant: str | None = None) -> None:
         self.events[key] = args[-1]
 
     def is_active(self, key: str) -> bool:
