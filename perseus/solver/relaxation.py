@@ -277,7 +277,7 @@ def _sweep(
         np.empty(2 * n + 2, np.int64),
     )
     per_second = cells / (t_max - t_min) if cells > 0 and t_max > t_min else 0.0
-    keep = np.array([0.0, 1.0, t_max, per_second, -1.0])
+    keep = np.array([0.0, 1.0, t_max, per_second, -1.0, np.inf])
     while True:
         if cancel is not None and cancel():
             raise SolverCancelled("frontier computation cancelled")

@@ -124,20 +124,6 @@ def _ranges_run(problem: EnergyProblem, opts: SolverOptions, core: str) -> bool:
     )
 
 
-def _in_order(relaxed: RelaxedFrontier) -> RelaxedFrontier:
-    """``relaxed`` with its breakpoint times made non-decreasing.
-
-    A sweep step that moves almost nothing can end a rounding error (measured: 4e-14 s) later
-    than the step before it. Each such time is lowered to the next one: a breakpoint's value
-    ``G(T)`` claimed at an earlier time stays at or below ``G`` there (``G`` does not fall as
-    ``T`` does), so the bound stays certified.
-    """
-    t = relaxed.times
-    if relaxed.slopes.size or t.size < 2 or not (np.diff(t) < 0).any():
-        return relaxed
-    return replace(relaxed, times=np.minimum.accumulate(t[::-1])[::-1].copy())
-
-
 _T = TypeVar("_T")
 _U = TypeVar("_U")
 _V = TypeVar("_V")
@@ -278,12 +264,9 @@ def solve_problem(
         else:
             relaxed = relaxed_of(planning, rel, st.sandwich)
             bound = relaxed_of(bounding, bound_rel, None, report=False)
-        relaxed, bound = _in_order(relaxed), _in_order(bound)
         if planning is not bounding:
             # per-clock transfers: raised by pricing the producer-transfer coupling
-            bound = tighten(
-                problem, bound, lambda p, r: _in_order(relaxed_of(p, r, None, report=False))
-            )
+            bound = tighten(problem, bound, lambda p, r: relaxed_of(p, r, None, report=False))
     with CandidatePool(planning, relaxed, cancel, threads=cores) as pool:
         run = Run(
             planning, relaxed, rounder, pool, opts, np.random.default_rng(opts.seed), progress,
