@@ -47,7 +47,8 @@ class Window:
     """A window of deadlines ``[lo, hi]`` the sweep has passed, and its frontier of that moment.
 
     ``relaxed`` holds every breakpoint found so far (the bound is exact down to below ``lo``)
-    and the durations kept from the last one at or below ``lo`` upwards; ``share`` is the
+    and the durations kept from the last one at or below ``lo`` to the first at or above
+    ``hi`` (a copy: memory in proportion to the window); ``share`` is the
     window's part of the per-round work (``1 / SEGMENTS``).
     """
 
@@ -77,7 +78,7 @@ class _Handover:
 
     def __init__(
         self,
-        relaxed_of: Callable[[SweptSoFar, float], RelaxedFrontier],
+        relaxed_of: Callable[[SweptSoFar, float, float], RelaxedFrontier],
         cuts: list[float],
         t_max: float,
     ) -> None:
@@ -92,7 +93,7 @@ class _Handover:
             lo = self.cuts[self.next]
             if so_far.position > lo:
                 return
-            rf = self.relaxed_of(so_far, lo)
+            rf = self.relaxed_of(so_far, lo, self.hi)
             if rf.kept_times[0] > lo:
                 return  # no row at or below lo kept yet: wait for the next chunk
             self.out.put(Window(lo, self.hi, rf, 1.0 / len(self.cuts)))
@@ -124,8 +125,8 @@ def overlapped(
     t_max = float(dag.iteration_time(relaxation.longest))
     pr = problem.blocking_power * dag.num_ranks
 
-    def relaxed_of(so_far: SweptSoFar, lo: float) -> RelaxedFrontier:
-        t, c, kt, kd = so_far.arrays(lo)
+    def relaxed_of(so_far: SweptSoFar, lo: float, hi: float) -> RelaxedFrontier:
+        t, c, kt, kd = so_far.arrays(lo, hi)
         return RelaxedFrontier(relaxation, t, c, kt, kd, t_min, t_max, pr)
 
     cuts = window_cuts(t_min, t_max) if t_max > t_min else [t_min]

@@ -537,11 +537,14 @@ class SweptSoFar:
         """The time of the last breakpoint found (the sweep goes on below it)."""
         return float(self.times[-1][-1]) if self.times and len(self.times[-1]) else np.inf
 
-    def arrays(self, lo: float) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-        """Every breakpoint so far and the kept rows at or above the last kept at or below ``lo``.
+    def arrays(
+        self, lo: float, hi: float = np.inf
+    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+        """Every breakpoint so far, and the kept durations that span ``[lo, hi]``.
 
-        By increasing time: ``(times, costs, kept_times, kept_durations)``; the rows are
-        shared, not copied. ``kept_times[0] <= lo`` unless no row that fast is kept yet.
+        By increasing time: ``(times, costs, kept_times, kept_durations)``, the kept rows from
+        the last at or below ``lo`` to the first at or above ``hi`` (copied: memory in
+        proportion to the window). ``kept_times[0] <= lo`` unless no row that fast is kept yet.
         """
         all_t = np.concatenate(self.times)[::-1].copy()
         all_c = np.concatenate(self.costs)[::-1].copy()
@@ -549,8 +552,9 @@ class SweptSoFar:
         order = sorted(self.kept, reverse=True)  # by increasing time
         kt = np.array([all_t[last - i] for i in order])
         first = max(0, int(np.searchsorted(kt, lo, side="right")) - 1)
-        rows = [self.kept[i] for i in order[first:]]
-        return all_t, all_c, kt[first:], np.stack(rows)
+        end = min(len(kt), int(np.searchsorted(kt, hi, side="left")) + 1)
+        rows = [self.kept[i] for i in order[first:end]]
+        return all_t, all_c, kt[first:end], np.stack(rows)
 
 
 def path_bound(
