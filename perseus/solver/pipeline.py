@@ -56,6 +56,9 @@ class Window:
     hi: float
     relaxed: RelaxedFrontier
     share: float
+    #: whether the sweep still runs (every window but the fastest): its work should then
+    #: leave the sweep a core
+    during_sweep: bool = True
 
 
 @dataclass
@@ -165,7 +168,8 @@ def overlapped(
     if stats is not None:
         stats.early_windows = early
     lo = handover.cuts[-1]
-    work(Window(lo, handover.hi, final, (len(handover.cuts) - handover.next) / len(handover.cuts)))
+    share = (len(handover.cuts) - handover.next) / len(handover.cuts)
+    work(Window(lo, handover.hi, final, share, during_sweep=False))
     return final
 
 
