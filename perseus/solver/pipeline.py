@@ -56,8 +56,7 @@ class Window:
     hi: float
     relaxed: RelaxedFrontier
     share: float
-    #: whether the sweep still runs (every window but the fastest): its work should then
-    #: leave the sweep a core
+    #: whether the sweep still runs (every window but the fastest)
     during_sweep: bool = True
 
 

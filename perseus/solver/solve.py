@@ -270,9 +270,6 @@ def solve_problem(
             rng = np.random.default_rng(opts.seed)
 
             def work(w: Window) -> None:
-                # the sweep, the critical path, keeps a core while it runs (the batches split
-                # over fewer threads: the same plans)
-                pool.threads = max(1, min(8, cores - 1 if w.during_sweep else cores))
                 refine_window(Run(planning, w.relaxed, rounder, pool, opts, rng), w)
 
             st.sweep = SweepStats()
@@ -282,7 +279,6 @@ def solve_problem(
                     progress=_scaled(progress, 0.6), hulls=_thinned(planning, rel, opts),
                     stats=st.sweep,
                 )  # fmt: skip
-            pool.threads = max(1, min(8, cores))
             run = Run(planning, relaxed, rounder, pool, opts, rng, progress)
             return _finish(run, st, problem, relaxed, windowed=True)
     with st.stage("relax"):
