@@ -45,8 +45,13 @@ parallel sweep runs from ``perseus.solver.parallel.PARALLEL_MIN_NODES`` nodes), 
 larger of the child's and its largest worker's. Because wall time on a shared machine is noise,
 each row also says where the CPU went: per stage the two busiest threads' CPU s (the candidate
 threads; threads that ended within a stage count as one), and ``crit``, the CPU on the
-critical path (per stage its busiest thread, plus the busiest range worker in the relaxation):
-what the whole frontier would take on idle cores, less the waits. ``--transfers F`` adds
+critical path (per stage its busiest thread, plus the busiest range worker in the relaxation,
+or the stage's CPU over the cores where more threads than cores ran: the sweep beside the
+rounding): what the whole frontier would take on idle cores, less the waits. From
+``perseus.solver.pipeline.PIPELINE_MIN_NODES`` nodes the sweep runs beside the rounding: the
+``relax`` columns then include the rounding of the windows it passed, and the ranges column
+says ``sweep X``, the sweeping thread's own CPU s. To measure another source tree's solver
+with this script (side by side), put that tree first on ``PYTHONPATH``. ``--transfers F`` adds
 per-clock transfers (``F`` of the sender's forward, half scaling as ``fmax / f``), where the
 planning and the bounding relaxations are two sweeps (on two threads with two cores).
 
@@ -226,18 +231,19 @@ def threaded_stats():  # -> SolveStats
     return st
 
 
-def critical_cpu(threads: dict[str, list[float]], ranges: list[float]) -> float:
+def critical_cpu(threads: dict[str, list[float]], ranges: list[float], cores: int = 1) -> float:
     """The CPU on the solve's critical path: the wall time on idle cores, less the waits.
 
     Per stage its busiest thread (in the relaxation, plus the busiest range worker process when
-    the sweep ran over ranges), summed.
+    the sweep ran over ranges), or the stage's CPU shared over ``cores`` when that is more
+    (more threads than cores: the sweep beside the rounding), summed.
     """
     total = 0.0
     for name, used in threads.items():
         busiest = used[0] if used else 0.0
         if name == "relax" and ranges:
             busiest += max(ranges)
-        total += busiest
+        total += max(busiest, sum(used) / max(cores, 1))
     return total
 
 
@@ -245,10 +251,10 @@ def child(
     cfg: Config,
     cprofile: bool = False,
     relaxation: str = "sweep",
-    workers: int = 1,
+    workers: int | None = 1,
     transfers: float = 0.0,
 ) -> dict:
-    """Solve ``cfg`` in this process and measure it.
+    """Solve ``cfg`` in this process and measure it (``workers`` None: the default options').
 
     With ``cprofile``: under cProfile, the functions taking the most time printed to stderr.
     """
@@ -307,7 +313,13 @@ def child(
         "workers": workers,
         "transfers": transfers,
         "threads": stats.threads,
-        "critical": critical_cpu(stats.threads, [r.cpu for r in stats.ranges]),
+        "critical": critical_cpu(
+            stats.threads, [r.cpu for r in stats.ranges], len(os.sched_getaffinity(0))
+        ),
+        # the sweeping thread's own wall and CPU s when it ran beside the rounding
+        "sweep_thread": None
+        if getattr(stats, "sweep", None) is None
+        else [stats.sweep.wall, stats.sweep.cpu],  # fmt: skip
     }
     for f in DEADLINES:
         # the sweep stops within 1e-9 (relative) of the fastest time, so the bound's first
@@ -353,7 +365,7 @@ def run_child(
     max_rss_gb: float,
     cprofile: bool = False,
     relaxation: str = "sweep",
-    workers: int = 1,
+    workers: int | None = 1,
     transfers: float = 0.0,
 ) -> dict:
     """:func:`child` in a fresh process, killed past ``timeout`` s or ``max_rss_gb`` GB."""
@@ -401,6 +413,13 @@ def _threads(threads: dict[str, list[float]]) -> str:
     )
 
 
+def _ranges(r: dict) -> str:
+    """The ranges' CPU s, or ``sweep X`` (the sweeping thread's CPU s beside the rounding)."""
+    if r.get("sweep_thread"):
+        return f"sweep {r['sweep_thread'][1]:.1f}"
+    return " ".join(f"{c:.1f}" for c in r["ranges"]) or "-"
+
+
 def _slope(prev: dict | None, cur: dict, key: str) -> str:
     if not prev or "error" in prev or "error" in cur or not prev.get(key) or not cur.get(key):
         return "   "
@@ -430,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--workers",
         default="1",
-        help="comma-separated SolverOptions.workers, each a row per input (e.g. 1,2)",
+        help="comma-separated SolverOptions.workers, each a row per input (e.g. 1,2; "
+        "auto: None, the default: threads on every core, one sweep)",
     )
     ap.add_argument(
         "--transfers",
@@ -469,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(head))
     results = []
     prev: dict[str, dict] = {}
-    runs = [(cfg, int(w)) for cfg in todo for w in args.workers.split(",")]
+    runs = [(cfg, None if w == "auto" else int(w)) for cfg in todo for w in args.workers.split(",")]
     for cfg, wk in runs:
         r = run_child(
             cfg, args.timeout, args.max_rss_gb, args.cprofile, args.relaxation, wk, args.transfers
@@ -492,9 +512,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"{_slope(p, rss, 'rss'):>7} | {st['relax'][1]:6.1f}s {st['relax'][0]:6.1f}s "
                     f"{st['round'][1]:6.1f} {st['search'][1]:6.1f} {st['polish'][1]:6.1f} "
                     f"{r['solves'] if r['solves'] is not None else '-':>6} "
-                    f"{r['pivots'] if r['pivots'] is not None else '-':>9} {r['workers']:2d} "
+                    f"{r['pivots'] if r['pivots'] is not None else '-':>9} {r['workers'] or 'A':>2} "
                     f"{r['cpu']:6.1f}s {r['critical']:6.1f}s {r['load']:5.1f} "
-                    f"{' '.join(f'{c:.1f}' for c in r['ranges']) or '-'} | "
+                    f"{_ranges(r)} | "
                     f"{_threads(r['threads'])}")  # fmt: skip
             if args.compare_sweep:
                 sw = r["sweep"]

@@ -318,3 +318,23 @@ def test_oracle_timing_benchmark_smoke() -> None:
         assert r["status_foreign"] == r["status_unknown"] == [404], r
         assert r["requests_per_side"] == 20 and 0.0 <= r["mann_whitney_p"] <= 1.0
         assert r["median_us_foreign"] > 0 and r["median_us_unknown"] > 0
+
+
+@pytest.mark.slow
+def test_solve_load_smoke() -> None:
+    """``benchmarks/solve_load.py --smoke``: idle and solving rows, every probe answered.
+
+    Against this tree as its own baseline too (the ``--baseline`` path runs another tree's
+    server from its sources).
+    """
+    rows = json.loads(run("solve_load.py", "--smoke", "--json", "--baseline", str(ROOT)))
+    assert [(r["server"].split()[0], r["phase"]) for r in rows] == [
+        ("this", "idle"), ("this", "solving"), ("baseline", "idle"), ("baseline", "solving"),
+    ]  # fmt: skip
+    for r in rows:
+        assert r["failed"] == 0, r["server"]
+        assert r["healthz"] and r["plan"], "a phase with no probes"
+        assert min(r["healthz"] + r["plan"]) > 0
+        solving = r["phase"] == "solving"
+        assert (r["solve_wall"] is not None and r["solve_wall"] > 0) == solving
+        assert (r["solve_cpu"] is not None and r["solve_cpu"] > 0) == solving

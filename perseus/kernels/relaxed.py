@@ -65,12 +65,18 @@ def relaxed_chunk(
     whether its durations were kept; the kept steps' durations (one row each, in order); the
     durations to continue from; whether the fastest point was reached.
 
-    ``keep = (first, stride, t_top, cells_per_second, last_cell)`` says which steps' durations
-    are kept (so that memory grows with what is kept, not with the number of steps): step
-    ``first + j`` (its index since the sweep began) when it is a multiple of ``stride``, when
-    its time falls in a new cell of a grid of ``cells_per_second`` cells per second counted down
-    from ``t_top`` (``last_cell``: the cell of the last step kept that way; updated in place),
-    and the fastest point. ``kv`` holds each node's hull segment (updated in place, so that
+    ``keep = (first, stride, t_top, cells_per_second, last_cell, last_time)`` says which steps'
+    durations are kept (so that memory grows with what is kept, not with the number of steps):
+    step ``first + j`` (its index since the sweep began) when it is a multiple of ``stride``,
+    when its time falls in a new cell of a grid of ``cells_per_second`` cells per second counted
+    down from ``t_top`` (``last_cell``: the cell of the last step kept that way; updated in
+    place), and the fastest point. ``last_time`` (updated in place; ``inf`` before the first
+    step) is the last time recorded: the times recorded never rise. A step whose move is below
+    the time tolerance (a degenerate one: measured, a move of 2e-12 s on a 13 s iteration) can
+    end with a longest path a rounding error (4e-14 s) longer than the step before it; it is
+    recorded at the time before it. Its value is ``G`` at its own, slightly later, time, so
+    at or below ``G`` at the earlier one (``G`` does not fall as ``T`` does): still a lower
+    bound, and the breakpoints stay in order for every reader. ``kv`` holds each node's hull segment (updated in place, so that
     finding where a node sits costs ``O(1)`` amortised rather than ``O(H)``).
 
     ``node_flow`` / ``edge_flow`` / ``src_flow`` / ``snk_flow`` hold the maximum flow of the last
@@ -133,9 +139,12 @@ def relaxed_chunk(
             if es[i] + d[i] > T:
                 T = es[i] + d[i]
         tol = 1e-9 * max(T, 1e-9)
-        out_t[steps] = T
+        recorded = min(T, keep[5]) if keep.shape[0] > 5 else T
+        if keep.shape[0] > 5:
+            keep[5] = recorded
+        out_t[steps] = recorded
         out_g[steps] = g
-        cell = np.floor((t_top - T) * cells)
+        cell = np.floor((t_top - recorded) * cells)
         fastest = T <= t_min + tol
         if (first + steps) % stride == 0 or cell != keep[4] or fastest:
             if cell != keep[4]:

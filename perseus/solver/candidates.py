@@ -101,7 +101,7 @@ class CandidatePool:
     def __init__(
         self,
         problem: EnergyProblem,
-        relaxed: RelaxedFrontier,
+        relaxed: RelaxedFrontier | None,
         cancel: Callable[[], bool] | None = None,
         threads: int | None = None,
     ) -> None:
@@ -166,6 +166,8 @@ class CandidatePool:
     def snapshot(self) -> Snapshot:
         """The plans found so far, their Pareto set and each Pareto plan's interval."""
         rf = self.relaxed
+        if rf is None:
+            raise RuntimeError("snapshot: no relaxed frontier yet (set CandidatePool.relaxed)")
         pr = rf.ranks_power
         allp = np.concatenate(self._plans)
         times, energies = np.concatenate(self._times), np.concatenate(self._energies)

@@ -141,7 +141,10 @@ class SolverOptions:
             the ranges' exact starts (a cold network simplex, ~n^2.5) cost more than the range
             they save up to 8k instructions. The bound is the same either way (to a relative
             1e-9, lower where not equal); plans may differ where roundings start from
-            different kept breakpoints.
+            different kept breakpoints. Without the ranges, from ``PIPELINE_MIN_NODES`` nodes
+            the one sweep runs on a thread of its own beside the rounding of the deadlines it
+            has passed (:mod:`perseus.solver.pipeline`), whatever ``workers`` is: the frontier
+            does not depend on the number of threads.
 
     seed: the generator behind randomised roundings and searches; the same input and options
     give the same frontier. ``rounding``: how slack is reclaimed (:class:`RoundingOptions`).

@@ -33,6 +33,7 @@ __all__ = [
     "relaxed_frontier",
     "path_bound",
     "sweep_range",
+    "SweptSoFar",
     "thin_hull",
 ]
 
@@ -277,7 +278,7 @@ def _sweep(
         np.empty(2 * n + 2, np.int64),
     )
     per_second = cells / (t_max - t_min) if cells > 0 and t_max > t_min else 0.0
-    keep = np.array([0.0, 1.0, t_max, per_second, -1.0])
+    keep = np.array([0.0, 1.0, t_max, per_second, -1.0, np.inf])
     while True:
         if cancel is not None and cancel():
             raise SolverCancelled("frontier computation cancelled")
@@ -393,6 +394,19 @@ class RelaxedFrontier:
         return cls._make(problem, relaxation, times, costs, kept_t, kept_d)
 
     @classmethod
+    def from_arrays(
+        cls,
+        problem: EnergyProblem,
+        relaxation: Relaxation,
+        times: FloatArray,
+        costs: FloatArray,
+        kept_times: FloatArray,
+        kept_durations: FloatArray,
+    ) -> RelaxedFrontier:
+        """The frontier of a whole sweep's arrays, as :func:`sweep_range` returns them."""
+        return cls._make(problem, relaxation, times, costs, kept_times, kept_durations)
+
+    @classmethod
     def _make(
         cls,
         problem: EnergyProblem,
@@ -449,12 +463,16 @@ def sweep_range(
     progress: Callable[[float], None] | None = None,
     start: FloatArray | None = None,
     t_stop: float | None = None,
+    on_chunk: Callable[[SweptSoFar], None] | None = None,
 ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     """The breakpoints of ``swept``'s relaxed frontier from ``start`` down to ``t_stop``.
 
     ``start`` defaults to the longest durations, ``t_stop`` to the fastest time. By increasing
     time: ``(times, costs, kept_times, kept_durations)``, the durations of about ``memory``
-    bytes' worth kept as :meth:`RelaxedFrontier.sweep` says.
+    bytes' worth kept as :meth:`RelaxedFrontier.sweep` says. ``on_chunk`` is called (on the
+    sweeping thread) after every chunk of steps with what has been swept so far
+    (:class:`SweptSoFar`): a reader may take the frontier above the sweep's position from it
+    meanwhile (:mod:`perseus.solver.pipeline`).
     """
     n = problem.num_nodes
     budget = max(64, memory // (8 * max(n, 1)))
@@ -481,6 +499,8 @@ def sweep_range(
         while len(by_index) > cap:
             stride[0] *= 2
             by_index = {i: v for i, v in by_index.items() if i % stride[0] == 0}
+        if on_chunk is not None:
+            on_chunk(SweptSoFar(times, costs, by_index | by_time, bool(done)))
         if progress is not None and t_hi > t_lo:
             for x in np.minimum(1.0, (t_hi - t) / (t_hi - t_lo)):
                 progress(float(x))
@@ -493,6 +513,48 @@ def sweep_range(
         all_t[np.array(order)],
         np.stack([kept_rows[i] for i in order]),
     )
+
+
+@dataclass(frozen=True, eq=False)
+class SweptSoFar:
+    """What a sweep has found when a chunk of its steps ends.
+
+    Attributes:
+        times, costs: the chunks' breakpoint times and ``G`` values, each chunk by decreasing
+            time (the sweep's order); the lists are the sweep's own (read them on its thread).
+        kept: the durations kept so far, by breakpoint index since the sweep began (each row
+            is never changed; later chunks may drop rows from the sweep's own dictionaries).
+        done: whether the sweep has ended.
+    """
+
+    times: list[FloatArray]
+    costs: list[FloatArray]
+    kept: dict[int, FloatArray]
+    done: bool
+
+    @property
+    def position(self) -> float:
+        """The time of the last breakpoint found (the sweep goes on below it)."""
+        return float(self.times[-1][-1]) if self.times and len(self.times[-1]) else np.inf
+
+    def arrays(
+        self, lo: float, hi: float = np.inf
+    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+        """Every breakpoint so far, and the kept durations that span ``[lo, hi]``.
+
+        By increasing time: ``(times, costs, kept_times, kept_durations)``, the kept rows from
+        the last at or below ``lo`` to the first at or above ``hi`` (copied: memory in
+        proportion to the window). ``kept_times[0] <= lo`` unless no row that fast is kept yet.
+        """
+        all_t = np.concatenate(self.times)[::-1].copy()
+        all_c = np.concatenate(self.costs)[::-1].copy()
+        last = len(all_t) - 1
+        order = sorted(self.kept, reverse=True)  # by increasing time
+        kt = np.array([all_t[last - i] for i in order])
+        first = max(0, int(np.searchsorted(kt, lo, side="right")) - 1)
+        end = min(len(kt), int(np.searchsorted(kt, hi, side="left")) + 1)
+        rows = [self.kept[i] for i in order[first:end]]
+        return all_t, all_c, kt[first:end], np.stack(rows)
 
 
 def path_bound(

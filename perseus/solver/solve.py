@@ -15,6 +15,7 @@ from typing import TypeVar
 
 import numpy as np
 
+import perseus.solver.pipeline as _pipeline
 import perseus.solver.stages as _stages
 from perseus.errors import OptionError
 from perseus.frontier import Frontier
@@ -25,10 +26,20 @@ from perseus.solver.candidates import CandidatePool
 from perseus.solver.coupling import tighten
 from perseus.solver.options import SolverOptions
 from perseus.solver.parallel import RangeStats
+from perseus.solver.pipeline import SweepStats, Window, overlapped
 from perseus.solver.relaxation import Relaxation, RelaxedFrontier, path_bound
 from perseus.solver.rounder import Rounder
 from perseus.solver.sandwich import SandwichStats
-from perseus.solver.stages import Run, assemble, polish, refine, relax, search, seed_candidates
+from perseus.solver.stages import (
+    Run,
+    assemble,
+    polish,
+    refine,
+    refine_window,
+    relax,
+    search,
+    seed_candidates,
+)
 
 __all__ = [
     "solve_problem",
@@ -54,6 +65,9 @@ class SolveStats:
     sandwich: SandwichStats | None = None
     #: the parallel sweep's ranges (their CPU is the workers', not in ``stages``)
     ranges: list[RangeStats] = field(default_factory=list)
+    #: the sweeping thread's own figures when the sweep ran beside the rounding (then the
+    #: ``relax`` stage also holds the rounding of the windows it passed)
+    sweep: SweepStats | None = None
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -122,20 +136,6 @@ def _ranges_run(problem: EnergyProblem, opts: SolverOptions, core: str) -> bool:
         and (opts.workers or 1) > 1
         and problem.num_nodes >= _stages.PARALLEL_MIN_NODES
     )
-
-
-def _in_order(relaxed: RelaxedFrontier) -> RelaxedFrontier:
-    """``relaxed`` with its breakpoint times made non-decreasing.
-
-    A sweep step that moves almost nothing can end a rounding error (measured: 4e-14 s) later
-    than the step before it. Each such time is lowered to the next one: a breakpoint's value
-    ``G(T)`` claimed at an earlier time stays at or below ``G`` there (``G`` does not fall as
-    ``T`` does), so the bound stays certified.
-    """
-    t = relaxed.times
-    if relaxed.slopes.size or t.size < 2 or not (np.diff(t) < 0).any():
-        return relaxed
-    return replace(relaxed, times=np.minimum.accumulate(t[::-1])[::-1].copy())
 
 
 _T = TypeVar("_T")
@@ -263,6 +263,24 @@ def solve_problem(
             ranges=st.ranges if report else None,
         )
 
+    if _pipelined(problem, planning is not bounding, opts, core):
+        with CandidatePool(planning, None, cancel, threads=cores) as pool:
+            pool.add(early.plans)
+            pool.add(problem.max_frequency_plan()[None, :])
+            rng = np.random.default_rng(opts.seed)
+
+            def work(w: Window) -> None:
+                refine_window(Run(planning, w.relaxed, rounder, pool, opts, rng), w)
+
+            st.sweep = SweepStats()
+            with st.stage("relax"):
+                relaxed = overlapped(
+                    planning, rel, work, memory=opts.relaxed_memory, cancel=cancel,
+                    progress=_scaled(progress, 0.6), hulls=_thinned(planning, rel, opts),
+                    stats=st.sweep,
+                )  # fmt: skip
+            run = Run(planning, relaxed, rounder, pool, opts, rng, progress)
+            return _finish(run, st, problem, relaxed, windowed=True)
     with st.stage("relax"):
         if planning is bounding:
             relaxed = bound = relaxed_of(planning, rel, st.sandwich)
@@ -278,12 +296,9 @@ def solve_problem(
         else:
             relaxed = relaxed_of(planning, rel, st.sandwich)
             bound = relaxed_of(bounding, bound_rel, None, report=False)
-        relaxed, bound = _in_order(relaxed), _in_order(bound)
         if planning is not bounding:
             # per-clock transfers: raised by pricing the producer-transfer coupling
-            bound = tighten(
-                problem, bound, lambda p, r: _in_order(relaxed_of(p, r, None, report=False))
-            )
+            bound = tighten(problem, bound, lambda p, r: relaxed_of(p, r, None, report=False))
     with CandidatePool(planning, relaxed, cancel, threads=cores) as pool:
         run = Run(
             planning, relaxed, rounder, pool, opts, np.random.default_rng(opts.seed), progress,
@@ -292,13 +307,58 @@ def solve_problem(
         pool.add(early.plans)
         with st.stage("round"):
             seed_candidates(run)
-            refine(run)
-        with st.stage("search"):
-            search(run)
-        with st.stage("polish"):
-            polish(run)
-        found = pool.snapshot()
-    return assemble(problem, bound, found, progress)
+        return _finish(run, st, problem, bound)
+
+
+def _finish(
+    run: Run,
+    st: SolveStats,
+    problem: EnergyProblem,
+    bound: RelaxedFrontier,
+    windowed: bool = False,
+) -> Frontier:
+    """Refine, search and polish ``run``'s candidates, and assemble the frontier.
+
+    ``windowed``: the windows of the pipeline had their randomised roundings already, so the
+    refinement only splits the worst intervals of the whole range.
+    """
+    run.pool.relaxed = run.relaxed
+    with st.stage("round"):
+        refine(run, randomised=not windowed)
+    with st.stage("search"):
+        search(run)
+    with st.stage("polish"):
+        polish(run)
+    return assemble(problem, bound, run.pool.snapshot(), run.progress)
+
+
+def _pipelined(problem: EnergyProblem, clocked: bool, opts: SolverOptions, core: str) -> bool:
+    """Whether the sweep runs beside the rounding (:mod:`perseus.solver.pipeline`).
+
+    From ``PIPELINE_MIN_NODES`` nodes, with the sweep core, without per-clock transfers (two
+    relaxations) and without the range sweep.
+    """
+    return (
+        core == "sweep"
+        and not clocked
+        and problem.num_nodes >= _pipeline.PIPELINE_MIN_NODES
+        and not _ranges_run(problem, opts, core)
+    )
+
+
+def _scaled(progress: Callable[[float], None] | None, by: float) -> Callable[[float], None] | None:
+    """``progress`` reporting ``by`` times each fraction (None stays None)."""
+    return None if progress is None else (lambda f: progress(by * f))
+
+
+def _thinned(problem: EnergyProblem, rel: Relaxation, opts: SolverOptions) -> Relaxation | None:
+    """The hulls the sweep runs on (:meth:`Relaxation.under_estimate`), or None: ``rel``'s."""
+    if opts.hull_tolerance <= 0:
+        return None
+    valid = np.arange(problem.energies.shape[1])[None, :] < problem.num_options[:, None]
+    floor = np.where(valid, problem.energies, np.inf).min(axis=1)
+    hulls = rel.under_estimate(np.maximum(floor, 0.0), opts.hull_tolerance)
+    return None if hulls is rel else hulls
 
 
 def solve_frontier(

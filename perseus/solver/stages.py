@@ -9,8 +9,9 @@ reproducible.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +22,7 @@ from perseus.solver import coupling
 from perseus.solver.candidates import CandidatePool, Snapshot
 from perseus.solver.options import SolverOptions
 from perseus.solver.parallel import PARALLEL_MIN_NODES, RangeStats, parallel_sweep
+from perseus.solver.pipeline import Window
 from perseus.solver.relaxation import Relaxation, RelaxedFrontier
 from perseus.solver.rounder import Rounder
 from perseus.solver.sandwich import SandwichStats, sandwich_frontier
@@ -31,6 +33,7 @@ __all__ = [
     "relax",
     "seed_candidates",
     "refine",
+    "refine_window",
     "search",
     "polish",
     "assemble",
@@ -79,11 +82,22 @@ class Run:
     rng: np.random.Generator
     progress: Progress = None
     bound: RelaxedFrontier | None = None
+    #: ``(lo, hi)``: the refinement works only on the intervals whose middle lies in it
+    window: tuple[float, float] | None = None
 
     def report(self, fraction: float) -> None:
         """Pass ``fraction`` of the solve done to the progress callback, if any."""
         if self.progress is not None:
             self.progress(fraction)
+
+    def snapshot(self) -> Snapshot:
+        """The pool's snapshot; within a window, the intervals outside it never peak."""
+        snap = self.pool.snapshot()
+        if self.window is None:
+            return snap
+        lo, hi = self.window
+        mid = snap.middles(np.arange(len(snap.ends)))
+        return replace(snap, peak=np.where((mid >= lo) & (mid <= hi), snap.peak, -np.inf))
 
 
 def relax(
@@ -180,13 +194,15 @@ def seed_candidates(run: Run) -> None:
     run.pool.batched(run.rounder.round, rf.durations_at(at), at, np.ones(len(at), dtype=bool))
 
 
-def refine(run: Run) -> None:
+def refine(run: Run, randomised: bool = True) -> None:
     """Split the intervals whose gap peaks highest, then give the hard ones randomised roundings.
 
-    Splitting goes round after round; progress runs from 0.6 to 0.95.
+    Splitting goes round after round; progress runs from 0.6 to 0.95. ``randomised=False``:
+    the splitting only.
     """
     _split_rounds(run)
-    _randomised_rounds(run)
+    if randomised:
+        _randomised_rounds(run)
 
 
 def _split_rounds(run: Run) -> None:
@@ -195,15 +211,13 @@ def _split_rounds(run: Run) -> None:
     Stops once a round no longer lowers the mean gap over a grid of deadlines by 1 %.
     """
     rf = run.relaxed
-    if rf.t_max > rf.t_min:
-        grid = np.linspace(rf.t_min, rf.t_max, _GRID_POINTS)
-    else:
-        grid = np.array([rf.t_min])
+    lo, hi = (rf.t_min, rf.t_max) if run.window is None else run.window
+    grid = np.linspace(lo, hi, _GRID_POINTS) if hi > lo else np.array([lo])
     lb_grid = rf.bound(grid)
     rounds = run.options.refine_rounds
     last_mean = np.inf
     for r in range(rounds):
-        snap = run.pool.snapshot()
+        snap = run.snapshot()
         run.report(0.6 + 0.35 * r / rounds)
         mean_gap = _mean_gap(snap, grid, lb_grid, rf.ranks_power)
         if mean_gap > 0.99 * last_mean:
@@ -257,7 +271,7 @@ def _randomised_rounds(run: Run) -> None:
     """
     o, rng = run.options, run.rng
     for _ in range(o.hard_rounds):
-        snap = run.pool.snapshot()
+        snap = run.snapshot()
         hard = snap.worst(o.hard_intervals, o.hard_gap)
         if len(hard) == 0 or o.random_trials == 0:
             break
@@ -273,6 +287,33 @@ def _randomised_rounds(run: Run) -> None:
                 rng.random((len(at), run.problem.num_nodes)),
             ),
         )
+
+
+def refine_window(run: Run, window: Window) -> None:
+    """The pipeline's work on one window of deadlines the sweep has passed.
+
+    Its breakpoints rounded (``initial_candidates`` x its share, spread by index), then
+    :func:`refine` on the intervals whose middle lies in it, with ``refine_batch`` and
+    ``hard_intervals`` scaled to its share (at least one each), on the frontier of the moment
+    the window was handed over (its bound exact there). No progress is reported.
+    """
+    o, share = run.options, window.share
+    opts = replace(
+        o,
+        initial_candidates=math.ceil(o.initial_candidates * share),
+        refine_batch=math.ceil(o.refine_batch * share),
+        hard_intervals=math.ceil(o.hard_intervals * share),
+    )
+    rf = window.relaxed
+    wrun = replace(run, relaxed=rf, options=opts, progress=None, window=(window.lo, window.hi))
+    run.pool.relaxed = rf
+    inside = np.flatnonzero((rf.times >= window.lo) & (rf.times <= window.hi))
+    if len(inside) == 0:
+        return
+    pick = np.unique(np.linspace(0, len(inside) - 1, opts.initial_candidates).round().astype(int))
+    at = rf.times[inside[pick]]
+    run.pool.batched(run.rounder.round, rf.durations_at(at), at, np.ones(len(at), dtype=bool))
+    refine(wrun)
 
 
 def search(run: Run) -> None:

@@ -6,7 +6,6 @@ other give, exactly; a failure or a cancel on either side stops both.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
 
@@ -120,33 +119,3 @@ def test_a_cancelled_solve_with_concurrent_relaxations_raises() -> None:
     problem = clocked_problem()
     with pytest.raises(SolverCancelled):
         solve_problem(problem, SolverOptions(workers=2), cancel=lambda: True)
-
-
-def test_breakpoint_times_a_rounding_error_out_of_order_are_put_in_order() -> None:
-    """A breakpoint time a rounding error out of order is lowered, the bound kept below ``G``.
-
-    Measured at A100 16 x 64 with per-clock transfers: one sweep step ended 4.4e-14 s after the
-    step before it, and building the bound refused the times.
-    """
-    from perseus.solver.relaxation import Relaxation, RelaxedFrontier
-
-    problem = clocked_problem(3, 4)
-    rf = RelaxedFrontier.sweep(problem, Relaxation.build(problem), memory=2**20)
-    assert solve_module._in_order(rf) is rf  # in order already: unchanged
-    i = len(rf.times) // 2
-    # a step that moved almost nothing, a rounding error later than the one before it (in
-    # increasing time: just above breakpoint i, but listed before it), its value a hair lower
-    late = rf.times[i] * (1 + 4.4e-14)
-    times = np.insert(rf.times, i, late)
-    costs = np.insert(rf.costs, i, rf.costs[i] - 1e-12 * abs(rf.costs[i]))
-    bad = dataclasses.replace(rf, times=times, costs=costs)
-    with pytest.raises(ValueError, match="non-decreasing"):
-        _ = bad.relaxed_bound
-    fixed = solve_module._in_order(bad)
-    assert np.all(np.diff(fixed.times) >= 0)
-    assert fixed.times[i] == fixed.times[i + 1] == rf.times[i]  # lowered, nothing else moved
-    np.testing.assert_array_equal(np.delete(fixed.times, i), rf.times)
-    grid = np.r_[np.linspace(rf.times[0], rf.times[-1], 500), rf.times]
-    # never above the exact bound (beyond rounding), and within a rounding error of it
-    assert np.all(fixed.bound(grid) <= rf.bound(grid) * (1 + 1e-12))
-    np.testing.assert_allclose(fixed.bound(grid), rf.bound(grid), rtol=1e-9)

@@ -112,7 +112,7 @@ def _chunk(problem: EnergyProblem, rel: Relaxation, d, flows, kv, steps: int):
     graph = split_graph(n, dag.src, dag.dst, np.diff(dag.pred_ptr) > 0, np.diff(dag.succ_ptr) > 0)
     work = (np.zeros(len(graph[1]), np.int64), np.empty(2 * n + 2, np.int64))
     t_min = float(dag.iteration_time(rel.shortest))
-    keep = np.array([0.0, 1.0, float(dag.iteration_time(rel.longest)), 0.0, -1.0])
+    keep = np.array([0.0, 1.0, float(dag.iteration_time(rel.longest)), 0.0, -1.0, np.inf])
     scale = min(1e6, 2.0**52 / (np.abs(rel.slope).max(axis=1).sum() + 1.0))
     times, costs, *_, d_next, done = relaxed_chunk(
         dag.topo, dag.pred_ptr, dag.pred_idx, dag.succ_ptr, dag.succ_idx, dag.src, dag.dst,

@@ -7,10 +7,18 @@ as a frontier of one point, sent before the bulk of the work), then one of
 ``("done", frontier_json, seconds)``, ``("cancelled", reason)`` or ``("error", reason)``.
 Once the solver is imported, the worker's address space is capped at what it uses plus its
 memory budget, so an allocation beyond the budget fails here (``MemoryError``) at once.
+
+Cores: a solve uses every core the worker may run on (its CPU affinity, inherited from the
+server: restrict the server's, e.g. with ``taskset`` or a cpuset, to give solves fewer), with
+the solver's default options (one relaxed sweep beside the rounding threads: see
+``docs/solver.md``). It runs at a lower CPU priority (niceness :data:`SOLVE_NICENESS` above the
+server's), so the server's event loop, plan queries and ``/healthz`` included, takes the CPU
+before it whenever it needs it, however many solves run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -20,7 +28,17 @@ from typing import Any
 
 from perseus_server.runtime.faults import TEST_SOLVE_DELAY_ENV, test_delay
 
-__all__ = ["run_solve"]
+__all__ = ["run_solve", "SOLVE_NICENESS"]
+
+#: How much less CPU priority a solve worker takes than the server (``os.nice`` increment):
+#: at 10 a busy worker gets about a tenth of the CPU the server gets where both want one core.
+SOLVE_NICENESS = 10
+
+
+def _lower_priority() -> None:
+    """Lower this process's CPU priority by :data:`SOLVE_NICENESS` (where the OS allows it)."""
+    with contextlib.suppress(AttributeError, OSError):  # not POSIX, or not allowed: as it is
+        os.nice(SOLVE_NICENESS)
 
 
 def _exit_with_parent(parent: Any) -> None:
@@ -72,6 +90,7 @@ def run_solve(
 
     if memory_bytes is not None:
         _cap_address_space(memory_bytes)
+    _lower_priority()
     lock = threading.Lock()
 
     def send(msg: tuple[Any, ...]) -> None:
@@ -109,7 +128,9 @@ def run_solve(
             progress=progress,
             cancel=cancel.is_set,
             on_first_plan=on_first_plan if first_plan else None,
-            options=SolverOptions(workers=1),  # one core per solve: the server runs several
+            # the default: threads on every core it may run on (its affinity), one sweep,
+            # below the server's priority (see the module docstring)
+            options=SolverOptions(),
         )
         send(("done", json.dumps(frontier.to_json(compact=True)), time.perf_counter() - t0))
     except SolverCancelled as e:
