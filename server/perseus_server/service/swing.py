@@ -1,0 +1,102 @@
+"""Swing-bounded plan answers: a policy's plan with the power floors that bound its swing.
+
+``GET /jobs/{id}/plan?slowdown=0&max_swing=0.3&max_ramp=0.12`` (``docs/power.md``): the policy
+sets the deadline (``deadline``: its value; ``slowdown``: ``T0 (1 + s)``; any other policy:
+the time of the point it selects), :func:`perseus.power.plan_for_swing` picks the plan and the
+per-rank floors of least energy within it, and the plan document gains ``power_floors`` (per
+pipeline rank, ``[start_s, end_s, watts]``), ``floor_energy`` and ``energy_with_floors`` (J,
+whole job), ``power_timeline`` (with the floors) and ``power_timeline_before`` (without). When
+no pair meets the bounds: a 422 naming ``max_swing`` and the least swing reachable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from perseus.errors import InfeasibleError, OptionError
+from perseus.frontier import Frontier
+from perseus.power import SwingBounds, SwingError, plan_for_swing
+from perseus_server.decisions.planner import PlanPolicy
+from perseus_server.domain.errors import BadRequest
+from perseus_server.service.state import Job
+
+__all__ = ["SWING_FIELDS", "swing_bounds", "swing_doc"]
+
+#: The query fields (and ``PUT`` body fields) of the swing bounds.
+SWING_FIELDS = ("max_swing", "max_ramp", "ramp_window")
+
+#: The search's budget per answer: plans evaluated with their floors.
+SEARCH_EVALUATIONS = 200
+
+
+def swing_bounds(given: dict[str, Any]) -> SwingBounds | None:
+    """The bounds among a request's fields (None: no bound asked); a 422 naming a bad one."""
+    swing, ramp, window = (given.get(k) for k in SWING_FIELDS)
+    if swing is None and ramp is None:
+        if window is not None:
+            raise BadRequest("ramp_window needs max_ramp", field="ramp_window")
+        return None
+    try:
+        return SwingBounds(swing, ramp, 0.1 if window is None else window)
+    except OptionError as e:
+        field = "ramp_window" if e.field == "window" else e.field
+        raise BadRequest(str(e), field=field) from None
+
+
+def _deadline(frontier: Frontier, index: int, policy: PlanPolicy) -> float:
+    """The time the policy allows: its deadline, its slowdown's, or its point's own time."""
+    own = float(frontier.times[index])
+    if policy.kind == "deadline":
+        return max(own, float(policy.value))
+    if policy.kind == "slowdown":
+        return max(own, frontier.max_frequency_time * (1 + float(policy.value)))
+    return own
+
+
+def swing_doc(
+    job: Job, frontier: Frontier, index: int, policy: PlanPolicy, bounds: SwingBounds, problem: Any
+) -> dict[str, Any]:
+    """What a plan document gains under ``bounds`` (and the plan it then runs)."""
+    if problem is None:
+        raise BadRequest(
+            "the job's profile no longer describes its frontier's plans: re-solve it first",
+            field="max_swing",
+        )
+    spec = job.spec
+    try:
+        sp = plan_for_swing(
+            frontier,
+            problem,
+            bounds,
+            _deadline(frontier, index, policy),
+            pipelines=spec.data_parallel,
+            tensor_parallel=spec.tensor_parallel,
+            max_evaluations=SEARCH_EVALUATIONS,
+        )
+    except SwingError as e:
+        raise BadRequest(str(e), field="max_swing", least_swing=e.least_swing) from None
+    except InfeasibleError as e:
+        raise BadRequest(str(e), field="max_swing") from None
+    windows = sorted({0.1, bounds.window})
+    copies = spec.data_parallel * spec.tensor_parallel
+    freqs = problem.frequencies_of(sp.plan)
+    out: list[list[int]] = []
+    k = 0
+    for order in frontier.schedule.orders:
+        out.append([int(f) for f in freqs[k : k + len(order)]])
+        k += len(order)
+    return {
+        "index": sp.index,
+        "time": sp.time,
+        "energy": sp.plan_energy,
+        "frequencies": out,
+        "power_timeline": sp.timeline.to_json(windows=windows),
+        "swing_bounds": bounds.to_json(),
+        "power_floors": sp.floors.to_json(),
+        "floor_energy": sp.floor_energy,
+        "energy_with_floors": sp.energy,
+        "plan_is_frontier_point": bool(np.array_equal(sp.plan, frontier.plans[sp.index])),
+        "power_timeline_before": sp.before.scaled(copies).to_json(windows=windows),
+    }
