@@ -81,7 +81,7 @@ def run_one(gpu: str, mb: int, bounds: SwingBounds, slowdown: float) -> dict[str
     plain_floors = least_floors(rp, bounds, resolution=bounds.window / 20)
     t = time.perf_counter()
     swing = plan_for_swing(
-        frontier, problem, bounds, deadline, time_budget=solve_s, max_evaluations=10**6
+        frontier, problem, bounds, deadline, time_budget=0.9 * solve_s, max_evaluations=10**6
     )
     swing_s = time.perf_counter() - t
     after = swing.timeline

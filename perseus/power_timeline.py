@@ -262,10 +262,13 @@ def rank_power(problem: EnergyProblem, plan: PlanArray) -> RankPower:
     k1 = np.clip(np.searchsorted(times, end, side="left"), 0, m)
     k0 = _snap(times, start, k0)
     k1 = _snap(times, end, k1)
-    delta = np.zeros((problem.dag.num_ranks, m + 1))
-    np.add.at(delta, (ranks, k0), excess)
-    np.add.at(delta, (ranks, k1), -excess)
-    watts = problem.blocking_power + np.cumsum(delta, axis=1)[:, :m]
+    r = problem.dag.num_ranks
+    delta = np.bincount(
+        np.concatenate([ranks * (m + 1) + k0, ranks * (m + 1) + k1]),
+        weights=np.concatenate([excess, -excess]),
+        minlength=r * (m + 1),
+    ).reshape(r, m + 1)
+    watts = np.asarray(problem.blocking_power + np.cumsum(delta, axis=1)[:, :m], dtype=np.float64)
     return RankPower(times, watts, float(problem.blocking_power))
 
 

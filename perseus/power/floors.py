@@ -47,6 +47,7 @@ __all__ = [
     "SwingBounds",
     "Floors",
     "least_floors",
+    "floor_energy",
     "uniform_floor",
     "trough_fill_energy",
     "meets",
@@ -205,21 +206,28 @@ def least_floors(
     ranks: RankPower, bounds: SwingBounds, *, resolution: float | None = None
 ) -> Floors:
     """The least-energy floors that keep ``ranks``' summed power within ``bounds``."""
+    pc, level, total, energy = _least(ranks, bounds, resolution)
+    timeline = PowerTimeline(np.append(pc.start, pc.period), total)
+    return Floors(_rank_floors(pc, level), energy, timeline)
+
+
+def floor_energy(
+    ranks: RankPower, bounds: SwingBounds, *, resolution: float | None = None
+) -> float:
+    """The joules :func:`least_floors` adds, without building the floors (for searches)."""
+    return _least(ranks, bounds, resolution)[3]
+
+
+def _least(
+    ranks: RankPower, bounds: SwingBounds, resolution: float | None
+) -> tuple[_Pieces, FloatArray, FloatArray, float]:
+    """The pieces, their least levels, the power with them, and the joules they add."""
     res = bounds.window / 5 if resolution is None else float(resolution)
     pc = _pieces(ranks, res)
-    base = ranks.watts.sum(axis=0)
-    peak = float(base.max())
-    for _ in range(50):
-        level = _solve_levels(pc, bounds, peak)
-        total = np.maximum(pc.power, level[pc.cell][None, :]).sum(axis=0)
-        if total.max() <= peak * (1 + 1e-12):
-            break
-        peak = float(total.max())
-    times = np.append(pc.start, pc.period)
-    timeline = PowerTimeline(times, total)
-    plain = pc.power.sum(axis=0)
-    energy = float(np.dot(pc.end - pc.start, total - plain))
-    return Floors(_rank_floors(pc, level), energy, timeline)
+    level = _solve_levels(pc, bounds, float(ranks.watts.sum(axis=0).max()))
+    total = np.maximum(pc.power, level[pc.cell][None, :]).sum(axis=0)
+    energy = float(np.dot(pc.end - pc.start, total - pc.power.sum(axis=0)))
+    return pc, level, total, energy
 
 
 def _rank_floors(pc: _Pieces, level: FloatArray) -> list[list[tuple[float, float, float]]]:

@@ -12,8 +12,12 @@ included. The plan is searched, not taken as given:
 2. from the best, a local search (``local=True``) moves clocks around the peak and the
    troughs: slowing an instruction that runs at the peak (lowering the peak lowers the
    trough the swing bound asks for), speeding up one of its neighbours on the same rank to
-   make the room, or changing one instruction's clock by one step; a move is kept when the
-   plan still finishes within the deadline and plan plus floors costs less. The result need
+   make the room; then changing one instruction's clock by one or two steps, those running
+   in the troughs first (where the floors bind, a faster clock's extra power is drawn
+   anyway, and the time it frees lets others slow down); a move is kept when the plan still
+   finishes within the deadline and plan plus floors costs less (moves that even the
+   trough filled alone, the ramp ignored, would not save are screened out before the
+   floors are computed). The result need
    not be a frontier point (``SwingPlan.index`` is the point it started from).
 
 Floors are searched at ``window / 5`` cells and the final answer's at ``window / 20``.
@@ -34,11 +38,11 @@ import numpy.typing as npt
 
 from perseus.errors import InfeasibleError
 from perseus.frontier import Frontier
-from perseus.power.floors import Floors, SwingBounds, least_floors, meets
-from perseus.power_timeline import PowerTimeline, _node_schedule, rank_power
+from perseus.power.floors import Floors, SwingBounds, floor_energy, least_floors, meets
+from perseus.power_timeline import PowerTimeline, RankPower, _node_schedule, rank_power
 from perseus.problem import EnergyProblem
 
-__all__ = ["SwingError", "SwingPlan", "plan_for_swing", "swing_of"]
+__all__ = ["SwingError", "SwingPlan", "deadline_for", "plan_for_swing", "swing_of"]
 
 PlanArray = npt.NDArray[np.uint8]
 
@@ -110,6 +114,16 @@ class SwingPlan:
         }
 
 
+def deadline_for(frontier: Frontier, index: int, kind: str, value: float) -> float:
+    """The time a plan policy allows: a deadline's, a slowdown's, else its point's own time."""
+    own = float(frontier.times[index])
+    if kind == "deadline":
+        return max(own, float(value))
+    if kind == "slowdown":
+        return max(own, frontier.max_frequency_time * (1 + float(value)))
+    return own
+
+
 def swing_of(problem: EnergyProblem, plan: PlanArray) -> float:
     """The swing of ``plan`` alone (no floors): what a GPU that cannot hold a floor gets."""
     return rank_power(problem, plan).total().swing
@@ -117,7 +131,15 @@ def swing_of(problem: EnergyProblem, plan: PlanArray) -> float:
 
 def _cost(problem: EnergyProblem, plan: PlanArray, bounds: SwingBounds, res: float) -> float:
     rp = rank_power(problem, plan)
-    return rp.total().energy + least_floors(rp, bounds, resolution=res).energy
+    return rp.total().energy + floor_energy(rp, bounds, resolution=res)
+
+
+def _screen(rp: RankPower, bounds: SwingBounds) -> float:
+    """A quick lower estimate of plan plus floors: the trough filled, the ramp ignored."""
+    total = rp.watts.sum(axis=0)
+    dt = np.diff(rp.times)
+    low = (1.0 - (bounds.max_swing if bounds.max_swing is not None else 1.0)) * total.max()
+    return float(np.dot(dt, total) + np.dot(dt, np.maximum(0.0, low - total)))
 
 
 def _candidates(frontier: Frontier, deadline: float, max_points: int) -> list[int]:
@@ -146,16 +168,19 @@ class _Search:
     budget: int
     stop_at: float = math.inf
     evaluations: int = 0
+    slack: float = 0.0
 
     def attempt(self, plan: PlanArray) -> float:
         """The cost of ``plan``, ``inf`` past the deadline or the budget."""
         if self.evaluations >= self.budget or time.perf_counter() > self.stop_at:
             return math.inf
         self.evaluations += 1
-        rp = rank_power(self.problem, plan)
-        if rp.times[-1] > self.deadline * (1 + 1e-12):
+        if self.problem.evaluate(plan).time > self.deadline * (1 + 1e-12):
             return math.inf
-        return rp.total().energy + least_floors(rp, self.bounds, resolution=self.res).energy
+        rp = rank_power(self.problem, plan)
+        if _screen(rp, self.bounds) >= self.cost - self.slack:
+            return math.inf  # even the trough alone filled would not save
+        return rp.total().energy + floor_energy(rp, self.bounds, resolution=self.res)
 
     def peak_ops(self) -> list[int]:
         """Instructions running at the five highest pieces of the plan's power."""
@@ -194,11 +219,22 @@ class _Search:
         self.cost, self.plan = best
         return True
 
+    def trough_order(self) -> list[int]:
+        """Instructions by the job's power at their middle, lowest first (troughs first)."""
+        es, d, _ = _node_schedule(self.problem, self.plan)
+        rp = rank_power(self.problem, self.plan)
+        total = rp.watts.sum(axis=0)
+        n = self.problem.dag.num_ops
+        k = np.clip(
+            np.searchsorted(rp.times, es[:n] + d[:n] / 2, side="right") - 1, 0, len(total) - 1
+        )
+        return np.argsort(total[k], kind="stable").tolist()
+
     def single_moves(self) -> bool:
-        """One pass of one-step clock changes, each kept when it saves."""
+        """One pass of clock changes by one or two steps, troughs first, kept when they save."""
         improved = False
-        for v in range(self.problem.dag.num_ops):
-            for step in (-1, 1):
+        for v in self.trough_order():
+            for step in (-2, -1, 1, 2):
                 k = int(self.plan[v]) + step
                 if not 0 <= k < self.problem.num_options[v]:
                     continue

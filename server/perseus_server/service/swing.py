@@ -18,6 +18,7 @@ import numpy as np
 from perseus.errors import InfeasibleError, OptionError
 from perseus.frontier import Frontier
 from perseus.power import SwingBounds, SwingError, plan_for_swing
+from perseus.power.swing import deadline_for
 from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.errors import BadRequest
 from perseus_server.service.state import Job
@@ -45,16 +46,6 @@ def swing_bounds(given: dict[str, Any]) -> SwingBounds | None:
         raise BadRequest(str(e), field=field) from None
 
 
-def _deadline(frontier: Frontier, index: int, policy: PlanPolicy) -> float:
-    """The time the policy allows: its deadline, its slowdown's, or its point's own time."""
-    own = float(frontier.times[index])
-    if policy.kind == "deadline":
-        return max(own, float(policy.value))
-    if policy.kind == "slowdown":
-        return max(own, frontier.max_frequency_time * (1 + float(policy.value)))
-    return own
-
-
 def swing_doc(
     job: Job, frontier: Frontier, index: int, policy: PlanPolicy, bounds: SwingBounds, problem: Any
 ) -> dict[str, Any]:
@@ -70,7 +61,7 @@ def swing_doc(
             frontier,
             problem,
             bounds,
-            _deadline(frontier, index, policy),
+            deadline_for(frontier, index, policy.kind, policy.value),
             pipelines=spec.data_parallel,
             tensor_parallel=spec.tensor_parallel,
             max_evaluations=SEARCH_EVALUATIONS,
