@@ -1,9 +1,10 @@
-"""Swing-bounded plan queries on a real ``perseus serve``.
+"""Swing-bounded plan queries and deployments on a real ``perseus serve``.
 
 ``GET /jobs/{id}/plan`` carries the plan's ``power_timeline``; with ``max_swing`` /
 ``max_ramp`` it answers the plan and ``power_floors`` of least energy within the policy's
 deadline, whose timeline (recomputed here from the floors and the core's model, on the job's
-profile) meets the bounds; bad bounds and impossible ones are 422s naming the field.
+profile) meets the bounds; bad bounds are 422s naming the field. ``PUT /jobs/{id}/plan`` with
+bounds pushes every rank its floors over gRPC, and the policy survives a restart of the view.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from perseus.power_timeline import PowerTimeline, rank_power
 from perseus.problem import EnergyProblem
 from perseus.profiles import parse_profile_csv
 from perseus.schedules import one_f_one_b
+from perseus_common.proto import perseus_pb2 as pb
+from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 
-from .conftest import BLOCKING_A40, problem_field, sliced_profile_csv, solved_job
+from .conftest import BLOCKING_A40, problem_field, register, sliced_profile_csv, solved_job
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +108,44 @@ def test_bad_bounds_are_422s_naming_the_field(
     r = http.get(f"/jobs/{job}/plan", params={"slowdown": 0, **params})
     assert r.status_code == 422, r.text
     assert problem_field(r) == field
+
+
+def test_a_bounded_deployment_pushes_each_rank_its_floors(
+    http: httpx.Client, stub: pb_grpc.PlanServiceStub, job: str, csv: str
+) -> None:
+    streams = {}
+    for r in range(4):
+        rank = register(stub, job, r, r).rank_id
+        streams[r] = stub.WatchPlan(pb.WatchPlanRequest(job_id=job, rank_id=rank), timeout=60)
+        first = next(streams[r])
+        assert list(first.power_floors) == [] and first.plan_swing == 0.0
+    r = http.put(f"/jobs/{job}/plan", json={"slowdown": 0, "max_swing": 0.3, "max_ramp": 0.12})
+    assert r.status_code == 200, r.text
+    view = r.json()
+    assert view["policy"]["swing"] == {"max_swing": 0.3, "max_ramp": 0.12, "ramp_window": 0.1}
+    floors = view["swing"]["power_floors"]
+    assert view["swing"]["plan_swing"] > 0.3 and len(floors) == 4
+    pushed = {}
+    for rr, stream in streams.items():
+        msg = next(stream)
+        assert msg.version == view["version"] and msg.plan_swing == view["swing"]["plan_swing"]
+        pushed[rr] = [[f.start_s, f.end_s, f.watts] for f in msg.power_floors]
+        stream.cancel()
+    assert [pushed[rr] for rr in range(4)] == floors
+    doc = {
+        "frequencies": [
+            p["frequencies"]
+            for p in [
+                http.get(
+                    f"/jobs/{job}/plan", params={"index": view["pipelines"][0]["index"]}
+                ).json()
+            ]
+        ][0],
+        "power_floors": floors,
+    }
+    assert meets(_floored(csv, doc), SwingBounds(0.3, 0.12))
+    # Floors are the whole job's: not for some pipelines only; and a plain PUT drops them.
+    bad = http.put(f"/jobs/{job}/plan", json={"max_swing": 0.3, "pipelines": [0]})
+    assert bad.status_code == 422 and problem_field(bad) == "max_swing"
+    plain = http.put(f"/jobs/{job}/plan", json={"slowdown": 0}).json()
+    assert "swing" not in plain and "swing" not in plain["policy"]

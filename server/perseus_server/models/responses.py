@@ -207,6 +207,10 @@ class _PlanPolicyBase(ResponseModel):
     copies: int = omitted(
         "``power_budget``: the job's data_parallel x tensor_parallel copies of one pipeline."
     )
+    swing: dict[str, float] = omitted(
+        "The swing bounds the deployed plan's power floors keep: max_swing, max_ramp, "
+        "ramp_window (PUT /jobs/{id}/plan)."
+    )
 
 
 if TYPE_CHECKING:
@@ -268,6 +272,11 @@ class PlanDeployment(_DeploymentBase):
     )
     peak_power: float | None = Field(
         description="Per GPU, the highest power (W) of any instruction option any pipeline runs."
+    )
+    swing: dict[str, Any] = omitted(
+        "With swing bounds (PUT /jobs/{id}/plan max_swing / max_ramp): the bounds, the job's "
+        "swing with the plan alone (plan_swing) and every rank's power_floors ([start_s, end_s, "
+        "watts] within an iteration) of the first pipeline's plan, pushed with the plan."
     )
     constraint: Literal["own policy", "power budget", "straggler", "power budget and straggler"] = (
         Field(

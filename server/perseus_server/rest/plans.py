@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
@@ -27,7 +28,7 @@ from perseus_server.models.requests import policy_field
 from perseus_server.rest.docs import operation
 from perseus_server.rest.gate import Gate
 from perseus_server.service import PerseusService
-from perseus_server.service.swing import swing_bounds
+from perseus_server.service.swing import SWING_FIELDS, swing_bounds, swing_items
 
 __all__ = ["TAGS", "PlanAnswerFront", "PlanQueriesFirst", "plans_router"]
 
@@ -208,7 +209,15 @@ def plans_router(service: PerseusService) -> APIRouter:
         The policy has at most one criterion (none: the fastest plan); pinning sets the
         given ``pipelines`` to the selected point.
         """
-        policy = _policy(body.model_dump(exclude={"pipelines"}))
+        given = body.model_dump(exclude={"pipelines"})
+        swing = swing_bounds({k: given.pop(k) for k in SWING_FIELDS})
+        policy = _policy(given)
+        if swing is not None:
+            if body.pipelines is not None:
+                raise BadRequest(
+                    "swing bounds are the whole job's: give no pipelines", field="max_swing"
+                )
+            policy = replace(policy, swing=swing_items(swing))
         return service.deploy(job_id, policy, body.pipelines)
 
     return router

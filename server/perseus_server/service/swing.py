@@ -17,13 +17,21 @@ import numpy as np
 
 from perseus.errors import InfeasibleError, OptionError
 from perseus.frontier import Frontier
-from perseus.power import SwingBounds, SwingError, plan_for_swing
+from perseus.power import SwingBounds, SwingError, least_floors, plan_for_swing
 from perseus.power.swing import deadline_for
+from perseus.power_timeline import rank_power
 from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.errors import BadRequest
 from perseus_server.service.state import Job
 
-__all__ = ["SWING_FIELDS", "swing_bounds", "swing_doc"]
+__all__ = [
+    "DeployedFloors",
+    "SWING_FIELDS",
+    "bounds_of",
+    "swing_bounds",
+    "swing_doc",
+    "swing_items",
+]
 
 #: The query fields (and ``PUT`` body fields) of the swing bounds.
 SWING_FIELDS = ("max_swing", "max_ramp", "ramp_window")
@@ -44,6 +52,22 @@ def swing_bounds(given: dict[str, Any]) -> SwingBounds | None:
     except OptionError as e:
         field = "ramp_window" if e.field == "window" else e.field
         raise BadRequest(str(e), field=field) from None
+
+
+def swing_items(bounds: SwingBounds) -> tuple[tuple[str, float], ...]:
+    """The bounds as a stored policy keeps them (``PlanPolicy.swing``)."""
+    out = [("max_swing", bounds.max_swing), ("max_ramp", bounds.max_ramp)]
+    return tuple((k, float(v)) for k, v in out if v is not None) + (
+        ("ramp_window", float(bounds.window)),
+    )
+
+
+def bounds_of(policy: PlanPolicy) -> SwingBounds | None:
+    """A stored policy's swing bounds (None: none)."""
+    if not policy.swing:
+        return None
+    d = dict(policy.swing)
+    return SwingBounds(d.get("max_swing"), d.get("max_ramp"), d.get("ramp_window", 0.1))
 
 
 def swing_doc(
@@ -91,3 +115,45 @@ def swing_doc(
         "plan_is_frontier_point": bool(np.array_equal(sp.plan, frontier.plans[sp.index])),
         "power_timeline_before": sp.before.scaled(copies).to_json(windows=windows),
     }
+
+
+class DeployedFloors:
+    """The power floors of deployed plans under a stored policy's swing bounds, cached.
+
+    Per (job, frontier, point, bounds): each pipeline rank's least floors
+    (:func:`perseus.power.least_floors` on the point's plan; the deployed plan is the policy's
+    point, the floors chosen for it) and the job's swing with the plan alone. A pipeline whose
+    plan differs from the others' (a straggler's) gets the floors of its own plan: each
+    pipeline then keeps its own trough within the bound, so the job's sum does too.
+    """
+
+    def __init__(self, size: int = 256) -> None:
+        self._size = size
+        self._cache: dict[
+            tuple[Any, ...], tuple[Any, list[list[tuple[float, float, float]]], float]
+        ] = {}
+
+    def of(
+        self, job: Job, frontier: Frontier, index: int, bounds: SwingBounds
+    ) -> tuple[list[list[tuple[float, float, float]]], float] | None:
+        """Every rank's floors and the plan's own swing; None without a fitting profile."""
+        key = (job.id, id(frontier), index, bounds, id(job.profile.current))
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] is frontier:
+            return hit[1], hit[2]
+        from perseus_server.service.power import job_problem
+
+        problem = job_problem(job, frontier)
+        if problem is None:
+            return None
+        rp = rank_power(problem, frontier.plans[index])
+        floors = least_floors(rp, bounds, resolution=bounds.window / 20).ranks
+        if len(self._cache) >= self._size:
+            self._cache.clear()
+        self._cache[key] = (frontier, floors, rp.total().swing)
+        return floors, rp.total().swing
+
+    def forget(self, job_id: str) -> None:
+        """Drop a deleted job's floors."""
+        for k in [k for k in self._cache if k[0] == job_id]:
+            del self._cache[k]
