@@ -306,3 +306,11 @@ def test_swing_benchmark_smoke(tmp_path: Path) -> None:
     assert row["perseus_energy"] <= row["plan_floors_energy"] + 1e-6
     assert row["plan_floors_energy"] < row["uniform_energy"]
     assert row["plan"]["swing"] > 0.30 and row["solve_s"] > 0
+
+
+def test_power_floor_gpu_check_smoke() -> None:
+    res: dict[str, Any] = json.loads(run("power_floor_gpu.py", "--smoke"))
+    assert res["floor_unavailable"] is None and res["held"] is True
+    assert res["during"]["counter_w"] == pytest.approx(res["floor_w"], rel=0.05)
+    assert res["before"]["counter_w"] == pytest.approx(80.0, rel=0.05)
+    assert res["after"]["counter_w"] == pytest.approx(80.0, rel=0.05)
