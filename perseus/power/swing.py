@@ -12,8 +12,9 @@ included. The plan is searched, not taken as given:
 2. from the best, a local search (``local=True``) moves clocks around the peak and the
    troughs: slowing an instruction that runs at the peak (lowering the peak lowers the
    trough the swing bound asks for), speeding up one of its neighbours on the same rank to
-   make the room; then changing one instruction's clock by one or two steps, those running
-   in the troughs first (where the floors bind, a faster clock's extra power is drawn
+   make the room; then changing one instruction's clock by one or two steps: those running
+   in the troughs (below the swing bound's level plus one ramp step) or within 3 % of the
+   peak, troughs first, then, when none of those saves, every instruction (where the floors bind, a faster clock's extra power is drawn
    anyway, and the time it frees lets others slow down); a move is kept when the plan still
    finishes within the deadline and plan plus floors costs less (moves that even the
    trough filled alone, the ramp ignored, would not save are screened out before the
@@ -219,21 +220,31 @@ class _Search:
         self.cost, self.plan = best
         return True
 
-    def trough_order(self) -> list[int]:
-        """Instructions by the job's power at their middle, lowest first (troughs first)."""
+    def trough_order(self, everywhere: bool = False) -> list[int]:
+        """Instructions by the job's power at their middle, lowest first (troughs first).
+
+        Only those in the troughs (below the swing bound's level plus one ramp step) or near
+        the peak (within 3 %), unless ``everywhere``.
+        """
         es, d, _ = _node_schedule(self.problem, self.plan)
         rp = rank_power(self.problem, self.plan)
         total = rp.watts.sum(axis=0)
         n = self.problem.dag.num_ops
-        k = np.clip(
-            np.searchsorted(rp.times, es[:n] + d[:n] / 2, side="right") - 1, 0, len(total) - 1
-        )
-        return np.argsort(total[k], kind="stable").tolist()
+        mid = es[:n] + d[:n] / 2
+        k = np.clip(np.searchsorted(rp.times, mid, side="right") - 1, 0, len(total) - 1)
+        order = np.argsort(total[k], kind="stable")
+        if everywhere:
+            return order.tolist()
+        peak, b = float(total.max()), self.bounds
+        low = (1 - (b.max_swing if b.max_swing is not None else 1.0)) * peak
+        low += (b.max_ramp if b.max_ramp is not None else 0.0) * peak
+        at = total[k][order]
+        return order[(at <= low) | (at >= 0.97 * peak)].tolist()
 
-    def single_moves(self) -> bool:
+    def single_moves(self, everywhere: bool = False) -> bool:
         """One pass of clock changes by one or two steps, troughs first, kept when they save."""
         improved = False
-        for v in self.trough_order():
+        for v in self.trough_order(everywhere):
             for step in (-2, -1, 1, 2):
                 k = int(self.plan[v]) + step
                 if not 0 <= k < self.problem.num_options[v]:
@@ -280,7 +291,7 @@ def plan_for_swing(
     if local and bounds.bounded:
         while search.peak_moves():
             pass
-        while search.single_moves():
+        while search.single_moves() or search.single_moves(everywhere=True):
             pass
     rp = rank_power(problem, search.plan)
     floors = least_floors(rp, bounds, resolution=bounds.window / 20)
