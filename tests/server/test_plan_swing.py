@@ -124,6 +124,10 @@ def test_a_bounded_deployment_pushes_each_rank_its_floors(
     view = r.json()
     assert view["policy"]["swing"] == {"max_swing": 0.3, "max_ramp": 0.12, "ramp_window": 0.1}
     floors = view["swing"]["power_floors"]
+    tl = view["power_timeline"]
+    assert tl["swing"] <= 0.3 + 1e-6 and tl["before"]["swing"] == view["swing"]["plan_swing"]
+    assert 0 < len(tl["samples"]["t"]) == len(tl["samples"]["w"]) <= 400
+    assert min(tl["samples"]["w"]) == pytest.approx(tl["trough_w"], abs=0.01)
     assert view["swing"]["plan_swing"] > 0.3 and len(floors) == 4
     pushed = {}
     for rr, stream in streams.items():

@@ -273,6 +273,12 @@ class PlanDeployment(_DeploymentBase):
     peak_power: float | None = Field(
         description="Per GPU, the highest power (W) of any instruction option any pipeline runs."
     )
+    power_timeline: dict[str, Any] = omitted(
+        "The first pipeline's plan as the whole job draws it over one iteration (with its "
+        "floors under swing bounds; then ``before`` without them): the measures of a plan "
+        "document's power_timeline and ``samples`` ({t, w}: power w[k] W from t[k] s, at most "
+        "400 steps) to draw."
+    )
     swing: dict[str, Any] = omitted(
         "With swing bounds (PUT /jobs/{id}/plan max_swing / max_ramp): the bounds, the job's "
         "swing with the plan alone (plan_swing) and every rank's power_floors ([start_s, end_s, "

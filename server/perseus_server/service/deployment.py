@@ -272,6 +272,23 @@ class Deployer(Generic[B]):
             return (), 0.0
         return tuple(found[0][pipeline_rank]), found[1]
 
+    def _swing_view(self, job: Job, dep: Deployment, frontier: Frontier) -> dict[str, Any]:
+        """The view's ``power_timeline`` and, under swing bounds, ``swing`` (pipeline 0's)."""
+        out: dict[str, Any] = {}
+        bounds = bounds_of(job.deployment.policy)
+        timeline = self.floors.timeline(job, frontier, dep.indices[0], bounds)
+        if timeline is not None:
+            out["power_timeline"] = timeline
+        found = None if bounds is None else self.floors.of(job, frontier, dep.indices[0], bounds)
+        if bounds is not None and found is not None:
+            floors = [[list(f) for f in r] for r in found[0]]
+            out["swing"] = {
+                "bounds": bounds.to_json(),
+                "plan_swing": found[1],
+                "power_floors": floors,
+            }
+        return out
+
     # --- pipelines -------------------------------------------------------------------------------
 
     def pipeline_frontier(self, job: Job, dep: Deployment, p: int) -> Frontier:
@@ -354,15 +371,7 @@ class Deployer(Generic[B]):
                 out["partial"] = True
             if power is not None:
                 out.update(power)
-            bounds = bounds_of(job.deployment.policy)
-            found = (
-                None
-                if bounds is None
-                else self.floors.of(job, frontiers[0], dep.indices[0], bounds)
-            )
-            if bounds is not None and found is not None:
-                out["swing"] = {"bounds": bounds.to_json(), "plan_swing": found[1],
-                                "power_floors": [[list(f) for f in r] for r in found[0]]}  # fmt: skip
+            out.update(self._swing_view(job, dep, frontiers[0]))
         elif dep.kind is DeploymentKind.PROFILING:
             out["profiling"] = dep.profiling
         else:

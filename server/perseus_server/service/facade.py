@@ -308,6 +308,7 @@ class PerseusService:
         self.jobs.remove(job_id)
         self.store.delete_job(job.id)
         self.powers.forget(job.id)
+        self.deployer.floors.forget(job.id)
         self.answers.forget(job.id)
         self.lifecycle.removed(job.id)
         self.reports.forget(job.id)

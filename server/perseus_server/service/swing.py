@@ -132,6 +132,7 @@ class DeployedFloors:
         self._cache: dict[
             tuple[Any, ...], tuple[Any, list[list[tuple[float, float, float]]], float]
         ] = {}
+        self._timelines: dict[tuple[Any, ...], tuple[Frontier, dict[str, Any]]] = {}
 
     def of(
         self, job: Job, frontier: Frontier, index: int, bounds: SwingBounds
@@ -153,7 +154,62 @@ class DeployedFloors:
         self._cache[key] = (frontier, floors, rp.total().swing)
         return floors, rp.total().swing
 
+    def timeline(
+        self, job: Job, frontier: Frontier, index: int, bounds: SwingBounds | None
+    ) -> dict[str, Any] | None:
+        """The deployed point's ``power_timeline`` (whole job) with ``samples`` to draw.
+
+        With ``bounds``: the timeline with the floors, and ``before`` without them.
+        """
+        key = (job.id, id(frontier), index, bounds, id(job.profile.current))
+        hit = self._timelines.get(key)
+        if hit is not None and hit[0] is frontier:
+            return dict(hit[1])
+        from perseus_server.service.power import job_problem
+
+        problem = job_problem(job, frontier)
+        if problem is None:
+            return None
+        rp = rank_power(problem, frontier.plans[index])
+        copies = job.spec.data_parallel * job.spec.tensor_parallel
+        plain = rp.total(copies)
+        after = plain
+        if bounds is not None:
+            after = least_floors(rp, bounds, resolution=bounds.window / 20).timeline.scaled(copies)
+        doc = {**after.to_json(), "samples": _samples(after)}
+        if bounds is not None:
+            doc["before"] = {**plain.to_json(), "samples": _samples(plain)}
+        if len(self._timelines) >= self._size:
+            self._timelines.clear()
+        self._timelines[key] = (frontier, doc)
+        return dict(doc)
+
     def forget(self, job_id: str) -> None:
         """Drop a deleted job's floors."""
-        for k in [k for k in self._cache if k[0] == job_id]:
-            del self._cache[k]
+        for cache in (self._cache, self._timelines):
+            for k in [k for k in cache if k[0] == job_id]:
+                del cache[k]
+
+
+#: The most step points of a timeline's ``samples`` (a long one is binned: each bin's lowest
+#: and highest power, in time order, so the peak and the trough stay).
+MAX_SAMPLES = 400
+
+
+def _samples(tl: Any) -> dict[str, list[float]]:
+    """``{"t", "w"}``: one iteration's steps (power ``w[k]`` from ``t[k]``), at most ``MAX_SAMPLES``."""
+    t, w = tl.times[:-1], tl.watts
+    if len(w) <= MAX_SAMPLES:
+        return {"t": [round(float(x), 6) for x in t], "w": [round(float(x), 2) for x in w]}
+    bins = np.minimum((t / tl.period * (MAX_SAMPLES // 2)).astype(np.int64), MAX_SAMPLES // 2 - 1)
+    ts: list[float] = []
+    ws: list[float] = []
+    for b in range(MAX_SAMPLES // 2):
+        sel = np.flatnonzero(bins == b)
+        if sel.size == 0:
+            continue
+        lo, hi = sel[np.argmin(w[sel])], sel[np.argmax(w[sel])]
+        for k in sorted({int(lo), int(hi)}):
+            ts.append(round(float(t[k]), 6))
+            ws.append(round(float(w[k]), 2))
+    return {"t": ts, "w": ws}
