@@ -246,7 +246,13 @@ def _node_schedule(
 
 def rank_power(problem: EnergyProblem, plan: PlanArray) -> RankPower:
     """Each rank's power over one iteration of ``plan`` (one pipeline, one GPU per rank)."""
-    es, d, e = _node_schedule(problem, plan)
+    return rank_power_of(problem, *_node_schedule(problem, plan))
+
+
+def rank_power_of(
+    problem: EnergyProblem, es: FloatArray, d: FloatArray, e: FloatArray
+) -> RankPower:
+    """:func:`rank_power` from the nodes' earliest starts, durations and energies."""
     period = float((es + d).max())
     busy = d > 0
     start, end = es[busy], (es + d)[busy]

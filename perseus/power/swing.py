@@ -40,7 +40,13 @@ import numpy.typing as npt
 from perseus.errors import InfeasibleError
 from perseus.frontier import Frontier
 from perseus.power.floors import Floors, SwingBounds, floor_energy, least_floors, meets
-from perseus.power_timeline import PowerTimeline, RankPower, _node_schedule, rank_power
+from perseus.power_timeline import (
+    PowerTimeline,
+    RankPower,
+    _node_schedule,
+    rank_power,
+    rank_power_of,
+)
 from perseus.problem import EnergyProblem
 
 __all__ = ["SwingError", "SwingPlan", "deadline_for", "plan_for_swing", "swing_of"]
@@ -176,9 +182,10 @@ class _Search:
         if self.evaluations >= self.budget or time.perf_counter() > self.stop_at:
             return math.inf
         self.evaluations += 1
-        if self.problem.evaluate(plan).time > self.deadline * (1 + 1e-12):
+        es, d, e = _node_schedule(self.problem, plan)
+        if float((es + d).max()) > self.deadline * (1 + 1e-12):
             return math.inf
-        rp = rank_power(self.problem, plan)
+        rp = rank_power_of(self.problem, es, d, e)
         if _screen(rp, self.bounds) >= self.cost - self.slack:
             return math.inf  # even the trough alone filled would not save
         return rp.total().energy + floor_energy(rp, self.bounds, resolution=self.res)
