@@ -153,3 +153,20 @@ def test_a_bounded_deployment_pushes_each_rank_its_floors(
     assert bad.status_code == 422 and problem_field(bad) == "max_swing"
     plain = http.put(f"/jobs/{job}/plan", json={"slowdown": 0}).json()
     assert "swing" not in plain and "swing" not in plain["policy"]
+
+
+def test_floors_that_lift_a_power_budget_plan_over_its_budget_are_refused(
+    http: httpx.Client, job: str
+) -> None:
+    plain = http.get(f"/jobs/{job}/plan", params={"slowdown": 0}).json()
+    budget = plain["average_power"] * 1.0001  # the fastest plan just fits; its floors do not
+    r = http.get(
+        f"/jobs/{job}/plan", params={"power_budget": budget, "max_swing": 0.3, "max_ramp": 0.12}
+    )
+    assert r.status_code == 422, r.text
+    assert problem_field(r) == "max_swing" and r.json()["average_power"] > budget
+    roomy = http.get(
+        f"/jobs/{job}/plan",
+        params={"power_budget": 2 * budget, "max_swing": 0.3, "max_ramp": 0.12},
+    ).json()
+    assert roomy["energy_with_floors"] / roomy["time"] <= 2 * budget

@@ -54,6 +54,18 @@ def swing_bounds(given: dict[str, Any]) -> SwingBounds | None:
         raise BadRequest(str(e), field=field) from None
 
 
+def _check_budget(policy: PlanPolicy, watts: float) -> None:
+    """A 422 when the floors lift a power-budget policy's plan above its budget (W, whole job)."""
+    if policy.kind == "power_budget" and watts > float(policy.value) * (1 + 1e-12):
+        raise BadRequest(
+            f"with its power floors the plan draws {watts:.1f} W on average, above the power "
+            f"budget of {float(policy.value):.1f} W: loosen max_swing / max_ramp or raise the "
+            "budget",
+            field="max_swing",
+            average_power=watts,
+        )
+
+
 def swing_items(bounds: SwingBounds) -> tuple[tuple[str, float], ...]:
     """The bounds as a stored policy keeps them (``PlanPolicy.swing``)."""
     out = [("max_swing", bounds.max_swing), ("max_ramp", bounds.max_ramp)]
@@ -94,6 +106,7 @@ def swing_doc(
         raise BadRequest(str(e), field="max_swing", least_swing=e.least_swing) from None
     except InfeasibleError as e:
         raise BadRequest(str(e), field="max_swing") from None
+    _check_budget(policy, sp.energy / sp.time)
     windows = sorted({0.1, bounds.window})
     copies = spec.data_parallel * spec.tensor_parallel
     freqs = problem.frequencies_of(sp.plan)
