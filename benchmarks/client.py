@@ -205,9 +205,10 @@ def gpud_check(
     from pathlib import Path
 
     from perseus_client import DaemonGpu, NvmlGpu
-    from perseus_client.gpud import GpudConnection, GpudUnavailableError
-    from perseus_client.gpud.simnvml import SimulatedNvml
+    from perseus_client.errors import GpudUnavailableError
+    from perseus_client.gpu.daemon_connection import GpudConnection
     from perseus_common.proto import gpud_pb2
+    from perseus_gpud.simnvml import SimulatedNvml
 
     clocks = [1410, 1200, 1005]
     tmp = Path(tempfile.mkdtemp(prefix="perseus-gpud-bench-"))
@@ -216,7 +217,7 @@ def gpud_check(
         [
             sys.executable,
             "-m",
-            "perseus_client.gpud",
+            "perseus_gpud",
             "--socket",
             sock,
             "--simulate",

@@ -33,19 +33,16 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-for _p in ("client", "common"):
+for _p in ("client", "gpud", "common"):
     sys.path.insert(0, str(ROOT / _p))
 
 import grpc  # noqa: E402
 
-from perseus_client.gpud import (  # noqa: E402
-    GpudConnection,
-    GpudRefusedError,
-    podresources_pb2,
-    podresources_pb2_grpc,
-)
-from perseus_client.gpud.simnvml import simulated_uuid  # noqa: E402
+from perseus_client.errors import GpudRefusedError  # noqa: E402
+from perseus_client.gpu.daemon_connection import GpudConnection  # noqa: E402
 from perseus_common.proto import gpud_pb2  # noqa: E402
+from perseus_gpud import podresources_pb2, podresources_pb2_grpc  # noqa: E402
+from perseus_gpud.simnvml import simulated_uuid  # noqa: E402
 
 CGROUPS = Path("/sys/fs/cgroup/systemd")
 
@@ -103,7 +100,9 @@ def _spawn(sock: str, index: int, count: int, pause: float, stop: Path, device: 
     cmd += ["--count", str(count), "--pause", str(pause), "--stop", str(stop)]
     if device:
         cmd += ["--device", device]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(ROOT / p) for p in ("client", "common")))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(str(ROOT / p) for p in ("client", "gpud", "common"))
+    )
     return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
 
@@ -136,8 +135,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     server.start()
     sock = str(work / "gpud.sock")
     tree = Path(args.daemon_tree or ROOT)
-    denv = dict(os.environ, PYTHONPATH=os.pathsep.join(str(tree / p) for p in ("client", "common")))
-    cmd = [sys.executable, "-m", "perseus_client.gpud", "--socket", sock, "--simulate", str(n),
+    denv = dict(
+        os.environ, PYTHONPATH=os.pathsep.join(str(tree / p) for p in ("client", "gpud", "common"))
+    )
+    cmd = [sys.executable, "-m", "perseus_gpud", "--socket", sock, "--simulate", str(n),
            "--kubelet-socket", str(ksock), "--pod-logs-dir", str(work / "pods"),
            "--log-level", "WARNING"]  # fmt: skip
     usage = subprocess.run([*cmd[:3], "--help"], env=denv, capture_output=True, text=True)

@@ -1,12 +1,9 @@
 """The ``perseus`` command.
 
-Its subcommands: ``frontier``, ``plot``, ``serve``, ``db``, ``demo``, ``gpud``, and ``--version``.
-
-The entry point of the core library that also starts the applications: ``serve`` dispatches to
-:mod:`perseus_server.cli`, ``db`` to :mod:`perseus_server.db_cli`, ``demo`` to
-:mod:`perseus_demo.cli` and ``gpud`` (the node daemon) to :mod:`perseus_client.gpud.cli`, each
-imported only when its command runs, so the core itself imports none of them. ``gpud`` and
-``--version`` work on a plain (rank-client) install.
+Its own subcommands: ``frontier``, ``plot``, and ``--version``. The applications add theirs
+(``serve`` and ``db``: the server; ``demo``; ``gpud``: the node daemon) as entry points that
+this command discovers (:mod:`perseus.app_commands`), so the core imports none of them. ``gpud``
+and ``--version`` work on a plain (rank-client) install.
 """
 
 from __future__ import annotations
@@ -305,7 +302,13 @@ def _add_policy_options(f: argparse.ArgumentParser) -> None:
                 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(describe_apps: bool = True) -> argparse.ArgumentParser:
+    """The ``perseus`` command line; the applications' subcommands described unless told not to.
+
+    ``describe_apps=False`` lists them by name only, loading none of them (a core subcommand's
+    own parse needs no more).
+    """
+    from perseus.app_commands import app_commands, describe
     from perseus.schedules import SCHEDULE_NAMES
 
     p = argparse.ArgumentParser(
@@ -368,19 +371,20 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--output", "-o", required=True)
     pl.set_defaults(func=_cmd_plot)
 
-    sub.add_parser("serve", help="run the server (see `perseus serve --help`)", add_help=False)
-    sub.add_parser(
-        "db", help="the server's store: `perseus db migrate SRC DST` copies it", add_help=False
-    )
-    sub.add_parser(
-        "demo", help="the whole system on this machine (see `perseus demo --help`)", add_help=False
-    )
-    sub.add_parser(
-        "gpud",
-        help="the node daemon: clock control for unprivileged trainers (see `perseus gpud --help`)",
-        add_help=False,
-    )
+    apps = app_commands()
+    for name, entry in apps.items():  # run by _dispatch before parsing
+        if name not in CORE_COMMANDS:
+            sub.add_parser(name, help=describe(entry) if describe_apps else None, add_help=False)
+    if not apps:  # e.g. run from a source tree that was never installed
+        p.epilog = NO_APPS
     return p
+
+
+#: What ``perseus --help`` adds when no application registered a subcommand.
+NO_APPS = (
+    "No application's subcommand is registered: they are found in the installed metadata, so "
+    "install Perseus (pip install -e . from a checkout) to run the server, the demo or gpud."
+)
 
 
 #: What the scheduler's commands import that a plain (rank-client) install lacks.
@@ -414,24 +418,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+#: The core's own subcommands (the applications' are discovered).
+CORE_COMMANDS = ("frontier", "plot")
+
+
 def _dispatch(argv: list[str]) -> int:
-    if argv and argv[0] == "serve":
-        from perseus_server.cli import main as serve_main
+    from perseus.app_commands import app_commands, load
 
-        return serve_main(argv[1:])
-    if argv and argv[0] == "db":
-        from perseus_server.db_cli import main as db_main
-
-        return db_main(argv[1:])
-    if argv and argv[0] == "demo":
-        from perseus_demo.cli import main as demo_main
-
-        return demo_main(argv[1:])
-    if argv and argv[0] == "gpud":
-        from perseus_client.gpud.cli import main as gpud_main
-
-        return gpud_main(argv[1:])
-    args = build_parser().parse_args(argv)
+    apps = app_commands()
+    if argv and argv[0] in apps and argv[0] not in CORE_COMMANDS:
+        return load(apps[argv[0]]).run(argv[1:])
+    args = build_parser(describe_apps=not argv or argv[0] not in CORE_COMMANDS).parse_args(argv)
     from perseus.errors import PerseusError
 
     try:

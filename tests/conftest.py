@@ -71,7 +71,7 @@ def project_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, src / name)
-    for name in ("perseus", "server", "client", "common", "demo", "profiles"):
+    for name in ("perseus", "server", "client", "gpud", "common", "demo", "profiles"):
         shutil.copytree(ROOT / name, src / name, symlinks=True, ignore=ignore)
     wheels = tmp / "wheels"
     build = subprocess.run(

@@ -314,3 +314,14 @@ def test_power_floor_gpu_check_smoke() -> None:
     assert res["during"]["counter_w"] == pytest.approx(res["floor_w"], rel=0.05)
     assert res["before"]["counter_w"] == pytest.approx(80.0, rel=0.05)
     assert res["after"]["counter_w"] == pytest.approx(80.0, rel=0.05)
+
+
+@pytest.mark.slow
+def test_oracle_timing_benchmark_smoke() -> None:
+    """Another tenant's job and an unknown id: the same statuses in every case (not timings)."""
+    rows: list[dict[str, Any]] = json.loads(run("oracle_timing.py", "--smoke", "--json"))
+    assert len(rows) == 5
+    for r in rows:
+        assert r["status_foreign"] == r["status_unknown"] == [404], r
+        assert r["requests_per_side"] == 20 and 0.0 <= r["mann_whitney_p"] <= 1.0
+        assert r["median_us_foreign"] > 0 and r["median_us_unknown"] > 0

@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 MAX_LINES = 120
 #: Every package of the project is held to the limit.
-PACKAGES = ("perseus", "server", "client", "common", "demo")
+PACKAGES = ("perseus", "server", "client", "gpud", "common", "demo")
 #: Folders left out: the numba kernels.
 EXEMPT = ("perseus/kernels",)
 

@@ -1,11 +1,14 @@
 """The import layering: who may import whom.
 
-- the core library (``perseus``, minus its CLI entry point) -> the shared vocabulary only: it
-  imports none of the apps, not even lazily inside a function;
-- the CLI entry point (``perseus.cli``, ``perseus.__main__``) -> the apps, lazily only;
+- the core library (``perseus``, its CLI included) -> the shared vocabulary only: it imports
+  none of the apps, not even lazily inside a function; the apps register their subcommands of
+  ``perseus`` as entry points, which the CLI discovers;
 - the shared vocabulary (``perseus_common``) -> nothing of ours, nothing heavy;
 - the rank client (``perseus_client``) -> the shared vocabulary only, and none of the
   scheduler's dependencies (its framework integrations alone may import the frameworks);
+  nothing of the node daemon;
+- the node daemon (``perseus_gpud``) -> the client's GPU layer (``perseus_client.gpu``, its
+  errors) and the shared vocabulary: one way only, the client never imports it;
 - the server -> the core and the shared vocabulary, not the client or the demo;
 - the demo -> anything (it is an application, using the server and the client as a user would).
 
@@ -28,15 +31,23 @@ ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "perseus"
 COMMON = ROOT / "common" / "perseus_common"
 CLIENT = ROOT / "client" / "perseus_client"
+GPUD = ROOT / "gpud" / "perseus_gpud"
 SERVER = ROOT / "server" / "perseus_server"
 DEMO = ROOT / "demo" / "perseus_demo"
 
 #: Our top-level packages.
-OURS = frozenset({"perseus", "perseus_common", "perseus_client", "perseus_server", "perseus_demo"})
+OURS = frozenset(
+    {
+        "perseus",
+        "perseus_common",
+        "perseus_client",
+        "perseus_gpud",
+        "perseus_server",
+        "perseus_demo",
+    }
+)
 #: The applications built on the core.
-APPS = frozenset({"perseus_server", "perseus_client", "perseus_demo"})
-#: The core's modules that start the apps (and may import them, lazily).
-ENTRY_POINTS = frozenset({"cli.py", "__main__.py"})
+APPS = frozenset({"perseus_server", "perseus_client", "perseus_gpud", "perseus_demo"})
 #: What a training rank must never need: the scheduler's dependencies.
 SCHEDULER_DEPENDENCIES = frozenset(
     {"numba", "scipy", "networkx", "fastapi", "uvicorn", "matplotlib", "starlette", "httpx"}
@@ -116,16 +127,13 @@ def imports_of(path: Path) -> list[Import]:
     return found
 
 
-def sources(root: Path, *, skip: frozenset[str] = frozenset()) -> Iterator[Path]:
-    """The package's Python files (generated gRPC stubs included), minus top-level ``skip``."""
-    for path in sorted(root.rglob("*.py")):
-        if path.parent == root and path.name in skip:
-            continue
-        yield path
+def sources(root: Path) -> Iterator[Path]:
+    """The package's Python files (generated gRPC stubs included)."""
+    yield from sorted(root.rglob("*.py"))
 
 
-def imports_in(root: Path, *, skip: frozenset[str] = frozenset()) -> list[Import]:
-    return [i for path in sources(root, skip=skip) for i in imports_of(path)]
+def imports_in(root: Path) -> list[Import]:
+    return [i for path in sources(root) for i in imports_of(path)]
 
 
 # --- the scanner itself ----------------------------------------------------------------------
@@ -162,18 +170,20 @@ def test_the_scanner_sees_every_kind_of_import(tmp_path: Path) -> None:
 def test_importing_the_core_imports_none_of_the_apps() -> None:
     """Importing any core module in a fresh interpreter imports none of the apps.
 
-    Import every core module (found with pkgutil, the CLI entry point aside) in a fresh
-    interpreter: none of the apps ends up in ``sys.modules``.
+    Import every core module (found with pkgutil, the CLI included; ``__main__`` runs the
+    command) in a fresh interpreter, and build the command's parser as a core subcommand does:
+    none of the apps ends up in ``sys.modules``.
     """
     probe = f"""
 import importlib, json, pkgutil, sys
 import perseus
-skip = {{"perseus.cli", "perseus.__main__"}}
+skip = {{"perseus.__main__"}}
 names = ["perseus"] + [
     m.name for m in pkgutil.walk_packages(perseus.__path__, "perseus.") if m.name not in skip
 ]
 for name in names:
     importlib.import_module(name)
+importlib.import_module("perseus.cli").build_parser(describe_apps=False)
 apps = {sorted(APPS)!r}
 loaded = sorted(m for m in sys.modules if m.split(".")[0] in apps)
 print(json.dumps({{"file": perseus.__file__, "names": names, "loaded": loaded}}))
@@ -197,28 +207,53 @@ print(json.dumps({{"file": perseus.__file__, "names": names, "loaded": loaded}})
         "power",
     }
     assert expected <= modules, sorted(modules)
-    assert not modules & {"cli", "__main__", "demo", "demo_rank"}
+    assert "cli" in modules and not modules & {"__main__", "demo", "demo_rank"}
     assert doc["loaded"] == []
 
 
 def test_the_core_imports_nothing_above_it() -> None:
-    """Not the apps, not even lazily inside a function.
+    """Not the apps, not even lazily inside a function, not even from its CLI.
 
     Of ours, only itself and the shared vocabulary.
     """
     bad = [
         str(i)
-        for i in imports_in(CORE, skip=ENTRY_POINTS)
+        for i in imports_in(CORE)
         if i.top in OURS and i.top not in ("perseus", "perseus_common")
     ]
     assert bad == []
+    # the scanner reads the CLI (the rule must not pass vacuously)
+    assert any(i.module == "perseus.app_commands" for i in imports_of(CORE / "cli.py"))
 
 
-def test_the_cli_starts_the_apps_lazily() -> None:
-    mods = [i for name in sorted(ENTRY_POINTS) for i in imports_of(CORE / name)]
-    assert not [str(i) for i in mods if i.top in APPS and not i.lazy]
-    dispatched = {i.module for i in mods if i.top in APPS}
-    assert {"perseus_server.cli", "perseus_demo.cli"} <= dispatched
+def test_the_apps_register_their_subcommands_in_light_modules() -> None:
+    """Each app's ``perseus`` subcommands, as ``pyproject.toml`` registers them.
+
+    The installed metadata says the same (a stale install would hide a subcommand), each
+    target is in its app, and importing every registration module loads none of the
+    scheduler's dependencies, so ``perseus --help`` works on a plain install.
+    """
+    import tomllib
+    from importlib.metadata import entry_points
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = project["entry-points"]["perseus.commands"]
+    installed = {e.name: e.value for e in entry_points(group="perseus.commands")}
+    assert installed == declared, "reinstall the project (pip install -e .): its metadata is stale"
+    modules = sorted({value.split(":")[0] for value in declared.values()})
+    assert {m.split(".")[0] for m in modules} == APPS - {"perseus_client"}
+    probe = f"""
+import importlib, json, sys
+for name in {modules!r}:
+    importlib.import_module(name)
+print(json.dumps(sorted(sys.modules)))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=ROOT
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    heavy = SCHEDULER_DEPENDENCIES | FRAMEWORKS | {"numpy", "pydantic"}
+    assert [m for m in json.loads(out.stdout) if m.split(".")[0] in heavy] == []
 
 
 # --- the shared vocabulary and the client ----------------------------------------------------
@@ -240,6 +275,38 @@ def test_the_client_imports_only_the_shared_vocabulary() -> None:
     assert [str(i) for i in imports_in(CLIENT) if i.top in forbidden] == []
 
 
+def test_the_client_imports_nothing_of_the_node_daemon() -> None:
+    """The daemon uses the client's GPU layer, never the other way round.
+
+    What both ends of the daemon's socket share (frames, socket location, messages) is in the
+    shared vocabulary; the client's connection and errors are the client's.
+    """
+    assert [str(i) for i in imports_in(CLIENT) if i.top == "perseus_gpud"] == []
+
+
+#: What of the rank client the node daemon may import: its GPU layer and its errors.
+CLIENT_PARTS_FOR_THE_DAEMON = ("perseus_client.gpu", "perseus_client.errors")
+
+
+def test_the_node_daemon_imports_only_the_clients_gpu_layer_and_the_shared_vocabulary() -> None:
+    """``perseus_gpud``: no core, server, demo, scheduler dependency or framework, anywhere."""
+    bad = []
+    for i in imports_in(GPUD):
+        if i.top in ("perseus_gpud", "perseus_common"):
+            continue
+        if i.top == "perseus_client":
+            parts = i.module.split(".")
+            if ".".join(parts[:2]) in CLIENT_PARTS_FOR_THE_DAEMON:
+                continue
+            bad.append(str(i))
+        elif i.top in OURS or i.top in SCHEDULER_DEPENDENCIES or i.top in FRAMEWORKS:
+            bad.append(str(i))
+    assert bad == []
+    # the scanner sees the daemon's real imports (the rule must not pass vacuously)
+    seen = {i.module for i in imports_in(GPUD)}
+    assert {"perseus_client.gpu.base", "perseus_common.gpud_wire"} <= seen, sorted(seen)
+
+
 def test_only_the_clients_integrations_import_the_frameworks() -> None:
     """Outside ``integrations/``, the client uses torch only lazily, never DeepSpeed or Megatron.
 
@@ -259,8 +326,9 @@ def test_only_the_clients_integrations_import_the_frameworks() -> None:
 # --- the apps --------------------------------------------------------------------------------
 
 
-def test_the_server_imports_neither_the_client_nor_the_demo() -> None:
-    bad = [str(i) for i in imports_in(SERVER) if i.top in ("perseus_client", "perseus_demo")]
+def test_the_server_imports_neither_the_client_nor_the_daemon_nor_the_demo() -> None:
+    apps = ("perseus_client", "perseus_gpud", "perseus_demo")
+    bad = [str(i) for i in imports_in(SERVER) if i.top in apps]
     assert bad == []
 
 
@@ -282,17 +350,15 @@ def test_the_demo_is_a_package_of_its_own() -> None:
 # --- inside the server: its groups by role -------------------------------------------------
 
 #: Each group of the server and the groups (or top-level modules) it may import; see
-#: docs/architecture.md, "The server's tree". ``testing.faults`` (crash points, inert unless
-#: ``PERSEUS_FAULT`` names one) is the one part of ``testing`` production code may import.
+#: docs/architecture.md, "The server's tree". None imports ``testing``: the fault points are
+#: production's seam (``runtime/faults.py``), whose hooks the tests install.
 SERVER_GROUPS: dict[str, frozenset[str]] = {
     "domain": frozenset({"domain", "config"}),
     "config": frozenset({"config"}),
     "decisions": frozenset({"decisions", "domain", "config"}),
-    "runtime": frozenset({"runtime", "domain", "config", "testing.faults"}),
+    "runtime": frozenset({"runtime", "domain", "config"}),
     "metrics": frozenset({"metrics", "domain"}),
-    "service": frozenset(
-        {"service", "decisions", "runtime", "domain", "config", "metrics", "testing.faults"}
-    ),
+    "service": frozenset({"service", "decisions", "runtime", "domain", "config", "metrics"}),
     "models": frozenset({"models", "domain", "config"}),
     "rest": frozenset(
         {"rest", "models", "service", "decisions", "domain", "config", "metrics", "runtime"}
@@ -329,6 +395,30 @@ def test_the_server_groups_import_only_the_groups_below_them() -> None:
             if target not in allowed and not (target.startswith("testing.") and target in allowed):
                 bad.append(f"{i} ({group} -> {target})")
     assert bad == []
+
+
+def test_no_production_module_imports_the_test_fault_hooks() -> None:
+    """Outside ``testing/``, nothing imports ``perseus_server.testing.faults``, lazily or not.
+
+    (Nor ``from perseus_server.testing import ...``, which could name it.)
+    """
+    testing = SERVER / "testing"
+    bad = [
+        str(i)
+        for path in sources(SERVER)
+        if not path.is_relative_to(testing)
+        for i in imports_of(path)
+        if i.module in ("perseus_server.testing", "perseus_server.testing.faults")
+    ]
+    assert bad == []
+    # the seam the fault points call is production's, and they call it
+    users = {
+        str(path.relative_to(SERVER))
+        for path in sources(SERVER)
+        for i in imports_of(path)
+        if i.module == "perseus_server.runtime.faults"
+    }
+    assert {"service/solves.py", "runtime/solve_worker.py", "runtime/warmup.py"} <= users
 
 
 def test_the_server_group_rules_cover_every_group() -> None:

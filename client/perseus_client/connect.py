@@ -3,25 +3,26 @@
 The server addresses and their TLS trust, checked before anything starts; the rank's registration;
 the link (not started).
 
-The transport (gRPC) is imported only when a client connects, so an offline client never loads
-it.
+Everything a connected client uses is imported with this module (the transport, gRPC's channel
+module, the addresses and the wire): a launcher may import the client and then drop privileges or
+enter a sandbox before it constructs one, and from then on a tree only its owner may enter (a
+``.venv`` in a 0700 home directory) can no longer be read. That costs an offline client about
+60 ms more at import.
 """
 
 from __future__ import annotations
 
 import socket
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
+from perseus_client.addresses import TLS_CA_ENV, ServerAddress, parse_servers, read_ca_file
 from perseus_client.defaults import Environment
 from perseus_client.gpu.base import GpuBackend
 from perseus_client.options import Connection, Reporting
 from perseus_client.plan import Plan
-
-if TYPE_CHECKING:
-    from perseus_client.addresses import ServerAddress
-    from perseus_client.transport import ServerLink
-    from perseus_common.wire import RankRegistration
+from perseus_client.transport import ServerLink
+from perseus_common.wire import RankRegistration
 
 __all__ = ["RankPlace", "open_link", "rank_registration", "server_addresses"]
 
@@ -45,8 +46,6 @@ def server_addresses(
     (``connection.tls_ca``, else ``$PERSEUS_TLS_CA``) means TLS for every address that does not
     say plain gRPC (``grpc://``).
     """
-    from perseus_client.addresses import TLS_CA_ENV, parse_servers, read_ca_file
-
     roots = connection.tls_root_certificates
     if roots is None and connection.tls_ca:
         roots = read_ca_file(connection.tls_ca, "tls_ca")
@@ -57,8 +56,6 @@ def server_addresses(
 
 def rank_registration(job: str, rank: RankPlace, gpu: GpuBackend) -> RankRegistration:
     """The rank's registration: its job, place, GPU and host."""
-    from perseus_common.wire import RankRegistration
-
     return RankRegistration(
         job_id=job,
         global_rank=rank.global_rank,
@@ -82,8 +79,6 @@ def open_link(
     reporting: Reporting,
 ) -> ServerLink:
     """The rank's link to the server (registration, plans, reports; not started)."""
-    from perseus_client.transport import ServerLink
-
     return ServerLink(
         addresses,
         registration,

@@ -97,7 +97,7 @@ def backend_factory(env: Environment | None = None) -> Callable[[], GpuBackend]:
     The environment is read here, so a malformed variable raises now (a configuration error);
     the factory itself raises :class:`ClockControlUnavailableError` while control cannot be had.
     """
-    from perseus_client.gpud.protocol import DEFAULT_SOCKET
+    from perseus_common.gpud_wire import DEFAULT_SOCKET
 
     env = Environment.read() if env is None else env
     index = env.integer("LOCAL_RANK", None, 0)

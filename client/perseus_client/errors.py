@@ -16,6 +16,13 @@ __all__ = [
     "GpuNotSupportedError",
     "GpuDriverError",
     "UnsupportedClockError",
+    "GpudError",
+    "GpudUnavailableError",
+    "GpudRefusedError",
+    "GpudNotOwnerError",
+    "GpudBusyError",
+    "GpudLeaseHeldError",
+    "GpudPermissionError",
 ]
 
 
@@ -89,3 +96,42 @@ class GpuDriverError(ClockControlUnavailableError):
 
 class UnsupportedClockError(GpuError, ValueError):
     """A requested SM clock is not one of the GPU's supported clocks."""
+
+
+# --- the node daemon's answers, as its clients see them (perseus_client.gpu.daemon_connection) ---
+
+
+class GpudError(GpuError):
+    """Something went wrong talking to the node daemon ``perseus gpud``."""
+
+
+class GpudUnavailableError(GpudError, ClockControlUnavailableError):
+    """The daemon cannot be reached (no socket, connection refused or closed, timeout)."""
+
+
+class GpudRefusedError(GpudError):
+    """The daemon answered with an error; ``code`` is the ``gpud.proto`` ``ErrorCode`` name."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class GpudLeaseHeldError(GpudRefusedError, ClockControlUnavailableError):
+    """Another connection (another process) holds the GPU's lease; the message names its pid."""
+
+
+class GpudPermissionError(GpudRefusedError, GpuPermissionError):
+    """The daemon does not allow this process's uid/gid."""
+
+
+class GpudNotOwnerError(GpudRefusedError, ClockControlUnavailableError):
+    """The GPU is not this process's, as far as the daemon can tell.
+
+    No device node of it is open, no pod was given it: for a trainer that asks before CUDA
+    opened its GPU, a later try succeeds.
+    """
+
+
+class GpudBusyError(GpudRefusedError, ClockControlUnavailableError):
+    """The daemon is at its connection cap or timed the connection out: try again later."""

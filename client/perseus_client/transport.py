@@ -42,6 +42,11 @@ from typing import Any
 
 import grpc
 
+# gRPC imports its channel module on the first ``insecure_channel`` / ``secure_channel`` call; a
+# rank constructed after its process dropped privileges could not read it then (see
+# :mod:`perseus_client.connect`), so it is imported now.
+from grpc import _channel  # noqa: F401
+
 from perseus_client.addresses import (
     TLS_CA_ENV,
     Endpoint,

@@ -30,16 +30,36 @@ and the ranks through the client, like any user would. Its modules, one job each
 - :mod:`~perseus_demo.analysis`: per-phase tables and the promises the demo checks;
 - :mod:`~perseus_demo.report` and :mod:`~perseus_demo.plotting`: the text report and
   ``demo.png``;
-- :mod:`~perseus_demo.cli`: ``perseus demo`` itself.
+- :mod:`~perseus_demo.cli`: ``perseus demo`` itself (registered with ``perseus`` in
+  :mod:`~perseus_demo.commands`).
+
+Importing this package is light (PEP 562): the names below load on first use, so ``perseus
+--help`` can list the demo's subcommand on an install without the scheduler.
 """
 
 from __future__ import annotations
 
-from perseus_demo.analysis import PHASE2_TIME_TOLERANCE, PHASE5_POWER_TOLERANCE, analyse
-from perseus_demo.cli import main
-from perseus_demo.errors import DemoError
-from perseus_demo.options import DemoOptions, build_parser
-from perseus_demo.phases import PHASES
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from perseus_demo.analysis import PHASE2_TIME_TOLERANCE, PHASE5_POWER_TOLERANCE, analyse
+    from perseus_demo.cli import main
+    from perseus_demo.errors import DemoError
+    from perseus_demo.options import DemoOptions, build_parser
+    from perseus_demo.phases import PHASES
+
+#: Each public name and the module that defines it.
+_EXPORTS = {
+    "PHASES": "perseus_demo.phases",
+    "PHASE2_TIME_TOLERANCE": "perseus_demo.analysis",
+    "PHASE5_POWER_TOLERANCE": "perseus_demo.analysis",
+    "DemoError": "perseus_demo.errors",
+    "DemoOptions": "perseus_demo.options",
+    "analyse": "perseus_demo.analysis",
+    "build_parser": "perseus_demo.options",
+    "main": "perseus_demo.cli",
+}
 
 __all__ = [
     "PHASES",
@@ -51,3 +71,15 @@ __all__ = [
     "build_parser",
     "main",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'perseus_demo' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

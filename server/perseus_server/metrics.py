@@ -32,7 +32,7 @@ __all__ = [
 
 Labels = tuple[tuple[str, str], ...]
 
-_JOB_LABEL = re.compile(r'[{,]job="([^"]*)"')
+_JOB_LABEL = re.compile(r'[{,]perseus_job="([^"]*)"')
 _TENANT_LABEL = re.compile(r'[{,]tenant="([^"]*)"')
 
 #: The label value of everything outside a restricted label's set.
@@ -122,6 +122,10 @@ class JobGaugeSource(Protocol):
         """``perseus_job_deployed_slowdown_ratio`` by job and stat (min, max)."""
         ...
 
+    def frontier_failures(self) -> dict[Labels, float]:
+        """``perseus_job_frontier_failed`` by job."""
+        ...
+
     def tenant_gauges(self, name: str) -> dict[Labels, float]:
         """The per-tenant gauge ``name`` (see :data:`TENANT_GAUGES`) by tenant."""
         ...
@@ -142,6 +146,9 @@ TENANT_GAUGES = {
     "by tenant (with a budget set).",
     "perseus_tenant_below_guaranteed_share": "1 while a tenant's share is below what it is "
     "guaranteed (the lesser of its guarantee and its demand), else 0 (with a budget set).",
+    "perseus_tenant_power_budget_feasible": "1 while a tenant's drawing jobs fit in its part of "
+    "the cluster power budget, 0 when even their least-power plans exceed it (the budget is "
+    "unreachable through this tenant's jobs), by tenant (with a budget set).",
 }
 
 #: The solve-time buckets below the longest a solve may take (s).
@@ -307,6 +314,9 @@ class Metrics:
         self.registry = Registry()
         r = self.registry
         self.started = time.time()
+        #: The leadership epoch while this server leads an active/standby pair (None: alone).
+        self.leader_epoch: int | None = None
+        self._add_leadership(r)
         #: The per-job gauges' source (:meth:`add_job_gauges`); read at every scrape.
         self.job_gauges: JobGaugeSource | None = None
         r.add(
@@ -354,7 +364,8 @@ class Metrics:
         )
         self._job_gauge(
             "perseus_job_info",
-            "1 per job, labelled with its name and tenant: join other series on job.",
+            "1 per job, labelled with its name and tenant: join other series on perseus_job "
+            "(the Perseus job id; Prometheus's own job label is the scrape's).",
             "job_infos",
         )
         self._job_gauge(
@@ -368,6 +379,12 @@ class Metrics:
             "The least (stat=min) and greatest (stat=max) deployed slowdown over a job's "
             "pipelines, by job.",
             "slowdown_ranges",
+        )
+        self._job_gauge(
+            "perseus_job_frontier_failed",
+            "1 while a job's latest frontier computation failed (not cancelled), else 0; one "
+            "that succeeds clears it.",
+            "frontier_failures",
         )
         for name, help in TENANT_GAUGES.items():
             self._tenant_gauge(name, help)
@@ -394,6 +411,27 @@ class Metrics:
             )
         )
         self._add_activity(r, solve_limit, job_energy)
+
+    def _add_leadership(self, r: Registry) -> None:
+        """``perseus_leader`` (1: this server serves) and its epoch. Part of :meth:`__init__`.
+
+        A standby answers ``/metrics`` itself (:mod:`perseus_server.standby`), with 0.
+        """
+        r.add(
+            Gauge(
+                "perseus_leader",
+                "1 on the server that serves (a single server, or the leader of an "
+                "active/standby pair); a standby answers its own page with 0.",
+                lambda: {(): 1.0},
+            )
+        )
+        r.add(
+            Gauge(
+                "perseus_leader_epoch",
+                "The leadership epoch this server leads in (absent on a single server).",
+                lambda: {} if self.leader_epoch is None else {(): float(self.leader_epoch)},
+            )
+        )
 
     def _add_activity(
         self, r: Registry, solve_limit: float, job_energy: JobEnergySource | None
@@ -529,7 +567,7 @@ class Metrics:
     def drop_job(self, job_id: str) -> None:
         """Forget a deleted job's counter series."""
         for counter in (self.replans, self.deploys, self.off_plan_instructions):
-            counter.drop(job=job_id)
+            counter.drop(perseus_job=job_id)
 
     def render(self) -> str:
         """Every metric in the Prometheus text format."""

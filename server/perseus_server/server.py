@@ -245,7 +245,7 @@ class _Front:
             service,
             self.credentials,
             max_connections,
-            None if standby is None else StandbyInterceptor(standby),
+            None if standby is None else StandbyInterceptor(standby, self.credentials),
         )
         # The address it listens on is a name its clients use (unless it is every address).
         own = () if config.host in ("0.0.0.0", "::", "") else (config.host,)
@@ -257,7 +257,7 @@ class _Front:
         )
         self.uv = _Uvicorn(
             uvicorn.Config(
-                app if standby is None else StandbyGate(app, standby),
+                app if standby is None else StandbyGate(app, standby, self.credentials),
                 http=guarded_http(max_connections, config.header_timeout, config.body_timeout),
                 lifespan="off",
                 log_level="warning",
@@ -349,7 +349,8 @@ async def _lead(
     if leader is not None:
         # As the leader: every commit of the epochs before is there; solves cut short resume.
         service.load(resume_solves=True)
-        standby.lead(leader.lease.epoch or 0)
+        standby.lead(leader.lease.epoch or 0, holds=leader.holds)
+        service.metrics.leader_epoch = leader.lease.epoch or 0
     return True, leader
 
 

@@ -22,19 +22,39 @@ With PostgreSQL, ``perseus serve`` listens at once, leader or not (see
 Once it leads (:meth:`Standby.lead`), every call goes through to the service as usual, on the
 same ports, without a restart; the leader's ``/healthz`` carries ``Perseus-Role: leader`` and
 ``Perseus-Epoch`` headers.
+
+**Authentication first.** With a token configured, a standby checks the call's credential before
+it says anything of the leader: no valid credential gets ``401`` (``WWW-Authenticate: Bearer``)
+on REST and ``UNAUTHENTICATED`` on gRPC, with no leader address, holder or epoch anywhere in the
+answer; its ``/healthz`` (public) says ``standby`` and nothing of the leader. A credential it
+cannot check (the database cannot be reached) gets ``503`` / ``UNAVAILABLE``, again without the
+leader.
+
+**A lapsed leader answers nothing.** A leader serves only while its lease holds by its own
+clock (:meth:`perseus_server.runtime.leadership.Leader.holds`: the lease was taken or last
+renewed less than its length ago, counted from before the query that did it, so never past the
+database's expiry). Past that (a process stopped longer than its lease and resumed, renewals
+failing) every call is answered here as by a standby that knows no leader, its role ``lapsed``:
+REST ``503`` with ``Retry-After`` (``/healthz`` too), gRPC ``UNAVAILABLE`` with an empty
+``perseus-leader``, so ranks try their other addresses; never a stale read or a refused write's
+500. It serves again once a renewal succeeds, or stops (exit status 3) when the lease was taken.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
+from perseus_server.domain.errors import Unauthorized
+
 __all__ = [
+    "Authenticates",
     "LEADER_METADATA",
     "LeaderAddress",
     "Standby",
@@ -49,6 +69,33 @@ __all__ = [
 LEADER_METADATA = "perseus-leader"
 #: Seconds a standby asks REST writers to wait before trying again.
 RETRY_AFTER = 2
+
+log = logging.getLogger("perseus.server")
+
+
+class Authenticates(Protocol):
+    """What the standby's answers use of the server's credentials (``Credentials``)."""
+
+    @property
+    def enabled(self) -> bool:
+        """Whether calls must authenticate."""
+
+    def from_header(self, authorization: str) -> object | None:
+        """Who an ``Authorization`` header value is (None: nobody)."""
+
+    def from_metadata(self, metadata: Iterable[tuple[str, Any]] | None) -> object | None:
+        """Who a gRPC call's metadata is (None: nobody)."""
+
+
+def _authenticated(credentials: Authenticates | None, check: Callable[[], object]) -> bool | None:
+    """Whether the call carries a valid credential (None: it cannot be checked now)."""
+    if credentials is None or not credentials.enabled:
+        return True
+    try:
+        return check() is not None
+    except Exception as e:  # the store of issued credentials cannot be reached
+        log.warning("a standby could not check a credential: %s", e)
+        return None
 
 
 @dataclass(frozen=True)
@@ -124,22 +171,46 @@ class Standby:
         self.leading = False
         self.epoch: int | None = None
         self.leader: LeaderAddress | None = None
+        self._holds: Callable[[], bool] = lambda: True
 
     def heard(self, leader: LeaderAddress) -> None:
         """The lease says ``leader`` leads (called while this server waits)."""
         self.leader = leader
 
-    def lead(self, epoch: int | None) -> None:
-        """This server leads from now on: calls go through to the service.
+    def lead(self, epoch: int | None, holds: Callable[[], bool] | None = None) -> None:
+        """This server leads from now on: calls go through to the service while it holds.
 
         Args:
             epoch: its leadership's epoch (``None`` for a server on its own, with SQLite).
+            holds: whether its lease still holds, now (default: always, a server on its own).
         """
         self.epoch = epoch
+        self._holds = holds or (lambda: True)
         self.leading = True
+
+    @property
+    def serving(self) -> bool:
+        """Whether calls go through to the service: it leads, and its lease holds now."""
+        return self.leading and self._holds()
+
+    @property
+    def role(self) -> str:
+        """``leader``, ``lapsed`` (it led, its lease no longer holds) or ``standby``."""
+        if not self.leading:
+            return "standby"
+        return "leader" if self._holds() else "lapsed"
+
+    def known_leader(self) -> LeaderAddress | None:
+        """The leader it can name: none while it is itself a lapsed leader."""
+        return None if self.leading else self.leader
 
     def describe(self) -> str:
         """One line: who leads and where."""
+        if self.leading:
+            return (
+                f"this server's leader lease (epoch {self.epoch}) ran out before it was renewed; "
+                "it serves nothing until it renews it or stands down"
+            )
         leader = self.leader
         if leader is None:
             return "no leader is known yet"
@@ -149,35 +220,62 @@ class Standby:
 
 
 class StandbyInterceptor(grpc.aio.ServerInterceptor):
-    """Every gRPC call of a standby answered ``UNAVAILABLE``, naming the leader.
+    """Every gRPC call of a standby (or a lapsed leader) answered here.
 
-    First in the interceptor chain: nothing behind it runs until the server leads.
+    ``UNAUTHENTICATED`` without a valid credential, else ``UNAVAILABLE`` naming the leader.
+    First in the interceptor chain: nothing behind it runs until the server leads (and while
+    its lease holds).
     """
 
-    def __init__(self, standby: Standby) -> None:
-        """Answer for ``standby`` until it leads."""
+    def __init__(self, standby: Standby, credentials: Authenticates | None = None) -> None:
+        """Answer for ``standby`` until it leads; ``credentials``: who may hear of the leader."""
         self.standby = standby
+        self.credentials = credentials
 
     async def intercept_service(
         self,
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> Any:
-        """Pass the call on while leading, else answer it here."""
-        if self.standby.leading:
+        """Pass the call on while serving, else answer it here."""
+        if self.standby.serving:
             return await continuation(handler_call_details)
+        creds, metadata = self.credentials, handler_call_details.invocation_metadata
+        known = _authenticated(creds, lambda: creds and creds.from_metadata(metadata))
+        if known is False:
+            return grpc.stream_unary_rpc_method_handler(_unauthenticated)
+        if known is None:
+            return grpc.stream_unary_rpc_method_handler(_unchecked)
         return grpc.stream_unary_rpc_method_handler(self._answer)
 
     async def _answer(self, request_iterator: Any, context: Any) -> None:
-        leader = self.standby.leader
+        standby = self.standby
+        leader = standby.known_leader()
+        said = (
+            standby.describe()
+            if standby.leading
+            else f"this server is a standby: {standby.describe()}"
+        )
         await context.abort(
             grpc.StatusCode.UNAVAILABLE,
-            f"this server is a standby: {self.standby.describe()}",
+            said,
             trailing_metadata=(
                 (LEADER_METADATA, leader.grpc if leader is not None else ""),
-                ("perseus-role", "standby"),
+                ("perseus-role", standby.role),
             ),
         )
+
+
+async def _unauthenticated(request_iterator: Any, context: Any) -> None:
+    await context.abort(
+        grpc.StatusCode.UNAUTHENTICATED, "authorization: missing or wrong bearer token"
+    )
+
+
+async def _unchecked(request_iterator: Any, context: Any) -> None:
+    await context.abort(
+        grpc.StatusCode.UNAVAILABLE, "authorization: the credential cannot be checked now; retry"
+    )
 
 
 Scope = dict[str, Any]
@@ -238,19 +336,25 @@ async def _metrics(send: Send, leader: LeaderAddress | None, head: bool) -> None
 
 
 class StandbyGate:
-    """The REST app behind a gate: the standby's answers until the server leads (ASGI)."""
+    """The REST app behind a gate: the standby's answers until the server leads (ASGI).
 
-    def __init__(self, app: Any, standby: Standby) -> None:
-        """Put ``app`` behind ``standby``'s answers."""
+    And while a leader's lease does not hold (see the module docstring).
+    """
+
+    def __init__(
+        self, app: Any, standby: Standby, credentials: Authenticates | None = None
+    ) -> None:
+        """Put ``app`` behind ``standby``'s answers; ``credentials``: who may hear of the leader."""
         self.app = app
         self.standby = standby
+        self.credentials = credentials
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Pass the request on while leading (``/healthz`` with the role), else answer it."""
+        """Pass the request on while serving (``/healthz`` with the role), else answer it."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self.standby.leading:
+        if self.standby.serving:
             if scope["path"] != "/healthz":
                 await self.app(scope, receive, send)
                 return
@@ -270,21 +374,34 @@ class StandbyGate:
 
         return sending
 
+    def _known(self, scope: Scope) -> bool | None:
+        """Whether the request carries a valid credential (None: it cannot be checked now)."""
+        creds = self.credentials
+        auth = next(
+            (
+                v.decode("latin-1")
+                for k, v in scope.get("headers", [])
+                if k.lower() == b"authorization"
+            ),
+            "",
+        )
+        return _authenticated(creds, lambda: creds and creds.from_header(auth))
+
     async def _answer(self, scope: Scope, send: Send) -> None:
-        standby, leader = self.standby, self.standby.leader
+        standby = self.standby
         method, path = scope["method"], scope["path"]
         head = method == "HEAD"
-        headers = [(b"perseus-role", b"standby")]
+        known = self._known(scope)
+        # Nothing of the leader to a caller without a valid credential.
+        leader = standby.known_leader() if known else None
+        headers = [(b"perseus-role", standby.role.encode())]
         if leader is not None and leader.rest:
             headers.append((b"perseus-leader", leader.rest.encode()))
         if path == "/healthz" and method in ("GET", "HEAD"):
-            body = {
-                "status": "standby",
-                "role": "standby",
-                "leader": None if leader is None else leader.doc(),
-                "epoch": None if leader is None else leader.epoch,
-            }
-            await _respond(send, 503, body, headers, head)
+            await _health(send, standby, leader, headers, head)
+            return
+        if not known:
+            await _refuse(send, known, headers, head)
             return
         if path == "/metrics" and method in ("GET", "HEAD"):
             await _metrics(send, leader, head)
@@ -296,12 +413,53 @@ class StandbyGate:
             body = {"status": 307, "title": "standby", "detail": f"see {target}"}
             await _respond(send, 307, body, headers, head)
             return
+        said = (
+            standby.describe()
+            if standby.leading
+            else f"this server is a standby: {standby.describe()}"
+        )
         body = {
             "type": "about:blank",
             "title": "Service Unavailable",
             "status": 503,
-            "detail": f"this server is a standby: {standby.describe()}; send it to the leader",
+            "detail": f"{said}; send it to the leader",
             "leader": None if leader is None else leader.doc(),
         }
         headers.append((b"retry-after", str(RETRY_AFTER).encode()))
         await _respond(send, 503, body, headers, head)
+
+
+async def _health(
+    send: Send,
+    standby: Standby,
+    leader: LeaderAddress | None,
+    headers: list[tuple[bytes, bytes]],
+    head: bool,
+) -> None:
+    """``/healthz`` of a server that does not serve: 503, its role, the leader if it may say."""
+    body = {
+        "status": standby.role,
+        "role": standby.role,
+        "leader": None if leader is None else leader.doc(),
+        "epoch": None if leader is None else leader.epoch,
+    }
+    await _respond(send, 503, body, headers, head)
+
+
+async def _refuse(
+    send: Send, known: bool | None, headers: list[tuple[bytes, bytes]], head: bool
+) -> None:
+    """401 for a missing or wrong credential; 503 for one that cannot be checked now."""
+    if known is None:
+        body = {
+            "type": "about:blank",
+            "title": "Service Unavailable",
+            "status": 503,
+            "detail": "the credential cannot be checked now; retry",
+            "field": "Authorization",
+        }
+        headers = [*headers, (b"retry-after", str(RETRY_AFTER).encode())]
+        await _respond(send, 503, body, headers, head)
+        return
+    problem = Unauthorized("missing or wrong bearer token", field="Authorization").problem()
+    await _respond(send, 401, problem, [*headers, (b"www-authenticate", b"Bearer")], head)

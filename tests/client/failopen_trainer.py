@@ -25,10 +25,10 @@ import time
 import grpc  # noqa: F401 - preloaded for setuid
 
 import perseus_client.gpu.daemon  # noqa: F401 - preloaded for setuid
+import perseus_client.gpu.daemon_connection  # noqa: F401 - preloaded for setuid
 import perseus_client.gpu.nvml  # noqa: F401 - preloaded for setuid
-import perseus_client.gpud.connection  # noqa: F401 - preloaded for setuid
-import perseus_client.gpud.simnvml  # noqa: F401 - preloaded for setuid
 import perseus_client.transport  # noqa: F401 - preloaded for setuid
+import perseus_gpud.simnvml  # noqa: F401 - preloaded for setuid
 from perseus_client import (
     Connection,
     FailOpen,
@@ -63,7 +63,7 @@ def main() -> int:
     out = open(args.out, "w")  # noqa: SIM115 - opened before setuid
     logging.basicConfig(level=logging.INFO, stream=log_file, format="%(levelname)s %(message)s")
     if args.simulated_nvml:
-        from perseus_client.gpud.simnvml import SimulatedNvml
+        from perseus_gpud.simnvml import SimulatedNvml
 
         sys.modules["pynvml"] = SimulatedNvml(1)  # type: ignore[assignment]
     # Exercise the protobuf runtimes once so nothing is loaded lazily after setuid.

@@ -14,7 +14,7 @@ import pytest
 
 from perseus_client import FailOpenGpu
 from perseus_client import transport as transport_module
-from perseus_client.gpud import GpudUnavailableError
+from perseus_client.errors import GpudUnavailableError
 from perseus_client.transport import RankIdentity, ServerLink
 
 INITIAL, MAXIMUM = 0.01, 10.0

@@ -76,7 +76,7 @@ def without_control_metric(server: Any, job: str) -> float | None:
     found = [  # one sample per node of the job (node="" when none lacks control)
         float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        if line.startswith(f'perseus_ranks_without_clock_control{{job="{job}",node=')
+        if line.startswith(f'perseus_ranks_without_clock_control{{perseus_job="{job}",node=')
     ]
     return sum(found) if found else None
 

@@ -12,7 +12,7 @@ import pynvml
 import pytest
 
 from perseus_client import ConfigError, NvmlGpu, RecordingGpu, SimulatedGpu
-from perseus_client.gpud.simnvml import SimulatedNvml
+from perseus_gpud.simnvml import SimulatedNvml
 
 PROFILE = {(0, "forward"): {1410: (0.01, 3.0), 1005: (0.015, 2.4)}}
 

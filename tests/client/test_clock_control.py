@@ -19,8 +19,12 @@ from perseus_client import (
     PerseusClient,
     SimulatedGpu,
 )
-from perseus_client.errors import ConfigError, GpuDriverError
-from perseus_client.gpud import GpudLeaseHeldError, GpudUnavailableError
+from perseus_client.errors import (
+    ConfigError,
+    GpudLeaseHeldError,
+    GpuDriverError,
+    GpudUnavailableError,
+)
 
 PROFILE = {
     (0, "forward"): {1410: (0.01, 3.0), 1200: (0.012, 2.6), 1005: (0.015, 2.4)},

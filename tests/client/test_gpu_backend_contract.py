@@ -28,9 +28,9 @@ from perseus_client.gpu.daemon import DaemonGpu
 from perseus_client.gpu.nvml import NvmlGpu, vendor
 from perseus_client.gpu.recording import RecordingGpu
 from perseus_client.gpu.simulated import SimulatedGpu
-from perseus_client.gpud.devices import ManagedGpu, open_devices, open_gpus
-from perseus_client.gpud.simnvml import SimulatedNvml
 from perseus_common.clocks import CLOCK_EVENT_REASON_NAMES
+from perseus_gpud.devices import ManagedGpu, open_devices, open_gpus
+from perseus_gpud.simnvml import SimulatedNvml
 
 BACKENDS: dict[str, Callable[[], GpuBackend]] = {
     "nvml": lambda: NvmlGpu(1, nvml=SimulatedNvml(2)),
@@ -56,13 +56,13 @@ def gpud_socket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     work = tmp_path_factory.mktemp("gpud")
     socket = str(work / "gpud.sock")
     env = {**os.environ}
-    paths = [str(REPO / p) for p in ("client", "common")]
+    paths = [str(REPO / p) for p in ("client", "gpud", "common")]
     env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")])
     args = ["--socket", socket, "--simulate", "1", "--ownership", "none"]
     args += ["--state", str(work / "state.json"), "--simulate-dev-dir", str(work / "dev")]
     with open(work / "gpud.log", "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "perseus_client.gpud", *args],
+            [sys.executable, "-m", "perseus_gpud", *args],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
@@ -199,7 +199,7 @@ def test_a_vendor_is_one_entry_for_the_client_and_the_daemon(
     monkeypatch.delenv("PERSEUS_GPUD_SOCKET", raising=False)
     monkeypatch.delenv("PERSEUS_DRY_RUN", raising=False)
     monkeypatch.setenv("LOCAL_RANK", "1")
-    monkeypatch.setattr("perseus_client.gpud.protocol.DEFAULT_SOCKET", "/nonexistent/gpud.sock")
+    monkeypatch.setattr("perseus_common.gpud_wire.DEFAULT_SOCKET", "/nonexistent/gpud.sock")
     gpu = backend_factory()()
     assert isinstance(gpu, OtherVendorGpu) and gpu.identity().index == 1
     managed = open_devices(entry, None, read_only=True)

@@ -17,8 +17,8 @@ import pytest
 
 from perseus_client import NvmlGpu, PerseusClient, SimulatedGpu
 from perseus_client.gpu.floors import NvmlPowerSmoothing, floor_changes
-from perseus_client.gpud.simnvml import SimulatedNvml
 from perseus_client.plan import Plan, PlanStep
+from perseus_gpud.simnvml import SimulatedNvml
 
 PROFILE = {(0, "forward"): {1410: (0.02, 6.0)}, (0, "backward"): {1410: (0.04, 12.0)}}
 BLOCKING = 80.0

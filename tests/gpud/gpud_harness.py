@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from perseus_client.gpud import GpudUnavailableError
-from perseus_client.gpud.cli import status_rows
+from perseus_client.errors import GpudUnavailableError
+from perseus_gpud.cli import status_rows
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "integrations"))  # integration_harness (torch e2e)
@@ -37,7 +37,7 @@ NOGROUP = 65534
 
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
-    paths = [str(REPO / p) for p in ("", "client", "common", "server")]
+    paths = [str(REPO / p) for p in ("", "client", "gpud", "common", "server")]
     env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")])
     return env
 
@@ -55,7 +55,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, step: floa
 
 
 class Daemon:
-    """One ``python -m perseus_client.gpud`` subprocess."""
+    """One ``python -m perseus_gpud`` subprocess."""
 
     def __init__(self, workdir: Path, args: list[str], nofile: int | None = None) -> None:
         self.workdir = workdir
@@ -76,7 +76,7 @@ class Daemon:
     def start(self) -> Daemon:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "perseus_client.gpud", "--socket", self.socket, *self.args],
+                [sys.executable, "-m", "perseus_gpud", "--socket", self.socket, *self.args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=child_env(),

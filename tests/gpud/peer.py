@@ -33,8 +33,9 @@ import struct
 import sys
 import time
 
-from perseus_client.gpud import GpudConnection, GpudRefusedError
-from perseus_client.gpud.protocol import encode_frame, read_frame
+from perseus_client.errors import GpudRefusedError
+from perseus_client.gpu.daemon_connection import GpudConnection
+from perseus_common.gpud_wire import encode_frame, read_frame
 from perseus_common.proto import gpud_pb2
 
 

@@ -20,8 +20,8 @@ import gpud_harness
 import pytest
 from gpud_harness import NOBODY, NOGROUP, Daemon, PeerProcess, holder, wait_for
 
-from perseus_client.gpud import GpudConnection
-from perseus_client.gpud.protocol import read_frame
+from perseus_client.gpu.daemon_connection import GpudConnection
+from perseus_common.gpud_wire import read_frame
 from perseus_common.proto import gpud_pb2
 
 workdir = gpud_harness.workdir

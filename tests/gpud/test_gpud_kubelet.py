@@ -28,8 +28,8 @@ import grpc
 import pytest
 from gpud_harness import Daemon, PeerProcess, wait_for
 
-from perseus_client.gpud import podresources_pb2, podresources_pb2_grpc, procfs
-from perseus_client.gpud.simnvml import simulated_uuid
+from perseus_gpud import podresources_pb2, podresources_pb2_grpc, procfs
+from perseus_gpud.simnvml import simulated_uuid
 
 workdir = gpud_harness.workdir
 start_daemon = gpud_harness.start_daemon
@@ -192,7 +192,7 @@ def test_pods_own_only_what_the_kubelet_assigned_them(
         info = (
             f'perseus_gpud_lease_holder_info{{uuid="{simulated_uuid(1)}",index="1",'
             f'pid="{a.pid}",uid="0",owned_by="pod-resources",pod="train-0",namespace="team-a",'
-            'job="0123456789abcdef",tenant="team-a"} 1.0'
+            'perseus_job="0123456789abcdef",tenant="team-a"} 1.0'
         )
         leased = f'perseus_gpud_leased{{uuid="{simulated_uuid(1)}",index="1"}} 1.0'
         wait_for(lambda: info in (t := textfile.read_text()) and leased in t, 10.0, "metrics")

@@ -23,10 +23,11 @@ from gpud_harness import Daemon, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from perseus_client import DaemonGpu
-from perseus_client.gpud import GpudConnection, GpudRefusedError
-from perseus_client.gpud.files import replace_file
-from perseus_client.gpud.simnvml import simulated_uuid
+from perseus_client.errors import GpudRefusedError
+from perseus_client.gpu.daemon_connection import GpudConnection
 from perseus_common.proto import gpud_pb2
+from perseus_gpud.files import replace_file
+from perseus_gpud.simnvml import simulated_uuid
 
 workdir = gpud_harness.workdir
 start_daemon = gpud_harness.start_daemon
@@ -124,7 +125,7 @@ def test_metrics_page_and_textfile(start_daemon: Callable[..., Daemon], workdir:
             pid=str(os.getpid()),
             uid="0",
             owned_by="device-node",
-            job="0123456789abcdef",
+            perseus_job="0123456789abcdef",
             tenant="team-a",
         )
         assert info == 1
@@ -132,7 +133,9 @@ def test_metrics_page_and_textfile(start_daemon: Callable[..., Daemon], workdir:
         for fam in fams.values():
             if fam.name != "perseus_gpud_lease_holder_info":
                 for sample in fam.samples:
-                    assert not {"pid", "pod", "job"} & set(sample.labels), sample
+                    assert not {"pid", "pod", "perseus_job"} & set(sample.labels), sample
+        # Prometheus's `job` is the scrape's: no series of gpud's carries one.
+        assert not [s for f in fams.values() for s in f.samples if "job" in s.labels]
         refusals = value(fams, "perseus_gpud_refusals_total", uuid=u0, reason="NOT_OWNER", uid="0")
         assert refusals == 1
         assert value(fams, "perseus_gpud_connections") >= 1

@@ -23,9 +23,11 @@ import gpud_harness
 import pytest
 from gpud_harness import NOBODY, NOGROUP, REPO, Daemon, PeerProcess, child_env, wait_for
 
-from perseus_client.gpud import GpudConnection, GpudRefusedError, procfs
-from perseus_client.gpud.simnvml import simulated_uuid
+from perseus_client.errors import GpudRefusedError
+from perseus_client.gpu.daemon_connection import GpudConnection
 from perseus_common.proto import gpud_pb2
+from perseus_gpud import procfs
+from perseus_gpud.simnvml import simulated_uuid
 
 workdir = gpud_harness.workdir
 start_daemon = gpud_harness.start_daemon
@@ -145,8 +147,8 @@ def test_a_lease_dies_with_the_process_that_took_it_not_with_a_forked_child(
 def test_the_committed_pod_resources_stubs_are_current() -> None:
     from grpc_tools import protoc
 
-    src = REPO / "client"
-    name = "perseus_client/gpud/podresources"
+    src = REPO / "gpud"
+    name = "perseus_gpud/podresources"
     with tempfile.TemporaryDirectory() as tmp:
         args = [
             "grpc_tools.protoc", f"-I{src}", f"--python_out={tmp}", f"--pyi_out={tmp}",
@@ -178,7 +180,7 @@ def test_a_malformed_state_file_is_a_clear_error(
     path = workdir / "state.json"
     path.write_text(content)
     out = subprocess.run(
-        [sys.executable, "-m", "perseus_client.gpud", "--socket", str(workdir / "s.sock"),
+        [sys.executable, "-m", "perseus_gpud", "--socket", str(workdir / "s.sock"),
          "--simulate", "1", option, str(path)],
         capture_output=True, text=True, env=child_env(), timeout=60,
     )  # fmt: skip
@@ -198,7 +200,7 @@ def test_real_device_nodes_are_matched_by_device_number_through_proc(
     instead of NVIDIA's 195; a name other than ``/dev/...`` (a container's own device node)
     matches all the same.
     """
-    from perseus_client.gpud.ownership import DeviceNodeOwnership
+    from perseus_gpud.ownership import DeviceNodeOwnership
 
     alias = workdir / "renamed-zero"
     zero = os.stat("/dev/zero").st_rdev

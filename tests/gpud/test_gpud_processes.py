@@ -31,8 +31,8 @@ from gpud_harness import (
 )
 
 from perseus_client import DaemonGpu
-from perseus_client.gpud import GpudLeaseHeldError
-from perseus_client.gpud.simnvml import SimulatedNvml, simulated_uuid
+from perseus_client.errors import GpudLeaseHeldError
+from perseus_gpud.simnvml import SimulatedNvml, simulated_uuid
 
 # The shared fixtures (see gpud_harness for why they are not in a conftest.py).
 workdir = gpud_harness.workdir
@@ -80,7 +80,7 @@ def test_unprivileged_trainer_locks_through_the_daemon_which_sees_its_uid(
         [
             sys.executable,
             "-m",
-            "perseus_client.gpud",
+            "perseus_gpud",
             "status",
             "--socket",
             daemon.socket,

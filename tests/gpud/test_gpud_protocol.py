@@ -19,11 +19,12 @@ import pytest
 from gpud_harness import Daemon, wait_for
 
 from perseus_client import DaemonGpu, PerseusClient
-from perseus_client.gpud import GpudConnection, GpudRefusedError, GpudUnavailableError
-from perseus_client.gpud.cli import main as gpud_main
-from perseus_client.gpud.protocol import MAX_FRAME, encode_frame, read_frame
-from perseus_client.gpud.simnvml import SimulatedNvml, simulated_uuid
+from perseus_client.errors import GpudRefusedError, GpudUnavailableError
+from perseus_client.gpu.daemon_connection import GpudConnection
+from perseus_common.gpud_wire import MAX_FRAME, encode_frame, read_frame
 from perseus_common.proto import gpud_pb2
+from perseus_gpud.cli import main as gpud_main
+from perseus_gpud.simnvml import SimulatedNvml, simulated_uuid
 
 # The shared fixtures (see gpud_harness for why they are not in a conftest.py).
 start_daemon = gpud_harness.start_daemon

@@ -103,7 +103,7 @@ def test_a_throttled_daemon_gpu_shows_up_in_the_servers_status_and_metrics(
         assert status["pipelines"][0]["off_plan_ranks"] == [0]
         metrics = http.get("/metrics").text
         m = re.search(
-            rf'^perseus_off_plan_instructions_total\{{job="{job}",rank="0",'
+            rf'^perseus_off_plan_instructions_total\{{perseus_job="{job}",rank="0",'
             rf'reason="{THERMAL}"\}} (\S+)$',
             metrics,
             re.M,

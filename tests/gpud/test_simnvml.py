@@ -11,7 +11,7 @@ import pytest
 from perseus_client import NvmlGpu
 from perseus_client.errors import GpuPermissionError
 from perseus_client.gpu.nvml import reason_names
-from perseus_client.gpud.simnvml import A100_CLOCKS_MHZ, SimulatedNvml
+from perseus_gpud.simnvml import A100_CLOCKS_MHZ, SimulatedNvml
 
 PROFILE = Path(__file__).resolve().parents[2] / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"
 

@@ -21,8 +21,8 @@ import sys
 import time
 
 from perseus_client import DaemonGpu, PerseusClient, Plan, PlanStep
-from perseus_client.gpud import GpudRefusedError
-from perseus_client.gpud.connection import GpudConnection  # noqa: F401 - preloaded for setuid
+from perseus_client.errors import GpudRefusedError
+from perseus_client.gpu.daemon_connection import GpudConnection  # noqa: F401 - preloaded for setuid
 from perseus_common.proto import gpud_pb2
 
 ORDER = [("forward", 0), ("forward", 1), ("backward", 0), ("backward", 1)]

@@ -107,6 +107,22 @@ def test_plain_install_is_the_light_rank_client(tmp_path: Path, project_wheel: P
         env=env,
     )
     assert gpud.returncode == 0 and "--socket" in gpud.stdout, gpud.stderr
+    # Every app's subcommand is listed with its line, though the scheduler is not installed
+    # (each registers itself in a light module), and one that needs it says what to install.
+    listed = subprocess.run(
+        [str(env_dir / "bin" / "perseus"), "--help"], capture_output=True, text=True, env=env
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "cannot be loaded" not in listed.stdout
+    for line in ("run the server", "the server's store", "the whole system", "the node daemon"):
+        assert line in listed.stdout, listed.stdout
+    demo = subprocess.run(
+        [str(env_dir / "bin" / "perseus"), "demo", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert demo.returncode == 2 and "pip install 'perseus[server]'" in demo.stderr, demo.stderr
     assert out["clocks"] == [1000, 1410, 1000, 1410] * 2
     assert out["locked_after_close"] is None
     assert not set(out["modules"]) & {"perseus", "perseus_server", "numpy", *SCHEDULER_ONLY}

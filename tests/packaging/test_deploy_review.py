@@ -145,20 +145,49 @@ def test_serve_has_tls_a_network_policy_probes_and_no_root() -> None:
         assert sc["readOnlyRootFilesystem"] is True and sc["capabilities"]["drop"] == ["ALL"]
     assert {"cpu", "memory"} <= serve["resources"]["requests"].keys()
     assert "memory" in serve["resources"]["limits"]
-    # gRPC from training namespaces, REST from the platform's, nothing else
+    # gRPC from training namespaces, REST from the platform's, both from the tenants' own,
+    # nothing else
     policy = objs[("NetworkPolicy", "perseus")]
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= (
         dep["spec"]["template"]["metadata"]["labels"].items()
     )
-    rules = {
-        r["ports"][0]["port"]: r["from"][0]["namespaceSelector"]["matchLabels"]
-        for r in policy["spec"]["ingress"]
+    assert admitted(policy) == {
+        ("grpc", "perseus.io/trainers=true"),
+        ("http", "perseus.io/platform=true"),
+        ("http", "perseus.io/tenant"),
+        ("grpc", "perseus.io/tenant"),
     }
-    assert rules == {
-        "grpc": {"perseus.io/trainers": "true"},
-        "http": {"perseus.io/platform": "true"},
-    }
-    assert {p["name"] for p in serve["ports"]} == set(rules)
+    assert {p["name"] for p in serve["ports"]} == {port for port, _ in admitted(policy)}
+
+
+def admitted(policy: dict[str, Any]) -> set[tuple[str, str]]:
+    """(port, namespaces) pairs a NetworkPolicy admits: ``key=value`` labels, a bare key (Exists).
+
+    Only namespace selectors are expected (no pod or IP blocks: anything else fails here).
+    """
+    out = set()
+    for rule in policy["spec"]["ingress"]:
+        for peer in rule["from"]:
+            assert peer.keys() == {"namespaceSelector"}, peer
+            sel = peer["namespaceSelector"]
+            terms = [f"{k}={v}" for k, v in sel.get("matchLabels", {}).items()]
+            for e in sel.get("matchExpressions", []):
+                assert e["operator"] == "Exists", e
+                terms.append(e["key"])
+            for port in rule["ports"]:
+                assert port["protocol"] == "TCP"
+                out.add((port["port"], ",".join(sorted(terms))))
+    return out
+
+
+def test_the_guide_documents_every_namespace_label_the_network_policies_select() -> None:
+    """A label the NetworkPolicies select on is one the guide tells the operator to set."""
+    guide = (ROOT / "docs" / "operations.md").read_text()
+    policies = [o for (kind, _), o in _objects().items() if kind == "NetworkPolicy"]
+    labels = {term.split("=")[0] for p in policies if "ingress" in p["spec"] for _, t in admitted(p) for term in t.split(",")}  # fmt: skip
+    assert labels == {"perseus.io/trainers", "perseus.io/platform", "perseus.io/tenant"}
+    for label in labels:
+        assert re.search(rf"kubectl label ns [\w-]+ [^`]*{re.escape(label)}=", guide), label
 
 
 def test_trainer_policy_binds_to_the_training_namespaces() -> None:

@@ -39,7 +39,7 @@ def _wait(cond: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
 
 def _counter(metrics: str, job: str, rank: int, reason: str) -> float:
     m = re.search(
-        rf'^perseus_off_plan_instructions_total\{{job="{job}",rank="{rank}",reason="{reason}"\}}'
+        rf'^perseus_off_plan_instructions_total\{{perseus_job="{job}",rank="{rank}",reason="{reason}"\}}'
         r" (\S+)$",
         metrics,
         re.M,
@@ -234,14 +234,16 @@ def test_made_up_reasons_count_as_other_and_series_leave_with_the_job(
         reps.append(rep)
     assert stub.ReportIterations(iter(reps), timeout=30).accepted == 4
     metrics = http.get("/metrics").text
-    series = re.findall(rf'^perseus_off_plan_instructions_total\{{job="{job}",', metrics, re.M)
+    series = re.findall(
+        rf'^perseus_off_plan_instructions_total\{{perseus_job="{job}",', metrics, re.M
+    )
     assert len(series) == 3
     assert _counter(metrics, job, 0, "other") == 4 * 300
     assert _counter(metrics, job, 0, re.escape(f"other+{THERMAL}")) == 4
     assert _counter(metrics, job, 0, THERMAL) == 4
     assert http.delete(f"/jobs/{job}").status_code == 204
     metrics = http.get("/metrics").text
-    assert f'perseus_off_plan_instructions_total{{job="{job}"' not in metrics
+    assert f'perseus_off_plan_instructions_total{{perseus_job="{job}"' not in metrics
 
 
 def test_an_oversized_off_plan_is_refused_naming_the_field(

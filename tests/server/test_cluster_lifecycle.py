@@ -132,13 +132,13 @@ def test_budget_follows_the_jobs_that_run(
     assert _samples(m["perseus_power_budget_watts"]) == {(): pytest.approx(watts)}
     assert _samples(m["perseus_power_budget_feasible"]) == {(): 1.0}
     alloc = _samples(m["perseus_power_budget_allocation_watts"])
-    assert alloc == {(("job", j),): pytest.approx(w) for j, w in step4.items()}
+    assert alloc == {(("perseus_job", j),): pytest.approx(w) for j, w in step4.items()}
     connected = _samples(m["perseus_connected_ranks"])
-    assert connected[(("job", a),)] == 1 and connected[(("job", b),)] == 0
+    assert connected[(("perseus_job", a),)] == 1 and connected[(("perseus_job", b),)] == 0
     life = _samples(m["perseus_job_lifecycle"])
-    assert life[(("job", a), ("state", "finished"))] == 1
-    assert life[(("job", b), ("state", "idle"))] == 1
-    assert life[(("job", d), ("state", "active"))] == 1
+    assert life[(("perseus_job", a), ("state", "finished"))] == 1
+    assert life[(("perseus_job", b), ("state", "idle"))] == 1
+    assert life[(("perseus_job", d), ("state", "active"))] == 1
     print(
         "budget", round(watts, 1), "W; step1", step1, "step2", step2, "step3", step3, "step4", step4
     )
@@ -191,8 +191,8 @@ def test_metrics_follow_the_naming_conventions(http: httpx.Client, small_csv: st
     connected = _samples(fams["perseus_connected_ranks"])
     world = _samples(fams["perseus_job_world_size"])
     for j in jobs:
-        assert (("job", j),) in connected and world[(("job", j),)] >= 1
-    assert connected[(("job", job),)] == 0
+        assert (("perseus_job", j),) in connected and world[(("perseus_job", j),)] >= 1
+    assert connected[(("perseus_job", job),)] == 0
     slow = _samples(fams["perseus_deployed_slowdown_ratio"])
     # The deployed point's time over the fastest one, minus 1 (0 for the default fastest plan;
     # more when a power budget another test left on this shared server covers the job).
@@ -200,9 +200,11 @@ def test_metrics_follow_the_naming_conventions(http: httpx.Client, small_csv: st
     front = http.get(f"/jobs/{job}/frontier").json()["points"]
     index = st["plan"]["pipelines"][0]["index"]
     want = front[index]["time"] / front[0]["time"] - 1
-    assert slow[(("job", job), ("pipeline", "0"))] == pytest.approx(want, rel=1e-9, abs=1e-12)
+    assert slow[(("perseus_job", job), ("pipeline", "0"))] == pytest.approx(
+        want, rel=1e-9, abs=1e-12
+    )
     deploys = _samples(fams["perseus_plan_deployments"])
-    assert deploys[(("job", job), ("kind", "plan"))] >= 1
+    assert deploys[(("kind", "plan"), ("perseus_job", job))] >= 1
     les = {s.labels["le"] for s in fams["perseus_solve_seconds"].samples if "le" in s.labels}
     assert max(float(le) for le in les) == float("inf")
     assert max(float(le) for le in les - {"+Inf"}) == 3600  # the solve limit has a bucket
@@ -242,8 +244,8 @@ def test_a_profile_that_does_not_describe_the_job_is_flagged(
     assert st["plan"]["version"] == version and not st["recent_replans"]
     assert st["measured"]["energy_saved"] is None and "profile" in st["measured"]["withheld"]
     fams = _metrics(http)
-    assert _samples(fams["perseus_profile_mismatch"])[(("job", job),)] == 1
-    assert (("job", job),) not in _samples(fams["perseus_energy_saved_joules"])
+    assert _samples(fams["perseus_profile_mismatch"])[(("perseus_job", job),)] == 1
+    assert (("perseus_job", job),) not in _samples(fams["perseus_energy_saved_joules"])
 
     # Back at the plan's pace: the mismatch clears; a real straggler is detected at once...
     report(0, [t_plan] * 8, version)
@@ -258,8 +260,8 @@ def test_a_profile_that_does_not_describe_the_job_is_flagged(
     st = http.get(f"/jobs/{job}/status").json()
     assert st["plan"]["version"] == version + 1 and st["pipelines"][1]["straggler"] is not None
     replans = _samples(_metrics(http)["perseus_replans"])
-    assert {k: v for k, v in replans.items() if ("job", job) in k} == {
-        (("job", job), ("reason", "detected")): 1
+    assert {k: v for k, v in replans.items() if ("perseus_job", job) in k} == {
+        (("perseus_job", job), ("reason", "detected")): 1
     }
 
 

@@ -41,15 +41,18 @@ def test_a_deposed_leader_cannot_write(postgres: PostgresServer, tmp_path: Path)
     a, b = Lease(url, ttl=0.4, holder="a"), Lease(url, ttl=5.0, holder="b")
     try:
         assert a.try_acquire() == 1
+        assert a.holds()
         a_store.fence(1)
         assert b.try_acquire() is None  # a's lease runs
         assert b.leader() == ("a", 1, True)
         a_store.add_job("by-a", _spec())
         time.sleep(0.5)  # a stops renewing (hung, cut off): its lease runs out
+        assert not a.holds()  # a knows it by its own clock, before any query
         assert b.try_acquire() == 2
         b_store.fence(2)
-        with pytest.raises(NotLeader, match="no longer the leader"):
+        with pytest.raises(NotLeader, match="no longer the leader") as refused:
             a_store.add_job("late", _spec())
+        assert refused.value.status == 503 and refused.value.retry_after > 0  # never a 500
         with pytest.raises(NotLeader), a_store.transaction():
             a_store.put_profile("by-a", "csv", "upload")
         assert a.renew() is False  # and it learns it is deposed

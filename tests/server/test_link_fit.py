@@ -12,6 +12,7 @@ from perseus.profiles import parse_profile_csv
 from perseus_common.communication import Communication, Phase, Transfer
 from perseus_server.decisions.link_fit import (
     DEPENDENCE_Z,
+    MIN_PER_CLOCK,
     SAMPLES_KEPT,
     STALE_ITERATIONS,
     LinkCombiner,
@@ -187,3 +188,29 @@ def test_a_silent_end_is_not_waited_for() -> None:
     # The receiver fell silent: the sender's iterations wait, then are taken once it is stale.
     assert len(got) == STALE_ITERATIONS + 2 and set(got) == {0.001}
     assert c.add("L", "sender", 99, [(0, 0.006)]) == [0.006]
+
+
+def test_two_clocks_far_apart_are_not_a_trend() -> None:
+    """Two clocks whose medians differ far beyond the noise still give one time.
+
+    The trend test needs three clocks with :data:`MIN_PER_CLOCK` reports each: two medians
+    always lie on a line, so with two a step in time (the host's load changed between them)
+    would be read as the clock's. A clock with fewer reports does not make the third.
+    """
+    per_clock = {
+        1410: [0.0010, 0.00101, 0.00099, 0.0010],
+        1005: [0.0040, 0.00401, 0.00399, 0.0040],
+    }
+    assert clock_dependence(per_clock) > 100 * DEPENDENCE_Z  # test 1 alone would accept
+    assert not clock_dependent(per_clock)
+    assert not clock_dependent({**per_clock, 800: [0.0055] * (MIN_PER_CLOCK - 1)})
+    s = TransferSamples()
+    for f, v in per_clock.items():
+        for t in v:
+            s.add(f, {(0, "forward"): t})
+    [fit] = fit_transfers(s).values()
+    assert fit.times_by_clock is None
+    assert fit.time == pytest.approx(median([t for v in per_clock.values() for t in v]))
+    # The same data with a third clock on the line is a trend: the refusal above is the count.
+    s3 = {**per_clock, 1200: [0.002556, 0.002557, 0.002555]}
+    assert clock_dependent(s3)

@@ -39,7 +39,7 @@ def _max_clock_rank(csv_text: str, microbatches: int) -> dict[int, tuple[float, 
 
 
 def _metric(text: str, name: str, job: str) -> float | None:
-    m = re.search(rf'^{name}{{job="{job}"}} (\S+)$', text, re.M)
+    m = re.search(rf'^{name}{{perseus_job="{job}"}} (\S+)$', text, re.M)
     return None if m is None else float(m.group(1))
 
 

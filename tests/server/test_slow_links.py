@@ -191,7 +191,7 @@ def test_a_slowed_link_is_named_replanned_with_its_time_and_recovers(
     assert any("link 0 forward" in r["why"] for r in st["recent_replans"])
     (series,) = _slow_link_series(http)
     assert 'boundary="0"' in series and 'direction="forward"' in series
-    assert f'job="{job["id"]}"' in series and series.endswith(" 1")
+    assert f'perseus_job="{job["id"]}"' in series and series.endswith(" 1")
     # The re-solve used the profile with the measured transfer time: its fastest plan takes what
     # the model gives that profile at the maximum clocks, later than the compute-only plan.
     profile = with_transfer_times(parse_profile_csv(small_csv), {(0, "forward"): 0.05})

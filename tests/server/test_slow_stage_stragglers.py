@@ -147,7 +147,7 @@ def test_slow_stage_resolves_and_recovers(
     assert len(msg.steps) == 2 * MICROBATCHES and "slow stage" in msg.reason
 
     metrics = http.get("/metrics").text
-    assert f'perseus_replans_total{{job="{job}",reason="slow_stage"}}' in metrics
+    assert f'perseus_replans_total{{perseus_job="{job}",reason="slow_stage"}}' in metrics
     assert "perseus_stage_resolve_seconds_count 1" in metrics
 
     # Recovery: three iterations at the profiled speed restore the default plan everywhere.
@@ -157,7 +157,7 @@ def test_slow_stage_resolves_and_recovers(
     assert [p["index"] for p in st["plan"]["pipelines"]] == [0, 0]
     assert all(p["frontier"] == "job" for p in st["plan"]["pipelines"])
     assert (
-        f'perseus_replans_total{{job="{job}",reason="slow_stage_recovered"}}'
+        f'perseus_replans_total{{perseus_job="{job}",reason="slow_stage_recovered"}}'
         in http.get("/metrics").text
     )
 

@@ -88,7 +88,10 @@ def test_the_standby_answers_naming_the_leader(postgres: PostgresServer, tmp_pat
         with httpx.Client(base_url=a.http_url, timeout=30.0) as http:
             job_id = make_job(http)
             health = http.get("/healthz")
+            leading = http.get("/metrics").text
         assert health.status_code == 200
+        # What PerseusNoLeader reads: the leader says it leads, and in which epoch.
+        assert "\nperseus_leader 1\n" in leading and "\nperseus_leader_epoch 1\n" in leading
         assert (health.headers["perseus-role"], health.headers["perseus-epoch"]) == ("leader", "1")
         _start_standby(b)
         with httpx.Client(base_url=b.http_url, timeout=30.0) as http:

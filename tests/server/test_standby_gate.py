@@ -1,7 +1,9 @@
 """The standby's REST answers in every state, through the gate itself (ASGI, no server).
 
 No leader known yet, a leader known, HEAD, a leader that advertised no REST address, and the switch
-to serving (the app behind it answers, ``/healthz`` with the role and epoch).
+to serving (the app behind it answers, ``/healthz`` with the role and epoch). With a token
+configured, a caller without a valid credential hears nothing of the leader (401); a leader whose
+lease no longer holds answers 503 naming no leader, and serves again once it holds.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from perseus_server.service.credentials import Credentials
 from perseus_server.standby import LeaderAddress, Standby, StandbyGate
 
 
@@ -21,11 +24,19 @@ async def _app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _call(standby: Standby, method: str, url: str) -> httpx.Response:
+def _call(
+    standby: Standby,
+    method: str,
+    url: str,
+    credentials: Credentials | None = None,
+    token: str | None = None,
+) -> httpx.Response:
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+
     async def go() -> httpx.Response:
-        transport = httpx.ASGITransport(app=StandbyGate(_app, standby))
+        transport = httpx.ASGITransport(app=StandbyGate(_app, standby, credentials))
         async with httpx.AsyncClient(transport=transport, base_url="http://standby") as c:
-            return await c.request(method, url)
+            return await c.request(method, url, headers=headers)
 
     return asyncio.run(go())
 
@@ -92,3 +103,40 @@ def test_once_it_leads_the_app_answers() -> None:
     h = _call(s, "GET", "/healthz")
     assert h.status_code == 200
     assert (h.headers["perseus-role"], h.headers["perseus-epoch"]) == ("leader", "5")
+
+
+def test_without_a_valid_credential_nothing_of_the_leader() -> None:
+    s = Standby()
+    s.heard(LeaderAddress("a:1:x", 4, "a.example:50051", "https://a.example:8000"))
+    creds = Credentials(None, admin="the-token")
+    for token in (None, "wrong"):
+        for method, url in (("GET", "/jobs"), ("POST", "/jobs"), ("GET", "/metrics")):
+            r = _call(s, method, url, creds, token)
+            assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+            assert "a.example" not in r.text + str(r.headers) and "a:1:x" not in r.text
+        h = _call(s, "GET", "/healthz", creds, token)
+        assert h.status_code == 503
+        assert h.json() == {"status": "standby", "role": "standby", "leader": None, "epoch": None}
+        assert "perseus-leader" not in h.headers
+    r = _call(s, "POST", "/jobs", creds, "the-token")
+    assert r.status_code == 503 and r.json()["leader"]["grpc"] == "a.example:50051"
+    assert _call(s, "GET", "/jobs", creds, "the-token").status_code == 307
+
+
+def test_a_leader_whose_lease_lapsed_answers_503_until_it_holds_again() -> None:
+    s = Standby()
+    s.heard(LeaderAddress("old:1:x", 4, "old.example:50051", "https://old.example:8000"))
+    holds = [True]
+    s.lead(5, holds=lambda: holds[0])
+    assert _call(s, "GET", "/jobs").status_code == 200
+    holds[0] = False
+    assert (s.serving, s.role) == (False, "lapsed")
+    for method in ("GET", "POST", "DELETE"):
+        r = _call(s, method, "/jobs")
+        assert r.status_code == 503 and r.headers["retry-after"] == "2", r.text
+        assert "lease (epoch 5) ran out" in r.json()["detail"] and r.json()["leader"] is None
+        assert r.headers["perseus-role"] == "lapsed" and "perseus-leader" not in r.headers
+    h = _call(s, "GET", "/healthz")
+    assert h.status_code == 503 and h.json()["role"] == "lapsed"
+    holds[0] = True  # renewed: it serves again
+    assert _call(s, "POST", "/jobs").status_code == 200

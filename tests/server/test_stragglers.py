@@ -52,7 +52,10 @@ def test_reported_straggler_slows_the_others(http: httpx.Client, job: str) -> No
     }
     assert p0["index"] == min(cost, key=cost.__getitem__)
     assert st["pipelines"][1]["straggler"]["source"] == "reported" and st["recent_replans"]
-    assert f'perseus_replans_total{{job="{job}",reason="reported"}}' in http.get("/metrics").text
+    assert (
+        f'perseus_replans_total{{perseus_job="{job}",reason="reported"}}'
+        in http.get("/metrics").text
+    )
     assert http.delete(f"/jobs/{job}/stragglers", params={"pipeline": 0}).status_code == 404
     st = http.delete(f"/jobs/{job}/stragglers", params={"pipeline": 1}).json()
     assert [p["index"] for p in st["plan"]["pipelines"]] == [0, 0] and st["plan"][
@@ -103,8 +106,8 @@ def test_detected_straggler_and_recovery(
     assert st["plan"]["version"] == version + 2
     metrics = http.get("/metrics").text
     assert (
-        f'perseus_replans_total{{job="{job}",reason="detected"}}' in metrics
-        and f'perseus_replans_total{{job="{job}",reason="recovered"}}' in metrics
+        f'perseus_replans_total{{perseus_job="{job}",reason="detected"}}' in metrics
+        and f'perseus_replans_total{{perseus_job="{job}",reason="recovered"}}' in metrics
     )
 
 
@@ -152,7 +155,8 @@ def test_a_detected_stragglers_new_pace_moves_the_others_again(
     assert _indices(http, job)[0] > first  # a slower, cheaper plan for the healthy pipeline
     assert "pace changed" in st["recent_replans"][-1]["why"]
     assert (
-        f'perseus_replans_total{{job="{job}",reason="pace_changed"}}' in http.get("/metrics").text
+        f'perseus_replans_total{{perseus_job="{job}",reason="pace_changed"}}'
+        in http.get("/metrics").text
     )
 
 

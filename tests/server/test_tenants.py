@@ -116,7 +116,7 @@ def test_a_tenant_sees_and_changes_only_its_own_jobs(
         text = ta.get("/metrics").text
         assert mine_id in text and theirs not in text and default["id"] not in text
         assert "secret job" not in text
-        assert f'perseus_job_info{{job="{mine_id}",name="",tenant="team-a"}} 1' in text
+        assert f'perseus_job_info{{perseus_job="{mine_id}",name="",tenant="team-a"}} 1' in text
         assert theirs in admin.get("/metrics").text
         # Credentials: its tenant's and its jobs' rank credential, no other tenant's.
         creds = ta.get("/credentials").json()["credentials"]
@@ -236,21 +236,24 @@ def test_metrics_route_alerts_and_stay_bounded(
         return {
             tuple(sorted(s.labels.items())): s.value
             for s in fams[name].samples
-            if s.labels.get("job") == job
+            if s.labels.get("perseus_job") == job
         }
 
     assert samples("perseus_job_info") == {
-        (("job", job), ("name", "wide"), ("tenant", "default")): 1.0
+        (("name", "wide"), ("perseus_job", job), ("tenant", "default")): 1.0
     }
     assert samples("perseus_ranks_without_clock_control") == {
-        (("job", job), ("node", "node-a")): 2.0,
-        (("job", job), ("node", "node-b")): 1.0,
+        (("node", "node-a"), ("perseus_job", job)): 2.0,
+        (("node", "node-b"), ("perseus_job", job)): 1.0,
     }
     slow = samples("perseus_deployed_slowdown_ratio")
     assert len(slow) == 8  # of 64 pipelines
     ranges = samples("perseus_job_deployed_slowdown_ratio")
-    assert set(ranges) == {(("job", job), ("stat", "min")), (("job", job), ("stat", "max"))}
-    assert max(slow.values()) == ranges[(("job", job), ("stat", "max"))]
+    assert set(ranges) == {
+        (("perseus_job", job), ("stat", "min")),
+        (("perseus_job", job), ("stat", "max")),
+    }
+    assert max(slow.values()) == ranges[(("perseus_job", job), ("stat", "max"))]
     tenants = {s.labels["tenant"] for s in fams["perseus_tenant_info"].samples}
     assert "default" in tenants
 

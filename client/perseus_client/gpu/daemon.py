@@ -26,9 +26,9 @@ clock requests are remembered but not applied, energy reads return the last valu
 background thread reconnects with exponential backoff; when the daemon is back it re-leases the
 GPU, applies the clock last requested and logs once more. Refusals (a clock not supported, a
 lease held by another process, a uid the daemon does not allow) raise
-:class:`~perseus_client.gpud.protocol.GpudRefusedError` subclasses, which are
+:class:`~perseus_client.errors.GpudRefusedError` subclasses, which are
 :class:`~perseus_client.errors.GpuError` s. Construction waits up to ``connect_timeout`` seconds
-for the daemon and raises :class:`~perseus_client.gpud.protocol.GpudUnavailableError` after.
+for the daemon and raises :class:`~perseus_client.errors.GpudUnavailableError` after.
 
 **Applied clocks.** While an instruction runs (between the client's ``begin_instruction`` and
 ``end_instruction`` hooks, which only store a tuple on the training thread) and a lock is in
@@ -49,21 +49,21 @@ import os
 import threading
 import time
 
-from perseus_client.errors import UnsupportedClockError
+from perseus_client.errors import (
+    GpudError,
+    GpudRefusedError,
+    GpudUnavailableError,
+    UnsupportedClockError,
+)
 from perseus_client.gpu.applied import (
     AppliedClockReport,
     AppliedClockTally,
     OffPlanInstruction,
 )
 from perseus_client.gpu.base import DeviceIdentity, GpuBackend
+from perseus_client.gpu.daemon_connection import GpudConnection
 from perseus_client.gpu.discovery import discover_gpu
-from perseus_client.gpud.connection import GpudConnection
-from perseus_client.gpud.protocol import (
-    GpudError,
-    GpudRefusedError,
-    GpudUnavailableError,
-    socket_path,
-)
+from perseus_common.gpud_wire import socket_path
 from perseus_common.proto import gpud_pb2
 
 __all__ = ["DaemonGpu", "AppliedClockReport", "OffPlanInstruction"]

@@ -5,7 +5,7 @@ and gives a :class:`~perseus_client.gpu.base.GpuVendor` entry; :data:`VENDORS` l
 entries, and :func:`choose_vendor` takes the first whose probe says its GPUs are here (else the
 first entry, whose error then says why clock control cannot be had). The rank client's default
 backend (:func:`perseus_client.defaults.backend_factory`) and the node daemon
-(:func:`perseus_client.gpud.devices.open_devices`) both open GPUs through the chosen entry.
+(``perseus_gpud.devices.open_devices``, in the daemon's own package) both open GPUs through the chosen entry.
 
 Adding a vendor (AMD through ``amdsmi``, say) is one module with its backend and its
 ``VENDOR``, and one line here; nothing else in the client or the daemon names a vendor.

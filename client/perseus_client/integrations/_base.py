@@ -1,8 +1,10 @@
 """What every integration shares.
 
-The client surface it drives, the order format it exports, and :func:`quiet_stdout`: an integration
-never writes to stdout (a framework's import-time warnings included), so orders printed as JSON and
-redirected to a file stay JSON.
+The client surface it drives, the order format it exports, :class:`InstructionHooks` (the client,
+its instruction edges and transfer recorder, and the one wrapper that runs a framework's call as
+an instruction, for every integration's hooks), and :func:`quiet_stdout`: an integration never writes to stdout
+(a framework's import-time warnings included), so orders printed as JSON and redirected to a file
+stay JSON.
 """
 
 from __future__ import annotations
@@ -14,12 +16,15 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, redirect_stdout
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from perseus_client.integrations._timing import check_mode
 from perseus_common.kinds import INSTRUCTION_KINDS
 
 __all__ = [
     "INSTRUCTION_KINDS",
     "InstructionClient",
     "InstructionEdges",
+    "InstructionHooks",
+    "Where",
     "Orders",
     "custom_schedule",
     "check_orders",
@@ -91,6 +96,9 @@ class InstructionClient(Protocol):
     ) -> AbstractContextManager[Any]: ...
 
 
+#: Which instruction a call is: ``(kind, microbatch, stage)``.
+Where = tuple[str, int, int]
+
 #: ``(begin(kind, microbatch, stage), end(), abort())``: what an integration calls around an
 #: instruction's body (``abort`` instead of ``end`` when the body raised).
 InstructionEdges = tuple[Callable[[str, int, int], None], Callable[[], None], Callable[[], None]]
@@ -120,6 +128,70 @@ def instruction_edges(client: InstructionClient) -> InstructionEdges:
             open_.pop().__exit__(*sys.exc_info())
 
     return cm_begin, cm_end, cm_abort
+
+
+class InstructionHooks:
+    """The base of every integration's hooks: what they drive, and the wrapper they all call.
+
+    Args:
+        client: the client whose instruction edges wrap each instruction (a
+            :class:`InstructionClient`; ``PerseusClient``'s hot-path ``begin`` / ``end`` /
+            ``abort`` when it has them).
+        transfers: whether P2P transfers are timed, if the client can record them.
+        transfer_timing: how they are timed (``auto``, ``cpu`` or ``events``).
+
+    Attributes:
+        client: the client driven by the hooks.
+        transfer_timing: the checked timing mode.
+        transfers: whether P2P transfers are timed (the client has ``record_transfer`` and
+            ``transfers`` was not ``False``).
+    """
+
+    def __init__(
+        self, client: InstructionClient, *, transfers: bool = True, transfer_timing: str = "auto"
+    ) -> None:
+        self.transfer_timing = check_mode(transfer_timing)
+        self.client = client
+        self._edges = instruction_edges(client)
+        record = getattr(client, "record_transfer", None)
+        self._record: Callable[[int, str, int, Any], None] | None = (
+            record if transfers and callable(record) else None
+        )
+        self.transfers = self._record is not None
+        #: Whether the wrapped instructions drive the client now (each integration says when).
+        self._active = True
+
+    def wrap_instruction(
+        self, body: Callable[..., Any], locate: Callable[[tuple[Any, ...], dict[str, Any]], Where]
+    ) -> Callable[..., Any]:
+        """``body`` wrapped to run as one instruction of the plan while the hooks are active.
+
+        ``locate(args, kwargs)`` says which instruction a call is, from the call's arguments or
+        the hook's own bookkeeping (a counter, the order's next entry): ``(kind, microbatch,
+        stage)``. The client's ``begin`` runs before the body (the clock is set), ``end`` after,
+        ``abort`` instead when the body raises (the exception goes on). While the hooks are
+        inactive (an evaluation step, outside an iteration) the body runs bare. The wrapper is
+        marked ``_perseus_hook`` (and ``_perseus_owner``: these hooks).
+        """
+        begin, end, abort = self._edges
+
+        @functools.wraps(body)
+        def instruction(*args: Any, **kwargs: Any) -> Any:
+            if not self._active:
+                return body(*args, **kwargs)
+            kind, microbatch, stage = locate(args, kwargs)
+            begin(kind, microbatch, stage)
+            try:
+                out = body(*args, **kwargs)
+            except BaseException:
+                abort()
+                raise
+            end()
+            return out
+
+        instruction._perseus_hook = True  # type: ignore[attr-defined]
+        instruction._perseus_owner = self  # type: ignore[attr-defined]
+        return instruction
 
 
 def check_orders(orders: Orders) -> Orders:

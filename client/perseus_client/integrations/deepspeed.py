@@ -44,12 +44,13 @@ from typing import Any
 
 from perseus_client.integrations._base import (
     InstructionClient,
+    InstructionHooks,
     Orders,
+    Where,
     check_orders,
-    instruction_edges,
     quiet_stdout,
 )
-from perseus_client.integrations._timing import EventTiming, check_mode, event_factory
+from perseus_client.integrations._timing import EventTiming, event_factory
 
 __all__ = ["EngineHooks", "instrument", "export_orders", "stage_order"]
 
@@ -93,8 +94,11 @@ def export_orders(micro_batches: int, stages: int) -> Orders:
     return check_orders([stage_order(micro_batches, stages, s) for s in range(stages)])
 
 
-class EngineHooks:
-    """Hooks installed on one ``PipelineEngine``; :meth:`remove` (or leaving ``with``) undoes them."""
+class EngineHooks(InstructionHooks):
+    """Hooks installed on one ``PipelineEngine``; :meth:`remove` (or leaving ``with``) undoes them.
+
+    Whether P2P transfers are timed: ``transfers`` (see the module docstring).
+    """
 
     def __init__(
         self,
@@ -104,16 +108,8 @@ class EngineHooks:
         transfers: bool = True,
         transfer_timing: str = "auto",
     ) -> None:
-        self.transfer_timing = check_mode(transfer_timing)
+        super().__init__(client, transfers=transfers, transfer_timing=transfer_timing)
         self.engine = engine
-        self.client = client
-        self._edges = instruction_edges(client)
-        record = getattr(client, "record_transfer", None)
-        self._record: Callable[[int, str, int, Any], None] | None = (
-            record if transfers and callable(record) else None
-        )
-        #: Whether P2P transfers are timed (see the module docstring).
-        self.transfers = self._record is not None
         self._counts = {"forward": 0, "backward": 0}
         self._p2p_counts = [0, 0, 0, 0]
         self._active = False
@@ -166,24 +162,12 @@ class EngineHooks:
         return self
 
     def _wrap(self, method: Callable[..., Any], kind: str, stage: int) -> Callable[..., Any]:
-        begin, end, abort = self._edges
-
-        @functools.wraps(method)
-        def perseus_exec(engine: Any, *args: Any, **kwargs: Any) -> Any:
-            if not self._active:
-                return method(engine, *args, **kwargs)
-            mb = self._counts[kind]
+        def locate(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Where:
+            mb = self._counts[kind]  # the engine runs a stage's microbatches in order
             self._counts[kind] = mb + 1
-            begin(kind, mb, stage)
-            try:
-                out = method(engine, *args, **kwargs)
-            except BaseException:
-                abort()
-                raise
-            end()
-            return out
+            return kind, mb, stage
 
-        return perseus_exec
+        return self.wrap_instruction(method, locate)
 
     def _wrap_p2p(
         self, method: Callable[..., Any], slot: int, boundary: int, direction: str

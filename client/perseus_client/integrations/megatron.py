@@ -56,12 +56,13 @@ from typing import Any
 
 from perseus_client.integrations._base import (
     InstructionClient,
+    InstructionHooks,
     Orders,
+    Where,
     check_orders,
-    instruction_edges,
     quiet_stdout,
 )
-from perseus_client.integrations._timing import EventTiming, check_mode, event_factory
+from perseus_client.integrations._timing import EventTiming, event_factory
 
 __all__ = ["MegatronHooks", "instrument", "export_orders", "stage_order"]
 
@@ -168,13 +169,14 @@ def export_orders(
 _UNKNOWN = object()
 
 
-class MegatronHooks:
+class MegatronHooks(InstructionHooks):
     """Megatron's ``forward_step`` / ``backward_step`` replaced by instrumented wrappers.
 
     Attributes:
         client: the client driven by the hooks.
         order: this rank's ``[[kind, microbatch, stage], ...]``.
         calls: instructions reported this iteration, ``(kind, microbatch, stage)``.
+        transfers: whether P2P transfers are timed (see the module docstring).
     """
 
     def __init__(
@@ -185,15 +187,7 @@ class MegatronHooks:
         transfers: bool = True,
         transfer_timing: str = "auto",
     ) -> None:
-        self.transfer_timing = check_mode(transfer_timing)
-        self.client = client
-        self._edges = instruction_edges(client)
-        record = getattr(client, "record_transfer", None)
-        self._record: Callable[[int, str, int, Any], None] | None = (
-            record if transfers and callable(record) else None
-        )
-        #: Whether P2P transfers are timed (see the module docstring).
-        self.transfers = self._record is not None
+        super().__init__(client, transfers=transfers, transfer_timing=transfer_timing)
         self._p2p_class: Any = None
         self._p2p_original: Any = None
         self.order = [list(op) for op in order]
@@ -207,7 +201,6 @@ class MegatronHooks:
         self._chunk = {s: c for c, s in enumerate(sorted({op[2] for op in self.order}))}
         self._nf = 0
         self._nb = 0
-        self._active = True
         self._module: Any = None
         self._originals: dict[str, Any] = {}
         self.calls: list[tuple[str, int, int]] = []
@@ -307,12 +300,7 @@ class MegatronHooks:
         return ops[k]
 
     def _wrap_forward(self, forward_step: Callable[..., Any]) -> Callable[..., Any]:
-        begin, end, abort = self._edges
-
-        @functools.wraps(forward_step)
-        def perseus_forward_step(*args: Any, **kwargs: Any) -> Any:
-            if not self._active:
-                return forward_step(*args, **kwargs)
+        def locate(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Where:
             _, mb, stage = self._next("forward")
             current = kwargs.get("current_microbatch")
             vp_stage = kwargs.get("vp_stage")
@@ -327,18 +315,9 @@ class MegatronHooks:
                     f"stage {stage} (chunk {self._chunk[stage]})"
                 )
             self.calls.append(("forward", mb, stage))
-            begin("forward", mb, stage)
-            try:
-                out = forward_step(*args, **kwargs)
-            except BaseException:
-                abort()
-                raise
-            end()
-            return out
+            return "forward", mb, stage
 
-        perseus_forward_step._perseus_hook = True  # type: ignore[attr-defined]
-        perseus_forward_step._perseus_owner = self  # type: ignore[attr-defined]
-        return perseus_forward_step
+        return self.wrap_instruction(forward_step, locate)
 
     def _wrap_communicate(self, communicate: Callable[..., Any]) -> Callable[..., Any]:
         record = self._record
@@ -388,26 +367,12 @@ class MegatronHooks:
         return perseus_communicate
 
     def _wrap_backward(self, backward_step: Callable[..., Any]) -> Callable[..., Any]:
-        begin, end, abort = self._edges
-
-        @functools.wraps(backward_step)
-        def perseus_backward_step(*args: Any, **kwargs: Any) -> Any:
-            if not self._active:
-                return backward_step(*args, **kwargs)
+        def locate(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Where:
             _, mb, stage = self._next("backward")
             self.calls.append(("backward", mb, stage))
-            begin("backward", mb, stage)
-            try:
-                out = backward_step(*args, **kwargs)
-            except BaseException:
-                abort()
-                raise
-            end()
-            return out
+            return "backward", mb, stage
 
-        perseus_backward_step._perseus_hook = True  # type: ignore[attr-defined]
-        perseus_backward_step._perseus_owner = self  # type: ignore[attr-defined]
-        return perseus_backward_step
+        return self.wrap_instruction(backward_step, locate)
 
 
 @quiet_stdout

@@ -60,12 +60,13 @@ from typing import Any
 from perseus_client.integrations import _torch_p2p
 from perseus_client.integrations._base import (
     InstructionClient,
+    InstructionHooks,
     Orders,
+    Where,
     check_orders,
-    instruction_edges,
     quiet_stdout,
 )
-from perseus_client.integrations._timing import check_mode, event_factory
+from perseus_client.integrations._timing import event_factory
 from perseus_common.orders import gpipe_orders, one_f_one_b_orders
 
 __all__ = [
@@ -110,6 +111,11 @@ def schedule_stages(schedule: Any) -> list[Any]:
     return list(stages)
 
 
+def _chunk_id(args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> int:
+    """The microbatch a stage method is called for: its first argument, however passed."""
+    return int(args[0] if args else kwargs[name])
+
+
 def _full_backward(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     # backward_one_chunk(bwd_chunk_id, loss=None, full_backward=True, last_backward=False);
     # ``args`` here excludes bwd_chunk_id.
@@ -118,7 +124,7 @@ def _full_backward(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return bool(args[1]) if len(args) > 1 else True
 
 
-class PipelineHooks:
+class PipelineHooks(InstructionHooks):
     """Installed hooks on one schedule; :meth:`remove` (or leaving the ``with``) uninstalls them.
 
     Attributes:
@@ -136,17 +142,9 @@ class PipelineHooks:
         transfers: bool = True,
         transfer_timing: str = "auto",
     ) -> None:
-        self.transfer_timing = check_mode(transfer_timing)
+        super().__init__(client, transfers=transfers, transfer_timing=transfer_timing)
         self.schedule = schedule
-        self.client = client
-        self._edges = instruction_edges(client)
-        record = getattr(client, "record_transfer", None)
-        self._record: Callable[[int, str, int, Any], None] | None = (
-            record if transfers and callable(record) else None
-        )
-        self.transfers = self._record is not None
         self._saved: list[tuple[Any, str, Any]] = []
-        self._active = True
         self._installed = False
         self._p2p = False
 
@@ -248,68 +246,29 @@ class PipelineHooks:
         return p2p_ops
 
     def _wrap_forward(self, stage: Any) -> Callable[..., Any]:
-        original = stage.forward_one_chunk
         index = int(stage.stage_index)
-        begin, end, abort = self._edges
 
-        @functools.wraps(original)
-        def forward_one_chunk(fwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
-            if not self._active:
-                return original(fwd_chunk_id, *args, **kwargs)
-            begin("forward", int(fwd_chunk_id), index)
-            try:
-                out = original(fwd_chunk_id, *args, **kwargs)
-            except BaseException:
-                abort()
-                raise
-            end()
-            return out
+        def locate(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Where:
+            return "forward", _chunk_id(args, kwargs, "fwd_chunk_id"), index
 
-        forward_one_chunk._perseus_hook = True  # type: ignore[attr-defined]
-        return forward_one_chunk
+        return self.wrap_instruction(stage.forward_one_chunk, locate)
 
     def _wrap_backward(self, stage: Any) -> Callable[..., Any]:
-        original = stage.backward_one_chunk
         index = int(stage.stage_index)
-        begin, end, abort = self._edges
 
-        @functools.wraps(original)
-        def backward_one_chunk(bwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
-            if not self._active:
-                return original(bwd_chunk_id, *args, **kwargs)
-            kind = "backward" if _full_backward(args, kwargs) else "backward_input"
-            begin(kind, int(bwd_chunk_id), index)
-            try:
-                out = original(bwd_chunk_id, *args, **kwargs)
-            except BaseException:
-                abort()
-                raise
-            end()
-            return out
+        def locate(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Where:
+            kind = "backward" if _full_backward(args[1:], kwargs) else "backward_input"
+            return kind, _chunk_id(args, kwargs, "bwd_chunk_id"), index
 
-        backward_one_chunk._perseus_hook = True  # type: ignore[attr-defined]
-        return backward_one_chunk
+        return self.wrap_instruction(stage.backward_one_chunk, locate)
 
     def _wrap_backward_weight(self, stage: Any) -> Callable[..., Any]:
-        original = stage.backward_weight_one_chunk
         index = int(stage.stage_index)
-        begin, end, abort = self._edges
 
-        @functools.wraps(original)
-        def backward_weight_one_chunk(bwd_chunk_id: int, *args: Any, **kwargs: Any) -> Any:
-            if not self._active:
-                return original(bwd_chunk_id, *args, **kwargs)
-            begin("backward_weight", int(bwd_chunk_id), index)
-            try:
-                out = original(bwd_chunk_id, *args, **kwargs)
-            except BaseException:
-                abort()
-                raise
-            end()
-            return out
+        def locate(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Where:
+            return "backward_weight", _chunk_id(args, kwargs, "bwd_chunk_id"), index
 
-        backward_weight_one_chunk._perseus_hook = True  # type: ignore[attr-defined]
-        return backward_weight_one_chunk
+        return self.wrap_instruction(stage.backward_weight_one_chunk, locate)
 
 
 class _Missing:

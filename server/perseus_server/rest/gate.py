@@ -15,9 +15,14 @@ configured to allow, and refuses state-changing requests from a foreign ``Origin
 
 Who may call what is the authorization table of :mod:`perseus_server.service.authorization`
 (credential kind x route x own / other tenant): a route the credential's kind may not use
-answers 403 naming the scope it needs; a route of another tenant's job (or tenant) answers 404
-exactly as an unknown one does, so existence does not leak; a route the table lacks opens to the
-admin only. ``/healthz`` needs nothing. The Gate decides before the body is read, and leaves the
+answers 403 naming the scope it needs; a route the table lacks opens to the admin only.
+
+No existence oracle: for a credential whose cell is ``own`` (a tenant's, a rank's), the gate
+resolves the path's job id (or tenant id) to *visible* (the caller's own) or *not visible*
+(another tenant's, or no such job) first, and answers a job it may not see itself, with the
+404 of an unknown id, before the body is sized or read and before any route runs: the same
+status, body, headers, metrics (``perseus_refusals_total{reason="not_found"}`` for both) and
+the same code path (a dict look-up), whatever the body (oversized, stalled) or the query. ``/healthz`` needs nothing. The Gate decides before the body is read, and leaves the
 caller's :class:`Principal` in the request state: a route reads it with the :func:`caller`
 dependency (a listing filters by it), or demands a scope with
 ``dependencies=[Depends(requires(Scope.ADMIN))]``.
@@ -193,7 +198,7 @@ class Gate:
             return _forbidden(who, needed, method, str(scope["path"]), tenant_too)
         if got is authz.Access.OWN:
             job_id, tenant_id = params.get("job_id"), params.get("tenant_id")
-            if job_id is not None and not self._owns(who, job_id):
+            if job_id is not None and not self._visible(who, job_id):
                 self._refused(who, "not_found")
                 return unknown_job(job_id)
             if tenant_id is not None and who.tenant != tenant_id:
@@ -201,11 +206,17 @@ class Gate:
                 return unknown_tenant(tenant_id)
         return None
 
-    def _owns(self, who: Principal, job_id: str) -> bool:
+    def _visible(self, who: Principal, job_id: str) -> bool:
+        """Whether ``job_id`` is a job ``who`` may see: its own, never an unknown id.
+
+        Another tenant's job and an id no job has are one answer (not visible), given here,
+        before the body is read or sized and before the route runs: nothing a caller can
+        observe (status, body, headers, timing, its metrics) tells them apart.
+        """
         if who.scope is CredentialScope.RANK:
             return who.job_id == job_id
         owner = self.owner(job_id)
-        return owner is None or owner == who.tenant  # unknown: the route's own 404
+        return owner is not None and owner == who.tenant
 
     def _refused(self, who: Principal, reason: str) -> None:
         if who.tenant is not None:

@@ -2,20 +2,37 @@
 
 SQLite into PostgreSQL or back (either end a path, ``sqlite:///PATH`` or ``postgresql://...``).
 
-Both ends are first opened as stores (bringing each to this server's schema), then every table
-is copied row by row, as stored: creation times, profile revisions, credential digests and
-their rotation and revocation times, iteration history in its order, report sequences. The copy
-is one transaction on the destination: an error leaves it as empty as it was. It refuses a
-destination that holds data, and a source with a table it does not know (a newer server's),
-rather than leave something behind. Stop the server first (the source must not change while
-it is read); point the server at the destination afterwards.
+The source is opened as a store first (bringing it to this server's schema) and refused when it
+holds a table this server does not know (a newer server's). Then every table is copied row by
+row, as stored: creation times, profile revisions, credential digests and their rotation and
+revocation times, iteration history in its order, report sequences. Stop the server first (the
+source must not change while it is read); point the server at the destination afterwards.
+
+The destination is taken whole or not at all:
+
+- **One migration at a time.** A PostgreSQL destination is locked for the copy's transaction
+  (an advisory lock, then its tables locked against writers); an existing SQLite file is locked
+  (``flock``) before its schema is touched. A second migration into it is refused at once,
+  naming the one under way; one started after the first finished finds the destination full.
+- **Only an empty destination.** Whether it holds data is read inside the copy's transaction,
+  under those locks: a destination that holds data is refused and left alone.
+- **All or nothing.** The copy is one transaction on the destination; a SQLite file that did not
+  exist is built under a hidden name beside it (``.NAME.migrating-*``) and linked into place
+  only when complete (a link fails rather than replace a file that appeared meanwhile). An
+  error, or the process killed half way, leaves the destination as it was: absent, or empty
+  (at this server's schema). A killed run into a new SQLite file may leave its hidden partial
+  file behind: remove it.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
+import secrets
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import closing, contextmanager
+from contextlib import closing, contextmanager, suppress
+from pathlib import Path
 from typing import Any
 
 from perseus_server.domain.store import StoreError
@@ -79,6 +96,10 @@ _SEEDED = {"tenants": "id = 'default'"}
 _HISTORY = frozenset({"iterations", "report_sequences"})
 #: Rows inserted per statement batch.
 _CHUNK = 2000
+#: The PostgreSQL advisory lock a migration holds on its destination ("perseusdb" in ASCII).
+MIGRATE_LOCK = 0x7065727365757364
+#: How long a migration waits for a writer's locks on a destination's tables (PostgreSQL).
+_LOCK_WAIT = "5s"
 
 
 class _End:
@@ -146,47 +167,155 @@ def copy_database(
     """
     if src == dst:
         raise StoreError("the source and the destination are the same database")
-    for target in (src, dst):
-        open_store(target, pool_size=1).close()  # both at this server's schema version
-    copied: dict[str, int] = {}
-    with _connect(src) as a, _connect(dst) as b:
+    open_store(src, pool_size=1).close()  # at this server's schema version
+    with _connect(src) as a:
         unknown = a.tables() - {t for t, _, _ in TABLES}
         if unknown:
             raise StoreError(
                 f"{describe(src)} holds tables this server does not know "
                 f"({', '.join(sorted(unknown))}); use the server that wrote it"
             )
-        full = [t for t, _, _ in TABLES if b.count(t)]
-        if full:
-            raise StoreError(
-                f"{describe(dst)} is not empty ({', '.join(full)} hold rows); give an empty "
-                "database as the destination"
-            )
-        with _transaction(b):
-            for table, seeded in _SEEDED.items():
-                b.conn.execute(f"DELETE FROM {table} WHERE {seeded}")
-            for table, columns, booleans in TABLES:
-                flags = [c in booleans for c in columns]
-                n = 0
-                chunk: list[tuple[Any, ...]] = []
-                for row in a.rows(table, columns):
-                    chunk.append(_convert(row, flags, b.postgres))
-                    if len(chunk) >= _CHUNK:
-                        b.insert(table, columns, chunk)
-                        n, chunk = n + len(chunk), []
-                if chunk:
-                    b.insert(table, columns, chunk)
-                    n += len(chunk)
-                copied[table] = n
-                if say is not None:
-                    say(f"{table}: {n} rows")
-            if b.postgres:  # each rank's rows numbered in their order (the store trims by them)
-                b.conn.execute(
-                    "UPDATE iterations SET n = x.k FROM (SELECT seq, row_number() OVER "
-                    "(PARTITION BY rank_id ORDER BY seq) AS k FROM iterations) x "
-                    "WHERE iterations.seq = x.seq"
-                )
+        with _destination(dst) as target:
+            open_store(target, pool_size=1).close()  # at this server's schema version
+            with _connect(target) as b, _transaction(b):
+                _lock(b, dst)
+                full = [t for t, _, _ in TABLES if b.count(t)]
+                if full:
+                    raise StoreError(
+                        f"{describe(dst)} is not empty ({', '.join(full)} hold rows); give an "
+                        "empty database as the destination"
+                    )
+                return _copy(a, b, say)
+
+
+def _copy(a: _End, b: _End, say: Callable[[str], None] | None) -> dict[str, int]:
+    """Every table of ``a`` into ``b`` (in ``b``'s open transaction); rows per table."""
+    copied: dict[str, int] = {}
+    for table, seeded in _SEEDED.items():
+        b.conn.execute(f"DELETE FROM {table} WHERE {seeded}")
+    for table, columns, booleans in TABLES:
+        flags = [c in booleans for c in columns]
+        n = 0
+        chunk: list[tuple[Any, ...]] = []
+        for row in a.rows(table, columns):
+            chunk.append(_convert(row, flags, b.postgres))
+            if len(chunk) >= _CHUNK:
+                b.insert(table, columns, chunk)
+                n, chunk = n + len(chunk), []
+        if chunk:
+            b.insert(table, columns, chunk)
+            n += len(chunk)
+        copied[table] = n
+        if say is not None:
+            say(f"{table}: {n} rows")
+    if b.postgres:  # each rank's rows numbered in their order (the store trims by them)
+        b.conn.execute(
+            "UPDATE iterations SET n = x.k FROM (SELECT seq, row_number() OVER "
+            "(PARTITION BY rank_id ORDER BY seq) AS k FROM iterations) x "
+            "WHERE iterations.seq = x.seq"
+        )
     return copied
+
+
+def _under_way(dst: str) -> StoreError:
+    return StoreError(
+        f"another 'perseus db migrate' into {describe(dst)} is under way; nothing was written "
+        "(run one migration at a time)"
+    )
+
+
+@contextmanager
+def _destination(dst: str) -> Iterator[str]:
+    """The destination to write, locked for this migration alone (see the module docstring).
+
+    PostgreSQL: ``dst`` itself (its lock is taken in the copy's transaction, :func:`_lock`).
+    An existing SQLite file: ``dst``, ``flock``-ed meanwhile. A SQLite file that does not
+    exist: a hidden file beside it, linked into place once the copy committed.
+    """
+    if is_postgres(dst):
+        yield dst
+        return
+    path = Path(sqlite_path(dst))
+    if path.exists():
+        with _flocked(path, dst):
+            yield dst
+        return
+    partial = path.with_name(f".{path.name}.migrating-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        yield str(partial)
+        _publish(partial, path, dst)
+    finally:
+        for leftover in (partial, Path(f"{partial}-wal"), Path(f"{partial}-shm")):
+            with suppress(FileNotFoundError):
+                leftover.unlink()
+
+
+@contextmanager
+def _flocked(path: Path, dst: str) -> Iterator[None]:
+    """An exclusive ``flock`` on the SQLite file at ``path`` (refused at once when held).
+
+    SQLite's own locks are POSIX record locks, which ``flock`` does not touch; the descriptor
+    is closed only after every connection of the copy (closing it drops no lock of theirs).
+    """
+    fd = os.open(path, os.O_RDWR)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _under_way(dst) from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _publish(partial: Path, path: Path, dst: str) -> None:
+    """Link the complete copy at ``partial`` into place at ``path`` (never replacing a file).
+
+    Its write-ahead log is folded into the file first: the log is named after the partial
+    file, and is removed with it.
+    """
+    with closing(sqlite3.connect(partial, isolation_level=None)) as db:
+        busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        if busy:
+            raise StoreError(f"the copy for {describe(dst)} could not be completed (busy)")
+        db.execute("PRAGMA journal_mode = DELETE")
+        db.execute("PRAGMA journal_mode = WAL")
+    with open(partial, "rb") as f:
+        os.fsync(f.fileno())
+    try:
+        os.link(partial, path)
+    except FileExistsError:
+        raise StoreError(
+            f"{describe(dst)} was created while the copy ran (another migration into it?); "
+            "nothing was written to it"
+        ) from None
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _lock(end: _End, dst: str) -> None:
+    """Hold the destination for this migration's transaction (PostgreSQL; see the docstring).
+
+    SQLite's write lock is the transaction's own (``BEGIN IMMEDIATE``).
+    """
+    if not end.postgres:
+        return
+    import psycopg
+
+    got = end.conn.execute("SELECT pg_try_advisory_xact_lock(%s)", (MIGRATE_LOCK,)).fetchone()
+    if not got[0]:
+        raise _under_way(dst)
+    end.conn.execute(f"SET LOCAL lock_timeout = '{_LOCK_WAIT}'")
+    tables = ", ".join(t for t, _, _ in TABLES)
+    try:
+        end.conn.execute(f"LOCK TABLE {tables} IN EXCLUSIVE MODE")
+    except psycopg.errors.LockNotAvailable:
+        raise StoreError(
+            f"{describe(dst)} is being written (a server runs on it?); stop it first"
+        ) from None
 
 
 def _convert(row: tuple[Any, ...], flags: list[bool], postgres: bool) -> tuple[Any, ...]:
@@ -205,7 +334,10 @@ def _transaction(end: _End) -> Iterator[None]:
         with end.conn.transaction():
             yield
         return
-    end.conn.execute("BEGIN IMMEDIATE")
+    try:
+        end.conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as e:  # locked past the connection's wait
+        raise StoreError(f"the destination is in use ({e}); stop what writes it first") from None
     try:
         yield
     except BaseException:

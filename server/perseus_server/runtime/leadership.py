@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from perseus_server.domain.errors import StoreUnavailable
 from perseus_server.domain.store import StoreError
 
 __all__ = [
@@ -48,8 +49,19 @@ log = logging.getLogger("perseus.leadership")
 DEPOSED_EXIT = 3
 
 
-class NotLeader(StoreError):
-    """A write of a server whose leadership epoch is no longer the database's."""
+#: Seconds a client refused by a server that no longer leads is asked to wait.
+NOT_LEADER_RETRY_SECONDS = 2
+
+
+class NotLeader(StoreUnavailable, StoreError):
+    """A write of a server whose leadership epoch is no longer the database's.
+
+    Nothing was written; the client is answered 503 / ``UNAVAILABLE`` (retry, at the leader),
+    never a 500.
+    """
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, kind="not_leader", retry_after=NOT_LEADER_RETRY_SECONDS)
 
 
 class Lease:
@@ -67,7 +79,20 @@ class Lease:
         self.advertise = advertise
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self.epoch: int | None = None
+        #: This machine's monotonic clock just before the query that took or last renewed the
+        #: lease (None: not held). The database's expiry is later than ``since + ttl``.
+        self.since: float | None = None
         self._conn: Any = None
+
+    def holds(self) -> bool:
+        """Whether the lease surely still holds by this machine's clock.
+
+        Taken or renewed less than ``ttl`` seconds ago, counted from before the query that did
+        it: a process stopped past its lease (or whose renewals fail) sees it has lapsed the
+        moment it runs again, before anything it would answer.
+        """
+        since = self.since
+        return since is not None and time.monotonic() - since < self.ttl
 
     def _db(self) -> Any:
         import psycopg
@@ -113,9 +138,10 @@ class Lease:
                     ).fetchone()[0]
                 )
 
+        started = time.monotonic()
         epoch = self._call(take)
         if epoch is not None:
-            self.epoch = epoch
+            self.epoch, self.since = epoch, started
         return epoch
 
     def renew(self) -> bool:
@@ -123,6 +149,7 @@ class Lease:
 
         It is no longer ours when it expired and was taken, or the epoch moved on.
         """
+        started = time.monotonic()
         row = self._call(
             lambda conn: conn.execute(
                 "UPDATE perseus_lease SET expires = now() + make_interval(secs => %s) "
@@ -131,7 +158,11 @@ class Lease:
                 (self.ttl, self.holder, self.epoch),
             ).fetchone()
         )
-        return row is not None
+        if row is None:
+            self.since = None
+            return False
+        self.since = started
+        return True
 
     def leader(self) -> tuple[str, int, bool]:
         """``(holder, epoch, live)`` of the lease.
@@ -209,16 +240,13 @@ class LeaseKeeper:
         import psycopg
 
         lease = self.lease
-        renewed = time.monotonic()
         while not self._stop.wait(lease.ttl / 3):
-            started = time.monotonic()
             try:
                 if not lease.renew():
                     self.lost(f"the lease was taken over (epoch {lease.epoch} ended)")
                     return
-                renewed = started
             except psycopg.Error as e:
-                if time.monotonic() - renewed >= lease.ttl:
+                if not lease.holds():
                     self.lost(f"the lease could not be renewed for {lease.ttl:g} s: {e}")
                     return
                 log.warning("renewing the leader lease failed (retrying): %s", e)
@@ -247,6 +275,14 @@ class Leader:
         self._lock = threading.Lock()
         self._tell: Callable[[str], None] | None = None
         self.keeper: LeaseKeeper | None = LeaseKeeper(lease, self._heard).start()
+
+    def holds(self) -> bool:
+        """Whether this server may answer as the leader now: not deposed, its lease holding.
+
+        See :meth:`Lease.holds`; the standby's answers (:mod:`perseus_server.standby`) refuse
+        every call while it is False.
+        """
+        return self.deposed is None and self.lease.holds()
 
     def _heard(self, why: str) -> None:
         with self._lock:

@@ -193,6 +193,9 @@ def migrate(
 ) -> int:
     """Bring ``db`` to version ``len(migrations)``, one transaction per step.
 
+    Each step runs under SQLite's write lock after reading the version again, so processes
+    opening one new file at once apply each step once.
+
     Returns the version it had. Raises :class:`StoreError` when the database is newer than
     ``migrations`` knows.
     """
@@ -208,8 +211,11 @@ def migrate(
     for version in range(found, target):
         db.execute("BEGIN IMMEDIATE")
         try:
-            migrations[version](db)
-            db.execute(f"PRAGMA user_version = {version + 1}")
+            # Another process opening the same file may have applied this step meanwhile
+            # (between the read above and this write lock): applied once, never twice.
+            if int(db.execute("PRAGMA user_version").fetchone()[0]) <= version:
+                migrations[version](db)
+                db.execute(f"PRAGMA user_version = {version + 1}")
         except BaseException:
             db.execute("ROLLBACK")
             raise

@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any
 
-from perseus_server.testing.faults import TEST_SOLVE_DELAY_ENV, test_delay
+from perseus_server.runtime.faults import TEST_SOLVE_DELAY_ENV, test_delay
 
 __all__ = ["run_solve"]
 

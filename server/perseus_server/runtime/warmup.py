@@ -23,8 +23,8 @@ import sys
 import time
 from enum import StrEnum
 
+from perseus_server.runtime.faults import TEST_WARM_DELAY_ENV, test_delay
 from perseus_server.runtime.solve_manager import SolveManager
-from perseus_server.testing.faults import TEST_WARM_DELAY_ENV, test_delay
 
 __all__ = ["KernelState", "WARM_ENV", "WARM_SECONDS", "warm_kernels"]
 

@@ -77,7 +77,7 @@ class ClockVerification:
             label = _reason_label(o.reasons)
             counts[label] = counts.get(label, 0) + 1
         for label, n in counts.items():
-            self.counter.inc(n, job=job.id, rank=str(rank.global_rank), reason=label)
+            self.counter.inc(n, perseus_job=job.id, rank=str(rank.global_rank), reason=label)
         record.recent.append(
             (int(rep.iteration), len(rep.off_plan), frozenset(reasons), int(rep.clock_samples))
         )

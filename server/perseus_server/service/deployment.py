@@ -24,11 +24,11 @@ from perseus_server.domain.errors import BadRequest, Conflict
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import DeploymentKind, ProfilingStatus, ReplanKind
 from perseus_server.domain.values import PlanStep, PlanUpdate, ProfilingTask
+from perseus_server.runtime.faults import fault_point
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.persistence import persist_deployment
 from perseus_server.service.state import Deployment, Job, PlanSteps
 from perseus_server.service.swing import DeployedFloors, bounds_of
-from perseus_server.testing.faults import fault_point
 
 __all__ = ["Deployer", "DeploymentBudget", "require_frontier"]
 
@@ -183,7 +183,7 @@ class Deployer(Generic[B]):
         changed = self.decide(job, why) or budgeted
         if not changed:
             persist_deployment(self.ctx.store, job)
-        self.ctx.metrics.replans.inc(job=job.id, reason=kind)
+        self.ctx.metrics.replans.inc(perseus_job=job.id, reason=kind)
         replans = job.stragglers.replans
         replans.append(
             {"time": time.time(), "why": why, "version": job.deployment.version, "changed": changed}
@@ -203,7 +203,7 @@ class Deployer(Generic[B]):
         with store.transaction():
             persist_deployment(store, job)
             fault_point("after_deployment_store")
-        self.ctx.metrics.deploys.inc(job=job.id, kind=dep.kind)
+        self.ctx.metrics.deploys.inc(perseus_job=job.id, kind=dep.kind)
         log.info("job %s: plan version %d (%s): %s", job.id, dep.version, cause, dep.reason)
         # Ranks hear of a version only once it is stored (inside a larger update: committed).
         store.after_commit(lambda: self.ctx.hub.publish(job.id, lambda r: self.message(job, r)))

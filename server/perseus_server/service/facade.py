@@ -228,11 +228,13 @@ class PerseusService:
 
     def _connected_gauge(self) -> dict[Labels, float]:
         counts = self.hub.connected_counts()
-        return {(("job", j),): float(counts.get(j, 0)) for j in self.jobs.ids()}
+        return {(("perseus_job", j),): float(counts.get(j, 0)) for j in self.jobs.ids()}
 
     def _registered_gauge(self) -> dict[Labels, float]:
         return {
-            (("job", j.id),): float(len(j.ranks.by_global)) for j in self.jobs if j.ranks.by_global
+            (("perseus_job", j.id),): float(len(j.ranks.by_global))
+            for j in self.jobs
+            if j.ranks.by_global
         }
 
     def _clock_control_gauge(self) -> dict[Labels, float]:
@@ -251,14 +253,14 @@ class PerseusService:
                 if j.ranks.clock_control.get(rank_id, ("",))[0] == "unavailable":
                     nodes[rank.hostname] = nodes.get(rank.hostname, 0) + 1
             if not nodes:
-                out[(("job", j.id), ("node", ""))] = 0.0
+                out[(("perseus_job", j.id), ("node", ""))] = 0.0
                 continue
             ranked = sorted(nodes.items(), key=lambda kv: (-kv[1], kv[0]))
             for node, n in ranked[:CLOCK_CONTROL_NODES]:
-                out[(("job", j.id), ("node", node))] = float(n)
+                out[(("perseus_job", j.id), ("node", node))] = float(n)
             rest = sum(n for _, n in ranked[CLOCK_CONTROL_NODES:])
             if rest:
-                out[(("job", j.id), ("node", OTHER))] = float(rest)
+                out[(("perseus_job", j.id), ("node", OTHER))] = float(rest)
         return out
 
     # --- jobs ------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ quotas and budget share. Read at every scrape, ``O(jobs x pipelines)``.
 
 from __future__ import annotations
 
-from perseus_server.domain.states import DeploymentKind, JobActivity
+from perseus_server.domain.states import DeploymentKind, JobActivity, SolveStatus
 from perseus_server.metrics import Labels
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
@@ -45,7 +45,7 @@ class JobGauges:
 
     def world_sizes(self) -> dict[Labels, float]:
         """``perseus_job_world_size`` by job."""
-        return {(("job", j.id),): float(j.spec.world_size) for j in self.ctx.jobs}
+        return {(("perseus_job", j.id),): float(j.spec.world_size) for j in self.ctx.jobs}
 
     def lifecycles(self) -> dict[Labels, float]:
         """``perseus_job_lifecycle``: 1 for each job's state, 0 for the others."""
@@ -53,7 +53,7 @@ class JobGauges:
         for job_id in self.ctx.jobs.ids():
             state = self.lifecycle.state(job_id)
             for s in JobActivity:
-                out[(("job", job_id), ("state", str(s)))] = 1.0 if s is state else 0.0
+                out[(("perseus_job", job_id), ("state", str(s)))] = 1.0 if s is state else 0.0
         return out
 
     def budget_watts(self) -> dict[Labels, float]:
@@ -72,12 +72,12 @@ class JobGauges:
     def allocations(self) -> dict[Labels, float]:
         """``perseus_power_budget_allocation_watts``: each covered job's share (W)."""
         _, _, shares = self.budget.gauges()
-        return {(("job", j),): float(s.watts) for j, s in shares.items()}
+        return {(("perseus_job", j),): float(s.watts) for j, s in shares.items()}
 
     def job_infos(self) -> dict[Labels, float]:
         """``perseus_job_info``: 1 per job, labelled with its name and tenant."""
         return {
-            (("job", j.id), ("name", j.spec.name), ("tenant", j.row.tenant)): 1.0
+            (("perseus_job", j.id), ("name", j.spec.name), ("tenant", j.row.tenant)): 1.0
             for j in self.ctx.jobs
         }
 
@@ -100,7 +100,7 @@ class JobGauges:
         out: dict[Labels, float] = {}
         for job_id, rows in self._slowdowns().items():
             for value, p in sorted(rows, key=lambda r: (-r[0], r[1]))[:SLOWDOWN_SERIES]:
-                out[(("job", job_id), ("pipeline", str(p)))] = value
+                out[(("perseus_job", job_id), ("pipeline", str(p)))] = value
         return out
 
     def slowdown_ranges(self) -> dict[Labels, float]:
@@ -108,9 +108,22 @@ class JobGauges:
         out: dict[Labels, float] = {}
         for job_id, rows in self._slowdowns().items():
             if rows:
-                out[(("job", job_id), ("stat", "min"))] = min(v for v, _ in rows)
-                out[(("job", job_id), ("stat", "max"))] = max(v for v, _ in rows)
+                out[(("perseus_job", job_id), ("stat", "min"))] = min(v for v, _ in rows)
+                out[(("perseus_job", job_id), ("stat", "max"))] = max(v for v, _ in rows)
         return out
+
+    def frontier_failures(self) -> dict[Labels, float]:
+        """``perseus_job_frontier_failed``: 1 for a job whose latest solve failed, else 0.
+
+        A cancelled solve (by request, or its job deleted) is not a failure.
+        """
+        return {
+            (("perseus_job", j.id),): 1.0
+            if j.frontier.row.status == SolveStatus.FAILED
+            and "cancel" not in (j.frontier.row.error or "")
+            else 0.0
+            for j in self.ctx.jobs
+        }
 
     def tenant_gauges(self, name: str) -> dict[Labels, float]:
         """The per-tenant gauge ``name`` (see :data:`perseus_server.metrics.TENANT_GAUGES`)."""
@@ -144,6 +157,6 @@ class JobGauges:
     def profile_mismatches(self) -> dict[Labels, float]:
         """``perseus_profile_mismatch``: 1 for a job whose profile does not describe it, else 0."""
         return {
-            (("job", j.id),): 1.0 if self.checks.reason(j) is not None else 0.0
+            (("perseus_job", j.id),): 1.0 if self.checks.reason(j) is not None else 0.0
             for j in self.ctx.jobs
         }

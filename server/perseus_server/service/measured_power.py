@@ -238,7 +238,7 @@ class MeasuredPower:
     def powers(self) -> dict[Labels, float]:
         """``perseus_job_power_watts`` by job."""
         return {
-            (("job", j),): float(v["average_power"])
+            (("perseus_job", j),): float(v["average_power"])
             for j, v in self._views().items()
             if v["average_power"] is not None
         }
@@ -249,7 +249,7 @@ class MeasuredPower:
         Jobs with a max-clock baseline whose figures are not withheld.
         """
         return {
-            (("job", j),): float(v["energy_saved"])
+            (("perseus_job", j),): float(v["energy_saved"])
             for j, v in self._views().items()
             if v["ranks"] and v["energy_saved"] is not None and math.isfinite(v["energy_saved"])
         }

@@ -21,6 +21,7 @@ from perseus_server.decisions.profiling_scan import (
 )
 from perseus_server.domain.errors import BadRequest, Conflict, NotFound
 from perseus_server.domain.states import DeploymentKind, ProfilingStatus
+from perseus_server.runtime.faults import fault_point
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.job_profiles import Profiles
@@ -28,7 +29,6 @@ from perseus_server.service.report_checks import CheckedReport, measurements
 from perseus_server.service.slow_links import combined_link_times
 from perseus_server.service.solves import Solves
 from perseus_server.service.state import Deployment, Job
-from perseus_server.testing.faults import fault_point
 
 __all__ = ["OnlineProfiling"]
 

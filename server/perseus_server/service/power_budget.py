@@ -208,7 +208,9 @@ class PowerBudget:
             shares.extend(got)
             feasible, objective = feasible and ok, objective + obj
             allocated = math.fsum(sh.watts for sh in got)
-            tenants.append(TenantShare(d.tenant, parts[d.tenant], allocated, d.high, d.guaranteed))
+            tenants.append(
+                TenantShare(d.tenant, parts[d.tenant], allocated, d.high, d.guaranteed, ok)
+            )
         lowest = math.fsum(d.low for d in demands)
         return BudgetResult(tuple(shares), feasible, lowest, objective, tuple(tenants))
 

@@ -350,7 +350,12 @@ def slow_link_gauges(jobs: Any) -> dict[tuple[tuple[str, str], ...], float]:
     out: dict[tuple[tuple[str, str], ...], float] = {}
     for job in jobs:
         for p, b, d in job.stragglers.links.flags:
-            out[(("boundary", str(b)), ("direction", d), ("job", job.id), ("pipeline", str(p)))] = (
-                1.0
-            )
+            out[
+                (
+                    ("boundary", str(b)),
+                    ("direction", d),
+                    ("perseus_job", job.id),
+                    ("pipeline", str(p)),
+                )
+            ] = 1.0
     return out

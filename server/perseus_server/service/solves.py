@@ -32,11 +32,11 @@ from perseus.frontier import Frontier
 from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.errors import Conflict
 from perseus_server.domain.states import ProfilingStatus, SolveStatus
+from perseus_server.runtime.faults import fault_point
 from perseus_server.runtime.solve_manager import SolveEvents
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer, require_frontier
 from perseus_server.service.state import Job
-from perseus_server.testing.faults import fault_point
 
 __all__ = ["Solves", "decode_frontier"]
 

@@ -51,6 +51,8 @@ class TenantShare:
     allocated: float
     demand: float
     guaranteed: float
+    #: Whether its jobs fit in its part (False: even their least-power plans exceed it).
+    feasible: bool = True
 
     @property
     def owed(self) -> float:
@@ -70,6 +72,8 @@ class TenantShare:
             return self.allocated
         if name == "perseus_tenant_below_guaranteed_share":
             return 1.0 if self.below_guarantee else 0.0
+        if name == "perseus_tenant_power_budget_feasible":
+            return 1.0 if self.feasible else 0.0
         raise KeyError(name)
 
     def to_json(self) -> dict[str, float | str | bool]:

@@ -13,7 +13,7 @@ Two mechanisms, each built from what the node already knows (``--ownership``):
     Kubernetes: the kubelet's pod-resources API (gRPC ``v1.PodResourcesLister/List`` on its Unix
     socket) says which pod and container each GPU (by UUID) is assigned to; the peer's pod is
     the one whose UID is in its **own** cgroup path, and only in the kubelet's pod hierarchy
-    (:func:`~perseus_client.gpud.procfs.pod_in_cgroup`), named by the kubelet's log directory
+    (:func:`~perseus_gpud.procfs.pod_in_cgroup`), named by the kubelet's log directory
     ``/var/log/pods/<namespace>_<name>_<uid>`` (the pod-resources API carries names, not UIDs).
 
 **With a kubelet, a process in a pod is judged by the kubelet alone**: it owns a GPU only when
@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from perseus_client.gpud import procfs
+from perseus_gpud import procfs
 
 __all__ = [
     "DEFAULT_KUBELET_SOCKET",
@@ -55,7 +55,7 @@ __all__ = [
     "Ownership",
 ]
 
-log = logging.getLogger("perseus_client.gpud")
+log = logging.getLogger("perseus_gpud")
 
 #: The kubelet's pod-resources socket.
 DEFAULT_KUBELET_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -138,7 +138,7 @@ def list_assignments(socket: str, timeout: float) -> Assignments:
     """GPU UUID → ``(namespace, pod, container)``, from the kubelet (blocking)."""
     import grpc
 
-    from perseus_client.gpud import podresources_pb2, podresources_pb2_grpc
+    from perseus_gpud import podresources_pb2, podresources_pb2_grpc
 
     out: Assignments = {}
     with grpc.insecure_channel(f"unix://{socket}") as channel:

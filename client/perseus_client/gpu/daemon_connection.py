@@ -3,9 +3,10 @@
 :class:`GpudConnection` opens the Unix socket and makes one call at a time (a lock serialises
 callers from several threads: the clock thread and the heartbeat thread share one connection,
 because the connection is the lease). Every call has a timeout; any I/O failure closes the
-connection and raises :class:`~perseus_client.gpud.protocol.GpudUnavailableError`, a refusal by
-the daemon raises :class:`~perseus_client.gpud.protocol.GpudRefusedError` (the connection stays
-usable).
+connection and raises :class:`~perseus_client.errors.GpudUnavailableError`, a refusal by
+the daemon raises a :class:`~perseus_client.errors.GpudRefusedError` (:func:`refusal` picks
+its kind; the connection stays usable). The frames are :mod:`perseus_common.gpud_wire`'s, the
+messages ``gpud.proto``'s: the client needs nothing of the daemon's package.
 """
 
 from __future__ import annotations
@@ -15,16 +16,32 @@ import socket
 import threading
 from typing import Any
 
-from perseus_client.gpud.protocol import (
+from perseus_client.errors import (
+    GpudBusyError,
+    GpudLeaseHeldError,
+    GpudNotOwnerError,
+    GpudPermissionError,
+    GpudRefusedError,
     GpudUnavailableError,
-    encode_frame,
-    read_frame,
-    refusal,
-    socket_path,
 )
+from perseus_common.gpud_wire import encode_frame, read_frame, socket_path
 from perseus_common.proto import gpud_pb2
 
-__all__ = ["GpudConnection"]
+__all__ = ["GpudConnection", "refusal"]
+
+
+def refusal(error: gpud_pb2.Error) -> GpudRefusedError:
+    """The client-side exception for an ``Error`` the daemon sent."""
+    code = gpud_pb2.ErrorCode.Name(error.code)
+    if error.code == gpud_pb2.LEASE_HELD:
+        return GpudLeaseHeldError(code, error.message)
+    if error.code == gpud_pb2.PERMISSION_DENIED:
+        return GpudPermissionError(code, error.message)
+    if error.code == gpud_pb2.NOT_OWNER:
+        return GpudNotOwnerError(code, error.message)
+    if error.code in (gpud_pb2.BUSY, gpud_pb2.TIMEOUT):
+        return GpudBusyError(code, error.message)
+    return GpudRefusedError(code, error.message)
 
 
 class GpudConnection:

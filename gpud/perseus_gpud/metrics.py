@@ -28,7 +28,7 @@ metric                                          type     meaning
 ``perseus_gpud_leased``                         gauge    1 while a process holds the lease
 ``perseus_gpud_lease_holder_info``              gauge    1, labels ``pid``, ``uid``,
                                                          ``owned_by``, ``pod``, ``namespace``,
-                                                         ``slurm_job``, ``job``, ``tenant``
+                                                         ``slurm_job``, ``perseus_job``, ``tenant``
 ``perseus_gpud_refusals_total``                 counter  refused requests by ``reason`` (the
                                                          error code), ``uid``, ``uuid`` (absent:
                                                          no GPU named)
@@ -47,14 +47,14 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from perseus_client.gpu.nvml import CLOCK_EVENT_REASONS
-from perseus_client.gpud.files import replace_file
+from perseus_gpud.files import replace_file
 
 if TYPE_CHECKING:
-    from perseus_client.gpud.server import GpudServer
+    from perseus_gpud.server import GpudServer
 
 __all__ = ["render", "serve_http", "write_textfile_forever", "write_textfile"]
 
-log = logging.getLogger("perseus_client.gpud")
+log = logging.getLogger("perseus_gpud")
 
 _HELP = {
     "perseus_gpud_sm_clock_hertz": ("gauge", "SM clock the GPU runs at now"),
@@ -119,7 +119,8 @@ async def _gpu_samples(server: GpudServer) -> list[tuple[str, dict[str, Any], fl
                 "pod": owner.pod,
                 "namespace": owner.namespace,
                 "slurm_job": owner.slurm_job,
-                "job": owner.job,
+                # not `job`: Prometheus's own (the scrape's) would overwrite it
+                "perseus_job": owner.job,
                 "tenant": owner.tenant,
             }
             out.append(("perseus_gpud_lease_holder_info", info, 1.0))

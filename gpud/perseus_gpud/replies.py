@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
 
-from perseus_client.gpud.devices import ManagedGpu
-from perseus_client.gpud.ownership import Owner
-from perseus_client.gpud.peers import Peer
 from perseus_common.proto import gpud_pb2
+from perseus_gpud.devices import ManagedGpu
+from perseus_gpud.ownership import Owner
+from perseus_gpud.peers import Peer
 
 __all__ = ["clock_state", "gpu_info", "holder_labels", "resolve_gpu", "status_message"]
 

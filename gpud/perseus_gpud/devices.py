@@ -3,13 +3,13 @@
 :func:`open_devices` opens the managed GPUs through a vendor's registry entry
 (:class:`~perseus_client.gpu.base.GpuVendor`); :func:`open_gpus` through the vendor the
 availability probe finds, or through NVML on a given ``pynvml``-like module
-(:class:`~perseus_client.gpud.simnvml.SimulatedNvml` with ``--simulate``). :class:`ManagedGpu` exposes exactly what the protocol allows, through the
+(:class:`~perseus_gpud.simnvml.SimulatedNvml` with ``--simulate``). :class:`ManagedGpu` exposes exactly what the protocol allows, through the
 backend interface (:class:`~perseus_client.gpu.base.GpuBackend`) only: lock the SM clock at a
 supported value, reset it, read the supported clocks, the energy counter, the current SM clock
 and the clock-event reasons; for the daemon itself (ownership, metrics) the UUID, the device
 node's minor number and the power draw. No other device call is reachable from a client.
 
-With a :class:`~perseus_client.gpud.lockrecord.LockRecord`, a lock is recorded before the
+With a :class:`~perseus_gpud.lockrecord.LockRecord`, a lock is recorded before the
 backend applies it and forgotten after it reset it (the record says what to reset after a crash).
 
 Each GPU has a single worker thread: device calls block (a lock takes milliseconds, and a sick
@@ -30,12 +30,12 @@ from typing import Any
 
 from perseus_client.errors import GpuError, UnsupportedClockError
 from perseus_client.gpu.base import GpuBackend, GpuVendor, device_minor
-from perseus_client.gpud.lockrecord import LockRecord
 from perseus_common.clocks import reason_mask, reason_names
+from perseus_gpud.lockrecord import LockRecord
 
 __all__ = ["ManagedGpu", "open_devices", "open_gpus"]
 
-log = logging.getLogger("perseus_client.gpud")
+log = logging.getLogger("perseus_gpud")
 
 
 class ManagedGpu:

@@ -20,7 +20,7 @@ import os
 import threading
 from pathlib import Path
 
-from perseus_client.gpud.files import replace_file
+from perseus_gpud.files import replace_file
 
 __all__ = ["LockRecord", "LockRecordError"]
 

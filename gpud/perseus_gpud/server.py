@@ -11,7 +11,7 @@ with its start time, so a reused pid does not count) has exited: a forked child 
 the socket and keeps heartbeating does not keep the GPU locked after its parent died.
 
 **Ownership.** A lease is granted only on a GPU the peer owns
-(:mod:`~perseus_client.gpud.ownership`: with a kubelet, a process in a pod owns what the kubelet
+(:mod:`~perseus_gpud.ownership`: with a kubelet, a process in a pod owns what the kubelet
 assigned its pod; otherwise its device node open), checked before anything about the GPU's
 holder is told; the holder is labelled with what the peer is (its pod, namespace, Slurm job)
 and the Perseus job and tenant its client named at lease time (``GpuRef.job``/``tenant``).
@@ -33,10 +33,10 @@ ever set or reset: the server answers as usual and logs what it would have done.
 **Log.** One INFO line per lease, release (with the number of clock changes it made), reset and
 refusal, ERROR for failures; each clock change is DEBUG.
 
-**Connections** are bounded (:mod:`~perseus_client.gpud.limits`): in all and per uid, with a
+**Connections** are bounded (:mod:`~perseus_gpud.limits`): in all and per uid, with a
 reserve for peers allowed to lease; idle non-leasing connections and partial frames time out.
 
-NVML calls run on each GPU's worker thread (:class:`~perseus_client.gpud.devices.ManagedGpu`),
+NVML calls run on each GPU's worker thread (:class:`~perseus_gpud.devices.ManagedGpu`),
 never on the event loop, so a slow driver call does not delay heartbeats or other GPUs.
 """
 
@@ -56,8 +56,10 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from perseus_client.errors import GpuError, UnsupportedClockError
-from perseus_client.gpud import procfs
-from perseus_client.gpud.access import (
+from perseus_common.gpud_wire import FrameTooLargeError, encode_frame
+from perseus_common.proto import gpud_pb2
+from perseus_gpud import procfs
+from perseus_gpud.access import (
     Access,
     GpudStartError,
     Refused,
@@ -65,24 +67,22 @@ from perseus_client.gpud.access import (
     lease_tag,
     listen_unix,
 )
-from perseus_client.gpud.devices import ManagedGpu
-from perseus_client.gpud.limits import ConnectionLimits, ConnectionTimeout, read_request
-from perseus_client.gpud.lockrecord import LockRecord
-from perseus_client.gpud.ownership import Owner, Ownership
-from perseus_client.gpud.peers import Peer, PeerPolicy, peer_of
-from perseus_client.gpud.protocol import FrameTooLargeError, encode_frame
-from perseus_client.gpud.replies import (
+from perseus_gpud.devices import ManagedGpu
+from perseus_gpud.limits import ConnectionLimits, ConnectionTimeout, read_request
+from perseus_gpud.lockrecord import LockRecord
+from perseus_gpud.ownership import Owner, Ownership
+from perseus_gpud.peers import Peer, PeerPolicy, peer_of
+from perseus_gpud.replies import (
     clock_state,
     gpu_info,
     holder_labels,
     resolve_gpu,
     status_message,
 )
-from perseus_common.proto import gpud_pb2
 
 __all__ = ["Peer", "PeerPolicy", "GpudServer", "GpudStartError", "peer_of"]
 
-log = logging.getLogger("perseus_client.gpud")
+log = logging.getLogger("perseus_gpud")
 
 
 @dataclass(eq=False)

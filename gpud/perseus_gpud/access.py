@@ -3,8 +3,8 @@
 The owner a lease goes to, what a peer sees in status, whose GPU a peer may read, the labels a lease
 may carry; and the socket the daemon listens on.
 
-Root and the admin groups (:meth:`~perseus_client.gpud.peers.PeerPolicy.is_admin`) see and read
-every GPU; any other peer only the GPUs it leases or owns (:mod:`~perseus_client.gpud.ownership`),
+Root and the admin groups (:meth:`~perseus_gpud.peers.PeerPolicy.is_admin`) see and read
+every GPU; any other peer only the GPUs it leases or owns (:mod:`~perseus_gpud.ownership`),
 so a tenant learns nothing of another's GPUs, clocks or holders. Refusals raise :class:`Refused`,
 which the server answers as an ``Error`` frame.
 """
@@ -17,10 +17,10 @@ import socket
 import stat
 from collections.abc import Awaitable, Callable, Collection, Mapping
 
-from perseus_client.gpud.devices import ManagedGpu
-from perseus_client.gpud.ownership import Denied, Owner, Ownership
-from perseus_client.gpud.peers import Peer, PeerPolicy
 from perseus_common.proto import gpud_pb2
+from perseus_gpud.devices import ManagedGpu
+from perseus_gpud.ownership import Denied, Owner, Ownership
+from perseus_gpud.peers import Peer, PeerPolicy
 
 __all__ = [
     "MAX_TAG",

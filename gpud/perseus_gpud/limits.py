@@ -22,11 +22,11 @@ import logging
 import resource
 from dataclasses import dataclass
 
-from perseus_client.gpud.protocol import HEADER_SIZE, frame_size
+from perseus_common.gpud_wire import HEADER_SIZE, frame_size
 
 __all__ = ["ConnectionLimits", "ConnectionTimeout", "raise_fd_limit", "read_request"]
 
-log = logging.getLogger("perseus_client.gpud")
+log = logging.getLogger("perseus_gpud")
 
 
 @dataclass(frozen=True)

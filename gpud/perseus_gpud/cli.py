@@ -13,7 +13,7 @@
                   [--simulate-throttle FILE]] [--read-only]
     perseus gpud status [--socket PATH] [--json]
 
-Also ``python -m perseus_client.gpud ...``. :func:`main` takes the arguments after ``gpud`` and
+Also ``python -m perseus_gpud ...``. :func:`main` takes the arguments after ``gpud`` and
 returns the exit status: 0, 1 when the daemon cannot be reached (``status``), 2 for bad
 arguments or a daemon that cannot start (a malformed ``--state`` or ``--simulate-state`` file
 included: the message names the file and the problem).
@@ -31,15 +31,15 @@ import signal
 import sys
 from typing import Any
 
-from perseus_client.errors import GpuError
-from perseus_client.gpud.connection import GpudConnection
-from perseus_client.gpud.ownership import DEFAULT_KUBELET_SOCKET, DEFAULT_POD_LOGS
-from perseus_client.gpud.protocol import DEFAULT_SOCKET, SOCKET_ENV, GpudError, socket_path
+from perseus_client.errors import GpudError, GpuError
+from perseus_client.gpu.daemon_connection import GpudConnection
+from perseus_common.gpud_wire import DEFAULT_SOCKET, SOCKET_ENV, socket_path
 from perseus_common.proto import gpud_pb2
+from perseus_gpud.ownership import DEFAULT_KUBELET_SOCKET, DEFAULT_POD_LOGS
 
 __all__ = ["main", "status_rows"]
 
-log = logging.getLogger("perseus_client.gpud")
+log = logging.getLogger("perseus_gpud")
 
 
 def _indices(text: str) -> list[int]:
@@ -238,7 +238,7 @@ def _serve(argv: list[str]) -> int:
 
 
 def _build_ownership(args: argparse.Namespace, dev_dir: str | None) -> Any:
-    from perseus_client.gpud.ownership import (
+    from perseus_gpud.ownership import (
         DeviceNodeOwnership,
         Ownership,
         PodResourcesOwnership,
@@ -277,10 +277,10 @@ def _simulated_dev_dir(path: str, count: int) -> str:
 
 
 def _run_daemon(args: argparse.Namespace) -> int:
-    from perseus_client.gpud.devices import open_gpus
-    from perseus_client.gpud.limits import ConnectionLimits, raise_fd_limit
-    from perseus_client.gpud.lockrecord import LockRecord
-    from perseus_client.gpud.server import GpudServer, GpudStartError, PeerPolicy
+    from perseus_gpud.devices import open_gpus
+    from perseus_gpud.limits import ConnectionLimits, raise_fd_limit
+    from perseus_gpud.lockrecord import LockRecord
+    from perseus_gpud.server import GpudServer, GpudStartError, PeerPolicy
 
     path = socket_path(args.socket)
     here = os.path.dirname(os.path.abspath(path))
@@ -303,7 +303,7 @@ def _run_daemon(args: argparse.Namespace) -> int:
     nvml: Any
     dev_dir = None
     if args.simulate is not None:
-        from perseus_client.gpud.simnvml import SimulatedNvml
+        from perseus_gpud.simnvml import SimulatedNvml
 
         if args.simulate < 1:
             print("perseus gpud: --simulate needs N >= 1", file=sys.stderr)
@@ -339,7 +339,7 @@ def _run_daemon(args: argparse.Namespace) -> int:
     )
 
     async def run() -> None:
-        from perseus_client.gpud import metrics
+        from perseus_gpud import metrics
 
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

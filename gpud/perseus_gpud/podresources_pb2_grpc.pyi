@@ -10,13 +10,14 @@ which protobuf allows (unknown fields are skipped). Field numbers are the public
 Regenerate the committed stubs (podresources_pb2.py, podresources_pb2_grpc.py and their .pyi)
 after a change with:
   python -m grpc_tools.protoc -Iclient --python_out=client --pyi_out=client \\
-    --grpc_python_out=client client/perseus_client/gpud/podresources.proto
+    --mypy_grpc_out=client \\
+    --grpc_python_out=client client/perseus_gpud/podresources.proto
 (run from the repository root; tests/gpud/test_gpud_ownership.py checks they are current).
 """
 
 from collections import abc as _abc
 from grpc import aio as _aio
-from perseus_client.gpud import podresources_pb2 as _podresources_pb2
+from perseus_gpud import podresources_pb2 as _podresources_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys

@@ -6,10 +6,10 @@ one ``Response`` per request, in order, on one persistent connection. Frames are
 :data:`MAX_FRAME` bytes in both directions; a peer that announces a longer frame is answered
 with a ``TOO_LARGE`` error and disconnected, before anything of the body is read.
 
-This module holds the codec (the blocking reader; the asyncio one, with timeouts, is
-:func:`~perseus_client.gpud.limits.read_request`), the default socket location and the errors a
-client sees. Both the daemon (:mod:`perseus_client.gpud.server`) and its clients
-(:mod:`perseus_client.gpud.connection`) use it.
+This module holds the codec (the blocking reader; the daemon's asyncio one, with timeouts, is
+``perseus_gpud.limits.read_request``) and the default socket location, written once for both
+ends: the daemon (``perseus_gpud``) and its clients
+(:mod:`perseus_client.gpu.daemon_connection`, whose errors are what a client sees).
 """
 
 from __future__ import annotations
@@ -18,27 +18,16 @@ import os
 import socket
 import struct
 
-from perseus_client.errors import ClockControlUnavailableError, GpuError, GpuPermissionError
-from perseus_common.proto import gpud_pb2
-
 __all__ = [
     "DEFAULT_SOCKET",
     "SOCKET_ENV",
     "MAX_FRAME",
     "HEADER_SIZE",
     "FrameTooLargeError",
-    "GpudError",
-    "GpudUnavailableError",
-    "GpudRefusedError",
-    "GpudNotOwnerError",
-    "GpudBusyError",
-    "GpudLeaseHeldError",
-    "GpudPermissionError",
     "encode_frame",
     "read_frame",
     "frame_size",
     "socket_path",
-    "refusal",
 ]
 
 #: Where the daemon listens unless ``--socket`` / ``$PERSEUS_GPUD_SOCKET`` says otherwise.
@@ -66,56 +55,6 @@ class FrameTooLargeError(ValueError):
     def __init__(self, size: int) -> None:
         super().__init__(f"frame of {size} bytes exceeds the {MAX_FRAME}-byte bound")
         self.size = size
-
-
-class GpudError(GpuError):
-    """Something went wrong talking to the node daemon."""
-
-
-class GpudUnavailableError(GpudError, ClockControlUnavailableError):
-    """The daemon cannot be reached (no socket, connection refused or closed, timeout)."""
-
-
-class GpudRefusedError(GpudError):
-    """The daemon answered with an error; ``code`` is the ``gpud.proto`` ``ErrorCode`` name."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-class GpudLeaseHeldError(GpudRefusedError, ClockControlUnavailableError):
-    """Another connection (another process) holds the GPU's lease; the message names its pid."""
-
-
-class GpudPermissionError(GpudRefusedError, GpuPermissionError):
-    """The daemon does not allow this process's uid/gid."""
-
-
-class GpudNotOwnerError(GpudRefusedError, ClockControlUnavailableError):
-    """The GPU is not this process's, as far as the daemon can tell.
-
-    No device node of it is open, no pod was given it: for a trainer that asks before CUDA
-    opened its GPU, a later try succeeds.
-    """
-
-
-class GpudBusyError(GpudRefusedError, ClockControlUnavailableError):
-    """The daemon is at its connection cap or timed the connection out: try again later."""
-
-
-def refusal(error: gpud_pb2.Error) -> GpudRefusedError:
-    """The client-side exception for an ``Error`` the daemon sent."""
-    code = gpud_pb2.ErrorCode.Name(error.code)
-    if error.code == gpud_pb2.LEASE_HELD:
-        return GpudLeaseHeldError(code, error.message)
-    if error.code == gpud_pb2.PERMISSION_DENIED:
-        return GpudPermissionError(code, error.message)
-    if error.code == gpud_pb2.NOT_OWNER:
-        return GpudNotOwnerError(code, error.message)
-    if error.code in (gpud_pb2.BUSY, gpud_pb2.TIMEOUT):
-        return GpudBusyError(code, error.message)
-    return GpudRefusedError(code, error.message)
 
 
 def encode_frame(body: bytes) -> bytes:
