@@ -273,6 +273,12 @@ class PlanDeployment(_DeploymentBase):
     peak_power: float | None = Field(
         description="Per GPU, the highest power (W) of any instruction option any pipeline runs."
     )
+    constraint: Literal["own policy", "power budget", "straggler", "power budget and straggler"] = (
+        Field(
+            description="What set the plans: the job's own policy, the cluster power budget, "
+            "stragglers (the others slowed to them), or the budget with stragglers."
+        )
+    )
     power_timeline: dict[str, Any] = omitted(
         "The first pipeline's plan as the whole job draws it over one iteration (with its "
         "floors under swing bounds; then ``before`` without them): the measures of a plan "
@@ -283,12 +289,6 @@ class PlanDeployment(_DeploymentBase):
         "With swing bounds (PUT /jobs/{id}/plan max_swing / max_ramp): the bounds, the job's "
         "swing with the plan alone (plan_swing) and every rank's power_floors ([start_s, end_s, "
         "watts] within an iteration) of the first pipeline's plan, pushed with the plan."
-    )
-    constraint: Literal["own policy", "power budget", "straggler", "power budget and straggler"] = (
-        Field(
-            description="What set the plans: the job's own policy, the cluster power budget, "
-            "stragglers (the others slowed to them), or the budget with stragglers."
-        )
     )
 
 
