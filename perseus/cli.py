@@ -82,6 +82,10 @@ def _cmd_frontier(args: argparse.Namespace) -> int:
 
         check_budget(args.power_budget)  # before the solve: a bad budget fails at once
     selection = _selection(args)  # so does any other bad policy value
+    if args.max_swing is not None or args.max_ramp is not None:
+        from perseus.power import SwingBounds
+
+        SwingBounds(args.max_swing, args.max_ramp, args.ramp_window)  # so do bad bounds
     profile = load_profile(args.profile)
     schedule = make_schedule(args.schedule, args.stages, args.microbatches, args.virtual_stages)
     if args.profile_stages is not None:
@@ -123,6 +127,8 @@ def _cmd_frontier(args: argparse.Namespace) -> int:
             f"({100 * b['slowdown']:+.2f} % against T0), E = {b['energy']:.1f} J, "
             f"average power {b['average_power']:.1f} W, peak {b['peak_power']:.1f} W per GPU"
         )
+    if args.power_timeline or args.max_swing is not None or args.max_ramp is not None:
+        budget_line += _swing(args, frontier, profile, power, doc)
     text = json.dumps(doc, indent=1 if args.plans else 2)
     if args.output:
         Path(args.output).write_text(text + "\n")
@@ -145,8 +151,25 @@ def _cmd_frontier(args: argparse.Namespace) -> int:
     if selected_line:
         print(selected_line, file=sys.stderr)
     if budget_line:
-        print(budget_line, file=sys.stderr)
+        print(budget_line.strip("\n"), file=sys.stderr)
     return 0
+
+
+def _swing(
+    args: argparse.Namespace, frontier: Any, profile: Any, blocking: float, doc: dict[str, Any]
+) -> str:
+    """Adds ``power_timeline`` (and ``swing`` under bounds) to ``doc``; the stderr lines."""
+    from perseus.power import SwingBounds
+    from perseus.power.timeline_plot import swing_outputs
+    from perseus.problem import EnergyProblem
+
+    bounds = None
+    if args.max_swing is not None or args.max_ramp is not None:
+        bounds = SwingBounds(args.max_swing, args.max_ramp, args.ramp_window)
+    problem = EnergyProblem.build(profile, frontier.schedule, blocking)
+    out, line = swing_outputs(frontier, problem, doc.get("selected"), bounds, args.power_timeline)
+    doc.update(out)
+    return "\n" + line
 
 
 def _selection(args: argparse.Namespace) -> tuple[str, float, dict[str, float]] | None:
@@ -331,6 +354,15 @@ def build_parser(describe_apps: bool = True) -> argparse.ArgumentParser:
     _add_policy_options(f)
     f.add_argument("--output", "-o", help="write the JSON here (default: stdout)")
     f.add_argument("--plot", help="draw the frontier to this PNG")
+    f.add_argument(
+        "--power-timeline",
+        metavar="PNG",
+        help="draw the selected plan's power over two iterations (with --max-swing/--max-ramp: "
+        "before and after its floors, the bound drawn)",
+    )
+    f.add_argument("--max-swing", type=float, help="bound 1 - trough/peak (0-1): adds 'swing'")
+    f.add_argument("--max-ramp", type=float, help="bound every change within --ramp-window (0-1)")
+    f.add_argument("--ramp-window", type=float, default=0.1, help="seconds (default 0.1)")
     f.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     f.set_defaults(func=_cmd_frontier)
 

@@ -309,6 +309,29 @@ def test_server_queries_and_push_smoke() -> None:
         ), push
 
 
+def test_swing_benchmark_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "swing.json"
+    text = run("swing.py", "--smoke", "--json", str(out))
+    assert "A100 8 x 4" in text
+    (row,) = json.loads(out.read_text())["results"]
+    assert row["meets"] is True
+    assert row["after"]["swing"] <= 0.30 + 1e-6
+    assert row["after"]["change_100ms"] <= 0.12 * row["after"]["peak"] * (1 + 1e-6)
+    # Plan and floors together never cost more than the plan plus its least floors, which
+    # never cost more than the uniform floor.
+    assert row["perseus_energy"] <= row["plan_floors_energy"] + 1e-6
+    assert row["plan_floors_energy"] < row["uniform_energy"]
+    assert row["plan"]["swing"] > 0.30 and row["solve_s"] > 0
+
+
+def test_power_floor_gpu_check_smoke() -> None:
+    res: dict[str, Any] = json.loads(run("power_floor_gpu.py", "--smoke"))
+    assert res["floor_unavailable"] is None and res["held"] is True
+    assert res["during"]["counter_w"] == pytest.approx(res["floor_w"], rel=0.05)
+    assert res["before"]["counter_w"] == pytest.approx(80.0, rel=0.05)
+    assert res["after"]["counter_w"] == pytest.approx(80.0, rel=0.05)
+
+
 @pytest.mark.slow
 def test_oracle_timing_benchmark_smoke() -> None:
     """Another tenant's job and an unknown id: the same statuses in every case (not timings)."""

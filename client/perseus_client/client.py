@@ -80,6 +80,7 @@ from perseus_client.defaults import Environment, default_gpu
 from perseus_client.errors import ClientError, ConfigError, PlanMismatchError
 from perseus_client.gpu.applied import ClockSampler
 from perseus_client.gpu.base import GpuBackend
+from perseus_client.gpu.floors import FloorPlayer, floor_status
 from perseus_client.hot_path import InstructionPath
 from perseus_client.measurements import EventTiming, IterationMeasurement
 from perseus_client.options import Connection, FailOpen, RankPosition, Reporting
@@ -241,6 +242,8 @@ class PerseusClient:
         self._iter_t0 = 0.0
         self._iter_e0 = 0
         self._rec = IterationRecorder()
+        #: Plays the plan's power floors on the GPU, restarted at every iteration boundary.
+        self.floors = FloorPlayer(self.gpu)
         #: The last iteration's measurement (also what was queued for the server).
         self.last_report: IterationMeasurement | None = None
         self._closed = False
@@ -255,6 +258,11 @@ class PerseusClient:
         :mod:`perseus_client.clock_control`).
         """
         return self._failopen.state if self._failopen is not None else ACTIVE
+
+    @property
+    def floor_status(self) -> str | None:
+        """None without floors to hold; else whether this GPU holds them (and if not, why)."""
+        return floor_status(self.gpu, self._plan, self.floors)
 
     @property
     def clock_control_reason(self) -> str | None:
@@ -377,6 +385,7 @@ class PerseusClient:
         gpu = self.gpu
         self._iter_e0 = gpu.energy_mj()
         self._iter_t0 = gpu.timestamp()
+        self.floors.start_iteration(plan.power_floors if plan is not None else ())
 
     def _end_iteration(self, exc: BaseException | None) -> None:
         gpu = self.gpu
@@ -479,6 +488,7 @@ class PerseusClient:
         self._closed = True
         self._guard.uninstall()
         self.controller.close(reset=True)
+        self.floors.close()
         if self.clock_sampler is not None:
             self.clock_sampler.close()
         if self.link is not None:

@@ -45,6 +45,11 @@ class Plan:
     reason: str = ""
     expected_iteration_time: float = 0.0
     profiling: ProfilingTask | None = None
+    #: ``(start_s, end_s, watts)`` within an iteration: this rank's power floors (none
+    #: without a swing bound); see :mod:`perseus_client.gpu.floors`.
+    power_floors: tuple[tuple[float, float, float], ...] = ()
+    #: the job's swing with the plan alone (0 when no swing bound is set).
+    plan_swing: float = 0.0
 
     @classmethod
     def from_steps(
@@ -102,7 +107,15 @@ class Plan:
         steps = tuple(
             PlanStep(s.instruction, s.microbatch, s.frequency_mhz, s.stage) for s in update.steps
         )
-        return cls(update.version, steps, update.reason, update.expected_iteration_time, profiling)
+        return cls(
+            update.version,
+            steps,
+            update.reason,
+            update.expected_iteration_time,
+            profiling,
+            update.power_floors,
+            update.plan_swing,
+        )
 
 
 def _describe(kind: str, microbatch: int, stage: int | None) -> str:

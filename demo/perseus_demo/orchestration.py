@@ -242,6 +242,35 @@ def _draw(
         return None
 
 
+def _swing(api: _Api, job: str, log: Callable[[str], None]) -> dict[str, Any] | None:
+    """The server's swing-bounded plan at T0 (see :mod:`perseus_demo.swing`); None, logged, if not."""
+    from perseus_demo.swing import ask_swing, swing_lines
+
+    try:
+        swing = ask_swing(api, job)
+        for line in swing_lines(swing):
+            log("perseus demo: " + line.strip())
+        return swing
+    except Exception as e:  # noqa: BLE001 - the swing section must not stop the demo
+        log(f"perseus demo: could not ask for a swing-bounded plan: {e}")
+        return None
+
+
+def _draw_swing(
+    png: Path, swing: dict[str, Any], csv_text: str, opts: DemoOptions, power: float,
+    log: Callable[[str], None],
+) -> str | None:  # fmt: skip
+    """``swing.png`` (its path), or None (logged) where it could not be drawn."""
+    try:
+        from perseus_demo.swing import swing_png
+
+        swing_png(png, swing, csv_text, opts.microbatches, power, opts.pipelines)
+        return str(png.resolve())
+    except Exception as e:  # noqa: BLE001 - a plotting problem must not hide the results
+        log(f"perseus demo: could not draw {png}: {e}")
+        return None
+
+
 def run(opts: DemoOptions, log: Callable[[str], None]) -> dict[str, Any]:
     """Run the demo; its results (what ``results.json`` holds). ``log`` gets progress lines."""
     with profile_path(opts.profile) as path:
@@ -275,6 +304,7 @@ def run(opts: DemoOptions, log: Callable[[str], None]) -> dict[str, Any]:
                 f"deployed point {job['default_index']} (plan version {job['plan_version']})"
             )
             budget = _power_budget(api, opts, job)
+            swing = _swing(api, job["job"], log)
             log(
                 f"perseus demo: phase 5 budget {budget['watts']:.0f} W "
                 f"({100 * opts.power_fraction:.0f} % of the max-clock {budget['max_clock_power']:.0f} W): "
@@ -337,5 +367,8 @@ def run(opts: DemoOptions, log: Callable[[str], None]) -> dict[str, Any]:
         output=str(out.resolve()),
     )
     res["png"] = _draw(out / "demo.png", res, fr, ranks, opts, log)
+    if swing is not None:
+        res["swing"] = swing
+        res["swing_png"] = _draw_swing(out / "swing.png", swing, csv_text, opts, power, log)
     (out / "results.json").write_text(json.dumps(res, indent=1))
     return res

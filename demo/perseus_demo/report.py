@@ -84,6 +84,10 @@ def report(res: dict[str, Any]) -> str:
     lines.append(f"Phase 4: back to the default plan after {c['phase4_restored_after']} step(s).")
     if "phase5" in c:
         lines += phase5_lines(c["phase5"])
+    if res.get("swing"):
+        from perseus_demo.swing import swing_lines
+
+        lines += swing_lines(res["swing"]) + [f"  drawn in {res.get('swing_png')}."]
     if c["missed"]:
         lines.append("MISSED: " + "; ".join(c["missed"]) + ".")
     lines.append(

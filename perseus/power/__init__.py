@@ -7,7 +7,10 @@ operators use today as baselines.
   a job's budget (:func:`plan_for_power_budget`), the relaxed bound's least time within it;
 * :mod:`perseus.power.cluster`: one budget over several jobs (:func:`allocate_power`, a
   multiple-choice knapsack, ``throughput`` or ``fair``);
-* :mod:`perseus.power.uniform`: a uniform per-GPU power limit and a uniform SM clock lock.
+* :mod:`perseus.power.uniform`: a uniform per-GPU power limit and a uniform SM clock lock;
+* :mod:`perseus.power.floors` and :mod:`perseus.power.swing`: power floors, and a plan and
+  floors chosen together to bound the job's power swing and ramps
+  (:func:`plan_for_swing`; the timeline itself: :mod:`perseus.power_timeline`).
 
 See ``docs/power.md`` for the definitions and how the server exposes them.
 """
@@ -15,6 +18,13 @@ See ``docs/power.md`` for the definitions and how the server exposes them.
 from __future__ import annotations
 
 from perseus.power.cluster import SPLIT_RULES, Allocation, JobAllocation, PowerJob, allocate_power
+from perseus.power.floors import (
+    Floors,
+    SwingBounds,
+    least_floors,
+    trough_fill_energy,
+    uniform_floor,
+)
 from perseus.power.plans import (
     PowerBudgetError,
     PowerPlan,
@@ -28,6 +38,7 @@ from perseus.power.plans import (
     point_powers,
     power_at,
 )
+from perseus.power.swing import SwingError, SwingPlan, plan_for_swing, swing_of
 from perseus.power.uniform import (
     UniformPlan,
     clock_lock_plan,
@@ -58,4 +69,13 @@ __all__ = [
     "clock_lock_plan",
     "uniform_power_limit",
     "uniform_clock_lock",
+    "SwingBounds",
+    "Floors",
+    "least_floors",
+    "uniform_floor",
+    "trough_fill_energy",
+    "SwingError",
+    "SwingPlan",
+    "plan_for_swing",
+    "swing_of",
 ]

@@ -32,6 +32,10 @@ DOUBLE = st.floats(allow_nan=False)
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
 SMALL = st.integers(0, 4)
 STATE = st.sampled_from(wire.CLOCK_CONTROL_STATES)
+#: A power floor as the server sends one: within an iteration, a positive wattage.
+FLOOR = st.tuples(st.floats(0, 100), st.floats(1e-3, 10), st.floats(1e-3, 2000)).map(
+    lambda f: (f[0], f[0] + f[1], f[2])
+)
 
 
 def _tuple(s: st.SearchStrategy[Any]) -> st.SearchStrategy[tuple[Any, ...]]:
@@ -65,7 +69,14 @@ VALUES: dict[str, st.SearchStrategy[Any]] = {
     "RegisterRankResponse": st.builds(wire.RegisteredRank, TEXT, INT64, INT32, INT32, INT32),
     "WatchPlanRequest": st.builds(wire.PlanRequest, TEXT, TEXT, INT64),
     "PlanUpdate": st.builds(
-        wire.PlanUpdate, INT64, _tuple(PLAN_STEP), TEXT, DOUBLE, st.none() | PROFILING
+        wire.PlanUpdate,
+        INT64,
+        _tuple(PLAN_STEP),
+        TEXT,
+        DOUBLE,
+        st.none() | PROFILING,
+        _tuple(FLOOR),
+        st.floats(0, 1),
     ),
     "IterationReport": st.builds(
         wire.IterationReport,
@@ -112,6 +123,7 @@ NESTED: dict[str, type | None] = {
     "TransferMeasurement": wire.TransferReport,
     "OffPlanInstruction": wire.OffPlanReport,
     "ClockControl": None,  # flattened: clock_control, clock_control_reason
+    "PowerFloor": None,  # a (start_s, end_s, watts) tuple in PlanUpdate.power_floors
 }
 
 
@@ -249,6 +261,7 @@ def test_a_plan_the_server_pushes_is_the_plan_the_client_runs(update: wire.PlanU
     assert [(s.kind, s.microbatch, s.frequency_mhz, s.stage) for s in plan.steps] == [
         (s.instruction, s.microbatch, s.frequency_mhz, s.stage) for s in update.steps
     ]
+    assert plan.power_floors == update.power_floors and plan.plan_swing == update.plan_swing
     task = update.profiling
     if task is None or task.frequency_mhz <= 0:
         assert plan.profiling is None
@@ -256,3 +269,13 @@ def test_a_plan_the_server_pushes_is_the_plan_the_client_runs(update: wire.PlanU
         assert plan.profiling == wire.ProfilingTask(
             task.frequency_mhz, max(0, task.warmup_iterations), max(0, task.iterations)
         )
+
+
+def test_a_plan_drops_floors_that_are_not_floors() -> None:
+    """NaN, negative, empty or zero-watt floors from a server are dropped, never applied."""
+    msg = pb.PlanUpdate(version=3, plan_swing=float("nan"))
+    for a, b, w in [(0.0, 0.5, 300.0), (0.2, 0.1, 300.0), (-1.0, 0.5, 300.0),
+                    (0.0, float("nan"), 300.0), (0.0, 0.5, 0.0), (1.0, 2.0, float("inf"))]:  # fmt: skip
+        msg.power_floors.append(pb.PowerFloor(start_s=a, end_s=b, watts=w))
+    got = codec.decode_plan(pb.PlanUpdate.FromString(msg.SerializeToString()))
+    assert got.power_floors == ((0.0, 0.5, 300.0),) and got.plan_swing == 0.0

@@ -185,3 +185,29 @@ def test_a_profile_with_more_stages_than_the_job_needs_profile_stages(
     assert json.loads((tmp_path / "f.json").read_text())["points"]
     bad = frontier("--profile-stages", "3-9")
     assert bad.returncode == 2 and "stage 4 is not in the profile" in bad.stderr
+
+
+def test_frontier_power_timeline_and_swing_bounds(profile_csv: Path, tmp_path: Path) -> None:
+    out = run(
+        "frontier", str(profile_csv), "--stages", "4", "--microbatches", "6",
+        "--blocking-power", "83.64", "--slowdown", "0", "--max-swing", "0.3",
+        "--max-ramp", "0.12", "--power-timeline", "t.png", "--output", "f.json",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads((tmp_path / "f.json").read_text())
+    assert (tmp_path / "t.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    before, swing = doc["power_timeline"], doc["swing"]
+    assert before["swing"] > 0.3 and before["peak_w"] > before["trough_w"] > 0
+    after = swing["power_timeline"]
+    assert after["swing"] <= 0.3 + 1e-6
+    assert after["max_change_w"]["0.1"] <= 0.12 * after["peak_w"] * (1 + 1e-6)
+    assert swing["energy"] == pytest.approx(swing["plan_energy"] + swing["floor_energy"])
+    assert len(swing["power_floors"]) == 4
+    assert swing["time"] <= doc["max_frequency_time"] * (1 + 1e-12)
+    assert "floors" in out.stderr and "swing 0.300" in out.stderr
+    bad = run(
+        "frontier", str(profile_csv), "--stages", "4", "--microbatches", "6",
+        "--blocking-power", "83.64", "--max-swing", "1.5", cwd=tmp_path,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "max_swing" in bad.stderr

@@ -173,6 +173,8 @@ for (const c of document.querySelectorAll('section.job')) {
     life: val(c, '.lifecycle'),
     curve: c.querySelectorAll('svg.frontier polyline.curve').length,
     deployed: [...c.querySelectorAll('svg.frontier circle.deployed')].map(e => +e.dataset.index),
+    timeline: c.querySelectorAll('svg.timeline polyline').length,
+    caption: (c.querySelector('svg.timeline .tl-caption') || {}).textContent || null,
     rows: [...c.querySelectorAll('table.pipelines tbody tr')].map(r => ({
       point: r.querySelector('.point').textContent, why: r.querySelector('.why').textContent,
       straggler: r.querySelector('.straggler').textContent})),
@@ -230,6 +232,9 @@ def _check_page(
         # the frontier with its deployed point, the per-pipeline plans and why
         assert got["curve"] == 1
         assert set(got["deployed"]) == {p["index"] for p in st["plan"]["pipelines"]}
+        # the deployed plan's power over two iterations, its swing in the caption
+        assert got["timeline"] == 1
+        assert f"swing {st['plan']['power_timeline']['swing']:.2f}" in got["caption"]
         assert len(got["rows"]) == len(st["pipelines"])
         for row, p in zip(got["rows"], st["plan"]["pipelines"], strict=True):
             assert row["point"] == str(p["index"]) and row["why"] == p["reason"]

@@ -30,6 +30,7 @@ from perseus_server.rest.profiles import ProfilingIn
 from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService
 from perseus_server.service.clock_verification import KNOWN_REASONS
+from perseus_server.service.swing import SWING_FIELDS
 
 PUBLIC = {p.name: p for pol in POLICIES.values() for p in pol.parameters if p.public}
 
@@ -53,7 +54,8 @@ def openapi() -> dict[str, Any]:
 
 
 def test_plan_select_has_a_field_per_public_policy_parameter() -> None:
-    assert set(PlanSelect.model_fields) == set(PUBLIC) | {"pipelines"}
+    # and the swing bounds, which any policy may carry (perseus_server.service.swing)
+    assert set(PlanSelect.model_fields) == set(PUBLIC) | {"pipelines", *SWING_FIELDS}
 
 
 def test_the_policy_view_names_every_policy_and_option() -> None:

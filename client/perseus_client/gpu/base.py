@@ -241,6 +241,20 @@ class GpuBackend(ABC):
         """
         return None
 
+    # -- power floors -------------------------------------------------------------------------------
+
+    def floor_unavailable(self) -> str | None:
+        """Why this GPU cannot hold a power floor; None when it can."""
+        return "this GPU backend cannot hold a power floor"
+
+    def set_power_floor(self, watts: float) -> bool:
+        """Draw at least ``watts`` from now on (0: no floor); False when it cannot.
+
+        Called from the client's floor thread (:mod:`perseus_client.gpu.floors`), never from
+        the training thread.
+        """
+        return False
+
     def synchronize(self) -> None:  # noqa: B027
         """Wait for the device's queued work (used around measured instructions while profiling)."""
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.util
+import logging
 import os
 import sys
 import threading
@@ -42,7 +43,10 @@ from perseus_client.errors import (
     UnsupportedClockError,
 )
 from perseus_client.gpu.base import DeviceIdentity, GpuBackend, GpuVendor, hold_briefly
+from perseus_client.gpu.floors import NvmlPowerSmoothing
 from perseus_common.clocks import CLOCK_EVENT_REASONS, reason_names
+
+log = logging.getLogger("perseus.client")
 
 __all__ = ["NvmlGpu", "CLOCK_EVENT_REASONS", "VENDOR", "reason_names", "vendor"]
 
@@ -246,8 +250,39 @@ class NvmlGpu(GpuBackend):
         if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
 
+    def floor_unavailable(self) -> str | None:
+        """Why this GPU cannot hold a floor through NVML power smoothing; None when it can."""
+        if self.dry_run:
+            return "dry run: no power floor is applied"
+        if self.max_power_limit_w() is None:
+            return "NVML does not report this GPU's power limit (the floor's percentage base)"
+        return NvmlPowerSmoothing.available(self._nvml)
+
+    def set_power_floor(self, watts: float) -> bool:
+        """Hold ``watts`` through NVML power smoothing (False: this GPU cannot; said once)."""
+        if not hasattr(self, "_smoothing"):
+            why = self.floor_unavailable()
+            limit = self.max_power_limit_w()
+            self._smoothing = (
+                None if why is not None or limit is None
+                else NvmlPowerSmoothing(self._nvml, self._handle, limit)
+            )  # fmt: skip
+        if self._smoothing is None:
+            return False
+        try:
+            self._smoothing.set_floor(watts)
+        except self._nvml.NVMLError as e:
+            log.warning("perseus: NVML power smoothing refused a floor (%s); floors off", e)
+            self._smoothing = None
+            return False
+        return True
+
     def close(self) -> None:
-        """Shut NVML down, once; clocks are left as they are."""
+        """Release the floor, then shut NVML down, once; clocks are left as they are."""
+        smoothing = getattr(self, "_smoothing", None)
+        if smoothing is not None:
+            with contextlib.suppress(Exception):  # closing; the floor ends with the process
+                smoothing.close()
         if getattr(self, "_initialised", False):
             self._initialised = False
             with contextlib.suppress(Exception):  # shutting down; nothing useful to do

@@ -202,6 +202,12 @@ class SimulatedGpu(GpuBackend):
         self._pending_what: tuple[str, int, int | None] = ("", 0, None)
         self._pending_applied: tuple[int, frozenset[str]] | None = None
         self._transfers: dict[tuple[int, str], float] = {}
+        # Power floor (set_power_floor): the level now, the joules it added, accounted up to.
+        self._floor_lock = threading.Lock()
+        self._floor = 0.0
+        self._floor_extra = 0.0
+        self._floor_mark = 0.0
+        self._floor_power = self.blocking_power  # what the GPU draws on its own now
         for (b, d), t in (transfer_times or {}).items():
             self.set_transfer_time(b, d, t)
         self._persist()
@@ -400,14 +406,53 @@ class SimulatedGpu(GpuBackend):
         return self._virtual
 
     def energy_mj(self) -> int:
-        """The modelled energy counter (mJ), idle time at the blocking power included."""
+        """The modelled energy counter (mJ), idle time at the blocking power and floors included."""
         energy = self._energy
         if self.time_scale > 0 and self.blocking_power > 0:
             pending = self._pending
             now = self.timestamp() if pending is None else pending[2]
             idle = now - self._busy
             energy += self.blocking_power * max(0.0, idle)
+        if self.time_scale > 0:
+            with self._floor_lock:
+                energy += self._floor_joules(self.timestamp())
         return int(energy * 1000.0)
+
+    # -- power floors -----------------------------------------------------------------------------
+
+    def floor_unavailable(self) -> str | None:
+        """None: the model holds a floor (its energy counts it); not with ``time_scale=0``."""
+        return None if self.time_scale > 0 else "time_scale=0 models no idle time to floor"
+
+    def set_power_floor(self, watts: float) -> bool:
+        """Draw at least ``watts`` from now on: the energy counter adds what the floor lifts.
+
+        While an instruction runs the GPU draws its energy over its time, otherwise the
+        blocking power; with a floor, the higher of that and the floor.
+        """
+        if self.time_scale <= 0 or not (math.isfinite(watts) and watts >= 0):
+            return False
+        with self._floor_lock:
+            now = self.timestamp()
+            self._floor_extra = self._floor_joules(now)
+            self._floor_mark, self._floor = now, float(watts)
+        return True
+
+    @property
+    def power_floor(self) -> float:
+        """The floor held now (W; 0: none)."""
+        return self._floor
+
+    def _floor_joules(self, now: float) -> float:
+        """Joules the floor added up to ``now`` (simulated seconds); under ``_floor_lock``."""
+        lift = max(0.0, self._floor - self._floor_power)
+        return self._floor_extra + lift * max(0.0, now - self._floor_mark)
+
+    def _floor_switch(self, at: float, power: float) -> None:
+        """From simulated time ``at`` on, the GPU draws ``power`` on its own."""
+        with self._floor_lock:
+            self._floor_extra = self._floor_joules(at)
+            self._floor_mark, self._floor_power = at, power
 
     def instruction_cost(
         self, kind: str, stage: int | None = None, mhz: int | None = None
@@ -434,6 +479,7 @@ class SimulatedGpu(GpuBackend):
         if self.time_scale > 0:
             start_wall = time.perf_counter()
             start_sim = self._sim_base + (start_wall - self._wall_base) / self.time_scale
+            self._floor_switch(start_sim, e / t if t > 0 else self.blocking_power)
             self._pending = (t, e, start_sim, start_wall)
         else:
             self._pending = (t, e, self._virtual, 0.0)
@@ -463,6 +509,7 @@ class SimulatedGpu(GpuBackend):
                 self._overran(t, now - start_wall)
             self._sim_base = start_sim + duration
             self._wall_base = time.perf_counter()
+            self._floor_switch(start_sim + duration, self.blocking_power)
         else:
             duration = t
             self._virtual += t
@@ -485,6 +532,7 @@ class SimulatedGpu(GpuBackend):
             duration = min(t, (now - start_wall) / self.time_scale)
             self._sim_base = start_sim + duration
             self._wall_base = now
+            self._floor_switch(start_sim + duration, self.blocking_power)
         else:
             duration = 0.0
         self._busy += duration

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"perseus_common/proto/perseus.proto\x12\nperseus.v1\"\x87\x02\n\x13RegisterRankRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bglobal_rank\x18\x02 \x01(\x05\x12\x15\n\rpipeline_rank\x18\x03 \x01(\x05\x12\x11\n\tdata_rank\x18\x04 \x01(\x05\x12\x13\n\x0btensor_rank\x18\x05 \x01(\x05\x12\x10\n\x08gpu_name\x18\x06 \x01(\t\x12\x1c\n\x14supported_clocks_mhz\x18\x07 \x03(\x05\x12\x10\n\x08hostname\x18\x08 \x01(\t\x12\x19\n\x11max_power_limit_w\x18\t \x01(\x01\x12/\n\rclock_control\x18( \x01(\x0b\x32\x18.perseus.v1.ClockControl\"L\n\x0c\x43lockControl\x12,\n\x05state\x18\x01 \x01(\x0e\x32\x1d.perseus.v1.ClockControlState\x12\x0e\n\x06reason\x18\x02 \x01(\t\"z\n\x14RegisterRankResponse\x12\x0f\n\x07rank_id\x18\x01 \x01(\t\x12\x14\n\x0cplan_version\x18\x02 \x01(\x03\x12\x0e\n\x06stages\x18\x03 \x01(\x05\x12\x14\n\x0cmicrobatches\x18\x04 \x01(\x05\x12\x15\n\rmax_clock_mhz\x18\x05 \x01(\x05\"J\n\x10WatchPlanRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07rank_id\x18\x02 \x01(\t\x12\x15\n\rknown_version\x18\x03 \x01(\x03\"Y\n\x08PlanStep\x12\x13\n\x0binstruction\x18\x01 \x01(\t\x12\x12\n\nmicrobatch\x18\x02 \x01(\x05\x12\x15\n\rfrequency_mhz\x18\x03 \x01(\x05\x12\r\n\x05stage\x18\x04 \x01(\x05\"U\n\rProfilingTask\x12\x15\n\rfrequency_mhz\x18\x01 \x01(\x05\x12\x19\n\x11warmup_iterations\x18\x02 \x01(\x05\x12\x12\n\niterations\x18\x03 \x01(\x05\"\xa1\x01\n\nPlanUpdate\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12#\n\x05steps\x18\x02 \x03(\x0b\x32\x14.perseus.v1.PlanStep\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x1f\n\x17\x65xpected_iteration_time\x18\x04 \x01(\x01\x12,\n\tprofiling\x18\x05 \x01(\x0b\x32\x19.perseus.v1.ProfilingTask\"\x85\x01\n\x16InstructionMeasurement\x12\x13\n\x0binstruction\x18\x01 \x01(\t\x12\x12\n\nmicrobatch\x18\x02 \x01(\x05\x12\x15\n\rfrequency_mhz\x18\x03 \x01(\x05\x12\x0c\n\x04time\x18\x04 \x01(\x01\x12\x0e\n\x06\x65nergy\x18\x05 \x01(\x01\x12\r\n\x05stage\x18\x06 \x01(\x05\"\xaf\x03\n\x0fIterationReport\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07rank_id\x18\x02 \x01(\t\x12\x11\n\titeration\x18\x03 \x01(\x03\x12\x16\n\x0eiteration_time\x18\x04 \x01(\x01\x12\x14\n\x0cplan_version\x18\x05 \x01(\x03\x12\x38\n\x0cinstructions\x18\x06 \x03(\x0b\x32\".perseus.v1.InstructionMeasurement\x12\x0e\n\x06\x65nergy\x18\x07 \x01(\x01\x12\x10\n\x08sequence\x18\x08 \x01(\x03\x12\x30\n\x08off_plan\x18\t \x03(\x0b\x32\x1e.perseus.v1.OffPlanInstruction\x12\x15\n\rclock_samples\x18\n \x01(\x05\x12\x1b\n\x13\x63lock_event_reasons\x18\x0b \x03(\t\x12\x13\n\x0bincarnation\x18( \x01(\x03\x12/\n\rclock_control\x18) \x01(\x0b\x32\x18.perseus.v1.ClockControl\x12\x32\n\ttransfers\x18\x32 \x03(\x0b\x32\x1f.perseus.v1.TransferMeasurement\"\\\n\x13TransferMeasurement\x12\x10\n\x08\x62oundary\x18\x01 \x01(\x05\x12\x11\n\tdirection\x18\x02 \x01(\t\x12\x12\n\nmicrobatch\x18\x03 \x01(\x05\x12\x0c\n\x04time\x18\x04 \x01(\x01\"\xa6\x01\n\x12OffPlanInstruction\x12\x13\n\x0binstruction\x18\x01 \x01(\t\x12\x12\n\nmicrobatch\x18\x02 \x01(\x05\x12\x12\n\x05stage\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x12\n\nlocked_mhz\x18\x04 \x01(\x05\x12\x13\n\x0bsampled_mhz\x18\x05 \x01(\x05\x12\x0f\n\x07reasons\x18\x06 \x03(\t\x12\x0f\n\x07samples\x18\x07 \x01(\x05\x42\x08\n\x06_stage\"1\n\tReportAck\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x03\x12\x12\n\nduplicates\x18\x02 \x01(\x03\"4\n\x11\x46inishRankRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07rank_id\x18\x02 \x01(\t\"\\\n\x12\x46inishRankResponse\x12\x14\n\x0cjob_finished\x18\x01 \x01(\x08\x12\x16\n\x0eranks_finished\x18\x02 \x01(\x05\x12\x18\n\x10ranks_registered\x18\x03 \x01(\x05*k\n\x11\x43lockControlState\x12\x1d\n\x19\x43LOCK_CONTROL_UNSPECIFIED\x10\x00\x12\x18\n\x14\x43LOCK_CONTROL_ACTIVE\x10\x01\x12\x1d\n\x19\x43LOCK_CONTROL_UNAVAILABLE\x10\x02\x32\xbc\x02\n\x0bPlanService\x12Q\n\x0cRegisterRank\x12\x1f.perseus.v1.RegisterRankRequest\x1a .perseus.v1.RegisterRankResponse\x12\x43\n\tWatchPlan\x12\x1c.perseus.v1.WatchPlanRequest\x1a\x16.perseus.v1.PlanUpdate0\x01\x12H\n\x10ReportIterations\x12\x1b.perseus.v1.IterationReport\x1a\x15.perseus.v1.ReportAck(\x01\x12K\n\nFinishRank\x12\x1d.perseus.v1.FinishRankRequest\x1a\x1e.perseus.v1.FinishRankResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"perseus_common/proto/perseus.proto\x12\nperseus.v1\"\x87\x02\n\x13RegisterRankRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x13\n\x0bglobal_rank\x18\x02 \x01(\x05\x12\x15\n\rpipeline_rank\x18\x03 \x01(\x05\x12\x11\n\tdata_rank\x18\x04 \x01(\x05\x12\x13\n\x0btensor_rank\x18\x05 \x01(\x05\x12\x10\n\x08gpu_name\x18\x06 \x01(\t\x12\x1c\n\x14supported_clocks_mhz\x18\x07 \x03(\x05\x12\x10\n\x08hostname\x18\x08 \x01(\t\x12\x19\n\x11max_power_limit_w\x18\t \x01(\x01\x12/\n\rclock_control\x18( \x01(\x0b\x32\x18.perseus.v1.ClockControl\"L\n\x0c\x43lockControl\x12,\n\x05state\x18\x01 \x01(\x0e\x32\x1d.perseus.v1.ClockControlState\x12\x0e\n\x06reason\x18\x02 \x01(\t\"z\n\x14RegisterRankResponse\x12\x0f\n\x07rank_id\x18\x01 \x01(\t\x12\x14\n\x0cplan_version\x18\x02 \x01(\x03\x12\x0e\n\x06stages\x18\x03 \x01(\x05\x12\x14\n\x0cmicrobatches\x18\x04 \x01(\x05\x12\x15\n\rmax_clock_mhz\x18\x05 \x01(\x05\"J\n\x10WatchPlanRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07rank_id\x18\x02 \x01(\t\x12\x15\n\rknown_version\x18\x03 \x01(\x03\"Y\n\x08PlanStep\x12\x13\n\x0binstruction\x18\x01 \x01(\t\x12\x12\n\nmicrobatch\x18\x02 \x01(\x05\x12\x15\n\rfrequency_mhz\x18\x03 \x01(\x05\x12\r\n\x05stage\x18\x04 \x01(\x05\"U\n\rProfilingTask\x12\x15\n\rfrequency_mhz\x18\x01 \x01(\x05\x12\x19\n\x11warmup_iterations\x18\x02 \x01(\x05\x12\x12\n\niterations\x18\x03 \x01(\x05\";\n\nPowerFloor\x12\x0f\n\x07start_s\x18\x01 \x01(\x01\x12\r\n\x05\x65nd_s\x18\x02 \x01(\x01\x12\r\n\x05watts\x18\x03 \x01(\x01\"\xe3\x01\n\nPlanUpdate\x12\x0f\n\x07version\x18\x01 \x01(\x03\x12#\n\x05steps\x18\x02 \x03(\x0b\x32\x14.perseus.v1.PlanStep\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x1f\n\x17\x65xpected_iteration_time\x18\x04 \x01(\x01\x12,\n\tprofiling\x18\x05 \x01(\x0b\x32\x19.perseus.v1.ProfilingTask\x12,\n\x0cpower_floors\x18\x06 \x03(\x0b\x32\x16.perseus.v1.PowerFloor\x12\x12\n\nplan_swing\x18\x07 \x01(\x01\"\x85\x01\n\x16InstructionMeasurement\x12\x13\n\x0binstruction\x18\x01 \x01(\t\x12\x12\n\nmicrobatch\x18\x02 \x01(\x05\x12\x15\n\rfrequency_mhz\x18\x03 \x01(\x05\x12\x0c\n\x04time\x18\x04 \x01(\x01\x12\x0e\n\x06\x65nergy\x18\x05 \x01(\x01\x12\r\n\x05stage\x18\x06 \x01(\x05\"\xaf\x03\n\x0fIterationReport\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07rank_id\x18\x02 \x01(\t\x12\x11\n\titeration\x18\x03 \x01(\x03\x12\x16\n\x0eiteration_time\x18\x04 \x01(\x01\x12\x14\n\x0cplan_version\x18\x05 \x01(\x03\x12\x38\n\x0cinstructions\x18\x06 \x03(\x0b\x32\".perseus.v1.InstructionMeasurement\x12\x0e\n\x06\x65nergy\x18\x07 \x01(\x01\x12\x10\n\x08sequence\x18\x08 \x01(\x03\x12\x30\n\x08off_plan\x18\t \x03(\x0b\x32\x1e.perseus.v1.OffPlanInstruction\x12\x15\n\rclock_samples\x18\n \x01(\x05\x12\x1b\n\x13\x63lock_event_reasons\x18\x0b \x03(\t\x12\x13\n\x0bincarnation\x18( \x01(\x03\x12/\n\rclock_control\x18) \x01(\x0b\x32\x18.perseus.v1.ClockControl\x12\x32\n\ttransfers\x18\x32 \x03(\x0b\x32\x1f.perseus.v1.TransferMeasurement\"\\\n\x13TransferMeasurement\x12\x10\n\x08\x62oundary\x18\x01 \x01(\x05\x12\x11\n\tdirection\x18\x02 \x01(\t\x12\x12\n\nmicrobatch\x18\x03 \x01(\x05\x12\x0c\n\x04time\x18\x04 \x01(\x01\"\xa6\x01\n\x12OffPlanInstruction\x12\x13\n\x0binstruction\x18\x01 \x01(\t\x12\x12\n\nmicrobatch\x18\x02 \x01(\x05\x12\x12\n\x05stage\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x12\n\nlocked_mhz\x18\x04 \x01(\x05\x12\x13\n\x0bsampled_mhz\x18\x05 \x01(\x05\x12\x0f\n\x07reasons\x18\x06 \x03(\t\x12\x0f\n\x07samples\x18\x07 \x01(\x05\x42\x08\n\x06_stage\"1\n\tReportAck\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x03\x12\x12\n\nduplicates\x18\x02 \x01(\x03\"4\n\x11\x46inishRankRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0f\n\x07rank_id\x18\x02 \x01(\t\"\\\n\x12\x46inishRankResponse\x12\x14\n\x0cjob_finished\x18\x01 \x01(\x08\x12\x16\n\x0eranks_finished\x18\x02 \x01(\x05\x12\x18\n\x10ranks_registered\x18\x03 \x01(\x05*k\n\x11\x43lockControlState\x12\x1d\n\x19\x43LOCK_CONTROL_UNSPECIFIED\x10\x00\x12\x18\n\x14\x43LOCK_CONTROL_ACTIVE\x10\x01\x12\x1d\n\x19\x43LOCK_CONTROL_UNAVAILABLE\x10\x02\x32\xbc\x02\n\x0bPlanService\x12Q\n\x0cRegisterRank\x12\x1f.perseus.v1.RegisterRankRequest\x1a .perseus.v1.RegisterRankResponse\x12\x43\n\tWatchPlan\x12\x1c.perseus.v1.WatchPlanRequest\x1a\x16.perseus.v1.PlanUpdate0\x01\x12H\n\x10ReportIterations\x12\x1b.perseus.v1.IterationReport\x1a\x15.perseus.v1.ReportAck(\x01\x12K\n\nFinishRank\x12\x1d.perseus.v1.FinishRankRequest\x1a\x1e.perseus.v1.FinishRankResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'perseus_common.proto.perseus_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CLOCKCONTROLSTATE']._serialized_start=1968
-  _globals['_CLOCKCONTROLSTATE']._serialized_end=2075
+  _globals['_CLOCKCONTROLSTATE']._serialized_start=2095
+  _globals['_CLOCKCONTROLSTATE']._serialized_end=2202
   _globals['_REGISTERRANKREQUEST']._serialized_start=51
   _globals['_REGISTERRANKREQUEST']._serialized_end=314
   _globals['_CLOCKCONTROL']._serialized_start=316
@@ -45,22 +45,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PLANSTEP']._serialized_end=683
   _globals['_PROFILINGTASK']._serialized_start=685
   _globals['_PROFILINGTASK']._serialized_end=770
-  _globals['_PLANUPDATE']._serialized_start=773
-  _globals['_PLANUPDATE']._serialized_end=934
-  _globals['_INSTRUCTIONMEASUREMENT']._serialized_start=937
-  _globals['_INSTRUCTIONMEASUREMENT']._serialized_end=1070
-  _globals['_ITERATIONREPORT']._serialized_start=1073
-  _globals['_ITERATIONREPORT']._serialized_end=1504
-  _globals['_TRANSFERMEASUREMENT']._serialized_start=1506
-  _globals['_TRANSFERMEASUREMENT']._serialized_end=1598
-  _globals['_OFFPLANINSTRUCTION']._serialized_start=1601
-  _globals['_OFFPLANINSTRUCTION']._serialized_end=1767
-  _globals['_REPORTACK']._serialized_start=1769
-  _globals['_REPORTACK']._serialized_end=1818
-  _globals['_FINISHRANKREQUEST']._serialized_start=1820
-  _globals['_FINISHRANKREQUEST']._serialized_end=1872
-  _globals['_FINISHRANKRESPONSE']._serialized_start=1874
-  _globals['_FINISHRANKRESPONSE']._serialized_end=1966
-  _globals['_PLANSERVICE']._serialized_start=2078
-  _globals['_PLANSERVICE']._serialized_end=2394
+  _globals['_POWERFLOOR']._serialized_start=772
+  _globals['_POWERFLOOR']._serialized_end=831
+  _globals['_PLANUPDATE']._serialized_start=834
+  _globals['_PLANUPDATE']._serialized_end=1061
+  _globals['_INSTRUCTIONMEASUREMENT']._serialized_start=1064
+  _globals['_INSTRUCTIONMEASUREMENT']._serialized_end=1197
+  _globals['_ITERATIONREPORT']._serialized_start=1200
+  _globals['_ITERATIONREPORT']._serialized_end=1631
+  _globals['_TRANSFERMEASUREMENT']._serialized_start=1633
+  _globals['_TRANSFERMEASUREMENT']._serialized_end=1725
+  _globals['_OFFPLANINSTRUCTION']._serialized_start=1728
+  _globals['_OFFPLANINSTRUCTION']._serialized_end=1894
+  _globals['_REPORTACK']._serialized_start=1896
+  _globals['_REPORTACK']._serialized_end=1945
+  _globals['_FINISHRANKREQUEST']._serialized_start=1947
+  _globals['_FINISHRANKREQUEST']._serialized_end=1999
+  _globals['_FINISHRANKRESPONSE']._serialized_start=2001
+  _globals['_FINISHRANKRESPONSE']._serialized_end=2093
+  _globals['_PLANSERVICE']._serialized_start=2205
+  _globals['_PLANSERVICE']._serialized_end=2521
 # @@protoc_insertion_point(module_scope)

@@ -94,19 +94,33 @@ class ProfilingTask(_message.Message):
     iterations: int
     def __init__(self, frequency_mhz: _Optional[int] = ..., warmup_iterations: _Optional[int] = ..., iterations: _Optional[int] = ...) -> None: ...
 
+class PowerFloor(_message.Message):
+    __slots__ = ("start_s", "end_s", "watts")
+    START_S_FIELD_NUMBER: _ClassVar[int]
+    END_S_FIELD_NUMBER: _ClassVar[int]
+    WATTS_FIELD_NUMBER: _ClassVar[int]
+    start_s: float
+    end_s: float
+    watts: float
+    def __init__(self, start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., watts: _Optional[float] = ...) -> None: ...
+
 class PlanUpdate(_message.Message):
-    __slots__ = ("version", "steps", "reason", "expected_iteration_time", "profiling")
+    __slots__ = ("version", "steps", "reason", "expected_iteration_time", "profiling", "power_floors", "plan_swing")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_ITERATION_TIME_FIELD_NUMBER: _ClassVar[int]
     PROFILING_FIELD_NUMBER: _ClassVar[int]
+    POWER_FLOORS_FIELD_NUMBER: _ClassVar[int]
+    PLAN_SWING_FIELD_NUMBER: _ClassVar[int]
     version: int
     steps: _containers.RepeatedCompositeFieldContainer[PlanStep]
     reason: str
     expected_iteration_time: float
     profiling: ProfilingTask
-    def __init__(self, version: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ..., reason: _Optional[str] = ..., expected_iteration_time: _Optional[float] = ..., profiling: _Optional[_Union[ProfilingTask, _Mapping]] = ...) -> None: ...
+    power_floors: _containers.RepeatedCompositeFieldContainer[PowerFloor]
+    plan_swing: float
+    def __init__(self, version: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ..., reason: _Optional[str] = ..., expected_iteration_time: _Optional[float] = ..., profiling: _Optional[_Union[ProfilingTask, _Mapping]] = ..., power_floors: _Optional[_Iterable[_Union[PowerFloor, _Mapping]]] = ..., plan_swing: _Optional[float] = ...) -> None: ...
 
 class InstructionMeasurement(_message.Message):
     __slots__ = ("instruction", "microbatch", "frequency_mhz", "time", "energy", "stage")

@@ -12,6 +12,7 @@ encode as no ``ClockControl`` at all (what a client that does not say sends).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from perseus_common.proto import perseus_pb2 as pb
@@ -161,6 +162,10 @@ def encode_plan(update: PlanUpdate) -> pb.PlanUpdate:
             )
             for s in update.steps
         ],
+        power_floors=[
+            pb.PowerFloor(start_s=a, end_s=b, watts=w) for a, b, w in update.power_floors
+        ],
+        plan_swing=update.plan_swing,
     )
     if update.profiling is not None:
         t = update.profiling
@@ -188,6 +193,14 @@ def decode_plan(msg: pb.PlanUpdate) -> PlanUpdate:
         reason=msg.reason,
         expected_iteration_time=msg.expected_iteration_time,
         profiling=profiling,
+        power_floors=tuple(
+            (f.start_s, f.end_s, f.watts)
+            for f in msg.power_floors
+            if math.isfinite(f.start_s + f.end_s + f.watts)
+            and 0 <= f.start_s < f.end_s
+            and f.watts > 0
+        ),
+        plan_swing=msg.plan_swing if math.isfinite(msg.plan_swing) else 0.0,
     )
 
 

@@ -107,6 +107,11 @@ class PlanUpdate:
     reason: str
     expected_iteration_time: float = 0.0
     profiling: ProfilingTask | None = None
+    #: ``(start_s, end_s, watts)`` within one iteration: this rank's power floors (none
+    #: without a swing bound).
+    power_floors: tuple[tuple[float, float, float], ...] = ()
+    #: the job's swing with the plan alone (0 when no swing bound is set).
+    plan_swing: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -33,21 +33,26 @@ class PlanPolicy:
     ``slowdown``, ...) and ``value`` its main parameter. The default, ``index 0``, is the
     fastest plan. ``copies``: the job's ``data_parallel x tensor_parallel`` copies of one
     pipeline (for ``power_budget``, watts of the whole job). ``options``: the policy's further
-    parameters (``eta``'s ``max_power``), as resolved when the policy was set.
+    parameters (``eta``'s ``max_power``), as resolved when the policy was set. ``swing``:
+    the swing bounds the deployed plan's power floors keep (``max_swing``, ``max_ramp``,
+    ``ramp_window``; empty: none, no floors).
     """
 
     kind: str = "index"
     value: float = 0.0
     copies: int = 1
     options: tuple[tuple[str, float], ...] = field(default=(), kw_only=True)
+    swing: tuple[tuple[str, float], ...] = field(default=(), kw_only=True)
 
     def to_json(self) -> dict[str, Any]:
-        """The policy as stored: kind, value and options."""
+        """The policy as stored: kind, value, options and any swing bounds."""
         doc: dict[str, Any] = {"kind": self.kind, "value": self.value}
         spec = POLICIES.get(self.kind)
         if spec is not None and any(p.name == "copies" for p in spec.options):
             doc["copies"] = self.copies
         doc.update(self.options)
+        if self.swing:
+            doc["swing"] = dict(self.swing)
         return doc
 
     @classmethod
@@ -58,7 +63,10 @@ class PlanPolicy:
         kind = str(doc["kind"])
         names = {p.name for p in POLICIES[kind].options if p.public} if kind in POLICIES else set()
         options = tuple((k, float(v)) for k, v in doc.items() if k in names)
-        return cls(kind, float(doc["value"]), int(doc.get("copies", 1)), options=options)
+        swing = tuple((str(k), float(v)) for k, v in (doc.get("swing") or {}).items())
+        return cls(
+            kind, float(doc["value"]), int(doc.get("copies", 1)), options=options, swing=swing
+        )
 
     def _spec(self) -> Policy:
         policy = POLICIES.get(self.kind)
@@ -67,8 +75,11 @@ class PlanPolicy:
         return policy
 
     def describe(self) -> str:
-        """The policy in words, as its registry entry describes it."""
-        return self._spec().describe(self.value, dict(self.options))
+        """The policy in words, as its registry entry describes it (and its swing bounds)."""
+        text = self._spec().describe(self.value, dict(self.options))
+        if self.swing:
+            text += " with power floors (" + ", ".join(f"{k} {v:g}" for k, v in self.swing) + ")"
+        return text
 
 
 @dataclass(frozen=True)

@@ -63,3 +63,13 @@ class PlanSelect(_PolicyFields):
         max_length=1_000_000,
         description="Deploy only to these data-parallel pipelines (default: all, as the new default).",
     )
+    max_swing: float | None = Field(
+        default=None,
+        description="Bound the job's power swing, 1 - trough / peak (0-1): every rank is sent "
+        "the power floors that keep the deployed plan within it (docs/power.md).",
+    )
+    max_ramp: float | None = Field(
+        default=None,
+        description="Bound every change within ramp_window as a fraction of the peak (0-1).",
+    )
+    ramp_window: float | None = Field(default=None, description="Seconds (default 0.1).")

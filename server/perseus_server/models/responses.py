@@ -9,7 +9,7 @@ seconds since the Unix epoch.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, create_model
 
@@ -151,11 +151,34 @@ class PlanDoc(ResponseModel):
     )
     average_power: float = Field(description=_AVERAGE_POWER)
     peak_power: float | None = Field(description=_PEAK_POWER)
+    power_timeline: dict[str, Any] | None = Field(
+        default=None,
+        description="The job's power over one iteration (docs/power.md): period_s, peak_w, "
+        "trough_w, swing (1 - trough/peak), average_w, max_change_w (per window, keyed by its "
+        "seconds), band_hz and band_share; with the floors when swing bounds were given; null "
+        "when the job's profile no longer describes the plans.",
+    )
     partial: bool = omitted(
         "Present (true) when the job's frontier is only a solve's first plan: the query was "
         "answered from that one point (see ``GET /jobs/{id}/frontier``)."
     )
     steps: list[list[PlanStep]] = omitted("Per pipeline rank, its instructions (``steps=true``).")
+    swing_bounds: dict[str, Any] = omitted("With swing bounds: the bounds asked for.")
+    power_floors: list[list[list[float]]] = omitted(
+        "With swing bounds: per pipeline rank, [start_s, end_s, watts] within one iteration "
+        "(t = 0 at its start): that GPU draws at least watts then."
+    )
+    floor_energy: float = omitted("With swing bounds: joules per iteration the floors add (job).")
+    energy_with_floors: float = omitted(
+        "With swing bounds: joules per iteration of the plan and its floors (whole job)."
+    )
+    plan_is_frontier_point: bool = omitted(
+        "With swing bounds: whether the plan is frontier point ``index`` itself (false: the "
+        "search moved clocks from it; ``frequencies`` are the plan's)."
+    )
+    power_timeline_before: dict[str, Any] = omitted(
+        "With swing bounds: the plan's timeline without its floors."
+    )
 
 
 # --- deployments ---------------------------------------------------------------------------------
@@ -183,6 +206,10 @@ class _PlanPolicyBase(ResponseModel):
     )
     copies: int = omitted(
         "``power_budget``: the job's data_parallel x tensor_parallel copies of one pipeline."
+    )
+    swing: dict[str, float] = omitted(
+        "The swing bounds the deployed plan's power floors keep: max_swing, max_ramp, "
+        "ramp_window (PUT /jobs/{id}/plan)."
     )
 
 
@@ -251,6 +278,17 @@ class PlanDeployment(_DeploymentBase):
             description="What set the plans: the job's own policy, the cluster power budget, "
             "stragglers (the others slowed to them), or the budget with stragglers."
         )
+    )
+    power_timeline: dict[str, Any] = omitted(
+        "The first pipeline's plan as the whole job draws it over one iteration (with its "
+        "floors under swing bounds; then ``before`` without them): the measures of a plan "
+        "document's power_timeline and ``samples`` ({t, w}: power w[k] W from t[k] s, at most "
+        "400 steps) to draw."
+    )
+    swing: dict[str, Any] = omitted(
+        "With swing bounds (PUT /jobs/{id}/plan max_swing / max_ramp): the bounds, the job's "
+        "swing with the plan alone (plan_swing) and every rank's power_floors ([start_s, end_s, "
+        "watts] within an iteration) of the first pipeline's plan, pushed with the plan."
     )
 
 

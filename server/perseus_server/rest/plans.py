@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
@@ -19,6 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from perseus.errors import OptionError
 from perseus.plot import frontier_png
 from perseus.policies import CRITERIA_FIRST, POLICIES, POLICY_NAMES, chosen
+from perseus.power import SwingBounds
 from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.errors import BadRequest
 from perseus_server.models import FrontierStatus, PlanDeployment, PlanDoc, PlanSelect
@@ -26,6 +28,7 @@ from perseus_server.models.requests import policy_field
 from perseus_server.rest.docs import operation
 from perseus_server.rest.gate import Gate
 from perseus_server.service import PerseusService
+from perseus_server.service.swing import SWING_FIELDS, swing_bounds, swing_items
 
 __all__ = ["TAGS", "PlanAnswerFront", "PlanQueriesFirst", "plans_router"]
 
@@ -78,6 +81,24 @@ _policy_query.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
 )
 
 _POLICY_QUERY = Depends(_policy_query)
+
+
+def _swing_query(
+    max_swing: float | None = Query(
+        None,
+        description="Bound the job's power swing, 1 - trough / peak (0-1): the answer is "
+        "the plan and per-rank power_floors of least energy within the policy's deadline.",
+    ),
+    max_ramp: float | None = Query(
+        None, description="Bound every change within ramp_window as a fraction of the peak (0-1)."
+    ),
+    ramp_window: float | None = Query(None, description="The ramp's window (s, default 0.1)."),
+) -> SwingBounds | None:
+    """The swing bounds among the query parameters (None: none asked)."""
+    return swing_bounds({"max_swing": max_swing, "max_ramp": max_ramp, "ramp_window": ramp_window})
+
+
+_SWING_QUERY = Depends(_swing_query)
 
 
 def plans_router(service: PerseusService) -> APIRouter:
@@ -156,6 +177,7 @@ def plans_router(service: PerseusService) -> APIRouter:
             False,
             description="Include every rank's (instruction, microbatch, stage, frequency) list.",
         ),
+        swing: SwingBounds | None = _SWING_QUERY,
     ) -> Response:
         """The plan one policy selects; deploys nothing.
 
@@ -163,7 +185,9 @@ def plans_router(service: PerseusService) -> APIRouter:
         budget, the fastest plan within a power budget (W, whole job; ties: least energy),
         Zeus's cost ``eta`` (``max_power``: one GPU's maximum power limit, default the
         job's), or a point by index. 422 when none fits (a power budget's names
-        ``lowest_power``, W).
+        ``lowest_power``, W). With ``max_swing`` / ``max_ramp``: the plan and power floors of
+        least energy within that policy's deadline meeting them (``power_floors``); a 422
+        naming ``least_swing`` when none does.
         """
         policy = _policy(given)
         if all(given.get(name) is None for name in POLICY_NAMES):
@@ -171,7 +195,7 @@ def plans_router(service: PerseusService) -> APIRouter:
         # The bytes are kept under the raw query string: the same query again is answered by
         # PlanAnswerFront before routing (PlanDoc documents them).
         query = request.scope.get("query_string", b"")
-        body = service.query_plan(job_id, policy, steps=steps, query=query)
+        body = service.query_plan(job_id, policy, steps=steps, query=query, swing=swing)
         return Response(body, media_type="application/json")
 
     @router.put(
@@ -185,7 +209,15 @@ def plans_router(service: PerseusService) -> APIRouter:
         The policy has at most one criterion (none: the fastest plan); pinning sets the
         given ``pipelines`` to the selected point.
         """
-        policy = _policy(body.model_dump(exclude={"pipelines"}))
+        given = body.model_dump(exclude={"pipelines"})
+        swing = swing_bounds({k: given.pop(k) for k in SWING_FIELDS})
+        policy = _policy(given)
+        if swing is not None:
+            if body.pipelines is not None:
+                raise BadRequest(
+                    "swing bounds are the whole job's: give no pipelines", field="max_swing"
+                )
+            policy = replace(policy, swing=swing_items(swing))
         return service.deploy(job_id, policy, body.pipelines)
 
     return router

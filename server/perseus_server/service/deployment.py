@@ -28,6 +28,7 @@ from perseus_server.runtime.faults import fault_point
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.persistence import persist_deployment
 from perseus_server.service.state import Deployment, Job, PlanSteps
+from perseus_server.service.swing import DeployedFloors, bounds_of
 
 __all__ = ["Deployer", "DeploymentBudget", "require_frontier"]
 
@@ -87,6 +88,7 @@ class Deployer(Generic[B]):
         self.ctx = ctx
         # per job, the plan view's pipelines and what they were built from (``_pipelines``)
         self._views: dict[str, tuple[tuple[Any, ...], list[dict[str, Any]]]] = {}
+        self.floors = DeployedFloors()
         self.budget: B = budget(self)
 
     # --- deciding --------------------------------------------------------------------------------
@@ -234,6 +236,7 @@ class Deployer(Generic[B]):
     def _build_message(self, job: Job, dep: Deployment, rank: RankInfo, p: int) -> PlanUpdate:
         if dep.kind is DeploymentKind.PLAN:
             frontier, all_steps = self.pipeline_plan(job, dep, p)
+            floors, swing = self._floors(job, frontier, dep.indices[p], rank.pipeline_rank)
             return PlanUpdate(
                 version=dep.version,
                 reason=dep.reasons[p],
@@ -242,6 +245,8 @@ class Deployer(Generic[B]):
                     PlanStep(s["instruction"], s["microbatch"], s["frequency"], s["stage"])
                     for s in all_steps[rank.pipeline_rank]
                 ),
+                power_floors=floors,
+                plan_swing=swing,
             )
         prof = dep.profiling or {}
         freq = prof.get("frequency", dep.max_clock)
@@ -256,6 +261,33 @@ class Deployer(Generic[B]):
             if dep.kind is DeploymentKind.PROFILING
             else None,
         )
+
+    def _floors(
+        self, job: Job, frontier: Frontier, index: int, pipeline_rank: int
+    ) -> tuple[tuple[tuple[float, float, float], ...], float]:
+        """A rank's power floors under the job's swing bounds, and the plan's own swing."""
+        bounds = bounds_of(job.deployment.policy)
+        found = None if bounds is None else self.floors.of(job, frontier, index, bounds)
+        if found is None:
+            return (), 0.0
+        return tuple(found[0][pipeline_rank]), found[1]
+
+    def _swing_view(self, job: Job, dep: Deployment, frontier: Frontier) -> dict[str, Any]:
+        """The view's ``power_timeline`` and, under swing bounds, ``swing`` (pipeline 0's)."""
+        out: dict[str, Any] = {}
+        bounds = bounds_of(job.deployment.policy)
+        timeline = self.floors.timeline(job, frontier, dep.indices[0], bounds)
+        if timeline is not None:
+            out["power_timeline"] = timeline
+        found = None if bounds is None else self.floors.of(job, frontier, dep.indices[0], bounds)
+        if bounds is not None and found is not None:
+            floors = [[list(f) for f in r] for r in found[0]]
+            out["swing"] = {
+                "bounds": bounds.to_json(),
+                "plan_swing": found[1],
+                "power_floors": floors,
+            }
+        return out
 
     # --- pipelines -------------------------------------------------------------------------------
 
@@ -339,6 +371,7 @@ class Deployer(Generic[B]):
                 out["partial"] = True
             if power is not None:
                 out.update(power)
+            out.update(self._swing_view(job, dep, frontiers[0]))
         elif dep.kind is DeploymentKind.PROFILING:
             out["profiling"] = dep.profiling
         else:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from perseus.power import SwingBounds
 from perseus_server.config import Limits
 from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.errors import Conflict
@@ -317,6 +318,7 @@ class PerseusService:
         self.jobs.remove(job_id)
         self.store.delete_job(job.id)
         self.powers.forget(job.id)
+        self.deployer.floors.forget(job.id)
         self.answers.forget(job.id)
         self.lifecycle.removed(job.id)
         self.reports.forget(job.id)
@@ -354,7 +356,13 @@ class PerseusService:
         return None if job is None else self.answers.get(job, query)
 
     def query_plan(
-        self, job_id: str, policy: PlanPolicy, *, steps: bool = False, query: Hashable = None
+        self,
+        job_id: str,
+        policy: PlanPolicy,
+        *,
+        steps: bool = False,
+        query: Hashable = None,
+        swing: SwingBounds | None = None,
     ) -> bytes:
         """The plan ``policy`` selects as a JSON document (bytes).
 
@@ -363,7 +371,7 @@ class PerseusService:
         time).
         """
         job = self.jobs.get(job_id)
-        body = self.plans.query(job_id, shape_policy(job, policy), steps=steps)
+        body = self.plans.query(job_id, shape_policy(job, policy), steps=steps, swing=swing)
         if query is not None and not (
             policy.kind == "eta" and all(k != "max_power" for k, _ in policy.options)
         ):

@@ -13,7 +13,7 @@ from typing import Any
 
 from perseus.errors import InfeasibleError, OptionError
 from perseus.policies import POLICIES
-from perseus.power import PowerBudgetError
+from perseus.power import PowerBudgetError, SwingBounds
 from perseus_common.gpus import known_gpu_for
 from perseus_server.decisions.planner import PlanPolicy, resolve_policy
 from perseus_server.domain.errors import BadRequest
@@ -21,6 +21,7 @@ from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import require_frontier
 from perseus_server.service.power import PlanPowers
 from perseus_server.service.state import Job
+from perseus_server.service.swing import swing_doc
 
 __all__ = [
     "PlanAnswers",
@@ -228,12 +229,30 @@ class PlanQueries:
         self.ctx = ctx
         self.powers = powers
 
-    def query(self, job_id: str, policy: PlanPolicy, *, steps: bool = False) -> bytes:
-        """The plan ``policy`` selects as a JSON document (bytes)."""
+    def query(
+        self,
+        job_id: str,
+        policy: PlanPolicy,
+        *,
+        steps: bool = False,
+        swing: SwingBounds | None = None,
+    ) -> bytes:
+        """The plan ``policy`` selects as a JSON document (bytes).
+
+        With ``swing``, the plan and power floors of least energy within the policy's deadline
+        that meet the bounds (:mod:`perseus_server.service.swing`).
+        """
         job = self.ctx.jobs.get(job_id)
         frontier = require_frontier(job)
         try:
             index = resolve_policy(frontier, policy)
         except (InfeasibleError, OptionError) as e:
             raise policy_error(e, policy) from None
-        return json.dumps(plan_doc(job, index, steps=steps, powers=self.powers)).encode()
+        doc = plan_doc(job, index, steps=steps, powers=self.powers)
+        if swing is not None:
+            problem = None if self.powers is None else self.powers.of(job).problem
+            extra = swing_doc(job, frontier, index, policy, swing, problem)
+            if extra["index"] != index or not extra["plan_is_frontier_point"]:
+                doc.pop("steps", None)  # the steps are the frontier point's; the plan differs
+            doc.update(extra)
+        return json.dumps(doc).encode()

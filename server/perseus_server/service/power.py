@@ -7,12 +7,15 @@ Every plan document, frontier point and deployment view carries ``average_power`
 the job's :class:`~perseus.problem.EnergyProblem`).
 
 Both are computed once per frontier, vectorised over its points (``O(k n)`` for ``k`` points of
-``n`` instructions), and cached until the job's frontier or profile changes.
+``n`` instructions), and cached until the job's frontier or profile changes. A plan document
+also carries ``power_timeline`` (:mod:`perseus.power_timeline`: the job's power over one
+iteration, its peak, trough, swing, largest change per window and band share), computed per
+point on first use (``O(n log n)``) and cached with them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,6 +23,7 @@ import numpy.typing as npt
 
 from perseus.frontier import Frontier
 from perseus.power import deployment_power, peak_powers, point_powers
+from perseus.power_timeline import plan_timeline
 from perseus.problem import EnergyProblem
 from perseus.profiles import Profile
 from perseus_server.service.state import Deployment, Job
@@ -41,9 +45,12 @@ class FramePowers:
     profile: Profile | None
     average: FloatArray
     peak: FloatArray | None
+    problem: EnergyProblem | None = None
+    timelines: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
-def _peak(job: Job, frontier: Frontier) -> FloatArray | None:
+def job_problem(job: Job, frontier: Frontier) -> EnergyProblem | None:
+    """The job's problem for ``frontier``'s plans; None when its profile no longer fits them."""
     profile = job.profile.current
     if profile is None:
         return None
@@ -55,7 +62,7 @@ def _peak(job: Job, frontier: Frontier) -> FloatArray | None:
         problem.freqs, frontier.node_freqs
     ):
         return None  # a newer profile measured other clocks: the plans' options differ
-    return peak_powers(frontier, problem)
+    return problem
 
 
 class PlanPowers:
@@ -74,13 +81,15 @@ class PlanPowers:
         hit = self._cache.get(key)
         if hit is not None and hit.frontier is f and hit.profile is job.profile.current:
             return hit
+        problem = job_problem(job, f)
         powers = FramePowers(
             f,
             job.profile.current,
             point_powers(
                 f, pipelines=job.spec.data_parallel, tensor_parallel=job.spec.tensor_parallel
             ),
-            _peak(job, f),
+            None if problem is None else peak_powers(f, problem),
+            problem,
         )
         # keep only frontiers still in use by the job (its own, re-solved pipelines')
         live = {id(job.frontier.current)} | {
@@ -100,12 +109,31 @@ class PlanPowers:
         self._deployments.pop(job_id, None)
 
     def point(self, job: Job, index: int, frontier: Frontier | None = None) -> dict[str, Any]:
-        """``{"average_power", "peak_power"}`` of one point."""
+        """``{"average_power", "peak_power", "power_timeline"}`` of one point."""
         p = self.of(job, frontier)
         return {
             "average_power": float(p.average[index]),
             "peak_power": None if p.peak is None else float(p.peak[index]),
+            "power_timeline": self.timeline(job, index, frontier),
         }
+
+    def timeline(
+        self, job: Job, index: int, frontier: Frontier | None = None
+    ) -> dict[str, Any] | None:
+        """Point ``index``'s ``power_timeline`` (whole job); None without a fitting profile."""
+        p = self.of(job, frontier)
+        if p.problem is None:
+            return None
+        hit = p.timelines.get(index)
+        if hit is None:
+            tl = plan_timeline(
+                p.problem,
+                p.frontier.plans[index],
+                pipelines=job.spec.data_parallel,
+                tensor_parallel=job.spec.tensor_parallel,
+            )
+            hit = p.timelines[index] = tl.to_json()
+        return hit
 
     def annotate_points(self, job: Job, status: dict[str, Any]) -> dict[str, Any]:
         """``status`` (``GET /jobs/{id}/frontier``) with both powers added to every point."""

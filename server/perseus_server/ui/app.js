@@ -279,6 +279,7 @@
     row.append(frontierSvg(job, frontier, plan));
     row.append(pipelineTable(status));
     card.append(row);
+    if (plan && plan.power_timeline) card.append(timelineSvg(job, plan));
 
     if (status.recent_replans && status.recent_replans.length) {
       const ul = el("ul", { class: "replans" });
@@ -389,6 +390,52 @@
         `${watts(p.average_power)}`));
       g.append(c);
     }
+    return g;
+  }
+
+  // The deployed plan's power over two iterations (whole job): with its floors under swing
+  // bounds (the plan alone in grey, the floors shaded), the bound drawn.
+  function timelineSvg(job, plan) {
+    const W = 740, H = 170, L = 62, R = 12, T = 22, B = 30;
+    const tl = plan.power_timeline, before = tl.before || null, sw = plan.swing || null;
+    const g = svg("svg", {
+      class: "timeline", width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img",
+      "data-job": job.id,
+    });
+    g.append(svg("title", {}, `Power of job ${job.id} over two iterations`));
+    const period = tl.period_s, top = Math.max(tl.peak_w, before ? before.peak_w : 0) * 1.05;
+    const x = (t) => L + (W - L - R) * (t / (2 * period));
+    const y = (w) => H - B - (H - T - B) * (top > 0 ? w / top : 0);
+    const steps = (samples) => {
+      const pts = [];
+      for (let it = 0; it < 2; it++) {
+        for (let k = 0; k < samples.t.length; k++) {
+          const t0 = samples.t[k] + it * period;
+          const t1 = (k + 1 < samples.t.length ? samples.t[k + 1] : period) + it * period;
+          pts.push(`${x(t0).toFixed(1)},${y(samples.w[k]).toFixed(1)}`,
+            `${x(t1).toFixed(1)},${y(samples.w[k]).toFixed(1)}`);
+        }
+      }
+      return pts.join(" ");
+    };
+    g.append(svg("rect", { x: L, y: T, width: W - L - R, height: H - T - B, class: "plot" }));
+    if (before) g.append(svg("polyline", { class: "tl-before", points: steps(before.samples) }));
+    g.append(svg("polyline", { class: before ? "tl-after" : "tl-plan", points: steps(tl.samples) }));
+    if (sw && sw.bounds && typeof sw.bounds.max_swing === "number") {
+      const lv = y((1 - sw.bounds.max_swing) * tl.peak_w);
+      g.append(svg("line", { x1: L, x2: W - R, y1: lv, y2: lv, class: "tl-bound" }));
+    }
+    g.append(svg("text", { x: L - 4, y: T + 8, "text-anchor": "end", class: "tick" }, num(top, 0)));
+    g.append(svg("text", { x: L - 4, y: H - B, "text-anchor": "end", class: "tick" }, "0"));
+    g.append(svg("text", { x: W - R, y: H - B + 14, "text-anchor": "end", class: "tick" },
+      `${num(2 * period, 3)} s`));
+    g.append(svg("text", { x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle", class: "axis" },
+      "time, two iterations (s); job power (W)"));
+    const change = tl.max_change_w ? tl.max_change_w["0.1"] : null;
+    let caption = `swing ${num(tl.swing, 2)} · largest 100 ms change ${watts(change)}` +
+      ` · peak ${watts(tl.peak_w)}, trough ${watts(tl.trough_w)}`;
+    if (before) caption = `with floors: ${caption} (plan alone: swing ${num(before.swing, 2)})`;
+    g.append(svg("text", { x: L, y: 14, class: "tl-caption" }, caption));
     return g;
   }
 

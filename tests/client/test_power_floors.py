@@ -1,0 +1,165 @@
+"""A rank's power floors: played on its GPU, through NVML power smoothing or the simulated model.
+
+The NVML path runs against the repository's simulated NVML extended with the power-smoothing
+functions and structs of nvidia-ml-py (the fake records what a driver would be told: the floor
+as a percentage of the power limit, the preset profile activated, the feature enabled and, on
+close, disabled). The simulated GPU's energy counter includes what a floor lifts. A GPU that
+cannot hold a floor says so, with the swing the plan alone achieves.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pynvml
+import pytest
+
+from perseus_client import NvmlGpu, PerseusClient, SimulatedGpu
+from perseus_client.gpu.floors import NvmlPowerSmoothing, floor_changes
+from perseus_client.plan import Plan, PlanStep
+from perseus_gpud.simnvml import SimulatedNvml
+
+PROFILE = {(0, "forward"): {1410: (0.02, 6.0)}, (0, "backward"): {1410: (0.04, 12.0)}}
+BLOCKING = 80.0
+
+
+class SmoothingNvml(SimulatedNvml):
+    """The simulated NVML with nvidia-ml-py's power-smoothing API, recording each call."""
+
+    c_nvmlPowerSmoothingProfile_v1_t = pynvml.c_nvmlPowerSmoothingProfile_v1_t
+    c_nvmlPowerSmoothingState_v1_t = pynvml.c_nvmlPowerSmoothingState_v1_t
+    NVML_FEATURE_ENABLED = pynvml.NVML_FEATURE_ENABLED
+    NVML_FEATURE_DISABLED = pynvml.NVML_FEATURE_DISABLED
+    NVML_POWER_SMOOTHING_PROFILE_PARAM_PERCENT_TMP_FLOOR = (
+        pynvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_PERCENT_TMP_FLOOR
+    )
+    NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_UP_RATE = (
+        pynvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_UP_RATE
+    )
+    NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_DOWN_RATE = (
+        pynvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_DOWN_RATE
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params: dict[tuple[int, int], float] = {}
+        self.active: int | None = None
+        self.state: int | None = None
+
+    def nvmlDevicePowerSmoothingUpdatePresetProfileParam(self, handle: Any, p: Any) -> None:
+        assert p.version == pynvml.nvmlPowerSmoothingProfile_v1
+        self.params[(p.profileId, p.paramId)] = p.value
+
+    def nvmlDevicePowerSmoothingActivatePresetProfile(self, handle: Any, p: Any) -> None:
+        self.active = p.profileId
+
+    def nvmlDevicePowerSmoothingSetState(self, handle: Any, s: Any) -> None:
+        assert s.version == pynvml.nvmlPowerSmoothingState_v1
+        self.state = s.state
+
+
+def test_floor_changes_merge_overlaps_and_drop_bad_floors() -> None:
+    floors = [(0.5, 0.8, 200.0), (0.0, 0.2, 150.0), (0.1, 0.3, 180.0), (0.9, 0.9, 100.0),
+              (1.0, 1.2, float("nan")), (1.0, 1.1, -5.0)]  # fmt: skip
+    assert floor_changes(floors) == [
+        (0.0, 150.0), (0.1, 180.0), (0.3, 0.0), (0.5, 200.0), (0.8, 0.0)
+    ]  # fmt: skip
+    assert floor_changes([]) == []
+
+
+def test_nvml_holds_a_floor_through_power_smoothing() -> None:
+    nvml = SmoothingNvml(1)
+    gpu = NvmlGpu(0, nvml=nvml)
+    assert gpu.floor_unavailable() is None
+    assert gpu.set_power_floor(100.0) is True  # 100 W of the simulated A100's 400 W limit
+    floor = pynvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_PERCENT_TMP_FLOOR
+    assert nvml.params[(0, floor)] == pytest.approx(25.0)
+    assert nvml.active == 0 and nvml.state == pynvml.NVML_FEATURE_ENABLED
+    assert gpu.set_power_floor(300.0) is True
+    assert nvml.params[(0, floor)] == pytest.approx(75.0)
+    gpu.close()  # releases the floor and disables the feature it enabled
+    assert nvml.params[(0, floor)] == 0.0 and nvml.state == pynvml.NVML_FEATURE_DISABLED
+
+
+def test_power_smoothing_sets_the_ramp_rates_once() -> None:
+    nvml = SmoothingNvml(1)
+    sm = NvmlPowerSmoothing(nvml, "h", 400.0, ramp_w_per_s=1500.0)
+    sm.set_floor(0.0)
+    assert nvml.state is None  # no floor asked: nothing enabled
+    sm.set_floor(120.0)
+    up, down = (pynvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_UP_RATE,
+                pynvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_DOWN_RATE)  # fmt: skip
+    assert nvml.params[(0, up)] == nvml.params[(0, down)] == 1500.0
+
+
+def test_an_nvml_without_power_smoothing_cannot_hold_a_floor() -> None:
+    gpu = NvmlGpu(0, nvml=SimulatedNvml(1))
+    assert "power smoothing" in (gpu.floor_unavailable() or "")
+    assert gpu.set_power_floor(100.0) is False
+    gpu.close()
+    dry = NvmlGpu(0, nvml=SmoothingNvml(1), dry_run=True)
+    assert "dry run" in (dry.floor_unavailable() or "") and dry.set_power_floor(50.0) is False
+    dry.close()
+
+
+def test_the_simulated_gpu_counts_what_a_floor_lifts() -> None:
+    gpu = SimulatedGpu(PROFILE, blocking_power=BLOCKING, time_scale=0.5)
+    assert gpu.floor_unavailable() is None
+    e0, t0 = gpu.energy_mj(), gpu.timestamp()
+    assert gpu.set_power_floor(200.0)
+    time.sleep(0.1)  # idle: 200 W instead of 80 W
+    gpu.begin_instruction("forward", 0, 0)  # 6 J over 0.02 s = 300 W: above the floor
+    gpu.end_instruction()
+    assert gpu.set_power_floor(0.0)
+    time.sleep(0.05)
+    e1, t1 = gpu.energy_mj(), gpu.timestamp()
+    busy = 0.02
+    idle = (t1 - t0) - busy
+    lifted = (200.0 - BLOCKING) * (t1 - t0 - 0.05 / 0.5 - busy)
+    want = 6.0 + BLOCKING * idle + lifted
+    assert (e1 - e0) / 1000 == pytest.approx(want, rel=0.03)
+    assert SimulatedGpu(PROFILE, time_scale=0).set_power_floor(100.0) is False
+
+
+def _plan(floors: tuple[tuple[float, float, float], ...]) -> Plan:
+    steps = (PlanStep("forward", 0, 1410, 0), PlanStep("backward", 0, 1410, 0))
+    return Plan(1, steps, "test", 0.06, None, floors, 0.65)
+
+
+def test_the_client_plays_the_plan_floors_every_iteration() -> None:
+    gpu = SimulatedGpu(PROFILE, blocking_power=BLOCKING, time_scale=1.0)
+    client = PerseusClient(offline=True, gpu=gpu, handle_signals=False)
+    try:
+        client.use_plan(_plan(((0.0, 0.2, 250.0),)))
+        with client.iteration():
+            with client.instruction("forward", 0):
+                pass
+            time.sleep(0.1)  # waiting at the floor
+            assert gpu.power_floor == 250.0
+            with client.instruction("backward", 0):
+                pass
+            time.sleep(0.15)  # past 0.2 s: the floor is released
+            assert gpu.power_floor == 0.0
+        assert client.floor_status == "holding 1 power floor(s) per iteration"
+        report = client.last_report
+        assert report is not None
+        # 18 J of instructions, the rest waiting: 250 W for about 0.14 s, 80 W after.
+        assert report.energy > 18.0 + BLOCKING * (report.iteration_time - 0.06) + 20.0
+    finally:
+        client.close()
+
+
+def test_a_gpu_that_cannot_hold_a_floor_says_what_the_plan_alone_swings() -> None:
+    gpu = SimulatedGpu(PROFILE, blocking_power=BLOCKING, time_scale=0)
+    client = PerseusClient(offline=True, gpu=gpu, handle_signals=False)
+    try:
+        client.use_plan(_plan(((0.0, 0.2, 250.0),)))
+        with client.iteration():
+            for kind in ("forward", "backward"):
+                with client.instruction(kind, 0):
+                    pass
+        status = client.floor_status or ""
+        assert "cannot hold a power floor" in status and "swings 0.65" in status
+    finally:
+        client.close()
