@@ -49,11 +49,13 @@ def test_windows_are_handed_over_while_the_sweep_runs(problem: EnergyProblem) ->
     sweep's, its kept durations reaching at or below it.
     """
     rel = Relaxation.build(problem)
-    seen: list[tuple[pipeline.Window, bool]] = []
+    # Whether the sweep's thread still runs when a window's work starts is up to the scheduler
+    # (a window handed over last may be taken up after the sweep ended); that each was cut
+    # before the sweep reached its end is read off its data below.
+    seen: list[pipeline.Window] = []
 
     def work(w: pipeline.Window) -> None:
-        sweeping = any(t.name == "perseus-sweep" for t in threading.enumerate())
-        seen.append((w, sweeping))
+        seen.append(w)
 
     stats = pipeline.SweepStats()
     final = pipeline.overlapped(problem, rel, work, memory=2**20, stats=stats)
@@ -61,8 +63,7 @@ def test_windows_are_handed_over_while_the_sweep_runs(problem: EnergyProblem) ->
     np.testing.assert_array_equal(final.times, whole.times)
     np.testing.assert_array_equal(final.costs, whole.costs)
     assert stats.early_windows == len(seen) - 1 >= pipeline.SEGMENTS - 2
-    assert all(sweeping for _, sweeping in seen[:-1]) and not seen[-1][1]
-    windows = [w for w, _ in seen]
+    windows = seen
     assert windows[0].hi == final.t_max and windows[-1].lo == final.t_min
     for a, b in zip(windows[:-1], windows[1:], strict=True):
         assert a.lo == b.hi  # consecutive, from the slowest

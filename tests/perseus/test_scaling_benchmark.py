@@ -75,7 +75,8 @@ def test_scaling_workers_rows_carry_each_threads_cpu(tmp_path: Path) -> None:
             assert used == sorted(used, reverse=True) and all(c >= 0 for c in used)
         # the critical path: each stage's busiest thread, never more than all threads' CPU
         busiest = sum(used[0] for used in r["threads"].values() if used)
-        assert r["critical"] == pytest.approx(busiest)
+        # (each figure is printed to 0.01 s, so their sum may differ from the total's rounding)
+        assert r["critical"] == pytest.approx(busiest, abs=0.005 * (len(r["threads"]) + 1))
         assert r["critical"] <= r["cpu"] + 0.05
     # the same plans either way: the two relaxations on two threads change nothing
     assert one["points"] == two["points"] and one["gap@1.0"] == pytest.approx(two["gap@1.0"])
