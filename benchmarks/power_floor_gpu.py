@@ -1,12 +1,15 @@
 """GPU check: does this GPU hold a power floor, and what does it draw while it does?
 
 On a GPU machine (``pynvml`` and ``/dev/nvidiactl``): opens GPU 0 through the client's NVML
-backend, says whether it can hold a floor (NVML power smoothing: Blackwell or newer, root) and,
-where it can, idles the GPU at no floor, then at ``--fraction`` of its power limit, then at none
-again, sampling its power every 20 ms; prints one JSON object. Elsewhere it says it skipped.
-``--smoke`` runs the same steps on the simulated GPU (whose model holds floors), for the suite.
+backend and says whether it can hold a floor (NVML power smoothing: Blackwell or newer, root),
+reading only: its power limit and its idle power, sampled every 20 ms. It changes no setting of
+the GPU unless told to with ``--apply`` (on a GPU you administer, never on a shared or lent one):
+then, where it can, it idles the GPU at no floor, then at ``--fraction`` of its power limit, then
+at none again. Prints one JSON object; elsewhere it says it skipped. ``--smoke`` runs the
+``--apply`` steps on the simulated GPU (whose model holds floors), for the suite.
 
-    python benchmarks/power_floor_gpu.py --fraction 0.5 --seconds 2
+    python benchmarks/power_floor_gpu.py --seconds 2                  # read-only
+    python benchmarks/power_floor_gpu.py --apply --fraction 0.5       # sets and releases a floor
     python benchmarks/power_floor_gpu.py --smoke
 """
 
@@ -40,11 +43,16 @@ def _phase(gpu: GpuBackend, seconds: float) -> dict[str, Any]:
     }
 
 
-def check(gpu: GpuBackend, fraction: float, seconds: float) -> dict[str, Any]:
-    """The check's steps on ``gpu``."""
+def check(gpu: GpuBackend, fraction: float, seconds: float, apply: bool) -> dict[str, Any]:
+    """The check's steps on ``gpu``: read-only unless ``apply``."""
     why = gpu.floor_unavailable()
     out: dict[str, Any] = {"device": getattr(gpu, "name", "gpu"), "floor_unavailable": why}
     limit = gpu.max_power_limit_w()
+    out["max_power_limit_w"] = limit
+    if not apply:
+        out["idle"] = _phase(gpu, seconds)
+        out["applied"] = "no: read-only (--apply sets and releases a floor)"
+        return out
     if why is not None or limit is None:
         return out
     watts = fraction * limit
@@ -63,21 +71,28 @@ def main() -> None:
     ap.add_argument("--fraction", type=float, default=0.5, help="floor, share of the power limit")
     ap.add_argument("--seconds", type=float, default=2.0, help="length of each phase")
     ap.add_argument("--smoke", action="store_true", help="the simulated GPU, short phases")
+    ap.add_argument(
+        "--apply",
+        action="store_true",
+        help="set and release a floor on GPU 0 (changes its power smoothing settings; only on a "
+        "GPU you administer)",
+    )
     a = ap.parse_args()
     if a.smoke:
         profile = {(0, "forward"): {1410: (0.02, 6.0)}}
         gpu: GpuBackend = SimulatedGpu(
             profile, blocking_power=80.0, time_scale=1.0, name="A100", max_power_limit_w=400.0
         )
-        result = check(gpu, a.fraction, 0.2)
+        result = check(gpu, a.fraction, 0.2, apply=True)
     elif os.path.exists("/dev/nvidiactl"):
         from perseus_client import NvmlGpu
 
         gpu = NvmlGpu(0)
         try:
-            result = check(gpu, a.fraction, a.seconds)
+            result = check(gpu, a.fraction, a.seconds, apply=a.apply)
         finally:
-            gpu.set_power_floor(0.0)
+            if a.apply:
+                gpu.set_power_floor(0.0)
             gpu.close()
     else:
         result = {"skipped": "no NVIDIA GPU here (/dev/nvidiactl is missing)"}
