@@ -239,7 +239,7 @@ def _merge(
             )
     order = np.argsort(np.concatenate(times), kind="stable")
     korder = np.argsort(np.concatenate(kept_t), kind="stable")
-    return RelaxedFrontier._make(
+    return RelaxedFrontier.from_arrays(
         problem,
         relaxation,
         np.concatenate(times)[order],

@@ -353,7 +353,7 @@ class RelaxedFrontier:
         """
         ordered = steps[::-1]  # by increasing time
         times = np.array([s.time for s in ordered])
-        return cls._make(
+        return cls.from_arrays(
             problem,
             relaxation,
             times,
@@ -391,7 +391,7 @@ class RelaxedFrontier:
         times, costs, kept_t, kept_d = sweep_range(
             problem, swept, memory=memory, cancel=cancel, progress=progress
         )
-        return cls._make(problem, relaxation, times, costs, kept_t, kept_d)
+        return cls.from_arrays(problem, relaxation, times, costs, kept_t, kept_d)
 
     @classmethod
     def from_arrays(
@@ -404,18 +404,6 @@ class RelaxedFrontier:
         kept_durations: FloatArray,
     ) -> RelaxedFrontier:
         """The frontier of a whole sweep's arrays, as :func:`sweep_range` returns them."""
-        return cls._make(problem, relaxation, times, costs, kept_times, kept_durations)
-
-    @classmethod
-    def _make(
-        cls,
-        problem: EnergyProblem,
-        relaxation: Relaxation,
-        times: FloatArray,
-        costs: FloatArray,
-        kept_times: FloatArray,
-        kept_durations: FloatArray,
-    ) -> RelaxedFrontier:
         dag = problem.dag
         t_min = float(dag.iteration_time(relaxation.shortest))
         if times.size and times[0] * (1 - TIME_SLACK) > t_min:

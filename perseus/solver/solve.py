@@ -264,23 +264,7 @@ def solve_problem(
         )
 
     if _pipelined(problem, planning is not bounding, opts, core):
-        with CandidatePool(planning, None, cancel, threads=cores) as pool:
-            pool.add(early.plans)
-            pool.add(problem.max_frequency_plan()[None, :])
-            rng = np.random.default_rng(opts.seed)
-
-            def work(w: Window) -> None:
-                refine_window(Run(planning, w.relaxed, rounder, pool, opts, rng), w)
-
-            st.sweep = SweepStats()
-            with st.stage("relax"):
-                relaxed = overlapped(
-                    planning, rel, work, memory=opts.relaxed_memory, cancel=cancel,
-                    progress=_scaled(progress, 0.6), hulls=_thinned(planning, rel, opts),
-                    stats=st.sweep,
-                )  # fmt: skip
-            run = Run(planning, relaxed, rounder, pool, opts, rng, progress)
-            return _finish(run, st, problem, relaxed, windowed=True)
+        return _solve_overlapped(problem, planning, rel, rounder, early, opts, st, cancel, progress)
     with st.stage("relax"):
         if planning is bounding:
             relaxed = bound = relaxed_of(planning, rel, st.sandwich)
@@ -308,6 +292,41 @@ def solve_problem(
         with st.stage("round"):
             seed_candidates(run)
         return _finish(run, st, problem, bound)
+
+
+def _solve_overlapped(
+    problem: EnergyProblem,
+    planning: EnergyProblem,
+    rel: Relaxation,
+    rounder: Rounder,
+    early: Frontier,
+    opts: SolverOptions,
+    st: SolveStats,
+    cancel: Callable[[], bool] | None,
+    progress: Callable[[float], None] | None,
+) -> Frontier:
+    """The sweep on its own thread, each window it has passed rounded meanwhile (pipeline.py).
+
+    ``planning`` is the model plans are rounded on (one that also bounds: no per-clock
+    transfers); ``problem`` the truth they are evaluated on.
+    """
+    with CandidatePool(planning, None, cancel, threads=opts.cores) as pool:
+        pool.add(early.plans)
+        pool.add(problem.max_frequency_plan()[None, :])
+        rng = np.random.default_rng(opts.seed)
+
+        def work(w: Window) -> None:
+            refine_window(Run(planning, w.relaxed, rounder, pool, opts, rng), w)
+
+        st.sweep = SweepStats()
+        with st.stage("relax"):
+            relaxed = overlapped(
+                planning, rel, work, memory=opts.relaxed_memory, cancel=cancel,
+                progress=_scaled(progress, 0.6), hulls=_thinned(planning, rel, opts),
+                stats=st.sweep,
+            )  # fmt: skip
+        run = Run(planning, relaxed, rounder, pool, opts, rng, progress)
+        return _finish(run, st, problem, relaxed, windowed=True)
 
 
 def _finish(
