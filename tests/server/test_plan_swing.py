@@ -129,24 +129,16 @@ def test_a_bounded_deployment_pushes_each_rank_its_floors(
     assert 0 < len(tl["samples"]["t"]) == len(tl["samples"]["w"]) <= 400
     assert min(tl["samples"]["w"]) == pytest.approx(tl["trough_w"], abs=0.01)
     assert view["swing"]["plan_swing"] > 0.3 and len(floors) == 4
-    pushed = {}
+    pushed, clocks = {}, {}
     for rr, stream in streams.items():
         msg = next(stream)
         assert msg.version == view["version"] and msg.plan_swing == view["swing"]["plan_swing"]
         pushed[rr] = [[f.start_s, f.end_s, f.watts] for f in msg.power_floors]
+        clocks[rr] = [s.frequency_mhz for s in msg.steps]
         stream.cancel()
     assert [pushed[rr] for rr in range(4)] == floors
-    doc = {
-        "frequencies": [
-            p["frequencies"]
-            for p in [
-                http.get(
-                    f"/jobs/{job}/plan", params={"index": view["pipelines"][0]["index"]}
-                ).json()
-            ]
-        ][0],
-        "power_floors": floors,
-    }
+    # What the ranks run (the searched plan, its floors) meets the bounds.
+    doc = {"frequencies": [clocks[rr] for rr in range(4)], "power_floors": floors}
     assert meets(_floored(csv, doc), SwingBounds(0.3, 0.12))
     # Floors are the whole job's: not for some pipelines only; and a plain PUT drops them.
     bad = http.put(f"/jobs/{job}/plan", json={"max_swing": 0.3, "pipelines": [0]})
@@ -155,18 +147,58 @@ def test_a_bounded_deployment_pushes_each_rank_its_floors(
     assert "swing" not in plain and "swing" not in plain["policy"]
 
 
-def test_floors_that_lift_a_power_budget_plan_over_its_budget_are_refused(
-    http: httpx.Client, job: str
+def test_a_bounded_put_deploys_the_searched_plan_and_floors_the_get_answers(
+    http: httpx.Client, stub: pb_grpc.PlanServiceStub, job: str
 ) -> None:
+    params = {"slowdown": 0, "max_swing": 0.3, "max_ramp": 0.12}
+    answer = http.get(f"/jobs/{job}/plan", params=params).json()
+    # The search moved clocks off the frontier point: deploying the point would differ.
+    assert not answer["plan_is_frontier_point"]
+    ranks = [register(stub, job, r, r).rank_id for r in range(4)]
+    view = http.put(f"/jobs/{job}/plan", json=params).json()
+    assert view["swing"]["power_floors"] == answer["power_floors"]
+    assert view["swing"]["time"] == pytest.approx(answer["time"])
+    assert view["swing"]["searched"] and not view["swing"]["plan_is_frontier_point"]
+    assert view["power_timeline"]["peak_w"] == pytest.approx(answer["power_timeline"]["peak_w"])
+    # Per GPU: the job's ramp bound shared by its 8 GPUs (4 stages x 2 pipelines), W/s.
+    ramp = 0.12 * answer["power_timeline"]["peak_w"] / 0.1 / 8
+    assert answer["ramp_w_per_s"] == pytest.approx(ramp)
+    for r, rank in enumerate(ranks):
+        stream = stub.WatchPlan(pb.WatchPlanRequest(job_id=job, rank_id=rank), timeout=60)
+        msg = next(stream)
+        stream.cancel()
+        assert msg.version == view["version"]
+        assert [s.frequency_mhz for s in msg.steps] == answer["frequencies"][r]
+        assert [[f.start_s, f.end_s, f.watts] for f in msg.power_floors] == answer["power_floors"][
+            r
+        ]
+        assert msg.expected_iteration_time == pytest.approx(answer["time"])
+        assert msg.ramp_w_per_s == pytest.approx(ramp)
+    http.put(f"/jobs/{job}/plan", json={"slowdown": 0})
+
+
+def test_a_power_budget_with_swing_bounds_counts_the_floors(http: httpx.Client, job: str) -> None:
+    """The floors' energy is the budget's: a slower plan keeps it, or a 422 says none does."""
+    bounds = {"max_swing": 0.3, "max_ramp": 0.12}
     plain = http.get(f"/jobs/{job}/plan", params={"slowdown": 0}).json()
     budget = plain["average_power"] * 1.0001  # the fastest plan just fits; its floors do not
-    r = http.get(
-        f"/jobs/{job}/plan", params={"power_budget": budget, "max_swing": 0.3, "max_ramp": 0.12}
-    )
-    assert r.status_code == 422, r.text
-    assert problem_field(r) == "max_swing" and r.json()["average_power"] > budget
-    roomy = http.get(
-        f"/jobs/{job}/plan",
-        params={"power_budget": 2 * budget, "max_swing": 0.3, "max_ramp": 0.12},
-    ).json()
-    assert roomy["energy_with_floors"] / roomy["time"] <= 2 * budget
+    doc = http.get(f"/jobs/{job}/plan", params={"power_budget": budget, **bounds}).json()
+    assert doc["energy_with_floors"] / doc["time"] <= budget * (1 + 1e-9)
+    assert doc["time"] > plain["time"]  # a slower plan, so the floors fit under the budget
+    view = http.put(f"/jobs/{job}/plan", json={"power_budget": budget, **bounds})
+    assert view.status_code == 200, view.text
+    assert view.json()["swing"]["power_floors"] == doc["power_floors"]
+    assert view.json()["swing"]["time"] == pytest.approx(doc["time"])
+    # The least power of any plan: it fits alone, but not with its floors.
+    lowest = http.get(f"/jobs/{job}/plan", params={"power_budget": 1}).json()["lowest_power"]
+    for r in (
+        http.get(f"/jobs/{job}/plan", params={"power_budget": lowest * 1.0001, **bounds}),
+        http.put(f"/jobs/{job}/plan", json={"power_budget": lowest * 1.0001, **bounds}),
+    ):
+        assert r.status_code == 422, r.text
+        assert problem_field(r) == "power_budget"
+        assert r.json()["lowest_power"] > lowest * 1.0001
+        assert "max_swing" in r.json()["detail"]
+    after = http.get(f"/jobs/{job}/status").json()["plan"]  # the refused PUT changed nothing
+    assert after["version"] == view.json()["version"]
+    http.put(f"/jobs/{job}/plan", json={"slowdown": 0})

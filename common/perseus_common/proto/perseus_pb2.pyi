@@ -105,7 +105,7 @@ class PowerFloor(_message.Message):
     def __init__(self, start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., watts: _Optional[float] = ...) -> None: ...
 
 class PlanUpdate(_message.Message):
-    __slots__ = ("version", "steps", "reason", "expected_iteration_time", "profiling", "power_floors", "plan_swing")
+    __slots__ = ("version", "steps", "reason", "expected_iteration_time", "profiling", "power_floors", "plan_swing", "ramp_w_per_s")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -113,6 +113,7 @@ class PlanUpdate(_message.Message):
     PROFILING_FIELD_NUMBER: _ClassVar[int]
     POWER_FLOORS_FIELD_NUMBER: _ClassVar[int]
     PLAN_SWING_FIELD_NUMBER: _ClassVar[int]
+    RAMP_W_PER_S_FIELD_NUMBER: _ClassVar[int]
     version: int
     steps: _containers.RepeatedCompositeFieldContainer[PlanStep]
     reason: str
@@ -120,7 +121,8 @@ class PlanUpdate(_message.Message):
     profiling: ProfilingTask
     power_floors: _containers.RepeatedCompositeFieldContainer[PowerFloor]
     plan_swing: float
-    def __init__(self, version: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ..., reason: _Optional[str] = ..., expected_iteration_time: _Optional[float] = ..., profiling: _Optional[_Union[ProfilingTask, _Mapping]] = ..., power_floors: _Optional[_Iterable[_Union[PowerFloor, _Mapping]]] = ..., plan_swing: _Optional[float] = ...) -> None: ...
+    ramp_w_per_s: float
+    def __init__(self, version: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ..., reason: _Optional[str] = ..., expected_iteration_time: _Optional[float] = ..., profiling: _Optional[_Union[ProfilingTask, _Mapping]] = ..., power_floors: _Optional[_Iterable[_Union[PowerFloor, _Mapping]]] = ..., plan_swing: _Optional[float] = ..., ramp_w_per_s: _Optional[float] = ...) -> None: ...
 
 class InstructionMeasurement(_message.Message):
     __slots__ = ("instruction", "microbatch", "frequency_mhz", "time", "energy", "stage")

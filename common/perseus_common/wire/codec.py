@@ -166,6 +166,7 @@ def encode_plan(update: PlanUpdate) -> pb.PlanUpdate:
             pb.PowerFloor(start_s=a, end_s=b, watts=w) for a, b, w in update.power_floors
         ],
         plan_swing=update.plan_swing,
+        ramp_w_per_s=update.ramp_w_per_s,
     )
     if update.profiling is not None:
         t = update.profiling
@@ -201,6 +202,9 @@ def decode_plan(msg: pb.PlanUpdate) -> PlanUpdate:
             and f.watts > 0
         ),
         plan_swing=msg.plan_swing if math.isfinite(msg.plan_swing) else 0.0,
+        ramp_w_per_s=(
+            msg.ramp_w_per_s if math.isfinite(msg.ramp_w_per_s) and msg.ramp_w_per_s > 0 else 0.0
+        ),
     )
 
 

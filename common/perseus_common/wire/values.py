@@ -112,6 +112,8 @@ class PlanUpdate:
     power_floors: tuple[tuple[float, float, float], ...] = ()
     #: the job's swing with the plan alone (0 when no swing bound is set).
     plan_swing: float = 0.0
+    #: under a ramp bound, the rate (W/s) this rank's GPU may move its floor (0: none).
+    ramp_w_per_s: float = 0.0
 
 
 @dataclass(frozen=True)
