@@ -385,7 +385,10 @@ class PerseusClient:
         gpu = self.gpu
         self._iter_e0 = gpu.energy_mj()
         self._iter_t0 = gpu.timestamp()
-        self.floors.start_iteration(plan.power_floors if plan is not None else ())
+        if plan is not None:
+            self.floors.start_iteration(plan.power_floors, plan.ramp_w_per_s)
+        else:
+            self.floors.start_iteration(())
 
     def _end_iteration(self, exc: BaseException | None) -> None:
         gpu = self.gpu

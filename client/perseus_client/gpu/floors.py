@@ -61,6 +61,7 @@ class FloorPlayer:
         self.gpu = gpu
         self.poll_s = poll_s
         self._changes: list[tuple[float, float]] = []
+        self._ramp = 0.0
         self._start = 0.0
         self._epoch = 0
         self._wake = threading.Condition()
@@ -69,12 +70,18 @@ class FloorPlayer:
         #: False once the GPU refused a floor (it cannot hold one); True while it holds them.
         self.holds: bool | None = None
 
-    def start_iteration(self, floors: Sequence[tuple[float, float, float]]) -> None:
-        """An iteration starts now: play ``floors`` from t = 0 (none: the floor goes to 0)."""
+    def start_iteration(
+        self, floors: Sequence[tuple[float, float, float]], ramp_w_per_s: float = 0.0
+    ) -> None:
+        """An iteration starts now: play ``floors`` from t = 0 (none: the floor goes to 0).
+
+        ``ramp_w_per_s``: the rate the GPU may move its floor at (0: its own).
+        """
         changes = floor_changes(floors)
         with self._wake:
             if not changes and not self._changes:
                 return
+            self._ramp = ramp_w_per_s if math.isfinite(ramp_w_per_s) and ramp_w_per_s > 0 else 0.0
             self._changes, self._start, self._epoch = changes, self.gpu.timestamp(), self._epoch + 1
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -94,7 +101,7 @@ class FloorPlayer:
 
     def _set(self, watts: float) -> None:
         try:
-            ok = bool(self.gpu.set_power_floor(watts))
+            ok = bool(self.gpu.set_power_floor(watts, self._ramp))
         except Exception as e:  # never let a floor break training
             log.warning("perseus: the GPU refused a power floor of %.0f W: %s", watts, e)
             ok = False
@@ -138,7 +145,8 @@ class NvmlPowerSmoothing:
         nvml: the ``pynvml`` module (or a fake with the same functions and structs).
         handle: the device handle.
         limit_w: the power limit (W) the floor's percentage is of.
-        ramp_w_per_s: the ramp-up and ramp-down rates to set (W/s); None: leave them.
+        ramp_w_per_s: the ramp-up and ramp-down rates to set (W/s); None: leave them (until
+            :meth:`set_floor` is given some).
     """
 
     def __init__(
@@ -146,6 +154,7 @@ class NvmlPowerSmoothing:
     ) -> None:
         self.nvml, self.handle, self.limit_w = nvml, handle, float(limit_w)
         self.ramp_w_per_s = ramp_w_per_s
+        self._sent_ramp: float | None = None
         self.enabled = False
 
     @staticmethod
@@ -173,18 +182,20 @@ class NvmlPowerSmoothing:
         s.state = self.nvml.NVML_FEATURE_ENABLED if on else self.nvml.NVML_FEATURE_DISABLED
         self.nvml.nvmlDevicePowerSmoothingSetState(self.handle, s)
 
-    def set_floor(self, watts: float) -> None:
-        """Hold at least ``watts`` (0: no floor); enables the feature on first use."""
+    def set_floor(self, watts: float, ramp_w_per_s: float = 0.0) -> None:
+        """Hold at least ``watts`` (0: no floor); enables the feature on first use.
+
+        ``ramp_w_per_s`` (> 0): the ramp-up and ramp-down rates from now on (sent when they
+        change); 0 keeps those set before (or the profile's own).
+        """
         nvml = self.nvml
         percent = max(0.0, min(100.0, 100.0 * watts / self.limit_w))
+        if ramp_w_per_s > 0 and math.isfinite(ramp_w_per_s):
+            self.ramp_w_per_s = float(ramp_w_per_s)
+        if not self.enabled and watts <= 0:
+            return
+        self._ramps()
         if not self.enabled:
-            if watts <= 0:
-                return
-            if self.ramp_w_per_s is not None:
-                self._param(nvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_UP_RATE, self.ramp_w_per_s)
-                self._param(
-                    nvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_DOWN_RATE, self.ramp_w_per_s
-                )
             self._param(nvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_PERCENT_TMP_FLOOR, percent)
             p = nvml.c_nvmlPowerSmoothingProfile_v1_t()
             p.profileId = SMOOTHING_PROFILE
@@ -193,6 +204,15 @@ class NvmlPowerSmoothing:
             self.enabled = True
             return
         self._param(nvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_PERCENT_TMP_FLOOR, percent)
+
+    def _ramps(self) -> None:
+        """Send the ramp rates when they differ from those last sent."""
+        nvml, rate = self.nvml, self.ramp_w_per_s
+        if rate is None or rate == self._sent_ramp:
+            return
+        self._param(nvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_UP_RATE, rate)
+        self._param(nvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_DOWN_RATE, rate)
+        self._sent_ramp = rate
 
     def close(self) -> None:
         """Floor 0 and the feature disabled (only if this object enabled it)."""

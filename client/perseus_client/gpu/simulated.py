@@ -205,6 +205,8 @@ class SimulatedGpu(GpuBackend):
         # Power floor (set_power_floor): the level now, the joules it added, accounted up to.
         self._floor_lock = threading.Lock()
         self._floor = 0.0
+        #: The floor's ramp rate last asked (W/s; 0: none); recorded, not modelled.
+        self.ramp_w_per_s = 0.0
         self._floor_extra = 0.0
         self._floor_mark = 0.0
         self._floor_power = self.blocking_power  # what the GPU draws on its own now
@@ -424,12 +426,14 @@ class SimulatedGpu(GpuBackend):
         """None: the model holds a floor (its energy counts it); not with ``time_scale=0``."""
         return None if self.time_scale > 0 else "time_scale=0 models no idle time to floor"
 
-    def set_power_floor(self, watts: float) -> bool:
+    def set_power_floor(self, watts: float, ramp_w_per_s: float = 0.0) -> bool:
         """Draw at least ``watts`` from now on: the energy counter adds what the floor lifts.
 
         While an instruction runs the GPU draws its energy over its time, otherwise the
-        blocking power; with a floor, the higher of that and the floor.
+        blocking power; with a floor, the higher of that and the floor. The model moves the
+        floor at once (``ramp_w_per_s`` is recorded in :attr:`ramp_w_per_s`, not modelled).
         """
+        self.ramp_w_per_s = float(ramp_w_per_s)
         if self.time_scale <= 0 or not (math.isfinite(watts) and watts >= 0):
             return False
         with self._floor_lock:
