@@ -80,7 +80,7 @@ from perseus_client.defaults import Environment, default_gpu
 from perseus_client.errors import ClientError, ConfigError, PlanMismatchError
 from perseus_client.gpu.applied import ClockSampler
 from perseus_client.gpu.base import GpuBackend
-from perseus_client.gpu.floors import FloorPlayer, floor_status
+from perseus_client.gpu.floors import FloorPlayer, floor_state, floor_status
 from perseus_client.hot_path import InstructionPath
 from perseus_client.measurements import EventTiming, IterationMeasurement
 from perseus_client.options import Connection, FailOpen, RankPosition, Reporting
@@ -425,6 +425,7 @@ class PerseusClient:
             failopen = self._failopen
             if failopen is not None and failopen.state != self._told_clock_control[0]:
                 self._on_clock_control()  # e.g. the node daemon went away mid-run, or came back
+            self.link.set_power_floor(floor_state(gpu, plan, self.floors))
             self.link.submit(record)
         self._path.check_complete()
 

@@ -9,6 +9,9 @@ bounds pushes every rank its floors over gRPC, and the policy survives a restart
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -21,8 +24,10 @@ from perseus.power_timeline import PowerTimeline, rank_power
 from perseus.problem import EnergyProblem
 from perseus.profiles import parse_profile_csv
 from perseus.schedules import one_f_one_b
+from perseus_client import PerseusClient, RankPosition, Reporting, SimulatedGpu
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
+from perseus_server import ServerProcess
 
 from .conftest import BLOCKING_A40, problem_field, register, sliced_profile_csv, solved_job
 
@@ -202,3 +207,72 @@ def test_a_power_budget_with_swing_bounds_counts_the_floors(http: httpx.Client, 
     after = http.get(f"/jobs/{job}/status").json()["plan"]  # the refused PUT changed nothing
     assert after["version"] == view.json()["version"]
     http.put(f"/jobs/{job}/plan", json={"slowdown": 0})
+
+
+def test_a_rank_that_cannot_hold_its_floor_shows_in_the_job_status(
+    server: ServerProcess, http: httpx.Client, small_csv: str
+) -> None:
+    """Real clients over gRPC: rank 0's GPU holds its floors, rank 1's cannot (and says why)."""
+    job = solved_job(http, small_csv, stages=2, microbatches=4)
+    view = http.put(f"/jobs/{job}/plan", json={"slowdown": 0, "max_swing": 0.3}).json()
+    assert any(view["swing"]["power_floors"])
+    gpus = [
+        SimulatedGpu.from_profile_csv(small_csv, stage=0, time_scale=0.02),
+        SimulatedGpu.from_profile_csv(small_csv, stage=1, time_scale=0),  # no idle to floor
+    ]
+    clients = [
+        PerseusClient(
+            server.grpc_target,
+            job,
+            gpu=gpu,
+            handle_signals=False,
+            rank=RankPosition(global_rank=s, pipeline_rank=s, data_rank=0),
+            reporting=Reporting(report_interval=0.05),
+        )  # fmt: skip
+        for s, gpu in enumerate(gpus)
+    ]
+    try:
+        threads = [threading.Thread(target=_train, args=(c, 3)) for c in clients]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert "cannot hold a power floor" in (clients[1].floor_status or "")
+        status = _wait(lambda: _floors_said(http, job), "both ranks' floor states")
+    finally:
+        for c in clients:
+            c.close()
+    ranks = {r["global_rank"]: r for r in status["ranks"]}
+    swing = view["swing"]["plan_swing"]
+    assert ranks[0]["power_floor"] == "held" and ranks[0]["power_floor_reason"] is None
+    assert ranks[1]["power_floor"] == "unavailable"
+    assert "time_scale=0" in ranks[1]["power_floor_reason"]
+    assert ranks[1]["plan_swing"] == pytest.approx(swing)
+    unheld = status["plan"]["swing"]["ranks_without_floor"]
+    assert unheld == [{"rank": 1, "reason": ranks[1]["power_floor_reason"], "plan_swing": swing}]
+
+
+def _floors_said(http: httpx.Client, job: str) -> dict[str, Any] | None:
+    status: dict[str, Any] = http.get(f"/jobs/{job}/status").json()
+    return status if all("power_floor" in r for r in status["ranks"]) else None
+
+
+def _train(client: PerseusClient, iterations: int) -> None:
+    plan = _wait(lambda: client.latest_plan, "a plan")
+    for _ in range(iterations):
+        order = [(s.kind, s.microbatch, s.stage) for s in (client.latest_plan or plan).steps]
+        with client.iteration():
+            for kind, mb, stage in order:
+                with client.instruction(kind, microbatch=mb, stage=stage):
+                    pass
+
+
+def _wait(fn: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)

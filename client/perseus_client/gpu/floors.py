@@ -15,7 +15,9 @@ within one iteration, t = 0 at its start (``docs/power.md``). The GPU must draw 
 
 A GPU that cannot hold a floor (no power smoothing, no permission, another vendor) says so:
 :meth:`GpuBackend.set_power_floor` returns False, and the client's ``floor_status`` names the
-reason and the swing the plan alone achieves (``Plan.plan_swing``). Training is never blocked:
+reason and the swing the plan alone achieves (``Plan.plan_swing``); its reports carry it to the
+server (``IterationReport.power_floor``: :func:`floor_state`), which shows it in the job's
+status. Training is never blocked:
 a failing floor is dropped, never retried on the training thread.
 """
 
@@ -29,7 +31,7 @@ from typing import Any
 
 log = logging.getLogger("perseus.client")
 
-__all__ = ["FloorPlayer", "NvmlPowerSmoothing", "floor_changes", "floor_status"]
+__all__ = ["FloorPlayer", "NvmlPowerSmoothing", "floor_changes", "floor_state", "floor_status"]
 
 #: The preset profile whose parameters Perseus sets (NVML has 5; the operator's others stay).
 SMOOTHING_PROFILE = 0
@@ -222,16 +224,27 @@ class NvmlPowerSmoothing:
             self.enabled = False
 
 
-def floor_status(gpu: Any, plan: Any, player: FloorPlayer) -> str | None:
-    """What a rank says of its floors: None without any; held; or why not and the plan's swing."""
+def floor_state(gpu: Any, plan: Any, player: FloorPlayer) -> tuple[str, str, float] | None:
+    """What a rank reports of its floors (``IterationReport.power_floor``).
+
+    ``("held", "", plan_swing)`` or ``("unavailable", why, plan_swing)``; None when its plan
+    has no floors.
+    """
     floors = getattr(plan, "power_floors", ()) if plan is not None else ()
     if not floors:
         return None
+    swing = float(getattr(plan, "plan_swing", 0.0))
     why = gpu.floor_unavailable()
     if why is None and player.holds is not False:
-        return f"holding {len(floors)} power floor(s) per iteration"
-    why = why or "the GPU refused the floor"
-    return (
-        f"this GPU cannot hold a power floor ({why}): the plan alone swings "
-        f"{getattr(plan, 'plan_swing', 0.0):.2f}"
-    )
+        return ("held", "", swing)
+    return ("unavailable", (why or "the GPU refused the floor")[:256], swing)
+
+
+def floor_status(gpu: Any, plan: Any, player: FloorPlayer) -> str | None:
+    """What a rank says of its floors: None without any; held; or why not and the plan's swing."""
+    state = floor_state(gpu, plan, player)
+    if state is None:
+        return None
+    if state[0] == "held":
+        return f"holding {len(plan.power_floors)} power floor(s) per iteration"
+    return f"this GPU cannot hold a power floor ({state[1]}): the plan alone swings {state[2]:.2f}"

@@ -12,9 +12,18 @@ class ClockControlState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CLOCK_CONTROL_UNSPECIFIED: _ClassVar[ClockControlState]
     CLOCK_CONTROL_ACTIVE: _ClassVar[ClockControlState]
     CLOCK_CONTROL_UNAVAILABLE: _ClassVar[ClockControlState]
+
+class PowerFloorState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    POWER_FLOOR_UNSPECIFIED: _ClassVar[PowerFloorState]
+    POWER_FLOOR_HELD: _ClassVar[PowerFloorState]
+    POWER_FLOOR_UNAVAILABLE: _ClassVar[PowerFloorState]
 CLOCK_CONTROL_UNSPECIFIED: ClockControlState
 CLOCK_CONTROL_ACTIVE: ClockControlState
 CLOCK_CONTROL_UNAVAILABLE: ClockControlState
+POWER_FLOOR_UNSPECIFIED: PowerFloorState
+POWER_FLOOR_HELD: PowerFloorState
+POWER_FLOOR_UNAVAILABLE: PowerFloorState
 
 class RegisterRankRequest(_message.Message):
     __slots__ = ("job_id", "global_rank", "pipeline_rank", "data_rank", "tensor_rank", "gpu_name", "supported_clocks_mhz", "hostname", "max_power_limit_w", "clock_control")
@@ -141,7 +150,7 @@ class InstructionMeasurement(_message.Message):
     def __init__(self, instruction: _Optional[str] = ..., microbatch: _Optional[int] = ..., frequency_mhz: _Optional[int] = ..., time: _Optional[float] = ..., energy: _Optional[float] = ..., stage: _Optional[int] = ...) -> None: ...
 
 class IterationReport(_message.Message):
-    __slots__ = ("job_id", "rank_id", "iteration", "iteration_time", "plan_version", "instructions", "energy", "sequence", "off_plan", "clock_samples", "clock_event_reasons", "incarnation", "clock_control", "transfers")
+    __slots__ = ("job_id", "rank_id", "iteration", "iteration_time", "plan_version", "instructions", "energy", "sequence", "off_plan", "clock_samples", "clock_event_reasons", "incarnation", "clock_control", "transfers", "power_floor")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RANK_ID_FIELD_NUMBER: _ClassVar[int]
     ITERATION_FIELD_NUMBER: _ClassVar[int]
@@ -156,6 +165,7 @@ class IterationReport(_message.Message):
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     CLOCK_CONTROL_FIELD_NUMBER: _ClassVar[int]
     TRANSFERS_FIELD_NUMBER: _ClassVar[int]
+    POWER_FLOOR_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     rank_id: str
     iteration: int
@@ -170,7 +180,18 @@ class IterationReport(_message.Message):
     incarnation: int
     clock_control: ClockControl
     transfers: _containers.RepeatedCompositeFieldContainer[TransferMeasurement]
-    def __init__(self, job_id: _Optional[str] = ..., rank_id: _Optional[str] = ..., iteration: _Optional[int] = ..., iteration_time: _Optional[float] = ..., plan_version: _Optional[int] = ..., instructions: _Optional[_Iterable[_Union[InstructionMeasurement, _Mapping]]] = ..., energy: _Optional[float] = ..., sequence: _Optional[int] = ..., off_plan: _Optional[_Iterable[_Union[OffPlanInstruction, _Mapping]]] = ..., clock_samples: _Optional[int] = ..., clock_event_reasons: _Optional[_Iterable[str]] = ..., incarnation: _Optional[int] = ..., clock_control: _Optional[_Union[ClockControl, _Mapping]] = ..., transfers: _Optional[_Iterable[_Union[TransferMeasurement, _Mapping]]] = ...) -> None: ...
+    power_floor: PowerFloorControl
+    def __init__(self, job_id: _Optional[str] = ..., rank_id: _Optional[str] = ..., iteration: _Optional[int] = ..., iteration_time: _Optional[float] = ..., plan_version: _Optional[int] = ..., instructions: _Optional[_Iterable[_Union[InstructionMeasurement, _Mapping]]] = ..., energy: _Optional[float] = ..., sequence: _Optional[int] = ..., off_plan: _Optional[_Iterable[_Union[OffPlanInstruction, _Mapping]]] = ..., clock_samples: _Optional[int] = ..., clock_event_reasons: _Optional[_Iterable[str]] = ..., incarnation: _Optional[int] = ..., clock_control: _Optional[_Union[ClockControl, _Mapping]] = ..., transfers: _Optional[_Iterable[_Union[TransferMeasurement, _Mapping]]] = ..., power_floor: _Optional[_Union[PowerFloorControl, _Mapping]] = ...) -> None: ...
+
+class PowerFloorControl(_message.Message):
+    __slots__ = ("state", "reason", "plan_swing")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    PLAN_SWING_FIELD_NUMBER: _ClassVar[int]
+    state: PowerFloorState
+    reason: str
+    plan_swing: float
+    def __init__(self, state: _Optional[_Union[PowerFloorState, str]] = ..., reason: _Optional[str] = ..., plan_swing: _Optional[float] = ...) -> None: ...
 
 class TransferMeasurement(_message.Message):
     __slots__ = ("boundary", "direction", "microbatch", "time")

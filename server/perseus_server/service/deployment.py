@@ -318,6 +318,7 @@ class Deployer(Generic[B]):
                 "time": pair.time,
                 "searched": pair.searched,
                 "plan_is_frontier_point": pair.steps is None,
+                "ranks_without_floor": _unheld(job),
             }
         return out
 
@@ -415,3 +416,13 @@ class Deployer(Generic[B]):
         else:
             out["frequency"] = dep.max_clock
         return out
+
+
+def _unheld(job: Job) -> list[dict[str, Any]]:
+    """The ranks whose GPU said it cannot hold a floor: global rank, why, the plan's swing."""
+    out = []
+    for rank_id, (state, reason, swing) in job.ranks.power_floor.items():
+        rank = job.ranks.by_id.get(rank_id)
+        if state == "unavailable" and rank is not None:
+            out.append({"rank": rank.global_rank, "reason": reason, "plan_swing": swing})
+    return sorted(out, key=lambda d: d["rank"])
