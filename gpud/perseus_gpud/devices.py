@@ -124,9 +124,13 @@ class ManagedGpu:
             raise GpuError(f"ramp_w_per_s: must be a finite number >= 0, got {ramp_w_per_s!r}")
         if self.read_only or self.floor_unavailable is not None:
             return False
+        if watts > 0 and self.record is not None:
+            self.record.set_floor(self.uuid, watts)
         applied = bool(self.gpu.set_power_floor(watts, ramp_w_per_s))
         if applied:
             self.floor_w = float(watts)
+        if (watts <= 0 or not applied) and self.record is not None and self.floor_w <= 0:
+            self.record.forget_floor(self.uuid)
         return applied
 
     def release_floor(self) -> bool:
@@ -135,7 +139,16 @@ class ManagedGpu:
             return False
         self.gpu.set_power_floor(0.0)
         self.floor_w = 0.0
+        if self.record is not None:
+            self.record.forget_floor(self.uuid)
         return True
+
+    def release_recorded_floor(self) -> bool:
+        """Release a floor the lock record says an earlier run of the daemon left (at start)."""
+        released = bool(self.gpu.release_power_floor())
+        if self.record is not None:
+            self.record.forget_floor(self.uuid)
+        return released
 
     def power_w(self) -> float:
         """The power draw now, watts (0: the backend cannot tell)."""

@@ -221,6 +221,19 @@ class GpudServer:
             await self._reset(gpu, f"at start (this daemon left it locked at {mhz} MHz)")
         if not recorded:
             log.info("no clock left locked by an earlier run: nothing to reset at start")
+        floors = self.record.floors() if self.record is not None and not self.read_only else {}
+        for uuid, watts in sorted(floors.items()):
+            gpu = by_uuid.get(uuid)
+            if gpu is None:
+                log.warning("the lock record says GPU %s was left with a %.0f W power floor, "
+                            "but this daemon does not manage it (--gpus?); left alone", uuid, watts)  # fmt: skip
+                continue
+            try:
+                await self._run(gpu, gpu.release_recorded_floor)
+                log.info("released GPU %d's power floor of %.0f W (left by an earlier run)",
+                         gpu.index, watts)  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - log and go on with the other GPUs
+                log.error("could not release GPU %d's power floor at start: %s", gpu.index, exc)
 
     async def _reset(self, gpu: ManagedGpu, when: str) -> bool:
         if self.read_only:

@@ -67,7 +67,7 @@ def test_an_unprivileged_peer_holds_a_floor_released_when_it_is_killed(
     assert _smoothing(state)["floor_w"] == pytest.approx(100.0)
     peer.kill()  # SIGKILL: the daemon sees the connection drop and releases the floor
     wait_for(lambda: _smoothing(state)["floor_w"] == 0.0, 10.0, "the floor to be released")
-    assert "released the power floor" in daemon.log()
+    wait_for(lambda: "released the power floor" in daemon.log(), 10.0, "the release's log line")
 
 
 def test_daemon_gpu_plays_floors_and_a_gpu_without_smoothing_says_why(
@@ -94,3 +94,24 @@ def test_daemon_gpu_plays_floors_and_a_gpu_without_smoothing_says_why(
         assert gpu.set_power_floor(200.0) is False
     finally:
         gpu.close()
+
+
+def test_a_floor_left_by_a_killed_daemon_is_released_when_it_starts_again(
+    start_daemon: Callable[..., Daemon],
+    start_peer: Callable[..., PeerProcess],
+    workdir: Path,
+) -> None:
+    record = workdir / "gpud.state.json"
+    daemon, state = _daemon(start_daemon, workdir, "--simulate-smoothing", "--state", str(record))
+    peer = start_peer(daemon.socket, "--uid", str(NOBODY), "--gid", str(NOGROUP))
+    assert peer.cmd("lease 0")["ok"]
+    assert peer.cmd("floor 120 0")["applied"]
+    assert json.loads(record.read_text())["floors"] == {daemon.status()[0]["uuid"]: 120.0}
+    daemon.kill()  # SIGKILL: no chance to release the floor
+    peer.kill()
+    assert _smoothing(state)["floor_w"] == pytest.approx(120.0)
+    again, _ = _daemon(start_daemon, workdir, "--simulate-smoothing", "--state", str(record))
+    sm = _smoothing(state)
+    assert sm["floor_w"] == 0.0 and not sm["enabled"]
+    assert "floors" not in json.loads(record.read_text())
+    assert "left by an earlier run" in again.log()

@@ -256,6 +256,13 @@ class GpuBackend(ABC):
         """
         return False
 
+    def release_power_floor(self) -> bool:
+        """Release a floor whoever set it (the node daemon's recovery after a crash).
+
+        Returns whether there was a way to (False: this backend holds no floors).
+        """
+        return False
+
     def synchronize(self) -> None:  # noqa: B027
         """Wait for the device's queued work (used around measured instructions while profiling)."""
 

@@ -216,6 +216,12 @@ class NvmlPowerSmoothing:
         self._param(nvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_DOWN_RATE, rate)
         self._sent_ramp = rate
 
+    def release(self) -> None:
+        """Floor 0 and the feature disabled, whoever enabled it (recovery after a crash)."""
+        self._param(self.nvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_PERCENT_TMP_FLOOR, 0.0)
+        self._state(False)
+        self.enabled = False
+
     def close(self) -> None:
         """Floor 0 and the feature disabled (only if this object enabled it)."""
         if self.enabled:

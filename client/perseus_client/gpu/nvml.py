@@ -280,6 +280,14 @@ class NvmlGpu(GpuBackend):
             return False
         return True
 
+    def release_power_floor(self) -> bool:
+        """Floor 0 and power smoothing disabled, whoever set them (False: no power smoothing)."""
+        limit = self.max_power_limit_w()
+        if self.dry_run or limit is None or NvmlPowerSmoothing.available(self._nvml) is not None:
+            return False
+        NvmlPowerSmoothing(self._nvml, self._handle, limit).release()
+        return True
+
     def close(self) -> None:
         """Release the floor, then shut NVML down, once; clocks are left as they are."""
         smoothing = getattr(self, "_smoothing", None)
