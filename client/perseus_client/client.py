@@ -77,14 +77,15 @@ from perseus_client.clock_control import ACTIVE, FailOpenGpu
 from perseus_client.connect import open_link, rank_registration, server_addresses
 from perseus_client.controller import FrequencyController
 from perseus_client.defaults import Environment, default_gpu
-from perseus_client.errors import ClientError, ConfigError, PlanMismatchError
+from perseus_client.errors import ClientError, ConfigError
 from perseus_client.gpu.applied import ClockSampler
 from perseus_client.gpu.base import GpuBackend
-from perseus_client.gpu.floors import FloorPlayer, floor_status
+from perseus_client.gpu.floors import FloorPlayer, floor_state, floor_status
 from perseus_client.hot_path import InstructionPath
 from perseus_client.measurements import EventTiming, IterationMeasurement
 from perseus_client.options import Connection, FailOpen, RankPosition, Reporting
 from perseus_client.plan import INSTRUCTION_KINDS, Plan
+from perseus_client.plan_choice import PlanChoice
 from perseus_client.reports import IterationRecorder
 from perseus_client.safety import ResetGuard
 from perseus_client.scopes import InstructionScope, IterationScope
@@ -98,7 +99,7 @@ log = logging.getLogger("perseus_client")
 _KINDS = frozenset(INSTRUCTION_KINDS)
 
 
-class PerseusClient:
+class PerseusClient(PlanChoice):
     """The Perseus client of one training rank (see the module docstring).
 
     Args:
@@ -296,63 +297,6 @@ class PerseusClient:
             self._path.max_clock = mhz
             self.controller.set_max_clock(mhz)
 
-    # -- plans ------------------------------------------------------------------------------------
-
-    def _receive_plan(self, plan: Plan) -> None:
-        with self._plan_lock:
-            self._latest = plan
-        log.debug("perseus: received plan version %d (%s)", plan.version, plan.reason)
-
-    def use_plan(self, plan: Plan | None) -> None:
-        """Use ``plan`` from the next iteration on (offline mode; a server plan overrides it)."""
-        with self._plan_lock:
-            self._latest = plan
-
-    @property
-    def plan(self) -> Plan | None:
-        """The plan of the current (or last) iteration; ``None`` while running at max clocks."""
-        return self._plan
-
-    @property
-    def latest_plan(self) -> Plan | None:
-        """The newest plan received (used from the next iteration boundary)."""
-        return self._latest
-
-    @property
-    def plan_version(self) -> int:
-        """Version of the plan in use (0: none, max clocks)."""
-        return self._plan.version if self._plan is not None else 0
-
-    @property
-    def connected(self) -> bool:
-        """True while the plan stream to the server is open."""
-        return self.link is not None and self.link.connected
-
-    @property
-    def rank_id(self) -> str | None:
-        """The rank id the server assigned (``None`` offline or before registering)."""
-        return self.link.rank_id if self.link is not None else None
-
-    def _select_plan(self) -> Plan | None:
-        link = self.link
-        if link is not None and link.unreachable_for() > self.fail_open.server_timeout:
-            if not self.failed_open:
-                self.failed_open = True
-                log.warning(
-                    "perseus: server unreachable for more than %.1f s; running at max clocks",
-                    self.fail_open.server_timeout,
-                )
-            return None
-        if self.failed_open:
-            self.failed_open = False
-            log.info("perseus: server reachable again; resuming the plan")
-        return self._latest
-
-    def _log_mismatch(self, err: PlanMismatchError) -> None:
-        if not self._mismatch_logged:
-            self._mismatch_logged = True
-            log.warning("perseus: %s; running the rest of the iteration at max clock", err)
-
     # -- iterations -------------------------------------------------------------------------------
 
     def iteration(self) -> IterationScope:
@@ -385,7 +329,10 @@ class PerseusClient:
         gpu = self.gpu
         self._iter_e0 = gpu.energy_mj()
         self._iter_t0 = gpu.timestamp()
-        self.floors.start_iteration(plan.power_floors if plan is not None else ())
+        if plan is not None:
+            self.floors.start_iteration(plan.power_floors, plan.ramp_w_per_s)
+        else:
+            self.floors.start_iteration(())
 
     def _end_iteration(self, exc: BaseException | None) -> None:
         gpu = self.gpu
@@ -422,6 +369,7 @@ class PerseusClient:
             failopen = self._failopen
             if failopen is not None and failopen.state != self._told_clock_control[0]:
                 self._on_clock_control()  # e.g. the node daemon went away mid-run, or came back
+            self.link.set_power_floor(floor_state(gpu, plan, self.floors))
             self.link.submit(record)
         self._path.check_complete()
 

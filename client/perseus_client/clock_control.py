@@ -296,6 +296,18 @@ class FailOpenGpu(GpuBackend):
             except ClockControlUnavailableError as exc:
                 self._unavailable(exc)
 
+    def floor_unavailable(self) -> str | None:
+        """The real backend's answer; while there is none, why clock control is unavailable."""
+        inner = self._inner
+        if inner is None:
+            return f"clock control is unavailable ({self._reason or 'no backend'})"
+        return inner.floor_unavailable()
+
+    def set_power_floor(self, watts: float, ramp_w_per_s: float = 0.0) -> bool:
+        """The real backend's floor (False while there is none)."""
+        inner = self._inner
+        return inner.set_power_floor(watts, ramp_w_per_s) if inner is not None else False
+
     def energy_mj(self) -> int:
         """The energy counter (mJ), continuous across backends; the last value while none."""
         inner = self._inner

@@ -50,6 +50,8 @@ class Plan:
     power_floors: tuple[tuple[float, float, float], ...] = ()
     #: the job's swing with the plan alone (0 when no swing bound is set).
     plan_swing: float = 0.0
+    #: under a ramp bound, the rate (W/s) the GPU may move its floor (0: none).
+    ramp_w_per_s: float = 0.0
 
     @classmethod
     def from_steps(
@@ -115,6 +117,7 @@ class Plan:
             profiling,
             update.power_floors,
             update.plan_swing,
+            update.ramp_w_per_s,
         )
 
 

@@ -144,6 +144,7 @@ def report_value(
     incarnation: int,
     clock_control: str = "",
     clock_control_reason: str = "",
+    power_floor: tuple[str, str, float] | None = None,
 ) -> IterationReport:
     """The wire value of ``record`` (CUDA events resolved: may block on the GPU).
 
@@ -180,6 +181,9 @@ def report_value(
         clock_control=clock_control,
         clock_control_reason=clock_control_reason,
         transfers=_transfers(rec),
+        power_floor=power_floor[0] if power_floor else "",
+        power_floor_reason=power_floor[1] if power_floor else "",
+        power_floor_swing=power_floor[2] if power_floor else 0.0,
     )
 
 
@@ -192,6 +196,7 @@ def report_message(
     incarnation: int,
     clock_control: str = "",
     clock_control_reason: str = "",
+    power_floor: tuple[str, str, float] | None = None,
 ) -> pb.IterationReport:
     """The ``IterationReport`` message of ``record``: :func:`report_value`, encoded."""
     return encode_report(
@@ -203,5 +208,6 @@ def report_message(
             incarnation=incarnation,
             clock_control=clock_control,
             clock_control_reason=clock_control_reason,
+            power_floor=power_floor,
         )
     )

@@ -200,6 +200,8 @@ class ServerLink:
         self._queue: deque[tuple[int, IterationMeasurement]] = deque(maxlen=max_queued)
         #: This client's incarnation (1..2^63-1), sent with every report.
         self.incarnation = secrets.randbits(63) or 1
+        #: What reports say of the plan's power floors (``set_power_floor``; None: nothing).
+        self.power_floor: tuple[str, str, float] | None = None
         self._sequence = itertools.count(max(time.time_ns() // 1000, 1))
         #: Reports the server acknowledged as duplicates (re-sent ones, or muted).
         self.duplicates = 0
@@ -333,6 +335,14 @@ class ServerLink:
         )
         self._reregister.set()
 
+    def set_power_floor(self, state: tuple[str, str, float] | None) -> None:
+        """Whether the GPU holds the plan's floors (any thread): reports carry it from now on.
+
+        ``(state, reason, plan_swing)`` (:func:`perseus_client.gpu.floors.floor_state`); None:
+        the plan has no floors.
+        """
+        self.power_floor = state
+
     def _stream(self) -> None:
         """Register, subscribe, and hand on every plan until the stream ends (or raise)."""
         self._register()
@@ -461,6 +471,7 @@ class ServerLink:
             incarnation=self.incarnation,
             clock_control=ident.clock_control,
             clock_control_reason=ident.clock_control_reason,
+            power_floor=self.power_floor,
         )
 
     def flush(self, timeout: float | None = None) -> bool:

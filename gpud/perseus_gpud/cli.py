@@ -10,7 +10,7 @@
                  [--reserved-connections N] [--idle-timeout S] [--frame-timeout S]
                  [--metrics-port PORT] [--metrics-textfile FILE] [--metrics-interval S]
                  [--simulate N [--simulate-state FILE] [--simulate-dev-dir DIR]
-                  [--simulate-throttle FILE]] [--read-only]
+                  [--simulate-throttle FILE] [--simulate-smoothing]] [--read-only]
     perseus gpud status [--socket PATH] [--json]
 
 Also ``python -m perseus_gpud ...``. :func:`main` takes the arguments after ``gpud`` and
@@ -208,6 +208,11 @@ def _serve_parser() -> argparse.ArgumentParser:
         help="with --simulate: JSON of injected throttling, re-read when it changes",
     )
     p.add_argument(
+        "--simulate-smoothing",
+        action="store_true",
+        help="with --simulate: the GPUs have NVML power smoothing (they can hold power floors)",
+    )
+    p.add_argument(
         "--read-only", action="store_true", help="never set or reset a clock; log what it would do"
     )
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
@@ -222,11 +227,14 @@ def _serve(argv: list[str]) -> int:
         stream=sys.stderr,
     )
     if args.simulate is None and (
-        args.simulate_state or args.simulate_throttle or args.simulate_dev_dir
+        args.simulate_state
+        or args.simulate_throttle
+        or args.simulate_dev_dir
+        or args.simulate_smoothing
     ):
         print(
-            "perseus gpud: --simulate-state, --simulate-dev-dir and --simulate-throttle need "
-            "--simulate N",
+            "perseus gpud: --simulate-state, --simulate-dev-dir, --simulate-throttle and "
+            "--simulate-smoothing need --simulate N",
             file=sys.stderr,
         )
         return 2
@@ -309,7 +317,10 @@ def _run_daemon(args: argparse.Namespace) -> int:
             print("perseus gpud: --simulate needs N >= 1", file=sys.stderr)
             return 2
         nvml = SimulatedNvml(
-            args.simulate, state_path=args.simulate_state, throttle_path=args.simulate_throttle
+            args.simulate,
+            state_path=args.simulate_state,
+            throttle_path=args.simulate_throttle,
+            smoothing=args.simulate_smoothing,
         )
         dev_dir = _simulated_dev_dir(
             args.simulate_dev_dir or os.path.join(here, "gpud-dev"), args.simulate

@@ -6,7 +6,8 @@ availability probe finds, or through NVML on a given ``pynvml``-like module
 (:class:`~perseus_gpud.simnvml.SimulatedNvml` with ``--simulate``). :class:`ManagedGpu` exposes exactly what the protocol allows, through the
 backend interface (:class:`~perseus_client.gpu.base.GpuBackend`) only: lock the SM clock at a
 supported value, reset it, read the supported clocks, the energy counter, the current SM clock
-and the clock-event reasons; for the daemon itself (ownership, metrics) the UUID, the device
+and the clock-event reasons, hold a power floor (NVML power smoothing, where the GPU has
+it); for the daemon itself (ownership, metrics) the UUID, the device
 node's minor number and the power draw. No other device call is reachable from a client.
 
 With a :class:`~perseus_gpud.lockrecord.LockRecord`, a lock is recorded before the
@@ -70,6 +71,10 @@ class ManagedGpu:
         self.locked_mhz: int | None = None
         #: In read-only mode, what the daemon would have done: ``("set", mhz)`` / ``("reset", None)``.
         self.would: list[tuple[str, int | None]] = []
+        #: Why the GPU cannot hold a power floor (None: it can; read-only: never applied).
+        self.floor_unavailable: str | None = gpu.floor_unavailable()
+        #: The power floor this daemon holds on the GPU now (W; 0: none).
+        self.floor_w = 0.0
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"gpud-gpu{self.index}")
 
     def lock(self, mhz: int) -> bool:
@@ -103,6 +108,48 @@ class ManagedGpu:
             self.record.forget(self.uuid)
         return True
 
+    def set_power_floor(self, watts: float, ramp_w_per_s: float = 0.0) -> bool:
+        """Hold ``watts`` (0: release); whether it was applied (False: read-only or cannot).
+
+        Raises :class:`~perseus_client.errors.GpuError` for a floor outside 0 .. the power
+        limit, or a rate that is not a finite number >= 0.
+        """
+        limit = self.max_power_limit_w or float("inf")
+        if not (0 <= watts <= limit):
+            raise GpuError(
+                f"power floor: {watts!r} W is outside 0..{limit:g} W, GPU {self.index}'s power "
+                "limit"
+            )
+        if not (ramp_w_per_s >= 0 and ramp_w_per_s < float("inf")):
+            raise GpuError(f"ramp_w_per_s: must be a finite number >= 0, got {ramp_w_per_s!r}")
+        if self.read_only or self.floor_unavailable is not None:
+            return False
+        if watts > 0 and self.record is not None:
+            self.record.set_floor(self.uuid, watts)
+        applied = bool(self.gpu.set_power_floor(watts, ramp_w_per_s))
+        if applied:
+            self.floor_w = float(watts)
+        if (watts <= 0 or not applied) and self.record is not None and self.floor_w <= 0:
+            self.record.forget_floor(self.uuid)
+        return applied
+
+    def release_floor(self) -> bool:
+        """Release a floor this daemon holds (at a lease's end, at stop); whether one was."""
+        if self.floor_w <= 0:
+            return False
+        self.gpu.set_power_floor(0.0)
+        self.floor_w = 0.0
+        if self.record is not None:
+            self.record.forget_floor(self.uuid)
+        return True
+
+    def release_recorded_floor(self) -> bool:
+        """Release a floor the lock record says an earlier run of the daemon left (at start)."""
+        released = bool(self.gpu.release_power_floor())
+        if self.record is not None:
+            self.record.forget_floor(self.uuid)
+        return released
+
     def power_w(self) -> float:
         """The power draw now, watts (0: the backend cannot tell)."""
         return self.gpu.power_w() or 0.0
@@ -121,8 +168,12 @@ class ManagedGpu:
         return mhz, bits, reason_names(bits)
 
     def close(self) -> None:
-        """Stop the worker (after its queued calls) and release the device."""
+        """Stop the worker (after its queued calls) and release the device (and any floor)."""
         self.worker.shutdown(wait=True)
+        try:
+            self.release_floor()
+        except Exception as exc:  # noqa: BLE001 - closing; the backend's close disables it
+            log.error("GPU %d: could not release its power floor: %s", self.index, exc)
         self.gpu.close()
 
 

@@ -11,6 +11,11 @@ record; the clock changes in between (many per training iteration) write nothing
 cannot be parsed is an error (:class:`LockRecordError`: the daemon refuses to start, naming the
 file and the problem, exit status 2): guessing would either reset another tool's clocks or leave
 a trainer's lock in place.
+
+Power floors the daemon holds (``set_power_floor``) are recorded the same way, under
+``"floors": {"<GPU UUID>": <W>}`` (absent in records of older daemons): before the first floor
+of a lease is applied, forgotten after it was released, so a daemon killed with a floor held
+releases it when it starts again.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class LockRecord:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
+        self._floors: dict[str, float] = {}
         self._locked: dict[str, int] = self._load()
 
     def _load(self) -> dict[str, int]:
@@ -67,6 +73,16 @@ class LockRecord:
                 '{"version": 1, "locked": {"GPU-...": MHz}}); fix it, or remove it after '
                 "checking with nvidia-smi that no clock stays locked"
             )
+        floors = doc.get("floors", {})
+        if not isinstance(floors, dict) or not all(
+            isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)
+            for k, v in floors.items()
+        ):
+            raise LockRecordError(
+                f'--state {self.path}: "floors" is not {{"GPU-...": W}}; fix it, or remove it '
+                "after checking with nvidia-smi that no power floor stays set"
+            )
+        self._floors = {k: float(v) for k, v in floors.items()}
         return dict(locked)
 
     def locked(self) -> dict[str, int]:
@@ -87,6 +103,27 @@ class LockRecord:
             if self._locked.pop(uuid, None) is not None:
                 self._write()
 
+    def floors(self) -> dict[str, float]:
+        """UUID → W of every power floor recorded."""
+        with self._lock:
+            return dict(self._floors)
+
+    def set_floor(self, uuid: str, watts: float) -> None:
+        """Record that gpud may leave a floor on GPU ``uuid`` (written only if it was not)."""
+        with self._lock:
+            if uuid not in self._floors:
+                self._floors[uuid] = float(watts)
+                self._write()
+
+    def forget_floor(self, uuid: str) -> None:
+        """Drop ``uuid``'s floor from the record (written to disk when it was there)."""
+        with self._lock:
+            if self._floors.pop(uuid, None) is not None:
+                self._write()
+
     def _write(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        replace_file(str(self.path), json.dumps({"version": 1, "locked": self._locked}))
+        doc: dict[str, object] = {"version": 1, "locked": self._locked}
+        if self._floors:
+            doc["floors"] = self._floors
+        replace_file(str(self.path), json.dumps(doc))

@@ -13,7 +13,8 @@ __all__ = ["clock_state", "gpu_info", "holder_labels", "resolve_gpu", "status_me
 
 
 def resolve_gpu(
-    gpus: Mapping[int, ManagedGpu], ref: gpud_pb2.GpuRef | gpud_pb2.SetClock
+    gpus: Mapping[int, ManagedGpu],
+    ref: gpud_pb2.GpuRef | gpud_pb2.SetClock | gpud_pb2.SetPowerFloor,
 ) -> ManagedGpu:
     """The GPU a request names: by UUID (or a unique prefix of 8 characters or more), else by index.
 
@@ -48,6 +49,11 @@ def gpu_info(gpu: ManagedGpu) -> gpud_pb2.GpuInfo:
         supported_clocks_mhz=gpu.clocks,
         uuid=gpu.uuid,
         max_power_limit_w=gpu.max_power_limit_w,
+        floor_unavailable=(
+            "the daemon runs read-only: no power floor is applied"
+            if gpu.read_only
+            else gpu.floor_unavailable or ""
+        ),
     )
 
 

@@ -25,6 +25,12 @@ Root and the admin groups see every GPU in status and may read any GPU's clocks,
 samples; any other peer only the GPUs it leases or owns (``NOT_OWNER`` otherwise).
 Clocks must be in the GPU's supported set; requests are size-bounded by the frame codec.
 
+**Power floors.** The holder of a lease may hold a power floor on its GPU
+(``set_power_floor``: NVML power smoothing, the floor as a percentage of the power limit and
+the ramp rates; ``docs/power.md``); the floor is released when the lease ends, for any reason,
+and when the daemon stops. A GPU without power smoothing answers ``applied = false`` and why
+(also in the lease's ``GpuInfo.floor_unavailable``).
+
 **Resets.** :meth:`GpudServer.serve` resets, before it accepts a connection, only the GPUs its
 lock record (``--state``) says it left locked (recovery from a crash of the daemon), never a
 clock another tool set; when it stops it resets the GPUs it locked. With ``read_only`` nothing is
@@ -46,6 +52,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import time
 from collections import Counter
@@ -214,6 +221,19 @@ class GpudServer:
             await self._reset(gpu, f"at start (this daemon left it locked at {mhz} MHz)")
         if not recorded:
             log.info("no clock left locked by an earlier run: nothing to reset at start")
+        floors = self.record.floors() if self.record is not None and not self.read_only else {}
+        for uuid, watts in sorted(floors.items()):
+            gpu = by_uuid.get(uuid)
+            if gpu is None:
+                log.warning("the lock record says GPU %s was left with a %.0f W power floor, "
+                            "but this daemon does not manage it (--gpus?); left alone", uuid, watts)  # fmt: skip
+                continue
+            try:
+                await self._run(gpu, gpu.release_recorded_floor)
+                log.info("released GPU %d's power floor of %.0f W (left by an earlier run)",
+                         gpu.index, watts)  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - log and go on with the other GPUs
+                log.error("could not release GPU %d's power floor at start: %s", gpu.index, exc)
 
     async def _reset(self, gpu: ManagedGpu, when: str) -> bool:
         if self.read_only:
@@ -326,6 +346,12 @@ class GpudServer:
             del self._leases[index]
         gpu = self.gpus[index]
         applied = False
+        if gpu.floor_w > 0:
+            try:
+                await self._run(gpu, gpu.release_floor)
+                log.info("GPU %d: released the power floor of %s (%s)", index, conn.peer, why)
+            except Exception as exc:  # noqa: BLE001 - log; the clocks are reset all the same
+                log.error("GPU %d: could not release the power floor: %s", index, exc)
         recorded = self.record is not None and gpu.uuid in self.record.locked()
         if gpu.locked_mhz is None and not recorded and not self.read_only:
             log.info(
@@ -500,6 +526,8 @@ class GpudServer:
                 verb = "reset" if applied else "read-only: would reset"
                 log.debug("GPU %d: %s the SM clock for %s", gpu.index, verb, peer)
                 return gpud_pb2.Response(id=req_id, clock=clock_state(gpu, applied))
+            if call == "set_power_floor":
+                return await self._set_floor(conn, req_id, gpu, request.set_power_floor)
             if call in ("supported_clocks", "energy", "sample"):
                 await self.access.may_read(conn.peer, conn.leases, gpu)
             if call == "supported_clocks":
@@ -523,6 +551,40 @@ class GpudServer:
             log.error("GPU %d: NVML failed for %s's %s: %s", gpu.index, peer, call, exc)
             raise Refused(gpud_pb2.DEVICE_ERROR, str(exc)) from exc
         raise Refused(gpud_pb2.INVALID_ARGUMENT, f"unknown call {call!r}")  # pragma: no cover
+
+    async def _set_floor(
+        self, conn: _Conn, req_id: int, gpu: ManagedGpu, req: gpud_pb2.SetPowerFloor
+    ) -> gpud_pb2.Response:
+        """Hold a power floor on a GPU this connection leases (released when the lease ends)."""
+        self._holder_check(conn, gpu)
+        watts, ramp = float(req.watts), float(req.ramp_w_per_s)
+        limit = gpu.max_power_limit_w or math.inf
+        if not 0 <= watts <= limit:
+            raise Refused(
+                gpud_pb2.INVALID_ARGUMENT,
+                f"set_power_floor.watts: {watts!r} W is outside 0..{limit:g} W (GPU "
+                f"{gpu.index}'s power limit)",
+            )
+        if not 0 <= ramp < math.inf:
+            raise Refused(
+                gpud_pb2.INVALID_ARGUMENT,
+                f"set_power_floor.ramp_w_per_s: must be a finite number >= 0, got {ramp!r}",
+            )
+        applied = await self._run(gpu, gpu.set_power_floor, watts, ramp)
+        conn.changes[gpu.index] += 1
+        why = gpu.floor_unavailable or ("read-only" if self.read_only else "")
+        log.debug(
+            "GPU %d: power floor %.0f W (ramp %.0f W/s) for %s: %s",
+            gpu.index, watts, ramp, conn.peer, "held" if applied else f"not applied ({why})",
+        )  # fmt: skip
+        state = gpud_pb2.PowerFloorState(
+            index=gpu.index,
+            uuid=gpu.uuid,
+            watts=gpu.floor_w,
+            applied=applied,
+            unavailable=gpu_info(gpu).floor_unavailable,
+        )
+        return gpud_pb2.Response(id=req_id, power_floor=state)
 
     # -- replies ----------------------------------------------------------------------------------
 

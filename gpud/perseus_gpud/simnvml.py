@@ -25,6 +25,15 @@ an energy counter. Energy accrues with wall time at a power that grows with the 
 (:data:`IDLE_W` plus up to :data:`DYNAMIC_W` at the maximum clock, cubically: a simple model, not
 a measurement); only differences are meaningful, as on a real GPU.
 
+With ``smoothing=True`` (``perseus gpud --simulate-smoothing``) the GPUs also have NVML's
+power smoothing (nvidia-ml-py's ``nvmlDevicePowerSmoothing*`` functions and structs, as on
+Blackwell GPUs; root only, like the clock calls): preset profile parameters (the floor as a
+percentage of the power limit, the ramp-up and ramp-down rates in W/s), the active profile and
+the feature's state, kept per GPU (:meth:`SimulatedNvml.smoothing`, and in ``state_path``).
+While the feature is on, the power drawn and the energy counter are at least the active
+profile's floor. Without it those functions are missing, as in an nvidia-ml-py or a GPU
+without power smoothing.
+
 Simulated GPU ``i`` has minor number ``i`` (its device node would be ``/dev/nvidia<i>``) and a
 stable UUID (:func:`simulated_uuid`), the same in every process, as a real GPU's is.
 
@@ -42,8 +51,9 @@ import json
 import os
 import threading
 import time
+import types
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +100,14 @@ class _Device:
     since: float = 0.0  # monotonic time energy_j was last brought up to date
     sets: int = 0
     resets: int = 0
+    # power smoothing: (profile, param) -> value, the active profile, the feature on
+    params: dict[tuple[int, int], float] = field(default_factory=dict)
+    active: int | None = None
+    smoothing_on: bool = False
+
+
+#: The simulated GPUs' power limit (W): the base of power smoothing's floor percentage.
+POWER_LIMIT_W = 400.0
 
 
 class _Handle:
@@ -121,6 +139,7 @@ class SimulatedNvml:
         state_path: str | os.PathLike[str] | None = None,
         throttle_path: str | os.PathLike[str] | None = None,
         clocks: tuple[int, ...] = A100_CLOCKS_MHZ,
+        smoothing: bool = False,
     ) -> None:
         if count < 1:
             raise ValueError(f"count: must be >= 1 simulated GPU, got {count}")
@@ -133,6 +152,13 @@ class SimulatedNvml:
         self._throttle_path = Path(throttle_path) if throttle_path is not None else None
         self._throttle: dict[int, tuple[int, int]] = {}
         self._throttle_mtime: int | None = None
+        if smoothing:
+            for name in _SMOOTHING_NAMES:
+                fn = getattr(_Smoothing, name)
+                setattr(self, name, types.MethodType(fn, self) if callable(fn) and
+                        not isinstance(fn, type) else fn)  # fmt: skip
+            for name in _SMOOTHING_CONSTANTS:
+                setattr(self, name, getattr(pynvml, name))
         if self._state_path is not None and self._state_path.exists():
             self._load()
 
@@ -161,6 +187,13 @@ class SimulatedNvml:
                     dev.energy_j = float(entry.get("energy_mj", 0)) / 1000.0
                     dev.sets = int(entry.get("sets", 0))
                     dev.resets = int(entry.get("resets", 0))
+                    sm = entry.get("smoothing") or {}
+                    dev.smoothing_on = bool(sm.get("enabled", False))
+                    dev.active = sm.get("active")
+                    dev.params = {
+                        (int(k.split(":")[0]), int(k.split(":")[1])): float(v)
+                        for k, v in sm.get("params", {}).items()
+                    }
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise SimulatedStateError(
                 f"the simulated GPUs' state file {path} is malformed ({type(exc).__name__}: "
@@ -179,6 +212,12 @@ class SimulatedNvml:
                     "energy_mj": int(d.energy_j * 1000.0),
                     "sets": d.sets,
                     "resets": d.resets,
+                    "smoothing": {
+                        "enabled": d.smoothing_on,
+                        "active": d.active,
+                        "params": {f"{p}:{k}": v for (p, k), v in sorted(d.params.items())},
+                        "floor_w": _floor_w(d),
+                    },
                 }
                 for d in self._devices
             ]
@@ -240,10 +279,13 @@ class SimulatedNvml:
         cap = self._throttle.get(dev.index)
         return clock if cap is None else min(clock, cap[0])
 
+    def _power(self, dev: _Device) -> float:
+        ratio = self._clock_of(dev) / self.clocks[0]
+        return max(IDLE_W + DYNAMIC_W * ratio**3, _floor_w(dev))
+
     def _accrue(self, dev: _Device) -> None:
         now = time.monotonic()
-        ratio = self._clock_of(dev) / self.clocks[0]
-        dev.energy_j += (IDLE_W + DYNAMIC_W * ratio**3) * (now - dev.since)
+        dev.energy_j += self._power(dev) * (now - dev.since)
         dev.since = now
 
     def _accrue_all(self) -> None:
@@ -362,8 +404,7 @@ class SimulatedNvml:
         with self._lock:
             dev = self._device(handle)
             self._read_throttle()
-            ratio = self._clock_of(dev) / self.clocks[0]
-            return int((IDLE_W + DYNAMIC_W * ratio**3) * 1000.0)
+            return int(self._power(dev) * 1000.0)
 
     # -- inspection -------------------------------------------------------------------------------
 
@@ -371,3 +412,84 @@ class SimulatedNvml:
         """The SM clock GPU ``index`` is locked at (``None``: not locked); for tests and tools."""
         locked = self._devices[index].locked
         return None if locked is None else locked[1]
+
+    def smoothing(self, index: int) -> dict[str, Any]:
+        """GPU ``index``'s power smoothing: ``enabled``, ``active``, ``params``, ``floor_w``."""
+        with self._lock:
+            dev = self._devices[index]
+            return {
+                "enabled": dev.smoothing_on,
+                "active": dev.active,
+                "params": dict(dev.params),
+                "floor_w": _floor_w(dev),
+            }
+
+
+def _floor_w(dev: _Device) -> float:
+    """The floor (W) the device holds now: the active profile's, while the feature is on."""
+    if not dev.smoothing_on or dev.active is None:
+        return 0.0
+    percent = dev.params.get(
+        (dev.active, pynvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_PERCENT_TMP_FLOOR)
+    )
+    return 0.0 if percent is None else POWER_LIMIT_W * percent / 100.0
+
+
+class _Smoothing:
+    """nvidia-ml-py's power-smoothing calls, bound onto a :class:`SimulatedNvml` that has them."""
+
+    c_nvmlPowerSmoothingProfile_v1_t = pynvml.c_nvmlPowerSmoothingProfile_v1_t
+    c_nvmlPowerSmoothingState_v1_t = pynvml.c_nvmlPowerSmoothingState_v1_t
+
+    def nvmlDevicePowerSmoothingUpdatePresetProfileParam(
+        self: Any, handle: Any, profile: Any
+    ) -> None:
+        """Set one parameter of a preset profile (root only; checks the struct's version)."""
+        with self._lock:
+            dev = self._device(handle)
+            self._privileged()
+            if profile.version != pynvml.nvmlPowerSmoothingProfile_v1:
+                raise self._error(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+            if not (0 <= profile.profileId < 5 and 0 <= profile.paramId <= 3):
+                raise self._error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            self._accrue(dev)
+            dev.params[(int(profile.profileId), int(profile.paramId))] = float(profile.value)
+            self._persist()
+
+    def nvmlDevicePowerSmoothingActivatePresetProfile(self: Any, handle: Any, profile: Any) -> None:
+        """Make a preset profile the active one (root only)."""
+        with self._lock:
+            dev = self._device(handle)
+            self._privileged()
+            if not 0 <= profile.profileId < 5:
+                raise self._error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            self._accrue(dev)
+            dev.active = int(profile.profileId)
+            self._persist()
+
+    def nvmlDevicePowerSmoothingSetState(self: Any, handle: Any, state: Any) -> None:
+        """Enable or disable power smoothing (root only; checks the struct's version)."""
+        with self._lock:
+            dev = self._device(handle)
+            self._privileged()
+            if state.version != pynvml.nvmlPowerSmoothingState_v1:
+                raise self._error(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+            self._accrue(dev)
+            dev.smoothing_on = state.state == pynvml.NVML_FEATURE_ENABLED
+            self._persist()
+
+
+_SMOOTHING_NAMES = (
+    "c_nvmlPowerSmoothingProfile_v1_t",
+    "c_nvmlPowerSmoothingState_v1_t",
+    "nvmlDevicePowerSmoothingUpdatePresetProfileParam",
+    "nvmlDevicePowerSmoothingActivatePresetProfile",
+    "nvmlDevicePowerSmoothingSetState",
+)
+_SMOOTHING_CONSTANTS = (
+    "NVML_FEATURE_ENABLED",
+    "NVML_FEATURE_DISABLED",
+    "NVML_POWER_SMOOTHING_PROFILE_PARAM_PERCENT_TMP_FLOOR",
+    "NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_UP_RATE",
+    "NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_DOWN_RATE",
+)

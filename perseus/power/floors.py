@@ -41,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perseus.errors import OptionError
-from perseus.power_timeline import DEFAULT_WINDOW, PowerTimeline, RankPower, _range_extremes
+from perseus.power_timeline import DEFAULT_WINDOW, PowerTimeline, RankPower
 
 __all__ = [
     "SwingBounds",
@@ -155,31 +155,68 @@ def _pieces(ranks: RankPower, resolution: float) -> _Pieces:
     return _Pieces(start, end, ranks.watts[:, owner], np.arange(len(owner)), len(owner), period)
 
 
-def _neighbour_max(pc: _Pieces, values: FloatArray, window: float) -> FloatArray:
-    """For every piece, the largest value among the pieces less than ``window`` away."""
-    m = len(values)
-    if window >= pc.period:
-        return np.full(m, values.max())
-    shift = np.array([-pc.period, 0.0, pc.period])
-    start = (pc.start[None, :] + shift[:, None]).ravel()
-    end = (pc.end[None, :] + shift[:, None]).ravel()
-    vals = np.tile(values, 3)
-    first = np.searchsorted(end, pc.start - window, side="right")
-    last = np.searchsorted(start, pc.end + window, side="left") - 1
-    first = np.maximum(first, np.arange(m) + 1)  # at most one period's worth either way
-    last = np.minimum(last, np.arange(m) + 2 * m - 1)
-    hi, _ = _range_extremes(vals, first, last)
-    return hi
+class _NeighbourMax:
+    """For every piece, the largest value among the pieces less than ``window`` away.
+
+    The ranges depend only on the pieces, so they are found once per :func:`_solve_levels` and
+    each of its iterations only takes the maxima (a sparse table over three periods' values).
+    """
+
+    def __init__(self, pc: _Pieces, window: float) -> None:
+        m = len(pc.start)
+        self.whole = window >= pc.period
+        if self.whole:
+            return
+        shift = np.array([-pc.period, 0.0, pc.period])
+        start = (pc.start[None, :] + shift[:, None]).ravel()
+        end = (pc.end[None, :] + shift[:, None]).ravel()
+        first = np.searchsorted(end, pc.start - window, side="right")
+        last = np.searchsorted(start, pc.end + window, side="left") - 1
+        first = np.maximum(first, np.arange(m) + 1)  # at most one period's worth either way
+        last = np.minimum(last, np.arange(m) + 2 * m - 1)
+        length = last - first + 1
+        level = np.floor(np.log2(np.maximum(length, 1))).astype(np.int64)
+        self.top = int(level.max()) if m else 0
+        self.groups = [
+            (sel, first[sel], last[sel] - (1 << int(lv)) + 1, int(lv))
+            for lv in np.unique(level).tolist()
+            for sel in [np.flatnonzero(level == lv)]
+        ]
+
+    def __call__(self, values: FloatArray) -> FloatArray:
+        """The neighbourhood maxima of ``values`` (one per piece)."""
+        if self.whole:
+            return np.full(len(values), values.max())
+        vals = np.tile(values, 3)
+        table = [vals]
+        for lv in range(self.top):
+            span = 1 << lv
+            table.append(np.maximum(table[-1][:-span], table[-1][span:]))
+        hi = np.empty(len(values))
+        for sel, a, b, lv in self.groups:
+            hi[sel] = np.maximum(table[lv][a], table[lv][b])
+        return hi
 
 
-def _level_for(power: FloatArray, need: FloatArray) -> FloatArray:
-    """Per piece, the least ``lambda`` with ``sum_r max(p_r, lambda) >= need`` (0 if none)."""
-    p = np.sort(power, axis=0)[::-1]  # (R, m), largest first
-    r = p.shape[0]
-    top = np.concatenate([np.zeros((1, p.shape[1])), np.cumsum(p, axis=0)])  # sum of largest j
-    k = np.arange(1, r + 1, dtype=np.float64)[:, None]
-    lam = ((need[None, :] - top[r - np.arange(1, r + 1)]) / k).min(axis=0)
-    return np.where(top[r] >= need, 0.0, lam)
+class _LevelFor:
+    """Per piece, the least ``lambda`` with ``sum_r max(p_r, lambda) >= need`` (0 if none).
+
+    The ranks' powers sorted and summed once per :func:`_solve_levels`; each iteration gives
+    only ``need``.
+    """
+
+    def __init__(self, power: FloatArray) -> None:
+        p = np.sort(power, axis=0)[::-1]  # (R, m), largest first
+        r = p.shape[0]
+        top = np.concatenate([np.zeros((1, p.shape[1])), np.cumsum(p, axis=0)])  # sum of j largest
+        self.rest = top[r - np.arange(1, r + 1)]  # sum of the r - k largest, k = 1..r
+        self.k = np.arange(1, r + 1, dtype=np.float64)[:, None]
+        self.total = top[r]
+
+    def __call__(self, need: FloatArray) -> FloatArray:
+        """The levels for ``need`` (W per piece)."""
+        lam = ((need[None, :] - self.rest) / self.k).min(axis=0)
+        return np.where(self.total >= need, 0.0, lam)
 
 
 def _solve_levels(pc: _Pieces, bounds: SwingBounds, peak: float) -> FloatArray:
@@ -187,14 +224,16 @@ def _solve_levels(pc: _Pieces, bounds: SwingBounds, peak: float) -> FloatArray:
     low = 0.0 if bounds.max_swing is None else (1.0 - bounds.max_swing) * peak
     ramp = math.inf if bounds.max_ramp is None else bounds.max_ramp * peak
     level = np.zeros(pc.cells)
+    neighbour_max = _NeighbourMax(pc, bounds.window)
+    level_for = _LevelFor(pc.power)
     for _ in range(100_000):
         total = np.maximum(pc.power, level[pc.cell][None, :]).sum(axis=0)
         need = np.full(len(total), low)
         if math.isfinite(ramp):
-            need = np.maximum(need, _neighbour_max(pc, total, bounds.window) - ramp)
+            need = np.maximum(need, neighbour_max(total) - ramp)
         need = np.maximum(need, total)
         want = np.zeros(pc.cells)
-        np.maximum.at(want, pc.cell, _level_for(pc.power, need))
+        np.maximum.at(want, pc.cell, level_for(need))
         new = np.maximum(level, want)
         if np.all(new <= level + 1e-9 * max(peak, 1.0)):
             return level

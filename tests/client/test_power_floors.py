@@ -1,22 +1,23 @@
 """A rank's power floors: played on its GPU, through NVML power smoothing or the simulated model.
 
-The NVML path runs against the repository's simulated NVML extended with the power-smoothing
-functions and structs of nvidia-ml-py (the fake records what a driver would be told: the floor
-as a percentage of the power limit, the preset profile activated, the feature enabled and, on
-close, disabled). The simulated GPU's energy counter includes what a floor lifts. A GPU that
+The NVML path runs against the repository's simulated NVML with nvidia-ml-py's power-smoothing
+functions and structs (``SimulatedNvml(smoothing=True)``; it keeps what a driver would be told:
+the floor as a percentage of the power limit, the ramp rates the plan's ramp bound gives, the
+preset profile activated, the feature enabled and, on close, disabled). The simulated GPU's energy counter includes what a floor lifts. A GPU that
 cannot hold a floor says so, with the swing the plan alone achieves.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import pynvml
 import pytest
 
-from perseus_client import NvmlGpu, PerseusClient, SimulatedGpu
-from perseus_client.gpu.floors import NvmlPowerSmoothing, floor_changes
+from perseus_client import FailOpenGpu, NvmlGpu, PerseusClient, SimulatedGpu
+from perseus_client.errors import ClockControlUnavailableError
+from perseus_client.gpu.floors import floor_changes
+from perseus_client.gpu.recording import RecordingGpu
 from perseus_client.plan import Plan, PlanStep
 from perseus_gpud.simnvml import SimulatedNvml
 
@@ -24,39 +25,14 @@ PROFILE = {(0, "forward"): {1410: (0.02, 6.0)}, (0, "backward"): {1410: (0.04, 1
 BLOCKING = 80.0
 
 
-class SmoothingNvml(SimulatedNvml):
-    """The simulated NVML with nvidia-ml-py's power-smoothing API, recording each call."""
+FLOOR = pynvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_PERCENT_TMP_FLOOR
+UP = pynvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_UP_RATE
+DOWN = pynvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_DOWN_RATE
 
-    c_nvmlPowerSmoothingProfile_v1_t = pynvml.c_nvmlPowerSmoothingProfile_v1_t
-    c_nvmlPowerSmoothingState_v1_t = pynvml.c_nvmlPowerSmoothingState_v1_t
-    NVML_FEATURE_ENABLED = pynvml.NVML_FEATURE_ENABLED
-    NVML_FEATURE_DISABLED = pynvml.NVML_FEATURE_DISABLED
-    NVML_POWER_SMOOTHING_PROFILE_PARAM_PERCENT_TMP_FLOOR = (
-        pynvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_PERCENT_TMP_FLOOR
-    )
-    NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_UP_RATE = (
-        pynvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_UP_RATE
-    )
-    NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_DOWN_RATE = (
-        pynvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_DOWN_RATE
-    )
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.params: dict[tuple[int, int], float] = {}
-        self.active: int | None = None
-        self.state: int | None = None
-
-    def nvmlDevicePowerSmoothingUpdatePresetProfileParam(self, handle: Any, p: Any) -> None:
-        assert p.version == pynvml.nvmlPowerSmoothingProfile_v1
-        self.params[(p.profileId, p.paramId)] = p.value
-
-    def nvmlDevicePowerSmoothingActivatePresetProfile(self, handle: Any, p: Any) -> None:
-        self.active = p.profileId
-
-    def nvmlDevicePowerSmoothingSetState(self, handle: Any, s: Any) -> None:
-        assert s.version == pynvml.nvmlPowerSmoothingState_v1
-        self.state = s.state
+def SmoothingNvml(count: int) -> SimulatedNvml:  # noqa: N802 - reads as the class it makes
+    """The simulated NVML with nvidia-ml-py's power-smoothing API (``perseus_gpud.simnvml``)."""
+    return SimulatedNvml(count, smoothing=True)
 
 
 def test_floor_changes_merge_overlaps_and_drop_bad_floors() -> None:
@@ -73,24 +49,48 @@ def test_nvml_holds_a_floor_through_power_smoothing() -> None:
     gpu = NvmlGpu(0, nvml=nvml)
     assert gpu.floor_unavailable() is None
     assert gpu.set_power_floor(100.0) is True  # 100 W of the simulated A100's 400 W limit
-    floor = pynvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_PERCENT_TMP_FLOOR
-    assert nvml.params[(0, floor)] == pytest.approx(25.0)
-    assert nvml.active == 0 and nvml.state == pynvml.NVML_FEATURE_ENABLED
+    sm = nvml.smoothing(0)
+    assert sm["params"][(0, FLOOR)] == pytest.approx(25.0)
+    assert sm["active"] == 0 and sm["enabled"] and sm["floor_w"] == pytest.approx(100.0)
+    assert (0, UP) not in sm["params"]  # no ramp bound: the profile's own rates
     assert gpu.set_power_floor(300.0) is True
-    assert nvml.params[(0, floor)] == pytest.approx(75.0)
+    assert nvml.smoothing(0)["params"][(0, FLOOR)] == pytest.approx(75.0)
     gpu.close()  # releases the floor and disables the feature it enabled
-    assert nvml.params[(0, floor)] == 0.0 and nvml.state == pynvml.NVML_FEATURE_DISABLED
+    sm = nvml.smoothing(0)
+    assert sm["params"][(0, FLOOR)] == 0.0 and not sm["enabled"]
 
 
-def test_power_smoothing_sets_the_ramp_rates_once() -> None:
+def test_power_smoothing_sends_the_ramp_rates_when_they_change() -> None:
     nvml = SmoothingNvml(1)
-    sm = NvmlPowerSmoothing(nvml, "h", 400.0, ramp_w_per_s=1500.0)
-    sm.set_floor(0.0)
-    assert nvml.state is None  # no floor asked: nothing enabled
-    sm.set_floor(120.0)
-    up, down = (pynvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_UP_RATE,
-                pynvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_DOWN_RATE)  # fmt: skip
-    assert nvml.params[(0, up)] == nvml.params[(0, down)] == 1500.0
+    gpu = NvmlGpu(0, nvml=nvml)
+    try:
+        assert gpu.set_power_floor(0.0, 1500.0)
+        assert not nvml.smoothing(0)["enabled"]  # no floor asked: nothing enabled
+        assert gpu.set_power_floor(120.0, 1500.0)
+        assert nvml.smoothing(0)["params"][(0, UP)] == 1500.0
+        assert nvml.smoothing(0)["params"][(0, DOWN)] == 1500.0
+        assert gpu.set_power_floor(150.0, 900.0)  # a new plan's ramp bound
+        assert nvml.smoothing(0)["params"][(0, DOWN)] == 900.0
+    finally:
+        gpu.close()
+
+
+def test_the_client_sends_the_plan_ramp_rate_to_nvml() -> None:
+    nvml = SmoothingNvml(1)
+    gpu = NvmlGpu(0, nvml=nvml)
+    client = PerseusClient(offline=True, gpu=gpu, handle_signals=False)
+    try:
+        steps = (PlanStep("forward", 0, 1410, 0), PlanStep("backward", 0, 1410, 0))
+        client.use_plan(Plan(1, steps, "test", 0.06, None, ((0.0, 0.05, 250.0),), 0.65, 640.0))
+        with client.iteration():
+            for kind in ("forward", "backward"):
+                with client.instruction(kind, 0):
+                    time.sleep(0.03)
+        sm = nvml.smoothing(0)
+        assert sm["params"][(0, UP)] == sm["params"][(0, DOWN)] == 640.0
+        assert client.floor_status == "holding 1 power floor(s) per iteration"
+    finally:
+        client.close()
 
 
 def test_an_nvml_without_power_smoothing_cannot_hold_a_floor() -> None:
@@ -163,3 +163,25 @@ def test_a_gpu_that_cannot_hold_a_floor_says_what_the_plan_alone_swings() -> Non
         assert "cannot hold a power floor" in status and "swings 0.65" in status
     finally:
         client.close()
+
+
+def test_the_default_wrappers_pass_floors_to_the_gpu_behind_them() -> None:
+    """The fail-open and recording wrappers the client builds by default forward floors."""
+    nvml = SmoothingNvml(1)
+    wrapped = RecordingGpu(FailOpenGpu(lambda: NvmlGpu(0, nvml=nvml)))
+    try:
+        assert wrapped.floor_unavailable() is None
+        assert wrapped.set_power_floor(200.0, 700.0) is True
+        assert nvml.smoothing(0)["floor_w"] == pytest.approx(200.0)
+    finally:
+        wrapped.close()
+    down = FailOpenGpu(_unavailable, retry_initial=60.0, retry_max=60.0)
+    try:
+        assert "clock control is unavailable" in (down.floor_unavailable() or "")
+        assert down.set_power_floor(200.0) is False
+    finally:
+        down.close()
+
+
+def _unavailable() -> NvmlGpu:
+    raise ClockControlUnavailableError("no NVML here")

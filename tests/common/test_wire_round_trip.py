@@ -77,6 +77,7 @@ VALUES: dict[str, st.SearchStrategy[Any]] = {
         st.none() | PROFILING,
         _tuple(FLOOR),
         st.floats(0, 1),
+        st.floats(0, 1e6),
     ),
     "IterationReport": st.builds(
         wire.IterationReport,
@@ -95,6 +96,9 @@ VALUES: dict[str, st.SearchStrategy[Any]] = {
         clock_control=STATE,
         clock_control_reason=TEXT,
         transfers=_tuple(TRANSFER),
+        power_floor=st.sampled_from(("", "held", "unavailable")),
+        power_floor_reason=TEXT,
+        power_floor_swing=st.floats(0, 1),
     ),
     "ReportAck": st.builds(wire.ReportAck, INT64, INT64),
     "FinishRankRequest": st.builds(wire.FinishRank, TEXT, TEXT),
@@ -123,6 +127,7 @@ NESTED: dict[str, type | None] = {
     "TransferMeasurement": wire.TransferReport,
     "OffPlanInstruction": wire.OffPlanReport,
     "ClockControl": None,  # flattened: clock_control, clock_control_reason
+    "PowerFloorControl": None,  # flattened: power_floor, power_floor_reason, power_floor_swing
     "PowerFloor": None,  # a (start_s, end_s, watts) tuple in PlanUpdate.power_floors
 }
 
@@ -136,6 +141,8 @@ def _wire_fields(cls: type) -> set[str]:
     names = {f.name for f in dataclasses.fields(cls)}
     if "clock_control_reason" in names:
         names.discard("clock_control_reason")  # both travel in the one ClockControl
+    if "power_floor_reason" in names:  # all three travel in the one PowerFloorControl
+        names -= {"power_floor_reason", "power_floor_swing"}
     return names
 
 

@@ -18,6 +18,8 @@ before ``setuid`` (this machine's interpreter lives where other users cannot ent
   ``sample REF``: ``{"ok": true, "sm_mhz": ...}`` or ``{"code": ..., "message": ...}``;
 - ``lease REF JOB TENANT``: a lease naming a Perseus job and tenant;
 - ``open``: how many connections the daemon has not closed ``{"open": k}``;
+- ``floor WATTS RAMP``: hold a power floor on the leased GPU: ``{"applied": ..., "watts": ...,
+  "unavailable": ...}`` or ``{"code": ..., "message": ...}``;
 - ``exit``: exit at once (without closing anything first).
 """
 
@@ -140,6 +142,16 @@ def main() -> int:
             assert leased is not None
             leased.call(set_clock=gpud_pb2.SetClock(uuid=uuid, mhz=int(rest[0])))
             reply({"ok": True})
+        elif cmd == "floor":
+            assert leased is not None
+            req = gpud_pb2.SetPowerFloor(
+                uuid=uuid, watts=float(rest[0]), ramp_w_per_s=float(rest[1])
+            )
+            try:
+                st = leased.call(set_power_floor=req).power_floor
+                reply({"applied": st.applied, "watts": st.watts, "unavailable": st.unavailable})
+            except GpudRefusedError as exc:
+                reply({"code": exc.code, "message": str(exc)})
         elif cmd == "fork":
             assert leased is not None
             sock = leased._sock

@@ -146,7 +146,7 @@ def test_the_operators_page_in_a_real_browser(
         opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
         driver = webdriver.Chrome(service=Service(browser_paths[1]), options=opts)
         try:
-            _check_page(driver, By, srv, http, stub, meta, a, b, ranks)
+            _check_page(driver, By, srv, http, stub, meta, a, b, ranks, small_csv)
         finally:
             driver.quit()
     finally:
@@ -200,7 +200,7 @@ def _number(v: dict[str, Any] | None) -> float | None:
 
 def _check_page(
     driver: Any, By: Any, srv: ServerProcess, http: httpx.Client, stub: Any, meta: Any,
-    a: str, b: str, ranks: dict[str, dict[int, str]],
+    a: str, b: str, ranks: dict[str, dict[int, str]], small_csv: str,
 ) -> None:  # fmt: skip
     def page() -> dict[str, Any]:
         return dict(driver.execute_script(SNAPSHOT))
@@ -283,6 +283,23 @@ def _check_page(
     _wait(lambda: page()["jobs"][b]["life"]["text"] == "finished", "the finished job")
     _wait(lambda: set(page()["alloc"]) == {a}, "the allocation without the finished job")
     assert "beta" in page()["left_out"] and page()["jobs"][b]["share"]["text"] == "none (finished)"
+
+    # swing bounds: the timeline's caption names a rank whose GPU cannot hold its floor
+    assert http.delete("/power-budget").status_code in (200, 204)
+    d = solved_job(http, small_csv, name="delta")
+    view = http.put(f"/jobs/{d}/plan", json={"slowdown": 0, "max_swing": 0.3}).json()
+    for g in range(2):
+        rank_id = register(stub, d, g, g, metadata=meta).rank_id
+        held = pb.POWER_FLOOR_UNAVAILABLE if g == 1 else pb.POWER_FLOOR_HELD
+        floor = pb.PowerFloorControl(state=held, reason="no power smoothing" if g else "",
+                                     plan_swing=view["swing"]["plan_swing"])  # fmt: skip
+        rep = pb.IterationReport(job_id=d, rank_id=rank_id, iteration=0, iteration_time=1.0,
+                                 plan_version=view["version"], power_floor=floor)  # fmt: skip
+        stub.ReportIterations(iter([rep]), metadata=meta, timeout=10)
+    want = "1 rank(s) cannot hold a floor (rank 1: no power smoothing); there the plan alone "
+    want += f"swings {view['swing']['plan_swing']:.2f}"
+    _wait(lambda: want in (page()["jobs"][d]["caption"] or ""), "the rank without its floor")
+    assert "with floors: swing" in page()["jobs"][d]["caption"]
 
     # the credential is kept for the tab: a reload does not ask again
     driver.refresh()

@@ -247,11 +247,19 @@ class GpuBackend(ABC):
         """Why this GPU cannot hold a power floor; None when it can."""
         return "this GPU backend cannot hold a power floor"
 
-    def set_power_floor(self, watts: float) -> bool:
+    def set_power_floor(self, watts: float, ramp_w_per_s: float = 0.0) -> bool:
         """Draw at least ``watts`` from now on (0: no floor); False when it cannot.
 
-        Called from the client's floor thread (:mod:`perseus_client.gpu.floors`), never from
+        ``ramp_w_per_s``: the rate at which the floor may move, up and down (W/s; 0: the
+        GPU's own). Called from the client's floor thread (:mod:`perseus_client.gpu.floors`), never from
         the training thread.
+        """
+        return False
+
+    def release_power_floor(self) -> bool:
+        """Release a floor whoever set it (the node daemon's recovery after a crash).
+
+        Returns whether there was a way to (False: this backend holds no floors).
         """
         return False
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from perseus_client.errors import ConfigError
 from perseus_common import profile_csv
 
-__all__ = ["Curve", "Measurements", "read_profile_csv"]
+__all__ = ["Curve", "Measurements", "profile_measurements", "read_profile_csv"]
 
 #: ``{(stage, kind): {frequency_mhz: (time_seconds, energy_joules)}}``
 Measurements = Mapping[tuple[int, str], Mapping[int, tuple[float, float]]]
@@ -73,3 +74,20 @@ class Curve:
             )
         self._cache[mhz] = res
         return res
+
+
+def profile_measurements(
+    profile: Any, stages: Iterable[int]
+) -> dict[tuple[int, str], dict[int, tuple[float, float]]]:
+    """The data of ``stages`` of a :class:`perseus.profiles.Profile` (duck-typed: ``entries``)."""
+    wanted = set(stages)
+    data: dict[tuple[int, str], dict[int, tuple[float, float]]] = {}
+    for (s, k), p in profile.entries.items():
+        if s in wanted:
+            data[(int(s), str(k))] = {
+                int(f): (float(t), float(e))
+                for f, t, e in zip(p.frequencies, p.times, p.energies, strict=True)
+            }
+    if not data:
+        raise ConfigError("stage", f"the profile has no data for stage(s) {sorted(wanted)}")
+    return data

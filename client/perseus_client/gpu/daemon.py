@@ -40,6 +40,12 @@ NVML clock-event reasons seen
 (``sw_power_cap``, ``hw_thermal_slowdown``, ...), and every reason seen. On real GPUs the CPU
 side of an instruction runs ahead of the GPU, so the attribution to an instruction is
 approximate; the comparison with the lock is exact.
+
+**Power floors.** :meth:`DaemonGpu.set_power_floor` asks the daemon to hold a floor on the
+leased GPU (``set_power_floor``: NVML power smoothing, with the ramp rates); the daemon says at
+lease time whether its GPU can (``GpuInfo.floor_unavailable``) and releases the floor when the
+lease ends, so a killed trainer leaves no floor behind. While the daemon is away no floor is
+held; the client's floor thread sets the next one after the lease is back.
 """
 
 from __future__ import annotations
@@ -158,6 +164,7 @@ class DaemonGpu(GpuBackend):
         self.name = lease.gpu.name
         self._clocks = tuple(int(c) for c in lease.gpu.supported_clocks_mhz)
         self._max_power = float(lease.gpu.max_power_limit_w) or None  # 0: the daemon cannot tell
+        self._floor_why = str(lease.gpu.floor_unavailable) or None
         self._tally = AppliedClockTally(self._clocks)
         #: True when the daemon runs ``--read-only`` (it never applies a clock).
         self.read_only = bool(lease.read_only)
@@ -292,6 +299,39 @@ class DaemonGpu(GpuBackend):
                 conn.call(**{call: getattr(request, call)})
             except GpudUnavailableError as exc:
                 self._lost(conn, exc)
+
+    def floor_unavailable(self) -> str | None:
+        """Why the daemon's GPU cannot hold a floor (as told at lease time); None: it can."""
+        return self._floor_why
+
+    def set_power_floor(self, watts: float, ramp_w_per_s: float = 0.0) -> bool:
+        """Ask the daemon to hold ``watts`` (0: release); False when it did not.
+
+        The daemon releases the floor when this lease ends, however the process ends.
+        """
+        if self._floor_why is not None:
+            return False
+        with self._op_lock:
+            conn = self._conn
+            if conn is None:
+                return False  # no daemon now: the floor ended with the lease
+            floor = gpud_pb2.SetPowerFloor(
+                index=self._wire_index,
+                uuid=self.uuid or "",
+                watts=float(watts),
+                ramp_w_per_s=float(ramp_w_per_s),
+            )
+            try:
+                state = conn.call(set_power_floor=floor).power_floor
+            except GpudUnavailableError as exc:
+                self._lost(conn, exc)
+                return False
+            except GpudRefusedError as exc:  # an older daemon, a bad value: floors off
+                self._floor_why = f"the node daemon refused the floor: {exc}"
+                return False
+        if not state.applied:
+            self._floor_why = state.unavailable or "the node daemon did not apply the floor"
+        return bool(state.applied)
 
     def energy_mj(self) -> int:
         """The energy counter (mJ) through the daemon; the last value while it is unreachable."""

@@ -15,7 +15,9 @@ within one iteration, t = 0 at its start (``docs/power.md``). The GPU must draw 
 
 A GPU that cannot hold a floor (no power smoothing, no permission, another vendor) says so:
 :meth:`GpuBackend.set_power_floor` returns False, and the client's ``floor_status`` names the
-reason and the swing the plan alone achieves (``Plan.plan_swing``). Training is never blocked:
+reason and the swing the plan alone achieves (``Plan.plan_swing``); its reports carry it to the
+server (``IterationReport.power_floor``: :func:`floor_state`), which shows it in the job's
+status. Training is never blocked:
 a failing floor is dropped, never retried on the training thread.
 """
 
@@ -29,7 +31,7 @@ from typing import Any
 
 log = logging.getLogger("perseus.client")
 
-__all__ = ["FloorPlayer", "NvmlPowerSmoothing", "floor_changes", "floor_status"]
+__all__ = ["FloorPlayer", "NvmlPowerSmoothing", "floor_changes", "floor_state", "floor_status"]
 
 #: The preset profile whose parameters Perseus sets (NVML has 5; the operator's others stay).
 SMOOTHING_PROFILE = 0
@@ -61,6 +63,7 @@ class FloorPlayer:
         self.gpu = gpu
         self.poll_s = poll_s
         self._changes: list[tuple[float, float]] = []
+        self._ramp = 0.0
         self._start = 0.0
         self._epoch = 0
         self._wake = threading.Condition()
@@ -69,12 +72,18 @@ class FloorPlayer:
         #: False once the GPU refused a floor (it cannot hold one); True while it holds them.
         self.holds: bool | None = None
 
-    def start_iteration(self, floors: Sequence[tuple[float, float, float]]) -> None:
-        """An iteration starts now: play ``floors`` from t = 0 (none: the floor goes to 0)."""
+    def start_iteration(
+        self, floors: Sequence[tuple[float, float, float]], ramp_w_per_s: float = 0.0
+    ) -> None:
+        """An iteration starts now: play ``floors`` from t = 0 (none: the floor goes to 0).
+
+        ``ramp_w_per_s``: the rate the GPU may move its floor at (0: its own).
+        """
         changes = floor_changes(floors)
         with self._wake:
             if not changes and not self._changes:
                 return
+            self._ramp = ramp_w_per_s if math.isfinite(ramp_w_per_s) and ramp_w_per_s > 0 else 0.0
             self._changes, self._start, self._epoch = changes, self.gpu.timestamp(), self._epoch + 1
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -94,7 +103,7 @@ class FloorPlayer:
 
     def _set(self, watts: float) -> None:
         try:
-            ok = bool(self.gpu.set_power_floor(watts))
+            ok = bool(self.gpu.set_power_floor(watts, self._ramp))
         except Exception as e:  # never let a floor break training
             log.warning("perseus: the GPU refused a power floor of %.0f W: %s", watts, e)
             ok = False
@@ -138,7 +147,8 @@ class NvmlPowerSmoothing:
         nvml: the ``pynvml`` module (or a fake with the same functions and structs).
         handle: the device handle.
         limit_w: the power limit (W) the floor's percentage is of.
-        ramp_w_per_s: the ramp-up and ramp-down rates to set (W/s); None: leave them.
+        ramp_w_per_s: the ramp-up and ramp-down rates to set (W/s); None: leave them (until
+            :meth:`set_floor` is given some).
     """
 
     def __init__(
@@ -146,6 +156,7 @@ class NvmlPowerSmoothing:
     ) -> None:
         self.nvml, self.handle, self.limit_w = nvml, handle, float(limit_w)
         self.ramp_w_per_s = ramp_w_per_s
+        self._sent_ramp: float | None = None
         self.enabled = False
 
     @staticmethod
@@ -173,18 +184,20 @@ class NvmlPowerSmoothing:
         s.state = self.nvml.NVML_FEATURE_ENABLED if on else self.nvml.NVML_FEATURE_DISABLED
         self.nvml.nvmlDevicePowerSmoothingSetState(self.handle, s)
 
-    def set_floor(self, watts: float) -> None:
-        """Hold at least ``watts`` (0: no floor); enables the feature on first use."""
+    def set_floor(self, watts: float, ramp_w_per_s: float = 0.0) -> None:
+        """Hold at least ``watts`` (0: no floor); enables the feature on first use.
+
+        ``ramp_w_per_s`` (> 0): the ramp-up and ramp-down rates from now on (sent when they
+        change); 0 keeps those set before (or the profile's own).
+        """
         nvml = self.nvml
         percent = max(0.0, min(100.0, 100.0 * watts / self.limit_w))
+        if ramp_w_per_s > 0 and math.isfinite(ramp_w_per_s):
+            self.ramp_w_per_s = float(ramp_w_per_s)
+        if not self.enabled and watts <= 0:
+            return
+        self._ramps()
         if not self.enabled:
-            if watts <= 0:
-                return
-            if self.ramp_w_per_s is not None:
-                self._param(nvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_UP_RATE, self.ramp_w_per_s)
-                self._param(
-                    nvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_DOWN_RATE, self.ramp_w_per_s
-                )
             self._param(nvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_PERCENT_TMP_FLOOR, percent)
             p = nvml.c_nvmlPowerSmoothingProfile_v1_t()
             p.profileId = SMOOTHING_PROFILE
@@ -194,6 +207,21 @@ class NvmlPowerSmoothing:
             return
         self._param(nvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_PERCENT_TMP_FLOOR, percent)
 
+    def _ramps(self) -> None:
+        """Send the ramp rates when they differ from those last sent."""
+        nvml, rate = self.nvml, self.ramp_w_per_s
+        if rate is None or rate == self._sent_ramp:
+            return
+        self._param(nvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_UP_RATE, rate)
+        self._param(nvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_RAMP_DOWN_RATE, rate)
+        self._sent_ramp = rate
+
+    def release(self) -> None:
+        """Floor 0 and the feature disabled, whoever enabled it (recovery after a crash)."""
+        self._param(self.nvml.NVML_POWER_SMOOTHING_PROFILE_PARAM_PERCENT_TMP_FLOOR, 0.0)
+        self._state(False)
+        self.enabled = False
+
     def close(self) -> None:
         """Floor 0 and the feature disabled (only if this object enabled it)."""
         if self.enabled:
@@ -202,16 +230,27 @@ class NvmlPowerSmoothing:
             self.enabled = False
 
 
-def floor_status(gpu: Any, plan: Any, player: FloorPlayer) -> str | None:
-    """What a rank says of its floors: None without any; held; or why not and the plan's swing."""
+def floor_state(gpu: Any, plan: Any, player: FloorPlayer) -> tuple[str, str, float] | None:
+    """What a rank reports of its floors (``IterationReport.power_floor``).
+
+    ``("held", "", plan_swing)`` or ``("unavailable", why, plan_swing)``; None when its plan
+    has no floors.
+    """
     floors = getattr(plan, "power_floors", ()) if plan is not None else ()
     if not floors:
         return None
+    swing = float(getattr(plan, "plan_swing", 0.0))
     why = gpu.floor_unavailable()
     if why is None and player.holds is not False:
-        return f"holding {len(floors)} power floor(s) per iteration"
-    why = why or "the GPU refused the floor"
-    return (
-        f"this GPU cannot hold a power floor ({why}): the plan alone swings "
-        f"{getattr(plan, 'plan_swing', 0.0):.2f}"
-    )
+        return ("held", "", swing)
+    return ("unavailable", (why or "the GPU refused the floor")[:256], swing)
+
+
+def floor_status(gpu: Any, plan: Any, player: FloorPlayer) -> str | None:
+    """What a rank says of its floors: None without any; held; or why not and the plan's swing."""
+    state = floor_state(gpu, plan, player)
+    if state is None:
+        return None
+    if state[0] == "held":
+        return f"holding {len(plan.power_floors)} power floor(s) per iteration"
+    return f"this GPU cannot hold a power floor ({state[1]}): the plan alone swings {state[2]:.2f}"

@@ -258,8 +258,11 @@ class NvmlGpu(GpuBackend):
             return "NVML does not report this GPU's power limit (the floor's percentage base)"
         return NvmlPowerSmoothing.available(self._nvml)
 
-    def set_power_floor(self, watts: float) -> bool:
-        """Hold ``watts`` through NVML power smoothing (False: this GPU cannot; said once)."""
+    def set_power_floor(self, watts: float, ramp_w_per_s: float = 0.0) -> bool:
+        """Hold ``watts`` through NVML power smoothing (False: this GPU cannot; said once).
+
+        ``ramp_w_per_s`` (> 0): the smoothing profile's ramp-up and ramp-down rates.
+        """
         if not hasattr(self, "_smoothing"):
             why = self.floor_unavailable()
             limit = self.max_power_limit_w()
@@ -270,11 +273,19 @@ class NvmlGpu(GpuBackend):
         if self._smoothing is None:
             return False
         try:
-            self._smoothing.set_floor(watts)
+            self._smoothing.set_floor(watts, ramp_w_per_s)
         except self._nvml.NVMLError as e:
             log.warning("perseus: NVML power smoothing refused a floor (%s); floors off", e)
             self._smoothing = None
             return False
+        return True
+
+    def release_power_floor(self) -> bool:
+        """Floor 0 and power smoothing disabled, whoever set them (False: no power smoothing)."""
+        limit = self.max_power_limit_w()
+        if self.dry_run or limit is None or NvmlPowerSmoothing.available(self._nvml) is not None:
+            return False
+        NvmlPowerSmoothing(self._nvml, self._handle, limit).release()
         return True
 
     def close(self) -> None:

@@ -99,6 +99,14 @@ class RecordingGpu(GpuBackend):
             self.requests.append(ClockRequest("reset", None))
             self._write({"event": "reset", "mhz": None})
 
+    def floor_unavailable(self) -> str | None:
+        """The wrapped backend's answer."""
+        return self.inner.floor_unavailable()
+
+    def set_power_floor(self, watts: float, ramp_w_per_s: float = 0.0) -> bool:
+        """The wrapped backend's floor."""
+        return self.inner.set_power_floor(watts, ramp_w_per_s)
+
     def energy_mj(self) -> int:
         """The inner backend's energy counter (mJ)."""
         return self.inner.energy_mj()

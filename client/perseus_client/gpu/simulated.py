@@ -28,11 +28,8 @@ The clock that decides an instruction's duration is the one in effect when
 file (``{"locked_clock_mhz": int|null, "sets": n, "resets": n}``) so that another process can check
 that the clocks were reset, e.g. after the training process received SIGTERM.
 
-A straggler is injected at runtime with :meth:`set_time_factor` (thread-safe), e.g.
-``gpu.set_time_factor(1.2)`` makes every following instruction take 1.2 times as long (20 %
-slower). Throughout Perseus a *slowdown* is a fraction (``0.2`` = 20 % slower, as in the REST
-API); a factor is called a *time factor*. ``set_slowdown(factor)`` and the ``slowdown=``
-argument, which took a factor, still work and warn that they are deprecated.
+Stragglers and slow links are injected at runtime (:meth:`set_time_factor`,
+:meth:`set_transfer_time`): see :mod:`perseus_client.gpu.simulated_injection`.
 
 Throttling: :meth:`SimulatedGpu.throttle` caps the clock the GPU applies, as a power cap or a
 thermal slowdown caps a real one: ``gpu.throttle(1005, reasons=("sw_thermal_slowdown",))`` makes
@@ -40,13 +37,6 @@ every following instruction run at ``min(locked clock, 1005 MHz)`` (its time and
 that clock) and makes :meth:`sample_applied_clock` report it with those NVML clock-event reasons
 (while the cap binds); ``gpu.throttle(None)`` lifts it. The client's applied-clock sampler sees
 such instructions as off-plan (see :mod:`perseus_client.gpu.applied`).
-
-Links: ``transfer_times={(boundary, direction): seconds}`` (or :meth:`set_transfer_time`, also
-at runtime: a link slowed mid-run) injects a P2P transfer latency per stage boundary and
-direction; :meth:`transfer` occupies it (simulated seconds, scaled like an instruction; the GPU
-idles at ``blocking_power`` meanwhile). A training loop calls it where it sends that link's
-activations or gradients, and times the whole transfer (the latency and the real send) for
-:meth:`PerseusClient.record_transfer <perseus_client.PerseusClient.record_transfer>`.
 
 Measurement noise: with ``noise=r`` (a relative standard deviation, e.g. ``0.015``) every
 executed instruction's time and energy are each multiplied by an independent draw of
@@ -74,15 +64,21 @@ import os
 import random
 import threading
 import time
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from perseus_client.errors import ConfigError, UnsupportedClockError
 from perseus_client.gpu.base import GpuBackend, hold_briefly
-from perseus_client.gpu.curves import Curve, Measurements, read_profile_csv
+from perseus_client.gpu.curves import (
+    Curve,
+    Measurements,
+    profile_measurements,
+    read_profile_csv,
+)
 from perseus_client.gpu.nvml import CLOCK_EVENT_REASONS
+from perseus_client.gpu.simulated_floor import FloorModel
+from perseus_client.gpu.simulated_injection import Injection, deprecated_slowdown
 from perseus_common.gpus import known_gpu_for
 
 log = logging.getLogger("perseus_client.gpu")
@@ -90,16 +86,7 @@ log = logging.getLogger("perseus_client.gpu")
 __all__ = ["SimulatedGpu", "Measurements", "read_profile_csv"]
 
 
-def _deprecated_slowdown() -> None:
-    warnings.warn(
-        "SimulatedGpu's slowdown (a factor) is deprecated: use time_factor / set_time_factor; "
-        "elsewhere in Perseus a slowdown is a fraction (0.2 = 20 % slower)",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-
-
-class SimulatedGpu(GpuBackend):
+class SimulatedGpu(Injection, GpuBackend):
     """A GPU whose instruction times and energies follow a profile (see the module docstring).
 
     Args:
@@ -180,7 +167,7 @@ class SimulatedGpu(GpuBackend):
         self._clocks = tuple(sorted({int(c) for c in clocks}, reverse=True))
         self._time_factor = 1.0
         if slowdown is not None:
-            _deprecated_slowdown()
+            deprecated_slowdown()
             time_factor = slowdown
         self.set_time_factor(time_factor)
         #: Instructions whose real work took longer than their scaled time (see the module doc).
@@ -202,12 +189,8 @@ class SimulatedGpu(GpuBackend):
         self._pending_what: tuple[str, int, int | None] = ("", 0, None)
         self._pending_applied: tuple[int, frozenset[str]] | None = None
         self._transfers: dict[tuple[int, str], float] = {}
-        # Power floor (set_power_floor): the level now, the joules it added, accounted up to.
-        self._floor_lock = threading.Lock()
-        self._floor = 0.0
-        self._floor_extra = 0.0
-        self._floor_mark = 0.0
-        self._floor_power = self.blocking_power  # what the GPU draws on its own now
+        #: The power floor (``set_power_floor``) and what it added (:mod:`.simulated_floor`).
+        self.floor = FloorModel(self.blocking_power)
         for (b, d), t in (transfer_times or {}).items():
             self.set_transfer_time(b, d, t)
         self._persist()
@@ -227,16 +210,7 @@ class SimulatedGpu(GpuBackend):
         cls, profile: Any, *, stage: int, stages: Iterable[int] | None = None, **kwargs: Any
     ) -> SimulatedGpu:
         """Build from a :class:`perseus.profiles.Profile` (duck-typed: ``profile.entries``)."""
-        wanted = {stage} if stages is None else set(stages)
-        data: dict[tuple[int, str], dict[int, tuple[float, float]]] = {}
-        for (s, k), p in profile.entries.items():
-            if s in wanted:
-                data[(int(s), str(k))] = {
-                    int(f): (float(t), float(e))
-                    for f, t, e in zip(p.frequencies, p.times, p.energies, strict=True)
-                }
-        if not data:
-            raise ConfigError("stage", f"the profile has no data for stage(s) {sorted(wanted)}")
+        data = profile_measurements(profile, [stage] if stages is None else stages)
         return cls(data, stage=stage, **kwargs)
 
     # -- GpuBackend -------------------------------------------------------------------------------
@@ -331,74 +305,6 @@ class SimulatedGpu(GpuBackend):
             self.resets += 1
             self._persist()
 
-    @property
-    def time_factor(self) -> float:
-        """How many times longer than profiled each instruction takes now (1.0 = as profiled)."""
-        return self._time_factor
-
-    def set_time_factor(self, factor: float) -> None:
-        """Make every following instruction take ``factor`` times its profiled time and energy.
-
-        Straggler injection; ``1.2`` is 20 % slower.
-        """
-        if not (math.isfinite(factor) and factor > 0):
-            raise ConfigError("time_factor", f"must be a positive finite factor, got {factor}")
-        self._time_factor = float(factor)
-
-    def set_transfer_time(self, boundary: int, direction: str, seconds: float) -> None:
-        """Inject ``seconds`` of latency into every following transfer of ``boundary``.
-
-        Only transfers in ``direction`` (``forward``/``backward``).
-
-        The seconds are simulated; 0 removes it.
-        """
-        if direction not in ("forward", "backward"):
-            raise ConfigError("direction", f"must be forward or backward, got {direction!r}")
-        if not (isinstance(boundary, int) and boundary >= 0):
-            raise ConfigError("boundary", f"must be an integer >= 0, got {boundary!r}")
-        if not (math.isfinite(seconds) and seconds >= 0):
-            raise ConfigError("transfer_time", f"must be >= 0 seconds, got {seconds}")
-        self._transfers[(boundary, direction)] = float(seconds)
-
-    def transfer_time(self, boundary: int, direction: str) -> float:
-        """The latency injected into a link's transfers (simulated seconds; 0: none)."""
-        return self._transfers.get((boundary, direction), 0.0)
-
-    def transfer(self, boundary: int, direction: str) -> float:
-        """Occupy one transfer's injected latency on ``(boundary, direction)``.
-
-        ``time_scale`` times it in wall time (its sleep's overshoot not counted, as for an
-        instruction), the GPU idle meanwhile. Returns the simulated seconds injected.
-        """
-        t = self._transfers.get((boundary, direction), 0.0)
-        if t <= 0:
-            return 0.0
-        if self.time_scale > 0:
-            start_wall = time.perf_counter()
-            start_sim = self._sim_base + (start_wall - self._wall_base) / self.time_scale
-            time.sleep(t * self.time_scale)
-            self._sim_base = start_sim + t
-            self._wall_base = time.perf_counter()
-        else:
-            self._virtual += t
-        return t
-
-    @property
-    def slowdown(self) -> float:
-        """Deprecated: the :attr:`time_factor`.
-
-        A factor, not the fraction "slowdown" means elsewhere in Perseus.
-        """
-        _deprecated_slowdown()
-        return self._time_factor
-
-    def set_slowdown(self, factor: float) -> None:
-        """Deprecated: :meth:`set_time_factor` (it takes the same factor)."""
-        _deprecated_slowdown()
-        if not (math.isfinite(factor) and factor > 0):
-            raise ConfigError("slowdown", f"must be a positive finite factor, got {factor}")
-        self.set_time_factor(factor)
-
     def timestamp(self) -> float:
         """Simulated seconds: scaled wall time when ``time_scale > 0``, else the virtual clock."""
         if self.time_scale > 0:
@@ -414,8 +320,7 @@ class SimulatedGpu(GpuBackend):
             idle = now - self._busy
             energy += self.blocking_power * max(0.0, idle)
         if self.time_scale > 0:
-            with self._floor_lock:
-                energy += self._floor_joules(self.timestamp())
+            energy += self.floor.joules(self.timestamp())
         return int(energy * 1000.0)
 
     # -- power floors -----------------------------------------------------------------------------
@@ -424,35 +329,22 @@ class SimulatedGpu(GpuBackend):
         """None: the model holds a floor (its energy counts it); not with ``time_scale=0``."""
         return None if self.time_scale > 0 else "time_scale=0 models no idle time to floor"
 
-    def set_power_floor(self, watts: float) -> bool:
+    def set_power_floor(self, watts: float, ramp_w_per_s: float = 0.0) -> bool:
         """Draw at least ``watts`` from now on: the energy counter adds what the floor lifts.
 
         While an instruction runs the GPU draws its energy over its time, otherwise the
-        blocking power; with a floor, the higher of that and the floor.
+        blocking power; with a floor, the higher of that and the floor
+        (:class:`~perseus_client.gpu.simulated_floor.FloorModel`; the ramp is not modelled).
         """
         if self.time_scale <= 0 or not (math.isfinite(watts) and watts >= 0):
             return False
-        with self._floor_lock:
-            now = self.timestamp()
-            self._floor_extra = self._floor_joules(now)
-            self._floor_mark, self._floor = now, float(watts)
+        self.floor.set(self.timestamp(), watts, ramp_w_per_s)
         return True
 
     @property
     def power_floor(self) -> float:
         """The floor held now (W; 0: none)."""
-        return self._floor
-
-    def _floor_joules(self, now: float) -> float:
-        """Joules the floor added up to ``now`` (simulated seconds); under ``_floor_lock``."""
-        lift = max(0.0, self._floor - self._floor_power)
-        return self._floor_extra + lift * max(0.0, now - self._floor_mark)
-
-    def _floor_switch(self, at: float, power: float) -> None:
-        """From simulated time ``at`` on, the GPU draws ``power`` on its own."""
-        with self._floor_lock:
-            self._floor_extra = self._floor_joules(at)
-            self._floor_mark, self._floor_power = at, power
+        return self.floor.level
 
     def instruction_cost(
         self, kind: str, stage: int | None = None, mhz: int | None = None
@@ -479,7 +371,7 @@ class SimulatedGpu(GpuBackend):
         if self.time_scale > 0:
             start_wall = time.perf_counter()
             start_sim = self._sim_base + (start_wall - self._wall_base) / self.time_scale
-            self._floor_switch(start_sim, e / t if t > 0 else self.blocking_power)
+            self.floor.switch(start_sim, e / t if t > 0 else self.blocking_power)
             self._pending = (t, e, start_sim, start_wall)
         else:
             self._pending = (t, e, self._virtual, 0.0)
@@ -509,7 +401,7 @@ class SimulatedGpu(GpuBackend):
                 self._overran(t, now - start_wall)
             self._sim_base = start_sim + duration
             self._wall_base = time.perf_counter()
-            self._floor_switch(start_sim + duration, self.blocking_power)
+            self.floor.switch(start_sim + duration, self.blocking_power)
         else:
             duration = t
             self._virtual += t
@@ -532,7 +424,7 @@ class SimulatedGpu(GpuBackend):
             duration = min(t, (now - start_wall) / self.time_scale)
             self._sim_base = start_sim + duration
             self._wall_base = now
-            self._floor_switch(start_sim + duration, self.blocking_power)
+            self.floor.switch(start_sim + duration, self.blocking_power)
         else:
             duration = 0.0
         self._busy += duration

@@ -24,41 +24,45 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fperseus_common/proto/gpud.proto\x12\x0fperseus.gpud.v1\"\xb5\x03\n\x07Request\x12\n\n\x02id\x18\x01 \x01(\x04\x12(\n\x05lease\x18\x02 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12*\n\x07release\x18\x03 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12.\n\tset_clock\x18\x04 \x01(\x0b\x32\x19.perseus.gpud.v1.SetClockH\x00\x12.\n\x0breset_clock\x18\x05 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12\x33\n\x10supported_clocks\x18\x06 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12)\n\x06\x65nergy\x18\x07 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12)\n\x06sample\x18\x08 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12(\n\x06status\x18\t \x01(\x0b\x32\x16.perseus.gpud.v1.EmptyH\x00\x12+\n\theartbeat\x18\n \x01(\x0b\x32\x16.perseus.gpud.v1.EmptyH\x00\x42\x06\n\x04\x63\x61ll\"\x82\x03\n\x08Response\x12\n\n\x02id\x18\x01 \x01(\x04\x12%\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x16.perseus.gpud.v1.Error\x12\'\n\x05lease\x18\x03 \x01(\x0b\x32\x16.perseus.gpud.v1.LeaseH\x00\x12,\n\x05\x63lock\x18\x04 \x01(\x0b\x32\x1b.perseus.gpud.v1.ClockStateH\x00\x12\x34\n\x10supported_clocks\x18\x05 \x01(\x0b\x32\x18.perseus.gpud.v1.GpuInfoH\x00\x12)\n\x06\x65nergy\x18\x06 \x01(\x0b\x32\x17.perseus.gpud.v1.EnergyH\x00\x12)\n\x06sample\x18\x07 \x01(\x0b\x32\x17.perseus.gpud.v1.SampleH\x00\x12)\n\x06status\x18\x08 \x01(\x0b\x32\x17.perseus.gpud.v1.StatusH\x00\x12+\n\theartbeat\x18\t \x01(\x0b\x32\x16.perseus.gpud.v1.EmptyH\x00\x42\x08\n\x06result\"\x07\n\x05\x45mpty\"B\n\x06GpuRef\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x0b\n\x03job\x18\x03 \x01(\t\x12\x0e\n\x06tenant\x18\x04 \x01(\t\"4\n\x08SetClock\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0b\n\x03mhz\x18\x02 \x01(\r\x12\x0c\n\x04uuid\x18\x03 \x01(\t\"B\n\x05\x45rror\x12(\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x1a.perseus.gpud.v1.ErrorCode\x12\x0f\n\x07message\x18\x02 \x01(\t\"m\n\x07GpuInfo\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x1c\n\x14supported_clocks_mhz\x18\x03 \x03(\r\x12\x0c\n\x04uuid\x18\x04 \x01(\t\x12\x19\n\x11max_power_limit_w\x18\x05 \x01(\x01\"Z\n\x05Lease\x12%\n\x03gpu\x18\x01 \x01(\x0b\x32\x18.perseus.gpud.v1.GpuInfo\x12\x17\n\x0flease_timeout_s\x18\x02 \x01(\x01\x12\x11\n\tread_only\x18\x03 \x01(\x08\"b\n\nClockState\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04uuid\x18\x04 \x01(\t\x12\x17\n\nlocked_mhz\x18\x02 \x01(\rH\x00\x88\x01\x01\x12\x0f\n\x07\x61pplied\x18\x03 \x01(\x08\x42\r\n\x0b_locked_mhz\"*\n\x06\x45nergy\x12\r\n\x05index\x18\x01 \x01(\r\x12\x11\n\tenergy_mj\x18\x02 \x01(\x04\"v\n\x06Sample\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0e\n\x06sm_mhz\x18\x02 \x01(\r\x12\x17\n\nlocked_mhz\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\x0f\n\x07reasons\x18\x04 \x01(\x04\x12\x14\n\x0creason_names\x18\x05 \x03(\tB\r\n\x0b_locked_mhz\"\x84\x01\n\x06Holder\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x0b\n\x03uid\x18\x02 \x01(\r\x12\x0b\n\x03pod\x18\x03 \x01(\t\x12\x11\n\tnamespace\x18\x04 \x01(\t\x12\x11\n\tslurm_job\x18\x05 \x01(\t\x12\x10\n\x08owned_by\x18\x06 \x01(\t\x12\x0b\n\x03job\x18\x07 \x01(\t\x12\x0e\n\x06tenant\x18\x08 \x01(\t\"\x87\x01\n\tGpuStatus\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x17\n\nlocked_mhz\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\'\n\x06holder\x18\x04 \x01(\x0b\x32\x17.perseus.gpud.v1.Holder\x12\x0c\n\x04uuid\x18\x05 \x01(\tB\r\n\x0b_locked_mhz\"^\n\x06Status\x12(\n\x04gpus\x18\x01 \x03(\x0b\x32\x1a.perseus.gpud.v1.GpuStatus\x12\x11\n\tread_only\x18\x02 \x01(\x08\x12\x17\n\x0flease_timeout_s\x18\x03 \x01(\x01*\xe1\x01\n\tErrorCode\x12\x1a\n\x16\x45RROR_CODE_UNSPECIFIED\x10\x00\x12\x14\n\x10INVALID_ARGUMENT\x10\x01\x12\x15\n\x11PERMISSION_DENIED\x10\x02\x12\r\n\tNOT_FOUND\x10\x03\x12\x0e\n\nLEASE_HELD\x10\x04\x12\x0e\n\nNOT_LEASED\x10\x05\x12\x15\n\x11UNSUPPORTED_CLOCK\x10\x06\x12\x10\n\x0c\x44\x45VICE_ERROR\x10\x07\x12\r\n\tTOO_LARGE\x10\x08\x12\r\n\tNOT_OWNER\x10\t\x12\x08\n\x04\x42USY\x10\n\x12\x0b\n\x07TIMEOUT\x10\x0b\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fperseus_common/proto/gpud.proto\x12\x0fperseus.gpud.v1\"\xf0\x03\n\x07Request\x12\n\n\x02id\x18\x01 \x01(\x04\x12(\n\x05lease\x18\x02 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12*\n\x07release\x18\x03 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12.\n\tset_clock\x18\x04 \x01(\x0b\x32\x19.perseus.gpud.v1.SetClockH\x00\x12.\n\x0breset_clock\x18\x05 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12\x33\n\x10supported_clocks\x18\x06 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12)\n\x06\x65nergy\x18\x07 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12)\n\x06sample\x18\x08 \x01(\x0b\x32\x17.perseus.gpud.v1.GpuRefH\x00\x12(\n\x06status\x18\t \x01(\x0b\x32\x16.perseus.gpud.v1.EmptyH\x00\x12+\n\theartbeat\x18\n \x01(\x0b\x32\x16.perseus.gpud.v1.EmptyH\x00\x12\x39\n\x0fset_power_floor\x18\x0b \x01(\x0b\x32\x1e.perseus.gpud.v1.SetPowerFloorH\x00\x42\x06\n\x04\x63\x61ll\"\xbb\x03\n\x08Response\x12\n\n\x02id\x18\x01 \x01(\x04\x12%\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x16.perseus.gpud.v1.Error\x12\'\n\x05lease\x18\x03 \x01(\x0b\x32\x16.perseus.gpud.v1.LeaseH\x00\x12,\n\x05\x63lock\x18\x04 \x01(\x0b\x32\x1b.perseus.gpud.v1.ClockStateH\x00\x12\x34\n\x10supported_clocks\x18\x05 \x01(\x0b\x32\x18.perseus.gpud.v1.GpuInfoH\x00\x12)\n\x06\x65nergy\x18\x06 \x01(\x0b\x32\x17.perseus.gpud.v1.EnergyH\x00\x12)\n\x06sample\x18\x07 \x01(\x0b\x32\x17.perseus.gpud.v1.SampleH\x00\x12)\n\x06status\x18\x08 \x01(\x0b\x32\x17.perseus.gpud.v1.StatusH\x00\x12+\n\theartbeat\x18\t \x01(\x0b\x32\x16.perseus.gpud.v1.EmptyH\x00\x12\x37\n\x0bpower_floor\x18\n \x01(\x0b\x32 .perseus.gpud.v1.PowerFloorStateH\x00\x42\x08\n\x06result\"\x07\n\x05\x45mpty\"B\n\x06GpuRef\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x0b\n\x03job\x18\x03 \x01(\t\x12\x0e\n\x06tenant\x18\x04 \x01(\t\"4\n\x08SetClock\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0b\n\x03mhz\x18\x02 \x01(\r\x12\x0c\n\x04uuid\x18\x03 \x01(\t\"Q\n\rSetPowerFloor\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\r\n\x05watts\x18\x03 \x01(\x01\x12\x14\n\x0cramp_w_per_s\x18\x04 \x01(\x01\"c\n\x0fPowerFloorState\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\r\n\x05watts\x18\x03 \x01(\x01\x12\x0f\n\x07\x61pplied\x18\x04 \x01(\x08\x12\x13\n\x0bunavailable\x18\x05 \x01(\t\"B\n\x05\x45rror\x12(\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x1a.perseus.gpud.v1.ErrorCode\x12\x0f\n\x07message\x18\x02 \x01(\t\"\x88\x01\n\x07GpuInfo\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x1c\n\x14supported_clocks_mhz\x18\x03 \x03(\r\x12\x0c\n\x04uuid\x18\x04 \x01(\t\x12\x19\n\x11max_power_limit_w\x18\x05 \x01(\x01\x12\x19\n\x11\x66loor_unavailable\x18\x06 \x01(\t\"Z\n\x05Lease\x12%\n\x03gpu\x18\x01 \x01(\x0b\x32\x18.perseus.gpud.v1.GpuInfo\x12\x17\n\x0flease_timeout_s\x18\x02 \x01(\x01\x12\x11\n\tread_only\x18\x03 \x01(\x08\"b\n\nClockState\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04uuid\x18\x04 \x01(\t\x12\x17\n\nlocked_mhz\x18\x02 \x01(\rH\x00\x88\x01\x01\x12\x0f\n\x07\x61pplied\x18\x03 \x01(\x08\x42\r\n\x0b_locked_mhz\"*\n\x06\x45nergy\x12\r\n\x05index\x18\x01 \x01(\r\x12\x11\n\tenergy_mj\x18\x02 \x01(\x04\"v\n\x06Sample\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0e\n\x06sm_mhz\x18\x02 \x01(\r\x12\x17\n\nlocked_mhz\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\x0f\n\x07reasons\x18\x04 \x01(\x04\x12\x14\n\x0creason_names\x18\x05 \x03(\tB\r\n\x0b_locked_mhz\"\x84\x01\n\x06Holder\x12\x0b\n\x03pid\x18\x01 \x01(\r\x12\x0b\n\x03uid\x18\x02 \x01(\r\x12\x0b\n\x03pod\x18\x03 \x01(\t\x12\x11\n\tnamespace\x18\x04 \x01(\t\x12\x11\n\tslurm_job\x18\x05 \x01(\t\x12\x10\n\x08owned_by\x18\x06 \x01(\t\x12\x0b\n\x03job\x18\x07 \x01(\t\x12\x0e\n\x06tenant\x18\x08 \x01(\t\"\x87\x01\n\tGpuStatus\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x17\n\nlocked_mhz\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\'\n\x06holder\x18\x04 \x01(\x0b\x32\x17.perseus.gpud.v1.Holder\x12\x0c\n\x04uuid\x18\x05 \x01(\tB\r\n\x0b_locked_mhz\"^\n\x06Status\x12(\n\x04gpus\x18\x01 \x03(\x0b\x32\x1a.perseus.gpud.v1.GpuStatus\x12\x11\n\tread_only\x18\x02 \x01(\x08\x12\x17\n\x0flease_timeout_s\x18\x03 \x01(\x01*\xe1\x01\n\tErrorCode\x12\x1a\n\x16\x45RROR_CODE_UNSPECIFIED\x10\x00\x12\x14\n\x10INVALID_ARGUMENT\x10\x01\x12\x15\n\x11PERMISSION_DENIED\x10\x02\x12\r\n\tNOT_FOUND\x10\x03\x12\x0e\n\nLEASE_HELD\x10\x04\x12\x0e\n\nNOT_LEASED\x10\x05\x12\x15\n\x11UNSUPPORTED_CLOCK\x10\x06\x12\x10\n\x0c\x44\x45VICE_ERROR\x10\x07\x12\r\n\tTOO_LARGE\x10\x08\x12\r\n\tNOT_OWNER\x10\t\x12\x08\n\x04\x42USY\x10\n\x12\x0b\n\x07TIMEOUT\x10\x0b\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'perseus_common.proto.gpud_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ERRORCODE']._serialized_start=1917
-  _globals['_ERRORCODE']._serialized_end=2142
+  _globals['_ERRORCODE']._serialized_start=2245
+  _globals['_ERRORCODE']._serialized_end=2470
   _globals['_REQUEST']._serialized_start=53
-  _globals['_REQUEST']._serialized_end=490
-  _globals['_RESPONSE']._serialized_start=493
-  _globals['_RESPONSE']._serialized_end=879
-  _globals['_EMPTY']._serialized_start=881
-  _globals['_EMPTY']._serialized_end=888
-  _globals['_GPUREF']._serialized_start=890
-  _globals['_GPUREF']._serialized_end=956
-  _globals['_SETCLOCK']._serialized_start=958
-  _globals['_SETCLOCK']._serialized_end=1010
-  _globals['_ERROR']._serialized_start=1012
-  _globals['_ERROR']._serialized_end=1078
-  _globals['_GPUINFO']._serialized_start=1080
-  _globals['_GPUINFO']._serialized_end=1189
-  _globals['_LEASE']._serialized_start=1191
-  _globals['_LEASE']._serialized_end=1281
-  _globals['_CLOCKSTATE']._serialized_start=1283
-  _globals['_CLOCKSTATE']._serialized_end=1381
-  _globals['_ENERGY']._serialized_start=1383
-  _globals['_ENERGY']._serialized_end=1425
-  _globals['_SAMPLE']._serialized_start=1427
-  _globals['_SAMPLE']._serialized_end=1545
-  _globals['_HOLDER']._serialized_start=1548
-  _globals['_HOLDER']._serialized_end=1680
-  _globals['_GPUSTATUS']._serialized_start=1683
-  _globals['_GPUSTATUS']._serialized_end=1818
-  _globals['_STATUS']._serialized_start=1820
-  _globals['_STATUS']._serialized_end=1914
+  _globals['_REQUEST']._serialized_end=549
+  _globals['_RESPONSE']._serialized_start=552
+  _globals['_RESPONSE']._serialized_end=995
+  _globals['_EMPTY']._serialized_start=997
+  _globals['_EMPTY']._serialized_end=1004
+  _globals['_GPUREF']._serialized_start=1006
+  _globals['_GPUREF']._serialized_end=1072
+  _globals['_SETCLOCK']._serialized_start=1074
+  _globals['_SETCLOCK']._serialized_end=1126
+  _globals['_SETPOWERFLOOR']._serialized_start=1128
+  _globals['_SETPOWERFLOOR']._serialized_end=1209
+  _globals['_POWERFLOORSTATE']._serialized_start=1211
+  _globals['_POWERFLOORSTATE']._serialized_end=1310
+  _globals['_ERROR']._serialized_start=1312
+  _globals['_ERROR']._serialized_end=1378
+  _globals['_GPUINFO']._serialized_start=1381
+  _globals['_GPUINFO']._serialized_end=1517
+  _globals['_LEASE']._serialized_start=1519
+  _globals['_LEASE']._serialized_end=1609
+  _globals['_CLOCKSTATE']._serialized_start=1611
+  _globals['_CLOCKSTATE']._serialized_end=1709
+  _globals['_ENERGY']._serialized_start=1711
+  _globals['_ENERGY']._serialized_end=1753
+  _globals['_SAMPLE']._serialized_start=1755
+  _globals['_SAMPLE']._serialized_end=1873
+  _globals['_HOLDER']._serialized_start=1876
+  _globals['_HOLDER']._serialized_end=2008
+  _globals['_GPUSTATUS']._serialized_start=2011
+  _globals['_GPUSTATUS']._serialized_end=2146
+  _globals['_STATUS']._serialized_start=2148
+  _globals['_STATUS']._serialized_end=2242
 # @@protoc_insertion_point(module_scope)

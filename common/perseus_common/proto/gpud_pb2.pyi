@@ -35,7 +35,7 @@ BUSY: ErrorCode
 TIMEOUT: ErrorCode
 
 class Request(_message.Message):
-    __slots__ = ("id", "lease", "release", "set_clock", "reset_clock", "supported_clocks", "energy", "sample", "status", "heartbeat")
+    __slots__ = ("id", "lease", "release", "set_clock", "reset_clock", "supported_clocks", "energy", "sample", "status", "heartbeat", "set_power_floor")
     ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     RELEASE_FIELD_NUMBER: _ClassVar[int]
@@ -46,6 +46,7 @@ class Request(_message.Message):
     SAMPLE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    SET_POWER_FLOOR_FIELD_NUMBER: _ClassVar[int]
     id: int
     lease: GpuRef
     release: GpuRef
@@ -56,10 +57,11 @@ class Request(_message.Message):
     sample: GpuRef
     status: Empty
     heartbeat: Empty
-    def __init__(self, id: _Optional[int] = ..., lease: _Optional[_Union[GpuRef, _Mapping]] = ..., release: _Optional[_Union[GpuRef, _Mapping]] = ..., set_clock: _Optional[_Union[SetClock, _Mapping]] = ..., reset_clock: _Optional[_Union[GpuRef, _Mapping]] = ..., supported_clocks: _Optional[_Union[GpuRef, _Mapping]] = ..., energy: _Optional[_Union[GpuRef, _Mapping]] = ..., sample: _Optional[_Union[GpuRef, _Mapping]] = ..., status: _Optional[_Union[Empty, _Mapping]] = ..., heartbeat: _Optional[_Union[Empty, _Mapping]] = ...) -> None: ...
+    set_power_floor: SetPowerFloor
+    def __init__(self, id: _Optional[int] = ..., lease: _Optional[_Union[GpuRef, _Mapping]] = ..., release: _Optional[_Union[GpuRef, _Mapping]] = ..., set_clock: _Optional[_Union[SetClock, _Mapping]] = ..., reset_clock: _Optional[_Union[GpuRef, _Mapping]] = ..., supported_clocks: _Optional[_Union[GpuRef, _Mapping]] = ..., energy: _Optional[_Union[GpuRef, _Mapping]] = ..., sample: _Optional[_Union[GpuRef, _Mapping]] = ..., status: _Optional[_Union[Empty, _Mapping]] = ..., heartbeat: _Optional[_Union[Empty, _Mapping]] = ..., set_power_floor: _Optional[_Union[SetPowerFloor, _Mapping]] = ...) -> None: ...
 
 class Response(_message.Message):
-    __slots__ = ("id", "error", "lease", "clock", "supported_clocks", "energy", "sample", "status", "heartbeat")
+    __slots__ = ("id", "error", "lease", "clock", "supported_clocks", "energy", "sample", "status", "heartbeat", "power_floor")
     ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +71,7 @@ class Response(_message.Message):
     SAMPLE_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    POWER_FLOOR_FIELD_NUMBER: _ClassVar[int]
     id: int
     error: Error
     lease: Lease
@@ -78,7 +81,8 @@ class Response(_message.Message):
     sample: Sample
     status: Status
     heartbeat: Empty
-    def __init__(self, id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., clock: _Optional[_Union[ClockState, _Mapping]] = ..., supported_clocks: _Optional[_Union[GpuInfo, _Mapping]] = ..., energy: _Optional[_Union[Energy, _Mapping]] = ..., sample: _Optional[_Union[Sample, _Mapping]] = ..., status: _Optional[_Union[Status, _Mapping]] = ..., heartbeat: _Optional[_Union[Empty, _Mapping]] = ...) -> None: ...
+    power_floor: PowerFloorState
+    def __init__(self, id: _Optional[int] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., lease: _Optional[_Union[Lease, _Mapping]] = ..., clock: _Optional[_Union[ClockState, _Mapping]] = ..., supported_clocks: _Optional[_Union[GpuInfo, _Mapping]] = ..., energy: _Optional[_Union[Energy, _Mapping]] = ..., sample: _Optional[_Union[Sample, _Mapping]] = ..., status: _Optional[_Union[Status, _Mapping]] = ..., heartbeat: _Optional[_Union[Empty, _Mapping]] = ..., power_floor: _Optional[_Union[PowerFloorState, _Mapping]] = ...) -> None: ...
 
 class Empty(_message.Message):
     __slots__ = ()
@@ -106,6 +110,32 @@ class SetClock(_message.Message):
     uuid: str
     def __init__(self, index: _Optional[int] = ..., mhz: _Optional[int] = ..., uuid: _Optional[str] = ...) -> None: ...
 
+class SetPowerFloor(_message.Message):
+    __slots__ = ("index", "uuid", "watts", "ramp_w_per_s")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    WATTS_FIELD_NUMBER: _ClassVar[int]
+    RAMP_W_PER_S_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    uuid: str
+    watts: float
+    ramp_w_per_s: float
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., watts: _Optional[float] = ..., ramp_w_per_s: _Optional[float] = ...) -> None: ...
+
+class PowerFloorState(_message.Message):
+    __slots__ = ("index", "uuid", "watts", "applied", "unavailable")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    WATTS_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    uuid: str
+    watts: float
+    applied: bool
+    unavailable: str
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., watts: _Optional[float] = ..., applied: _Optional[bool] = ..., unavailable: _Optional[str] = ...) -> None: ...
+
 class Error(_message.Message):
     __slots__ = ("code", "message")
     CODE_FIELD_NUMBER: _ClassVar[int]
@@ -115,18 +145,20 @@ class Error(_message.Message):
     def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ...) -> None: ...
 
 class GpuInfo(_message.Message):
-    __slots__ = ("index", "name", "supported_clocks_mhz", "uuid", "max_power_limit_w")
+    __slots__ = ("index", "name", "supported_clocks_mhz", "uuid", "max_power_limit_w", "floor_unavailable")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     SUPPORTED_CLOCKS_MHZ_FIELD_NUMBER: _ClassVar[int]
     UUID_FIELD_NUMBER: _ClassVar[int]
     MAX_POWER_LIMIT_W_FIELD_NUMBER: _ClassVar[int]
+    FLOOR_UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
     index: int
     name: str
     supported_clocks_mhz: _containers.RepeatedScalarFieldContainer[int]
     uuid: str
     max_power_limit_w: float
-    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., supported_clocks_mhz: _Optional[_Iterable[int]] = ..., uuid: _Optional[str] = ..., max_power_limit_w: _Optional[float] = ...) -> None: ...
+    floor_unavailable: str
+    def __init__(self, index: _Optional[int] = ..., name: _Optional[str] = ..., supported_clocks_mhz: _Optional[_Iterable[int]] = ..., uuid: _Optional[str] = ..., max_power_limit_w: _Optional[float] = ..., floor_unavailable: _Optional[str] = ...) -> None: ...
 
 class Lease(_message.Message):
     __slots__ = ("gpu", "lease_timeout_s", "read_only")

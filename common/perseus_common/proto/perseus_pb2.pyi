@@ -12,9 +12,18 @@ class ClockControlState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CLOCK_CONTROL_UNSPECIFIED: _ClassVar[ClockControlState]
     CLOCK_CONTROL_ACTIVE: _ClassVar[ClockControlState]
     CLOCK_CONTROL_UNAVAILABLE: _ClassVar[ClockControlState]
+
+class PowerFloorState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    POWER_FLOOR_UNSPECIFIED: _ClassVar[PowerFloorState]
+    POWER_FLOOR_HELD: _ClassVar[PowerFloorState]
+    POWER_FLOOR_UNAVAILABLE: _ClassVar[PowerFloorState]
 CLOCK_CONTROL_UNSPECIFIED: ClockControlState
 CLOCK_CONTROL_ACTIVE: ClockControlState
 CLOCK_CONTROL_UNAVAILABLE: ClockControlState
+POWER_FLOOR_UNSPECIFIED: PowerFloorState
+POWER_FLOOR_HELD: PowerFloorState
+POWER_FLOOR_UNAVAILABLE: PowerFloorState
 
 class RegisterRankRequest(_message.Message):
     __slots__ = ("job_id", "global_rank", "pipeline_rank", "data_rank", "tensor_rank", "gpu_name", "supported_clocks_mhz", "hostname", "max_power_limit_w", "clock_control")
@@ -105,7 +114,7 @@ class PowerFloor(_message.Message):
     def __init__(self, start_s: _Optional[float] = ..., end_s: _Optional[float] = ..., watts: _Optional[float] = ...) -> None: ...
 
 class PlanUpdate(_message.Message):
-    __slots__ = ("version", "steps", "reason", "expected_iteration_time", "profiling", "power_floors", "plan_swing")
+    __slots__ = ("version", "steps", "reason", "expected_iteration_time", "profiling", "power_floors", "plan_swing", "ramp_w_per_s")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -113,6 +122,7 @@ class PlanUpdate(_message.Message):
     PROFILING_FIELD_NUMBER: _ClassVar[int]
     POWER_FLOORS_FIELD_NUMBER: _ClassVar[int]
     PLAN_SWING_FIELD_NUMBER: _ClassVar[int]
+    RAMP_W_PER_S_FIELD_NUMBER: _ClassVar[int]
     version: int
     steps: _containers.RepeatedCompositeFieldContainer[PlanStep]
     reason: str
@@ -120,7 +130,8 @@ class PlanUpdate(_message.Message):
     profiling: ProfilingTask
     power_floors: _containers.RepeatedCompositeFieldContainer[PowerFloor]
     plan_swing: float
-    def __init__(self, version: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ..., reason: _Optional[str] = ..., expected_iteration_time: _Optional[float] = ..., profiling: _Optional[_Union[ProfilingTask, _Mapping]] = ..., power_floors: _Optional[_Iterable[_Union[PowerFloor, _Mapping]]] = ..., plan_swing: _Optional[float] = ...) -> None: ...
+    ramp_w_per_s: float
+    def __init__(self, version: _Optional[int] = ..., steps: _Optional[_Iterable[_Union[PlanStep, _Mapping]]] = ..., reason: _Optional[str] = ..., expected_iteration_time: _Optional[float] = ..., profiling: _Optional[_Union[ProfilingTask, _Mapping]] = ..., power_floors: _Optional[_Iterable[_Union[PowerFloor, _Mapping]]] = ..., plan_swing: _Optional[float] = ..., ramp_w_per_s: _Optional[float] = ...) -> None: ...
 
 class InstructionMeasurement(_message.Message):
     __slots__ = ("instruction", "microbatch", "frequency_mhz", "time", "energy", "stage")
@@ -139,7 +150,7 @@ class InstructionMeasurement(_message.Message):
     def __init__(self, instruction: _Optional[str] = ..., microbatch: _Optional[int] = ..., frequency_mhz: _Optional[int] = ..., time: _Optional[float] = ..., energy: _Optional[float] = ..., stage: _Optional[int] = ...) -> None: ...
 
 class IterationReport(_message.Message):
-    __slots__ = ("job_id", "rank_id", "iteration", "iteration_time", "plan_version", "instructions", "energy", "sequence", "off_plan", "clock_samples", "clock_event_reasons", "incarnation", "clock_control", "transfers")
+    __slots__ = ("job_id", "rank_id", "iteration", "iteration_time", "plan_version", "instructions", "energy", "sequence", "off_plan", "clock_samples", "clock_event_reasons", "incarnation", "clock_control", "transfers", "power_floor")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     RANK_ID_FIELD_NUMBER: _ClassVar[int]
     ITERATION_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +165,7 @@ class IterationReport(_message.Message):
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     CLOCK_CONTROL_FIELD_NUMBER: _ClassVar[int]
     TRANSFERS_FIELD_NUMBER: _ClassVar[int]
+    POWER_FLOOR_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     rank_id: str
     iteration: int
@@ -168,7 +180,18 @@ class IterationReport(_message.Message):
     incarnation: int
     clock_control: ClockControl
     transfers: _containers.RepeatedCompositeFieldContainer[TransferMeasurement]
-    def __init__(self, job_id: _Optional[str] = ..., rank_id: _Optional[str] = ..., iteration: _Optional[int] = ..., iteration_time: _Optional[float] = ..., plan_version: _Optional[int] = ..., instructions: _Optional[_Iterable[_Union[InstructionMeasurement, _Mapping]]] = ..., energy: _Optional[float] = ..., sequence: _Optional[int] = ..., off_plan: _Optional[_Iterable[_Union[OffPlanInstruction, _Mapping]]] = ..., clock_samples: _Optional[int] = ..., clock_event_reasons: _Optional[_Iterable[str]] = ..., incarnation: _Optional[int] = ..., clock_control: _Optional[_Union[ClockControl, _Mapping]] = ..., transfers: _Optional[_Iterable[_Union[TransferMeasurement, _Mapping]]] = ...) -> None: ...
+    power_floor: PowerFloorControl
+    def __init__(self, job_id: _Optional[str] = ..., rank_id: _Optional[str] = ..., iteration: _Optional[int] = ..., iteration_time: _Optional[float] = ..., plan_version: _Optional[int] = ..., instructions: _Optional[_Iterable[_Union[InstructionMeasurement, _Mapping]]] = ..., energy: _Optional[float] = ..., sequence: _Optional[int] = ..., off_plan: _Optional[_Iterable[_Union[OffPlanInstruction, _Mapping]]] = ..., clock_samples: _Optional[int] = ..., clock_event_reasons: _Optional[_Iterable[str]] = ..., incarnation: _Optional[int] = ..., clock_control: _Optional[_Union[ClockControl, _Mapping]] = ..., transfers: _Optional[_Iterable[_Union[TransferMeasurement, _Mapping]]] = ..., power_floor: _Optional[_Union[PowerFloorControl, _Mapping]] = ...) -> None: ...
+
+class PowerFloorControl(_message.Message):
+    __slots__ = ("state", "reason", "plan_swing")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    PLAN_SWING_FIELD_NUMBER: _ClassVar[int]
+    state: PowerFloorState
+    reason: str
+    plan_swing: float
+    def __init__(self, state: _Optional[_Union[PowerFloorState, str]] = ..., reason: _Optional[str] = ..., plan_swing: _Optional[float] = ...) -> None: ...
 
 class TransferMeasurement(_message.Message):
     __slots__ = ("boundary", "direction", "microbatch", "time")

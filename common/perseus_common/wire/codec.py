@@ -74,6 +74,23 @@ def _state_name(msg: pb.ClockControl) -> str:
     return _STATE_NAME.get(msg.state, "?")
 
 
+#: ``PowerFloorState`` values by the name the values use, and back.
+_FLOOR = {
+    "": pb.POWER_FLOOR_UNSPECIFIED,
+    "held": pb.POWER_FLOOR_HELD,
+    "unavailable": pb.POWER_FLOOR_UNAVAILABLE,
+}
+_FLOOR_NAME = {v: k for k, v in _FLOOR.items()}
+
+
+def _power_floor(state: str, reason: str, plan_swing: float) -> pb.PowerFloorControl | None:
+    if not state and not reason and not plan_swing:
+        return None
+    if state not in _FLOOR:
+        raise ValueError(f"power_floor: one of {sorted(_FLOOR)}, got {state!r}")
+    return pb.PowerFloorControl(state=_FLOOR[state], reason=reason, plan_swing=plan_swing)
+
+
 # --- registration -------------------------------------------------------------------------------
 
 
@@ -166,6 +183,7 @@ def encode_plan(update: PlanUpdate) -> pb.PlanUpdate:
             pb.PowerFloor(start_s=a, end_s=b, watts=w) for a, b, w in update.power_floors
         ],
         plan_swing=update.plan_swing,
+        ramp_w_per_s=update.ramp_w_per_s,
     )
     if update.profiling is not None:
         t = update.profiling
@@ -201,6 +219,9 @@ def decode_plan(msg: pb.PlanUpdate) -> PlanUpdate:
             and f.watts > 0
         ),
         plan_swing=msg.plan_swing if math.isfinite(msg.plan_swing) else 0.0,
+        ramp_w_per_s=(
+            msg.ramp_w_per_s if math.isfinite(msg.ramp_w_per_s) and msg.ramp_w_per_s > 0 else 0.0
+        ),
     )
 
 
@@ -258,6 +279,7 @@ def encode_report(rep: IterationReport) -> pb.IterationReport:
         clock_event_reasons=list(rep.clock_event_reasons),
         incarnation=rep.incarnation,
         clock_control=_clock_control(rep.clock_control, rep.clock_control_reason),
+        power_floor=_power_floor(rep.power_floor, rep.power_floor_reason, rep.power_floor_swing),
         transfers=[
             pb.TransferMeasurement(
                 boundary=t.boundary, direction=t.direction, microbatch=t.microbatch, time=t.time
@@ -306,6 +328,9 @@ def decode_report(
         transfers=tuple(
             TransferReport(t.boundary, t.direction, t.microbatch, t.time) for t in rep.transfers
         ),
+        power_floor=_FLOOR_NAME.get(rep.power_floor.state, "?"),
+        power_floor_reason=rep.power_floor.reason,
+        power_floor_swing=rep.power_floor.plan_swing,
     )
 
 

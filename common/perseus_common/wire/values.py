@@ -112,6 +112,8 @@ class PlanUpdate:
     power_floors: tuple[tuple[float, float, float], ...] = ()
     #: the job's swing with the plan alone (0 when no swing bound is set).
     plan_swing: float = 0.0
+    #: under a ramp bound, the rate (W/s) this rank's GPU may move its floor (0: none).
+    ramp_w_per_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -185,6 +187,12 @@ class IterationReport:
     clock_control_reason: str = ""
     #: The P2P transfers the rank timed in this iteration.
     transfers: tuple[TransferReport, ...] = ()
+    #: ``held``, ``unavailable`` or ``""`` (no floors, or not said): the plan's power floors
+    #: on the rank's GPU; why unavailable, and the job's swing with the plan alone
+    #: (``PowerFloorControl``, flattened as ``ClockControl`` is).
+    power_floor: str = ""
+    power_floor_reason: str = ""
+    power_floor_swing: float = 0.0
 
 
 @dataclass(frozen=True)

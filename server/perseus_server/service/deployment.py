@@ -28,7 +28,7 @@ from perseus_server.runtime.faults import fault_point
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.persistence import persist_deployment
 from perseus_server.service.state import Deployment, Job, PlanSteps
-from perseus_server.service.swing import DeployedFloors, bounds_of
+from perseus_server.service.swing import DeployedFloors, DeployedPair, bounds_of, checked_search
 
 __all__ = ["Deployer", "DeploymentBudget", "require_frontier"]
 
@@ -116,6 +116,7 @@ class Deployer(Generic[B]):
             lowest = getattr(e, "lowest_power", None)
             extra = {"lowest_power": lowest} if policy.kind == "power_budget" else {}
             raise BadRequest(str(e), field=policy.kind, **extra) from None
+        self._check_swing(job, frontier, index, policy)
         dep = job.deployment
         if pipelines is not None:
             n = job.spec.data_parallel
@@ -131,6 +132,21 @@ class Deployer(Generic[B]):
         view = self.view(job)
         assert view is not None  # just deployed
         return view
+
+    def _check_swing(self, job: Job, frontier: Frontier, index: int, policy: PlanPolicy) -> None:
+        """Under swing bounds, search the pair before anything is stored (a 422 when none)."""
+        bounds = bounds_of(policy)
+        if bounds is None:
+            return
+        from perseus_server.service.power import job_problem
+
+        problem = job_problem(job, frontier)
+        if problem is None:
+            raise BadRequest(
+                "the job's profile no longer describes its frontier's plans: re-solve it first",
+                field="max_swing",
+            )
+        checked_search(job, frontier, index, policy, bounds, problem)
 
     def decide(self, job: Job, cause: str, *, force: bool = False) -> bool:
         """Re-decide every pipeline's plan and push it when it changed (or when ``force``)."""
@@ -236,17 +252,20 @@ class Deployer(Generic[B]):
     def _build_message(self, job: Job, dep: Deployment, rank: RankInfo, p: int) -> PlanUpdate:
         if dep.kind is DeploymentKind.PLAN:
             frontier, all_steps = self.pipeline_plan(job, dep, p)
-            floors, swing = self._floors(job, frontier, dep.indices[p], rank.pipeline_rank)
+            pair = self.pair(job, dep, p)
             return PlanUpdate(
                 version=dep.version,
                 reason=dep.reasons[p],
-                expected_iteration_time=float(frontier.times[dep.indices[p]]),
+                expected_iteration_time=(
+                    float(frontier.times[dep.indices[p]]) if pair is None else pair.time
+                ),
                 steps=tuple(
                     PlanStep(s["instruction"], s["microbatch"], s["frequency"], s["stage"])
                     for s in all_steps[rank.pipeline_rank]
                 ),
-                power_floors=floors,
-                plan_swing=swing,
+                power_floors=() if pair is None else tuple(pair.floors[rank.pipeline_rank]),
+                plan_swing=0.0 if pair is None else pair.plan_swing,
+                ramp_w_per_s=0.0 if pair is None else pair.ramp_w_per_s,
             )
         prof = dep.profiling or {}
         freq = prof.get("frequency", dep.max_clock)
@@ -262,30 +281,44 @@ class Deployer(Generic[B]):
             else None,
         )
 
-    def _floors(
-        self, job: Job, frontier: Frontier, index: int, pipeline_rank: int
-    ) -> tuple[tuple[tuple[float, float, float], ...], float]:
-        """A rank's power floors under the job's swing bounds, and the plan's own swing."""
-        bounds = bounds_of(job.deployment.policy)
-        found = None if bounds is None else self.floors.of(job, frontier, index, bounds)
-        if found is None:
-            return (), 0.0
-        return tuple(found[0][pipeline_rank]), found[1]
+    def pair(self, job: Job, dep: Deployment, p: int) -> DeployedPair | None:
+        """Pipeline ``p``'s plan and floors under the job's swing bounds (None: no bounds).
+
+        The policy's own point is searched within the policy's deadline; a pipeline on a
+        re-solved frontier of its own (slow stages) within its point's time.
+        """
+        policy = job.deployment.policy
+        bounds = bounds_of(policy)
+        if bounds is None or dep.kind is not DeploymentKind.PLAN:
+            return None
+        frontier = self.pipeline_frontier(job, dep, p)
+        if p in dep.own:
+            policy = PlanPolicy("index", float(dep.indices[p]), swing=policy.swing)
+        return self.floors.pair(job, frontier, dep.indices[p], policy, bounds)
 
     def _swing_view(self, job: Job, dep: Deployment, frontier: Frontier) -> dict[str, Any]:
         """The view's ``power_timeline`` and, under swing bounds, ``swing`` (pipeline 0's)."""
         out: dict[str, Any] = {}
-        bounds = bounds_of(job.deployment.policy)
-        timeline = self.floors.timeline(job, frontier, dep.indices[0], bounds)
+        policy = (
+            job.deployment.policy
+            if 0 not in dep.own
+            else PlanPolicy("index", float(dep.indices[0]), swing=job.deployment.policy.swing)
+        )
+        timeline = self.floors.timeline(job, frontier, dep.indices[0], policy)
         if timeline is not None:
             out["power_timeline"] = timeline
-        found = None if bounds is None else self.floors.of(job, frontier, dep.indices[0], bounds)
-        if bounds is not None and found is not None:
-            floors = [[list(f) for f in r] for r in found[0]]
+        pair = self.pair(job, dep, 0)
+        bounds = bounds_of(policy)
+        if bounds is not None and pair is not None:
             out["swing"] = {
                 "bounds": bounds.to_json(),
-                "plan_swing": found[1],
-                "power_floors": floors,
+                "plan_swing": pair.plan_swing,
+                "power_floors": [[list(f) for f in r] for r in pair.floors],
+                "ramp_w_per_s": pair.ramp_w_per_s,
+                "time": pair.time,
+                "searched": pair.searched,
+                "plan_is_frontier_point": pair.steps is None,
+                "ranks_without_floor": _unheld(job),
             }
         return out
 
@@ -301,7 +334,13 @@ class Deployer(Generic[B]):
         return job.frontier.current
 
     def pipeline_plan(self, job: Job, dep: Deployment, p: int) -> tuple[Frontier, PlanSteps]:
-        """Pipeline ``p``'s frontier and per-rank plan steps under ``dep``."""
+        """Pipeline ``p``'s frontier and per-rank plan steps under ``dep``.
+
+        Under swing bounds, the searched plan's steps (:meth:`pair`).
+        """
+        pair = self.pair(job, dep, p) if dep.kind is DeploymentKind.PLAN else None
+        if pair is not None and pair.steps is not None:
+            return self.pipeline_frontier(job, dep, p), pair.steps
         if p in dep.own:
             st = job.stragglers.slow_stages.get(p)
             if st is not None and st.frontier is not None:
@@ -377,3 +416,13 @@ class Deployer(Generic[B]):
         else:
             out["frequency"] = dep.max_clock
         return out
+
+
+def _unheld(job: Job) -> list[dict[str, Any]]:
+    """The ranks whose GPU said it cannot hold a floor: global rank, why, the plan's swing."""
+    out = []
+    for rank_id, (state, reason, swing) in job.ranks.power_floor.items():
+        rank = job.ranks.by_id.get(rank_id)
+        if state == "unavailable" and rank is not None:
+            out.append({"rank": rank.global_rank, "reason": reason, "plan_swing": swing})
+    return sorted(out, key=lambda d: d["rank"])

@@ -186,6 +186,26 @@ def validate_clock_control(where: str, state: str, reason: str) -> None:
         )
 
 
+def validate_power_floor(where: str, rep: IterationReport) -> None:
+    """Raise :class:`BadRequest` naming the field when a reported power floor is malformed."""
+    if rep.power_floor not in ("", "held", "unavailable"):
+        raise BadRequest(
+            f"{where}: unknown power-floor state (one of held, unavailable)",
+            field="power_floor.state",
+        )
+    if len(rep.power_floor_reason) > MAX_CLOCK_CONTROL_REASON:
+        raise BadRequest(
+            f"{where}: at most {MAX_CLOCK_CONTROL_REASON} characters, got "
+            f"{len(rep.power_floor_reason)}",
+            field="power_floor.reason",
+        )
+    if not (math.isfinite(rep.power_floor_swing) and 0 <= rep.power_floor_swing <= 1):
+        raise BadRequest(
+            f"{where}: a swing is a number in [0, 1], got {rep.power_floor_swing!r}",
+            field="power_floor.plan_swing",
+        )
+
+
 def validate_report(
     i: int, rep: IterationReport, job: Job, limits: Limits, rank: RankInfo | None = None
 ) -> None:
@@ -197,6 +217,7 @@ def validate_report(
     if rep.incarnation < 0:
         raise BadRequest(f"report {i}: must be >= 0, got {rep.incarnation}", field="incarnation")
     validate_clock_control(f"report {i}", rep.clock_control, rep.clock_control_reason)
+    validate_power_floor(f"report {i}", rep)
     if rep.iteration < 0:
         raise BadRequest(f"report {i}: must be >= 0, got {rep.iteration}", field="iteration")
     if len(rep.instructions) > limits.max_report_instructions:

@@ -172,6 +172,12 @@ class Reports:
                     rep.clock_control,
                     rep.clock_control_reason,
                 )
+            if rep.power_floor:
+                job.ranks.power_floor[rank.rank_id] = (
+                    rep.power_floor,
+                    rep.power_floor_reason,
+                    rep.power_floor_swing,
+                )
             if rep.sequence > 0:
                 seqs = seqs_by_job.setdefault(job.id, {})
                 key = (rank.rank_id, int(rep.incarnation))

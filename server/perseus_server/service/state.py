@@ -300,6 +300,9 @@ class RankState:
     #: Each rank's clock control as it last said: ``(state, reason)``, state ``active`` or
     #: ``unavailable`` (a rank that never said is absent).
     clock_control: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: Each rank's power floors as it last said: ``(state, reason, plan_swing)``, state
+    #: ``held`` or ``unavailable`` (a rank that never said is absent).
+    power_floor: dict[str, tuple[str, str, float]] = field(default_factory=dict)
     #: Per pipeline (``data_rank``), how many of its ranks registered (a rank's slot is fixed
     #: once registered, so a count only grows).
     per_pipeline: dict[int, int] = field(default_factory=dict)

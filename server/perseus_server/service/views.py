@@ -196,6 +196,11 @@ class Views:
             if control is not None:  # additive: only for ranks that say
                 ranks[-1]["clock_control"] = control[0]
                 ranks[-1]["clock_control_reason"] = control[1] or None
+            floor = job.ranks.power_floor.get(r.rank_id)
+            if floor is not None:  # additive: only for ranks whose plan has floors
+                ranks[-1]["power_floor"] = floor[0]
+                ranks[-1]["power_floor_reason"] = floor[1] or None
+                ranks[-1]["plan_swing"] = floor[2]
             clocks = rank_view(job, r.rank_id)
             if clocks is not None:  # additive: only for ranks that verify their clocks
                 ranks[-1]["applied_clocks"] = clocks

@@ -435,6 +435,12 @@
     let caption = `swing ${num(tl.swing, 2)} · largest 100 ms change ${watts(change)}` +
       ` · peak ${watts(tl.peak_w)}, trough ${watts(tl.trough_w)}`;
     if (before) caption = `with floors: ${caption} (plan alone: swing ${num(before.swing, 2)})`;
+    const unheld = sw && Array.isArray(sw.ranks_without_floor) ? sw.ranks_without_floor : [];
+    if (unheld.length) {
+      caption += ` · ${unheld.length} rank(s) cannot hold a floor (rank ` +
+        `${unheld.map((r) => r.rank).join(", ")}: ${unheld[0].reason}); ` +
+        `there the plan alone swings ${num(unheld[0].plan_swing, 2)}`;
+    }
     g.append(svg("text", { x: L, y: 14, class: "tl-caption" }, caption));
     return g;
   }
