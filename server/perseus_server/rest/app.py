@@ -30,7 +30,6 @@ from perseus_server.rest.swagger import install_swagger
 from perseus_server.rest.ui import install_ui
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
-from perseus_server.service.zeus import ZeusRuns
 
 __all__ = ["create_app", "TAGS"]
 
@@ -57,11 +56,11 @@ def create_app(
 ) -> FastAPI:
     """The REST application over ``service`` (state is passed explicitly, no globals).
 
-    ``credentials`` (default: just the admin ``token``, issued ones in ``service.store``);
+    ``credentials`` (default: just the admin ``token``, issued ones in the service's store);
     ``allowed_hosts``: host names an open server answers besides loopback ones;
     ``zeus_routes``: mount Zeus's routes under ``/zeus`` with these settings (None: not).
     """
-    credentials = credentials or Credentials(service.store, admin=token)
+    credentials = credentials or service.authority(token)
     # plan queries go to the gate first (rest/plans.py); the rest as in any FastAPI app
     app = plans.PlanQueriesFirst(
         title="Perseus",
@@ -92,7 +91,7 @@ def create_app(
     )
     if zeus_routes is not None:  # outside the gate: it hands the gate the URL's credential
         app.add_middleware(zeus.ZeusCredentialPath, credentials=credentials)
-        app.include_router(zeus.zeus_router(ZeusRuns(service, zeus_routes)))
+        app.include_router(zeus.zeus_router(service.zeus_runs(zeus_routes)))
     install_error_handlers(app)
     install_openapi(app)
     app.include_router(status.status_router(service))

@@ -117,7 +117,7 @@ def plans_router(service: PerseusService) -> APIRouter:
 
         Poll ``GET /jobs/{id}/frontier``. When done, the fastest plan is deployed.
         """
-        return service.solves.start(job_id)
+        return service.start_solve(job_id)
 
     @router.get(
         "/jobs/{job_id}/frontier",
@@ -140,7 +140,7 @@ def plans_router(service: PerseusService) -> APIRouter:
     )
     async def cancel_frontier(job_id: str) -> dict[str, Any]:
         """Stops a running frontier computation (409 when none runs)."""
-        return service.solves.cancel(job_id)
+        return service.cancel_solve(job_id)
 
     @router.get(
         "/jobs/{job_id}/frontier.png",
@@ -157,7 +157,7 @@ def plans_router(service: PerseusService) -> APIRouter:
     )
     async def frontier_plot(job_id: str) -> Response:
         """Energy against iteration time, the deployed points marked."""
-        frontier, deployed = service.solves.frontier_of(job_id)
+        frontier, deployed = service.frontier_of(job_id)
         marked = [(i, f"deployed: point {i}") for i in sorted(set(deployed))]
         png = await asyncio.to_thread(
             lambda: frontier_png(frontier.to_json(), marked=marked, title=f"job {job_id}")
