@@ -9,26 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from perseus.errors import OptionError
 from perseus.plot import frontier_png
-from perseus.policies import CRITERIA_FIRST, POLICIES, POLICY_NAMES, chosen
+from perseus.policies import POLICIES
 from perseus.power import SwingBounds
-from perseus_server.decisions.planner import PlanPolicy
-from perseus_server.domain.errors import BadRequest
 from perseus_server.models import FrontierStatus, PlanDeployment, PlanDoc, PlanSelect
 from perseus_server.models.requests import policy_field
 from perseus_server.rest.docs import operation
 from perseus_server.rest.gate import Gate
 from perseus_server.service import PerseusService
-from perseus_server.service.swing import SWING_FIELDS, swing_bounds, swing_items
+from perseus_server.service.swing import swing_bounds
 
 __all__ = ["TAGS", "PlanAnswerFront", "PlanQueriesFirst", "plans_router"]
 
@@ -39,22 +34,6 @@ TAGS = [
         "description": "Plans by a policy (deadline, slowdown, budgets, cost); deployment.",
     },
 ]
-
-
-def _policy(given: Mapping[str, Any]) -> PlanPolicy:
-    """The plan policy among the request's fields or query parameters (none: the fastest plan).
-
-    A 422 naming the field for two policies, an option without its policy or a value out of
-    bounds (:func:`perseus.policies.chosen`).
-    """
-    try:
-        found = chosen(given)
-    except OptionError as e:
-        raise BadRequest(str(e), field=e.field) from None
-    if found is None:
-        return PlanPolicy()
-    name, value, options = found
-    return PlanPolicy(name, value, options=tuple(sorted(options.items())))
 
 
 def _policy_query(**given: Any) -> dict[str, Any]:
@@ -189,13 +168,10 @@ def plans_router(service: PerseusService) -> APIRouter:
         least energy within that policy's deadline meeting them (``power_floors``); a 422
         naming ``least_swing`` when none does.
         """
-        policy = _policy(given)
-        if all(given.get(name) is None for name in POLICY_NAMES):
-            raise BadRequest(f"give one of {', '.join(CRITERIA_FIRST)}", field=CRITERIA_FIRST[0])
         # The bytes are kept under the raw query string: the same query again is answered by
         # PlanAnswerFront before routing (PlanDoc documents them).
         query = request.scope.get("query_string", b"")
-        body = service.query_plan(job_id, policy, steps=steps, query=query, swing=swing)
+        body = service.query_plan(job_id, given, steps=steps, query=query, swing=swing)
         return Response(body, media_type="application/json")
 
     @router.put(
@@ -209,16 +185,7 @@ def plans_router(service: PerseusService) -> APIRouter:
         The policy has at most one criterion (none: the fastest plan); pinning sets the
         given ``pipelines`` to the selected point.
         """
-        given = body.model_dump(exclude={"pipelines"})
-        swing = swing_bounds({k: given.pop(k) for k in SWING_FIELDS})
-        policy = _policy(given)
-        if swing is not None:
-            if body.pipelines is not None:
-                raise BadRequest(
-                    "swing bounds are the whole job's: give no pipelines", field="max_swing"
-                )
-            policy = replace(policy, swing=swing_items(swing))
-        return service.deploy(job_id, policy, body.pipelines)
+        return service.deploy(job_id, body.model_dump(exclude={"pipelines"}), body.pipelines)
 
     return router
 

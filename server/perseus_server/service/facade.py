@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
 from perseus.frontier import Frontier
@@ -30,7 +30,6 @@ from perseus.power import SwingBounds
 from perseus.profiles import Profile
 from perseus_server.config import Limits, ZeusConfig
 from perseus_server.decisions.detectors import DetectorSettings
-from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.errors import Conflict
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.domain.states import JobActivity, StreamEnd
@@ -66,7 +65,7 @@ from perseus_server.service.measured_power import MeasuredPower
 from perseus_server.service.observers import RankHistory
 from perseus_server.service.online_profiling import OnlineProfiling
 from perseus_server.service.persistence import load_jobs
-from perseus_server.service.plans import PlanAnswers, PlanQueries, shape_policy
+from perseus_server.service.plans import PlanQueries, deployed_policy, shape_policy
 from perseus_server.service.power import PlanPowers
 from perseus_server.service.power_budget import PowerBudget
 from perseus_server.service.power_draw import draw_view, why_drawn
@@ -163,7 +162,6 @@ class PerseusService(AdministrationFacade):
         self.profiles = Profiles(ctx)
         self.solves = Solves(ctx, self.deployer, tenants=lambda: len(self.tenants.ids()))
         self.plans = PlanQueries(ctx, self.powers)
-        self.answers = PlanAnswers()
         self.slow_stages = SlowStageResolver(ctx, self.deployer, withheld=checks.reason)
         self.stragglers = Stragglers(ctx, self.deployer, self.slow_stages, checks)
         self.profiling = OnlineProfiling(ctx, self.deployer, self.profiles, self.solves)
@@ -327,7 +325,7 @@ class PerseusService(AdministrationFacade):
         self.store.delete_job(job.id)
         self.powers.forget(job.id)
         self.deployer.floors.forget(job.id)
-        self.answers.forget(job.id)
+        self.plans.forget(job.id)
         self.lifecycle.removed(job.id)
         self.reports.forget(job.id)
         self.power_budget.job_removed(job.id)
@@ -396,47 +394,36 @@ class PerseusService(AdministrationFacade):
     # --- plans -----------------------------------------------------------------------------------
 
     def cached_plan(self, job_id: str, query: Hashable) -> bytes | None:
-        """The answer :meth:`query_plan` built for ``query``, while it still stands; None when none.
+        """The answer :meth:`query_plan` kept for ``query`` while it stands (None: none).
 
-        It stands while the job's frontier and profile are still the ones it was built from
-        (:class:`PlanAnswers`); None also when there is no such job. The caller has
-        authorized the request (the REST gate).
+        The caller has authorized the request (the REST gate); see :meth:`PlanQueries.cached`.
         """
-        job = self.jobs.find(job_id)
-        return None if job is None else self.answers.get(job, query)
+        return self.plans.cached(job_id, query)
 
     def query_plan(
         self,
         job_id: str,
-        policy: PlanPolicy,
+        given: Mapping[str, Any],
         *,
         steps: bool = False,
         query: Hashable = None,
         swing: SwingBounds | None = None,
     ) -> bytes:
-        """The plan ``policy`` selects as a JSON document (bytes).
+        """``GET /jobs/{id}/plan``: the plan the policy among ``given`` selects, JSON (bytes).
 
-        Kept for :meth:`cached_plan` under ``query`` when given. Not kept: the cost policy
-        without its ``max_power`` (the job's comes from its ranks, which register at any
-        time).
+        Kept for :meth:`cached_plan` under ``query`` (see :meth:`PlanQueries.query`).
         """
-        job = self.jobs.get(job_id)
-        body = self.plans.query(job_id, shape_policy(job, policy), steps=steps, swing=swing)
-        if query is not None and not (
-            policy.kind == "eta" and all(k != "max_power" for k, _ in policy.options)
-        ):
-            self.answers.put(job, query, body)
-        return body
+        return self.plans.query(job_id, given, steps=steps, query=query, swing=swing)
 
     def deploy(
-        self, job_id: str, policy: PlanPolicy, pipelines: list[int] | None
+        self, job_id: str, given: Mapping[str, Any], pipelines: list[int] | None
     ) -> dict[str, Any]:
-        """``PUT /jobs/{id}/plan``: set the default policy (or pin some pipelines) and push."""
-        return self.deployer.deploy(job_id, self._shaped(job_id, policy), pipelines)
+        """``PUT /jobs/{id}/plan``: set the default policy (or pin some pipelines) and push.
 
-    def _shaped(self, job_id: str, policy: PlanPolicy) -> PlanPolicy:
-        """``policy`` with what the job supplies (:func:`shape_policy`)."""
-        return shape_policy(self.jobs.get(job_id), policy)
+        ``given``: the body's policy and swing fields (:func:`deployed_policy`).
+        """
+        policy = deployed_policy(given, pipelines)
+        return self.deployer.deploy(job_id, shape_policy(self.jobs.get(job_id), policy), pipelines)
 
     # --- stragglers ------------------------------------------------------------------------------
 
