@@ -7,9 +7,9 @@ point (the query benchmark's hot path), and it is sent as is; its model document
 status (``GET /jobs/{id}/status`` and the straggler routes that answer it) is encoded as the
 service built it, without the model's validation (:func:`~perseus_server.rest.docs.built_response`).
 
-The routers: :mod:`.status` (liveness, metrics), :mod:`.jobs` (with a job's status), :mod:`.profiles`
+The routers: :mod:`.monitoring` (liveness, metrics), :mod:`.jobs` (with a job's status), :mod:`.profiles`
 (uploads and online profiling), :mod:`.plans` (frontier and plans), :mod:`.stragglers`,
-:mod:`.power` (the cluster power budget), :mod:`.credentials`, :mod:`.tenants`, and with
+:mod:`.power_budget` (the cluster power budget), :mod:`.credentials`, :mod:`.tenants`, and with
 ``perseus serve --zeus`` :mod:`.zeus` (Zeus's routes); the pages outside the gate,
 :mod:`.swagger` (``/docs``, ``/openapi.json``) and :mod:`.ui` (``/ui``).
 """
@@ -22,7 +22,16 @@ from fastapi import FastAPI
 
 from perseus_server.config import ZeusConfig
 from perseus_server.rest import credentials as credential_routes
-from perseus_server.rest import jobs, plans, power, profiles, status, stragglers, tenants, zeus
+from perseus_server.rest import (
+    jobs,
+    monitoring,
+    plans,
+    power_budget,
+    profiles,
+    stragglers,
+    tenants,
+    zeus,
+)
 from perseus_server.rest.docs import install_openapi
 from perseus_server.rest.gate import Gate
 from perseus_server.rest.problems import install_error_handlers
@@ -35,12 +44,12 @@ __all__ = ["create_app", "TAGS"]
 
 #: The OpenAPI tags, one or two per router, in the order the docs page shows them.
 TAGS = [
-    status.TAG,
+    monitoring.TAG,
     jobs.TAG,
     *profiles.TAGS,
     *plans.TAGS,
     stragglers.TAG,
-    power.TAG,
+    power_budget.TAG,
     credential_routes.TAG,
     tenants.TAG,
 ]
@@ -94,12 +103,12 @@ def create_app(
         app.include_router(zeus.zeus_router(service.zeus_runs(zeus_routes)))
     install_error_handlers(app)
     install_openapi(app)
-    app.include_router(status.status_router(service))
+    app.include_router(monitoring.status_router(service))
     app.include_router(jobs.jobs_router(service, credentials))
     app.include_router(profiles.profiles_router(service))
     app.include_router(plans.plans_router(service))
     app.include_router(stragglers.stragglers_router(service))
-    app.include_router(power.power_router(service))
+    app.include_router(power_budget.power_router(service))
     app.include_router(credential_routes.credentials_router(service, credentials))
     app.include_router(tenants.tenants_router(service))
     install_swagger(app)  # /docs and /openapi.json, outside the gate

@@ -46,6 +46,7 @@ from perseus_server.runtime.parse_pool import ReportPool
 from perseus_server.runtime.solve_manager import SolveLimits, SolveManager
 from perseus_server.runtime.store_errors import ObservesErrors
 from perseus_server.runtime.write_limits import WriteLimits
+from perseus_server.service.budget_draw import draw_view, why_drawn
 from perseus_server.service.clock_verification import ClockVerification
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.credentials import Credentials, Scope
@@ -65,10 +66,9 @@ from perseus_server.service.measured_power import MeasuredPower
 from perseus_server.service.observers import RankHistory
 from perseus_server.service.online_profiling import OnlineProfiling
 from perseus_server.service.persistence import load_jobs
+from perseus_server.service.plan_powers import PlanPowers
 from perseus_server.service.plans import PlanQueries, deployed_policy, shape_policy
-from perseus_server.service.power import PlanPowers
 from perseus_server.service.power_budget import PowerBudget
-from perseus_server.service.power_draw import draw_view, why_drawn
 from perseus_server.service.registration import Registration
 from perseus_server.service.report_checks import (
     ReceivedReport,

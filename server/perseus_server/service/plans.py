@@ -23,7 +23,7 @@ from perseus_server.decisions.planner import PlanPolicy, resolve_policy
 from perseus_server.domain.errors import BadRequest
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import require_frontier
-from perseus_server.service.power import PlanPowers
+from perseus_server.service.plan_powers import PlanPowers
 from perseus_server.service.state import Job
 from perseus_server.service.swing import SWING_FIELDS, swing_bounds, swing_doc, swing_items
 

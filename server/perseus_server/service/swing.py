@@ -155,7 +155,7 @@ class DeployedFloors:
         hit = self._cache.get(key)
         if hit is not None and hit[0] is frontier:
             return hit[1], hit[2]
-        from perseus_server.service.power import job_problem
+        from perseus_server.service.plan_powers import job_problem
 
         problem = job_problem(job, frontier)
         if problem is None:
@@ -178,7 +178,7 @@ class DeployedFloors:
         hit = self._timelines.get(key)
         if hit is not None and hit[0] is frontier:
             return dict(hit[1])
-        from perseus_server.service.power import job_problem
+        from perseus_server.service.plan_powers import job_problem
 
         problem = job_problem(job, frontier)
         if problem is None:
