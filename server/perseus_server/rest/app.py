@@ -34,6 +34,7 @@ from perseus_server.rest import (
 )
 from perseus_server.rest.docs import install_openapi
 from perseus_server.rest.gate import Gate
+from perseus_server.rest.plan_fast_path import PlanAnswerFront, PlanQueriesFirst
 from perseus_server.rest.problems import install_error_handlers
 from perseus_server.rest.swagger import install_swagger
 from perseus_server.rest.ui import install_ui
@@ -70,8 +71,8 @@ def create_app(
     ``zeus_routes``: mount Zeus's routes under ``/zeus`` with these settings (None: not).
     """
     credentials = credentials or service.authority(token)
-    # plan queries go to the gate first (rest/plans.py); the rest as in any FastAPI app
-    app = plans.PlanQueriesFirst(
+    # plan queries go to the gate first (rest/plan_fast_path.py); the rest as in any FastAPI app
+    app = PlanQueriesFirst(
         title="Perseus",
         version="0.1.0",
         description="Energy scheduler for pipeline-parallel training: time-energy frontiers and "
@@ -88,7 +89,7 @@ def create_app(
         openapi_url=None,
     )
     # inside the gate (the last added is the outermost): answers only what the gate let in
-    app.add_middleware(plans.PlanAnswerFront, service=service)
+    app.add_middleware(PlanAnswerFront, service=service)
     app.add_middleware(
         Gate,
         owner=service.tenant_of,

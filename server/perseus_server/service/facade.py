@@ -67,7 +67,7 @@ from perseus_server.service.observers import RankHistory
 from perseus_server.service.online_profiling import OnlineProfiling
 from perseus_server.service.persistence import load_jobs
 from perseus_server.service.plan_powers import PlanPowers
-from perseus_server.service.plans import PlanQueries, deployed_policy, shape_policy
+from perseus_server.service.plans import PlanQueries
 from perseus_server.service.power_budget import PowerBudget
 from perseus_server.service.registration import Registration
 from perseus_server.service.report_checks import (
@@ -420,10 +420,10 @@ class PerseusService(AdministrationFacade):
     ) -> dict[str, Any]:
         """``PUT /jobs/{id}/plan``: set the default policy (or pin some pipelines) and push.
 
-        ``given``: the body's policy and swing fields (:func:`deployed_policy`).
+        ``given``: the body's policy and swing fields (:meth:`PlanQueries.deployment_policy`).
         """
-        policy = deployed_policy(given, pipelines)
-        return self.deployer.deploy(job_id, shape_policy(self.jobs.get(job_id), policy), pipelines)
+        policy = self.plans.deployment_policy(job_id, given, pipelines)
+        return self.deployer.deploy(job_id, policy, pipelines)
 
     # --- stragglers ------------------------------------------------------------------------------
 

@@ -294,6 +294,17 @@ class PlanQueries:
         """Drop the job's kept answers (the job was deleted)."""
         self.answers.forget(job_id)
 
+    def deployment_policy(
+        self, job_id: str, given: Mapping[str, Any], pipelines: list[int] | None
+    ) -> PlanPolicy:
+        """The policy a ``PUT /jobs/{id}/plan`` body deploys, with what the job supplies.
+
+        Read from the body's fields first (:func:`deployed_policy`: a bad field is named
+        before an unknown job), then shaped for the job (:func:`shape_policy`).
+        """
+        policy = deployed_policy(given, pipelines)
+        return shape_policy(self.ctx.jobs.get(job_id), policy)
+
     def query(
         self,
         job_id: str,
