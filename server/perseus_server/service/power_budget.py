@@ -153,7 +153,7 @@ class PowerBudget:
     def _power_job(self, job: Job) -> PowerJob:
         """The job's choices for its complete pipelines, bounded by what their GPUs can draw.
 
-        Only pipelines whose every rank is connected count (:mod:`.power_draw`).
+        Only pipelines whose every rank is connected count (:mod:`.budget_draw`).
         """
         f = job.frontier.current
         assert f is not None
