@@ -78,7 +78,7 @@ def _cmd_frontier(args: argparse.Namespace) -> int:
     from perseus.solver import solve_frontier
 
     if args.power_budget is not None:
-        from perseus.power.plans import check_budget
+        from perseus.power.plan_power import check_budget
 
         check_budget(args.power_budget)  # before the solve: a bad budget fails at once
     selection = _selection(args)  # so does any other bad policy value

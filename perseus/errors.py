@@ -7,7 +7,7 @@ option at fault in its message.
 
 from __future__ import annotations
 
-from perseus_common.errors import LocatedError
+from perseus_common.located_error import LocatedError
 
 __all__ = [
     "PerseusError",
@@ -26,7 +26,7 @@ class PerseusError(Exception):
 class ProfileError(PerseusError, LocatedError):
     """A profile is malformed or inconsistent.
 
-    For ``detail``, ``field`` and ``row`` see :class:`~perseus_common.errors.LocatedError`, the
+    For ``detail``, ``field`` and ``row`` see :class:`~perseus_common.located_error.LocatedError`, the
     constructor it shares with the common reader's
     :class:`~perseus_common.profile_csv.ProfileFormatError`.
     """

@@ -155,7 +155,7 @@ def _index(frontier: Frontier, value: float, options: Mapping[str, float]) -> in
 
 
 def _power_budget(frontier: Frontier, value: float, options: Mapping[str, float]) -> int:
-    from perseus.power.plans import index_for_power_budget
+    from perseus.power.plan_power import index_for_power_budget
 
     # raises PowerBudgetError (an InfeasibleError) naming the lowest achievable power
     return index_for_power_budget(frontier, value, pipelines=int(options.get("copies", 1)))

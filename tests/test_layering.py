@@ -370,7 +370,7 @@ SERVER_GROUPS: dict[str, frozenset[str]] = {
 def _server_group(module: str) -> str:
     """``perseus_server.service.facade`` -> ``service``.
 
-    ``perseus_server.testing.faults`` -> ``testing.faults``; a top-level module -> its name.
+    ``perseus_server.testing.fault_hooks`` -> ``testing.fault_hooks``; a top-level module -> its name.
     """
     parts = module.split(".")[1:]
     if not parts:
@@ -398,7 +398,7 @@ def test_the_server_groups_import_only_the_groups_below_them() -> None:
 
 
 def test_no_production_module_imports_the_test_fault_hooks() -> None:
-    """Outside ``testing/``, nothing imports ``perseus_server.testing.faults``, lazily or not.
+    """Outside ``testing/``, nothing imports ``perseus_server.testing.fault_hooks``, lazily or not.
 
     (Nor ``from perseus_server.testing import ...``, which could name it.)
     """
@@ -408,7 +408,7 @@ def test_no_production_module_imports_the_test_fault_hooks() -> None:
         for path in sources(SERVER)
         if not path.is_relative_to(testing)
         for i in imports_of(path)
-        if i.module in ("perseus_server.testing", "perseus_server.testing.faults")
+        if i.module in ("perseus_server.testing", "perseus_server.testing.fault_hooks")
     ]
     assert bad == []
     # the seam the fault points call is production's, and they call it

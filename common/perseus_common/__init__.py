@@ -10,7 +10,7 @@ Pure Python, so that the light rank client can import it without the scheduler's
 * :mod:`perseus_common.gpus` — the table of GPUs whose blocking power has been measured (and
   their maximum power limit);
 * :mod:`perseus_common.clocks` — the SM clock bound and NVML's clock-event reason names;
-* :mod:`perseus_common.errors` — :class:`~perseus_common.errors.LocatedError`, the one
+* :mod:`perseus_common.located_error` — :class:`~perseus_common.located_error.LocatedError`, the one
   constructor of errors at a row and field of an input (the profile errors);
 * :mod:`perseus_common.proto` — the ``perseus.v1`` wire protocol (``.proto`` and generated stubs);
 * :mod:`perseus_common.wire` — the values of every ``perseus.v1`` message and their one

@@ -22,8 +22,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from perseus_common.clocks import MAX_CLOCK_MHZ
-from perseus_common.errors import LocatedError
 from perseus_common.kinds import INSTRUCTION_KINDS
+from perseus_common.located_error import LocatedError
 
 __all__ = [
     "COLUMNS",
@@ -73,7 +73,7 @@ def is_communication_instruction(kind: str) -> bool:
 class ProfileFormatError(LocatedError):
     """A profile row or the profile as a whole is malformed.
 
-    For ``detail``, ``field`` and ``row`` see :class:`~perseus_common.errors.LocatedError`.
+    For ``detail``, ``field`` and ``row`` see :class:`~perseus_common.located_error.LocatedError`.
     """
 
 

@@ -3,7 +3,7 @@
 One job's fastest plan under a cap, one cap shared by several jobs, and the uniform settings
 operators use today as baselines.
 
-* :mod:`perseus.power.plans`: average and peak power of frontier plans, the fastest plan within
+* :mod:`perseus.power.plan_power`: average and peak power of frontier plans, the fastest plan within
   a job's budget (:func:`plan_for_power_budget`), the relaxed bound's least time within it;
 * :mod:`perseus.power.cluster`: one budget over several jobs (:func:`allocate_power`, a
   multiple-choice knapsack, ``throughput`` or ``fair``);
@@ -25,7 +25,7 @@ from perseus.power.floors import (
     trough_fill_energy,
     uniform_floor,
 )
-from perseus.power.plans import (
+from perseus.power.plan_power import (
     PowerBudgetError,
     PowerPlan,
     bound_time_for_power,

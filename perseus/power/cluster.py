@@ -44,7 +44,7 @@ import numpy as np
 import numpy.typing as npt
 
 from perseus.frontier import Frontier
-from perseus.power.plans import PowerBudgetError, check_budget, check_shape, point_powers
+from perseus.power.plan_power import PowerBudgetError, check_budget, check_shape, point_powers
 
 __all__ = ["PowerJob", "JobAllocation", "Allocation", "allocate_power", "SPLIT_RULES"]
 

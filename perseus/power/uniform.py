@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from perseus.power.plans import PowerBudgetError, check_budget
+from perseus.power.plan_power import PowerBudgetError, check_budget
 from perseus.problem import EnergyProblem
 
 __all__ = [

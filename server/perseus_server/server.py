@@ -233,10 +233,8 @@ class _Front:
         """
         self.config = config
         self.tls = config.tls_cert is not None and config.tls_key is not None
-        self.credentials = Credentials(
-            service.store,
-            admin=config.token,
-            read=() if config.read_token is None else (config.read_token,),
+        self.credentials = service.authority(
+            config.token, () if config.read_token is None else (config.read_token,)
         )
         fds = raise_fd_limit()
         max_connections = max(16, min(config.max_connections, (fds - 512) // 2))

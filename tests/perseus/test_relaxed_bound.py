@@ -17,7 +17,7 @@ from lp_reference import LPRelaxation
 
 from perseus.bound import RelaxedBound
 from perseus.frontier import Frontier
-from perseus.power.plans import bound_time_for_power
+from perseus.power.plan_power import bound_time_for_power
 from perseus.problem import EnergyProblem
 from perseus.schedules import gpipe, interleaved_1f1b, one_f_one_b
 from perseus.solver import SolverOptions, solve_problem

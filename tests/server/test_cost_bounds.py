@@ -23,7 +23,7 @@ import pytest
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
-from perseus_server.runtime.cache import ByteBoundedCache
+from perseus_server.runtime.byte_bounded_cache import ByteBoundedCache
 from perseus_server.runtime.solve_manager import SolveEvents, SolveLimits, SolveManager, _read_all
 
 from .conftest import make_job, register, solved_job, wait_frontier

@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from perseus_server.runtime import faults
-from perseus_server.testing.faults import (
+from perseus_server.testing.fault_hooks import (
     FAULT_ENV,
     FAULT_EXIT_CODE,
     POINTS,

@@ -18,7 +18,12 @@ import pytest
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
-from perseus_server.testing.faults import FAULT_ENV, FAULT_EXIT_CODE, POINTS, TEST_SOLVE_DELAY_ENV
+from perseus_server.testing.fault_hooks import (
+    FAULT_ENV,
+    FAULT_EXIT_CODE,
+    POINTS,
+    TEST_SOLVE_DELAY_ENV,
+)
 
 from .conftest import make_job, register, solved_job, wait_frontier
 from .routes import app_routes

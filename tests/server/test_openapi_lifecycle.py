@@ -28,7 +28,7 @@ from perseus.profiles import parse_profile_csv
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
-from perseus_server.testing.faults import TEST_SOLVE_DELAY_ENV
+from perseus_server.testing.fault_hooks import TEST_SOLVE_DELAY_ENV
 
 from .conftest import A40, BLOCKING_A40, register, register_all
 from .test_credentials import exercise_credentials

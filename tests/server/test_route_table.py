@@ -104,7 +104,7 @@ def test_the_pages_in_the_table_are_public(tmp_path: Path) -> None:
 def test_the_table_reader_sees_every_kind_of_row() -> None:
     # A broken reader (a renamed heading, another row format) must not pass vacuously.
     table = _table()
-    assert table[("GET", "/healthz")] == ("status", "none")
+    assert table[("GET", "/healthz")] == ("monitoring", "none")
     assert table[("GET", "/jobs")] == ("jobs", "read")
-    assert table[("PUT", "/power-budget")] == ("power", "admin")
+    assert table[("PUT", "/power-budget")] == ("power_budget", "admin")
     assert len(table) >= 33

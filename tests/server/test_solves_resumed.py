@@ -22,7 +22,7 @@ from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 from perseus_server.runtime.warmup import WARM_ENV
-from perseus_server.testing.faults import TEST_SOLVE_DELAY_ENV, TEST_WARM_DELAY_ENV
+from perseus_server.testing.fault_hooks import TEST_SOLVE_DELAY_ENV, TEST_WARM_DELAY_ENV
 from perseus_server.testing.postgres import PostgresServer
 
 from .conftest import make_job, register, wait_frontier

@@ -3,7 +3,7 @@
 Plan policies (:data:`perseus.policies.POLICIES`), schedules
 (:data:`perseus.schedules.SCHEDULE_NAMES`), NVML's clock-event reason names and the clock bound
 (:mod:`perseus_common.clocks`), the profile-error constructor
-(:class:`perseus_common.errors.LocatedError`). A policy or schedule added to its table but not
+(:class:`perseus_common.located_error.LocatedError`). A policy or schedule added to its table but not
 reaching the API fails here.
 """
 
@@ -20,7 +20,7 @@ from perseus.schedules import SCHEDULE_NAMES
 from perseus_client.gpu.nvml import CLOCK_EVENT_REASONS as CLIENT_REASONS
 from perseus_client.gpu.nvml import reason_names
 from perseus_common.clocks import CLOCK_EVENT_REASONS, MAX_CLOCK_MHZ
-from perseus_common.errors import LocatedError
+from perseus_common.located_error import LocatedError
 from perseus_common.profile_csv import MAX_FREQUENCY_MHZ, ProfileFormatError
 from perseus_server.config import Limits
 from perseus_server.models import PlanPolicyView, PlanSelect

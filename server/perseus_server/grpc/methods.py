@@ -161,9 +161,10 @@ async def watch_plan(servicer: Servicer, request: pb.WatchPlanRequest, context: 
     name = "WatchPlan"
     await servicer.admit(context, name, request)
     req = decode_plan_request(request)
-    registration = servicer.service.registration
     try:
-        sub, first = registration.subscribe(req.job_id, req.rank_id, servicer.credential(context))
+        sub, first = servicer.service.subscribe(
+            req.job_id, req.rank_id, servicer.credential(context)
+        )
     except ApiError as e:
         await servicer.abort(context, name, e)
     metrics = servicer.service.metrics
@@ -190,7 +191,7 @@ async def watch_plan(servicer: Servicer, request: pb.WatchPlanRequest, context: 
             last = msg.version
             metrics.push_latency.observe(time.perf_counter() - sub.published_at)
     finally:
-        registration.unsubscribe(sub)
+        servicer.service.unsubscribe(sub)
     servicer.ok(name)
 
 
@@ -217,7 +218,7 @@ METHODS: tuple[Method, ...] = (
     unary(
         "RegisterRank",
         decode_registration,
-        lambda service, reg: service.registration.register(reg),
+        lambda service, reg: service.register_rank(reg),
         encode_registered,
         rule=authz.RANK_CALL,
         rank_check=RankCheck.REGISTER,

@@ -7,8 +7,8 @@ Every request and response body has a pydantic model, published at ``/openapi.js
 router module declares the models of its routes next to them (the job status's in
 :mod:`.job_status`; the frontier and plan routes' still in :mod:`perseus_server.models`).
 
-Modules: :mod:`.app` (assembles the routers), one router per feature (:mod:`.status`,
-:mod:`.jobs`, :mod:`.profiles`, :mod:`.plans`, :mod:`.stragglers`, :mod:`.power`,
+Modules: :mod:`.app` (assembles the routers), one router per feature (:mod:`.monitoring`,
+:mod:`.jobs`, :mod:`.profiles`, :mod:`.plans`, :mod:`.stragglers`, :mod:`.power_budget`,
 :mod:`.credentials`, :mod:`.tenants`), :mod:`.docs` (how operations are documented),
 :mod:`.gate` (token, body cap, metrics), :mod:`.problems` (error rendering and the problem
 document), the pages :mod:`.swagger` and :mod:`.ui`.

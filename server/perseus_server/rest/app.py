@@ -7,9 +7,9 @@ point (the query benchmark's hot path), and it is sent as is; its model document
 status (``GET /jobs/{id}/status`` and the straggler routes that answer it) is encoded as the
 service built it, without the model's validation (:func:`~perseus_server.rest.docs.built_response`).
 
-The routers: :mod:`.status` (liveness, metrics), :mod:`.jobs` (with a job's status), :mod:`.profiles`
+The routers: :mod:`.monitoring` (liveness, metrics), :mod:`.jobs` (with a job's status), :mod:`.profiles`
 (uploads and online profiling), :mod:`.plans` (frontier and plans), :mod:`.stragglers`,
-:mod:`.power` (the cluster power budget), :mod:`.credentials`, :mod:`.tenants`, and with
+:mod:`.power_budget` (the cluster power budget), :mod:`.credentials`, :mod:`.tenants`, and with
 ``perseus serve --zeus`` :mod:`.zeus` (Zeus's routes); the pages outside the gate,
 :mod:`.swagger` (``/docs``, ``/openapi.json``) and :mod:`.ui` (``/ui``).
 """
@@ -22,26 +22,35 @@ from fastapi import FastAPI
 
 from perseus_server.config import ZeusConfig
 from perseus_server.rest import credentials as credential_routes
-from perseus_server.rest import jobs, plans, power, profiles, status, stragglers, tenants, zeus
+from perseus_server.rest import (
+    jobs,
+    monitoring,
+    plans,
+    power_budget,
+    profiles,
+    stragglers,
+    tenants,
+    zeus,
+)
 from perseus_server.rest.docs import install_openapi
 from perseus_server.rest.gate import Gate
+from perseus_server.rest.plan_fast_path import PlanAnswerFront, PlanQueriesFirst
 from perseus_server.rest.problems import install_error_handlers
 from perseus_server.rest.swagger import install_swagger
 from perseus_server.rest.ui import install_ui
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
-from perseus_server.service.zeus import ZeusRuns
 
 __all__ = ["create_app", "TAGS"]
 
 #: The OpenAPI tags, one or two per router, in the order the docs page shows them.
 TAGS = [
-    status.TAG,
+    monitoring.TAG,
     jobs.TAG,
     *profiles.TAGS,
     *plans.TAGS,
     stragglers.TAG,
-    power.TAG,
+    power_budget.TAG,
     credential_routes.TAG,
     tenants.TAG,
 ]
@@ -57,13 +66,13 @@ def create_app(
 ) -> FastAPI:
     """The REST application over ``service`` (state is passed explicitly, no globals).
 
-    ``credentials`` (default: just the admin ``token``, issued ones in ``service.store``);
+    ``credentials`` (default: just the admin ``token``, issued ones in the service's store);
     ``allowed_hosts``: host names an open server answers besides loopback ones;
     ``zeus_routes``: mount Zeus's routes under ``/zeus`` with these settings (None: not).
     """
-    credentials = credentials or Credentials(service.store, admin=token)
-    # plan queries go to the gate first (rest/plans.py); the rest as in any FastAPI app
-    app = plans.PlanQueriesFirst(
+    credentials = credentials or service.authority(token)
+    # plan queries go to the gate first (rest/plan_fast_path.py); the rest as in any FastAPI app
+    app = PlanQueriesFirst(
         title="Perseus",
         version="0.1.0",
         description="Energy scheduler for pipeline-parallel training: time-energy frontiers and "
@@ -80,7 +89,7 @@ def create_app(
         openapi_url=None,
     )
     # inside the gate (the last added is the outermost): answers only what the gate let in
-    app.add_middleware(plans.PlanAnswerFront, service=service)
+    app.add_middleware(PlanAnswerFront, service=service)
     app.add_middleware(
         Gate,
         owner=service.tenant_of,
@@ -92,15 +101,15 @@ def create_app(
     )
     if zeus_routes is not None:  # outside the gate: it hands the gate the URL's credential
         app.add_middleware(zeus.ZeusCredentialPath, credentials=credentials)
-        app.include_router(zeus.zeus_router(ZeusRuns(service, zeus_routes)))
+        app.include_router(zeus.zeus_router(service.zeus_runs(zeus_routes)))
     install_error_handlers(app)
     install_openapi(app)
-    app.include_router(status.status_router(service))
+    app.include_router(monitoring.status_router(service))
     app.include_router(jobs.jobs_router(service, credentials))
     app.include_router(profiles.profiles_router(service))
     app.include_router(plans.plans_router(service))
     app.include_router(stragglers.stragglers_router(service))
-    app.include_router(power.power_router(service))
+    app.include_router(power_budget.power_router(service))
     app.include_router(credential_routes.credentials_router(service, credentials))
     app.include_router(tenants.tenants_router(service))
     install_swagger(app)  # /docs and /openapi.json, outside the gate

@@ -1,7 +1,7 @@
 """Credential routes: a job's rank credential, and read and tenant credentials.
 
-A job's rank credential (rotate, revoke), read and tenant credentials (issue, list, revoke), and the
-issuing of a job's rank credential when it is created (:func:`create_job_with_credential`). Who may
+A job's rank credential (rotate, revoke), read and tenant credentials (issue, list, revoke); a
+job's rank credential is issued when it is created (:meth:`PerseusService.create_job`). Who may
 call each: the table of :mod:`perseus_server.service.authorization`, which the Gate enforces.
 """
 
@@ -13,8 +13,6 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from perseus_server.domain.errors import BadRequest, NotFound
-from perseus_server.domain.jobs import JobSpec
 from perseus_server.models.base import ResponseModel, omitted
 from perseus_server.rest.docs import operation
 from perseus_server.rest.gate import CALLER
@@ -28,7 +26,6 @@ __all__ = [
     "CredentialList",
     "CredentialView",
     "IssuedCredentialView",
-    "create_job_with_credential",
     "credentials_router",
 ]
 
@@ -92,21 +89,6 @@ class CredentialList(ResponseModel):
     credentials: list[CredentialView]
 
 
-def create_job_with_credential(
-    service: PerseusService, credentials: Credentials, spec: JobSpec, tenant: str
-) -> dict[str, Any]:
-    """``POST /jobs``: the job of ``tenant`` and, when a token is configured, its rank credential.
-
-    Both are stored in one transaction (the secret is in the answer only).
-    """
-    if not credentials.enabled:
-        return service.create_job(spec, tenant)
-    with service.store.transaction():
-        view = service.create_job(spec, tenant)
-        issued = credentials.issue(Scope.RANK, str(view["id"]))
-    return {**view, "rank_credential": issued.secret}
-
-
 def credentials_router(service: PerseusService, credentials: Credentials) -> APIRouter:
     """The credential routes over ``service``'s jobs and ``credentials``."""
     router = APIRouter(tags=["credentials"])
@@ -124,8 +106,7 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
         secret stops working at once; the rank identities registered with the credential
         stay bound to it. The secret is shown only here.
         """
-        service.jobs.get(job_id)
-        return credentials.rotate_rank(job_id).to_json()
+        return service.rotate_rank_credential(credentials, job_id)
 
     @router.delete(
         "/jobs/{job_id}/credentials",
@@ -137,9 +118,7 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
 
         Its ranks' calls are refused; 404 when the job has none in force.
         """
-        service.jobs.get(job_id)
-        if not credentials.revoke_rank(job_id):
-            raise NotFound(f"job {job_id} has no rank credential in force", field="job_id")
+        service.revoke_rank_credential(credentials, job_id)
         return Response(status_code=204)
 
     @router.post(
@@ -156,20 +135,7 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
         the credential in the Zeus client's URL). The secret is shown only
         here; the server keeps its SHA-256.
         """
-        scope = Scope(body.scope)
-        if scope is Scope.READ:
-            if body.tenant is not None:
-                raise BadRequest(
-                    "a read credential reads every tenant; for one tenant's, give scope "
-                    "'tenant-read'",
-                    field="tenant",
-                )
-            return credentials.issue(scope).to_json()
-        if body.tenant is None:
-            raise BadRequest(f"a {scope} credential names its tenant", field="tenant")
-        if body.tenant not in service.tenants:
-            raise BadRequest(f"no tenant {body.tenant!r}; POST /tenants first", field="tenant")
-        return credentials.issue(scope, tenant=body.tenant).to_json()
+        return service.issue_credential(credentials, Scope(body.scope), body.tenant)
 
     @router.get(
         "/credentials",
@@ -181,11 +147,7 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
         For each: id, scope, job or tenant, when it was issued, rotated and revoked (a
         tenant's credential: its tenant's and its jobs').
         """
-        tenant = sees_tenant(who)
-        if tenant is None:
-            return {"credentials": credentials.listing()}
-        mine = service.tenant_of
-        return {"credentials": credentials.tenant_listing(tenant, lambda job: mine(job) == tenant)}
+        return {"credentials": service.credential_listing(credentials, sees_tenant(who))}
 
     @router.delete(
         "/credentials/{credential_id}",
@@ -194,8 +156,7 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
     )
     async def revoke_credential(credential_id: str) -> Response:
         """The credential stops working at once (404 when unknown or revoked already)."""
-        if not credentials.revoke(credential_id):
-            raise NotFound(f"no credential {credential_id!r} in force", field="credential_id")
+        service.revoke_credential(credentials, credential_id)
         return Response(status_code=204)
 
     return router

@@ -17,7 +17,7 @@ from perseus_server.domain.states import JobActivity, JobState, SlowStageStatus,
 from perseus_server.models.base import ResponseModel, omitted
 from perseus_server.models.responses import DeploymentView, FrontierSummary
 from perseus_server.models.status import ProfilingProgress
-from perseus_server.rest.power import JobPowerBudget, JobPowerDraw
+from perseus_server.rest.power_budget import JobPowerBudget, JobPowerDraw
 
 __all__ = [
     "LifecycleView",

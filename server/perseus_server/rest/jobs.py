@@ -23,7 +23,6 @@ from perseus_server.domain.jobs import JobSpec
 from perseus_server.domain.states import JobState
 from perseus_server.models.base import INT32_MAX, Index, ResponseModel, Timestamp, omitted
 from perseus_server.models.responses import FrontierState
-from perseus_server.rest.credentials import create_job_with_credential
 from perseus_server.rest.docs import built_response, operation
 from perseus_server.rest.gate import CALLER
 from perseus_server.rest.job_status import JobStatus, LifecycleView
@@ -249,7 +248,7 @@ def _job_tenant(who: Principal, named: str | None, service: PerseusService) -> s
             )
         return who.tenant
     tenant = DEFAULT_TENANT if named is None else named
-    if tenant not in service.tenants:
+    if not service.has_tenant(tenant):
         raise BadRequest(f"no tenant {tenant[:64]!r}; POST /tenants first", field="tenant")
     return tenant
 
@@ -320,7 +319,7 @@ def jobs_router(service: PerseusService, credentials: Credentials) -> APIRouter:
                 "measures it",
                 field="blocking_power",
             )
-        return create_job_with_credential(service, credentials, spec, tenant)
+        return service.create_job(spec, tenant, credentials)
 
     @router.get("/jobs", **operation(JobList, "List jobs", "A page of jobs.", 422))
     async def list_jobs(
@@ -342,7 +341,7 @@ def jobs_router(service: PerseusService, credentials: Credentials) -> APIRouter:
     @router.get("/jobs/{job_id}", **operation(JobView, "Get a job", "The job.", 404))
     async def get_job(job_id: str) -> dict[str, Any]:
         """A job's description, state, profile revision and deployed plan version."""
-        return service.views.job(job_id)
+        return service.job(job_id)
 
     @router.get(
         "/jobs/{job_id}/status",
@@ -372,7 +371,7 @@ def jobs_router(service: PerseusService, credentials: Credentials) -> APIRouter:
         ``ranks_next`` names the next page's ``after``), so a status costs the same at any
         world size.
         """
-        return built_response(service.views.status(job_id, ranks, after), JobStatus)
+        return built_response(service.status(job_id, ranks, after), JobStatus)
 
     @router.post(
         "/jobs/{job_id}/finish",

@@ -170,13 +170,13 @@ def profiles_router(service: PerseusService) -> APIRouter:
         (422 naming the row and field). ``stages`` selects some of the profile's stages (as
         ``perseus frontier --profile-stages``).
         """
-        model_stages = service.jobs.get(job_id).schedule.stages  # 404 before the body
+        model_stages = service.job_stages(job_id)  # 404 before the body
         body = await request.body()
         content_type = request.headers.get("content-type", "")
         if stages is not None:
             body = await asyncio.to_thread(_select_stages, body, content_type, stages, model_stages)
             content_type = "text/csv"
-        return await service.profiles.put(job_id, body, content_type)
+        return await service.put_profile(job_id, body, content_type)
 
     @router.get(
         "/jobs/{job_id}/profile",
@@ -194,7 +194,7 @@ def profiles_router(service: PerseusService) -> APIRouter:
         job_id: str, request: Request, format: str | None = Query(None, pattern="^(csv|json)$")
     ) -> Response:
         """The job's stored profile, uploaded or measured by online profiling."""
-        profile = service.profiles.get(job_id)
+        profile = service.profile(job_id)
         want_json = format == "json" or (
             format is None and "application/json" in request.headers.get("accept", "")
         )
@@ -215,7 +215,7 @@ def profiles_router(service: PerseusService) -> APIRouter:
         One plan version per clock, measured from its ranks' reports; then computes and
         deploys its frontier.
         """
-        return service.profiling.start(
+        return service.start_profiling(
             job_id,
             body.frequencies,
             body.warmup_iterations,
@@ -231,7 +231,7 @@ def profiles_router(service: PerseusService) -> APIRouter:
     )
     async def get_profiling(job_id: str) -> dict[str, Any]:
         """The scan's clock, measured iterations and energy per clock (404: never started)."""
-        return service.profiling.status(job_id)
+        return service.profiling_status(job_id)
 
     @router.delete(
         "/jobs/{job_id}/profiling",
@@ -240,6 +240,6 @@ def profiles_router(service: PerseusService) -> APIRouter:
     )
     async def abort_profiling(job_id: str) -> dict[str, Any]:
         """Stops a running scan; the ranks go back to the previous plan (or max clocks)."""
-        return service.profiling.abort(job_id)
+        return service.abort_profiling(job_id)
 
     return router

@@ -95,7 +95,7 @@ def stragglers_router(service: PerseusService) -> APIRouter:
         if body.recovery >= body.threshold:
             raise BadRequest("recovery must be below threshold (hysteresis)", field="recovery")
         settings = DetectorSettings.from_json(body.model_dump())
-        service.stragglers.set_detector(job_id, settings)
+        service.set_straggler_detection(job_id, settings)
         return settings.to_json()
 
     return router

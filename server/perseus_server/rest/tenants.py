@@ -90,7 +90,6 @@ class TenantList(ResponseModel):
 def tenants_router(service: PerseusService) -> APIRouter:
     """The tenant routes over ``service``'s tenants."""
     router = APIRouter(tags=["tenants"])
-    tenants = service.tenants
 
     @router.post(
         "/tenants",
@@ -103,17 +102,17 @@ def tenants_router(service: PerseusService) -> APIRouter:
         when the server's caps cannot reserve every tenant's quota with it (field
         ``max_jobs`` or ``max_gpus``).
         """
-        return tenants.create(body.id, body.model_dump(exclude={"id"}, exclude_unset=True))
+        return service.create_tenant(body.id, body.model_dump(exclude={"id"}, exclude_unset=True))
 
     @router.get("/tenants", **operation(TenantList, "List tenants", "The tenants."))
     async def list_tenants(who: Principal = CALLER) -> dict[str, Any]:
         """Every tenant, its quotas and what it holds (a tenant's credential: its own)."""
-        return {"tenants": tenants.listing(sees_tenant(who))}
+        return {"tenants": service.tenant_listing(sees_tenant(who))}
 
     @router.get("/tenants/{tenant_id}", **operation(TenantView, "Get a tenant", "The tenant.", 404))
     async def get_tenant(tenant_id: str) -> dict[str, Any]:
         """A tenant's quotas, weight, guaranteed watts, jobs and GPUs."""
-        return tenants.view(tenant_id)
+        return service.tenant(tenant_id)
 
     @router.patch(
         "/tenants/{tenant_id}",
@@ -126,9 +125,7 @@ def tenants_router(service: PerseusService) -> APIRouter:
         beyond a lowered quota stay. A quota the server's caps cannot reserve (with every
         other tenant's) is refused with 409 naming it.
         """
-        out = tenants.patch(tenant_id, body.model_dump(exclude_unset=True))
-        service.power_budget.recompute(f"tenant {tenant_id} changed")
-        return out
+        return service.patch_tenant(tenant_id, body.model_dump(exclude_unset=True))
 
     @router.delete(
         "/tenants/{tenant_id}",
@@ -140,7 +137,7 @@ def tenants_router(service: PerseusService) -> APIRouter:
 
         409 while it holds jobs, and for the ``default`` tenant.
         """
-        tenants.delete(tenant_id)
+        service.delete_tenant(tenant_id)
         return Response(status_code=204)
 
     return router

@@ -7,7 +7,7 @@ partial frontier, the kernel warm-up at start). The crash tests start a real ser
 each point and check that after a restart every endpoint answers and the state is the one before
 or after the step.
 
-The seam is inert unless a test installs hooks (:mod:`perseus_server.testing.faults`): in its
+The seam is inert unless a test installs hooks (:mod:`perseus_server.testing.fault_hooks`): in its
 own process with :func:`install`, or in a real server and the solve workers it spawns through
 their environment, which each process reads where a point is reached: :data:`FAULT_ENV` names the
 point to stop at (the process exits at once, ``os._exit`` with :data:`FAULT_EXIT_CODE`, no

@@ -138,7 +138,7 @@ class Deployer(Generic[B]):
         bounds = bounds_of(policy)
         if bounds is None:
             return
-        from perseus_server.service.power import job_problem
+        from perseus_server.service.plan_powers import job_problem
 
         problem = job_problem(job, frontier)
         if problem is None:

@@ -1,9 +1,11 @@
-"""The service's facade: :class:`PerseusService` builds the parts and spans them.
+"""The service's facade: :class:`PerseusService` builds the parts and is the adapters' one door.
 
-:class:`PerseusService` builds the parts, each given what it calls when it is built, and offers the
-operations that span parts. Where one part does the work, the REST and gRPC adapters call that part
-(``service.profiles.put(...)``, ``service.registration.register(...)``); the facade has no method
-that only forwards.
+:class:`PerseusService` builds the parts, each given what it calls when it is built, and offers
+every operation the REST routes and gRPC methods call: those that span parts, and those one part
+does (``put_profile``, ``register_rank``: a line that hands the call on). The adapters never call
+a part or the store (``tests/test_service_door.py``), so a part can change behind the facade
+without an adapter noticing. Tenants, the power budget and credentials are in its base class,
+:class:`~perseus_server.service.facade_admin.AdministrationFacade`.
 
 The parts take and return plain values (dicts shaped as the REST API answers, and the frozen
 values of :mod:`perseus_server.domain.values` for the ranks). Everything runs on the server's
@@ -20,40 +22,53 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any
 
+from perseus.frontier import Frontier
 from perseus.power import SwingBounds
-from perseus_server.config import Limits
-from perseus_server.decisions.planner import PlanPolicy
+from perseus.profiles import Profile
+from perseus_server.config import Limits, ZeusConfig
+from perseus_server.decisions.detectors import DetectorSettings
 from perseus_server.domain.errors import Conflict
 from perseus_server.domain.jobs import JobSpec
-from perseus_server.domain.states import JobActivity, JobState, StreamEnd
+from perseus_server.domain.states import JobActivity, StreamEnd
 from perseus_server.domain.store import Store
 from perseus_server.domain.values import (
     IterationReport,
+    PlanUpdate,
+    RankRegistration,
+    RegisteredRank,
 )
-from perseus_server.metrics import OTHER, Labels, Metrics
-from perseus_server.runtime.hub import PlanHub
+from perseus_server.metrics import Metrics
+from perseus_server.runtime.hub import PlanHub, Subscriber
 from perseus_server.runtime.parse_pool import ReportPool
 from perseus_server.runtime.solve_manager import SolveLimits, SolveManager
 from perseus_server.runtime.store_errors import ObservesErrors
 from perseus_server.runtime.write_limits import WriteLimits
+from perseus_server.service.budget_draw import draw_view, why_drawn
 from perseus_server.service.clock_verification import ClockVerification
 from perseus_server.service.context import ServiceContext
+from perseus_server.service.credentials import Credentials, Scope
 from perseus_server.service.deployment import Deployer
+from perseus_server.service.facade_admin import AdministrationFacade
 from perseus_server.service.ingest import ReportWriter
-from perseus_server.service.job_gauges import JobGauges
+from perseus_server.service.job_gauges import (
+    JobGauges,
+    clock_control_gauge,
+    connected_gauge,
+    jobs_gauge,
+    registered_gauge,
+)
 from perseus_server.service.job_profiles import Profiles
 from perseus_server.service.lifecycle import Lifecycle
 from perseus_server.service.measured_power import MeasuredPower
 from perseus_server.service.observers import RankHistory
 from perseus_server.service.online_profiling import OnlineProfiling
 from perseus_server.service.persistence import load_jobs
-from perseus_server.service.plans import PlanAnswers, PlanQueries, shape_policy
-from perseus_server.service.power import PlanPowers
+from perseus_server.service.plan_powers import PlanPowers
+from perseus_server.service.plans import PlanQueries
 from perseus_server.service.power_budget import PowerBudget
-from perseus_server.service.power_draw import draw_view, why_drawn
 from perseus_server.service.registration import Registration
 from perseus_server.service.report_checks import (
     ReceivedReport,
@@ -67,18 +82,17 @@ from perseus_server.service.solves import Solves
 from perseus_server.service.state import Job, JobTable
 from perseus_server.service.stragglers import ProfileChecks, Stragglers
 from perseus_server.service.tenants import DEFAULT_TENANT, Tenants
-from perseus_server.service.views import Views
+from perseus_server.service.views import STATUS_RANKS, Views
+from perseus_server.service.zeus import ZeusRuns
 
 __all__ = ["PerseusService", "OFFLOAD_INSTRUCTIONS"]
 
-#: Nodes per job named in ``perseus_ranks_without_clock_control`` (the rest: ``other``).
-CLOCK_CONTROL_NODES = 32
 #: Reports with more instruction measurements (off-plan instructions and transfers counted too)
 #: than this are checked off the event loop.
 OFFLOAD_INSTRUCTIONS = 512
 
 
-class PerseusService:
+class PerseusService(AdministrationFacade):
     """The server's state and operations (see the module docstring)."""
 
     def __init__(
@@ -112,12 +126,12 @@ class PerseusService:
         # One measured-power account: reports feed it, the status view and /metrics read it.
         measured = MeasuredPower(self.jobs, withheld=checks.reason)
         self.metrics = Metrics(
-            self._jobs_gauge,
-            self._connected_gauge,
-            self._registered_gauge,
+            lambda: jobs_gauge(self.jobs),
+            lambda: connected_gauge(self.jobs, self.hub),
+            lambda: registered_gauge(self.jobs),
             solve_limit=limits.solve_seconds,
             job_energy=measured,
-            without_clock_control=self._clock_control_gauge,
+            without_clock_control=lambda: clock_control_gauge(self.jobs),
         )
         if isinstance(store, ObservesErrors):  # writes refused (a full disk), counted
             store.on_error = lambda kind: self.metrics.store_errors.inc(kind=kind)
@@ -148,7 +162,6 @@ class PerseusService:
         self.profiles = Profiles(ctx)
         self.solves = Solves(ctx, self.deployer, tenants=lambda: len(self.tenants.ids()))
         self.plans = PlanQueries(ctx, self.powers)
-        self.answers = PlanAnswers()
         self.slow_stages = SlowStageResolver(ctx, self.deployer, withheld=checks.reason)
         self.stragglers = Stragglers(ctx, self.deployer, self.slow_stages, checks)
         self.profiling = OnlineProfiling(ctx, self.deployer, self.profiles, self.solves)
@@ -218,56 +231,24 @@ class PerseusService:
         if self.report_writer is not None:
             self.report_writer.close()
 
-    # --- metrics ---------------------------------------------------------------------------------
-
-    def _jobs_gauge(self) -> dict[Labels, float]:
-        counts: dict[Labels, float] = {}
-        for job in self.jobs:
-            key = (("state", str(job.state())),)
-            counts[key] = counts.get(key, 0) + 1
-        return counts or {(("state", str(JobState.CREATED)),): 0}
-
-    def _connected_gauge(self) -> dict[Labels, float]:
-        counts = self.hub.connected_counts()
-        return {(("perseus_job", j),): float(counts.get(j, 0)) for j in self.jobs.ids()}
-
-    def _registered_gauge(self) -> dict[Labels, float]:
-        return {
-            (("perseus_job", j.id),): float(len(j.ranks.by_global))
-            for j in self.jobs
-            if j.ranks.by_global
-        }
-
-    def _clock_control_gauge(self) -> dict[Labels, float]:
-        """Per job with registered ranks and node: how many ranks have no clock control.
-
-        The node is the ranks' host name; the count is of ranks that say their clock control
-        is unavailable. The nodes that have any, at most ``CLOCK_CONTROL_NODES`` per job
-        (the rest summed as ``other``); a job with none has one sample, ``node=""``, 0.
-        """
-        out: dict[Labels, float] = {}
-        for j in self.jobs:
-            if not j.ranks.by_global:
-                continue
-            nodes: dict[str, int] = {}
-            for rank_id, rank in j.ranks.by_id.items():
-                if j.ranks.clock_control.get(rank_id, ("",))[0] == "unavailable":
-                    nodes[rank.hostname] = nodes.get(rank.hostname, 0) + 1
-            if not nodes:
-                out[(("perseus_job", j.id), ("node", ""))] = 0.0
-                continue
-            ranked = sorted(nodes.items(), key=lambda kv: (-kv[1], kv[0]))
-            for node, n in ranked[:CLOCK_CONTROL_NODES]:
-                out[(("perseus_job", j.id), ("node", node))] = float(n)
-            rest = sum(n for _, n in ranked[CLOCK_CONTROL_NODES:])
-            if rest:
-                out[(("perseus_job", j.id), ("node", OTHER))] = float(rest)
-        return out
-
     # --- jobs ------------------------------------------------------------------------------------
 
-    def create_job(self, spec: JobSpec, tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
-        """A new job of ``tenant``: 409 over the server's job cap or the tenant's quotas."""
+    def create_job(
+        self, spec: JobSpec, tenant: str = DEFAULT_TENANT, credentials: Credentials | None = None
+    ) -> dict[str, Any]:
+        """A new job of ``tenant``: 409 over the server's job cap or the tenant's quotas.
+
+        With ``credentials`` that require a token, the job's rank credential is issued in the
+        same transaction (its secret, ``rank_credential``, is in the answer only).
+        """
+        if credentials is None or not credentials.enabled:
+            return self._create_job(spec, tenant)
+        with self.store.transaction():
+            view = self._create_job(spec, tenant)
+            issued = credentials.issue(Scope.RANK, str(view["id"]))
+        return {**view, "rank_credential": issued.secret}
+
+    def _create_job(self, spec: JobSpec, tenant: str) -> dict[str, Any]:
         if len(self.jobs) >= self.limits.max_jobs:
             raise Conflict(
                 f"the server holds its maximum of {self.limits.max_jobs} jobs; delete one first",
@@ -288,10 +269,6 @@ class PerseusService:
         self.lifecycle.added(job_id)
         return self.views.job(job_id)
 
-    def tenant_of(self, job_id: str) -> str | None:
-        """The tenant of a stored job (None: no such job)."""
-        return self.jobs.get(job_id).row.tenant if job_id in self.jobs else None
-
     def jobs_page(
         self, limit: int = 100, after: str | None = None, tenant: str | None = None
     ) -> dict[str, Any]:
@@ -304,6 +281,35 @@ class PerseusService:
         if cursor is not None:
             page["next"] = cursor
         return page
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """``GET /jobs/{id}``: the job's description, state and revisions."""
+        return self.views.job(job_id)
+
+    def require_job(self, job_id: str) -> None:
+        """Nothing when the job exists; 404 naming ``job_id`` otherwise."""
+        self.jobs.get(job_id)
+
+    def job_stages(self, job_id: str) -> int:
+        """The number of stages of the job's schedule (its model's stages); 404 for no such job."""
+        return self.jobs.get(job_id).schedule.stages
+
+    def status(
+        self, job_id: str, ranks: int = STATUS_RANKS, after: int | None = None
+    ) -> dict[str, Any]:
+        """``GET /jobs/{id}/status``: the job's live state, ``ranks`` ranks' detail after ``after``."""
+        return self.views.status(job_id, ranks, after)
+
+    def health(self) -> dict[str, Any]:
+        """``GET /healthz``: whether the server answers, its jobs and uptime."""
+        return self.views.health()
+
+    def metrics_text(self, tenant: str | None = None) -> str:
+        """``GET /metrics`` in the Prometheus text format (``tenant``: its jobs' series only)."""
+        if tenant is None:
+            return self.metrics.render()
+        mine = {j.id for j in self.jobs if j.row.tenant == tenant}
+        return self.metrics.render_for(mine, tenant)
 
     async def delete_job(self, job_id: str) -> None:
         """Delete the job: cancel its solves, close its streams, forget it everywhere.
@@ -319,7 +325,7 @@ class PerseusService:
         self.store.delete_job(job.id)
         self.powers.forget(job.id)
         self.deployer.floors.forget(job.id)
-        self.answers.forget(job.id)
+        self.plans.forget(job.id)
         self.lifecycle.removed(job.id)
         self.reports.forget(job.id)
         self.power_budget.job_removed(job.id)
@@ -338,6 +344,48 @@ class PerseusService:
 
     # --- profiles and frontiers ------------------------------------------------------------------
 
+    async def put_profile(self, job_id: str, body: bytes, content_type: str) -> dict[str, Any]:
+        """``PUT /jobs/{id}/profile``: parse, check and store the job's new profile."""
+        return await self.profiles.put(job_id, body, content_type)
+
+    def profile(self, job_id: str) -> Profile:
+        """The job's stored profile (404 without one)."""
+        return self.profiles.get(job_id)
+
+    def start_profiling(
+        self,
+        job_id: str,
+        frequencies: list[int] | None,
+        warmup: int,
+        iterations: int,
+        stop_after_rises: int,
+        tolerance: float,
+    ) -> dict[str, Any]:
+        """``POST /jobs/{id}/profiling``: start an online profiling scan."""
+        return self.profiling.start(
+            job_id, frequencies, warmup, iterations, stop_after_rises, tolerance
+        )
+
+    def profiling_status(self, job_id: str) -> dict[str, Any]:
+        """``GET /jobs/{id}/profiling``: the scan's progress (404: never started)."""
+        return self.profiling.status(job_id)
+
+    def abort_profiling(self, job_id: str) -> dict[str, Any]:
+        """``DELETE /jobs/{id}/profiling``: stop a running scan."""
+        return self.profiling.abort(job_id)
+
+    def start_solve(self, job_id: str) -> dict[str, Any]:
+        """``POST /jobs/{id}/frontier``: start computing the job's frontier."""
+        return self.solves.start(job_id)
+
+    def cancel_solve(self, job_id: str) -> dict[str, Any]:
+        """``DELETE /jobs/{id}/frontier``: stop a running computation (409 when none runs)."""
+        return self.solves.cancel(job_id)
+
+    def frontier_of(self, job_id: str) -> tuple[Frontier, list[int]]:
+        """The job's frontier and the points its pipelines run (409 without one)."""
+        return self.solves.frontier_of(job_id)
+
     def frontier_status(self, job_id: str, *, points: bool = True) -> dict[str, Any]:
         """``GET /jobs/{id}/frontier``: the solve's state, its points with their powers."""
         out = self.solves.status(job_id, points=points)
@@ -346,47 +394,36 @@ class PerseusService:
     # --- plans -----------------------------------------------------------------------------------
 
     def cached_plan(self, job_id: str, query: Hashable) -> bytes | None:
-        """The answer :meth:`query_plan` built for ``query``, while it still stands; None when none.
+        """The answer :meth:`query_plan` kept for ``query`` while it stands (None: none).
 
-        It stands while the job's frontier and profile are still the ones it was built from
-        (:class:`PlanAnswers`); None also when there is no such job. The caller has
-        authorized the request (the REST gate).
+        The caller has authorized the request (the REST gate); see :meth:`PlanQueries.cached`.
         """
-        job = self.jobs.find(job_id)
-        return None if job is None else self.answers.get(job, query)
+        return self.plans.cached(job_id, query)
 
     def query_plan(
         self,
         job_id: str,
-        policy: PlanPolicy,
+        given: Mapping[str, Any],
         *,
         steps: bool = False,
         query: Hashable = None,
         swing: SwingBounds | None = None,
     ) -> bytes:
-        """The plan ``policy`` selects as a JSON document (bytes).
+        """``GET /jobs/{id}/plan``: the plan the policy among ``given`` selects, JSON (bytes).
 
-        Kept for :meth:`cached_plan` under ``query`` when given. Not kept: the cost policy
-        without its ``max_power`` (the job's comes from its ranks, which register at any
-        time).
+        Kept for :meth:`cached_plan` under ``query`` (see :meth:`PlanQueries.query`).
         """
-        job = self.jobs.get(job_id)
-        body = self.plans.query(job_id, shape_policy(job, policy), steps=steps, swing=swing)
-        if query is not None and not (
-            policy.kind == "eta" and all(k != "max_power" for k, _ in policy.options)
-        ):
-            self.answers.put(job, query, body)
-        return body
+        return self.plans.query(job_id, given, steps=steps, query=query, swing=swing)
 
     def deploy(
-        self, job_id: str, policy: PlanPolicy, pipelines: list[int] | None
+        self, job_id: str, given: Mapping[str, Any], pipelines: list[int] | None
     ) -> dict[str, Any]:
-        """``PUT /jobs/{id}/plan``: set the default policy (or pin some pipelines) and push."""
-        return self.deployer.deploy(job_id, self._shaped(job_id, policy), pipelines)
+        """``PUT /jobs/{id}/plan``: set the default policy (or pin some pipelines) and push.
 
-    def _shaped(self, job_id: str, policy: PlanPolicy) -> PlanPolicy:
-        """``policy`` with what the job supplies (:func:`shape_policy`)."""
-        return shape_policy(self.jobs.get(job_id), policy)
+        ``given``: the body's policy and swing fields (:meth:`PlanQueries.deployment_policy`).
+        """
+        policy = self.plans.deployment_policy(job_id, given, pipelines)
+        return self.deployer.deploy(job_id, policy, pipelines)
 
     # --- stragglers ------------------------------------------------------------------------------
 
@@ -404,6 +441,30 @@ class PerseusService:
         """
         self.stragglers.clear(job_id, pipeline)
         return self.views.status(job_id)
+
+    def set_straggler_detection(self, job_id: str, settings: DetectorSettings) -> None:
+        """``PUT /jobs/{id}/straggler-detection``: the job's detector settings."""
+        self.stragglers.set_detector(job_id, settings)
+
+    # --- ranks ------------------------------------------------------------------------------------
+
+    def register_rank(self, registration: RankRegistration) -> RegisteredRank:
+        """``RegisterRank``: a rank joins its job."""
+        return self.registration.register(registration)
+
+    def subscribe(
+        self, job_id: str, rank_id: str, credential: str = ""
+    ) -> tuple[Subscriber, PlanUpdate | None]:
+        """``WatchPlan``: the rank's plan stream and the current plan (None: none yet)."""
+        return self.registration.subscribe(job_id, rank_id, credential)
+
+    def zeus_runs(self, config: ZeusConfig) -> ZeusRuns:
+        """The Zeus runs over this service (``perseus serve --zeus``), with ``config``."""
+        return ZeusRuns(self, config)
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        """End a plan stream; the job's lifecycle hears that a rank disconnected."""
+        self.registration.unsubscribe(subscriber)
 
     # --- iteration reports -----------------------------------------------------------------------
 

@@ -8,20 +8,81 @@ quotas and budget share. Read at every scrape, ``O(jobs x pipelines)``.
 
 from __future__ import annotations
 
-from perseus_server.domain.states import DeploymentKind, JobActivity, SolveStatus
-from perseus_server.metrics import Labels
+from perseus_server.domain.states import DeploymentKind, JobActivity, JobState, SolveStatus
+from perseus_server.metrics import OTHER, Labels
+from perseus_server.runtime.hub import PlanHub
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.lifecycle import Lifecycle
 from perseus_server.service.power_budget import PowerBudget
 from perseus_server.service.slow_links import slow_link_gauges
+from perseus_server.service.state import JobTable
 from perseus_server.service.stragglers import ProfileChecks
 from perseus_server.service.tenants import Tenants
 
-__all__ = ["SLOWDOWN_SERIES", "JobGauges"]
+__all__ = [
+    "CLOCK_CONTROL_NODES",
+    "SLOWDOWN_SERIES",
+    "JobGauges",
+    "clock_control_gauge",
+    "connected_gauge",
+    "jobs_gauge",
+    "registered_gauge",
+]
 
 #: Pipelines per job with their own ``perseus_deployed_slowdown_ratio`` series (the slowest).
 SLOWDOWN_SERIES = 8
+#: Nodes per job named in ``perseus_ranks_without_clock_control`` (the rest: ``other``).
+CLOCK_CONTROL_NODES = 32
+
+
+def jobs_gauge(jobs: JobTable) -> dict[Labels, float]:
+    """``perseus_jobs``: the jobs per state."""
+    counts: dict[Labels, float] = {}
+    for job in jobs:
+        key = (("state", str(job.state())),)
+        counts[key] = counts.get(key, 0) + 1
+    return counts or {(("state", str(JobState.CREATED)),): 0}
+
+
+def connected_gauge(jobs: JobTable, hub: PlanHub) -> dict[Labels, float]:
+    """``perseus_connected_ranks``: per job, the ranks with a plan stream open."""
+    counts = hub.connected_counts()
+    return {(("perseus_job", j),): float(counts.get(j, 0)) for j in jobs.ids()}
+
+
+def registered_gauge(jobs: JobTable) -> dict[Labels, float]:
+    """``perseus_registered_ranks``: per job with ranks, how many registered."""
+    return {
+        (("perseus_job", j.id),): float(len(j.ranks.by_global)) for j in jobs if j.ranks.by_global
+    }
+
+
+def clock_control_gauge(jobs: JobTable) -> dict[Labels, float]:
+    """Per job with registered ranks and node: how many ranks have no clock control.
+
+    The node is the ranks' host name; the count is of ranks that say their clock control
+    is unavailable. The nodes that have any, at most ``CLOCK_CONTROL_NODES`` per job
+    (the rest summed as ``other``); a job with none has one sample, ``node=""``, 0.
+    """
+    out: dict[Labels, float] = {}
+    for j in jobs:
+        if not j.ranks.by_global:
+            continue
+        nodes: dict[str, int] = {}
+        for rank_id, rank in j.ranks.by_id.items():
+            if j.ranks.clock_control.get(rank_id, ("",))[0] == "unavailable":
+                nodes[rank.hostname] = nodes.get(rank.hostname, 0) + 1
+        if not nodes:
+            out[(("perseus_job", j.id), ("node", ""))] = 0.0
+            continue
+        ranked = sorted(nodes.items(), key=lambda kv: (-kv[1], kv[0]))
+        for node, n in ranked[:CLOCK_CONTROL_NODES]:
+            out[(("perseus_job", j.id), ("node", node))] = float(n)
+        rest = sum(n for _, n in ranked[CLOCK_CONTROL_NODES:])
+        if rest:
+            out[(("perseus_job", j.id), ("node", OTHER))] = float(rest)
+    return out
 
 
 class JobGauges:

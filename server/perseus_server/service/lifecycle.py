@@ -31,8 +31,8 @@ from typing import Any
 
 from perseus_server.domain.errors import Conflict
 from perseus_server.domain.states import JobActivity
+from perseus_server.service.budget_draw import counted_pipelines
 from perseus_server.service.context import ServiceContext
-from perseus_server.service.power_draw import counted_pipelines
 
 __all__ = ["Lifecycle"]
 
@@ -112,7 +112,7 @@ class Lifecycle:
         """Whether the job draws on a power budget.
 
         It does when it is active and at least one of its pipelines has all its ranks
-        connected (:mod:`perseus_server.service.power_draw`); never from its creation alone,
+        connected (:mod:`perseus_server.service.budget_draw`); never from its creation alone,
         nor for a pipeline that cannot run.
         """
         return self.active(job_id) and counted_pipelines(self.ctx.jobs.get(job_id)) > 0

@@ -1,36 +1,73 @@
-"""Plan queries: the frontier point a policy selects, as a JSON document.
+"""Plan queries and plan policies: the frontier point a policy selects, as a JSON document.
 
-Its bytes are cached per (job, query) while what they were built from stays (:class:`PlanAnswers`).
+Everything about a plan query is here: a request's fields read into a policy once
+(:func:`requested_policy`, :func:`deployed_policy`), completed with what the job supplies
+(:func:`shape_policy`), resolved against the frontier (:func:`~perseus_server.decisions.planner.resolve_policy`,
+its failures as 422s: :func:`policy_error`), and the answer's bytes kept per (job, query) while
+what they were built from stays (:class:`PlanAnswers`, owned by :class:`PlanQueries`).
 """
 
 from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from perseus.errors import InfeasibleError, OptionError
-from perseus.policies import POLICIES
+from perseus.policies import CRITERIA_FIRST, POLICIES, POLICY_NAMES, chosen
 from perseus.power import PowerBudgetError, SwingBounds
 from perseus_common.gpus import known_gpu_for
 from perseus_server.decisions.planner import PlanPolicy, resolve_policy
 from perseus_server.domain.errors import BadRequest
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import require_frontier
-from perseus_server.service.power import PlanPowers
+from perseus_server.service.plan_powers import PlanPowers
 from perseus_server.service.state import Job
-from perseus_server.service.swing import swing_doc
+from perseus_server.service.swing import SWING_FIELDS, swing_bounds, swing_doc, swing_items
 
 __all__ = [
     "PlanAnswers",
     "PlanQueries",
+    "deployed_policy",
     "job_max_power",
     "plan_doc",
     "policy_error",
+    "requested_policy",
     "shape_policy",
 ]
+
+
+def requested_policy(given: Mapping[str, Any]) -> PlanPolicy:
+    """The plan policy among a request's fields (none: the fastest plan).
+
+    A 422 naming the field for two policies, an option without its policy or a value out of
+    bounds (:func:`perseus.policies.chosen`).
+    """
+    try:
+        found = chosen(given)
+    except OptionError as e:
+        raise BadRequest(str(e), field=e.field) from None
+    if found is None:
+        return PlanPolicy()
+    name, value, options = found
+    return PlanPolicy(name, value, options=tuple(sorted(options.items())))
+
+
+def deployed_policy(given: Mapping[str, Any], pipelines: list[int] | None) -> PlanPolicy:
+    """The policy of a ``PUT /jobs/{id}/plan`` body's fields, with its swing bounds.
+
+    Swing bounds are the whole job's: a 422 naming ``max_swing`` with ``pipelines``.
+    """
+    fields = dict(given)
+    swing = swing_bounds({k: fields.pop(k, None) for k in SWING_FIELDS})
+    policy = requested_policy(fields)
+    if swing is None:
+        return policy
+    if pipelines is not None:
+        raise BadRequest("swing bounds are the whole job's: give no pipelines", field="max_swing")
+    return replace(policy, swing=swing_items(swing))
 
 
 def policy_error(e: InfeasibleError | OptionError, policy: PlanPolicy) -> BadRequest:
@@ -222,27 +259,82 @@ class PlanAnswers:
             self.bytes -= sum(len(b) for b in entry[1].values())
 
 
-class PlanQueries:
-    """``GET /jobs/{id}/plan``."""
+def _keeps(policy: PlanPolicy) -> bool:
+    """Whether an answer under ``policy`` may be kept.
 
-    def __init__(self, ctx: ServiceContext, powers: PlanPowers | None = None) -> None:
+    Not the cost policy without its ``max_power``: the job's comes from its ranks, which
+    register at any time.
+    """
+    return not (policy.kind == "eta" and all(k != "max_power" for k, _ in policy.options))
+
+
+class PlanQueries:
+    """``GET /jobs/{id}/plan``: the plan a policy selects, its bytes kept (:class:`PlanAnswers`)."""
+
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        powers: PlanPowers | None = None,
+        answers: PlanAnswers | None = None,
+    ) -> None:
         self.ctx = ctx
         self.powers = powers
+        self.answers = answers if answers is not None else PlanAnswers()
+
+    def cached(self, job_id: str, query: Hashable) -> bytes | None:
+        """The answer :meth:`query` kept for ``query``, while it still stands; None when none.
+
+        It stands while the job's frontier and profile are still the ones it was built from;
+        None also when there is no such job. The caller has authorized the request.
+        """
+        job = self.ctx.jobs.find(job_id)
+        return None if job is None else self.answers.get(job, query)
+
+    def forget(self, job_id: str) -> None:
+        """Drop the job's kept answers (the job was deleted)."""
+        self.answers.forget(job_id)
+
+    def deployment_policy(
+        self, job_id: str, given: Mapping[str, Any], pipelines: list[int] | None
+    ) -> PlanPolicy:
+        """The policy a ``PUT /jobs/{id}/plan`` body deploys, with what the job supplies.
+
+        Read from the body's fields first (:func:`deployed_policy`: a bad field is named
+        before an unknown job), then shaped for the job (:func:`shape_policy`).
+        """
+        policy = deployed_policy(given, pipelines)
+        return shape_policy(self.ctx.jobs.get(job_id), policy)
 
     def query(
         self,
         job_id: str,
-        policy: PlanPolicy,
+        given: Mapping[str, Any],
         *,
         steps: bool = False,
+        query: Hashable = None,
         swing: SwingBounds | None = None,
     ) -> bytes:
-        """The plan ``policy`` selects as a JSON document (bytes).
+        """The plan the policy among ``given`` selects, as a JSON document (bytes).
 
-        With ``swing``, the plan and power floors of least energy within the policy's deadline
-        that meet the bounds (:mod:`perseus_server.service.swing`).
+        Exactly one policy must be given (422 otherwise). Kept for :meth:`cached` under
+        ``query`` when given (:func:`_keeps`). With ``swing``, the plan and power floors of
+        least energy within the policy's deadline that meet the bounds
+        (:mod:`perseus_server.service.swing`).
         """
+        policy = requested_policy(given)
+        if all(given.get(name) is None for name in POLICY_NAMES):
+            raise BadRequest(f"give one of {', '.join(CRITERIA_FIRST)}", field=CRITERIA_FIRST[0])
         job = self.ctx.jobs.get(job_id)
+        shaped = shape_policy(job, policy)
+        body = self._answer(job, shaped, steps, swing)
+        if query is not None and _keeps(policy):
+            self.answers.put(job, query, body)
+        return body
+
+    def _answer(
+        self, job: Job, policy: PlanPolicy, steps: bool, swing: SwingBounds | None
+    ) -> bytes:
+        """The document of the frontier point ``policy`` (shaped) selects, encoded."""
         frontier = require_frontier(job)
         try:
             index = resolve_policy(frontier, policy)

@@ -10,7 +10,7 @@ when the budget changes, when a job is added (its first frontier), re-solved or 
 when its stragglers change; the budget is stored, so a restart recomputes the same allocation.
 
 Only jobs that *draw* share the budget: active (``service/lifecycle.py``), and only for their
-pipelines whose every rank is connected (:mod:`perseus_server.service.power_draw`), never from
+pipelines whose every rank is connected (:mod:`perseus_server.service.budget_draw`), never from
 their creation alone. A job that goes idle or is finished leaves it and the rest is shared
 again; one whose first pipeline completes, or that comes back, joins it.
 
@@ -65,6 +65,7 @@ from perseus.power import (
 from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.errors import BadRequest, NotFound
 from perseus_server.domain.states import ProfilingStatus
+from perseus_server.service.budget_draw import counted_pipelines
 from perseus_server.service.budget_pacing import Pacer
 from perseus_server.service.budget_terms import (
     ON_INFEASIBLE,
@@ -76,9 +77,8 @@ from perseus_server.service.budget_terms import (
     straggler_time,
 )
 from perseus_server.service.context import ServiceContext
+from perseus_server.service.plan_powers import PlanPowers
 from perseus_server.service.plans import job_max_power
-from perseus_server.service.power import PlanPowers
-from perseus_server.service.power_draw import counted_pipelines
 from perseus_server.service.state import Deployment, Job
 from perseus_server.service.tenant_shares import TenantDemand, TenantShare, split
 from perseus_server.service.tenants import Tenants
@@ -153,7 +153,7 @@ class PowerBudget:
     def _power_job(self, job: Job) -> PowerJob:
         """The job's choices for its complete pipelines, bounded by what their GPUs can draw.
 
-        Only pipelines whose every rank is connected count (:mod:`.power_draw`).
+        Only pipelines whose every rank is connected count (:mod:`.budget_draw`).
         """
         f = job.frontier.current
         assert f is not None

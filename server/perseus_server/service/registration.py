@@ -15,11 +15,11 @@ from perseus_server.domain.errors import BadRequest, Conflict
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.values import PlanUpdate, RankRegistration, RegisteredRank
 from perseus_server.runtime.hub import Subscriber
+from perseus_server.service.budget_draw import pipeline_width
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer
 from perseus_server.service.job_profiles import check_clocks
 from perseus_server.service.lifecycle import Lifecycle
-from perseus_server.service.power_draw import pipeline_width
 from perseus_server.service.report_checks import validate_clock_control
 from perseus_server.service.state import Job
 

@@ -31,7 +31,7 @@ from perseus_server.domain.states import (
     SolveStatus,
 )
 from perseus_server.domain.values import PlanUpdate
-from perseus_server.runtime.cache import ByteBoundedCache
+from perseus_server.runtime.byte_bounded_cache import ByteBoundedCache
 
 __all__ = [
     "Deployment",

@@ -317,7 +317,7 @@ class DeployedFloors:
         hit = self._cache.get(key)
         if hit is not None and hit[0] is frontier:
             return hit[1]
-        from perseus_server.service.power import job_problem
+        from perseus_server.service.plan_powers import job_problem
 
         problem = job_problem(job, frontier)
         if problem is None:
@@ -360,7 +360,7 @@ class DeployedFloors:
     ) -> dict[str, Any] | None:
         copies = job.spec.data_parallel * job.spec.tensor_parallel
         if bounds is None:
-            from perseus_server.service.power import job_problem
+            from perseus_server.service.plan_powers import job_problem
 
             problem = job_problem(job, frontier)
             if problem is None:

@@ -50,7 +50,7 @@ def status_router(service: PerseusService) -> APIRouter:
     @router.get("/healthz", tags=["service"], **operation(Health, "Liveness", "OK.", public=True))
     async def healthz() -> dict[str, Any]:
         """Whether the server answers; needs no token."""
-        return service.views.health()
+        return service.health()
 
     @router.get(
         "/metrics",
@@ -63,10 +63,6 @@ def status_router(service: PerseusService) -> APIRouter:
 
         A tenant's credential sees only the series of its jobs and its tenant.
         """
-        tenant = sees_tenant(who)
-        if tenant is None:
-            return PrometheusText(service.metrics.render())
-        mine = {j.id for j in service.jobs if j.row.tenant == tenant}
-        return PrometheusText(service.metrics.render_for(mine, tenant))
+        return PrometheusText(service.metrics_text(sees_tenant(who)))
 
     return router

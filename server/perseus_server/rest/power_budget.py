@@ -176,7 +176,7 @@ def power_router(service: PerseusService) -> APIRouter:
         changes nothing. Only active jobs share it (idle and finished ones are left out);
         when it can no longer be met (a job joined), ``on_infeasible`` says what runs.
         """
-        return service.power_budget.put(body.watts, body.policy, body.jobs, body.on_infeasible)
+        return service.set_power_budget(body.watts, body.policy, body.jobs, body.on_infeasible)
 
     @router.get(
         "/power-budget",
@@ -189,7 +189,7 @@ def power_router(service: PerseusService) -> APIRouter:
         tenant's credential sees the cluster's totals and its own jobs' and tenant's shares
         only.
         """
-        return service.power_budget.view(sees_tenant(who))
+        return service.power_budget_view(sees_tenant(who))
 
     @router.delete(
         "/power-budget",
@@ -198,7 +198,7 @@ def power_router(service: PerseusService) -> APIRouter:
     )
     async def delete_power_budget() -> Response:
         """Every covered job goes back to its own plan policy (404 when none is set)."""
-        service.power_budget.delete()
+        service.delete_power_budget()
         return Response(status_code=204)
 
     return router
