@@ -84,10 +84,11 @@ from perseus_client.gpu.floors import FloorPlayer, floor_status
 from perseus_client.hot_path import InstructionPath
 from perseus_client.measurements import EventTiming, IterationMeasurement
 from perseus_client.options import Connection, FailOpen, RankPosition, Reporting
-from perseus_client.plan import INSTRUCTION_KINDS, Plan
 from perseus_client.reports import IterationRecorder
 from perseus_client.safety import ResetGuard
 from perseus_client.scopes import InstructionScope, IterationScope
+from perseus_common.kinds import INSTRUCTION_KINDS
+from perseus_common.wire.values import PlanUpdate
 
 if TYPE_CHECKING:
     from perseus_client.addresses import ServerAddress
@@ -232,8 +233,8 @@ class PerseusClient:
         self._iteration_scope = IterationScope(self)
         self._instruction_scope = InstructionScope(self)
 
-        self._latest: Plan | None = None  # newest plan received (swapped in at a boundary)
-        self._plan: Plan | None = None  # plan of the current / last iteration
+        self._latest: PlanUpdate | None = None  # newest plan received (swapped in at a boundary)
+        self._plan: PlanUpdate | None = None  # plan of the current / last iteration
         self._plan_lock = threading.Lock()
         self.failed_open = False
         self.iterations = 0
@@ -298,23 +299,23 @@ class PerseusClient:
 
     # -- plans ------------------------------------------------------------------------------------
 
-    def _receive_plan(self, plan: Plan) -> None:
+    def _receive_plan(self, plan: PlanUpdate) -> None:
         with self._plan_lock:
             self._latest = plan
         log.debug("perseus: received plan version %d (%s)", plan.version, plan.reason)
 
-    def use_plan(self, plan: Plan | None) -> None:
+    def use_plan(self, plan: PlanUpdate | None) -> None:
         """Use ``plan`` from the next iteration on (offline mode; a server plan overrides it)."""
         with self._plan_lock:
             self._latest = plan
 
     @property
-    def plan(self) -> Plan | None:
+    def plan(self) -> PlanUpdate | None:
         """The plan of the current (or last) iteration; ``None`` while running at max clocks."""
         return self._plan
 
     @property
-    def latest_plan(self) -> Plan | None:
+    def latest_plan(self) -> PlanUpdate | None:
         """The newest plan received (used from the next iteration boundary)."""
         return self._latest
 
@@ -333,7 +334,7 @@ class PerseusClient:
         """The rank id the server assigned (``None`` offline or before registering)."""
         return self.link.rank_id if self.link is not None else None
 
-    def _select_plan(self) -> Plan | None:
+    def _select_plan(self) -> PlanUpdate | None:
         link = self.link
         if link is not None and link.unreachable_for() > self.fail_open.server_timeout:
             if not self.failed_open:

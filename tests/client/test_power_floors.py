@@ -17,7 +17,7 @@ import pytest
 
 from perseus_client import NvmlGpu, PerseusClient, SimulatedGpu
 from perseus_client.gpu.floors import NvmlPowerSmoothing, floor_changes
-from perseus_client.plan import Plan, PlanStep
+from perseus_common.wire.values import PlanStep, PlanUpdate
 from perseus_gpud.simnvml import SimulatedNvml
 
 PROFILE = {(0, "forward"): {1410: (0.02, 6.0)}, (0, "backward"): {1410: (0.04, 12.0)}}
@@ -122,9 +122,9 @@ def test_the_simulated_gpu_counts_what_a_floor_lifts() -> None:
     assert SimulatedGpu(PROFILE, time_scale=0).set_power_floor(100.0) is False
 
 
-def _plan(floors: tuple[tuple[float, float, float], ...]) -> Plan:
+def _plan(floors: tuple[tuple[float, float, float], ...]) -> PlanUpdate:
     steps = (PlanStep("forward", 0, 1410, 0), PlanStep("backward", 0, 1410, 0))
-    return Plan(1, steps, "test", 0.06, None, floors, 0.65)
+    return PlanUpdate(1, steps, "test", 0.06, None, floors, 0.65)
 
 
 def test_the_client_plays_the_plan_floors_every_iteration() -> None:

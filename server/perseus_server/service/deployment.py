@@ -19,11 +19,11 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from perseus.errors import InfeasibleError
 from perseus.frontier import Frontier
+from perseus_common.wire.values import PlanStep, PlanUpdate, ProfilingTask
 from perseus_server.decisions.planner import PlanDecision, PlanPolicy, decide, resolve_policy
 from perseus_server.domain.errors import BadRequest, Conflict
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import DeploymentKind, ProfilingStatus, ReplanKind
-from perseus_server.domain.values import PlanStep, PlanUpdate, ProfilingTask
 from perseus_server.runtime.faults import fault_point
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.persistence import persist_deployment

@@ -24,15 +24,13 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from perseus.power import SwingBounds
+from perseus_common.wire.values import IterationReport
 from perseus_server.config import Limits
 from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.errors import Conflict
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.domain.states import JobActivity, JobState, StreamEnd
 from perseus_server.domain.store import Store
-from perseus_server.domain.values import (
-    IterationReport,
-)
 from perseus_server.metrics import OTHER, Labels, Metrics
 from perseus_server.runtime.hub import PlanHub
 from perseus_server.runtime.parse_pool import ReportPool

@@ -16,6 +16,7 @@ from typing import Any
 from perseus.frontier import Frontier
 from perseus.profiles import Profile
 from perseus.schedules import Schedule
+from perseus_common.wire.values import PlanUpdate
 from perseus_server.decisions.detectors import Detector, StageDetector, StragglerDetector
 from perseus_server.decisions.link_fit import LinkCombiner
 from perseus_server.decisions.planner import PlanPolicy, Straggler
@@ -30,7 +31,6 @@ from perseus_server.domain.states import (
     SlowStageStatus,
     SolveStatus,
 )
-from perseus_server.domain.values import PlanUpdate
 from perseus_server.runtime.cache import ByteBoundedCache
 
 __all__ = [

@@ -33,11 +33,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from perseus.schedules import make_schedule
+from perseus_common.wire.values import RankRegistration
 from perseus_server.config import ZeusConfig
 from perseus_server.domain.errors import ApiError, BadRequest, Conflict, NotFound
 from perseus_server.domain.rows import FrontierRow
 from perseus_server.domain.states import DeploymentKind, SolveStatus
-from perseus_server.domain.values import RankRegistration
 from perseus_server.service.state import Deployment, Job, PlanSteps
 
 if TYPE_CHECKING:
