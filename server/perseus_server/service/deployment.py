@@ -27,7 +27,7 @@ from perseus_server.domain.states import DeploymentKind, ProfilingStatus, Replan
 from perseus_server.runtime.faults import fault_point
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.persistence import persist_deployment
-from perseus_server.service.state import Deployment, Job, PlanSteps
+from perseus_server.service.state import Deployment, Job, RankPlans
 from perseus_server.service.swing import DeployedFloors, bounds_of
 
 __all__ = ["Deployer", "DeploymentBudget", "require_frontier"]
@@ -235,16 +235,13 @@ class Deployer(Generic[B]):
 
     def _build_message(self, job: Job, dep: Deployment, rank: RankInfo, p: int) -> PlanUpdate:
         if dep.kind is DeploymentKind.PLAN:
-            frontier, all_steps = self.pipeline_plan(job, dep, p)
+            frontier, plans = self.pipeline_plan(job, dep, p)
             floors, swing = self._floors(job, frontier, dep.indices[p], rank.pipeline_rank)
             return PlanUpdate(
                 version=dep.version,
                 reason=dep.reasons[p],
                 expected_iteration_time=float(frontier.times[dep.indices[p]]),
-                steps=tuple(
-                    PlanStep(s["instruction"], s["microbatch"], s["frequency"], s["stage"])
-                    for s in all_steps[rank.pipeline_rank]
-                ),
+                steps=plans[rank.pipeline_rank],
                 power_floors=floors,
                 plan_swing=swing,
             )
@@ -300,18 +297,18 @@ class Deployer(Generic[B]):
         assert job.frontier.current is not None
         return job.frontier.current
 
-    def pipeline_plan(self, job: Job, dep: Deployment, p: int) -> tuple[Frontier, PlanSteps]:
-        """Pipeline ``p``'s frontier and per-rank plan steps under ``dep``."""
+    def pipeline_plan(self, job: Job, dep: Deployment, p: int) -> tuple[Frontier, RankPlans]:
+        """Pipeline ``p``'s frontier and per-rank plans under ``dep``."""
         if p in dep.own:
             st = job.stragglers.slow_stages.get(p)
             if st is not None and st.frontier is not None:
                 index = dep.indices[p]
-                steps = st.steps.get(index)
-                if steps is None:
-                    steps = st.steps[index] = st.frontier.plan_steps(index)
-                return st.frontier, steps
+                plans = st.plans.get(index)
+                if plans is None:
+                    plans = st.plans[index] = st.frontier.plan(index)
+                return st.frontier, plans
         assert job.frontier.current is not None
-        return job.frontier.current, job.frontier.steps(dep.indices[p])
+        return job.frontier.current, job.frontier.plan(dep.indices[p])
 
     # --- views -----------------------------------------------------------------------------------
 
