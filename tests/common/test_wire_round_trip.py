@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -282,3 +283,13 @@ def test_a_plan_drops_floors_that_are_not_floors() -> None:
         msg.power_floors.append(pb.PowerFloor(start_s=a, end_s=b, watts=w))
     got = codec.decode_plan(pb.PlanUpdate.FromString(msg.SerializeToString()))
     assert got.power_floors == ((0.0, 0.5, 300.0),) and got.plan_swing == 0.0
+
+
+def test_flat_codec_refuses_a_message_that_is_not_flat_or_not_the_values() -> None:
+    """A nested message, or a field the value lacks, is refused rather than dropped."""
+    with pytest.raises(TypeError, match=r"PlanUpdate\.steps"):
+        codec.decode_flat(pb.PlanUpdate(version=1), wire.PlanUpdate)
+    with pytest.raises(TypeError, match=r"WatchPlanRequest\.known_version"):
+        codec.encode_flat(wire.FinishRank("j", "r"), pb.WatchPlanRequest)
+    got = codec.decode_flat(pb.FinishRankRequest(job_id="j", rank_id="r"), wire.PlanRequest)
+    assert got == wire.PlanRequest("j", "r", 0)  # a field the message lacks keeps its default
