@@ -79,11 +79,14 @@ def solved_job(http: httpx.Client) -> str:
     )
     put.raise_for_status()
     http.post(f"/jobs/{job}/frontier").raise_for_status()
-    for _ in range(1200):
-        if http.get(f"/jobs/{job}/frontier", params={"points": False}).json()["status"] == "done":
+    for _ in range(6000):
+        status = http.get(f"/jobs/{job}/frontier", params={"points": False}).json()
+        if status["status"] == "done":
             return job
+        if status["status"] == "failed":
+            raise RuntimeError(f"the frontier failed: {status}")
         time.sleep(0.1)
-    raise RuntimeError("the frontier did not finish in 120 s")
+    raise RuntimeError("the frontier did not finish in 600 s")
 
 
 def capture(out: Path) -> None:

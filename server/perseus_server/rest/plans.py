@@ -23,8 +23,8 @@ from perseus.policies import CRITERIA_FIRST, POLICIES, POLICY_NAMES, chosen
 from perseus.power import SwingBounds
 from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.errors import BadRequest
-from perseus_server.models import FrontierStatus, PlanDeployment, PlanDoc, PlanSelect
-from perseus_server.models.requests import policy_field
+from perseus_server.models.requests import PlanSelect, policy_field
+from perseus_server.models.responses import FrontierStatus, PlanDeployment, PlanDoc
 from perseus_server.rest.docs import operation
 from perseus_server.rest.gate import Gate
 from perseus_server.service import PerseusService
