@@ -40,8 +40,9 @@ import sys
 import time
 from typing import Any
 
-from perseus_client import PerseusClient, Plan, PlanStep, Reporting, SimulatedGpu
+from perseus_client import PerseusClient, Reporting, SimulatedGpu
 from perseus_client.measurements import EventTiming
+from perseus_common.wire.values import PlanStep, PlanUpdate
 
 PROFILE = {
     (0, "forward"): {1410: (0.010, 3.0), 1200: (0.012, 2.6), 1000: (0.015, 2.4)},
@@ -88,7 +89,7 @@ def bench_client(
         reporting=Reporting(clock_sample_interval=sample_interval),
     )
     steps = tuple(PlanStep(k, m, clocks[i % len(clocks)], 0) for i, (k, m) in enumerate(order))
-    client.use_plan(Plan(1, steps))
+    client.use_plan(PlanUpdate(1, steps))
     samples: list[float] = []
     boundaries: list[float] = []
     clock = time.perf_counter_ns
@@ -161,7 +162,7 @@ def nvml_check(iterations: int, order: list[tuple[str, int]]) -> dict[str, Any]:
     client = PerseusClient(offline=True, gpu=gpu, handle_signals=False)
     picks = [clocks[0], clocks[len(clocks) // 2], clocks[-1]]
     client.use_plan(
-        Plan(1, tuple(PlanStep(k, m, picks[i % 3], 0) for i, (k, m) in enumerate(order)))
+        PlanUpdate(1, tuple(PlanStep(k, m, picks[i % 3], 0) for i, (k, m) in enumerate(order)))
     )
     b = torch.randn(2048, 2048, device="cuda")
     samples: list[float] = []
@@ -250,7 +251,7 @@ def gpud_check(
 
         client = PerseusClient(offline=True, gpu=gpu, handle_signals=False)
         steps = tuple(PlanStep(k, m, clocks[i % 3], 0) for i, (k, m) in enumerate(order))
-        client.use_plan(Plan(1, steps))
+        client.use_plan(PlanUpdate(1, steps))
         samples: list[float] = []
         clock = time.perf_counter_ns
         for _ in range(iterations):

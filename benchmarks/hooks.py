@@ -208,10 +208,12 @@ def async_gpu(curves: dict[Any, Any]) -> Any:
 
 
 def changing_plan(order: list[list[Any]], gpu: Any) -> Any:
-    from perseus_client import Plan, PlanStep
+    from perseus_common.wire.values import PlanStep, PlanUpdate
 
     clocks = list(gpu.supported_clocks())[:3]
-    return Plan(1, tuple(PlanStep(k, m, clocks[i % 3], s) for i, (k, m, s) in enumerate(order)))
+    return PlanUpdate(
+        1, tuple(PlanStep(k, m, clocks[i % 3], s) for i, (k, m, s) in enumerate(order))
+    )
 
 
 class NullClient:
@@ -353,7 +355,7 @@ def ran_plan(client: Any, plan: Any) -> bool:
     if report is None:  # the null client
         return True
     ran = [(i.kind, i.microbatch, i.stage, i.frequency_mhz) for i in report.instructions]
-    return ran == [(s.kind, s.microbatch, s.stage, s.frequency_mhz) for s in plan.steps]
+    return ran == [(s.instruction, s.microbatch, s.stage, s.frequency_mhz) for s in plan.steps]
 
 
 def summary(

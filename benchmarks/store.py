@@ -88,9 +88,9 @@ async def _run(service: Any, job_id: str, ranks: list[str], reports: int) -> dic
 
 def measure(store: Any, ranks: int, reports: int, off_loop: bool) -> dict[str, Any]:
     """Ingest ``ranks`` x ``reports`` reports into ``store`` through the service."""
+    from perseus_common.wire.values import RankRegistration
     from perseus_server import Limits
     from perseus_server.domain.jobs import JobSpec
-    from perseus_server.domain.values import RankRegistration
     from perseus_server.service import PerseusService
 
     service = PerseusService(store, Limits(), ingest_off_loop=off_loop)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -13,8 +14,9 @@ import numpy.typing as npt
 from perseus.bound import RelaxedBound
 from perseus.errors import InfeasibleError, OptionError
 from perseus.schedules import Schedule
+from perseus_common.wire.values import PlanStep
 
-__all__ = ["Frontier", "FrontierPoint"]
+__all__ = ["Frontier", "FrontierPoint", "plan_json"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -135,25 +137,29 @@ class Frontier:
         """Frequency (MHz) of every DAG node in plan ``i``."""
         return self.node_freqs[np.arange(self.node_freqs.shape[0]), self.plans[i].astype(np.int64)]
 
-    def plan_steps(self, i: int) -> list[list[dict[str, Any]]]:
-        """Plan ``i`` as one list per rank of ``{instruction, microbatch, stage, frequency}``."""
-        freqs = self.frequencies(i)
-        out: list[list[dict[str, Any]]] = []
+    def plan(self, i: int) -> tuple[tuple[PlanStep, ...], ...]:
+        """Plan ``i`` as the ranks run it: per rank, its steps in execution order.
+
+        The wire's :class:`~perseus_common.wire.values.PlanStep` values, which the server deploys
+        as they are and the rank client compiles.
+        """
+        freqs = self.frequencies(i).tolist()
+        out: list[tuple[PlanStep, ...]] = []
         k = 0
         for order in self.schedule.orders:
-            steps = []
-            for op in order:
-                steps.append(
-                    {
-                        "instruction": op.kind,
-                        "microbatch": op.microbatch,
-                        "stage": op.stage,
-                        "frequency": int(freqs[k]),
-                    }
+            n = len(order)
+            out.append(
+                tuple(
+                    PlanStep(op.kind, op.microbatch, f, op.stage)
+                    for op, f in zip(order, freqs[k : k + n], strict=True)
                 )
-                k += 1
-            out.append(steps)
-        return out
+            )
+            k += n
+        return tuple(out)
+
+    def plan_steps(self, i: int) -> list[list[dict[str, Any]]]:
+        """Plan ``i`` (:meth:`plan`) as JSON (:func:`plan_json`)."""
+        return plan_json(self.plan(i))
 
     # --- queries -----------------------------------------------------------------------------
 
@@ -320,3 +326,22 @@ class Frontier:
             bound_energies=np.asarray(enc.get("bound_energies", []), dtype=np.float64),
             bound_slopes=np.asarray(enc.get("bound_slopes", []), dtype=np.float64),
         )
+
+
+def plan_json(plan: Sequence[Sequence[PlanStep]]) -> list[list[dict[str, Any]]]:
+    """A per-rank plan as JSON: per rank, ``{instruction, microbatch, stage, frequency}``.
+
+    What ``GET /jobs/{id}/plan?steps=true`` answers (``frequency`` in MHz).
+    """
+    return [
+        [
+            {
+                "instruction": s.instruction,
+                "microbatch": s.microbatch,
+                "stage": s.stage,
+                "frequency": s.frequency_mhz,
+            }
+            for s in rank
+        ]
+        for rank in plan
+    ]

@@ -2,7 +2,7 @@
 
 Public API::
 
-    from perseus_client import PerseusClient, SimulatedGpu, NvmlGpu, DaemonGpu, RecordingGpu, Plan
+    from perseus_client import PerseusClient, SimulatedGpu, NvmlGpu, DaemonGpu, RecordingGpu
 
     with PerseusClient("localhost:50051", job="job-1", gpu=NvmlGpu(0)) as client:
         with client.iteration():
@@ -42,7 +42,7 @@ from perseus_client.gpu import (
 )
 from perseus_client.measurements import InstructionMeasurement, IterationMeasurement
 from perseus_client.options import Connection, FailOpen, RankPosition, Reporting
-from perseus_client.plan import INSTRUCTION_KINDS, Plan, PlanCursor, PlanStep, ProfilingTask
+from perseus_client.plan import CompiledPlan, PlanCursor, compile_plan, plan_from_steps
 
 __all__ = [
     "PerseusClient",
@@ -63,11 +63,10 @@ __all__ = [
     "InstructionRecord",
     "read_log",
     "read_profile_csv",
-    "Plan",
-    "PlanStep",
-    "ProfilingTask",
+    "plan_from_steps",
+    "compile_plan",
+    "CompiledPlan",
     "PlanCursor",
-    "INSTRUCTION_KINDS",
     "InstructionMeasurement",
     "IterationMeasurement",
     "ClientError",

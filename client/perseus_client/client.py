@@ -84,11 +84,12 @@ from perseus_client.gpu.floors import FloorPlayer, floor_state, floor_status
 from perseus_client.hot_path import InstructionPath
 from perseus_client.measurements import EventTiming, IterationMeasurement
 from perseus_client.options import Connection, FailOpen, RankPosition, Reporting
-from perseus_client.plan import INSTRUCTION_KINDS, Plan
 from perseus_client.plan_choice import PlanChoice
 from perseus_client.reports import IterationRecorder
 from perseus_client.safety import ResetGuard
 from perseus_client.scopes import InstructionScope, IterationScope
+from perseus_common.kinds import INSTRUCTION_KINDS
+from perseus_common.wire.values import PlanUpdate
 
 if TYPE_CHECKING:
     from perseus_client.addresses import ServerAddress
@@ -233,8 +234,8 @@ class PerseusClient(PlanChoice):
         self._iteration_scope = IterationScope(self)
         self._instruction_scope = InstructionScope(self)
 
-        self._latest: Plan | None = None  # newest plan received (swapped in at a boundary)
-        self._plan: Plan | None = None  # plan of the current / last iteration
+        self._latest: PlanUpdate | None = None  # newest plan received (swapped in at a boundary)
+        self._plan: PlanUpdate | None = None  # plan of the current / last iteration
         self._plan_lock = threading.Lock()
         self.failed_open = False
         self.iterations = 0

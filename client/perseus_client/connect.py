@@ -20,9 +20,8 @@ from perseus_client.addresses import TLS_CA_ENV, ServerAddress, parse_servers, r
 from perseus_client.defaults import Environment
 from perseus_client.gpu.base import GpuBackend
 from perseus_client.options import Connection, Reporting
-from perseus_client.plan import Plan
 from perseus_client.transport import ServerLink
-from perseus_common.wire import RankRegistration
+from perseus_common.wire.values import PlanUpdate, RankRegistration
 
 __all__ = ["RankPlace", "open_link", "rank_registration", "server_addresses"]
 
@@ -72,7 +71,7 @@ def rank_registration(job: str, rank: RankPlace, gpu: GpuBackend) -> RankRegistr
 def open_link(
     addresses: Sequence[ServerAddress],
     registration: RankRegistration,
-    on_plan: Callable[[Plan], None],
+    on_plan: Callable[[PlanUpdate], None],
     token: str | None,
     roots: bytes | None,
     connection: Connection,

@@ -36,7 +36,9 @@ from perseus_client.controller import FrequencyController
 from perseus_client.errors import ClientError, ConfigError, PlanMismatchError
 from perseus_client.gpu.base import GpuBackend
 from perseus_client.measurements import InstructionMeasurement
-from perseus_client.plan import INSTRUCTION_KINDS, CompiledPlan, Plan, PlanCursor
+from perseus_client.plan import CompiledPlan, PlanCursor, compile_plan
+from perseus_common.kinds import INSTRUCTION_KINDS
+from perseus_common.wire.values import PlanUpdate
 
 __all__ = ["InstructionPath"]
 
@@ -112,7 +114,7 @@ class InstructionPath:
         self._gpu_begin = gpu.begin_instruction
         self._gpu_end = gpu.end_instruction
         self._now = gpu.timestamp
-        self._compiled = CompiledPlan(None, max_clock)
+        self._compiled = compile_plan(None, max_clock)
         self._p = self._compiled
         self.phase = IDLE
         self._pos = 0
@@ -131,11 +133,11 @@ class InstructionPath:
 
     # -- iteration boundaries -------------------------------------------------------------------
 
-    def start(self, plan: Plan | None, *, measure_energy: bool, record: bool) -> None:
+    def start(self, plan: PlanUpdate | None, *, measure_energy: bool, record: bool) -> None:
         """Begin an iteration of ``plan`` (compiled once per plan and maximum clock)."""
         compiled = self._compiled
         if compiled.plan is not plan or compiled.max_clock != self.max_clock:
-            compiled = self._compiled = CompiledPlan(plan, self.max_clock)
+            compiled = self._compiled = compile_plan(plan, self.max_clock)
         self._p = compiled
         self._pos = 0
         self._stamps = []

@@ -1,124 +1,88 @@
-"""Plans as the client sees them, and the cursor that walks one iteration of a plan.
+"""Compiling the wire's plans for the training thread, and the cursor that walks one iteration.
 
-A :class:`Plan` is one rank's ordered instructions with the SM clock of each (a ``PlanUpdate``
-of the gRPC protocol). While a job is profiling, the plan carries a :class:`ProfilingTask`:
-every instruction runs at the task's clock, whatever the steps say.
+The client has no plan classes of its own: a plan is the wire's
+:class:`~perseus_common.wire.values.PlanUpdate` (one rank's ordered
+:class:`~perseus_common.wire.values.PlanStep` values with the SM clock of each), as the server
+pushes it and as :func:`plan_from_steps` builds one offline. While a job is profiling the plan
+carries a :class:`~perseus_common.wire.values.ProfilingTask`: every instruction runs at the
+task's clock, whatever the steps say.
 
-:class:`PlanCursor` checks that the training loop executes exactly the plan's instructions in
-order and yields the clock of each. In strict mode a mismatch raises
-:class:`~perseus_client.errors.PlanMismatchError` naming both the executed and the expected
-instruction; otherwise the cursor reports the mismatch once through a callback and runs the rest
-of the iteration at the maximum clock (the safe choice: never slower than planned).
+* :func:`received_plan` — what the client takes of a plan the server pushed (a profiling task
+  at clock 0 is none; negative iteration counts count as 0);
+* :func:`compile_plan` — one iteration of a plan as the flat tuples of a :class:`CompiledPlan`,
+  which the training thread indexes by position;
+* :class:`PlanCursor` checks that the training loop executes exactly the plan's instructions in
+  order and yields the clock of each. In strict mode a mismatch raises
+  :class:`~perseus_client.errors.PlanMismatchError` naming both the executed and the expected
+  instruction; otherwise the cursor reports the mismatch once through a callback and runs the
+  rest of the iteration at the maximum clock (the safe choice: never slower than planned).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 from perseus_client.errors import ConfigError, PlanMismatchError
 from perseus_common.kinds import INSTRUCTION_KINDS
-from perseus_common.proto import perseus_pb2 as pb
-from perseus_common.wire import PlanUpdate, ProfilingTask
-from perseus_common.wire.codec import decode_plan
+from perseus_common.wire.values import PlanStep, PlanUpdate, ProfilingTask
 
-__all__ = ["INSTRUCTION_KINDS", "PlanStep", "ProfilingTask", "Plan", "PlanCursor", "CompiledPlan"]
+__all__ = ["CompiledPlan", "PlanCursor", "compile_plan", "plan_from_steps", "received_plan"]
 
 
-@dataclass(frozen=True, slots=True)
-class PlanStep:
-    """One instruction of a rank's plan and the SM clock to run it at."""
+def plan_from_steps(
+    steps: Iterable[Mapping[str, Any] | PlanStep],
+    *,
+    version: int = 1,
+    reason: str = "",
+    expected_iteration_time: float = 0.0,
+) -> PlanUpdate:
+    """A plan built from :class:`PlanStep` values or ``Frontier.plan_steps`` dicts.
 
-    kind: str
-    microbatch: int
-    frequency_mhz: int
-    stage: int = 0
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A versioned per-rank frequency plan (``version`` 0 means "no plan": max clocks)."""
-
-    version: int
-    steps: tuple[PlanStep, ...]
-    reason: str = ""
-    expected_iteration_time: float = 0.0
-    profiling: ProfilingTask | None = None
-    #: ``(start_s, end_s, watts)`` within an iteration: this rank's power floors (none
-    #: without a swing bound); see :mod:`perseus_client.gpu.floors`.
-    power_floors: tuple[tuple[float, float, float], ...] = ()
-    #: the job's swing with the plan alone (0 when no swing bound is set).
-    plan_swing: float = 0.0
-    #: under a ramp bound, the rate (W/s) the GPU may move its floor (0: none).
-    ramp_w_per_s: float = 0.0
-
-    @classmethod
-    def from_steps(
-        cls,
-        steps: Iterable[Mapping[str, Any] | PlanStep],
-        *,
-        version: int = 1,
-        reason: str = "",
-        expected_iteration_time: float = 0.0,
-    ) -> Plan:
-        """Build from :class:`PlanStep` objects or ``perseus.frontier.Frontier.plan_steps`` dicts.
-
-        The dicts are ``{"instruction", "microbatch", "stage", "frequency"}``.
-        """
-        out: list[PlanStep] = []
-        for i, s in enumerate(steps):
-            if isinstance(s, PlanStep):
-                out.append(s)
-                continue
-            try:
-                out.append(
-                    PlanStep(
-                        str(s["instruction"]),
-                        int(s["microbatch"]),
-                        int(s["frequency"]),
-                        int(s.get("stage", 0)),
-                    )
+    The dicts are ``{"instruction", "microbatch", "stage", "frequency"}`` (``stage`` optional,
+    0). Raises :class:`~perseus_client.errors.ConfigError` naming the step of a malformed one or
+    of an unknown instruction.
+    """
+    out: list[PlanStep] = []
+    for i, s in enumerate(steps):
+        if isinstance(s, PlanStep):
+            out.append(s)
+            continue
+        try:
+            out.append(
+                PlanStep(
+                    str(s["instruction"]),
+                    int(s["microbatch"]),
+                    int(s["frequency"]),
+                    int(s.get("stage", 0)),
                 )
-            except (KeyError, TypeError, ValueError) as exc:
-                raise ConfigError(f"steps[{i}]", f"invalid plan step {s!r}: {exc}") from exc
-        for i, st in enumerate(out):
-            if st.kind not in INSTRUCTION_KINDS:
-                raise ConfigError(
-                    f"steps[{i}].instruction", f"unknown instruction kind {st.kind!r}"
-                )
-        return cls(version, tuple(out), reason, expected_iteration_time)
-
-    @classmethod
-    def from_proto(cls, message: pb.PlanUpdate) -> Plan:
-        """Build from a ``perseus.v1.PlanUpdate`` message (decoded by the shared codec)."""
-        return cls.from_wire(decode_plan(message))
-
-    @classmethod
-    def from_wire(cls, update: PlanUpdate) -> Plan:
-        """Build from a decoded ``perseus.v1.PlanUpdate``.
-
-        A profiling task at clock 0 is none; negative iteration counts count as 0.
-        """
-        p = update.profiling
-        profiling = None
-        if p is not None and p.frequency_mhz > 0:
-            profiling = ProfilingTask(
-                p.frequency_mhz, max(0, p.warmup_iterations), max(0, p.iterations)
             )
-        steps = tuple(
-            PlanStep(s.instruction, s.microbatch, s.frequency_mhz, s.stage) for s in update.steps
-        )
-        return cls(
-            update.version,
-            steps,
-            update.reason,
-            update.expected_iteration_time,
-            profiling,
-            update.power_floors,
-            update.plan_swing,
-            update.ramp_w_per_s,
-        )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"steps[{i}]", f"invalid plan step {s!r}: {exc}") from exc
+    for i, st in enumerate(out):
+        if st.instruction not in INSTRUCTION_KINDS:
+            raise ConfigError(
+                f"steps[{i}].instruction", f"unknown instruction kind {st.instruction!r}"
+            )
+    return PlanUpdate(version, tuple(out), reason, expected_iteration_time)
+
+
+def received_plan(update: PlanUpdate) -> PlanUpdate:
+    """What the client takes of a plan the server pushed.
+
+    A profiling task at clock 0 is none; negative iteration counts count as 0. ``update``
+    itself when it needs no change.
+    """
+    p = update.profiling
+    if p is None:
+        return update
+    if p.frequency_mhz <= 0:
+        return replace(update, profiling=None)
+    if p.warmup_iterations < 0 or p.iterations < 0:
+        task = ProfilingTask(p.frequency_mhz, max(0, p.warmup_iterations), max(0, p.iterations))
+        return replace(update, profiling=task)
+    return update
 
 
 def _describe(kind: str, microbatch: int, stage: int | None) -> str:
@@ -158,13 +122,13 @@ class PlanCursor:
         self.strict = strict
         self.on_mismatch = on_mismatch
         self._steps: Sequence[tuple[str, int, int, int]] = ()
-        self._plan: Plan | None = None
+        self._plan: PlanUpdate | None = None
         self._pos = 0
         self._fixed: int | None = max_clock
         self._desynced = False
         self._last_stage: int | None = None
 
-    def start(self, plan: Plan | None) -> None:
+    def start(self, plan: PlanUpdate | None) -> None:
         """Begin an iteration of ``plan`` (``None`` or version 0: everything at max clock)."""
         self._plan = plan
         self._pos = 0
@@ -173,7 +137,9 @@ class PlanCursor:
             self._steps = ()
             self._fixed = self.max_clock
         else:
-            self._steps = [(s.kind, s.microbatch, s.stage, s.frequency_mhz) for s in plan.steps]
+            self._steps = [
+                (s.instruction, s.microbatch, s.stage, s.frequency_mhz) for s in plan.steps
+            ]
             self._fixed = plan.profiling.frequency_mhz if plan.profiling is not None else None
 
     @property
@@ -216,7 +182,7 @@ class PlanCursor:
 
     @staticmethod
     def mismatch_error(
-        plan: Plan | None, pos: int, executed: tuple[str, int, int | None] | None
+        plan: PlanUpdate | None, pos: int, executed: tuple[str, int, int | None] | None
     ) -> PlanMismatchError:
         """The error for ``executed`` at position ``pos`` of an iteration of ``plan``.
 
@@ -228,7 +194,7 @@ class PlanCursor:
         expected: tuple[str, int, int] | None = None
         if pos < len(steps):
             st = steps[pos]
-            expected = (st.kind, st.microbatch, st.stage)
+            expected = (st.instruction, st.microbatch, st.stage)
         if executed is None:
             assert expected is not None
             msg = (
@@ -253,11 +219,12 @@ class PlanCursor:
 class CompiledPlan:
     """One iteration of a plan as flat tuples the training thread indexes by position.
 
-    ``keys[i] == (kind, microbatch, stage)`` and ``clocks[i]`` of instruction ``i`` (the
+    ``keys[i] == (instruction, microbatch, stage)`` and ``clocks[i]`` of instruction ``i`` (the
     profiling task's clock for every instruction while profiling), ``n`` instructions.
 
     ``n == 0``: no steps to follow (no plan, version 0, or a profiling task without steps):
-    every instruction runs at ``fixed`` (the maximum clock or the task's clock).
+    every instruction runs at ``fixed`` (the maximum clock or the task's clock). Built by
+    :func:`compile_plan`.
     """
 
     __slots__ = (
@@ -272,7 +239,7 @@ class CompiledPlan:
         "fixed",
     )
 
-    def __init__(self, plan: Plan | None, max_clock: int) -> None:
+    def __init__(self, plan: PlanUpdate | None, max_clock: int) -> None:
         self.plan = plan
         self.max_clock = max_clock
         steps: tuple[PlanStep, ...] = ()
@@ -282,8 +249,13 @@ class CompiledPlan:
             fixed = plan.profiling.frequency_mhz if plan.profiling is not None else None
         self.fixed = fixed
         self.n = len(steps)
-        self.keys = tuple((s.kind, s.microbatch, s.stage) for s in steps)
-        self.kinds = tuple(s.kind for s in steps)
+        self.keys = tuple((s.instruction, s.microbatch, s.stage) for s in steps)
+        self.kinds = tuple(s.instruction for s in steps)
         self.microbatches = tuple(s.microbatch for s in steps)
         self.stages = tuple(s.stage for s in steps)
         self.clocks = tuple(s.frequency_mhz if fixed is None else fixed for s in steps)
+
+
+def compile_plan(plan: PlanUpdate | None, max_clock: int) -> CompiledPlan:
+    """One iteration of ``plan`` for the training thread (``None``: everything at ``max_clock``)."""
+    return CompiledPlan(plan, max_clock)

@@ -16,7 +16,7 @@ from typing import Any
 
 from perseus_client.errors import PlanMismatchError
 from perseus_client.options import FailOpen
-from perseus_client.plan import Plan
+from perseus_common.wire.values import PlanUpdate
 
 __all__ = ["PlanChoice"]
 
@@ -29,28 +29,28 @@ class PlanChoice:
     link: Any
     fail_open: FailOpen
     failed_open: bool
-    _latest: Plan | None
-    _plan: Plan | None
+    _latest: PlanUpdate | None
+    _plan: PlanUpdate | None
     _plan_lock: threading.Lock
     _mismatch_logged: bool
 
-    def _receive_plan(self, plan: Plan) -> None:
+    def _receive_plan(self, plan: PlanUpdate) -> None:
         with self._plan_lock:
             self._latest = plan
         log.debug("perseus: received plan version %d (%s)", plan.version, plan.reason)
 
-    def use_plan(self, plan: Plan | None) -> None:
+    def use_plan(self, plan: PlanUpdate | None) -> None:
         """Use ``plan`` from the next iteration on (offline mode; a server plan overrides it)."""
         with self._plan_lock:
             self._latest = plan
 
     @property
-    def plan(self) -> Plan | None:
+    def plan(self) -> PlanUpdate | None:
         """The plan of the current (or last) iteration; ``None`` while running at max clocks."""
         return self._plan
 
     @property
-    def latest_plan(self) -> Plan | None:
+    def latest_plan(self) -> PlanUpdate | None:
         """The newest plan received (used from the next iteration boundary)."""
         return self._latest
 
@@ -69,7 +69,7 @@ class PlanChoice:
         """The rank id the server assigned (``None`` offline or before registering)."""
         return self.link.rank_id if self.link is not None else None
 
-    def _select_plan(self) -> Plan | None:
+    def _select_plan(self) -> PlanUpdate | None:
         link = self.link
         if link is not None and link.unreachable_for() > self.fail_open.server_timeout:
             if not self.failed_open:

@@ -26,8 +26,8 @@ from perseus_client.measurements import (
     Transfer,
 )
 from perseus_common.proto import perseus_pb2 as pb
-from perseus_common.wire import InstructionReport, IterationReport, TransferReport
 from perseus_common.wire.codec import encode_report
+from perseus_common.wire.values import InstructionReport, IterationReport, TransferReport
 
 __all__ = [
     "IterationRecorder",

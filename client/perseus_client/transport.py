@@ -3,7 +3,7 @@
 :class:`ServerLink` owns one gRPC channel (to the address it uses now) and two daemon threads:
 
 - the *watcher* registers the rank (``RegisterRank``), then holds ``WatchPlan`` open and hands
-  every :class:`~perseus_client.plan.Plan` to a callback, never one older than a version it
+  every :class:`~perseus_common.wire.values.PlanUpdate` to a callback, never one older than a version it
   handed on already. When the stream breaks (server down or restarting) it re-registers and
   re-subscribes with exponential backoff and jitter (``backoff_initial`` doubling up to
   ``backoff_max``). :meth:`ServerLink.unreachable_for` says how long the server has been
@@ -64,21 +64,21 @@ from perseus_client.addresses import (
     tls_context,
 )
 from perseus_client.measurements import IterationMeasurement
-from perseus_client.plan import Plan
+from perseus_client.plan import received_plan
 from perseus_client.reports import report_message
 from perseus_common.proto import perseus_pb2_grpc
-from perseus_common.wire import FinishRank, PlanRequest, RankRegistration
 from perseus_common.wire.codec import (
     decode_ack,
+    decode_plan,
     decode_registered,
     encode_finish,
     encode_plan_request,
     encode_registration,
 )
+from perseus_common.wire.values import FinishRank, PlanRequest, PlanUpdate, RankRegistration
 
 __all__ = [
     "LEADER_METADATA",
-    "RankIdentity",
     "ServerLink",
     "leader_hint",
     "parse_target",
@@ -137,19 +137,14 @@ def leader_hint(exc: grpc.RpcError) -> str | None:
     return None
 
 
-RankIdentity = RankRegistration
-"""What the rank tells the server at registration: the wire's :class:`RankRegistration` (its
-clock control included; ``max_power_limit_w`` is the cost policy's MAXPOWER)."""
-
-
 class ServerLink:
     """Registration, plan subscription and reporting for one rank (see the module docstring)."""
 
     def __init__(
         self,
         target: str | Sequence[ServerAddress],
-        identity: RankIdentity,
-        on_plan: Callable[[Plan], None],
+        identity: RankRegistration,
+        on_plan: Callable[[PlanUpdate], None],
         *,
         token: str | None = None,
         tls: bool = False,
@@ -363,7 +358,7 @@ class ServerLink:
         self._ever_up = True
         self._set_up()
         for update in call:
-            plan = Plan.from_proto(update)
+            plan = received_plan(decode_plan(update))
             if plan.version < self.known_version:
                 # A server behind the one that sent the newer version: never go back.
                 log.warning(

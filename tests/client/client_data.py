@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from perseus_client import Plan, PlanStep
+from perseus_common.wire.values import PlanStep, PlanUpdate
 
 # A tiny two-stage profile: (stage, kind) -> {MHz: (seconds, joules)}.
 PROFILE: dict[tuple[int, str], dict[int, tuple[float, float]]] = {
@@ -23,6 +23,8 @@ PROFILE_CSV = "stage,instruction,frequency,time,energy\n" + "".join(
 )
 
 
-def steps_plan(version: int, steps: list[tuple[str, int, int]], stage: int = 0, **kw: Any) -> Plan:
+def steps_plan(
+    version: int, steps: list[tuple[str, int, int]], stage: int = 0, **kw: Any
+) -> PlanUpdate:
     """A plan from ``(kind, microbatch, mhz)`` triples."""
-    return Plan(version, tuple(PlanStep(k, m, f, stage) for k, m, f in steps), **kw)
+    return PlanUpdate(version, tuple(PlanStep(k, m, f, stage) for k, m, f in steps), **kw)

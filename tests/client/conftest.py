@@ -10,7 +10,8 @@ import pynvml
 import pytest
 from client_data import PROFILE, PROFILE_CSV, steps_plan
 
-from perseus_client import Plan, SimulatedGpu
+from perseus_client import SimulatedGpu
+from perseus_common.wire.values import PlanUpdate
 
 
 def make_fake_nvml(
@@ -130,7 +131,7 @@ def sim_gpu() -> Iterator[SimulatedGpu]:
 
 
 @pytest.fixture
-def plan_of() -> Callable[..., Plan]:
+def plan_of() -> Callable[..., PlanUpdate]:
     return steps_plan
 
 

@@ -33,12 +33,11 @@ from perseus_client import (
     Connection,
     FailOpen,
     PerseusClient,
-    Plan,
-    PlanStep,
     RankPosition,
     Reporting,
 )
 from perseus_common.proto import gpud_pb2, perseus_pb2
+from perseus_common.wire.values import PlanStep, PlanUpdate
 
 ORDER = [("forward", 0), ("forward", 1), ("backward", 0), ("backward", 1)]
 
@@ -86,7 +85,7 @@ def main() -> int:
     first_state, first_reason = client.clock_control, client.clock_control_reason
     clocks = (1200, 1005)
     client.use_plan(
-        Plan(1, tuple(PlanStep(k, m, clocks[i % 2], 0) for i, (k, m) in enumerate(ORDER)))
+        PlanUpdate(1, tuple(PlanStep(k, m, clocks[i % 2], 0) for i, (k, m) in enumerate(ORDER)))
     )
     it, active_iterations = 0, 0
     deadline = time.monotonic() + 60.0

@@ -70,7 +70,7 @@ def main() -> int:
     while client.latest_plan is None and time.monotonic() < deadline:
         time.sleep(0.05)
     plan = client.latest_plan
-    order = [] if plan is None else [(s.kind, s.microbatch, s.stage) for s in plan.steps]
+    order = [] if plan is None else [(s.instruction, s.microbatch, s.stage) for s in plan.steps]
     for _ in range(3):
         with client.iteration():
             for kind, mb, stage in order:

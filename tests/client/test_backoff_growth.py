@@ -15,7 +15,8 @@ import pytest
 from perseus_client import FailOpenGpu
 from perseus_client import transport as transport_module
 from perseus_client.errors import GpudUnavailableError
-from perseus_client.transport import RankIdentity, ServerLink
+from perseus_client.transport import ServerLink
+from perseus_common.wire.values import RankRegistration
 
 INITIAL, MAXIMUM = 0.01, 10.0
 #: 0.01 doubling: 0.02, 0.04, ... 5.12, then the maximum.
@@ -70,7 +71,7 @@ def test_the_plan_streams_reconnects_double_up_to_their_maximum(
     monkeypatch.setattr(transport_module.random, "uniform", lambda lo, hi: hi)  # no jitter
     link = ServerLink(
         "127.0.0.1:9",
-        RankIdentity("j", 0, 0, 0, 0, "", (), "test"),
+        RankRegistration("j", 0, 0, 0, 0, "", (), "test"),
         lambda plan: None,
         backoff_initial=INITIAL,
         backoff_max=MAXIMUM,

@@ -110,7 +110,7 @@ def run_iteration(client: PerseusClient, order: list[tuple[str, int, int]]) -> N
 
 def order_of(client: PerseusClient) -> list[tuple[str, int, int]]:
     plan = wait_for(lambda: client.latest_plan, "a plan")
-    return [(s.kind, s.microbatch, s.stage) for s in plan.steps]
+    return [(s.instruction, s.microbatch, s.stage) for s in plan.steps]
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,7 @@ def test_ranks_run_the_deployed_plan_and_reports_reach_the_server(server, job, p
             assert plan is not None and plan.version >= 1
             # The clock in effect for every instruction is the plan's clock for it.
             assert [(i.kind, i.microbatch, i.mhz) for i in rec.instructions] == [
-                (s.kind, s.microbatch, s.frequency_mhz) for s in plan.steps
+                (s.instruction, s.microbatch, s.frequency_mhz) for s in plan.steps
             ] * 3
             assert client.connected and client.rank_id
     finally:
@@ -214,7 +214,7 @@ TRAINER = textwrap.dedent(
     client = PerseusClient(target, job, token=token, gpu=gpu, rank=RankPosition(global_rank=0, pipeline_rank=0))
     while client.latest_plan is None:
         time.sleep(0.01)
-    order = [(s.kind, s.microbatch, s.stage) for s in client.latest_plan.steps]
+    order = [(s.instruction, s.microbatch, s.stage) for s in client.latest_plan.steps]
     while True:
         with client.iteration():
             for kind, mb, stage in order:

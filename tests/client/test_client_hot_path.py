@@ -124,12 +124,12 @@ def test_an_instruction_that_raised_is_not_recorded_and_edges_need_an_iteration(
 
 
 def test_the_compiled_plan_is_flat_and_profiling_runs_every_instruction_at_its_clock(plan_of):
-    from perseus_client import Plan, ProfilingTask
+    from perseus_common.wire.values import PlanUpdate, ProfilingTask
 
     plan = plan_of(3, ORDER)
     c = CompiledPlan(plan, 1410)
     assert c.n == 4 and c.keys[2] == ("backward", 0, 0) and c.clocks == (1200, 1000, 1410, 1200)
-    task = Plan(4, plan.steps, profiling=ProfilingTask(1005, 0, 1))
+    task = PlanUpdate(4, plan.steps, profiling=ProfilingTask(1005, 0, 1))
     assert CompiledPlan(task, 1410).clocks == (1005,) * 4
     assert CompiledPlan(None, 1395).n == 0 and CompiledPlan(None, 1395).fixed == 1395
 

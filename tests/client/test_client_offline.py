@@ -10,11 +10,10 @@ from perseus_client import (
     ClientError,
     ConfigError,
     PerseusClient,
-    Plan,
     PlanMismatchError,
-    ProfilingTask,
     RecordingGpu,
 )
+from perseus_common.wire.values import PlanUpdate, ProfilingTask
 
 STEPS = [("forward", 0, 1200), ("forward", 1, 1000), ("backward", 0, 1410), ("backward", 1, 1200)]
 ORDER = [(k, m) for k, m, _ in STEPS]
@@ -108,7 +107,9 @@ def test_iteration_report_has_times_energy_and_instructions(client, sim_gpu, pla
 
 
 def test_profiling_runs_at_the_task_clock_and_measures_after_warmup(client, rec):
-    client.use_plan(Plan(9, (), profiling=ProfilingTask(1000, warmup_iterations=2, iterations=2)))
+    client.use_plan(
+        PlanUpdate(9, (), profiling=ProfilingTask(1000, warmup_iterations=2, iterations=2))
+    )
     reports = []
     for _ in range(5):
         run_iteration(client)

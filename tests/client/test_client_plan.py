@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from perseus_client import ConfigError, Plan, PlanCursor, PlanMismatchError, PlanStep, ProfilingTask
+from perseus_client import ConfigError, PlanCursor, PlanMismatchError
+from perseus_client.plan import compile_plan, plan_from_steps, received_plan
 from perseus_common.proto import perseus_pb2
+from perseus_common.wire.codec import decode_plan
+from perseus_common.wire.values import PlanStep, PlanUpdate, ProfilingTask
 
 STEPS = [("forward", 0, 1200), ("forward", 1, 1000), ("backward", 0, 1410), ("backward", 1, 1200)]
 
@@ -73,23 +76,23 @@ def test_non_strict_reports_and_falls_back_to_max_for_the_iteration(plan_of):
 
 def test_profiling_task_overrides_every_clock(plan_of):
     cur = PlanCursor(1410)
-    cur.start(Plan(2, (), profiling=ProfilingTask(1005, 1, 2)))
+    cur.start(PlanUpdate(2, (), profiling=ProfilingTask(1005, 1, 2)))
     assert cur.next_clock("forward", 0, None) == 1005
     assert cur.next_clock("backward", 9, None) == 1005
 
 
-def test_from_steps_accepts_frontier_plan_steps():
-    plan = Plan.from_steps(
+def test_plan_from_steps_accepts_frontier_plan_steps():
+    plan = plan_from_steps(
         [{"instruction": "forward", "microbatch": 0, "stage": 1, "frequency": 1200}], version=4
     )
-    assert plan.steps == (PlanStep("forward", 0, 1200, 1),)
+    assert plan.version == 4 and plan.steps == (PlanStep("forward", 0, 1200, 1),)
     with pytest.raises(ConfigError, match=r"steps\[0\]\.instruction"):
-        Plan.from_steps([{"instruction": "fwd", "microbatch": 0, "frequency": 1}])
+        plan_from_steps([{"instruction": "fwd", "microbatch": 0, "frequency": 1}])
     with pytest.raises(ConfigError, match=r"steps\[0\]"):
-        Plan.from_steps([{"instruction": "forward"}])
+        plan_from_steps([{"instruction": "forward"}])
 
 
-def test_from_proto():
+def test_a_received_plan_is_the_decoded_wire_value():
     msg = perseus_pb2.PlanUpdate(
         version=7,
         steps=[
@@ -98,9 +101,26 @@ def test_from_proto():
         reason="straggler",
         expected_iteration_time=1.5,
     )
-    plan = Plan.from_proto(msg)
-    assert plan == Plan(7, (PlanStep("backward", 2, 990, 1),), "straggler", 1.5, None)
+    plan = received_plan(decode_plan(msg))
+    assert (plan.version, plan.steps, plan.reason, plan.expected_iteration_time) == (
+        7,
+        (PlanStep("backward", 2, 990, 1),),
+        "straggler",
+        1.5,
+    )
+    assert plan.profiling is None
     msg.profiling.CopyFrom(
         perseus_pb2.ProfilingTask(frequency_mhz=1200, warmup_iterations=2, iterations=3)
     )
-    assert Plan.from_proto(msg).profiling == ProfilingTask(1200, 2, 3)
+    assert received_plan(decode_plan(msg)).profiling == ProfilingTask(1200, 2, 3)
+
+
+def test_a_received_profiling_task_is_sane():
+    """A task at clock 0 is none; negative iteration counts count as 0; a sane plan is kept."""
+    steps = (PlanStep("forward", 0, 1200, 0),)
+    none = received_plan(PlanUpdate(3, steps, profiling=ProfilingTask(0, 2, 3)))
+    assert none.profiling is None and compile_plan(none, 1410).clocks == (1200,)
+    neg = received_plan(PlanUpdate(3, steps, profiling=ProfilingTask(1005, -1, -4)))
+    assert neg.profiling == ProfilingTask(1005, 0, 0)
+    sane = PlanUpdate(3, steps, profiling=ProfilingTask(1005, 1, 2))
+    assert received_plan(sane) is sane

@@ -14,14 +14,15 @@ import pytest
 TRAINER = textwrap.dedent(
     """
     import sys
-    from perseus_client import PerseusClient, Plan, PlanStep, SimulatedGpu
+    from perseus_client import PerseusClient, SimulatedGpu
+    from perseus_common.wire.values import PlanStep, PlanUpdate
 
     mode, state = sys.argv[1], sys.argv[2]
     profile = {(0, "forward"): {1410: (0.01, 3.0), 1000: (0.015, 2.4)}}
     gpu = SimulatedGpu(profile, time_scale=200.0 if mode in ("sigterm", "sigint") else 0.0,
                        state_path=state)
     client = PerseusClient(offline=True, gpu=gpu)
-    client.use_plan(Plan(1, (PlanStep("forward", 0, 1000, 0),)))
+    client.use_plan(PlanUpdate(1, (PlanStep("forward", 0, 1000, 0),)))
     for it in range(3):
         with client.iteration():
             with client.instruction("forward", microbatch=0):

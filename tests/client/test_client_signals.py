@@ -51,7 +51,8 @@ TRAINER = textwrap.dedent(
             is_available=lambda: True, is_initialized=lambda: True, synchronize=lambda: None,
             Event=HungEvent))
 
-    from perseus_client import PerseusClient, Plan, PlanStep, Reporting, SimulatedGpu
+    from perseus_client import PerseusClient, Reporting, SimulatedGpu
+    from perseus_common.wire.values import PlanStep, PlanUpdate
 
     class AsyncSimulatedGpu(SimulatedGpu):
         synchronous_clocks = False  # like a real GPU: the clock thread applies every change
@@ -60,7 +61,7 @@ TRAINER = textwrap.dedent(
     cls = AsyncSimulatedGpu if mode in ("hang-async", "hang-exit") else SimulatedGpu
     gpu = cls(profile, time_scale=0.5 if hung else 0.0, state_path=state)
     client = PerseusClient(offline=True, gpu=gpu, reporting=Reporting(cuda_events=hung))
-    client.use_plan(Plan(1, (PlanStep("forward", 0, 1000, 0), PlanStep("forward", 1, 1200, 0))))
+    client.use_plan(PlanUpdate(1, (PlanStep("forward", 0, 1000, 0), PlanStep("forward", 1, 1200, 0))))
     deadline = time.monotonic() + 30
     for it in range(3 if not hung else 10_000):
         with client.iteration():

@@ -17,10 +17,10 @@ import grpc
 import pytest
 
 from perseus_client.addresses import ServerAddress
-from perseus_client.plan import Plan
-from perseus_client.transport import RankIdentity, ServerLink
+from perseus_client.transport import ServerLink
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
+from perseus_common.wire.values import PlanUpdate, RankRegistration
 
 
 class _Server(pb_grpc.PlanServiceServicer):
@@ -68,8 +68,8 @@ def servers() -> Iterator[Callable[..., _Server]]:
         s.server.stop(0)
 
 
-def _link(targets: list[str], plans: list[Plan]) -> ServerLink:
-    ident = RankIdentity("job", 0, 0, 0, 0, "NVIDIA A40", (), "test")
+def _link(targets: list[str], plans: list[PlanUpdate]) -> ServerLink:
+    ident = RankRegistration("job", 0, 0, 0, 0, "NVIDIA A40", (), "test")
     return ServerLink(
         [ServerAddress(t, False) for t in targets],
         ident,
@@ -90,7 +90,7 @@ def _wait(cond: Callable[[], Any], what: str, timeout: float = 30.0) -> None:
 
 def test_versions_never_go_back_across_servers(servers: Callable[..., _Server]) -> None:
     ahead, behind = servers((5,)), servers((2, 6))
-    plans: list[Plan] = []
+    plans: list[PlanUpdate] = []
     link = _link([ahead.target, behind.target], plans)
     link.start()
     try:
@@ -110,7 +110,7 @@ def test_versions_never_go_back_across_servers(servers: Callable[..., _Server]) 
 def test_a_standby_sends_the_rank_to_the_leader_it_names(servers: Callable[..., _Server]) -> None:
     leader = servers((3,))
     standby = servers(standby_for=leader.target)
-    plans: list[Plan] = []
+    plans: list[PlanUpdate] = []
     link = _link([standby.target], plans)  # the leader is not in the rank's list
     link.start()
     try:
@@ -124,7 +124,7 @@ def test_a_standby_sends_the_rank_to_the_leader_it_names(servers: Callable[..., 
 
 def test_registration_identity_is_kept_when_moving(servers: Callable[..., _Server]) -> None:
     a, b = servers((1,)), servers((1,))
-    plans: list[Plan] = []
+    plans: list[PlanUpdate] = []
     link = _link([a.target, b.target], plans)
     incarnation = link.incarnation
     link.start()

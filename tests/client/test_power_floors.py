@@ -18,7 +18,7 @@ from perseus_client import FailOpenGpu, NvmlGpu, PerseusClient, SimulatedGpu
 from perseus_client.errors import ClockControlUnavailableError
 from perseus_client.gpu.floors import floor_changes
 from perseus_client.gpu.recording import RecordingGpu
-from perseus_client.plan import Plan, PlanStep
+from perseus_common.wire.values import PlanStep, PlanUpdate
 from perseus_gpud.simnvml import SimulatedNvml
 
 PROFILE = {(0, "forward"): {1410: (0.02, 6.0)}, (0, "backward"): {1410: (0.04, 12.0)}}
@@ -81,7 +81,9 @@ def test_the_client_sends_the_plan_ramp_rate_to_nvml() -> None:
     client = PerseusClient(offline=True, gpu=gpu, handle_signals=False)
     try:
         steps = (PlanStep("forward", 0, 1410, 0), PlanStep("backward", 0, 1410, 0))
-        client.use_plan(Plan(1, steps, "test", 0.06, None, ((0.0, 0.05, 250.0),), 0.65, 640.0))
+        client.use_plan(
+            PlanUpdate(1, steps, "test", 0.06, None, ((0.0, 0.05, 250.0),), 0.65, 640.0)
+        )
         with client.iteration():
             for kind in ("forward", "backward"):
                 with client.instruction(kind, 0):
@@ -122,9 +124,9 @@ def test_the_simulated_gpu_counts_what_a_floor_lifts() -> None:
     assert SimulatedGpu(PROFILE, time_scale=0).set_power_floor(100.0) is False
 
 
-def _plan(floors: tuple[tuple[float, float, float], ...]) -> Plan:
+def _plan(floors: tuple[tuple[float, float, float], ...]) -> PlanUpdate:
     steps = (PlanStep("forward", 0, 1410, 0), PlanStep("backward", 0, 1410, 0))
-    return Plan(1, steps, "test", 0.06, None, floors, 0.65)
+    return PlanUpdate(1, steps, "test", 0.06, None, floors, 0.65)
 
 
 def test_the_client_plays_the_plan_floors_every_iteration() -> None:

@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 from perseus_client.measurements import IterationMeasurement
-from perseus_client.transport import RankIdentity, ServerLink
+from perseus_client.transport import ServerLink
+from perseus_common.wire.values import RankRegistration
 from perseus_server import ServerProcess
 
 CSV = "stage,instruction,frequency,time,energy\n" + "".join(
@@ -82,7 +83,7 @@ def _reports_total(srv: ServerProcess) -> float:
 
 
 def _link(srv: ServerProcess, job: str) -> tuple[ServerLink, _Recorder]:
-    ident = RankIdentity(job, 0, 0, 0, 0, "NVIDIA A40", (), "test")
+    ident = RankRegistration(job, 0, 0, 0, 0, "NVIDIA A40", (), "test")
     # The reporter thread waits an hour between rounds: only the test's flush() sends.
     link = ServerLink(srv.grpc_target, ident, lambda plan: None, report_interval=3600.0)
     recorder = _Recorder(link._stub)

@@ -26,7 +26,8 @@ from perseus_client.addresses import (
     system_resolver,
 )
 from perseus_client.errors import ConfigError
-from perseus_client.transport import RankIdentity, ServerLink
+from perseus_client.transport import ServerLink
+from perseus_common.wire.values import RankRegistration
 from perseus_server import ServerProcess
 
 
@@ -168,7 +169,7 @@ def test_a_rank_reaches_the_server_at_the_second_address_of_its_name(
     port = int(srv.grpc_target.rsplit(":", 1)[1])
     # The name's first address has nobody listening (the server binds 127.0.0.1 only).
     dns = _Resolver({"pair.perseus.test": ["127.0.0.3", "127.0.0.1"]})
-    ident = RankIdentity(job, 0, 0, 0, 0, "NVIDIA A40", (), "test")
+    ident = RankRegistration(job, 0, 0, 0, 0, "NVIDIA A40", (), "test")
     link = ServerLink(
         f"pair.perseus.test:{port}", ident, lambda plan: None, resolver=dns, backoff_initial=0.05
     )
@@ -222,7 +223,7 @@ def test_tls_to_a_resolved_address_checks_the_name(tmp_path: Path) -> None:
         ).json()["id"]
         port = int(srv.grpc_target.rsplit(":", 1)[1])
         dns = _Resolver({"pair.perseus.test": ["127.0.0.3", "127.0.0.1"]})
-        ident = RankIdentity(job, 0, 0, 0, 0, "NVIDIA A40", (), "test")
+        ident = RankRegistration(job, 0, 0, 0, 0, "NVIDIA A40", (), "test")
         link = ServerLink(
             f"grpcs://pair.perseus.test:{port},grpc://127.0.0.1:1",
             ident,

@@ -11,7 +11,6 @@ from perseus.profiles import INSTRUCTION_KINDS as CORE_KINDS
 from perseus.profiles import parse_profile_csv
 from perseus_client import ConfigError, read_profile_csv
 from perseus_client.integrations import INSTRUCTION_KINDS as INTEGRATION_KINDS
-from perseus_client.plan import INSTRUCTION_KINDS as CLIENT_KINDS
 from perseus_common import profile_csv
 from perseus_common.gpus import KNOWN_GPUS, known_gpu_for
 from perseus_common.kinds import INSTRUCTION_KINDS
@@ -21,7 +20,6 @@ PROFILES = Path(__file__).resolve().parents[2] / "profiles"
 
 def test_every_part_uses_the_one_tuple_of_kinds() -> None:
     assert CORE_KINDS is INSTRUCTION_KINDS
-    assert CLIENT_KINDS is INSTRUCTION_KINDS
     assert INTEGRATION_KINDS is INSTRUCTION_KINDS
 
 

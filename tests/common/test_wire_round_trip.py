@@ -14,16 +14,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from perseus_client.gpu.applied import AppliedClockReport
 from perseus_client.measurements import InstructionMeasurement, IterationMeasurement
-from perseus_client.plan import Plan
+from perseus_client.plan import compile_plan, received_plan
 from perseus_client.reports import report_message, report_value
-from perseus_common import wire
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.wire import codec
+from perseus_common.wire import values as wire
 from perseus_server.grpc.codec import PlanEncoder, decode_report_bytes, decode_report_columns
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
@@ -258,16 +259,15 @@ def test_a_report_the_client_builds_is_what_the_server_decodes(
 @settings(max_examples=40, deadline=None)
 @given(VALUES["PlanUpdate"])
 def test_a_plan_the_server_pushes_is_the_plan_the_client_runs(update: wire.PlanUpdate) -> None:
+    """The server's plan value, through its bytes, is the client's, and compiles to its clocks."""
     data = PlanEncoder()(update)
-    plan = Plan.from_wire(codec.decode_plan(pb.PlanUpdate.FromString(data)))
+    plan = received_plan(codec.decode_plan(pb.PlanUpdate.FromString(data)))
     assert (plan.version, plan.reason, plan.expected_iteration_time) == (
         update.version,
         update.reason,
         update.expected_iteration_time,
     )
-    assert [(s.kind, s.microbatch, s.frequency_mhz, s.stage) for s in plan.steps] == [
-        (s.instruction, s.microbatch, s.frequency_mhz, s.stage) for s in update.steps
-    ]
+    assert plan.steps == update.steps
     assert plan.power_floors == update.power_floors and plan.plan_swing == update.plan_swing
     task = update.profiling
     if task is None or task.frequency_mhz <= 0:
@@ -276,6 +276,10 @@ def test_a_plan_the_server_pushes_is_the_plan_the_client_runs(update: wire.PlanU
         assert plan.profiling == wire.ProfilingTask(
             task.frequency_mhz, max(0, task.warmup_iterations), max(0, task.iterations)
         )
+    compiled = compile_plan(plan, 1410)
+    assert compiled.keys == tuple((s.instruction, s.microbatch, s.stage) for s in update.steps)
+    clock = plan.profiling.frequency_mhz if plan.profiling is not None else None
+    assert compiled.clocks == tuple(clock or s.frequency_mhz for s in update.steps)
 
 
 def test_a_plan_drops_floors_that_are_not_floors() -> None:
@@ -286,3 +290,13 @@ def test_a_plan_drops_floors_that_are_not_floors() -> None:
         msg.power_floors.append(pb.PowerFloor(start_s=a, end_s=b, watts=w))
     got = codec.decode_plan(pb.PlanUpdate.FromString(msg.SerializeToString()))
     assert got.power_floors == ((0.0, 0.5, 300.0),) and got.plan_swing == 0.0
+
+
+def test_flat_codec_refuses_a_message_that_is_not_flat_or_not_the_values() -> None:
+    """A nested message, or a field the value lacks, is refused rather than dropped."""
+    with pytest.raises(TypeError, match=r"PlanUpdate\.steps"):
+        codec.decode_flat(pb.PlanUpdate(version=1), wire.PlanUpdate)
+    with pytest.raises(TypeError, match=r"WatchPlanRequest\.known_version"):
+        codec.encode_flat(wire.FinishRank("j", "r"), pb.WatchPlanRequest)
+    got = codec.decode_flat(pb.FinishRankRequest(job_id="j", rank_id="r"), wire.PlanRequest)
+    assert got == wire.PlanRequest("j", "r", 0)  # a field the message lacks keeps its default

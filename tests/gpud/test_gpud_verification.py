@@ -80,7 +80,9 @@ def test_a_throttled_daemon_gpu_shows_up_in_the_servers_status_and_metrics(
             for _ in range(4):
                 with client.iteration():
                     for s in plan.steps:
-                        with client.instruction(s.kind, microbatch=s.microbatch, stage=s.stage):
+                        with client.instruction(
+                            s.instruction, microbatch=s.microbatch, stage=s.stage
+                        ):
                             time.sleep(0.03)
             assert client.last_report is not None
             assert client.last_report.applied_clocks is not None

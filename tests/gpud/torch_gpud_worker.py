@@ -140,7 +140,9 @@ def main() -> int:
             rank,
             {
                 "pid": os.getpid(),
-                "plan": [[s.kind, s.microbatch, s.stage, s.frequency_mhz] for s in plan.steps],
+                "plan": [
+                    [s.instruction, s.microbatch, s.stage, s.frequency_mhz] for s in plan.steps
+                ],
                 "plan_ops": plan_ops(plan),
                 "executed": executed(gpu),
                 "reference_losses": reference,

@@ -20,10 +20,11 @@ import os
 import sys
 import time
 
-from perseus_client import DaemonGpu, PerseusClient, Plan, PlanStep
+from perseus_client import DaemonGpu, PerseusClient
 from perseus_client.errors import GpudRefusedError
 from perseus_client.gpu.daemon_connection import GpudConnection  # noqa: F401 - preloaded for setuid
 from perseus_common.proto import gpud_pb2
+from perseus_common.wire.values import PlanStep, PlanUpdate
 
 ORDER = [("forward", 0), ("forward", 1), ("backward", 0), ("backward", 1)]
 
@@ -67,7 +68,9 @@ def main() -> int:
         return 3
     client = PerseusClient(offline=True, gpu=gpu, handle_signals=False)
     client.use_plan(
-        Plan(1, tuple(PlanStep(k, m, clocks[i % len(clocks)], 0) for i, (k, m) in enumerate(ORDER)))
+        PlanUpdate(
+            1, tuple(PlanStep(k, m, clocks[i % len(clocks)], 0) for i, (k, m) in enumerate(ORDER))
+        )
     )
     logging.info("trainer pid %d uid %d on GPU %d", os.getpid(), os.getuid(), args.gpu)
     it = 0

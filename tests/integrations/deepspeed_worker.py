@@ -152,7 +152,7 @@ def main() -> int:
             "plan_version": plan.version,
             "used_version": used_version,
             "deployed_version": version,
-            "plan": [[s.kind, s.microbatch, s.stage, s.frequency_mhz] for s in plan.steps],
+            "plan": [[s.instruction, s.microbatch, s.stage, s.frequency_mhz] for s in plan.steps],
             "plan_ops": plan_ops(plan),
             "executed": executed(gpu),
             "reference_losses": reference,

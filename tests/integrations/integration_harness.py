@@ -168,7 +168,7 @@ def rank_environment(port: int) -> dict[str, str]:
 
 
 def plan_ops(plan: Any) -> list[list[Any]]:
-    return [[s.kind, s.microbatch, s.stage] for s in plan.steps]
+    return [[s.instruction, s.microbatch, s.stage] for s in plan.steps]
 
 
 def executed(gpu: Any) -> list[list[Any]]:

@@ -26,8 +26,9 @@ from megatron.core import ModelParallelConfig  # noqa: E402
 from megatron.core.enums import ModelType  # noqa: E402
 
 from perseus.schedules import Schedule, interleaved_1f1b, one_f_one_b  # noqa: E402
-from perseus_client import PerseusClient, Plan, PlanStep  # noqa: E402
+from perseus_client import PerseusClient  # noqa: E402
 from perseus_client.integrations import megatron as perseus_megatron  # noqa: E402
+from perseus_common.wire.values import PlanStep, PlanUpdate  # noqa: E402
 
 MICROBATCHES = 4
 CLOCKS = [1410, 1005, 900, 1200, 1110, 1305, 1005, 900]
@@ -99,7 +100,7 @@ def offline_client(order: list[list[Any]]) -> Iterator[tuple[PerseusClient, Any]
     gpu = simulated_gpu(profile_slice(1), [0])
     steps = tuple(PlanStep(k, m, f, s) for (k, m, s), f in zip(order, CLOCKS, strict=True))
     with PerseusClient(offline=True, gpu=gpu, handle_signals=False) as client:
-        client.use_plan(Plan(1, steps))
+        client.use_plan(PlanUpdate(1, steps))
         yield client, gpu
 
 

@@ -208,7 +208,8 @@ def test_orders_for_matches_the_live_schedule(group: None) -> None:
 def test_real_client_rejects_an_order_that_differs_from_its_plan(group: None) -> None:
     from integration_harness import simulated_gpu
 
-    from perseus_client import PerseusClient, Plan, PlanMismatchError, PlanStep
+    from perseus_client import PerseusClient, PlanMismatchError
+    from perseus_common.wire.values import PlanStep, PlanUpdate
 
     schedule = make("Schedule1F1B", microbatches=2)
     order = tp.export_orders(schedule)[0]
@@ -217,13 +218,15 @@ def test_real_client_rejects_an_order_that_differs_from_its_plan(group: None) ->
     wrong = [order[1], order[0], *order[2:]]  # the plan expects another first instruction
     with PerseusClient(offline=True, gpu=gpu, handle_signals=False) as client:
         client.use_plan(
-            Plan(1, tuple(PlanStep(k, m, f, s) for (k, m, s), f in zip(order, clocks, strict=True)))
+            PlanUpdate(
+                1, tuple(PlanStep(k, m, f, s) for (k, m, s), f in zip(order, clocks, strict=True))
+            )
         )
         with tp.instrument(schedule, client):
             step(schedule)
             assert [[r.kind, r.microbatch, r.stage, r.mhz] for r in gpu.instructions] == [
                 [*op, f] for op, f in zip(order, clocks, strict=True)
             ]
-            client.use_plan(Plan(2, tuple(PlanStep(k, m, 1410, s) for k, m, s in wrong)))
+            client.use_plan(PlanUpdate(2, tuple(PlanStep(k, m, 1410, s) for k, m, s in wrong)))
             with pytest.raises(PlanMismatchError):
                 step(schedule)

@@ -20,7 +20,8 @@ SCHEDULER_ONLY = ("numba", "scipy", "networkx", "fastapi", "uvicorn", "matplotli
 
 RANK_PROGRAM = r"""
 import json, sys
-from perseus_client import PerseusClient, Plan, PlanStep, RecordingGpu, SimulatedGpu
+from perseus_client import PerseusClient, RecordingGpu, SimulatedGpu
+from perseus_common.wire.values import PlanStep, PlanUpdate
 
 csv = "stage,instruction,frequency,time,energy\n" + "\n".join(
     f"0,{k},{f},{t},{e}"
@@ -30,7 +31,7 @@ csv = "stage,instruction,frequency,time,energy\n" + "\n".join(
 ) + "\n"
 gpu = RecordingGpu(SimulatedGpu.from_profile_csv(csv, stage=0, blocking_power=50.0, time_scale=0))
 steps = [("forward", 0, 1000), ("forward", 1, 1410), ("backward", 0, 1000), ("backward", 1, 1410)]
-plan = Plan(1, tuple(PlanStep(k, m, f, 0) for k, m, f in steps))
+plan = PlanUpdate(1, tuple(PlanStep(k, m, f, 0) for k, m, f in steps))
 with PerseusClient(offline=True, gpu=gpu, handle_signals=False) as client:
     client.use_plan(plan)
     for _ in range(2):

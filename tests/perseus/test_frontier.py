@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from perseus.errors import InfeasibleError
-from perseus.frontier import Frontier, FrontierPoint
+from perseus.frontier import Frontier, FrontierPoint, plan_json
 from perseus.plan_codec import decode_rank_plans
 from perseus.profiles import Profile
 from perseus.schedules import make_schedule, one_f_one_b
 from perseus.solver import solve_frontier
+from perseus_common.wire.values import PlanStep
 
 P_A100 = 83.64
 
@@ -231,3 +232,22 @@ def test_plan_steps_name_model_stages(small: Frontier) -> None:
     assert small.times[0] == pytest.approx(small.max_frequency_time, rel=1e-12)
     assert {s["frequency"] for rank in steps for s in rank} <= {1410, 1200, 1005, 855}
     assert small.energies[0] < small.max_frequency_energy
+
+
+def test_plan_is_the_wire_steps_the_ranks_run(small: Frontier) -> None:
+    """``plan(i)``: per rank, the wire's steps in execution order at point ``i``'s clocks."""
+    for i in (0, len(small) // 2, len(small) - 1):
+        plan = small.plan(i)
+        assert all(type(s) is PlanStep for rank in plan for s in rank)
+        assert [[(s.instruction, s.microbatch, s.stage) for s in rank] for rank in plan] == [
+            [(op.kind, op.microbatch, op.stage) for op in order] for order in small.schedule.orders
+        ]
+        clocks = [s.frequency_mhz for rank in plan for s in rank]
+        assert clocks == small.frequencies(i).tolist()
+        assert small.plan_steps(i) == plan_json(plan)
+        assert plan_json(plan)[0][0] == {
+            "instruction": plan[0][0].instruction,
+            "microbatch": plan[0][0].microbatch,
+            "stage": plan[0][0].stage,
+            "frequency": plan[0][0].frequency_mhz,
+        }

@@ -29,8 +29,8 @@ from types import FrameType
 from typing import Any
 
 from perseus_common.proto import perseus_pb2 as pb
+from perseus_common.wire.values import IterationReport
 from perseus_server.config import Limits
-from perseus_server.domain.values import IterationReport
 from perseus_server.grpc.codec import decode_report_bytes
 from perseus_server.grpc.service import PlanServicer
 from perseus_server.runtime.sqlite_store import SqliteStore

@@ -20,9 +20,10 @@ import grpc
 import httpx
 import pytest
 
-from perseus_client.transport import RankIdentity, ServerLink
+from perseus_client.transport import ServerLink
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
+from perseus_common.wire.values import RankRegistration
 from perseus_server import ServerProcess
 
 from .conftest import register, solved_job
@@ -223,7 +224,7 @@ def test_rank_client_with_its_jobs_credential(srv: ServerProcess, small_csv: str
         job = solved_job(http, small_csv)
         secret = http.post(f"/jobs/{job}/credentials/rotate").json()["credential"]
     plans: list[Any] = []
-    ident = RankIdentity(job, 0, 0, 0, 0, "NVIDIA A40", (), "test")
+    ident = RankRegistration(job, 0, 0, 0, 0, "NVIDIA A40", (), "test")
     link = ServerLink(srv.grpc_target, ident, plans.append, token=secret, report_interval=0.05)
     link.start()
     try:

@@ -10,6 +10,7 @@ import pytest
 
 from perseus.profiles import parse_profile_csv
 from perseus_common.communication import Communication, Phase, Transfer
+from perseus_common.wire.values import TransferReport
 from perseus_server.decisions.link_fit import (
     DEPENDENCE_Z,
     MIN_PER_CLOCK,
@@ -25,7 +26,6 @@ from perseus_server.decisions.link_fit import (
     with_measured_transfers,
 )
 from perseus_server.decisions.profiling_scan import Measurement, ProfilingSession
-from perseus_server.domain.values import TransferReport
 
 
 def test_a_reports_link_time_is_the_median_of_its_transfers() -> None:

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from perseus_common.gpus import known_gpu_for
+from perseus_common.wire.values import RankRegistration
 from perseus_server.config import Limits
 from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.jobs import JobSpec
-from perseus_server.domain.values import RankRegistration
 from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService
 from perseus_server.service.plans import job_max_power, shape_policy

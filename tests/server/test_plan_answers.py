@@ -13,7 +13,7 @@ from typing import Any, cast
 
 import httpx
 
-from perseus_server.models import PlanDoc
+from perseus_server.models.responses import PlanDoc
 from perseus_server.service.plans import PlanAnswers
 from perseus_server.service.state import Job
 

@@ -260,7 +260,7 @@ def _floors_said(http: httpx.Client, job: str) -> dict[str, Any] | None:
 def _train(client: PerseusClient, iterations: int) -> None:
     plan = _wait(lambda: client.latest_plan, "a plan")
     for _ in range(iterations):
-        order = [(s.kind, s.microbatch, s.stage) for s in (client.latest_plan or plan).steps]
+        order = [(s.instruction, s.microbatch, s.stage) for s in (client.latest_plan or plan).steps]
         with client.iteration():
             for kind, mb, stage in order:
                 with client.instruction(kind, microbatch=mb, stage=stage):

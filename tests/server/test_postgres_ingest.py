@@ -18,9 +18,9 @@ import pytest
 
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
+from perseus_common.wire.values import RankRegistration
 from perseus_server import Limits, ServerProcess
 from perseus_server.domain.jobs import JobSpec
-from perseus_server.domain.values import RankRegistration
 from perseus_server.grpc.received import WireReport
 from perseus_server.runtime.postgres_store import PostgresStore
 from perseus_server.runtime.sqlite_store import SqliteStore

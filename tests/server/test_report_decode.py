@@ -22,16 +22,13 @@ from hypothesis import strategies as st
 from perseus.profiles import INSTRUCTION_KINDS
 from perseus_common.profile_csv import MAX_FREQUENCY_MHZ
 from perseus_common.proto import perseus_pb2 as pb
+from perseus_common.wire.codec import decode_report
+from perseus_common.wire.values import InstructionReport, IterationReport, OffPlanReport
 from perseus_server.config import Limits
 from perseus_server.decisions.profiling_scan import Measurement
 from perseus_server.domain.errors import BadRequest
-from perseus_server.domain.values import (
-    InstructionColumns,
-    InstructionReport,
-    IterationReport,
-    OffPlanReport,
-)
-from perseus_server.grpc.codec import decode_report, decode_report_bytes, decode_report_columns
+from perseus_server.domain.values import InstructionColumns
+from perseus_server.grpc.codec import decode_report_bytes, decode_report_columns
 from perseus_server.runtime.parse_pool import ReportPool
 from perseus_server.service.report_checks import (
     first_bad_instruction,

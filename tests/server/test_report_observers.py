@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 
-from perseus_server.config import Limits
-from perseus_server.domain.jobs import JobSpec
-from perseus_server.domain.values import (
+from perseus_common.wire.values import (
     InstructionReport,
     IterationReport,
     OffPlanReport,
     RankRegistration,
     TransferReport,
 )
+from perseus_server.config import Limits
+from perseus_server.domain.jobs import JobSpec
 from perseus_server.metrics import Metrics
 from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService

@@ -17,10 +17,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from perseus.profiles import ProfileError, parse_stage_list
+from perseus_common.wire.values import IterationReport, RankRegistration, TransferReport
 from perseus_server.config import Limits
 from perseus_server.domain.errors import BadRequest
 from perseus_server.domain.jobs import JobSpec
-from perseus_server.domain.values import IterationReport, RankRegistration, TransferReport
 from perseus_server.rest import create_app
 from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService

@@ -9,23 +9,23 @@ from __future__ import annotations
 import json
 
 from perseus_common.proto import perseus_pb2 as pb
-from perseus_server.decisions.planner import Straggler
-from perseus_server.domain.states import DeploymentKind, JobState, StragglerSource
-from perseus_server.grpc.codec import (
-    PlanEncoder,
+from perseus_common.wire.codec import (
     decode_registration,
     decode_report,
     encode_plan,
     encode_registered,
 )
-from perseus_server.grpc.service import serialized
-from perseus_server.service import (
+from perseus_common.wire.values import (
     PlanStep,
     PlanUpdate,
     ProfilingTask,
     RankRegistration,
     RegisteredRank,
 )
+from perseus_server.decisions.planner import Straggler
+from perseus_server.domain.states import DeploymentKind, JobState, StragglerSource
+from perseus_server.grpc.codec import PlanEncoder
+from perseus_server.grpc.service import serialized
 from perseus_server.service.slow_stages import drop_slow_stage_straggler
 
 

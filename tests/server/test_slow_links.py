@@ -21,11 +21,12 @@ from perseus.profiles import parse_profile_csv
 from perseus.schedules import make_schedule
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
+from perseus_common.wire.codec import decode_report
+from perseus_common.wire.values import IterationReport, TransferReport
 from perseus_server import ServerProcess
 from perseus_server.config import Limits
 from perseus_server.domain.states import SlowStageStatus
-from perseus_server.domain.values import IterationReport, TransferReport
-from perseus_server.grpc.codec import decode_report, decode_report_columns
+from perseus_server.grpc.codec import decode_report_columns
 from perseus_server.runtime.solve_manager import SolveEvents
 from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService

@@ -28,10 +28,10 @@ import pytest
 
 from perseus_client.addresses import ServerAddress
 from perseus_client.measurements import IterationMeasurement
-from perseus_client.plan import Plan
-from perseus_client.transport import RankIdentity, ServerLink
+from perseus_client.transport import ServerLink
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
+from perseus_common.wire.values import PlanUpdate, RankRegistration
 from perseus_server import ServerProcess
 from perseus_server.testing.postgres import PostgresServer
 
@@ -141,7 +141,7 @@ class _Rank:
 
     def __init__(self, job_id: str, addresses: list[str], report: bool = True) -> None:
         self.plans: list[tuple[int, str]] = []  # (version, the server it came from)
-        ident = RankIdentity(job_id, 0, 0, 0, 0, "NVIDIA A40", (), "test")
+        ident = RankRegistration(job_id, 0, 0, 0, 0, "NVIDIA A40", (), "test")
         self.link = ServerLink(
             [ServerAddress(t, False) for t in addresses],
             ident,
@@ -155,7 +155,7 @@ class _Rank:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _plan(self, plan: Plan) -> None:
+    def _plan(self, plan: PlanUpdate) -> None:
         self.plans.append((plan.version, self.link.target))
 
     def _run(self) -> None:

@@ -23,7 +23,8 @@ from perseus_common.clocks import CLOCK_EVENT_REASONS, MAX_CLOCK_MHZ
 from perseus_common.located_error import LocatedError
 from perseus_common.profile_csv import MAX_FREQUENCY_MHZ, ProfileFormatError
 from perseus_server.config import Limits
-from perseus_server.models import PlanPolicyView, PlanSelect
+from perseus_server.models.requests import PlanSelect
+from perseus_server.models.responses import PlanPolicyView
 from perseus_server.rest import create_app
 from perseus_server.rest.jobs import JobIn, NamedScheduleView, ScheduleIn
 from perseus_server.rest.profiles import ProfilingIn

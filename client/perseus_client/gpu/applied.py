@@ -49,7 +49,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
-from perseus_common.wire import OffPlanReport
+from perseus_common.wire.values import OffPlanReport
 
 if TYPE_CHECKING:
     from perseus_client.gpu.base import GpuBackend

@@ -12,42 +12,6 @@ types (``tests/common/test_wire_round_trip.py``). What a value may hold (bounds,
 instruction names, supported clocks) is each end's business: the server checks it
 (``perseus_server.domain.bounds``), the client clamps what it measured before encoding.
 
-This package imports only :mod:`perseus_common.wire.values`; import the codec by its module
-name (it loads protobuf), so that code that only needs the values stays free of it.
+Import each name from its module (this package re-exports nothing): code that needs only the
+values stays free of protobuf, which the codec loads.
 """
-
-from __future__ import annotations
-
-from perseus_common.wire.values import (
-    CLOCK_CONTROL_STATES,
-    FinishedRank,
-    FinishRank,
-    InstructionReport,
-    IterationReport,
-    OffPlanReport,
-    PlanRequest,
-    PlanStep,
-    PlanUpdate,
-    ProfilingTask,
-    RankRegistration,
-    RegisteredRank,
-    ReportAck,
-    TransferReport,
-)
-
-__all__ = [
-    "CLOCK_CONTROL_STATES",
-    "FinishRank",
-    "FinishedRank",
-    "InstructionReport",
-    "IterationReport",
-    "OffPlanReport",
-    "PlanRequest",
-    "PlanStep",
-    "PlanUpdate",
-    "ProfilingTask",
-    "RankRegistration",
-    "RegisteredRank",
-    "ReportAck",
-    "TransferReport",
-]

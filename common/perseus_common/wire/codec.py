@@ -8,12 +8,21 @@ that is each end's business (the server's ``domain/bounds.py``, the client's rep
 
 A clock-control state this end does not know decodes as ``"?"``; an empty state and reason
 encode as no ``ClockControl`` at all (what a client that does not say sends).
+
+A *flat* message (scalar and repeated scalar fields only, each named as its value's field) needs
+no code of its own: :func:`encode_flat` and :func:`decode_flat` convert it field for field, given
+the message and value classes (a new request such message is its ``.proto`` entry and its value).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import fields
+from typing import Any, TypeVar
+
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.wire.values import (
@@ -33,6 +42,8 @@ from perseus_common.wire.values import (
 )
 
 __all__ = [
+    "decode_flat",
+    "encode_flat",
     "decode_ack",
     "decode_finish",
     "decode_finished",
@@ -91,6 +102,37 @@ def _power_floor(state: str, reason: str, plan_swing: float) -> pb.PowerFloorCon
     return pb.PowerFloorControl(state=_FLOOR[state], reason=reason, plan_swing=plan_swing)
 
 
+M = TypeVar("M", bound=Message)
+V = TypeVar("V")
+
+
+def _flat_fields(message: type[Message], value: type[Any]) -> list[FieldDescriptor]:
+    """The message's fields, checked to be flat and to be fields of ``value``."""
+    names = {f.name for f in fields(value)}
+    out: list[FieldDescriptor] = list(message.DESCRIPTOR.fields)  # type: ignore[arg-type]
+    for f in out:
+        if f.type == FieldDescriptor.TYPE_MESSAGE or f.name not in names:
+            raise TypeError(f"{message.DESCRIPTOR.name}.{f.name}: not a flat field of {value}")
+    return out
+
+
+def encode_flat(value: Any, message: type[M]) -> M:
+    """A flat message from ``value``: each of its fields from the value's field of that name."""
+    return message(**{f.name: getattr(value, f.name) for f in _flat_fields(message, type(value))})
+
+
+def decode_flat(msg: Message, value: type[V]) -> V:
+    """A ``value`` from a flat message: each field into the value's field of that name.
+
+    Repeated fields become tuples; the value's fields the message lacks keep their defaults.
+    """
+    kw: dict[str, Any] = {}
+    for f in _flat_fields(type(msg), value):
+        got = getattr(msg, f.name)
+        kw[f.name] = tuple(got) if f.is_repeated else got
+    return value(**kw)
+
+
 # --- registration -------------------------------------------------------------------------------
 
 
@@ -129,24 +171,12 @@ def decode_registration(req: pb.RegisterRankRequest) -> RankRegistration:
 
 def encode_registered(resp: RegisteredRank) -> pb.RegisterRankResponse:
     """Encode the server's answer to a registration as a ``RegisterRankResponse``."""
-    return pb.RegisterRankResponse(
-        rank_id=resp.rank_id,
-        plan_version=resp.plan_version,
-        stages=resp.stages,
-        microbatches=resp.microbatches,
-        max_clock_mhz=resp.max_clock_mhz,
-    )
+    return encode_flat(resp, pb.RegisterRankResponse)
 
 
 def decode_registered(msg: pb.RegisterRankResponse) -> RegisteredRank:
     """Decode a ``RegisterRankResponse`` into a :class:`RegisteredRank`."""
-    return RegisteredRank(
-        rank_id=msg.rank_id,
-        plan_version=msg.plan_version,
-        stages=msg.stages,
-        microbatches=msg.microbatches,
-        max_clock_mhz=msg.max_clock_mhz,
-    )
+    return decode_flat(msg, RegisteredRank)
 
 
 # --- plans --------------------------------------------------------------------------------------
@@ -154,14 +184,12 @@ def decode_registered(msg: pb.RegisterRankResponse) -> RegisteredRank:
 
 def encode_plan_request(req: PlanRequest) -> pb.WatchPlanRequest:
     """Encode a plan subscription as a ``WatchPlanRequest``."""
-    return pb.WatchPlanRequest(
-        job_id=req.job_id, rank_id=req.rank_id, known_version=req.known_version
-    )
+    return encode_flat(req, pb.WatchPlanRequest)
 
 
 def decode_plan_request(msg: pb.WatchPlanRequest) -> PlanRequest:
     """Decode a ``WatchPlanRequest`` into a :class:`PlanRequest`."""
-    return PlanRequest(job_id=msg.job_id, rank_id=msg.rank_id, known_version=msg.known_version)
+    return decode_flat(msg, PlanRequest)
 
 
 def encode_plan(update: PlanUpdate) -> pb.PlanUpdate:
@@ -336,12 +364,12 @@ def decode_report(
 
 def encode_ack(ack: ReportAck) -> pb.ReportAck:
     """Encode the server's answer to a batch of reports as a ``ReportAck``."""
-    return pb.ReportAck(accepted=ack.accepted, duplicates=ack.duplicates)
+    return encode_flat(ack, pb.ReportAck)
 
 
 def decode_ack(msg: pb.ReportAck) -> ReportAck:
     """Decode a ``ReportAck`` into a :class:`ReportAck`."""
-    return ReportAck(accepted=msg.accepted, duplicates=msg.duplicates)
+    return decode_flat(msg, ReportAck)
 
 
 # --- finishing ----------------------------------------------------------------------------------
@@ -349,27 +377,19 @@ def decode_ack(msg: pb.ReportAck) -> ReportAck:
 
 def encode_finish(req: FinishRank) -> pb.FinishRankRequest:
     """Encode a rank's finish as a ``FinishRankRequest``."""
-    return pb.FinishRankRequest(job_id=req.job_id, rank_id=req.rank_id)
+    return encode_flat(req, pb.FinishRankRequest)
 
 
 def decode_finish(msg: pb.FinishRankRequest) -> FinishRank:
     """Decode a ``FinishRankRequest`` into a :class:`FinishRank`."""
-    return FinishRank(job_id=msg.job_id, rank_id=msg.rank_id)
+    return decode_flat(msg, FinishRank)
 
 
 def encode_finished(resp: FinishedRank) -> pb.FinishRankResponse:
     """Encode the answer to a rank's finish as a ``FinishRankResponse``."""
-    return pb.FinishRankResponse(
-        job_finished=resp.job_finished,
-        ranks_finished=resp.ranks_finished,
-        ranks_registered=resp.ranks_registered,
-    )
+    return encode_flat(resp, pb.FinishRankResponse)
 
 
 def decode_finished(msg: pb.FinishRankResponse) -> FinishedRank:
     """Decode a ``FinishRankResponse`` into a :class:`FinishedRank`."""
-    return FinishedRank(
-        job_finished=msg.job_finished,
-        ranks_finished=msg.ranks_finished,
-        ranks_registered=msg.ranks_registered,
-    )
+    return decode_flat(msg, FinishedRank)

@@ -74,9 +74,13 @@ class PlanRequest:
     known_version: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PlanStep:
-    """One instruction of a rank's plan and the SM clock to run it at."""
+    """One instruction of a rank's plan and the SM clock to run it at.
+
+    The one plan step of every package: the server deploys these, the rank client compiles
+    them (:func:`perseus_client.plan.compile_plan`).
+    """
 
     instruction: str
     microbatch: int
@@ -104,7 +108,7 @@ class PlanUpdate:
 
     version: int
     steps: tuple[PlanStep, ...]
-    reason: str
+    reason: str = ""
     expected_iteration_time: float = 0.0
     profiling: ProfilingTask | None = None
     #: ``(start_s, end_s, watts)`` within one iteration: this rank's power floors (none

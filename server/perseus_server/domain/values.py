@@ -1,10 +1,9 @@
-"""Plain values the service takes from and gives to the ranks.
+"""The server's columnar form of a large report's measurements.
 
-The values themselves are the wire's, written once for both ends in
-:mod:`perseus_common.wire.values` (re-exported here so the service names them from its domain);
-this module adds :class:`InstructionColumns`, the server's columnar form of a large report's
-measurements (numpy: the rank client never needs it). Only :mod:`perseus_server.grpc.codec`
-converts between them and protobuf, so the service never builds or parses a wire message.
+The values the service takes from and gives to the ranks are the wire's, written once for both
+ends in :mod:`perseus_common.wire.values` (the service imports them from there). This module adds
+:class:`InstructionColumns` (numpy: the rank client never needs it). Only the gRPC adapter
+converts values to and from protobuf, so the service never builds or parses a wire message.
 """
 
 from __future__ import annotations
@@ -16,34 +15,9 @@ from typing import Any, overload
 import numpy as np
 import numpy.typing as npt
 
-from perseus_common.wire.values import (
-    FinishedRank,
-    InstructionReport,
-    IterationReport,
-    OffPlanReport,
-    PlanStep,
-    PlanUpdate,
-    ProfilingTask,
-    RankRegistration,
-    RegisteredRank,
-    ReportAck,
-    TransferReport,
-)
+from perseus_common.wire.values import InstructionReport
 
-__all__ = [
-    "FinishedRank",
-    "InstructionColumns",
-    "InstructionReport",
-    "IterationReport",
-    "OffPlanReport",
-    "PlanStep",
-    "PlanUpdate",
-    "ProfilingTask",
-    "RankRegistration",
-    "RegisteredRank",
-    "ReportAck",
-    "TransferReport",
-]
+__all__ = ["InstructionColumns"]
 
 
 @dataclass(frozen=True, eq=False)

@@ -14,31 +14,11 @@ from collections import OrderedDict
 import numpy as np
 
 from perseus_common.proto import perseus_pb2 as pb
-from perseus_common.wire.codec import (
-    decode_finish,
-    decode_plan_request,
-    decode_registration,
-    decode_report,
-    encode_ack,
-    encode_finished,
-    encode_plan,
-    encode_registered,
-)
-from perseus_server.domain.values import InstructionColumns, IterationReport, PlanUpdate
+from perseus_common.wire.codec import decode_report, encode_plan
+from perseus_common.wire.values import IterationReport, PlanUpdate
+from perseus_server.domain.values import InstructionColumns
 
-__all__ = [
-    "PlanEncoder",
-    "decode_finish",
-    "decode_plan_request",
-    "decode_registration",
-    "decode_report",
-    "decode_report_bytes",
-    "decode_report_columns",
-    "encode_ack",
-    "encode_finished",
-    "encode_plan",
-    "encode_registered",
-]
+__all__ = ["PlanEncoder", "decode_report_bytes", "decode_report_columns"]
 
 
 def decode_report_columns(rep: pb.IterationReport) -> IterationReport:

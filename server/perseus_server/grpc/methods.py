@@ -28,10 +28,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 import grpc
 
 from perseus_common.proto import perseus_pb2 as pb
-from perseus_server.domain.errors import ApiError, NotFound
-from perseus_server.domain.states import StreamEnd
-from perseus_server.domain.values import FinishedRank, ReportAck
-from perseus_server.grpc.codec import (
+from perseus_common.wire.codec import (
     decode_finish,
     decode_plan_request,
     decode_registration,
@@ -39,6 +36,9 @@ from perseus_server.grpc.codec import (
     encode_finished,
     encode_registered,
 )
+from perseus_common.wire.values import FinishedRank, ReportAck
+from perseus_server.domain.errors import ApiError, NotFound
+from perseus_server.domain.states import StreamEnd
 from perseus_server.grpc.received import WireReport
 from perseus_server.service import authorization as authz
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from functools import partial
 
 from perseus_common.proto import perseus_pb2 as pb
-from perseus_server.domain.values import IterationReport
-from perseus_server.grpc.codec import decode_report
+from perseus_common.wire.codec import decode_report
+from perseus_common.wire.values import IterationReport
 
 __all__ = ["WireReport"]
 

@@ -19,8 +19,8 @@ from fastapi.responses import Response
 from perseus.plot import frontier_png
 from perseus.policies import POLICIES
 from perseus.power import SwingBounds
-from perseus_server.models import FrontierStatus, PlanDeployment, PlanDoc, PlanSelect
-from perseus_server.models.requests import policy_field
+from perseus_server.models.requests import PlanSelect, policy_field
+from perseus_server.models.responses import FrontierStatus, PlanDeployment, PlanDoc
 from perseus_server.rest.docs import operation
 from perseus_server.service import PerseusService
 from perseus_server.service.swing import swing_bounds

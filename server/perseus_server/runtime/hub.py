@@ -25,7 +25,7 @@ from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import StreamEnd
 
 if TYPE_CHECKING:  # the service package imports this module
-    from perseus_server.domain.values import PlanUpdate
+    from perseus_common.wire.values import PlanUpdate
 
 __all__ = ["PlanHub", "StreamLimitExceeded", "Subscriber"]
 

@@ -27,7 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from perseus_server.domain.values import IterationReport
+    from perseus_common.wire.values import IterationReport
 
 __all__ = ["ParsePool", "ReportPool", "parse_profile_doc", "PROCESS_THRESHOLD"]
 

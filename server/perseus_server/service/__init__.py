@@ -9,30 +9,10 @@ One module per concern: :mod:`.state` (the jobs' in-memory state, in parts),
 :mod:`.deployment` (deciding, publishing and building each rank's plan), :mod:`.reports`
 (iteration reports), :mod:`.stragglers` and :mod:`.slow_stages`, :mod:`.registration`,
 :mod:`.online_profiling`, :mod:`.views`; the facade :mod:`.facade` builds them, each given what
-it calls. :mod:`perseus_server.domain.values` holds the plain values exchanged with the ranks
+it calls. :mod:`perseus_common.wire.values` holds the plain values exchanged with the ranks
 (only the gRPC adapter speaks protobuf).
 """
 
-from perseus_server.domain.values import (
-    InstructionReport,
-    IterationReport,
-    PlanStep,
-    PlanUpdate,
-    ProfilingTask,
-    RankRegistration,
-    RegisteredRank,
-)
 from perseus_server.service.facade import PerseusService
-from perseus_server.service.state import Deployment
 
-__all__ = [
-    "Deployment",
-    "InstructionReport",
-    "IterationReport",
-    "PerseusService",
-    "PlanStep",
-    "PlanUpdate",
-    "ProfilingTask",
-    "RankRegistration",
-    "RegisteredRank",
-]
+__all__ = ["PerseusService"]

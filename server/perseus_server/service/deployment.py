@@ -19,15 +19,15 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from perseus.errors import InfeasibleError
 from perseus.frontier import Frontier
+from perseus_common.wire.values import PlanStep, PlanUpdate, ProfilingTask
 from perseus_server.decisions.planner import PlanDecision, PlanPolicy, decide, resolve_policy
 from perseus_server.domain.errors import BadRequest, Conflict
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import DeploymentKind, ProfilingStatus, ReplanKind
-from perseus_server.domain.values import PlanStep, PlanUpdate, ProfilingTask
 from perseus_server.runtime.faults import fault_point
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.persistence import persist_deployment
-from perseus_server.service.state import Deployment, Job, PlanSteps
+from perseus_server.service.state import Deployment, Job, RankPlans
 from perseus_server.service.swing import DeployedFloors, DeployedPair, bounds_of, checked_search
 
 __all__ = ["Deployer", "DeploymentBudget", "require_frontier"]
@@ -251,7 +251,7 @@ class Deployer(Generic[B]):
 
     def _build_message(self, job: Job, dep: Deployment, rank: RankInfo, p: int) -> PlanUpdate:
         if dep.kind is DeploymentKind.PLAN:
-            frontier, all_steps = self.pipeline_plan(job, dep, p)
+            frontier, plans = self.pipeline_plan(job, dep, p)
             pair = self.pair(job, dep, p)
             return PlanUpdate(
                 version=dep.version,
@@ -259,10 +259,7 @@ class Deployer(Generic[B]):
                 expected_iteration_time=(
                     float(frontier.times[dep.indices[p]]) if pair is None else pair.time
                 ),
-                steps=tuple(
-                    PlanStep(s["instruction"], s["microbatch"], s["frequency"], s["stage"])
-                    for s in all_steps[rank.pipeline_rank]
-                ),
+                steps=plans[rank.pipeline_rank],
                 power_floors=() if pair is None else tuple(pair.floors[rank.pipeline_rank]),
                 plan_swing=0.0 if pair is None else pair.plan_swing,
                 ramp_w_per_s=0.0 if pair is None else pair.ramp_w_per_s,
@@ -333,8 +330,8 @@ class Deployer(Generic[B]):
         assert job.frontier.current is not None
         return job.frontier.current
 
-    def pipeline_plan(self, job: Job, dep: Deployment, p: int) -> tuple[Frontier, PlanSteps]:
-        """Pipeline ``p``'s frontier and per-rank plan steps under ``dep``.
+    def pipeline_plan(self, job: Job, dep: Deployment, p: int) -> tuple[Frontier, RankPlans]:
+        """Pipeline ``p``'s frontier and per-rank plans under ``dep``.
 
         Under swing bounds, the searched plan's steps (:meth:`pair`).
         """
@@ -345,12 +342,12 @@ class Deployer(Generic[B]):
             st = job.stragglers.slow_stages.get(p)
             if st is not None and st.frontier is not None:
                 index = dep.indices[p]
-                steps = st.steps.get(index)
-                if steps is None:
-                    steps = st.steps[index] = st.frontier.plan_steps(index)
-                return st.frontier, steps
+                plans = st.plans.get(index)
+                if plans is None:
+                    plans = st.plans[index] = st.frontier.plan(index)
+                return st.frontier, plans
         assert job.frontier.current is not None
-        return job.frontier.current, job.frontier.steps(dep.indices[p])
+        return job.frontier.current, job.frontier.plan(dep.indices[p])
 
     # --- views -----------------------------------------------------------------------------------
 

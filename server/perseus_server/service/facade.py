@@ -28,18 +28,18 @@ from typing import Any
 from perseus.frontier import Frontier
 from perseus.power import SwingBounds
 from perseus.profiles import Profile
+from perseus_common.wire.values import (
+    IterationReport,
+    PlanUpdate,
+    RankRegistration,
+    RegisteredRank,
+)
 from perseus_server.config import Limits, ZeusConfig
 from perseus_server.decisions.detectors import DetectorSettings
 from perseus_server.domain.errors import Conflict
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.domain.states import JobActivity, StreamEnd
 from perseus_server.domain.store import Store
-from perseus_server.domain.values import (
-    IterationReport,
-    PlanUpdate,
-    RankRegistration,
-    RegisteredRank,
-)
 from perseus_server.metrics import Metrics
 from perseus_server.runtime.hub import PlanHub, Subscriber
 from perseus_server.runtime.parse_pool import ReportPool

@@ -10,10 +10,10 @@ import math
 import secrets
 
 from perseus_common.clocks import MAX_CLOCK_MHZ
+from perseus_common.wire.values import PlanUpdate, RankRegistration, RegisteredRank
 from perseus_server.domain.bounds import MAX_GPU_NAME, MAX_HOSTNAME, MAX_SUPPORTED_CLOCKS
 from perseus_server.domain.errors import BadRequest, Conflict
 from perseus_server.domain.jobs import RankInfo
-from perseus_server.domain.values import PlanUpdate, RankRegistration, RegisteredRank
 from perseus_server.runtime.hub import Subscriber
 from perseus_server.service.budget_draw import pipeline_width
 from perseus_server.service.context import ServiceContext

@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 from perseus.profiles import INSTRUCTION_KINDS, Profile
 from perseus_common.profile_csv import MAX_FREQUENCY_MHZ
+from perseus_common.wire.values import InstructionReport, IterationReport
 from perseus_server.config import Limits
 from perseus_server.decisions.profiling_scan import Measurement
 from perseus_server.decisions.report_statistics import stage_factors
@@ -43,7 +44,7 @@ from perseus_server.domain.bounds import (
 from perseus_server.domain.errors import BadRequest, Conflict
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import ProfilingStatus
-from perseus_server.domain.values import InstructionColumns, InstructionReport, IterationReport
+from perseus_server.domain.values import InstructionColumns
 from perseus_server.service.state import Job, JobTable
 
 __all__ = [

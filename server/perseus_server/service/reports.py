@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from perseus_server.domain.values import IterationReport
+from perseus_common.wire.values import IterationReport
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.observers import ReportObserver
 from perseus_server.service.report_checks import CheckedReport, check_report

@@ -44,6 +44,7 @@ from collections import deque
 from typing import Any
 
 from perseus.profiles import Profile
+from perseus_common.wire.values import IterationReport
 from perseus_server.decisions.detectors import StageDetector
 from perseus_server.decisions.planner import Straggler
 from perseus_server.decisions.report_statistics import median
@@ -55,7 +56,6 @@ from perseus_server.domain.states import (
     ReplanKind,
     StragglerSource,
 )
-from perseus_server.domain.values import IterationReport
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.report_checks import CheckedReport
 from perseus_server.service.slow_stages import SlowStageResolver

@@ -193,7 +193,7 @@ class SlowStageResolver:
             if job.id not in ctx.jobs or cur is None:
                 return
             cur.frontier = frontier
-            cur.status, cur.steps, cur.error = SlowStageStatus.READY, {}, None
+            cur.status, cur.plans, cur.error = SlowStageStatus.READY, {}, None
             cur.solve_seconds, cur.wall_seconds = seconds, time.perf_counter() - t0
             ctx.metrics.stage_resolve_seconds.observe(seconds)
             slow.detector.reset(p)

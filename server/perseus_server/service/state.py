@@ -13,9 +13,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from perseus.frontier import Frontier
+from perseus.frontier import Frontier, plan_json
 from perseus.profiles import Profile
 from perseus.schedules import Schedule
+from perseus_common.wire.values import PlanStep, PlanUpdate
 from perseus_server.decisions.detectors import Detector, StageDetector, StragglerDetector
 from perseus_server.decisions.link_fit import LinkCombiner
 from perseus_server.decisions.planner import PlanPolicy, Straggler
@@ -30,7 +31,6 @@ from perseus_server.domain.states import (
     SlowStageStatus,
     SolveStatus,
 )
-from perseus_server.domain.values import PlanUpdate
 from perseus_server.runtime.byte_bounded_cache import ByteBoundedCache
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "Job",
     "JobTable",
     "PlanSteps",
+    "RankPlans",
     "ProfileState",
     "RankState",
     "SlowStages",
@@ -48,7 +49,10 @@ __all__ = [
     "LinkState",
 ]
 
-#: Per rank, its plan: ``{"instruction", "microbatch", "stage", "frequency"}`` per step.
+#: Per rank, its plan as the ranks run it (:meth:`perseus.frontier.Frontier.plan`).
+RankPlans = tuple[tuple[PlanStep, ...], ...]
+#: The JSON form of :data:`RankPlans`: ``{"instruction", "microbatch", "stage", "frequency"}``
+#: per step (``GET /jobs/{id}/plan?steps=true``).
 PlanSteps = list[list[dict[str, Any]]]
 
 
@@ -115,8 +119,8 @@ class SlowStages:
     wall_seconds: float = 0.0
     error: str | None = None
     generation: int = 0
-    #: Per-rank plan steps of the re-solved frontier's points the pipeline ran, by index.
-    steps: dict[int, PlanSteps] = field(default_factory=dict)
+    #: Per-rank plans of the re-solved frontier's points the pipeline ran, by index.
+    plans: dict[int, RankPlans] = field(default_factory=dict)
     links: dict[tuple[int, str], float] = field(default_factory=dict)
 
     @property
@@ -175,14 +179,15 @@ class ProfileState:
         return table.get(int(mhz))
 
 
-#: Estimated bytes of per-rank plan steps cached per job.
-STEPS_CACHE_BYTES = 64 * 1024 * 1024
-#: Estimated size of one cached plan step (a dict of four keys).
-_STEP_BYTES = 400
+#: Estimated bytes of per-rank plans cached per job.
+PLANS_CACHE_BYTES = 64 * 1024 * 1024
+#: Estimated size of one cached plan step (a :class:`PlanStep`, its clock and its slot in the
+#: rank's tuple).
+_STEP_BYTES = 128
 
 
-def _steps_bytes(steps: PlanSteps) -> int:
-    return _STEP_BYTES * sum(len(rank) for rank in steps)
+def _plans_bytes(plans: RankPlans) -> int:
+    return _STEP_BYTES * sum(len(rank) for rank in plans)
 
 
 @dataclass
@@ -191,23 +196,27 @@ class FrontierState:
 
     row: FrontierRow = field(default_factory=FrontierRow)
     current: Frontier | None = None
-    steps_cache: ByteBoundedCache[int, PlanSteps] = field(
-        default_factory=lambda: ByteBoundedCache(STEPS_CACHE_BYTES, _steps_bytes, max_entries=64)
+    plans_cache: ByteBoundedCache[int, RankPlans] = field(
+        default_factory=lambda: ByteBoundedCache(PLANS_CACHE_BYTES, _plans_bytes, max_entries=64)
     )
 
     def set(self, frontier: Frontier) -> None:
         """Make ``frontier`` the current one; the cached plans are dropped."""
         self.current = frontier
-        self.steps_cache.clear()
+        self.plans_cache.clear()
+
+    def plan(self, index: int) -> RankPlans:
+        """Every rank's plan at frontier point ``index`` (cached)."""
+        plans = self.plans_cache.get(index)
+        if plans is None:
+            assert self.current is not None
+            plans = self.current.plan(index)
+            self.plans_cache[index] = plans
+        return plans
 
     def steps(self, index: int) -> PlanSteps:
-        """Every rank's plan at frontier point ``index`` (cached)."""
-        steps = self.steps_cache.get(index)
-        if steps is None:
-            assert self.current is not None
-            steps = self.current.plan_steps(index)
-            self.steps_cache[index] = steps
-        return steps
+        """:meth:`plan` as JSON (a plan query caches the answer it is part of)."""
+        return plan_json(self.plan(index))
 
 
 @dataclass

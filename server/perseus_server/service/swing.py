@@ -21,9 +21,10 @@ from perseus.frontier import Frontier
 from perseus.power import SwingBounds, SwingError, least_floors, plan_for_swing
 from perseus.power.swing import SwingPlan, deadline_for
 from perseus.power_timeline import PowerTimeline, rank_power
+from perseus_common.wire.values import PlanStep
 from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.errors import BadRequest
-from perseus_server.service.state import Job
+from perseus_server.service.state import Job, RankPlans
 
 __all__ = [
     "DeployedFloors",
@@ -222,15 +223,14 @@ def _frequencies(frontier: Frontier, problem: Any, plan: Any) -> list[list[int]]
     return out
 
 
-def _steps(frontier: Frontier, freqs: list[list[int]]) -> list[list[dict[str, Any]]]:
-    """Per rank, ``{instruction, microbatch, stage, frequency}`` (as ``Frontier.plan_steps``)."""
-    return [
-        [
-            {"instruction": op.kind, "microbatch": op.microbatch, "stage": op.stage, "frequency": f}
-            for op, f in zip(order, rank, strict=True)
-        ]
+def _steps(frontier: Frontier, freqs: list[list[int]]) -> RankPlans:
+    """Per rank, its wire steps in execution order (as ``Frontier.plan``) at ``freqs``."""
+    return tuple(
+        tuple(
+            PlanStep(op.kind, op.microbatch, f, op.stage) for op, f in zip(order, rank, strict=True)
+        )
         for order, rank in zip(frontier.schedule.orders, freqs, strict=True)
-    ]
+    )
 
 
 @dataclass(frozen=True)
@@ -248,7 +248,7 @@ class DeployedPair:
         searched: whether the pair is the search's (False: it failed, the point's least floors).
     """
 
-    steps: list[list[dict[str, Any]]] | None
+    steps: RankPlans | None
     floors: list[list[tuple[float, float, float]]]
     plan_swing: float
     time: float

@@ -33,12 +33,12 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from perseus.schedules import make_schedule
+from perseus_common.wire.values import RankRegistration
 from perseus_server.config import ZeusConfig
 from perseus_server.domain.errors import ApiError, BadRequest, Conflict, NotFound
 from perseus_server.domain.rows import FrontierRow
 from perseus_server.domain.states import DeploymentKind, SolveStatus
-from perseus_server.domain.values import RankRegistration
-from perseus_server.service.state import Deployment, Job, PlanSteps
+from perseus_server.service.state import Deployment, Job, RankPlans
 
 if TYPE_CHECKING:
     from perseus_server.service.facade import PerseusService
@@ -98,7 +98,7 @@ class _Run:
     #: The deployment the run's ranks were served (pinned by the first schedule served) and,
     #: for a plan, each pipeline's per-rank steps under it.
     served: Deployment | None = None
-    plans: list[PlanSteps] = field(default_factory=list)
+    plans: list[RankPlans] = field(default_factory=list)
     results: int = 0
 
 
@@ -439,7 +439,7 @@ class ZeusRuns:
             top = max(info.available_frequencies)
             return [[op.kind, top] for op in job.schedule.orders[info.pp_rank]]
         steps = run.plans[min(info.dp_rank, len(run.plans) - 1)][info.pp_rank]
-        return [[s["instruction"], int(s["frequency"])] for s in steps]
+        return [[s.instruction, s.frequency_mhz] for s in steps]
 
     def runs(self) -> dict[str, dict[str, Any]]:
         """Every run this server knows: its prototype, ranks registered and plan served."""
