@@ -31,7 +31,7 @@ from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 from perseus_server.config import Limits
 from perseus_server.rest import create_app
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService
 
 from .conftest import register
@@ -73,7 +73,7 @@ class _FullDisk:
 def test_a_full_disk_is_a_retryable_503_and_recovers(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = SqliteStore.open(tmp_path / "full.db")
+    store = SqlStore.open(tmp_path / "full.db")
     try:
         service = PerseusService(store, Limits())
         with TestClient(create_app(service), base_url="http://localhost") as http:

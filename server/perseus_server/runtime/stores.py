@@ -1,21 +1,24 @@
-"""Which store ``--db`` names: PostgreSQL for a PostgreSQL URL, else the embedded SQLite.
+"""Which database ``--db`` names: PostgreSQL for a PostgreSQL URL, else the embedded SQLite.
 
-A PostgreSQL URL (``postgresql://user@host:5432/db``, or ``postgres://``) opens a
-:class:`~perseus_server.runtime.postgres_store.PostgresStore`; a file path or ``sqlite:///path``
-(``sqlite:////abs/path``, ``sqlite:///:memory:``) the embedded
-:class:`~perseus_server.runtime.sqlite_store.SqliteStore`, the default.
+A PostgreSQL URL (``postgresql://user@host:5432/db``, or ``postgres://``) or a file path or
+``sqlite:///path`` (``sqlite:////abs/path``, ``sqlite:///:memory:``, the default kind): one
+:class:`~perseus_server.runtime.sql_store.SqlStore` serves both, on the SQLAlchemy engine
+:func:`engine_for` makes (PostgreSQL through psycopg 3).
 
-The only place that names the store classes besides the tests (``server.py`` and
-``perseus db migrate`` call :func:`open_store`).
+``server.py`` and ``perseus db migrate`` call :func:`open_store`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.pool import StaticPool
 
 from perseus_server.domain.store import Store, StoreError
 
-__all__ = ["describe", "is_postgres", "open_store", "sqlite_path"]
+__all__ = ["describe", "engine_for", "is_postgres", "open_store", "sqlite_path"]
 
 _SQLITE = "sqlite:///"
 
@@ -45,13 +48,49 @@ def sqlite_path(target: str | Path) -> Path:
 
 def open_store(target: str | Path, *, pool_size: int = 4) -> Store:
     """Open (and migrate) the store ``target`` names (see the module docstring)."""
+    from perseus_server.runtime.sql_store import SqlStore
+
+    return SqlStore.open(target, pool_size=pool_size)
+
+
+def engine_for(target: str | Path, *, pool_size: int = 4, timeout: float = 10.0) -> sa.Engine:
+    """The engine of the database ``target`` names, its connections in autocommit mode.
+
+    The store begins and ends its transactions itself (``BEGIN IMMEDIATE`` on SQLite, which
+    takes the write lock at once). PostgreSQL: a pool of up to ``pool_size`` connections, a
+    connection waited for ``timeout`` seconds at most. SQLite: one connection (WAL mode,
+    ``synchronous=NORMAL``), the parent folder created.
+    """
     if is_postgres(target):
-        from perseus_server.runtime.postgres_store import PostgresStore
+        scheme, rest = str(target).split("://", 1)
+        return sa.create_engine(
+            f"postgresql+psycopg://{rest}",
+            pool_size=max(1, pool_size),
+            max_overflow=0,
+            pool_timeout=timeout,
+            isolation_level="AUTOCOMMIT",
+            connect_args={"connect_timeout": max(1, round(timeout))},
+        )
+    path = sqlite_path(target)
+    if str(path) != ":memory:":
+        path.parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(
+        "sqlite://",
+        creator=lambda: _sqlite_connect(path),
+        poolclass=StaticPool,
+        isolation_level="AUTOCOMMIT",
+    )
+    return engine
 
-        return PostgresStore.open(str(target), pool_size=pool_size)
-    from perseus_server.runtime.sqlite_store import SqliteStore
 
-    return SqliteStore.open(sqlite_path(target))
+def _sqlite_connect(path: Path) -> Any:
+    import sqlite3
+
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    return conn
 
 
 def describe(target: str | Path) -> str:

@@ -1,0 +1,114 @@
+"""The store's one migration history (Alembic), for SQLite and PostgreSQL alike.
+
+The revisions live in ``versions/``; the database's ``alembic_version`` table says which it has
+reached. :func:`migrate` (called when a store opens: ``perseus serve``, ``perseus db migrate``)
+upgrades to the newest under the database's own lock, so servers starting on one database at
+once migrate it once: SQLite's write lock (``BEGIN IMMEDIATE``), PostgreSQL's advisory lock
+:data:`MIGRATION_LOCK`. Operators may run the same upgrade themselves, with the repository's
+``alembic.ini``: ``alembic -x db=URL upgrade head`` (``URL`` as ``--db`` takes it; or
+``PERSEUS_DB``).
+
+The first revision is the schema both stores had when they moved to Alembic; it also brings a
+database stamped by the stores' earlier version tables (SQLite's ``user_version`` 1 to 8,
+PostgreSQL's ``perseus_schema`` 1 to 2) to it in place, keeping every row
+(:mod:`~perseus_server.runtime.schema.legacy_sqlite`,
+:mod:`~perseus_server.runtime.schema.legacy_postgres`). A change of what is stored is one new
+revision (``alembic revision -m "..."``) and its columns in
+:mod:`perseus_server.runtime.store_tables`; a revision that shipped is never edited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+
+from perseus_server.domain.store import StoreError
+
+__all__ = ["MIGRATION_LOCK", "config", "head", "locked", "migrate", "revision"]
+
+#: The advisory lock key PostgreSQL migrations run under ("perseus" in ASCII, as a bigint).
+MIGRATION_LOCK = 0x70657273657573
+
+_HERE = Path(__file__).resolve().parent
+
+
+def config(location: Path = _HERE) -> Config:
+    """The Alembic configuration of the history at ``location`` (no ini file needed)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(location))
+    return cfg
+
+
+@cache
+def _script(location: Path = _HERE) -> ScriptDirectory:
+    return ScriptDirectory.from_config(config(location))
+
+
+def head(location: Path = _HERE) -> str:
+    """The newest revision: the schema this code reads and writes."""
+    got = _script(location).get_current_head()
+    assert got is not None
+    return got
+
+
+def revision(conn: sa.Connection) -> str | None:
+    """The revision the database has reached (None: not stamped by Alembic)."""
+    return MigrationContext.configure(conn).get_current_revision()
+
+
+@contextmanager
+def locked(conn: sa.Connection) -> Iterator[sa.Connection]:
+    """One transaction on ``conn`` (an autocommit connection) holding the migration lock."""
+    postgres = conn.dialect.name == "postgresql"
+    conn.exec_driver_sql("BEGIN" if postgres else "BEGIN IMMEDIATE")
+    try:
+        if postgres:
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK})")
+        yield conn
+    except BaseException:
+        conn.exec_driver_sql("ROLLBACK")
+        raise
+    conn.exec_driver_sql("COMMIT")
+
+
+def migrate(engine: sa.Engine, location: Path = _HERE) -> str | None:
+    """Upgrade the database of ``engine`` to the newest revision in one locked transaction.
+
+    All of it or nothing: a revision that fails leaves the database as it was. Returns the
+    revision it had (None: a new database, or one stamped by the earlier version tables).
+    Raises :class:`StoreError` when the database was written by a newer server.
+    ``location``: the history (tests add revisions to a copy).
+    """
+    newest = head(location)
+    with engine.connect() as conn:
+        found = revision(conn)
+        if found == newest:
+            return found  # the common case: nothing to do, no lock taken
+        with locked(conn):
+            found = revision(conn)
+            _known(found, location)
+            cfg = config(location)
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+    return found
+
+
+def _known(found: str | None, location: Path) -> None:
+    if found is None:
+        return
+    try:
+        _script(location).get_revision(found)
+    except CommandError:
+        raise StoreError(
+            f"the database has schema revision {found!r}, newer than this server's "
+            f"{head(location)!r}; use a newer server or another database"
+        ) from None
