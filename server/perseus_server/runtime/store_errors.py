@@ -79,19 +79,16 @@ def disk_full(e: BaseException, where: str) -> StoreUnavailable | None:
 def refusal(e: BaseException, where: str) -> StoreUnavailable | None:
     """The retryable error for a write that failed with ``e``, or None (``e`` stays what it is).
 
-    ``e`` as SQLAlchemy raises it (the driver's error is its ``orig``) or as the driver does.
+    ``e`` as the driver (sqlite3, psycopg) or the pool raised it.
     """
-    import sqlalchemy as sa
-
-    if isinstance(e, sa.exc.DBAPIError) and e.orig is not None:
-        e = e.orig
     full = disk_full(e, where)
     if full is not None or _sqlite_only(e):
         return full
     import psycopg
+    from psycopg_pool import PoolTimeout
 
     ended = psycopg.errors.IdleInTransactionSessionTimeout  # hung past the idle limit
-    if not isinstance(e, psycopg.OperationalError | sa.exc.TimeoutError | ended):
+    if not isinstance(e, psycopg.OperationalError | PoolTimeout | ended):
         return None
     kind = "disk_full" if isinstance(e, psycopg.errors.DiskFull) else "database_unreachable"
     what = (

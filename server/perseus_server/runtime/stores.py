@@ -10,6 +10,7 @@ A PostgreSQL URL (``postgresql://user@host:5432/db``, or ``postgres://``) or a f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,16 +54,27 @@ def open_store(target: str | Path, *, pool_size: int = 4) -> Store:
     return SqlStore.open(target, pool_size=pool_size)
 
 
-def engine_for(target: str | Path, *, pool_size: int = 4, timeout: float = 10.0) -> sa.Engine:
-    """The engine of the database ``target`` names, its connections in autocommit mode.
+def engine_for(
+    target: str | Path,
+    *,
+    pool_size: int = 4,
+    timeout: float = 10.0,
+    creator: Callable[[], Any] | None = None,
+) -> sa.Engine:
+    """A SQLAlchemy engine on the database ``target`` names (migrations, maintenance, tests).
 
-    The store begins and ends its transactions itself (``BEGIN IMMEDIATE`` on SQLite, which
-    takes the write lock at once). PostgreSQL: a pool of up to ``pool_size`` connections, a
-    connection waited for ``timeout`` seconds at most. SQLite: one connection (WAL mode,
-    ``synchronous=NORMAL``), the parent folder created.
+    Its connections are in autocommit mode: whoever uses it begins its transactions
+    (:func:`perseus_server.runtime.schema.locked`). ``creator``: the one driver connection to
+    use (the store migrates on its own); otherwise PostgreSQL gets a pool of up to
+    ``pool_size`` connections, waited for ``timeout`` seconds at most, and SQLite one connection.
     """
     if is_postgres(target):
-        scheme, rest = str(target).split("://", 1)
+        rest = str(target).split("://", 1)[1]
+        if creator is not None:
+            return sa.create_engine(
+                "postgresql+psycopg://", creator=creator, poolclass=StaticPool,
+                isolation_level="AUTOCOMMIT",
+            )  # fmt: skip
         return sa.create_engine(
             f"postgresql+psycopg://{rest}",
             pool_size=max(1, pool_size),
@@ -72,25 +84,15 @@ def engine_for(target: str | Path, *, pool_size: int = 4, timeout: float = 10.0)
             connect_args={"connect_timeout": max(1, round(timeout))},
         )
     path = sqlite_path(target)
-    if str(path) != ":memory:":
-        path.parent.mkdir(parents=True, exist_ok=True)
-    engine = sa.create_engine(
-        "sqlite://",
-        creator=lambda: _sqlite_connect(path),
-        poolclass=StaticPool,
-        isolation_level="AUTOCOMMIT",
+    if creator is None:
+        import sqlite3
+
+        def creator() -> Any:
+            return sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+
+    return sa.create_engine(
+        "sqlite://", creator=creator, poolclass=StaticPool, isolation_level="AUTOCOMMIT"
     )
-    return engine
-
-
-def _sqlite_connect(path: Path) -> Any:
-    import sqlite3
-
-    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("PRAGMA foreign_keys=ON")
-    return conn
 
 
 def describe(target: str | Path) -> str:

@@ -13,8 +13,9 @@ database stamped by the stores' earlier version tables (SQLite's ``user_version`
 PostgreSQL's ``perseus_schema`` 1 to 2) to it in place, keeping every row
 (:mod:`~perseus_server.runtime.schema.legacy_sqlite`,
 :mod:`~perseus_server.runtime.schema.legacy_postgres`). A change of what is stored is one new
-revision (``alembic revision -m "..."``) and its columns in
-:mod:`perseus_server.runtime.store_tables`; a revision that shipped is never edited.
+revision (``alembic revision -m "..."``, written with Alembic's ``op``, which speaks both
+dialects) and the statements that use it in :mod:`perseus_server.runtime.sql_store`; a revision
+that shipped is never edited.
 """
 
 from __future__ import annotations

@@ -13,12 +13,11 @@ from typing import Any
 from alembic import context
 
 from perseus_server.runtime.schema import locked
-from perseus_server.runtime.store_tables import metadata
 from perseus_server.runtime.stores import engine_for
 
 
 def _run(conn: Any) -> None:
-    context.configure(connection=conn, target_metadata=metadata)
+    context.configure(connection=conn)
     with context.begin_transaction():
         context.run_migrations()
 
