@@ -261,3 +261,22 @@ def test_a_migrated_first_release_frontier_is_not_partial(tmp_path: Path, small_
         store.close()
     with connect(path) as db:
         assert db.execute("SELECT partial FROM frontiers WHERE job_id = ?", (JOB,)).fetchone() == (0,)  # fmt: skip
+
+
+def test_operators_upgrade_with_alembic_itself(tmp_path: Path) -> None:
+    """``alembic -x db=PATH upgrade head`` with the repository's ``alembic.ini``."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    path = sqlite_copy(tmp_path / "old.db")
+    alembic = [sys.executable, "-m", "alembic", "-c", str(root / "alembic.ini"), "-x", f"db={path}"]
+    subprocess.run([*alembic, "upgrade", "head"], check=True, capture_output=True, cwd=tmp_path)
+    assert revision_of(path) == schema.head() and counts(path) == COUNTS
+    current = subprocess.run([*alembic, "current"], check=True, capture_output=True, text=True)
+    assert f"{schema.head()} (head)" in current.stdout
+    store = SqlStore.open(path)  # and the server takes it as it is
+    try:
+        assert_holds(store)
+    finally:
+        store.close()
