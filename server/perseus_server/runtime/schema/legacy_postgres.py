@@ -1,20 +1,19 @@
 """The PostgreSQL store's schema history before Alembic (frozen: versions 1 and 2).
 
 A PostgreSQL database written before the store moved to Alembic carries its version in the one
-row of ``perseus_schema``. :func:`to_baseline` brings such a database, or an empty one, through
-the missing steps below: version 2 is the one schema both databases share at Alembic's first
-revision (:mod:`perseus_server.runtime.schema.versions`). Afterwards ``perseus_schema`` says
-:data:`MOVED`, which a server of before refuses as newer than itself. These steps shipped and
+row of ``perseus_schema``. Alembic's first revision (``versions/r0001_baseline.py``) brings such
+a database, or an empty one, through the missing :data:`STEPS`: version 2 is the one schema both
+databases share from that revision on. Afterwards ``perseus_schema`` says :data:`MOVED`, which a
+server of before refuses as newer than itself. These steps shipped and
 are never edited.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from perseus_server.domain.store import StoreError
-
-__all__ = ["MOVED", "to_baseline"]
+__all__ = ["MOVED", "STEPS", "finish", "version"]
 
 #: ``perseus_schema.version`` of a database that moved to Alembic (older servers refuse it).
 MOVED = 1000
@@ -99,7 +98,18 @@ _V2 = """
 ALTER TABLE perseus_lease ADD COLUMN advertise TEXT NOT NULL DEFAULT ''
 """
 
-_STEPS: tuple[str, ...] = (_V1, _V2)
+
+def _statements(sql: str) -> Callable[[Any], None]:
+    def step(db: Any) -> None:
+        for statement in sql.split(";"):
+            if statement.strip():
+                db.exec_driver_sql(statement)
+
+    return step
+
+
+#: The steps: ``STEPS[k]`` takes a database at version ``k`` to ``k + 1``.
+STEPS: tuple[Callable[[Any], None], ...] = (_statements(_V1), _statements(_V2))
 
 
 def version(db: Any) -> int:
@@ -114,24 +124,8 @@ def version(db: Any) -> int:
     return 0 if got is None else int(got[0])
 
 
-def to_baseline(db: Any) -> int:
-    """Bring the database (a SQLAlchemy connection, in a transaction) to the baseline.
-
-    Returns the version it had before Alembic (0: empty). Raises :class:`StoreError` for a
-    version no server of before wrote.
-    """
-    found = version(db)
-    if found > len(_STEPS):
-        raise StoreError(
-            f"the database has schema version {found}, newer than this server's; "
-            "use a newer server or another database"
-        )
-    if found == 0:
-        db.exec_driver_sql("CREATE TABLE perseus_schema (version INTEGER NOT NULL)")
-        db.exec_driver_sql("INSERT INTO perseus_schema (version) VALUES (0)")
-    for step in _STEPS[found:]:
-        for statement in step.split(";"):
-            if statement.strip():
-                db.exec_driver_sql(statement)
-    db.exec_driver_sql(f"UPDATE perseus_schema SET version = {MOVED}")
-    return found
+def finish(db: Any) -> None:
+    """Mark the database as moved to Alembic (its steps all applied)."""
+    db.exec_driver_sql("CREATE TABLE IF NOT EXISTS perseus_schema (version INTEGER NOT NULL)")
+    db.exec_driver_sql("DELETE FROM perseus_schema")
+    db.exec_driver_sql(f"INSERT INTO perseus_schema (version) VALUES ({MOVED})")

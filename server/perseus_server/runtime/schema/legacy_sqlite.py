@@ -2,20 +2,19 @@
 
 A SQLite database written before the store moved to Alembic carries its version in ``PRAGMA
 user_version`` (a database of the first release, which set none but has a ``jobs`` table, is
-version 1). :func:`to_baseline` brings such a database, or an empty one, through the missing
-steps below and then to the one schema both databases share at Alembic's first revision
-(:mod:`perseus_server.runtime.schema.versions`); afterwards ``user_version`` says
+version 1). Alembic's first revision (``versions/r0001_baseline.py``) brings such a database, or
+an empty one, through the missing :data:`STEPS`, and :func:`finish` takes it to the one schema
+both databases share from that revision on; afterwards ``user_version`` says
 :data:`MOVED`, which a server of before refuses as newer than itself. These steps shipped and
 are never edited.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from perseus_server.domain.store import StoreError
-
-__all__ = ["MOVED", "to_baseline"]
+__all__ = ["MOVED", "STEPS", "finish", "version"]
 
 #: ``user_version`` of a database that moved to Alembic (older servers refuse it as newer).
 MOVED = 1000
@@ -158,7 +157,8 @@ def _v8_tenants(db: Any) -> None:
     db.exec_driver_sql("ALTER TABLE credentials ADD COLUMN tenant TEXT")
 
 
-_STEPS = (
+#: The steps: ``STEPS[k]`` takes a database at version ``k`` to ``k + 1``.
+STEPS: tuple[Callable[[Any], None], ...] = (
     _v1_initial,
     _v2_report_sequences,
     _v3_power_budget,
@@ -215,21 +215,8 @@ def version(db: Any) -> int:
     return 1 if found == 0 and jobs is not None else found
 
 
-def to_baseline(db: Any) -> int:
-    """Bring the database (a SQLAlchemy connection, in a transaction) to the baseline.
-
-    Returns the version it had before Alembic (0: empty). Raises :class:`StoreError` for a
-    version no server of before wrote.
-    """
-    found = version(db)
-    if found > len(_STEPS):
-        raise StoreError(
-            f"the database has schema version {found}, newer than this server's; "
-            "use a newer server or another database"
-        )
-    for step in _STEPS[found:]:
-        step(db)
+def finish(db: Any) -> None:
+    """Move the database, its steps all applied, to the baseline; mark it moved to Alembic."""
     for statement in _TO_BASELINE.split(";"):
         db.exec_driver_sql(statement)
     db.exec_driver_sql(f"PRAGMA user_version = {MOVED}")
-    return found

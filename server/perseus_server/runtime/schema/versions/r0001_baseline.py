@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from alembic import op
 
+from perseus_server.domain.store import StoreError
 from perseus_server.runtime.schema import legacy_postgres, legacy_sqlite
 
 revision = "0001"
@@ -24,7 +25,15 @@ def upgrade() -> None:
     """The earlier history's steps still missing, then the baseline."""
     bind = op.get_bind()
     legacy = legacy_postgres if bind.dialect.name == "postgresql" else legacy_sqlite
-    legacy.to_baseline(bind)
+    found = legacy.version(bind)
+    if found > len(legacy.STEPS):
+        raise StoreError(
+            f"the database has schema version {found}, newer than this server's; "
+            "use a newer server or another database"
+        )
+    for step in legacy.STEPS[found:]:
+        step(bind)
+    legacy.finish(bind)
 
 
 def downgrade() -> None:
