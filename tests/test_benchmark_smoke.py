@@ -381,7 +381,7 @@ def test_solve_load_smoke() -> None:
 def test_store_versions_benchmark_smoke() -> None:
     from perseus_server.testing.postgres import postgres_binaries
 
-    res: dict[str, Any] = json.loads(run("store_versions.py", "--smoke", "--json"))
+    res: dict[str, Any] = json.loads(run("store_versions.py", "--smoke", "--json", timeout=900))
     kinds = ["sqlite"] + (["postgresql"] if postgres_binaries() is not None else [])
     for kind in kinds:
         ingest = res["measures"][f"{kind}_ingest_reports_per_s"]

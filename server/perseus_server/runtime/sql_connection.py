@@ -33,7 +33,7 @@ from typing import Any, NoReturn, Self
 
 from perseus_server.domain.store import StoreError
 from perseus_server.runtime.leadership import NotLeader
-from perseus_server.runtime.schema import migrate
+from perseus_server.runtime.schema import at_head, migrate
 from perseus_server.runtime.store_errors import refusal
 from perseus_server.runtime.stores import describe, engine_for, is_postgres, sqlite_path
 
@@ -117,8 +117,8 @@ class SqlConnection:
             return cls(target, _pool(str(target), pool_size, timeout), None)
         conn = _sqlite(sqlite_path(target))
         try:
-            engine = engine_for(target, creator=lambda: conn)
-            migrate(engine)
+            if not at_head(conn):
+                migrate(engine_for(target, creator=lambda: conn))
         except BaseException:
             conn.close()
             raise
@@ -300,7 +300,8 @@ def _pool(url: str, pool_size: int, timeout: float) -> Any:
         ) from None
     try:
         with pool.connection() as conn:
-            migrate(engine_for(url, creator=lambda: conn))
+            if not at_head(conn):
+                migrate(engine_for(url, creator=lambda: conn))
     except BaseException as e:
         pool.close()
         if isinstance(e, psycopg.Error) or getattr(e, "orig", None) is not None:

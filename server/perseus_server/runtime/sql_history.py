@@ -50,10 +50,14 @@ class HistoryTables(SqlConnection):
                 return
             if sequences:
                 _raise_sequences(db, job_id, sequences, now, incarnations_kept)
-            last: dict[str, int] = {}
-            for rank_id in sorted({r[0] for r in rows}):
-                got = db.run("SELECT MAX(n) FROM iterations WHERE rank_id = ?", (rank_id,))
-                last[rank_id] = int(got.fetchone()[0] or 0)
+            ranks = sorted({r[0] for r in rows})
+            last = dict.fromkeys(ranks, 0)
+            for rank_id, n in db.run(
+                f"SELECT rank_id, MAX(n) FROM iterations WHERE rank_id IN ({_marks(ranks)}) "
+                "GROUP BY rank_id",
+                ranks,
+            ).fetchall():
+                last[rank_id] = int(n)
             values = []
             for rank_id, iteration, time_s, energy, version in rows:
                 n = last[rank_id] = last[rank_id] + 1
@@ -92,6 +96,11 @@ class HistoryTables(SqlConnection):
         return [(int(a), float(b), float(c), int(d)) for a, b, c, d in reversed(rows)]
 
 
+def _marks(values: list[str]) -> str:
+    """One placeholder per value (an ``IN`` list)."""
+    return ", ".join("?" * len(values))
+
+
 def _raise_sequences(
     db: Db, job_id: str, sequences: dict[tuple[str, int], int], now: float, kept: int
 ) -> None:
@@ -106,11 +115,15 @@ def _raise_sequences(
         "ELSE report_sequences.last END, updated = excluded.updated",
         [(r, int(inc), job_id, int(s), now) for (r, inc), s in sequences.items()],
     )
-    for rank_id in sorted({r for r, _ in sequences}):
-        count = db.run("SELECT COUNT(*) FROM report_sequences WHERE rank_id = ?", (rank_id,))
-        if int(count.fetchone()[0]) > kept:
-            db.run(
-                "DELETE FROM report_sequences WHERE rank_id = ? AND seq NOT IN (SELECT seq "
-                "FROM report_sequences WHERE rank_id = ? ORDER BY updated DESC, seq DESC LIMIT ?)",
-                (rank_id, rank_id, kept),
-            )
+    ranks = sorted({r for r, _ in sequences})
+    grown = db.run(
+        f"SELECT rank_id FROM report_sequences WHERE rank_id IN ({_marks(ranks)}) "
+        "GROUP BY rank_id HAVING COUNT(*) > ?",
+        [*ranks, kept],
+    ).fetchall()
+    for (rank_id,) in grown:
+        db.run(
+            "DELETE FROM report_sequences WHERE rank_id = ? AND seq NOT IN (SELECT seq "
+            "FROM report_sequences WHERE rank_id = ? ORDER BY updated DESC, seq DESC LIMIT ?)",
+            (rank_id, rank_id, kept),
+        )

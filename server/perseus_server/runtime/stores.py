@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import sqlalchemy as sa
-from sqlalchemy.pool import StaticPool
+from typing import TYPE_CHECKING, Any
 
 from perseus_server.domain.store import Store, StoreError
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 __all__ = ["describe", "engine_for", "is_postgres", "open_store", "sqlite_path"]
 
@@ -68,6 +68,9 @@ def engine_for(
     use (the store migrates on its own); otherwise PostgreSQL gets a pool of up to
     ``pool_size`` connections, waited for ``timeout`` seconds at most, and SQLite one connection.
     """
+    import sqlalchemy as sa
+    from sqlalchemy.pool import StaticPool
+
     if is_postgres(target):
         rest = str(target).split("://", 1)[1]
         if creator is not None:

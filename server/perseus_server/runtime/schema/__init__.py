@@ -20,21 +20,21 @@ that shipped is never edited.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
-
-import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
+from typing import TYPE_CHECKING, Any
 
 from perseus_server.domain.store import StoreError
 
-__all__ = ["MIGRATION_LOCK", "config", "head", "locked", "migrate", "revision"]
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+__all__ = ["MIGRATION_LOCK", "at_head", "config", "head", "locked", "migrate", "revision"]
 
 #: The advisory lock key PostgreSQL migrations run under ("perseus" in ASCII, as a bigint).
 MIGRATION_LOCK = 0x70657273657573
@@ -44,6 +44,8 @@ _HERE = Path(__file__).resolve().parent
 
 def config(location: Path = _HERE) -> Config:
     """The Alembic configuration of the history at ``location`` (no ini file needed)."""
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(location))
     return cfg
@@ -51,7 +53,36 @@ def config(location: Path = _HERE) -> Config:
 
 @cache
 def _script(location: Path = _HERE) -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(config(location))
+
+
+_REVISION = re.compile(r"^(down_)?revision\s*=\s*['\"]?([^'\"\n]*?)['\"]?\s*$", re.M)
+
+
+@cache
+def _newest() -> str:
+    """The head of this package's history, read off its files (without loading Alembic)."""
+    named: set[str] = set()
+    below: set[str] = set()
+    for path in (_HERE / "versions").glob("*.py"):
+        for down, rev in _REVISION.findall(path.read_text()):
+            (below if down else named).add(rev)
+    (newest,) = named - below
+    return newest
+
+
+def at_head(conn: Any) -> bool:
+    """Whether the database of ``conn`` (the driver's, in autocommit mode) is at the head.
+
+    What every store opening asks first: one query, SQLAlchemy and Alembic left unloaded.
+    """
+    try:
+        row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    except Exception:  # no such table: a new database, or one of before Alembic
+        return False
+    return row is not None and row[0] == _newest()
 
 
 def head(location: Path = _HERE) -> str:
@@ -63,6 +94,8 @@ def head(location: Path = _HERE) -> str:
 
 def revision(conn: sa.Connection) -> str | None:
     """The revision the database has reached (None: not stamped by Alembic)."""
+    from alembic.runtime.migration import MigrationContext
+
     return MigrationContext.configure(conn).get_current_revision()
 
 
@@ -89,6 +122,8 @@ def migrate(engine: sa.Engine, location: Path = _HERE) -> str | None:
     Raises :class:`StoreError` when the database was written by a newer server.
     ``location``: the history (tests add revisions to a copy).
     """
+    from alembic import command
+
     newest = head(location)
     with engine.connect() as conn:
         found = revision(conn)
@@ -104,6 +139,8 @@ def migrate(engine: sa.Engine, location: Path = _HERE) -> str | None:
 
 
 def _known(found: str | None, location: Path) -> None:
+    from alembic.util import CommandError
+
     if found is None:
         return
     try:
