@@ -6,7 +6,8 @@
 profile at revision 2, a frontier, a deployment, a profiling session, a lifecycle, two ranks of
 six iterations each (the newest four kept) and two report incarnations per rank, credentials
 (one rotated, one revoked), a rank binding and the power budget. :func:`assert_holds` checks that
-a store opened on either, upgraded by this code, holds every one of those rows.
+a store opened on either, upgraded by this code, holds every one of those rows. How they were
+made: ``fixtures/store-e4f82c6.make.py.txt`` (run in a checkout of ``e4f82c6``).
 """
 
 from __future__ import annotations
