@@ -86,6 +86,16 @@ def history_with(tmp_path: Path, body: str) -> Path:
     return location
 
 
+def migrate_fails(path: Path, location: Path) -> None:
+    """Migrating the database at ``path`` with the history at ``location`` raises ``boom``."""
+    engine = engine_for(path)
+    try:
+        with pytest.raises(RuntimeError, match="boom"):
+            schema.migrate(engine, location)
+    finally:
+        engine.dispose()
+
+
 def test_new_database_gets_the_newest_revision(tmp_path: Path) -> None:
     SqlStore.open(tmp_path / "new.db").close()
     assert revision_of(tmp_path / "new.db") == schema.head() == "0001"
@@ -171,12 +181,7 @@ def test_a_failing_revision_changes_nothing(tmp_path: Path) -> None:
         tmp_path,
         "op.create_table('half_done', sa.Column('a', sa.Integer))\n    raise RuntimeError('boom')",
     )
-    engine = engine_for(path)
-    try:
-        with pytest.raises(RuntimeError, match="boom"):
-            schema.migrate(engine, location)
-    finally:
-        engine.dispose()
+    migrate_fails(path, location)
     assert revision_of(path) == "0001"
     with connect(path) as db:
         tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -186,12 +191,7 @@ def test_a_failing_revision_changes_nothing(tmp_path: Path) -> None:
 def test_a_failing_first_upgrade_leaves_a_file_of_before_as_it_was(tmp_path: Path) -> None:
     path = sqlite_copy(tmp_path / "old.db")
     location = history_with(tmp_path, "raise RuntimeError('boom')")
-    engine = engine_for(path)
-    try:
-        with pytest.raises(RuntimeError, match="boom"):
-            schema.migrate(engine, location)
-    finally:
-        engine.dispose()
+    migrate_fails(path, location)
     assert user_version(path) == 8 and revision_of(path) is None and counts(path) == COUNTS
 
 
