@@ -206,7 +206,7 @@ def clock_step() -> dict[str, Any]:
     """
     from perseus_server.config import Limits
     from perseus_server.domain.jobs import JobSpec
-    from perseus_server.runtime.sqlite_store import SqliteStore
+    from perseus_server.runtime.sql_store import SqlStore
     from perseus_server.service import PerseusService
     from perseus_server.service import lifecycle as module
 
@@ -221,7 +221,7 @@ def clock_step() -> dict[str, Any]:
 
     clocks, real = Clocks(), module.time
     module.time = clocks  # type: ignore[assignment]
-    store = SqliteStore.open(":memory:")
+    store = SqlStore.open(":memory:")
     try:
         svc = PerseusService(store, Limits(idle_after_seconds=2.0))
         life = svc.lifecycle

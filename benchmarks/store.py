@@ -126,13 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         args.ranks, args.reports = 32, 5
     args.ranks += args.ranks % 2
 
-    from perseus_server.runtime.postgres_store import PostgresStore
-    from perseus_server.runtime.sqlite_store import SqliteStore
+    from perseus_server.runtime.sql_store import SqlStore
     from perseus_server.testing.postgres import PostgresServer, postgres_binaries
 
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="perseus-bench-store-") as tmp:
-        store = SqliteStore.open(Path(tmp) / "perseus.db")
+        store = SqlStore.open(Path(tmp) / "perseus.db")
         try:
             results["sqlite"] = measure(store, args.ranks, args.reports, off_loop=False)
         finally:
@@ -142,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         with PostgresServer(durable=True) as pg:
             for name, off_loop in (("postgresql", True), ("postgresql-on-loop", False)):
-                pg_store = PostgresStore.open(pg.create_database(name.replace("-", "_")))
+                pg_store = SqlStore.open(pg.create_database(name.replace("-", "_")))
                 try:
                     results[name] = measure(pg_store, args.ranks, args.reports, off_loop)
                 finally:

@@ -44,4 +44,4 @@ def test_every_module_the_table_names_exists() -> None:
 
 def test_the_table_reader_sees_rows() -> None:
     # A broken reader (a renamed heading, another row format) must not pass vacuously.
-    assert {"service/facade.py", "runtime/sqlite_store.py", "grpc/service.py"} <= _table_modules()
+    assert {"service/facade.py", "runtime/sql_store.py", "grpc/service.py"} <= _table_modules()

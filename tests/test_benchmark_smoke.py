@@ -376,3 +376,16 @@ def test_solve_load_smoke() -> None:
         solving = r["phase"] == "solving"
         assert (r["solve_wall"] is not None and r["solve_wall"] > 0) == solving
         assert (r["solve_cpu"] is not None and r["solve_cpu"] > 0) == solving
+
+
+def test_store_versions_benchmark_smoke() -> None:
+    from perseus_server.testing.postgres import postgres_binaries
+
+    res: dict[str, Any] = json.loads(run("store_versions.py", "--smoke", "--json", timeout=900))
+    kinds = ["sqlite"] + (["postgresql"] if postgres_binaries() is not None else [])
+    for kind in kinds:
+        ingest = res["measures"][f"{kind}_ingest_reports_per_s"]
+        assert ingest["old"] > 0 and ingest["new"] > 0, ingest
+        for measure in ("plan_query_ms", "deploy_ms", "open_ms"):
+            m = res["measures"][f"{kind}_{measure}"]
+            assert m["old"] > 0 and m["new"] > 0 and m["new_over_old"] > 0, (kind, measure, m)

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from perseus_server.config import Limits
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,12 +41,11 @@ STORE_ATTRIBUTES = frozenset({"store", "ctx", "transaction"})
 #: The store's modules (its protocol and its implementations).
 STORE_MODULES = (
     "perseus_server.domain.store",
-    "perseus_server.runtime.sqlite_store",
-    "perseus_server.runtime.postgres_store",
-    "perseus_server.runtime.postgres_connection",
+    "perseus_server.runtime.sql_store",
+    "perseus_server.runtime.sql_history",
+    "perseus_server.runtime.sql_connection",
     "perseus_server.runtime.stores",
-    "perseus_server.runtime.migrations",
-    "perseus_server.runtime.postgres_migrations",
+    "perseus_server.runtime.schema",
 )
 
 
@@ -76,7 +75,7 @@ def part_classes(tmp: Path) -> frozenset[str]:
 
     The instruments' classes are left out (the gates take them as dependencies).
     """
-    store = SqliteStore.open(tmp / "door.db")
+    store = SqlStore.open(tmp / "door.db")
     try:
         service = PerseusService(store, Limits())
         held = {
@@ -134,7 +133,7 @@ def test_the_scanner_sees_each_way_past_the_facade(parts: frozenset[str]) -> Non
     """Each kind of reach is found (as the adapters had them), and facade calls are not."""
     assert {"Solves", "Tenants", "Registration", "PowerBudget"} <= parts, parts
     source = (
-        "from perseus_server.runtime.sqlite_store import SqliteStore\n"
+        "from perseus_server.runtime.sql_store import SqlStore\n"
         "import perseus_server.domain.store\n"
         "from perseus_server.service.solves import Solves\n"
         "def route(service, servicer, credentials):\n"

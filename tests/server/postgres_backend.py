@@ -18,7 +18,7 @@ import pytest
 
 from perseus_server.testing.postgres import PostgresServer, postgres_binaries
 
-__all__ = ["database_for", "postgres", "set_schema_version"]
+__all__ = ["database_for", "postgres", "set_revision"]
 
 
 @pytest.fixture(scope="session")
@@ -40,9 +40,13 @@ def database_for(pg: PostgresServer, tmp_path: Path) -> str:
     return pg.url(name)
 
 
-def set_schema_version(url: str, version: int) -> None:
-    """Mark the database as written by a server of this schema version."""
-    import psycopg
+def set_revision(target: str | Path, revision: str) -> None:
+    """Mark the database (SQLite or PostgreSQL) as migrated to ``revision`` by some server."""
+    from perseus_server.runtime.stores import engine_for
 
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("UPDATE perseus_schema SET version = %s", (version,))
+    engine = engine_for(target, pool_size=1)
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql(f"UPDATE alembic_version SET version_num = '{revision}'")
+    finally:
+        engine.dispose()

@@ -33,7 +33,7 @@ from perseus_common.wire.values import IterationReport
 from perseus_server.config import Limits
 from perseus_server.grpc.codec import decode_report_bytes
 from perseus_server.grpc.service import PlanServicer
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService
 
 from .conftest import sliced_profile_csv
@@ -149,7 +149,7 @@ def trace_report(tmp: Path, *, every_call: bool = False) -> Trace:
     tmp.mkdir(parents=True, exist_ok=True)
     csv = sliced_profile_csv()
     first_release_database(tmp / "perseus.db", csv)
-    store = SqliteStore.open(tmp / "perseus.db")
+    store = SqlStore.open(tmp / "perseus.db")
     try:
         service = PerseusService(store, Limits(), report_decoder=decode_report_bytes)
         service.load()

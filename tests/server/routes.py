@@ -13,7 +13,7 @@ from fastapi.routing import APIRoute
 
 from perseus_server.config import Limits
 from perseus_server.rest import create_app
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService
 
 __all__ = ["api_routes", "app_routes"]
@@ -39,7 +39,7 @@ def app_routes(tmp: Path, **app_options: Any) -> list[APIRoute]:
 
     Checked to cover every operation its OpenAPI document lists.
     """
-    store = SqliteStore.open(tmp / "walk.db")
+    store = SqlStore.open(tmp / "walk.db")
     try:
         app = create_app(PerseusService(store, Limits()), **app_options)
         found = list(api_routes(list(app.routes)))

@@ -87,7 +87,7 @@ def snapshot(store: Store) -> dict[str, Any]:
     out: dict[str, Any] = {
         "jobs": [(j.id, j.created, j.spec.to_json(), j.tenant) for j in store.jobs()],
         "tenants": [tuple(getattr(t, k) for k in TenantRow.__slots__) for t in store.tenants()],
-        "count": store.count_jobs(),
+        "count": len(store.jobs()),
         "interrupted": sorted(store.interrupted_solves()),
         "credentials": [_credential(c) for c in store.credentials()],
         "power_budget": store.power_budget(),

@@ -31,7 +31,7 @@ from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 from perseus_server.config import Limits
 from perseus_server.rest import create_app
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService
 
 from .conftest import register
@@ -60,11 +60,18 @@ class _FullDisk:
         self.full = True
 
     def execute(self, sql: str, *args: Any) -> Any:
+        self._check(sql)
+        return self._conn.execute(sql, *args)
+
+    def executemany(self, sql: str, *args: Any) -> Any:
+        self._check(sql)
+        return self._conn.executemany(sql, *args)
+
+    def _check(self, sql: str) -> None:
         if self.full and sql.split()[0].upper() in ("INSERT", "UPDATE", "DELETE", "COMMIT"):
             err = sqlite3.OperationalError("database or disk is full")
             err.sqlite_errorcode = sqlite3.SQLITE_FULL  # type: ignore[attr-defined]
             raise err
-        return self._conn.execute(sql, *args)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
@@ -73,14 +80,14 @@ class _FullDisk:
 def test_a_full_disk_is_a_retryable_503_and_recovers(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = SqliteStore.open(tmp_path / "full.db")
+    store = SqlStore.open(tmp_path / "full.db")
     try:
         service = PerseusService(store, Limits())
         with TestClient(create_app(service), base_url="http://localhost") as http:
             first = http.post("/jobs", json=JOB)
             assert first.status_code == 201
-            disk = _FullDisk(store._db)
-            store._db = disk  # type: ignore[assignment]
+            disk = _FullDisk(store._single)  # type: ignore[arg-type]
+            store._single = disk  # type: ignore[assignment]
             _assert_retryable(http.post("/jobs", json=JOB))
             assert "the disk is full" in caplog.text
             assert _store_errors(http.get("/metrics").text) == 1

@@ -23,7 +23,7 @@ from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 from perseus_server.config import Limits
 from perseus_server.rest import create_app
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService
 
 from .conftest import make_job, problem_field, register, solved_job
@@ -232,7 +232,7 @@ def test_every_route_refuses_malformed_input(
 def test_an_unexpected_exception_is_a_500_problem(tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    store = SqliteStore.open(tmp_path / "bug.db")
+    store = SqlStore.open(tmp_path / "bug.db")
     try:
         service = PerseusService(store, Limits())
         app = create_app(service)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from perseus_server.runtime.leadership import Leader, Lease
-from perseus_server.runtime.postgres_store import PostgresStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.testing.postgres import PostgresServer
 
 from .postgres_backend import database_for, postgres
@@ -24,7 +24,7 @@ def test_the_lease_is_renewed_before_the_server_watches_it(
     postgres: PostgresServer, tmp_path: Path
 ) -> None:
     url = database_for(postgres, tmp_path)
-    PostgresStore.open(url).close()  # the schema
+    SqlStore.open(url).close()  # the schema
     a, b = Lease(url, ttl=0.6, holder="a"), Lease(url, ttl=5.0, holder="b")
     try:
         assert a.try_acquire() == 1

@@ -22,7 +22,7 @@ import pytest
 from perseus_server import ServerProcess
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.runtime.leadership import DEPOSED_EXIT, Lease, LeaseKeeper, NotLeader
-from perseus_server.runtime.postgres_store import PostgresStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.testing.postgres import PostgresServer
 
 from .conftest import solved_job
@@ -37,7 +37,7 @@ def _spec() -> JobSpec:
 
 def test_a_deposed_leader_cannot_write(postgres: PostgresServer, tmp_path: Path) -> None:
     url = database_for(postgres, tmp_path)
-    a_store, b_store = PostgresStore.open(url), PostgresStore.open(url)
+    a_store, b_store = SqlStore.open(url), SqlStore.open(url)
     a, b = Lease(url, ttl=0.4, holder="a"), Lease(url, ttl=5.0, holder="b")
     try:
         assert a.try_acquire() == 1
@@ -71,7 +71,7 @@ def test_a_new_epoch_waits_for_the_writes_of_the_old_one(
     postgres: PostgresServer, tmp_path: Path
 ) -> None:
     url = database_for(postgres, tmp_path)
-    old, new = PostgresStore.open(url), PostgresStore.open(url)
+    old, new = SqlStore.open(url), SqlStore.open(url)
     a, b = Lease(url, ttl=0.2, holder="a"), Lease(url, ttl=5.0, holder="b")
     got: list[int | None] = []
     try:
@@ -98,7 +98,7 @@ def test_the_keeper_renews_and_says_when_the_lease_is_lost(
     postgres: PostgresServer, tmp_path: Path
 ) -> None:
     url = database_for(postgres, tmp_path)
-    PostgresStore.open(url).close()  # the schema
+    SqlStore.open(url).close()  # the schema
     a, b = Lease(url, ttl=0.6, holder="a"), Lease(url, ttl=5.0, holder="b")
     lost: list[str] = []
     try:

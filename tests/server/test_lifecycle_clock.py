@@ -16,7 +16,7 @@ import pytest
 from perseus_server.config import Limits
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.domain.states import JobActivity
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService
 from perseus_server.service import lifecycle as lifecycle_module
 
@@ -52,7 +52,7 @@ def clocks(monkeypatch: pytest.MonkeyPatch) -> Clocks:
 
 @pytest.fixture
 def service(tmp_path: Path, clocks: Clocks) -> Iterator[PerseusService]:
-    store = SqliteStore.open(tmp_path / "life.db")
+    store = SqlStore.open(tmp_path / "life.db")
     try:
         svc = PerseusService(store, Limits(idle_after_seconds=IDLE_AFTER))
         svc.lifecycle.clock, svc.lifecycle.wall = clocks.monotonic, clocks.time

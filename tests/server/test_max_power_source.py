@@ -17,7 +17,7 @@ from perseus_common.wire.values import RankRegistration
 from perseus_server.config import Limits
 from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.jobs import JobSpec
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService
 from perseus_server.service.plans import job_max_power, shape_policy
 
@@ -27,7 +27,7 @@ REGISTERED = (240.0, 260.0)
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[PerseusService]:
-    store = SqliteStore.open(tmp_path / "cost.db")
+    store = SqlStore.open(tmp_path / "cost.db")
     try:
         yield PerseusService(store, Limits())
     finally:

@@ -24,7 +24,7 @@ from perseus_server import ServerProcess
 from perseus_server.config import Limits
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.rest import create_app
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService
 
 from .conftest import make_job
@@ -240,7 +240,7 @@ def test_the_checker_fails_on_drift(http: httpx.Client) -> None:
 @pytest.fixture()
 def local() -> Any:
     """The REST app in process over a fresh service (a TestClient and the service)."""
-    service = PerseusService(SqliteStore.open(":memory:"), Limits())
+    service = PerseusService(SqlStore.open(":memory:"), Limits())
     with TestClient(create_app(service), base_url="http://localhost") as client:
         yield client, service
 

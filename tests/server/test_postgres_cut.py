@@ -19,7 +19,7 @@ import pytest
 from perseus_server.domain.errors import StoreUnavailable
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.runtime.leadership import Lease, NotLeader
-from perseus_server.runtime.postgres_store import PostgresStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.testing.postgres import PostgresServer
 
 from .postgres_backend import database_for, postgres
@@ -41,7 +41,7 @@ def test_a_write_on_a_cut_connection_is_refused_and_retryable(
     postgres: PostgresServer, tmp_path: Path
 ) -> None:
     url = database_for(postgres, tmp_path)
-    store = PostgresStore.open(url, pool_size=1)
+    store = SqlStore.open(url, pool_size=1)
     refused: list[str] = []
     store.on_error = refused.append
     try:
@@ -68,7 +68,7 @@ def test_a_leader_hung_in_a_transaction_does_not_hold_up_the_next_epoch(
     hangs, and the hung write, when it resumes, is refused with nothing of it kept.
     """
     url = database_for(postgres, tmp_path)
-    old, new = PostgresStore.open(url, pool_size=1), PostgresStore.open(url, pool_size=1)
+    old, new = SqlStore.open(url, pool_size=1), SqlStore.open(url, pool_size=1)
     a, b = Lease(url, ttl=0.3, holder="a"), Lease(url, ttl=5.0, holder="b")
     resume = threading.Event()
     outcome: list[BaseException | None] = []

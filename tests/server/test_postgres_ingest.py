@@ -22,8 +22,7 @@ from perseus_common.wire.values import RankRegistration
 from perseus_server import Limits, ServerProcess
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.grpc.received import WireReport
-from perseus_server.runtime.postgres_store import PostgresStore
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService
 from perseus_server.testing.postgres import PostgresServer
 
@@ -34,9 +33,9 @@ from .test_idempotent_reports import _report
 __all__ = ["postgres"]  # the session's PostgreSQL server (a fixture)
 
 
-def _service(pg: PostgresServer, tmp_path: Path) -> tuple[PerseusService, PostgresStore, str]:
+def _service(pg: PostgresServer, tmp_path: Path) -> tuple[PerseusService, SqlStore, str]:
     url = database_for(pg, tmp_path)
-    store = PostgresStore.open(url)
+    store = SqlStore.open(url)
     return PerseusService(store, Limits(), ingest_off_loop=True), store, url
 
 
@@ -87,7 +86,7 @@ def test_concurrent_reports_commit_in_groups_and_every_one_is_stored(
         asyncio.run(service.shutdown())
         store.close()
     # Everything acknowledged is in the database, as another server reads it.
-    other = PostgresStore.open(url)
+    other = SqlStore.open(url)
     try:
         assert [it[0] for it in other.iterations(ranks[0], 100)] == [0, 1, 2, 3, 4, 9]
         for r in ranks[1:]:
@@ -154,7 +153,7 @@ def test_reports_of_a_job_deleted_while_they_wait_are_refused_alone(
 
 def test_a_writer_needs_a_store_that_two_threads_may_use() -> None:
     with pytest.raises(ValueError, match="two threads"):
-        PerseusService(SqliteStore.open(":memory:"), Limits(), ingest_off_loop=True)
+        PerseusService(SqlStore.open(":memory:"), Limits(), ingest_off_loop=True)
 
 
 @pytest.mark.slow
@@ -185,7 +184,7 @@ def test_perseus_serve_on_postgres_keeps_what_it_acknowledged(
             assert (ack.accepted, ack.duplicates) == (3, 3)  # the sequences survived
     finally:
         srv.stop()
-    store = PostgresStore.open(url)
+    store = SqlStore.open(url)
     try:
         assert [it[0] for it in store.iterations(rank, 10)] == [0, 1, 2]
     finally:

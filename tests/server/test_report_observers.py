@@ -28,7 +28,7 @@ from perseus_common.wire.values import (
 from perseus_server.config import Limits
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.metrics import Metrics
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.report_checks import CheckedReport
@@ -62,7 +62,7 @@ def service(tmp_path: Path, small_csv: str) -> Iterator[PerseusService]:
     """
     path = tmp_path / "perseus.db"
     first_release_database(path, small_csv)
-    store = SqliteStore.open(path)
+    store = SqlStore.open(path)
     svc = PerseusService(store, Limits())
     svc.load()
     svc.registration.register(RankRegistration(JOB, 2, 0, 1, gpu_name="NVIDIA A40"))

@@ -22,7 +22,7 @@ from perseus_server.config import Limits
 from perseus_server.domain.errors import BadRequest
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.rest import create_app
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService
 from perseus_server.service.report_checks import check_report
 
@@ -34,7 +34,7 @@ AMPLIFYING = ",".join(["0-99999"] * 60)
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[PerseusService]:
-    store = SqliteStore.open(tmp_path / "bounds.db")
+    store = SqlStore.open(tmp_path / "bounds.db")
     try:
         yield PerseusService(store, Limits())
     finally:

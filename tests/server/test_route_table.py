@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from perseus_server.config import Limits, ZeusConfig
 from perseus_server.rest import create_app
 from perseus_server.rest.gate import PUBLIC_PATHS
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService
 from perseus_server.service.authorization import REST, Access
 from perseus_server.service.credentials import Scope
@@ -90,7 +90,7 @@ def test_the_pages_in_the_table_are_public(tmp_path: Path) -> None:
     table = _table()
     pages = {k for k, (_, credential) in table.items() if k in PAGES}
     assert pages == PAGES and all(table[k][1] == "none" for k in pages)
-    store = SqliteStore.open(tmp_path / "pages.db")
+    store = SqlStore.open(tmp_path / "pages.db")
     try:
         app = create_app(PerseusService(store, Limits()), token="x")
         with TestClient(app, base_url="http://localhost") as client:

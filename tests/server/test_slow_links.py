@@ -28,7 +28,7 @@ from perseus_server.config import Limits
 from perseus_server.domain.states import SlowStageStatus
 from perseus_server.grpc.codec import decode_report_columns
 from perseus_server.runtime.solve_manager import SolveEvents
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService
 from perseus_server.service.slow_stages import with_transfer_times
 
@@ -329,7 +329,7 @@ def test_a_slow_link_deploys_from_the_solved_frontier_before_its_resolve(
     microbatch), while the re-solve is held back; the re-solve, once done, replaces it.
     """
     found = first_release_database(tmp_path / "perseus.db", small_csv)
-    store = SqliteStore.open(tmp_path / "perseus.db")
+    store = SqlStore.open(tmp_path / "perseus.db")
     try:
         svc = PerseusService(store, Limits(replan_dwell_seconds=0.0))
         svc.load()

@@ -23,12 +23,11 @@ from perseus_server.domain.jobs import JobSpec, RankInfo
 from perseus_server.domain.rows import DEFAULT_TENANT, FrontierRow, TenantRow
 from perseus_server.domain.states import SolveStatus
 from perseus_server.domain.store import Store, StoreError
-from perseus_server.runtime.postgres_store import PostgresStore
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.testing.postgres import PostgresServer
 
-from .postgres_backend import database_for, postgres, set_schema_version
-from .sqlite_backend import JOB, RANK, first_release_database, set_user_version
+from .postgres_backend import database_for, postgres, set_revision
+from .sqlite_backend import JOB, RANK, first_release_database
 
 __all__ = ["postgres"]  # the session's PostgreSQL server (a fixture)
 
@@ -53,12 +52,12 @@ class Backend:
 BACKENDS = [
     Backend(
         "sqlite-file",
-        lambda tmp: SqliteStore.open(tmp / "store.db"),
-        reopen=lambda tmp: SqliteStore.open(tmp / "store.db"),
+        lambda tmp: SqlStore.open(tmp / "store.db"),
+        reopen=lambda tmp: SqlStore.open(tmp / "store.db"),
         old_database=lambda tmp: first_release_database(tmp / "store.db"),
-        newer_database=lambda tmp: set_user_version(tmp / "store.db", 10**6),
+        newer_database=lambda tmp: set_revision(tmp / "store.db", "9999-newer"),
     ),
-    Backend("sqlite-memory", lambda tmp: SqliteStore.open(":memory:")),
+    Backend("sqlite-memory", lambda tmp: SqlStore.open(":memory:")),
 ]
 
 
@@ -66,13 +65,13 @@ def postgres_backend(pg: PostgresServer) -> Backend:
     """A real PostgreSQL server (the session's), one database per test."""
 
     def open_(tmp: Path) -> Store:
-        return PostgresStore.open(database_for(pg, tmp))
+        return SqlStore.open(database_for(pg, tmp))
 
     return Backend(
         "postgresql",
         open_,
         reopen=open_,
-        newer_database=lambda tmp: set_schema_version(database_for(pg, tmp), 10**6),
+        newer_database=lambda tmp: set_revision(database_for(pg, tmp), "9999-newer"),
     )
 
 
@@ -106,6 +105,11 @@ def _rank(job_id: str, g: int, rank_id: str | None = None) -> RankInfo:
         supported_clocks=(1740, 1410, 210),
         hostname="node-1",
     )
+
+
+def _credential(store: Store, credential_id: str) -> Any:
+    """The stored credential ``credential_id``, or None (as the service finds it)."""
+    return next((c for c in store.credentials() if c.id == credential_id), None)
 
 
 def _frontier_fields(row: FrontierRow) -> tuple[Any, ...]:
@@ -196,7 +200,7 @@ def test_jobs_round_trip_oldest_first(store: Store) -> None:
     for j in got:
         assert j.spec == specs[j.id]
         assert j.created == next(r.created for r in rows if r.id == j.id)
-    assert store.count_jobs() == 3
+    assert len(store.jobs()) == 3
 
 
 def test_profile_revisions_count_up(store: Store) -> None:
@@ -278,13 +282,13 @@ def test_credentials_round_trip_rotate_and_revoke(store: Store) -> None:
     got = store.credential_by_hash("h2")
     assert got is not None and (got.id, got.scope, got.job_id) == ("c-rank", "rank", "a")
     assert got.created == rank.created
-    assert store.credential_by_hash("nope") is None and store.credential("nope") is None
+    assert store.credential_by_hash("nope") is None and _credential(store, "nope") is None
     assert [c.id for c in store.credentials()] == ["c-read", "c-rank"]
     assert [c.id for c in store.credentials("a")] == ["c-rank"]
 
     store.rotate_credential("c-rank", "h3")
     assert store.credential_by_hash("h2") is None
-    rotated = store.credential("c-rank")
+    rotated = _credential(store, "c-rank")
     assert rotated is not None and rotated.hash == "h3" and rotated.rotated is not None
 
     assert store.revoke_credential("c-rank") is True
@@ -293,7 +297,7 @@ def test_credentials_round_trip_rotate_and_revoke(store: Store) -> None:
     revoked = store.credential_by_hash("h3")  # found, revoked or not
     assert revoked is not None and revoked.revoked is not None
     store.rotate_credential("c-rank", "h4")  # a rotation un-revokes
-    again = store.credential("c-rank")
+    again = _credential(store, "c-rank")
     assert again is not None and again.revoked is None and again.hash == "h4"
 
 
@@ -338,14 +342,14 @@ def test_tenants_round_trip_and_a_new_database_holds_the_default(store: Store) -
     assert got is not None and (got.scope, got.tenant, got.job_id) == ("tenant", "team-a", None)
     store.add_credential("c-b", "tenant-read", None, "hb", "team-b")
     store.add_credential("c-r", "read", None, "hr")
-    cluster_read = store.credential("c-r")
+    cluster_read = _credential(store, "c-r")
     assert cluster_read is not None and cluster_read.tenant is None
     # Deleting a tenant forgets it and its credentials, nothing else.
     assert store.delete_tenant("team-b") is True
     assert store.delete_tenant("team-b") is False and store.delete_tenant("nope") is False
     assert "team-b" not in [t.id for t in store.tenants()]
-    assert store.credential("c-b") is None and store.credential("c-a") is not None
-    assert store.credential("c-r") is not None
+    assert _credential(store, "c-b") is None and _credential(store, "c-a") is not None
+    assert _credential(store, "c-r") is not None
 
 
 def test_a_rolled_back_tenant_is_not_there(store: Store) -> None:
@@ -406,12 +410,12 @@ def test_deleting_a_job_forgets_everything_of_it_and_nothing_else(store: Store) 
         store.add_credential(f"cred-{j}", "rank", j, f"hash-{j}")
         store.bind_rank(f"{j}-0", j, 0, f"cred-{j}")
     store.delete_job("a")
-    assert [j.id for j in store.jobs()] == ["b"] and store.count_jobs() == 1
+    assert [j.id for j in store.jobs()] == ["b"] and len(store.jobs()) == 1
     assert store.profile("a") is None and store.deployment("a") is None
     assert _frontier_fields(store.frontier("a")) == _frontier_fields(FrontierRow())
     assert store.ranks("a") == [] and store.iterations("a-0", 8) == []
     assert store.report_sequences("a") == {} and store.profiling("a") is None
-    assert store.credential("cred-a") is None and store.credentials("a") == []
+    assert _credential(store, "cred-a") is None and store.credentials("a") == []
     assert store.rank_binding("a-0") is None and store.slot_binding("a", 0) is None
     assert store.interrupted_solves() == ["b"]
     # b is untouched

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from perseus_server import ServerProcess
 from perseus_server.config import Limits
 from perseus_server.rest import create_app
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
 
@@ -145,7 +145,7 @@ def test_a_tenant_sees_and_changes_only_its_own_jobs(
 
 def test_quotas_hold_and_the_cap_cannot_be_filled_by_one_tenant(tmp_path: Path) -> None:
     # A server of 8 jobs: a tenant's default quota is a quarter of it.
-    store = SqliteStore.open(tmp_path / "perseus.db")
+    store = SqlStore.open(tmp_path / "perseus.db")
     service = PerseusService(store, Limits(max_jobs=8))
     service.load()
     app = create_app(service, credentials=Credentials(store, admin=ADMIN))

@@ -28,7 +28,7 @@ from perseus_server.models.responses import PlanPolicyView
 from perseus_server.rest import create_app
 from perseus_server.rest.jobs import JobIn, NamedScheduleView, ScheduleIn
 from perseus_server.rest.profiles import ProfilingIn
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService
 from perseus_server.service.clock_verification import KNOWN_REASONS
 from perseus_server.service.swing import SWING_FIELDS
@@ -49,7 +49,7 @@ def _literal_values(annotation: Any) -> set[str]:
 
 @pytest.fixture(scope="module")
 def openapi() -> dict[str, Any]:
-    service = PerseusService(SqliteStore.open(":memory:"), Limits())
+    service = PerseusService(SqlStore.open(":memory:"), Limits())
     with TestClient(create_app(service), base_url="http://localhost") as client:
         return dict(client.get("/openapi.json").json())
 
@@ -91,7 +91,7 @@ def test_openapi_documents_every_policy_parameter_with_its_bounds(openapi: dict[
 
 
 def test_bad_policy_values_are_422_naming_the_field() -> None:
-    service = PerseusService(SqliteStore.open(":memory:"), Limits())
+    service = PerseusService(SqlStore.open(":memory:"), Limits())
     with TestClient(create_app(service), base_url="http://localhost") as client:
         job = client.post(
             "/jobs", json={"stages": 2, "microbatches": 2, "blocking_power": 70.0}

@@ -20,7 +20,7 @@ from perseus.schedules import one_f_one_b
 from perseus_server.cli import main as cli_main
 from perseus_server.config import Limits, ZeusConfig
 from perseus_server.rest import create_app
-from perseus_server.runtime.sqlite_store import SqliteStore
+from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService
 from perseus_server.testing.process import ServerProcess
 
@@ -278,7 +278,7 @@ def test_a_run_goes_idle_without_contact(
 
 
 def test_without_the_flag_there_are_no_zeus_routes(tmp_path: Path) -> None:
-    store = SqliteStore.open(tmp_path / "plain.db")
+    store = SqlStore.open(tmp_path / "plain.db")
     try:
         for zeus, status in ((None, 404), (ZeusConfig(), 422)):
             app = create_app(PerseusService(store, Limits()), zeus_routes=zeus)

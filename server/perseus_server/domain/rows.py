@@ -1,6 +1,6 @@
 """The rows a :class:`~perseus_server.domain.store.Store` reads and writes: plain values.
 
-The same whichever backend keeps them (SQLite today: :mod:`perseus_server.runtime.sqlite_store`).
+The same whichever backend keeps them (:mod:`perseus_server.runtime.sql_store`, SQLite or PostgreSQL).
 """
 
 from __future__ import annotations

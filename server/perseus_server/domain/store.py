@@ -1,10 +1,10 @@
 """What the service needs of its persistence: the :class:`Store` protocol.
 
-The service names only this protocol; the SQLite store
-(:class:`~perseus_server.runtime.sqlite_store.SqliteStore`, the embedded default) and the
-PostgreSQL store (:class:`~perseus_server.runtime.postgres_store.PostgresStore`) implement it,
-and one contract test suite (``tests/server/test_store_contract.py``) runs against both, the
-latter on a real PostgreSQL server. ``--db`` chooses (:mod:`perseus_server.runtime.stores`).
+The service names only this protocol, and only what its callers use.
+:class:`~perseus_server.runtime.sql_store.SqlStore` implements it once for SQLite (the embedded
+default) and PostgreSQL, and one contract test suite (``tests/server/test_store_contract.py``)
+runs against both, the latter on a real PostgreSQL server. ``--db`` chooses
+(:mod:`perseus_server.runtime.stores`).
 
 **Transactions.** Every write method is atomic on its own. :meth:`Store.transaction` groups
 writes into one transaction:
@@ -28,8 +28,8 @@ that says ``thread_safe = True`` (PostgreSQL's) also from one more (report commi
 oldest first (ties by id); :meth:`Store.ranks` by global rank; :meth:`Store.iterations` oldest
 first.
 
-**Schema.** Opening a database (a backend's own ``open``) brings an older one to the current
-schema version, keeping its data, and refuses one written by a newer server with
+**Schema.** Opening a database brings an older one to the current schema revision, keeping its
+data (:mod:`perseus_server.runtime.schema`), and refuses one written by a newer server with
 :class:`StoreError`.
 """
 
@@ -91,10 +91,6 @@ class Store(Protocol):
 
         ``on_error(id, exc)`` hears of the others (without it, an unreadable row raises).
         """
-        ...
-
-    def count_jobs(self) -> int:
-        """The number of stored jobs."""
         ...
 
     def delete_job(self, job_id: str) -> None:
@@ -189,10 +185,6 @@ class Store(Protocol):
 
     def credential_by_hash(self, digest: str) -> CredentialRow | None:
         """The credential whose secret has this digest, revoked or not."""
-        ...
-
-    def credential(self, credential_id: str) -> CredentialRow | None:
-        """The credential ``credential_id``, or None."""
         ...
 
     def credentials(self, job_id: str | None = None) -> list[CredentialRow]:

@@ -89,10 +89,10 @@ TABLES: tuple[tuple[str, tuple[str, ...], frozenset[str]], ...] = (
 )
 
 #: Tables of a database that are not data to copy (the schema's version, the leadership).
-_BOOKKEEPING = frozenset({"perseus_schema", "perseus_lease", "perseus_epoch"})
+_BOOKKEEPING = frozenset({"alembic_version", "perseus_schema", "perseus_lease", "perseus_epoch"})
 #: Rows every new database holds (the default tenant): no data of its own, replaced by the copy.
 _SEEDED = {"tenants": "id = 'default'"}
-#: The tables whose rows are kept in insertion order (PostgreSQL's ``seq``, SQLite's ``rowid``).
+#: The tables whose rows are kept in insertion order (their ``seq``).
 _HISTORY = frozenset({"iterations", "report_sequences"})
 #: Rows inserted per statement batch.
 _CHUNK = 2000
@@ -128,7 +128,7 @@ class _End:
 
     def rows(self, table: str, columns: Sequence[str]) -> Iterator[tuple[Any, ...]]:
         """The table's rows in their stored order (insertion order for the history tables)."""
-        order = ("seq" if table in _HISTORY else columns[0]) if self.postgres else "rowid"
+        order = "seq" if table in _HISTORY else columns[0]
         cur = self.conn.execute(f"SELECT {', '.join(columns)} FROM {table} ORDER BY {order}")
         while chunk := cur.fetchmany(_CHUNK):
             yield from chunk
@@ -208,12 +208,12 @@ def _copy(a: _End, b: _End, say: Callable[[str], None] | None) -> dict[str, int]
         copied[table] = n
         if say is not None:
             say(f"{table}: {n} rows")
-    if b.postgres:  # each rank's rows numbered in their order (the store trims by them)
-        b.conn.execute(
-            "UPDATE iterations SET n = x.k FROM (SELECT seq, row_number() OVER "
-            "(PARTITION BY rank_id ORDER BY seq) AS k FROM iterations) x "
-            "WHERE iterations.seq = x.seq"
-        )
+    # Each rank's rows numbered in their order (the store trims by them).
+    b.conn.execute(
+        "UPDATE iterations SET n = x.k FROM (SELECT seq, row_number() OVER "
+        "(PARTITION BY rank_id ORDER BY seq) AS k FROM iterations) x "
+        "WHERE iterations.seq = x.seq"
+    )
     return copied
 
 

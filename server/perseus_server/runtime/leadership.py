@@ -4,7 +4,7 @@ A **lease** row (``perseus_lease``: holder, expiry by the database's clock) name
 it renews the lease every ``ttl / 3`` seconds. Another server takes the lease once it has
 expired (the leader died, hung, or lost the database for ``ttl`` seconds), and in the same
 transaction raises the **epoch** (``perseus_epoch``). The store checks the epoch in every write
-transaction (:meth:`~perseus_server.runtime.postgres_store.PostgresStore.fence`, a ``FOR SHARE``
+transaction (:meth:`~perseus_server.runtime.sql_connection.SqlConnection.fence`, a ``FOR SHARE``
 read of the epoch row): raising it waits for the transactions of the old epoch to end, and
 afterwards every write of a deposed leader (one that was stopped for longer than its lease and
 resumes, say) is refused with :class:`NotLeader`. So no two leaders commit in one epoch, and the
@@ -334,9 +334,7 @@ async def become_leader(
     (every ``ttl / 5`` s). Raises :class:`StoppedWaiting` when ``stop`` is set meanwhile
     (without one: when SIGTERM or SIGINT arrive).
     """
-    from perseus_server.runtime.postgres_store import PostgresStore
-
-    if not isinstance(store, PostgresStore):
+    if not getattr(store, "postgres", False):
         return None
     import psycopg
 

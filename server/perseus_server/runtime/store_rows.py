@@ -1,7 +1,4 @@
-"""What every store backend writes the same way.
-
-The tables that hold a job's rows (deleted with it) and the stored form of a registered rank.
-"""
+"""The stored form of a registered rank, read back."""
 
 from __future__ import annotations
 
@@ -9,22 +6,7 @@ from typing import Any
 
 from perseus_server.domain.jobs import RankInfo
 
-__all__ = ["JOB_TABLES", "rank_from_json"]
-
-#: ``(table, column naming the job)`` of everything :meth:`Store.delete_job` forgets.
-JOB_TABLES: tuple[tuple[str, str], ...] = (
-    ("jobs", "id"),
-    ("profiles", "job_id"),
-    ("frontiers", "job_id"),
-    ("deployments", "job_id"),
-    ("ranks", "job_id"),
-    ("iterations", "job_id"),
-    ("profiling", "job_id"),
-    ("report_sequences", "job_id"),
-    ("credentials", "job_id"),
-    ("rank_bindings", "job_id"),
-    ("job_lifecycle", "job_id"),
-)
+__all__ = ["rank_from_json"]
 
 
 def rank_from_json(job_id: str, d: dict[str, Any]) -> RankInfo:

@@ -1,21 +1,25 @@
-"""Which store ``--db`` names: PostgreSQL for a PostgreSQL URL, else the embedded SQLite.
+"""Which database ``--db`` names: PostgreSQL for a PostgreSQL URL, else the embedded SQLite.
 
-A PostgreSQL URL (``postgresql://user@host:5432/db``, or ``postgres://``) opens a
-:class:`~perseus_server.runtime.postgres_store.PostgresStore`; a file path or ``sqlite:///path``
-(``sqlite:////abs/path``, ``sqlite:///:memory:``) the embedded
-:class:`~perseus_server.runtime.sqlite_store.SqliteStore`, the default.
+A PostgreSQL URL (``postgresql://user@host:5432/db``, or ``postgres://``) or a file path or
+``sqlite:///path`` (``sqlite:////abs/path``, ``sqlite:///:memory:``, the default kind): one
+:class:`~perseus_server.runtime.sql_store.SqlStore` serves both, on the SQLAlchemy engine
+:func:`engine_for` makes (PostgreSQL through psycopg 3).
 
-The only place that names the store classes besides the tests (``server.py`` and
-``perseus db migrate`` call :func:`open_store`).
+``server.py`` and ``perseus db migrate`` call :func:`open_store`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from perseus_server.domain.store import Store, StoreError
 
-__all__ = ["describe", "is_postgres", "open_store", "sqlite_path"]
+if TYPE_CHECKING:
+    import sqlalchemy as sa
+
+__all__ = ["describe", "engine_for", "is_postgres", "open_store", "sqlite_path"]
 
 _SQLITE = "sqlite:///"
 
@@ -45,13 +49,53 @@ def sqlite_path(target: str | Path) -> Path:
 
 def open_store(target: str | Path, *, pool_size: int = 4) -> Store:
     """Open (and migrate) the store ``target`` names (see the module docstring)."""
+    from perseus_server.runtime.sql_store import SqlStore
+
+    return SqlStore.open(target, pool_size=pool_size)
+
+
+def engine_for(
+    target: str | Path,
+    *,
+    pool_size: int = 4,
+    timeout: float = 10.0,
+    creator: Callable[[], Any] | None = None,
+) -> sa.Engine:
+    """A SQLAlchemy engine on the database ``target`` names (migrations, maintenance, tests).
+
+    Its connections are in autocommit mode: whoever uses it begins its transactions
+    (:func:`perseus_server.runtime.schema.locked`). ``creator``: the one driver connection to
+    use (the store migrates on its own); otherwise PostgreSQL gets a pool of up to
+    ``pool_size`` connections, waited for ``timeout`` seconds at most, and SQLite one connection.
+    """
+    import sqlalchemy as sa
+    from sqlalchemy.pool import StaticPool
+
     if is_postgres(target):
-        from perseus_server.runtime.postgres_store import PostgresStore
+        rest = str(target).split("://", 1)[1]
+        if creator is not None:
+            return sa.create_engine(
+                "postgresql+psycopg://", creator=creator, poolclass=StaticPool,
+                isolation_level="AUTOCOMMIT",
+            )  # fmt: skip
+        return sa.create_engine(
+            f"postgresql+psycopg://{rest}",
+            pool_size=max(1, pool_size),
+            max_overflow=0,
+            pool_timeout=timeout,
+            isolation_level="AUTOCOMMIT",
+            connect_args={"connect_timeout": max(1, round(timeout))},
+        )
+    path = sqlite_path(target)
+    if creator is None:
+        import sqlite3
 
-        return PostgresStore.open(str(target), pool_size=pool_size)
-    from perseus_server.runtime.sqlite_store import SqliteStore
+        def creator() -> Any:
+            return sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
 
-    return SqliteStore.open(sqlite_path(target))
+    return sa.create_engine(
+        "sqlite://", creator=creator, poolclass=StaticPool, isolation_level="AUTOCOMMIT"
+    )
 
 
 def describe(target: str | Path) -> str:

@@ -13,7 +13,7 @@ group, so the busier the server the larger the groups (group commit).
 A failed commit fails every report of its group (nothing of it was stored or applied; the
 ranks send them again); a report whose job was deleted or changed while it waited is checked
 again, alone. Only a store that may be used from two threads at once
-(``thread_safe = True``: :class:`~perseus_server.runtime.postgres_store.PostgresStore`) is given
+(``thread_safe = True``: :class:`~perseus_server.runtime.sql_store.SqlStore` on PostgreSQL) is given
 a writer; the SQLite store stays on the loop, where a commit takes microseconds.
 """
 

@@ -7,7 +7,7 @@ Example::
 
     with PostgresServer() as pg:
         url = pg.create_database("t1")      # postgresql://perseus@/t1?host=...&port=...
-        store = PostgresStore.open(url)
+        store = SqlStore.open(url)
 
 PostgreSQL refuses to run as root; run as root (as CI does), the server runs as the
 unprivileged user ``nobody`` in a directory given to it. ``durable=False`` (tests) turns off

@@ -1,33 +1,22 @@
-"""The PostgreSQL store's schema versions, and the migrations between them.
+"""The PostgreSQL store's schema history before Alembic (frozen: versions 1 and 2).
 
-The one row of ``perseus_schema`` holds the database's version, and :func:`migrate` applies the
-missing :data:`MIGRATIONS` in order, all in one transaction under an advisory lock (two servers
-starting on one database migrate it once).
-
-``iterations.n`` numbers each rank's rows (1, 2, ...): a rank keeps its newest rows by deleting
-a range of its numbers, without counting what it holds.
-
-``perseus_lease`` and ``perseus_epoch`` are the leadership of the servers sharing the database
-(:mod:`perseus_server.runtime.leadership`); version 2 stores the leader's advertised addresses
-with its lease.
-
-Its versions are its own (not SQLite's ``user_version``): version 1 is the whole schema of the
-first PostgreSQL release, equal in content to SQLite's version 8 (tenants included). A change of what is stored
-appends a migration here (and one to :mod:`perseus_server.runtime.migrations`); one that shipped
-is never edited. Text keys use the ``"C"`` collation so that ties order as SQLite's do
-(by code point), whatever the database's locale.
+A PostgreSQL database written before the store moved to Alembic carries its version in the one
+row of ``perseus_schema``. Alembic's first revision (``versions/r0001_baseline.py``) brings such
+a database, or an empty one, through the missing :data:`STEPS`: version 2 is the one schema both
+databases share from that revision on. Afterwards ``perseus_schema`` says :data:`MOVED`, which a
+server of before refuses as newer than itself. These steps shipped and
+are never edited.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from perseus_server.domain.store import StoreError
+__all__ = ["MOVED", "STEPS", "finish", "version"]
 
-__all__ = ["MIGRATIONS", "MIGRATION_LOCK", "SCHEMA_VERSION", "migrate", "schema_version"]
-
-#: The advisory lock key the migrations run under ("perseus" in ASCII, as a bigint).
-MIGRATION_LOCK = 0x70657273657573
+#: ``perseus_schema.version`` of a database that moved to Alembic (older servers refuse it).
+MOVED = 1000
 
 _V1 = """
 CREATE TABLE jobs (
@@ -109,48 +98,34 @@ _V2 = """
 ALTER TABLE perseus_lease ADD COLUMN advertise TEXT NOT NULL DEFAULT ''
 """
 
-#: The ordered migrations: ``MIGRATIONS[k]`` (statements separated by ``;``) takes a database at
-#: version ``k`` to ``k + 1``.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
 
-#: The schema version this code reads and writes.
-SCHEMA_VERSION = len(MIGRATIONS)
+def _statements(sql: str) -> Callable[[Any], None]:
+    def step(db: Any) -> None:
+        for statement in sql.split(";"):
+            if statement.strip():
+                db.exec_driver_sql(statement)
+
+    return step
 
 
-def schema_version(conn: Any) -> int:
-    """The database's schema version (0: no Perseus schema yet)."""
-    row = conn.execute(
+#: The steps: ``STEPS[k]`` takes a database at version ``k`` to ``k + 1``.
+STEPS: tuple[Callable[[Any], None], ...] = (_statements(_V1), _statements(_V2))
+
+
+def version(db: Any) -> int:
+    """The database's version before Alembic (0: no Perseus schema yet)."""
+    row = db.exec_driver_sql(
         "SELECT 1 FROM pg_catalog.pg_tables WHERE schemaname = current_schema() "
         "AND tablename = 'perseus_schema'"
-    ).fetchone()
+    ).first()
     if row is None:
         return 0
-    got = conn.execute("SELECT version FROM perseus_schema").fetchone()
+    got = db.exec_driver_sql("SELECT version FROM perseus_schema").first()
     return 0 if got is None else int(got[0])
 
 
-def migrate(conn: Any, migrations: tuple[str, ...] = MIGRATIONS) -> int:
-    """Bring the database of ``conn`` to version ``len(migrations)`` in one transaction.
-
-    ``conn`` is a psycopg connection in autocommit mode. Returns the version it had. Raises
-    :class:`StoreError` when the database is newer than ``migrations`` knows.
-    """
-    target = len(migrations)
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
-        found = schema_version(conn)
-        if found > target:
-            raise StoreError(
-                f"the database has schema version {found}, newer than this server's {target}; "
-                "use a newer server or another database"
-            )
-        if found == 0:
-            conn.execute("CREATE TABLE perseus_schema (version INTEGER NOT NULL)")
-            conn.execute("INSERT INTO perseus_schema (version) VALUES (0)")
-        for version in range(found, target):
-            for statement in migrations[version].split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-        if target != found:
-            conn.execute("UPDATE perseus_schema SET version = %s", (target,))
-    return found
+def finish(db: Any) -> None:
+    """Mark the database as moved to Alembic (its steps all applied)."""
+    db.exec_driver_sql("CREATE TABLE IF NOT EXISTS perseus_schema (version INTEGER NOT NULL)")
+    db.exec_driver_sql("DELETE FROM perseus_schema")
+    db.exec_driver_sql(f"INSERT INTO perseus_schema (version) VALUES ({MOVED})")
