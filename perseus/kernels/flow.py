@@ -36,7 +36,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["dinic", "min_cut_lower_bounds", "split_graph"]
+__all__ = ["dinic", "dinic_into", "min_cut_lower_bounds", "split_graph"]
 
 
 @njit(cache=True, nogil=True)
@@ -50,29 +50,44 @@ def dinic(nn, ptr, to, cap, rev, frm, s, t, limit, level):
     when the flow stopped below ``limit``, ``level[v] >= 0`` exactly for the vertices the last
     residual graph reaches from ``s`` (the source side of a minimum cut).
     """
-    it = np.empty(nn, np.int64)
-    queue = np.empty(nn, np.int64)
-    path = np.empty(nn + 1, np.int64)
+    work = np.empty(3 * nn + 1, np.int64)
+    return dinic_into(nn, ptr, to, cap, rev, frm, s, t, limit, level, work)
+
+
+@njit(cache=True, nogil=True)
+def dinic_into(nn, ptr, to, cap, rev, frm, s, t, limit, level, work):
+    """:func:`dinic` with its work array given (``3 nn + 1`` integers): no allocation.
+
+    A sweep calls it once per step, on a graph of ``2 n + 2`` vertices. A phase's search stops
+    at ``t``'s level (the blocking flow only follows arcs one level up, so the vertices past it
+    would be dead ends): the same flow, found with less work. The last search, which does not
+    reach ``t``, labels everything reachable.
+    """
+    it = work[:nn]
+    queue = work[nn : 2 * nn]
+    path = work[2 * nn :]
     flow = 0
     while flow < limit:
         level[:] = -1
         level[s] = 0
+        it[s] = ptr[s]
         qh = 0
         qt = 1
         queue[0] = s
         while qh < qt:
             u = queue[qh]
             qh += 1
+            if level[t] >= 0 and level[u] >= level[t]:
+                break  # no shortest path to t goes further: the levels past t's stay unset
             for a in range(ptr[u], ptr[u + 1]):
                 v = to[a]
                 if cap[a] > 0 and level[v] < 0:
                     level[v] = level[u] + 1
+                    it[v] = ptr[v]  # the advance below only visits vertices given a level
                     queue[qt] = v
                     qt += 1
         if level[t] < 0:
             break
-        for u in range(nn):
-            it[u] = ptr[u]
         while flow < limit:
             depth = 0
             u = s

@@ -31,6 +31,7 @@ __all__ = [
     "latest_finish_into",
     "ready_time",
     "earliest_start_k",
+    "earliest_start_k_into",
     "iteration_times",
 ]
 
@@ -97,6 +98,16 @@ def earliest_start_k(topo, pred_ptr, pred_idx, d, a, tol):
     n = d.shape[0]
     ef = np.zeros(n)
     ka = np.zeros(n)
+    earliest_start_k_into(topo, pred_ptr, pred_idx, d, a, tol, ef, ka, np.empty(n))
+    return ef, ka
+
+
+@njit(cache=True, nogil=True)
+def earliest_start_k_into(topo, pred_ptr, pred_idx, d, a, tol, ef, ka, es):
+    """:func:`earliest_start_k` written into ``ef`` and ``ka``, the earliest starts into ``es``.
+
+    No allocation; ``es`` is what :func:`earliest_start` gives for ``d``, bit for bit.
+    """
     for v in topo:
         best = 0.0
         for q in range(pred_ptr[v], pred_ptr[v + 1]):
@@ -110,9 +121,9 @@ def earliest_start_k(topo, pred_ptr, pred_idx, d, a, tol):
             if ef[u] >= best - tol and (first or ka[u] < kbest):
                 kbest = ka[u]
                 first = False
+        es[v] = best
         ef[v] = best + d[v]
         ka[v] = kbest + a[v]
-    return ef, ka
 
 
 @njit(cache=True, nogil=True)

@@ -67,8 +67,9 @@ see :mod:`perseus.kernels.flow`; the frontier approach for pipeline training: J.
 
 from __future__ import annotations
 
+from perseus.solver.breakpoints import RelaxedFrontier
 from perseus.solver.options import RoundingOptions, SolverOptions
-from perseus.solver.relaxation import Relaxation, RelaxedFrontier, RelaxedStep, relaxed_frontier
+from perseus.solver.relaxation import Relaxation, RelaxedStep, relaxed_frontier
 from perseus.solver.rounder import Rounder
 from perseus.solver.solve import FirstPlan, first_plan, solve_frontier, solve_problem
 from perseus.solver.stages import SEARCH_STARTS

@@ -24,7 +24,7 @@ import numpy.typing as npt
 
 from perseus.errors import SolverCancelled
 from perseus.problem import EnergyProblem
-from perseus.solver.relaxation import RelaxedFrontier
+from perseus.solver.breakpoints import RelaxedFrontier
 
 __all__ = ["CandidatePool", "Snapshot", "pareto"]
 

@@ -45,8 +45,9 @@ import numpy.typing as npt
 
 from perseus.bound import envelope
 from perseus.problem import EnergyProblem
+from perseus.solver.breakpoints import RelaxedFrontier
 from perseus.solver.options import RoundingOptions
-from perseus.solver.relaxation import Relaxation, RelaxedFrontier
+from perseus.solver.relaxation import Relaxation
 from perseus.solver.rounder import Rounder
 
 __all__ = ["DEADLINES", "Anchoring", "anchored", "improve_plans", "priced", "tighten", "truth"]

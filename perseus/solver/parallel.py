@@ -37,7 +37,8 @@ import numpy.typing as npt
 
 from perseus.errors import SolverCancelled
 from perseus.problem import EnergyProblem
-from perseus.solver.relaxation import Relaxation, RelaxedFrontier, sweep_range
+from perseus.solver.breakpoints import RelaxedFrontier
+from perseus.solver.relaxation import Relaxation, sweep_range
 
 __all__ = ["RangeStats", "parallel_sweep", "default_workers", "PARALLEL_MIN_NODES"]
 

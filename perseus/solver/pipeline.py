@@ -32,7 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from perseus.problem import EnergyProblem
-from perseus.solver.relaxation import Relaxation, RelaxedFrontier, SweptSoFar, sweep_range
+from perseus.solver.breakpoints import RelaxedFrontier
+from perseus.solver.relaxation import Relaxation, SweptSoFar, sweep_range
 
 __all__ = ["PIPELINE_MIN_NODES", "SEGMENTS", "Window", "SweepStats", "window_cuts", "overlapped"]
 

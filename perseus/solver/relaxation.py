@@ -6,20 +6,19 @@ duration. Minimising the sum of those costs subject to the longest path being at
 linear program (the project time-cost trade-off problem) whose optimum ``G(T)`` is convex and
 piecewise linear in ``T``; ``G(T) + P R T`` (``R`` ranks) is a certified lower bound on the
 energy of any discrete plan within ``T``. :func:`relaxed_frontier` yields its breakpoints
-(:mod:`perseus.kernels.relaxed` computes them); :class:`RelaxedFrontier` holds them all and
-interpolates between them.
+(:mod:`perseus.kernels.relaxed` computes them); :func:`sweep_range` keeps them with a bounded
+number of their durations, and :class:`~perseus.solver.breakpoints.RelaxedFrontier` holds them
+all and interpolates between them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
-from perseus.bound import TIME_SLACK, RelaxedBound, interpolate_durations
 from perseus.errors import SolverCancelled
 from perseus.kernels.flow import split_graph
 from perseus.kernels.relaxed import relaxed_chunk
@@ -29,7 +28,6 @@ from perseus.profiles import lower_hull_indices, pareto_indices
 __all__ = [
     "Relaxation",
     "RelaxedStep",
-    "RelaxedFrontier",
     "relaxed_frontier",
     "path_bound",
     "sweep_range",
@@ -228,7 +226,7 @@ def relaxed_frontier(
     (``inf`` at the fastest point). ``cancel`` is polled between chunks of steps; returning
     ``True`` raises :class:`~perseus.errors.SolverCancelled`. Every step carries its durations
     (``n`` floats): a caller that keeps them all holds ``O(n x steps)``;
-    :meth:`RelaxedFrontier.sweep` keeps a bounded number.
+    :func:`sweep_range` keeps a bounded number.
     """
     for chunk in _sweep(problem, relaxation or Relaxation.build(problem), 1, cancel):
         times, costs, slopes, _, durations, _ = chunk
@@ -297,151 +295,6 @@ def _sweep(
             return
 
 
-@dataclass(frozen=True, eq=False)
-class RelaxedFrontier:
-    """Every breakpoint of the relaxed frontier, by increasing time, and the bound they give.
-
-    Also the relaxed optimum's durations at some of them.
-
-    Attributes:
-        relaxation: the hulls the breakpoints come from.
-        times, costs: ``(b,)`` iteration times and ``G(T)`` at the breakpoints.
-        kept_times, kept_durations: ``(k,)`` and ``(k, n)``: the breakpoints whose durations
-            are kept (the slowest and the fastest among them) and those durations. Between two
-            kept breakpoints :meth:`durations_at` interpolates: a convex combination of feasible
-            durations is feasible for the same combination of times (the longest path is
-            convex in the durations), so it is a relaxed solution within its deadline, the
-            optimum itself wherever no breakpoint lies between.
-        t_min, t_max: the fastest iteration time, and that of the longest durations.
-        ranks_power: blocking power times ranks (``P R``), what an idle second of the whole
-            pipeline costs.
-        slopes: empty when ``times`` are every breakpoint (the sweep); otherwise ``G``'s
-            slope at each of ``times`` (deadlines solved exactly, certified between them by
-            their tangent lines: :attr:`relaxed_bound`).
-    """
-
-    relaxation: Relaxation
-    times: FloatArray
-    costs: FloatArray
-    kept_times: FloatArray
-    kept_durations: FloatArray
-    t_min: float
-    t_max: float
-    ranks_power: float
-    slopes: FloatArray = field(default_factory=lambda: np.empty(0))
-
-    @cached_property
-    def relaxed_bound(self) -> RelaxedBound:
-        """The energy bound ``G(T) + P R T`` (:class:`~perseus.bound.RelaxedBound`).
-
-        With the kept durations.
-        """
-        pr = self.ranks_power
-        values = self.costs + pr * self.times
-        kept = {"kept_times": self.kept_times, "kept_durations": self.kept_durations}
-        if self.slopes.size:
-            return RelaxedBound.tangents(self.times, values, self.slopes + pr, **kept)
-        return RelaxedBound.breakpoints(self.times, values, pr, **kept)
-
-    @classmethod
-    def from_steps(
-        cls, problem: EnergyProblem, relaxation: Relaxation, steps: list[RelaxedStep]
-    ) -> RelaxedFrontier:
-        """The frontier of ``steps`` as :func:`relaxed_frontier` yields them (slowest first).
-
-        Every step's durations are kept.
-        """
-        ordered = steps[::-1]  # by increasing time
-        times = np.array([s.time for s in ordered])
-        return cls.from_arrays(
-            problem,
-            relaxation,
-            times,
-            np.array([s.cost for s in ordered]),
-            times,
-            np.stack([s.durations for s in ordered]),
-        )
-
-    @classmethod
-    def sweep(
-        cls,
-        problem: EnergyProblem,
-        relaxation: Relaxation,
-        *,
-        memory: int,
-        cancel: Callable[[], bool] | None = None,
-        progress: Callable[[float], None] | None = None,
-        hulls: Relaxation | None = None,
-    ) -> RelaxedFrontier:
-        """Every breakpoint (:func:`relaxed_frontier`), with the durations of some of them kept.
-
-        The durations kept are of at most about ``memory`` bytes' worth of breakpoints (at
-        least 64): a quarter the first breakpoint in each of as many equal cells of time,
-        the rest spread evenly by index (breakpoints crowd where the frontier bends),
-        thinned by half whenever they overflow; the slowest and the fastest always.
-        ``progress`` gets the fraction of the time range swept. ``hulls`` (default
-        ``relaxation``): the hulls swept, e.g. an :meth:`Relaxation.under_estimate` of
-        ``relaxation`` (the bound is then its frontier's); ``relaxation`` stays the
-        frontier's, for rounding.
-
-        Memory: ``O(b + memory)`` for ``b`` breakpoints, whatever ``b`` is; time as
-        :func:`relaxed_frontier`.
-        """
-        swept = relaxation if hulls is None else hulls
-        times, costs, kept_t, kept_d = sweep_range(
-            problem, swept, memory=memory, cancel=cancel, progress=progress
-        )
-        return cls.from_arrays(problem, relaxation, times, costs, kept_t, kept_d)
-
-    @classmethod
-    def from_arrays(
-        cls,
-        problem: EnergyProblem,
-        relaxation: Relaxation,
-        times: FloatArray,
-        costs: FloatArray,
-        kept_times: FloatArray,
-        kept_durations: FloatArray,
-    ) -> RelaxedFrontier:
-        """The frontier of a whole sweep's arrays, as :func:`sweep_range` returns them."""
-        dag = problem.dag
-        t_min = float(dag.iteration_time(relaxation.shortest))
-        if times.size and times[0] * (1 - TIME_SLACK) > t_min:
-            # The sweep stopped short of the fastest time (a step that could not move, on a
-            # long path where rounding adds up). G does not rise as T grows, so the cost
-            # reached is a certified bound at every faster time too: a flat G down to t_min
-            # instead of no bound at all. (The kept durations stay: rounding starts from the
-            # last relaxed solution, a far better start than every node at its fastest.)
-            times = np.r_[t_min, times]
-            costs = np.r_[costs[0], costs]
-        return cls(
-            relaxation=relaxation,
-            times=times,
-            costs=costs,
-            kept_times=kept_times,
-            kept_durations=kept_durations,
-            t_min=t_min,
-            t_max=float(dag.iteration_time(relaxation.longest)),
-            ranks_power=problem.blocking_power * dag.num_ranks,
-        )
-
-    def durations_at(self, deadlines: FloatArray) -> FloatArray:
-        """The relaxed durations at each of ``deadlines`` (``(k, n)``).
-
-        Interpolated between the kept solutions (the relaxed optimum between two consecutive
-        breakpoints).
-        """
-        return interpolate_durations(self.kept_times, self.kept_durations, deadlines)
-
-    def bound(self, times: FloatArray) -> FloatArray:
-        """The certified lower bound ``G(T) + P R T`` at each of ``times``.
-
-        ``inf`` below the fastest time; see :attr:`relaxed_bound`.
-        """
-        out: FloatArray = np.asarray(self.relaxed_bound.bound(times), dtype=np.float64)
-        return out
-
-
 def sweep_range(
     problem: EnergyProblem,
     swept: Relaxation,
@@ -457,7 +310,8 @@ def sweep_range(
 
     ``start`` defaults to the longest durations, ``t_stop`` to the fastest time. By increasing
     time: ``(times, costs, kept_times, kept_durations)``, the durations of about ``memory``
-    bytes' worth kept as :meth:`RelaxedFrontier.sweep` says. ``on_chunk`` is called (on the
+    bytes' worth kept as
+    :meth:`~perseus.solver.breakpoints.RelaxedFrontier.sweep` says. ``on_chunk`` is called (on the
     sweeping thread) after every chunk of steps with what has been swept so far
     (:class:`SweptSoFar`): a reader may take the frontier above the sweep's position from it
     meanwhile (:mod:`perseus.solver.pipeline`).

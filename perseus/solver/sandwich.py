@@ -41,7 +41,8 @@ import numpy.typing as npt
 from perseus.errors import SolverCancelled
 from perseus.kernels.network_simplex import init_tree, reprice, simplex
 from perseus.problem import EnergyProblem
-from perseus.solver.relaxation import Relaxation, RelaxedFrontier
+from perseus.solver.breakpoints import RelaxedFrontier
+from perseus.solver.relaxation import Relaxation
 
 __all__ = ["Circulation", "SandwichStats", "sandwich_frontier", "time_unit"]
 

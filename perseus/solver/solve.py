@@ -22,12 +22,13 @@ from perseus.frontier import Frontier
 from perseus.problem import EnergyProblem
 from perseus.profiles import Profile
 from perseus.schedules import Schedule
+from perseus.solver.breakpoints import RelaxedFrontier
 from perseus.solver.candidates import CandidatePool
 from perseus.solver.coupling import tighten
 from perseus.solver.options import SolverOptions
 from perseus.solver.parallel import RangeStats
 from perseus.solver.pipeline import SweepStats, Window, overlapped
-from perseus.solver.relaxation import Relaxation, RelaxedFrontier, path_bound
+from perseus.solver.relaxation import Relaxation, path_bound
 from perseus.solver.rounder import Rounder
 from perseus.solver.sandwich import SandwichStats
 from perseus.solver.stages import (

@@ -19,11 +19,12 @@ import numpy.typing as npt
 from perseus.frontier import Frontier
 from perseus.problem import EnergyProblem
 from perseus.solver import coupling
+from perseus.solver.breakpoints import RelaxedFrontier
 from perseus.solver.candidates import CandidatePool, Snapshot
 from perseus.solver.options import SolverOptions
 from perseus.solver.parallel import PARALLEL_MIN_NODES, RangeStats, parallel_sweep
 from perseus.solver.pipeline import Window
-from perseus.solver.relaxation import Relaxation, RelaxedFrontier
+from perseus.solver.relaxation import Relaxation
 from perseus.solver.rounder import Rounder
 from perseus.solver.sandwich import SandwichStats, sandwich_frontier
 

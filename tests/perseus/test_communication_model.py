@@ -20,7 +20,7 @@ from perseus.problem import EnergyProblem
 from perseus.profiles import InstructionProfile, Profile, load_profile
 from perseus.schedules import Op, Schedule, gpipe, interleaved_1f1b, one_f_one_b
 from perseus.solver import Relaxation, relaxed_frontier, solve_problem
-from perseus.solver.relaxation import RelaxedFrontier
+from perseus.solver.breakpoints import RelaxedFrontier
 from perseus_common.communication import Communication, Phase, Transfer
 
 F, B, BI, BW = "forward", "backward", "backward_input", "backward_weight"

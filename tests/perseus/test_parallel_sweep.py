@@ -21,7 +21,8 @@ from perseus.problem import EnergyProblem
 from perseus.profiles import InstructionProfile, Profile
 from perseus.schedules import interleaved_1f1b, one_f_one_b
 from perseus.solver import SolverOptions, solve_problem
-from perseus.solver.relaxation import Relaxation, RelaxedFrontier
+from perseus.solver.breakpoints import RelaxedFrontier
+from perseus.solver.relaxation import Relaxation
 from perseus.solver.solve import SolveStats
 
 P_A100 = 83.64

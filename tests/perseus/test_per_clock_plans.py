@@ -22,8 +22,9 @@ from perseus.bound import envelope
 from perseus.problem import EnergyProblem
 from perseus.schedules import one_f_one_b
 from perseus.solver import SolverOptions, solve_problem
+from perseus.solver.breakpoints import RelaxedFrontier
 from perseus.solver.coupling import Anchoring, anchored, priced, tighten, truth
-from perseus.solver.relaxation import Relaxation, RelaxedFrontier
+from perseus.solver.relaxation import Relaxation
 from perseus.solver.stages import relax
 from perseus_common.communication import Communication, Transfer
 
