@@ -380,15 +380,15 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     if not postgres:  # one server on its own file: it leads from the start
         service.load()
         standby.lead(None)
-    warming = warm_kernels(service.solver)  # a standby warms them too: it serves sooner
-    front = _Front(config, service, standby if postgres else None)
     try:
+        front = _Front(config, service, standby if postgres else None)
         front.bind_grpc()
-    except OSError:
-        if warming is not None:
-            warming.cancel()
+    except BaseException:  # the app or the port: nothing started yet, the store is closed
         _close_store(service, None)
         raise
+    # Only once the servers are built: a warm-up begun before a failure there was cancelled
+    # while its child process was being spawned, and the process then never exited.
+    warming = warm_kernels(service.solver)  # a standby warms them too: it serves sooner
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
