@@ -47,6 +47,7 @@ from perseus_server.runtime.leadership import (
     StoppedWaiting,
     become_leader,
 )
+from perseus_server.runtime.ports import reserve_port
 from perseus_server.runtime.stores import describe, is_postgres, open_store
 from perseus_server.runtime.warmup import warm_kernels
 from perseus_server.service import PerseusService
@@ -275,7 +276,18 @@ class _Front:
     def bind_grpc(self) -> None:
         """Add the gRPC port (OSError when it cannot be had)."""
         config = self.config
-        grpc_addr = f"{_fmt_host(config.host)}:{config.grpc_port}"
+        # Port 0 on a name of several addresses: one port free on all of them (else gRPC may
+        # listen on the first alone, runtime/ports.py).
+        held = reserve_port(config.host) if config.grpc_port == 0 else None
+        port = config.grpc_port if held is None else held.port
+        try:
+            self._add_grpc_port(f"{_fmt_host(config.host)}:{port}")
+        finally:
+            if held is not None:
+                held.release()
+
+    def _add_grpc_port(self, grpc_addr: str) -> None:
+        config = self.config
         if self.tls:
             assert config.tls_cert is not None and config.tls_key is not None
             creds = grpc.ssl_server_credentials(
