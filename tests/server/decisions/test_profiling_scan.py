@@ -17,7 +17,7 @@ from perseus_server.decisions.profiling_scan import Measurement, ProfilingSessio
 from perseus_server.domain.states import ProfilingStatus
 from perseus_server.models.status import ProfilingProgress
 
-from .conftest import A40, BLOCKING_A40
+from ..conftest import A40, BLOCKING_A40
 
 KINDS = ("forward", "backward")
 #: (stage, kind, step index) -> (time, energy) of one instruction

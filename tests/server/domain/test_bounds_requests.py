@@ -26,7 +26,7 @@ from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService
 from perseus_server.service.report_checks import check_report
 
-from .conftest import sliced_profile_csv
+from ..conftest import sliced_profile_csv
 
 #: The hostile query of the issue: 60 ranges of 100,000 stages each, 479 bytes.
 AMPLIFYING = ",".join(["0-99999"] * 60)

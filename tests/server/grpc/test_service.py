@@ -9,7 +9,7 @@ import pytest
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 
-from .conftest import make_job, register, solved_job
+from ..conftest import make_job, register, solved_job
 
 
 def _code(excinfo: pytest.ExceptionInfo[grpc.RpcError]) -> grpc.StatusCode:

@@ -22,7 +22,7 @@ from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 
-from .conftest import solved_job
+from ..conftest import solved_job
 
 pytestmark = pytest.mark.slow
 

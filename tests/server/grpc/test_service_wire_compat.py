@@ -23,9 +23,9 @@ import pytest
 
 from perseus_server import ServerProcess
 
-from .conftest import solved_job
+from ..conftest import solved_job
 
-FIXTURE = Path(__file__).parent / "fixtures" / "perseus_v1_41619ed.proto"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "perseus_v1_41619ed.proto"
 
 CLIENT = textwrap.dedent(
     """

@@ -9,7 +9,7 @@ import pytest
 
 from perseus.schedules import make_schedule
 
-from .conftest import make_job, problem_field, solved_job, wait_frontier
+from ..conftest import make_job, problem_field, solved_job, wait_frontier
 
 
 def test_healthz_and_metrics(http: httpx.Client) -> None:

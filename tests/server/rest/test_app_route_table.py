@@ -22,9 +22,9 @@ from perseus_server.service import PerseusService
 from perseus_server.service.authorization import REST, Access
 from perseus_server.service.credentials import Scope
 
-from .routes import app_routes
+from ..routes import app_routes
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "server.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "server.md"
 ROW = re.compile(r"^\| `(GET|HEAD|POST|PUT|PATCH|DELETE) (/[^`]*)` \| `(\w+)\.py` \| (\w+) \|$")
 
 #: The pages served outside the gate (``rest/swagger.py``, ``rest/ui.py``): public, no data.

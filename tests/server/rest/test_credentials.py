@@ -25,9 +25,9 @@ from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 
-from .conftest import register, solved_job
-from .sqlite_backend import column_values
-from .test_scopes import read_token_args
+from ..conftest import register, solved_job
+from ..sqlite_backend import column_values
+from .test_gate_scopes import read_token_args
 
 ADMIN = "admin-" + "a" * 26
 

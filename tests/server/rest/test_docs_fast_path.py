@@ -21,7 +21,7 @@ from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server.rest.docs import built_response
 from perseus_server.rest.job_status import JobStatus, RecentIteration
 
-from .conftest import register, solved_job
+from ..conftest import register, solved_job
 
 
 def _through_the_model(doc: dict[str, Any]) -> Any:

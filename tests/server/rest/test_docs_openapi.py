@@ -27,7 +27,7 @@ from perseus_server.rest import create_app
 from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService
 
-from .conftest import make_job
+from ..conftest import make_job
 
 JSON_TYPES = ("application/json", "application/problem+json")
 

@@ -30,10 +30,10 @@ from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 from perseus_server.testing.faults import TEST_SOLVE_DELAY_ENV
 
-from .conftest import A40, BLOCKING_A40, register, register_all
+from ..conftest import A40, BLOCKING_A40, register, register_all
+from ..service.test_power_budget import exercise_power_budget
 from .test_credentials import exercise_credentials
-from .test_openapi import Contract
-from .test_power_budget import exercise_power_budget
+from .test_docs_openapi import Contract
 from .test_tenants import exercise_tenants
 
 pytestmark = pytest.mark.slow

@@ -20,8 +20,8 @@ import pytest
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_server import ServerProcess
 
-from .conftest import problem_field, register, solved_job
-from .routes import app_routes
+from ..conftest import problem_field, register, solved_job
+from ..routes import app_routes
 
 ADMIN = "the-admin-token"
 READ = "the-read-token"

@@ -18,8 +18,8 @@ import pytest
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_server import ServerProcess
 
-from .conftest import problem_field, solved_job
-from .routes import app_routes
+from ..conftest import problem_field, solved_job
+from ..routes import app_routes
 
 TOKEN = "the-right-token"
 PUBLIC = {"/healthz"}

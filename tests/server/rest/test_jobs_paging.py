@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 
 from perseus_server import ServerProcess
-from tests.server.conftest import make_job
+
+from ..conftest import make_job
 
 
 def _ids(page: dict) -> list[str]:  # type: ignore[type-arg]

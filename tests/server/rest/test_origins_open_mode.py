@@ -14,7 +14,7 @@ import pytest
 from perseus_server import ServerProcess
 from perseus_server.rest.origins import Origins, host_name
 
-from .conftest import make_job, problem_field
+from ..conftest import make_job, problem_field
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from perseus_server.models import PlanDoc
 from perseus_server.service.plans import PlanAnswers
 from perseus_server.service.state import Job
 
-from .conftest import solved_job, wait_frontier
+from ..conftest import solved_job, wait_frontier
 
 
 def _scaled(csv_text: str, time: float, energy: float) -> str:

@@ -16,7 +16,7 @@ import pytest
 
 from perseus_server import ServerProcess
 
-from .conftest import problem_field, sliced_profile_csv, wait_frontier
+from ..conftest import problem_field, sliced_profile_csv, wait_frontier
 
 ADMIN = "front-door-admin"
 QUERY = {"slowdown": 0.05}

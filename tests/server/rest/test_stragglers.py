@@ -9,7 +9,7 @@ from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server.decisions.detectors import StragglerDetector
 
-from .conftest import BLOCKING_A40, problem_field, register, solved_job
+from ..conftest import BLOCKING_A40, problem_field, register, solved_job
 
 
 @pytest.fixture(scope="module")

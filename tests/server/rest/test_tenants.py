@@ -22,7 +22,7 @@ from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
 
-from .conftest import problem_field, solved_job
+from ..conftest import problem_field, solved_job
 
 ADMIN = "the-admin-token"
 JOB = {"stages": 2, "microbatches": 2, "blocking_power": 70.0}
@@ -218,7 +218,7 @@ def test_metrics_route_alerts_and_stay_bounded(
     from perseus_common.proto import perseus_pb2 as pb
     from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 
-    from .conftest import solved_job
+    from ..conftest import solved_job
 
     job = solved_job(admin, small_csv, data_parallel=64, name="wide")
     unavailable = pb.ClockControl(state=pb.CLOCK_CONTROL_UNAVAILABLE, reason="no daemon")

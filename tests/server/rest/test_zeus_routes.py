@@ -24,7 +24,7 @@ from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService
 from perseus_server.testing.process import ServerProcess
 
-from .conftest import BLOCKING_A40, sliced_profile_csv, wait_frontier
+from ..conftest import BLOCKING_A40, sliced_profile_csv, wait_frontier
 
 ADMIN = "zeus-routes-admin-token"
 UNKNOWN = "0123456789abcdef"

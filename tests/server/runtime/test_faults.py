@@ -1,6 +1,6 @@
 """The fault points' seam (``perseus_server.runtime.faults``): inert until a test installs hooks.
 
-The crash tests (``test_faults.py``) stop a real server at each point through its environment;
+The crash tests (``test_faults_crashes.py``) stop a real server at each point through its environment;
 these check the seam itself: hooks installed in this process run where production reaches a
 point, the environment still reaches a fresh process, and names that do not exist are refused.
 """

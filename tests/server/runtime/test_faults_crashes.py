@@ -20,10 +20,10 @@ from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 from perseus_server.testing.faults import FAULT_ENV, FAULT_EXIT_CODE, POINTS, TEST_SOLVE_DELAY_ENV
 
-from .conftest import make_job, register, solved_job, wait_frontier
-from .routes import app_routes
-from .sqlite_backend import corrupt_column
-from .test_profiling import _reports
+from ..conftest import make_job, register, solved_job, wait_frontier
+from ..routes import app_routes
+from ..service.test_online_profiling import _reports
+from ..sqlite_backend import corrupt_column
 
 pytestmark = pytest.mark.slow
 

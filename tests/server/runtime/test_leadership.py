@@ -25,8 +25,8 @@ from perseus_server.runtime.leadership import DEPOSED_EXIT, Lease, LeaseKeeper, 
 from perseus_server.runtime.postgres_store import PostgresStore
 from perseus_server.testing.postgres import PostgresServer
 
-from .conftest import solved_job
-from .postgres_backend import database_for, postgres
+from ..conftest import solved_job
+from ..postgres_backend import database_for, postgres
 
 __all__ = ["postgres"]  # the session's PostgreSQL server (a fixture)
 

@@ -25,8 +25,8 @@ from perseus_server.runtime.sqlite_store import (
     migrate,
 )
 
-from .conftest import register
-from .sqlite_backend import (
+from ..conftest import register
+from ..sqlite_backend import (
     JOB,
     RANK,
     VERSION,

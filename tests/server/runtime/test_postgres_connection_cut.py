@@ -22,7 +22,7 @@ from perseus_server.runtime.leadership import Lease, NotLeader
 from perseus_server.runtime.postgres_store import PostgresStore
 from perseus_server.testing.postgres import PostgresServer
 
-from .postgres_backend import database_for, postgres
+from ..postgres_backend import database_for, postgres
 
 __all__ = ["postgres"]  # the session's PostgreSQL server (a fixture)
 

@@ -27,9 +27,9 @@ from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService
 from perseus_server.testing.postgres import PostgresServer
 
-from .conftest import register, solved_job
-from .postgres_backend import database_for, postgres
-from .test_idempotent_reports import _report
+from ..conftest import register, solved_job
+from ..postgres_backend import database_for, postgres
+from ..service.test_reports_idempotent import _report
 
 __all__ = ["postgres"]  # the session's PostgreSQL server (a fixture)
 

@@ -25,8 +25,8 @@ from perseus_server.runtime.warmup import WARM_ENV
 from perseus_server.testing.faults import TEST_SOLVE_DELAY_ENV, TEST_WARM_DELAY_ENV
 from perseus_server.testing.postgres import PostgresServer
 
-from .conftest import make_job, register, wait_frontier
-from .postgres_backend import database_for, postgres
+from ..conftest import make_job, register, wait_frontier
+from ..postgres_backend import database_for, postgres
 
 __all__ = ["postgres"]  # the session's PostgreSQL server (a fixture)
 

@@ -18,7 +18,7 @@ from perseus.schedules import one_f_one_b
 from perseus_server.runtime.solve_worker import SOLVE_NICENESS, run_solve
 from perseus_server.testing.faults import TEST_SOLVE_DELAY_ENV
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _profile(stages: int) -> str:

@@ -34,7 +34,7 @@ from perseus_server.rest import create_app
 from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService
 
-from .conftest import register
+from ..conftest import register
 
 JOB = {"stages": 2, "microbatches": 4, "blocking_power": 70.0}
 

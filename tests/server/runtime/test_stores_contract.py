@@ -27,8 +27,8 @@ from perseus_server.runtime.postgres_store import PostgresStore
 from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.testing.postgres import PostgresServer
 
-from .postgres_backend import database_for, postgres, set_schema_version
-from .sqlite_backend import JOB, RANK, first_release_database, set_user_version
+from ..postgres_backend import database_for, postgres, set_schema_version
+from ..sqlite_backend import JOB, RANK, first_release_database, set_user_version
 
 __all__ = ["postgres"]  # the session's PostgreSQL server (a fixture)
 

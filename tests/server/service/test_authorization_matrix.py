@@ -33,13 +33,13 @@ from perseus_server.grpc.methods import GRPC
 from perseus_server.service.authorization import PUBLIC, REST, Access, markdown_table
 from perseus_server.service.credentials import Scope
 
-from .routes import app_routes
-from .test_scopes import read_token_args
+from ..rest.test_gate_scopes import read_token_args
+from ..routes import app_routes
 
 ADMIN = "the-admin-token"
 READ = "the-read-token"
 JOB = {"stages": 2, "microbatches": 2, "blocking_power": 70.0}
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _bearer(token: str) -> dict[str, str]:

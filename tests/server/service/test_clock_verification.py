@@ -21,8 +21,8 @@ from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 
-from .conftest import register, solved_job
-from .test_openapi import Contract
+from ..conftest import register, solved_job
+from ..rest.test_docs_openapi import Contract
 
 THERMAL = "sw_thermal_slowdown"
 

@@ -26,7 +26,7 @@ from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 
-from .conftest import problem_field, register, sliced_profile_csv, solved_job
+from ..conftest import problem_field, register, sliced_profile_csv, solved_job
 
 IDLE_AFTER = 3.0
 

@@ -18,7 +18,7 @@ from perseus.profiles import parse_profile_csv
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 
-from .conftest import BLOCKING_A40, register, solved_job
+from ..conftest import BLOCKING_A40, register, solved_job
 
 
 def _max_clock_rank(csv_text: str, microbatches: int) -> dict[int, tuple[float, float]]:

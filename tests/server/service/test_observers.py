@@ -35,7 +35,7 @@ from perseus_server.service.report_checks import CheckedReport
 from perseus_server.service.reports import Reports
 from perseus_server.service.state import Job, JobTable
 
-from .sqlite_backend import JOB, RANK, VERSION, first_release_database
+from ..sqlite_backend import JOB, RANK, VERSION, first_release_database
 
 #: Every observer the service registers, in its order: a new one fails
 #: :func:`test_the_service_registers_every_observer_in_order` until it is listed here, and then

@@ -11,7 +11,7 @@ from perseus.profiles import parse_profile_csv
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 
-from .conftest import make_job, problem_field, register, wait_frontier
+from ..conftest import make_job, problem_field, register, wait_frontier
 
 #: Energy multiplier per scanned frequency (highest first): falls, then rises twice in a row.
 SHAPE = [1.0, 0.9, 0.8, 0.85, 0.9, 0.95]

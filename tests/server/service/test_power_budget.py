@@ -25,7 +25,7 @@ from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 
-from .conftest import BLOCKING_A40, problem_field, register, register_all, solved_job
+from ..conftest import BLOCKING_A40, problem_field, register, register_all, solved_job
 
 
 def _points(http: httpx.Client, job: str) -> list[dict[str, Any]]:
@@ -350,7 +350,7 @@ def exercise_power_budget(c: Any, job_id: str) -> None:
 def test_power_budget_answers_match_the_published_schema(
     http: httpx.Client, stub: pb_grpc.PlanServiceStub, two_pipelines: str
 ) -> None:
-    from .test_openapi import Contract
+    from ..rest.test_docs_openapi import Contract
 
     register_all(stub, two_pipelines, 2, 2, tp=2)
     c = Contract(http)

@@ -4,7 +4,7 @@ A job draws only once its training started (never from its creation alone), its 
 what its GPUs can draw (with the reason in its status), ``on_infeasible`` can be changed while the
 budget is unreachable, and ranks coming and going fast do not redeploy the other jobs' plans at
 their pace. (The 1,024-pipeline starvation scenario with guaranteed shares is
-``benchmarks/tenancy.py``, run in ``tests/test_benchmark_smoke.py``; the split between tenants is
+``benchmarks/tenancy.py``, run in ``tests/benchmarks/test_tenancy_smoke.py``; the split between tenants is
 unit-tested in ``test_tenant_shares.py``.)
 """
 
@@ -23,7 +23,7 @@ from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 
-from .conftest import solved_job
+from ..conftest import solved_job
 
 ADMIN = "the-admin-token"
 

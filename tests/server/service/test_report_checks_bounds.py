@@ -30,7 +30,7 @@ from perseus_server.domain.bounds import (
     bounded_factor,
 )
 
-from .conftest import register, solved_job
+from ..conftest import register, solved_job
 
 EDGES = [5e-324, 1e-300, 1e-7, MIN_SECONDS, 0.01, 0.5, 3.0, 1e5, MAX_SECONDS, 1.000001e6]
 EDGES += [1e10, 1.0000001e10, 1e300, 1e308, math.inf, -1.0, 0.0, math.nan]

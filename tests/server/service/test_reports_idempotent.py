@@ -17,9 +17,9 @@ from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 
-from .conftest import make_job, register, solved_job
-from .sqlite_backend import connect
-from .test_profiling import _reports
+from ..conftest import make_job, register, solved_job
+from ..sqlite_backend import connect
+from .test_online_profiling import _reports
 
 
 def _report(job_id: str, rank_id: str, it: int, seq: int) -> pb.IterationReport:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .report_path import trace_report
+from ..report_path import trace_report
 
 #: The modules of the observers, in the order the service registers them.
 OBSERVER_MODULES = [

@@ -31,8 +31,8 @@ from perseus_server.runtime.sqlite_store import SqliteStore
 from perseus_server.service import PerseusService
 from perseus_server.service.slow_stages import with_transfer_times
 
-from .conftest import BLOCKING_A40, register, solved_job
-from .sqlite_backend import JOB, RANK, first_release_database
+from ..conftest import BLOCKING_A40, register, solved_job
+from ..sqlite_backend import JOB, RANK, first_release_database
 
 MICROBATCHES = 4
 

@@ -23,7 +23,7 @@ from perseus_server import ServerProcess
 from perseus_server.decisions.detectors import DetectorSettings, StageDetector
 from perseus_server.domain.states import DetectorEvent
 
-from .conftest import BLOCKING_A40, register, solved_job
+from ..conftest import BLOCKING_A40, register, solved_job
 
 MICROBATCHES = 4
 

@@ -36,7 +36,7 @@ from perseus_server.runtime.warmup import WARM_ENV
 from perseus_server.service.solves import decode_frontier
 from perseus_server.testing.faults import TEST_SOLVE_DELAY_ENV, TEST_WARM_DELAY_ENV
 
-from .conftest import BLOCKING_A40, make_job, register, wait_frontier
+from ..conftest import BLOCKING_A40, make_job, register, wait_frontier
 
 pytestmark = pytest.mark.slow
 

@@ -24,7 +24,7 @@ from perseus.schedules import one_f_one_b
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 
-from .conftest import BLOCKING_A40, problem_field, register, sliced_profile_csv, solved_job
+from ..conftest import BLOCKING_A40, problem_field, register, sliced_profile_csv, solved_job
 
 
 @pytest.fixture(scope="module")

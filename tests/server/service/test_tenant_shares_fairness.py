@@ -23,7 +23,7 @@ from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 
-from .conftest import solved_job
+from ..conftest import solved_job
 
 ADMIN = "the-admin-token"
 MD = (("authorization", f"Bearer {ADMIN}"),)

@@ -23,7 +23,7 @@ from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 from perseus_server.runtime.fair_slots import FairSlots
 
-from .conftest import wait_frontier
+from ..conftest import wait_frontier
 
 ADMIN = "the-admin-token"
 JOB = {"stages": 2, "microbatches": 4, "blocking_power": 70.0}
