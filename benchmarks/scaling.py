@@ -253,6 +253,7 @@ def child(
     relaxation: str = "sweep",
     workers: int | None = 1,
     transfers: float = 0.0,
+    effort: float = 1.0,
 ) -> dict:
     """Solve ``cfg`` in this process and measure it (``workers`` None: the default options').
 
@@ -275,7 +276,7 @@ def child(
     stats = threaded_stats()
     kwargs = {
         "on_first_plan": lambda fr: first.append(time.perf_counter() - t),
-        "options": SolverOptions(relaxation=relaxation, workers=workers),
+        "options": SolverOptions(relaxation=relaxation, workers=workers, effort=effort),
         "stats": stats,
     }
     if cprofile:
@@ -312,6 +313,7 @@ def child(
         "pivots": stats.sandwich.pivots if stats.sandwich else None,
         "workers": workers,
         "transfers": transfers,
+        "effort": effort,
         "threads": stats.threads,
         "critical": critical_cpu(
             stats.threads, [r.cpu for r in stats.ranges], len(os.sched_getaffinity(0))
@@ -367,11 +369,13 @@ def run_child(
     relaxation: str = "sweep",
     workers: int | None = 1,
     transfers: float = 0.0,
+    effort: float = 1.0,
 ) -> dict:
     """:func:`child` in a fresh process, killed past ``timeout`` s or ``max_rss_gb`` GB."""
     arg = json.dumps(
-        [cfg.profile, cfg.stages, cfg.microbatches, cfg.virtual, relaxation, workers, transfers]
-    )
+        [cfg.profile, cfg.stages, cfg.microbatches, cfg.virtual, relaxation, workers, transfers,
+         effort]
+    )  # fmt: skip
     proc = subprocess.Popen(
         [sys.executable, __file__, "--child", arg] + (["--cprofile"] if cprofile else []),
         stdout=subprocess.PIPE,
@@ -435,7 +439,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", choices=["a100", "smooth"], action="append")
     ap.add_argument("--max-instructions", type=int, default=32768)
     ap.add_argument("--quick", action="store_true", help="up to 8,192 instructions")
-    ap.add_argument("--only", action="append", help="SxM or SxMxV, e.g. 16x256 or 16x256x4")
+    ap.add_argument(
+        "--only",
+        action="append",
+        help="SxM or SxMxV, e.g. 16x256 or 16x256x4 (a size not in the table runs as given)",
+    )
     ap.add_argument("--timeout", type=float, default=600.0, help="per configuration (s)")
     ap.add_argument("--max-rss-gb", type=float, default=6.0, help="kill a child past this")
     ap.add_argument("--json", help="also write the numbers here")
@@ -458,10 +466,16 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="per-clock transfers at this fraction of a forward (half scaling as fmax / f)",
     )
+    ap.add_argument(
+        "--effort",
+        type=float,
+        default=1.0,
+        help="SolverOptions.effort (0: no searching; a quicker smoke of the other stages)",
+    )
     args = ap.parse_args(argv)
     if args.child:
-        p, s, m, v, rx, wk, tr = json.loads(args.child)
-        print(json.dumps(child(Config(p, s, m, v), args.cprofile, rx, wk, tr)))
+        p, s, m, v, rx, wk, tr, ef = json.loads(args.child)
+        print(json.dumps(child(Config(p, s, m, v), args.cprofile, rx, wk, tr, ef)))
         return 0
     limit = min(args.max_instructions, 8192 if args.quick else 32768)
     profiles = args.profile or (["a100"] if args.smoke else ["smooth", "a100"])
@@ -472,6 +486,10 @@ def main(argv: list[str] | None = None) -> int:
         want = {tuple(int(x) for x in o.split("x")) for o in args.only}
         todo = [c for c in todo if (c.stages, c.microbatches) in want
                 or (c.stages, c.microbatches, c.virtual) in want]  # fmt: skip
+        table = {(c.stages, c.microbatches) for c in configs(profiles)}
+        table |= {(c.stages, c.microbatches, c.virtual) for c in configs(profiles)}
+        # a size not in the table (a smaller smoke input, say) is run as asked
+        todo += [Config(p, *w) for w in sorted(want - table) for p in profiles]
     if args.relax_only:
         for cfg in todo:
             relax_only(cfg, "sandwich" if args.relaxation == "sandwich" else "sweep",
@@ -492,8 +510,9 @@ def main(argv: list[str] | None = None) -> int:
     runs = [(cfg, None if w == "auto" else int(w)) for cfg in todo for w in args.workers.split(",")]
     for cfg, wk in runs:
         r = run_child(
-            cfg, args.timeout, args.max_rss_gb, args.cprofile, args.relaxation, wk, args.transfers
-        )
+            cfg, args.timeout, args.max_rss_gb, args.cprofile, args.relaxation, wk, args.transfers,
+            args.effort,
+        )  # fmt: skip
         r["config"] = [cfg.profile, cfg.stages, cfg.microbatches, cfg.virtual]
         if args.compare_sweep:
             r["sweep"] = run_child(cfg, args.timeout, args.max_rss_gb, False, "sweep")

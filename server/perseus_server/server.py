@@ -47,6 +47,7 @@ from perseus_server.runtime.leadership import (
     StoppedWaiting,
     become_leader,
 )
+from perseus_server.runtime.ports import reserve_port
 from perseus_server.runtime.stores import describe, is_postgres, open_store
 from perseus_server.runtime.warmup import warm_kernels
 from perseus_server.service import PerseusService
@@ -273,7 +274,18 @@ class _Front:
     def bind_grpc(self) -> None:
         """Add the gRPC port (OSError when it cannot be had)."""
         config = self.config
-        grpc_addr = f"{_fmt_host(config.host)}:{config.grpc_port}"
+        # Port 0 on a name of several addresses: one port free on all of them (else gRPC may
+        # listen on the first alone, runtime/ports.py).
+        held = reserve_port(config.host) if config.grpc_port == 0 else None
+        port = config.grpc_port if held is None else held.port
+        try:
+            self._add_grpc_port(f"{_fmt_host(config.host)}:{port}")
+        finally:
+            if held is not None:
+                held.release()
+
+    def _add_grpc_port(self, grpc_addr: str) -> None:
+        config = self.config
         if self.tls:
             assert config.tls_cert is not None and config.tls_key is not None
             creds = grpc.ssl_server_credentials(
@@ -378,15 +390,15 @@ async def serve(config: ServerConfig, *, announce: Callable[[str], None] | None 
     if not postgres:  # one server on its own file: it leads from the start
         service.load()
         standby.lead(None)
-    warming = warm_kernels(service.solver)  # a standby warms them too: it serves sooner
-    front = _Front(config, service, standby if postgres else None)
     try:
+        front = _Front(config, service, standby if postgres else None)
         front.bind_grpc()
-    except OSError:
-        if warming is not None:
-            warming.cancel()
+    except BaseException:  # the app or the port: nothing started yet, the store is closed
         _close_store(service, None)
         raise
+    # Only once the servers are built: a warm-up begun before a failure there was cancelled
+    # while its child process was being spawned, and the process then never exited.
+    warming = warm_kernels(service.solver)  # a standby warms them too: it serves sooner
 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

@@ -3,7 +3,7 @@
 Prometheus accepts them, their unit tests (``alerts.test.yml``) pass under ``promtool test rules``
 (Debian's ``prometheus``; skipped, saying so, only where ``promtool`` is absent: ``scripts/setup``
 installs it), and every series a rule or its test uses is one that the server or gpud exports, so a
-renamed metric fails here rather than silently never alerting (``tests/server/test_alert_metrics.py``
+renamed metric fails here rather than silently never alerting (``tests/server/test_metrics_alerts.py``
 checks the server's names and labels against a real server's ``/metrics``). Every rule has a unit
 test in which it fires; every alert a tenant's jobs cause carries ``tenant`` there; no rule reads
 the Perseus job from Prometheus's own ``job`` label; and the operations guide names exactly the

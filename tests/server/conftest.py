@@ -47,7 +47,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """One server (no auth) shared by the tests of a module.
 
     No replan dwell, so tests may detect a straggler and its recovery in a few reports
-    (tests/server/test_replan_guards.py checks the dwell).
+    (tests/server/service/test_stragglers_replan_guards.py checks the dwell).
     """
     db = tmp_path_factory.mktemp("db") / "perseus.db"
     with ServerProcess(db, extra_args=["--replan-dwell", "0"]) as srv:

@@ -13,7 +13,7 @@ job with a deployed plan, as the first release stored it), through the real serv
 stand-in for the gRPC stream and context.
 
 ``python -m tests.server.report_path`` prints the stops and the counts (the numbers of
-``docs/results/2026-12-02-structure.md``); ``tests/server/test_report_path.py`` checks them.
+``docs/results/2026-12-02-structure.md``); ``tests/server/service/test_reports_path.py`` checks them.
 """
 
 from __future__ import annotations

@@ -151,7 +151,7 @@ class Detector(Protocol):
     times): callers pass raw measured seconds and the planned time, and get decisions whose T'
     is on the profile's time axis; the T' they know (``current``) is on that axis too. Nobody
     else scales by the calibration. One contract suite
-    (``tests/server/test_detector_contract.py``) runs against every implementation in
+    (``tests/server/decisions/test_detectors.py``) runs against every implementation in
     :data:`DETECTORS`.
     """
 

@@ -17,7 +17,7 @@
   detection compares).
 
 A change of one of these statistics is a change of this module and its test
-(``tests/server/test_report_statistics.py``); every caller reaches it through here.
+(``tests/server/decisions/test_report_statistics.py``); every caller reaches it through here.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ value, call the service, encode the answer; an :class:`~perseus_server.domain.er
 becomes its status code (:func:`perseus_server.grpc.service.status_code`). A streaming method
 gives its body itself (:func:`watch_plan`, :func:`report_iterations`).
 
-``tests/server/test_routes_grpc.py`` checks that every method of the ``.proto`` is declared and
+``tests/server/grpc/test_methods.py`` checks that every method of the ``.proto`` is declared and
 classified, and that nothing else is.
 """
 

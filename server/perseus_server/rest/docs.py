@@ -96,7 +96,7 @@ def built_response(doc: dict[str, Any], model: type[BaseModel], status: int = 20
     At 4,096 ranks (512 pipelines) the job status is 350 KiB, and its validation took as long
     as building it, on the event loop. The wire format is the model's: the keys the service
     set, in its order, compact JSON, a non-finite float as ``null``
-    (``tests/server/test_status_fast_path.py`` checks the bytes against the model's path; the
+    (``tests/server/rest/test_docs_fast_path.py`` checks the bytes against the model's path; the
     OpenAPI contract tests check the documents against the schema). A document with a value of
     a type that is not plain JSON takes the model's path, as other routes do (a key the model
     lacks is then a :class:`~fastapi.exceptions.ResponseValidationError`).

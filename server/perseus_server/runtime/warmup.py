@@ -66,14 +66,7 @@ async def _warm(solver: SolveManager) -> None:
         if delay:
             await asyncio.sleep(delay)
         t0 = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "perseus.kernels.warm",
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-        )
+        proc = await _spawn(sys.executable, "-m", "perseus.kernels.warm")
         out, _ = await asyncio.wait_for(proc.communicate(), WARM_SECONDS)
         text = out.decode(errors="replace").strip()
         if proc.returncode == 0:
@@ -94,3 +87,28 @@ async def _warm(solver: SolveManager) -> None:
                 proc.kill()
             with contextlib.suppress(Exception):
                 await asyncio.shield(proc.wait())
+
+
+async def _spawn(*argv: str) -> asyncio.subprocess.Process:
+    """Start ``argv`` (its output piped); cancelled meanwhile, the process is still returned.
+
+    A task cancelled inside ``create_subprocess_exec`` leaves asyncio waiting for a child it
+    never hands back (the server then never exits); so the spawn runs to its end, and the
+    cancellation is raised after it, with the process killed by the caller's cleanup.
+    """
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+    )
+    try:
+        return await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        proc = await spawn
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        raise

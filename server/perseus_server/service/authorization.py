@@ -4,7 +4,7 @@ Credential kind x route or gRPC method x own / other tenant, that the REST gate
 (:mod:`perseus_server.rest.gate`) and the gRPC gate (:mod:`perseus_server.grpc.gate`) both read. Its rules are named here; the routes' rows are
 :data:`REST`, the gRPC methods' rows their declarations (each names its rule:
 :mod:`perseus_server.grpc.methods`). ``docs/server.md`` prints it (:func:`markdown_table`), and
-``tests/server/test_authorization_matrix.py`` checks every cell against a running server,
+``tests/server/service/test_authorization_matrix.py`` checks every cell against a running server,
 walking the routes from the app's router and the methods from the ``.proto``: a route or method
 missing fails that test (and is refused to every credential but the admin's).
 

@@ -12,7 +12,7 @@ decides for itself whether a report concerns it (the detectors stand aside while
 profiled; online profiling takes reports only then). A new detector is one new observer and its
 place in that list (a job's lifecycle is not one: it follows the ranks' plan streams, see
 :mod:`perseus_server.service.lifecycle`). One contract suite
-(``tests/server/test_report_observers.py``) runs over every observer the service registers.
+(``tests/server/service/test_observers.py``) runs over every observer the service registers.
 """
 
 from __future__ import annotations
