@@ -96,10 +96,18 @@ def _carries(frame: FrameType, carriers: tuple[type, ...]) -> bool:
             return True
         if isinstance(v, (list, tuple)) and any(isinstance(x, carriers) for x in v):
             return True
-        held = vars(v).values() if type(v).__module__.split(".")[0] in OURS else ()
-        if hasattr(v, "__dict__") and any(isinstance(x, carriers) for x in held):
+        held = _fields(v) if type(v).__module__.split(".")[0] in OURS else ()
+        if any(isinstance(x, carriers) for x in held):
             return True
     return False
+
+
+def _fields(obj: object) -> list[object]:
+    """The values an object of ours holds: its ``__dict__``'s, or its slots' (those set)."""
+    if hasattr(obj, "__dict__"):
+        return list(vars(obj).values())
+    slots = [s for c in type(obj).__mro__ for s in getattr(c, "__slots__", ())]
+    return [getattr(obj, s) for s in slots if hasattr(obj, s)]
 
 
 class _Context:

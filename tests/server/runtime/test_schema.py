@@ -37,7 +37,7 @@ from ..sqlite_backend import (
     set_user_version,
     user_version,
 )
-from .store_fixture import COUNTS, assert_holds, load_postgres, sqlite_copy
+from ..store_fixture import COUNTS, assert_holds, load_postgres, sqlite_copy
 
 __all__ = ["postgres"]  # the session's PostgreSQL server (a fixture)
 
@@ -268,7 +268,7 @@ def test_operators_upgrade_with_alembic_itself(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     path = sqlite_copy(tmp_path / "old.db")
     alembic = [sys.executable, "-m", "alembic", "-c", str(root / "alembic.ini"), "-x", f"db={path}"]
     subprocess.run([*alembic, "upgrade", "head"], check=True, capture_output=True, cwd=tmp_path)
