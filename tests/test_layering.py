@@ -357,11 +357,24 @@ SERVER_GROUPS: dict[str, frozenset[str]] = {
     "config": frozenset({"config"}),
     "decisions": frozenset({"decisions", "domain", "config"}),
     "runtime": frozenset({"runtime", "domain", "config"}),
-    "metrics": frozenset({"metrics", "domain"}),
-    "service": frozenset({"service", "decisions", "runtime", "domain", "config", "metrics"}),
+    "metric_series": frozenset({"metric_series"}),
+    "metrics": frozenset({"metrics", "metric_series", "domain"}),
+    "service": frozenset(
+        {"service", "decisions", "runtime", "domain", "config", "metrics", "metric_series"}
+    ),
     "models": frozenset({"models", "domain", "config"}),
     "rest": frozenset(
-        {"rest", "models", "service", "decisions", "domain", "config", "metrics", "runtime"}
+        {
+            "rest",
+            "models",
+            "service",
+            "decisions",
+            "domain",
+            "config",
+            "metrics",
+            "metric_series",
+            "runtime",
+        }
     ),
     "grpc": frozenset({"grpc", "service", "domain", "config", "runtime"}),
 }

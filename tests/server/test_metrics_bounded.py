@@ -82,7 +82,7 @@ def test_invented_names_do_not_grow_the_series(secured: ServerProcess) -> None:
 
 def test_restricted_counter_folds_unknown_values() -> None:
     from perseus_server.grpc.gate import method_label
-    from perseus_server.metrics import OTHER, Counter
+    from perseus_server.metric_series import OTHER, Counter
 
     c = Counter("x_total", "x")
     c.restrict(method={"A", "B"})

@@ -39,7 +39,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from perseus_server.config import Limits
 from perseus_server.domain.errors import ApiError, NotFound, TooLarge, Unauthorized
-from perseus_server.metrics import OTHER, Metrics
+from perseus_server.metric_series import OTHER
+from perseus_server.metrics import Metrics
 from perseus_server.rest.origins import Origins
 from perseus_server.rest.problems import problem_response
 from perseus_server.runtime.write_limits import WRITE_METHODS, WriteLimits

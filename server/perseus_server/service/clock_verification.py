@@ -31,7 +31,7 @@ from typing import Any
 from perseus_common.clocks import CLOCK_EVENT_REASON_NAMES
 from perseus_server.decisions.detectors import RankClocks
 from perseus_server.domain.jobs import RankInfo
-from perseus_server.metrics import Counter
+from perseus_server.metric_series import Counter
 from perseus_server.service.report_checks import CheckedReport
 from perseus_server.service.state import Job
 

@@ -9,7 +9,7 @@ quotas and budget share. Read at every scrape, ``O(jobs x pipelines)``.
 from __future__ import annotations
 
 from perseus_server.domain.states import DeploymentKind, JobActivity, JobState, SolveStatus
-from perseus_server.metrics import OTHER, Labels
+from perseus_server.metric_series import OTHER, Labels
 from perseus_server.runtime.hub import PlanHub
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.deployment import Deployer

@@ -58,7 +58,7 @@ from perseus.problem import EnergyProblem
 from perseus.profiles import Profile
 from perseus_server.domain.bounds import MAX_ENERGY, MAX_SECONDS, MIN_SECONDS
 from perseus_server.domain.states import ProfilingStatus
-from perseus_server.metrics import Labels
+from perseus_server.metric_series import Labels
 from perseus_server.service.report_checks import CheckedReport
 from perseus_server.service.state import Job, JobTable
 
