@@ -2,7 +2,7 @@
 
 ``tests/<app>/<group>/test_<module>[_<topic>].py`` tests ``<package>/<group>/<module>.py`` (or
 the subpackage ``<module>/``), where ``MIRRORS`` names each app's package: for example
-``tests/server/rest/test_plans.py`` tests ``server/perseus_server/rest/plans.py`` and
+``tests/server/rest/test_plans_answers.py`` tests ``server/perseus_server/rest/plans.py`` and
 ``tests/client/gpu/test_nvml.py`` tests ``client/perseus_client/gpu/nvml.py``;
 ``tests/benchmarks/test_<name>_smoke.py`` runs ``benchmarks/<name>.py --smoke``. A suite that
 crosses modules on purpose (every route fed boundary values, a fuzzer over the whole schema, a
