@@ -9,7 +9,7 @@ node open (no pod) leases and releases ``--owner-leases`` times (20); the table 
 latency (connect + lease call) and the pod peers', and how many ``List`` calls were made.
 
 Needs root (it starts a root daemon and writes cgroup v1 ``name=systemd``). ``--smoke`` is a
-few seconds (``tests/gpud/test_gpud_kubelet.py`` runs it)::
+few seconds (``tests/gpud/test_ownership_kubelet.py`` runs it)::
 
     sudo .venv/bin/python benchmarks/gpud_kubelet.py [--kubelet-delay 2] [--pod-peers 12]
 """

@@ -1,4 +1,4 @@
-"""A training process whose clock control may be unavailable (started by test_client_failopen).
+"""A training process whose clock control may be unavailable (started by test_clock_control_failopen).
 
 It builds a :class:`PerseusClient` with the *default* backend (chosen from the environment:
 ``PERSEUS_GPUD_SOCKET``, ``LOCAL_RANK``...) against a real server, runs ``--iterations``

@@ -9,7 +9,7 @@ everything it needs when it was imported: ``grpc`` loads its channel module lazi
 
 Real parts: a ``perseus serve`` subprocess, a rank subprocess (``sealed_trainer.py``) that records
 every import attempted after ``import perseus_client`` while it registers, receives the plan,
-runs three iterations and sends its reports. ``test_client_failopen.py`` drops a real rank to
+runs three iterations and sends its reports. ``test_clock_control_failopen.py`` drops a real rank to
 ``nobody`` as well; this test does not depend on where the clone lies.
 """
 

@@ -2,7 +2,7 @@
 
 What it does while the backend cannot be built, and how it takes over (the clock last asked for
 applied, the energy counter continuous, listeners told). The real-process causes are in
-``test_client_failopen.py``.
+``test_clock_control_failopen.py``.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from perseus_client.errors import GpudUnavailableError
 from perseus_gpud.cli import status_rows
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "integrations"))  # integration_harness (torch e2e)
+sys.path.insert(0, str(HERE.parent / "client" / "integrations"))  # integration_harness (torch e2e)
 REPO = HERE.parents[1]
 NOBODY = 65534
 NOGROUP = 65534

@@ -3,7 +3,7 @@
 The run is on gloo, CPU, its clocks locked through the node daemon. Started as a subprocess by
 ``test_gpud_torch_e2e.py``.
 
-Like ``tests/integrations/torch_worker.py`` (whose model and training loop it reuses), but each
+Like ``tests/client/integrations/torch_worker.py`` (whose model and training loop it reuses), but each
 rank's GPU backend composes the in-process ``SimulatedGpu`` (durations, energy) with a
 ``DaemonGpu`` on GPU ``rank`` of a ``perseus gpud --simulate`` daemon (clock control): every
 clock the plan asks for is locked by the daemon. Writes what ran and the plan it got to
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "integrations"))
+sys.path.insert(0, str(HERE.parent / "client" / "integrations"))
 
 import torch.distributed as dist  # noqa: E402
 from integration_harness import (  # noqa: E402

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,8 @@ from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The leader lease of the servers a standby test starts: a standby takes over within seconds.
+LEASE = ["--leader-lease", "1.5"]
 A40 = ROOT / "profiles" / "gpt3-175b_a40_8stage.csv"
 BLOCKING_A40 = 70.38
 
@@ -147,3 +151,39 @@ def register_all(
 def problem_field(r: httpx.Response) -> str | None:
     assert r.headers["content-type"].startswith("application/problem+json"), r.text
     return r.json().get("field")
+
+
+def wait_until(cond: Callable[[], Any], what: str, timeout: float = 120.0) -> Any:
+    """``cond()``'s first true value, polled every 50 ms; an ``AssertionError`` naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def leader_and_standby(url: str, **options: Any) -> tuple[ServerProcess, ServerProcess]:
+    """Two servers on one database (``options`` for both); the second one's start() waits.
+
+    It waits as a standby as long as the test takes (its start-up allowance covers the wait, not
+    only the start). Neither is started.
+    """
+    return (
+        ServerProcess(url, extra_args=LEASE, **options),
+        ServerProcess(url, extra_args=LEASE, startup_timeout=600.0, **options),
+    )
+
+
+def start_standby(srv: ServerProcess) -> threading.Thread:
+    """Start ``srv`` on a thread (its ``start()`` returns once it leads); wait until it listens."""
+
+    def start() -> None:
+        with contextlib.suppress(RuntimeError):  # stopped before it led (the test's end)
+            srv.start()
+
+    t = threading.Thread(target=start, daemon=True)
+    t.start()
+    wait_until(lambda: srv.http_url and "perseus: standby" in srv.output(), "the standby")
+    return t

@@ -12,14 +12,10 @@ leaves it (keepalive) and reaches the new leader while the old one is still stop
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import grpc
 import httpx
@@ -32,57 +28,19 @@ from perseus_client.transport import ServerLink
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_common.wire.values import PlanUpdate, RankRegistration
-from perseus_server import ServerProcess
 from perseus_server.testing.postgres import PostgresServer
 
-from .conftest import make_job, solved_job
+from .conftest import leader_and_standby, make_job, solved_job, start_standby, wait_until
 from .postgres_backend import database_for, postgres
 
 __all__ = ["postgres"]  # the session's PostgreSQL server (a fixture)
 
 pytestmark = pytest.mark.slow
 
-LEASE = ["--leader-lease", "1.5"]
-
-
-def _wait(cond: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _pair(url: str) -> tuple[ServerProcess, ServerProcess]:
-    """Two servers on one database; the second one's start() waits as a standby.
-
-    It waits as long as the test takes (its start-up allowance covers the wait, not only the
-    start).
-    """
-    return (
-        ServerProcess(url, extra_args=LEASE),
-        ServerProcess(url, extra_args=LEASE, startup_timeout=600.0),
-    )
-
-
-def _start_standby(srv: ServerProcess) -> threading.Thread:
-    """Start ``srv`` (its ``start()`` returns once it leads) and wait until it listens."""
-
-    def start() -> None:
-        with contextlib.suppress(RuntimeError):  # stopped before it led (the test's end)
-            srv.start()
-
-    t = threading.Thread(target=start, daemon=True)
-    t.start()
-    _wait(lambda: srv.http_url and "perseus: standby" in srv.output(), "the standby")
-    return t
-
 
 def test_the_standby_answers_naming_the_leader(postgres: PostgresServer, tmp_path: Path) -> None:
     url = database_for(postgres, tmp_path)
-    a, b = _pair(url)
+    a, b = leader_and_standby(url)
     try:
         a.start()
         with httpx.Client(base_url=a.http_url, timeout=30.0) as http:
@@ -93,7 +51,7 @@ def test_the_standby_answers_naming_the_leader(postgres: PostgresServer, tmp_pat
         # What PerseusNoLeader reads: the leader says it leads, and in which epoch.
         assert "\nperseus_leader 1\n" in leading and "\nperseus_leader_epoch 1\n" in leading
         assert (health.headers["perseus-role"], health.headers["perseus-epoch"]) == ("leader", "1")
-        _start_standby(b)
+        start_standby(b)
         with httpx.Client(base_url=b.http_url, timeout=30.0) as http:
             h = http.get("/healthz")
             assert h.status_code == 503, h.text  # not ready: a Service sends nothing here
@@ -177,37 +135,39 @@ def test_a_rank_given_both_servers_follows_the_leader_through_a_failover(
     postgres: PostgresServer, tmp_path: Path, small_csv: str
 ) -> None:
     url = database_for(postgres, tmp_path)
-    a, b = _pair(url)
+    a, b = leader_and_standby(url)
     rank: _Rank | None = None
     try:
         a.start()
         with httpx.Client(base_url=a.http_url, timeout=30.0) as http:
             job_id = solved_job(http, small_csv)
-        waiting = _start_standby(b)
+        waiting = start_standby(b)
         rank = _Rank(job_id, [b.grpc_target, a.grpc_target])  # the standby first
         rank.start()
-        _wait(lambda: rank.plans and rank.link.connected, "a plan from the leader")
+        wait_until(lambda: rank.plans and rank.link.connected, "a plan from the leader")
         assert rank.plans[0][1] == a.grpc_target  # the standby named it
         assert rank.link.leader_hint == a.grpc_target
-        _wait(lambda: rank.link.reports_sent >= 5, "reports acknowledged by the leader")
+        wait_until(lambda: rank.link.reports_sent >= 5, "reports acknowledged by the leader")
         before = rank.plans[-1][0]
         got_before = len(rank.plans)
         a.kill()
         waiting.join(60)  # b's start() returns once it leads and is healthy
         assert "perseus: leader (epoch 2" in b.output(), b.output()
-        _wait(
+        wait_until(
             lambda: any(t == b.grpc_target for _, t in rank.plans[got_before:]),
             "a plan from the new leader",
         )
         sent_after_failover = rank.link.reports_sent
-        _wait(lambda: rank.link.reports_sent >= sent_after_failover + 5, "reports acknowledged")
+        wait_until(
+            lambda: rank.link.reports_sent >= sent_after_failover + 5, "reports acknowledged"
+        )
         # A new plan version from the new leader reaches the rank too.
         with httpx.Client(base_url=b.http_url, timeout=30.0) as http:
             r = http.put(f"/jobs/{job_id}/plan", json={"slowdown": 0.2})
             assert r.status_code == 200, r.text
             deployed = http.get(f"/jobs/{job_id}").json()["plan_version"]
         assert deployed > before
-        _wait(lambda: rank.plans[-1][0] == deployed, "the new leader's new plan version")
+        wait_until(lambda: rank.plans[-1][0] == deployed, "the new leader's new plan version")
         versions = [v for v, _ in rank.plans]
         assert versions == sorted(versions), versions  # never backwards
         rank_id = rank.link.rank_id
@@ -235,18 +195,18 @@ def test_a_rank_leaves_a_hung_leader_while_it_is_still_stopped(
     The rank's keepalive notices, and it reaches the new leader before the old one resumes.
     """
     url = database_for(postgres, tmp_path)
-    a, b = _pair(url)
+    a, b = leader_and_standby(url)
     rank: _Rank | None = None
     stopped = False
     try:
         a.start()
         with httpx.Client(base_url=a.http_url, timeout=30.0) as http:
             job_id = solved_job(http, small_csv)
-        waiting = _start_standby(b)
+        waiting = start_standby(b)
         # No reports: nothing but the keepalive can tell the stream's silence from a hang.
         rank = _Rank(job_id, [a.grpc_target, b.grpc_target], report=False)
         rank.start()
-        _wait(lambda: rank.plans and rank.link.connected, "a plan from the leader")
+        wait_until(lambda: rank.plans and rank.link.connected, "a plan from the leader")
         got_before = len(rank.plans)
         os.kill(a.pid, signal.SIGSTOP)
         stopped = True
@@ -254,7 +214,7 @@ def test_a_rank_leaves_a_hung_leader_while_it_is_still_stopped(
         assert "perseus: leader (epoch 2" in b.output(), b.output()
         # Held stopped far longer than the keepalive (6 s + 3 s), shorter than gRPC's default
         # 60 s wait for a ping's answer: the rank must not need the old leader to come back.
-        _wait(
+        wait_until(
             lambda: any(t == b.grpc_target for _, t in rank.plans[got_before:]),
             "a plan from the new leader while the old one is stopped",
             timeout=45.0,

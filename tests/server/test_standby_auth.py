@@ -15,15 +15,12 @@ Real ``perseus serve`` processes on one real PostgreSQL database:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import grpc
 import httpx
@@ -35,7 +32,7 @@ from perseus_server import ServerProcess
 from perseus_server.runtime.leadership import DEPOSED_EXIT
 from perseus_server.testing.postgres import PostgresServer
 
-from .conftest import make_job
+from .conftest import leader_and_standby, make_job, start_standby, wait_until
 from .postgres_backend import database_for, postgres
 
 __all__ = ["postgres"]  # the session's PostgreSQL server (a fixture)
@@ -43,28 +40,6 @@ __all__ = ["postgres"]  # the session's PostgreSQL server (a fixture)
 pytestmark = pytest.mark.slow
 
 ADMIN = "the-admin-token"
-LEASE = ["--leader-lease", "1.5"]
-
-
-def _wait(cond: Callable[[], Any], what: str, timeout: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _start_standby(srv: ServerProcess) -> threading.Thread:
-    def start() -> None:
-        with contextlib.suppress(RuntimeError):  # stopped before it led (the test's end)
-            srv.start()
-
-    t = threading.Thread(target=start, daemon=True)
-    t.start()
-    _wait(lambda: srv.http_url and "perseus: standby" in srv.output(), "the standby")
-    return t
 
 
 def _hints(leader: ServerProcess) -> list[str]:
@@ -83,8 +58,7 @@ def test_a_standby_authenticates_before_it_names_the_leader(
     postgres: PostgresServer, tmp_path: Path
 ) -> None:
     url = database_for(postgres, tmp_path)
-    a = ServerProcess(url, token=ADMIN, extra_args=LEASE)
-    b = ServerProcess(url, token=ADMIN, extra_args=LEASE, startup_timeout=600.0)
+    a, b = leader_and_standby(url, token=ADMIN)
     try:
         a.start()
         with httpx.Client(base_url=a.http_url, timeout=30.0) as http:
@@ -98,7 +72,7 @@ def test_a_standby_authenticates_before_it_names_the_leader(
                 headers={"Authorization": f"Bearer {ADMIN}"},
             )
             issued = r.json()["credential"]
-        _start_standby(b)
+        start_standby(b)
         with httpx.Client(base_url=b.http_url, timeout=30.0) as http:
             for bad in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic x"}):
                 for method, path in (("POST", "/jobs"), ("GET", "/jobs/j1"), ("GET", "/metrics")):
@@ -187,13 +161,12 @@ def test_a_leader_resumed_past_its_lease_answers_503_until_it_stops(
     postgres: PostgresServer, tmp_path: Path
 ) -> None:
     url = database_for(postgres, tmp_path)
-    a = ServerProcess(url, extra_args=LEASE)
-    c = ServerProcess(url, extra_args=LEASE, startup_timeout=600.0)
+    a, c = leader_and_standby(url)
     try:
         a.start()
         with httpx.Client(base_url=a.http_url, timeout=30.0) as http:
             old_job = make_job(http)
-        waiting = _start_standby(c)
+        waiting = start_standby(c)
         held = {name: _Held(a) for name in ("new", "old", "write")}
         channel = grpc.insecure_channel(a.grpc_target)
         stub = pb_grpc.PlanServiceStub(channel)
@@ -230,7 +203,7 @@ def test_a_leader_resumed_past_its_lease_answers_503_until_it_stops(
             assert status == 503, f"{name}: {status} {body!r}"
             assert b"lease" in body, f"{name}: {body!r}"
         assert codes == [grpc.StatusCode.UNAVAILABLE], codes
-        _wait(lambda: a.returncode is not None, "the deposed leader to stop")
+        wait_until(lambda: a.returncode is not None, "the deposed leader to stop")
         assert a.returncode == DEPOSED_EXIT, a.output()
         channel.close()
         with httpx.Client(base_url=c.http_url, timeout=30.0) as http:  # nothing written by a

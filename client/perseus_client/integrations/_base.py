@@ -1,8 +1,9 @@
 """What every integration shares.
 
 The client surface it drives, the order format it exports, :class:`InstructionHooks` (the client,
-its instruction edges and transfer recorder, and the one wrapper that runs a framework's call as
-an instruction, for every integration's hooks), and :func:`quiet_stdout`: an integration never writes to stdout
+its instruction edges and transfer recorder, the one wrapper that runs a framework's call as
+an instruction, and the context manager that removes the hooks, for every integration's hooks),
+:class:`ObjectHooks` (their constructor, for hooks installed on one framework object), and :func:`quiet_stdout`: an integration never writes to stdout
 (a framework's import-time warnings included), so orders printed as JSON and redirected to a file
 stay JSON.
 """
@@ -14,7 +15,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, redirect_stdout
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, Self, TypeVar, runtime_checkable
 
 from perseus_client.integrations._timing import check_mode
 from perseus_common.kinds import INSTRUCTION_KINDS
@@ -24,6 +25,7 @@ __all__ = [
     "InstructionClient",
     "InstructionEdges",
     "InstructionHooks",
+    "ObjectHooks",
     "Where",
     "Orders",
     "custom_schedule",
@@ -192,6 +194,46 @@ class InstructionHooks:
         instruction._perseus_hook = True  # type: ignore[attr-defined]
         instruction._perseus_owner = self  # type: ignore[attr-defined]
         return instruction
+
+    def remove(self) -> None:
+        """Undo what the integration installed; safe to call twice (each integration says how)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+class ObjectHooks(InstructionHooks):
+    """Hooks installed on one framework object (a DeepSpeed engine, a torch schedule).
+
+    Args:
+        target: the object the hooks go on (each integration names it too: ``engine``,
+            ``schedule``).
+        client: as :class:`InstructionHooks`.
+        transfers: as :class:`InstructionHooks`.
+        transfer_timing: as :class:`InstructionHooks`.
+
+    Attributes:
+        target: the instrumented object.
+    """
+
+    def __init__(
+        self,
+        target: Any,
+        client: InstructionClient,
+        *,
+        transfers: bool = True,
+        transfer_timing: str = "auto",
+    ) -> None:
+        super().__init__(client, transfers=transfers, transfer_timing=transfer_timing)
+        self.target = target
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """Set up the integration's own bookkeeping (nothing is installed yet)."""
 
 
 def check_orders(orders: Orders) -> Orders:

@@ -18,11 +18,12 @@ this module does not know).
 from __future__ import annotations
 
 from collections.abc import Callable
+from time import perf_counter
 from typing import Any
 
 from perseus_client.measurements import EventTiming
 
-__all__ = ["TIMING_MODES", "EventTiming", "check_mode", "event_factory"]
+__all__ = ["TIMING_MODES", "EventTiming", "check_mode", "event_factory", "timed_call"]
 
 TIMING_MODES = ("auto", "cpu", "events")
 
@@ -60,3 +61,23 @@ def event_factory(group: Any = None, mode: str = "auto") -> Callable[[], Any] | 
         return cuda_event(enable_timing=True)
 
     return make
+
+
+def timed_call(
+    make_event: Callable[[], Any] | None, call: Callable[..., Any], /, *args: Any, **kwargs: Any
+) -> tuple[Any, Any]:
+    """``call(*args, **kwargs)``'s result and how long it took.
+
+    The time is an :class:`EventTiming` where ``make_event`` makes CUDA events, else the CPU's
+    seconds (see the module docstring). An exception from ``call`` goes on, with no time.
+    """
+    if make_event is None:
+        t0 = perf_counter()
+        result = call(*args, **kwargs)
+        return result, perf_counter() - t0
+    start = make_event()
+    start.record()
+    result = call(*args, **kwargs)
+    end = make_event()
+    end.record()
+    return result, EventTiming(start, end)

@@ -39,18 +39,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perseus_client.integrations._base import (
     InstructionClient,
-    InstructionHooks,
-    Orders,
-    Where,
+    ObjectHooks,
     check_orders,
     quiet_stdout,
 )
-from perseus_client.integrations._timing import EventTiming, event_factory
+from perseus_client.integrations._timing import event_factory, timed_call
+
+if TYPE_CHECKING:
+    from perseus_client.integrations._base import Orders, Where
+
 
 __all__ = ["EngineHooks", "instrument", "export_orders", "stage_order"]
 
@@ -94,22 +95,20 @@ def export_orders(micro_batches: int, stages: int) -> Orders:
     return check_orders([stage_order(micro_batches, stages, s) for s in range(stages)])
 
 
-class EngineHooks(InstructionHooks):
+class EngineHooks(ObjectHooks):
     """Hooks installed on one ``PipelineEngine``; :meth:`remove` (or leaving ``with``) undoes them.
 
-    Whether P2P transfers are timed: ``transfers`` (see the module docstring).
+    ``EngineHooks(engine, client, *, transfers=True, transfer_timing="auto")``, as
+    :class:`~perseus_client.integrations._base.ObjectHooks`. Whether P2P transfers are timed:
+    ``transfers`` (see the module docstring).
     """
 
-    def __init__(
-        self,
-        engine: Any,
-        client: InstructionClient,
-        *,
-        transfers: bool = True,
-        transfer_timing: str = "auto",
-    ) -> None:
-        super().__init__(client, transfers=transfers, transfer_timing=transfer_timing)
-        self.engine = engine
+    @property
+    def engine(self) -> Any:
+        """The instrumented ``PipelineEngine``."""
+        return self.target
+
+    def _prepare(self) -> None:
         self._counts = {"forward": 0, "backward": 0}
         self._p2p_counts = [0, 0, 0, 0]
         self._active = False
@@ -183,17 +182,8 @@ class EngineHooks(InstructionHooks):
             counts = self._p2p_counts
             mb = counts[slot]
             counts[slot] = mb + 1
-            if make_event is not None:
-                start = make_event()
-                start.record()
-                result = method(engine, *args, **kwargs)
-                end = make_event()
-                end.record()
-                record(boundary, direction, mb, EventTiming(start, end))
-                return result
-            t0 = perf_counter()
-            result = method(engine, *args, **kwargs)
-            record(boundary, direction, mb, perf_counter() - t0)
+            result, seconds = timed_call(make_event, method, engine, *args, **kwargs)
+            record(boundary, direction, mb, seconds)
             return result
 
         return perseus_p2p
@@ -204,12 +194,6 @@ class EngineHooks(InstructionHooks):
             if vars(self.engine).get(name) is ours:
                 delattr(self.engine, name)
         self._saved = {}
-
-    def __enter__(self) -> EngineHooks:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.remove()
 
 
 @quiet_stdout

@@ -51,18 +51,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perseus_client.integrations._base import (
     InstructionClient,
     InstructionHooks,
-    Orders,
-    Where,
     check_orders,
     quiet_stdout,
 )
-from perseus_client.integrations._timing import EventTiming, event_factory
+from perseus_client.integrations._timing import event_factory, timed_call
+
+if TYPE_CHECKING:
+    from perseus_client.integrations._base import Orders, Where
+
 
 __all__ = ["MegatronHooks", "instrument", "export_orders", "stage_order"]
 
@@ -248,12 +249,6 @@ class MegatronHooks(InstructionHooks):
         self._module = None
         self._originals = {}
 
-    def __enter__(self) -> MegatronHooks:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.remove()
-
     # -- iterations -----------------------------------------------------------------------------
 
     def start_iteration(self) -> None:
@@ -335,18 +330,7 @@ class MegatronHooks(InstructionHooks):
                 make_event = makers[id(comm)] = event_factory(
                     getattr(comm, "pp_group", None), self.transfer_timing
                 )
-            seconds: Any
-            if make_event is not None:
-                start = make_event()
-                start.record()
-                result = communicate(comm, *args, **kwargs)
-                end = make_event()
-                end.record()
-                seconds = EventTiming(start, end)
-            else:
-                t0 = perf_counter()
-                result = communicate(comm, *args, **kwargs)
-                seconds = perf_counter() - t0
+            result, seconds = timed_call(make_event, communicate, comm, *args, **kwargs)
             nf, nb = self._nf, self._nb
             if kwargs.get("tensor_send_next") is not None and nf > 0:
                 _, mb, stage = forwards[nf - 1]

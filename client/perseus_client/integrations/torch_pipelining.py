@@ -55,19 +55,21 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perseus_client.integrations import _torch_p2p
 from perseus_client.integrations._base import (
     InstructionClient,
-    InstructionHooks,
-    Orders,
-    Where,
+    ObjectHooks,
     check_orders,
     quiet_stdout,
 )
 from perseus_client.integrations._timing import event_factory
 from perseus_common.orders import gpipe_orders, one_f_one_b_orders
+
+if TYPE_CHECKING:
+    from perseus_client.integrations._base import Orders, Where
+
 
 __all__ = [
     "PipelineHooks",
@@ -124,8 +126,11 @@ def _full_backward(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     return bool(args[1]) if len(args) > 1 else True
 
 
-class PipelineHooks(InstructionHooks):
+class PipelineHooks(ObjectHooks):
     """Installed hooks on one schedule; :meth:`remove` (or leaving the ``with``) uninstalls them.
+
+    ``PipelineHooks(schedule, client, *, transfers=True, transfer_timing="auto")``, as
+    :class:`~perseus_client.integrations._base.ObjectHooks`.
 
     Attributes:
         schedule: the instrumented schedule.
@@ -134,16 +139,12 @@ class PipelineHooks(InstructionHooks):
             ``instrument`` was not told ``transfers=False``).
     """
 
-    def __init__(
-        self,
-        schedule: Any,
-        client: InstructionClient,
-        *,
-        transfers: bool = True,
-        transfer_timing: str = "auto",
-    ) -> None:
-        super().__init__(client, transfers=transfers, transfer_timing=transfer_timing)
-        self.schedule = schedule
+    @property
+    def schedule(self) -> Any:
+        """The instrumented schedule."""
+        return self.target
+
+    def _prepare(self) -> None:
         self._saved: list[tuple[Any, str, Any]] = []
         self._installed = False
         self._p2p = False
@@ -197,12 +198,6 @@ class PipelineHooks(InstructionHooks):
             self._p2p = False
             _torch_p2p.release()
         self._installed = False
-
-    def __enter__(self) -> PipelineHooks:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.remove()
 
     # -- wrappers -------------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ Perseus plan-push protocol (package perseus.v1).
 
 The server hands each training rank its per-instruction SM frequency plan and
 receives iteration measurements back. Regenerate the Python stubs with
-`python scripts/gen_proto.py` (tests/test_proto.py checks that they are current).
+`python scripts/gen_proto.py` (tests/common/test_proto.py checks that they are current).
 """
 
 from collections import abc as _abc

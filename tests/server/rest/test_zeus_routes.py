@@ -2,7 +2,7 @@
 
 A real server (tokens required) and the protocol as Zeus's client speaks it (its bodies, httpx's
 default 5 s timeout on registration); the client itself runs in
-``tests/integrations/test_zeus_e2e.py``.
+``tests/client/integrations/test_zeus_e2e.py``.
 """
 
 from __future__ import annotations

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import re
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -21,20 +19,10 @@ from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 
-from ..conftest import register, solved_job
+from ..conftest import register, solved_job, wait_until
 from ..rest.test_docs_openapi import Contract
 
 THERMAL = "sw_thermal_slowdown"
-
-
-def _wait(cond: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _counter(metrics: str, job: str, rank: int, reason: str) -> float:
@@ -158,7 +146,7 @@ def test_malformed_off_plan_fields_are_refused_naming_the_field(
 
 
 def _train(client: PerseusClient, iterations: int) -> None:
-    plan = _wait(lambda: client.latest_plan, "a plan")
+    plan = wait_until(lambda: client.latest_plan, "a plan", timeout=60.0)
     for _ in range(iterations):
         order = [(s.instruction, s.microbatch, s.stage) for s in (client.latest_plan or plan).steps]
         with client.iteration():

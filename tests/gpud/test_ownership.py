@@ -4,7 +4,7 @@ Tested with real processes against a real ``perseus gpud --simulate``: simulated
 by the peer (or a parent of the same uid); a peer sees only the GPUs it leases or owns. Also: a
 lease dies with the process that took it (a real fork), and malformed state files are refused with a
 message, not a traceback. The Kubernetes route (the kubelet's pod-resources API) is
-``test_gpud_kubelet.py``.
+``test_ownership_kubelet.py``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from test_communication_model import full_communication, random_profile
+from test_problem_communication import full_communication, random_profile
 
 import perseus.solver.solve as solve_module
 from perseus.errors import SolverCancelled

@@ -457,7 +457,7 @@ def test_per_clock_transfers_are_planned_on_a_model_never_faster_than_the_truth(
     # The bound: at least the shortest transfers' with each transfer's cost at its producer's
     # clock charged to the producer (below every true plan; tighter than the shortest
     # transfers' own costs here, where every transfer draws at least the blocking power), raised
-    # by pricing the coupling (tests/perseus/test_per_clock_plans.py checks it against the
+    # by pricing the coupling (tests/perseus/solver/test_coupling.py checks it against the
     # coupled LP and every plan).
     lp = LPRelaxation(problem.cost_charged())
     short = LPRelaxation(problem)

@@ -243,3 +243,33 @@ def test_gloo_keeps_the_cpu_timing_and_nccl_chooses_events(fake_torch, monkeypat
     assert _timing.event_factory(None, "cpu") is None
     with pytest.raises(ValueError, match="transfer_timing"):
         _timing.event_factory(None, "gpu")
+
+
+def test_timed_call_times_on_the_cpu_or_with_a_pair_of_events() -> None:
+    from perseus_client.integrations._timing import EventTiming, timed_call
+
+    def call(x: int, *, call: str = "") -> str:  # a keyword named like timed_call's own passes
+        return f"{x}{call}"
+
+    result, seconds = timed_call(None, call, 1, call="!")
+    assert result == "1!" and isinstance(seconds, float) and seconds >= 0
+
+    log: list[str] = []
+
+    class Event:
+        def record(self) -> None:
+            log.append("record")
+
+    def traced(x: int) -> int:
+        log.append("call")
+        return x * 2
+
+    result, timing = timed_call(Event, traced, 4)
+    assert result == 8 and log == ["record", "call", "record"]
+    assert isinstance(timing, EventTiming) and timing.start is not timing.end
+
+    def fails() -> None:
+        raise OSError("the transfer failed")
+
+    with pytest.raises(OSError, match="the transfer failed"):
+        timed_call(None, fails)

@@ -106,3 +106,43 @@ def test_hooks_time_transfers_only_when_asked_and_the_client_can() -> None:
     assert InstructionHooks(NoTransfers()).transfers is False
     with pytest.raises(ValueError, match="transfer_timing"):
         InstructionHooks(NoTransfers(), transfer_timing="sundial")
+
+
+# --- hooks on one framework object: the constructor and the context manager, written once -----
+
+
+def test_hooks_on_one_object_take_it_and_the_client_the_same_way(hooked: Any) -> None:
+    from perseus_client.integrations._base import ObjectHooks
+    from perseus_client.integrations.deepspeed import EngineHooks
+    from perseus_client.integrations.torch_pipelining import PipelineHooks
+
+    base, _ = hooked
+    engine, schedule = object(), object()
+    ds = EngineHooks(engine, base.client, transfers=False, transfer_timing="cpu")
+    tp = PipelineHooks(schedule, base.client, transfer_timing="events")
+    assert isinstance(ds, ObjectHooks) and isinstance(tp, ObjectHooks)
+    assert ds.target is ds.engine is engine and tp.target is tp.schedule is schedule
+    assert (ds.client, ds.transfers, ds.transfer_timing) == (base.client, False, "cpu")
+    assert (tp.transfers, tp.transfer_timing) == (base.transfers, "events")
+    assert ds._active is False and tp._active is True  # each integration's own bookkeeping
+    for cls, target in ((EngineHooks, engine), (PipelineHooks, schedule)):
+        with pytest.raises(ValueError, match="transfer_timing"):
+            cls(target, base.client, transfer_timing="sundial")
+
+
+def test_leaving_with_removes_the_hooks_even_on_an_error(hooked: Any) -> None:
+    from perseus_client.integrations.torch_pipelining import PipelineHooks
+
+    base, _ = hooked
+    removed: list[str] = []
+
+    class Recording(PipelineHooks):
+        def remove(self) -> None:
+            removed.append("removed")
+
+    with pytest.raises(KeyError), Recording(object(), base.client) as hooks:
+        assert isinstance(hooks, Recording)
+        raise KeyError("the training loop's error")
+    assert removed == ["removed"]
+    with pytest.raises(NotImplementedError):
+        base.remove()  # the base knows nothing to undo

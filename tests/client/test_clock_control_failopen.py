@@ -36,7 +36,7 @@ pytestmark = pytest.mark.slow
 workdir = gpud_harness.workdir
 start_daemon = gpud_harness.start_daemon
 #: These trainers open no device node: the daemon's ownership check has its own tests
-#: (tests/gpud/test_gpud_ownership.py); here any allowed peer may lease.
+#: (tests/gpud/test_ownership.py); here any allowed peer may lease.
 ANY_OWNER = ("--ownership", "none")
 HERE = Path(__file__).resolve().parent
 TOKEN = "failopen-token"

@@ -1,6 +1,6 @@
 """One rank of a real ``torch.distributed.pipelining`` run (gloo, CPU).
 
-The Perseus hooks time its P2P transfers. Started as a subprocess by ``test_transfers_e2e.py``.
+The Perseus hooks time its P2P transfers. Started as a subprocess by ``test_torch_pipelining_transfers.py``.
 
 For every schedule named in the config the rank trains a few iterations with the hooks and an
 offline ``PerseusClient`` on a recording ``SimulatedGpu`` and writes every

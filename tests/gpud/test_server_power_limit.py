@@ -17,9 +17,7 @@ workdir = gpud_harness.workdir
 
 
 def test_daemon_gpu_reports_nvmls_max_power_limit(start_daemon: Callable[..., Daemon]) -> None:
-    daemon = start_daemon(
-        "--simulate", "1", "--ownership", "none"
-    )  # ownership: test_gpud_ownership
+    daemon = start_daemon("--simulate", "1", "--ownership", "none")  # ownership: test_ownership
     gpu = DaemonGpu(0, socket=daemon.socket)
     try:
         assert gpu.max_power_limit_w() == 400.0  # the simulated A100 SXM's constraints

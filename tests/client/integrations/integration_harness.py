@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PROFILE = REPO / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"
 BLOCKING_POWER = 83.64
 #: A few A100 clocks: enough for the frontier to have distinct plans, few enough to solve at once.

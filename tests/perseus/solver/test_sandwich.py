@@ -11,7 +11,7 @@ import networkx as nx
 import numpy as np
 import pytest
 from lp_reference import LPRelaxation
-from test_scale import check_frontier
+from test_solver_scale import check_frontier
 
 from perseus.errors import OptionError
 from perseus.kernels.network_simplex import init_tree, reprice, simplex

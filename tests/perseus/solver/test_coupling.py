@@ -203,7 +203,7 @@ def test_the_per_clock_benchmark_smoke() -> None:
     Finite, none below zero (the bound is a bound), the worst at least each target's.
     """
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     proc = subprocess.run(
         [sys.executable, str(root / "benchmarks" / "per_clock.py"), "--smoke"],
         capture_output=True, text=True, timeout=600, cwd=root, env=env,

@@ -21,7 +21,7 @@ from perseus.profiles import Profile, load_profile
 from perseus.schedules import one_f_one_b
 from perseus.solver.relaxation import Relaxation, sweep_range
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 START = Path(__file__).with_name("data") / "sweep_degenerate_start.npy"
 
 
