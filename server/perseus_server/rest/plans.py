@@ -23,6 +23,7 @@ from perseus_server.models.requests import PlanSelect, policy_field
 from perseus_server.models.responses import FrontierStatus, PlanDeployment, PlanDoc
 from perseus_server.rest.docs import operation
 from perseus_server.service import PerseusService
+from perseus_server.service.authorization import JOB_READ, JOB_WRITE, allow
 from perseus_server.service.swing import swing_bounds
 
 __all__ = ["TAGS", "plans_router"]
@@ -91,6 +92,7 @@ def plans_router(service: PerseusService) -> APIRouter:
             FrontierStatus, "Compute the frontier", "The computation, queued.", 404, 409, status=202
         ),
     )
+    @allow(JOB_WRITE)
     async def start_frontier(job_id: str) -> dict[str, Any]:
         """Starts computing the job's time-energy frontier in a worker process.
 
@@ -103,6 +105,7 @@ def plans_router(service: PerseusService) -> APIRouter:
         tags=["frontier"],
         **operation(FrontierStatus, "Get the frontier", "The computation and frontier.", 404, 422),
     )
+    @allow(JOB_READ)
     async def get_frontier(job_id: str, points: bool = True) -> dict[str, Any]:
         """The computation's progress and, once computed, every frontier point.
 
@@ -117,6 +120,7 @@ def plans_router(service: PerseusService) -> APIRouter:
             FrontierStatus, "Cancel the computation", "The computation.", 404, 409, status=202
         ),
     )
+    @allow(JOB_WRITE)
     async def cancel_frontier(job_id: str) -> dict[str, Any]:
         """Stops a running frontier computation (409 when none runs)."""
         return service.cancel_solve(job_id)
@@ -134,6 +138,7 @@ def plans_router(service: PerseusService) -> APIRouter:
             content={"image/png": {"schema": {"type": "string", "format": "binary"}}},
         ),
     )
+    @allow(JOB_READ)
     async def frontier_plot(job_id: str) -> Response:
         """Energy against iteration time, the deployed points marked."""
         frontier, deployed = service.frontier_of(job_id)
@@ -148,6 +153,7 @@ def plans_router(service: PerseusService) -> APIRouter:
         tags=["plans"],
         **operation(PlanDoc, "Query a plan", "The selected frontier point.", 404, 409, 422),
     )
+    @allow(JOB_READ)
     async def get_plan(
         request: Request,
         job_id: str,
@@ -179,6 +185,7 @@ def plans_router(service: PerseusService) -> APIRouter:
         tags=["plans"],
         **operation(PlanDeployment, "Deploy a plan", "The new deployment.", 404, 409, 413, 422),
     )
+    @allow(JOB_WRITE)
     async def put_plan(job_id: str, body: PlanSelect) -> dict[str, Any] | None:
         """Sets the job's default policy or pins pipelines to a point; pushes the plans to ranks.
 
