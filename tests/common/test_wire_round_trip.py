@@ -27,7 +27,8 @@ from perseus_client.reports import report_message, report_value
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.wire import codec
 from perseus_common.wire import values as wire
-from perseus_server.grpc.codec import PlanEncoder, decode_report_bytes, decode_report_columns
+from perseus_server.grpc.plan_encoder import PlanEncoder
+from perseus_server.grpc.report_decoder import decode_report_bytes, decode_report_columns
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)

@@ -44,7 +44,7 @@ from perseus_server.grpc.received import WireReport
 from perseus_server.service import authorization as authz
 
 if TYPE_CHECKING:
-    from perseus_server.grpc.codec import PlanEncoder
+    from perseus_server.grpc.plan_encoder import PlanEncoder
     from perseus_server.service import PerseusService
 
 __all__ = [
