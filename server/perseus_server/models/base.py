@@ -73,8 +73,9 @@ class JsonView:
     """How a value of ours (a frozen dataclass, such as the wire's ``PlanStep``) reads in JSON.
 
     Annotate the value's class with it, ``Annotated[PlanStep, JsonView(...)]``, and a response
-    model holds the value itself: validation builds the value, serialisation writes the ``keys``
-    given, in their order, each from its attribute. Its schema is titled with the class's name
+    model holds the value itself: validation builds the value from the ``keys`` given, and
+    serialisation writes them, in their order, each from its attribute (unless the caller asks
+    for ``by_alias=False``: then the attributes' names). Its schema is titled with the class's name
     and described by ``description``; every key is required and extra keys are forbidden, as in
     a :class:`ResponseModel`. The keys name each attribute of the class exactly once (else a
     :class:`TypeError` when the model is built), so a value's new field cannot go undocumented.
@@ -113,7 +114,7 @@ class JsonView:
             attributes,
             slots=hasattr(source, "__slots__"),
             frozen=True,
-            config={"extra_fields_behavior": "forbid"},
+            config={"extra_fields_behavior": "forbid", "serialize_by_alias": True},
             ref=f"{source.__module__}.{source.__qualname__}:json-view",
             metadata={"pydantic_js_functions": [describe]},
         )
