@@ -84,6 +84,13 @@ _SWING_QUERY = Depends(_swing_query)
 def plans_router(service: PerseusService) -> APIRouter:
     """The frontier and plan routes over ``service``."""
     router = APIRouter()
+    _frontier_routes(router, service)
+    _plan_routes(router, service)
+    return router
+
+
+def _frontier_routes(router: APIRouter, service: PerseusService) -> None:
+    """Compute, read, cancel and plot a job's frontier."""
 
     @router.post(
         "/jobs/{job_id}/frontier",
@@ -148,6 +155,10 @@ def plans_router(service: PerseusService) -> APIRouter:
         )
         return Response(png, media_type="image/png")
 
+
+def _plan_routes(router: APIRouter, service: PerseusService) -> None:
+    """Query a plan by a policy; deploy one."""
+
     @router.get(
         "/jobs/{job_id}/plan",
         tags=["plans"],
@@ -193,5 +204,3 @@ def plans_router(service: PerseusService) -> APIRouter:
         given ``pipelines`` to the selected point.
         """
         return service.deploy(job_id, body.model_dump(exclude={"pipelines"}), body.pipelines)
-
-    return router
