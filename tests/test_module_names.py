@@ -44,10 +44,6 @@ SHARED = {
     "tenants.py": "the tenants feature: its routes (REST) and its quotas (service)",
     "stragglers.py": "the stragglers feature: its routes (REST) and its decisions (service)",
     "zeus.py": "Zeus's routes (REST) and the runs behind them (service)",
-    # The plan's shape is being unified (issue 42, item 3): the wire's values and codec, and
-    # the server's views of them.
-    "values.py": "the plain values exchanged with the ranks (wire, and the server's)",
-    "codec.py": "encoding the wire's values (to protobuf, and the gRPC adapter's)",
 }
 
 

@@ -35,8 +35,8 @@ import uvicorn
 
 from perseus_server.config import ServerConfig, read_token
 from perseus_server.domain.states import StreamEnd
-from perseus_server.grpc.codec import decode_report_bytes
 from perseus_server.grpc.gate import GRPC_CODES, GRPC_METHODS, AuthInterceptor
+from perseus_server.grpc.report_decoder import decode_report_bytes
 from perseus_server.grpc.service import PlanServicer, add_to_server
 from perseus_server.rest import create_app
 from perseus_server.runtime.connection_limits import GRPC_MAX_MESSAGE, guarded_http, raise_fd_limit

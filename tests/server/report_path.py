@@ -5,7 +5,7 @@ From the gRPC entry (``PlanServicer.ReportIterations``) to the last observer, tr
 
 The report is followed as a parameter: every call of a function of the project's modules
 (``perseus_server``, ``perseus_common``, ``perseus``) that receives it (the wire message, the
-decoded :class:`~perseus_server.domain.values.IterationReport`, or the checked report the
+decoded :class:`~perseus_common.wire.values.IterationReport`, or the checked report the
 observers take) is recorded with its module. A *stop* is a run of such calls in one module; a
 *return* is a stop in a module the report had left before (a module reached again, not a
 function returning). The report is handled in-process by a real service over a real store (a
@@ -31,7 +31,7 @@ from typing import Any
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.wire.values import IterationReport
 from perseus_server.config import Limits
-from perseus_server.grpc.codec import decode_report_bytes
+from perseus_server.grpc.report_decoder import decode_report_bytes
 from perseus_server.grpc.service import PlanServicer
 from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService

@@ -267,7 +267,13 @@ def test_every_grpc_method_answers_each_fields_boundary_values(
         "ReportIterations": report,
         "FinishRank": pb.FinishRankRequest(job_id=job, rank_id=rank),
     }
-    methods = {m.name for m in pb.DESCRIPTOR.services_by_name["PlanService"].methods}
+    service = pb.DESCRIPTOR.services_by_name["PlanService"]
+    for m in service.methods:
+        # A request of only job_id and rank_id is built from the .proto: a new such method
+        # needs nothing here.
+        if m.name not in bases and {f.name for f in m.input_type.fields} == {"job_id", "rank_id"}:
+            bases[m.name] = getattr(pb, m.input_type.name)(job_id=job, rank_id=rank)
+    methods = {m.name for m in service.methods}
     assert methods == set(bases), methods ^ set(bases)
     failures: list[str] = []
     rss0 = rss_mib(server.pid)

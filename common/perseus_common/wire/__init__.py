@@ -2,10 +2,11 @@
 
 * :mod:`perseus_common.wire.values` — frozen dataclasses that mirror the messages field for
   field (registration, plans, iteration reports with their transfers and applied-clock
-  findings, acknowledgements); pure Python, no protobuf;
-* :mod:`perseus_common.wire.codec` — the one place either end builds or reads a ``perseus.v1``
-  message: ``encode_*`` / ``decode_*`` for every message (the rank client encodes what it sends
-  and decodes what it receives; the server's gRPC adapter the other way round).
+  findings, acknowledgements); pure Python, no protobuf. A flat request that only its receiver
+  reads needs none (its method reads the message);
+* :mod:`perseus_common.wire.codec` — ``encode_*`` / ``decode_*`` for every message with a
+  value: the rank client encodes what it sends and decodes what it receives, the server's gRPC
+  adapter the other way round; the client builds or reads no message anywhere else.
 
 Encoding is faithful: ``decode(encode(v)) == v`` for every value whose fields fit their proto
 types (``tests/common/test_wire_round_trip.py``). What a value may hold (bounds, known

@@ -9,7 +9,9 @@ so a new method is its ``.proto`` entry, one declaration here and the service pa
 
 A unary method is declared with :func:`unary`: decode the request into the service's plain
 value, call the service, encode the answer; an :class:`~perseus_server.domain.errors.ApiError`
-becomes its status code (:func:`perseus_server.grpc.service.status_code`). A streaming method
+becomes its status code (:func:`perseus_server.grpc.service.status_code`). A flat request (scalar
+fields only) needs no wire value of its own: decoded with :func:`as_message`, its call reads the
+message's fields (typed by the generated stubs) and hands the service plain values. A streaming method
 gives its body itself (:func:`watch_plan`, :func:`report_iterations`).
 
 ``tests/server/grpc/test_methods.py`` checks that every method of the ``.proto`` is declared and
@@ -22,7 +24,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import grpc
@@ -43,7 +44,7 @@ from perseus_server.grpc.received import WireReport
 from perseus_server.service import authorization as authz
 
 if TYPE_CHECKING:
-    from perseus_server.grpc.codec import PlanEncoder
+    from perseus_server.grpc.plan_encoder import PlanEncoder
     from perseus_server.service import PerseusService
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "Method",
     "RankCheck",
     "Servicer",
+    "as_message",
     "by_path",
     "unary",
 ]
@@ -126,6 +128,15 @@ class Method:
     def path(self) -> str:
         """The method's full path, as a call names it (``/perseus.v1.PlanService/<name>``)."""
         return SERVICE + self.name
+
+
+def as_message(request: Any) -> Any:
+    """A flat request's decoder: the message itself, whose fields its method's call reads.
+
+    What a new method whose request only the server reads uses instead of a wire value (see the
+    module docstring); the service still gets plain values, never the message.
+    """
+    return request
 
 
 def unary(
@@ -238,7 +249,7 @@ METHODS: tuple[Method, ...] = (
 )
 
 #: Method name -> its rule: the gRPC rows of the authorization table (``docs/server.md``).
-GRPC: Mapping[str, authz.Rule] = MappingProxyType({m.name: m.rule for m in METHODS})
+GRPC: Mapping[str, authz.Rule] = authz.table((m.name, m.rule) for m in METHODS)
 
 
 def by_path(path: str) -> Method | None:

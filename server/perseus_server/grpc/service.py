@@ -2,7 +2,8 @@
 
 The servicer is built from the methods' declarations (:data:`perseus_server.grpc.methods.METHODS`):
 each one's body answers the method of its name. Requests are decoded into the service's plain
-values and its answers encoded back by :mod:`perseus_server.grpc.codec`; the service itself
+values and its answers encoded back by the shared codec (:mod:`perseus_common.wire.codec`; a
+plan once per plan object, :mod:`perseus_server.grpc.plan_encoder`); the service itself
 never sees a protobuf message.
 
 Errors map to status codes: bad fields -> INVALID_ARGUMENT, unknown job -> NOT_FOUND, state
@@ -35,9 +36,9 @@ from perseus_server.domain.errors import (
     Unauthorized,
     Unavailable,
 )
-from perseus_server.grpc.codec import PlanEncoder
 from perseus_server.grpc.gate import TooLargeMessage, token_matches
 from perseus_server.grpc.methods import METHODS, REPLACED_DETAIL, Body, Context, Method
+from perseus_server.grpc.plan_encoder import PlanEncoder
 from perseus_server.runtime.hub import StreamLimitExceeded
 from perseus_server.service import PerseusService
 from perseus_server.service.credentials import Credentials
@@ -198,7 +199,7 @@ def add_to_server(servicer: PlanServicer, server: grpc.aio.Server) -> None:
     """Serve ``servicer``'s methods on ``server``, as the generated code would.
 
     Except that a response may be bytes serialized already: ``WatchPlan`` writes each plan's
-    message serialized once per plan (:class:`~perseus_server.grpc.codec.PlanEncoder`), not
+    message serialized once per plan (:class:`~perseus_server.grpc.plan_encoder.PlanEncoder`), not
     once per stream.
     """
     handlers = {

@@ -14,14 +14,22 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field, create_model
 
 from perseus.policies import POLICIES, POLICY_NAMES
+from perseus_common.wire.values import PlanStep
 from perseus_server.domain.states import DeploymentKind, SolveStatus
-from perseus_server.models.base import OptTimestamp, ResponseModel, Timestamp, omitted
+from perseus_server.models.base import (
+    JsonKey,
+    JsonView,
+    OptTimestamp,
+    ResponseModel,
+    Timestamp,
+    omitted,
+)
 
 __all__ = [
     "FrontierPoint",
     "FrontierSummary",
     "FrontierStatus",
-    "PlanStep",
+    "PlanStepJson",
     "PlanDoc",
     "PlanPolicyView",
     "PolicyName",
@@ -126,13 +134,18 @@ class FrontierStatus(ResponseModel):
 # --- plans ---------------------------------------------------------------------------------------
 
 
-class PlanStep(ResponseModel):
-    """One instruction of a rank's plan."""
-
-    instruction: str = Field(description="forward, backward (or its input/weight halves).")
-    microbatch: int
-    stage: int = Field(description="The model stage (virtual stage for interleaved schedules).")
-    frequency: int = Field(description="SM clock (MHz) to run it at.")
+#: A plan step in JSON (:func:`perseus.frontier.plan_json`): the wire's
+#: :class:`~perseus_common.wire.values.PlanStep` itself, its clock under the key ``frequency``.
+PlanStepJson = Annotated[
+    PlanStep,
+    JsonView(
+        "One instruction of a rank's plan.",
+        instruction=JsonKey("instruction", "forward, backward (or its input/weight halves)."),
+        microbatch=JsonKey("microbatch"),
+        stage=JsonKey("stage", "The model stage (virtual stage for interleaved schedules)."),
+        frequency=JsonKey("frequency_mhz", "SM clock (MHz) to run it at."),
+    ),
+]
 
 
 class PlanDoc(ResponseModel):
@@ -162,7 +175,9 @@ class PlanDoc(ResponseModel):
         "Present (true) when the job's frontier is only a solve's first plan: the query was "
         "answered from that one point (see ``GET /jobs/{id}/frontier``)."
     )
-    steps: list[list[PlanStep]] = omitted("Per pipeline rank, its instructions (``steps=true``).")
+    steps: list[list[PlanStepJson]] = omitted(
+        "Per pipeline rank, its instructions (``steps=true``)."
+    )
     swing_bounds: dict[str, Any] = omitted("With swing bounds: the bounds asked for.")
     power_floors: list[list[list[float]]] = omitted(
         "With swing bounds: per pipeline rank, [start_s, end_s, watts] within one iteration "

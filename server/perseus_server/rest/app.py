@@ -33,7 +33,7 @@ from perseus_server.rest import (
     zeus,
 )
 from perseus_server.rest.docs import install_openapi
-from perseus_server.rest.gate import Gate
+from perseus_server.rest.gate import Gate, public_paths, route_rules
 from perseus_server.rest.plan_fast_path import PlanAnswerFront, PlanQueriesFirst
 from perseus_server.rest.problems import install_error_handlers
 from perseus_server.rest.swagger import install_swagger
@@ -71,6 +71,19 @@ def create_app(
     ``zeus_routes``: mount Zeus's routes under ``/zeus`` with these settings (None: not).
     """
     credentials = credentials or service.authority(token)
+    routers = [
+        *([zeus.zeus_router(service.zeus_runs(zeus_routes))] if zeus_routes is not None else []),
+        monitoring.status_router(service),
+        jobs.jobs_router(service, credentials),
+        profiles.profiles_router(service),
+        plans.plans_router(service),
+        stragglers.stragglers_router(service),
+        power_budget.power_router(service),
+        credential_routes.credentials_router(service, credentials),
+        tenants.tenants_router(service),
+    ]
+    # Each route declares who may call it (@allow): the gate's rows of the authorization table.
+    rules = route_rules(route for router in routers for route in router.routes)
     # plan queries go to the gate first (rest/plan_fast_path.py); the rest as in any FastAPI app
     app = PlanQueriesFirst(
         title="Perseus",
@@ -94,6 +107,7 @@ def create_app(
         Gate,
         owner=service.tenant_of,
         credentials=credentials,
+        rules=rules,
         limits=service.limits,
         metrics=service.metrics,
         allowed_hosts=allowed_hosts,
@@ -101,17 +115,10 @@ def create_app(
     )
     if zeus_routes is not None:  # outside the gate: it hands the gate the URL's credential
         app.add_middleware(zeus.ZeusCredentialPath, credentials=credentials)
-        app.include_router(zeus.zeus_router(service.zeus_runs(zeus_routes)))
     install_error_handlers(app)
-    install_openapi(app)
-    app.include_router(monitoring.status_router(service))
-    app.include_router(jobs.jobs_router(service, credentials))
-    app.include_router(profiles.profiles_router(service))
-    app.include_router(plans.plans_router(service))
-    app.include_router(stragglers.stragglers_router(service))
-    app.include_router(power_budget.power_router(service))
-    app.include_router(credential_routes.credentials_router(service, credentials))
-    app.include_router(tenants.tenants_router(service))
+    install_openapi(app, public_paths(rules))
+    for router in routers:
+        app.include_router(router)
     install_swagger(app)  # /docs and /openapi.json, outside the gate
     install_ui(app, auth=credentials.enabled)  # the page's own middleware: keep it added last
     # Built now, once: the gate reads the routes' templates from it at its first unrouted

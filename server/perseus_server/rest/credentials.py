@@ -17,7 +17,7 @@ from perseus_server.models.base import ResponseModel, omitted
 from perseus_server.rest.docs import operation
 from perseus_server.rest.gate import CALLER
 from perseus_server.service import PerseusService
-from perseus_server.service.authorization import sees_tenant
+from perseus_server.service.authorization import ADMIN_ONLY, JOB_READ, JOB_WRITE, allow, sees_tenant
 from perseus_server.service.credentials import Credentials, Principal, Scope
 
 __all__ = [
@@ -99,6 +99,7 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
             IssuedCredentialView, "Rotate a job's rank credential", "The new credential.", 404
         ),
     )
+    @allow(JOB_WRITE)
     async def rotate_rank_credential(job_id: str) -> dict[str, Any]:
         """A new secret for the job's rank credential.
 
@@ -113,6 +114,7 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
         response_class=Response,
         **operation(None, "Revoke a job's rank credential", "Revoked.", 404, status=204),
     )
+    @allow(JOB_WRITE)
     async def revoke_rank_credential(job_id: str) -> Response:
         """The job's rank credential stops working until it is rotated.
 
@@ -127,6 +129,7 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
             IssuedCredentialView, "Issue a credential", "The new credential.", 422, status=201
         ),
     )
+    @allow(ADMIN_ONLY)
     async def issue_credential(body: CredentialIn) -> dict[str, Any]:
         """A cluster read credential, or a tenant's credential naming the tenant.
 
@@ -141,6 +144,7 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
         "/credentials",
         **operation(CredentialList, "List credentials", "The issued credentials, without secrets."),
     )
+    @allow(JOB_READ)
     async def list_credentials(who: Principal = CALLER) -> dict[str, Any]:
         """Every issued credential (read, tenant and rank); secrets are never shown again.
 
@@ -154,6 +158,7 @@ def credentials_router(service: PerseusService, credentials: Credentials) -> API
         response_class=Response,
         **operation(None, "Revoke a credential", "Revoked.", 404, status=204),
     )
+    @allow(ADMIN_ONLY)
     async def revoke_credential(credential_id: str) -> Response:
         """The credential stops working at once (404 when unknown or revoked already)."""
         service.revoke_credential(credentials, credential_id)

@@ -25,7 +25,6 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
-from perseus_server.rest.gate import PUBLIC_PATHS
 from perseus_server.rest.problems import PROBLEM, Problem
 
 __all__ = ["BEARER", "ERRORS", "built_response", "operation", "install_openapi"]
@@ -123,16 +122,16 @@ def _refs(node: Any) -> set[str]:
     return set()
 
 
-def _tidy(schema: dict[str, Any]) -> None:
+def _tidy(schema: dict[str, Any], public: frozenset[str]) -> None:
     """Tidy the OpenAPI document: problems under their media type, no default 422, bearer auth.
 
     No FastAPI default 422 (our 422 is a problem too); the bearer scheme on every operation but
-    the public ones.
+    the ``public`` paths.
     """
     schema.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
     for path, ops in schema.get("paths", {}).items():
         for op in ops.values():
-            op["security"] = [] if path in PUBLIC_PATHS else [{BEARER: []}]
+            op["security"] = [] if path in public else [{BEARER: []}]
             responses = op.get("responses", {})
             for code, resp in list(responses.items()):
                 body = resp.get("content", {})
@@ -149,8 +148,11 @@ def _tidy(schema: dict[str, Any]) -> None:
             comps.pop(name, None)
 
 
-def install_openapi(app: FastAPI) -> None:
-    """Serve the tidied schema at ``/openapi.json`` (built once, on first request)."""
+def install_openapi(app: FastAPI, public: frozenset[str]) -> None:
+    """Serve the tidied schema at ``/openapi.json`` (built once, on first request).
+
+    ``public``: the paths that need no credential (no bearer scheme on their operations).
+    """
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -161,7 +163,7 @@ def install_openapi(app: FastAPI) -> None:
                 routes=app.routes,
                 tags=app.openapi_tags,
             )
-            _tidy(schema)
+            _tidy(schema, public)
             app.openapi_schema = schema
         return app.openapi_schema
 

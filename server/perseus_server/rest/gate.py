@@ -14,27 +14,31 @@ configured to allow, and refuses state-changing requests from a foreign ``Origin
 :mod:`perseus_server.rest.origins`.
 
 Who may call what is the authorization table of :mod:`perseus_server.service.authorization`
-(credential kind x route x own / other tenant): a route the credential's kind may not use
-answers 403 naming the scope it needs; a route the table lacks opens to the admin only.
+(credential kind x route x own / other tenant), whose REST rows each route declares at its
+function (``@allow(rule)``; :func:`route_rules` reads them from the routers): a route the
+credential's kind may not use answers 403 naming the scope it needs; a path or method no route
+declares opens to the admin only. A route declared :data:`~perseus_server.service.authorization.PUBLIC`
+(``/healthz``) needs no credential.
 
 No existence oracle: for a credential whose cell is ``own`` (a tenant's, a rank's), the gate
 resolves the path's job id (or tenant id) to *visible* (the caller's own) or *not visible*
 (another tenant's, or no such job) first, and answers a job it may not see itself, with the
 404 of an unknown id, before the body is sized or read and before any route runs: the same
 status, body, headers, metrics (``perseus_refusals_total{reason="not_found"}`` for both) and
-the same code path (a dict look-up), whatever the body (oversized, stalled) or the query. ``/healthz`` needs nothing. The Gate decides before the body is read, and leaves the
-caller's :class:`Principal` in the request state: a route reads it with the :func:`caller`
-dependency (a listing filters by it), or demands a scope with
-``dependencies=[Depends(requires(Scope.ADMIN))]``.
+the same code path (a dict look-up), whatever the body (oversized, stalled) or the query. The
+Gate decides before the body is read, and leaves the caller's :class:`Principal` in the request
+state: a route reads it with the :func:`caller` dependency (a listing filters by it).
 """
 
 from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 
 from fastapi import Depends, Request
+from fastapi.routing import APIRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from perseus_server.config import Limits
@@ -49,10 +53,16 @@ from perseus_server.service.credentials import ADMIN, Credentials, Forbidden, Pr
 from perseus_server.service.credentials import Scope as CredentialScope
 from perseus_server.service.tenants import unknown_tenant
 
-__all__ = ["CALLER", "Gate", "PUBLIC_PATHS", "caller", "internal_error", "requires", "unknown_job"]
+__all__ = [
+    "CALLER",
+    "Gate",
+    "caller",
+    "internal_error",
+    "public_paths",
+    "route_rules",
+    "unknown_job",
+]
 
-#: Paths that need no credential.
-PUBLIC_PATHS = frozenset({"/healthz"})
 _STATE_KEY = "perseus_principal"
 
 
@@ -66,16 +76,23 @@ def caller(request: Request) -> Principal:
 CALLER = Depends(caller)
 
 
-def requires(scope: CredentialScope) -> Callable[[Request], Principal]:
-    """FastAPI dependency factory: 403 unless the caller's scope allows ``scope``."""
+def route_rules(routes: Iterable[object]) -> Mapping[str, authz.Rule]:
+    """The REST rows of the authorization table: each route's declared rule, in route order.
 
-    def check(request: Request) -> Principal:
-        who = caller(request)
-        if not who.allows(scope):
-            raise _forbidden(who, scope, request.method, request.url.path)
-        return who
+    Keyed ``"METHOD /template"``. A route without a rule (``@allow``), or two routes of one
+    key, is a :class:`ValueError` (see :func:`~perseus_server.service.authorization.table`).
+    """
+    return authz.table(
+        (f"{method} {route.path}", authz.rule_of(route.endpoint))
+        for route in routes
+        if isinstance(route, APIRoute)
+        for method in sorted(route.methods or ())
+    )
 
-    return check
+
+def public_paths(rules: Mapping[str, authz.Rule]) -> frozenset[str]:
+    """The paths of the routes ``rules`` declares public: they need no credential."""
+    return frozenset(key.split(" ", 1)[1] for key, rule in rules.items() if rule is authz.PUBLIC)
 
 
 def _forbidden(
@@ -105,6 +122,7 @@ class Gate:
     """Pure ASGI middleware: credentials and scopes, body-size cap, request metrics.
 
     ``credentials``: the :class:`Credentials` (``token``: just an admin token; neither: open);
+    ``rules``: the routes' rules (:func:`route_rules`; a request no rule covers: the admin's);
     ``owner(job_id)``: the tenant of a stored job (None: no such job).
     """
 
@@ -116,6 +134,7 @@ class Gate:
         metrics: Metrics,
         credentials: Credentials | None = None,
         token: str | None = None,
+        rules: Mapping[str, authz.Rule] = MappingProxyType({}),
         allowed_hosts: Iterable[str] = (),
         owner: Callable[[str], str | None] = lambda job_id: None,
         writes: WriteLimits | None = None,
@@ -126,7 +145,9 @@ class Gate:
         self.credentials = credentials or Credentials(None, admin=token)
         self.origins = Origins(allowed_hosts)
         self._templates: list[tuple[re.Pattern[str], str]] | None = None
-        self._forbidden = {key: _needed(rule) for key, rule in authz.REST.items()}
+        self.rules = rules
+        self.public = public_paths(rules)
+        self._forbidden = {key: _needed(rule) for key, rule in rules.items()}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Check a request's framing, host, credential and size, then pass it on.
@@ -194,7 +215,7 @@ class Gate:
         method = str(scope.get("method", ""))
         template, params = self._match(scope)
         key = f"{'GET' if method == 'HEAD' else method} {template}"
-        rule = authz.REST.get(key)
+        rule = self.rules.get(key)
         got = authz.access(who, rule)
         if got is authz.Access.NONE:
             self._refused(who, "forbidden")
@@ -248,7 +269,7 @@ class Gate:
             if refused is not None:
                 await problem_response(refused)(scope, receive, send)
                 return
-        if self.credentials.enabled and scope["path"] not in PUBLIC_PATHS:
+        if self.credentials.enabled and scope["path"] not in self.public:
             who = self.credentials.from_header(headers.get("authorization", ""))
             if who is None:
                 refused = Unauthorized("missing or wrong bearer token", field="Authorization")

@@ -27,7 +27,14 @@ from perseus_server.rest.docs import built_response, operation
 from perseus_server.rest.gate import CALLER
 from perseus_server.rest.job_status import JobStatus, LifecycleView
 from perseus_server.service import PerseusService
-from perseus_server.service.authorization import TENANT_SCOPES, sees_tenant
+from perseus_server.service.authorization import (
+    JOB_READ,
+    JOB_STATUS,
+    JOB_WRITE,
+    TENANT_SCOPES,
+    allow,
+    sees_tenant,
+)
 from perseus_server.service.credentials import Credentials, Principal
 from perseus_server.service.tenants import DEFAULT_TENANT
 from perseus_server.service.views import MAX_STATUS_RANKS, STATUS_RANKS
@@ -299,6 +306,7 @@ def jobs_router(service: PerseusService, credentials: Credentials) -> APIRouter:
     @router.post(
         "/jobs", **operation(JobCreated, "Create a job", "The new job.", 409, 413, 422, status=201)
     )
+    @allow(JOB_WRITE)
     async def create_job(body: JobIn, who: Principal = CALLER) -> dict[str, Any]:
         """A training job: pipelines of ``stages`` ranks running ``schedule`` over ``microbatches``.
 
@@ -322,6 +330,7 @@ def jobs_router(service: PerseusService, credentials: Credentials) -> APIRouter:
         return service.create_job(spec, tenant, credentials)
 
     @router.get("/jobs", **operation(JobList, "List jobs", "A page of jobs.", 422))
+    @allow(JOB_READ)
     async def list_jobs(
         limit: int = Query(
             100, ge=1, le=service.limits.max_jobs_page, description="Jobs per page."
@@ -339,6 +348,7 @@ def jobs_router(service: PerseusService, credentials: Credentials) -> APIRouter:
         return service.jobs_page(limit, after, sees_tenant(who))
 
     @router.get("/jobs/{job_id}", **operation(JobView, "Get a job", "The job.", 404))
+    @allow(JOB_READ)
     async def get_job(job_id: str) -> dict[str, Any]:
         """A job's description, state, profile revision and deployed plan version."""
         return service.job(job_id)
@@ -347,6 +357,7 @@ def jobs_router(service: PerseusService, credentials: Credentials) -> APIRouter:
         "/jobs/{job_id}/status",
         **operation(JobStatus, "Job status", "The job's live state.", 404),
     )
+    @allow(JOB_STATUS)
     async def status(
         job_id: str,
         ranks: int = Query(
@@ -377,6 +388,7 @@ def jobs_router(service: PerseusService, credentials: Credentials) -> APIRouter:
         "/jobs/{job_id}/finish",
         **operation(LifecycleView, "Finish a job", "The job's lifecycle.", 404, 409),
     )
+    @allow(JOB_WRITE)
     async def finish_job(job_id: str) -> dict[str, Any]:
         """The job is done: it leaves the cluster power budget at once and stays stored.
 
@@ -390,6 +402,7 @@ def jobs_router(service: PerseusService, credentials: Credentials) -> APIRouter:
         response_class=Response,
         **operation(None, "Delete a job", "Deleted.", 404, status=204),
     )
+    @allow(JOB_WRITE)
     async def delete_job(job_id: str) -> Response:
         """Cancels its solves, ends its ranks' plan streams and deletes everything stored."""
         await service.delete_job(job_id)

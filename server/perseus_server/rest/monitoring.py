@@ -16,7 +16,7 @@ from perseus_server.models.base import ResponseModel
 from perseus_server.rest.docs import operation
 from perseus_server.rest.gate import CALLER
 from perseus_server.service import PerseusService
-from perseus_server.service.authorization import sees_tenant
+from perseus_server.service.authorization import JOB_READ, PUBLIC, allow, sees_tenant
 from perseus_server.service.credentials import Principal
 
 __all__ = ["TAG", "Health", "PrometheusText", "status_router"]
@@ -48,6 +48,7 @@ def status_router(service: PerseusService) -> APIRouter:
     router = APIRouter()
 
     @router.get("/healthz", tags=["service"], **operation(Health, "Liveness", "OK.", public=True))
+    @allow(PUBLIC)
     async def healthz() -> dict[str, Any]:
         """Whether the server answers; needs no token."""
         return service.health()
@@ -58,6 +59,7 @@ def status_router(service: PerseusService) -> APIRouter:
         response_class=PrometheusText,
         **operation(None, "Prometheus metrics", "Metrics in the Prometheus text format."),
     )
+    @allow(JOB_READ)
     async def metrics(who: Principal = CALLER) -> PrometheusText:
         """Request, solve, deployment, replan and report counters and histograms; job gauges.
 

@@ -23,6 +23,7 @@ from perseus_server.models.requests import PlanSelect, policy_field
 from perseus_server.models.responses import FrontierStatus, PlanDeployment, PlanDoc
 from perseus_server.rest.docs import operation
 from perseus_server.service import PerseusService
+from perseus_server.service.authorization import JOB_READ, JOB_WRITE, allow
 from perseus_server.service.swing import swing_bounds
 
 __all__ = ["TAGS", "plans_router"]
@@ -83,6 +84,13 @@ _SWING_QUERY = Depends(_swing_query)
 def plans_router(service: PerseusService) -> APIRouter:
     """The frontier and plan routes over ``service``."""
     router = APIRouter()
+    _frontier_routes(router, service)
+    _plan_routes(router, service)
+    return router
+
+
+def _frontier_routes(router: APIRouter, service: PerseusService) -> None:
+    """Compute, read, cancel and plot a job's frontier."""
 
     @router.post(
         "/jobs/{job_id}/frontier",
@@ -91,6 +99,7 @@ def plans_router(service: PerseusService) -> APIRouter:
             FrontierStatus, "Compute the frontier", "The computation, queued.", 404, 409, status=202
         ),
     )
+    @allow(JOB_WRITE)
     async def start_frontier(job_id: str) -> dict[str, Any]:
         """Starts computing the job's time-energy frontier in a worker process.
 
@@ -103,6 +112,7 @@ def plans_router(service: PerseusService) -> APIRouter:
         tags=["frontier"],
         **operation(FrontierStatus, "Get the frontier", "The computation and frontier.", 404, 422),
     )
+    @allow(JOB_READ)
     async def get_frontier(job_id: str, points: bool = True) -> dict[str, Any]:
         """The computation's progress and, once computed, every frontier point.
 
@@ -117,6 +127,7 @@ def plans_router(service: PerseusService) -> APIRouter:
             FrontierStatus, "Cancel the computation", "The computation.", 404, 409, status=202
         ),
     )
+    @allow(JOB_WRITE)
     async def cancel_frontier(job_id: str) -> dict[str, Any]:
         """Stops a running frontier computation (409 when none runs)."""
         return service.cancel_solve(job_id)
@@ -134,6 +145,7 @@ def plans_router(service: PerseusService) -> APIRouter:
             content={"image/png": {"schema": {"type": "string", "format": "binary"}}},
         ),
     )
+    @allow(JOB_READ)
     async def frontier_plot(job_id: str) -> Response:
         """Energy against iteration time, the deployed points marked."""
         frontier, deployed = service.frontier_of(job_id)
@@ -143,11 +155,16 @@ def plans_router(service: PerseusService) -> APIRouter:
         )
         return Response(png, media_type="image/png")
 
+
+def _plan_routes(router: APIRouter, service: PerseusService) -> None:
+    """Query a plan by a policy; deploy one."""
+
     @router.get(
         "/jobs/{job_id}/plan",
         tags=["plans"],
         **operation(PlanDoc, "Query a plan", "The selected frontier point.", 404, 409, 422),
     )
+    @allow(JOB_READ)
     async def get_plan(
         request: Request,
         job_id: str,
@@ -179,6 +196,7 @@ def plans_router(service: PerseusService) -> APIRouter:
         tags=["plans"],
         **operation(PlanDeployment, "Deploy a plan", "The new deployment.", 404, 409, 413, 422),
     )
+    @allow(JOB_WRITE)
     async def put_plan(job_id: str, body: PlanSelect) -> dict[str, Any] | None:
         """Sets the job's default policy or pins pipelines to a point; pushes the plans to ranks.
 
@@ -186,5 +204,3 @@ def plans_router(service: PerseusService) -> APIRouter:
         given ``pipelines`` to the selected point.
         """
         return service.deploy(job_id, body.model_dump(exclude={"pipelines"}), body.pipelines)
-
-    return router

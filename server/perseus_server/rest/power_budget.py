@@ -15,7 +15,7 @@ from perseus_server.models.base import ResponseModel
 from perseus_server.rest.docs import operation
 from perseus_server.rest.gate import CALLER
 from perseus_server.service import PerseusService
-from perseus_server.service.authorization import sees_tenant
+from perseus_server.service.authorization import ADMIN_ONLY, JOB_READ, allow, sees_tenant
 from perseus_server.service.credentials import Principal
 
 __all__ = [
@@ -167,6 +167,7 @@ def power_router(service: PerseusService) -> APIRouter:
             PowerBudgetView, "Set the power budget", "The budget and its allocation.", 413, 422
         ),
     )
+    @allow(ADMIN_ONLY)
     async def put_power_budget(body: PowerBudgetIn) -> dict[str, Any]:
         """Shares ``watts`` (W) between the covered jobs by ``policy`` and deploys each job's plan.
 
@@ -182,6 +183,7 @@ def power_router(service: PerseusService) -> APIRouter:
         "/power-budget",
         **operation(PowerBudgetView, "Get the power budget", "The budget and its allocation.", 404),
     )
+    @allow(JOB_READ)
     async def get_power_budget(who: Principal = CALLER) -> dict[str, Any]:
         """The budget (W), the allocated watts and each job's share.
 
@@ -196,6 +198,7 @@ def power_router(service: PerseusService) -> APIRouter:
         response_class=Response,
         **operation(None, "Remove the power budget", "Removed.", 404, status=204),
     )
+    @allow(ADMIN_ONLY)
     async def delete_power_budget() -> Response:
         """Every covered job goes back to its own plan policy (404 when none is set)."""
         service.delete_power_budget()

@@ -22,6 +22,7 @@ from perseus_server.models.base import ResponseModel
 from perseus_server.models.status import ProfilingStatus
 from perseus_server.rest.docs import operation
 from perseus_server.service import PerseusService
+from perseus_server.service.authorization import JOB_READ, JOB_WRITE, allow
 
 __all__ = [
     "TAGS",
@@ -151,6 +152,7 @@ def profiles_router(service: PerseusService) -> APIRouter:
         },
         **operation(ProfileSummary, "Upload a profile", "The stored profile.", 404, 409, 413, 422),
     )
+    @allow(JOB_WRITE)
     async def put_profile(
         job_id: str,
         request: Request,
@@ -190,6 +192,7 @@ def profiles_router(service: PerseusService) -> APIRouter:
             content={"text/csv": {"schema": {"type": "string"}}},
         ),
     )
+    @allow(JOB_READ)
     async def get_profile(
         job_id: str, request: Request, format: str | None = Query(None, pattern="^(csv|json)$")
     ) -> Response:
@@ -209,6 +212,7 @@ def profiles_router(service: PerseusService) -> APIRouter:
             ProfilingStatus, "Start online profiling", "The scan.", 404, 409, 413, 422, status=202
         ),
     )
+    @allow(JOB_WRITE)
     async def start_profiling(job_id: str, body: ProfilingIn) -> dict[str, Any]:
         """Scans the SM clocks from the highest down, measuring the job's own profile.
 
@@ -229,6 +233,7 @@ def profiles_router(service: PerseusService) -> APIRouter:
         tags=["profiling"],
         **operation(ProfilingStatus, "Profiling progress", "The scan.", 404),
     )
+    @allow(JOB_READ)
     async def get_profiling(job_id: str) -> dict[str, Any]:
         """The scan's clock, measured iterations and energy per clock (404: never started)."""
         return service.profiling_status(job_id)
@@ -238,6 +243,7 @@ def profiles_router(service: PerseusService) -> APIRouter:
         tags=["profiling"],
         **operation(ProfilingStatus, "Abort online profiling", "The aborted scan.", 404, 409),
     )
+    @allow(JOB_WRITE)
     async def abort_profiling(job_id: str) -> dict[str, Any]:
         """Stops a running scan; the ranks go back to the previous plan (or max clocks)."""
         return service.abort_profiling(job_id)

@@ -18,6 +18,7 @@ from perseus_server.models.base import INT32_MAX, Index
 from perseus_server.rest.docs import built_response, operation
 from perseus_server.rest.job_status import DetectionSettings, JobStatus
 from perseus_server.service import PerseusService
+from perseus_server.service.authorization import JOB_WRITE, allow
 
 __all__ = ["TAG", "DetectionIn", "StragglerIn", "stragglers_router"]
 
@@ -61,6 +62,7 @@ def stragglers_router(service: PerseusService) -> APIRouter:
             422,
         ),
     )
+    @allow(JOB_WRITE)
     async def report_straggler(job_id: str, body: StragglerIn) -> Response:
         """A pipeline known to be slow: the others move to the plan that finishes with it.
 
@@ -76,6 +78,7 @@ def stragglers_router(service: PerseusService) -> APIRouter:
             JobStatus, "Clear stragglers", "The job's status after replanning.", 404, 409, 422
         ),
     )
+    @allow(JOB_WRITE)
     async def clear_stragglers(
         job_id: str, pipeline: int | None = Query(None, ge=0, le=INT32_MAX)
     ) -> Response:
@@ -86,6 +89,7 @@ def stragglers_router(service: PerseusService) -> APIRouter:
         "/jobs/{job_id}/straggler-detection",
         **operation(DetectionSettings, "Set straggler detection", "The settings.", 404, 413, 422),
     )
+    @allow(JOB_WRITE)
     async def set_detection(job_id: str, body: DetectionIn) -> dict[str, Any]:
         """When a pipeline counts as slow and as recovered.
 

@@ -17,7 +17,7 @@ from perseus_server.models.base import ResponseModel
 from perseus_server.rest.docs import operation
 from perseus_server.rest.gate import CALLER
 from perseus_server.service import PerseusService
-from perseus_server.service.authorization import sees_tenant
+from perseus_server.service.authorization import ADMIN_ONLY, JOB_READ, allow, sees_tenant
 from perseus_server.service.credentials import Principal
 
 __all__ = ["TAG", "TenantIn", "TenantList", "TenantPatch", "TenantView", "tenants_router"]
@@ -95,6 +95,7 @@ def tenants_router(service: PerseusService) -> APIRouter:
         "/tenants",
         **operation(TenantView, "Create a tenant", "The new tenant.", 409, 413, 422, status=201),
     )
+    @allow(ADMIN_ONLY)
     async def create_tenant(body: TenantIn) -> dict[str, Any]:
         """A tenant with its quotas; issue its credentials with ``POST /credentials``.
 
@@ -105,11 +106,13 @@ def tenants_router(service: PerseusService) -> APIRouter:
         return service.create_tenant(body.id, body.model_dump(exclude={"id"}, exclude_unset=True))
 
     @router.get("/tenants", **operation(TenantList, "List tenants", "The tenants."))
+    @allow(JOB_READ)
     async def list_tenants(who: Principal = CALLER) -> dict[str, Any]:
         """Every tenant, its quotas and what it holds (a tenant's credential: its own)."""
         return {"tenants": service.tenant_listing(sees_tenant(who))}
 
     @router.get("/tenants/{tenant_id}", **operation(TenantView, "Get a tenant", "The tenant.", 404))
+    @allow(JOB_READ)
     async def get_tenant(tenant_id: str) -> dict[str, Any]:
         """A tenant's quotas, weight, guaranteed watts, jobs and GPUs."""
         return service.tenant(tenant_id)
@@ -118,6 +121,7 @@ def tenants_router(service: PerseusService) -> APIRouter:
         "/tenants/{tenant_id}",
         **operation(TenantView, "Change a tenant's quotas", "The tenant.", 404, 409, 413, 422),
     )
+    @allow(ADMIN_ONLY)
     async def patch_tenant(tenant_id: str, body: TenantPatch) -> dict[str, Any]:
         """The quotas given change (null: back to the default).
 
@@ -132,6 +136,7 @@ def tenants_router(service: PerseusService) -> APIRouter:
         response_class=Response,
         **operation(None, "Delete a tenant", "Deleted.", 404, 409, status=204),
     )
+    @allow(ADMIN_ONLY)
     async def delete_tenant(tenant_id: str) -> Response:
         """Deletes the tenant and its credentials.
 

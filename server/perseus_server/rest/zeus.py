@@ -32,6 +32,7 @@ from perseus_server.models.base import INT32_MAX, Index, ResponseModel
 from perseus_server.rest.docs import operation
 from perseus_server.rest.gate import CALLER
 from perseus_server.rest.problems import problem_response
+from perseus_server.service.authorization import ZEUS_RUN, allow
 from perseus_server.service.credentials import Credentials, Forbidden, Principal
 from perseus_server.service.credentials import Scope as CredentialScope
 from perseus_server.service.zeus import ZeusJobInfo, ZeusRankInfo, ZeusRuns
@@ -123,6 +124,7 @@ def zeus_router(runs: ZeusRuns) -> APIRouter:
         f"{PREFIX}/register_job",
         **operation(str, "Register a Zeus run", "The run's job id (a JSON string).", 409, 422),
     )
+    @allow(ZEUS_RUN)
     async def register_job(body: JobInfoIn, who: Principal = CALLER) -> str:
         """A new run (an ordinary job) of the prototype ``job_metadata`` names.
 
@@ -136,6 +138,7 @@ def zeus_router(runs: ZeusRuns) -> APIRouter:
         f"{PREFIX}/register_rank/{{job_id}}",
         **operation(None, "Register a rank of a Zeus run", "Registered.", 404, 409, 422),
     )
+    @allow(ZEUS_RUN)
     async def register_rank(
         job_id: str, body: RankInfoIn, request: Request, who: Principal = CALLER
     ) -> None:
@@ -156,6 +159,7 @@ def zeus_router(runs: ZeusRuns) -> APIRouter:
             FrequencySchedule, "A Zeus rank's schedule", "One iteration's clocks.", 404, 409, 422
         ),
     )
+    @allow(ZEUS_RUN)
     async def schedule(
         job_id: str, rank: Annotated[int, Query(ge=0, le=INT32_MAX)], who: Principal = CALLER
     ) -> dict[str, Any]:
@@ -171,6 +175,7 @@ def zeus_router(runs: ZeusRuns) -> APIRouter:
         f"{PREFIX}/result/{{job_id}}",
         **operation(None, "A Zeus rank's profiling result", "Received.", 404, 409, 422),
     )
+    @allow(ZEUS_RUN)
     async def result(job_id: str, body: ProfilingResultIn, who: Principal = CALLER) -> None:
         """Received and counted as contact (Perseus measures through its own clients)."""
         runs.report(_tenant(who), job_id, body.rank)

@@ -1,12 +1,16 @@
-"""Who may call what: the one authorization table.
+"""Who may call what: the one authorization table, its rows declared where each endpoint is.
 
 Credential kind x route or gRPC method x own / other tenant, that the REST gate
-(:mod:`perseus_server.rest.gate`) and the gRPC gate (:mod:`perseus_server.grpc.gate`) both read. Its rules are named here; the routes' rows are
-:data:`REST`, the gRPC methods' rows their declarations (each names its rule:
-:mod:`perseus_server.grpc.methods`). ``docs/server.md`` prints it (:func:`markdown_table`), and
-``tests/server/service/test_authorization_matrix.py`` checks every cell against a running server,
-walking the routes from the app's router and the methods from the ``.proto``: a route or method
-missing fails that test (and is refused to every credential but the admin's).
+(:mod:`perseus_server.rest.gate`) and the gRPC gate (:mod:`perseus_server.grpc.gate`) both read.
+Its rules are named here, and each endpoint declares its own, the same way on both adapters: a
+REST route with :func:`allow` on its function (:mod:`perseus_server.rest`), a gRPC method in its
+declaration (:mod:`perseus_server.grpc.methods`). Each adapter's rows are :func:`table` of its
+declarations: a key declared twice, or an endpoint without a rule, is an error when the table is
+built (the server does not start), and a route or method the table lacks is refused to every
+credential but the admin's (:func:`access`). ``docs/server.md`` prints the table
+(:func:`markdown_table`), and ``tests/server/service/test_authorization_matrix.py`` checks every
+cell against a running server, walking the routes from the app's router and the methods from the
+``.proto``.
 
 Credential kinds (:class:`~perseus_server.service.credentials.Scope`):
 
@@ -29,20 +33,24 @@ PERMISSION_DENIED (it names its own job; see :mod:`perseus_server.grpc.gate`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
 from types import MappingProxyType
+from typing import TypeVar
 
 from perseus_server.service.credentials import Principal, Scope
 
 __all__ = [
     "PUBLIC",
-    "REST",
     "TENANT_SCOPES",
     "Access",
+    "Rule",
     "access",
+    "allow",
     "markdown_table",
+    "rule_of",
     "sees_tenant",
+    "table",
 ]
 
 
@@ -81,6 +89,8 @@ def _rule(
 
 
 _A, _O = Access.ANY, Access.OWN
+#: A route that needs no credential (it holds no data): the REST gate checks none there.
+PUBLIC = _rule(read=_A, tenant=_A, tenant_read=_A, rank=_A)
 #: Reading a job (or a listing, filtered to the caller's tenant).
 JOB_READ = _rule(read=_A, tenant=_O, tenant_read=_O)
 #: A job's status: also its own rank credential.
@@ -94,59 +104,60 @@ RANK_CALL = _rule(rank=_O)
 #: Zeus's routes (``perseus serve --zeus``): a tenant's runs, through a tenant or zeus credential.
 ZEUS_RUN = _rule(tenant=_O, zeus=_O)
 
-#: Routes that need no credential (they hold no data).
-PUBLIC = frozenset({"GET /healthz"})
+#: The attribute :func:`allow` sets on an endpoint's function.
+_RULE_ATTRIBUTE = "__perseus_rule__"
 
-#: REST: ``"METHOD /template"`` -> the rule (``HEAD`` is read as ``GET``).
-REST: Mapping[str, Rule] = MappingProxyType(
-    {
-        "GET /healthz": _rule(read=_A, tenant=_A, tenant_read=_A, rank=_A),
-        "GET /metrics": JOB_READ,
-        "POST /jobs": JOB_WRITE,
-        "GET /jobs": JOB_READ,
-        "GET /jobs/{job_id}": JOB_READ,
-        "DELETE /jobs/{job_id}": JOB_WRITE,
-        "POST /jobs/{job_id}/finish": JOB_WRITE,
-        "PUT /jobs/{job_id}/profile": JOB_WRITE,
-        "GET /jobs/{job_id}/profile": JOB_READ,
-        "POST /jobs/{job_id}/frontier": JOB_WRITE,
-        "GET /jobs/{job_id}/frontier": JOB_READ,
-        "DELETE /jobs/{job_id}/frontier": JOB_WRITE,
-        "GET /jobs/{job_id}/frontier.png": JOB_READ,
-        "GET /jobs/{job_id}/plan": JOB_READ,
-        "PUT /jobs/{job_id}/plan": JOB_WRITE,
-        "GET /jobs/{job_id}/status": JOB_STATUS,
-        "POST /jobs/{job_id}/profiling": JOB_WRITE,
-        "GET /jobs/{job_id}/profiling": JOB_READ,
-        "DELETE /jobs/{job_id}/profiling": JOB_WRITE,
-        "POST /jobs/{job_id}/stragglers": JOB_WRITE,
-        "DELETE /jobs/{job_id}/stragglers": JOB_WRITE,
-        "PUT /jobs/{job_id}/straggler-detection": JOB_WRITE,
-        "POST /jobs/{job_id}/credentials/rotate": JOB_WRITE,
-        "DELETE /jobs/{job_id}/credentials": JOB_WRITE,
-        "PUT /power-budget": ADMIN_ONLY,
-        "GET /power-budget": JOB_READ,
-        "DELETE /power-budget": ADMIN_ONLY,
-        "POST /credentials": ADMIN_ONLY,
-        "GET /credentials": JOB_READ,
-        "DELETE /credentials/{credential_id}": ADMIN_ONLY,
-        "POST /tenants": ADMIN_ONLY,
-        "GET /tenants": JOB_READ,
-        "GET /tenants/{tenant_id}": JOB_READ,
-        "PATCH /tenants/{tenant_id}": ADMIN_ONLY,
-        "DELETE /tenants/{tenant_id}": ADMIN_ONLY,
-        "POST /zeus/register_job": ZEUS_RUN,
-        "POST /zeus/register_rank/{job_id}": ZEUS_RUN,
-        "GET /zeus/schedule/{job_id}": ZEUS_RUN,
-        "POST /zeus/result/{job_id}": ZEUS_RUN,
-    }
-)
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def allow(rule: Rule) -> Callable[[F], F]:
+    """Declare who may call an endpoint: a decorator that gives its function ``rule``, once.
+
+    A REST route puts it under its route decorator::
+
+        @router.get("/jobs/{job_id}", ...)
+        @allow(JOB_READ)
+        async def get_job(job_id: str) -> ...: ...
+
+    A second rule on the same function is a :class:`TypeError` (an endpoint has exactly one).
+    """
+
+    def declare(endpoint: F) -> F:
+        if rule_of(endpoint) is not None:
+            raise TypeError(f"{endpoint.__qualname__}: its access rule is declared twice")
+        setattr(endpoint, _RULE_ATTRIBUTE, rule)
+        return endpoint
+
+    return declare
+
+
+def rule_of(endpoint: object) -> Rule | None:
+    """The rule :func:`allow` declared on ``endpoint`` (None: none)."""
+    found = getattr(endpoint, _RULE_ATTRIBUTE, None)
+    return found if isinstance(found, Mapping) else None
+
+
+def table(rows: Iterable[tuple[str, Rule | None]]) -> Mapping[str, Rule]:
+    """One adapter's rows of the table, from its endpoints' declarations, in their order.
+
+    ``rows``: each endpoint's key (``"METHOD /template"``, a gRPC method's name) and the rule it
+    declared. A key without a rule or declared twice is a :class:`ValueError`: every endpoint
+    has exactly one rule.
+    """
+    out: dict[str, Rule] = {}
+    for key, rule in rows:
+        if rule is None:
+            raise ValueError(f"{key}: no access rule declared (declare one where it is defined)")
+        if key in out:
+            raise ValueError(f"{key}: declared twice")
+        out[key] = rule
+    return MappingProxyType(out)
 
 
 def access(who: Principal, rule: Rule | None) -> Access:
     """What ``who`` may do under ``rule``.
 
-    A route or method the table lacks: the admin only.
+    A route or method the table lacks (``rule`` None): the admin only.
     """
     if rule is None:
         return Access.ANY if who.scope is Scope.ADMIN else Access.NONE
@@ -162,16 +173,16 @@ def sees_tenant(who: Principal) -> str | None:
     return who.tenant if who.scope in TENANT_SCOPES else None
 
 
-def markdown_table(grpc: Mapping[str, Rule]) -> str:
-    """The table as Markdown: :data:`REST`, then the gRPC methods' ``grpc`` rules.
+def markdown_table(rest: Mapping[str, Rule], grpc: Mapping[str, Rule]) -> str:
+    """The table as Markdown: the routes' ``rest`` rules, then the gRPC methods' ``grpc`` rules.
 
     ``docs/server.md`` prints it (a test keeps them equal).
     """
     kinds = list(Scope)
     head = "| route or method | " + " | ".join(k.value for k in kinds) + " |"
     lines = [head, "|---" * (len(kinds) + 1) + "|"]
-    for key, rule in REST.items():
-        shown = f"`{key}`" + (" (public)" if key in PUBLIC else "")
+    for key, rule in rest.items():
+        shown = f"`{key}`" + (" (public)" if rule is PUBLIC else "")
         lines.append(f"| {shown} | " + " | ".join(rule[k].value for k in kinds) + " |")
     for name, rule in grpc.items():
         lines.append(f"| gRPC `{name}` | " + " | ".join(rule[k].value for k in kinds) + " |")

@@ -1,7 +1,7 @@
 """Deployment: deciding what every pipeline runs, and publishing it as the job's next plan.
 
 Publishing as the job's next plan version, and building each rank's
-:class:`~perseus_server.domain.values.PlanUpdate`.
+:class:`~perseus_common.wire.values.PlanUpdate`.
 
 Plan versions: each job has one version counter. Every deployment (a plan per data-parallel
 pipeline, a profiling frequency step, or the max-clock plan while the profile of an online

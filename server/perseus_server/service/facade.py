@@ -8,7 +8,7 @@ without an adapter noticing. Tenants, the power budget and credentials are in it
 :class:`~perseus_server.service.facade_admin.AdministrationFacade`.
 
 The parts take and return plain values (dicts shaped as the REST API answers, and the frozen
-values of :mod:`perseus_server.domain.values` for the ranks). Everything runs on the server's
+values of :mod:`perseus_common.wire.values` for the ranks). Everything runs on the server's
 event loop (with PostgreSQL, iteration reports are committed in groups on a thread:
 :mod:`perseus_server.service.ingest`); solves run in worker processes (see :mod:`perseus_server.runtime.solve_manager`),
 and large iteration reports are decoded in one

@@ -6,7 +6,7 @@ measured of it ahead, off the event loop for a large report (its per-stage slowd
 profiling's measurements). The product is the :class:`CheckedReport` the report pipeline stores and
 hands to its observers (:mod:`perseus_server.service.reports`).
 
-A large report arrives as :class:`~perseus_server.domain.values.InstructionColumns`; its
+A large report arrives as :class:`~perseus_server.domain.instruction_columns.InstructionColumns`; its
 measurements are then checked with array operations (:func:`first_bad_instruction`), with the
 same results and errors as one measurement at a time, and measured per stage by array
 operations too (:func:`report_stage_factors`).
@@ -42,9 +42,9 @@ from perseus_server.domain.bounds import (
     check_seconds,
 )
 from perseus_server.domain.errors import BadRequest, Conflict
+from perseus_server.domain.instruction_columns import InstructionColumns
 from perseus_server.domain.jobs import RankInfo
 from perseus_server.domain.states import ProfilingStatus
-from perseus_server.domain.values import InstructionColumns
 from perseus_server.service.state import Job, JobTable
 
 __all__ = [
@@ -414,7 +414,7 @@ def report_stage_factors(
     Each measurement's time over its profiled time, grouped by stage (in first-seen order; a
     measurement the profile has no positive time for is left out), given to the one statistic,
     :func:`perseus_server.decisions.report_statistics.stage_factors`. Rows and
-    :class:`~perseus_server.domain.values.InstructionColumns` alike.
+    :class:`~perseus_server.domain.instruction_columns.InstructionColumns` alike.
 
     Free of side effects on the job beyond the profile's lookup tables, so a large report can
     be measured off the event loop. Expects validated measurements.

@@ -16,10 +16,9 @@ from fastapi.testclient import TestClient
 
 from perseus_server.config import Limits, ZeusConfig
 from perseus_server.rest import create_app
-from perseus_server.rest.gate import PUBLIC_PATHS
 from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService
-from perseus_server.service.authorization import REST, Access
+from perseus_server.service.authorization import PUBLIC, Access, rule_of
 from perseus_server.service.credentials import Scope
 
 from ..routes import app_routes
@@ -45,24 +44,12 @@ def _table() -> dict[tuple[str, str], tuple[str, str]]:
     return table
 
 
-def _required_scope(route: APIRoute) -> Scope | None:
-    """The scope a route demands itself (``Depends(requires(...))``), if any."""
-    for dep in route.dependant.dependencies:
-        call = dep.call
-        if call is not None and getattr(call, "__qualname__", "") == "requires.<locals>.check":
-            cells = call.__closure__ or ()
-            return next(c.cell_contents for c in cells if isinstance(c.cell_contents, Scope))
-    return None
-
-
-def _gate_credential(method: str, route: APIRoute) -> str:
-    """The credential the gate (and the route's own scope, if it demands one) asks for."""
-    if route.path in PUBLIC_PATHS:
+def _gate_credential(route: APIRoute) -> str:
+    """The cluster-wide credential the gate asks for: from the rule the route declares."""
+    rule = rule_of(route.endpoint)  # its row of the authorization table (test_gate_rules)
+    assert rule is not None, route.path
+    if rule is PUBLIC:
         return "none"
-    own = _required_scope(route)
-    if own is not None:
-        return own.value
-    rule = REST[f"{method} {route.path}"]  # the authorization table (test_authorization_matrix)
     if rule[Scope.ZEUS] is not Access.NONE:
         return "zeus"
     return "read" if rule[Scope.READ] is not Access.NONE else "admin"
@@ -78,7 +65,7 @@ def test_every_route_is_in_the_table_with_its_router_and_credential(tmp_path: Pa
     assert not stale, f"docs/server.md lists endpoints that are gone: {stale}"
     for (method, path), route in routes.items():
         router = route.endpoint.__module__.rsplit(".", 1)[1]
-        want = (router, _gate_credential(method, route))
+        want = (router, _gate_credential(route))
         assert table[(method, path)] == want, (method, path)
 
 

@@ -1,12 +1,13 @@
 """The authorization table, every cell checked against a real ``perseus serve``.
 
-The table is :mod:`perseus_server.service.authorization`, its gRPC rows from
-:mod:`perseus_server.grpc.methods`; its cells are credential kind x route (from the app's own
-router) or gRPC method (from the ``.proto``) x own / other tenant.
+The table's rules are named in :mod:`perseus_server.service.authorization`; its REST rows are the
+rules the routes declare (``@allow``, read from the app's own router), its gRPC rows those of
+:mod:`perseus_server.grpc.methods`; its cells are credential kind x route or gRPC method (from
+the ``.proto``) x own / other tenant.
 
-A route or method that is not in the table fails :func:`test_every_route_and_method_is_classified`
-(and is refused to every credential but the admin's), so a new one is classified the day it is
-added. Each cell runs on fresh jobs (a job of the caller's tenant, one of another tenant) so a
+A route without a rule stops the app from being built (``tests/server/rest/test_gate_rules.py``)
+and a method that is not declared fails :func:`test_every_route_and_method_is_classified`, so a
+new one is classified the day it is added. Each cell runs on fresh jobs (a job of the caller's tenant, one of another tenant) so a
 write that is allowed does not change what the next cell sees:
 
 - ``none``: 403 naming ``Authorization`` (gRPC: PERMISSION_DENIED);
@@ -17,7 +18,7 @@ write that is allowed does not change what the next cell sees:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,8 @@ from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 from perseus_server.config import ZeusConfig
 from perseus_server.grpc.methods import GRPC
-from perseus_server.service.authorization import PUBLIC, REST, Access, markdown_table
+from perseus_server.rest.gate import route_rules
+from perseus_server.service.authorization import PUBLIC, Access, Rule, markdown_table
 from perseus_server.service.credentials import Scope
 
 from ..rest.test_gate_scopes import read_token_args
@@ -91,27 +93,35 @@ def _routes(tmp: Path) -> list[tuple[str, str]]:
     return sorted({(m, r.path) for r in routes for m in r.methods})
 
 
-def test_every_route_and_method_is_classified(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def rest(tmp_path_factory: pytest.TempPathFactory) -> Mapping[str, Rule]:
+    """The REST rows: every route's declared rule (``--zeus``'s routes included)."""
+    routes = app_routes(tmp_path_factory.mktemp("rules"), token="x", zeus_routes=ZeusConfig())
+    return route_rules(routes)
+
+
+def test_every_route_and_method_is_classified(tmp_path: Path, rest: Mapping[str, Rule]) -> None:
     routes = {f"{m} {p}" for m, p in _routes(tmp_path)}
-    assert routes == set(REST), (
-        f"unclassified: {sorted(routes - set(REST))}; gone: {sorted(set(REST) - routes)}"
+    assert routes == set(rest), (
+        f"unclassified: {sorted(routes - set(rest))}; gone: {sorted(set(rest) - routes)}"
     )
     methods = {m.name for m in pb.DESCRIPTOR.services_by_name["PlanService"].methods}
     assert methods == set(GRPC)
-    for rule in [*REST.values(), *GRPC.values()]:
+    for rule in [*rest.values(), *GRPC.values()]:
         assert set(rule) == set(Scope) and rule[Scope.ADMIN] is Access.ANY
 
 
-def test_the_table_keeps_tenants_apart() -> None:
+def test_the_table_keeps_tenants_apart(rest: Mapping[str, Rule]) -> None:
     """The table keeps tenants apart: what the cells must say, whatever is added.
 
     A tenant's credentials never reach another tenant's jobs; read-only kinds change nothing; a
     rank credential reads only its job's status on REST; tenants, quotas, credentials and the
     cluster budget are the admin's.
     """
-    for key, rule in REST.items():
+    for key, rule in rest.items():
         method, path = key.split(" ", 1)
-        if key in PUBLIC:
+        if rule is PUBLIC:
+            assert key == "GET /healthz", key  # the one route that needs no credential
             continue
         for kind in (Scope.TENANT, Scope.TENANT_READ):
             assert rule[kind] in (Access.OWN, Access.NONE), (key, kind)
@@ -135,8 +145,8 @@ def test_the_table_keeps_tenants_apart() -> None:
         )
 
 
-def test_the_docs_print_the_table() -> None:
-    assert markdown_table(GRPC) in (ROOT / "docs" / "server.md").read_text()
+def test_the_docs_print_the_table(rest: Mapping[str, Rule]) -> None:
+    assert markdown_table(rest, GRPC) in (ROOT / "docs" / "server.md").read_text()
 
 
 def _unknown_detail(r: httpx.Response, param: str, value: str) -> bool:
@@ -147,17 +157,19 @@ def _unknown_detail(r: httpx.Response, param: str, value: str) -> bool:
     return body.get("field") == param and repr(value)[:66] in body.get("detail", "")
 
 
-def test_every_rest_cell(tmp_path: Path, admin: httpx.Client, tokens: dict[Scope, str]) -> None:
+def test_every_rest_cell(
+    tmp_path: Path, admin: httpx.Client, tokens: dict[Scope, str], rest: Mapping[str, Rule]
+) -> None:
     cells = 0
     kept = (*_job(admin, "team-a"), _job(admin, "team-b")[0])  # what GET cells read
     caller = httpx.Client(base_url=admin.base_url, timeout=30.0)  # each cell sends its token
     for method, template in _routes(tmp_path):
         key = f"{method} {template}"
-        if key in PUBLIC:
+        if rest[key] is PUBLIC:
             continue
         for kind in Scope:
             for side in ("own", "other"):
-                want = REST[key][kind]
+                want = rest[key][kind]
                 # A write cell the table lets through gets fresh jobs (it may change them);
                 # a refused one must not change anything (checked at the end).
                 fresh = method != "GET" and (
@@ -198,7 +210,8 @@ def test_every_rest_cell(tmp_path: Path, admin: httpx.Client, tokens: dict[Scope
                     for j in (own_job, other_job):
                         admin.delete(f"/jobs/{j}")
     caller.close()
-    assert cells == 2 * len(Scope) * (len(REST) - len(PUBLIC))
+    public = [key for key, rule in rest.items() if rule is PUBLIC]
+    assert cells == 2 * len(Scope) * (len(rest) - len(public))
     # The refused writes changed nothing: the kept jobs are there, untouched.
     for job in (kept[0], kept[2]):
         view = admin.get(f"/jobs/{job}").json()

@@ -26,7 +26,7 @@ from perseus_common.wire.values import IterationReport, TransferReport
 from perseus_server import ServerProcess
 from perseus_server.config import Limits
 from perseus_server.domain.states import SlowStageStatus
-from perseus_server.grpc.codec import decode_report_columns
+from perseus_server.grpc.report_decoder import decode_report_columns
 from perseus_server.runtime.solve_manager import SolveEvents
 from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService

@@ -24,7 +24,7 @@ from perseus_common.wire.values import (
 )
 from perseus_server.decisions.planner import Straggler
 from perseus_server.domain.states import DeploymentKind, JobState, StragglerSource
-from perseus_server.grpc.codec import PlanEncoder
+from perseus_server.grpc.plan_encoder import PlanEncoder
 from perseus_server.grpc.service import serialized
 from perseus_server.service.slow_stages import drop_slow_stage_straggler
 

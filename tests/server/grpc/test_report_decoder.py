@@ -27,8 +27,8 @@ from perseus_common.wire.values import InstructionReport, IterationReport, OffPl
 from perseus_server.config import Limits
 from perseus_server.decisions.profiling_scan import Measurement
 from perseus_server.domain.errors import BadRequest
-from perseus_server.domain.values import InstructionColumns
-from perseus_server.grpc.codec import decode_report_bytes, decode_report_columns
+from perseus_server.domain.instruction_columns import InstructionColumns
+from perseus_server.grpc.report_decoder import decode_report_bytes, decode_report_columns
 from perseus_server.runtime.parse_pool import ReportPool
 from perseus_server.service.report_checks import (
     first_bad_instruction,
