@@ -2,7 +2,7 @@
 
 Every open ``WatchPlan`` stream is a subscriber that always holds the newest plan for its rank
 (older undelivered versions are simply replaced). Plans travel as the service's plain
-:class:`~perseus_server.domain.values.PlanUpdate`; the gRPC adapter encodes them.
+:class:`~perseus_common.wire.values.PlanUpdate`; the gRPC adapter encodes them.
 
 **Bounded streams.** A rank identity holds one stream: a new stream for the same rank replaces
 the old one, which ends (:attr:`StreamEnd.REPLACED`; the gRPC adapter ends it with ``ABORTED``
