@@ -138,8 +138,10 @@ def _paired_time_ratio(
     A step's time is the slower pipeline's (they meet at the gradient sync); ``None`` when the
     records have no interleaved max-clock steps (:data:`~perseus_demo.phases.REFERENCE`).
     """
+    if set(ref) != set(plan) or not all(ref.values()):
+        return None
     pairs = [i for i in w if all(i < min(len(plan[p]), len(ref[p])) for p in plan)]
-    if not ref or not all(ref.values()) or not pairs:
+    if not pairs:
         return None
     return _median(
         [
