@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["PHASES", "PHASE_TITLES"]
+__all__ = ["PHASES", "PHASE_TITLES", "REFERENCE"]
 
 #: The demo's phases, in the order the ranks run them.
 PHASES: tuple[str, ...] = ("max-clocks", "perseus", "straggler", "recovery", "power-budget")
@@ -15,3 +15,8 @@ PHASE_TITLES: dict[str, str] = {
     "recovery": "Phase 4: pipeline 1 recovered",
     "power-budget": "Phase 5: under a power budget",
 }
+
+#: The label of the max-clock steps interleaved with phase 2's (each phase-2 step is followed by
+#: one through the same client): the reference phase 2's step time is compared with, measured
+#: under the same conditions as phase 2 (see :mod:`perseus_demo.analysis`).
+REFERENCE = "max-clocks-interleaved"

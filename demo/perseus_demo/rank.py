@@ -12,7 +12,10 @@ one (the GPU draws blocking power meanwhile, like a real one in NCCL's all-reduc
 The rank runs the demo's phases back to back:
 
 1. ``max-clocks``: the client has no plan (offline), so every instruction runs at the top clock;
-2. ``perseus``: connected to the server, the deployed plan;
+2. ``perseus``: connected to the server, the deployed plan; each of its steps is followed by a
+   step at max clocks through the same client (recorded as phase ``max-clocks-interleaved``,
+   see :data:`perseus_demo.phases.REFERENCE`), so that the plan's step time is compared with max clocks measured
+   under the same conditions (load on the machine, the client's reporting, the server's work);
 3. ``straggler``: pipeline 1's simulated GPUs are slowed (``SimulatedGpu.set_time_factor``);
 4. ``recovery``: back to full speed;
 5. ``power-budget``: once every rank is done with phase 4, rank 0 sets the job's power budget
@@ -39,7 +42,7 @@ from typing import Any
 
 from perseus_client import PerseusClient, RankPosition, Reporting, SimulatedGpu
 from perseus_client.integrations import torch_pipelining
-from perseus_demo.phases import PHASES
+from perseus_demo.phases import PHASES, REFERENCE
 from perseus_demo.timeline import TimelineGpu
 
 __all__ = ["main"]
@@ -140,6 +143,23 @@ def _wait_for_plan(client: Any, version: int, rank: int) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"rank {rank} never received plan version {version}")
         time.sleep(0.02)
+
+
+def _reference_step(
+    client: Any, train_step: Any, index: int, last: tuple[float, int]
+) -> tuple[float, int]:
+    """One step at max clocks through the connected ``client``, its plan put back after.
+
+    Recorded as phase :data:`~perseus_demo.phases.REFERENCE` (``train_step(client, phase,
+    index, last)`` runs and records a step).
+    """
+    plan = client.latest_plan
+    client.use_plan(None)  # from the next iteration boundary: no plan, the top clock
+    try:
+        return train_step(client, REFERENCE, index, last)
+    finally:
+        if client.latest_plan is None:  # the server sent nothing newer meanwhile
+            client.use_plan(plan)
 
 
 def _write_result(cfg: dict[str, Any], doc: dict[str, Any], rank: int) -> None:
@@ -248,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
                     sim.set_time_factor(1.0 + slow if phase == "straggler" else 1.0)
                 for i in range(n):
                     last = train_step(client, phase, i, last)
+                    if phase == PHASES[1]:
+                        last = _reference_step(client, train_step, i, last)
     finally:
         client.close()
     dist.barrier()

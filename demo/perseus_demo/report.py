@@ -71,7 +71,8 @@ def report(res: dict[str, Any]) -> str:
         lines.append(f"  v{r['version']}: {r['why']}" + ("" if r["changed"] else " (no change)"))
     lines += ["Metrics: " + "; ".join(res["replan_metrics"]), ""]
     lines.append(
-        f"Phase 2: step time {100 * (c['phase2_time_ratio'] - 1):+.2f} % vs max clocks; saving "
+        f"Phase 2: step time {100 * (c['phase2_time_ratio'] - 1):+.2f} % vs max clocks "
+        f"({c.get('phase2_time_reference', 'phase 1')}); saving "
         f"{100 * c['phase2_saving']:.2f} % measured vs {100 * c['phase2_predicted_saving']:.2f} % "
         "predicted by the frontier."
     )

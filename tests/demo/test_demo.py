@@ -26,6 +26,7 @@ from perseus_demo import (
 from perseus_demo import main as demo_main
 from perseus_demo.analysis import uniform_power_limit_phase
 from perseus_demo.options import parse_options
+from perseus_demo.phases import REFERENCE
 from perseus_demo.profile import (
     DEFAULT_PROFILE,
     blocking_power_for,
@@ -218,6 +219,55 @@ def test_a_missed_promise_is_named_and_fails_the_demo(
     assert c["phase2_saving"] == pytest.approx(0.1) == c["phase2_predicted_saving"]
     assert c["missed"] == missed
     assert c["ok"] is (not missed)
+
+
+def _with_load_between_phases(phase2: list[float], reference: list[float]) -> list[dict[str, Any]]:
+    """:func:`_records` with phase 2 and its interleaved max-clock steps at these step times.
+
+    Phase 1 ran before the load came: 1.0 s a step.
+    """
+    out = _records(3)
+    for r in out:
+        plan = [s for s in r["steps"] if s["phase"] == "perseus"]
+        for s, t in zip(plan, phase2, strict=True):
+            s["step_time"] = s["iteration_time"] = t
+        r["steps"] += [
+            {**plan[0], "phase": REFERENCE, "step_time": t, "expected_time": None}
+            for t in reference
+        ]
+    return out
+
+
+@pytest.mark.parametrize(
+    ("phase2", "reference", "ratio", "missed"),
+    [
+        # The machine got 4 % busier after phase 1: plan and max clocks alike.
+        ([1.04] * 8, [1.04] * 8, 1.0, []),
+        # One max-clock step held up does not make the plan look faster (the median).
+        ([1.04] * 8, [1.04] * 7 + [1.5], 1.0, []),
+        # The plan 4 % slower than max clocks under the same load: missed.
+        ([1.04] * 8, [1.0] * 8, 1.04, ["phase 2 no more than 2.5 % slower than max clocks"]),
+    ],
+)
+def test_phase2_is_timed_against_the_interleaved_max_clock_steps(
+    phase2: list[float], reference: list[float], ratio: float, missed: list[str]
+) -> None:
+    res = analyse(
+        _with_load_between_phases(phase2, reference), FRONTIER, stages=1, pipelines=2,
+        blocking_power=10.0, straggler=0.2, default_index=0,
+    )  # fmt: skip
+    c = res["checks"]
+    assert c["phase2_time_reference"] == "interleaved max-clock steps"
+    assert c["phase2_time_ratio"] == pytest.approx(ratio)
+    assert c["phase2_time_ratio_phase1"] == pytest.approx(1.04)
+    assert c["missed"] == missed
+    assert REFERENCE in res["steps"]
+    # Records without interleaved steps: against phase 1, as before.
+    old = analyse(
+        _records(3), FRONTIER, stages=1, pipelines=2, blocking_power=10.0, straggler=0.2,
+        default_index=0,
+    )  # fmt: skip
+    assert old["checks"]["phase2_time_reference"] == "phase 1"
 
 
 def _budget(uniform_slowdown: float, point: int) -> dict[str, Any]:

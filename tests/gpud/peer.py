@@ -11,9 +11,13 @@ before ``setuid`` (this machine's interpreter lives where other users cannot ent
 - ``connect N``: open N more connections and send a heartbeat on each;
   ``{"open": k, "busy": b}``: ``b`` of them were answered ``BUSY`` and closed;
 - ``lease REF`` (``GPU-...`` or an index) on connection 0: ``{"ok": true, "uuid": ...}`` or
-  ``{"code": ..., "message": ...}``; ``lock MHZ``: lock the leased GPU's clock;
-- ``fork``: fork a child that keeps heartbeating on connection 0 every 0.2 s until killed;
-  ``{"child": pid}``;
+  ``{"code": ..., "message": ...}``; ``lock MHZ``: lock the leased GPU's clock. Once it holds a
+  lease the peer heartbeats on that connection every quarter of the daemon's lease timeout, as
+  the client's daemon backend does: the lease lives until the peer exits or closes it, however
+  long the test takes between two commands (a peer that never heartbeated lost its lease after
+  5 s, while the test started another peer on a loaded machine);
+- ``fork``: fork a child that keeps heartbeating on connection 0 every 0.2 s until killed (the
+  parent stops heartbeating first); ``{"child": pid}``;
 - ``status``: the GPUs the daemon shows this peer ``{"gpus": [index, ...], "holders": [...]}``;
   ``sample REF``: ``{"ok": true, "sm_mhz": ...}`` or ``{"code": ..., "message": ...}``;
 - ``lease REF JOB TENANT``: a lease naming a Perseus job and tenant;
@@ -33,6 +37,7 @@ import select
 import socket
 import struct
 import sys
+import threading
 import time
 
 from perseus_client.errors import GpudRefusedError
@@ -76,6 +81,28 @@ def _closed(sock: socket.socket) -> bool:
     return reply.error.code in (gpud_pb2.BUSY, gpud_pb2.TIMEOUT)
 
 
+class _Heartbeat:
+    """Heartbeats on a leased connection every ``interval`` seconds until stopped."""
+
+    def __init__(self, conn: GpudConnection, interval: float) -> None:
+        self.conn = conn
+        self.interval = interval
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            try:
+                self.conn.call(heartbeat=gpud_pb2.Empty())
+            except Exception:  # noqa: BLE001 - the connection is gone: nothing left to keep
+                return
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.thread.join()
+
+
 def _ref(ref: str) -> gpud_pb2.GpuRef:
     return gpud_pb2.GpuRef(uuid=ref) if ref.startswith("GPU-") else gpud_pb2.GpuRef(index=int(ref))
 
@@ -97,6 +124,7 @@ def main() -> int:
         os.setuid(args.uid)
     conns: list[socket.socket] = []
     leased: GpudConnection | None = None
+    heartbeat: _Heartbeat | None = None
     uuid = ""
 
     def reply(obj: object) -> None:
@@ -135,6 +163,8 @@ def main() -> int:
             try:
                 lease = leased.call(lease=gref).lease
                 uuid = lease.gpu.uuid
+                if heartbeat is None and lease.lease_timeout_s > 0:
+                    heartbeat = _Heartbeat(leased, lease.lease_timeout_s / 4)
                 reply({"ok": True, "uuid": uuid, "index": lease.gpu.index})
             except GpudRefusedError as exc:
                 reply({"code": exc.code, "message": str(exc)})
@@ -154,6 +184,9 @@ def main() -> int:
                 reply({"code": exc.code, "message": str(exc)})
         elif cmd == "fork":
             assert leased is not None
+            if heartbeat is not None:  # the child heartbeats instead: one reader per socket
+                heartbeat.stop()
+                heartbeat = None
             sock = leased._sock
             assert sock is not None
             pid = os.fork()

@@ -47,8 +47,12 @@ planned times' axis), and takes the T' it already knows on that axis too (see :c
 instruction at the clock it ran at, give each stage's slowdown factor for one iteration (the
 median over its instructions: :func:`~perseus_server.decisions.report_statistics.stage_factors`,
 for a report's rows and its columns alike). A stage whose factor exceeds ``1 + threshold`` for
-``consecutive`` iterations is slow with the mean factor of those iterations; it recovers once its
-factor is within ``1 + recovery`` for ``consecutive`` iterations.
+``consecutive`` iterations is slow with the median factor of those iterations, as a straggler's
+T' is their median: the first of them may be an iteration before the slowdown that the host
+held up past the threshold (a link's transfer of a few milliseconds needs only a fraction of a
+millisecond), and a mean let it drag the factor below the new pace (a link slowed 4x flagged at
+3.07x: ``docs/results/2026-12-07-demo-timing.md``); it recovers once its factor is within
+``1 + recovery`` for ``consecutive`` iterations.
 """
 
 from __future__ import annotations
@@ -337,11 +341,11 @@ class StageDetector:
         self.seen[(pipeline, stage)] = self.seen.get((pipeline, stage), 0) + 1
         if len(recent) < n:
             return None, factor
-        mean = sum(recent) / n
+        middle = median(recent)
         if current is None:
             if all(f > 1 + s.threshold for f in recent):
                 recent.clear()
-                return DetectorEvent.SLOW, mean
+                return DetectorEvent.SLOW, middle
             return None, factor
         if all(f <= 1 + s.recovery for f in recent):
             recent.clear()
@@ -350,7 +354,7 @@ class StageDetector:
             f > 1 + s.threshold for f in recent
         ):
             recent.clear()
-            return DetectorEvent.CHANGED, mean
+            return DetectorEvent.CHANGED, middle
         return None, factor
 
     def reset(self, pipeline: int | None = None) -> None:

@@ -287,6 +287,26 @@ def test_stage_pace_change_rule() -> None:
     assert _feed(det, [1.05, 1.05, 1.05], 1.5) == [None] * 3
 
 
+def test_a_streak_that_starts_before_the_slowdown_is_measured_at_the_new_pace() -> None:
+    """The factor flagged is the streak's median, not its mean.
+
+    A loaded host held up the last iteration before a link slowed 4x by 20 %: the streak's
+    first member is above the threshold, and a mean flagged 3.07x (the links demo's
+    0.0092 s against 0.012 s).
+    """
+    s = DetectorSettings(threshold=0.05, consecutive=3, recovery=0.02)
+    det = StageDetector(s)
+    assert [det.observe(0, 0, f, None) for f in (1.2, 4.0, 4.1)][-1] == (
+        DetectorEvent.SLOW,
+        pytest.approx(4.0),
+    )
+    det = StageDetector(s)
+    assert [det.observe(0, 0, f, 1.5) for f in (1.7, 3.0, 3.1)][-1] == (
+        DetectorEvent.CHANGED,
+        pytest.approx(3.0),
+    )
+
+
 def test_a_slow_stage_whose_pace_changes_is_resolved_again(
     http: httpx.Client, stub: pb_grpc.PlanServiceStub, small_csv: str
 ) -> None:
