@@ -39,7 +39,6 @@ import numpy.typing as npt
 
 from perseus.dag import PipelineDAG
 from perseus.errors import ProfileError
-from perseus.kernels.longest_paths import iteration_times
 from perseus.profiles import Profile
 from perseus.schedules import Schedule
 from perseus_common.communication import Communication, Transfer
@@ -237,6 +236,10 @@ class EnergyProblem:
             tt = self.clocked_times[np.arange(len(v))[None, :], idx[:, self.clocked_producers]]
             d[:, v] = tt
             e[:, v] = self.clocked_power[None, :] * tt
+        # Imported here: loading the kernels loads numba (~0.3 s of a process's start), which a
+        # server needs only once it evaluates a plan (its solves run in worker processes).
+        from perseus.kernels.longest_paths import iteration_times
+
         dag = self.dag
         t = iteration_times(dag.topo, dag.pred_ptr, dag.pred_idx, np.ascontiguousarray(d))
         energy = e.sum(axis=1) + self.blocking_power * (self.dag.num_ranks * t - d.sum(axis=1))

@@ -33,9 +33,9 @@ from typing import Any, NoReturn, Self
 
 from perseus_server.domain.store import StoreError
 from perseus_server.runtime.leadership import NotLeader
-from perseus_server.runtime.schema import at_head, migrate
+from perseus_server.runtime.schema import prepare
 from perseus_server.runtime.store_errors import refusal
-from perseus_server.runtime.stores import describe, engine_for, is_postgres, sqlite_path
+from perseus_server.runtime.stores import describe, is_postgres, sqlite_path
 
 __all__ = ["Db", "SqlConnection"]
 
@@ -117,8 +117,7 @@ class SqlConnection:
             return cls(target, _pool(str(target), pool_size, timeout), None)
         conn = _sqlite(sqlite_path(target))
         try:
-            if not at_head(conn):
-                migrate(engine_for(target, creator=lambda: conn))
+            prepare(conn, target, postgres=False)
         except BaseException:
             conn.close()
             raise
@@ -300,8 +299,7 @@ def _pool(url: str, pool_size: int, timeout: float) -> Any:
         ) from None
     try:
         with pool.connection() as conn:
-            if not at_head(conn):
-                migrate(engine_for(url, creator=lambda: conn))
+            prepare(conn, url, postgres=True)
     except BaseException as e:
         pool.close()
         if isinstance(e, psycopg.Error) or getattr(e, "orig", None) is not None:

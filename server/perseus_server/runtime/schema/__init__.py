@@ -34,7 +34,16 @@ if TYPE_CHECKING:
     from alembic.config import Config
     from alembic.script import ScriptDirectory
 
-__all__ = ["MIGRATION_LOCK", "at_head", "config", "head", "locked", "migrate", "revision"]
+__all__ = [
+    "MIGRATION_LOCK",
+    "at_head",
+    "config",
+    "head",
+    "locked",
+    "migrate",
+    "prepare",
+    "revision",
+]
 
 #: The advisory lock key PostgreSQL migrations run under ("perseus" in ASCII, as a bigint).
 MIGRATION_LOCK = 0x70657273657573
@@ -83,6 +92,25 @@ def at_head(conn: Any) -> bool:
     except Exception:  # no such table: a new database, or one of before Alembic
         return False
     return row is not None and row[0] == _newest()
+
+
+def prepare(conn: Any, target: str | Path, postgres: bool) -> None:
+    """Bring the database of ``conn`` (the driver's, in autocommit mode) to the head.
+
+    What a store does as it opens: nothing when the database is at the head (:func:`at_head`);
+    on a database holding no table yet, the head's schema written directly
+    (:mod:`~perseus_server.runtime.schema.fresh`, Alembic and SQLAlchemy left unloaded); else
+    the history, with Alembic (:func:`migrate`). ``target``: the database as ``--db`` names it.
+    """
+    if at_head(conn):
+        return
+    from perseus_server.runtime.schema import fresh
+
+    if fresh.create(conn, postgres, _newest()):
+        return
+    from perseus_server.runtime.stores import engine_for
+
+    migrate(engine_for(target, creator=lambda: conn))
 
 
 def head(location: Path = _HERE) -> str:
