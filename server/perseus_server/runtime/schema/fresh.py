@@ -107,80 +107,10 @@ PRAGMA user_version = {_legacy_sqlite.MOVED};
 {_VERSION_TABLE}
 """
 
-#: PostgreSQL at :data:`REVISION` (``perseus_schema``: the stores of before refuse it as newer).
+#: PostgreSQL at :data:`REVISION`: the earlier history's steps, as the baseline runs them on a new
+#: database, then its marker (``perseus_schema``: the stores of before refuse it as newer).
 POSTGRES = f"""
-CREATE TABLE jobs (
-    id TEXT COLLATE "C" PRIMARY KEY, created DOUBLE PRECISION NOT NULL, spec TEXT NOT NULL,
-    tenant TEXT COLLATE "C" NOT NULL DEFAULT 'default'
-);
-CREATE INDEX jobs_tenant ON jobs (tenant);
-CREATE TABLE tenants (
-    id TEXT COLLATE "C" PRIMARY KEY, created DOUBLE PRECISION NOT NULL, max_jobs INTEGER,
-    max_gpus INTEGER, weight DOUBLE PRECISION NOT NULL DEFAULT 1,
-    guaranteed_watts DOUBLE PRECISION NOT NULL DEFAULT 0
-);
-INSERT INTO tenants (id, created) VALUES ('default', extract(epoch FROM now()));
-CREATE TABLE profiles (
-    job_id TEXT COLLATE "C" PRIMARY KEY, csv TEXT NOT NULL, revision INTEGER NOT NULL,
-    updated DOUBLE PRECISION NOT NULL, source TEXT NOT NULL
-);
-CREATE TABLE frontiers (
-    job_id TEXT COLLATE "C" PRIMARY KEY, status TEXT NOT NULL, progress DOUBLE PRECISION NOT NULL,
-    error TEXT, doc TEXT, profile_revision INTEGER, started DOUBLE PRECISION,
-    finished DOUBLE PRECISION, solve_seconds DOUBLE PRECISION, partial BOOLEAN NOT NULL
-);
-CREATE TABLE deployments (
-    job_id TEXT COLLATE "C" PRIMARY KEY, version BIGINT NOT NULL, doc TEXT NOT NULL,
-    updated DOUBLE PRECISION NOT NULL
-);
-CREATE TABLE ranks (
-    job_id TEXT COLLATE "C" NOT NULL, global_rank INTEGER NOT NULL,
-    rank_id TEXT COLLATE "C" NOT NULL UNIQUE, info TEXT NOT NULL,
-    registered DOUBLE PRECISION NOT NULL, PRIMARY KEY (job_id, global_rank)
-);
-CREATE TABLE iterations (
-    seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, rank_id TEXT COLLATE "C" NOT NULL,
-    n BIGINT NOT NULL DEFAULT 0, job_id TEXT COLLATE "C" NOT NULL, iteration BIGINT NOT NULL,
-    time DOUBLE PRECISION NOT NULL, energy DOUBLE PRECISION NOT NULL,
-    plan_version BIGINT NOT NULL, received DOUBLE PRECISION NOT NULL
-);
-CREATE INDEX iterations_rank ON iterations (rank_id, n);
-CREATE INDEX iterations_job ON iterations (job_id);
-CREATE TABLE profiling (job_id TEXT COLLATE "C" PRIMARY KEY, doc TEXT NOT NULL);
-CREATE TABLE report_sequences (
-    seq BIGINT GENERATED ALWAYS AS IDENTITY, rank_id TEXT COLLATE "C" NOT NULL,
-    incarnation BIGINT NOT NULL, job_id TEXT COLLATE "C" NOT NULL, last BIGINT NOT NULL,
-    updated DOUBLE PRECISION NOT NULL, PRIMARY KEY (rank_id, incarnation)
-);
-CREATE INDEX report_sequences_job ON report_sequences (job_id);
-CREATE TABLE power_budget (
-    id INTEGER PRIMARY KEY CHECK (id = 1), doc TEXT NOT NULL, updated DOUBLE PRECISION NOT NULL
-);
-CREATE TABLE credentials (
-    id TEXT COLLATE "C" PRIMARY KEY, scope TEXT NOT NULL, job_id TEXT COLLATE "C",
-    hash TEXT NOT NULL UNIQUE, created DOUBLE PRECISION NOT NULL, rotated DOUBLE PRECISION,
-    revoked DOUBLE PRECISION, tenant TEXT COLLATE "C"
-);
-CREATE INDEX credentials_tenant ON credentials (tenant);
-CREATE INDEX credentials_job ON credentials (job_id);
-CREATE TABLE rank_bindings (
-    rank_id TEXT COLLATE "C" PRIMARY KEY, job_id TEXT COLLATE "C" NOT NULL,
-    global_rank INTEGER NOT NULL, credential_id TEXT NOT NULL, UNIQUE (job_id, global_rank)
-);
-CREATE TABLE job_lifecycle (
-    job_id TEXT COLLATE "C" PRIMARY KEY, state TEXT NOT NULL, since DOUBLE PRECISION NOT NULL,
-    reason TEXT NOT NULL
-);
-CREATE TABLE perseus_lease (
-    id INTEGER PRIMARY KEY CHECK (id = 1), holder TEXT NOT NULL, expires TIMESTAMPTZ NOT NULL,
-    advertise TEXT NOT NULL DEFAULT ''
-);
-INSERT INTO perseus_lease (id, holder, expires) VALUES (1, '', '-infinity');
-CREATE TABLE perseus_epoch (
-    id INTEGER PRIMARY KEY CHECK (id = 1), epoch BIGINT NOT NULL, holder TEXT NOT NULL,
-    since TIMESTAMPTZ NOT NULL
-);
-INSERT INTO perseus_epoch (id, epoch, holder, since) VALUES (1, 0, '', now());
+{_legacy_postgres.STEPS_SQL};
 CREATE TABLE perseus_schema (version INTEGER NOT NULL);
 INSERT INTO perseus_schema (version) VALUES ({_legacy_postgres.MOVED});
 {_VERSION_TABLE}

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["MOVED", "STEPS", "finish", "version"]
+__all__ = ["MOVED", "STEPS", "STEPS_SQL", "finish", "version"]
 
 #: ``perseus_schema.version`` of a database that moved to Alembic (older servers refuse it).
 MOVED = 1000
@@ -110,6 +110,9 @@ def _statements(sql: str) -> Callable[[Any], None]:
 
 #: The steps: ``STEPS[k]`` takes a database at version ``k`` to ``k + 1``.
 STEPS: tuple[Callable[[Any], None], ...] = (_statements(_V1), _statements(_V2))
+
+#: Every step's statements, in order: what :data:`STEPS` runs on a new database.
+STEPS_SQL = ";\n".join(sql.strip().rstrip(";") for sql in (_V1, _V2))
 
 
 def version(db: Any) -> int:
