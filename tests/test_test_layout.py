@@ -56,6 +56,148 @@ CROSS_CUTTING = {
 }
 
 
+#: Modules with no test file named after them, each with where its tests are and why. A module
+#: whose tests live elsewhere gets its own ``test_<module>.py``; only a module with nothing of its
+#: own to test (an entry point, a registration line) stays here.
+NOT_BY_NAME = {
+    # server
+    "server/perseus_server/__main__.py": "not yet split out (issue 42)",
+    "server/perseus_server/cli.py": "not yet split out (issue 42)",
+    "server/perseus_server/commands.py": "not yet split out (issue 42)",
+    "server/perseus_server/decisions/planner.py": "not yet split out (issue 42)",
+    "server/perseus_server/domain/errors.py": "not yet split out (issue 42)",
+    "server/perseus_server/domain/instruction_columns.py": "not yet split out (issue 42)",
+    "server/perseus_server/domain/jobs.py": "not yet split out (issue 42)",
+    "server/perseus_server/domain/rows.py": "not yet split out (issue 42)",
+    "server/perseus_server/domain/states.py": "not yet split out (issue 42)",
+    "server/perseus_server/domain/store.py": "not yet split out (issue 42)",
+    "server/perseus_server/grpc/plan_encoder.py": "not yet split out (issue 42)",
+    "server/perseus_server/grpc/received.py": "not yet split out (issue 42)",
+    "server/perseus_server/metric_series.py": "not yet split out (issue 42)",
+    "server/perseus_server/models/requests.py": "not yet split out (issue 42)",
+    "server/perseus_server/models/responses.py": "not yet split out (issue 42)",
+    "server/perseus_server/models/status.py": "not yet split out (issue 42)",
+    "server/perseus_server/rest/monitoring.py": "not yet split out (issue 42)",
+    "server/perseus_server/rest/plan_fast_path.py": "not yet split out (issue 42)",
+    "server/perseus_server/rest/power_budget.py": "not yet split out (issue 42)",
+    "server/perseus_server/rest/problems.py": "not yet split out (issue 42)",
+    "server/perseus_server/rest/profiles.py": "not yet split out (issue 42)",
+    "server/perseus_server/runtime/byte_bounded_cache.py": "not yet split out (issue 42)",
+    "server/perseus_server/runtime/db_copy.py": "not yet split out (issue 42)",
+    "server/perseus_server/runtime/fair_slots.py": "not yet split out (issue 42)",
+    "server/perseus_server/runtime/logs.py": "not yet split out (issue 42)",
+    "server/perseus_server/runtime/parse_pool.py": "not yet split out (issue 42)",
+    "server/perseus_server/runtime/schema/env.py": "not yet split out (issue 42)",
+    "server/perseus_server/runtime/schema/fresh.py": "not yet split out (issue 42)",
+    "server/perseus_server/runtime/schema/legacy_postgres.py": "not yet split out (issue 42)",
+    "server/perseus_server/runtime/schema/legacy_sqlite.py": "not yet split out (issue 42)",
+    "server/perseus_server/runtime/schema/versions/r0001_baseline.py": "not yet split out (issue 42)",
+    "server/perseus_server/runtime/sql_store.py": "not yet split out (issue 42)",
+    "server/perseus_server/runtime/store_rows.py": "not yet split out (issue 42)",
+    "server/perseus_server/runtime/warmup.py": "not yet split out (issue 42)",
+    "server/perseus_server/runtime/write_limits.py": "not yet split out (issue 42)",
+    "server/perseus_server/service/budget_draw.py": "not yet split out (issue 42)",
+    "server/perseus_server/service/budget_pacing.py": "not yet split out (issue 42)",
+    "server/perseus_server/service/budget_terms.py": "not yet split out (issue 42)",
+    "server/perseus_server/service/context.py": "not yet split out (issue 42)",
+    "server/perseus_server/service/credentials.py": "not yet split out (issue 42)",
+    "server/perseus_server/service/deployment.py": "not yet split out (issue 42)",
+    "server/perseus_server/service/facade.py": "not yet split out (issue 42)",
+    "server/perseus_server/service/facade_admin.py": "not yet split out (issue 42)",
+    "server/perseus_server/service/ingest.py": "not yet split out (issue 42)",
+    "server/perseus_server/service/job_gauges.py": "not yet split out (issue 42)",
+    "server/perseus_server/service/job_profiles.py": "not yet split out (issue 42)",
+    "server/perseus_server/service/persistence.py": "not yet split out (issue 42)",
+    "server/perseus_server/service/plan_powers.py": "not yet split out (issue 42)",
+    "server/perseus_server/service/registration.py": "not yet split out (issue 42)",
+    "server/perseus_server/service/state.py": "not yet split out (issue 42)",
+    "server/perseus_server/service/views.py": "not yet split out (issue 42)",
+    "server/perseus_server/service/zeus.py": "not yet split out (issue 42)",
+    "server/perseus_server/testing/fault_hooks.py": "not yet split out (issue 42)",
+    "server/perseus_server/testing/postgres.py": "not yet split out (issue 42)",
+    "server/perseus_server/testing/process.py": "not yet split out (issue 42)",
+    # client
+    "client/perseus_client/defaults.py": "not yet split out (issue 42)",
+    "client/perseus_client/errors.py": "not yet split out (issue 42)",
+    "client/perseus_client/gpu/curves.py": "not yet split out (issue 42)",
+    "client/perseus_client/gpu/recording.py": "not yet split out (issue 42)",
+    "client/perseus_client/gpu/simulated_floor.py": "not yet split out (issue 42)",
+    "client/perseus_client/gpu/simulated_injection.py": "not yet split out (issue 42)",
+    "client/perseus_client/gpu/vendors.py": "not yet split out (issue 42)",
+    "client/perseus_client/integrations/_torch_p2p.py": "not yet split out (issue 42)",
+    "client/perseus_client/measurements.py": "not yet split out (issue 42)",
+    "client/perseus_client/plan_choice.py": "not yet split out (issue 42)",
+    "client/perseus_client/scopes.py": "not yet split out (issue 42)",
+    # gpud
+    "gpud/perseus_gpud/__main__.py": "not yet split out (issue 42)",
+    "gpud/perseus_gpud/access.py": "not yet split out (issue 42)",
+    "gpud/perseus_gpud/cli.py": "not yet split out (issue 42)",
+    "gpud/perseus_gpud/commands.py": "not yet split out (issue 42)",
+    "gpud/perseus_gpud/devices.py": "not yet split out (issue 42)",
+    "gpud/perseus_gpud/files.py": "not yet split out (issue 42)",
+    "gpud/perseus_gpud/lockrecord.py": "not yet split out (issue 42)",
+    "gpud/perseus_gpud/peers.py": "not yet split out (issue 42)",
+    "gpud/perseus_gpud/procfs.py": "not yet split out (issue 42)",
+    "gpud/perseus_gpud/replies.py": "not yet split out (issue 42)",
+    # common
+    "common/perseus_common/clocks.py": "not yet split out (issue 42)",
+    "common/perseus_common/commands.py": "not yet split out (issue 42)",
+    "common/perseus_common/gpus.py": "not yet split out (issue 42)",
+    "common/perseus_common/kinds.py": "not yet split out (issue 42)",
+    "common/perseus_common/located_error.py": "not yet split out (issue 42)",
+    "common/perseus_common/orders.py": "not yet split out (issue 42)",
+    "common/perseus_common/profile_csv.py": "not yet split out (issue 42)",
+    "common/perseus_common/wire/codec.py": "not yet split out (issue 42)",
+    "common/perseus_common/wire/values.py": "not yet split out (issue 42)",
+    # perseus
+    "perseus/__main__.py": "not yet split out (issue 42)",
+    "perseus/app_commands.py": "not yet split out (issue 42)",
+    "perseus/errors.py": "not yet split out (issue 42)",
+    "perseus/kernels/cache.py": "not yet split out (issue 42)",
+    "perseus/kernels/exchange.py": "not yet split out (issue 42)",
+    "perseus/kernels/longest_paths.py": "not yet split out (issue 42)",
+    "perseus/kernels/network_simplex.py": "not yet split out (issue 42)",
+    "perseus/kernels/relaxed.py": "not yet split out (issue 42)",
+    "perseus/kernels/rounding.py": "not yet split out (issue 42)",
+    "perseus/kernels/search.py": "not yet split out (issue 42)",
+    "perseus/kernels/warm.py": "not yet split out (issue 42)",
+    "perseus/plot.py": "not yet split out (issue 42)",
+    "perseus/power/cluster.py": "not yet split out (issue 42)",
+    "perseus/power/floors.py": "not yet split out (issue 42)",
+    "perseus/power/plan_power.py": "not yet split out (issue 42)",
+    "perseus/power/timeline_plot.py": "not yet split out (issue 42)",
+    "perseus/power/uniform.py": "not yet split out (issue 42)",
+    "perseus/solver/breakpoints.py": "not yet split out (issue 42)",
+    "perseus/solver/candidates.py": "not yet split out (issue 42)",
+    "perseus/solver/options.py": "not yet split out (issue 42)",
+    "perseus/solver/rounder.py": "not yet split out (issue 42)",
+    "perseus/solver/solve.py": "not yet split out (issue 42)",
+    "perseus/solver/stages.py": "not yet split out (issue 42)",
+    # demo
+    "demo/perseus_demo/__main__.py": "not yet split out (issue 42)",
+    "demo/perseus_demo/analysis.py": "not yet split out (issue 42)",
+    "demo/perseus_demo/cli.py": "not yet split out (issue 42)",
+    "demo/perseus_demo/commands.py": "not yet split out (issue 42)",
+    "demo/perseus_demo/errors.py": "not yet split out (issue 42)",
+    "demo/perseus_demo/options.py": "not yet split out (issue 42)",
+    "demo/perseus_demo/orchestration.py": "not yet split out (issue 42)",
+    "demo/perseus_demo/phases.py": "not yet split out (issue 42)",
+    "demo/perseus_demo/plotting.py": "not yet split out (issue 42)",
+    "demo/perseus_demo/profile.py": "not yet split out (issue 42)",
+    "demo/perseus_demo/rank.py": "not yet split out (issue 42)",
+    "demo/perseus_demo/report.py": "not yet split out (issue 42)",
+    "demo/perseus_demo/swing.py": "not yet split out (issue 42)",
+    "demo/perseus_demo/timeline.py": "not yet split out (issue 42)",
+    # benchmarks
+    "benchmarks/failover_load.py": "not yet split out (issue 42)",
+    "benchmarks/gpud_kubelet.py": "not yet split out (issue 42)",
+    "benchmarks/milp_check.py": "not yet split out (issue 42)",
+    "benchmarks/per_clock.py": "not yet split out (issue 42)",
+    "benchmarks/profiling_transfers.py": "not yet split out (issue 42)",
+    "benchmarks/status_load.py": "not yet split out (issue 42)",
+}
+
+
 def _modules(package: Path) -> set[str]:
     """The names a test file in ``package``'s mirror may start with: modules and subpackages.
 
@@ -139,3 +281,39 @@ def test_the_mapping_reads_real_names() -> None:
     assert not _maps(TESTS / "perseus" / "test_sandwich.py", ROOT / "perseus")
     assert len(_test_files("tests/server")) > 80
     assert len(_test_files("tests/client")) > 30
+
+
+def _package_modules() -> list[tuple[Path, Path]]:
+    """Every hand-written module of the mirrored packages, with its test folder."""
+    found = []
+    for folder, package in MIRRORS.items():
+        for module in sorted((ROOT / package).rglob("*.py")):
+            rel = module.relative_to(ROOT / package)
+            if module.stem == "__init__" or module.stem.endswith(("_pb2", "_pb2_grpc")):
+                continue
+            found.append((module, ROOT / folder / rel.parent))
+    return found
+
+
+def _has_own_tests(module: Path, folder: Path) -> bool:
+    name = module.stem.lstrip("_")
+    if folder.parts[-1] == "benchmarks" and folder.parent == TESTS:
+        return (folder / f"test_{name}_smoke.py").is_file()
+    return (folder / f"test_{name}.py").is_file() or any(folder.glob(f"test_{name}_*.py"))
+
+
+def test_every_module_has_a_test_file_named_after_it() -> None:
+    missing = [
+        str(module.relative_to(ROOT))
+        for module, folder in _package_modules()
+        if not _has_own_tests(module, folder) and str(module.relative_to(ROOT)) not in NOT_BY_NAME
+    ]
+    assert not missing, f"give each its tests/<app>/<group>/test_<module>.py: {missing}"
+
+
+def test_the_not_by_name_list_is_current() -> None:
+    modules = {str(m.relative_to(ROOT)): _has_own_tests(m, f) for m, f in _package_modules()}
+    gone = [path for path in NOT_BY_NAME if path not in modules]
+    assert not gone, f"these modules are gone: drop them from NOT_BY_NAME: {gone}"
+    named = [path for path in NOT_BY_NAME if modules[path]]
+    assert not named, f"these now have their own test file: drop them from NOT_BY_NAME: {named}"
