@@ -1,7 +1,9 @@
-"""The frontier solver: exactness, its lower bound, property tests, progress and cancellation.
+"""The frontier solver end to end (``perseus.solver.solve``): exactness, its bound, progress.
 
 Exactness against brute force on tiny instances, its lower bound against an independent LP, property
-tests on random profiles and schedules, progress and cancellation.
+tests on random profiles and schedules, plans between breakpoints, reproducible seeded roundings and
+search, progress and cancellation. The rounder's and the kernels' own tests are in
+``test_rounder.py`` and ``tests/perseus/kernels/``.
 
 Plans are re-evaluated here by :func:`simulate`, a plain event simulation of the schedule that
 shares no code with :mod:`perseus.dag`.
@@ -18,26 +20,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from lp_reference import LPRelaxation
+from solver_instances import instances, knapsack_problem
 
-from perseus.errors import OptionError, SolverCancelled
+from perseus.errors import SolverCancelled
 from perseus.frontier import Frontier
-from perseus.kernels import repair
 from perseus.problem import EnergyProblem
 from perseus.profiles import Profile, load_profile, parse_profile_csv, parse_profile_json
 from perseus.schedules import Op, Schedule, make_schedule, one_f_one_b
 from perseus.solver import (
-    Relaxation,
-    Rounder,
     SolverOptions,
-    relaxed_frontier,
     solve_frontier,
     solve_problem,
 )
 
 P_A100 = 83.64
-A100_CSV = Path(__file__).resolve().parents[2] / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"
+A100_CSV = Path(__file__).resolve().parents[3] / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"
 A40_CSV = A100_CSV.with_name("gpt3-175b_a40_8stage.csv")
 P_A40 = 70.38
 REL = 1e-9
@@ -276,58 +274,6 @@ def test_lower_bound_equals_the_lp_relaxation(
 # --- property tests --------------------------------------------------------------------------
 
 
-@st.composite
-def instances(
-    draw: st.DrawFn,
-    names: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b"),
-    max_microbatches: int = 4,
-    max_freqs: int = 5,
-) -> tuple[Profile, Schedule, float]:
-    """A random profile and schedule, and a blocking power.
-
-    The profile has 2-3 stages and 2-5 frequencies, each (stage, kind) measuring a subset, time
-    increasing as the frequency drops, 30-400 W.
-    """
-    name = draw(st.sampled_from(names))
-    ranks = draw(st.integers(2, 3))
-    if name == "interleaved-1f1b":
-        virtual = 2
-        microbatches = ranks * draw(st.integers(1, 4 // ranks))
-        profile_stages = draw(st.sampled_from([ranks, ranks * virtual]))
-    else:
-        virtual = 1
-        microbatches = draw(st.integers(1, max_microbatches))
-        profile_stages = ranks
-    schedule = make_schedule(name, ranks, microbatches, virtual)
-    nfreq = draw(st.integers(2, max_freqs))
-    freqs = draw(st.lists(st.integers(200, 2000), min_size=nfreq, max_size=nfreq, unique=True))
-    positive = st.floats(0.001, 0.05, allow_nan=False)
-    records = []
-    for s in range(profile_stages):
-        for kind in ("forward", "backward"):
-            # each (stage, kind) measures a non-empty subset of the frequencies
-            mine = sorted(
-                draw(st.lists(st.sampled_from(freqs), min_size=1, max_size=nfreq, unique=True)),
-                reverse=True,
-            )
-            t = draw(st.floats(0.005, 0.1))
-            for j, f in enumerate(mine):
-                if j:
-                    t += draw(positive)  # slower at a lower frequency
-                watts = draw(st.floats(30.0, 400.0))
-                records.append(
-                    {
-                        "stage": s,
-                        "instruction": kind,
-                        "frequency": f,
-                        "time": t,
-                        "energy": t * watts,
-                    }
-                )
-    power = draw(st.floats(0.0, 250.0))
-    return parse_profile_json({"records": records}), schedule, power
-
-
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(instances())
 def test_frontier_properties(instance: tuple[Profile, Schedule, float]) -> None:
@@ -417,24 +363,6 @@ def test_random_tiny_instances_against_brute_force(
         assert fr.energy_at(float(t)) >= best - REL * scale
 
 
-#: A 2-stage, 1-microbatch chain (P = 0): stage 0's backward saves 6.2 J for 4.2 ms at 400 MHz,
-#: stage 1's forward 2.0 J for 1 ms. The relaxation shortens the cheaper-per-second backward
-#: first, so its breakpoints are (0.1927 s, 22.2 J), (0.1937 s, 20.2 J) and (0.1979 s, 14.0 J);
-#: the discrete plan with only the backward slowed (0.1969 s, 16.0 J) lies between them.
-KNAPSACK_CSV = """stage,instruction,frequency,time,energy
-0,forward,1800,0.060,1.8
-0,backward,1800,0.0255,8.3
-0,backward,400,0.0297,2.1
-1,forward,1800,0.0246,2.8
-1,forward,400,0.0256,0.8
-1,backward,1800,0.0826,9.3
-"""
-
-
-def knapsack_problem() -> EnergyProblem:
-    return EnergyProblem.build(parse_profile_csv(KNAPSACK_CSV), one_f_one_b(2, 1), 0.0)
-
-
 def test_plan_between_breakpoints_is_found_and_its_bound_is_honest() -> None:
     fr = solve_problem(knapsack_problem())
     assert fr.times == pytest.approx([0.1927, 0.1937, 0.1969, 0.1979])
@@ -442,70 +370,6 @@ def test_plan_between_breakpoints_is_found_and_its_bound_is_honest() -> None:
     # the bound between the breakpoints interpolates the relaxation, below the plan
     assert fr.lower_bound_at(0.1969) == pytest.approx(20.2 - 6.2 * 3.2 / 4.2)
     assert fr.lower_bound_at(0.1969) <= fr.energy_at(0.1969) == pytest.approx(16.0)
-
-
-def test_exchange_swaps_which_node_is_slowed() -> None:
-    """An exchange finds the plan that slows another node, where reclaiming cannot.
-
-    From the 0.1937 s plan (stage 1's forward slowed) with 4.1 ms to spare, slowing stage 0's
-    backward needs 4.2 ms: reclaiming cannot, an exchange (speed the forward back up) can.
-    """
-    problem = knapsack_problem()
-    rounder = Rounder(problem, Relaxation.build(problem))
-    fr = solve_problem(problem)
-    start = fr.plans[1][None, :]
-    assert problem.evaluate(start[0]).time == pytest.approx(0.1937)
-    deadline = np.array([0.1978])
-    assert np.array_equal(rounder.reclaim(start, deadline), start)
-    swapped = problem.evaluate(rounder.exchange(start, deadline)[0])
-    assert swapped.time == pytest.approx(0.1969)
-    assert swapped.energy == pytest.approx(16.0)
-
-
-def test_search_finds_the_plan_only_an_exchange_reaches() -> None:
-    """The large-neighbourhood search gets there too, from any seed.
-
-    One of its trials slows stage 0's backward and repairs the overrun by speeding the forward
-    back up.
-    """
-    problem = knapsack_problem()
-    rounder = Rounder(problem, Relaxation.build(problem))
-    start = solve_problem(problem).plans[1][None, :]
-    for seed in range(4):
-        found = problem.evaluate(rounder.search(start, np.array([0.1978]), np.array([seed]), 50)[0])
-        assert found.time == pytest.approx(0.1969)
-        assert found.energy == pytest.approx(16.0)
-
-
-#: A chain of two instructions: the forward's middle option is a cheap step from its slowest
-#: but leaves a costly one to its fastest; the backward has just two options.
-CHAIN_CSV = """stage,instruction,frequency,time,energy
-0,forward,1000,1.0,10.0
-0,forward,900,1.9,5.05
-0,forward,800,2.0,5.0
-0,backward,1000,1.0,7.0
-0,backward,800,2.0,5.0
-"""
-
-
-def test_repair_makes_the_cheapest_speed_up_per_second_that_it_needs() -> None:
-    """Both slowest (4 s) overrun a 3 s deadline by 1 s.
-
-    The forward's next faster option costs least per second (0.5 J/s) but covers 0.1 s; taking
-    the forward all the way to 1.0 s would cost 5 J/s. The repair takes the cheap step and then
-    speeds the backward up (2 J/s): 12.05 J, where taking the forward to its fastest costs 15 J.
-    """
-    problem = EnergyProblem.build(parse_profile_csv(CHAIN_CSV), make_schedule("gpipe", 1, 1), 0.0)
-    rounder = Rounder(problem, Relaxation.build(problem))
-    pick = rounder.nopt - 1  # positions in each node's options by time: the slowest
-    cur = rounder.times[np.arange(2), pick]
-    fits = repair(
-        rounder.dag, rounder.times, rounder.costs, 3.0, np.zeros(2, bool), pick, cur, np.empty(2)
-    )
-    assert fits
-    plan = problem.evaluate(rounder.order[np.arange(2), pick])
-    assert plan.time == pytest.approx(2.9)
-    assert plan.energy == pytest.approx(12.05)
 
 
 #: What hypothesis shrank the "energy non-increasing up to min_energy_index" property to: a
@@ -551,66 +415,7 @@ def test_energy_falls_to_the_least_energy_plan_except_where_waiting_pays() -> No
             assert fr.energies[i] < fr.energies[i - 1] + p * r * (fr.times[i] - fr.times[i - 1])
 
 
-# --- rounding, reclaiming and exchanges ------------------------------------------------------
-
-
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(instances(), st.integers(0, 2**32 - 1))
-def test_rounding_reclaim_and_exchange_keep_every_plan_within_its_deadline(
-    instance: tuple[Profile, Schedule, float], seed: int
-) -> None:
-    """Rounding, reclaiming, exchanging and searching keep every plan within its deadline.
-
-    Rounded plans (nearest-vertex and randomised) meet the relaxed optimum's time and use only
-    undominated measured options; giving a plan more slack, exchanging or searching never raises
-    its energy at the deadline (waiting included) and keeps it within the deadline.
-    """
-    profile, schedule, power = instance
-    problem = EnergyProblem.build(profile, schedule, power)
-    rel = Relaxation.build(problem)
-    steps = list(relaxed_frontier(problem, rel))
-    durations = np.stack([step.durations for step in steps])
-    deadlines = np.array([step.time for step in steps])
-    rounder = Rounder(problem, rel)
-    rng = np.random.default_rng(seed)
-    nodes = np.arange(problem.num_nodes)
-    pr = power * schedule.ranks
-    for up_at in (None, rng.random(durations.shape)):
-        plans = rounder.round(durations, deadlines, rng.random(len(steps)) < 0.5, up_at)
-        times, energies = problem.evaluate_many(plans)
-        assert np.all(times <= deadlines * (1 + 1e-9))
-        assert np.all(rel.pareto[nodes, plans])
-    later = times * (1 + 0.05 * rng.random(len(times)))
-    before = energies + pr * (later - times)
-    seeds = rng.integers(0, 2**31, len(plans))
-    for better in (
-        rounder.reclaim(plans, later),
-        rounder.exchange(plans, later),
-        rounder.search(plans, later, seeds, 20),
-    ):
-        t2, e2 = problem.evaluate_many(better)
-        assert np.all(t2 <= later * (1 + 1e-9))
-        assert np.all(e2 + pr * (later - t2) <= before + 1e-9 * np.abs(before))
-        assert np.all(rel.pareto[nodes, better])
-
-
-@pytest.mark.parametrize(
-    "schedule",
-    [one_f_one_b(4, 6), make_schedule("interleaved-1f1b", 2, 4, 2), make_schedule("gpipe", 3, 2)],
-    ids=["1f1b", "interleaved", "gpipe"],
-)
-def test_diagonals_follow_each_pass_through_the_stages(slice_profile, schedule: Schedule) -> None:
-    """The search's diagonal moves find the node of every (model stage, kind, microbatch).
-
-    Each node exactly once, at its own op's place, and nothing else.
-    """
-    profile = slice_profile(list(range(schedule.ranks)), {1410, 1200, 990})
-    problem = EnergyProblem.build(profile, schedule, P_A100)
-    diag = Rounder(problem, Relaxation.build(problem)).diag
-    dag = problem.dag
-    assert sorted(diag[diag >= 0].tolist()) == list(range(problem.num_nodes))
-    assert np.array_equal(diag[dag.stage, dag.kind, dag.microbatch], np.arange(problem.num_nodes))
-    assert diag.shape == (schedule.stages, 2, schedule.microbatches)
+# --- seeded roundings and search ------------------------------------------------------------------
 
 
 def test_solve_is_reproducible(slice_profile) -> None:
@@ -673,12 +478,6 @@ def test_diagonal_roundings_lower_the_worst_gap_where_the_a40_mixes_vertices() -
     for fr in (on, off):
         t, e = problem.evaluate_many(fr.plans)
         assert np.allclose(t, fr.times) and np.allclose(e, fr.energies)
-
-
-@pytest.mark.parametrize("effort", [-1.0, float("nan"), float("inf")])
-def test_bad_effort_is_rejected_by_name(effort: float) -> None:
-    with pytest.raises(OptionError, match="effort"):
-        solve_problem(knapsack_problem(), SolverOptions(effort=effort))
 
 
 # --- progress and cancellation ---------------------------------------------------------------
