@@ -153,11 +153,8 @@ NOT_BY_NAME = {
     "perseus/__main__.py": "not yet split out (issue 42)",
     "perseus/app_commands.py": "not yet split out (issue 42)",
     "perseus/errors.py": "not yet split out (issue 42)",
-    "perseus/kernels/rounding.py": "not yet split out (issue 42)",
     "perseus/plot.py": "not yet split out (issue 42)",
     "perseus/power/timeline_plot.py": "not yet split out (issue 42)",
-    "perseus/solver/candidates.py": "not yet split out (issue 42)",
-    "perseus/solver/stages.py": "not yet split out (issue 42)",
     # demo
     "demo/perseus_demo/__main__.py": "not yet split out (issue 42)",
     "demo/perseus_demo/analysis.py": "not yet split out (issue 42)",
