@@ -150,11 +150,7 @@ NOT_BY_NAME = {
     "common/perseus_common/wire/codec.py": "not yet split out (issue 42)",
     "common/perseus_common/wire/values.py": "not yet split out (issue 42)",
     # perseus
-    "perseus/__main__.py": "not yet split out (issue 42)",
-    "perseus/app_commands.py": "not yet split out (issue 42)",
-    "perseus/errors.py": "not yet split out (issue 42)",
-    "perseus/plot.py": "not yet split out (issue 42)",
-    "perseus/power/timeline_plot.py": "not yet split out (issue 42)",
+    "perseus/__main__.py": "the python -m entry; run by tests/perseus/test_cli.py",
     # demo
     "demo/perseus_demo/__main__.py": "not yet split out (issue 42)",
     "demo/perseus_demo/analysis.py": "not yet split out (issue 42)",
