@@ -2,7 +2,8 @@
 
 ``smooth``: a DVFS-model profile of any size; ``check_frontier``: a frontier's plans re-evaluated
 and its bounds checked; ``instances``: random profiles and schedules for property tests;
-``knapsack_problem``: a 2-stage chain with a discrete plan between two relaxed breakpoints.
+``knapsack_problem``: a 2-stage chain with a discrete plan between two relaxed breakpoints;
+``waiting_energy``: what a frontier is Pareto-optimal in, with time.
 """
 
 from __future__ import annotations
@@ -12,7 +13,12 @@ from hypothesis import strategies as st
 
 from perseus.frontier import Frontier
 from perseus.problem import EnergyProblem
-from perseus.profiles import InstructionProfile, Profile, parse_profile_csv, parse_profile_json
+from perseus.profiles import (
+    InstructionProfile,
+    Profile,
+    parse_profile_csv,
+    parse_profile_json,
+)
 from perseus.schedules import Schedule, make_schedule, one_f_one_b
 
 REL = 1e-9
@@ -112,3 +118,8 @@ KNAPSACK_CSV = """stage,instruction,frequency,time,energy
 
 def knapsack_problem() -> EnergyProblem:
     return EnergyProblem.build(parse_profile_csv(KNAPSACK_CSV), one_f_one_b(2, 1), 0.0)
+
+
+def waiting_energy(frontier: Frontier) -> np.ndarray:
+    """``energy - P R time``: the quantity the frontier is Pareto-optimal in (with time)."""
+    return frontier.energies - frontier.blocking_power * frontier.schedule.ranks * frontier.times
