@@ -1,8 +1,10 @@
 """The solver at scale (``perseus.solver.solve``).
 
-Bounded relaxed memory, the early zero-slowdown plan (``first_plan``), deep pipelines, and thinned
-hulls for the sweep. The sweep kernel's flow repairs are in ``tests/perseus/kernels/test_relaxed.py``,
-the compiled kernels' cache in ``kernels/test_cache.py`` and ``kernels/test_warm.py``.
+Bounded relaxed memory, the early zero-slowdown plan (``first_plan``), deep pipelines, and a solve
+on thinned hulls. Elsewhere: the sweep's kept durations in ``test_breakpoints.py``, the hulls
+themselves in ``test_relaxation_hulls.py``, the sweep kernel's flow repairs in
+``tests/perseus/kernels/test_relaxed.py``, the compiled kernels in ``kernels/test_cache.py`` and
+``kernels/test_warm.py``.
 """
 
 from __future__ import annotations
@@ -20,12 +22,10 @@ from perseus.profiles import InstructionProfile, Profile
 from perseus.schedules import interleaved_1f1b, one_f_one_b
 from perseus.solver import (
     Relaxation,
-    RelaxedFrontier,
     SolverOptions,
     first_plan,
     solve_problem,
 )
-from perseus.solver.relaxation import THIN_MIN_VERTICES, path_bound, thin_hull
 from perseus.solver.rounder import Rounder
 
 # --- bounded relaxed memory ------------------------------------------------------------------
@@ -74,16 +74,6 @@ def test_the_first_plan_comes_before_the_sweep_and_is_certified() -> None:
     assert fr.energy_at(t0) <= early.energy_at(t0) * (1 + REL)
     again = Frontier.from_json(early.to_json(compact=True))
     assert np.array_equal(again.plans, early.plans)
-
-
-def test_the_path_bound_is_below_the_relaxed_frontier() -> None:
-    problem = EnergyProblem.build(smooth(3, 12), one_f_one_b(3, 6), 80.0)
-    rel = Relaxation.build(problem)
-    rf = RelaxedFrontier.sweep(problem, rel, memory=1 << 20)
-    for deadline in (rf.t_min, (rf.t_min + rf.t_max) / 2):
-        a, flow = path_bound(problem, rel, deadline)
-        assert flow >= 0
-        assert np.all(a - flow * rf.times <= rf.costs + 1e-9 * np.abs(rf.costs))
 
 
 def test_first_plan_falls_back_to_max_frequency_when_nothing_can_slow() -> None:
@@ -136,43 +126,6 @@ def test_deep_interleaved_pipeline() -> None:
 
 
 # --- fewer hull pieces for the sweep ---------------------------------------------------------
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    st.lists(st.floats(0.01, 1.0), min_size=2, max_size=40),
-    st.lists(st.floats(0.01, 5.0), min_size=2, max_size=40),
-    st.floats(0.0, 0.05),
-)
-def test_thin_hull_lies_below_within_tolerance(widths, bends, tol: float):
-    """The thinned function is convex, below the original everywhere by at most ``tol``.
-
-    It is exact at both ends, and has no more pieces.
-    """
-    k = min(len(widths), len(bends))
-    tau = np.concatenate([[0.1], 0.1 + np.cumsum(widths[:k])])
-    slopes = -np.cumsum(bends[:k])[::-1]  # increasing, negative
-    cost = np.concatenate([[0.0], np.cumsum(slopes * np.diff(tau))])
-    t2, c2 = thin_hull(tau, cost, tol)
-    assert len(t2) <= len(tau)
-    assert t2[0] == tau[0] and t2[-1] == tau[-1]
-    assert c2[0] == cost[0] and c2[-1] == cost[-1]
-    assert np.all(np.diff(t2) >= 0)
-    s2 = np.diff(c2) / np.where(np.diff(t2) > 0, np.diff(t2), 1.0)
-    assert np.all(np.diff(s2[np.diff(t2) > 1e-12]) >= -1e-9)  # convex
-    x = np.linspace(tau[0], tau[-1], 4001)
-    below = np.interp(x, tau, cost) - np.interp(x, t2, c2)
-    scale = 1.0 + np.abs(cost).max()
-    assert below.min() >= -1e-9 * scale
-    assert below.max() <= tol + 1e-9 * scale
-
-
-def test_coarse_hulls_are_swept_exactly():
-    """Hulls of fewer than THIN_MIN_VERTICES vertices are not thinned."""
-    problem = EnergyProblem.build(smooth(4, THIN_MIN_VERTICES - 1), one_f_one_b(4, 4), 80.0)
-    rel = Relaxation.build(problem)
-    assert rel.under_estimate(np.ones(problem.num_nodes), 0.05) is rel
-    assert rel.under_estimate(np.ones(problem.num_nodes), 0.0) is rel
 
 
 def test_thinned_sweep_bound_is_certified_and_close():
