@@ -83,8 +83,6 @@ NOT_BY_NAME = {
     "server/perseus_server/rest/problems.py": "not yet split out (issue 42)",
     "server/perseus_server/rest/profiles.py": "not yet split out (issue 42)",
     "server/perseus_server/runtime/db_copy.py": "not yet split out (issue 42)",
-    "server/perseus_server/runtime/logs.py": "not yet split out (issue 42)",
-    "server/perseus_server/runtime/parse_pool.py": "not yet split out (issue 42)",
     "server/perseus_server/runtime/schema/env.py": "not yet split out (issue 42)",
     "server/perseus_server/runtime/schema/fresh.py": "not yet split out (issue 42)",
     "server/perseus_server/runtime/schema/legacy_postgres.py": "not yet split out (issue 42)",
