@@ -88,7 +88,6 @@ NOT_BY_NAME = {
     "server/perseus_server/runtime/schema/legacy_sqlite.py": "not yet split out (issue 42)",
     "server/perseus_server/runtime/schema/versions/r0001_baseline.py": "not yet split out (issue 42)",
     "server/perseus_server/service/context.py": "not yet split out (issue 42)",
-    "server/perseus_server/service/credentials.py": "not yet split out (issue 42)",
     "server/perseus_server/service/deployment.py": "not yet split out (issue 42)",
     "server/perseus_server/service/facade.py": "not yet split out (issue 42)",
     "server/perseus_server/service/facade_admin.py": "not yet split out (issue 42)",
