@@ -94,7 +94,6 @@ NOT_BY_NAME = {
     "server/perseus_server/service/ingest.py": "not yet split out (issue 42)",
     "server/perseus_server/service/job_profiles.py": "not yet split out (issue 42)",
     "server/perseus_server/service/plan_powers.py": "not yet split out (issue 42)",
-    "server/perseus_server/service/registration.py": "not yet split out (issue 42)",
     "server/perseus_server/service/views.py": "not yet split out (issue 42)",
     "server/perseus_server/service/zeus.py": "not yet split out (issue 42)",
     "server/perseus_server/testing/fault_hooks.py": "not yet split out (issue 42)",
