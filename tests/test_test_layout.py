@@ -90,7 +90,6 @@ NOT_BY_NAME = {
     "server/perseus_server/service/context.py": "not yet split out (issue 42)",
     "server/perseus_server/service/deployment.py": "not yet split out (issue 42)",
     "server/perseus_server/service/plan_powers.py": "not yet split out (issue 42)",
-    "server/perseus_server/service/views.py": "not yet split out (issue 42)",
     "server/perseus_server/service/zeus.py": "not yet split out (issue 42)",
     "server/perseus_server/testing/fault_hooks.py": "not yet split out (issue 42)",
     "server/perseus_server/testing/postgres.py": "not yet split out (issue 42)",
