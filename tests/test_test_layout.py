@@ -87,7 +87,6 @@ NOT_BY_NAME = {
     "server/perseus_server/runtime/schema/legacy_postgres.py": "not yet split out (issue 42)",
     "server/perseus_server/runtime/schema/legacy_sqlite.py": "not yet split out (issue 42)",
     "server/perseus_server/runtime/schema/versions/r0001_baseline.py": "not yet split out (issue 42)",
-    "server/perseus_server/service/deployment.py": "not yet split out (issue 42)",
     "server/perseus_server/testing/fault_hooks.py": "not yet split out (issue 42)",
     "server/perseus_server/testing/postgres.py": "not yet split out (issue 42)",
     "server/perseus_server/testing/process.py": "not yet split out (issue 42)",
