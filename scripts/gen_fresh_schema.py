@@ -51,15 +51,18 @@ _PG_SCHEMA = "perseus_head"
 _STAMP = "alembic_version"
 
 
-def _migrate(target: str | Path) -> tuple[float, float]:
-    """Run the history on the empty database ``target``; the clock before and after it."""
+def _migrate(target: str | Path, location: Path | None) -> tuple[float, float]:
+    """Run the history (at ``location``, else the package's) on the empty database ``target``.
+
+    Returns the clock before and after it.
+    """
     from perseus_server.runtime import schema
     from perseus_server.runtime.stores import engine_for
 
     engine = engine_for(target, pool_size=1)
     try:
         before = time.time()
-        schema.migrate(engine)
+        schema.migrate(engine, *([location] if location else []))
         return before, time.time()
     finally:
         engine.dispose()
@@ -112,9 +115,9 @@ def _sqlite_value(value: Any, window: tuple[float, float]) -> str:
     return _text(value) if isinstance(value, str) else repr(value)
 
 
-def sqlite_schema(path: Path) -> tuple[str, list[str]]:
+def sqlite_schema(path: Path, location: Path | None = None) -> tuple[str, list[str]]:
     """Run the history on a new SQLite file at ``path``; its revision and the statements."""
-    window = _migrate(path)
+    window = _migrate(path, location)
     db = sqlite3.connect(path)
     try:
         objects = db.execute(
@@ -242,7 +245,7 @@ def _server(given: Any) -> Iterator[Any]:
         yield server
 
 
-def postgres_schema(server: Any = None) -> tuple[str, int, list[str]]:
+def postgres_schema(server: Any = None, location: Path | None = None) -> tuple[str, int, list[str]]:
     """Run the history on a new PostgreSQL database; its revision, major version, statements.
 
     ``server``: a running :class:`~perseus_server.testing.postgres.PostgresServer` to use (one
@@ -255,7 +258,7 @@ def postgres_schema(server: Any = None) -> tuple[str, int, list[str]]:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"CREATE SCHEMA {_PG_SCHEMA}")
             conn.execute(f"ALTER DATABASE {conn.info.dbname} SET search_path = {_PG_SCHEMA}")
-        window = _migrate(url)
+        window = _migrate(url, location)
         dump = subprocess.run(
             [
                 str((pg.bin / "initdb").resolve().parent / "pg_dump"),
@@ -324,14 +327,15 @@ POSTGRES_MAJOR = {major}
     )
 
 
-def generate(out_dir: Path, postgres: Any = None) -> Path:
+def generate(out_dir: Path, postgres: Any = None, location: Path | None = None) -> Path:
     """Write ``fresh_sql.py`` into ``out_dir`` from the history; returns its path.
 
-    ``postgres``: a running PostgreSQL server to use (one is started otherwise).
+    ``postgres``: a running PostgreSQL server to use (one is started otherwise); ``location``:
+    the history (the package's own by default; tests add revisions to a copy).
     """
     with tempfile.TemporaryDirectory() as tmp:
-        revision, sqlite = sqlite_schema(Path(tmp) / "head.db")
-    pg_revision, major, pg = postgres_schema(postgres)
+        revision, sqlite = sqlite_schema(Path(tmp) / "head.db", location)
+    pg_revision, major, pg = postgres_schema(postgres, location)
     if pg_revision != revision:
         raise SystemExit(f"the histories end apart: SQLite {revision}, PostgreSQL {pg_revision}")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -88,7 +88,6 @@ NOT_BY_NAME = {
     "server/perseus_server/runtime/logs.py": "not yet split out (issue 42)",
     "server/perseus_server/runtime/parse_pool.py": "not yet split out (issue 42)",
     "server/perseus_server/runtime/schema/env.py": "not yet split out (issue 42)",
-    "server/perseus_server/runtime/schema/fresh.py": "not yet split out (issue 42)",
     "server/perseus_server/runtime/schema/legacy_postgres.py": "not yet split out (issue 42)",
     "server/perseus_server/runtime/schema/legacy_sqlite.py": "not yet split out (issue 42)",
     "server/perseus_server/runtime/schema/versions/r0001_baseline.py": "not yet split out (issue 42)",
