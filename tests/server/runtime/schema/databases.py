@@ -17,6 +17,7 @@ from ...sqlite_backend import connect
 from ...store_fixture import COUNTS
 
 __all__ = [
+    "SCRATCH",
     "by_history",
     "counts",
     "history_with",
@@ -27,13 +28,16 @@ __all__ = [
     "sqlite_schema",
 ]
 
+#: The revision id of the scratch revision :func:`history_with` appends.
+SCRATCH = "scratch"
+
 _SCRATCH = """\"""A scratch revision.\"""
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002"
-down_revision = "0001"
+revision = "{revision}"
+down_revision = "{down}"
 
 
 def upgrade() -> None:
@@ -65,10 +69,16 @@ def counts(target: str | Path) -> dict[str, int]:
 
 
 def history_with(tmp_path: Path, body: str) -> Path:
-    """A copy of the store's history with a scratch revision ``0002`` doing ``body``."""
+    """A copy of the store's history with a scratch revision :data:`SCRATCH` doing ``body``.
+
+    The scratch revision follows the head, whichever it is: a revision added to the history
+    leaves these tests as they are.
+    """
     location = tmp_path / "history"
     shutil.copytree(Path(schema.__file__).parent, location)
-    (location / "versions" / "r0002_scratch.py").write_text(_SCRATCH.format(body=body))
+    (location / "versions" / "r0002_scratch.py").write_text(
+        _SCRATCH.format(body=body, revision=SCRATCH, down=schema.head())
+    )
     return location
 
 

@@ -84,7 +84,7 @@ def test_a_database_holding_anything_is_left_to_the_history(tmp_path: Path) -> N
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         assert not fresh.create(conn, False, schema.head())
-        assert not fresh.create(sqlite3.connect(":memory:"), False, "0002")  # not our head
+        assert not fresh.create(sqlite3.connect(":memory:"), False, "9999")  # not our head
     finally:
         conn.close()
     with connect(path) as db:

@@ -25,7 +25,7 @@ from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.testing.postgres import PostgresServer
 
 from ...postgres_backend import database_for, postgres
-from .databases import by_history, history_with, pg_dump, sqlite_schema
+from .databases import SCRATCH, by_history, history_with, pg_dump, sqlite_schema
 
 __all__ = ["postgres"]  # the session's PostgreSQL server (a fixture)
 
@@ -88,7 +88,7 @@ def test_seeded_times_are_the_new_database_s_own(postgres: PostgresServer, tmp_p
 
 
 def run_all(statements: tuple[str, ...], execute: Any) -> None:
-    for statement in (*statements, "INSERT INTO alembic_version VALUES ('0002')"):
+    for statement in (*statements, f"INSERT INTO alembic_version VALUES ('{SCRATCH}')"):
         execute(statement)
 
 
@@ -97,7 +97,7 @@ def test_a_new_revision_s_column_is_generated_for_both_databases(
 ) -> None:
     location = history_with(tmp_path, "op.add_column('jobs', sa.Column('note', sa.Text))")
     new = runpy.run_path(str(generator().generate(tmp_path / "out", postgres, location)))
-    assert new["REVISION"] == "0002"
+    assert new["REVISION"] == SCRATCH
     # SQLite: the generated statements make the file the scratch history makes.
     db = sqlite3.connect(tmp_path / "made.db", isolation_level=None)
     run_all(new["SQLITE"], db.execute)
