@@ -95,7 +95,7 @@ def run_all(statements: tuple[str, ...], execute: Any) -> None:
 def test_a_new_revision_s_column_is_generated_for_both_databases(
     postgres: PostgresServer, tmp_path: Path
 ) -> None:
-    location = history_with(tmp_path, "op.add_column('jobs', sa.Column('note', sa.Text))")
+    location = history_with(tmp_path, "op.add_column('jobs', sa.Column('scratch_note', sa.Text))")
     new = runpy.run_path(str(generator().generate(tmp_path / "out", postgres, location)))
     assert new["REVISION"] == SCRATCH
     # SQLite: the generated statements make the file the scratch history makes.
@@ -105,7 +105,7 @@ def test_a_new_revision_s_column_is_generated_for_both_databases(
     by_history(tmp_path / "history.db", location)
     made, migrated = sqlite_schema(tmp_path / "made.db"), sqlite_schema(tmp_path / "history.db")
     assert made == migrated
-    assert any(s.startswith("CREATE TABLE jobs") and "note TEXT" in s for s in new["SQLITE"])
+    assert any(s.startswith("CREATE TABLE jobs") and "scratch_note TEXT" in s for s in new["SQLITE"])
     # PostgreSQL: the same, by pg_dump.
     made_url = database_for(postgres, tmp_path / "made")
     history_url = database_for(postgres, tmp_path / "history")
@@ -113,4 +113,4 @@ def test_a_new_revision_s_column_is_generated_for_both_databases(
         run_all(new["POSTGRES"], conn.execute)
     by_history(history_url, location)
     assert pg_dump(made_url) == pg_dump(history_url)
-    assert "note text" in pg_dump(made_url)
+    assert "scratch_note text" in pg_dump(made_url)
