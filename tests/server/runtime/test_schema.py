@@ -32,14 +32,14 @@ def test_an_appended_revision_runs_once(tmp_path: Path) -> None:
     first_release_database(path)
     location = history_with(
         tmp_path,
-        "op.add_column('jobs', sa.Column('note', sa.Text, nullable=False, server_default=''))",
+        "op.add_column('jobs', sa.Column('scratch_note', sa.Text, nullable=False, server_default=''))",
     )
     engine = engine_for(path)
     try:
         assert schema.migrate(engine, location) is None
         assert schema.migrate(engine, location) == SCRATCH  # already there: nothing runs again
         with engine.connect() as conn:
-            assert conn.exec_driver_sql("SELECT id, note FROM jobs").all() == [(JOB, "")]
+            assert conn.exec_driver_sql("SELECT id, scratch_note FROM jobs").all() == [(JOB, "")]
     finally:
         engine.dispose()
     assert revision_of(path) == SCRATCH

@@ -105,7 +105,9 @@ def test_a_new_revision_s_column_is_generated_for_both_databases(
     by_history(tmp_path / "history.db", location)
     made, migrated = sqlite_schema(tmp_path / "made.db"), sqlite_schema(tmp_path / "history.db")
     assert made == migrated
-    assert any(s.startswith("CREATE TABLE jobs") and "scratch_note TEXT" in s for s in new["SQLITE"])
+    assert any(
+        s.startswith("CREATE TABLE jobs") and "scratch_note TEXT" in s for s in new["SQLITE"]
+    )
     # PostgreSQL: the same, by pg_dump.
     made_url = database_for(postgres, tmp_path / "made")
     history_url = database_for(postgres, tmp_path / "history")
