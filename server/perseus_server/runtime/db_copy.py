@@ -40,54 +40,26 @@ from perseus_server.runtime.stores import describe, is_postgres, open_store, sql
 
 __all__ = ["TABLES", "copy_database"]
 
-#: Every table a store keeps, in copy order: ``(name, columns, boolean columns)``.
-TABLES: tuple[tuple[str, tuple[str, ...], frozenset[str]], ...] = (
-    (
-        "tenants",
-        ("id", "created", "max_jobs", "max_gpus", "weight", "guaranteed_watts"),
-        frozenset(),
-    ),
-    ("jobs", ("id", "created", "spec", "tenant"), frozenset()),
-    ("profiles", ("job_id", "csv", "revision", "updated", "source"), frozenset()),
-    (
-        "frontiers",
-        (
-            "job_id",
-            "status",
-            "progress",
-            "error",
-            "doc",
-            "profile_revision",
-            "started",
-            "finished",
-            "solve_seconds",
-            "partial",
-        ),
-        frozenset({"partial"}),
-    ),
-    ("deployments", ("job_id", "version", "doc", "updated"), frozenset()),
-    ("ranks", ("job_id", "global_rank", "rank_id", "info", "registered"), frozenset()),
-    (
-        "iterations",
-        ("rank_id", "job_id", "iteration", "time", "energy", "plan_version", "received"),
-        frozenset(),
-    ),
-    ("profiling", ("job_id", "doc"), frozenset()),
-    (
-        "report_sequences",
-        ("rank_id", "incarnation", "job_id", "last", "updated"),
-        frozenset(),
-    ),
-    ("power_budget", ("id", "doc", "updated"), frozenset()),
-    (
-        "credentials",
-        ("id", "scope", "job_id", "hash", "created", "rotated", "revoked", "tenant"),
-        frozenset(),
-    ),
-    ("rank_bindings", ("rank_id", "job_id", "global_rank", "credential_id"), frozenset()),
-    ("job_lifecycle", ("job_id", "state", "since", "reason"), frozenset()),
+#: Every table a store keeps, in copy order. Their columns are read off the two databases (those
+#: both have), so a column a revision adds is copied without being named here.
+TABLES: tuple[str, ...] = (
+    "tenants",
+    "jobs",
+    "profiles",
+    "frontiers",
+    "deployments",
+    "ranks",
+    "iterations",
+    "profiling",
+    "report_sequences",
+    "power_budget",
+    "credentials",
+    "rank_bindings",
+    "job_lifecycle",
 )
 
+#: Columns the destination numbers itself (identity, and each rank's row numbers), not copied.
+_NUMBERED = {"iterations": frozenset({"seq", "n"}), "report_sequences": frozenset({"seq"})}
 #: Tables of a database that are not data to copy (the schema's version, the leadership).
 _BOOKKEEPING = frozenset({"alembic_version", "perseus_schema", "perseus_lease", "perseus_epoch"})
 #: Rows every new database holds (the default tenant): no data of its own, replaced by the copy.
@@ -125,6 +97,25 @@ class _End:
         seeded = _SEEDED.get(table)
         where = f" WHERE NOT ({seeded})" if seeded else ""
         return int(self.conn.execute(f"SELECT COUNT(*) FROM {table}{where}").fetchone()[0])
+
+    def columns(self, table: str) -> tuple[str, ...]:
+        """The table's columns as this database has them, those the destination numbers aside."""
+        cur = self.conn.execute(f"SELECT * FROM {table} LIMIT 0")
+        skip = _NUMBERED.get(table, frozenset())
+        names = tuple(str(d[0]) for d in cur.description if d[0] not in skip)
+        cur.close()
+        return names
+
+    def booleans(self, table: str) -> frozenset[str]:
+        """The table's boolean columns (PostgreSQL's ``boolean``; SQLite stores 0 / 1)."""
+        if not self.postgres:
+            return frozenset()
+        rows = self.conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = "
+            "current_schema() AND table_name = %s AND data_type = 'boolean'",
+            (table,),
+        ).fetchall()
+        return frozenset(str(r[0]) for r in rows)
 
     def rows(self, table: str, columns: Sequence[str]) -> Iterator[tuple[Any, ...]]:
         """The table's rows in their stored order (insertion order for the history tables)."""
@@ -169,7 +160,7 @@ def copy_database(
         raise StoreError("the source and the destination are the same database")
     open_store(src, pool_size=1).close()  # at this server's schema version
     with _connect(src) as a:
-        unknown = a.tables() - {t for t, _, _ in TABLES}
+        unknown = a.tables() - set(TABLES)
         if unknown:
             raise StoreError(
                 f"{describe(src)} holds tables this server does not know "
@@ -179,7 +170,7 @@ def copy_database(
             open_store(target, pool_size=1).close()  # at this server's schema version
             with _connect(target) as b, _transaction(b):
                 _lock(b, dst)
-                full = [t for t, _, _ in TABLES if b.count(t)]
+                full = [t for t in TABLES if b.count(t)]
                 if full:
                     raise StoreError(
                         f"{describe(dst)} is not empty ({', '.join(full)} hold rows); give an "
@@ -193,7 +184,12 @@ def _copy(a: _End, b: _End, say: Callable[[str], None] | None) -> dict[str, int]
     copied: dict[str, int] = {}
     for table, seeded in _SEEDED.items():
         b.conn.execute(f"DELETE FROM {table} WHERE {seeded}")
-    for table, columns, booleans in TABLES:
+    for table in TABLES:
+        # Both ends are at this server's revision: the columns they share are the store's (a
+        # SQLite file of the first release also keeps frontiers.ready_doc, which nothing reads).
+        there = set(b.columns(table))
+        columns = tuple(c for c in a.columns(table) if c in there)
+        booleans = a.booleans(table) | b.booleans(table)
         flags = [c in booleans for c in columns]
         n = 0
         chunk: list[tuple[Any, ...]] = []
@@ -309,7 +305,7 @@ def _lock(end: _End, dst: str) -> None:
     if not got[0]:
         raise _under_way(dst)
     end.conn.execute(f"SET LOCAL lock_timeout = '{_LOCK_WAIT}'")
-    tables = ", ".join(t for t, _, _ in TABLES)
+    tables = ", ".join(TABLES)
     try:
         end.conn.execute(f"LOCK TABLE {tables} IN EXCLUSIVE MODE")
     except psycopg.errors.LockNotAvailable:

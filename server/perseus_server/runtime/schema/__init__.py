@@ -14,8 +14,10 @@ PostgreSQL's ``perseus_schema`` 1 to 2) to it in place, keeping every row
 (:mod:`~perseus_server.runtime.schema.legacy_sqlite`,
 :mod:`~perseus_server.runtime.schema.legacy_postgres`). A change of what is stored is one new
 revision (``alembic revision -m "..."``, written with Alembic's ``op``, which speaks both
-dialects) and the statements that use it in :mod:`perseus_server.runtime.sql_store`; a revision
-that shipped is never edited.
+dialects) and the statements that use it in :mod:`perseus_server.runtime.sql_store`, then
+``python scripts/gen_fresh_schema.py`` (a new database's direct schema,
+:mod:`~perseus_server.runtime.schema.fresh_sql`, generated from the history); a revision that
+shipped is never edited.
 """
 
 from __future__ import annotations
