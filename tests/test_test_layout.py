@@ -134,10 +134,6 @@ NOT_BY_NAME = {
     "gpud/perseus_gpud/cli.py": "not yet split out (issue 42)",
     "gpud/perseus_gpud/commands.py": "not yet split out (issue 42)",
     "gpud/perseus_gpud/devices.py": "not yet split out (issue 42)",
-    "gpud/perseus_gpud/files.py": "not yet split out (issue 42)",
-    "gpud/perseus_gpud/lockrecord.py": "not yet split out (issue 42)",
-    "gpud/perseus_gpud/peers.py": "not yet split out (issue 42)",
-    "gpud/perseus_gpud/procfs.py": "not yet split out (issue 42)",
     "gpud/perseus_gpud/replies.py": "not yet split out (issue 42)",
     # common
     "common/perseus_common/clocks.py": "not yet split out (issue 42)",
