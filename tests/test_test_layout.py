@@ -123,18 +123,14 @@ NOT_BY_NAME = {
     "client/perseus_client/gpu/recording.py": "not yet split out (issue 42)",
     "client/perseus_client/gpu/simulated_floor.py": "not yet split out (issue 42)",
     "client/perseus_client/gpu/simulated_injection.py": "not yet split out (issue 42)",
-    "client/perseus_client/gpu/vendors.py": "not yet split out (issue 42)",
     "client/perseus_client/integrations/_torch_p2p.py": "not yet split out (issue 42)",
     "client/perseus_client/measurements.py": "not yet split out (issue 42)",
     "client/perseus_client/plan_choice.py": "not yet split out (issue 42)",
     "client/perseus_client/scopes.py": "not yet split out (issue 42)",
     # gpud
     "gpud/perseus_gpud/__main__.py": "not yet split out (issue 42)",
-    "gpud/perseus_gpud/access.py": "not yet split out (issue 42)",
     "gpud/perseus_gpud/cli.py": "not yet split out (issue 42)",
     "gpud/perseus_gpud/commands.py": "not yet split out (issue 42)",
-    "gpud/perseus_gpud/devices.py": "not yet split out (issue 42)",
-    "gpud/perseus_gpud/replies.py": "not yet split out (issue 42)",
     # common
     "common/perseus_common/clocks.py": "not yet split out (issue 42)",
     "common/perseus_common/commands.py": "not yet split out (issue 42)",
