@@ -128,9 +128,8 @@ NOT_BY_NAME = {
     "client/perseus_client/plan_choice.py": "not yet split out (issue 42)",
     "client/perseus_client/scopes.py": "not yet split out (issue 42)",
     # gpud
-    "gpud/perseus_gpud/__main__.py": "not yet split out (issue 42)",
-    "gpud/perseus_gpud/cli.py": "not yet split out (issue 42)",
-    "gpud/perseus_gpud/commands.py": "not yet split out (issue 42)",
+    "gpud/perseus_gpud/__main__.py": "the python -m entry; run by tests/gpud/test_cli_daemon.py",
+    "gpud/perseus_gpud/commands.py": "registers `perseus gpud`; tests/perseus/test_cli_subcommands.py",
     # common
     "common/perseus_common/clocks.py": "not yet split out (issue 42)",
     "common/perseus_common/commands.py": "not yet split out (issue 42)",
