@@ -119,10 +119,6 @@ NOT_BY_NAME = {
     # client
     "client/perseus_client/defaults.py": "not yet split out (issue 42)",
     "client/perseus_client/errors.py": "not yet split out (issue 42)",
-    "client/perseus_client/gpu/curves.py": "not yet split out (issue 42)",
-    "client/perseus_client/gpu/recording.py": "not yet split out (issue 42)",
-    "client/perseus_client/gpu/simulated_floor.py": "not yet split out (issue 42)",
-    "client/perseus_client/gpu/simulated_injection.py": "not yet split out (issue 42)",
     "client/perseus_client/integrations/_torch_p2p.py": "not yet split out (issue 42)",
     "client/perseus_client/measurements.py": "not yet split out (issue 42)",
     "client/perseus_client/plan_choice.py": "not yet split out (issue 42)",
