@@ -117,8 +117,6 @@ NOT_BY_NAME = {
     "server/perseus_server/testing/postgres.py": "not yet split out (issue 42)",
     "server/perseus_server/testing/process.py": "not yet split out (issue 42)",
     # client
-    "client/perseus_client/defaults.py": "not yet split out (issue 42)",
-    "client/perseus_client/errors.py": "not yet split out (issue 42)",
     "client/perseus_client/integrations/_torch_p2p.py": "not yet split out (issue 42)",
     "client/perseus_client/measurements.py": "not yet split out (issue 42)",
     "client/perseus_client/plan_choice.py": "not yet split out (issue 42)",
