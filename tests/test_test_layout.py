@@ -117,7 +117,6 @@ NOT_BY_NAME = {
     "server/perseus_server/testing/postgres.py": "not yet split out (issue 42)",
     "server/perseus_server/testing/process.py": "not yet split out (issue 42)",
     # client
-    "client/perseus_client/integrations/_torch_p2p.py": "not yet split out (issue 42)",
     # gpud
     "gpud/perseus_gpud/__main__.py": "the python -m entry; run by tests/gpud/test_cli_daemon.py",
     "gpud/perseus_gpud/commands.py": "registers `perseus gpud`; tests/perseus/test_cli_subcommands.py",
