@@ -128,8 +128,6 @@ NOT_BY_NAME = {
     "common/perseus_common/located_error.py": "not yet split out (issue 42)",
     "common/perseus_common/orders.py": "not yet split out (issue 42)",
     "common/perseus_common/profile_csv.py": "not yet split out (issue 42)",
-    "common/perseus_common/wire/codec.py": "not yet split out (issue 42)",
-    "common/perseus_common/wire/values.py": "not yet split out (issue 42)",
     # perseus
     "perseus/__main__.py": "not yet split out (issue 42)",
     "perseus/app_commands.py": "not yet split out (issue 42)",
