@@ -48,7 +48,7 @@ CROSS_CUTTING = {
     "tests/client/integrations/test_zeus_e2e.py": "Zeus's own optimizer, ranks and server",
     "tests/gpud/test_gpud_torch_e2e.py": "training ranks, the server and the daemon together",
     "tests/gpud/test_gpud_verification.py": "a throttled daemon seen in the server's status",
-    "tests/common/test_vocabulary.py": "the shared vocabulary, as every package uses it",
+    "tests/common/test_vocabulary.py": "the one profile reader, as the core and the client read it",
     "tests/perseus/test_public_api.py": "the core's public names (perseus/__init__.py)",
     "tests/perseus/test_lp_reference.py": "the solver tests' LP oracle, a helper beside it",
     "tests/demo/test_demo.py": "the demo, end to end",
@@ -121,11 +121,7 @@ NOT_BY_NAME = {
     "gpud/perseus_gpud/__main__.py": "the python -m entry; run by tests/gpud/test_cli_daemon.py",
     "gpud/perseus_gpud/commands.py": "registers `perseus gpud`; tests/perseus/test_cli_subcommands.py",
     # common
-    "common/perseus_common/clocks.py": "not yet split out (issue 42)",
-    "common/perseus_common/commands.py": "not yet split out (issue 42)",
-    "common/perseus_common/gpus.py": "not yet split out (issue 42)",
-    "common/perseus_common/kinds.py": "not yet split out (issue 42)",
-    "common/perseus_common/located_error.py": "not yet split out (issue 42)",
+    "common/perseus_common/commands.py": "a dataclass and a name; tests/perseus/test_cli_subcommands.py",
     "common/perseus_common/orders.py": "not yet split out (issue 42)",
     "common/perseus_common/profile_csv.py": "not yet split out (issue 42)",
     # perseus
