@@ -122,8 +122,6 @@ NOT_BY_NAME = {
     "gpud/perseus_gpud/commands.py": "registers `perseus gpud`; tests/perseus/test_cli_subcommands.py",
     # common
     "common/perseus_common/commands.py": "a dataclass and a name; tests/perseus/test_cli_subcommands.py",
-    "common/perseus_common/orders.py": "not yet split out (issue 42)",
-    "common/perseus_common/profile_csv.py": "not yet split out (issue 42)",
     # perseus
     "perseus/__main__.py": "not yet split out (issue 42)",
     "perseus/app_commands.py": "not yet split out (issue 42)",
