@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from client_data import BACKOFF_EXPECTED, BACKOFF_INITIAL, BACKOFF_MAXIMUM, RecordingEvent
 
 from perseus_client import (
     FailOpen,
@@ -123,3 +124,21 @@ def test_a_configuration_error_starts_nothing(monkeypatch: pytest.MonkeyPatch) -
         PerseusClient("localhost:50051", "job", handle_signals=False)
     assert e.value.field == "PERSEUS_TLS_CA"
     assert "perseus-clock-control" not in {t.name for t in threading.enumerate()} - before
+
+
+class _Stepped(FailOpenGpu):
+    def _run(self) -> None:  # its thread does nothing: the test runs the loop itself
+        return
+
+
+def _never() -> FailOpenGpu:
+    raise GpudUnavailableError("cannot reach the Perseus node daemon at /x: No such file")
+
+
+def test_clock_control_retries_double_up_to_their_maximum() -> None:
+    """Doubling from the initial delay up to the maximum (issue #32), waits recorded, not slept."""
+    gpu = _Stepped(_never, retry_initial=BACKOFF_INITIAL, retry_max=BACKOFF_MAXIMUM)  # type: ignore[arg-type]
+    gpu._closing = RecordingEvent(len(BACKOFF_EXPECTED))
+    FailOpenGpu._run(gpu)
+    assert gpu._closing.waits == pytest.approx(BACKOFF_EXPECTED)
+    gpu.close()
