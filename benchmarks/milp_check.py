@@ -6,6 +6,7 @@ convex-relaxation bound.
     python benchmarks/milp_check.py [--gpu a40] [--microbatches 12] [--deadlines 1.0 1.05]
         [--time-limit 120] [--effort 4] [--search 50000] [--windows 2]
     python benchmarks/milp_check.py --per-clock gpt3-a40 --deadlines 1.02 1.05
+    python benchmarks/milp_check.py --smoke    # seconds (tests/benchmarks/test_milp_check_smoke.py)
 
 With ``--per-clock CASE`` the input is one of ``benchmarks/per_clock.py``'s: a per-clock
 transfer's duration in the MILP is its producer's choice's (a sum over the producer's binaries),
@@ -294,7 +295,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=[c.name for c in (*CASES, SMOKE)],
         help="instead: an input of benchmarks/per_clock.py (per-clock transfer times)",
     )
+    ap.add_argument(
+        "--smoke", action="store_true", help="2 microbatches, one deadline, a 5 s MILP (a test)"
+    )
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.microbatches, args.deadlines, args.time_limit = 2, [1.05], 5.0
     path, power = GPUS[args.gpu]
     problem = EnergyProblem.build(load_profile(path), one_f_one_b(STAGES, args.microbatches), power)
     if args.per_clock:

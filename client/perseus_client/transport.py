@@ -1,23 +1,17 @@
-"""The client's network side: registration, the WatchPlan stream and batched reports.
+"""The client's network side: one rank's link to the server, its channel and its two threads.
 
-:class:`ServerLink` owns one gRPC channel (to the address it uses now) and two daemon threads:
+:class:`ServerLink` owns one gRPC channel (to the address it uses now;
+:mod:`perseus_client.channels`) and two daemon threads:
 
-- the *watcher* registers the rank (``RegisterRank``), then holds ``WatchPlan`` open and hands
-  every :class:`~perseus_common.wire.values.PlanUpdate` to a callback, never one older than a version it
-  handed on already. When the stream breaks (server down or restarting) it re-registers and
-  re-subscribes with exponential backoff and jitter (``backoff_initial`` doubling up to
-  ``backoff_max``). :meth:`ServerLink.unreachable_for` says how long the server has been
-  unreachable (0 while the stream is up), which the client compares with its fail-open timeout;
-- given several addresses (an active/standby pair; :mod:`perseus_client.addresses`), the
-  watcher **follows the leader**: when the server it uses is unreachable, hangs past the RPC
-  timeout, or answers as a standby (``UNAVAILABLE`` with the leader's address in the trailing
-  metadata ``perseus-leader``), it moves to the leader the standby named, else to the next
-  address, at once; after a whole round without a leader it waits the backoff (at most
-  1 s while a standby says the leader is being replaced). The rank keeps its registration,
-  incarnation and report sequence numbers: the new leader, on the same database, knows them;
-- the *reporter* sends queued :class:`~perseus_client.measurements.IterationMeasurement` records
-  every ``report_interval`` seconds as one ``ReportIterations`` call. Records that could not be
-  sent stay queued (at most ``max_queued``, oldest dropped first) and are retried.
+- the *watcher* (:mod:`perseus_client.plan_watch`) registers the rank, holds ``WatchPlan`` open
+  and hands every plan to a callback; when the stream breaks it reconnects with backoff, and
+  given several addresses (an active/standby pair; :mod:`perseus_client.addresses`) it follows
+  the leader. :meth:`ServerLink.unreachable_for` says how long the server has been unreachable
+  (0 while the stream is up), which the client compares with its fail-open timeout. The rank
+  keeps its registration, incarnation and report sequence numbers across servers: the new
+  leader, on the same database, knows them;
+- the *reporter* (:mod:`perseus_client.report_sender`) sends the queued iteration records in
+  batches, retrying what could not be sent.
 
 Nothing here ever blocks the training thread: it only appends to a deque.
 
@@ -29,10 +23,8 @@ this machine also warns).
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import logging
-import random
 import secrets
 import threading
 import time
@@ -41,11 +33,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
-
-# gRPC imports its channel module on the first ``insecure_channel`` / ``secure_channel`` call; a
-# rank constructed after its process dropped privileges could not read it then (see
-# :mod:`perseus_client.connect`), so it is imported now.
-from grpc import _channel  # noqa: F401
 
 from perseus_client.addresses import (
     TLS_CA_ENV,
@@ -63,19 +50,13 @@ from perseus_client.addresses import (
     system_resolver,
     tls_context,
 )
+from perseus_client.channels import open_channel
 from perseus_client.measurements import IterationMeasurement
-from perseus_client.plan import received_plan
-from perseus_client.reports import report_message
+from perseus_client.plan_watch import LEADER_METADATA, PlanWatcher, leader_hint
+from perseus_client.report_sender import DUPLICATE_LOG_INTERVAL, ReportSender
 from perseus_common.proto import perseus_pb2_grpc
-from perseus_common.wire.codec import (
-    decode_ack,
-    decode_plan,
-    decode_registered,
-    encode_finish,
-    encode_plan_request,
-    encode_registration,
-)
-from perseus_common.wire.values import FinishRank, PlanRequest, PlanUpdate, RankRegistration
+from perseus_common.wire.codec import encode_finish
+from perseus_common.wire.values import FinishRank, PlanUpdate, RankRegistration
 
 __all__ = [
     "LEADER_METADATA",
@@ -91,53 +72,10 @@ __all__ = [
     "TLS_CA_ENV",
 ]
 
-_DUPLICATE_LOG_INTERVAL = 60.0  # seconds between two warnings about reports called duplicates
-
 log = logging.getLogger("perseus_client.transport")
 
-_CHANNEL_OPTIONS = [
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
-    # How long a ping's answer is awaited: 60 s by default in gRPC core, whatever
-    # keepalive_timeout_ms says (a hung server was noticed after ~70 s, not 15 s).
-    ("grpc.http2.ping_timeout_ms", 5_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.max_pings_without_data", 0),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 2_000),
-]
-_BATCH = 256
-#: What the leader answers when it will not serve this rank: retrying elsewhere would not help.
-_REFUSALS = (
-    grpc.StatusCode.INVALID_ARGUMENT,
-    grpc.StatusCode.NOT_FOUND,
-    grpc.StatusCode.UNAUTHENTICATED,
-    grpc.StatusCode.PERMISSION_DENIED,
-)
-#: The longest wait between two rounds while a standby says the leader is being replaced (s).
-_STANDBY_RETRY = 1.0
-#: The trailing metadata key in which a standby names the leader's gRPC address.
-LEADER_METADATA = "perseus-leader"
 
-
-def leader_hint(exc: grpc.RpcError) -> str | None:
-    """The leader's address a standby named in its answer's trailing metadata.
-
-    ``None`` when the answer is not a standby's; ``""`` for a standby that knows no leader yet.
-    """
-    try:
-        trailing: Any = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
-    except Exception:  # noqa: BLE001 - an answer without metadata
-        return None
-    for item in trailing or ():
-        key, value = item[0], item[1]
-        if key == LEADER_METADATA:
-            return value.decode() if isinstance(value, bytes) else str(value)
-    return None
-
-
-class ServerLink:
+class ServerLink(PlanWatcher, ReportSender):
     """Registration, plan subscription and reporting for one rank (see the module docstring)."""
 
     def __init__(
@@ -200,7 +138,7 @@ class ServerLink:
         self._sequence = itertools.count(max(time.time_ns() // 1000, 1))
         #: Reports the server acknowledged as duplicates (re-sent ones, or muted).
         self.duplicates = 0
-        self._duplicates_logged_at = -_DUPLICATE_LOG_INTERVAL
+        self._duplicates_logged_at = -DUPLICATE_LOG_INTERVAL
         self._reregister = threading.Event()
         self._replaced_logged = False
         self._stop = threading.Event()
@@ -252,27 +190,8 @@ class ServerLink:
         return self._endpoint.target
 
     def _open(self, endpoint: Endpoint) -> grpc.Channel:
-        """A channel to ``endpoint``; a resolved address keeps its name as the TLS authority."""
-        opts: dict[str, Any] = dict(_CHANNEL_OPTIONS)
-        if self._several:
-            # A leader that hangs (stopped, cut off) is left sooner for the next server: the
-            # server accepts a ping every 5 s without data, so 6 s + 3 s is the quickest safe.
-            opts.update(
-                {
-                    "grpc.keepalive_time_ms": 6_000,
-                    "grpc.keepalive_timeout_ms": 3_000,
-                    "grpc.http2.ping_timeout_ms": 3_000,
-                }
-            )
-        if endpoint.authority is not None:
-            opts["grpc.default_authority"] = endpoint.authority
-            if endpoint.tls:
-                opts["grpc.ssl_target_name_override"] = endpoint.authority.rpartition(":")[0]
-        options = list(opts.items())
-        if endpoint.tls:
-            creds = grpc.ssl_channel_credentials(root_certificates=self._roots)
-            return grpc.secure_channel(endpoint.target, creds, options=options)
-        return grpc.insecure_channel(endpoint.target, options=options)
+        """A channel to ``endpoint`` (:func:`~perseus_client.channels.open_channel`)."""
+        return open_channel(endpoint, root_certificates=self._roots, several=self._several)
 
     def _use(self, endpoint: Endpoint) -> None:
         """Talk to ``endpoint`` from now on (a new channel; the old one is closed)."""
@@ -298,243 +217,6 @@ class ServerLink:
             log.warning(
                 "perseus: lost the plan stream from %s (%s); reconnecting", self.target, why
             )
-
-    # -- watcher ------------------------------------------------------------------------------------
-
-    def _register(self) -> None:
-        self._reregister.clear()  # this registration carries the identity as it is now
-        resp = self._stub.RegisterRank(
-            encode_registration(self.identity), timeout=self.rpc_timeout, metadata=self._metadata
-        )
-        rank_id = decode_registered(resp).rank_id
-        if self.rank_id is not None and rank_id != self.rank_id:
-            # The server no longer knew this rank (its job was created again): versions
-            # start over with the rank's new registration.
-            self.known_version = 0
-        self.rank_id = rank_id
-        self._registered.set()
-
-    def set_clock_control(
-        self, state: str, reason: str, *, gpu_name: str, supported_clocks: tuple[int, ...]
-    ) -> None:
-        """The rank's clock control changed (any thread): reports carry it from now on.
-
-        The rank registers again when its GPU's name or clocks became known.
-        """
-        self.identity = dataclasses.replace(
-            self.identity,
-            gpu_name=gpu_name,
-            supported_clocks_mhz=supported_clocks,
-            clock_control="active" if state == "active" else "unavailable",
-            clock_control_reason=reason[:256],
-        )
-        self._reregister.set()
-
-    def set_power_floor(self, state: tuple[str, str, float] | None) -> None:
-        """Whether the GPU holds the plan's floors (any thread): reports carry it from now on.
-
-        ``(state, reason, plan_swing)`` (:func:`perseus_client.gpu.floors.floor_state`); None:
-        the plan has no floors.
-        """
-        self.power_floor = state
-
-    def _stream(self) -> None:
-        """Register, subscribe, and hand on every plan until the stream ends (or raise)."""
-        self._register()
-        call = self._stub.WatchPlan(
-            encode_plan_request(
-                PlanRequest(self.identity.job_id, self.rank_id or "", self.known_version)
-            ),
-            metadata=self._metadata,
-        )
-        with self._lock:
-            self._call = call
-        if self._stop.is_set():
-            call.cancel()
-            return
-        self._subscribed = True
-        if self._ever_up:
-            self.reconnects += 1
-        self._ever_up = True
-        self._set_up()
-        for update in call:
-            plan = received_plan(decode_plan(update))
-            if plan.version < self.known_version:
-                # A server behind the one that sent the newer version: never go back.
-                log.warning(
-                    "perseus: %s sent plan version %d after version %d; ignored",
-                    self._endpoint,
-                    plan.version,
-                    self.known_version,
-                )
-                continue
-            self.known_version = plan.version
-            self._on_plan(plan)
-        self._set_down("the server closed the stream")
-
-    def _failed(self, exc: grpc.RpcError) -> str:
-        """What a failed call means for the watcher.
-
-        Returns:
-            ``"refused"`` (stay: the leader said no), ``"replaced"`` (stay, slowly) or
-            ``"move"`` (the next address: unreachable, hung, or a standby).
-        """
-        code = exc.code() if hasattr(exc, "code") else None
-        details = exc.details() if hasattr(exc, "details") else str(exc)
-        self.last_error = f"{getattr(code, 'name', code)}: {details}"
-        self._set_down(self.last_error)
-        if code in _REFUSALS:
-            log.error(
-                "perseus: the server refused rank %s: %s",
-                self.identity.global_rank,
-                self.last_error,
-            )
-            return "refused"
-        if code == grpc.StatusCode.ABORTED and "replaced" in str(details):
-            # Another stream for this rank took our place: another process runs this rank, or
-            # the server saw our reconnect first. Retry, slowly, and say so.
-            if not self._replaced_logged:
-                self._replaced_logged = True
-                log.warning(
-                    "perseus: the plan stream of rank %s was replaced by a newer one "
-                    "(is another process running this rank?); reconnecting",
-                    self.identity.global_rank,
-                )
-            return "replaced"
-        return "move"
-
-    def _watch_loop(self) -> None:
-        backoff = self.backoff_initial
-        tried = 0  # addresses tried since one served
-        standby = False  # a standby answered in this round: the leader is being replaced
-        while not self._stop.is_set():
-            self._subscribed = False
-            action, hint = "stay", None
-            try:
-                self._stream()
-            except grpc.RpcError as exc:
-                if self._stop.is_set():
-                    break
-                action = self._failed(exc)
-                hint = leader_hint(exc)
-            except Exception as exc:  # noqa: BLE001 - the watcher must survive anything
-                self.last_error = repr(exc)
-                log.exception("perseus: plan watcher error")
-                self._set_down(self.last_error)
-            finally:
-                with self._lock:
-                    self._call = None
-            if self._subscribed:
-                backoff, tried, standby = self.backoff_initial, 0, False
-            wait, grow = backoff, True
-            if action == "replaced":
-                wait = self.backoff_max
-            elif action == "move":
-                if hint is not None:
-                    standby = True
-                    self.leader_hint = hint or self.leader_hint
-                self._use(self.route.advance(hint or None))
-                tried += 1
-                if tried < self.route.size:
-                    wait, grow = self.backoff_initial, False  # the rest of the round, at once
-                else:
-                    wait = min(backoff, _STANDBY_RETRY) if standby else backoff
-                    tried, standby = 0, False
-            if self._stop.wait(wait * random.uniform(0.5, 1.0)):
-                break
-            if grow:
-                backoff = min(backoff * 2.0, self.backoff_max)
-
-    # -- reporter -----------------------------------------------------------------------------------
-
-    def submit(self, record: IterationMeasurement) -> None:
-        """Queue an iteration record (training thread: one deque append)."""
-        self._queue.append((next(self._sequence), record))
-
-    @property
-    def queued(self) -> int:
-        """Records waiting to be sent."""
-        return len(self._queue)
-
-    def _to_proto(self, item: tuple[int, IterationMeasurement]) -> Any:
-        ident = self.identity
-        return report_message(
-            item[1],
-            job_id=ident.job_id,
-            rank_id=self.rank_id or "",
-            sequence=item[0],
-            incarnation=self.incarnation,
-            clock_control=ident.clock_control,
-            clock_control_reason=ident.clock_control_reason,
-            power_floor=self.power_floor,
-        )
-
-    def flush(self, timeout: float | None = None) -> bool:
-        """Send everything queued now; True when the queue was emptied."""
-        while self._queue and self.rank_id is not None:
-            batch: list[tuple[int, IterationMeasurement]] = []
-            while self._queue and len(batch) < _BATCH:
-                batch.append(self._queue.popleft())
-            try:
-                msgs = [self._to_proto(r) for r in batch]
-                ack = self._stub.ReportIterations(
-                    iter(msgs), timeout=timeout or self.rpc_timeout, metadata=self._metadata
-                )
-                self.reports_sent += len(batch)
-                duplicates = decode_ack(ack).duplicates
-                if duplicates:
-                    self._count_duplicates(duplicates, len(batch))
-            except grpc.RpcError as exc:
-                code = exc.code() if hasattr(exc, "code") else None
-                if code == grpc.StatusCode.INVALID_ARGUMENT:
-                    log.error(
-                        "perseus: the server rejected %d iteration reports: %s",
-                        len(batch),
-                        exc.details(),
-                    )
-                    continue
-                self._queue.extendleft(reversed(batch))
-                return False
-            except Exception:  # noqa: BLE001
-                log.exception("perseus: could not build iteration reports; dropping %d", len(batch))
-        return not self._queue
-
-    def _count_duplicates(self, n: int, sent: int) -> None:
-        """The server called ``n`` of ``sent`` reports duplicates: count them, and log it.
-
-        Logged at most once a minute (a re-sent batch is normal; a rank whose every report
-        is one is muted).
-        """
-        self.duplicates += n
-        now = time.monotonic()
-        if now - self._duplicates_logged_at >= _DUPLICATE_LOG_INTERVAL:
-            self._duplicates_logged_at = now
-            log.warning(
-                "perseus: the server dropped %d of %d iteration reports as duplicates "
-                "(%d so far; incarnation %d)",
-                n,
-                sent,
-                self.duplicates,
-                self.incarnation,
-            )
-
-    def _update_registration(self) -> None:
-        """Register again with the identity and clock control as they are now."""
-        try:
-            self._register()
-        except grpc.RpcError as exc:
-            log.debug("perseus: could not update the registration: %s", exc)
-            if self._up:  # else the watcher registers again when it reconnects
-                self._reregister.set()
-
-    def _report_loop(self) -> None:
-        backoff = self.report_interval
-        while not self._stop.wait(backoff):
-            if self._reregister.is_set() and self.rank_id is not None:
-                self._update_registration()
-            if not self._queue or self.rank_id is None:
-                continue
-            backoff = self.report_interval if self.flush() else min(backoff * 2.0, self.backoff_max)
 
     # -- shutdown -----------------------------------------------------------------------------------
 

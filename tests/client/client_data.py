@@ -6,6 +6,7 @@ has: whichever folder's was imported first would answer).
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from perseus_common.wire.values import PlanStep, PlanUpdate
@@ -28,3 +29,26 @@ def steps_plan(
 ) -> PlanUpdate:
     """A plan from ``(kind, microbatch, mhz)`` triples."""
     return PlanUpdate(version, tuple(PlanStep(k, m, f, stage) for k, m, f in steps), **kw)
+
+
+#: A backoff's initial delay and maximum, far enough apart that doubling and jumping to the
+#: maximum differ (issue #32), and the waits it makes: 0.02, 0.04, ... 5.12, then the maximum.
+BACKOFF_INITIAL, BACKOFF_MAXIMUM = 0.01, 10.0
+BACKOFF_EXPECTED = [min(BACKOFF_INITIAL * 2**i, BACKOFF_MAXIMUM) for i in range(13)]
+
+
+class RecordingEvent(threading.Event):
+    """An event whose timed waits are recorded and return at once; set after ``n`` of them."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+        self.waits: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if timeout is None:
+            return super().wait()
+        self.waits.append(timeout)
+        if len(self.waits) >= self.n:
+            self.set()
+        return self.is_set()

@@ -17,7 +17,6 @@ from perseus_client import (
     Reporting,
     SimulatedGpu,
 )
-from perseus_client.defaults import Environment
 
 
 def test_the_constructor_takes_at_most_twelve_parameters() -> None:
@@ -73,22 +72,3 @@ def test_the_client_runs_with_its_options(monkeypatch: pytest.MonkeyPatch) -> No
         assert client.last_report is not None and client.last_report.instructions == ()
     finally:
         client.close()
-
-
-def test_the_environment_is_read_once_and_parsed_where_used() -> None:
-    env = Environment.read(
-        {
-            "PERSEUS_SERVER": "grpcs://s:1",
-            "PERSEUS_JOB": "j",
-            "PERSEUS_TOKEN": "",
-            "RANK": "x",
-            "LOCAL_RANK": "2",
-            "PERSEUS_DRY_RUN": "1",
-        }
-    )
-    assert (env.server, env.job, env.token, env.dry_run) == ("grpcs://s:1", "j", None, True)
-    assert env.integer("LOCAL_RANK", None, 0) == 2
-    assert env.integer("RANK", 4, 0) == 4  # given: the variable is not read
-    with pytest.raises(ConfigError) as e:
-        env.integer("RANK", None, 0)
-    assert e.value.field == "RANK"

@@ -9,7 +9,7 @@ import time
 import pytest
 from client_data import PROFILE
 
-from perseus_client import ConfigError, PerseusClient, SimulatedGpu
+from perseus_client import PerseusClient, SimulatedGpu
 from perseus_client.reports import report_message
 from perseus_common.proto import perseus_pb2
 
@@ -77,24 +77,6 @@ def test_transfers_the_server_would_refuse_are_dropped_off_the_training_thread(c
         (2, "backward", 3),
     ]
     assert msg.transfers[0].time > 0
-
-
-def test_a_simulated_gpu_injects_a_links_latency_and_it_can_slow_mid_run():
-    gpu = SimulatedGpu(
-        PROFILE, stage=0, time_scale=0, blocking_power=50.0, transfer_times={(0, "forward"): 0.002}
-    )
-    t0 = gpu.timestamp()
-    assert gpu.transfer(0, "forward") == 0.002 and gpu.timestamp() - t0 == pytest.approx(0.002)
-    assert gpu.transfer(0, "backward") == 0.0  # no latency injected there
-    gpu.set_transfer_time(0, "forward", 0.008)  # the link slows down
-    assert gpu.transfer_time(0, "forward") == 0.008
-    t1 = gpu.timestamp()
-    gpu.transfer(0, "forward")
-    assert gpu.timestamp() - t1 == pytest.approx(0.008)
-    with pytest.raises(ConfigError):
-        gpu.set_transfer_time(0, "sideways", 0.001)
-    with pytest.raises(ConfigError):
-        gpu.set_transfer_time(0, "forward", -1.0)
 
 
 def _bracketed_energy(gpu: SimulatedGpu) -> tuple[float, float, float]:

@@ -1,4 +1,7 @@
-"""The shared vocabulary: one profile reader, one GPU table, one set of kinds, used everywhere."""
+"""The shared profile reader, as the core and the client use it: the same data, the same refusals.
+
+The GPU table is ``test_gpus.py``'s, the kinds ``test_kinds.py``'s.
+"""
 
 from __future__ import annotations
 
@@ -7,20 +10,11 @@ from pathlib import Path
 import pytest
 
 from perseus.errors import ProfileError
-from perseus.profiles import INSTRUCTION_KINDS as CORE_KINDS
 from perseus.profiles import parse_profile_csv
 from perseus_client import ConfigError, read_profile_csv
-from perseus_client.integrations import INSTRUCTION_KINDS as INTEGRATION_KINDS
 from perseus_common import profile_csv
-from perseus_common.gpus import KNOWN_GPUS, known_gpu_for
-from perseus_common.kinds import INSTRUCTION_KINDS
 
 PROFILES = Path(__file__).resolve().parents[2] / "profiles"
-
-
-def test_every_part_uses_the_one_tuple_of_kinds() -> None:
-    assert CORE_KINDS is INSTRUCTION_KINDS
-    assert INTEGRATION_KINDS is INSTRUCTION_KINDS
 
 
 @pytest.mark.parametrize("path", sorted(PROFILES.glob("*.csv")), ids=lambda p: p.name)
@@ -66,24 +60,3 @@ def test_the_client_reads_some_stages_of_a_profile_the_core_needs_whole() -> Non
     }
     with pytest.raises(ProfileError, match="stage"):
         parse_profile_csv(text)
-
-
-@pytest.mark.parametrize(
-    ("name", "key"),
-    [
-        ("gpt3-175b_a100-sxm_8stage.csv", "a100"),
-        ("gpt3-175b_a40_8stage.csv", "a40"),
-        ("A100.csv", "a100"),
-        ("ma400.csv", None),
-        ("a1000.csv", None),
-        ("profile.csv", None),
-        ("a40_vs_a100.csv", None),
-    ],
-)
-def test_known_gpu_for_a_profile_name(name: str, key: str | None) -> None:
-    gpu = known_gpu_for(name)
-    assert (gpu.key if gpu else None) == key
-
-
-def test_the_table_holds_the_measured_blocking_powers() -> None:
-    assert {g.key: g.blocking_power for g in KNOWN_GPUS} == {"a100": 83.64, "a40": 70.38}

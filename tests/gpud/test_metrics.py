@@ -26,7 +26,6 @@ from perseus_client import DaemonGpu
 from perseus_client.errors import GpudRefusedError
 from perseus_client.gpu.daemon_connection import GpudConnection
 from perseus_common.proto import gpud_pb2
-from perseus_gpud.files import replace_file
 from perseus_gpud.simnvml import simulated_uuid
 
 workdir = gpud_harness.workdir
@@ -201,34 +200,6 @@ def test_the_log_has_one_info_line_per_event_and_clock_changes_at_debug(
         wait_for(lambda: "locked the SM clock at 1005 MHz" in verbose.log(), 10.0, "a DEBUG line")
     finally:
         verbose.kill()
-
-
-def test_the_textfile_never_follows_a_link(tmp_path: Path) -> None:
-    """The textfile's directory may be writable by others.
-
-    A link planted at the target is refused (the file it points to untouched), and a link
-    planted at any name the daemon might use for its temporary file is never followed (the name
-    is new each time, made O_EXCL).
-    """
-    victim = tmp_path / "victim"
-    victim.write_text("root's file\n")
-    target = tmp_path / "gpud.prom"
-    target.symlink_to(victim)
-    with pytest.raises(OSError, match="is a symbolic link"):
-        replace_file(str(target), "metrics\n")
-    assert victim.read_text() == "root's file\n" and target.is_symlink()
-    target.unlink()
-    # The old predictable names, planted: none is opened.
-    for name in (f"gpud.prom.{os.getpid()}.tmp", "gpud.prom.tmp", ".gpud.prom.tmp"):
-        (tmp_path / name).symlink_to(victim)
-    replace_file(str(target), "metrics\n")
-    assert target.read_text() == "metrics\n" and not target.is_symlink()
-    assert oct(target.stat().st_mode & 0o777) == oct(0o644)
-    assert victim.read_text() == "root's file\n"
-    assert sorted(p.name for p in tmp_path.iterdir() if not p.is_symlink()) == [
-        "gpud.prom",
-        "victim",
-    ]
 
 
 def test_a_lease_label_is_checked(

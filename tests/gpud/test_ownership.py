@@ -2,8 +2,8 @@
 
 Tested with real processes against a real ``perseus gpud --simulate``: simulated device nodes opened
 by the peer (or a parent of the same uid); a peer sees only the GPUs it leases or owns. Also: a
-lease dies with the process that took it (a real fork), and malformed state files are refused with a
-message, not a traceback. The Kubernetes route (the kubelet's pod-resources API) is
+lease dies with the process that took it (a real fork). Malformed state files are
+``test_cli_daemon.py``'s. The Kubernetes route (the kubelet's pod-resources API) is
 ``test_ownership_kubelet.py``.
 """
 
@@ -13,15 +13,13 @@ import filecmp
 import os
 import signal
 import stat
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import gpud_harness
 import pytest
-from gpud_harness import NOBODY, NOGROUP, REPO, Daemon, PeerProcess, child_env, wait_for
+from gpud_harness import NOBODY, NOGROUP, REPO, Daemon, PeerProcess, wait_for
 
 from perseus_client.errors import GpudRefusedError
 from perseus_client.gpu.daemon_connection import GpudConnection
@@ -162,35 +160,6 @@ def test_the_committed_pod_resources_stubs_are_current() -> None:
             assert filecmp.cmp(f"{tmp}/{name}{suffix}", src / f"{name}{suffix}", shallow=False), (
                 f"{name}{suffix} is stale: regenerate it (see podresources.proto)"
             )
-
-
-# -- state files ------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("option", "content", "expected"),
-    [
-        ("--state", "{not json", "not JSON"),
-        ("--state", '{"version": 1, "locked": {"GPU-1": "fast"}}', "not a lock record"),
-        ("--state", "[]", "not a lock record"),
-        ("--simulate-state", "{oops", "cannot be read as JSON"),
-        ("--simulate-state", '{"gpus": [{"locked_mhz": 1005}]}', "is malformed"),
-    ],
-)
-def test_a_malformed_state_file_is_a_clear_error(
-    workdir: Path, option: str, content: str, expected: str
-) -> None:
-    path = workdir / "state.json"
-    path.write_text(content)
-    out = subprocess.run(
-        [sys.executable, "-m", "perseus_gpud", "--socket", str(workdir / "s.sock"),
-         "--simulate", "1", option, str(path)],
-        capture_output=True, text=True, env=child_env(), timeout=60,
-    )  # fmt: skip
-    assert out.returncode == 2, out.stderr
-    assert "Traceback" not in out.stderr
-    assert expected in out.stderr and str(path) in out.stderr
-    assert path.read_text() == content  # nothing overwritten
 
 
 def test_real_device_nodes_are_matched_by_device_number_through_proc(

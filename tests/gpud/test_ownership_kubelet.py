@@ -10,7 +10,8 @@ pod's device node held open proves nothing); a host process with a device node o
 GPU the kubelet gave no pod; a cgroup outside the kubelet's hierarchy whose path
 names a pod is no pod; the holder's labels come from the peer; the kubelet's answer is cached and
 asked one call at a time on a thread of its own, so a device-node owner's lease never waits on a
-slow kubelet (its timing is measured in ``benchmarks/gpud_kubelet.py``, not here).
+slow kubelet (its timing is measured in ``benchmarks/gpud_kubelet.py``, not here; its smoke run is
+``tests/benchmarks/test_gpud_kubelet_smoke.py``).
 """
 
 from __future__ import annotations
@@ -243,25 +244,3 @@ def test_a_device_node_owner_in_no_pod_is_not_judged_by_the_kubelet(
         cgroups(f"kubepods/besteffort/pod{pods[0][2]}/again", again.pid)
         assert again.cmd("lease 0")["code"] == "LEASE_HELD"
         assert kubelet.calls == 1  # the cached answer (--kubelet-cache 600)
-
-
-def test_the_benchmark_runs(cgroups: Callable[[str, int], None]) -> None:
-    """``benchmarks/gpud_kubelet.py --smoke`` runs to the end and reports every lease.
-
-    Its timings are the benchmark's business, not asserted here. It writes cgroups as this
-    file's tests do (the fixture skips where that is impossible).
-    """
-    import json
-    import subprocess
-    import sys
-
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpud_kubelet.py"
-    out = subprocess.run(
-        [sys.executable, str(script), "--smoke", "--json"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr
-    res = json.loads(out.stdout)
-    assert len(res["owner_lease_s"]) == 3 and all(x > 0 for x in res["owner_lease_s"])
-    assert res["pod_lease_s"] and all(x > 0 for x in res["pod_lease_s"])  # NaN: refused
-    assert res["list_calls"] >= 1

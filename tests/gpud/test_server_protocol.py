@@ -2,6 +2,7 @@
 
 Size bound, malformed requests, leases required, supported clocks only, read-only mode, stop resets,
 injected throttling seen by ``DaemonGpu``'s applied-clock samples, default backend selection.
+An unreachable daemon is ``test_cli_daemon.py``'s.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 from gpud_harness import Daemon, wait_for
 
 from perseus_client import DaemonGpu, PerseusClient
-from perseus_client.errors import GpudRefusedError, GpudUnavailableError
+from perseus_client.errors import GpudRefusedError
 from perseus_client.gpu.daemon_connection import GpudConnection
 from perseus_common.gpud_wire import MAX_FRAME, encode_frame, read_frame
 from perseus_common.proto import gpud_pb2
@@ -199,11 +200,3 @@ def test_client_defaults_to_the_daemon_when_its_socket_is_configured(
     finally:
         client.close()
     wait_for(lambda: daemon.status()[1]["holder"] is None, 5.0, "the lease to end at close")
-
-
-def test_unreachable_daemon(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    missing = str(workdir / "none.sock")
-    assert gpud_main(["status", "--socket", missing]) == 1
-    assert "cannot reach the Perseus node daemon" in capsys.readouterr().err
-    with pytest.raises(GpudUnavailableError, match="is `perseus gpud` running"):
-        DaemonGpu(0, socket=missing, connect_timeout=0.2)

@@ -9,7 +9,7 @@
   adapter the other way round; the client builds or reads no message anywhere else.
 
 Encoding is faithful: ``decode(encode(v)) == v`` for every value whose fields fit their proto
-types (``tests/common/test_wire_round_trip.py``). What a value may hold (bounds, known
+types (``tests/common/wire/test_values_round_trip.py``). What a value may hold (bounds, known
 instruction names, supported clocks) is each end's business: the server checks it
 (``perseus_server.domain.bounds``), the client clamps what it measured before encoding.
 

@@ -1,7 +1,7 @@
 """``perseus.v1`` protobuf to and from :mod:`perseus_common.wire.values`, for both ends.
 
 One ``encode_*`` and one ``decode_*`` per message; ``decode(encode(v)) == v`` field for field
-(``tests/common/test_wire_round_trip.py`` checks it over every field of every message). The
+(``tests/common/wire/test_values_round_trip.py`` checks it over every field of every message). The
 rank client encodes registrations, plan requests, reports and finish requests and decodes the
 answers; the server's gRPC adapter does the opposite. Nothing here checks bounds or meaning:
 that is each end's business (the server's ``domain/bounds.py``, the client's report builder).

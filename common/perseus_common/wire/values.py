@@ -5,7 +5,7 @@ Each class mirrors one message field for field, with the message's field names; 
 ``clock_control_reason``. Only :mod:`perseus_common.wire.codec` converts them to and from
 protobuf.
 
-Every message with message fields has its value here (``tests/common/test_wire_round_trip.py``
+Every message with message fields has its value here (``tests/common/wire/test_values_round_trip.py``
 holds each to exactly its fields). A flat message (scalars and repeated scalars) needs one only
 where an end holds or builds it as a value; one that only its receiver reads, field by field,
 has none: the server's gRPC method reads the message (``perseus_server.grpc.methods.as_message``).

@@ -1,11 +1,10 @@
-"""The device interface's contract, run over every backend, and the vendor registry.
+"""The device interface's contract (``perseus_client.gpu.base``), run over every backend.
 
 Every :class:`~perseus_client.gpu.base.GpuBackend` (NVML on the simulated NVML library the node
 daemon's ``--simulate`` uses, in both modes; the node daemon's, through a real ``perseus gpud
 --simulate``; the simulated GPU; the recording wrapper; the fail-open wrapper) answers the same identity, clock, sample and instruction calls the same way;
-the node daemon manages any backend that tells a UUID and a device node; and a vendor is one
-registry entry: an entry whose probe says yes is what the client's default backend and the
-daemon open.
+the node daemon manages them through it (``tests/gpud/test_devices.py``), and a vendor is one
+registry entry (``test_vendors.py``).
 """
 
 from __future__ import annotations
@@ -20,16 +19,13 @@ import pytest
 from client_data import PROFILE
 
 from perseus_client.clock_control import FailOpenGpu
-from perseus_client.defaults import backend_factory
-from perseus_client.errors import GpuError, UnsupportedClockError
-from perseus_client.gpu import vendors
-from perseus_client.gpu.base import DeviceIdentity, GpuBackend, GpuVendor, device_minor
+from perseus_client.errors import UnsupportedClockError
+from perseus_client.gpu.base import DeviceIdentity, GpuBackend, device_minor
 from perseus_client.gpu.daemon import DaemonGpu
-from perseus_client.gpu.nvml import NvmlGpu, vendor
+from perseus_client.gpu.nvml import NvmlGpu
 from perseus_client.gpu.recording import RecordingGpu
 from perseus_client.gpu.simulated import SimulatedGpu
 from perseus_common.clocks import CLOCK_EVENT_REASON_NAMES
-from perseus_gpud.devices import ManagedGpu, open_devices, open_gpus
 from perseus_gpud.simnvml import SimulatedNvml
 
 BACKENDS: dict[str, Callable[[], GpuBackend]] = {
@@ -138,76 +134,3 @@ def test_a_lock_shows_in_the_clock_read(gpu: GpuBackend) -> None:
     reading = gpu.read_clock()
     if reading is not None and not getattr(gpu, "dry_run", False):
         assert reading[0] == low
-
-
-# --- the node daemon over the interface ---------------------------------------------------
-
-
-def test_the_daemon_manages_a_backend_through_the_interface_only(tmp_path: Path) -> None:
-    throttle = tmp_path / "throttle.json"
-    throttle.write_text('{"1": {"cap_mhz": 1005, "reasons": ["hw_thermal_slowdown"]}}')
-    nvml = SimulatedNvml(2, throttle_path=throttle)
-    [managed] = open_gpus(nvml, [1], read_only=False)
-    try:
-        assert managed.uuid == managed.gpu.identity().uuid and managed.minor == 1
-        assert managed.lock(1410)
-        mhz, bits, names = managed.sample()
-        assert (mhz, names) == (1005, ("hw_thermal_slowdown",)) and bits == 0x40
-        assert managed.power_w() > 0 and managed.energy_mj() >= 0
-        assert managed.reset()
-    finally:
-        managed.close()
-
-
-def test_the_daemon_refuses_a_backend_without_a_uuid() -> None:
-    with pytest.raises(GpuError, match="UUID"):
-        ManagedGpu(SimulatedGpu(PROFILE, stage=0, time_scale=0.0), read_only=True)
-
-
-# --- the registry ---------------------------------------------------------------------------
-
-
-class OtherVendorGpu(SimulatedGpu):
-    """What another vendor's module brings: a backend that tells its identity."""
-
-    def __init__(self, index: int, dry_run: bool) -> None:
-        super().__init__(PROFILE, stage=0, time_scale=0.0, name="Other GPU")
-        self.index, self.dry_run = index, dry_run
-
-    def identity(self) -> DeviceIdentity:
-        return DeviceIdentity(self.index, f"GPU-other-{self.index}", f"/dev/other{self.index}")
-
-
-def _other(available: bool) -> GpuVendor:
-    return GpuVendor("other", lambda: available, OtherVendorGpu, lambda: 2)
-
-
-def test_the_probe_picks_the_first_vendor_that_is_here_else_the_first() -> None:
-    absent, present = _other(False), _other(True)
-    nvml = vendor(SimulatedNvml(1))  # bound to a library: always available
-    assert vendors.choose_vendor([absent, nvml]) is nvml
-    assert vendors.choose_vendor([present, nvml]) is present
-    assert vendors.choose_vendor([absent]) is absent  # its error then says why
-    assert vendors.VENDORS[0].name == "nvml"
-
-
-def test_a_vendor_is_one_entry_for_the_client_and_the_daemon(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    entry = _other(True)
-    monkeypatch.setattr(vendors, "VENDORS", (entry, *vendors.VENDORS))
-    monkeypatch.delenv("PERSEUS_GPUD_SOCKET", raising=False)
-    monkeypatch.delenv("PERSEUS_DRY_RUN", raising=False)
-    monkeypatch.setenv("LOCAL_RANK", "1")
-    monkeypatch.setattr("perseus_common.gpud_wire.DEFAULT_SOCKET", "/nonexistent/gpud.sock")
-    gpu = backend_factory()()
-    assert isinstance(gpu, OtherVendorGpu) and gpu.identity().index == 1
-    managed = open_devices(entry, None, read_only=True)
-    assert [(m.index, m.uuid, m.minor) for m in managed] == [
-        (0, "GPU-other-0", 0),
-        (1, "GPU-other-1", 1),
-    ]
-    probed = open_gpus(None, [1], read_only=True)  # what `perseus gpud` opens without --simulate
-    assert [(type(m.gpu), m.uuid) for m in probed] == [(OtherVendorGpu, "GPU-other-1")]
-    for m in managed + probed:
-        m.close()

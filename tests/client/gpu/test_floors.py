@@ -105,25 +105,6 @@ def test_an_nvml_without_power_smoothing_cannot_hold_a_floor() -> None:
     dry.close()
 
 
-def test_the_simulated_gpu_counts_what_a_floor_lifts() -> None:
-    gpu = SimulatedGpu(PROFILE, blocking_power=BLOCKING, time_scale=0.5)
-    assert gpu.floor_unavailable() is None
-    e0, t0 = gpu.energy_mj(), gpu.timestamp()
-    assert gpu.set_power_floor(200.0)
-    time.sleep(0.1)  # idle: 200 W instead of 80 W
-    gpu.begin_instruction("forward", 0, 0)  # 6 J over 0.02 s = 300 W: above the floor
-    gpu.end_instruction()
-    assert gpu.set_power_floor(0.0)
-    time.sleep(0.05)
-    e1, t1 = gpu.energy_mj(), gpu.timestamp()
-    busy = 0.02
-    idle = (t1 - t0) - busy
-    lifted = (200.0 - BLOCKING) * (t1 - t0 - 0.05 / 0.5 - busy)
-    want = 6.0 + BLOCKING * idle + lifted
-    assert (e1 - e0) / 1000 == pytest.approx(want, rel=0.03)
-    assert SimulatedGpu(PROFILE, time_scale=0).set_power_floor(100.0) is False
-
-
 def _plan(floors: tuple[tuple[float, float, float], ...]) -> PlanUpdate:
     steps = (PlanStep("forward", 0, 1410, 0), PlanStep("backward", 0, 1410, 0))
     return PlanUpdate(1, steps, "test", 0.06, None, floors, 0.65)

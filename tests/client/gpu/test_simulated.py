@@ -1,4 +1,8 @@
-"""SimulatedGpu: the DVFS model, the energy counter, slowdown, state file; RecordingGpu."""
+"""SimulatedGpu: the DVFS model, the energy counter, slowdown, state file.
+
+Its profile reading is ``test_curves.py``'s, its injections ``test_simulated_injection.py``'s, its
+floor ``test_simulated_floor.py``'s; the wrapper that records it ``test_recording.py``'s.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +13,8 @@ import pytest
 
 from perseus_client import (
     ConfigError,
-    RecordingGpu,
     SimulatedGpu,
     UnsupportedClockError,
-    read_log,
     read_profile_csv,
 )
 
@@ -119,16 +121,6 @@ def test_from_profile_csv_and_text(profile_csv):
     assert data[(0, "forward")][1000] == (0.015, 2.4)
 
 
-def test_profile_csv_errors_name_the_row(tmp_path):
-    bad = tmp_path / "bad.csv"
-    bad.write_text("stage,instruction,frequency,time,energy\n0,forward,1410,-1,3\n")
-    with pytest.raises(ConfigError, match="row 2: time"):
-        read_profile_csv(bad)
-    bad.write_text("stage,instruction,time,energy\n")
-    with pytest.raises(ConfigError, match="frequency"):
-        read_profile_csv(bad)
-
-
 def test_from_a_loaded_perseus_profile(profile_csv):
     from perseus.profiles import load_profile
 
@@ -154,26 +146,6 @@ def test_simulated_module_does_not_import_scipy_or_perseus_core():
     assert "scipy" not in sim.__dict__ and "numpy" not in sim.__dict__
 
 
-def test_recording_gpu_records_requests_and_instruction_clocks(tmp_path, sim_gpu):
-    log = tmp_path / "rec.jsonl"
-    gpu = RecordingGpu(sim_gpu, log_path=log)
-    gpu.set_locked_clocks(1200)
-    gpu.begin_instruction("forward", 3, 0)
-    gpu.end_instruction()
-    gpu.reset_locked_clocks()
-    gpu.begin_instruction("backward", 3, None)
-    gpu.end_instruction()
-    assert [(r.op, r.mhz) for r in gpu.requests] == [("set", 1200), ("reset", None)]
-    assert [(i.kind, i.microbatch, i.stage, i.mhz) for i in gpu.instructions] == [
-        ("forward", 3, 0, 1200),
-        ("backward", 3, None, None),
-    ]
-    gpu.close()
-    requests, instructions = read_log(log)
-    assert requests == gpu.requests and instructions == gpu.instructions
-    assert sim_gpu.locked_clock is None
-
-
 def test_aborted_instruction_does_not_sleep_out_its_duration(profile_data, monkeypatch):
     import perseus_client.gpu.simulated as simulated
 
@@ -186,22 +158,6 @@ def test_aborted_instruction_does_not_sleep_out_its_duration(profile_data, monke
     gpu.begin_instruction("forward", 0, None)
     gpu.end_instruction()
     assert len(sleeps) == 1 and 0 < sleeps[0] <= 1.0
-
-
-def test_time_factor_is_the_factor_and_slowdown_its_deprecated_name(profile_data):
-    gpu = SimulatedGpu(profile_data, stage=0, time_scale=0, time_factor=1.5)
-    assert gpu.time_factor == 1.5
-    t0 = gpu.timestamp()
-    run(gpu)
-    assert gpu.timestamp() - t0 == pytest.approx(0.015)
-    with pytest.raises(ConfigError, match="time_factor"):
-        gpu.set_time_factor(float("nan"))
-    with pytest.warns(DeprecationWarning, match="time_factor"):
-        gpu.set_slowdown(2.0)
-    assert gpu.time_factor == 2.0
-    with pytest.warns(DeprecationWarning):
-        old = SimulatedGpu(profile_data, stage=0, time_scale=0, slowdown=1.2)
-    assert old.time_factor == 1.2
 
 
 def test_real_work_longer_than_the_scaled_time_is_reported_once(profile_data, caplog):

@@ -1,8 +1,8 @@
-"""The exact solvers that ``benchmarks/milp_check.py`` puts beside Perseus.
+"""The exact solvers that ``benchmarks/milp_check.py`` puts beside Perseus, and its ``--smoke`` run.
 
 Its figures are only evidence if the MILP really finds the optimum, and if a time window's MILP (the
 others fixed, entering only as release and due times) really is the whole problem restricted to the
-window.
+window. The smoke run, as a user runs it, reads its table, never its timings.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import itertools
 
 import numpy as np
 import pytest
+from benchmark_run import run
 
 from benchmarks.milp_check import energy_at, milp_plan, window_milp, window_rounds
 from perseus.problem import EnergyProblem
@@ -97,3 +98,14 @@ def test_window_rounds_only_improve_and_keep_the_deadline(slice_profile) -> None
     better = window_rounds(problem, plan, deadline, rounds=1, search=0, rounder=rounder)
     assert problem.evaluate(better).time <= deadline * (1 + 1e-9)
     assert energy_at(problem, better, deadline) <= energy_at(problem, plan, deadline)
+
+
+def test_milp_check_benchmark_smoke() -> None:
+    """``--smoke``: one small input and deadline; the bound is below both plans' energies."""
+    out = run("milp_check.py", "--smoke", timeout=600)
+    lines = out.splitlines()
+    assert lines[0].startswith("A40 ") and "T0 = " in lines[0]
+    [row] = [line for line in lines if line.strip().startswith("1.0500T0")]
+    bound, perseus, milp = (float(x) for x in row.split()[1:4])
+    assert 0 < bound <= perseus and bound <= milp, row
+    assert "optimal" in row or "best found" in row

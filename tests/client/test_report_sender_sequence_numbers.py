@@ -1,4 +1,4 @@
-"""The rank client's report sequence numbers against a real ``perseus serve``.
+"""``perseus_client.report_sender``: the rank client's report sequence numbers against a real server.
 
 Each queued record gets one per rank, increasing; a batch re-sent after an error (the server stored
 it, the answer was lost) carries the same numbers and the server acknowledges it as duplicates,
