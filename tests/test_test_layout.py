@@ -64,7 +64,6 @@ NOT_BY_NAME = {
     "server/perseus_server/__main__.py": "not yet split out (issue 42)",
     "server/perseus_server/cli.py": "not yet split out (issue 42)",
     "server/perseus_server/commands.py": "not yet split out (issue 42)",
-    "server/perseus_server/decisions/planner.py": "not yet split out (issue 42)",
     "server/perseus_server/domain/errors.py": "not yet split out (issue 42)",
     "server/perseus_server/domain/instruction_columns.py": "not yet split out (issue 42)",
     "server/perseus_server/domain/jobs.py": "not yet split out (issue 42)",
