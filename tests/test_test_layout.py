@@ -71,7 +71,6 @@ NOT_BY_NAME = {
     "server/perseus_server/domain/store.py": "not yet split out (issue 42)",
     "server/perseus_server/grpc/plan_encoder.py": "not yet split out (issue 42)",
     "server/perseus_server/grpc/received.py": "not yet split out (issue 42)",
-    "server/perseus_server/metric_series.py": "not yet split out (issue 42)",
     "server/perseus_server/models/requests.py": "not yet split out (issue 42)",
     "server/perseus_server/models/responses.py": "not yet split out (issue 42)",
     "server/perseus_server/models/status.py": "not yet split out (issue 42)",
