@@ -110,9 +110,6 @@ NOT_BY_NAME = {
     "server/perseus_server/service/state.py": "not yet split out (issue 42)",
     "server/perseus_server/service/views.py": "not yet split out (issue 42)",
     "server/perseus_server/service/zeus.py": "not yet split out (issue 42)",
-    "server/perseus_server/testing/fault_hooks.py": "not yet split out (issue 42)",
-    "server/perseus_server/testing/postgres.py": "not yet split out (issue 42)",
-    "server/perseus_server/testing/process.py": "not yet split out (issue 42)",
     # client
     "client/perseus_client/defaults.py": "not yet split out (issue 42)",
     "client/perseus_client/errors.py": "not yet split out (issue 42)",
