@@ -12,15 +12,6 @@ from perseus.schedules import make_schedule
 from ..conftest import make_job, problem_field, solved_job, wait_frontier
 
 
-def test_healthz_and_metrics(http: httpx.Client) -> None:
-    r = http.get("/healthz")
-    assert r.status_code == 200 and r.json()["status"] == "ok"
-    m = http.get("/metrics")
-    assert m.status_code == 200 and m.headers["content-type"].startswith("text/plain")
-    assert "# TYPE perseus_request_latency_seconds histogram" in m.text
-    assert 'perseus_requests_total{method="GET",route="/healthz",status="200"}' in m.text
-
-
 def test_job_crud(http: httpx.Client) -> None:
     job_id = make_job(http, name="crud", data_parallel=2, tensor_parallel=2)
     job = http.get(f"/jobs/{job_id}").json()
