@@ -63,7 +63,6 @@ NOT_BY_NAME = {
     # server
     "server/perseus_server/__main__.py": "the python -m entry; run by tests/server/test_cli.py",
     "server/perseus_server/commands.py": "two registration lines; run by tests/perseus/test_cli_subcommands.py",
-    "server/perseus_server/rest/power_budget.py": "not yet split out (issue 42)",
     "server/perseus_server/runtime/byte_bounded_cache.py": "not yet split out (issue 42)",
     "server/perseus_server/runtime/db_copy.py": "not yet split out (issue 42)",
     "server/perseus_server/runtime/fair_slots.py": "not yet split out (issue 42)",
