@@ -1,4 +1,7 @@
-"""REST API against a real server subprocess: every endpoint, and bad input leaving state intact."""
+"""REST API against a real server subprocess: jobs, frontiers and plans, bad input leaving state intact.
+
+A profile's routes are ``test_profiles.py``'s, ``/healthz`` and ``/metrics`` ``test_monitoring.py``'s.
+"""
 
 from __future__ import annotations
 
