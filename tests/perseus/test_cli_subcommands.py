@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from perseus.app_commands import app_commands, describe
-from perseus_common.commands import GROUP, Subcommand
+from perseus_common.commands import GROUP
 
 PERSEUS = [sys.executable, "-m", "perseus"]
 #: Each application's subcommands and the line ``perseus --help`` gives them (as before they
@@ -31,18 +30,6 @@ HELP = {
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*PERSEUS, *args], capture_output=True, text=True, timeout=300, env=env)
-
-
-def test_every_application_registers_its_subcommands() -> None:
-    found = app_commands()
-    assert set(found) == set(HELP), sorted(found)
-    packages = {"serve": "perseus_server", "db": "perseus_server", "demo": "perseus_demo"}
-    packages["gpud"] = "perseus_gpud"
-    for name, entry in found.items():
-        assert entry.group == GROUP
-        assert entry.module.split(".")[0] == packages[name], entry.value
-        command = entry.load()
-        assert isinstance(command, Subcommand) and command.help == HELP[name]
 
 
 def test_help_lists_every_subcommand_with_its_line() -> None:
@@ -124,13 +111,6 @@ def test_a_broken_application_does_not_break_help(tmp_path: Path) -> None:
     assert ran.returncode != 0 and "is not a Subcommand" in ran.stderr
     frontier = run("plot", "--help", env=env)  # the core's own commands load no application
     assert frontier.returncode == 0, frontier.stderr
-
-
-def test_describe_names_what_is_wrong_with_an_entry_point() -> None:
-    from importlib.metadata import EntryPoint
-
-    missing = EntryPoint(name="x", value="perseus_no_such_module:X", group=GROUP)
-    assert describe(missing).startswith("(cannot be loaded: ModuleNotFoundError")
 
 
 def test_without_installed_metadata_help_says_to_install(tmp_path: Path) -> None:

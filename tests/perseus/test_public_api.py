@@ -104,3 +104,11 @@ def test_the_readme_example_runs() -> None:
 def test_the_readme_example_is_what_docs_show() -> None:
     assert EXAMPLE in (ROOT / "docs" / "solver.md").read_text()
     assert EXAMPLE in (ROOT / "README.md").read_text()
+
+
+def test_the_public_api_exports_the_power_names() -> None:
+    from perseus import power
+
+    assert perseus.plan_for_power_budget is power.plan_for_power_budget
+    assert perseus.allocate_power is power.allocate_power
+    assert issubclass(perseus.PowerBudgetError, perseus.InfeasibleError)

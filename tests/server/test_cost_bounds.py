@@ -23,7 +23,6 @@ import pytest
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
-from perseus_server.runtime.byte_bounded_cache import ByteBoundedCache
 from perseus_server.runtime.solve_manager import SolveEvents, SolveLimits, SolveManager, _read_all
 
 from .conftest import make_job, register, solved_job, wait_frontier
@@ -72,19 +71,6 @@ def test_job_list_pages_and_summarises(http: httpx.Client) -> None:
     assert http.get("/jobs", params={"after": "nope"}).status_code == 422
     assert http.get("/jobs", params={"limit": 0}).status_code == 422
     assert http.get("/jobs", params={"limit": 10**6}).status_code == 422
-
-
-def test_byte_bounded_cache() -> None:
-    cache: ByteBoundedCache[int, bytes] = ByteBoundedCache(100, len, max_entries=10)
-    for i in range(50):
-        cache[i] = b"x" * 30
-        assert cache.bytes <= 100 and len(cache) <= 10
-    assert cache.get(49) is not None and cache.get(0) is None
-    cache.get(47)
-    cache[99] = b"y" * 30  # evicts the least recently used, not 47
-    assert cache.get(47) is not None
-    cache[100] = b"z" * 1000  # larger than the budget: not kept
-    assert cache.get(100) is None and cache.bytes <= 100
 
 
 def test_a_half_written_result_ends_the_read(tmp_path: Path) -> None:

@@ -2,9 +2,9 @@
 
 The service names only this protocol, and only what its callers use.
 :class:`~perseus_server.runtime.sql_store.SqlStore` implements it once for SQLite (the embedded
-default) and PostgreSQL, and one contract test suite (``tests/server/runtime/test_stores_contract.py``)
-runs against both, the latter on a real PostgreSQL server. ``--db`` chooses
-(:mod:`perseus_server.runtime.stores`).
+default) and PostgreSQL, and one contract test suite
+(``tests/server/runtime/test_sql_store_contract.py``) runs against both, the latter on a real
+PostgreSQL server. ``--db`` chooses (:mod:`perseus_server.runtime.stores`).
 
 **Transactions.** Every write method is atomic on its own. :meth:`Store.transaction` groups
 writes into one transaction:

@@ -13,7 +13,6 @@ import pytest
 
 import perseus.solver.relaxation as relaxation
 from benchmarks.scaling import Config, build_problem
-from perseus.kernels.longest_paths import earliest_start, earliest_start_k_into
 from perseus.solver.relaxation import Relaxation, sweep_range
 
 
@@ -31,19 +30,3 @@ def test_a_sweep_in_chunks_of_one_step_is_the_same(
     for a, b in zip(whole, single, strict=True):
         assert a.shape == b.shape
         assert np.array_equal(a, b)
-
-
-def test_the_newton_pass_gives_the_earliest_starts_bit_for_bit() -> None:
-    """``earliest_start_k_into``'s ``es`` is :func:`earliest_start` of the same durations."""
-    problem = build_problem(Config("smooth", 4, 16))
-    dag = problem.dag
-    rng = np.random.default_rng(7)
-    n = problem.num_nodes
-    for _ in range(5):
-        d = rng.uniform(0.01, 0.2, n)
-        a = rng.choice([-1.0, 0.0, 1.0], n)
-        ef, ka, es = np.empty(n), np.empty(n), np.full(n, np.nan)
-        earliest_start_k_into(dag.topo, dag.pred_ptr, dag.pred_idx, d, a, 1e-9, ef, ka, es)
-        want = earliest_start(dag.topo, dag.pred_ptr, dag.pred_idx, d)
-        assert np.array_equal(es, want)
-        assert np.array_equal(ef, want + d)

@@ -2,7 +2,7 @@
 
 The protocol is what callers need and no more: the one implementation (``SqlStore``, SQLite and
 PostgreSQL) takes each method exactly as the protocol writes it, and the service calls each. What
-each method does is the contract suite's (``tests/server/runtime/test_stores_contract.py``,
+each method does is the contract suite's (``tests/server/runtime/test_sql_store_contract.py``,
 against both databases).
 """
 

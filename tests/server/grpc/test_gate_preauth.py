@@ -8,7 +8,6 @@ setups, and repeated log lines are rate-limited.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import socket
 import subprocess
@@ -24,7 +23,6 @@ import pytest
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
-from perseus_server.runtime.logs import RateLimit
 
 TOKEN = "s3cret-token"
 
@@ -123,19 +121,3 @@ def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
     os.chmod(token, 0o644)
     r = _serve(["--token-file", str(token)], tmp_path)
     assert r.returncode == 2 and "chmod 600" in r.stderr, r.stderr
-
-
-def test_repeated_log_lines_are_rate_limited() -> None:
-    now = [0.0]
-    limit = RateLimit(burst=3, window=10.0, clock=lambda: now[0])
-
-    def record(msg: str) -> logging.LogRecord:
-        return logging.LogRecord("perseus", logging.WARNING, __file__, 1, msg, None, None)
-
-    passed = [limit.filter(record("accept failed: %s")) for _ in range(100)]
-    assert sum(passed) == 3
-    assert limit.filter(record("another line"))
-    now[0] = 11.0
-    rec = record("accept failed: %s")
-    assert limit.filter(rec)
-    assert "97 similar lines suppressed" in str(rec.msg)

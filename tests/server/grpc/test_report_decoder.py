@@ -8,7 +8,6 @@ per-stage statistic, given rows or columns) on random reports, malformed ones in
 
 from __future__ import annotations
 
-import asyncio
 import math
 import statistics
 import struct
@@ -28,7 +27,6 @@ from perseus_server.decisions.profiling_scan import Measurement
 from perseus_server.domain.errors import BadRequest
 from perseus_server.domain.instruction_columns import InstructionColumns
 from perseus_server.grpc.report_decoder import decode_report_bytes, decode_report_columns
-from perseus_server.runtime.parse_pool import ReportPool
 from perseus_server.service.report_checks import (
     first_bad_instruction,
     measurements,
@@ -347,28 +345,3 @@ def test_stage_factors_need_a_plan() -> None:
         )
     ).instructions
     assert report_stage_factors(cast(Any, job), cast(Any, None), cast(Any, cols)) is None
-
-
-def test_report_pool_decodes_in_a_process_and_falls_back() -> None:
-    msg = pb.IterationReport(
-        job_id="j",
-        instructions=[
-            pb.InstructionMeasurement(instruction="forward", microbatch=i, time=0.1, stage=0)
-            for i in range(1000)
-        ],
-    )
-    pool = ReportPool(decode_report_bytes)
-
-    async def main() -> tuple[IterationReport, IterationReport]:
-        ok = await pool.decode(msg.SerializeToString, lambda: decode_report(msg))
-        # Bytes the worker cannot parse make it fail: the fallback's value is used.
-        fallback = await pool.decode(lambda: b"\xff\xff\xff", lambda: decode_report(msg))
-        return ok, fallback
-
-    try:
-        ok, fallback = asyncio.run(main())
-    finally:
-        pool.close()
-    assert isinstance(ok.instructions, InstructionColumns)
-    assert ok == old_decode_report(msg)
-    assert isinstance(fallback.instructions, tuple) and fallback == ok

@@ -8,7 +8,6 @@ paced (429 with ``Retry-After``), the others' are not.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,6 @@ import pytest
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
-from perseus_server.runtime.fair_slots import FairSlots
 
 from ..conftest import wait_frontier
 
@@ -76,38 +74,6 @@ def serve(tmp_path: Path) -> Iterator[Any]:
 
 
 # --- the solve queue ------------------------------------------------------------------------------
-
-
-def test_slots_go_to_the_tenants_in_turn() -> None:
-    async def run() -> list[str]:
-        slots, order = FairSlots(1), []
-        assert slots.acquire("b").done()
-        # b holds the slot and queues three more; a and c come later.
-        for t in ("b", "b", "b", "a", "c", "a"):
-            slots.acquire(t).add_done_callback(lambda f, t=t: order.append(t))
-        holder = "b"
-        for _ in range(6):
-            slots.release(holder)
-            await asyncio.sleep(0)  # the waiter's callback runs
-            holder = order[-1]
-        return order
-
-    assert asyncio.run(run()) == ["b", "a", "c", "b", "a", "b"]  # FIFO: b, b, b, a, c, a
-
-
-def test_a_withdrawn_waiter_gives_its_turn_on() -> None:
-    async def run() -> None:
-        slots = FairSlots(1)
-        first = slots.acquire("b")
-        gone, next_ = slots.acquire("b"), slots.acquire("a")
-        slots.withdraw("b", gone)
-        assert slots.waiting() == 1
-        slots.release("b")
-        assert next_.done() and first.done() and slots.running("a") == 1
-        slots.withdraw("a", next_)  # a slot given: released
-        assert slots.running("a") == 0 and slots.acquire("c").done()
-
-    asyncio.run(run())
 
 
 def _solve(http: httpx.Client, csv: str) -> str:

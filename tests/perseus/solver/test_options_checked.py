@@ -1,4 +1,4 @@
-"""SolverOptions and RoundingOptions.
+"""The solver's options (``perseus.solver.options``): SolverOptions and RoundingOptions.
 
 Every bad value is refused by name, the defaults are the solver's, and the options reach the stages
 they govern.
@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
+from solver_instances import KNAPSACK_CSV, knapsack_problem
 
 from perseus.errors import OptionError
-from perseus.kernels import drop_stale_caches
 from perseus.problem import EnergyProblem
 from perseus.profiles import parse_profile_csv
 from perseus.schedules import one_f_one_b
@@ -26,21 +25,6 @@ from perseus.solver import (
     solve_frontier,
     solve_problem,
 )
-
-#: See tests/perseus/test_solver.py: from the 0.1937 s plan, only an exchange reaches the 0.1969 s one.
-KNAPSACK_CSV = """stage,instruction,frequency,time,energy
-0,forward,1800,0.060,1.8
-0,backward,1800,0.0255,8.3
-0,backward,400,0.0297,2.1
-1,forward,1800,0.0246,2.8
-1,forward,400,0.0256,0.8
-1,backward,1800,0.0826,9.3
-"""
-
-
-def knapsack() -> EnergyProblem:
-    return EnergyProblem.build(parse_profile_csv(KNAPSACK_CSV), one_f_one_b(2, 1), 0.0)
-
 
 BAD_SOLVER = [
     ("initial_candidates", 0),
@@ -115,9 +99,9 @@ def test_defaults_are_the_solvers() -> None:
 
 def test_solve_problem_takes_only_solver_options() -> None:
     with pytest.raises(OptionError, match="options"):
-        solve_problem(knapsack(), {"effort": 0})  # type: ignore[arg-type]
+        solve_problem(knapsack_problem(), {"effort": 0})  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        solve_problem(knapsack(), effort=0)  # type: ignore[call-arg]
+        solve_problem(knapsack_problem(), effort=0)  # type: ignore[call-arg]
 
 
 def test_solve_frontier_effort_replaces_the_options_effort() -> None:
@@ -127,7 +111,7 @@ def test_solve_frontier_effort_replaces_the_options_effort() -> None:
     with pytest.raises(OptionError, match="effort"):
         solve_frontier(profile, schedule, 0.0, options=SolverOptions(), effort=math.nan)
     a = solve_frontier(profile, schedule, 0.0, options=SolverOptions(effort=3), effort=0)
-    b = solve_problem(knapsack(), SolverOptions(effort=0))
+    b = solve_problem(knapsack_problem(), SolverOptions(effort=0))
     assert np.array_equal(a.plans, b.plans) and np.array_equal(a.energies, b.energies)
 
 
@@ -136,7 +120,7 @@ def test_rounding_options_reach_the_rounder() -> None:
 
     From the 0.1937 s plan it reaches the 0.1969 s one, which reclaiming alone cannot.
     """
-    problem = knapsack()
+    problem = knapsack_problem()
     rel = Relaxation.build(problem)
     start = solve_problem(problem).plans[1][None, :]
     deadline = np.array([0.1978])
@@ -160,23 +144,7 @@ def test_the_seed_changes_only_what_is_random(slice_profile) -> None:
     assert np.array_equal(t, a.times) and np.array_equal(e, a.energies)
 
 
-def test_stale_numba_caches_are_dropped(tmp_path: Path) -> None:
-    """Cache files older than a source beside them go; newer ones stay."""
-    cache = tmp_path / "__pycache__"
-    cache.mkdir()
-    (tmp_path / "a.py").write_text("")
-    (tmp_path / "b.py").write_text("")
-    old, new = cache / "a.f-1.py311.nbi", cache / "b.g-1.py311.1.nbc"
-    keep = cache / "a.cpython-311.pyc"
-    for f in (old, new, keep):
-        f.write_text("")
-    import os
-
-    os.utime(old, (1_000, 1_000))
-    os.utime(keep, (1_000, 1_000))
-    os.utime(tmp_path / "a.py", (2_000, 2_000))
-    os.utime(tmp_path / "b.py", (3_000, 3_000))
-    os.utime(new, (4_000, 4_000))
-    assert drop_stale_caches(tmp_path) == 1
-    assert not old.exists() and new.exists() and keep.exists()
-    assert drop_stale_caches(tmp_path / "nowhere") == 0
+@pytest.mark.parametrize("effort", [-1.0, float("nan"), float("inf")])
+def test_bad_effort_is_rejected_by_name(effort: float) -> None:
+    with pytest.raises(OptionError, match="effort"):
+        solve_problem(knapsack_problem(), SolverOptions(effort=effort))

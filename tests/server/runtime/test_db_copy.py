@@ -1,4 +1,4 @@
-"""``perseus db migrate SRC DST``.
+"""``perseus db migrate SRC DST``: the copy of a whole store (``runtime/db_copy.py``).
 
 A populated SQLite store copied into PostgreSQL and back reads the same through every read method of
 the store contract; a destination that holds data, and a source with tables this server does not
@@ -21,8 +21,8 @@ from perseus_server.runtime.db_copy import copy_database
 from perseus_server.runtime.stores import open_store
 from perseus_server.testing.postgres import PostgresServer
 
-from .postgres_backend import database_for, postgres
-from .sqlite_backend import connect
+from ..postgres_backend import database_for, postgres
+from ..sqlite_backend import connect
 
 __all__ = ["postgres"]  # the session's PostgreSQL server (a fixture)
 

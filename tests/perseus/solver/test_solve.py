@@ -1,7 +1,9 @@
-"""The frontier solver: exactness, its lower bound, property tests, progress and cancellation.
+"""The frontier solver end to end (``perseus.solver.solve``): its bound, properties, progress.
 
-Exactness against brute force on tiny instances, its lower bound against an independent LP, property
-tests on random profiles and schedules, progress and cancellation.
+Its lower bound against an independent LP, property tests on random profiles and schedules, plans
+between breakpoints, reproducible seeded roundings and search, progress and cancellation. The
+exactness on tiny instances is ``test_solve_exactness.py``'s; the rounder's and the kernels' own
+tests are ``test_rounder.py`` and ``tests/perseus/kernels/``.
 
 Plans are re-evaluated here by :func:`simulate`, a plain event simulation of the schedule that
 shares no code with :mod:`perseus.dag`.
@@ -9,35 +11,29 @@ shares no code with :mod:`perseus.dag`.
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from lp_reference import LPRelaxation
+from solver_instances import instances, knapsack_problem, waiting_energy
 
-from perseus.errors import OptionError, SolverCancelled
+from perseus.errors import SolverCancelled
 from perseus.frontier import Frontier
-from perseus.kernels import repair
 from perseus.problem import EnergyProblem
-from perseus.profiles import Profile, load_profile, parse_profile_csv, parse_profile_json
+from perseus.profiles import Profile, load_profile, parse_profile_csv
 from perseus.schedules import Op, Schedule, make_schedule, one_f_one_b
 from perseus.solver import (
-    Relaxation,
-    Rounder,
     SolverOptions,
-    relaxed_frontier,
     solve_frontier,
     solve_problem,
 )
 
 P_A100 = 83.64
-A100_CSV = Path(__file__).resolve().parents[2] / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"
+A100_CSV = Path(__file__).resolve().parents[3] / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"
 A40_CSV = A100_CSV.with_name("gpt3-175b_a40_8stage.csv")
 P_A40 = 70.38
 REL = 1e-9
@@ -105,132 +101,6 @@ def plan_frequencies(frontier: Frontier, i: int) -> dict[Op, int]:
     }
 
 
-def waiting_energy(frontier: Frontier) -> np.ndarray:
-    """``energy - P R time``: the quantity the frontier is Pareto-optimal in (with time)."""
-    return frontier.energies - frontier.blocking_power * frontier.schedule.ranks * frontier.times
-
-
-# --- exactness on tiny instances -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Tiny:
-    """A tiny instance cut from the real A100 profile, small enough to enumerate every plan."""
-
-    name: str
-    stages: tuple[int, ...]
-    freqs: frozenset[int]
-    schedule: Schedule
-
-
-@dataclass(frozen=True)
-class Enumerated:
-    frontier: Frontier  # the solver's
-    times: np.ndarray  # of every discrete plan
-    energies: np.ndarray
-    wait: np.ndarray  # energy - P R time
-    front: np.ndarray  # indices of the true Pareto frontier in (time, wait), by time
-
-
-TINY = [
-    Tiny("1f1b-2x2-3f", (0, 1), frozenset({1410, 1200, 1020}), one_f_one_b(2, 2)),
-    Tiny("1f1b-2x2-3f-s37", (3, 7), frozenset({1410, 1110, 855}), one_f_one_b(2, 2)),
-    Tiny("gpipe-2x2-3f", (0, 1), frozenset({1410, 1200, 1020}), make_schedule("gpipe", 2, 2)),
-    Tiny("gpipe-2x2-3f-s37", (3, 7), frozenset({1410, 1110, 855}), make_schedule("gpipe", 2, 2)),
-    Tiny("1f1b-2x3-2f", (0, 1), frozenset({1410, 1005}), one_f_one_b(2, 3)),
-    Tiny("1f1b-3x2-2f", (0, 1, 2), frozenset({1410, 1005}), one_f_one_b(3, 2)),
-    Tiny(
-        "interleaved-2x2x2-2f",
-        (0, 1),
-        frozenset({1410, 1005}),
-        make_schedule("interleaved-1f1b", 2, 2, 2),
-    ),
-]
-TINY_IDS = [t.name for t in TINY]
-#: Measured worst relative gap between the solver's energy_at(T) and the true discrete optimum,
-#: over the true frontier's times, per instance: 2.21 %, 3.24 %, 3.49 %, 4.75 %, 3.69 %, 2.01 %,
-#: 2.87 % (the solver's discrete plans are the relaxation's breakpoints rounded, so plans between
-#: breakpoints are missed). Asserted with margin.
-COVERAGE_BOUND = 0.06
-#: Instances where the solver reports a point that an enumerated plan dominates (see the test).
-#: How far (relative energy) a reported plan may sit above the true discrete optimum at its own
-#: time on these tiny instances. Rounding is a heuristic: the guarantee is the certified bound.
-DOMINATED_BOUND = 0.02
-
-
-@functools.cache
-def enumerated(case: Tiny) -> Enumerated:
-    profile = _slice(case.stages, case.freqs)
-    problem = EnergyProblem.build(profile, case.schedule, P_A100)
-    plans = np.array(
-        list(itertools.product(*[range(int(k)) for k in problem.num_options])), dtype=np.uint8
-    )
-    assert len(plans) == len(case.freqs) ** problem.num_nodes
-    times, energies = problem.evaluate_many(plans)
-    wait = energies - P_A100 * case.schedule.ranks * times
-    front, best = [], np.inf
-    for i in np.lexsort((wait, times)):
-        if wait[i] < best - REL * abs(wait[i]):
-            front.append(i)
-            best = wait[i]
-    fr = solve_frontier(profile, case.schedule, P_A100)
-    return Enumerated(fr, times, energies, wait, np.asarray(front))
-
-
-def _slice(stages: tuple[int, ...], freqs: frozenset[int]) -> Profile:
-    a100 = load_profile(A100_CSV)
-    renumber = {s: i for i, s in enumerate(stages)}
-    records = [
-        {**r, "stage": renumber[r["stage"]]}
-        for r in a100.records()
-        if r["stage"] in renumber and r["frequency"] in freqs
-    ]
-    return parse_profile_json({"records": records})
-
-
-@pytest.mark.parametrize("case", TINY, ids=TINY_IDS)
-def test_every_solver_point_is_on_the_true_frontier_or_its_gap_is_honest(case: Tiny) -> None:
-    """Each reported plan is a real plan.
-
-    Where enumeration finds a better one at the same time, the reported lower bound is still
-    below that optimum (the gap shown is honest), and the excess is small.
-    """
-    en = enumerated(case)
-    fr = en.frontier
-    dominated = 0
-    for i, (t, w) in enumerate(zip(fr.times, waiting_energy(fr), strict=True)):
-        fits = en.times <= t * (1 + REL)
-        best = en.wait[fits].min()  # the true optimum at this time, waiting included
-        assert best <= w * (1 + REL) + REL  # never better than the truth: it is a real plan
-        assert fr.lower_bounds[i] <= best + P_A100 * case.schedule.ranks * t + 1e-9
-        if best < w - REL * abs(w):
-            dominated += 1
-            excess = (w - best) / (best + P_A100 * case.schedule.ranks * t)
-            assert excess <= DOMINATED_BOUND, (case.name, i, excess)
-    assert dominated <= len(fr) // 2, (case.name, dominated, len(fr))
-
-
-@pytest.mark.parametrize("case", TINY, ids=TINY_IDS)
-def test_solver_ends_exact_and_covers_the_true_frontier(case: Tiny) -> None:
-    en = enumerated(case)
-    fr = en.frontier
-    fw = waiting_energy(fr)
-    # the ends are exact: the fastest possible time, and the least energy-with-waiting
-    fastest = en.times.min()
-    assert fr.times[0] == pytest.approx(fastest, rel=REL)
-    assert fw[0] == pytest.approx(en.wait[en.times <= fastest * (1 + REL)].min(), rel=REL)
-    assert fw[-1] == pytest.approx(en.wait.min(), rel=REL)
-    # every reported point is a real plan with its true (T, E)
-    assert len(fr) <= len(en.front) + 10  # and not a flood of them
-    # coverage: at each true frontier point's time, how far above it is the solver?
-    gaps = [(fr.energy_at(float(en.times[i])) - en.energies[i]) / en.energies[i] for i in en.front]
-    assert min(gaps) >= -REL  # nothing beats the true optimum
-    assert max(gaps) <= COVERAGE_BOUND, (case.name, max(gaps))
-    # the certified bound holds at every true frontier point
-    for i in en.front:
-        assert fr.lower_bound_at(float(en.times[i])) <= en.energies[i] * (1 + REL)
-
-
 # --- the lower bound against an independent LP ----------------------------------------------
 
 
@@ -274,58 +144,6 @@ def test_lower_bound_equals_the_lp_relaxation(
 
 
 # --- property tests --------------------------------------------------------------------------
-
-
-@st.composite
-def instances(
-    draw: st.DrawFn,
-    names: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b"),
-    max_microbatches: int = 4,
-    max_freqs: int = 5,
-) -> tuple[Profile, Schedule, float]:
-    """A random profile and schedule, and a blocking power.
-
-    The profile has 2-3 stages and 2-5 frequencies, each (stage, kind) measuring a subset, time
-    increasing as the frequency drops, 30-400 W.
-    """
-    name = draw(st.sampled_from(names))
-    ranks = draw(st.integers(2, 3))
-    if name == "interleaved-1f1b":
-        virtual = 2
-        microbatches = ranks * draw(st.integers(1, 4 // ranks))
-        profile_stages = draw(st.sampled_from([ranks, ranks * virtual]))
-    else:
-        virtual = 1
-        microbatches = draw(st.integers(1, max_microbatches))
-        profile_stages = ranks
-    schedule = make_schedule(name, ranks, microbatches, virtual)
-    nfreq = draw(st.integers(2, max_freqs))
-    freqs = draw(st.lists(st.integers(200, 2000), min_size=nfreq, max_size=nfreq, unique=True))
-    positive = st.floats(0.001, 0.05, allow_nan=False)
-    records = []
-    for s in range(profile_stages):
-        for kind in ("forward", "backward"):
-            # each (stage, kind) measures a non-empty subset of the frequencies
-            mine = sorted(
-                draw(st.lists(st.sampled_from(freqs), min_size=1, max_size=nfreq, unique=True)),
-                reverse=True,
-            )
-            t = draw(st.floats(0.005, 0.1))
-            for j, f in enumerate(mine):
-                if j:
-                    t += draw(positive)  # slower at a lower frequency
-                watts = draw(st.floats(30.0, 400.0))
-                records.append(
-                    {
-                        "stage": s,
-                        "instruction": kind,
-                        "frequency": f,
-                        "time": t,
-                        "energy": t * watts,
-                    }
-                )
-    power = draw(st.floats(0.0, 250.0))
-    return parse_profile_json({"records": records}), schedule, power
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -417,24 +235,6 @@ def test_random_tiny_instances_against_brute_force(
         assert fr.energy_at(float(t)) >= best - REL * scale
 
 
-#: A 2-stage, 1-microbatch chain (P = 0): stage 0's backward saves 6.2 J for 4.2 ms at 400 MHz,
-#: stage 1's forward 2.0 J for 1 ms. The relaxation shortens the cheaper-per-second backward
-#: first, so its breakpoints are (0.1927 s, 22.2 J), (0.1937 s, 20.2 J) and (0.1979 s, 14.0 J);
-#: the discrete plan with only the backward slowed (0.1969 s, 16.0 J) lies between them.
-KNAPSACK_CSV = """stage,instruction,frequency,time,energy
-0,forward,1800,0.060,1.8
-0,backward,1800,0.0255,8.3
-0,backward,400,0.0297,2.1
-1,forward,1800,0.0246,2.8
-1,forward,400,0.0256,0.8
-1,backward,1800,0.0826,9.3
-"""
-
-
-def knapsack_problem() -> EnergyProblem:
-    return EnergyProblem.build(parse_profile_csv(KNAPSACK_CSV), one_f_one_b(2, 1), 0.0)
-
-
 def test_plan_between_breakpoints_is_found_and_its_bound_is_honest() -> None:
     fr = solve_problem(knapsack_problem())
     assert fr.times == pytest.approx([0.1927, 0.1937, 0.1969, 0.1979])
@@ -442,70 +242,6 @@ def test_plan_between_breakpoints_is_found_and_its_bound_is_honest() -> None:
     # the bound between the breakpoints interpolates the relaxation, below the plan
     assert fr.lower_bound_at(0.1969) == pytest.approx(20.2 - 6.2 * 3.2 / 4.2)
     assert fr.lower_bound_at(0.1969) <= fr.energy_at(0.1969) == pytest.approx(16.0)
-
-
-def test_exchange_swaps_which_node_is_slowed() -> None:
-    """An exchange finds the plan that slows another node, where reclaiming cannot.
-
-    From the 0.1937 s plan (stage 1's forward slowed) with 4.1 ms to spare, slowing stage 0's
-    backward needs 4.2 ms: reclaiming cannot, an exchange (speed the forward back up) can.
-    """
-    problem = knapsack_problem()
-    rounder = Rounder(problem, Relaxation.build(problem))
-    fr = solve_problem(problem)
-    start = fr.plans[1][None, :]
-    assert problem.evaluate(start[0]).time == pytest.approx(0.1937)
-    deadline = np.array([0.1978])
-    assert np.array_equal(rounder.reclaim(start, deadline), start)
-    swapped = problem.evaluate(rounder.exchange(start, deadline)[0])
-    assert swapped.time == pytest.approx(0.1969)
-    assert swapped.energy == pytest.approx(16.0)
-
-
-def test_search_finds_the_plan_only_an_exchange_reaches() -> None:
-    """The large-neighbourhood search gets there too, from any seed.
-
-    One of its trials slows stage 0's backward and repairs the overrun by speeding the forward
-    back up.
-    """
-    problem = knapsack_problem()
-    rounder = Rounder(problem, Relaxation.build(problem))
-    start = solve_problem(problem).plans[1][None, :]
-    for seed in range(4):
-        found = problem.evaluate(rounder.search(start, np.array([0.1978]), np.array([seed]), 50)[0])
-        assert found.time == pytest.approx(0.1969)
-        assert found.energy == pytest.approx(16.0)
-
-
-#: A chain of two instructions: the forward's middle option is a cheap step from its slowest
-#: but leaves a costly one to its fastest; the backward has just two options.
-CHAIN_CSV = """stage,instruction,frequency,time,energy
-0,forward,1000,1.0,10.0
-0,forward,900,1.9,5.05
-0,forward,800,2.0,5.0
-0,backward,1000,1.0,7.0
-0,backward,800,2.0,5.0
-"""
-
-
-def test_repair_makes_the_cheapest_speed_up_per_second_that_it_needs() -> None:
-    """Both slowest (4 s) overrun a 3 s deadline by 1 s.
-
-    The forward's next faster option costs least per second (0.5 J/s) but covers 0.1 s; taking
-    the forward all the way to 1.0 s would cost 5 J/s. The repair takes the cheap step and then
-    speeds the backward up (2 J/s): 12.05 J, where taking the forward to its fastest costs 15 J.
-    """
-    problem = EnergyProblem.build(parse_profile_csv(CHAIN_CSV), make_schedule("gpipe", 1, 1), 0.0)
-    rounder = Rounder(problem, Relaxation.build(problem))
-    pick = rounder.nopt - 1  # positions in each node's options by time: the slowest
-    cur = rounder.times[np.arange(2), pick]
-    fits = repair(
-        rounder.dag, rounder.times, rounder.costs, 3.0, np.zeros(2, bool), pick, cur, np.empty(2)
-    )
-    assert fits
-    plan = problem.evaluate(rounder.order[np.arange(2), pick])
-    assert plan.time == pytest.approx(2.9)
-    assert plan.energy == pytest.approx(12.05)
 
 
 #: What hypothesis shrank the "energy non-increasing up to min_energy_index" property to: a
@@ -551,66 +287,7 @@ def test_energy_falls_to_the_least_energy_plan_except_where_waiting_pays() -> No
             assert fr.energies[i] < fr.energies[i - 1] + p * r * (fr.times[i] - fr.times[i - 1])
 
 
-# --- rounding, reclaiming and exchanges ------------------------------------------------------
-
-
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(instances(), st.integers(0, 2**32 - 1))
-def test_rounding_reclaim_and_exchange_keep_every_plan_within_its_deadline(
-    instance: tuple[Profile, Schedule, float], seed: int
-) -> None:
-    """Rounding, reclaiming, exchanging and searching keep every plan within its deadline.
-
-    Rounded plans (nearest-vertex and randomised) meet the relaxed optimum's time and use only
-    undominated measured options; giving a plan more slack, exchanging or searching never raises
-    its energy at the deadline (waiting included) and keeps it within the deadline.
-    """
-    profile, schedule, power = instance
-    problem = EnergyProblem.build(profile, schedule, power)
-    rel = Relaxation.build(problem)
-    steps = list(relaxed_frontier(problem, rel))
-    durations = np.stack([step.durations for step in steps])
-    deadlines = np.array([step.time for step in steps])
-    rounder = Rounder(problem, rel)
-    rng = np.random.default_rng(seed)
-    nodes = np.arange(problem.num_nodes)
-    pr = power * schedule.ranks
-    for up_at in (None, rng.random(durations.shape)):
-        plans = rounder.round(durations, deadlines, rng.random(len(steps)) < 0.5, up_at)
-        times, energies = problem.evaluate_many(plans)
-        assert np.all(times <= deadlines * (1 + 1e-9))
-        assert np.all(rel.pareto[nodes, plans])
-    later = times * (1 + 0.05 * rng.random(len(times)))
-    before = energies + pr * (later - times)
-    seeds = rng.integers(0, 2**31, len(plans))
-    for better in (
-        rounder.reclaim(plans, later),
-        rounder.exchange(plans, later),
-        rounder.search(plans, later, seeds, 20),
-    ):
-        t2, e2 = problem.evaluate_many(better)
-        assert np.all(t2 <= later * (1 + 1e-9))
-        assert np.all(e2 + pr * (later - t2) <= before + 1e-9 * np.abs(before))
-        assert np.all(rel.pareto[nodes, better])
-
-
-@pytest.mark.parametrize(
-    "schedule",
-    [one_f_one_b(4, 6), make_schedule("interleaved-1f1b", 2, 4, 2), make_schedule("gpipe", 3, 2)],
-    ids=["1f1b", "interleaved", "gpipe"],
-)
-def test_diagonals_follow_each_pass_through_the_stages(slice_profile, schedule: Schedule) -> None:
-    """The search's diagonal moves find the node of every (model stage, kind, microbatch).
-
-    Each node exactly once, at its own op's place, and nothing else.
-    """
-    profile = slice_profile(list(range(schedule.ranks)), {1410, 1200, 990})
-    problem = EnergyProblem.build(profile, schedule, P_A100)
-    diag = Rounder(problem, Relaxation.build(problem)).diag
-    dag = problem.dag
-    assert sorted(diag[diag >= 0].tolist()) == list(range(problem.num_nodes))
-    assert np.array_equal(diag[dag.stage, dag.kind, dag.microbatch], np.arange(problem.num_nodes))
-    assert diag.shape == (schedule.stages, 2, schedule.microbatches)
+# --- seeded roundings and search ------------------------------------------------------------------
 
 
 def test_solve_is_reproducible(slice_profile) -> None:
@@ -673,12 +350,6 @@ def test_diagonal_roundings_lower_the_worst_gap_where_the_a40_mixes_vertices() -
     for fr in (on, off):
         t, e = problem.evaluate_many(fr.plans)
         assert np.allclose(t, fr.times) and np.allclose(e, fr.energies)
-
-
-@pytest.mark.parametrize("effort", [-1.0, float("nan"), float("inf")])
-def test_bad_effort_is_rejected_by_name(effort: float) -> None:
-    with pytest.raises(OptionError, match="effort"):
-        solve_problem(knapsack_problem(), SolverOptions(effort=effort))
 
 
 # --- progress and cancellation ---------------------------------------------------------------

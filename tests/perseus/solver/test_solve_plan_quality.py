@@ -24,7 +24,7 @@ from perseus.profiles import load_profile
 from perseus.schedules import Schedule, gpipe, interleaved_1f1b, one_f_one_b
 from perseus.solver import solve_problem
 
-PROFILES = Path(__file__).resolve().parents[2] / "profiles"
+PROFILES = Path(__file__).resolve().parents[3] / "profiles"
 A100 = (PROFILES / "gpt3-175b_a100-sxm_8stage.csv", 83.64)
 A40 = (PROFILES / "gpt3-175b_a40_8stage.csv", 70.38)
 DEADLINES = (1.0, 1.02, 1.05, 1.1, 1.2)

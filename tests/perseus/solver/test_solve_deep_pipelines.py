@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lp_reference import lp_lower_bound
-from test_solver_scale import check_frontier, smooth
+from solver_instances import check_frontier, smooth
 
 from perseus.problem import EnergyProblem
 from perseus.profiles import InstructionProfile, Profile
