@@ -61,31 +61,8 @@ CROSS_CUTTING = {
 #: own to test (an entry point, a registration line) stays here.
 NOT_BY_NAME = {
     # server
-    "server/perseus_server/__main__.py": "not yet split out (issue 42)",
-    "server/perseus_server/cli.py": "not yet split out (issue 42)",
-    "server/perseus_server/commands.py": "not yet split out (issue 42)",
-    "server/perseus_server/decisions/planner.py": "not yet split out (issue 42)",
-    "server/perseus_server/domain/errors.py": "not yet split out (issue 42)",
-    "server/perseus_server/domain/instruction_columns.py": "not yet split out (issue 42)",
-    "server/perseus_server/domain/jobs.py": "not yet split out (issue 42)",
-    "server/perseus_server/domain/rows.py": "not yet split out (issue 42)",
-    "server/perseus_server/domain/states.py": "not yet split out (issue 42)",
-    "server/perseus_server/domain/store.py": "not yet split out (issue 42)",
-    "server/perseus_server/grpc/plan_encoder.py": "not yet split out (issue 42)",
-    "server/perseus_server/grpc/received.py": "not yet split out (issue 42)",
-    "server/perseus_server/metric_series.py": "not yet split out (issue 42)",
-    "server/perseus_server/models/requests.py": "not yet split out (issue 42)",
-    "server/perseus_server/models/responses.py": "not yet split out (issue 42)",
-    "server/perseus_server/models/status.py": "not yet split out (issue 42)",
-    "server/perseus_server/rest/monitoring.py": "not yet split out (issue 42)",
-    "server/perseus_server/rest/plan_fast_path.py": "not yet split out (issue 42)",
-    "server/perseus_server/rest/power_budget.py": "not yet split out (issue 42)",
-    "server/perseus_server/rest/problems.py": "not yet split out (issue 42)",
-    "server/perseus_server/rest/profiles.py": "not yet split out (issue 42)",
-    "server/perseus_server/testing/fault_hooks.py": "not yet split out (issue 42)",
-    "server/perseus_server/testing/postgres.py": "not yet split out (issue 42)",
-    "server/perseus_server/testing/process.py": "not yet split out (issue 42)",
-    # client
+    "server/perseus_server/__main__.py": "the python -m entry; run by tests/server/test_cli.py",
+    "server/perseus_server/commands.py": "two registration lines; run by tests/perseus/test_cli_subcommands.py",
     # gpud
     "gpud/perseus_gpud/__main__.py": "the python -m entry; run by tests/gpud/test_cli_daemon.py",
     "gpud/perseus_gpud/commands.py": "registers `perseus gpud`; tests/perseus/test_cli_subcommands.py",

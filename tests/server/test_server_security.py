@@ -119,27 +119,3 @@ def test_grpc_needs_the_token_over_tls(secure: ServerProcess) -> None:
         assert e.value.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
     with grpc.insecure_channel(secure.grpc_target) as channel, pytest.raises(grpc.RpcError):
         pb_grpc.PlanServiceStub(channel).RegisterRank(req, metadata=secure.grpc_metadata, timeout=3)
-
-
-def test_token_file_must_be_usable(tmp_path: Path) -> None:
-    empty = tmp_path / "token"
-    empty.write_text("  \n")
-    r = subprocess.run(
-        [
-            __import__("sys").executable,
-            "-m",
-            "perseus_server",
-            "--http-port",
-            "0",
-            "--grpc-port",
-            "0",
-            "--db",
-            str(tmp_path / "x.db"),
-            "--token-file",
-            str(empty),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert r.returncode == 2 and "--token-file" in r.stderr

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 
-from perseus_server.cli import main
 from perseus_server.standby import advertise_problem, advertised, read_advertised
 
 
@@ -32,14 +31,6 @@ def test_host_names_and_addresses_are_accepted(host: str) -> None:
 def test_a_bad_host_says_why(host: str, why: str) -> None:
     problem = advertise_problem(host)
     assert problem is not None and why in problem
-
-
-def test_the_command_line_refuses_a_bad_advertise(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as e:
-        main(["--db", "postgresql://perseus@db/perseus", "--advertise", "perseus-a:50051"])
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert "--advertise 'perseus-a:50051'" in err and "without a port" in err
 
 
 def test_what_is_stored_reads_back_and_junk_reads_as_nothing() -> None:

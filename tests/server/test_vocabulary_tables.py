@@ -23,7 +23,6 @@ from perseus_common.clocks import CLOCK_EVENT_REASONS, MAX_CLOCK_MHZ
 from perseus_common.located_error import LocatedError
 from perseus_common.profile_csv import MAX_FREQUENCY_MHZ, ProfileFormatError
 from perseus_server.config import Limits
-from perseus_server.models.requests import PlanSelect
 from perseus_server.models.responses import PlanPolicyView
 from perseus_server.rest import create_app
 from perseus_server.rest.jobs import JobIn, NamedScheduleView, ScheduleIn
@@ -31,7 +30,6 @@ from perseus_server.rest.profiles import ProfilingIn
 from perseus_server.runtime.sql_store import SqlStore
 from perseus_server.service import PerseusService
 from perseus_server.service.clock_verification import KNOWN_REASONS
-from perseus_server.service.swing import SWING_FIELDS
 
 PUBLIC = {p.name: p for pol in POLICIES.values() for p in pol.parameters if p.public}
 
@@ -52,11 +50,6 @@ def openapi() -> dict[str, Any]:
     service = PerseusService(SqlStore.open(":memory:"), Limits())
     with TestClient(create_app(service), base_url="http://localhost") as client:
         return dict(client.get("/openapi.json").json())
-
-
-def test_plan_select_has_a_field_per_public_policy_parameter() -> None:
-    # and the swing bounds, which any policy may carry (perseus_server.service.swing)
-    assert set(PlanSelect.model_fields) == set(PUBLIC) | {"pipelines", *SWING_FIELDS}
 
 
 def test_the_policy_view_names_every_policy_and_option() -> None:

@@ -2,7 +2,7 @@
 
 The plan policies come from their one table (:data:`perseus.policies.POLICIES`):
 :class:`PlanSelect`'s fields are built from it at import (type checkers see a plain model;
-``tests/server/test_vocabulary_tables.py`` checks the built ones). The other features' request
+``tests/server/models/test_requests.py`` checks the built ones). The other features' request
 models sit next to their routers in :mod:`perseus_server.rest`; these stay here while
 :mod:`perseus_server.rest.plans` imports them from here.
 """

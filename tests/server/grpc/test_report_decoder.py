@@ -14,7 +14,6 @@ import struct
 from types import SimpleNamespace
 from typing import Any, cast
 
-import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -346,30 +345,3 @@ def test_stage_factors_need_a_plan() -> None:
         )
     ).instructions
     assert report_stage_factors(cast(Any, job), cast(Any, None), cast(Any, cols)) is None
-
-
-def test_columns_are_a_sequence_of_measurements() -> None:
-    ms = [
-        pb.InstructionMeasurement(
-            instruction=k, microbatch=j, frequency_mhz=1410, time=0.5, stage=1
-        )
-        for j, k in enumerate(["forward", "backward", "forward"])
-    ]
-    rep = decode_report_columns(pb.IterationReport(instructions=ms))
-    old = old_decode_report(pb.IterationReport(instructions=ms))
-    cols = rep.instructions
-    assert isinstance(cols, InstructionColumns)
-    assert cols.kinds == ("forward", "backward")
-    assert (
-        len(cols) == 3
-        and bool(cols)
-        and not bool(decode_report_columns(pb.IterationReport()).instructions)
-    )
-    assert cols[-1] == cols[2] == old.instructions[2]
-    assert cols[1:] == old.instructions[1:]
-    assert cols == old.instructions and old.instructions == cols and rep == old
-    assert cols != old.instructions[:2]
-    with pytest.raises(IndexError):
-        cols[3]
-    with pytest.raises(TypeError):
-        hash(cols)

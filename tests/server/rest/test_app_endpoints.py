@@ -1,4 +1,7 @@
-"""REST API against a real server subprocess: every endpoint, and bad input leaving state intact."""
+"""REST API against a real server subprocess: jobs, frontiers and plans, bad input leaving state intact.
+
+A profile's routes are ``test_profiles.py``'s, ``/healthz`` and ``/metrics`` ``test_monitoring.py``'s.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +13,6 @@ import pytest
 from perseus.schedules import make_schedule
 
 from ..conftest import make_job, problem_field, solved_job, wait_frontier
-
-
-def test_healthz_and_metrics(http: httpx.Client) -> None:
-    r = http.get("/healthz")
-    assert r.status_code == 200 and r.json()["status"] == "ok"
-    m = http.get("/metrics")
-    assert m.status_code == 200 and m.headers["content-type"].startswith("text/plain")
-    assert "# TYPE perseus_request_latency_seconds histogram" in m.text
-    assert 'perseus_requests_total{method="GET",route="/healthz",status="200"}' in m.text
 
 
 def test_job_crud(http: httpx.Client) -> None:
@@ -133,82 +127,6 @@ def test_malformed_and_oversized_bodies(http: httpx.Client) -> None:
     assert r.status_code == 413
     r = http.get("/no/such/route")
     assert r.status_code == 404 and problem_field(r) == "path"
-
-
-def test_profile_upload_and_download(http: httpx.Client, small_csv: str) -> None:
-    job_id = make_job(http)
-    r = http.get(f"/jobs/{job_id}/profile")
-    assert r.status_code == 404 and problem_field(r) == "profile"
-    r = http.put(f"/jobs/{job_id}/profile", content=small_csv, headers={"content-type": "text/csv"})
-    assert r.status_code == 200, r.text
-    info = r.json()
-    assert (
-        info["revision"] == 1
-        and info["stages"] == 2
-        and info["rows"] == 24
-        and len(info["frequencies"]) == 6
-    )
-    csv_back = http.get(f"/jobs/{job_id}/profile")
-    assert csv_back.headers["content-type"].startswith("text/csv")
-    assert csv_back.text.splitlines()[0] == "stage,instruction,frequency,time,energy"
-    as_json = http.get(f"/jobs/{job_id}/profile", params={"format": "json"}).json()
-    assert len(as_json["records"]) == 24
-    r = http.put(f"/jobs/{job_id}/profile", json=as_json)
-    assert r.status_code == 200 and r.json()["revision"] == 2
-    assert http.get(f"/jobs/{job_id}/profile").text == csv_back.text
-    assert http.get(f"/jobs/{job_id}").json()["state"] == "profiled"
-
-
-def _bad_profiles(csv_text: str) -> list[tuple[str, str]]:
-    lines = csv_text.splitlines()
-    head, rows = lines[0], lines[1:]
-
-    def with_row(i: int, col: int, value: str) -> str:
-        cells = rows[i].split(",")
-        cells[col] = value
-        return "\n".join([head, *rows[:i], ",".join(cells), *rows[i + 1 :]]) + "\n"
-
-    three_stages = (
-        "\n".join([head, *rows, *(r.replace("1,", "2,", 1) for r in rows if r.startswith("1,"))])
-        + "\n"
-    )
-    no_backward = "\n".join([head, *(r for r in rows if not r.startswith("1,backward"))]) + "\n"
-    return [
-        (with_row(0, 3, "nan"), "profile.time"),
-        (with_row(0, 3, "-0.1"), "profile.time"),
-        (with_row(0, 4, "0"), "profile.energy"),
-        (with_row(1, 1, "sideways"), "profile.instruction"),
-        ("\n".join([head, *rows, rows[0]]) + "\n", "profile.frequency"),
-        (three_stages, "profile.stages"),
-        (no_backward, "profile.instruction"),
-        ("stage,instruction\n0,forward\n", "profile"),
-        ("", "profile"),
-    ]
-
-
-def test_bad_profiles_keep_the_stored_one(http: httpx.Client, small_csv: str) -> None:
-    job_id = make_job(http)
-    assert (
-        http.put(
-            f"/jobs/{job_id}/profile", content=small_csv, headers={"content-type": "text/csv"}
-        ).status_code
-        == 200
-    )
-    stored = http.get(f"/jobs/{job_id}/profile").text
-    for text, field in _bad_profiles(small_csv):
-        r = http.put(f"/jobs/{job_id}/profile", content=text, headers={"content-type": "text/csv"})
-        assert r.status_code == 422, (field, r.text)
-        assert problem_field(r) == field, (field, r.json())
-    r = http.put(
-        f"/jobs/{job_id}/profile", content=b"\xff\xfe\x00bad", headers={"content-type": "text/csv"}
-    )
-    assert r.status_code == 422 and problem_field(r) == "profile"
-    r = http.put(f"/jobs/{job_id}/profile", json={"records": [{"stage": 0}]})
-    assert r.status_code == 422 and problem_field(r).startswith("profile.")
-    assert http.get(f"/jobs/{job_id}/profile").text == stored
-    assert http.get(f"/jobs/{job_id}").json()["profile"]["revision"] == 1
-    r = http.put("/jobs/nope/profile", content=small_csv, headers={"content-type": "text/csv"})
-    assert r.status_code == 404 and problem_field(r) == "job_id"
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ import pytest
 from fastapi.testclient import TestClient
 
 from perseus.schedules import one_f_one_b
-from perseus_server.cli import main as cli_main
 from perseus_server.config import Limits, ZeusConfig
 from perseus_server.rest import create_app
 from perseus_server.runtime.sql_store import SqlStore
@@ -314,14 +313,3 @@ def test_a_run_under_a_power_budget_gets_its_share(
     steps = _ok(admin.get(f"/jobs/{run}/plan", params={"index": index, "steps": True}))["steps"]
     for rank, doc in enumerate(schedules):
         assert doc["frequencies"] == [[s["instruction"], s["frequency"]] for s in steps[rank]]
-
-
-def test_the_zeus_options_need_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv, says in (
-        (["--zeus-plan-wait", "5"], "need --zeus"),
-        (["--zeus-default-prototype", "p"], "need --zeus"),
-        (["--zeus", "--zeus-plan-wait", "0"], "--zeus-plan-wait must be"),
-    ):
-        with pytest.raises(SystemExit) as exit:
-            cli_main(argv)
-        assert exit.value.code == 2 and says in capsys.readouterr().err

@@ -183,15 +183,6 @@ def test_a_source_with_an_unknown_table_is_refused(
     assert _snapshot_of(str(dst))["jobs"] == []
 
 
-def test_serve_refuses_an_unknown_kind_of_database(capsys: pytest.CaptureFixture[str]) -> None:
-    from perseus_server.cli import main as serve_main
-
-    with pytest.raises(SystemExit) as exit_:
-        serve_main(["--db", "mysql://perseus@db/perseus"])
-    assert exit_.value.code == 2
-    assert "--db mysql://...: unknown kind of database 'mysql'" in capsys.readouterr().err
-
-
 def test_sqlite_urls_name_files(tmp_path: Path) -> None:
     store = open_store(f"sqlite:///{tmp_path / 'a.db'}")
     store.add_job("x", JobSpec(stages=2, microbatches=4))

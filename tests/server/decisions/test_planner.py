@@ -1,4 +1,4 @@
-"""The server's stored plan policy.
+"""``decisions/planner.py``: the server's stored plan policy and the plan it decides.
 
 Any policy of the registry, its options kept through the store's JSON, described in words, and
 resolved or refused as infeasible (so that a job falls back to its fastest plan rather than fail);

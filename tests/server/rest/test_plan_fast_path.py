@@ -1,4 +1,4 @@
-"""A plan query answered ahead of the outer middleware still gets every check of the gate.
+"""``rest/plan_fast_path.py``: a plan query answered ahead, still with every check of the gate.
 
 A plan query is answered ahead of the framework's outer middleware (``PlanQueriesFirst``) and, once
 asked, from its kept bytes (``PlanAnswerFront``): on a real ``perseus serve``, every check of the
@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from perseus_server import ServerProcess
+from perseus_server.rest.plan_fast_path import plan_job
 
 from ..conftest import problem_field, sliced_profile_csv, wait_frontier
 
@@ -121,3 +122,18 @@ def test_an_open_server_gives_a_kept_answer_only_to_its_hosts(
     # A HEAD and a POST take the whole stack (the route's own answers).
     assert http.head(path, params=QUERY).status_code in (200, 405)
     assert http.post(path, params=QUERY).status_code == 405
+
+
+@pytest.mark.parametrize(
+    ("path", "job"),
+    [
+        ("/jobs/abc123/plan", "abc123"),
+        ("/jobs//plan", None),
+        ("/jobs/a/b/plan", None),  # a job id has no slash: another route
+        ("/jobs/abc123/plans", None),
+        ("/jobs/abc123/plan/", None),
+        ("/v1/jobs/abc123/plan", None),
+    ],
+)
+def test_only_a_plan_paths_job_takes_the_fast_path(path: str, job: str | None) -> None:
+    assert plan_job(path) == job
