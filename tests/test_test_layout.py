@@ -175,7 +175,6 @@ NOT_BY_NAME = {
     "perseus/solver/stages.py": "not yet split out (issue 42)",
     # demo
     "demo/perseus_demo/__main__.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/analysis.py": "not yet split out (issue 42)",
     "demo/perseus_demo/cli.py": "not yet split out (issue 42)",
     "demo/perseus_demo/commands.py": "not yet split out (issue 42)",
     "demo/perseus_demo/errors.py": "not yet split out (issue 42)",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["PHASES", "PHASE_TITLES", "REFERENCE"]
+__all__ = ["PHASES", "PHASE_TITLES", "REFERENCE", "REFERENCES"]
 
 #: The demo's phases, in the order the ranks run them.
 PHASES: tuple[str, ...] = ("max-clocks", "perseus", "straggler", "recovery", "power-budget")
@@ -20,3 +20,11 @@ PHASE_TITLES: dict[str, str] = {
 #: one through the same client): the reference phase 2's step time is compared with, measured
 #: under the same conditions as phase 2 (see :mod:`perseus_demo.analysis`).
 REFERENCE = "max-clocks-interleaved"
+
+#: The phases whose steps are each followed by one at max clocks, and the label of those
+#: max-clock steps: phase 2 (no slower than max clocks) and phase 5 (no slower than a uniform
+#: power limit, whose slowdown is against max clocks) are timed against them.
+REFERENCES: dict[str, str] = {
+    "perseus": REFERENCE,
+    "power-budget": "max-clocks-interleaved-power-budget",
+}

@@ -21,20 +21,16 @@ from perseus_demo import (
     PHASE5_POWER_TOLERANCE,
     DemoError,
     DemoOptions,
-    analyse,
 )
 from perseus_demo import main as demo_main
-from perseus_demo.analysis import uniform_power_limit_phase
 from perseus_demo.options import parse_options
-from perseus_demo.phases import REFERENCE
 from perseus_demo.profile import (
     DEFAULT_PROFILE,
     blocking_power_for,
     profile_path,
     sample_profile,
-    slice_profile,
 )
-from perseus_demo.report import phase5_lines, report
+from perseus_demo.report import report
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -160,179 +156,6 @@ def test_bad_options_name_the_option(tmp_path: Path, capsys: pytest.CaptureFixtu
     ):
         assert demo_main([*argv, "--output", str(tmp_path)]) == 2
         assert name in capsys.readouterr().err
-
-
-def _records(
-    restore_at: int | None, n: int = 8, budget: tuple[float, float] | None = None
-) -> list[dict[str, Any]]:
-    """Two one-stage pipelines through the four phases.
-
-    Frontier: point 0 (1.0 s, 90 J, the default) and point 1 (1.2 s, 80 J); pipeline 1 straggles
-    by 20 % in phase 3, pipeline 0 moves to point 1 from step 2 and back to point 0 at step
-    ``restore_at`` of phase 4. ``budget``: phase 5 too, both pipelines at point 1 with these
-    (step time, energy).
-    """
-
-    def step(phase: str, t: float, e: float, expected: float | None) -> dict[str, Any]:
-        return {"phase": phase, "step_time": t, "energy": e, "iteration_time": t,
-                "expected_time": expected, "plan_version": 1, "reason": ""}  # fmt: skip
-
-    out = []
-    for p in (0, 1):
-        steps = [step("max-clocks", 1.0, 100.0, None) for _ in range(n)]
-        steps += [step("perseus", 1.0, 90.0, 1.0) for _ in range(n)]
-        if p == 0:
-            steps += [step("straggler", 1.2, 85.0, 1.0 if i < 2 else 1.2) for i in range(n)]
-            back = n if restore_at is None else restore_at
-            steps += [step("recovery", 1.0, 90.0, 1.2 if i < back else 1.0) for i in range(n)]
-        else:
-            steps += [step("straggler", 1.2, 118.0, 1.0) for _ in range(n)]
-            steps += [step("recovery", 1.0, 90.0, 1.0) for _ in range(n)]
-        if budget is not None:
-            steps += [step("power-budget", *budget, 1.2) for _ in range(n)]
-        out.append({"pipeline": p, "stage": 0, "steps": steps})
-    return out
-
-
-FRONTIER = {
-    "points": [{"time": 1.0, "energy": 90.0}, {"time": 1.2, "energy": 80.0}],
-    "max_frequency_time": 1.0,
-    "max_frequency_energy": 100.0,
-}
-
-
-@pytest.mark.parametrize(
-    ("restore_at", "missed"),
-    [(3, []), (5, []), (6, ["phase 4 back to the default plan by step 5"]),
-     (None, ["phase 4 back to the default plan by step 5"])],
-)  # fmt: skip
-def test_a_missed_promise_is_named_and_fails_the_demo(
-    restore_at: int | None, missed: list[str]
-) -> None:
-    """A replan must take effect with two steady steps of the phase left to measure."""
-    res = analyse(
-        _records(restore_at), FRONTIER, stages=1, pipelines=2, blocking_power=10.0,
-        straggler=0.2, default_index=0,
-    )  # fmt: skip
-    c = res["checks"]
-    assert c["phase3_replanned_after"] == 2 and c["phase4_restored_after"] == restore_at
-    assert c["phase2_saving"] == pytest.approx(0.1) == c["phase2_predicted_saving"]
-    assert c["missed"] == missed
-    assert c["ok"] is (not missed)
-
-
-def _with_load_between_phases(phase2: list[float], reference: list[float]) -> list[dict[str, Any]]:
-    """:func:`_records` with phase 2 and its interleaved max-clock steps at these step times.
-
-    Phase 1 ran before the load came: 1.0 s a step.
-    """
-    out = _records(3)
-    for r in out:
-        plan = [s for s in r["steps"] if s["phase"] == "perseus"]
-        for s, t in zip(plan, phase2, strict=True):
-            s["step_time"] = s["iteration_time"] = t
-        r["steps"] += [
-            {**plan[0], "phase": REFERENCE, "step_time": t, "expected_time": None}
-            for t in reference
-        ]
-    return out
-
-
-@pytest.mark.parametrize(
-    ("phase2", "reference", "ratio", "missed"),
-    [
-        # The machine got 4 % busier after phase 1: plan and max clocks alike.
-        ([1.04] * 8, [1.04] * 8, 1.0, []),
-        # One max-clock step held up does not make the plan look faster (the median).
-        ([1.04] * 8, [1.04] * 7 + [1.5], 1.0, []),
-        # The plan 4 % slower than max clocks under the same load: missed.
-        ([1.04] * 8, [1.0] * 8, 1.04, ["phase 2 no more than 2.5 % slower than max clocks"]),
-    ],
-)
-def test_phase2_is_timed_against_the_interleaved_max_clock_steps(
-    phase2: list[float], reference: list[float], ratio: float, missed: list[str]
-) -> None:
-    res = analyse(
-        _with_load_between_phases(phase2, reference), FRONTIER, stages=1, pipelines=2,
-        blocking_power=10.0, straggler=0.2, default_index=0,
-    )  # fmt: skip
-    c = res["checks"]
-    assert c["phase2_time_reference"] == "interleaved max-clock steps"
-    assert c["phase2_time_ratio"] == pytest.approx(ratio)
-    assert c["phase2_time_ratio_phase1"] == pytest.approx(1.04)
-    assert c["missed"] == missed
-    assert REFERENCE in res["steps"]
-    # Records without interleaved steps: against phase 1, as before.
-    old = analyse(
-        _records(3), FRONTIER, stages=1, pipelines=2, blocking_power=10.0, straggler=0.2,
-        default_index=0,
-    )  # fmt: skip
-    assert old["checks"]["phase2_time_reference"] == "phase 1"
-
-
-def _budget(uniform_slowdown: float, point: int) -> dict[str, Any]:
-    """Phase 5 at 80 % of the max-clock 200 W.
-
-    The server's plan is ``point`` (the ranks run point 1, 2 x 80 J / 1.2 s).
-    """
-    return {
-        "fraction": 0.8, "max_clock_power": 200.0, "watts": 160.0,
-        "plan": {"index": point, "time": 1.2, "energy": 80.0, "average_power": 133.3},
-        "uniform": {"limit": 70.0, "slowdown": uniform_slowdown, "energy_ratio": 0.9,
-                    "average_power": 159.0},
-        "server_measured": {"average_power": 133.0, "energy_saved": 500.0},
-        "constraint": "own policy",
-    }  # fmt: skip
-
-
-@pytest.mark.parametrize(
-    ("step", "uniform_slowdown", "server_point", "missed"),
-    [((1.2, 80.0), 0.25, 1, []),
-     ((1.2, 100.0), 0.25, 1, ["phase 5 within the power budget"]),  # 2 x 100 J / 1.2 s > 160 W
-     ((1.2, 80.0), 0.15, 1, ["phase 5 no slower than a uniform power limit"]),
-     ((1.2, 80.0), 0.25, 0, ["phase 5 runs the server's power-budget plan"])],
-)  # fmt: skip
-def test_phase5_promises(
-    step: tuple[float, float], uniform_slowdown: float, server_point: int, missed: list[str]
-) -> None:
-    """Phase 5 must run the server's plan, stay within the budget, and beat a uniform power limit.
-
-    It must be no slower than a uniform power limit with the same average power (its measured
-    figures against phase 1).
-    """
-    res = analyse(
-        _records(3, budget=step), FRONTIER, stages=1, pipelines=2, blocking_power=10.0,
-        straggler=0.2, default_index=0, power_budget=_budget(uniform_slowdown, server_point),
-    )  # fmt: skip
-    c = res["checks"]
-    p5 = c["phase5"]
-    assert p5["measured_power"] == pytest.approx(2 * step[1] / step[0])
-    assert p5["time_ratio"] == pytest.approx(step[0]) and p5["energy_ratio"] == pytest.approx(
-        2 * step[1] / 200.0
-    )
-    assert p5["uniform_step_time"] == pytest.approx(1 + uniform_slowdown)
-    assert p5["uniform_energy"] == pytest.approx(0.9 * 200.0)
-    assert c["missed"] == missed and c["ok"] is (not missed)
-    assert "Phase 5: power budget 160 W (80 % of the max-clock 200 W)" in "\n".join(
-        phase5_lines(p5)
-    )
-
-
-def test_the_uniform_power_limit_phase_meets_the_budget() -> None:
-    with profile_path(None) as path:
-        csv_text, _ = slice_profile(path, 4)
-        power = blocking_power_for(path.name, None)
-    top = uniform_power_limit_phase(csv_text, stages=4, microbatches=6, pipelines=2,
-                                    blocking_power=power, watts=1e9)  # fmt: skip
-    assert top["slowdown"] == pytest.approx(0.0, abs=1e-12) and top["energy_ratio"] == 1.0
-    w = 0.85 * top["average_power"]
-    u = uniform_power_limit_phase(csv_text, stages=4, microbatches=6, pipelines=2,
-                                  blocking_power=power, watts=w)  # fmt: skip
-    assert u["average_power"] <= w * (1 + 1e-12) and u["slowdown"] > 0.02
-    assert u["energy_ratio"] < 1
-    low = uniform_power_limit_phase(csv_text, stages=4, microbatches=6, pipelines=2,
-                                    blocking_power=power, watts=1.0)  # fmt: skip
-    assert low["limit"] is None and "no uniform power limit" in low["error"]
 
 
 def test_the_parser_defaults_are_the_options_defaults() -> None:
