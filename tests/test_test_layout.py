@@ -52,7 +52,6 @@ CROSS_CUTTING = {
     "tests/perseus/test_public_api.py": "the core's public names (perseus/__init__.py)",
     "tests/perseus/test_lp_reference.py": "the solver tests' LP oracle, a helper beside it",
     "tests/demo/test_demo.py": "the demo, end to end",
-    "tests/demo/test_demo_swing.py": "the demo's swing run, end to end",
 }
 
 
@@ -175,17 +174,13 @@ NOT_BY_NAME = {
     "perseus/solver/stages.py": "not yet split out (issue 42)",
     # demo
     "demo/perseus_demo/__main__.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/cli.py": "not yet split out (issue 42)",
     "demo/perseus_demo/commands.py": "not yet split out (issue 42)",
     "demo/perseus_demo/errors.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/options.py": "not yet split out (issue 42)",
     "demo/perseus_demo/orchestration.py": "not yet split out (issue 42)",
     "demo/perseus_demo/phases.py": "not yet split out (issue 42)",
     "demo/perseus_demo/plotting.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/profile.py": "not yet split out (issue 42)",
     "demo/perseus_demo/rank.py": "not yet split out (issue 42)",
     "demo/perseus_demo/report.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/swing.py": "not yet split out (issue 42)",
     "demo/perseus_demo/timeline.py": "not yet split out (issue 42)",
     # benchmarks
     "benchmarks/failover_load.py": "not yet split out (issue 42)",
