@@ -173,15 +173,10 @@ NOT_BY_NAME = {
     "perseus/solver/solve.py": "not yet split out (issue 42)",
     "perseus/solver/stages.py": "not yet split out (issue 42)",
     # demo
-    "demo/perseus_demo/__main__.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/commands.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/errors.py": "not yet split out (issue 42)",
+    "demo/perseus_demo/__main__.py": "the python -m entry; run by tests/demo/test_demo.py's fixture",
+    "demo/perseus_demo/commands.py": "registers `perseus demo`; run by tests/perseus/test_cli_subcommands.py",
+    "demo/perseus_demo/errors.py": "one exception class; raised in tests/demo/test_options.py, test_profile.py",
     "demo/perseus_demo/orchestration.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/phases.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/plotting.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/rank.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/report.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/timeline.py": "not yet split out (issue 42)",
     # benchmarks
     "benchmarks/failover_load.py": "not yet split out (issue 42)",
     "benchmarks/gpud_kubelet.py": "not yet split out (issue 42)",

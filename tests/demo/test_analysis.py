@@ -17,44 +17,7 @@ from perseus_demo.phases import REFERENCE, REFERENCES
 from perseus_demo.profile import blocking_power_for, profile_path, slice_profile
 from perseus_demo.report import phase5_lines
 
-
-def _records(
-    restore_at: int | None, n: int = 8, budget: tuple[float, float] | None = None
-) -> list[dict[str, Any]]:
-    """Two one-stage pipelines through the four phases.
-
-    Frontier: point 0 (1.0 s, 90 J, the default) and point 1 (1.2 s, 80 J); pipeline 1 straggles
-    by 20 % in phase 3, pipeline 0 moves to point 1 from step 2 and back to point 0 at step
-    ``restore_at`` of phase 4. ``budget``: phase 5 too, both pipelines at point 1 with these
-    (step time, energy).
-    """
-
-    def step(phase: str, t: float, e: float, expected: float | None) -> dict[str, Any]:
-        return {"phase": phase, "step_time": t, "energy": e, "iteration_time": t,
-                "expected_time": expected, "plan_version": 1, "reason": ""}  # fmt: skip
-
-    out = []
-    for p in (0, 1):
-        steps = [step("max-clocks", 1.0, 100.0, None) for _ in range(n)]
-        steps += [step("perseus", 1.0, 90.0, 1.0) for _ in range(n)]
-        if p == 0:
-            steps += [step("straggler", 1.2, 85.0, 1.0 if i < 2 else 1.2) for i in range(n)]
-            back = n if restore_at is None else restore_at
-            steps += [step("recovery", 1.0, 90.0, 1.2 if i < back else 1.0) for i in range(n)]
-        else:
-            steps += [step("straggler", 1.2, 118.0, 1.0) for _ in range(n)]
-            steps += [step("recovery", 1.0, 90.0, 1.0) for _ in range(n)]
-        if budget is not None:
-            steps += [step("power-budget", *budget, 1.2) for _ in range(n)]
-        out.append({"pipeline": p, "stage": 0, "steps": steps})
-    return out
-
-
-FRONTIER = {
-    "points": [{"time": 1.0, "energy": 90.0}, {"time": 1.2, "energy": 80.0}],
-    "max_frequency_time": 1.0,
-    "max_frequency_energy": 100.0,
-}
+from .records import FRONTIER, budget, records
 
 
 @pytest.mark.parametrize(
@@ -67,7 +30,7 @@ def test_a_missed_promise_is_named_and_fails_the_demo(
 ) -> None:
     """A replan must take effect with two steady steps of the phase left to measure."""
     res = analyse(
-        _records(restore_at), FRONTIER, stages=1, pipelines=2, blocking_power=10.0,
+        records(restore_at), FRONTIER, stages=1, pipelines=2, blocking_power=10.0,
         straggler=0.2, default_index=0,
     )  # fmt: skip
     c = res["checks"]
@@ -96,11 +59,11 @@ def _interleave(
 
 
 def _with_load_between_phases(phase2: list[float], reference: list[float]) -> list[dict[str, Any]]:
-    """:func:`_records` with phase 2 and its interleaved max-clock steps at these step times.
+    """:func:`~demo.records.records` with phase 2 and its interleaved max-clock steps at these step times.
 
     Phase 1 ran before the load came: 1.0 s a step.
     """
-    return _interleave(_records(3), "perseus", phase2, reference)
+    return _interleave(records(3), "perseus", phase2, reference)
 
 
 @pytest.mark.parametrize(
@@ -129,25 +92,10 @@ def test_phase2_is_timed_against_the_interleaved_max_clock_steps(
     assert REFERENCE in res["steps"]
     # Records without interleaved steps: against phase 1, as before.
     old = analyse(
-        _records(3), FRONTIER, stages=1, pipelines=2, blocking_power=10.0, straggler=0.2,
+        records(3), FRONTIER, stages=1, pipelines=2, blocking_power=10.0, straggler=0.2,
         default_index=0,
     )  # fmt: skip
     assert old["checks"]["phase2_time_reference"] == "phase 1"
-
-
-def _budget(uniform_slowdown: float, point: int) -> dict[str, Any]:
-    """Phase 5 at 80 % of the max-clock 200 W.
-
-    The server's plan is ``point`` (the ranks run point 1, 2 x 80 J / 1.2 s).
-    """
-    return {
-        "fraction": 0.8, "max_clock_power": 200.0, "watts": 160.0,
-        "plan": {"index": point, "time": 1.2, "energy": 80.0, "average_power": 133.3},
-        "uniform": {"limit": 70.0, "slowdown": uniform_slowdown, "energy_ratio": 0.9,
-                    "average_power": 159.0},
-        "server_measured": {"average_power": 133.0, "energy_saved": 500.0},
-        "constraint": "own policy",
-    }  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -166,8 +114,8 @@ def test_phase5_promises(
     figures against phase 1).
     """
     res = analyse(
-        _records(3, budget=step), FRONTIER, stages=1, pipelines=2, blocking_power=10.0,
-        straggler=0.2, default_index=0, power_budget=_budget(uniform_slowdown, server_point),
+        records(3, budget=step), FRONTIER, stages=1, pipelines=2, blocking_power=10.0,
+        straggler=0.2, default_index=0, power_budget=budget(uniform_slowdown, server_point),
     )  # fmt: skip
     c = res["checks"]
     p5 = c["phase5"]
@@ -183,7 +131,7 @@ def test_phase5_promises(
     )
 
 
-def test_the_uniform_power_limit_phase_meets_the_budget() -> None:
+def test_the_uniform_power_limit_phase_meets_thebudget() -> None:
     with profile_path(None) as path:
         csv_text, _ = slice_profile(path, 4)
         power = blocking_power_for(path.name, None)
@@ -216,10 +164,10 @@ def test_phase5_is_timed_against_its_interleaved_max_clock_steps(
     power_budget: list[float], reference: list[float], ratio: float, missed: list[str]
 ) -> None:
     """Phase 5's slowdown is against the max-clock steps interleaved with it, not phase 1's."""
-    records = _interleave(_records(3, budget=(1.2, 80.0)), "power-budget", power_budget, reference)
+    recs = _interleave(records(3, budget=(1.2, 80.0)), "power-budget", power_budget, reference)
     res = analyse(
-        records, FRONTIER, stages=1, pipelines=2, blocking_power=10.0, straggler=0.2,
-        default_index=0, power_budget=_budget(0.19, 1),
+        recs, FRONTIER, stages=1, pipelines=2, blocking_power=10.0, straggler=0.2,
+        default_index=0, power_budget=budget(0.19, 1),
     )  # fmt: skip
     p5 = res["checks"]["phase5"]
     assert res["checks"]["missed"] == missed
