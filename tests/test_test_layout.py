@@ -176,7 +176,6 @@ NOT_BY_NAME = {
     "demo/perseus_demo/__main__.py": "the python -m entry; run by tests/demo/test_demo.py's fixture",
     "demo/perseus_demo/commands.py": "registers `perseus demo`; run by tests/perseus/test_cli_subcommands.py",
     "demo/perseus_demo/errors.py": "one exception class; raised in tests/demo/test_options.py, test_profile.py",
-    "demo/perseus_demo/orchestration.py": "not yet split out (issue 42)",
     # benchmarks
     "benchmarks/failover_load.py": "not yet split out (issue 42)",
     "benchmarks/gpud_kubelet.py": "not yet split out (issue 42)",

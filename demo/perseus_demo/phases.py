@@ -1,8 +1,11 @@
-"""The demo's phases: what the rank program runs and the analysis measures, in order."""
+"""The demo's phases: what the rank program runs and the analysis measures, in order.
+
+And the one name the ranks and the orchestrator share besides: :data:`JOB_FILE`.
+"""
 
 from __future__ import annotations
 
-__all__ = ["PHASES", "PHASE_TITLES", "REFERENCE", "REFERENCES"]
+__all__ = ["JOB_FILE", "PHASES", "PHASE_TITLES", "REFERENCE", "REFERENCES"]
 
 #: The demo's phases, in the order the ranks run them.
 PHASES: tuple[str, ...] = ("max-clocks", "perseus", "straggler", "recovery", "power-budget")
@@ -28,3 +31,8 @@ REFERENCES: dict[str, str] = {
     "perseus": REFERENCE,
     "power-budget": "max-clocks-interleaved-power-budget",
 }
+
+#: The file in the ranks' folder that hands them the job once the server has it ready: the
+#: orchestrator starts the ranks first (they import torch and form their process groups
+#: meanwhile), and they begin phase 1 when it appears.
+JOB_FILE = "job.json"

@@ -46,7 +46,7 @@ from typing import Any
 
 from perseus_client import PerseusClient, RankPosition, Reporting, SimulatedGpu
 from perseus_client.integrations import torch_pipelining
-from perseus_demo.phases import PHASES, REFERENCES
+from perseus_demo.phases import JOB_FILE, PHASES, REFERENCES
 from perseus_demo.timeline import TimelineGpu
 
 __all__ = ["main"]
@@ -176,6 +176,18 @@ def _write_result(cfg: dict[str, Any], doc: dict[str, Any], rank: int) -> None:
     os.replace(tmp, out)
 
 
+def _wait_for_job(cfg: dict[str, Any], rank: int) -> dict[str, Any]:
+    """The job's part of the config, once the orchestrator hands it over (:data:`JOB_FILE`)."""
+    path = Path(cfg["out_dir"]) / JOB_FILE
+    deadline = time.monotonic() + float(cfg.get("job_timeout", 600.0))
+    while not path.is_file():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank {rank}: no job in {path}")
+        time.sleep(0.05)
+    doc: dict[str, Any] = json.loads(path.read_text())
+    return doc
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one rank of the demo; returns the exit status.
 
@@ -241,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         dist.barrier()
         return gpu.timestamp(), int(sim.energy_mj())
 
+    cfg.update(_wait_for_job(cfg, rank))  # the server's job: ready by now, or soon
     # Phase 1: no Perseus plan, every instruction at the top clock.
     offline = PerseusClient(
         offline=True, gpu=gpu, handle_signals=False, rank=RankPosition(global_rank=rank)
