@@ -63,5 +63,6 @@ def test_a_phase_table_has_a_row_per_pipeline_with_its_plans() -> None:
     straggler = next(t for t in tables if t.startswith(PHASE_TITLES["straggler"]))
     rows = straggler.splitlines()[2:]
     assert [r.split()[0] for r in rows] == ["0", "1"]
-    assert rows[0].split()[6] == "0,1"  # pipeline 0 ran points 0 then 1
+    assert rows[0].split()[7] == "0,1"  # pipeline 0 ran points 0 then 1 (after "saving %")
+    assert rows[1].split()[7] == "0"  # the straggler kept the default plan
     assert "(steady steps 3-7;" in straggler
