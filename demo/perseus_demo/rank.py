@@ -4,7 +4,9 @@ A real ``torch.distributed.pipelining`` stage over gloo with a Perseus client on
 
 Started by :mod:`perseus_demo.orchestration` as ``python -m perseus_demo.rank --config CFG`` with ``RANK``,
 ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` set. Global rank ``g`` is stage
-``g % stages`` of data-parallel pipeline ``g // stages``. Each pipeline has its own process
+``g % stages`` of data-parallel pipeline ``g // stages``. The rank is started while the server
+sets the job up: it builds its stage and process groups, then waits for the job's part of its
+config (:data:`~perseus_demo.phases.JOB_FILE`) before phase 1. Each pipeline has its own process
 group for its point-to-point traffic; each stage's data-parallel peers share a group in which
 their gradients are all-reduced after every step, which is where a fast pipeline waits for a slow
 one (the GPU draws blocking power meanwhile, like a real one in NCCL's all-reduce).
