@@ -52,7 +52,6 @@ CROSS_CUTTING = {
     "tests/perseus/test_public_api.py": "the core's public names (perseus/__init__.py)",
     "tests/perseus/test_lp_reference.py": "the solver tests' LP oracle, a helper beside it",
     "tests/demo/test_demo.py": "the demo, end to end",
-    "tests/demo/test_demo_swing.py": "the demo's swing run, end to end",
 }
 
 
@@ -71,20 +70,9 @@ NOT_BY_NAME = {
     # perseus
     "perseus/__main__.py": "the python -m entry; run by tests/perseus/test_cli.py",
     # demo
-    "demo/perseus_demo/__main__.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/analysis.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/cli.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/commands.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/errors.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/options.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/orchestration.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/phases.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/plotting.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/profile.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/rank.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/report.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/swing.py": "not yet split out (issue 42)",
-    "demo/perseus_demo/timeline.py": "not yet split out (issue 42)",
+    "demo/perseus_demo/__main__.py": "the python -m entry; run by tests/demo/test_demo.py's fixture",
+    "demo/perseus_demo/commands.py": "registers `perseus demo`; run by tests/perseus/test_cli_subcommands.py",
+    "demo/perseus_demo/errors.py": "one exception class; raised in tests/demo/test_options.py, test_profile.py",
     # benchmarks
     "benchmarks/failover_load.py": "failover.py's load (imported); run by tests/benchmarks/test_failover_smoke.py",
     "benchmarks/per_clock.py": "--smoke run by tests/perseus/solver/test_coupling.py (with its inputs)",

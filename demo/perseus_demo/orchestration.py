@@ -1,12 +1,15 @@
 """The demo's orchestration: a real server, one job, the rank processes, the results.
 
 :func:`run` starts ``perseus serve`` on a temporary database (:class:`perseus_server.ServerProcess`),
-registers a job through the REST API, uploads the profile and computes the frontier, works out
-phase 5's power budget (``--power-fraction`` of the max-clock average power, checked against the
-server: ``GET /jobs/{id}/plan?power_budget=W``), then starts every rank as a process ``python -m perseus_demo.rank`` that connects to the server's
-gRPC endpoint through the client, like a training job's ranks would. When the ranks are done it
-reads their step records, asks :func:`~perseus_demo.analysis.analyse` for the tables and
-checks, draws ``demo.png`` and writes ``results.json``.
+starts every rank as a process ``python -m perseus_demo.rank`` (they import torch and form their
+process groups meanwhile: the longest part of a run's start), registers a job through the REST
+API, uploads the profile and computes the frontier, works out phase 5's power budget
+(``--power-fraction`` of the max-clock average power, checked against the server: ``GET
+/jobs/{id}/plan?power_budget=W``), then hands the ranks the job (``ranks/job.json``): they start
+phase 1 only then, and connect to the server's gRPC endpoint through the client after it, like a
+training job's ranks would. When the ranks are done it reads their step records, asks
+:func:`~perseus_demo.analysis.analyse` for the tables and checks, draws ``demo.png`` and writes
+``results.json``.
 """
 
 from __future__ import annotations
@@ -25,13 +28,20 @@ from typing import Any
 from perseus_demo.analysis import analyse, uniform_power_limit_phase
 from perseus_demo.errors import DemoError
 from perseus_demo.options import DemoOptions, check_options
-from perseus_demo.phases import PHASES
+from perseus_demo.phases import JOB_FILE, PHASES
 from perseus_demo.profile import blocking_power_for, profile_path, slice_profile
 
-__all__ = ["RANK_MODULE", "run", "run_ranks"]
+__all__ = ["RANK_MODULE", "run", "run_ranks", "write_json"]
 
 #: The module every rank process runs (``python -m RANK_MODULE --config CFG``).
 RANK_MODULE = "perseus_demo.rank"
+
+
+def write_json(path: Path, doc: Any) -> None:
+    """Write ``doc`` to ``path`` whole or not at all (a reader polling for it never sees half)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc))
+    os.replace(tmp, path)
 
 
 class _Api:
@@ -129,15 +139,23 @@ def _free_port() -> int:
 
 
 def run_ranks(
-    cfg: dict[str, Any], world: int, rank_dir: Path, timeout: float, module: str = RANK_MODULE
+    cfg: dict[str, Any],
+    world: int,
+    rank_dir: Path,
+    timeout: float,
+    module: str = RANK_MODULE,
+    job: Callable[[], dict[str, Any]] | None = None,
 ) -> None:
     """Run ``world`` rank processes of ``module`` on ``cfg`` until all exit 0.
 
     ``module`` defaults to :data:`RANK_MODULE`; ``cfg`` is written to ``rank_dir/config.json``;
-    each rank logs to ``rank_dir/rank<g>.log``.
+    each rank logs to ``rank_dir/rank<g>.log``. ``job``, if given, is called once the ranks are
+    started (they start up meanwhile), and what it returns is written to ``rank_dir/`` +
+    :data:`JOB_FILE` for them; ``timeout`` counts from then.
 
     Raises :class:`DemoError` with the log's tail when a rank fails, or when they are not done
-    within ``timeout`` seconds; every rank still running is killed on the way out.
+    within ``timeout`` seconds; every rank still running is killed on the way out (also when
+    ``job`` raises).
     """
     cfg_path = rank_dir / "config.json"
     cfg_path.write_text(json.dumps(cfg))
@@ -164,6 +182,8 @@ def run_ranks(
                     stdin=subprocess.DEVNULL,
                 )
             procs.append((p, log))
+        if job is not None:
+            write_json(rank_dir / JOB_FILE, job())
         deadline = time.monotonic() + timeout
         while True:
             codes = [p.poll() for p, _ in procs]
@@ -189,21 +209,17 @@ def _prepare_output(out: Path, csv_text: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     rank_dir = out / "ranks"
     rank_dir.mkdir(exist_ok=True)
-    for old in rank_dir.glob("rank*.json"):
-        old.unlink()
+    for old in [*rank_dir.glob("rank*.json"), rank_dir / JOB_FILE]:
+        old.unlink(missing_ok=True)
     (out / "profile.csv").write_text(csv_text)
     return rank_dir
 
 
-def _rank_config(
-    opts: DemoOptions,
-    power: float,
-    srv: Any,
-    job: dict[str, Any],
-    budget_watts: float,
-    rank_dir: Path,
-) -> dict[str, Any]:
-    """The config every rank process reads (:mod:`perseus_demo.rank`)."""
+def _rank_config(opts: DemoOptions, power: float, srv: Any, rank_dir: Path) -> dict[str, Any]:
+    """The config every rank process reads at its start (:mod:`perseus_demo.rank`).
+
+    The job's part comes later (:func:`_job_config`, in :data:`JOB_FILE`).
+    """
     return {
         "stages": opts.stages,
         "pipelines": opts.pipelines,
@@ -216,11 +232,14 @@ def _rank_config(
         "profile_csv": str((rank_dir.parent / "profile.csv").resolve()),
         "grpc_target": srv.grpc_target,
         "http_url": srv.http_url,
-        "power_budget": budget_watts,
-        "job": job["job"],
-        "plan_version": job["plan_version"],
         "out_dir": str(rank_dir.resolve()),
+        "job_timeout": opts.timeout,
     }
+
+
+def _job_config(job: dict[str, Any], budget_watts: float) -> dict[str, Any]:
+    """The job's part of the ranks' config, handed to them when it is ready (:data:`JOB_FILE`)."""
+    return {"job": job["job"], "plan_version": job["plan_version"], "power_budget": budget_watts}
 
 
 def _draw(
@@ -271,6 +290,29 @@ def _draw_swing(
         return None
 
 
+def _prepare_job(
+    api: _Api, opts: DemoOptions, csv_text: str, power: float, log: Callable[[str], None]
+) -> dict[str, Any]:
+    """The job on the server, phase 5's budget and the swing answer (``job``, ``budget``, ``swing``)."""
+    job = _setup_job(api, opts, csv_text, power)
+    fr = job["frontier"]
+    log(
+        f"perseus demo: job {job['job']}: {opts.stages} stages x {opts.microbatches} "
+        f"microbatches (1F1B), {opts.pipelines} pipelines; frontier of {len(fr['points'])} plans "
+        f"in {job['solve_seconds']:.2f} s; T0 = {fr['max_frequency_time']:.4f} s; "
+        f"deployed point {job['default_index']} (plan version {job['plan_version']})"
+    )
+    budget = _power_budget(api, opts, job)
+    swing = _swing(api, job["job"], log)
+    log(
+        f"perseus demo: phase 5 budget {budget['watts']:.0f} W "
+        f"({100 * opts.power_fraction:.0f} % of the max-clock {budget['max_clock_power']:.0f} W): "
+        f"the server's plan is point {budget['plan']['index']} "
+        f"({budget['plan']['average_power']:.0f} W)"
+    )
+    return {"job": job, "budget": budget, "swing": swing}
+
+
 def run(opts: DemoOptions, log: Callable[[str], None]) -> dict[str, Any]:
     """Run the demo; its results (what ``results.json`` holds). ``log`` gets progress lines."""
     with profile_path(opts.profile) as path:
@@ -295,31 +337,23 @@ def run(opts: DemoOptions, log: Callable[[str], None]) -> dict[str, Any]:
         log(f"perseus demo: server at {srv.http_url} (REST) and {srv.grpc_target} (gRPC)")
         api = _Api(srv.http_url)
         try:
-            job = _setup_job(api, opts, csv_text, power)
-            fr = job["frontier"]
-            log(
-                f"perseus demo: job {job['job']}: {opts.stages} stages x {opts.microbatches} "
-                f"microbatches (1F1B), {opts.pipelines} pipelines; frontier of {len(fr['points'])} plans "
-                f"in {job['solve_seconds']:.2f} s; T0 = {fr['max_frequency_time']:.4f} s; "
-                f"deployed point {job['default_index']} (plan version {job['plan_version']})"
-            )
-            budget = _power_budget(api, opts, job)
-            swing = _swing(api, job["job"], log)
-            log(
-                f"perseus demo: phase 5 budget {budget['watts']:.0f} W "
-                f"({100 * opts.power_fraction:.0f} % of the max-clock {budget['max_clock_power']:.0f} W): "
-                f"the server's plan is point {budget['plan']['index']} "
-                f"({budget['plan']['average_power']:.0f} W)"
-            )
             log(
                 f"perseus demo: launching {world} ranks (torch.distributed.pipelining over gloo, "
                 f"simulated GPUs at time scale {opts.time_scale}); {len(PHASES)} phases of "
-                f"{opts.iterations} steps"
+                f"{opts.iterations} steps, from when the job is ready"
             )
-            cfg = _rank_config(opts, power, srv, job, budget["watts"], rank_dir)
+            setup: dict[str, Any] = {}
+
+            def job_ready() -> dict[str, Any]:  # while the ranks start up
+                setup.update(_prepare_job(api, opts, csv_text, power, log))
+                return _job_config(setup["job"], setup["budget"]["watts"])
+
+            cfg = _rank_config(opts, power, srv, rank_dir)
             t_ranks = time.perf_counter()
-            run_ranks(cfg, world, rank_dir, opts.timeout)
+            run_ranks(cfg, world, rank_dir, opts.timeout, job=job_ready)
             rank_seconds = time.perf_counter() - t_ranks
+            job, budget, swing = setup["job"], setup["budget"], setup["swing"]
+            fr = job["frontier"]
             status = api("GET", f"/jobs/{job['job']}/status")
             metrics = api("GET", "/metrics")
         finally:

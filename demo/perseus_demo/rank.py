@@ -4,7 +4,9 @@ A real ``torch.distributed.pipelining`` stage over gloo with a Perseus client on
 
 Started by :mod:`perseus_demo.orchestration` as ``python -m perseus_demo.rank --config CFG`` with ``RANK``,
 ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` set. Global rank ``g`` is stage
-``g % stages`` of data-parallel pipeline ``g // stages``. Each pipeline has its own process
+``g % stages`` of data-parallel pipeline ``g // stages``. The rank is started while the server
+sets the job up: it builds its stage and process groups, then waits for the job's part of its
+config (:data:`~perseus_demo.phases.JOB_FILE`) before phase 1. Each pipeline has its own process
 group for its point-to-point traffic; each stage's data-parallel peers share a group in which
 their gradients are all-reduced after every step, which is where a fast pipeline waits for a slow
 one (the GPU draws blocking power meanwhile, like a real one in NCCL's all-reduce).
@@ -14,13 +16,17 @@ The rank runs the demo's phases back to back:
 1. ``max-clocks``: the client has no plan (offline), so every instruction runs at the top clock;
 2. ``perseus``: connected to the server, the deployed plan; each of its steps is followed by a
    step at max clocks through the same client (recorded as phase ``max-clocks-interleaved``,
-   see :data:`perseus_demo.phases.REFERENCE`), so that the plan's step time is compared with max clocks measured
-   under the same conditions (load on the machine, the client's reporting, the server's work);
+   see :data:`perseus_demo.phases.REFERENCES`), so that the plan's step time is compared with
+   max clocks measured under the same conditions (load on the machine, the client's threads,
+   the server's work); the client reports those steps without an energy reading, so the
+   server's measured power and energy saved count the plan's steps only;
 3. ``straggler``: pipeline 1's simulated GPUs are slowed (``SimulatedGpu.set_time_factor``);
 4. ``recovery``: back to full speed;
 5. ``power-budget``: once every rank is done with phase 4, rank 0 sets the job's power budget
    through the server's REST API (``PUT /jobs/{id}/plan`` with ``power_budget``, the watts the
-   orchestrator worked out) and every rank waits for the plan the server picks under it.
+   orchestrator worked out) and every rank waits for the plan the server picks under it; its
+   steps are followed by max-clock steps too (``max-clocks-interleaved-power-budget``), for
+   the comparison with a uniform power limit, whose slowdown is against max clocks.
 
 After every step (after the gradient all-reduce) it reads its GPU's simulated clock and energy
 counter, and it writes ``rank<g>.json`` with one record per step: phase, step time and energy
@@ -42,7 +48,7 @@ from typing import Any
 
 from perseus_client import PerseusClient, RankPosition, Reporting, SimulatedGpu
 from perseus_client.integrations import torch_pipelining
-from perseus_demo.phases import PHASES, REFERENCE
+from perseus_demo.phases import JOB_FILE, PHASES, REFERENCES
 from perseus_demo.timeline import TimelineGpu
 
 __all__ = ["main"]
@@ -146,17 +152,19 @@ def _wait_for_plan(client: Any, version: int, rank: int) -> None:
 
 
 def _reference_step(
-    client: Any, train_step: Any, index: int, last: tuple[float, int]
+    client: Any, gpu: TimelineGpu, train_step: Any, phase: str, index: int, last: tuple[float, int]
 ) -> tuple[float, int]:
     """One step at max clocks through the connected ``client``, its plan put back after.
 
-    Recorded as phase :data:`~perseus_demo.phases.REFERENCE` (``train_step(client, phase,
-    index, last)`` runs and records a step).
+    Recorded as phase ``REFERENCES[phase]`` (:data:`~perseus_demo.phases.REFERENCES`;
+    ``train_step(client, label, index, last)`` runs and records a step). ``gpu`` hides the
+    step's energy from the client (:meth:`~perseus_demo.timeline.TimelineGpu.unmetered`).
     """
     plan = client.latest_plan
     client.use_plan(None)  # from the next iteration boundary: no plan, the top clock
     try:
-        return train_step(client, REFERENCE, index, last)
+        with gpu.unmetered():
+            return train_step(client, REFERENCES[phase], index, last)
     finally:
         if client.latest_plan is None:  # the server sent nothing newer meanwhile
             client.use_plan(plan)
@@ -168,6 +176,18 @@ def _write_result(cfg: dict[str, Any], doc: dict[str, Any], rank: int) -> None:
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc))
     os.replace(tmp, out)
+
+
+def _wait_for_job(cfg: dict[str, Any], rank: int) -> dict[str, Any]:
+    """The job's part of the config, once the orchestrator hands it over (:data:`JOB_FILE`)."""
+    path = Path(cfg["out_dir"]) / JOB_FILE
+    deadline = time.monotonic() + float(cfg.get("job_timeout", 600.0))
+    while not path.is_file():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank {rank}: no job in {path}")
+        time.sleep(0.05)
+    doc: dict[str, Any] = json.loads(path.read_text())
+    return doc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,15 +246,16 @@ def main(argv: list[str] | None = None) -> int:
             if p.grad is not None:
                 dist.all_reduce(p.grad, group=dp_group)
         opt.step()
-        t, e = gpu.timestamp(), gpu.energy_mj()
+        t, e = gpu.timestamp(), int(sim.energy_mj())  # the true counter, unmetered steps too
         steps.append(_step_record(client, phase, index, t - last[0], e - last[1], sim.time_factor))
         timelines[phase] = {"index": index, "spans": list(gpu.spans)}
         return t, e
 
     def sync() -> tuple[float, int]:
         dist.barrier()
-        return gpu.timestamp(), gpu.energy_mj()
+        return gpu.timestamp(), int(sim.energy_mj())
 
+    cfg.update(_wait_for_job(cfg, rank))  # the server's job: ready by now, or soon
     # Phase 1: no Perseus plan, every instruction at the top clock.
     offline = PerseusClient(
         offline=True, gpu=gpu, handle_signals=False, rank=RankPosition(global_rank=rank)
@@ -268,8 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                     sim.set_time_factor(1.0 + slow if phase == "straggler" else 1.0)
                 for i in range(n):
                     last = train_step(client, phase, i, last)
-                    if phase == PHASES[1]:
-                        last = _reference_step(client, train_step, i, last)
+                    if phase in REFERENCES:
+                        last = _reference_step(client, gpu, train_step, phase, i, last)
     finally:
         client.close()
     dist.barrier()

@@ -35,6 +35,15 @@ def _opt(x: float | None, fmt: str, scale: float = 1.0) -> str:
     return "-" if x is None else format(scale * x, fmt)
 
 
+def _phase5_time_line(p: dict[str, Any]) -> str:
+    """What phase 5's "vs max clocks" figures are against."""
+    ref = p.get("time_reference", "phase 1")
+    line = f"  vs max clocks: step time {100 * (p['time_ratio'] - 1):+.2f} % against {ref}"
+    if ref != "phase 1" and "time_ratio_phase1" in p:
+        line += f" ({100 * (p['time_ratio_phase1'] - 1):+.2f} % against phase 1)"
+    return line + ", energy against phase 1."
+
+
 def phase5_lines(p: dict[str, Any]) -> list[str]:
     """Phase 5 against a uniform per-GPU power limit with the same average power."""
     server = p["server_measured_power"]
@@ -56,6 +65,7 @@ def phase5_lines(p: dict[str, Any]) -> list[str]:
             f"{p['uniform_energy']:>14.1f}  {100 * (p['uniform_energy_ratio'] - 1):>+12.2f} %"
             "   (predicted from the profile)"
         )
+    lines.append(_phase5_time_line(p))
     lines.append(
         f"  server: measured {_opt(server, '.0f')} W (the ranks' reports, current plan), energy "
         f"saved {_opt(p['server_energy_saved'], '.0f')} J against max clocks so far."

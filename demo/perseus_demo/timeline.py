@@ -1,11 +1,16 @@
 """A GPU backend that forwards to another and records each instruction's span and clock.
 
-For the demo's timeline plot.
+For the demo's timeline plot. It can also hide steps from the client's energy readings
+(:meth:`TimelineGpu.unmetered`): the demo's interleaved max-clock steps are its own measuring
+instrument, not training, so the client reports them with no energy reading (0 J), which the
+server does not count for the job's measured power or energy saved.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from perseus_client.gpu.base import GpuBackend
@@ -27,6 +32,7 @@ class TimelineGpu(GpuBackend):
         self.name = inner.name
         self.spans: list[list[Any]] = []
         self._open: list[Any] | None = None
+        self._frozen_mj: int | None = None
 
     def supported_clocks(self) -> tuple[int, ...]:
         """The inner GPU's supported clocks (MHz)."""
@@ -41,8 +47,23 @@ class TimelineGpu(GpuBackend):
         self.inner.reset_locked_clocks()
 
     def energy_mj(self) -> int:
-        """The inner GPU's energy counter (mJ)."""
+        """The inner GPU's energy counter (mJ); held still inside :meth:`unmetered`."""
+        if self._frozen_mj is not None:
+            return self._frozen_mj
         return int(self.inner.energy_mj())
+
+    @contextmanager
+    def unmetered(self) -> Iterator[None]:
+        """Hold :meth:`energy_mj` at its current value meanwhile (the inner counter runs on).
+
+        An iteration inside reads no energy, so the client reports it as not measured (0 J);
+        after it the counter reads the inner GPU's again (read ``inner`` for the true energy).
+        """
+        self._frozen_mj = int(self.inner.energy_mj())
+        try:
+            yield
+        finally:
+            self._frozen_mj = None
 
     def timestamp(self) -> float:
         """The inner GPU's clock (s)."""

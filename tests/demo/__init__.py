@@ -1,0 +1,1 @@
+"""The demo's tests (a package: its test files share names with other folders' files)."""
