@@ -43,7 +43,6 @@ CROSS_CUTTING = {
     "tests/server/test_hostile_input.py": "malformed input on every path of a real server",
     "tests/server/test_profile_parsers_fuzz.py": "every profile parser an upload may reach",
     "tests/server/test_vocabulary_tables.py": "each open vocabulary against its one table",
-    "tests/server/service/test_units.py": "the service's small pure parts, a few tests each",
     "tests/client/integrations/test_stdout_clean.py": "every integration's exported orders",
     "tests/client/integrations/test_zeus_e2e.py": "Zeus's own optimizer, ranks and server",
     "tests/gpud/test_gpud_torch_e2e.py": "training ranks, the server and the daemon together",

@@ -8,6 +8,9 @@ import pytest
 
 from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
+from perseus_common.wire.values import PlanUpdate
+from perseus_server.grpc.plan_encoder import PlanEncoder
+from perseus_server.grpc.service import serialized
 
 from ..conftest import make_job, register, solved_job
 
@@ -210,3 +213,10 @@ def test_solved_job_registration_reports_version(
 ) -> None:
     job_id = solved_job(http, small_csv)
     assert register(stub, job_id, 1, 1).plan_version == 1
+
+
+def test_responses_go_out_as_given_bytes_or_serialized() -> None:
+    msg = pb.ReportAck(accepted=3)
+    assert serialized(msg) == msg.SerializeToString()
+    data = PlanEncoder()(PlanUpdate(4, (), "r"))
+    assert serialized(data) is data

@@ -21,7 +21,9 @@ from perseus_common.proto import perseus_pb2 as pb
 from perseus_common.proto import perseus_pb2_grpc as pb_grpc
 from perseus_server import ServerProcess
 from perseus_server.decisions.detectors import DetectorSettings, StageDetector
-from perseus_server.domain.states import DetectorEvent
+from perseus_server.decisions.planner import Straggler
+from perseus_server.domain.states import DetectorEvent, StragglerSource
+from perseus_server.service.slow_stages import drop_slow_stage_straggler
 
 from ..conftest import BLOCKING_A40, register, solved_job
 
@@ -348,3 +350,15 @@ def test_a_slow_stage_whose_pace_changes_is_resolved_again(
     assert st["pipelines"][1]["slow_stages"]["factors"] == {"1": pytest.approx(1.8)}
     assert st["plan"]["pipelines"][1]["time"] > t_first
     assert _resolves(http) == resolves + 2
+
+
+def test_drop_slow_stage_straggler_keeps_other_sources_and_pipelines() -> None:
+    stragglers = {
+        0: Straggler(0, 2.0, StragglerSource.SLOW_STAGE, "stage 1 x1.3"),
+        1: Straggler(1, 2.5, StragglerSource.SLOW_STAGE, "stage 0 x1.5"),
+        2: Straggler(2, 3.0, StragglerSource.REPORTED),
+        3: Straggler(3, 3.5, StragglerSource.DETECTED),
+    }
+    assert drop_slow_stage_straggler(stragglers, 0) == {p: stragglers[p] for p in (1, 2, 3)}
+    assert drop_slow_stage_straggler(stragglers, 2) == stragglers
+    assert drop_slow_stage_straggler(stragglers, 3) == stragglers
