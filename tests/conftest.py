@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
+from file_order import heavy_files_first, measured_seconds
 
 from perseus.profiles import Profile, load_profile, parse_profile_csv
 
@@ -22,6 +23,15 @@ from perseus.profiles import Profile, load_profile, parse_profile_csv
 os.environ.setdefault("PERSEUS_WARM_KERNELS", "0")
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the files that take longest first, each file's tests together (``file_order.py``)."""
+    order = heavy_files_first([item.nodeid for item in items], measured_seconds())
+    items[:] = [items[i] for i in order]
+
+
 A100_CSV = ROOT / "profiles" / "gpt3-175b_a100-sxm_8stage.csv"
 #: Blocking power (W) measured with the A100 profile.
 A100_BLOCKING_POWER = 83.64

@@ -7,6 +7,7 @@ failed while the server starts anyway.
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -223,17 +224,35 @@ def test_a_crash_during_profiling_finish(
         srv.stop()
 
 
+@pytest.fixture(scope="module")
+def two_solved_jobs(
+    tmp_path_factory: pytest.TempPathFactory, small_csv: str
+) -> tuple[Path, str, str]:
+    """A stopped server's database with two solved jobs: ``(its folder, one id, the other)``.
+
+    Each test of an unreadable row spoils its own copy (the server has exited, so the files are
+    the whole database): one server and two solves for the four tests instead of one each.
+    """
+    folder = tmp_path_factory.mktemp("two-solved-jobs")
+    with (
+        ServerProcess(folder / "perseus.db") as srv,
+        httpx.Client(base_url=srv.http_url, timeout=30.0) as http,
+    ):
+        bad = solved_job(http, small_csv)
+        good = solved_job(http, small_csv)
+    return folder, bad, good
+
+
 @pytest.mark.parametrize(
     ("table", "column"),
     [("frontiers", "doc"), ("deployments", "doc"), ("profiles", "csv"), ("jobs", "spec")],
 )
 def test_an_unreadable_row_fails_its_job_not_the_server(
-    tmp_path: Path, small_csv: str, table: str, column: str
+    tmp_path: Path, two_solved_jobs: tuple[Path, str, str], table: str, column: str
 ) -> None:
-    db = tmp_path / "perseus.db"
-    with ServerProcess(db) as srv, httpx.Client(base_url=srv.http_url, timeout=30.0) as http:
-        bad = solved_job(http, small_csv)
-        good = solved_job(http, small_csv)
+    template, bad, good = two_solved_jobs
+    shutil.copytree(template, tmp_path / "db")
+    db = tmp_path / "db" / "perseus.db"
     corrupt_column(db, table, column, bad)
     with ServerProcess(db) as srv, httpx.Client(base_url=srv.http_url, timeout=30.0) as http:
         assert wait_frontier(http, good)["status"] == "done"
