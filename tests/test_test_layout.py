@@ -12,6 +12,7 @@ modules. Every folder of ``tests/`` is one or the other.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,3 +200,13 @@ def test_the_not_by_name_list_is_current() -> None:
     assert not gone, f"these modules are gone: drop them from NOT_BY_NAME: {gone}"
     named = [path for path in NOT_BY_NAME if modules[path]]
     assert not named, f"these now have their own test file: drop them from NOT_BY_NAME: {named}"
+
+
+def test_each_listed_module_names_a_test_that_exists() -> None:
+    # A newcomer who does not find a module's file by name is sent to the test that runs it.
+    names = {t.name for t in TESTS.rglob("test_*.py")}
+    for path, why in NOT_BY_NAME.items():
+        cited = re.findall(r"test_\w+\.py", why)
+        assert cited, f"{path}: name the test that runs it"
+        missing = [c for c in cited if c not in names]
+        assert not missing, f"{path}: {missing} do not exist"
