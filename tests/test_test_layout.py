@@ -75,7 +75,6 @@ NOT_BY_NAME = {
     "demo/perseus_demo/errors.py": "one exception class; raised in tests/demo/test_options.py, test_profile.py",
     # benchmarks
     "benchmarks/failover_load.py": "failover.py's load (imported); run by tests/benchmarks/test_failover_smoke.py",
-    "benchmarks/per_clock.py": "--smoke run by tests/perseus/solver/test_coupling.py (with its inputs)",
     "benchmarks/profiling_transfers.py": "profiling.py's transfers (imported); run by test_profiling_smoke.py",
     "benchmarks/status_load.py": "server.py --status-load's part; run by tests/server/rest/test_job_status_pages.py",
 }
