@@ -10,7 +10,9 @@ descriptors (each request's fields, and the fields of one element of each repeat
 the boundary values from each field's type: 0, -1, the 32- and 64-bit edges, 1e308, NaN and
 infinities (as JSON's non-standard tokens and as strings), the smallest subnormal, empty and
 over-long strings, NUL, wrong types, null, a long list. Each case changes one field of a valid
-request (a real, solved job; a registered rank), so the answer is about that field. Complements
+request (a real, solved job; a registered rank), so the answer is about that field. A field that
+takes only numbers refuses a boolean or a number written as text, naming the field, whatever
+state the request meets (never read as 1, never parsed from the text). Complements
 ``test_fuzz.py`` (schemathesis' random cases, only checked for 5xx).
 """
 
@@ -61,7 +63,7 @@ LONG = 100_000
 NUMBERS: list[Any] = [0, -1, 2**31, 2**63, -(2**63), 10**30, 1e308, -1e308, 5e-324, 1.5]
 NUMBERS += [math.nan, math.inf, -math.inf, "NaN", "Infinity", "1e999"]
 STRINGS: list[Any] = ["", "x" * LONG, "\x00", "-1", "..", "\u202e"]
-WRONG: list[Any] = [None, True, "abc", [], {}, [0] * LONG]
+WRONG: list[Any] = [None, True, False, "abc", "2", "1e5", [], {}, [0] * LONG]
 QUERY = ["0", "-1", "2147483648", "9223372036854775808", "1e308", "NaN", "inf", "-inf"]
 QUERY += ["", "x" * 4000, "9" * 400, "true", "[]", "%00"]
 
@@ -78,6 +80,13 @@ def body_values(schema: dict[str, Any]) -> list[Any]:
     if "array" in kinds:
         out += [[], [None], [-1], [math.nan], ["x" * LONG]]
     return out + WRONG
+
+
+def is_numeric(schema: dict[str, Any]) -> bool:
+    """Whether a JSON field takes only numbers (or null)."""
+    kinds = {schema.get("type")} | {s.get("type") for s in schema.get("anyOf", [])}
+    kinds -= {None, "null"}
+    return bool(kinds) and kinds <= {"integer", "number"}
 
 
 def names_field(r: httpx.Response, name: str) -> bool:
@@ -123,6 +132,13 @@ class Walk:
             kw["headers"] = {"content-type": "application/json"}
         path = path.replace("{job_id}", self.job).replace("{tenant_id}", TENANT)
         return self.http.request(method, path, **kw)
+
+    def refused(self, what: str, name: str, r: httpx.Response) -> None:
+        """A value that must be refused (a client error naming ``name``), whatever the state."""
+        if not 400 <= r.status_code < 500:
+            self.failures.append(f"{what}: {r.status_code}, not refused: {r.text[:200]}")
+        else:
+            self.check(what, name, 0, r)
 
     def check(self, what: str, name: str, base: int, r: httpx.Response) -> None:
         if r.status_code < 400 or (r.status_code == base and base >= 400):
@@ -172,9 +188,14 @@ def test_every_route_answers_each_fields_boundary_values(
                 r = walk.call(method, path, body, params={p["name"]: v})
                 walk.check(f"{method} {path}?{p['name']}={v[:20]!r}", p["name"], base, r)
         for name, schema in props.items():
+            numeric = is_numeric(walk.resolve(schema))
             for v in body_values(walk.resolve(schema)):
                 r = walk.call(method, path, {**(body or {}), name: v})
-                walk.check(f"{method} {path} {name}={str(v)[:20]!r}", name, base, r)
+                what = f"{method} {path} {name}={str(v)[:20]!r}"
+                if numeric and isinstance(v, bool | str):
+                    walk.refused(what, name, r)  # never read as 1 or parsed from text
+                else:
+                    walk.check(what, name, base, r)
     for method, path, name in (
         ("GET", "/jobs/{}", "job_id"),
         ("GET", "/jobs/{}/status", "job_id"),

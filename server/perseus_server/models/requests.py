@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, create_model
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, create_model
 
 from perseus.policies import POLICIES, Parameter
 from perseus_server.models.base import Index
@@ -32,7 +32,9 @@ def policy_field(p: Parameter, *, query: bool = False) -> tuple[Any, dict[str, A
         bounds["le"] = p.maximum
     if p.integer:
         return (int if query else StrictInt) | None, dict(bounds, description=p.description)
-    return float | None, dict(bounds, allow_inf_nan=False, description=p.description)
+    return (float if query else StrictFloat) | None, dict(
+        bounds, allow_inf_nan=False, description=p.description
+    )
 
 
 if TYPE_CHECKING:
@@ -63,13 +65,13 @@ class PlanSelect(_PolicyFields):
         max_length=1_000_000,
         description="Deploy only to these data-parallel pipelines (default: all, as the new default).",
     )
-    max_swing: float | None = Field(
+    max_swing: StrictFloat | None = Field(
         default=None,
         description="Bound the job's power swing, 1 - trough / peak (0-1): every rank is sent "
         "the power floors that keep the deployed plan within it (docs/power.md).",
     )
-    max_ramp: float | None = Field(
+    max_ramp: StrictFloat | None = Field(
         default=None,
         description="Bound every change within ramp_window as a fraction of the peak (0-1).",
     )
-    ramp_window: float | None = Field(default=None, description="Seconds (default 0.1).")
+    ramp_window: StrictFloat | None = Field(default=None, description="Seconds (default 0.1).")

@@ -74,7 +74,7 @@ else:
 
 Count = Annotated[StrictInt, Field(ge=1, le=1_000_000)]
 
-Watts = Annotated[float, Field(ge=0, le=10_000, allow_inf_nan=False)]
+Watts = Annotated[float, Field(ge=0, le=10_000, allow_inf_nan=False, strict=True)]
 
 OrderOp = tuple[Annotated[str, Field(max_length=64)], Index, Index]
 

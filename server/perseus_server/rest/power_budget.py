@@ -39,7 +39,7 @@ class PowerBudgetIn(BaseModel):
     """``PUT /power-budget``: one cap (W) over several jobs."""
 
     model_config = ConfigDict(extra="forbid")
-    watts: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+    watts: Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)] = Field(
         description="The budget (W), all covered jobs' average power together."
     )
     policy: Literal["throughput", "fair"] = Field(

@@ -94,7 +94,7 @@ class ProfilingIn(BaseModel):
         description="Per instruction: how many clocks in a row its effective cost must rise "
         "beyond the noise, after its lowest point, before the scan may stop.",
     )
-    tolerance: Annotated[float, Field(ge=0, le=0.5, allow_inf_nan=False)] = Field(
+    tolerance: Annotated[float, Field(ge=0, le=0.5, allow_inf_nan=False, strict=True)] = Field(
         default=0.01,
         description="Relative standard error at which a clock's means are known: a clock is "
         "finished once every instruction's mean time and energy are known within it (from at "

@@ -33,17 +33,17 @@ class StragglerIn(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     pipeline: Index
-    slowdown: Annotated[float, Field(gt=0, le=100, allow_inf_nan=False)] | None = None
-    iteration_time: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    slowdown: Annotated[float, Field(gt=0, le=100, allow_inf_nan=False, strict=True)] | None = None
+    iteration_time: Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)] | None = None
 
 
 class DetectionIn(BaseModel):
     """``PUT /jobs/{id}/straggler-detection``."""
 
     model_config = ConfigDict(extra="forbid")
-    threshold: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False)] = 0.05
+    threshold: Annotated[float, Field(gt=0, le=10, allow_inf_nan=False, strict=True)] = 0.05
     consecutive: Annotated[StrictInt, Field(ge=1, le=1000)] = 3
-    recovery: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)] = 0.02
+    recovery: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False, strict=True)] = 0.02
 
 
 def stragglers_router(service: PerseusService) -> APIRouter:

@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt
 
 from perseus_server.models.base import ResponseModel
 from perseus_server.rest.docs import operation
@@ -51,10 +51,12 @@ class TenantPatch(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_jobs: int | None = Field(default=None, ge=0, le=1_000_000, description=_MAX_JOBS)
-    max_gpus: int | None = Field(default=None, ge=0, le=1 << 31, description=_MAX_GPUS)
-    weight: float | None = Field(default=None, gt=0, le=1e6, description=_WEIGHT)
-    guaranteed_watts: float | None = Field(default=None, ge=0, le=1e9, description=_GUARANTEED)
+    max_jobs: StrictInt | None = Field(default=None, ge=0, le=1_000_000, description=_MAX_JOBS)
+    max_gpus: StrictInt | None = Field(default=None, ge=0, le=1 << 31, description=_MAX_GPUS)
+    weight: StrictFloat | None = Field(default=None, gt=0, le=1e6, description=_WEIGHT)
+    guaranteed_watts: StrictFloat | None = Field(
+        default=None, ge=0, le=1e9, description=_GUARANTEED
+    )
 
 
 class TenantIn(TenantPatch):

@@ -49,6 +49,8 @@ def test_without_a_budget_there_is_nothing_to_read_or_remove(http: httpx.Client)
         ({"watts": 1e5, "jobs": [""]}, "jobs.0"),
         ({"watts": 1e5, "jobs": ["j" * 201]}, "jobs.0"),
         ({"watts": 1e5, "jobs": ["j"] * 10_001}, "jobs"),
+        ({"watts": True}, "watts"),  # not 1 W
+        ({"watts": "1e5"}, "watts"),  # a number, not text parsed into one
     ],
 )
 def test_a_bad_request_names_its_field(
