@@ -87,9 +87,11 @@ def ancestors(pid: int, proc: str = "/proc", *, limit: int = 64) -> list[int]:
     """``pid`` and its parents with the same real uid, nearest first.
 
     Pid 1 is never included (init, or a container's first process, which is no one's proof of
-    ownership but its own).
+    ownership but its own), and a process that is gone has none (not even itself).
     """
     uid = real_uid(pid, proc)
+    if uid is None:
+        return []
     out: list[int] = []
     current: int | None = pid
     while current is not None and current > 1 and len(out) < limit:

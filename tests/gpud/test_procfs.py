@@ -52,7 +52,7 @@ def test_a_process_that_is_gone_answers_nothing(child: subprocess.Popen[bytes]) 
     child.wait()  # reaped: its /proc entry is gone
     pid = child.pid
     assert procfs.start_time(pid) is None and procfs.parent(pid) is None
-    assert procfs.real_uid(pid) is None
+    assert procfs.real_uid(pid) is None and procfs.ancestors(pid) == []
     assert procfs.open_paths(pid) == set() and procfs.open_nvidia_minors(pid) == set()
     assert procfs.pod_uid(pid) is None and procfs.environ_value(pid, "PERSEUS_JOB") is None
     assert procfs.start_time(0) is None and procfs.start_time(-1) is None
