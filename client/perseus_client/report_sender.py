@@ -90,7 +90,14 @@ class ReportSender:
         )
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Send everything queued now; True when the queue was emptied."""
+        """Send everything queued now; True when the queue was emptied.
+
+        A registration the rank owes (its clock control or GPU changed) goes first, so the server
+        never reads a report's new clock control beside the clocks of the old registration (the
+        last reports, sent at close, included).
+        """
+        if self._queue and self._reregister.is_set() and self.rank_id is not None:
+            self._update_registration()
         while self._queue and self.rank_id is not None:
             batch: list[tuple[int, IterationMeasurement]] = []
             while self._queue and len(batch) < _BATCH:

@@ -1,8 +1,9 @@
-"""``perseus_client.report_sender``: the rank client's report sequence numbers against a real server.
+"""``perseus_client.report_sender``: sequence numbers and the registration a report waits on.
 
 Each queued record gets one per rank, increasing; a batch re-sent after an error (the server stored
 it, the answer was lost) carries the same numbers and the server acknowledges it as duplicates,
-counting nothing twice; a restarted client numbers above everything it sent before.
+counting nothing twice; a restarted client numbers above everything it sent before. Against a
+real server. A registration the rank owes goes before its next reports.
 """
 
 from __future__ import annotations
@@ -151,5 +152,25 @@ def test_a_partly_resent_batch_counts_only_the_new_records(
         assert rec.acks[1] == (2, 1)
         assert link.duplicates == 1
         assert _reports_total(srv) == before + 2
+    finally:
+        link.close()
+
+
+def test_a_report_waits_for_the_registration_the_rank_owes(
+    served: tuple[ServerProcess, str],
+) -> None:
+    # The clock control came up (its GPU's clocks now known) just before the last report: the
+    # flush registers again first, so the server never reads "active" beside the clocks of the
+    # old registration. The reporter thread sleeps an hour: only this flush can register.
+    srv, job = served
+    link, rec = _link(srv, job)
+    try:
+        link.set_clock_control("active", "", gpu_name="NVIDIA A40", supported_clocks=(1410, 1000))
+        link.submit(_record(0))
+        assert link.flush() is True
+        ranks = httpx.get(f"{srv.http_url}/jobs/{job}/status", timeout=10).json()["ranks"]
+        (rank,) = [r for r in ranks if r["rank_id"] == link.rank_id]
+        assert rank["clock_control"] == "active"
+        assert rank["supported_clocks_mhz"] == [1410, 1000]
     finally:
         link.close()
