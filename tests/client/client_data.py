@@ -52,3 +52,23 @@ class RecordingEvent(threading.Event):
         if len(self.waits) >= self.n:
             self.set()
         return self.is_set()
+
+
+#: A two-microbatch plan for stage 0 as ``(kind, microbatch, mhz)``, and its order.
+STEPS: list[tuple[str, int, int]] = [
+    ("forward", 0, 1200),
+    ("forward", 1, 1000),
+    ("backward", 0, 1410),
+    ("backward", 1, 1200),
+]
+ORDER = [(k, m) for k, m, _ in STEPS]
+
+
+def run_iteration(
+    client: Any, order: list[tuple[str, int]] = ORDER, stage: int | None = None
+) -> None:
+    """One iteration of ``order``'s instructions through ``client``, doing nothing in each."""
+    with client.iteration():
+        for k, m in order:
+            with client.instruction(k, microbatch=m, stage=stage):
+                pass

@@ -10,7 +10,7 @@ import pynvml
 import pytest
 from client_data import PROFILE, PROFILE_CSV, steps_plan
 
-from perseus_client import SimulatedGpu
+from perseus_client import PerseusClient, RecordingGpu, SimulatedGpu
 from perseus_common.wire.values import PlanUpdate
 
 
@@ -150,3 +150,17 @@ def profile_data() -> dict[tuple[int, str], dict[int, tuple[float, float]]]:
 @pytest.fixture(scope="session")
 def profile_text() -> str:
     return PROFILE_CSV
+
+
+@pytest.fixture
+def rec(sim_gpu: SimulatedGpu) -> RecordingGpu:
+    """The simulated GPU, recording every clock the client asks of it."""
+    return RecordingGpu(sim_gpu)
+
+
+@pytest.fixture
+def client(rec: RecordingGpu) -> Iterator[PerseusClient]:
+    """An offline client on ``rec`` (no server, no signal handlers)."""
+    c = PerseusClient(offline=True, gpu=rec, handle_signals=False)
+    yield c
+    c.close()

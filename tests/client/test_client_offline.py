@@ -6,36 +6,14 @@ Which plan runs when (the newest, at an iteration boundary) is ``test_plan_choic
 from __future__ import annotations
 
 import pytest
+from client_data import ORDER, STEPS, run_iteration
 
 from perseus_client import (
     ConfigError,
     PerseusClient,
     PlanMismatchError,
-    RecordingGpu,
 )
 from perseus_common.wire.values import PlanUpdate, ProfilingTask
-
-STEPS = [("forward", 0, 1200), ("forward", 1, 1000), ("backward", 0, 1410), ("backward", 1, 1200)]
-ORDER = [(k, m) for k, m, _ in STEPS]
-
-
-def run_iteration(client, order=ORDER, stage=None):
-    with client.iteration():
-        for k, m in order:
-            with client.instruction(k, microbatch=m, stage=stage):
-                pass
-
-
-@pytest.fixture
-def rec(sim_gpu):
-    return RecordingGpu(sim_gpu)
-
-
-@pytest.fixture
-def client(rec):
-    c = PerseusClient(offline=True, gpu=rec, handle_signals=False)
-    yield c
-    c.close()
 
 
 def test_clock_in_effect_is_the_plans_for_every_instruction(client, rec, plan_of):

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from client_data import STEPS
 
 from perseus_client import ConfigError, PlanCursor, PlanMismatchError
 from perseus_client.plan import compile_plan, plan_from_steps, received_plan
 from perseus_common.proto import perseus_pb2
 from perseus_common.wire.codec import decode_plan
 from perseus_common.wire.values import PlanStep, PlanUpdate, ProfilingTask
-
-STEPS = [("forward", 0, 1200), ("forward", 1, 1000), ("backward", 0, 1410), ("backward", 1, 1200)]
 
 
 def test_cursor_yields_each_steps_clock(plan_of):

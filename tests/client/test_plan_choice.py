@@ -12,31 +12,9 @@ import logging
 import socket
 import time
 
-import pytest
+from client_data import ORDER, STEPS, run_iteration
 
-from perseus_client import FailOpen, PerseusClient, RecordingGpu
-
-STEPS = [("forward", 0, 1200), ("forward", 1, 1000), ("backward", 0, 1410), ("backward", 1, 1200)]
-ORDER = [(k, m) for k, m, _ in STEPS]
-
-
-def run_iteration(client, order=ORDER, stage=None):
-    with client.iteration():
-        for k, m in order:
-            with client.instruction(k, microbatch=m, stage=stage):
-                pass
-
-
-@pytest.fixture
-def rec(sim_gpu):
-    return RecordingGpu(sim_gpu)
-
-
-@pytest.fixture
-def client(rec):
-    c = PerseusClient(offline=True, gpu=rec, handle_signals=False)
-    yield c
-    c.close()
+from perseus_client import FailOpen, PerseusClient
 
 
 def test_no_plan_means_max_clock(client, rec):

@@ -8,19 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from perseus_client import ClientError, ConfigError, PerseusClient, RecordingGpu
-
-
-@pytest.fixture
-def rec(sim_gpu):
-    return RecordingGpu(sim_gpu)
-
-
-@pytest.fixture
-def client(rec):
-    c = PerseusClient(offline=True, gpu=rec, handle_signals=False)
-    yield c
-    c.close()
+from perseus_client import ClientError, ConfigError
 
 
 def test_misuse_is_reported_clearly(client):
