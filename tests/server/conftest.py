@@ -187,3 +187,27 @@ def start_standby(srv: ServerProcess) -> threading.Thread:
     t.start()
     wait_until(lambda: srv.http_url and "perseus: standby" in srv.output(), "the standby")
     return t
+
+
+@contextlib.contextmanager
+def in_process_app(db: Path, token: str | None = None) -> Iterator[httpx.Client]:
+    """The REST app over a service on a real SQLite file at ``db``, called through its ASGI stack.
+
+    No server process: for a route's own tests. With ``token``, the app requires it and the
+    client sends it.
+    """
+    from fastapi.testclient import TestClient
+
+    from perseus_server.config import Limits
+    from perseus_server.rest import create_app
+    from perseus_server.runtime.sql_store import SqlStore
+    from perseus_server.service import PerseusService
+
+    store = SqlStore.open(db)
+    try:
+        app = create_app(PerseusService(store, Limits()), token=token)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        with TestClient(app, base_url="http://localhost", headers=headers) as client:
+            yield client
+    finally:
+        store.close()

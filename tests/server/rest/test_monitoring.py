@@ -10,27 +10,19 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from perseus_server.config import Limits
-from perseus_server.rest import create_app
-from perseus_server.runtime.sql_store import SqlStore
-from perseus_server.service import PerseusService
+from ..conftest import in_process_app
 
 TOKEN = "monitoring-admin-token"
 
 
 @pytest.fixture(scope="module")
 def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
-    store = SqlStore.open(tmp_path_factory.mktemp("monitoring") / "perseus.db")
-    try:
-        app = create_app(PerseusService(store, Limits()), token=TOKEN)
-        headers = {"Authorization": f"Bearer {TOKEN}"}
-        with TestClient(app, base_url="http://localhost", headers=headers) as client:
-            yield client
-    finally:
-        store.close()
+    with in_process_app(
+        tmp_path_factory.mktemp("monitoring") / "perseus.db", token=TOKEN
+    ) as client:
+        yield client
 
 
 def test_liveness_needs_no_token_and_counts_the_jobs(http: httpx.Client) -> None:

@@ -12,29 +12,18 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 
-from perseus_server.config import Limits
-from perseus_server.rest import create_app
 from perseus_server.rest.power_budget import PowerBudgetIn
-from perseus_server.runtime.sql_store import SqlStore
-from perseus_server.service import PerseusService
 
-from ..conftest import make_job, problem_field
+from ..conftest import in_process_app, make_job, problem_field
 
 BUDGET = "/power-budget"
 
 
 @pytest.fixture(scope="module")
 def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
-    store = SqlStore.open(tmp_path_factory.mktemp("power") / "perseus.db")
-    try:
-        with TestClient(
-            create_app(PerseusService(store, Limits())), base_url="http://localhost"
-        ) as c:
-            yield c
-    finally:
-        store.close()
+    with in_process_app(tmp_path_factory.mktemp("power") / "perseus.db") as client:
+        yield client
 
 
 def test_without_a_budget_there_is_nothing_to_read_or_remove(http: httpx.Client) -> None:

@@ -11,26 +11,14 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from fastapi.testclient import TestClient
 
-from perseus_server.config import Limits
-from perseus_server.rest import create_app
-from perseus_server.runtime.sql_store import SqlStore
-from perseus_server.service import PerseusService
-
-from ..conftest import make_job, problem_field, sliced_profile_csv
+from ..conftest import in_process_app, make_job, problem_field, sliced_profile_csv
 
 
 @pytest.fixture(scope="module")
 def http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
-    store = SqlStore.open(tmp_path_factory.mktemp("profiles") / "perseus.db")
-    try:
-        with TestClient(
-            create_app(PerseusService(store, Limits())), base_url="http://localhost"
-        ) as c:
-            yield c
-    finally:
-        store.close()
+    with in_process_app(tmp_path_factory.mktemp("profiles") / "perseus.db") as client:
+        yield client
 
 
 def test_a_stage_selection_is_renumbered_from_zero(http: httpx.Client) -> None:

@@ -8,15 +8,13 @@ their field. Plans pushed to real ranks over gRPC are ``tests/server/grpc/test_s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from perseus.frontier import Frontier
 from perseus.profiles import Profile
-from perseus.schedules import one_f_one_b
-from perseus.solver import solve_frontier
 from perseus_server.config import Limits
 from perseus_server.decisions.planner import PlanPolicy
 from perseus_server.domain.errors import BadRequest, Conflict
@@ -26,18 +24,7 @@ from perseus_server.service import PerseusService
 from perseus_server.service.deployment import require_frontier
 from perseus_server.service.state import Job
 
-BLOCKING = 83.64
-Slicer = Callable[[Iterable[int], Iterable[int] | None], Profile]
-
-
-@pytest.fixture(scope="module")
-def profile(slice_profile: Slicer) -> Profile:
-    return slice_profile([0, 1], {1410, 1200, 1005, 855})
-
-
-@pytest.fixture(scope="module")
-def frontier(profile: Profile) -> Frontier:
-    return solve_frontier(profile, one_f_one_b(2, 4), BLOCKING)
+from .conftest import BLOCKING
 
 
 @pytest.fixture

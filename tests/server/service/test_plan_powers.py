@@ -8,33 +8,18 @@ powers are computed once per frontier and profile. Plan documents over REST are
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-
 import numpy as np
 import pytest
 
 from perseus.frontier import Frontier
 from perseus.power import peak_powers, point_powers
 from perseus.profiles import Profile
-from perseus.schedules import one_f_one_b
-from perseus.solver import solve_frontier
 from perseus_server.domain.jobs import JobSpec
 from perseus_server.domain.rows import JobRow
 from perseus_server.service.plan_powers import PlanPowers, job_problem
 from perseus_server.service.state import Job
 
-BLOCKING = 83.64
-Slicer = Callable[[Iterable[int], Iterable[int] | None], Profile]
-
-
-@pytest.fixture(scope="module")
-def profile(slice_profile: Slicer) -> Profile:
-    return slice_profile([0, 1], {1410, 1200, 1005, 855})
-
-
-@pytest.fixture(scope="module")
-def frontier(profile: Profile) -> Frontier:
-    return solve_frontier(profile, one_f_one_b(2, 4), BLOCKING)
+from .conftest import BLOCKING
 
 
 def _job(frontier: Frontier, profile: Profile | None, pipelines: int = 2) -> Job:
