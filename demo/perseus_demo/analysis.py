@@ -300,23 +300,7 @@ def analyse(
         "phase3_max_clock_energy": p3["baseline_energy"],
         "phase4_restored_after": restore_at,
     }
-    # a replan must take effect by step n - 3 to leave two steady steps of the phase to measure
-    no_slowdown = f"phase 2 no more than {100 * PHASE2_TIME_TOLERANCE:g} % slower than max clocks"
-    promises = {
-        # the promise is no slowdown; a faster phase 2 only means phase 1 was held up
-        no_slowdown: checks["phase2_time_ratio"] - 1 <= PHASE2_TIME_TOLERANCE,
-        "phase 2 saves energy": p2["saving"] > 0,
-        "phase 2 saving within 2 points of the frontier's prediction": abs(
-            p2["saving"] - checks["phase2_predicted_saving"]
-        )
-        <= 0.02,
-        f"phase 3 replanned by step {n - 3}": replan_at is not None and replan_at <= n - 3,
-        "phase 3 healthy pipeline within 2 % of T'": checks["phase3_healthy_time_ratio"] - 1
-        <= 0.02,
-        "phase 3 saves energy while waiting": p3["energy"] < p3["baseline_energy"],
-        f"phase 4 back to the default plan by step {n - 3}": restore_at is not None
-        and restore_at <= n - 3,
-    }
+    promises = _promises(checks, by, n)
     if power_budget is not None and "power-budget" in by:
         checks["phase5"] = _phase5(by, power_budget, paired["power-budget"])
         promises.update(_phase5_promises(checks["phase5"]))
@@ -327,6 +311,29 @@ def analyse(
         if all(interleaved[ph].values()):
             steps_out[label] = {str(p): interleaved[ph][p] for p in range(pipelines)}
     return {"phases": phases, "checks": checks, "steps": steps_out}
+
+
+def _promises(checks: dict[str, Any], by: dict[str, dict[str, Any]], n: int) -> dict[str, bool]:
+    """Phases 2-4's promises, each by its name: whether it was kept (``n`` steps per phase)."""
+    replan_at, restore_at = checks["phase3_replanned_after"], checks["phase4_restored_after"]
+    # a replan must take effect by step n - 3 to leave two steady steps of the phase to measure
+    no_slowdown = f"phase 2 no more than {100 * PHASE2_TIME_TOLERANCE:g} % slower than max clocks"
+    return {
+        # the promise is no slowdown; a faster phase 2 only means phase 1 was held up
+        no_slowdown: checks["phase2_time_ratio"] - 1 <= PHASE2_TIME_TOLERANCE,
+        "phase 2 saves energy": by["perseus"]["saving"] > 0,
+        "phase 2 saving within 2 points of the frontier's prediction": abs(
+            by["perseus"]["saving"] - checks["phase2_predicted_saving"]
+        )
+        <= 0.02,
+        f"phase 3 replanned by step {n - 3}": replan_at is not None and replan_at <= n - 3,
+        "phase 3 healthy pipeline within 2 % of T'": checks["phase3_healthy_time_ratio"] - 1
+        <= 0.02,
+        "phase 3 saves energy while waiting": by["straggler"]["energy"]
+        < by["straggler"]["baseline_energy"],
+        f"phase 4 back to the default plan by step {n - 3}": restore_at is not None
+        and restore_at <= n - 3,
+    }
 
 
 def _or(paired: float | None, phase1: float) -> float:

@@ -8,6 +8,7 @@ real server. A registration the rank owes goes before its next reports.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -83,15 +84,20 @@ def _reports_total(srv: ServerProcess) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-def _link(srv: ServerProcess, job: str) -> tuple[ServerLink, _Recorder]:
+@contextlib.contextmanager
+def _linked(srv: ServerProcess, job: str) -> Iterator[tuple[ServerLink, _Recorder]]:
+    """A registered link for rank 0 of ``job`` with its stub recorded; closed after."""
     ident = RankRegistration(job, 0, 0, 0, 0, "NVIDIA A40", (), "test")
     # The reporter thread waits an hour between rounds: only the test's flush() sends.
     link = ServerLink(srv.grpc_target, ident, lambda plan: None, report_interval=3600.0)
     recorder = _Recorder(link._stub)
     link._stub = recorder  # type: ignore[assignment]
     link.start()
-    assert link.wait_registered(20)
-    return link, recorder
+    try:
+        assert link.wait_registered(20)
+        yield link, recorder
+    finally:
+        link.close()
 
 
 def _record(it: int) -> IterationMeasurement:
@@ -102,8 +108,7 @@ def test_a_resent_batch_keeps_its_numbers_and_is_acknowledged_as_duplicates(
     served: tuple[ServerProcess, str],
 ) -> None:
     srv, job = served
-    link, rec = _link(srv, job)
-    try:
+    with _linked(srv, job) as (link, rec):
         before = _reports_total(srv)
         for it in range(3):
             link.submit(_record(it))
@@ -123,25 +128,19 @@ def test_a_resent_batch_keeps_its_numbers_and_is_acknowledged_as_duplicates(
         assert rec.batches[-1][0] > max(first) and rec.acks[-1] == (1, 0)
         assert _reports_total(srv) == before + 4
         last = rec.batches[-1][0]
-    finally:
-        link.close()
     # A new client for the same rank (a restarted process) numbers above the old one.
-    link, rec = _link(srv, job)
-    try:
+    with _linked(srv, job) as (link, rec):
         link.submit(_record(4))
         assert link.flush() is True
         assert rec.batches[0][0] > last and rec.acks == [(1, 0)]
         assert _reports_total(srv) == before + 5
-    finally:
-        link.close()
 
 
 def test_a_partly_resent_batch_counts_only_the_new_records(
     served: tuple[ServerProcess, str],
 ) -> None:
     srv, job = served
-    link, rec = _link(srv, job)
-    try:
+    with _linked(srv, job) as (link, rec):
         before = _reports_total(srv)
         link.submit(_record(10))
         rec.lose = 1
@@ -152,8 +151,6 @@ def test_a_partly_resent_batch_counts_only_the_new_records(
         assert rec.acks[1] == (2, 1)
         assert link.duplicates == 1
         assert _reports_total(srv) == before + 2
-    finally:
-        link.close()
 
 
 def test_a_report_waits_for_the_registration_the_rank_owes(
@@ -163,8 +160,7 @@ def test_a_report_waits_for_the_registration_the_rank_owes(
     # flush registers again first, so the server never reads "active" beside the clocks of the
     # old registration. The reporter thread sleeps an hour: only this flush can register.
     srv, job = served
-    link, rec = _link(srv, job)
-    try:
+    with _linked(srv, job) as (link, _):
         link.set_clock_control("active", "", gpu_name="NVIDIA A40", supported_clocks=(1410, 1000))
         link.submit(_record(0))
         assert link.flush() is True
@@ -172,5 +168,3 @@ def test_a_report_waits_for_the_registration_the_rank_owes(
         (rank,) = [r for r in ranks if r["rank_id"] == link.rank_id]
         assert rank["clock_control"] == "active"
         assert rank["supported_clocks_mhz"] == [1410, 1000]
-    finally:
-        link.close()
