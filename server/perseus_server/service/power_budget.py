@@ -76,6 +76,7 @@ from perseus_server.service.budget_terms import (
     least_power_shares,
     straggler_time,
 )
+from perseus_server.service.budget_views import BudgetViews
 from perseus_server.service.context import ServiceContext
 from perseus_server.service.plan_powers import PlanPowers
 from perseus_server.service.plans import job_max_power
@@ -88,7 +89,7 @@ __all__ = ["PowerBudget"]
 log = logging.getLogger("perseus.server")
 
 
-class PowerBudget:
+class PowerBudget(BudgetViews):
     """The cluster power budget: its settings, its allocation, and the deployer's view of it.
 
     The deployer asks it as a :class:`~perseus_server.service.deployment.DeploymentBudget`
@@ -331,12 +332,6 @@ class PowerBudget:
         if self.settings is not None:
             self._pacer.request(cause, skip)
 
-    def tenant_shares(self) -> dict[str, TenantShare] | None:
-        """Each drawing tenant's part of the budget (None: no budget set)."""
-        if self.settings is None or self.result is None:
-            return None
-        return {t.tenant: t for t in self.result.tenants}
-
     def recompute(self, cause: str, *, skip: str | None = None) -> None:
         """Allocate again over the covered jobs and push every changed plan.
 
@@ -477,63 +472,6 @@ class PowerBudget:
         self.recompute(f"budget set to {watts:g} W ({policy})")
         return self.view()
 
-    def _tenant(self, job_id: str) -> str | None:
-        return self.ctx.jobs.get(job_id).row.tenant if job_id in self.ctx.jobs else None
-
-    def view(self, tenant: str | None = None) -> dict[str, Any]:
-        """``GET /power-budget``; 404 when none is set.
-
-        ``tenant``: only that tenant's jobs are listed (the totals stay the cluster's).
-        """
-        s, r = self.settings, self.result
-        if s is None or r is None:
-            raise NotFound("no power budget is set; PUT /power-budget first", field="power_budget")
-        jobs = [
-            {**sh.to_json(), "time": sh.time}
-            for sh in r.shares
-            if tenant is None or self._tenant(sh.name) == tenant
-        ]
-        left_out = [
-            x for x in self.left_out() if tenant is None or self._tenant(x["job"]) == tenant
-        ]
-        return {
-            "watts": s.watts,
-            "policy": s.policy,
-            "allocated_watts": math.fsum(sh.watts for sh in r.shares),
-            "feasible": r.feasible,
-            "lowest_power": r.lowest_power,
-            "covers": None
-            if s.jobs is None
-            else [j for j in s.jobs if tenant is None or self._tenant(j) == tenant],
-            "gap": 0.0 if r.feasible else None,
-            "on_infeasible": s.on_infeasible,
-            "over_by": 0.0 if r.feasible else max(0.0, r.lowest_power - s.watts),
-            "left_out": left_out,
-            "jobs": jobs,
-            "tenants": [t.to_json() for t in r.tenants if tenant is None or t.tenant == tenant],
-        }
-
-    def left_out(self) -> list[dict[str, str]]:
-        """The jobs the budget would cover but for their lifecycle (idle or finished)."""
-        s = self.settings
-        if s is None:
-            return []
-        out = []
-        for job in self.ctx.jobs:
-            if (
-                job.frontier.current is not None
-                and (s.jobs is None or job.id in s.jobs)
-                and not self.participates(job)
-            ):
-                out.append({"job": job.id, "why": self.why_out(job)})
-        return out
-
-    def gauges(self) -> tuple[float | None, bool, dict[str, JobAllocation]]:
-        """The budget's watts (None: no budget), whether it is met, and the shares by job."""
-        if self.settings is None or self.result is None:
-            return None, True, {}
-        return self.settings.watts, self.result.feasible, dict(self.shares)
-
     def delete(self) -> None:
         """``DELETE /power-budget``: every job back to its own policy."""
         if self.settings is None:
@@ -541,19 +479,3 @@ class PowerBudget:
         self.ctx.store.put_power_budget(None)
         self.settings = None
         self.recompute("budget removed")
-
-    def job_share(self, job: Job) -> dict[str, Any] | None:
-        """The job's share for its status (None: the budget does not cover it)."""
-        share = self.shares.get(job.id) if self.covers(job) else None
-        if share is None or self.settings is None or self.result is None:
-            return None
-        return {
-            "budget": self.settings.watts,
-            "policy": self.settings.policy,
-            "watts": share.watts,
-            "slowdown": share.slowdown,
-            "point": share.index,
-            "feasible": self.result.feasible,
-            "on_infeasible": self.settings.on_infeasible,
-            "claim": self.claims.get(job.id),
-        }
